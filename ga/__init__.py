@@ -1,0 +1,1 @@
+"""Genetic search over schedules and size-class allocations (SwapAdvisor §5)."""

@@ -1,0 +1,16 @@
+"""hybrid: plan and run training iterations whose tensors do not fit in GPU memory.
+
+The public API is re-exported lazily so `import hybrid` stays fast and never
+imports torch.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from hybrid.device import Device, PRESETS  # noqa: E402
+from hybrid.errors import FormatError, HybridError, InfeasibleError  # noqa: E402
+from hybrid.graph import Graph, Impl, Op, Tensor  # noqa: E402
+from hybrid.plan import Event, Plan  # noqa: E402
+
+__all__ = ["Device", "PRESETS", "FormatError", "HybridError", "InfeasibleError", "Graph", "Impl", "Op", "Tensor",
+           "Event", "Plan", "__version__"]

@@ -1,0 +1,1 @@
+"""The `hybrid` command. Each subcommand lives in hybrid/cli/commands/<name>.py."""

@@ -1,0 +1,360 @@
+"""The one graph type: an iteration's dataflow graph, `hybrid-graph/1` (docs/formats.md).
+
+Loading validates everything FORMATS.md requires and names the offending id and
+field; planners never see an invalid graph. Array forms for the hot loops live in
+`hybrid.graph_arrays` and are built once per graph.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from hybrid.device import Device
+from hybrid.errors import FormatError
+
+if TYPE_CHECKING:
+    from hybrid.graph_arrays import GraphArrays
+
+GRAPH_FORMAT = "hybrid-graph/1"
+TENSOR_KINDS = ("param", "input", "activation", "gradient", "optimizer_state", "other")
+DEFAULT_IMPL = "default"
+
+_TENSOR_FIELDS = {"id", "bytes", "kind", "persistent"}
+_OP_FIELDS = {"id", "kind", "inputs", "outputs", "time_s", "workspace_bytes", "impls", "updates", "cpu_time_s"}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    id: str
+    bytes: int
+    kind: str = "activation"
+    persistent: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "bytes": self.bytes, "kind": self.kind}
+        if self.persistent:
+            d["persistent"] = True
+        d.update(self.extra)
+        return d
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One implementation of an op (e.g. a convolution algorithm)."""
+
+    name: str
+    time_s: float
+    workspace_bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "time_s": self.time_s, "workspace_bytes": self.workspace_bytes}
+
+
+@dataclass(frozen=True)
+class Op:
+    id: str
+    kind: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    time_s: float
+    workspace_bytes: int = 0
+    impls: tuple[Impl, ...] = ()
+    updates: tuple[str, ...] = ()
+    cpu_time_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def implementations(self) -> tuple[Impl, ...]:
+        """Declared impls, or the single implicit one given by time_s/workspace_bytes."""
+        return self.impls or (Impl(DEFAULT_IMPL, self.time_s, self.workspace_bytes),)
+
+    @property
+    def default_impl(self) -> int:
+        """The impl matching the op's own time_s/workspace_bytes, else the first.
+
+        Graph writers set time_s to what the framework would run by default, so
+        planners that do not choose implementations run that one.
+        """
+        for i, im in enumerate(self.impls):
+            if im.time_s == self.time_s and im.workspace_bytes == self.workspace_bytes:
+                return i
+        return 0
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id, "kind": self.kind, "inputs": list(self.inputs), "outputs": list(self.outputs),
+            "time_s": self.time_s, "workspace_bytes": self.workspace_bytes,
+        }
+        if self.impls:
+            d["impls"] = [im.to_json() for im in self.impls]
+        d["updates"] = list(self.updates)
+        if self.cpu_time_s is not None:
+            d["cpu_time_s"] = self.cpu_time_s
+        d.update(self.extra)
+        return d
+
+
+class Graph:
+    """A validated `hybrid-graph/1`. Construct with `Graph(...)`, `Graph.load` or `Graph.from_json`."""
+
+    def __init__(
+        self,
+        name: str,
+        tensors: Iterable[Tensor],
+        ops: Iterable[Op],
+        device: Device | None = None,
+        extra: dict[str, Any] | None = None,
+        sha256: str | None = None,
+    ) -> None:
+        self.name = name
+        self.tensors: tuple[Tensor, ...] = tuple(tensors)
+        self.ops: tuple[Op, ...] = tuple(ops)
+        self.device = device
+        self.extra = dict(extra or {})
+        self.tensor_index: dict[str, int] = {}
+        self.op_index: dict[str, int] = {}
+        _check(self)
+        self._sha256 = sha256
+
+    # ---- identity -------------------------------------------------------
+    @property
+    def sha256(self) -> str:
+        """sha256 of the file's bytes when loaded from a file, else of its canonical JSON."""
+        if self._sha256 is None:
+            self._sha256 = hashlib.sha256(self.dumps().encode()).hexdigest()
+        return self._sha256
+
+    def tensor(self, tid: str) -> Tensor:
+        return self.tensors[self.tensor_index[tid]]
+
+    def op(self, oid: str) -> Op:
+        return self.ops[self.op_index[oid]]
+
+    @cached_property
+    def arrays(self) -> "GraphArrays":
+        from hybrid.graph_arrays import GraphArrays
+
+        return GraphArrays.build(self)
+
+    # ---- serialisation ----------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"format": GRAPH_FORMAT, "name": self.name}
+        if self.device is not None:
+            d["device"] = self.device.to_json()
+        d["tensors"] = [t.to_json() for t in self.tensors]
+        d["ops"] = [o.to_json() for o in self.ops]
+        for k, v in self.extra.items():
+            d.setdefault(k, v)
+        return d
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1)
+
+    def save(self, path: str | Path) -> str:
+        """Write the file; returns (and remembers) the sha256 of the bytes written."""
+        data = self.dumps().encode()
+        Path(path).write_bytes(data)
+        self._sha256 = hashlib.sha256(data).hexdigest()
+        return self._sha256
+
+    @staticmethod
+    def load(path: str | Path) -> "Graph":
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            raise FormatError(f"cannot read graph file {str(p)!r}: {e.strerror}") from None
+        try:
+            d = json.loads(data)
+        except json.JSONDecodeError as e:
+            raise FormatError(f"{p}: not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        g = Graph.from_json(d, where=str(p))
+        g._sha256 = hashlib.sha256(data).hexdigest()
+        return g
+
+    @staticmethod
+    def from_json(d: Any, where: str = "graph") -> "Graph":
+        if not isinstance(d, dict):
+            raise FormatError(f"{where}: a graph file is a JSON object with format, name, tensors, ops")
+        fmt = d.get("format")
+        if fmt != GRAPH_FORMAT:
+            hint = " (is this a plan? use --plan)" if str(fmt).startswith("hybrid-plan") else ""
+            raise FormatError(f"{where}: field 'format' is {fmt!r}, expected {GRAPH_FORMAT!r}{hint}")
+        for key in ("tensors", "ops"):
+            if not isinstance(d.get(key), list):
+                raise FormatError(f"{where}: field {key!r} must be a list")
+        device = Device.from_json(d["device"], f"{where}: device") if d.get("device") is not None else None
+        tensors = [_tensor_from_json(t, i, where) for i, t in enumerate(d["tensors"])]
+        ops = [_op_from_json(o, i, where) for i, o in enumerate(d["ops"])]
+        extra = {k: v for k, v in d.items() if k not in ("format", "name", "device", "tensors", "ops")}
+        return Graph(str(d.get("name", "unnamed")), tensors, ops, device, extra)
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors)"
+
+
+# ---- parsing helpers ---------------------------------------------------------
+
+def _num(d: dict, key: str, what: str, default: Any = None, integer: bool = False) -> Any:
+    if key not in d:
+        if default is not None:
+            return default
+        raise FormatError(f"{what}: missing field {key!r}")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise FormatError(f"{what}: field {key!r} must be a number, got {v!r}")
+    if integer:
+        if float(v) != int(v):
+            raise FormatError(f"{what}: field {key!r} must be an integer number of bytes, got {v!r}")
+        v = int(v)
+    if not math.isfinite(v):
+        raise FormatError(f"{what}: field {key!r} must be finite, got {v!r}")
+    if v < 0:
+        raise FormatError(f"{what}: field {key!r} must not be negative, got {v!r}")
+    return v
+
+
+def _id(d: Any, what: str) -> str:
+    if not isinstance(d, dict):
+        raise FormatError(f"{what}: expected an object")
+    v = d.get("id")
+    if not isinstance(v, str) or not v:
+        raise FormatError(f"{what}: field 'id' must be a non-empty string, got {v!r}")
+    return v
+
+
+def _str_list(d: dict, key: str, what: str) -> tuple[str, ...]:
+    v = d.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise FormatError(f"{what}: field {key!r} must be a list of tensor ids")
+    return tuple(v)
+
+
+def _tensor_from_json(d: Any, i: int, where: str) -> Tensor:
+    tid = _id(d, f"{where}: tensors[{i}]")
+    what = f"{where}: tensor {tid!r}"
+    kind = d.get("kind", "other")
+    if kind not in TENSOR_KINDS:
+        raise FormatError(f"{what}: field 'kind' is {kind!r}; use one of {', '.join(TENSOR_KINDS)}")
+    persistent = d.get("persistent", False)
+    if not isinstance(persistent, bool):
+        raise FormatError(f"{what}: field 'persistent' must be true or false")
+    extra = {k: v for k, v in d.items() if k not in _TENSOR_FIELDS}
+    return Tensor(tid, _num(d, "bytes", what, integer=True), kind, persistent, extra)
+
+
+def _op_from_json(d: Any, i: int, where: str) -> Op:
+    oid = _id(d, f"{where}: ops[{i}]")
+    what = f"{where}: op {oid!r}"
+    impls = []
+    raw_impls = d.get("impls") or []
+    if not isinstance(raw_impls, list):
+        raise FormatError(f"{what}: field 'impls' must be a list")
+    for k, im in enumerate(raw_impls):
+        if not isinstance(im, dict) or not isinstance(im.get("name"), str):
+            raise FormatError(f"{what}: impls[{k}] needs a string 'name'")
+        iw = f"{what}: impl {im['name']!r}"
+        impls.append(Impl(im["name"], float(_num(im, "time_s", iw)), _num(im, "workspace_bytes", iw, 0, integer=True)))
+    if "time_s" not in d and impls:
+        time_s, ws = impls[0].time_s, impls[0].workspace_bytes
+    else:
+        time_s = float(_num(d, "time_s", what))
+        ws = _num(d, "workspace_bytes", what, 0, integer=True)
+    cpu = d.get("cpu_time_s")
+    cpu_time = None if cpu is None else float(_num(d, "cpu_time_s", what))
+    extra = {k: v for k, v in d.items() if k not in _OP_FIELDS}
+    kind = d.get("kind", "op")
+    if not isinstance(kind, str):
+        raise FormatError(f"{what}: field 'kind' must be a string")
+    return Op(oid, kind, _str_list(d, "inputs", what), _str_list(d, "outputs", what), time_s, ws,
+              tuple(impls), _str_list(d, "updates", what), cpu_time, extra)
+
+
+# ---- structural checks -------------------------------------------------------
+
+def _check(g: Graph) -> None:
+    """Every rule of FORMATS.md's graph section; the first broken one raises FormatError."""
+    where = f"graph {g.name!r}"
+    for i, t in enumerate(g.tensors):
+        if t.id in g.tensor_index:
+            raise FormatError(f"{where}: tensor id {t.id!r} appears twice (tensors[{g.tensor_index[t.id]}] and tensors[{i}])")
+        if t.bytes < 0:
+            raise FormatError(f"{where}: tensor {t.id!r} has negative bytes {t.bytes}")
+        g.tensor_index[t.id] = i
+    producer: dict[str, str] = {}
+    for i, o in enumerate(g.ops):
+        if o.id in g.op_index:
+            raise FormatError(f"{where}: op id {o.id!r} appears twice (ops[{g.op_index[o.id]}] and ops[{i}])")
+        g.op_index[o.id] = i
+        if o.time_s < 0 or o.workspace_bytes < 0:
+            raise FormatError(f"{where}: op {o.id!r} has a negative time_s or workspace_bytes")
+        names = [im.name for im in o.impls]
+        if len(set(names)) != len(names):
+            raise FormatError(f"{where}: op {o.id!r} lists an impl name twice")
+        for field_name in ("inputs", "outputs", "updates"):
+            for tid in getattr(o, field_name):
+                if tid not in g.tensor_index:
+                    raise FormatError(f"{where}: op {o.id!r} field {field_name!r} names unknown tensor {tid!r}")
+        if len(set(o.outputs)) != len(o.outputs):
+            raise FormatError(f"{where}: op {o.id!r} lists an output twice")
+        for tid in o.updates:
+            if tid not in o.inputs:
+                raise FormatError(f"{where}: op {o.id!r} updates {tid!r}, which is not among its inputs; list it in 'inputs' too")
+            if not g.tensor(tid).persistent:
+                raise FormatError(f"{where}: op {o.id!r} updates {tid!r} in place, but only persistent tensors may be updated")
+        for tid in o.outputs:
+            t = g.tensor(tid)
+            if t.persistent:
+                raise FormatError(f"{where}: op {o.id!r} outputs persistent tensor {tid!r}; persistent tensors are produced by no op (use 'updates' for in-place changes)")
+            if tid in producer:
+                raise FormatError(f"{where}: tensor {tid!r} is an output of both op {producer[tid]!r} and op {o.id!r}")
+            if tid in o.inputs:
+                raise FormatError(f"{where}: op {o.id!r} reads its own output {tid!r}")
+            producer[tid] = o.id
+    for t in g.tensors:
+        if not t.persistent and t.id not in producer:
+            raise FormatError(f"{where}: tensor {t.id!r} is not persistent and no op outputs it; mark it persistent (an input fed each iteration) or add its producer")
+    _check_acyclic(g)
+
+
+def _check_acyclic(g: Graph) -> None:
+    from hybrid.graph_arrays import dependency_edges
+
+    n = len(g.ops)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for a, b, _why in dependency_edges(g):
+        succ[a].append(b)
+        indeg[b] += 1
+    stack = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    while stack:
+        i = stack.pop()
+        seen += 1
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                stack.append(j)
+    if seen < n:
+        # Walk predecessors inside the leftover set until an op repeats: that is a cycle.
+        left = {i for i in range(n) if indeg[i] > 0}
+        pred: dict[int, int] = {}
+        for a, b, _ in dependency_edges(g):
+            if a in left and b in left:
+                pred.setdefault(b, a)
+        cur = next(iter(left))
+        path: list[int] = []
+        on_path: set[int] = set()
+        while cur not in on_path:
+            on_path.add(cur)
+            path.append(cur)
+            cur = pred[cur]
+        cycle = path[path.index(cur):][::-1]
+        ids = " -> ".join(g.ops[i].id for i in cycle + [cycle[0]])
+        raise FormatError(f"graph {g.name!r}: ops form a cycle through their tensors: {ids}")

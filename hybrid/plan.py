@@ -1,0 +1,233 @@
+"""The one plan type, `hybrid-plan/1` (docs/formats.md): what every planner returns.
+
+Loading checks the file's shape (fields, types) with messages naming the event
+index; whether the plan obeys the rules is the validator's job
+(`hybrid.validator`), so a hand-written plan and a produced one are judged alike.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from hybrid.device import Device
+from hybrid.errors import FormatError
+
+PLAN_FORMAT = "hybrid-plan/1"
+EVENT_KINDS = ("compute", "swap_in", "swap_out", "free")
+STREAM_OF_KIND = {"compute": "compute", "swap_in": "h2d", "swap_out": "d2h"}
+
+
+@dataclass(frozen=True)
+class SizeClass:
+    bytes: int
+    count: int
+
+
+@dataclass(frozen=True)
+class SizeClassAllocation:
+    """SwapAdvisor's pool: fixed-size objects per class; each tensor maps to one class."""
+
+    classes: tuple[SizeClass, ...]
+    class_of: dict[str, int]
+    kind: str = "size_classes"
+
+    def pool_bytes(self) -> int:
+        return sum(c.bytes * c.count for c in self.classes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "classes": [{"bytes": c.bytes, "count": c.count} for c in self.classes],
+                "class_of": dict(self.class_of)}
+
+
+@dataclass(frozen=True)
+class ArenaAllocation:
+    """One buffer with a byte offset per tensor (MegEngine-style static planning)."""
+
+    arena_bytes: int
+    offsets: dict[str, int]
+    kind: str = "arena"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "arena_bytes": self.arena_bytes, "offsets": dict(self.offsets)}
+
+
+@dataclass(frozen=True)
+class UnconstrainedAllocation:
+    """Only the byte budget (rule 5's first sentence): any allocator that never fragments."""
+
+    kind: str = "unconstrained"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+
+Allocation = Union[SizeClassAllocation, ArenaAllocation, UnconstrainedAllocation]
+
+
+def allocation_from_json(d: Any, where: str = "allocation") -> Allocation:
+    if not isinstance(d, dict):
+        raise FormatError(f"{where}: expected an object with a 'kind'")
+    kind = d.get("kind")
+    try:
+        if kind == "size_classes":
+            classes = tuple(SizeClass(int(c["bytes"]), int(c["count"])) for c in d["classes"])
+            class_of = {str(k): int(v) for k, v in d["class_of"].items()}
+            return SizeClassAllocation(classes, class_of)
+        if kind == "arena":
+            return ArenaAllocation(int(d["arena_bytes"]), {str(k): int(v) for k, v in d["offsets"].items()})
+        if kind == "unconstrained":
+            return UnconstrainedAllocation()
+    except KeyError as e:
+        raise FormatError(f"{where}: missing field {e.args[0]!r} for kind {kind!r}") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise FormatError(f"{where}: malformed {kind!r} allocation ({e})") from None
+    raise FormatError(f"{where}: field 'kind' is {kind!r}; use size_classes, arena or unconstrained")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One timeline entry. For `free`, start_s == end_s == the instant (`at_s` in the file)."""
+
+    kind: str
+    start_s: float
+    end_s: float
+    op: str | None = None
+    tensor: str | None = None
+    impl: str | None = None
+    recompute: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def stream(self) -> str | None:
+        return STREAM_OF_KIND.get(self.kind)
+
+    @property
+    def at_s(self) -> float:
+        return self.start_s
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind}
+        if self.kind == "compute":
+            d["op"] = self.op
+            if self.impl is not None:
+                d["impl"] = self.impl
+            if self.recompute:
+                d["recompute"] = True
+        else:
+            d["tensor"] = self.tensor
+        if self.kind == "free":
+            d["at_s"] = self.start_s
+        else:
+            d["stream"] = self.stream
+            d["start_s"] = self.start_s
+            d["end_s"] = self.end_s
+        d.update(self.extra)
+        return d
+
+    @staticmethod
+    def from_json(d: Any, i: int) -> "Event":
+        what = f"events[{i}]"
+        if not isinstance(d, dict):
+            raise FormatError(f"{what}: expected an object")
+        kind = d.get("kind")
+        if kind not in EVENT_KINDS:
+            raise FormatError(f"{what}: field 'kind' is {kind!r}; use one of {', '.join(EVENT_KINDS)}")
+        ref_key = "op" if kind == "compute" else "tensor"
+        ref = d.get(ref_key)
+        if not isinstance(ref, str):
+            raise FormatError(f"{what} ({kind}): field {ref_key!r} must be a string id")
+        try:
+            if kind == "free":
+                start = end = float(d["at_s"])
+            else:
+                start, end = float(d["start_s"]), float(d["end_s"])
+                if "stream" in d and d["stream"] != STREAM_OF_KIND[kind]:
+                    raise FormatError(f"{what} ({kind} {ref!r}): stream is {d['stream']!r}, expected {STREAM_OF_KIND[kind]!r}")
+        except KeyError as e:
+            raise FormatError(f"{what} ({kind} {ref!r}): missing field {e.args[0]!r}") from None
+        except (TypeError, ValueError):
+            raise FormatError(f"{what} ({kind} {ref!r}): times must be numbers") from None
+        known = {"kind", "op", "tensor", "impl", "recompute", "stream", "start_s", "end_s", "at_s"}
+        impl = d.get("impl")
+        return Event(kind, start, end, op=ref if kind == "compute" else None,
+                     tensor=ref if kind != "compute" else None,
+                     impl=str(impl) if impl is not None else None, recompute=bool(d.get("recompute", False)),
+                     extra={k: v for k, v in d.items() if k not in known})
+
+
+@dataclass
+class Plan:
+    graph: str
+    graph_sha256: str
+    device: Device
+    planner: dict[str, Any]
+    schedule: list[str]
+    allocation: Allocation
+    resident_at_start: list[str]
+    events: list[Event]
+    makespan_s: float
+    metrics: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "format": PLAN_FORMAT, "graph": self.graph, "graph_sha256": self.graph_sha256,
+            "device": self.device.to_json(), "planner": dict(self.planner), "schedule": list(self.schedule),
+            "allocation": self.allocation.to_json(), "resident_at_start": list(self.resident_at_start),
+            "events": [e.to_json() for e in self.events], "makespan_s": self.makespan_s,
+            "metrics": dict(self.metrics),
+        }
+        for k, v in self.extra.items():
+            d.setdefault(k, v)
+        return d
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.dumps())
+
+    @staticmethod
+    def load(path: str | Path) -> "Plan":
+        p = Path(path)
+        try:
+            d = json.loads(p.read_bytes())
+        except OSError as e:
+            raise FormatError(f"cannot read plan file {str(p)!r}: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise FormatError(f"{p}: not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        return Plan.from_json(d, where=str(p))
+
+    @staticmethod
+    def from_json(d: Any, where: str = "plan") -> "Plan":
+        if not isinstance(d, dict):
+            raise FormatError(f"{where}: a plan file is a JSON object")
+        if d.get("format") != PLAN_FORMAT:
+            hint = " (is this a graph? use --graph)" if str(d.get("format")).startswith("hybrid-graph") else ""
+            raise FormatError(f"{where}: field 'format' is {d.get('format')!r}, expected {PLAN_FORMAT!r}{hint}")
+        for key, typ in (("schedule", list), ("events", list), ("allocation", dict), ("device", dict)):
+            if not isinstance(d.get(key), typ):
+                raise FormatError(f"{where}: field {key!r} is missing or not a {typ.__name__}")
+        if not all(isinstance(x, str) for x in d["schedule"]):
+            raise FormatError(f"{where}: 'schedule' must be a list of op ids")
+        resident = d.get("resident_at_start", [])
+        if not isinstance(resident, list) or not all(isinstance(x, str) for x in resident):
+            raise FormatError(f"{where}: 'resident_at_start' must be a list of tensor ids")
+        try:
+            makespan = float(d.get("makespan_s", 0.0))
+        except (TypeError, ValueError):
+            raise FormatError(f"{where}: 'makespan_s' must be a number") from None
+        known = {"format", "graph", "graph_sha256", "device", "planner", "schedule", "allocation",
+                 "resident_at_start", "events", "makespan_s", "metrics"}
+        return Plan(
+            graph=str(d.get("graph", "")), graph_sha256=str(d.get("graph_sha256", "")),
+            device=Device.from_json(d["device"], f"{where}: device"),
+            planner=dict(d.get("planner") or {}), schedule=list(d["schedule"]),
+            allocation=allocation_from_json(d["allocation"], f"{where}: allocation"),
+            resident_at_start=list(resident),
+            events=[Event.from_json(e, i) for i, e in enumerate(d["events"])],
+            makespan_s=makespan, metrics=dict(d.get("metrics") or {}),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
