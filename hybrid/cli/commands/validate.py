@@ -1,0 +1,40 @@
+"""`hybrid validate`: check a plan file against its graph (docs/formats.md rules 1–7)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from hybrid.cli.options import graph_option, load_graph, load_plan
+from hybrid.units import format_seconds
+
+
+@click.command("validate")
+@graph_option
+@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Plan file (hybrid-plan/1) to check.")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every violation (up to 100), not only the first broken rule.")
+def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
+    """Check that a plan obeys every rule of docs/formats.md for its graph.
+
+    Prints `valid: ...` with the makespan and the peak device bytes (workspace
+    included) and exits 0, or prints `invalid: rule N: ...` naming the first
+    broken rule and the event that breaks it (every violation with --all) and
+    exits 1. Unreadable or malformed files exit 2. Rule 0 means the plan was
+    made for another graph (name, graph_sha256, unknown ids or impls).
+    """
+    from hybrid.validator import validate
+
+    graph = load_graph(graph_path)
+    plan = load_plan(plan_path)
+    report = validate(graph, plan, all=show_all)
+    if report.valid:
+        mem = plan.device.memory_bytes
+        click.echo(f"valid: {len(plan.events)} events, makespan {format_seconds(plan.makespan_s)}, "
+                   f"peak {report.peak_bytes} bytes ({100.0 * report.peak_bytes / mem:.1f}% of memory)")
+        return
+    for v in report.violations:
+        click.echo(f"invalid: rule {v.rule}: {v.message}")
+    sys.exit(1)

@@ -1,0 +1,102 @@
+"""The plan validator: an independent second reading of docs/formats.md's plan rules 1–7.
+
+It shares no code with the planners or the simulator (only the graph and plan
+types), so a planner bug cannot hide behind the same bug here. Every planner's
+plans pass through `validate`; `check` raises instead, for tests and planners.
+
+How it reads the points the format leaves open (also listed at the end of
+docs/formats.md):
+
+- Rule 0 (precondition): the plan names this graph (and its sha256, when
+  given); every id it uses exists; a compute event's `impl` is one of the op's
+  impls (absent: the op's default impl; ops without impls accept only
+  `default`); `resident_at_start` names persistent tensors, once each. A plan
+  failing rule 0 is not checked further.
+- Rule 1 also owns the timeline itself: times are finite, no event starts
+  before 0, and every duration equals its implementation's time (compute) or
+  bytes / bandwidth + latency of the plan's device (swaps). A zero-length event
+  strictly inside another on its stream counts as an overlap. Compute starts
+  that tie follow the schedule. A recompute must come after the op's first
+  run, the op must update nothing, and no in-place update of one of its inputs
+  may run between the first run and the recompute (it would compute another
+  value).
+- A recompute allocates all of the op's outputs, like the first run.
+- Rule 2 reports the event that makes a second copy of a live tensor, or that
+  releases a tensor without a copy.
+- Rule 3 covers outputs too: a compute's outputs keep their copies until it ends.
+- Rule 4: a swap_in's copy must not be released before the swap_in ends; a
+  `free` is "still needed later" when the tensor is persistent (it outlives the
+  iteration) or a later compute reads it before a recompute regenerates it.
+  A host copy is current at time t when no update started before t and the
+  tensor came from the host, or when a swap_out that began after the last such
+  update ended has ended by t.
+- Rule 5: an interval no longer than eps is counted at its instant (a zero-time
+  op's outputs and workspace need room too); with size_classes, the pool plus
+  each compute's workspace fits; with an arena, arena_bytes plus each
+  compute's workspace fits (workspace lies outside the arena); zero-byte
+  tensors occupy no arena bytes but do occupy a size-class object.
+- Rule 6: a persistent tensor not on the device at the end needs a current host
+  copy; a free event's `at_s` counts as its end for rule 7's makespan.
+- Tolerance: eps = 1e-9 x max(1 s, makespan_s, last event end); metrics.ideal_s
+  is compared with a relative tolerance of 1e-9.
+"""
+from __future__ import annotations
+
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+from hybrid.validator.context import build_context
+from hybrid.validator.ending import check_period, check_totals
+from hybrid.validator.lifetimes import build_copies
+from hybrid.validator.memory import check_memory
+from hybrid.validator.order import check_order
+from hybrid.validator.report import Found, ValidationReport, Violation
+from hybrid.validator.residency import HostCopies, check_inputs, check_swaps
+
+__all__ = ["Violation", "ValidationReport", "validate", "check", "MAX_VIOLATIONS"]
+
+MAX_VIOLATIONS = 100
+
+
+def validate(graph: Graph, plan: Plan, all: bool = False) -> ValidationReport:  # noqa: A002 - the API's name
+    """Check `plan` against `graph`, rules in numeric order.
+
+    With all=False the report holds at most one violation: the lowest broken
+    rule, at its earliest event (by start time, ties by file order). With
+    all=True it holds every violation found (up to MAX_VIOLATIONS), ordered the
+    same way.
+    """
+    ctx, found = build_context(graph, plan)
+    if ctx is None:
+        return _report([found], all, 0)
+    per_rule: list[list[Found]] = [[], check_order(ctx)]
+    if not ctx.times_finite:
+        return _report(per_rule, all, 0)
+    copies, r2 = build_copies(ctx)
+    host = HostCopies(ctx)
+    peak, r5 = check_memory(ctx, copies)
+    per_rule += [r2, check_inputs(ctx, copies), check_swaps(ctx, copies, host), r5,
+                 check_period(ctx, copies, host), check_totals(ctx)]
+    return _report(per_rule, all, peak)
+
+
+def _report(per_rule: list[list[Found]], all: bool, peak: int) -> ValidationReport:  # noqa: A002
+    out: list[Violation] = []
+    for found in per_rule:
+        if not found:
+            continue
+        found.sort()
+        if not all:
+            return ValidationReport(False, [found[0].violation], peak)
+        out.extend(f.violation for f in found[:MAX_VIOLATIONS - len(out)])
+        if len(out) >= MAX_VIOLATIONS:
+            break
+    return ValidationReport(not out, out, peak)
+
+
+def check(graph: Graph, plan: Plan) -> None:
+    """Raise HybridError naming the first violation; return None for a valid plan."""
+    report = validate(graph, plan)
+    if not report.valid:
+        v = report.violations[0]
+        raise HybridError(f"invalid plan for graph {graph.name!r}: rule {v.rule}: {v.message}")

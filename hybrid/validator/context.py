@@ -1,0 +1,207 @@
+"""Rule 0: does the plan belong to this graph? Then the plan as flat per-event lists.
+
+Everything after this module works on integer op/tensor indices and plain float
+lists, so the rule checks are cheap loops and never look an id up twice.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hybrid.graph import DEFAULT_IMPL, Graph
+from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation
+from hybrid.validator.report import Found, Violation
+
+COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3
+KIND_CODE = {"compute": COMPUTE, "swap_in": SWAP_IN, "swap_out": SWAP_OUT, "free": FREE}
+NO_EVENT = -1
+
+
+def fmt_t(x: float) -> str:
+    return f"{x:.9g} s"
+
+
+@dataclass
+class Context:
+    """The plan resolved against the graph: per-event lists indexed like `plan.events`."""
+
+    graph: Graph
+    plan: Plan
+    kind: list[int]
+    start: list[float]
+    end: list[float]
+    op: list[int]            # op index for compute events, -1 otherwise
+    tensor: list[int]        # tensor index for swap/free events, -1 for compute
+    recompute: list[bool]
+    impl_name: list[str]     # chosen impl (compute events), "" otherwise
+    impl_time: list[float]   # chosen impl's time (compute), 0 otherwise
+    impl_ws: list[int]       # chosen impl's workspace (compute), 0 otherwise
+    t_bytes: list[int]
+    t_persistent: list[bool]
+    op_inputs: list[tuple[int, ...]]   # deduplicated
+    op_outputs: list[tuple[int, ...]]
+    op_updates: list[tuple[int, ...]]
+    producer: list[int]      # per tensor, -1 for persistent
+    resident: list[int]      # tensor indices of resident_at_start
+    eps: float = 0.0
+    times_finite: bool = True
+    memory: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.kind)
+
+    # ---- messages ----------------------------------------------------------
+    def describe(self, i: int) -> str:
+        """`events[i] swap_in 'x' [0, 8.7e-05 s)`: how every message names an event."""
+        if i == NO_EVENT:
+            return "resident_at_start"
+        k = self.kind[i]
+        if k == COMPUTE:
+            name = self.graph.ops[self.op[i]].id
+            what = "recompute" if self.recompute[i] else "compute"
+            return f"events[{i}] {what} {name!r} [{self.start[i]:.9g}, {fmt_t(self.end[i])})"
+        name = self.graph.tensors[self.tensor[i]].id
+        if k == FREE:
+            return f"events[{i}] free {name!r} at {fmt_t(self.start[i])}"
+        kind = "swap_in" if k == SWAP_IN else "swap_out"
+        return f"events[{i}] {kind} {name!r} [{self.start[i]:.9g}, {fmt_t(self.end[i])})"
+
+    def found(self, rule: int, i: int | None, text: str) -> Found:
+        """A violation about event i (None: about the whole plan; NO_EVENT: a resident copy at time 0)."""
+        if i is None:
+            return Found(-math.inf, -1, Violation(rule, text, None))
+        if i == NO_EVENT:
+            return Found(0.0, -1, Violation(rule, f"resident_at_start: {text}", None))
+        t = self.start[i] if math.isfinite(self.start[i]) else math.inf
+        return Found(t, i, Violation(rule, f"{self.describe(i)}: {text}", i))
+
+    def tid(self, t: int) -> str:
+        return repr(self.graph.tensors[t].id)
+
+    def oid(self, o: int) -> str:
+        return repr(self.graph.ops[o].id)
+
+    def transfer_time(self, kind: int, t: int) -> float:
+        dev = self.plan.device
+        bw = dev.h2d_bytes_per_s if kind == SWAP_IN else dev.d2h_bytes_per_s
+        return self.t_bytes[t] / bw + dev.transfer_latency_s
+
+
+def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]]:
+    """Resolve every id of the plan against the graph; rule-0 findings stop validation."""
+    bad: list[Found] = []
+
+    def plan_level(text: str) -> None:
+        bad.append(Found(-math.inf, -1, Violation(0, text, None)))
+
+    if plan.graph != graph.name:
+        plan_level(f"plan is for graph {plan.graph!r}, not {graph.name!r}")
+    if plan.graph_sha256 and plan.graph_sha256 != graph.sha256:
+        plan_level(f"graph_sha256 {plan.graph_sha256[:12]}… does not match the graph's {graph.sha256[:12]}… "
+                   "(the plan was made for another version of the graph file)")
+    ti, oi = graph.tensor_index, graph.op_index
+    for k, oid in enumerate(plan.schedule):
+        if oid not in oi:
+            plan_level(f"schedule[{k}] names unknown op {oid!r}")
+    seen: set[str] = set()
+    resident: list[int] = []
+    for tid in plan.resident_at_start:
+        if tid not in ti:
+            plan_level(f"resident_at_start names unknown tensor {tid!r}")
+        elif tid in seen:
+            plan_level(f"resident_at_start lists tensor {tid!r} twice")
+        elif not graph.tensor(tid).persistent:
+            plan_level(f"resident_at_start lists {tid!r}, which is not persistent; only persistent tensors "
+                       "can be on the device when an iteration starts")
+        else:
+            resident.append(ti[tid])
+        seen.add(tid)
+    alloc = plan.allocation
+    names = (alloc.class_of if isinstance(alloc, SizeClassAllocation)
+             else alloc.offsets if isinstance(alloc, ArenaAllocation) else {})
+    field_name = "class_of" if isinstance(alloc, SizeClassAllocation) else "offsets"
+    for tid in names:
+        if tid not in ti:
+            plan_level(f"allocation.{field_name} names unknown tensor {tid!r}")
+
+    n = len(plan.events)
+    kind = [0] * n
+    start = [0.0] * n
+    end = [0.0] * n
+    op = [-1] * n
+    tensor = [-1] * n
+    recompute = [False] * n
+    impl_name = [""] * n
+    impl_time = [0.0] * n
+    impl_ws = [0] * n
+    ops = graph.ops
+    for i, ev in enumerate(plan.events):
+        k = KIND_CODE.get(ev.kind)
+        if k is None:
+            bad.append(Found(-math.inf, i, Violation(
+                0, f"events[{i}] has kind {ev.kind!r}; use one of {', '.join(KIND_CODE)}", i)))
+            continue
+        kind[i] = k
+        try:
+            start[i], end[i] = float(ev.start_s), float(ev.end_s)
+        except (TypeError, ValueError):
+            bad.append(Found(-math.inf, i, Violation(0, f"events[{i}] {ev.kind}: times must be numbers", i)))
+            continue
+        if k == COMPUTE:
+            recompute[i] = ev.recompute
+            o = oi.get(ev.op) if ev.op is not None else None
+            if o is None:
+                bad.append(Found(-math.inf, i, Violation(0, f"events[{i}] compute names unknown op {ev.op!r}", i)))
+                continue
+            op[i] = o
+            spec = ops[o]
+            if spec.impls:
+                if ev.impl is None:
+                    im = spec.impls[spec.default_impl]
+                else:
+                    im = next((x for x in spec.impls if x.name == ev.impl), None)
+                    if im is None:
+                        choices = ", ".join(x.name for x in spec.impls)
+                        bad.append(Found(-math.inf, i, Violation(
+                            0, f"events[{i}] compute {ev.op!r}: impl {ev.impl!r} is not one of the op's impls "
+                               f"({choices})", i)))
+                        continue
+                impl_name[i], impl_time[i], impl_ws[i] = im.name, im.time_s, im.workspace_bytes
+            else:
+                if ev.impl is not None and ev.impl != DEFAULT_IMPL:
+                    bad.append(Found(-math.inf, i, Violation(
+                        0, f"events[{i}] compute {ev.op!r}: impl {ev.impl!r} given, but the op lists no impls "
+                           f"(omit 'impl' or write {DEFAULT_IMPL!r})", i)))
+                    continue
+                impl_name[i], impl_time[i], impl_ws[i] = DEFAULT_IMPL, spec.time_s, spec.workspace_bytes
+        else:
+            t = ti.get(ev.tensor) if ev.tensor is not None else None
+            if t is None:
+                bad.append(Found(-math.inf, i, Violation(
+                    0, f"events[{i}] {ev.kind} names unknown tensor {ev.tensor!r}", i)))
+                continue
+            tensor[i] = t
+    if bad:
+        bad.sort()
+        return None, bad
+
+    producer = [-1] * len(graph.tensors)
+    for o, spec in enumerate(ops):
+        for tid in spec.outputs:
+            producer[ti[tid]] = o
+    ctx = Context(
+        graph=graph, plan=plan, kind=kind, start=start, end=end, op=op, tensor=tensor, recompute=recompute,
+        impl_name=impl_name, impl_time=impl_time, impl_ws=impl_ws,
+        t_bytes=[t.bytes for t in graph.tensors], t_persistent=[t.persistent for t in graph.tensors],
+        op_inputs=[tuple(dict.fromkeys(ti[x] for x in o.inputs)) for o in ops],
+        op_outputs=[tuple(ti[x] for x in o.outputs) for o in ops],
+        op_updates=[tuple(dict.fromkeys(ti[x] for x in o.updates)) for o in ops],
+        producer=producer, resident=resident, memory=plan.device.memory_bytes,
+    )
+    finite_ends = [x for x in end if math.isfinite(x)]
+    ctx.times_finite = len(finite_ends) == n and all(math.isfinite(x) for x in start)
+    horizon = max(finite_ends, default=0.0)
+    ms = plan.makespan_s if math.isfinite(plan.makespan_s) else 0.0
+    ctx.eps = 1e-9 * max(1.0, ms, horizon)
+    return ctx, []

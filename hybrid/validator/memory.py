@@ -1,0 +1,229 @@
+"""Rule 5: device memory at every instant, and the pool shape the plan's allocation promises.
+
+One sorted sweep over +/- points serves every kind of allocation. At one
+instant (within eps) releases count before allocations (half-open intervals);
+an interval no longer than eps is counted at its instant, after the
+allocations there, so a zero-time op's outputs and workspace still need room.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybrid.plan import ArenaAllocation, SizeClassAllocation
+from hybrid.validator.context import COMPUTE, Context, fmt_t
+from hybrid.validator.lifetimes import Copies
+from hybrid.validator.report import Found
+
+MAX_EPISODES = 100
+
+
+@dataclass
+class Sweep:
+    """Points in sweep order. `src` is the event that allocates (NO_EVENT: resident at 0)."""
+
+    key: np.ndarray      # float64
+    rank: np.ndarray     # 0 release, 1 allocation, 2 release of an interval no longer than eps
+    delta: np.ndarray    # int64 bytes (or +1/-1 objects)
+    item: np.ndarray     # copy id, or -1 - compute event for workspace
+    src: np.ndarray      # event index of the allocation behind the point
+
+
+def _points(starts: np.ndarray, ends: np.ndarray, size: np.ndarray, item: np.ndarray, src: np.ndarray,
+            eps: float) -> tuple[np.ndarray, ...]:
+    finite = np.isfinite(ends)
+    short = finite & (ends - starts <= eps)
+    long_ = finite & ~short
+    key = np.concatenate([starts, ends[long_] - eps, starts[short]])
+    rank = np.concatenate([np.ones(len(starts), np.int8), np.zeros(int(long_.sum()), np.int8),
+                           np.full(int(short.sum()), 2, np.int8)])
+    delta = np.concatenate([size, -size[long_], -size[short]])
+    it = np.concatenate([item, item[long_], item[short]])
+    sr = np.concatenate([src, src[long_], src[short]])
+    return key, rank, delta, it, sr
+
+
+def _sorted(parts: list[tuple[np.ndarray, ...]]) -> Sweep:
+    key, rank, delta, item, src = (np.concatenate([p[j] for p in parts]) for j in range(5))
+    order = np.lexsort((rank, key))
+    return Sweep(key[order], rank[order], delta[order], item[order], src[order])
+
+
+def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
+    """Returns (peak bytes incl. workspace, findings)."""
+    eps = ctx.eps
+    nbytes = np.asarray(ctx.t_bytes, dtype=np.int64)
+    ct = np.asarray(c.tensor, dtype=np.int64)
+    copy_parts = _points(np.asarray(c.alloc, dtype=np.float64), np.asarray(c.release, dtype=np.float64),
+                         nbytes[ct] if len(ct) else np.zeros(0, np.int64),
+                         np.arange(len(ct), dtype=np.int64), np.asarray(c.maker, dtype=np.int64), eps)
+    comp = np.array([i for i in range(ctx.n) if ctx.kind[i] == COMPUTE], dtype=np.int64)
+    ws_all = np.asarray(ctx.impl_ws, dtype=np.int64)
+    comp_ws = comp[ws_all[comp] > 0] if len(comp) else comp
+    st = np.asarray(ctx.start, dtype=np.float64)
+    en = np.asarray(ctx.end, dtype=np.float64)
+    ws_parts = _points(st[comp_ws], en[comp_ws], ws_all[comp_ws], -1 - comp_ws, comp_ws, eps)
+    sw = _sorted([copy_parts, ws_parts])
+    level = np.cumsum(sw.delta)
+    peak = int(level.max()) if len(level) else 0
+    peak = max(peak, 0)
+    out: list[Found] = []
+    mem = ctx.memory
+    ws_level = np.cumsum(np.where(sw.item < 0, sw.delta, 0))
+    for k in _episodes(level > mem):
+        out.append(ctx.found(5, int(sw.src[k]), (
+            f"device memory overflows at {fmt_t(float(sw.key[k]))}: {int(level[k])} bytes "
+            f"({int(level[k] - ws_level[k])} in tensor copies + {int(ws_level[k])} workspace) > "
+            f"{mem} bytes of device memory")))
+    alloc = ctx.plan.allocation
+    if isinstance(alloc, SizeClassAllocation):
+        _check_classes(ctx, c, alloc, comp, out)
+    elif isinstance(alloc, ArenaAllocation):
+        _check_arena(ctx, c, alloc, comp, out)
+    return peak, out
+
+
+def _episodes(over: np.ndarray) -> list[int]:
+    """First index of each run of True, at most MAX_EPISODES."""
+    if not len(over):
+        return []
+    starts = np.flatnonzero(over & ~np.concatenate([[False], over[:-1]]))
+    return [int(k) for k in starts[:MAX_EPISODES]]
+
+
+def _first_maker(c: Copies, t: int) -> int:
+    return c.maker[c.by_tensor[t][0]]
+
+
+def _tensors_on_device(c: Copies) -> list[int]:
+    return [t for t, ids in enumerate(c.by_tensor) if ids]
+
+
+def _check_pool(ctx: Context, pool: int, what: str, comp: np.ndarray, out: list[Found]) -> None:
+    """The pool plus the running op's workspace fits the device memory."""
+    mem = ctx.memory
+    if pool > mem:
+        out.append(ctx.found(5, None, f"{what} is {pool} bytes, more than the {mem} bytes of device memory"))
+        return
+    for i in comp:
+        ws = ctx.impl_ws[int(i)]
+        if pool + ws > mem:
+            out.append(ctx.found(5, int(i), f"workspace {ws} bytes + {what} {pool} bytes > {mem} bytes "
+                                            "of device memory"))
+
+
+def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np.ndarray,
+                   out: list[Found]) -> None:
+    classes = alloc.classes
+    for k, cl in enumerate(classes):
+        if cl.bytes < 0 or cl.count < 0:
+            out.append(ctx.found(5, None, f"allocation.classes[{k}] has negative bytes or count"))
+    _check_pool(ctx, alloc.pool_bytes(), "the size-class pool (sum of bytes x count)", comp, out)
+    ids = ctx.graph.tensors
+    cls_of_tensor = np.full(len(ids), -1, dtype=np.int64)
+    for t in _tensors_on_device(c):
+        name = ids[t].id
+        k = alloc.class_of.get(name)
+        ev = _first_maker(c, t)
+        if k is None:
+            out.append(ctx.found(5, ev, f"tensor {name!r} gets a device copy but allocation.class_of has no "
+                                        "entry for it"))
+        elif not 0 <= k < len(classes):
+            out.append(ctx.found(5, ev, f"allocation.class_of[{name!r}] = {k}, but there are {len(classes)} "
+                                        "classes"))
+        elif classes[k].bytes < ctx.t_bytes[t]:
+            out.append(ctx.found(5, ev, f"tensor {name!r} ({ctx.t_bytes[t]} bytes) does not fit an object of "
+                                        f"its class {k} ({classes[k].bytes} bytes)"))
+        else:
+            cls_of_tensor[t] = k
+    ct = np.asarray(c.tensor, dtype=np.int64)
+    if not len(ct):
+        return
+    cls = cls_of_tensor[ct]
+    keep = cls >= 0
+    ones = np.ones(int(keep.sum()), dtype=np.int64)
+    parts = _points(np.asarray(c.alloc)[keep], np.asarray(c.release)[keep], ones,
+                    np.flatnonzero(keep).astype(np.int64), np.asarray(c.maker, dtype=np.int64)[keep], ctx.eps)
+    sw = _sorted([parts])
+    if not len(sw.key):
+        return
+    pcls = cls[sw.item]
+    grp = np.argsort(pcls, kind="stable")          # sweep order kept within each class
+    g_cls = pcls[grp]
+    g_delta = sw.delta[grp]
+    level = np.cumsum(g_delta)
+    first = np.flatnonzero(np.concatenate([[True], g_cls[1:] != g_cls[:-1]]))
+    base = np.repeat(level[first] - g_delta[first], np.diff(np.append(first, len(g_cls))))
+    level = level - base
+    counts = np.array([cl.count for cl in classes], dtype=np.int64)
+    over = level > counts[g_cls]
+    # episodes must not run across class boundaries
+    over_prev = np.concatenate([[False], over[:-1]])
+    over_prev[first] = False
+    for j in np.flatnonzero(over & ~over_prev)[:MAX_EPISODES]:
+        k = int(grp[j])
+        cl = int(g_cls[j])
+        t = c.tensor[int(sw.item[k])]
+        out.append(ctx.found(5, int(sw.src[k]), (
+            f"class {cl} ({classes[cl].bytes}-byte objects, count {classes[cl].count}) would need "
+            f"{int(level[j])} objects at {fmt_t(float(sw.key[k]))} when {ctx.tid(t)} is allocated")))
+
+
+def _check_arena(ctx: Context, c: Copies, alloc: ArenaAllocation, comp: np.ndarray, out: list[Found]) -> None:
+    n_bytes = alloc.arena_bytes
+    _check_pool(ctx, n_bytes, "arena_bytes", comp, out)
+    ids = ctx.graph.tensors
+    offset: dict[int, int] = {}
+    for t in _tensors_on_device(c):
+        name = ids[t].id
+        off = alloc.offsets.get(name)
+        ev = _first_maker(c, t)
+        if off is None:
+            out.append(ctx.found(5, ev, f"tensor {name!r} gets a device copy but allocation.offsets has no "
+                                        "entry for it"))
+        elif off < 0 or off + ctx.t_bytes[t] > n_bytes:
+            out.append(ctx.found(5, ev, f"tensor {name!r} at offset {off} ({ctx.t_bytes[t]} bytes) does not lie "
+                                        f"inside the arena [0, {n_bytes})"))
+        else:
+            offset[t] = off
+    ct = np.asarray(c.tensor, dtype=np.int64)
+    if not len(ct):
+        return
+    keep = np.array([t in offset and ctx.t_bytes[t] > 0 for t in c.tensor], dtype=bool)
+    if not keep.any():
+        return
+    parts = _points(np.asarray(c.alloc)[keep], np.asarray(c.release)[keep], np.ones(int(keep.sum()), np.int64),
+                    np.flatnonzero(keep).astype(np.int64), np.asarray(c.maker, dtype=np.int64)[keep], ctx.eps)
+    sw = _sorted([parts])
+    lo: list[int] = []    # active byte ranges sorted by start; disjoint while the plan is valid
+    hi: list[int] = []
+    who: list[int] = []
+    found = 0
+    for delta, cid in zip(sw.delta.tolist(), sw.item.tolist()):
+        t = c.tensor[cid]
+        a = offset[t]
+        b = a + ctx.t_bytes[t]
+        if delta > 0:
+            p = bisect_right(lo, a)
+            clash = None
+            if p > 0 and hi[p - 1] > a:
+                clash = who[p - 1]
+            elif p < len(lo) and lo[p] < b:
+                clash = who[p]
+            if clash is not None and found < MAX_EPISODES:
+                found += 1
+                u = c.tensor[clash]
+                out.append(ctx.found(5, c.maker[cid], (
+                    f"{ctx.tid(t)} at bytes [{a}, {b}) overlaps {ctx.tid(u)} at [{offset[u]}, "
+                    f"{offset[u] + ctx.t_bytes[u]}), whose copy is live then")))
+            lo.insert(p, a)
+            hi.insert(p, b)
+            who.insert(p, cid)
+        else:
+            p = bisect_left(lo, a)
+            while p < len(lo) and who[p] != cid:
+                p += 1
+            if p < len(lo):
+                del lo[p], hi[p], who[p]
