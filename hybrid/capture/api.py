@@ -1,0 +1,115 @@
+"""The public capture API: a module (or a zoo model name) and a batch in, a validated Graph out."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from hybrid.capture import costs, optimizers
+from hybrid.capture.encoding import parse_dtype
+from hybrid.capture.to_graph import convert
+from hybrid.capture.trace import trace_step
+from hybrid.device import Device, preset
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+
+
+def _optimizer_spec(optimizer: Any, module: torch.nn.Module, lr: float | None,
+                    options: dict[str, Any] | None) -> optimizers.OptimizerSpec | None:
+    if optimizer is None or (isinstance(optimizer, str) and optimizer.strip().lower() == "none"):
+        if lr is not None or options:
+            raise HybridError("lr/optimizer options were given without an optimizer; pass optimizer='sgd' or 'adam'")
+        return None
+    if isinstance(optimizer, str):
+        opts = dict(options or {})
+        if lr is not None:
+            opts["lr"] = lr
+        names = [n for n, p in module.named_parameters() if p.requires_grad]
+        return optimizers.from_name(optimizer, names, opts)
+    if isinstance(optimizer, torch.optim.Optimizer):
+        if lr is not None or options:
+            raise HybridError("lr/optimizer options come from the torch optimizer given; do not pass them too")
+        return optimizers.from_torch(optimizer, module)
+    raise HybridError(f"optimizer must be 'sgd', 'adam', 'adamw', None or a torch.optim optimizer, got {optimizer!r}")
+
+
+def capture(
+    module: torch.nn.Module,
+    args: Any,
+    loss_fn: Callable[..., torch.Tensor] | None = None,
+    target: Any = None,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    optimizer: Any = "adam",
+    lr: float | None = None,
+    optimizer_options: dict[str, Any] | None = None,
+    device: str | Device = "v100-16gb",
+    cost_device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    name: str | None = None,
+    profile: str | Path | None = None,
+) -> Graph:
+    """One training iteration of `module` as a graph: forward, backward and the optimizer step.
+
+    `module(*args, **kwargs)` is traced on fake tensors (no memory is used for
+    parameters or activations; the module may live on the meta device); the
+    loss is `loss_fn(output, target)` (or `loss_fn(output)` without target, or
+    the module's output itself without loss_fn) and must be a scalar.
+    `optimizer`: 'sgd', 'adam', 'adamw' (hyper-parameters from `lr` and
+    `optimizer_options`, torch's defaults otherwise), a torch.optim
+    SGD/Adam/AdamW instance, or None for an inference graph (forward only).
+    `device`: the preset (or Device) written into the graph and used for the
+    roofline times; `cost_device` names the compute preset when `device` is a
+    custom Device. `dtype` ('fp32', 'bf16', 'fp16') casts floating parameters,
+    buffers and inputs. `profile`: a profile file whose measured times replace
+    the roofline estimates of matching ops.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise HybridError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
+    dev = device if isinstance(device, Device) else preset(device)
+    model = costs.cost_model(cost_device or dev.name)
+    spec = _optimizer_spec(optimizer, module, lr, optimizer_options)
+    training = spec is not None
+    traced = trace_step(module, args, kwargs, loss_fn, target, training, parse_dtype(dtype))
+    graph = convert(traced, spec, model, name or type(module).__name__.lower(), dev)
+    if profile is not None:
+        from hybrid.capture.profile import Profile, apply_profile
+
+        graph = apply_profile(graph, Profile.load(profile))
+    return graph
+
+
+def capture_model(
+    model: str,
+    batch: int | None = None,
+    *,
+    optimizer: Any = "adam",
+    lr: float | None = None,
+    optimizer_options: dict[str, Any] | None = None,
+    device: str | Device = "v100-16gb",
+    cost_device: str | None = None,
+    dtype: str | torch.dtype | None = "fp32",
+    overrides: dict[str, Any] | None = None,
+    profile: str | Path | None = None,
+) -> Graph:
+    """Capture a zoo model (`hybrid models` lists them) at `batch` (default: the paper's batch).
+
+    The model is built on the meta device, so even a model far larger than
+    host memory captures in little RAM.
+    """
+    from hybrid.zoo import get_model
+
+    spec = get_model(model, **(overrides or {}))
+    batch = spec.default_batch if batch is None else int(batch)
+    if batch <= 0:
+        raise HybridError(f"--batch must be positive, got {batch}")
+    dt = parse_dtype(dtype) or torch.float32
+    with torch.device("meta"):
+        module = spec.build()
+    args, target = spec.make_inputs(batch, torch.device("meta"), dt)
+    graph = capture(module, args, spec.loss, target, optimizer=optimizer, lr=lr, optimizer_options=optimizer_options,
+                    device=device, cost_device=cost_device, dtype=dt, name=f"{spec.name}-b{batch}", profile=profile)
+    graph.extra["model"] = {"name": spec.name, "family": spec.family, "batch": batch, "paper": spec.paper,
+                            "description": spec.description, "config": dict(spec.config)}
+    return graph

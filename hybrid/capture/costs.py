@@ -1,0 +1,161 @@
+"""FLOPs, bytes and roofline times per op, for each device preset and its host CPU.
+
+An op's time is `max(flops / peak, bytes / bandwidth) + launch` (a roofline
+with a per-kernel overhead). The peak depends on the op and its dtype:
+matmuls and convolutions run on tensor cores where PyTorch uses them by
+default, everything else on the vector units. Measured times
+(hybrid.capture.profile) replace these estimates op by op.
+
+This module does not import torch: capture feeds it numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hybrid.errors import HybridError
+
+T = 1e12
+G = 1e9
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """Peak rates of one processor. `matrix` is for matmul/convolution, `vector` for the rest."""
+
+    name: str
+    matrix_flops: dict[str, float]      # dtype -> FLOP/s for mm, bmm, addmm, convolution
+    vector_flops: dict[str, float]      # dtype -> FLOP/s for element-wise ops and reductions
+    mem_bytes_per_s: float
+    launch_s: float
+    conv_fp32_flops: float | None = None  # fp32 convolutions when cuDNN uses TF32 (PyTorch's default)
+    source: str = field(default="", compare=False)
+
+    def peak(self, dtype: str, op_class: str) -> float:
+        table = self.matrix_flops if op_class in ("matmul", "conv") else self.vector_flops
+        if op_class == "conv" and dtype == "float32" and self.conv_fp32_flops:
+            return self.conv_fp32_flops
+        return table.get(dtype) or table["float32"]
+
+
+# GPU peaks are the vendors' dense (no sparsity) figures for the SXM parts.
+# PyTorch defaults: fp32 matmuls do NOT use TF32 (torch.backends.cuda.matmul
+# .allow_tf32 = False since 1.12) but fp32 convolutions do (torch.backends
+# .cudnn.allow_tf32 = True), hence `conv_fp32_flops`.
+# Launch overhead: 5 us per kernel, an assumed figure for PyTorch eager
+# dispatch + CUDA launch (typically quoted as 3-10 us); profiles replace it.
+GPU: dict[str, ComputeSpec] = {
+    # NVIDIA Tesla V100 datasheet (SXM2): FP32 15.7 TFLOPS, FP64 7.8, Tensor
+    # (FP16 in, FP32 accumulate) 125 TFLOPS; non-tensor FP16 is 2x FP32 (31.4,
+    # Volta whitepaper); HBM2 900 GB/s. Volta has no BF16: BF16 runs at FP32 rate.
+    "v100-16gb": ComputeSpec(
+        "V100-SXM2-16GB",
+        matrix_flops={"float32": 15.7 * T, "float16": 125 * T, "bfloat16": 15.7 * T, "float64": 7.8 * T},
+        vector_flops={"float32": 15.7 * T, "float16": 31.4 * T, "bfloat16": 15.7 * T, "float64": 7.8 * T},
+        mem_bytes_per_s=900 * G, launch_s=5e-6,
+        source="NVIDIA Tesla V100 datasheet; Volta V100 whitepaper"),
+    # NVIDIA A100 Tensor Core GPU datasheet (SXM4): FP32 19.5 TFLOPS, TF32
+    # tensor 156, BF16/FP16 tensor 312, FP64 9.7 (tensor 19.5); A100 whitepaper:
+    # non-tensor FP16 78, BF16 39 TFLOPS. HBM2: 1555 GB/s (40 GB), HBM2e:
+    # 2039 GB/s (80 GB).
+    "a100-40gb": ComputeSpec(
+        "A100-SXM4-40GB",
+        matrix_flops={"float32": 19.5 * T, "float16": 312 * T, "bfloat16": 312 * T, "float64": 19.5 * T},
+        vector_flops={"float32": 19.5 * T, "float16": 78 * T, "bfloat16": 39 * T, "float64": 9.7 * T},
+        mem_bytes_per_s=1555 * G, launch_s=5e-6, conv_fp32_flops=156 * T,
+        source="NVIDIA A100 datasheet; NVIDIA A100 Tensor Core GPU architecture whitepaper"),
+    "a100-80gb": ComputeSpec(
+        "A100-SXM4-80GB",
+        matrix_flops={"float32": 19.5 * T, "float16": 312 * T, "bfloat16": 312 * T, "float64": 19.5 * T},
+        vector_flops={"float32": 19.5 * T, "float16": 78 * T, "bfloat16": 39 * T, "float64": 9.7 * T},
+        mem_bytes_per_s=2039 * G, launch_s=5e-6, conv_fp32_flops=156 * T,
+        source="NVIDIA A100 datasheet; NVIDIA A100 Tensor Core GPU architecture whitepaper"),
+    # NVIDIA H100 datasheet (SXM5), dense: FP32 67 TFLOPS, TF32 tensor 494.5,
+    # BF16/FP16 tensor 989.5, FP64 34 (tensor 67); H100 whitepaper: non-tensor
+    # FP16/BF16 133.8 TFLOPS. HBM3 3.35 TB/s.
+    "h100-80gb": ComputeSpec(
+        "H100-SXM5-80GB",
+        matrix_flops={"float32": 67 * T, "float16": 989.5 * T, "bfloat16": 989.5 * T, "float64": 67 * T},
+        vector_flops={"float32": 67 * T, "float16": 133.8 * T, "bfloat16": 133.8 * T, "float64": 34 * T},
+        mem_bytes_per_s=3350 * G, launch_s=5e-6, conv_fp32_flops=494.5 * T,
+        source="NVIDIA H100 datasheet; NVIDIA H100 Tensor Core GPU architecture whitepaper"),
+}
+
+# Host CPUs: the CPUs of NVIDIA's reference servers for each GPU, both sockets.
+# Peak = sockets x cores x base clock x FP32 FLOP/cycle (AVX2 with two FMA
+# ports: 32; AVX-512 with two: 64). Half precision runs at the FP32 rate
+# (no AMX/AVX512-FP16 assumed). Bandwidth = sockets x channels x MT/s x 8 B.
+# Per-op overhead 5 us (eager dispatch), assumed.
+CPU: dict[str, ComputeSpec] = {
+    # DGX-1: 2x Xeon E5-2698 v4 (20 cores, 2.2 GHz, AVX2), 4x DDR4-2400 per socket.
+    "dgx1-host": ComputeSpec(
+        "2x Xeon E5-2698 v4",
+        matrix_flops={"float32": 2 * 20 * 2.2e9 * 32, "float64": 2 * 20 * 2.2e9 * 16},
+        vector_flops={"float32": 2 * 20 * 2.2e9 * 32, "float64": 2 * 20 * 2.2e9 * 16},
+        mem_bytes_per_s=2 * 4 * 2400e6 * 8, launch_s=5e-6,
+        source="NVIDIA DGX-1 datasheet; Intel ARK Xeon E5-2698 v4"),
+    # DGX A100: 2x AMD EPYC 7742 (64 cores, 2.25 GHz, AVX2), 8x DDR4-3200 per socket.
+    "dgx-a100-host": ComputeSpec(
+        "2x EPYC 7742",
+        matrix_flops={"float32": 2 * 64 * 2.25e9 * 32, "float64": 2 * 64 * 2.25e9 * 16},
+        vector_flops={"float32": 2 * 64 * 2.25e9 * 32, "float64": 2 * 64 * 2.25e9 * 16},
+        mem_bytes_per_s=2 * 8 * 3200e6 * 8, launch_s=5e-6,
+        source="NVIDIA DGX A100 datasheet; AMD EPYC 7742 product page"),
+    # DGX H100: 2x Xeon Platinum 8480C (56 cores, 2.0 GHz, AVX-512), 8x DDR5-4800 per socket.
+    "dgx-h100-host": ComputeSpec(
+        "2x Xeon Platinum 8480C",
+        matrix_flops={"float32": 2 * 56 * 2.0e9 * 64, "float64": 2 * 56 * 2.0e9 * 32},
+        vector_flops={"float32": 2 * 56 * 2.0e9 * 64, "float64": 2 * 56 * 2.0e9 * 32},
+        mem_bytes_per_s=2 * 8 * 4800e6 * 8, launch_s=5e-6,
+        source="NVIDIA DGX H100 datasheet; Intel ARK Xeon Platinum 8480+"),
+}
+
+HOST_OF = {"v100-16gb": "dgx1-host", "a100-40gb": "dgx-a100-host", "a100-80gb": "dgx-a100-host",
+           "h100-80gb": "dgx-h100-host"}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The GPU preset that gives `time_s` and the host CPU that gives `cpu_time_s`."""
+
+    device: str
+    gpu: ComputeSpec
+    cpu: ComputeSpec
+
+    def to_json(self) -> dict:
+        def spec(s: ComputeSpec) -> dict:
+            return {"name": s.name, "matrix_flops": s.matrix_flops, "vector_flops": s.vector_flops,
+                    "conv_fp32_flops": s.conv_fp32_flops, "mem_bytes_per_s": s.mem_bytes_per_s,
+                    "launch_s": s.launch_s, "source": s.source}
+        return {"model": "roofline", "device": self.device, "gpu": spec(self.gpu), "cpu": spec(self.cpu)}
+
+
+def cost_model(device: str) -> CostModel:
+    if device not in GPU:
+        raise HybridError(f"no compute figures for device {device!r}: choose one of {', '.join(GPU)}")
+    return CostModel(device, GPU[device], CPU[HOST_OF[device]])
+
+
+# Ops whose FLOPs run on matrix units, by aten op name.
+MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm", "dot", "mv", "addmv", "vdot"})
+CONV_OPS = frozenset({"convolution", "convolution_backward", "_convolution", "cudnn_convolution",
+                      "_slow_conv2d_forward", "_slow_conv2d_backward", "convolution_overrideable"})
+# Ops that only allocate: no kernel, no time.
+ALLOC_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+
+
+def op_class(kind: str) -> str:
+    if kind in MATMUL_OPS:
+        return "matmul"
+    if kind in CONV_OPS:
+        return "conv"
+    if kind in ALLOC_OPS:
+        return "alloc"
+    return "vector"
+
+
+def roofline_s(flops: float, nbytes: float, dtype: str, cls: str, spec: ComputeSpec) -> float:
+    """max(compute, memory) + launch; allocation-only ops cost nothing."""
+    if cls == "alloc":
+        return 0.0
+    compute = flops / spec.peak(dtype, cls) if flops else 0.0
+    return max(compute, nbytes / spec.mem_bytes_per_s) + spec.launch_s

@@ -1,0 +1,266 @@
+"""Reference interpreter: replay a captured graph op by op on real tensors.
+
+`run_op` is the reusable core (the executor calls it with tensors it has
+swapped in): it decodes an op's recorded aten call against `env` (graph tensor
+id -> the torch.Tensor owning that storage), runs it, and stores fresh outputs
+in `env`; in-place updates (optimizer, buffers) write into `env`'s tensors.
+
+`replay_step` binds a module's real parameters, buffers, optimizer state and
+a batch to the graph's persistent tensors, runs every op (in the graph's order
+or a given valid schedule) and reads back loss, gradients and updated state.
+With the same seed it reproduces an eager PyTorch step bitwise, provided the
+eager step runs under `portable_kernels()` and uses torch.optim with
+`foreach=False` (the default on CPU).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch.utils import _pytree as pytree
+
+from hybrid.capture.encoding import DecodeContext, decode_value, dtype_from_name, resolve_target
+from hybrid.capture.trace import portable_kernels
+from hybrid.errors import HybridError
+from hybrid.graph import Graph, Op
+
+
+@dataclass
+class ReplayContext:
+    """What an op needs besides its tensors."""
+
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    step: int = 1          # the optimizer step being taken, 1-based (Adam's bias correction, SGD's first step)
+    check: bool = True     # compare each output's shape, dtype and stride with the graph
+
+
+def _check_output(op: Op, tid: str, t: Any, graph: Graph | None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise HybridError(f"op {op.id!r} returned {type(t).__name__} for tensor {tid!r}, expected a tensor")
+    if graph is None:
+        return
+    meta = graph.tensor(tid).extra
+    if "shape" not in meta:
+        return
+    if list(t.shape) != meta["shape"] or t.dtype != dtype_from_name(meta["dtype"]):
+        raise HybridError(f"op {op.id!r} produced {tid!r} as {t.dtype} {list(t.shape)}, but the graph records "
+                          f"{meta['dtype']} {meta['shape']}")
+    if t.numel() > 1 and list(t.stride()) != meta["stride"]:
+        raise HybridError(f"op {op.id!r} produced {tid!r} with strides {list(t.stride())}, but the graph records "
+                          f"{meta['stride']}; views recorded against it would read the wrong elements")
+
+
+def run_op(op: Op, env: dict[str, torch.Tensor], ctx: ReplayContext | None = None, graph: Graph | None = None) -> None:
+    """Run one captured op on the tensors in `env`; fresh outputs are added to `env`.
+
+    Pass `graph` to check outputs against the recorded shapes, dtypes and strides.
+    """
+    ctx = ctx or ReplayContext()
+    rec = op.extra.get("aten")
+    if not isinstance(rec, dict) or "target" not in rec:
+        raise HybridError(f"op {op.id!r} has no 'aten' record; only graphs from hybrid capture can be replayed")
+    dctx = DecodeContext(env, ctx.device)
+    fn = resolve_target(rec["target"])
+    args = decode_value(rec.get("args", []), dctx)
+    kwargs = {k: decode_value(v, dctx) for k, v in rec.get("kwargs", {}).items()}
+    if rec["target"].startswith("hybrid."):
+        fn(*args, step=ctx.step, **kwargs)
+        return
+    out = fn(*args, **kwargs)
+    ret = rec.get("returns")
+    if isinstance(ret, list):
+        for tid, t in zip(ret, out):
+            if tid is not None:
+                if ctx.check:
+                    _check_output(op, tid, t, graph)
+                env[tid] = t
+    elif ret is not None:
+        if ctx.check:
+            _check_output(op, ret, out, graph)
+        env[ret] = out
+
+
+def _order(graph: Graph, schedule: Sequence[str] | None) -> list[Op]:
+    if schedule is None:
+        return list(graph.ops)
+    idx = []
+    for oid in schedule:
+        if oid not in graph.op_index:
+            raise HybridError(f"schedule names unknown op {oid!r}")
+        idx.append(graph.op_index[oid])
+    if len(set(idx)) != len(graph.ops) or len(idx) != len(graph.ops):
+        raise HybridError(f"schedule must list each of the {len(graph.ops)} ops exactly once, got {len(idx)} entries")
+    pos = {i: k for k, i in enumerate(idx)}
+    ga = graph.arrays
+    for i in idx:
+        for j in ga.pred_idx[ga.pred_ptr[i]:ga.pred_ptr[i + 1]]:
+            if pos[int(j)] > pos[i]:
+                raise HybridError(f"schedule runs op {graph.ops[i].id!r} before {graph.ops[int(j)].id!r}, "
+                                  "which it depends on; give a topological order")
+    return [graph.ops[i] for i in idx]
+
+
+def run_graph(graph: Graph, env: dict[str, torch.Tensor], schedule: Sequence[str] | None = None,
+              ctx: ReplayContext | None = None, keep: Iterable[str] = ()) -> dict[str, torch.Tensor]:
+    """Run every op in order; intermediate tensors are dropped after their last use unless kept."""
+    ctx = ctx or ReplayContext()
+    ops = _order(graph, schedule)
+    keep_set = set(keep)
+    last: dict[str, int] = {}
+    for k, op in enumerate(ops):
+        for t in op.inputs:
+            last[t] = k
+    missing = [t.id for t in graph.tensors if t.persistent and t.id not in env]
+    if missing:
+        raise HybridError(f"replay needs a value for persistent tensor {missing[0]!r} ({len(missing)} missing)")
+    with torch.no_grad(), portable_kernels():
+        for k, op in enumerate(ops):
+            run_op(op, env, ctx, graph)
+            for t in op.inputs:
+                if last.get(t) == k and t not in keep_set and not graph.tensor(t).persistent:
+                    env.pop(t, None)
+    return env
+
+
+# ---- binding a module to a graph --------------------------------------------------------
+
+@dataclass
+class StepResult:
+    loss: torch.Tensor | None
+    grads: dict[str, torch.Tensor | None]
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    state: dict[str, dict[str, torch.Tensor]]
+    outputs: list[torch.Tensor | None]
+
+
+def _bindings(graph: Graph) -> dict[str, Any]:
+    b = graph.extra.get("bindings")
+    if not isinstance(b, dict):
+        raise HybridError(f"graph {graph.name!r} has no 'bindings'; only graphs from hybrid capture can be replayed")
+    return b
+
+
+def _place(graph: Graph, tid: str, value: torch.Tensor, device: torch.device, what: str) -> torch.Tensor:
+    meta = graph.tensor(tid).extra
+    if list(value.shape) != meta["shape"]:
+        raise HybridError(f"{what} has shape {list(value.shape)}, but the graph's {tid!r} is {meta['shape']}")
+    dt = dtype_from_name(meta["dtype"])
+    if value.dtype != dt and not (value.is_floating_point() and dt.is_floating_point):
+        raise HybridError(f"{what} is {value.dtype}, but the graph's {tid!r} is {meta['dtype']}")
+    # Floating tensors are cast to the captured dtype, as capture(dtype=...) did.
+    out = torch.empty_strided(meta["shape"], meta["stride"], dtype=dt, device=device)
+    out.copy_(value.detach())
+    return out
+
+
+def bind(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,
+         optimizer: Any = None, device: str | torch.device = "cpu") -> tuple[dict[str, torch.Tensor], int]:
+    """Copies of the module's parameters, buffers, the batch and optimizer state, keyed by graph tensor id.
+
+    Returns (env, step): `step` is the optimizer step this replay takes (1 for
+    a fresh optimizer, state['step'] + 1 for a used Adam).
+    """
+    b = _bindings(graph)
+    dev = torch.device(device)
+    env: dict[str, torch.Tensor] = {}
+    named = dict(module.named_parameters())
+    for name, tid in b["params"].items():
+        if name not in named:
+            raise HybridError(f"the module has no parameter {name!r}, which the graph binds to {tid!r}")
+        env[tid] = _place(graph, tid, named[name], dev, f"parameter {name!r}")
+    bufs = dict(module.named_buffers())
+    for name, tid in b["buffers"].items():
+        if name not in bufs:
+            raise HybridError(f"the module has no buffer {name!r}, which the graph binds to {tid!r}")
+        env[tid] = _place(graph, tid, bufs[name], dev, f"buffer {name!r}")
+    if not isinstance(args, tuple):
+        args = (args,)
+    leaves = [x for x in pytree.tree_leaves((args, dict(kwargs or {}))) if isinstance(x, torch.Tensor)]
+    if len(leaves) != len(b["inputs"]):
+        raise HybridError(f"the graph takes {len(b['inputs'])} input tensors, the batch given has {len(leaves)}")
+    for i, (tid, x) in enumerate(zip(b["inputs"], leaves)):
+        env[tid] = _place(graph, tid, x, dev, f"input tensor {i}")
+    tleaves = [x for x in pytree.tree_leaves(target) if isinstance(x, torch.Tensor)]
+    if len(tleaves) != len(b["targets"]):
+        raise HybridError(f"the graph takes {len(b['targets'])} target tensors, {len(tleaves)} given")
+    for i, (tid, x) in enumerate(zip(b["targets"], tleaves)):
+        env[tid] = _place(graph, tid, x, dev, f"target tensor {i}")
+    for tid in b.get("constants", {}):
+        meta = graph.tensor(tid).extra
+        env[tid] = torch.tensor(meta["value"], dtype=dtype_from_name(meta["dtype"]), device=dev).reshape(meta["shape"])
+    if b.get("rng"):
+        env[b["rng"]] = torch.empty(0, device=dev)
+    step = 1
+    opt = b.get("optimizer")
+    if opt:
+        state = optimizer.state if optimizer is not None else {}
+        steps = set()
+        for name, keys in opt["state"].items():
+            st = state.get(named[name], {}) if state else {}
+            for key, tid in keys.items():
+                if key in st:
+                    env[tid] = _place(graph, tid, st[key], dev, f"optimizer state {key!r} of {name!r}")
+                else:
+                    meta = graph.tensor(tid).extra
+                    env[tid] = torch.zeros_like(torch.empty_strided(meta["shape"], meta["stride"],
+                                                                    dtype=dtype_from_name(meta["dtype"]), device=dev))
+            if "step" in st:
+                steps.add(int(st["step"]) + 1)
+            elif opt["name"] == "sgd" and st.get("momentum_buffer") is not None:
+                steps.add(2)
+            elif st:
+                steps.add(2)
+            else:
+                steps.add(1)
+        if len(steps) > 1:
+            raise HybridError("the optimizer's parameters are at different steps; replay needs one step count")
+        step = steps.pop() if steps else 1
+    return env, step
+
+
+def _resolve(ref: Any, env: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor | None:
+    if ref is None:
+        return None
+    return decode_value(ref, DecodeContext(env, device))
+
+
+def results(graph: Graph, module: torch.nn.Module, env: dict[str, torch.Tensor],
+            device: str | torch.device = "cpu") -> StepResult:
+    b = _bindings(graph)
+    dev = torch.device(device)
+    state = {}
+    if b.get("optimizer"):
+        state = {n: {k: env[t] for k, t in keys.items()} for n, keys in b["optimizer"]["state"].items()}
+    return StepResult(
+        loss=_resolve(b.get("loss"), env, dev),
+        grads={n: _resolve(r, env, dev) for n, r in b.get("grads", {}).items()},
+        params={n: env[t] for n, t in b["params"].items()},
+        buffers={n: env[t] for n, t in b["buffers"].items()},
+        state=state,
+        outputs=[_resolve(r, env, dev) for r in b.get("outputs", [])],
+    )
+
+
+def _kept(graph: Graph) -> set[str]:
+    b = _bindings(graph)
+    refs = [b.get("loss"), *b.get("grads", {}).values(), *b.get("outputs", [])]
+    return {r["t"] for r in refs if isinstance(r, dict)}
+
+
+def replay_step(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,
+                optimizer: Any = None, schedule: Sequence[str] | None = None, seed: int | None = None,
+                device: str | torch.device = "cpu", check: bool = True) -> StepResult:
+    """Replay one captured step for `module` on a batch; the module and optimizer are not modified.
+
+    `seed` seeds torch's generator right before the first op (do the same
+    before the eager forward to compare dropout). `optimizer` is the
+    torch.optim instance whose state to start from (None: fresh state).
+    """
+    env, step = bind(graph, module, args, target, kwargs, optimizer, device)
+    if seed is not None:
+        torch.manual_seed(seed)
+    ctx = ReplayContext(torch.device(device), step, check)
+    run_graph(graph, env, schedule, ctx, keep=_kept(graph))
+    return results(graph, module, env, device)

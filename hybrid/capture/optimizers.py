@@ -1,0 +1,176 @@
+"""Optimizer steps as graph ops: one op per parameter that updates it and its state in place.
+
+Each op replays through torch.optim's own functional code (single-tensor
+path), so a replay matches `torch.optim.SGD/Adam/AdamW(foreach=False)`
+bitwise. The step counter (Adam's bias correction) is host-side state, as in
+torch with `capturable=False`: it is not a graph tensor; the replaying
+executor passes the 1-based iteration number.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from hybrid.errors import HybridError
+
+NAMES = ("sgd", "adam", "adamw")
+
+# Defaults are torch.optim's.
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "sgd": {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False, "maximize": False},
+    "adam": {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "maximize": False},
+    "adamw": {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2, "maximize": False},
+}
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """Which update rule and its hyper-parameters, per parameter name."""
+
+    name: str
+    hyper: dict[str, dict[str, Any]]   # parameter name -> hyper-parameters (param groups may differ)
+
+    def state_keys(self, param: str) -> tuple[str, ...]:
+        """torch.optim's state names, which are also the graph's state tensor suffixes."""
+        if self.name == "sgd":
+            return ("momentum_buffer",) if self.hyper[param]["momentum"] != 0 else ()
+        return ("exp_avg", "exp_avg_sq")
+
+    def op_kwargs(self, param: str) -> dict[str, Any]:
+        h = dict(self.hyper[param])
+        if "betas" in h:
+            h["beta1"], h["beta2"] = (float(b) for b in h.pop("betas"))
+        return h
+
+    def cost_per_element(self, param: str) -> tuple[int, int]:
+        """(FLOPs, tensor reads + writes) per parameter element for a fused kernel."""
+        h = self.hyper[param]
+        if self.name == "sgd":
+            flops, rw = 2, 3                      # p -= lr * g: read p, g; write p
+            if h["momentum"] != 0:
+                flops, rw = flops + 2, rw + 2     # buf = m * buf + (1 - d) * g: read + write buf
+            if h["nesterov"]:
+                flops += 2
+        else:
+            flops, rw = 12, 7                     # read p, g, m, v; write p, m, v
+        if h["weight_decay"] != 0:
+            flops += 2
+        return flops, rw
+
+    def to_json(self) -> dict[str, Any]:
+        groups: list[dict[str, Any]] = []
+        for pname, h in self.hyper.items():
+            enc = {k: (list(v) if isinstance(v, tuple) else v) for k, v in h.items()}
+            for g in groups:
+                if g["hyper"] == enc:
+                    g["params"].append(pname)
+                    break
+            else:
+                groups.append({"hyper": enc, "params": [pname]})
+        return {"name": self.name, "groups": groups}
+
+
+def _float(v: Any, key: str) -> Any:
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1:
+            raise HybridError(f"optimizer option {key!r} must be a number")
+        return float(v.item())
+    return v
+
+
+def _check_hyper(name: str, h: dict[str, Any]) -> dict[str, Any]:
+    allowed = _DEFAULTS[name]
+    out: dict[str, Any] = {}
+    for k, v in h.items():
+        if k not in allowed:
+            raise HybridError(f"optimizer {name!r} does not take option {k!r}; it takes: {', '.join(allowed)}")
+        v = tuple(_float(b, k) for b in v) if k == "betas" else _float(v, k)
+        out[k] = v
+    full = {**allowed, **out}
+    if full["lr"] < 0:
+        raise HybridError(f"learning rate must not be negative, got {full['lr']}")
+    if name == "sgd" and full["nesterov"] and (full["momentum"] <= 0 or full["dampening"] != 0):
+        raise HybridError("sgd: nesterov needs momentum > 0 and dampening 0")
+    return full
+
+
+def from_name(name: str, params: list[str], options: dict[str, Any]) -> OptimizerSpec:
+    key = name.strip().lower()
+    if key not in NAMES:
+        raise HybridError(f"unsupported optimizer {name!r}: use one of {', '.join(NAMES)}, or none for inference")
+    h = _check_hyper(key, options)
+    return OptimizerSpec(key, {p: h for p in params})
+
+
+def from_torch(opt: Any, module: torch.nn.Module) -> OptimizerSpec:
+    """Read an existing torch.optim.SGD/Adam/AdamW (its param groups) for a module's parameters."""
+    kinds = {torch.optim.AdamW: "adamw", torch.optim.Adam: "adam", torch.optim.SGD: "sgd"}
+    name = kinds.get(type(opt))
+    if name is None:
+        raise HybridError(f"unsupported optimizer {type(opt).__name__}: use torch.optim.SGD, Adam or AdamW, "
+                          "or one of the names sgd, adam, adamw")
+    by_id = {id(p): n for n, p in module.named_parameters()}
+    hyper: dict[str, dict[str, Any]] = {}
+    for group in opt.param_groups:
+        if group.get("amsgrad"):
+            raise HybridError("Adam with amsgrad=True is not supported by capture; use amsgrad=False")
+        if group.get("capturable") or group.get("differentiable"):
+            raise HybridError("capturable/differentiable optimizers are not supported by capture")
+        h = {k: group[k] for k in _DEFAULTS[name] if k in group}
+        h = _check_hyper(name, h)
+        for p in group["params"]:
+            if id(p) not in by_id:
+                raise HybridError("the optimizer holds a tensor that is not a parameter of the module")
+            hyper[by_id[id(p)]] = h
+    return OptimizerSpec(name, hyper)
+
+
+# ---- replay ------------------------------------------------------------------------
+
+def _adam(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
+          step: int, decoupled: bool, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
+          maximize: bool) -> None:
+    from torch.optim.adam import adam
+
+    step_t = torch.tensor(float(step - 1), dtype=torch.float32)   # torch increments it before use
+    adam([param], [grad], [exp_avg], [exp_avg_sq], [], [step_t], foreach=False, capturable=False,
+         differentiable=False, fused=None, grad_scale=None, found_inf=None, has_complex=param.is_complex(),
+         decoupled_weight_decay=decoupled, amsgrad=False, beta1=beta1, beta2=beta2, lr=lr,
+         weight_decay=weight_decay, eps=eps, maximize=maximize)
+
+
+def adam_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
+              step: int, **h: Any) -> None:
+    _adam(param, grad, exp_avg, exp_avg_sq, step=step, decoupled=False, **h)
+
+
+def adamw_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
+               step: int, **h: Any) -> None:
+    _adam(param, grad, exp_avg, exp_avg_sq, step=step, decoupled=True, **h)
+
+
+def sgd_step(param: torch.Tensor, grad: torch.Tensor, *state: torch.Tensor, step: int, lr: float, momentum: float,
+             dampening: float, weight_decay: float, nesterov: bool, maximize: bool) -> None:
+    """On the first step torch starts the momentum buffer as a copy of the gradient; so do we, in place."""
+    from torch.optim.sgd import sgd
+
+    bufs: list[torch.Tensor | None] = [None]
+    if state and step > 1:
+        bufs = [state[0]]
+    sgd([param], [grad], bufs, foreach=False, fused=None, weight_decay=weight_decay, momentum=momentum, lr=lr,
+        dampening=dampening, nesterov=nesterov, maximize=maximize)
+    if state and step == 1:
+        state[0].copy_(bufs[0])
+
+
+_REPLAY: dict[str, Callable[..., None]] = {"hybrid.sgd": sgd_step, "hybrid.adam": adam_step,
+                                           "hybrid.adamw": adamw_step}
+
+
+def replay_function(target: str) -> Callable[..., None]:
+    try:
+        return _REPLAY[target]
+    except KeyError:
+        raise HybridError(f"unknown optimizer op target {target!r}; known: {', '.join(_REPLAY)}") from None

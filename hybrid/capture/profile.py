@@ -1,0 +1,265 @@
+"""Measured op times: run each distinct captured op on real tensors and cache its time in a profile file.
+
+Ops are keyed by a signature (the aten target, and every argument with
+tensors replaced by their dtype, shape, strides and view chain), so the
+hundreds of identical ops of a deep network are measured once, and a profile
+made for one graph serves every graph that shares ops with it. Times are
+medians of `repeat` runs after `warmup` runs: CUDA events on a GPU, wall
+time on the CPU. Inputs are random floats and zero integers (valid indices).
+
+File format `hybrid-profile/1`:
+    {"format": "hybrid-profile/1", "backend": "cuda" | "cpu", "device_name": "...",
+     "torch": "2.13.0", "entries": {SIGNATURE: {"time_s": 1.2e-4, "samples": 5, "target": "aten.mm.default"}}}
+A profile with backend "cuda" supplies `time_s`; one with backend "cpu" supplies `cpu_time_s`.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from hybrid.errors import FormatError, HybridError
+from hybrid.graph import Graph, Op
+
+PROFILE_FORMAT = "hybrid-profile/1"
+
+
+@dataclass
+class Profile:
+    backend: str
+    device_name: str
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    torch: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": PROFILE_FORMAT, "backend": self.backend, "device_name": self.device_name,
+                "torch": self.torch, "entries": self.entries}
+
+    def save(self, path: str | Path) -> None:
+        tmp = Path(str(path) + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True))
+        tmp.replace(path)
+
+    @staticmethod
+    def load(path: str | Path) -> "Profile":
+        p = Path(path)
+        try:
+            d = json.loads(p.read_text())
+        except OSError as e:
+            raise FormatError(f"cannot read profile file {str(p)!r}: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise FormatError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
+        if not isinstance(d, dict) or d.get("format") != PROFILE_FORMAT:
+            raise FormatError(f"{p}: field 'format' must be {PROFILE_FORMAT!r} (is this a profile file?)")
+        if d.get("backend") not in ("cuda", "cpu") or not isinstance(d.get("entries"), dict):
+            raise FormatError(f"{p}: a profile needs 'backend' (cuda or cpu) and an 'entries' object")
+        for sig, e in d["entries"].items():
+            t = e.get("time_s") if isinstance(e, dict) else None
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
+                raise FormatError(f"{p}: entry for {e.get('target', sig[:60]) if isinstance(e, dict) else sig[:60]!r} "
+                                  "needs a non-negative 'time_s'")
+        return Profile(d["backend"], str(d.get("device_name", "")), d["entries"], str(d.get("torch", "")))
+
+
+def op_signature(graph: Graph, op: Op) -> str | None:
+    """A key that two ops share exactly when they run the same kernel on same-shaped data."""
+    rec = op.extra.get("aten")
+    if not isinstance(rec, dict):
+        return None
+
+    def sub(v: Any) -> Any:
+        if isinstance(v, list):
+            return [sub(x) for x in v]
+        if isinstance(v, dict):
+            if "t" in v:
+                m = graph.tensor(v["t"]).extra
+                return {"dtype": m.get("dtype"), "shape": m.get("shape"), "stride": m.get("stride"),
+                        "offset": m.get("storage_offset"), "view": v.get("view", [])}
+            return {k: sub(x) for k, x in v.items()}
+        return v
+
+    return json.dumps({"target": rec["target"], "args": sub(rec.get("args", [])),
+                       "kwargs": sub(rec.get("kwargs", {}))}, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class MeasureReport:
+    measured: int = 0         # distinct signatures measured now
+    reused: int = 0           # distinct signatures already in the profile
+    skipped: list[str] = field(default_factory=list)  # op ids not measured (too large, failed, out of time)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+def _device_name(dev: Any) -> str:
+    import platform
+
+    import torch
+
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _materialize(graph: Graph, tid: str, dev: Any, gen: Any) -> Any:
+    import torch
+
+    from hybrid.capture.encoding import dtype_from_name
+
+    t = graph.tensor(tid)
+    m = t.extra
+    if "value" in m:
+        return torch.tensor(m["value"], dtype=dtype_from_name(m["dtype"]), device=dev).reshape(m["shape"])
+    if "shape" not in m:
+        return torch.empty(0, device=dev)   # the rng token
+    dt = dtype_from_name(m["dtype"])
+    x = torch.empty_strided(m["shape"], m["stride"], dtype=dt, device=dev)
+    if dt.is_floating_point:
+        x.copy_(torch.randn(x.shape, generator=gen, dtype=torch.float32).to(dev, dt))
+    else:
+        x.zero_()
+    return x
+
+
+def _time_op(op: Op, graph: Graph, dev: Any, repeat: int, warmup: int, gen: Any) -> list[float]:
+    import torch
+
+    from hybrid.capture.interpreter import ReplayContext, run_op
+
+    env = {tid: _materialize(graph, tid, dev, gen) for tid in dict.fromkeys(op.inputs)}
+    ctx = ReplayContext(dev, step=1, check=False)
+    with torch.no_grad():
+        for _ in range(warmup):
+            run_op(op, dict(env), ctx)
+        samples = []
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+            for _ in range(repeat):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run_op(op, dict(env), ctx)
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) / 1e3)
+        else:
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                run_op(op, dict(env), ctx)
+                samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def measure_profile(
+    graph: Graph,
+    profile: Profile | None = None,
+    backend: str = "auto",
+    repeat: int = 5,
+    warmup: int = 2,
+    time_limit_s: float | None = None,
+    max_op_bytes: int | None = None,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Profile, MeasureReport]:
+    """Measure every op signature of `graph` missing from `profile` (a new one if None).
+
+    Stops early (keeping what it has) at `time_limit_s` or on Ctrl-C. Ops whose
+    inputs and outputs exceed `max_op_bytes` (default: 2 GiB on the CPU, 80% of
+    free memory on a GPU) are skipped and keep their roofline times.
+    """
+    from hybrid.capture._torch import require_torch
+    from hybrid.capture.trace import portable_kernels
+
+    torch = require_torch()
+    if backend == "auto":
+        backend = "cuda" if torch.cuda.is_available() else "cpu"
+    if backend not in ("cuda", "cpu"):
+        raise HybridError(f"backend must be auto, cuda or cpu, got {backend!r}")
+    if backend == "cuda" and not torch.cuda.is_available():
+        raise HybridError("backend cuda was asked for but this torch sees no CUDA device; use --backend cpu")
+    if repeat < 1 or warmup < 0:
+        raise HybridError("repeat must be at least 1 and warmup not negative")
+    dev = torch.device("cuda" if backend == "cuda" else "cpu")
+    if profile is None:
+        profile = Profile(backend, _device_name(dev), {}, torch.__version__)
+    elif profile.backend != backend:
+        raise HybridError(f"the profile holds {profile.backend} times; measure with backend {profile.backend} "
+                          "or start a new profile file")
+    if max_op_bytes is None:
+        max_op_bytes = int(0.8 * torch.cuda.mem_get_info(dev)[0]) if backend == "cuda" else 2 << 30
+    report = MeasureReport()
+    todo: dict[str, Op] = {}
+    for op in graph.ops:
+        sig = op_signature(graph, op)
+        if sig is None:
+            report.skipped.append(op.id)
+            report.reasons[op.id] = "no aten record"
+        elif sig in profile.entries:
+            continue
+        else:
+            todo.setdefault(sig, op)
+    report.reused = len({op_signature(graph, o) for o in graph.ops} & set(profile.entries))
+    gen = torch.Generator().manual_seed(seed)
+    start = time.monotonic()
+    try:
+        with portable_kernels():
+            for k, (sig, op) in enumerate(todo.items()):
+                if progress:
+                    progress(k, len(todo))
+                if time_limit_s is not None and time.monotonic() - start > time_limit_s:
+                    report.skipped.extend(o.id for o in list(todo.values())[k:])
+                    report.reasons.setdefault(op.id, "time limit")
+                    break
+                nbytes = sum(graph.tensor(t).bytes for t in dict.fromkeys(op.inputs + op.outputs))
+                if nbytes > max_op_bytes:
+                    report.skipped.append(op.id)
+                    report.reasons[op.id] = f"needs {nbytes} bytes > max_op_bytes {max_op_bytes}"
+                    continue
+                try:
+                    samples = _time_op(op, graph, dev, repeat, warmup, gen)
+                except (RuntimeError, HybridError) as e:   # out of memory, or a kernel this device lacks
+                    report.skipped.append(op.id)
+                    report.reasons[op.id] = str(e).splitlines()[0][:200]
+                    if backend == "cuda":
+                        torch.cuda.empty_cache()
+                    continue
+                profile.entries[sig] = {"time_s": statistics.median(samples), "samples": len(samples),
+                                        "target": op.extra["aten"]["target"]}
+                report.measured += 1
+    except KeyboardInterrupt:
+        report.reasons["interrupted"] = "Ctrl-C"
+    if progress:
+        progress(len(todo), len(todo))
+    return profile, report
+
+
+def apply_profile(graph: Graph, profile: Profile) -> Graph:
+    """A copy of `graph` whose ops take measured times where the profile has them.
+
+    A cuda profile sets `time_s`, a cpu profile `cpu_time_s`; other ops keep
+    their roofline estimates. `cost.source` says which op got which.
+    """
+    field_name = "time_s" if profile.backend == "cuda" else "cpu_time_s"
+    ops = []
+    hits = 0
+    for op in graph.ops:
+        sig = op_signature(graph, op)
+        e = profile.entries.get(sig) if sig is not None else None
+        if e is None:
+            ops.append(op)
+            continue
+        hits += 1
+        extra = dict(op.extra)
+        cost = dict(extra.get("cost", {}))
+        cost[f"{field_name}_source"] = "profile"
+        cost[f"roofline_{field_name}"] = getattr(op, field_name)
+        extra["cost"] = cost
+        ops.append(replace(op, extra=extra, **{field_name: float(e["time_s"])}))
+    extra = dict(graph.extra)
+    cap = dict(extra.get("capture", {}))
+    cap["profiles"] = list(cap.get("profiles", [])) + [
+        {"backend": profile.backend, "device_name": profile.device_name, "field": field_name,
+         "ops_from_profile": hits, "ops": len(graph.ops)}]
+    extra["capture"] = cap
+    return Graph(graph.name, graph.tensors, ops, graph.device, extra)

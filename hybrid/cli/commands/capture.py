@@ -1,0 +1,110 @@
+"""`hybrid capture`: a zoo model's training iteration as a graph file."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from hybrid.cli.options import device_from, device_options
+from hybrid.errors import HybridError
+from hybrid.units import format_bytes, format_seconds
+
+
+def parse_overrides(items: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise HybridError(f"--set {item!r}: write KEY=VALUE, e.g. --set seq_len=20")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def summary_lines(graph, seconds: float) -> list[str]:  # noqa: ANN001 - a Graph
+    by_kind: dict[str, int] = {}
+    for t in graph.tensors:
+        by_kind[t.kind] = by_kind.get(t.kind, 0) + t.bytes
+    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v)
+    from_profile = sum(1 for o in graph.ops if o.extra.get("cost", {}).get("time_s_source") == "profile")
+    return [
+        f"captured {graph.name}: {len(graph.ops)} ops, {len(graph.tensors)} tensors in {seconds:.1f} s",
+        f"  bytes by kind: {parts}; total {format_bytes(sum(by_kind.values()))}",
+        f"  compute time {format_seconds(sum(o.time_s for o in graph.ops))} on {graph.device.name if graph.device else '?'}"
+        f" ({from_profile} of {len(graph.ops)} ops measured, the rest roofline)",
+    ]
+
+
+@click.command("capture")
+@click.option("--model", required=True, help="Zoo model name, e.g. wresnet-152-10, rnn-8-8k, resnet-50 (see `hybrid models`).")
+@click.option("--batch", type=int, default=None, help="Batch size (default: the batch the model's paper uses).")
+@click.option("--optimizer", type=click.Choice(["adam", "adamw", "sgd", "none"]), default="adam", show_default=True,
+              help="Optimizer step to include; none captures an inference (forward-only) graph.")
+@click.option("--lr", type=float, default=None, help="Learning rate (default: torch.optim's, 1e-3).")
+@click.option("--momentum", type=float, default=None, help="SGD momentum; non-zero adds a momentum buffer per parameter.")
+@click.option("--weight-decay", type=float, default=None, help="Weight decay (default: torch.optim's).")
+@device_options
+@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
+              help="Data type of parameters, activations and optimizer state.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Model setting, e.g. --set seq_len=20 or --set image_size=64 (repeatable; see `hybrid models`).")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Profile file (hybrid-profile/1, from `hybrid profile`): its measured op times replace the roofline ones.")
+@click.option("--measure", is_flag=True,
+              help="Also measure ops missing from --profile on this machine (GPU if any, else CPU) and update the file.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the graph here (hybrid-graph/1).")
+def command(model: str, batch: int | None, optimizer: str, lr: float | None, momentum: float | None,
+            weight_decay: float | None, dtype: str, overrides: tuple[str, ...], profile_path: Path | None,
+            measure: bool, out_path: Path, **kw: object) -> None:
+    """Capture one training iteration of a zoo model as a graph file.
+
+    Forward, backward and the optimizer step are traced on fake tensors, so
+    models far larger than this machine's memory capture quickly. Op times are
+    roofline estimates for --device (its peak FLOP/s, memory bandwidth and
+    launch overhead), or measured ones from --profile. From Python, capture
+    any nn.Module with hybrid.capture.capture (docs/capture.md).
+
+    \b
+    Example:
+      hybrid capture --model wresnet-152-10 --batch 64 --optimizer sgd --momentum 0.9 --out wrn.json
+    """
+    from hybrid.capture._torch import require_torch
+
+    require_torch()
+    from hybrid.capture.api import capture_model
+
+    if measure and profile_path is None:
+        raise HybridError("--measure needs --profile FILE (where measured times are kept)")
+    device = device_from(None, kw)
+    options: dict[str, object] = {}
+    if momentum is not None:
+        if optimizer != "sgd":
+            raise HybridError("--momentum applies to --optimizer sgd only")
+        options["momentum"] = momentum
+    if weight_decay is not None:
+        options["weight_decay"] = weight_decay
+    opt = None if optimizer == "none" else optimizer
+    if opt is None and (lr is not None or options):
+        raise HybridError("--lr/--momentum/--weight-decay need an optimizer; drop them or pick --optimizer sgd/adam")
+    start = time.monotonic()
+    graph = capture_model(model, batch, optimizer=opt, lr=lr, optimizer_options=options or None, device=device,
+                          dtype=dtype, overrides=parse_overrides(overrides))
+    seconds = time.monotonic() - start
+    if profile_path is not None:
+        from hybrid.capture.profile import Profile, apply_profile, measure_profile
+
+        prof = Profile.load(profile_path) if profile_path.exists() else None
+        if prof is None and not measure:
+            raise HybridError(f"profile file {str(profile_path)!r} does not exist; make it with `hybrid profile` "
+                              "or add --measure")
+        if measure:
+            prof, report = measure_profile(graph, prof)
+            prof.save(profile_path)
+            click.echo(f"measured {report.measured} op signatures on {prof.device_name} ({report.reused} reused, "
+                       f"{len(report.skipped)} ops skipped) -> {profile_path}", err=True)
+        graph = apply_profile(graph, prof)
+    sha = graph.save(out_path)
+    for line in summary_lines(graph, seconds):
+        click.echo(line)
+    click.echo(f"wrote {out_path} (sha256 {sha[:12]})")

@@ -1,0 +1,75 @@
+"""Zoo models captured on the meta device and replayed on real weights: bitwise equal to eager training."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hybrid.capture import capture_model, portable_kernels  # noqa: E402
+from hybrid.capture.interpreter import replay_step  # noqa: E402
+from hybrid.errors import HybridError  # noqa: E402
+from hybrid.zoo import get_model  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+# Small configurations of three families: convolutions + batch norm, an unrolled LSTM with shared
+# weights, and SqueezeNet (dropout before its classifier). VGG-11 (dropout classifier, 133M parameters
+# even at 32x32) takes ~25 s here, so it is marked slow; benchmarks/capture_replay.py covers it and more
+# models (results/capture_replay.md).
+CASES = [
+    ("resnet-18", 2, {"image_size": 32, "num_classes": 10}, "adam", {}),
+    ("rnn-2-1k", 3, {"hidden": 16, "embed": 12, "seq_len": 5, "vocab": 40}, "adam", {"weight_decay": 0.01}),
+    ("squeezenet", 2, {"image_size": 48, "num_classes": 10}, "sgd", {"momentum": 0.9}),
+    pytest.param("vgg11", 2, {"image_size": 32, "num_classes": 10}, "sgd", {"momentum": 0.9},
+                 marks=pytest.mark.slow),
+]
+
+
+def _torch_opt(name: str, params, lr: float, options: dict):
+    return {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[name](params, lr=lr, **options)
+
+
+@pytest.mark.parametrize("model,batch,overrides,opt_name,options", CASES,
+                         ids=["resnet-18", "rnn-2-1k", "squeezenet", "vgg11"])
+def test_zoo_replay_matches_eager(model: str, batch: int, overrides: dict, opt_name: str, options: dict) -> None:
+    graph = capture_model(model, batch, optimizer=opt_name, lr=0.05, optimizer_options=options, overrides=overrides)
+    spec = get_model(model, **overrides)
+    torch.manual_seed(0)
+    module = spec.build()
+    args, target = spec.make_inputs(batch, torch.device("cpu"), torch.float32)
+    eager = copy.deepcopy(module)
+    opt = _torch_opt(opt_name, eager.parameters(), 0.05, options)
+    torch.manual_seed(42)
+    with portable_kernels():
+        loss = spec.loss(eager(*args), target)
+        loss.backward()
+    grads = {n: p.grad.clone() for n, p in eager.named_parameters()}
+    opt.step()
+
+    result = replay_step(graph, module, args, target, seed=42)
+    assert torch.equal(result.loss, loss.detach())
+    for n, p in eager.named_parameters():
+        assert torch.equal(result.grads[n], grads[n]), n
+        assert torch.equal(result.params[n], p.detach()), n
+        for key, v in opt.state[p].items():
+            if key != "step":
+                assert torch.equal(result.state[n][key], v), (n, key)
+    for n, b in eager.named_buffers():
+        assert torch.equal(result.buffers[n], b), n
+    dropouts = {"resnet-18": 0, "rnn-2-1k": 0, "squeezenet": 1, "vgg11": 2}[model]
+    assert sum(1 for o in graph.ops if "rng" in o.inputs) == dropouts
+
+
+def test_zoo_graph_records_the_model() -> None:
+    g = capture_model("resnet-18", 2, overrides={"image_size": 32}, optimizer="sgd")
+    assert g.name == "resnet-18-b2"
+    assert g.extra["model"]["config"]["image_size"] == 32
+    assert g.extra["model"]["batch"] == 2
+
+
+def test_unknown_model_is_one_line() -> None:
+    with pytest.raises(HybridError) as info:
+        capture_model("resnet-7b")
+    assert "unknown model" in str(info.value) and "\n" not in str(info.value)
