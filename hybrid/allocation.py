@@ -1,0 +1,150 @@
+"""Device-memory pools: SwapAdvisor's size classes (TS, CLS, CNT) and the plain byte budget.
+
+`PoolArrays` is what the swap planner reads; `SizeClassAllocation` /
+`UnconstrainedAllocation` (hybrid.plan) is what a plan file records.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybrid.errors import InfeasibleError
+from hybrid.graph import Graph
+from hybrid.plan import Allocation, SizeClass, SizeClassAllocation, UnconstrainedAllocation
+
+
+@dataclass(frozen=True)
+class PoolArrays:
+    """Planner-side pool. by_bytes: one byte budget (`capacity`); else per-class object counts."""
+
+    by_bytes: bool
+    t_class: np.ndarray        # int32 [T]: class of each tensor (0 for all in byte mode)
+    class_count: np.ndarray    # int64 [C]: objects per class (byte mode: [1])
+    class_bytes: np.ndarray    # int64 [C]: object size per class (byte mode: [capacity])
+    capacity: int              # bytes available to tensors (byte mode) / pool bytes (classes)
+
+
+def distinct_sizes(g: Graph) -> np.ndarray:
+    """TS: the sorted distinct tensor sizes."""
+    return np.unique(g.arrays.t_bytes)
+
+
+def size_index(g: Graph) -> np.ndarray:
+    """Index into TS of every tensor's size."""
+    return np.searchsorted(distinct_sizes(g), g.arrays.t_bytes).astype(np.int32)
+
+
+def byte_pool(g: Graph, memory_bytes: int) -> PoolArrays:
+    return PoolArrays(True, np.zeros(g.arrays.n_tensors, dtype=np.int32), np.ones(1, dtype=np.int64),
+                      np.array([memory_bytes], dtype=np.int64), int(memory_bytes))
+
+
+def class_pool(g: Graph, cls: np.ndarray, cnt: np.ndarray, ts: np.ndarray | None = None) -> PoolArrays:
+    """Pool from the GA encoding: CLS (non-decreasing class per distinct size) and CNT (objects per class)."""
+    ts = distinct_sizes(g) if ts is None else ts
+    cls = np.asarray(cls, dtype=np.int64)
+    n_classes = int(cls.max()) + 1 if len(cls) else 0
+    class_bytes = np.zeros(n_classes, dtype=np.int64)
+    np.maximum.at(class_bytes, cls, ts)
+    t_class = cls[np.searchsorted(ts, g.arrays.t_bytes)].astype(np.int32)
+    cnt = np.asarray(cnt, dtype=np.int64)
+    return PoolArrays(False, t_class, cnt, class_bytes, int((class_bytes * cnt).sum()))
+
+
+def pool_from_allocation(g: Graph, alloc: Allocation, memory_bytes: int) -> PoolArrays:
+    if isinstance(alloc, UnconstrainedAllocation):
+        return byte_pool(g, memory_bytes)
+    if isinstance(alloc, SizeClassAllocation):
+        t_class = np.zeros(len(g.tensors), dtype=np.int32)
+        for t in g.tensors:
+            c = alloc.class_of.get(t.id)
+            if c is None or not (0 <= c < len(alloc.classes)):
+                raise InfeasibleError(f"allocation: tensor {t.id!r} has no valid size class in class_of")
+            if alloc.classes[c].bytes < t.bytes:
+                raise InfeasibleError(f"allocation: tensor {t.id!r} ({t.bytes} bytes) maps to class {c} of {alloc.classes[c].bytes} bytes")
+            t_class[g.tensor_index[t.id]] = c
+        return PoolArrays(False, t_class, np.array([c.count for c in alloc.classes], dtype=np.int64),
+                          np.array([c.bytes for c in alloc.classes], dtype=np.int64), alloc.pool_bytes())
+    raise InfeasibleError(f"the swap planner works with size_classes or unconstrained allocations, not {alloc.kind!r}")
+
+
+def allocation_of(g: Graph, pool: PoolArrays) -> Allocation:
+    """The plan-file record of a pool."""
+    if pool.by_bytes:
+        return UnconstrainedAllocation()
+    classes = tuple(SizeClass(int(b), int(c)) for b, c in zip(pool.class_bytes, pool.class_count))
+    return SizeClassAllocation(classes, {t.id: int(pool.t_class[i]) for i, t in enumerate(g.tensors)})
+
+
+def peak_live_counts(g: Graph, order: np.ndarray) -> tuple[np.ndarray, int]:
+    """Unswapped run of `order`: per distinct size, the most tensors of that size alive at once; and peak bytes.
+
+    Persistent tensors are alive throughout; others from their producer to
+    their last reader. Workspace counts toward the byte peak only.
+    """
+    a = g.arrays
+    ts = distinct_sizes(g)
+    sidx = size_index(g)
+    pos = np.empty(a.n_ops, dtype=np.int64)
+    pos[order] = np.arange(a.n_ops)
+    last = np.full(a.n_tensors, -1, dtype=np.int64)
+    reader = np.repeat(np.arange(a.n_ops), np.diff(a.in_ptr))
+    np.maximum.at(last, a.in_idx, pos[reader])
+    first = np.where(a.t_producer >= 0, pos[np.maximum(a.t_producer, 0)], 0)
+    last = np.maximum(last, first)
+    n = a.n_ops
+    persistent = a.t_persistent
+    first = np.where(persistent, 0, first)
+    last = np.where(persistent, n - 1, last)
+    # Tensors never produced nor read (unused persistent ones) still occupy memory unswapped.
+    counts = np.zeros((len(ts), n + 1), dtype=np.int64)
+    np.add.at(counts, (sidx, first), 1)
+    np.add.at(counts, (sidx, last + 1), -1)
+    live = np.cumsum(counts, axis=1)[:, :n]
+    byte_delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(byte_delta, first, a.t_bytes)
+    np.add.at(byte_delta, last + 1, -a.t_bytes)
+    live_bytes = np.cumsum(byte_delta)[:n] + a.op_ws[order]
+    return live.max(axis=1) if n else np.zeros(len(ts), dtype=np.int64), int(live_bytes.max()) if n else 0
+
+
+def min_objects_per_size(g: Graph) -> np.ndarray:
+    """Per distinct size, the most tensors of that size a single op touches: a pool needs at least this many."""
+    a = g.arrays
+    ts = distinct_sizes(g)
+    sidx = size_index(g)
+    need = np.zeros(len(ts), dtype=np.int64)
+    for o in range(a.n_ops):
+        ts_op = np.concatenate([a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]], a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]])
+        if len(ts_op):
+            vals, cnts = np.unique(sidx[ts_op], return_counts=True)
+            np.maximum.at(need, vals, cnts)
+    return need
+
+
+def per_size_pool(g: Graph, order: np.ndarray, memory_bytes: int) -> PoolArrays:
+    """One class per distinct size, counts sized from the unswapped peak and scaled down to fit memory.
+
+    This is the GA's seeded pool and a sensible default: each size keeps the
+    share of memory it had at the unswapped peak, but never fewer objects than
+    one op needs at once.
+    """
+    ts = distinct_sizes(g)
+    peak_counts, _ = peak_live_counts(g, order)
+    need = np.minimum(min_objects_per_size(g), peak_counts)
+    budget = memory_bytes - int(g.arrays.op_ws.max(initial=0))
+    floor_bytes = int((need * ts).sum())
+    if budget < floor_bytes:
+        raise InfeasibleError(
+            f"memory {memory_bytes} bytes cannot hold one object per tensor a single op touches plus the largest "
+            f"workspace ({floor_bytes} + {memory_bytes - budget} bytes); give more --memory")
+    full = int((peak_counts * ts).sum())
+    counts = peak_counts.copy()
+    if full > budget:
+        # Scale the part above the floor so the total fits the budget.
+        extra = (peak_counts - need) * ts
+        scale = (budget - floor_bytes) / max(1, int(extra.sum()))
+        counts = need + np.floor((peak_counts - need) * scale).astype(np.int64)
+    cls = np.arange(len(ts), dtype=np.int64)
+    return class_pool(g, cls, counts, ts)

@@ -1,0 +1,91 @@
+"""Turn a timed augmented graph into the one plan type (`hybrid.plan.Plan`)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hybrid import swap_kernel as K
+from hybrid.allocation import allocation_of
+from hybrid.metrics import ideal_time, lower_bound, peak_from_intervals
+from hybrid.plan import Event, Plan
+from hybrid.swap_planner import AugmentedGraph
+
+
+def device_intervals(aug: AugmentedGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(alloc, release, bytes) of every device copy and workspace in the timeline."""
+    g = aug.graph
+    a = g.arrays
+    alloc_at = np.full(a.n_tensors, -1.0)
+    alloc_at[aug.resident_at_start] = 0.0
+    starts: list[float] = []
+    ends: list[float] = []
+    sizes: list[int] = []
+    for i in range(aug.n_nodes):
+        k = int(aug.kind[i])
+        r = int(aug.ref[i])
+        if k == K.COMPUTE:
+            for t in a.out_idx[a.out_ptr[r]:a.out_ptr[r + 1]]:
+                alloc_at[t] = aug.start[i]
+            if aug.op_ws[r] > 0:
+                starts.append(aug.start[i])
+                ends.append(aug.end[i])
+                sizes.append(int(aug.op_ws[r]))
+        elif k == K.SWAP_IN:
+            alloc_at[r] = aug.start[i]
+        else:
+            starts.append(alloc_at[r])
+            ends.append(aug.end[i])
+            sizes.append(int(a.t_bytes[r]))
+            alloc_at[r] = -1.0
+    makespan = aug.makespan
+    for t in np.nonzero(alloc_at >= 0)[0]:  # still resident at the end (initial residents)
+        starts.append(alloc_at[t])
+        ends.append(makespan)
+        sizes.append(int(a.t_bytes[t]))
+    return np.array(starts), np.array(ends), np.array(sizes, dtype=np.int64)
+
+
+def events_of(aug: AugmentedGraph) -> list[Event]:
+    g = aug.graph
+    order = np.lexsort((np.arange(aug.n_nodes), aug.start))
+    out: list[Event] = []
+    for i in order:
+        k = int(aug.kind[i])
+        r = int(aug.ref[i])
+        s, e = float(aug.start[i]), float(aug.end[i])
+        if k == K.COMPUTE:
+            op = g.ops[r]
+            impl = None
+            if op.impls:
+                idx = op.default_impl if aug.impl_choice is None else int(aug.impl_choice[r])
+                impl = op.impls[idx].name
+            out.append(Event("compute", s, e, op=op.id, impl=impl))
+        else:
+            out.append(Event(("compute", "swap_in", "swap_out", "free")[k], s, e, tensor=g.tensors[r].id))
+    return out
+
+
+def plan_metrics(aug: AugmentedGraph) -> dict[str, Any]:
+    makespan = aug.makespan
+    ideal = ideal_time(aug.graph, aug.op_time)
+    m: dict[str, Any] = {
+        "ideal_s": ideal,
+        "lower_bound_s": lower_bound(aug.graph, aug.device),
+        "stall_s": max(0.0, makespan - ideal),
+        "peak_bytes": peak_from_intervals(*device_intervals(aug)),
+    }
+    m.update(aug.stats)
+    if not aug.pool.by_bytes:
+        m["pool_bytes"] = int(aug.pool.capacity)
+    return m
+
+
+def to_plan(aug: AugmentedGraph, planner: dict[str, Any]) -> Plan:
+    g = aug.graph
+    return Plan(
+        graph=g.name, graph_sha256=g.sha256, device=aug.device, planner=dict(planner),
+        schedule=[g.ops[int(i)].id for i in aug.schedule], allocation=allocation_of(g, aug.pool),
+        resident_at_start=[g.tensors[int(t)].id for t in np.nonzero(aug.resident_at_start)[0]],
+        events=events_of(aug), makespan_s=aug.makespan, metrics=plan_metrics(aug),
+    )

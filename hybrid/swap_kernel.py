@@ -1,0 +1,401 @@
+"""The swap planner's inner loop (SwapAdvisor §4.2) as a Numba kernel.
+
+One call walks the schedule once. For each op it makes its inputs resident
+(evicting victims chosen by `hybrid.eviction`), places its outputs, and emits
+the augmented graph's nodes — compute, swap_in, swap_out, free — with their
+dependency (control) edges, timing each node as it is emitted on three FIFO
+streams (compute, h2d, d2h). Emission order is a topological order of the
+augmented graph, so timing while emitting equals re-simulating it afterwards
+(`hybrid.simulator` does exactly that, and tests check the two agree).
+
+Memory safety comes from ownership, not from a global clock: in a size-class
+pool every tensor takes one object whose previous holder's release node
+becomes a dependency of the allocation; in a byte pool every allocation takes
+bytes from released chunks (earliest release first) and depends on each
+chunk's release node. So however long each node really takes, no instant
+holds more than the pool — the executor can rely on the edges alone.
+
+Everything here is arrays; `hybrid.swap_planner` wraps it for Python callers.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from hybrid._heap import heap_pop, heap_push
+from hybrid import eviction as E
+
+# node kinds (also stream index for the first three)
+COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3
+from hybrid._tensor_state import CUR, EVI, HV, HVN, INIT, LNODE, LPOS, MAT, N_STATE, PIN, RELN, RES  # noqa: E402
+# status codes
+OK, INFEASIBLE = 0, 1
+# stats slots
+ST_H2D, ST_D2H, ST_NIN, ST_NOUT, ST_NFREE, ST_MAKESPAN = range(6)
+
+
+@njit(cache=True)
+def schedule_uses(sched, in_ptr, in_idx, n_tensors):
+    """CSR of each tensor's use positions (as an input) in schedule order."""
+    n_ops = sched.shape[0]
+    counts = np.zeros(n_tensors + 1, dtype=np.int64)
+    for p in range(n_ops):
+        o = sched[p]
+        for k in range(in_ptr[o], in_ptr[o + 1]):
+            counts[in_idx[k] + 1] += 1
+    use_ptr = np.cumsum(counts)
+    fill = use_ptr[:-1].copy()
+    use_pos = np.empty(use_ptr[-1], dtype=np.int64)
+    for p in range(n_ops):
+        o = sched[p]
+        for k in range(in_ptr[o], in_ptr[o + 1]):
+            t = in_idx[k]
+            use_pos[fill[t]] = p
+            fill[t] += 1
+    return use_ptr, use_pos
+
+
+def scratch(n_t: int, n_c: int, obj_slots: int, node_cap: int):
+    """Reusable arrays for `walk` (classes up to n_c, released-object slots up to obj_slots)."""
+    chunk_cap = node_cap + n_t + 2  # releases + workspaces + dropped residents
+    return (np.zeros((n_t, N_STATE), np.int64), np.zeros(n_c, np.int64), np.zeros(n_c, np.int64),
+            np.zeros(n_c + 1, np.int64), np.empty(obj_slots, np.float64), np.empty(obj_slots, np.int64),
+            np.zeros(n_c, np.int64), np.zeros(n_c, np.int64), np.zeros(chunk_cap, np.int64), np.full(chunk_cap, -1, np.int64),
+            np.empty(chunk_cap, np.float64), np.empty(chunk_cap, np.int64), np.empty(chunk_cap + 64, np.int64),
+            np.zeros(3, np.int64), np.zeros(3, np.float64), np.zeros(2, np.int64))
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _emit(kind, ref, dur, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize):
+    """Close the node whose deps were pushed since dep_ptr[k]; time it on its stream."""
+    k = ctr[0]
+    s = 0.0
+    if kind != FREE:
+        lane = 0 if serialize else kind
+        s = clk[lane]
+    for j in range(dep_ptr[k], ctr[1]):
+        e = node_end[dep_idx[j]]
+        if e > s:
+            s = e
+    node_kind[k] = kind
+    node_ref[k] = ref
+    node_start[k] = s
+    node_end[k] = s + dur
+    if kind != FREE:
+        clk[0 if serialize else kind] = s + dur
+    ctr[0] = k + 1
+    dep_ptr[k + 1] = ctr[1]
+    return k
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _push_dep(d, ctr, dep_idx):
+    if d >= 0:
+        dep_idx[ctr[1]] = d
+        ctr[1] += 1
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _release_into_pool(t, rel_t, rel_node, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node, ckeys, cvals,
+                       nc, fresh, hkeys, hvals, hoff, hsize):
+    """Return t's memory to the pool as released at rel_t by rel_node (-1: free since time 0).
+
+    nc = [number of chunks, chunk heap size, free bytes]. Returns nothing; updates in place."""
+    if by_bytes:
+        nc[2] += t_bytes[t]
+        if t_bytes[t] > 0:
+            cid = nc[0]
+            chunk_bytes[cid] = t_bytes[t]
+            chunk_node[cid] = rel_node
+            nc[1] = heap_push(ckeys, cvals, 0, nc[1], rel_t, cid)
+            nc[0] = cid + 1
+    else:
+        c = t_class[t]
+        if rel_node < 0:
+            fresh[c] += 1
+        else:
+            hsize[c] = heap_push(hkeys, hvals, hoff[c], hsize[c], rel_t, rel_node)
+
+
+@njit(cache=True, _nrt=False)
+def walk(
+    # graph
+    t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
+    # schedule
+    sched, use_ptr, use_pos,
+    # pool
+    by_bytes, t_class, class_count, capacity,
+    # device
+    h2d_bw, d2h_bw, latency,
+    # policy
+    lru, recency, serialize, keep_persistent, allow_drop, initial,
+    # outputs
+    node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, init_out, evicted_out, resident_end, stats,
+    # scratch (hybrid.swap_kernel.scratch), reused between calls so pages stay warm
+    scr, cand_scr,
+):
+    """One pass over the schedule. Returns (status, n_nodes, err_op, err_need)."""
+    n_t = t_bytes.shape[0]
+    n_c = class_count.shape[0]
+    n_ops = sched.shape[0]
+    ts, cand_cap, obj_cap, obj_off, hkeys, hvals, hsize, fresh, chunk_bytes, chunk_node, ckeys, cvals, pend, nc, clk, ctr = scr
+    bits, summ, q_off, q_t, q_v, q_head, q_tail, ver = cand_scr
+    for t in range(n_t):
+        for j in range(N_STATE):
+            ts[t, j] = 0
+    for t in range(n_t):
+        ts[t, MAT] = -1
+        ts[t, LNODE] = -1
+        ts[t, LPOS] = -1
+        ts[t, HVN] = -1
+        ts[t, RELN] = -1
+        ts[t, HV] = 1 if t_persist[t] else 0
+    # Per-class capacities: candidate notes and objects ever held.
+    for c in range(n_c):
+        cand_cap[c] = 0
+        obj_cap[c] = 0
+    for t in range(n_t):
+        c = t_class[t]
+        u = use_ptr[t + 1] - use_ptr[t]
+        cand_cap[c] += 3 + 2 * u
+        obj_cap[c] += 2 + u  # allocations in a class: first placement, one per use, one at the end
+    obj_off[0] = 0
+    for c in range(n_c):
+        cand_cap[c] += 8
+        if obj_cap[c] > class_count[c]:
+            obj_cap[c] = class_count[c]
+        obj_cap[c] += 1
+        obj_off[c + 1] = obj_off[c] + (0 if by_bytes else obj_cap[c])
+    w1, w2 = E.reset(n_c, n_ops, n_t, cand_cap, bits, summ, q_off, q_head, q_tail, ver)
+    # Size classes: untouched objects (fresh) and a heap of released objects by release time.
+    for c in range(n_c):
+        fresh[c] = class_count[c]
+        hsize[c] = 0
+    # Byte pool: chunks of released bytes in a heap by release time (nc: chunks made, heap size, free bytes).
+    nc[0] = 0
+    nc[1] = 0
+    nc[2] = capacity
+    for i in range(3):
+        clk[i] = 0.0
+    ctr[0] = 0
+    ctr[1] = 0
+    dep_ptr[0] = 0
+    for s in range(stats.shape[0]):
+        stats[s] = 0.0
+
+    # Initially resident tensors occupy their objects/bytes from time 0.
+    for t in range(n_t):
+        if initial[t]:
+            c = t_class[t]
+            if by_bytes:
+                nc[2] -= t_bytes[t]
+            else:
+                fresh[c] -= 1
+                if fresh[c] < 0:
+                    return INFEASIBLE, 0, -1, -1 - c
+            ts[t, INIT] = 1
+            ts[t, HV] = 0
+            ts[t, RES] = 1
+            if not (keep_persistent and t_persist[t]):
+                E.note(t, c, ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail, ver)
+    if by_bytes and nc[2] < 0:
+        return INFEASIBLE, 0, -1, capacity - nc[2]
+    if by_bytes and nc[2] > 0:
+        chunk_bytes[0] = nc[2]
+        chunk_node[0] = -1
+        nc[1] = heap_push(ckeys, cvals, 0, nc[1], 0.0, 0)
+        nc[0] = 1
+
+    for p in range(n_ops + 1):
+        final = p == n_ops
+        o = sched[p] if not final else -1
+        stamp = p + 1
+        if not final:
+            for k in range(in_ptr[o], in_ptr[o + 1]):
+                ts[in_idx[k], PIN] = stamp
+            for k in range(out_ptr[o], out_ptr[o + 1]):
+                ts[out_idx[k], PIN] = stamp
+        else:
+            # End of the iteration: non-persistent tensors and persistent ones not resident at the start leave.
+            for t in range(n_t):
+                resident_end[t] = ts[t, RES] == 1 and t_persist[t]
+            for t in range(n_t):
+                if ts[t, RES] == 1 and (not t_persist[t] or ts[t, INIT] == 0):
+                    ts[t, RES] = 0
+                    dep_ptr[ctr[0]] = ctr[1]
+                    _push_dep(ts[t, LNODE], ctr, dep_idx)
+                    if ts[t, HV] == 1 or not t_persist[t]:
+                        k = _emit(FREE, t, 0.0, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
+                        stats[ST_NFREE] += 1
+                    else:
+                        k = _emit(SWAP_OUT, t, t_bytes[t] / d2h_bw + latency, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
+                        stats[ST_D2H] += t_bytes[t]
+                        stats[ST_NOUT] += 1
+                        ts[t, HV] = 1
+                        ts[t, HVN] = k
+                    ts[t, RELN] = k
+                    _release_into_pool(t, node_end[k], k, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
+                                       ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
+        n_pend = 0
+        n_need = n_t if final else (in_ptr[o + 1] - in_ptr[o]) + (out_ptr[o + 1] - out_ptr[o]) + 1
+        for q in range(n_need):
+            # What this need is: tensor t (or -1: the op's workspace), and whether it arrives by swap-in.
+            t = -1
+            swap_in = False
+            if not final:
+                n_in = in_ptr[o + 1] - in_ptr[o]
+                n_out = out_ptr[o + 1] - out_ptr[o]
+                if q < n_in:
+                    t = in_idx[in_ptr[o] + q]
+                    if ts[t, RES] == 1:
+                        continue
+                    swap_in = True
+                elif q < n_in + n_out:
+                    t = out_idx[out_ptr[o] + q - n_in]
+                elif not by_bytes or op_ws[o] == 0:
+                    continue
+            else:
+                # Initial residents evicted during the iteration come back for the next one.
+                if not (ts[q, INIT] == 1 and ts[q, RES] == 0):
+                    continue
+                t = q
+                ts[t, PIN] = stamp
+                swap_in = True
+            nbytes = t_bytes[t] if t >= 0 else op_ws[o]
+            c = t_class[t] if t >= 0 else 0
+            # Make room: evict until the class has an object / the pool has the bytes.
+            while (nc[2] < nbytes) if by_bytes else (fresh[c] + hsize[c] == 0):
+                v = -1
+                if not final:  # at the end only initial residents remain, and they stay
+                    v = E.pop_victim(c, p, stamp, lru, recency, keep_persistent, t_persist, ts, sched, in_ptr, in_idx,
+                                     t_class, use_ptr, use_pos, n_ops, bits, summ, w1, w2, q_t, q_v, q_head, q_tail, ver)
+                if v < 0:
+                    return INFEASIBLE, ctr[0], o, (nbytes if by_bytes else -1 - c)
+                ts[v, RES] = 0
+                rel_t = 0.0
+                rel_node = -1
+                if ts[v, INIT] == 1 and ts[v, LPOS] < 0 and allow_drop:
+                    # An initial resident not yet used: it simply starts on the host instead.
+                    ts[v, INIT] = 0
+                    ts[v, HV] = 1
+                else:
+                    dep_ptr[ctr[0]] = ctr[1]
+                    _push_dep(ts[v, LNODE], ctr, dep_idx)
+                    if ts[v, HV] == 1:
+                        rel_node = _emit(FREE, v, 0.0, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
+                        stats[ST_NFREE] += 1
+                    else:
+                        rel_node = _emit(SWAP_OUT, v, t_bytes[v] / d2h_bw + latency, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
+                        stats[ST_D2H] += t_bytes[v]
+                        stats[ST_NOUT] += 1
+                        ts[v, HV] = 1
+                        ts[v, HVN] = rel_node
+                    rel_t = node_end[rel_node]
+                    ts[v, RELN] = rel_node
+                    if ts[v, INIT] == 1:
+                        ts[v, EVI] = 1
+                _release_into_pool(v, rel_t, rel_node, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
+                                   ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
+            # Take the room: earliest-released object / chunks; their release nodes become dependencies.
+            first_dep = n_pend
+            if by_bytes:
+                nc[2] -= nbytes
+                left = nbytes
+                while left > 0:
+                    key, cid, nc[1] = heap_pop(ckeys, cvals, 0, nc[1])
+                    if chunk_node[cid] >= 0:
+                        pend[n_pend] = chunk_node[cid]
+                        n_pend += 1
+                    if chunk_bytes[cid] > left:
+                        chunk_bytes[cid] -= left
+                        left = 0
+                        nc[1] = heap_push(ckeys, cvals, 0, nc[1], key, cid)
+                    else:
+                        left -= chunk_bytes[cid]
+            else:
+                # A released object already free by the time this allocation could start is as good as a
+                # fresh one; prefer it so fresh objects stay for later.
+                horizon = clk[0] if (serialize or not swap_in) else clk[SWAP_IN]
+                off = obj_off[c]
+                if hsize[c] > 0 and (fresh[c] == 0 or hkeys[off] <= horizon):
+                    key, node, hsize[c] = heap_pop(hkeys, hvals, off, hsize[c])
+                    pend[n_pend] = node
+                    n_pend += 1
+                else:
+                    fresh[c] -= 1
+            if t >= 0:
+                ts[t, RES] = 1
+            if swap_in:
+                dep_ptr[ctr[0]] = ctr[1]
+                for j in range(first_dep, n_pend):
+                    _push_dep(pend[j], ctr, dep_idx)
+                n_pend = first_dep
+                _push_dep(ts[t, HVN], ctr, dep_idx)
+                if ts[t, RELN] != ts[t, HVN]:
+                    _push_dep(ts[t, RELN], ctr, dep_idx)
+                k = _emit(SWAP_IN, t, t_bytes[t] / h2d_bw + latency, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
+                stats[ST_H2D] += t_bytes[t]
+                stats[ST_NIN] += 1
+                ts[t, MAT] = k
+                ts[t, LNODE] = k
+                if final:
+                    ts[t, EVI] = 0
+        if final:
+            break
+        # The compute node: waits for swapped-in inputs and for the release of every object it takes.
+        dep_ptr[ctr[0]] = ctr[1]
+        for kk in range(in_ptr[o], in_ptr[o + 1]):
+            m = ts[in_idx[kk], MAT]
+            if m >= 0 and node_kind[m] != COMPUTE:
+                _push_dep(m, ctr, dep_idx)
+        for j in range(n_pend):
+            _push_dep(pend[j], ctr, dep_idx)
+        k = _emit(COMPUTE, o, op_time[o], ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
+        for kk in range(upd_ptr[o], upd_ptr[o + 1]):
+            t = upd_idx[kk]
+            ts[t, HV] = 0
+            ts[t, HVN] = -1
+        for kk in range(in_ptr[o], in_ptr[o + 1]):
+            t = in_idx[kk]
+            ts[t, LNODE] = k
+            ts[t, LPOS] = p
+            ts[t, CUR] += 1
+        for kk in range(out_ptr[o], out_ptr[o + 1]):
+            t = out_idx[kk]
+            ts[t, MAT] = k
+            ts[t, LNODE] = k
+            ts[t, LPOS] = p
+        if by_bytes and op_ws[o] > 0:
+            cid = nc[0]
+            chunk_bytes[cid] = op_ws[o]
+            chunk_node[cid] = k
+            nc[1] = heap_push(ckeys, cvals, 0, nc[1], node_end[k], cid)
+            nc[0] = cid + 1
+            nc[2] += op_ws[o]
+        # Tensors with no later use die here; the others become eviction candidates with fresh keys.
+        for phase in range(2):
+            lo = in_ptr[o] if phase == 0 else out_ptr[o]
+            hi = in_ptr[o + 1] if phase == 0 else out_ptr[o + 1]
+            for kk in range(lo, hi):
+                t = in_idx[kk] if phase == 0 else out_idx[kk]
+                if t_persist[t] or use_ptr[t] + ts[t, CUR] < use_ptr[t + 1]:
+                    if not (keep_persistent and t_persist[t]):
+                        E.note(t, t_class[t], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail, ver)
+                    continue
+                ts[t, RES] = 0
+                dep_ptr[ctr[0]] = ctr[1]
+                _push_dep(k, ctr, dep_idx)
+                f = _emit(FREE, t, 0.0, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
+                stats[ST_NFREE] += 1
+                ts[t, RELN] = f
+                _release_into_pool(t, node_end[f], f, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
+                                   ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
+    makespan = 0.0
+    for i in range(ctr[0]):
+        if node_end[i] > makespan:
+            makespan = node_end[i]
+    stats[ST_MAKESPAN] = makespan
+    for t in range(n_t):
+        init_out[t] = ts[t, INIT] == 1
+        evicted_out[t] = ts[t, EVI] == 1
+    return OK, ctr[0], -1, 0

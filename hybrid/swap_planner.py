@@ -1,0 +1,228 @@
+"""The swap planner: given a schedule and a pool, decide evictions and copy timing (SwapAdvisor §4.2).
+
+Produces the augmented graph — the original ops plus swap_in / swap_out /
+free nodes and the control edges that order them (the paper's Figure 3) —
+timed on three streams. `hybrid.plan_build.to_plan` turns it into a plan.
+
+The persistent tensors resident at the iteration's start are found with the
+paper's two-pass scan: pass 1 starts with nothing resident; the persistent
+tensors resident at its end become pass 2's initial residents; in pass 2 an
+initial resident that would be evicted before its first use is instead
+dropped from the initial set. A third pass drops initial residents that pass 2
+evicted after use (so the plan stays periodic without copies at the end);
+if that still evicts some, they are swapped back in at the iteration's end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from hybrid import eviction as E
+from hybrid import swap_kernel as K
+from hybrid.allocation import PoolArrays
+from hybrid.device import Device
+from hybrid.errors import InfeasibleError
+from hybrid.graph import Graph
+
+KIND_NAMES = ("compute", "swap_in", "swap_out", "free")
+
+
+@dataclass(frozen=True)
+class PlannerOptions:
+    victim: Literal["belady", "lru"] = "belady"
+    recency: int = 0             # skip victims used within this many ops (0: no skipping)
+    overlap: bool = True         # False: one stream for everything, copies on demand (the naive baseline)
+    keep_persistent: bool = False  # vDNN-style: persistent tensors resident throughout, never evicted
+    passes: int = 3              # 1: nothing resident at start; 2-3: the two(+1)-pass scan, fastest pass kept
+
+    def describe(self) -> dict:
+        return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
+                "keep_persistent": self.keep_persistent, "passes": self.passes}
+
+
+@dataclass
+class AugmentedGraph:
+    """Ops plus swap nodes with their control edges, timed. Node i: kind, ref (op or tensor index), start, end."""
+
+    graph: Graph
+    device: Device
+    pool: PoolArrays
+    schedule: np.ndarray
+    op_time: np.ndarray
+    op_ws: np.ndarray
+    impl_choice: np.ndarray | None
+    options: PlannerOptions
+    kind: np.ndarray
+    ref: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+    resident_at_start: np.ndarray
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def makespan(self) -> float:
+        return float(self.end.max()) if len(self.end) else 0.0
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.kind)
+
+    def label(self, i: int) -> str:
+        k = int(self.kind[i])
+        if k == K.COMPUTE:
+            return self.graph.ops[int(self.ref[i])].id
+        return f"{KIND_NAMES[k]}:{self.graph.tensors[int(self.ref[i])].id}"
+
+    def deps(self, i: int) -> np.ndarray:
+        return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]
+
+    def edges(self) -> list[tuple[str, str]]:
+        """Control and data edges as labels (stream order is implicit: FIFO in node order)."""
+        return [(self.label(int(d)), self.label(i)) for i in range(self.n_nodes) for d in self.deps(i)]
+
+    def durations(self) -> np.ndarray:
+        return self.end - self.start
+
+
+class SwapPlanner:
+    """Holds one graph's arrays and a device; plans any (schedule, pool) pair for it.
+
+    `makespan` is the GA's fitness function: no plan object is built and the
+    node buffers are reused between calls.
+    """
+
+    def __init__(self, graph: Graph, device: Device, impl_choice: np.ndarray | None = None) -> None:
+        self.graph = graph
+        self.device = device
+        a = graph.arrays
+        self.impl_choice = None if impl_choice is None else np.asarray(impl_choice, dtype=np.int32)
+        self.op_time, self.op_ws = a.impl_arrays(self.impl_choice)
+        n_in = int(a.in_ptr[-1])
+        n_out = int(a.out_ptr[-1])
+        self.node_cap = a.n_ops + 2 * n_in + n_out + 3 * a.n_tensors + 8
+        self.dep_cap = 6 * self.node_cap + 16
+        self._buf = self._buffers()
+        self._n_uses = n_in
+        self._scratch_classes = 0
+        self._ensure_scratch(max(1, len(np.unique(a.t_bytes))))
+
+    def _ensure_scratch(self, n_classes: int) -> None:
+        """Scratch arrays for the kernel, kept between calls (fresh pages each call cost more than the walk)."""
+        if n_classes <= self._scratch_classes:
+            return
+        a = self.graph.arrays
+        n_t = a.n_tensors
+        self._scr = K.scratch(n_t, n_classes, 2 * n_t + self._n_uses + 2 * n_classes + 8, self.node_cap)
+        self._cand = E.scratch(n_classes, a.n_ops, n_t, 3 * n_t + 2 * self._n_uses)
+        self._scratch_classes = n_classes
+
+    def _buffers(self) -> tuple[np.ndarray, ...]:
+        n_t = self.graph.arrays.n_tensors
+        return (np.empty(self.node_cap, np.int8), np.empty(self.node_cap, np.int32),
+                np.empty(self.node_cap, np.float64), np.empty(self.node_cap, np.float64),
+                np.empty(self.node_cap + 1, np.int64), np.empty(self.dep_cap, np.int32),
+                np.zeros(n_t, np.bool_), np.zeros(n_t, np.bool_), np.zeros(n_t, np.bool_), np.zeros(8, np.float64))
+
+    def _walk(self, sched, uses, pool: PoolArrays, opt: PlannerOptions, initial: np.ndarray, allow_drop: bool, buf):
+        a = self.graph.arrays
+        d = self.device
+        return K.walk(
+            a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr, a.upd_idx,
+            self.op_time, self.op_ws, sched, uses[0], uses[1],
+            pool.by_bytes, pool.t_class, pool.class_count, np.int64(pool.capacity),
+            float(d.h2d_bytes_per_s), float(d.d2h_bytes_per_s), float(d.transfer_latency_s),
+            opt.victim == "lru", int(opt.recency), not opt.overlap, opt.keep_persistent, allow_drop, initial,
+            *buf, self._scr, self._cand,
+        )
+
+    def _run(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, buf, keep_best: bool):
+        """The pass logic; returns (status, n_nodes, err_op, err_need, makespan) of the best pass.
+
+        Each pass yields a valid periodic plan, so the fastest one is kept; with
+        keep_best the buffers hold its nodes (re-running it if a later pass was worse).
+        """
+        a = self.graph.arrays
+        if not pool.by_bytes and pool.capacity + int(self.op_ws.max(initial=0)) > self.device.memory_bytes:
+            return K.INFEASIBLE, 0, -2, pool.capacity, np.inf
+        self._ensure_scratch(len(pool.class_count))
+        sched = np.ascontiguousarray(schedule, dtype=np.int32)
+        uses = K.schedule_uses(sched, a.in_ptr, a.in_idx, a.n_tensors)
+        init_out, evicted, res_end, stats = buf[6], buf[7], buf[8], buf[9]
+
+        def run(initial: np.ndarray, allow_drop: bool):
+            st, n, eo, en = self._walk(sched, uses, pool, opt, initial, allow_drop, buf)
+            return st, n, eo, en, (float(stats[K.ST_MAKESPAN]) if st == K.OK else np.inf)
+
+        if opt.keep_persistent:
+            return run(a.t_persistent.copy(), False)
+        first = (np.zeros(a.n_tensors, np.bool_), False)
+        out = run(*first)
+        best, best_out, last = first, out, first
+        for i in range(1, opt.passes):
+            if out[0] != K.OK:
+                break
+            if i == 1:
+                if not res_end.any():
+                    break
+                nxt = (res_end.copy(), True)
+            else:
+                if not evicted.any():
+                    break
+                nxt = (init_out & ~evicted, True)
+            out = run(*nxt)
+            last = nxt
+            if out[4] < best_out[4]:
+                best, best_out = nxt, out
+        if keep_best and last is not best:
+            best_out = run(*best)
+        return best_out
+
+
+    def makespan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> float:
+        """Fitness: the simulated iteration time, or inf when the pool cannot run some op."""
+        return float(self._run(schedule, pool, options, self._buf, keep_best=False)[4])
+
+    def plan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> AugmentedGraph:
+        buf = self._buffers()
+        status, n, err_op, err_need, _ = self._run(schedule, pool, options, buf, keep_best=True)
+        if status != K.OK:
+            raise InfeasibleError(self._explain(pool, err_op, err_need, options))
+        kind, ref, start, end, dep_ptr, dep_idx, init_out, _ev, _re, stats = buf
+        m = int(dep_ptr[n])
+        return AugmentedGraph(
+            self.graph, self.device, pool, np.asarray(schedule, dtype=np.int32), self.op_time, self.op_ws,
+            self.impl_choice, options, kind[:n].copy(), ref[:n].copy(), start[:n].copy(), end[:n].copy(),
+            dep_ptr[:n + 1].copy(), dep_idx[:m].copy(), init_out.copy(),
+            {"bytes_h2d": int(stats[K.ST_H2D]), "bytes_d2h": int(stats[K.ST_D2H]), "swap_ins": int(stats[K.ST_NIN]),
+             "swap_outs": int(stats[K.ST_NOUT]), "frees": int(stats[K.ST_NFREE])},
+        )
+
+    def _explain(self, pool: PoolArrays, err_op: int, err_need: int, opt: PlannerOptions) -> str:
+        g = self.graph
+        a = g.arrays
+        if err_op == -2:
+            ws = int(self.op_ws.max(initial=0))
+            return (f"the pool ({pool.capacity} bytes) plus the largest workspace ({ws} bytes) exceeds the device "
+                    f"memory ({self.device.memory_bytes} bytes); lower the class counts")
+        if err_op < 0:
+            what = "the tensors resident at the iteration's start"
+            if opt.keep_persistent:
+                what = f"the persistent tensors ({int(a.t_bytes[a.t_persistent].sum())} bytes), which this planner keeps resident,"
+            return f"{what} do not fit in the device memory ({pool.capacity} bytes); give more --memory"
+        op = g.ops[err_op]
+        ts_ = list(dict.fromkeys(op.inputs)) + list(op.outputs)
+        need = sum(g.tensor(t).bytes for t in ts_) + int(self.op_ws[err_op])
+        if pool.by_bytes:
+            pinned = ""
+            if opt.keep_persistent:
+                pinned = f" on top of {int(a.t_bytes[a.t_persistent].sum())} bytes of persistent tensors kept resident"
+            return (f"op {op.id!r} needs {need} bytes at once (inputs, outputs and workspace){pinned}, "
+                    f"but the device has {pool.capacity} bytes; give more --memory")
+        c = -1 - err_need
+        here = sum(1 for t in ts_ if pool.t_class[g.tensor_index[t]] == c)
+        return (f"op {op.id!r} needs {here} objects of size class {c} ({int(pool.class_bytes[c])} bytes) at once, "
+                f"but the pool has {int(pool.class_count[c])}; raise that class's count")
