@@ -8,7 +8,7 @@ import numpy as np
 from hybrid import swap_kernel as K
 from hybrid.allocation import allocation_of
 from hybrid.metrics import ideal_time, lower_bound, peak_from_intervals
-from hybrid.plan import Event, Plan
+from hybrid.plan import Allocation, Event, Plan
 from hybrid.swap_planner import AugmentedGraph
 
 
@@ -60,7 +60,8 @@ def events_of(aug: AugmentedGraph) -> list[Event]:
             if op.impls:
                 idx = op.default_impl if aug.impl_choice is None else int(aug.impl_choice[r])
                 impl = op.impls[idx].name
-            out.append(Event("compute", s, e, op=op.id, impl=impl))
+            rec = aug.recompute is not None and bool(aug.recompute[i])
+            out.append(Event("compute", s, e, op=op.id, impl=impl, recompute=rec))
         else:
             out.append(Event(("compute", "swap_in", "swap_out", "free")[k], s, e, tensor=g.tensors[r].id))
     return out
@@ -76,16 +77,18 @@ def plan_metrics(aug: AugmentedGraph) -> dict[str, Any]:
         "peak_bytes": peak_from_intervals(*device_intervals(aug)),
     }
     m.update(aug.stats)
-    if not aug.pool.by_bytes:
+    if aug.pool is not None and not aug.pool.by_bytes:
         m["pool_bytes"] = int(aug.pool.capacity)
     return m
 
 
-def to_plan(aug: AugmentedGraph, planner: dict[str, Any]) -> Plan:
+def to_plan(aug: AugmentedGraph, planner: dict[str, Any], allocation: Allocation | None = None) -> Plan:
+    """The plan of a timed augmented graph; `allocation` overrides the record of aug.pool (e.g. an arena)."""
     g = aug.graph
     return Plan(
         graph=g.name, graph_sha256=g.sha256, device=aug.device, planner=dict(planner),
-        schedule=[g.ops[int(i)].id for i in aug.schedule], allocation=allocation_of(g, aug.pool),
+        schedule=[g.ops[int(i)].id for i in aug.schedule],
+        allocation=allocation if allocation is not None else allocation_of(g, aug.pool),
         resident_at_start=[g.tensors[int(t)].id for t in np.nonzero(aug.resident_at_start)[0]],
         events=events_of(aug), makespan_s=aug.makespan, metrics=plan_metrics(aug),
     )

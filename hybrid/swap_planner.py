@@ -32,14 +32,15 @@ KIND_NAMES = ("compute", "swap_in", "swap_out", "free")
 @dataclass(frozen=True)
 class PlannerOptions:
     victim: Literal["belady", "lru"] = "belady"
-    recency: int = 0             # skip victims used within this many ops (0: no skipping)
+    recency: int = 2             # skip victims used within this many ops (0: no skipping); 2 measured best
     overlap: bool = True         # False: one stream for everything, copies on demand (the naive baseline)
     keep_persistent: bool = False  # vDNN-style: persistent tensors resident throughout, never evicted
-    passes: int = 3              # 1: nothing resident at start; 2-3: the two(+1)-pass scan, fastest pass kept
+    passes: int = 3              # 1: nothing resident at start; 2-3: the two(+1)-pass scan
+    keep: Literal["best", "last"] = "best"  # which pass's plan to return ("last": ODSwap reports its 2nd iteration)
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
-                "keep_persistent": self.keep_persistent, "passes": self.passes}
+                "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep}
 
 
 @dataclass
@@ -62,6 +63,7 @@ class AugmentedGraph:
     dep_idx: np.ndarray
     resident_at_start: np.ndarray
     stats: dict = field(default_factory=dict)
+    recompute: np.ndarray | None = None  # bool per node: a compute node re-running an op (plans from files)
 
     @property
     def makespan(self) -> float:
@@ -175,7 +177,7 @@ class SwapPlanner:
                 nxt = (init_out & ~evicted, True)
             out = run(*nxt)
             last = nxt
-            if out[4] < best_out[4]:
+            if out[4] < best_out[4] or opt.keep == "last":
                 best, best_out = nxt, out
         if keep_best and last is not best:
             best_out = run(*best)
@@ -224,5 +226,9 @@ class SwapPlanner:
                     f"but the device has {pool.capacity} bytes; give more --memory")
         c = -1 - err_need
         here = sum(1 for t in ts_ if pool.t_class[g.tensor_index[t]] == c)
+        kept = ""
+        if opt.keep_persistent:
+            held = int(np.count_nonzero(a.t_persistent & (pool.t_class == c)))
+            kept = f" of which {held} hold persistent tensors this planner keeps resident"
         return (f"op {op.id!r} needs {here} objects of size class {c} ({int(pool.class_bytes[c])} bytes) at once, "
-                f"but the pool has {int(pool.class_count[c])}; raise that class's count")
+                f"but the pool has {int(pool.class_count[c])}{kept}; raise that class's count")

@@ -1,0 +1,50 @@
+"""The obvious alternatives every optimized plan is measured against; each returns the one plan type.
+
+- naive: the schedule as given, copies on demand, LRU eviction, nothing overlapped (one stream).
+- odswap: SwapAdvisor's online baseline — LRU on demand in the first iteration; later iterations replay
+  those decisions with prefetching. We report the second iteration (its start state is the first's end).
+- vdnn: vDNN/TFLMS style — persistent tensors (parameters, optimizer state, inputs) stay resident and only
+  activations and gradients are swapped, evicting the one needed farthest ahead, with prefetch.
+- belady: this project's swap planner (Belady eviction, prefetch, periodic two-pass) on the program order.
+- ideal: unlimited memory, no copies at all: the compute time alone.
+All but ideal use a byte budget (an allocator without size classes), as frameworks do.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from hybrid.allocation import byte_pool, peak_live_counts
+from hybrid.device import Device
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+from hybrid.plan_build import to_plan
+from hybrid.schedule import program_order
+from hybrid.swap_planner import PlannerOptions, SwapPlanner
+
+BASELINE_OPTIONS: dict[str, PlannerOptions] = {
+    "naive": PlannerOptions(victim="lru", overlap=False, passes=1),
+    "odswap": PlannerOptions(victim="lru", passes=2, keep="last"),
+    "vdnn": PlannerOptions(keep_persistent=True),
+    "belady": PlannerOptions(),
+    "ideal": PlannerOptions(keep_persistent=True),
+}
+BASELINES = tuple(BASELINE_OPTIONS)
+
+
+def run_baseline(graph: Graph, device: Device, kind: str, schedule: np.ndarray | None = None) -> Plan:
+    """Plan `graph` on `device` the way baseline `kind` would; raises InfeasibleError if it cannot run."""
+    if kind not in BASELINE_OPTIONS:
+        raise HybridError(f"unknown baseline {kind!r}: choose one of {', '.join(BASELINES)}")
+    order = program_order(graph) if schedule is None else np.asarray(schedule, dtype=np.int32)
+    opt = BASELINE_OPTIONS[kind]
+    if kind == "ideal":
+        _, peak = peak_live_counts(graph, order)
+        device = replace(device, name=f"{device.name}-unlimited", memory_bytes=max(device.memory_bytes, peak))
+    aug = SwapPlanner(graph, device).plan(order, byte_pool(graph, device.memory_bytes), opt)
+    info = {"name": kind, "options": opt.describe()}
+    if schedule is not None:
+        info["schedule"] = "given"
+    return to_plan(aug, info)

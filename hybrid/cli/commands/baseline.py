@@ -1,0 +1,39 @@
+"""`hybrid baseline --kind naive|odswap|vdnn|belady|ideal --graph G --out P`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hybrid.baselines import BASELINES, run_baseline
+from hybrid.cli.options import device_from, device_options, graph_option, load_graph, out_option
+from hybrid.summary import plan_row, table
+
+
+@click.command("baseline")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(BASELINES), default=("belady",), show_default=True,
+              help="Which baseline (repeat for several; with several, --out is a folder).")
+@graph_option
+@device_options
+@out_option
+def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, **kw) -> None:
+    """Plan with an obvious alternative, to compare optimized plans against.
+
+    \b
+    naive   schedule order, copies on demand, LRU eviction, nothing overlapped
+    odswap  LRU on demand, then replayed with prefetch (its 2nd iteration)
+    vdnn    persistent tensors stay resident; activations swap (Belady), prefetch
+    belady  this project's swap planner on the program order
+    ideal   unlimited memory: compute time only
+    """
+    g = load_graph(graph_path)
+    dev = device_from(g, kw)
+    rows = []
+    for kind in kinds:
+        plan = run_baseline(g, dev, kind)
+        rows.append(plan_row(kind, plan))
+        if out_path is not None:
+            target = out_path / f"{kind}.json" if len(kinds) > 1 else out_path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            plan.save(target)
+    click.echo(table(rows))

@@ -1,0 +1,35 @@
+"""`hybrid import checkmate FILE --out g.json`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hybrid.cli.options import device_options
+from hybrid.device import resolve_device
+from hybrid.importers.checkmate import load_checkmate
+
+
+@click.group("import")
+def command() -> None:
+    """Convert other projects' graph files to hybrid-graph/1."""
+
+
+@command.command("checkmate")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--time-unit", default="us", show_default=True,
+              help="Unit of the file's cost_cpu/duration: s, ms, us, ns, or seconds per unit as a number.")
+@click.option("--scale-to", default=None,
+              help="Instead, rescale times so the whole iteration's compute takes this long, e.g. 2s "
+                   "(the files' units differ between graphs).")
+@click.option("--name", default=None, help="Graph name (default: the file's).")
+@device_options
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Graph file to write.")
+def checkmate(file: Path, time_unit: str, scale_to: str | None, name: str | None, out_path: Path, **kw) -> None:
+    """Import a Checkmate/Moccasin node-link JSON graph (one op per node, cost_cpu time, cost_ram bytes)."""
+    device = None
+    if any(kw.get(k) is not None for k in ("device_name", "memory", "h2d", "d2h", "latency")):
+        device = resolve_device(None, kw["device_name"], kw["memory"], kw["h2d"], kw["d2h"], kw["latency"])
+    g = load_checkmate(file, time_unit, scale_to, device, name)
+    g.save(out_path)
+    click.echo(f"wrote {out_path}: {len(g.ops)} ops, {len(g.tensors)} tensors, compute {sum(o.time_s for o in g.ops):.6g} s")

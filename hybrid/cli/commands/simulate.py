@@ -1,0 +1,47 @@
+"""`hybrid simulate --graph G [--from PLAN] --out P`: the swap planner on one schedule and pool."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hybrid.allocation import byte_pool, per_size_pool, pool_from_allocation
+from hybrid.cli.options import device_from, device_options, graph_option, load_graph, load_plan, out_option
+from hybrid.plan_build import to_plan
+from hybrid.schedule import depth_first_order, from_ids, program_order
+from hybrid.summary import plan_row, table
+from hybrid.swap_planner import PlannerOptions, SwapPlanner
+
+
+@click.command("simulate")
+@graph_option
+@click.option("--from", "from_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Keep this plan's schedule and allocation; re-plan its swaps.")
+@click.option("--schedule", type=click.Choice(["program", "dfs"]), default="program", show_default=True,
+              help="Operator order when not --from: the graph's own (program) order or depth-first.")
+@click.option("--allocation", type=click.Choice(["bytes", "size-classes"]), default="bytes", show_default=True,
+              help="Pool when not --from: a byte budget, or one size class per tensor size sized from the unswapped peak.")
+@click.option("--victim", type=click.Choice(["belady", "lru"]), default="belady", show_default=True,
+              help="Which tensor to evict when memory is full.")
+@click.option("--recency", type=int, default=2, show_default=True,
+              help="Do not evict tensors used within this many ops (unless nothing else can go).")
+@device_options
+@out_option
+def command(graph_path: Path, from_path: Path | None, schedule: str, allocation: str, victim: str, recency: int,
+            out_path: Path | None, **kw) -> None:
+    """Plan swaps for one schedule and pool with the Belady swap planner and simulate the three streams."""
+    g = load_graph(graph_path)
+    dev = device_from(g, kw)
+    if from_path is not None:
+        src = load_plan(from_path)
+        order = from_ids(g, src.schedule, f"{from_path}: schedule")
+        pool = pool_from_allocation(g, src.allocation, dev.memory_bytes)
+    else:
+        order = program_order(g) if schedule == "program" else depth_first_order(g)
+        pool = byte_pool(g, dev.memory_bytes) if allocation == "bytes" else per_size_pool(g, order, dev.memory_bytes)
+    opt = PlannerOptions(victim=victim, recency=recency)
+    aug = SwapPlanner(g, dev).plan(order, pool, opt)
+    plan = to_plan(aug, {"name": "simulate", "options": opt.describe()})
+    if out_path is not None:
+        plan.save(out_path)
+    click.echo(table([plan_row("simulate", plan)]))

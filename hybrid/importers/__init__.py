@@ -1,0 +1,1 @@
+"""Readers for other projects' graph files, producing the one graph type."""

@@ -1,0 +1,60 @@
+"""What a graph holds and what memory it needs: the figures `hybrid info` prints."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybrid.allocation import distinct_sizes, peak_live_counts
+from hybrid.device import Device
+from hybrid.graph import TENSOR_KINDS, Graph
+from hybrid.metrics import ideal_time, lower_bound
+from hybrid.schedule import program_order
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    name: str
+    ops: int
+    tensors: int
+    distinct_sizes: int
+    bytes_by_kind: dict[str, int]
+    persistent_bytes: int
+    unswapped_peak_bytes: int
+    ideal_s: float
+    lower_bound_s: float
+    memory_bytes: int
+
+    def rows(self) -> list[tuple[str, str]]:
+        from hybrid.units import format_bytes, format_seconds
+
+        out = [("graph", self.name), ("ops", str(self.ops)), ("tensors", str(self.tensors)),
+               ("distinct tensor sizes", str(self.distinct_sizes))]
+        out += [(f"bytes: {k}", format_bytes(v)) for k, v in self.bytes_by_kind.items() if v]
+        out += [("bytes: persistent", format_bytes(self.persistent_bytes)),
+                ("peak, unswapped program order", f"{format_bytes(self.unswapped_peak_bytes)} ({self.unswapped_peak_bytes} B)"),
+                ("device memory", f"{format_bytes(self.memory_bytes)} "
+                                  f"({100 * self.memory_bytes / max(1, self.unswapped_peak_bytes):.1f}% of the peak)"),
+                ("ideal (compute only)", format_seconds(self.ideal_s)),
+                ("lower bound at this memory", format_seconds(self.lower_bound_s))]
+        return out
+
+
+def graph_info(g: Graph, device: Device) -> GraphInfo:
+    a = g.arrays
+    by_kind = {k: 0 for k in TENSOR_KINDS}
+    for t in g.tensors:
+        by_kind[t.kind] += t.bytes
+    _, peak = peak_live_counts(g, program_order(g))
+    return GraphInfo(g.name, a.n_ops, a.n_tensors, len(distinct_sizes(g)), by_kind,
+                     int(a.t_bytes[a.t_persistent].sum()), peak, ideal_time(g), lower_bound(g, device),
+                     device.memory_bytes)
+
+
+def unswapped_peak(g: Graph) -> int:
+    return peak_live_counts(g, program_order(g))[1]
+
+
+def fraction_of_peak(g: Graph, fraction: float) -> int:
+    """Device memory equal to `fraction` of the unswapped peak (how benchmarks set memory)."""
+    return int(np.floor(unswapped_peak(g) * fraction))

@@ -1,0 +1,81 @@
+"""`hybrid info | baseline | simulate | import` end to end, errors as one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hybrid.cli.main import cli
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+from hybrid.synthetic import training_graph
+from hybrid.validator import validate
+
+
+@pytest.fixture()
+def graph_file(tmp_path):
+    g = training_graph(40, seed=1, share_params=10)
+    path = tmp_path / "g.json"
+    g.save(path)
+    return path
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(map(str, args)), catch_exceptions=False)
+
+
+def test_info_shows_peak_and_lower_bound(graph_file):
+    r = run("info", "--graph", graph_file, "--memory", "64MiB")
+    assert r.exit_code == 0
+    assert "peak, unswapped program order" in r.output and "lower bound at this memory" in r.output
+    r = run("info", "--graph", graph_file, "--json")
+    assert json.loads(r.output)["ops"] == 40 * 2 + 1 + 10
+
+
+def test_baselines_write_valid_plans(graph_file, tmp_path):
+    out = tmp_path / "plans"
+    r = run("baseline", "--graph", graph_file, "--memory", "40MiB", "--kind", "naive", "--kind", "odswap",
+            "--kind", "vdnn", "--kind", "belady", "--kind", "ideal", "--out", out)
+    assert r.exit_code == 0, r.output
+    g = Graph.load(graph_file)
+    spans = {}
+    for kind in ("naive", "odswap", "vdnn", "belady", "ideal"):
+        plan = Plan.load(out / f"{kind}.json")
+        assert validate(g, plan).valid
+        spans[kind] = plan.makespan_s
+    assert spans["ideal"] <= min(spans.values()) and spans["naive"] == max(spans.values())
+    assert run("validate", "--graph", graph_file, "--plan", out / "belady.json").exit_code == 0
+
+
+def test_simulate_and_simulate_from_a_plan(graph_file, tmp_path):
+    p1 = tmp_path / "p1.json"
+    r = run("simulate", "--graph", graph_file, "--memory", "40MiB", "--allocation", "size-classes", "--out", p1)
+    assert r.exit_code == 0, r.output
+    p2 = tmp_path / "p2.json"
+    r = run("simulate", "--graph", graph_file, "--memory", "40MiB", "--from", p1, "--out", p2)
+    assert r.exit_code == 0, r.output
+    a, b = Plan.load(p1), Plan.load(p2)
+    assert a.schedule == b.schedule and a.allocation == b.allocation and a.makespan_s == b.makespan_s
+
+
+def test_errors_are_one_line_without_traceback(graph_file, tmp_path):
+    r = CliRunner().invoke(cli, ["baseline", "--graph", str(graph_file), "--memory", "1KiB"])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "Traceback" not in r.output
+    assert "give more --memory" in r.output
+    r = CliRunner().invoke(cli, ["info", "--graph", str(graph_file), "--memory", "lots"])
+    assert r.exit_code == 2 and "cannot read --memory 'lots'" in r.output
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "hybrid-graph/1", "name": "x", "tensors": [], "ops": [{"id": "a", "inputs": ["nope"], "outputs": [], "time_s": 1}]}')
+    r = CliRunner().invoke(cli, ["info", "--graph", str(bad)])
+    assert r.exit_code == 2 and "unknown tensor 'nope'" in r.output
+
+
+def test_import_checkmate(tmp_path):
+    src = tmp_path / "cm.json"
+    src.write_text(json.dumps({"graph": {"name": "t"}, "nodes": [{"id": 0, "name": "a", "backward": False,
+                                                                  "cost_cpu": 5, "cost_ram": 10}], "links": []}))
+    out = tmp_path / "g.json"
+    r = run("import", "checkmate", src, "--time-unit", "ms", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert Graph.load(out).op("a").time_s == pytest.approx(0.005)

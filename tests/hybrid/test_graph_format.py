@@ -1,0 +1,99 @@
+"""hybrid-graph/1 loading: every FORMATS.md rule rejected with a message naming the offending id and field."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from hybrid.device import PRESETS, resolve_device
+from hybrid.errors import FormatError, HybridError
+from hybrid.graph import Graph
+from hybrid.units import parse_bandwidth, parse_bytes, parse_duration
+
+GOOD = {
+    "format": "hybrid-graph/1", "name": "g",
+    "device": {"name": "v100-16gb", "memory_bytes": 17179869184, "h2d_bytes_per_s": 12e9, "d2h_bytes_per_s": 12e9,
+               "transfer_latency_s": 0.0},
+    "tensors": [{"id": "w1", "bytes": 4194304, "kind": "param", "persistent": True},
+                {"id": "x", "bytes": 1048576, "kind": "input", "persistent": True},
+                {"id": "a1", "bytes": 2097152, "kind": "activation", "shape": [512, 1024]}],
+    "ops": [{"id": "fc1", "kind": "matmul", "inputs": ["x", "w1"], "outputs": ["a1"], "time_s": 0.0012,
+             "workspace_bytes": 0, "impls": [{"name": "gemm", "time_s": 0.0012, "workspace_bytes": 0}],
+             "updates": [], "cpu_time_s": 0.009, "aten": {"target": "mm"}},
+            {"id": "step", "kind": "sgd", "inputs": ["w1", "a1"], "outputs": [], "time_s": 1e-4, "updates": ["w1"]}],
+}
+
+
+def mutate(fn):
+    d = copy.deepcopy(GOOD)
+    fn(d)
+    return d
+
+
+def test_round_trip_keeps_extra_fields(tmp_path):
+    g = Graph.from_json(GOOD)
+    p = tmp_path / "g.json"
+    g.save(p)
+    again = Graph.load(p)
+    assert again.tensor("a1").extra == {"shape": [512, 1024]}
+    assert again.op("fc1").extra == {"aten": {"target": "mm"}}
+    assert again.to_json() == g.to_json()
+    assert again.sha256 == g.sha256
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["tensors"].append({"id": "x", "bytes": 1}), "tensor id 'x' appears twice"),
+    (lambda d: d["ops"].append(dict(d["ops"][0])), "op id 'fc1' appears twice"),
+    (lambda d: d["ops"][0]["inputs"].append("ghost"), "op 'fc1' field 'inputs' names unknown tensor 'ghost'"),
+    (lambda d: d["tensors"][2].update(bytes=-5), "tensor 'a1'.*'bytes' must not be negative"),
+    (lambda d: d["ops"][0].update(time_s=-1.0), "op 'fc1'.*'time_s' must not be negative"),
+    (lambda d: d["tensors"][2].update(kind="weights"), "tensor 'a1'.*'kind' is 'weights'"),
+    (lambda d: d.update(format="hybrid-graph/2"), "expected 'hybrid-graph/1'"),
+    (lambda d: d["ops"][0]["outputs"].append("w1"), "outputs persistent tensor 'w1'"),
+    (lambda d: d["tensors"].append({"id": "orphan", "bytes": 1}), "tensor 'orphan' is not persistent and no op outputs it"),
+    (lambda d: d["ops"][1].update(updates=["x2"]), "names unknown tensor 'x2'"),
+    (lambda d: d["ops"][1].update(updates=["x"]), "updates 'x', which is not among its inputs"),
+    (lambda d: d["ops"][0].update(inputs=["x", "w1", "a1"]), "reads its own output 'a1'"),
+])
+def test_rejections_name_the_offender(change, message):
+    with pytest.raises(FormatError, match=message):
+        Graph.from_json(mutate(change))
+
+
+def test_cycle_is_named():
+    d = mutate(lambda d: None)
+    d["tensors"].append({"id": "b", "bytes": 1})
+    d["ops"][0]["inputs"] = ["x", "w1", "b"]
+    d["ops"].append({"id": "back", "inputs": ["a1"], "outputs": ["b"], "time_s": 1.0})
+    with pytest.raises(FormatError, match="cycle.*fc1.*back|cycle.*back.*fc1"):
+        Graph.from_json(d)
+
+
+def test_update_order_follows_program_order():
+    g = Graph.from_json(GOOD)
+    preds = {g.ops[int(i)].id for i in g.arrays.pred_idx[g.arrays.pred_ptr[1]:g.arrays.pred_ptr[2]]}
+    assert preds == {"fc1"}  # fc1 reads w1 before step updates it
+
+
+def test_not_json_and_wrong_file_kind(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("{nope")
+    with pytest.raises(FormatError, match="not JSON"):
+        Graph.load(p)
+    p.write_text(json.dumps({"format": "hybrid-plan/1"}))
+    with pytest.raises(FormatError, match="is this a plan"):
+        Graph.load(p)
+
+
+def test_units_and_device_flags():
+    assert parse_bytes("10GiB") == 10 * 2**30 and parse_bytes("512MB") == 512 * 10**6 and parse_bytes(7) == 7
+    assert parse_bandwidth("12GB/s") == 12e9 and parse_bandwidth("1.5GiB/s") == 1.5 * 2**30
+    assert parse_duration("30m") == 1800 and parse_duration("1h30m") == 5400 and parse_duration("90s") == 90
+    with pytest.raises(HybridError):
+        parse_duration("3 fortnights")
+    dev = resolve_device(None, "a100-40gb", memory="10GiB", h2d="5GB/s")
+    assert dev.memory_bytes == 10 * 2**30 and dev.h2d_bytes_per_s == 5e9
+    assert dev.d2h_bytes_per_s == PRESETS["a100-40gb"].d2h_bytes_per_s
+    with pytest.raises(HybridError, match="unknown device"):
+        resolve_device(None, "tpu-v9")

@@ -1,0 +1,154 @@
+"""The swap planner and simulator: every plan valid and within memory, timing consistent, errors clear."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hybrid.allocation import byte_pool, class_pool, distinct_sizes, per_size_pool
+from hybrid.augmented import from_plan
+from hybrid.device import Device
+from hybrid.errors import InfeasibleError
+from hybrid.graph import Graph, Op, Tensor
+from hybrid.info import unswapped_peak
+from hybrid.plan_build import to_plan
+from hybrid.schedule import depth_first_order, is_topological, program_order, random_order
+from hybrid.simulator import resimulate
+from hybrid.swap_planner import PlannerOptions, SwapPlanner
+from hybrid.synthetic import random_dag, training_graph
+from hybrid.validator import validate
+
+OPTIONS = [
+    PlannerOptions(),
+    PlannerOptions(recency=0),
+    PlannerOptions(victim="lru"),
+    PlannerOptions(victim="lru", overlap=False, passes=1),
+    PlannerOptions(victim="lru", passes=2, keep="last"),
+    PlannerOptions(keep_persistent=True),
+    PlannerOptions(passes=1),
+]
+
+
+def _plan_or_none(g, dev, order, pool, opt):
+    try:
+        return SwapPlanner(g, dev).plan(order, pool, opt)
+    except InfeasibleError:
+        return None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n_ops=st.integers(1, 40), seed=st.integers(0, 10_000), frac=st.floats(0.15, 1.3),
+       latency=st.sampled_from([0.0, 1e-5]), opt_i=st.integers(0, len(OPTIONS) - 1),
+       classes=st.booleans(), shuffle=st.booleans())
+def test_every_plan_is_valid_and_within_memory(n_ops, seed, frac, latency, opt_i, classes, shuffle):
+    g = random_dag(n_ops, seed=seed)
+    order = random_order(g, np.random.default_rng(seed)) if shuffle else program_order(g)
+    dev = Device("d", max(1, int(unswapped_peak(g) * frac)), 1e9, 2e9, latency)
+    try:
+        pool = per_size_pool(g, order, dev.memory_bytes) if classes else byte_pool(g, dev.memory_bytes)
+    except InfeasibleError:
+        return
+    aug = _plan_or_none(g, dev, order, pool, OPTIONS[opt_i])
+    if aug is None:
+        return
+    plan = to_plan(aug, {"name": "test"})
+    report = validate(g, plan)
+    assert report.valid, report.violations[0].message
+    assert report.peak_bytes <= dev.memory_bytes
+    assert plan.metrics["peak_bytes"] == report.peak_bytes
+    assert plan.makespan_s >= plan.metrics["lower_bound_s"] * (1 - 1e-12)
+    # The simulator re-times the augmented graph exactly as the planner timed it.
+    s, e = resimulate(aug)
+    np.testing.assert_allclose(s, aug.start, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(e, aug.end, rtol=1e-12, atol=1e-15)
+    # And the plan file alone gives back edges whose re-simulation is never later.
+    _, e2 = resimulate(from_plan(g, plan))
+    assert (e2.max() if len(e2) else 0.0) <= plan.makespan_s * (1 + 1e-9) + 1e-15
+
+
+def test_fitness_equals_plan_makespan():
+    g = training_graph(60, seed=2, share_params=7, workspace_prob=0.3, impls_prob=0.3)
+    order = program_order(g)
+    dev = replace(g.device, memory_bytes=unswapped_peak(g) // 3)
+    sp = SwapPlanner(g, dev)
+    for pool in (byte_pool(g, dev.memory_bytes), per_size_pool(g, order, dev.memory_bytes)):
+        for opt in OPTIONS:
+            try:
+                expected = sp.plan(order, pool, opt).makespan
+            except InfeasibleError:
+                expected = float("inf")
+            assert sp.makespan(order, pool, opt) == pytest.approx(expected, rel=1e-12)
+
+
+def test_more_memory_never_hurts_much_and_unlimited_is_ideal():
+    g = training_graph(80, seed=3)
+    order = program_order(g)
+    peak = unswapped_peak(g)
+    ideal = sum(o.time_s for o in g.ops)
+    spans = []
+    for frac in (0.3, 0.6, 1.0):
+        dev = replace(g.device, memory_bytes=int(peak * frac))
+        spans.append(SwapPlanner(g, dev).makespan(order, byte_pool(g, dev.memory_bytes)))
+    assert spans[0] >= spans[-1]
+    # With room for everything, the periodic plan keeps parameters resident and never waits.
+    assert spans[-1] == pytest.approx(ideal, rel=1e-9)
+
+
+def test_op_that_cannot_fit_is_named_with_its_bytes():
+    t = [Tensor("w", 600, "param", True), Tensor("a", 500)]
+    g = Graph("big", t, [Op("huge", "mm", ("w",), ("a",), 1.0, workspace_bytes=100)], Device("d", 1000, 1e3, 1e3))
+    with pytest.raises(InfeasibleError, match=r"op 'huge' needs 1200 bytes"):
+        SwapPlanner(g, g.device).plan(program_order(g), byte_pool(g, 1000))
+
+
+def test_pool_too_small_names_the_class():
+    g = random_dag(10, seed=4)
+    order = program_order(g)
+    ts = distinct_sizes(g)
+    pool = class_pool(g, np.zeros(len(ts), dtype=np.int64), np.array([1]), ts)
+    sp = SwapPlanner(g, replace(g.device, memory_bytes=10**9))
+    assert sp.makespan(order, pool) == float("inf")
+    with pytest.raises(InfeasibleError, match=r"objects of size class 0"):
+        sp.plan(order, pool)
+
+
+def test_vdnn_style_errors_when_parameters_alone_do_not_fit():
+    g = training_graph(10, seed=1)
+    params = sum(t.bytes for t in g.tensors if t.persistent)
+    dev = replace(g.device, memory_bytes=params - 1)
+    with pytest.raises(InfeasibleError, match="persistent tensors"):
+        SwapPlanner(g, dev).plan(program_order(g), byte_pool(g, dev.memory_bytes), PlannerOptions(keep_persistent=True))
+
+
+def test_planning_is_deterministic():
+    g = training_graph(200, seed=9, skip_prob=0.4, share_params=30, workspace_prob=0.2)
+    order = random_order(g, np.random.default_rng(1))
+    dev = replace(g.device, memory_bytes=unswapped_peak(g) // 3)
+    a = to_plan(SwapPlanner(g, dev).plan(order, byte_pool(g, dev.memory_bytes)), {"name": "x"})
+    b = to_plan(SwapPlanner(g, dev).plan(order, byte_pool(g, dev.memory_bytes)), {"name": "x"})
+    assert a.dumps() == b.dumps()
+
+
+def test_schedules_are_topological():
+    g = training_graph(30, seed=5, share_params=4)
+    rng = np.random.default_rng(0)
+    for order in (program_order(g), depth_first_order(g), random_order(g, rng), random_order(g, rng)):
+        assert is_topological(g, order)
+    # In-place updates keep program order against other readers: every read of w0 precedes sgd0.
+    order = random_order(g, rng)
+    pos = {g.ops[int(o)].id: i for i, o in enumerate(order)}
+    readers = [o.id for o in g.ops if "w0" in o.inputs and o.id != "sgd0"]
+    assert all(pos[r] < pos["sgd0"] for r in readers)
+
+
+def test_periodic_plan_keeps_parameters_resident_when_they_fit():
+    g = training_graph(20, seed=6)
+    order = program_order(g)
+    dev = replace(g.device, memory_bytes=unswapped_peak(g))
+    aug = SwapPlanner(g, dev).plan(order, byte_pool(g, dev.memory_bytes))
+    plan = to_plan(aug, {"name": "x"})
+    assert set(plan.resident_at_start) == {t.id for t in g.tensors if t.persistent}
+    assert plan.metrics["bytes_h2d"] == 0 and plan.metrics["bytes_d2h"] == 0
