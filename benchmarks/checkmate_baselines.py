@@ -13,7 +13,7 @@ from benchmarks.common import balanced_checkmate, checkmate_train_files, write_t
 from hybrid.baselines import run_baseline
 from hybrid.device import preset
 from hybrid.errors import InfeasibleError
-from hybrid.info import unswapped_peak
+from hybrid.info import largest_op, unswapped_peak
 from hybrid.metrics import lower_bound
 from hybrid.validator import validate
 
@@ -29,8 +29,7 @@ def main() -> None:
         g = balanced_checkmate(path)
         peak = unswapped_peak(g)
         ideal = sum(o.time_s for o in g.ops)
-        need = max(sum(g.tensor(t).bytes for t in dict.fromkeys(o.inputs)) + sum(g.tensor(t).bytes for t in o.outputs)
-                   for o in g.ops)
+        need = largest_op(g)[1]
         for frac in (float(x) for x in args.fractions.split(",")):
             dev = replace(preset("v100-16gb"), name=f"v100-{int(frac * 100)}%peak", memory_bytes=int(peak * frac))
             row = {"graph": g.name, "ops": len(g.ops), "peak_GiB": peak / 2**30, "memory_frac": frac,

@@ -21,6 +21,8 @@ class GraphInfo:
     bytes_by_kind: dict[str, int]
     persistent_bytes: int
     unswapped_peak_bytes: int
+    largest_op: str
+    largest_op_bytes: int
     ideal_s: float
     lower_bound_s: float
     memory_bytes: int
@@ -33,6 +35,8 @@ class GraphInfo:
         out += [(f"bytes: {k}", format_bytes(v)) for k, v in self.bytes_by_kind.items() if v]
         out += [("bytes: persistent", format_bytes(self.persistent_bytes)),
                 ("peak, unswapped program order", f"{format_bytes(self.unswapped_peak_bytes)} ({self.unswapped_peak_bytes} B)"),
+                ("largest single op (ins+outs+workspace)", f"{format_bytes(self.largest_op_bytes)} ({self.largest_op}): "
+                                                           f"no plan runs with less memory"),
                 ("device memory", f"{format_bytes(self.memory_bytes)} "
                                   f"({100 * self.memory_bytes / max(1, self.unswapped_peak_bytes):.1f}% of the peak)"),
                 ("ideal (compute only)", format_seconds(self.ideal_s)),
@@ -46,9 +50,30 @@ def graph_info(g: Graph, device: Device) -> GraphInfo:
     for t in g.tensors:
         by_kind[t.kind] += t.bytes
     _, peak = peak_live_counts(g, program_order(g))
+    op_i, op_bytes = largest_op(g)
     return GraphInfo(g.name, a.n_ops, a.n_tensors, len(distinct_sizes(g)), by_kind,
-                     int(a.t_bytes[a.t_persistent].sum()), peak, ideal_time(g), lower_bound(g, device),
-                     device.memory_bytes)
+                     int(a.t_bytes[a.t_persistent].sum()), peak, g.ops[op_i].id if a.n_ops else "", op_bytes,
+                     ideal_time(g), lower_bound(g, device), device.memory_bytes)
+
+
+def op_footprints(g: Graph) -> np.ndarray:
+    """Bytes each op needs at once with its default impl: distinct inputs, outputs, workspace."""
+    a = g.arrays
+    op_of_in = np.repeat(np.arange(a.n_ops), np.diff(a.in_ptr))
+    op_of_out = np.repeat(np.arange(a.n_ops), np.diff(a.out_ptr))
+    ins = np.zeros(a.n_ops, np.int64)
+    np.add.at(ins, op_of_in, a.t_bytes[a.in_idx])
+    np.add.at(ins, op_of_out, a.t_bytes[a.out_idx])
+    return ins + a.op_ws
+
+
+def largest_op(g: Graph) -> tuple[int, int]:
+    """(op index, bytes) of the op with the largest footprint: a floor on any plan's memory."""
+    fp = op_footprints(g)
+    if len(fp) == 0:
+        return 0, 0
+    i = int(np.argmax(fp))
+    return i, int(fp[i])
 
 
 def unswapped_peak(g: Graph) -> int:
