@@ -24,6 +24,7 @@ from numba import njit
 from hybrid._tensor_state import CUR as _CUR
 from hybrid._tensor_state import HV as _HV
 from hybrid._tensor_state import INIT as _INIT
+from hybrid._tensor_state import LNODE as _LNODE
 from hybrid._tensor_state import LPOS as _LPOS
 from hybrid._tensor_state import PIN as _PIN
 from hybrid._tensor_state import RES as _RES
@@ -66,7 +67,8 @@ def scratch(n_c: int, n_ops: int, n_t: int, notes: int):
     fifo = 3 * (notes + 8 * n_c)
     return (np.zeros(n_c * w1, np.uint64), np.zeros(n_c * w2, np.uint64), np.zeros(3 * n_c + 1, np.int64),
             np.empty(fifo, np.int64), np.empty(fifo, np.int64), np.zeros(3 * n_c, np.int64),
-            np.zeros(3 * n_c, np.int64), np.zeros(n_t, np.int64))
+            np.zeros(3 * n_c, np.int64), np.zeros(n_t, np.int64), np.empty(n_t + 1, np.int64),
+            np.empty(n_t + 1, np.int64))
 
 
 @njit(cache=True, _nrt=False)
@@ -167,33 +169,33 @@ def _usable(v, stamp, keep_persistent, t_persist, ts):
 
 
 @njit(cache=True, _nrt=False)
-def _pop_fifo(k, p, stamp, recency, keep_persistent, t_persist, ts, q_t, q_v, head, tail, ver, strict):
-    """First valid entry of FIFO k that may be evicted (and, if strict, is not recently used); consumes it."""
+def _collect_fifo(k, p, stamp, recency, keep_persistent, t_persist, ts, q_t, q_v, head, tail, ver, strict,
+                  cand, group, n, want, g):
+    """Append up to `want` (total) evictable entries of FIFO k to cand[n:], each its own group; returns (n, g)."""
     i = head[k]
     # Drop stale entries at the front for good.
     while i < tail[k] and (q_t[i] < 0 or ts[q_t[i], _RES] != 1 or q_v[i] != ver[q_t[i]]):
         i += 1
     head[k] = i
-    while i < tail[k]:
+    while i < tail[k] and n < want:
         v = q_t[i]
         if v >= 0 and ts[v, _RES] == 1 and q_v[i] == ver[v] and _usable(v, stamp, keep_persistent, t_persist, ts):
             if not strict or recency <= 0 or ts[v, _LPOS] < p - recency:
-                q_t[i] = -1
-                return v
+                cand[n] = v
+                group[n] = g
+                n += 1
+                g += 1
         i += 1
-    return -1
+    return n, g
 
 
 @njit(cache=True, _nrt=False)
-def _pop_buckets(c, p, stamp, recency, keep_persistent, t_persist, ts, sched, in_ptr, in_idx, t_class,
-                 use_ptr, use_pos, n_ops, bits, summ, w1, w2, strict):
-    """Best candidate among bucketed tensors (farthest next use first), or -1."""
+def _collect_buckets(c, p, stamp, recency, keep_persistent, t_persist, ts, sched, in_ptr, in_idx, t_class,
+                     use_ptr, use_pos, n_ops, bits, summ, w1, w2, strict, cand, group, n, want, g):
+    """Append whole buckets (farthest next use first) until at least `want` candidates; returns (n, g)."""
     q = _highest_at_most(c, n_ops - 1, bits, summ, w1, w2)
-    while q >= 0:
+    while q >= 0 and n < want:
         o = sched[q]
-        best = -1
-        b_cheap = -1
-        b_last = 0
         any_valid = False
         for k in range(in_ptr[o], in_ptr[o + 1]):
             v = in_idx[k]
@@ -204,37 +206,73 @@ def _pop_buckets(c, p, stamp, recency, keep_persistent, t_persist, ts, sched, in
             any_valid = True
             if ts[v, _PIN] == stamp:
                 continue
-            last = ts[v, _LPOS]
-            if strict and recency > 0 and last >= p - recency:
+            if strict and recency > 0 and ts[v, _LPOS] >= p - recency:
                 continue
-            cheap = 1 if (ts[v, _HV] == 1 or (ts[v, _INIT] == 1 and last < 0)) else 0
-            if best < 0 or cheap > b_cheap or (cheap == b_cheap and last < b_last):
-                best, b_cheap, b_last = v, cheap, last
-        if best >= 0:
-            return best
+            if n < cand.shape[0]:
+                cand[n] = v
+                group[n] = g
+                n += 1
+        g += 1
         if not any_valid:
             _clear_bit(c, q, bits, summ, w1, w2)
         q = _highest_at_most(c, q - 1, bits, summ, w1, w2)
-    return -1
+    return n, g
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _cheap(v, ts):
+    return 1 if (ts[v, _HV] == 1 or (ts[v, _INIT] == 1 and ts[v, _LPOS] < 0)) else 0
 
 
 @njit(cache=True, _nrt=False)
 def pop_victim(c, p, stamp, lru, recency, keep_persistent, t_persist, ts, sched, in_ptr, in_idx, t_class,
-               use_ptr, use_pos, n_ops, bits, summ, w1, w2, q_t, q_v, head, tail, ver):
-    """Choose (and forget) the victim in class c, or -1 if every resident candidate is pinned."""
+               use_ptr, use_pos, n_ops, bits, summ, w1, w2, q_t, q_v, head, tail, ver,
+               lookahead, cand, group, node_end, d2h_clock, t_bytes, d2h_bw, latency):
+    """Choose (and forget) the victim in class c, or -1 if every resident candidate is pinned.
+
+    The first `lookahead` candidates in policy order (whole buckets for Belady) are compared; the one whose
+    memory would be free earliest wins (ties: policy order, then a valid host copy, then least recently used).
+    lookahead=1 is the pure policy.
+    """
     for strict in (True, False):
+        n = 0
+        g = 0
         if lru:
-            v = _pop_fifo(3 * c + 2, p, stamp, recency, keep_persistent, t_persist, ts, q_t, q_v, head, tail, ver, strict)
+            n, g = _collect_fifo(3 * c + 2, p, stamp, recency, keep_persistent, t_persist, ts, q_t, q_v, head, tail,
+                                 ver, strict, cand, group, n, lookahead, g)
         else:
-            v = _pop_fifo(3 * c, p, stamp, recency, keep_persistent, t_persist, ts, q_t, q_v, head, tail, ver, strict)
-            if v < 0:
-                v = _pop_fifo(3 * c + 1, p, stamp, recency, keep_persistent, t_persist, ts, q_t, q_v, head, tail, ver, strict)
-            if v < 0:
-                v = _pop_buckets(c, p, stamp, recency, keep_persistent, t_persist, ts, sched, in_ptr, in_idx, t_class,
-                                 use_ptr, use_pos, n_ops, bits, summ, w1, w2, strict)
-        if v >= 0:
-            ver[v] += 1
-            return v
+            n, g = _collect_fifo(3 * c, p, stamp, recency, keep_persistent, t_persist, ts, q_t, q_v, head, tail,
+                                 ver, strict, cand, group, n, lookahead, g)
+            if n < lookahead:
+                n, g = _collect_fifo(3 * c + 1, p, stamp, recency, keep_persistent, t_persist, ts, q_t, q_v, head,
+                                     tail, ver, strict, cand, group, n, lookahead, g)
+            if n < lookahead:
+                n, g = _collect_buckets(c, p, stamp, recency, keep_persistent, t_persist, ts, sched, in_ptr, in_idx,
+                                        t_class, use_ptr, use_pos, n_ops, bits, summ, w1, w2, strict, cand, group,
+                                        n, lookahead, g)
+        if n > 0:
+            best = -1
+            b_rel = 0.0
+            b_group = 0
+            b_cheap = 0
+            b_last = 0
+            for j in range(n):
+                v = cand[j]
+                cheap = _cheap(v, ts)
+                ln = ts[v, _LNODE]
+                rel = node_end[ln] if ln >= 0 else 0.0
+                if cheap == 0:
+                    if d2h_clock > rel:
+                        rel = d2h_clock
+                    rel += t_bytes[v] / d2h_bw + latency
+                if lookahead <= 1:
+                    rel = 0.0
+                last = ts[v, _LPOS]
+                if (best < 0 or rel < b_rel or (rel == b_rel and (group[j] < b_group or (group[j] == b_group and (
+                        cheap > b_cheap or (cheap == b_cheap and last < b_last)))))):
+                    best, b_rel, b_group, b_cheap, b_last = v, rel, group[j], cheap, last
+            ver[best] += 1
+            return best
         if recency <= 0:
             break
     return -1

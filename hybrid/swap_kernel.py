@@ -128,7 +128,7 @@ def walk(
     # device
     h2d_bw, d2h_bw, latency,
     # policy
-    lru, recency, serialize, keep_persistent, allow_drop, initial,
+    lru, recency, serialize, keep_persistent, allow_drop, initial, lookahead,
     # outputs
     node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, init_out, evicted_out, resident_end, stats,
     # scratch (hybrid.swap_kernel.scratch), reused between calls so pages stay warm
@@ -139,7 +139,7 @@ def walk(
     n_c = class_count.shape[0]
     n_ops = sched.shape[0]
     ts, cand_cap, obj_cap, obj_off, hkeys, hvals, hsize, fresh, chunk_bytes, chunk_node, ckeys, cvals, pend, nc, clk, ctr = scr
-    bits, summ, q_off, q_t, q_v, q_head, q_tail, ver = cand_scr
+    bits, summ, q_off, q_t, q_v, q_head, q_tail, ver, cand, group = cand_scr
     for t in range(n_t):
         for j in range(N_STATE):
             ts[t, j] = 0
@@ -266,9 +266,12 @@ def walk(
             # Make room: evict until the class has an object / the pool has the bytes.
             while (nc[2] < nbytes) if by_bytes else (fresh[c] + hsize[c] == 0):
                 v = -1
+                d2h_clock = clk[0] if serialize else clk[SWAP_OUT]
                 if not final:  # at the end only initial residents remain, and they stay
                     v = E.pop_victim(c, p, stamp, lru, recency, keep_persistent, t_persist, ts, sched, in_ptr, in_idx,
-                                     t_class, use_ptr, use_pos, n_ops, bits, summ, w1, w2, q_t, q_v, q_head, q_tail, ver)
+                                     t_class, use_ptr, use_pos, n_ops, bits, summ, w1, w2, q_t, q_v, q_head, q_tail, ver,
+                                     lookahead, cand, group, node_end, d2h_clock,
+                                     t_bytes, d2h_bw, latency)
                 if v < 0:
                     return INFEASIBLE, ctr[0], o, (nbytes if by_bytes else -1 - c)
                 ts[v, RES] = 0

@@ -37,10 +37,12 @@ class PlannerOptions:
     keep_persistent: bool = False  # vDNN-style: persistent tensors resident throughout, never evicted
     passes: int = 3              # 1: nothing resident at start; 2-3: the two(+1)-pass scan
     keep: Literal["best", "last"] = "best"  # which pass's plan to return ("last": ODSwap reports its 2nd iteration)
+    lookahead: int = 1           # compare this many policy-ranked victims, evict the one whose memory frees first
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
-                "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep}
+                "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
+                "lookahead": self.lookahead}
 
 
 @dataclass
@@ -138,7 +140,7 @@ class SwapPlanner:
             pool.by_bytes, pool.t_class, pool.class_count, np.int64(pool.capacity),
             float(d.h2d_bytes_per_s), float(d.d2h_bytes_per_s), float(d.transfer_latency_s),
             opt.victim == "lru", int(opt.recency), not opt.overlap, opt.keep_persistent, allow_drop, initial,
-            *buf, self._scr, self._cand,
+            max(1, int(opt.lookahead)), *buf, self._scr, self._cand,
         )
 
     def _run(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, buf, keep_best: bool):

@@ -29,6 +29,8 @@ OPTIONS = [
     PlannerOptions(victim="lru", passes=2, keep="last"),
     PlannerOptions(keep_persistent=True),
     PlannerOptions(passes=1),
+    PlannerOptions(lookahead=4, recency=8),
+    PlannerOptions(victim="lru", lookahead=3),
 ]
 
 

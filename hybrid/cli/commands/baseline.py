@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from hybrid.baselines import BASELINES, run_baseline
+from hybrid.errors import HybridError, InfeasibleError
 from hybrid.cli.options import device_from, device_options, graph_option, load_graph, out_option
 from hybrid.summary import plan_row, table
 
@@ -29,11 +30,23 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, **k
     g = load_graph(graph_path)
     dev = device_from(g, kw)
     rows = []
+    failed: list[str] = []
     for kind in kinds:
-        plan = run_baseline(g, dev, kind)
+        try:
+            plan = run_baseline(g, dev, kind)
+        except InfeasibleError as e:
+            if len(kinds) == 1:
+                raise
+            failed.append(f"{kind}: cannot run: {e}")
+            continue
         rows.append(plan_row(kind, plan))
         if out_path is not None:
             target = out_path / f"{kind}.json" if len(kinds) > 1 else out_path
             target.parent.mkdir(parents=True, exist_ok=True)
             plan.save(target)
-    click.echo(table(rows))
+    if rows:
+        click.echo(table(rows))
+    for line in failed:
+        click.echo(line, err=True)
+    if not rows:
+        raise HybridError("no baseline could run at this memory; give more --memory")
