@@ -249,6 +249,58 @@ def _kept(graph: Graph) -> set[str]:
     return {r["t"] for r in refs if isinstance(r, dict)}
 
 
+def eager_step(module: torch.nn.Module, args: Any, target: Any = None, loss_fn: Any = None,
+               kwargs: dict | None = None, optimizer: Any = None, seed: int | None = None) -> StepResult:
+    """One eager PyTorch training step, the reference a replay is compared with.
+
+    Runs under `portable_kernels()` and modifies `module` and `optimizer` as
+    training does (use copies). `seed` seeds torch right before the forward.
+    """
+    if not isinstance(args, tuple):
+        args = (args,)
+    if optimizer is not None:
+        optimizer.zero_grad(set_to_none=True)
+    if seed is not None:
+        torch.manual_seed(seed)
+    with portable_kernels():
+        out = module(*args, **(kwargs or {}))
+        loss = out if loss_fn is None else (loss_fn(out) if target is None else loss_fn(out, target))
+        loss.backward()
+    grads = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in module.named_parameters()}
+    if optimizer is not None:
+        optimizer.step()
+    state: dict[str, dict[str, torch.Tensor]] = {}
+    if optimizer is not None:
+        for n, p in module.named_parameters():
+            st = optimizer.state.get(p, {})
+            state[n] = {k: v for k, v in st.items() if k != "step" and isinstance(v, torch.Tensor)}
+    return StepResult(loss.detach(), grads, {n: p.detach() for n, p in module.named_parameters()},
+                      {n: b for n, b in module.named_buffers()}, state, [])
+
+
+def mismatches(replayed: StepResult, eager: StepResult) -> list[str]:
+    """Names of the values that differ bitwise (empty when the replay reproduces eager exactly)."""
+    bad: list[str] = []
+
+    def same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+        if a is None or b is None:
+            return a is None and b is None
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+    if not same(replayed.loss, eager.loss):
+        bad.append("loss")
+    for group in ("grads", "params", "buffers"):
+        mine, ref = getattr(replayed, group), getattr(eager, group)
+        for n in ref:
+            if not same(mine.get(n), ref[n]):
+                bad.append(f"{group}[{n}]")
+    for n, st in eager.state.items():
+        for k, v in st.items():
+            if not same(replayed.state.get(n, {}).get(k), v):
+                bad.append(f"state[{n}][{k}]")
+    return bad
+
+
 def replay_step(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,
                 optimizer: Any = None, schedule: Sequence[str] | None = None, seed: int | None = None,
                 device: str | torch.device = "cpu", check: bool = True) -> StepResult:

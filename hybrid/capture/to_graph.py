@@ -107,6 +107,50 @@ class _Builder:
             self.readers.setdefault(t, []).append(i)
 
 
+@dataclass(frozen=True)
+class _InPlace:
+    """Replay a functional op in place, as eager runs it: its new value of a buffer is written into the buffer."""
+
+    target: str                     # the in-place overload replayed instead
+    written: tuple[fx.Node, ...]    # the placeholders it updates
+    aliases: dict[int, fx.Node]     # output index -> placeholder that holds that value after the op
+    n_returns: int                  # values the in-place overload returns
+
+
+def _in_place_rewrites(nodes: list[fx.Node], traced: Traced) -> tuple[dict[fx.Node, _InPlace], set[fx.Node]]:
+    """Batch-norm statistics and `num_batches_tracked += 1` back in place (saves two copies per batch norm).
+
+    AOTAutograd computes them functionally and returns the new values; eager
+    updates them inside the batch-norm kernel. Rewritten only when nothing
+    reads the old value after the op. Returns the rewrites and the new-value
+    nodes whose write-back copy is no longer needed.
+    """
+    pos = {n: i for i, n in enumerate(nodes)}
+    upd_of = {new: ph for ph, new in traced.state_updates}
+
+    def old_value_dead_after(ph: fx.Node, n: fx.Node) -> bool:
+        return all(u is n or pos[u] < pos[n] for u in ph.users)
+
+    rewrites: dict[fx.Node, _InPlace] = {}
+    done: set[fx.Node] = set()
+    for n in nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is _aten._native_batch_norm_legit_functional.default:
+            items = {u.args[1]: u for u in n.users if u.target is operator.getitem}
+            rm, rv = n.args[3], n.args[4]
+            if (3 in items and 4 in items and upd_of.get(items[3]) is rm and upd_of.get(items[4]) is rv
+                    and old_value_dead_after(rm, n) and old_value_dead_after(rv, n)):
+                rewrites[n] = _InPlace("aten._native_batch_norm_legit.default", (rm, rv), {3: rm, 4: rv}, 3)
+                done |= {items[3], items[4]}
+        elif (n.target is _aten.add.Tensor and isinstance(n.args[0], fx.Node) and n.args[0].op == "placeholder"
+              and upd_of.get(n) is n.args[0] and all(u.op == "output" for u in n.users)
+              and old_value_dead_after(n.args[0], n)):
+            rewrites[n] = _InPlace("aten.add_.Tensor", (n.args[0],), {0: n.args[0]}, 1)
+            done.add(n)
+    return rewrites, done
+
+
 def _written_args(node: fx.Node) -> list[Any]:
     """The FX values an op writes in place: annotated (a!) arguments and the hidden batch-norm ones."""
     target = node.target
@@ -149,18 +193,6 @@ def _live(nodes: list[fx.Node], roots: list[fx.Node]) -> set[fx.Node]:
     return live
 
 
-def _ancestors(root: fx.Node) -> set[fx.Node]:
-    seen: set[fx.Node] = set()
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        stack.extend(n.all_input_nodes)
-    return seen
-
-
 def _numel(v: Any) -> int:
     return v.numel() if isinstance(v, torch.Tensor) else 0
 
@@ -192,34 +224,15 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
     b = _Builder(traced, model)
     gm = traced.gm
     nodes = list(gm.graph.nodes)
-    out_node = nodes[-1]
-    flat_out = list(out_node.args[0])
-    loss_node = flat_out[0] if traced.has_loss else None
-    if traced.training:
-        result_nodes = flat_out[1:]
-    else:
-        result_nodes = flat_out[1:] if traced.has_loss else flat_out
-
     placeholders = [n for n in nodes if n.op == "placeholder"]
-    if len(placeholders) != len(traced.roles):
-        raise HybridError(f"capture: traced {len(placeholders)} inputs but expected {len(traced.roles)}")
-    trainable = [r.name for r in traced.roles if r.kind == TRAINABLE]
-
-    # Parameters the loss does not depend on get no gradient in eager PyTorch (grad is None).
-    used: set[str] = set()
-    grads: dict[str, fx.Node] = {}
-    if traced.training:
-        anc = _ancestors(loss_node) if isinstance(loss_node, fx.Node) else set()
-        by_name = {r.name: ph for r, ph in zip(traced.roles, placeholders)}
-        for pname, g in zip(trainable, result_nodes):
-            if by_name[pname] in anc and isinstance(g, fx.Node):
-                used.add(pname)
-                grads[pname] = g
-        roots = [loss_node] + list(grads.values())
-    else:
-        roots = [n for n in flat_out if isinstance(n, fx.Node)]
+    trainable = [r.name for r in traced.roles if r.kind == TRAINABLE and r.name not in traced.ties]
+    loss_node = traced.loss
+    grads = traced.grads
+    roots = [n for n in [loss_node, *grads.values(), *(new for _, new in traced.state_updates), *traced.outputs]
+             if isinstance(n, fx.Node)]
     live = _live(nodes, roots)
-    loss_pos = nodes.index(loss_node) if isinstance(loss_node, fx.Node) else len(nodes)
+    rewrites, rewritten = _in_place_rewrites(nodes, traced)
+    loss_pos = nodes.index(loss_node) if (traced.training and isinstance(loss_node, fx.Node)) else len(nodes)
 
     # Names for the outputs of multi-output ops: the getitem node that reads each.
     item_name: dict[tuple[fx.Node, int], str] = {}
@@ -234,8 +247,15 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
     bind_buffers: dict[str, str] = {}
     bind_inputs: list[str] = []
     bind_targets: list[str] = []
-    for role, ph in zip(traced.roles, placeholders):
+    pairs = list(zip(traced.roles, placeholders))
+    canonical = {r.name: ph for r, ph in pairs if r.name not in traced.ties}
+    for role, ph in sorted(pairs, key=lambda rp: rp[0].name in traced.ties):
         v = ph.meta["val"]
+        if role.name in traced.ties:
+            # A tied parameter (or buffer): one tensor, read under another name.
+            b.refs[ph] = b.refs[canonical[traced.ties[role.name]]]
+            b.table.add(v, b.refs[ph][0])
+            continue
         tid = ids[role.kind].format(role.name)
         b.add_tensor(Tensor(tid, storage_bytes(v), kinds[role.kind], True, tensor_meta(v)))
         b.table.add(v, tid)
@@ -275,15 +295,26 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
         if out_tensors and not fresh and not written:
             _fold_view(b, n, tname, items, multi)
             continue
-        uses_rng |= _add_op(b, n, pos, loss_pos, tname, items, multi, written, item_name)
+        uses_rng |= _add_op(b, n, pos, loss_pos, tname, items, multi, written, item_name, rewrites.get(n))
+
+    # ---- in-place state updates (batch-norm statistics, inputs the forward modifies) -----------
+    for ph, new in traced.state_updates:
+        if new not in rewritten:
+            _add_copy(b, b.ref(ph)[0], b.ref(new))
+
+    # ---- gradients: a tied parameter's is the sum of its names' ----------------------------
+    grad_refs: dict[str, Ref] = {p: b.ref(n) for p, n in grads.items() if p not in traced.ties}
+    for alias, name in traced.ties.items():
+        if alias in grads and name in grad_refs:
+            grad_refs[name] = _add_sum(b, bind_params[name], grad_refs[name], b.ref(grads[alias]), alias)
 
     # ---- optimizer ------------------------------------------------------------------
     opt_state: dict[str, dict[str, str]] = {}
     if traced.training and optimizer is not None:
         for pname in trainable:
-            if pname not in used or pname not in optimizer.hyper:
+            if pname not in grad_refs or pname not in optimizer.hyper:
                 continue
-            opt_state[pname] = _add_update(b, optimizer, pname, bind_params[pname], grads[pname])
+            opt_state[pname] = _add_update(b, optimizer, pname, bind_params[pname], grad_refs[pname])
 
     if uses_rng:
         b.add_tensor(Tensor(RNG_ID, 0, "other", True, {"rng": "the default generator of the replay device"}))
@@ -293,14 +324,14 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
     persistent = [t for t in b.tensors.values() if t.persistent]
     others = [t for t in b.tensors.values() if not t.persistent]
 
-    bind_grads = {p: (encode_ref(b.ref(grads[p])) if p in used else None) for p in trainable}
+    bind_grads = {p: (encode_ref(grad_refs[p]) if p in grad_refs else None) for p in trainable}
     loss_ref = encode_ref(b.ref(loss_node)) if isinstance(loss_node, fx.Node) else None
     bindings: dict[str, Any] = {
-        "params": bind_params, "trainable": [p for p in trainable if p in used], "buffers": bind_buffers,
+        "params": bind_params, "trainable": [p for p in trainable if p in grad_refs], "buffers": bind_buffers,
         "inputs": bind_inputs, "targets": bind_targets, "constants": constants,
         "loss": loss_ref, "grads": bind_grads if traced.training else {},
         "outputs": [] if traced.training else [encode_ref(b.ref(n)) if isinstance(n, fx.Node) else None
-                                                for n in result_nodes],
+                                                for n in traced.outputs],
         "optimizer": ({**optimizer.to_json(), "state": opt_state} if traced.training and optimizer else None),
         "rng": RNG_ID if uses_rng else None,
     }
@@ -353,17 +384,24 @@ def _fold_view(b: _Builder, n: fx.Node, tname: str, items: list[Any], multi: boo
 
 
 def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, tname: str, items: list[Any], multi: bool,
-            written: list[Any], item_name: dict[tuple[fx.Node, int], str]) -> bool:
+            written: list[Any], item_name: dict[tuple[fx.Node, int], str], inplace: _InPlace | None = None) -> bool:
     """Record one kernel call; returns whether it draws random numbers."""
+    if inplace is not None:
+        tname, written = inplace.target, list(inplace.written)
     persistent_write = bool(written) and all(b.tensors[b.ref(w)[0]].persistent for w in written)
     phase = "forward" if pos <= loss_pos or (n.target is _aten.copy_.default and persistent_write) else "backward"
-    kind = n.target._opname
+    kind = tname.split(".")[1] if inplace is not None else n.target._opname
     out_ids: list[str] = []
     out_refs: list[Any] = []
     new_keys = set()
     for i, t in enumerate(items):
         if not isinstance(t, torch.Tensor):
             out_refs.append(None)
+            continue
+        if inplace is not None and i in inplace.aliases:
+            ref = b.ref(inplace.aliases[i])
+            b.table.add(t, ref[0])
+            out_refs.append(ref)
             continue
         owner = b.table.owner(t)
         if owner is None:
@@ -408,6 +446,8 @@ def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, tname: str, items:
     cls = costs.op_class(kind)
     returns: Any = [r[0] if (r is not None and r[0] in out_ids) else None for r in out_refs] if multi else \
         (out_refs[0][0] if out_refs[0] is not None and out_refs[0][0] in out_ids else None)
+    if inplace is not None and multi:
+        returns = returns[:inplace.n_returns]
     extra = {
         "phase": phase,
         "aten": {"target": tname, "args": args_enc, "kwargs": kwargs_enc, "returns": returns},
@@ -420,7 +460,49 @@ def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, tname: str, items:
     return random
 
 
-def _add_update(b: _Builder, opt: OptimizerSpec, pname: str, ptid: str, grad: fx.Node) -> dict[str, str]:
+def _add_copy(b: _Builder, dst: str, src: Ref) -> None:
+    """`dst.copy_(src)`: a functionalized in-place update of a persistent tensor, done in place again."""
+    t = b.tensors[dst]
+    nbytes = 2 * t.bytes
+    dtype = t.extra.get("dtype", "float32")
+    extra = {
+        "phase": "forward",
+        "aten": {"target": "aten.copy_.default", "args": [{"t": dst}, encode_ref(src)], "kwargs": {}, "returns": None},
+        "cost": {"flops": 0, "io_bytes": nbytes, "dtype": dtype, "class": "vector", "time_s_source": "roofline",
+                 "cpu_time_s_source": "roofline"},
+    }
+    b.add_op(Op(f"update:{dst}", "copy_", tuple(dict.fromkeys([dst, src[0]])), (),
+                costs.roofline_s(0, nbytes, dtype, "vector", b.model.gpu), 0, (), (dst,),
+                costs.roofline_s(0, nbytes, dtype, "vector", b.model.cpu), extra))
+
+
+def _add_sum(b: _Builder, ptid: str, a: Ref, c: Ref, alias: str) -> Ref:
+    """The gradient of a tied parameter: what flowed through its first name plus what flowed through `alias`."""
+    p = b.tensors[ptid]
+    shape = p.extra["shape"]
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.insert(0, acc)
+        acc *= s
+    tid = f"grad_sum:{alias}"
+    b.add_tensor(Tensor(tid, p.bytes, "gradient", False, {"dtype": p.extra["dtype"], "shape": list(shape),
+                                                          "stride": stride, "storage_offset": 0}))
+    nbytes = 3 * p.bytes
+    numel = acc
+    dtype = p.extra["dtype"]
+    extra = {
+        "phase": "backward",
+        "aten": {"target": "aten.add.Tensor", "args": [encode_ref(a), encode_ref(c)], "kwargs": {}, "returns": tid},
+        "cost": {"flops": numel, "io_bytes": nbytes, "dtype": dtype, "class": "vector", "time_s_source": "roofline",
+                 "cpu_time_s_source": "roofline"},
+    }
+    b.add_op(Op(tid, "add", tuple(dict.fromkeys([a[0], c[0]])), (tid,),
+                costs.roofline_s(numel, nbytes, dtype, "vector", b.model.gpu), 0, (), (),
+                costs.roofline_s(numel, nbytes, dtype, "vector", b.model.cpu), extra))
+    return (tid, ())
+
+
+def _add_update(b: _Builder, opt: OptimizerSpec, pname: str, ptid: str, gref: Ref) -> dict[str, str]:
     p = b.tensors[ptid]
     state: dict[str, str] = {}
     for key in opt.state_keys(pname):
@@ -428,7 +510,6 @@ def _add_update(b: _Builder, opt: OptimizerSpec, pname: str, ptid: str, grad: fx
         b.add_tensor(Tensor(sid, p.bytes, "optimizer_state", True, {k: p.extra[k] for k in
                                                                    ("dtype", "shape", "stride", "storage_offset")}))
         state[key] = sid
-    gref = b.ref(grad)
     inputs = [ptid, gref[0], *state.values()]
     updates = [ptid, *state.values()]
     flops_el, rw = opt.cost_per_element(pname)

@@ -12,7 +12,8 @@ nn = torch.nn
 F = torch.nn.functional
 
 from hybrid.capture import capture, portable_kernels  # noqa: E402
-from hybrid.capture.interpreter import ReplayContext, bind, replay_step, run_graph, run_op  # noqa: E402
+from hybrid.capture.interpreter import (  # noqa: E402
+    ReplayContext, bind, eager_step, mismatches, replay_step, run_graph, run_op)
 from hybrid.errors import HybridError  # noqa: E402
 from hybrid.graph import Graph  # noqa: E402
 from hybrid.graph_arrays import dependency_edges  # noqa: E402
@@ -60,7 +61,7 @@ def adam_graph(net: Net) -> Graph:
     return capture(net, (x,), F.cross_entropy, t, optimizer="adam", lr=1e-2, name="net")
 
 
-def eager_step(module: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, t: torch.Tensor, seed: int):
+def train_step(module: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, t: torch.Tensor, seed: int):
     torch.manual_seed(seed)
     opt.zero_grad(set_to_none=True)
     with portable_kernels():
@@ -263,7 +264,7 @@ def test_replay_matches_eager_adam_bitwise(net: Net, adam_graph: Graph) -> None:
     eager = copy.deepcopy(net)
     opt = torch.optim.Adam(eager.parameters(), lr=1e-2)
     before = copy.deepcopy(net)
-    loss, grads = eager_step(eager, opt, x, t, seed=7)
+    loss, grads = train_step(eager, opt, x, t, seed=7)
     result = replay_step(adam_graph, net, (x,), t, seed=7)
     assert_same(result, eager, opt, loss, grads)
     # The module itself is not modified by a replay.
@@ -300,7 +301,7 @@ def test_replay_in_another_valid_order_still_matches(net: Net, adam_graph: Graph
     x, t = make_batch()
     eager = copy.deepcopy(net)
     opt = torch.optim.Adam(eager.parameters(), lr=1e-2)
-    loss, grads = eager_step(eager, opt, x, t, seed=3)
+    loss, grads = train_step(eager, opt, x, t, seed=3)
     assert_same(replay_step(adam_graph, net, (x,), t, seed=3, schedule=order), eager, opt, loss, grads)
 
 
@@ -319,13 +320,13 @@ def test_replay_sgd_momentum_over_two_steps() -> None:
     eager = copy.deepcopy(m)
     opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
     # Step 1 starts the momentum buffers; step 2 (replayed from eager's state after step 1) uses them.
-    loss, grads = eager_step(eager, opt, x, t, seed=11)
+    loss, grads = train_step(eager, opt, x, t, seed=11)
     r1 = replay_step(g, m, (x,), t, seed=11)
     assert_same(r1, eager, opt, loss, grads)
     mid = copy.deepcopy(eager)
     mid_opt = torch.optim.SGD(mid.parameters(), lr=0.1, momentum=0.9)
     mid_opt.load_state_dict(copy.deepcopy(opt.state_dict()))   # load_state_dict keeps the tensors
-    loss2, grads2 = eager_step(eager, opt, x, t, seed=12)
+    loss2, grads2 = train_step(eager, opt, x, t, seed=12)
     r2 = replay_step(g, mid, (x,), t, optimizer=mid_opt, seed=12)
     assert_same(r2, eager, opt, loss2, grads2)
 
@@ -343,3 +344,38 @@ def test_run_op_is_the_reusable_core(net: Net, adam_graph: Graph) -> None:
     env2, _ = bind(adam_graph, net, (x,), t)
     run_graph(adam_graph, env2)
     assert all(tid in env2 for tid in adam_graph.extra["bindings"]["params"].values())
+
+
+def test_tied_weights_are_one_tensor_with_summed_gradient() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(20, 8)
+            self.mix = nn.Linear(8, 8)
+            self.out = nn.Linear(8, 20, bias=False)
+            self.out.weight = self.emb.weight
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(torch.tanh(self.mix(self.emb(x))))
+
+    def loss(o: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(o.reshape(-1, 20), t.reshape(-1))
+
+    torch.manual_seed(0)
+    m = Tied()
+    x, t = torch.randint(0, 20, (3, 5)), torch.randint(0, 20, (3, 5))
+    g = capture(m, (x,), loss, t)
+    assert set(g.extra["bindings"]["params"]) == {"emb.weight", "mix.weight", "mix.bias"}
+    assert sum(t.bytes for t in g.tensors if t.kind == "param") == sum(p.numel() * 4 for p in m.parameters())
+    eager = copy.deepcopy(m)
+    reference = eager_step(eager, (x,), t, loss, optimizer=torch.optim.Adam(eager.parameters()), seed=0)
+    assert mismatches(replay_step(g, m, (x,), t, seed=0), reference) == []
+
+
+def test_mismatches_notices_a_different_dropout_mask(net: Net, adam_graph: Graph) -> None:
+    x, t = make_batch()
+    eager = copy.deepcopy(net)
+    reference = eager_step(eager, (x,), t, F.cross_entropy, optimizer=torch.optim.Adam(eager.parameters(), lr=1e-2),
+                           seed=1)
+    different = mismatches(replay_step(adam_graph, net, (x,), t, seed=2), reference)
+    assert "loss" in different and any(d.startswith("grads[") for d in different)

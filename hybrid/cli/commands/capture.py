@@ -76,6 +76,9 @@ def command(model: str, batch: int | None, optimizer: str, lr: float | None, mom
 
     if measure and profile_path is None:
         raise HybridError("--measure needs --profile FILE (where measured times are kept)")
+    if profile_path is not None and not measure and not profile_path.exists():
+        raise HybridError(f"profile file {str(profile_path)!r} does not exist; make it with `hybrid profile` "
+                          "or add --measure")
     device = device_from(None, kw)
     options: dict[str, object] = {}
     if momentum is not None:
@@ -95,15 +98,13 @@ def command(model: str, batch: int | None, optimizer: str, lr: float | None, mom
         from hybrid.capture.profile import Profile, apply_profile, measure_profile
 
         prof = Profile.load(profile_path) if profile_path.exists() else None
-        if prof is None and not measure:
-            raise HybridError(f"profile file {str(profile_path)!r} does not exist; make it with `hybrid profile` "
-                              "or add --measure")
         if measure:
             prof, report = measure_profile(graph, prof)
             prof.save(profile_path)
             click.echo(f"measured {report.measured} op signatures on {prof.device_name} ({report.reused} reused, "
                        f"{len(report.skipped)} ops skipped) -> {profile_path}", err=True)
-        graph = apply_profile(graph, prof)
+        if prof is not None:   # it exists: checked above, or just measured
+            graph = apply_profile(graph, prof)
     sha = graph.save(out_path)
     for line in summary_lines(graph, seconds):
         click.echo(line)

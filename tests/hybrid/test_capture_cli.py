@@ -1,0 +1,90 @@
+"""`hybrid capture` and `hybrid profile` from the command line, and profiles applied to graphs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from hybrid.capture.profile import Profile, apply_profile, op_signature  # noqa: E402
+from hybrid.cli.main import cli  # noqa: E402
+from hybrid.graph import Graph  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+SMALL = ["--model", "resnet-18", "--batch", "2", "--set", "image_size=32", "--set", "num_classes=10"]
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cap") / "g.json"
+    r = CliRunner().invoke(cli, ["capture", *SMALL, "--optimizer", "sgd", "--momentum", "0.9", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "captured resnet-18-b2" in r.output
+    return out
+
+
+def test_capture_writes_a_valid_graph(captured: Path) -> None:
+    g = Graph.load(captured)
+    assert g.device is not None and g.device.name == "v100-16gb"
+    assert g.extra["bindings"]["optimizer"]["name"] == "sgd"
+    state = [t for t in g.tensors if t.kind == "optimizer_state"]
+    assert sum(t.bytes for t in state) == sum(t.bytes for t in g.tensors if t.kind == "param")   # momentum
+    assert {o.kind for o in g.ops if o.extra["phase"] == "optimizer"} == {"sgd"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "resnet-7b", "--out", "x.json"], "unknown model"),
+    ([*SMALL, "--set", "image_size", "--out", "x.json"], "KEY=VALUE"),
+    ([*SMALL, "--optimizer", "adam", "--momentum", "0.9", "--out", "x.json"], "--momentum"),
+    ([*SMALL, "--optimizer", "none", "--lr", "0.1", "--out", "x.json"], "need an optimizer"),
+    ([*SMALL, "--measure", "--out", "x.json"], "--measure needs --profile"),
+    ([*SMALL, "--profile", "missing.prof.json", "--out", "x.json"], "does not exist"),
+])
+def test_capture_errors_are_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    args = [str(tmp_path / a) if a.endswith(".json") else a for a in args]
+    r = CliRunner().invoke(cli, ["capture", *args])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+
+
+def test_profile_measures_once_and_capture_reuses_it(captured: Path, tmp_path: Path) -> None:
+    prof, out = tmp_path / "cpu.prof.json", tmp_path / "measured.json"
+    r = CliRunner().invoke(cli, ["profile", "--graph", str(captured), "--profile", str(prof), "--backend", "cpu",
+                                 "--repeat", "1", "--warmup", "0", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    p = Profile.load(prof)
+    g = Graph.load(captured)
+    distinct = {op_signature(g, o) for o in g.ops}
+    assert p.backend == "cpu" and set(p.entries) == distinct and len(distinct) < len(g.ops)
+    measured = Graph.load(out)
+    assert all(o.extra["cost"]["cpu_time_s_source"] == "profile" for o in measured.ops)
+    assert all(o.extra["cost"]["time_s_source"] == "roofline" for o in measured.ops)
+    # A second run measures nothing new.
+    r = CliRunner().invoke(cli, ["profile", "--graph", str(captured), "--profile", str(prof), "--backend", "cpu"])
+    assert "measured 0 op signatures" in r.output and f"reused {len(distinct)}" in r.output
+    # Capture applies the cached times to a fresh graph.
+    again = tmp_path / "again.json"
+    r = CliRunner().invoke(cli, ["capture", *SMALL, "--optimizer", "sgd", "--momentum", "0.9", "--profile", str(prof),
+                                 "--out", str(again)])
+    assert r.exit_code == 0, r.output
+    assert [o.cpu_time_s for o in Graph.load(again).ops] == [o.cpu_time_s for o in measured.ops]
+
+
+def test_a_cuda_profile_sets_time_s(captured: Path) -> None:
+    g = Graph.load(captured)
+    convs = [o for o in g.ops if o.kind == "convolution"]
+    sig = op_signature(g, convs[0])
+    same = [o.id for o in convs if op_signature(g, o) == sig]
+    g2 = apply_profile(g, Profile("cuda", "test GPU", {sig: {"time_s": 0.25, "samples": 1}}))
+    for o in g2.ops:
+        if o.id in same:
+            assert o.time_s == 0.25 and o.extra["cost"]["time_s_source"] == "profile"
+            assert o.cpu_time_s == g.op(o.id).cpu_time_s
+        else:
+            assert o.time_s == g.op(o.id).time_s
+    assert g2.extra["capture"]["profiles"][-1]["ops_from_profile"] == len(same)
