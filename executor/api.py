@@ -1,0 +1,197 @@
+"""The public API: run a captured training step under a plan, N times, and optionally check it.
+
+    from executor import execute
+    result = execute(graph, plan, module, x, y, loss_fn=F.cross_entropy, iters=20, device="cuda", check=True)
+    print(result.summary.makespan_s, result.comparison.max_abs_diff)
+
+`Executor` is the lower-level handle (load once, run, read state).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from hybrid.capture.interpreter import StepResult, bind
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+
+from executor.check import Batches, Comparison, compare, iteration_seed, train_eager
+from executor.device_pool import PoolStats
+from executor.measure import Summary, summarize
+from executor.program import Program, compile_program
+from executor.runtime import IterationRecord, Runtime
+from executor.streams import make_backend
+
+
+def _bindings(graph: Graph) -> dict[str, Any]:
+    b = graph.extra.get("bindings")
+    if not isinstance(b, dict):
+        raise HybridError(f"graph {graph.name!r} has no 'bindings'; only graphs from hybrid capture can be executed")
+    return b
+
+
+class Executor:
+    """A plan made runnable: pools allocated, program compiled. Load a module's state, then run iterations."""
+
+    def __init__(self, graph: Graph, plan: Plan, device: str = "cpu", *, validate: bool = True,
+                 timing: bool = True, sanitize: bool = False) -> None:
+        if validate:
+            from hybrid.validator import check
+
+            check(graph, plan)
+        _bindings(graph)
+        self.graph = graph
+        self.plan = plan
+        self.backend = make_backend(device, poison=sanitize)
+        self.runtime = Runtime(graph, plan, self.backend, compile_program(graph, plan), timing=timing,
+                               check_races=sanitize)
+        self.records: list[IterationRecord] = []
+        self.losses: list[torch.Tensor] = []
+        self._keep_grads = False
+        self._module: torch.nn.Module | None = None
+        b = _bindings(graph)
+        if isinstance(b.get("loss"), dict):
+            self.runtime.watch("loss", b["loss"])
+
+    @property
+    def device(self) -> torch.device:
+        return self.backend.device
+
+    def keep_grads(self) -> None:
+        """Also snapshot every gradient of the last iteration (copied to the host: for checks, not for speed)."""
+        for name, ref in _bindings(self.graph).get("grads", {}).items():
+            if isinstance(ref, dict):
+                self.runtime.watch(f"grad:{name}", ref)
+        self._keep_grads = True
+
+    def load(self, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,
+             optimizer: Any = None) -> None:
+        """Start from `module`'s parameters and buffers (and `optimizer`'s state, if given) and this batch."""
+        env, step = bind(self.graph, module, args, target, kwargs, optimizer, device="cpu")
+        self.runtime.load(env, step)
+        self._module = module
+
+    def set_batch(self, args: Any, target: Any = None, kwargs: dict | None = None) -> None:
+        """Feed the next iteration another batch (same shapes as captured)."""
+        b = _bindings(self.graph)
+        if not isinstance(args, tuple):
+            args = (args,)
+        leaves = [x for x in pytree.tree_leaves((args, dict(kwargs or {}))) if isinstance(x, torch.Tensor)]
+        tleaves = [x for x in pytree.tree_leaves(target) if isinstance(x, torch.Tensor)]
+        if len(leaves) != len(b["inputs"]) or len(tleaves) != len(b["targets"]):
+            raise HybridError(f"the graph takes {len(b['inputs'])} input and {len(b['targets'])} target tensors; "
+                              f"the batch has {len(leaves)} and {len(tleaves)}")
+        for tid, x in zip(b["inputs"] + b["targets"], leaves + tleaves):
+            self.runtime.set_value(tid, x)
+
+    def run(self, iters: int, seed: int | None = 0, batches: Batches | None = None) -> list[IterationRecord]:
+        """Run `iters` iterations; iteration k seeds torch with seed + k (None: no seeding)."""
+        if iters < 1:
+            raise HybridError(f"--iters must be at least 1, got {iters}")
+        out = []
+        for _ in range(iters):
+            k = len(self.records)
+            if batches is not None:
+                a, t = batches(k)
+                self.set_batch(a, t)
+            rec = self.runtime.run_iteration(None if seed is None else iteration_seed(seed, k))
+            loss = self.runtime.snapshots.get("loss")
+            if loss is not None:
+                loss = loss.detach().to("cpu", copy=True)
+                rec.loss = float(loss)
+                self.losses.append(loss)
+            self.records.append(rec)
+            out.append(rec)
+        return out
+
+    def state(self) -> StepResult:
+        """Parameters, buffers and optimizer state now (CPU copies), and the last gradients if kept."""
+        b = _bindings(self.graph)
+        rt = self.runtime
+        params = {n: rt.value(t) for n, t in b["params"].items()}
+        buffers = {n: rt.value(t) for n, t in b["buffers"].items()}
+        state: dict[str, dict[str, torch.Tensor]] = {}
+        if b.get("optimizer"):
+            state = {n: {k: rt.value(t) for k, t in keys.items()} for n, keys in b["optimizer"]["state"].items()}
+        grads = {n[5:]: v for n, v in rt.snapshots.items() if n.startswith("grad:")}
+        loss = self.losses[-1] if self.losses else None
+        return StepResult(loss, grads, params, buffers, state, [])
+
+    def write_back(self, module: torch.nn.Module) -> None:
+        """Copy the trained parameters and buffers into `module` (e.g. to save or evaluate it)."""
+        st = self.state()
+        with torch.no_grad():
+            for n, p in module.named_parameters():
+                if n in st.params:
+                    p.copy_(st.params[n])
+            for n, buf in module.named_buffers():
+                if n in st.buffers:
+                    buf.copy_(st.buffers[n])
+
+    def memory(self) -> dict[str, Any]:
+        p: PoolStats = self.runtime.pool.stats
+        out: dict[str, Any] = {"plan_memory_bytes": self.plan.device.memory_bytes, "pool": p.to_json(),
+                               "host_pool_bytes": self.runtime.host.nbytes, "pinned": self.runtime.host.pinned}
+        if self.backend.name == "cuda":
+            out["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.backend.device))
+        return out
+
+    def summary(self) -> Summary:
+        return summarize(self.runtime.program, self.records, self.memory())
+
+
+@dataclass
+class ExecutionResult:
+    summary: Summary
+    records: list[IterationRecord]
+    losses: list[float]
+    state: StepResult
+    comparison: Comparison | None = None
+    program: Program | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target: Any = None, *,
+            loss_fn: Any = None, kwargs: dict | None = None, iters: int = 1, device: str = "cpu", seed: int = 0,
+            check: bool = False, keep_grads: bool = False, batches: Batches | None = None, timing: bool = True,
+            sanitize: bool = False, atol: float | None = None, rtol: float | None = None,
+            validate: bool = True) -> ExecutionResult:
+    """Train `module` for `iters` iterations under `plan`; `module` itself is not modified.
+
+    With `check`, the same number of eager steps from the same seed train a
+    copy of `module` (`loss_fn(output, target)` as captured) and every loss,
+    parameter, buffer and optimizer state is compared: bitwise on CPU
+    (atol = rtol = 0 by default), within atol=1e-5, rtol=1e-4 on CUDA.
+    `sanitize`: check every node's accesses for stream races (executor.races)
+    and, on CPU, poison released device memory so a stale read shows.
+    """
+    ex = Executor(graph, plan, device, validate=validate, timing=timing, sanitize=sanitize)
+    if keep_grads:
+        ex.keep_grads()
+    if torch.cuda.is_available() and ex.backend.name == "cuda":
+        torch.cuda.reset_peak_memory_stats(ex.device)
+    ex.load(module, args, target, kwargs)
+    ex.run(iters, seed, batches)
+    state = ex.state()
+    comparison = None
+    if check:
+        ref_module = copy.deepcopy(module).to(ex.device)
+        dev = ex.device
+
+        def to_dev(x: Any) -> Any:
+            return pytree.tree_map(lambda v: v.to(dev) if isinstance(v, torch.Tensor) else v, x)
+
+        eb = None if batches is None else (lambda k: to_dev(batches(k)))
+        eager = train_eager(graph, ref_module, to_dev(args), to_dev(target), loss_fn, iters, seed,
+                            to_dev(kwargs), eb)
+        cuda = ex.backend.name == "cuda"
+        comparison = compare(ex.losses, state, eager,
+                             atol=(1e-5 if cuda else 0.0) if atol is None else atol,
+                             rtol=(1e-4 if cuda else 0.0) if rtol is None else rtol, grads=keep_grads)
+    return ExecutionResult(ex.summary(), ex.records, [float(x) for x in ex.losses], state, comparison,
+                           ex.runtime.program)

@@ -1,0 +1,148 @@
+"""The reference: train the same module eagerly from the same seed and compare with the executor.
+
+Eager steps run as `hybrid.capture.interpreter.eager_step` does (under
+`portable_kernels()`, torch.optim with `foreach=False`, the optimizer the graph
+was captured with), and iteration `k` seeds torch with `seed + k` right before
+its forward, as the executor does before its first node. On CPU the executor
+must reproduce eager training bitwise; on CUDA within a tolerance.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from hybrid.capture.interpreter import StepResult, eager_step
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+
+Batches = Callable[[int], tuple[Any, Any]]   # iteration -> (forward args, target)
+
+
+def iteration_seed(seed: int, iteration: int) -> int:
+    return int(seed) + int(iteration)
+
+
+def torch_optimizer(graph: Graph, module: torch.nn.Module) -> torch.optim.Optimizer | None:
+    """The torch.optim optimizer (single-tensor path) matching the graph's optimizer ops, for `module`."""
+    b = graph.extra.get("bindings", {})
+    spec = b.get("optimizer")
+    if not spec:
+        return None
+    classes = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    if spec["name"] not in classes:
+        raise HybridError(f"graph uses optimizer {spec['name']!r}; the eager reference knows {', '.join(classes)}")
+    named = dict(module.named_parameters())
+    groups = []
+    for grp in spec["groups"]:
+        hyper = {k: (tuple(v) if k == "betas" else v) for k, v in grp["hyper"].items()}
+        params = [named[n] for n in grp["params"] if n in named]
+        if params:
+            groups.append({"params": params, **hyper})
+    return classes[spec["name"]](groups, foreach=False)
+
+
+@dataclass
+class EagerRun:
+    losses: list[torch.Tensor]
+    final: StepResult
+
+
+def train_eager(graph: Graph, module: torch.nn.Module, args: Any, target: Any, loss_fn: Any, iters: int,
+                seed: int = 0, kwargs: dict | None = None, batches: Batches | None = None) -> EagerRun:
+    """`iters` eager training steps of `module` (modified in place; pass a copy)."""
+    opt = torch_optimizer(graph, module)
+    losses: list[torch.Tensor] = []
+    res: StepResult | None = None
+    for k in range(iters):
+        a, t = batches(k) if batches is not None else (args, target)
+        res = eager_step(module, a, t, loss_fn, kwargs, opt, seed=iteration_seed(seed, k))
+        losses.append(res.loss.detach().clone())
+    if res is None:
+        raise HybridError("iterations must be at least 1")
+    return EagerRun(losses, res)
+
+
+@dataclass
+class Comparison:
+    """Executor vs eager: every loss, parameter, buffer and optimizer state (and gradient when kept)."""
+
+    values: int
+    max_abs_diff: float
+    worst: str
+    mismatched: list[str] = field(default_factory=list)    # not bitwise equal
+    beyond_tolerance: list[str] = field(default_factory=list)
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    @property
+    def bitwise(self) -> bool:
+        return not self.mismatched
+
+    @property
+    def ok(self) -> bool:
+        return not self.beyond_tolerance
+
+    def to_json(self) -> dict[str, Any]:
+        return {"values": self.values, "max_abs_diff": self.max_abs_diff, "worst": self.worst,
+                "bitwise": self.bitwise, "ok": self.ok, "atol": self.atol, "rtol": self.rtol,
+                "mismatched": self.mismatched[:50], "beyond_tolerance": self.beyond_tolerance[:50]}
+
+
+def _pairs(losses: list[torch.Tensor | float], final: StepResult, eager: EagerRun,
+           grads: bool) -> list[tuple[str, Any, Any]]:
+    out: list[tuple[str, Any, Any]] = []
+    for k, (a, b) in enumerate(zip(losses, eager.losses)):
+        out.append((f"loss[{k}]", a, b))
+    ref = eager.final
+    for group in ("params", "buffers"):
+        mine = getattr(final, group)
+        for n, v in getattr(ref, group).items():
+            out.append((f"{group}[{n}]", mine.get(n), v))
+    for n, st in ref.state.items():
+        for key, v in st.items():
+            out.append((f"state[{n}][{key}]", final.state.get(n, {}).get(key), v))
+    if grads:
+        for n, v in ref.grads.items():
+            out.append((f"grads[{n}]", final.grads.get(n), v))
+    return out
+
+
+def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerRun, atol: float = 0.0,
+            rtol: float = 0.0, grads: bool = False) -> Comparison:
+    worst, worst_name = 0.0, ""
+    mismatched: list[str] = []
+    beyond: list[str] = []
+    pairs = _pairs(losses, final, eager, grads)
+    if len(losses) != len(eager.losses):
+        mismatched.append("losses (count)")
+        beyond.append("losses (count)")
+    for name, a, b in pairs:
+        if a is None or b is None:
+            if not (a is None and b is None):
+                mismatched.append(name)
+                beyond.append(name)
+            continue
+        a = torch.as_tensor(a).detach().to("cpu")
+        b = torch.as_tensor(b).detach().to("cpu")
+        if a.shape != b.shape or a.dtype != b.dtype:
+            mismatched.append(name)
+            beyond.append(name)
+            continue
+        if torch.equal(a, b):
+            continue
+        mismatched.append(name)
+        if a.is_floating_point() or a.is_complex():
+            diff = (a.double() - b.double()).abs()
+            d = float(diff.max()) if diff.numel() else 0.0
+            if math.isnan(d) or bool(torch.isnan(diff).any()):
+                d = float("inf")
+        else:
+            d = float((a.long() - b.long()).abs().max())
+        if d > worst:
+            worst, worst_name = d, name
+        if not torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=False):
+            beyond.append(name)
+    return Comparison(len(pairs), worst, worst_name, mismatched, beyond, atol, rtol)

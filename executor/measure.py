@@ -1,0 +1,146 @@
+"""What an execution measured, and how it compares with the simulator.
+
+- Iteration time: host wall time per iteration (issue to final synchronize),
+  and the device makespan (first to last event; CUDA events on a GPU).
+- Per stream (from each node's start/end events): busy time, and stall = the
+  gaps between consecutive nodes of that stream, i.e. time it sat waiting on
+  another stream's event (or on the host issuing work).
+- Measured vs simulated: the plan's makespan (simulated with the graph's op
+  times) against the measured makespan, and the augmented graph re-simulated
+  with the *measured* node durations, which separates errors in the op-time
+  model from errors in the stream model.
+- Peak device memory: the pool's own accounting (live device copies), its
+  buffer, the copy fallback's largest transient, and on CUDA
+  torch.cuda.max_memory_allocated (everything PyTorch allocated, kernels'
+  scratch included).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hybrid import swap_kernel as K
+from hybrid.simulator import simulate
+
+from executor.program import Program
+from executor.runtime import IterationRecord
+from executor.streams import STREAM_NAMES
+
+
+@dataclass
+class Summary:
+    iterations: int
+    measured_from: int                  # first iteration counted (the first is warm-up when there are several)
+    wall_s: float                       # median host time per iteration
+    makespan_s: float                   # median device makespan per iteration
+    simulated_s: float                  # the plan's makespan
+    resimulated_s: float | None         # augmented graph re-timed with the measured durations
+    ratio: float                        # makespan_s / simulated_s
+    busy_s: dict[str, float] = field(default_factory=dict)
+    stall_s: dict[str, float] = field(default_factory=dict)
+    op_modes: dict[str, int] = field(default_factory=dict)
+    copy_bytes: int = 0
+    copy_s: float = 0.0
+    transient_peak_bytes: int = 0
+    copy_targets: dict[str, str] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _stream_of(program: Program) -> np.ndarray:
+    return np.array([st.stream for st in program.steps], dtype=np.int64)
+
+
+def node_durations(records: list[IterationRecord], n: int) -> np.ndarray:
+    """Median measured duration per node over the records that have times (0 for frees)."""
+    rows = [r.end - r.start for r in records if r.start is not None]
+    if not rows:
+        return np.zeros(n)
+    return np.median(np.nan_to_num(np.vstack(rows), nan=0.0), axis=0)
+
+
+def stream_times(program: Program, rec: IterationRecord) -> tuple[dict[str, float], dict[str, float]]:
+    busy: dict[str, float] = {}
+    stall: dict[str, float] = {}
+    if rec.start is None or rec.end is None:
+        return busy, stall
+    streams = _stream_of(program)
+    for s, name in enumerate(STREAM_NAMES):
+        idx = np.nonzero(streams == s)[0]
+        if len(idx) == 0:
+            busy[name] = stall[name] = 0.0
+            continue
+        st, en = rec.start[idx], rec.end[idx]
+        busy[name] = float(np.sum(en - st))
+        prev_end = np.concatenate(([0.0], en[:-1]))
+        stall[name] = float(np.sum(np.maximum(0.0, st - prev_end)))
+    return busy, stall
+
+
+def summarize(program: Program, records: list[IterationRecord], memory: dict[str, Any] | None = None) -> Summary:
+    first = 1 if len(records) > 1 else 0
+    use = records[first:]
+    wall = statistics.median(r.wall_s for r in use)
+    mk = statistics.median(r.makespan_s for r in use)
+    sim = float(program.plan.makespan_s)
+    resim = None
+    if use and use[0].start is not None:
+        aug = program.aug
+        dur = node_durations(use, program.n_nodes)
+        dur[aug.kind == K.FREE] = 0.0
+        _, end = simulate(aug.kind, dur, aug.dep_ptr, aug.dep_idx, serialize=program.serialize)
+        resim = float(end.max()) if len(end) else 0.0
+    busy: dict[str, list[float]] = {}
+    stall: dict[str, list[float]] = {}
+    for r in use:
+        b, s = stream_times(program, r)
+        for k, v in b.items():
+            busy.setdefault(k, []).append(v)
+        for k, v in s.items():
+            stall.setdefault(k, []).append(v)
+    last = use[-1].ops
+    return Summary(
+        iterations=len(records), measured_from=first, wall_s=wall, makespan_s=mk, simulated_s=sim,
+        resimulated_s=resim, ratio=(mk / sim) if sim > 0 else float("nan"),
+        busy_s={k: statistics.median(v) for k, v in busy.items()},
+        stall_s={k: statistics.median(v) for k, v in stall.items()},
+        op_modes=dict(last.ops_by_mode), copy_bytes=last.copy_bytes,
+        copy_s=statistics.median(r.ops.copy_s for r in use), transient_peak_bytes=last.transient_peak_bytes,
+        copy_targets=dict(last.copy_targets), memory=dict(memory or {}),
+    )
+
+
+def to_profile(program: Program, records: list[IterationRecord], backend: str, device_name: str) -> Any:
+    """Measured compute times as a hybrid-profile/1 (hybrid.capture.profile), to feed back into capture.
+
+    Entries are keyed by op signature with the median over the op's runs; a
+    `cuda` profile sets ops' `time_s` and a `cpu` one their `cpu_time_s` when
+    applied with hybrid.capture.profile.apply_profile.
+    """
+    import torch
+
+    from hybrid.capture.profile import Profile, op_signature
+
+    g = program.graph
+    samples: dict[str, list[float]] = {}
+    targets: dict[str, str] = {}
+    for r in records:
+        if r.start is None:
+            continue
+        for st in program.steps:
+            if st.kind != K.COMPUTE:
+                continue
+            op = g.ops[st.ref]
+            sig = op_signature(g, op)
+            if sig is None:
+                continue
+            samples.setdefault(sig, []).append(float(r.end[st.node] - r.start[st.node]))
+            targets[sig] = op.extra["aten"]["target"]
+    entries = {sig: {"time_s": statistics.median(v), "samples": len(v), "target": targets[sig],
+                     "source": "hybrid execute"} for sig, v in samples.items()}
+    return Profile(backend, device_name, entries, torch.__version__)

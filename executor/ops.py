@@ -1,0 +1,179 @@
+"""Run a captured op so that its outputs land in the slots the plan gave them.
+
+Each op's recorded aten call (hybrid.capture) is resolved once into a call
+mode:
+- `out`: the op has a native `out=` overload (same arguments plus keyword-only
+  outputs, e.g. `aten.mm.out`, `aten.add.out`, `threshold_backward.grad_input`);
+  it writes straight into the output slots, with no extra memory or copy.
+- `copy` (the fallback): the functional op runs, PyTorch allocates its result
+  outside the pool, and the result is copied into the slot and dropped. This
+  is used when there is no out= overload (e.g. `_native_batch_norm_legit_functional`),
+  when torch's out= overload is *generated* (it does exactly this internally:
+  functional call, then copy; e.g. `convolution.out`, `relu.out`), for random
+  ops (so they draw random numbers exactly as the eager op does), and when some
+  of the op's outputs are not graph tensors. Its cost is counted per
+  iteration: ops, bytes copied, time spent copying, and the largest transient
+  (result bytes briefly held outside the pool).
+- `inplace`: the op only updates its inputs (buffer `copy_`s); `optimizer`:
+  the per-parameter optimizer step (hybrid.capture.optimizers), in place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from hybrid.capture.encoding import DecodeContext, decode_value, resolve_target
+from hybrid.errors import HybridError
+from hybrid.graph import Graph, Op
+
+OUT, COPY, INPLACE, OPTIMIZER = "out", "copy", "inplace", "optimizer"
+
+# Ops whose out= overload exists but must not be used (none known; add with the reason if one is found).
+DENY_OUT: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class OpCall:
+    op: Op
+    fn: Callable
+    mode: str
+    reason: str                       # why this mode (for the copy fallback: why no out= variant)
+    args: Any
+    kwargs: dict[str, Any]
+    out_fn: Callable | None = None
+    out_names: tuple[str, ...] = ()
+    out_ids: tuple[str | None, ...] = ()   # returned graph tensors, in return order (None: not a graph tensor)
+    copy_bytes: int = 0               # bytes the copy fallback copies per run
+
+
+@dataclass
+class OpStats:
+    """Per iteration: how ops wrote their outputs and what the copy fallback cost."""
+
+    ops_by_mode: dict[str, int] = field(default_factory=dict)
+    copy_bytes: int = 0
+    copy_s: float = 0.0
+    transient_peak_bytes: int = 0     # largest functional result held outside the pool (copy fallback)
+    copy_targets: dict[str, str] = field(default_factory=dict)   # aten target -> reason, for the report
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ops_by_mode": dict(self.ops_by_mode), "copy_bytes": self.copy_bytes, "copy_s": self.copy_s,
+                "transient_peak_bytes": self.transient_peak_bytes, "copy_targets": dict(self.copy_targets)}
+
+
+def _writes_arguments(schema: Any) -> bool:
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def out_variant(fn: Any) -> tuple[Any, tuple[str, ...], str]:
+    """(out overload, its output argument names, '') or (None, (), why not) for an aten OpOverload."""
+    schema = getattr(fn, "_schema", None)
+    if schema is None:
+        return None, (), "not an aten op"
+    name = str(fn)
+    if name in DENY_OUT:
+        return None, (), DENY_OUT[name]
+    if _writes_arguments(schema):
+        return None, (), "the op also updates its arguments"
+    if torch.Tag.nondeterministic_seeded in fn.tags:
+        return None, (), "random op (run as recorded so it draws the same numbers)"
+    base = [(a.name, str(a.type), a.kwarg_only) for a in schema.arguments]
+    packet = fn.overloadpacket
+    generated = False
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)
+        cs = cand._schema
+        outs = [a for a in cs.arguments if a.is_out]
+        if not outs or len(outs) != len(schema.returns) or any(str(a.type) != "Tensor" for a in outs):
+            continue
+        if [(a.name, str(a.type), a.kwarg_only) for a in cs.arguments if not a.is_out] != base:
+            continue
+        if torch.Tag.generated in cand.tags:
+            generated = True
+            continue
+        return cand, tuple(a.name for a in outs), ""
+    if generated:
+        return None, (), "torch's out= overload is generated (a functional call and a copy, like this fallback)"
+    return None, (), "no out= overload"
+
+
+def compile_op(graph: Graph, op: Op) -> OpCall:
+    rec = op.extra.get("aten")
+    if not isinstance(rec, dict) or "target" not in rec:
+        raise HybridError(f"op {op.id!r} has no 'aten' record; only graphs from hybrid capture can be executed")
+    target = rec["target"]
+    fn = resolve_target(target)
+    args = rec.get("args", [])
+    kwargs = rec.get("kwargs", {})
+    if target.startswith("hybrid."):
+        return OpCall(op, fn, OPTIMIZER, "optimizer step, in place", args, kwargs)
+    ret = rec.get("returns")
+    ids: tuple[str | None, ...] = tuple(ret) if isinstance(ret, list) else (ret,)
+    if all(t is None for t in ids):
+        return OpCall(op, fn, INPLACE, "updates its inputs in place", args, kwargs)
+    out_fn, names, why = out_variant(fn)
+    if out_fn is not None and any(t is None for t in ids):
+        out_fn, why = None, "some outputs are not graph tensors"
+    if out_fn is not None and len(names) != len(ids):
+        out_fn, why = None, "out= overload returns a different number of tensors"
+    if out_fn is not None:
+        return OpCall(op, fn, OUT, "native out= overload", args, kwargs, out_fn, names, ids)
+    nbytes = sum(graph.tensor(t).bytes for t in ids if t is not None)
+    return OpCall(op, fn, COPY, why, args, kwargs, None, (), ids, nbytes)
+
+
+class OpRunner:
+    """Decodes and runs compiled ops against `env` (graph tensor id -> device tensor)."""
+
+    def __init__(self, graph: Graph, device: torch.device) -> None:
+        self.graph = graph
+        self.device = device
+        self.calls = [compile_op(graph, op) for op in graph.ops]
+        self._checked: set[int] = set()
+
+    def _decode(self, call: OpCall, env: dict[str, torch.Tensor]) -> tuple[list, dict]:
+        ctx = DecodeContext(env, self.device)
+        return decode_value(call.args, ctx), {k: decode_value(v, ctx) for k, v in call.kwargs.items()}
+
+    def run_direct(self, o: int, env: dict[str, torch.Tensor], step: int) -> None:
+        """Modes out, inplace and optimizer: nothing to copy afterwards."""
+        call = self.calls[o]
+        args, kwargs = self._decode(call, env)
+        if call.mode == OPTIMIZER:
+            call.fn(*args, step=step, **kwargs)
+        elif call.mode == INPLACE:
+            call.fn(*args, **kwargs)
+        else:
+            slots = [env[t] for t in call.out_ids]  # type: ignore[index]
+            res = call.out_fn(*args, **kwargs, **dict(zip(call.out_names, slots)))  # type: ignore[misc]
+            if o not in self._checked:
+                got = res if isinstance(res, (tuple, list)) else (res,)
+                for t, r, s in zip(call.out_ids, got, slots):
+                    if not isinstance(r, torch.Tensor) or r.data_ptr() != s.data_ptr() or r.shape != s.shape:
+                        raise HybridError(f"op {call.op.id!r}: {call.out_fn} did not write {t!r} into its slot")
+                self._checked.add(o)
+
+    def compute(self, o: int, env: dict[str, torch.Tensor]) -> list[torch.Tensor | None]:
+        """Copy fallback, part 1: the functional op's results (allocated outside the pool)."""
+        call = self.calls[o]
+        args, kwargs = self._decode(call, env)
+        res = call.fn(*args, **kwargs)
+        got = list(res) if isinstance(res, (tuple, list)) else [res]
+        if len(got) != len(call.out_ids):
+            raise HybridError(f"op {call.op.id!r} returned {len(got)} values, the graph records {len(call.out_ids)}")
+        return got
+
+    def store(self, o: int, env: dict[str, torch.Tensor], results: list[torch.Tensor | None]) -> None:
+        """Copy fallback, part 2: results into their slots (same bytes: the slot has the recorded strides)."""
+        call = self.calls[o]
+        for t, r in zip(call.out_ids, results):
+            if t is None:
+                continue
+            slot = env[t]
+            if not isinstance(r, torch.Tensor) or r.shape != slot.shape or r.dtype != slot.dtype:
+                what = f"{r.dtype} {list(r.shape)}" if isinstance(r, torch.Tensor) else type(r).__name__
+                raise HybridError(f"op {call.op.id!r} produced {t!r} as {what}, but the graph records "
+                                  f"{slot.dtype} {list(slot.shape)}")
+            slot.copy_(r)

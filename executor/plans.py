@@ -1,0 +1,125 @@
+"""Quick plans to run without a search: a size-class pool that fits, or the Belady byte-budget plan.
+
+The GA (`hybrid optimize`) finds better plans; these exist so that a model
+can be executed at a given memory straight away (tests, benchmarks, the
+README example). `merged_class_pool` starts from one class per tensor size
+and merges neighbouring sizes while that lowers the pool's floor (the
+objects a single op needs at once, at its class's size), until the floor
+leaves room to spare in the memory; object counts then follow each class's
+share of the unswapped peak, scaled to fit, as `hybrid.allocation.per_size_pool`
+does.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from hybrid.allocation import PoolArrays, class_pool, distinct_sizes, size_index
+from hybrid.baselines import run_baseline
+from hybrid.device import Device
+from hybrid.errors import HybridError, InfeasibleError
+from hybrid.graph import Graph
+from hybrid.info import unswapped_peak
+from hybrid.plan import Plan
+from hybrid.plan_build import to_plan
+from hybrid.schedule import program_order
+from hybrid.swap_planner import SwapPlanner
+
+
+def _touch_matrix(g: Graph) -> np.ndarray:
+    """[ops x sizes]: how many tensors of each distinct size an op touches (inputs and outputs)."""
+    a = g.arrays
+    sidx = size_index(g)
+    m = np.zeros((a.n_ops, len(distinct_sizes(g))), dtype=np.int64)
+    for o in range(a.n_ops):
+        ts = np.concatenate([a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]], a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]])
+        np.add.at(m[o], sidx[ts], 1)
+    return m
+
+
+def _live_matrix(g: Graph, order: np.ndarray) -> np.ndarray:
+    """[sizes x steps]: tensors of each size alive at each step of an unswapped run of `order`."""
+    a = g.arrays
+    n = a.n_ops
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    last = np.full(a.n_tensors, -1, dtype=np.int64)
+    reader = np.repeat(np.arange(n), np.diff(a.in_ptr))
+    np.maximum.at(last, a.in_idx, pos[reader])
+    first = np.where(a.t_producer >= 0, pos[np.maximum(a.t_producer, 0)], 0)
+    last = np.maximum(last, first)
+    first = np.where(a.t_persistent, 0, first)
+    last = np.where(a.t_persistent, n - 1, last)
+    counts = np.zeros((len(distinct_sizes(g)), n + 1), dtype=np.int64)
+    sidx = size_index(g)
+    np.add.at(counts, (sidx, first), 1)
+    np.add.at(counts, (sidx, last + 1), -1)
+    return np.cumsum(counts, axis=1)[:, :n]
+
+
+def merged_class_pool(g: Graph, memory_bytes: int, order: np.ndarray | None = None, room: float = 0.7) -> PoolArrays:
+    """A size-class pool that fits `memory_bytes`, merging neighbouring sizes until the floor is below `room`."""
+    order = program_order(g) if order is None else order
+    ts = distinct_sizes(g)
+    budget = memory_bytes - int(g.arrays.op_ws.max(initial=0))
+    touch = _touch_matrix(g)
+    live = _live_matrix(g, order)
+    cls = np.arange(len(ts), dtype=np.int64)
+
+    def floor_of(c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        k = int(c.max()) + 1
+        onehot = np.zeros((len(ts), k), dtype=np.int64)
+        onehot[np.arange(len(ts)), c] = 1
+        per_op = touch @ onehot
+        need = per_op.max(axis=0) if len(per_op) else np.zeros(k, dtype=np.int64)
+        cbytes = np.zeros(k, dtype=np.int64)
+        np.maximum.at(cbytes, c, ts)
+        return need, cbytes, per_op
+
+    while True:
+        need, cbytes, per_op = floor_of(cls)
+        floor = int((need * cbytes).sum())
+        if floor <= room * budget or len(need) == 1:
+            break
+        merged_need = (per_op[:, :-1] + per_op[:, 1:]).max(axis=0)
+        gain = need[:-1] * cbytes[:-1] + need[1:] * cbytes[1:] - merged_need * cbytes[1:]
+        j = int(np.argmax(gain))
+        if gain[j] <= 0:
+            break
+        cls = np.where(cls > j, cls - 1, cls)
+    if floor > budget:
+        raise InfeasibleError(f"no size-class pool found within {memory_bytes} bytes: ops need {floor} bytes of "
+                              "objects at once even with merged classes; give more memory")
+    k = len(need)
+    onehot = np.zeros((len(ts), k), dtype=np.int64)
+    onehot[np.arange(len(ts)), cls] = 1
+    peak = (onehot.T @ live).max(axis=1) if live.shape[1] else need
+    peak = np.maximum(peak, need)
+    counts = peak.copy()
+    if int((peak * cbytes).sum()) > budget:
+        extra = (peak - need) * cbytes
+        scale = (budget - floor) / max(1, int(extra.sum()))
+        counts = need + np.floor((peak - need) * scale).astype(np.int64)
+    return class_pool(g, cls, counts, ts)
+
+
+def size_class_plan(graph: Graph, device: Device, order: np.ndarray | None = None) -> Plan:
+    """The swap planner's plan for `order` (default: program order) with a merged size-class pool."""
+    order = program_order(graph) if order is None else order
+    pool = merged_class_pool(graph, device.memory_bytes, order)
+    aug = SwapPlanner(graph, device).plan(order, pool)
+    return to_plan(aug, {"name": "swap-planner", "pool": "merged size classes"})
+
+
+def quick_plan(graph: Graph, fraction: float = 0.5, kind: str = "size_classes", device: Device | None = None) -> Plan:
+    """A plan at `fraction` of the unswapped peak: `size_classes` (merged pool) or `unconstrained` (Belady)."""
+    base = device or graph.device
+    if base is None:
+        raise HybridError("the graph has no device; pass one (hybrid.device.preset('v100-16gb'))")
+    dev = replace(base, memory_bytes=int(unswapped_peak(graph) * fraction))
+    if kind == "unconstrained":
+        return run_baseline(graph, dev, "belady")
+    if kind == "size_classes":
+        return size_class_plan(graph, dev)
+    raise HybridError(f"kind must be size_classes or unconstrained, got {kind!r}")

@@ -1,0 +1,381 @@
+"""The runtime: replays a compiled plan, node by node, on three streams ordered by events.
+
+Per iteration it walks the program (executor.program) in node order, which is
+a topological order every stream follows:
+1. hand back the memory whose release time has come (frees and finished
+   swap-outs), remembering what must finish before it is reused;
+2. allocate the node's new device copies from the pool (executor.device_pool);
+3. make the node's stream wait for the events of every other stream's node it
+   depends on (its augmented-graph edges, plus the previous users of the memory
+   it now writes), skipping waits that an earlier wait already implies
+   (per-stream vector clocks);
+4. issue the node: an op writing into its slots (executor.ops), a host-to-device
+   copy of the tensor's bytes, or a device-to-host copy; record its event.
+A `free` issues nothing: its memory goes back to the pool with the frontier
+of its dependencies. The iteration ends with a device synchronize, so every
+iteration is timed alone, as the plan's makespan is.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from hybrid import swap_kernel as K
+from hybrid.capture.encoding import DecodeContext, decode_value
+from hybrid.capture.trace import portable_kernels
+from hybrid.errors import HybridError, InfeasibleError
+from hybrid.graph import Graph
+from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
+
+from executor.device_pool import ArenaPool, CompactingPool, DevicePool, Fragmented, SizeClassPool
+from executor.host_pool import HostPool
+from executor.ops import COPY, OpRunner, OpStats
+from executor.placement import place_intervals
+from executor.races import HOST_BASE, RaceChecker
+from executor.program import NO_FRONTIER, Frontier, Program, Release, compile_program, merge
+from executor.streams import COMPUTE, D2H, H2D, Backend, CpuBackend
+
+
+def pool_capacity(program: Program) -> int:
+    """Device memory left to the pool: the plan's memory minus the largest op workspace (kernel-internal)."""
+    ws = int(program.aug.op_ws.max()) if len(program.aug.op_ws) else 0
+    return int(program.plan.device.memory_bytes) - ws
+
+
+def make_pool(program: Program, backend: Backend) -> DevicePool:
+    g, plan = program.graph, program.plan
+    cap = pool_capacity(program)
+    alloc = plan.allocation
+    if isinstance(alloc, SizeClassAllocation):
+        return SizeClassPool(g, alloc, cap, backend)
+    if isinstance(alloc, ArenaAllocation):
+        offsets = alloc.offsets
+        tensors = g.tensors
+
+        def plan_offset(t: int, _interval: int) -> int:
+            try:
+                return offsets[tensors[t].id]
+            except KeyError:
+                raise HybridError(f"plan arena has no offset for tensor {tensors[t].id!r}; validate the plan") from None
+
+        return ArenaPool(g, "arena", alloc.arena_bytes, cap, plan_offset, backend)
+    assert isinstance(alloc, UnconstrainedAllocation)
+    try:
+        placed = place_intervals(program, cap)
+    except InfeasibleError:
+        return CompactingPool(g, cap, backend)
+    pool = ArenaPool(g, "unconstrained", placed.arena_bytes, cap, lambda _t, k: placed.offsets[k], backend)
+    pool.stats.placement = "offline"
+    return pool
+
+
+@dataclass
+class IterationRecord:
+    """One iteration's measurements (times in seconds from the iteration's first event)."""
+
+    iteration: int
+    wall_s: float                       # host time from the first issue to the end of the final synchronize
+    makespan_s: float                   # first to last event on the device (CUDA events; host clock on CPU)
+    start: np.ndarray | None            # per node (NaN for frees)
+    end: np.ndarray | None
+    ops: OpStats = field(default_factory=OpStats)
+    loss: float | None = None
+
+
+class Runtime:
+    """Holds the pools and the tensors' homes across iterations; `run_iteration` replays the plan once."""
+
+    def __init__(self, graph: Graph, plan: Plan, backend: Backend, program: Program | None = None,
+                 timing: bool = True, check_races: bool = False) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.backend = backend
+        self.program = program if program is not None else compile_program(graph, plan)
+        self.pool = make_pool(self.program, backend)
+        self.host = HostPool(graph, self.program.host_tensors, backend)
+        self.ops = OpRunner(graph, backend.device)
+        self.timing = timing
+        n = self.program.n_nodes
+        self.events: list[Any] = [None] * n
+        self.start_events: list[Any] = [None] * n
+        self.copy_events: dict[int, Any] = {}
+        for st in self.program.steps:
+            if st.stream >= 0:
+                self.events[st.node] = backend.event(timing)
+                if timing:
+                    self.start_events[st.node] = backend.event(True)
+                    if st.kind == K.COMPUTE and self.ops.calls[st.ref].mode == COPY:
+                        self.copy_events[st.node] = backend.event(True)
+        self.t0 = backend.event(True)
+        self.t_end = backend.event(True)
+        self.fence = backend.event(False)
+        self.bounce: torch.Tensor | None = None
+        self.compact_host_s = 0.0
+        self.node_clock: list[tuple[int, int, int]] = [NO_FRONTIER] * n
+        self.env: dict[str, torch.Tensor] = {}
+        self.loaded = False
+        self.step = 1
+        self.iteration = 0
+        self.observe: dict[int, list[tuple[str, Any]]] = {}     # op index -> (name, encoded ref) to snapshot
+        self.snapshots: dict[str, torch.Tensor] = {}
+        self._poison = isinstance(backend, CpuBackend) and backend.poison
+        self.races = RaceChecker(self.program.aug.label) if check_races else None
+
+    # ---- state ----------------------------------------------------------------------
+    def load(self, values: dict[str, torch.Tensor], step: int = 1) -> None:
+        """Initial values of every persistent tensor: resident ones go to the device, the rest to host memory."""
+        g = self.graph
+        a = g.arrays
+        missing = [t.id for t in g.tensors if t.persistent and t.id not in values]
+        if missing:
+            raise HybridError(f"executor needs a value for persistent tensor {missing[0]!r} ({len(missing)} missing)")
+        for t in self.program.resident:
+            if t not in self.pool.where:
+                self.pool.alloc(t, self.program.resident_interval[t])
+                self.env[g.tensors[t].id] = self._view_dev(t)
+        for t in np.nonzero(a.t_persistent)[0]:
+            self.set_value(g.tensors[int(t)].id, values[g.tensors[int(t)].id])
+        self.backend.synchronize()
+        self.step = int(step)
+        self.loaded = True
+
+    def _view_dev(self, t: int) -> torch.Tensor:
+        tt = self.graph.tensors[t]
+        if tt.bytes == 0 and "dtype" not in tt.extra:
+            return self.pool.buffer.data[:0]
+        return self.pool.view(t)
+
+    def _view_host(self, t: int) -> torch.Tensor:
+        tt = self.graph.tensors[t]
+        if tt.bytes == 0 and "dtype" not in tt.extra:
+            return self.host.buffer.data[:0]
+        return self.host.view(t)
+
+    def set_value(self, tid: str, value: torch.Tensor) -> None:
+        """Overwrite a persistent tensor (e.g. the next batch) where it lives now; call between iterations."""
+        t = self.graph.tensor_index[tid]
+        dst = self._view_dev(t) if t in self.pool.where else self._view_host(t)
+        if dst.numel() == 0:
+            return
+        if list(value.shape) != list(dst.shape):
+            raise HybridError(f"value for {tid!r} has shape {list(value.shape)}, the graph records {list(dst.shape)}")
+        self.backend.synchronize()
+        dst.copy_(value.detach())
+
+    def value(self, tid: str) -> torch.Tensor:
+        """A CPU copy of a persistent tensor's current value (on the device if resident, else its host copy)."""
+        t = self.graph.tensor_index[tid]
+        self.backend.synchronize()
+        src = self._view_dev(t) if t in self.pool.where else self._view_host(t)
+        return src.detach().to("cpu", copy=True)
+
+    def watch(self, name: str, ref: dict[str, Any]) -> None:
+        """Snapshot an encoded tensor reference (the loss, a gradient) right after the op that produces it."""
+        tid = ref["t"]
+        t = self.graph.tensor(tid)
+        if t.persistent:
+            raise HybridError(f"cannot watch {name}: {tid!r} is persistent; read it with value()")
+        producer = next(i for i, op in enumerate(self.graph.ops) if tid in op.outputs)
+        self.observe.setdefault(producer, []).append((name, ref))
+
+    # ---- one iteration ------------------------------------------------------------------
+    def _release(self, r: Release) -> None:
+        off = self.pool.release(r.tensor, r.frontier)
+        del self.env[self.graph.tensors[r.tensor].id]
+        if self._poison:
+            self.pool.buffer.raw(off, self.graph.tensors[r.tensor].bytes).fill_(255)
+
+    def _wait(self, s: int, fr: Frontier, clock: list[list[int]]) -> None:
+        c = clock[s]
+        for y in (COMPUTE, H2D, D2H):
+            if y == s:
+                continue
+            p = fr[y]
+            if p > c[y]:
+                self.backend.wait(s, self.events[p])
+                nc = self.node_clock[p]
+                c[0], c[1], c[2] = max(c[0], nc[0]), max(c[1], nc[1]), max(c[2], nc[2])
+
+    def _compact(self, clock: list[list[int]]) -> None:
+        """Fence all streams, slide live copies together on the compute stream, fence again.
+
+        Everything issued so far finishes before a byte moves (compute waits on
+        the last copy of each copy stream), and the copy streams wait for the
+        moves before their next node; afterwards every stream has seen all
+        earlier work, so the clocks and the pool's release frontiers start afresh.
+        """
+        b = self.backend
+        pool = self.pool
+        assert isinstance(pool, CompactingPool)
+        last = [clock[s][s] for s in (COMPUTE, H2D, D2H)]
+        for s in (H2D, D2H):
+            if last[s] >= 0:
+                b.wait(COMPUTE, self.events[last[s]])
+        moves = pool.compact()
+        h0 = time.perf_counter()
+        with b.on(COMPUTE):
+            for t, old, new, n in moves:
+                self._move(old, new, n)
+                self.env[self.graph.tensors[t].id] = self._view_dev(t)
+            b.record(self.fence, COMPUTE)
+        b.wait(H2D, self.fence)
+        b.wait(D2H, self.fence)
+        self.compact_host_s += time.perf_counter() - h0
+        if self.races is not None:
+            self.races.reset()
+        known = [max(clock[s][y] for s in (COMPUTE, H2D, D2H)) for y in (COMPUTE, H2D, D2H)]
+        for s in (COMPUTE, H2D, D2H):
+            clock[s][:] = known
+
+    def _move(self, old: int, new: int, n: int) -> None:
+        """Copy n bytes down from `old` to `new` in the pool buffer; overlapping moves go in chunks or via the host."""
+        buf = self.pool.buffer.data
+        shift = old - new
+        if shift >= n:
+            buf[new:new + n].copy_(buf[old:old + n])
+        elif n <= 64 * shift:
+            for k in range(0, n, shift):
+                m = min(shift, n - k)
+                buf[new + k:new + k + m].copy_(buf[old + k:old + k + m])
+        else:
+            if self.bounce is None or self.bounce.numel() < n:
+                self.bounce = self.backend.empty_bytes(max(t.bytes for t in self.graph.tensors), pinned_host=True)
+            tmp = self.bounce[:n]
+            tmp.copy_(buf[old:old + n], non_blocking=True)
+            buf[new:new + n].copy_(tmp, non_blocking=True)
+
+    def run_iteration(self, seed: int | None = None) -> IterationRecord:
+        if not self.loaded:
+            raise HybridError("executor: load() the initial values before running")
+        b = self.backend
+        g = self.graph
+        env = self.env
+        pool, host, ops = self.pool, self.host, self.ops
+        timing = self.timing
+        b.synchronize()
+        b.begin_iteration(self.iteration)
+        pool.begin_iteration()
+        stats = OpStats()
+        clock = [[-1, -1, -1] for _ in range(3)]
+        if self.races is not None:
+            self.races.reset()
+        if seed is not None:
+            torch.manual_seed(seed)
+        wall0 = time.perf_counter()
+        b.record(self.t0, COMPUTE)
+        b.wait(H2D, self.t0)
+        b.wait(D2H, self.t0)
+        copy_host_s = 0.0
+        with torch.no_grad(), portable_kernels():
+            for st in self.program.steps:
+                for r in st.releases:
+                    self._release(r)
+                fr = st.frontier
+                for al in st.allocs:
+                    try:
+                        _, mfr = pool.alloc(al.tensor, al.interval)
+                    except Fragmented:
+                        self._compact(clock)
+                        _, mfr = pool.alloc(al.tensor, al.interval)
+                    fr = merge(fr, mfr)
+                    env[g.tensors[al.tensor].id] = self._view_dev(al.tensor)
+                s = st.stream
+                if s < 0:
+                    continue
+                i = st.node
+                self._wait(s, fr, clock)
+                if self.races is not None:
+                    self._check_races(st.kind, st.ref, i, s, clock[s])
+                with b.on(s):
+                    if timing:
+                        b.record(self.start_events[i], s)
+                    if st.kind == K.COMPUTE:
+                        o = st.ref
+                        call = ops.calls[o]
+                        stats.ops_by_mode[call.mode] = stats.ops_by_mode.get(call.mode, 0) + 1
+                        if call.mode == COPY:
+                            res = ops.compute(o, env)
+                            if timing:
+                                b.record(self.copy_events[i], s)
+                            h0 = time.perf_counter()
+                            ops.store(o, env, res)
+                            copy_host_s += time.perf_counter() - h0
+                            del res
+                            stats.copy_bytes += call.copy_bytes
+                            stats.transient_peak_bytes = max(stats.transient_peak_bytes, call.copy_bytes)
+                            stats.copy_targets.setdefault(str(call.fn), call.reason)
+                        else:
+                            ops.run_direct(o, env, self.step)
+                        if o in self.observe:
+                            self._snapshot(o)
+                    elif st.kind == K.SWAP_IN:
+                        pool.raw(st.ref).copy_(host.raw(st.ref), non_blocking=True)
+                    else:
+                        host.raw(st.ref).copy_(pool.raw(st.ref), non_blocking=True)
+                    b.record(self.events[i], s)
+                c = clock[s]
+                c[s] = i
+                self.node_clock[i] = (c[0], c[1], c[2])
+            for r in self.program.final_releases:
+                self._release(r)
+        last = [p for p in (clock[H2D][H2D], clock[D2H][D2H]) if p >= 0]
+        for p in last:
+            b.wait(COMPUTE, self.events[p])
+        b.record(self.t_end, COMPUTE)
+        b.synchronize()
+        wall = time.perf_counter() - wall0
+        rec = IterationRecord(self.iteration, wall, b.elapsed_s(self.t0, self.t_end), None, None, stats)
+        if timing:
+            rec.start, rec.end = self._node_times()
+            if b.name == "cuda":
+                stats.copy_s = sum(b.elapsed_s(ev, self.events[i]) for i, ev in self.copy_events.items())
+            else:
+                stats.copy_s = copy_host_s
+        else:
+            stats.copy_s = copy_host_s if b.name == "cpu" else float("nan")
+        self.iteration += 1
+        self.step += 1
+        return rec
+
+    def _dev(self, t: int) -> tuple[int, int]:
+        off = self.pool.where[t]
+        return off, off + self.graph.tensors[t].bytes
+
+    def _host(self, t: int) -> tuple[int, int]:
+        off = HOST_BASE + self.host.offset[t]
+        return off, off + self.graph.tensors[t].bytes
+
+    def _check_races(self, kind: int, ref: int, node: int, stream: int, clock: list[int]) -> None:
+        assert self.races is not None
+        if kind == K.COMPUTE:
+            a = self.graph.arrays
+            reads = [self._dev(int(t)) for t in a.in_idx[a.in_ptr[ref]:a.in_ptr[ref + 1]]]
+            writes = [self._dev(int(t)) for t in a.out_idx[a.out_ptr[ref]:a.out_ptr[ref + 1]]]
+            writes += [self._dev(int(t)) for t in a.upd_idx[a.upd_ptr[ref]:a.upd_ptr[ref + 1]]]
+        elif kind == K.SWAP_IN:
+            reads, writes = [self._host(ref)], [self._dev(ref)]
+        else:
+            reads, writes = [self._dev(ref)], [self._host(ref)]
+        self.races.access(node, stream, clock, reads, writes)
+
+    def _node_times(self) -> tuple[np.ndarray, np.ndarray]:
+        n = self.program.n_nodes
+        start = np.full(n, np.nan)
+        end = np.full(n, np.nan)
+        b = self.backend
+        for st in self.program.steps:
+            if st.stream >= 0:
+                start[st.node] = b.elapsed_s(self.t0, self.start_events[st.node])
+                end[st.node] = b.elapsed_s(self.t0, self.events[st.node])
+        return start, end
+
+    def _snapshot(self, o: int) -> None:
+        ctx = DecodeContext(self.env, self.backend.device)
+        for name, ref in self.observe[o]:
+            v = decode_value(ref, ctx)
+            # Small values (the loss) stay on the device until the iteration ends; larger ones go to the host now.
+            self.snapshots[name] = v.detach().clone() if v.numel() <= 16 else v.detach().to("cpu", copy=True)
