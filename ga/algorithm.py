@@ -1,0 +1,249 @@
+"""The generation loop (§5.1): crossover and mutation make children, the planner scores them, softmax selects.
+
+One generation:
+1. pick `children / 4` random parent pairs from the population;
+2. each pair gives two schedules (prefix crossover) and two allocations (CLS
+   one-point crossover, CNT through CNT_EXT), combined into four children;
+   each child's schedule and allocation are mutated, then repaired;
+3. the children are evaluated (the only expensive step, done by an
+   `Evaluator`, possibly in parallel);
+4. `population` survivors are drawn from parents + children by softmax over
+   t_norm, keeping the best.
+
+All randomness comes from one NumPy generator seeded by `GAConfig.seed` and
+lives in this process, so a given seed and generation count gives the same
+search whatever the evaluator.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from ga.crossover import cross_allocations, cross_schedules
+from ga.encoding import Individual, SearchSpace
+from ga.evaluation import Candidate, Evaluator
+from ga.mutation import mutate_cls, mutate_cnt, mutate_schedule
+from ga.population import PoolMode, SearchMode, random_individuals, seeded
+from ga.progress import ConvergenceLog, GenerationStats
+from ga.repair import repair
+from ga.selection import select_survivors
+from ga.termination import Termination
+from hybrid.errors import HybridError
+from hybrid.swap_planner import SwapPlanner
+
+
+@dataclass(frozen=True)
+class GAConfig:
+    """Search parameters. Defaults follow the paper where it gives them (N_p = 144, P = 10%)."""
+
+    population: int = 144                 # N_p, individuals alive after each selection
+    children: int = 144                   # new individuals per generation (4 per crossover); S = population + children
+    mutation_rate: float = 0.1            # P: per element of CLS and CNT
+    schedule_mutation_rate: float = 0.1   # P for schedules: per ready-set step
+    count_sigma: float = 0.2              # CNT mutation: Gaussian sigma as a fraction of the count (>= 1 object)
+    temperature: float = 0.05             # softmax temperature over t_norm (1 = the paper's eq. 1; see selection.py)
+    elite: int = 1                        # best individuals that always survive
+    search: SearchMode = "both"           # what the search may change (Figure 10's ablations)
+    pool: PoolMode = "both"               # pool kinds: size classes (the paper), the byte budget, or both
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.population < 2:
+            raise HybridError(f"--population must be at least 2, got {self.population}")
+        if self.children < 1:
+            raise HybridError(f"children per generation must be at least 1, got {self.children}")
+        for name in ("mutation_rate", "schedule_mutation_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise HybridError(f"--{name.replace('_', '-')} must be within [0, 1], got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise HybridError(f"the selection temperature must be positive, got {self.temperature}")
+        if self.search not in ("both", "schedule", "allocation"):
+            raise HybridError(f"--search must be schedule, allocation or both, not {self.search!r}")
+        if self.pool not in ("both", "classes", "bytes"):
+            raise HybridError(f"--pool must be classes, bytes or both, not {self.pool!r}")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchState:
+    """Everything a resumed search needs to continue exactly where it stopped."""
+
+    population: list[Individual]
+    best: Individual
+    generation: int
+    evaluations: int
+    elapsed_s: float                      # search time spent before this run (resumes add to it)
+    rng: np.random.Generator
+    log: ConvergenceLog = field(default_factory=ConvergenceLog)
+
+
+class GeneticSearch:
+    def __init__(self, space: SearchSpace, config: GAConfig, evaluator: Evaluator,
+                 state: SearchState | None = None) -> None:
+        self.space = space
+        self.config = config
+        self.evaluator = evaluator
+        self.state = state
+        self._run_start = time.monotonic()
+
+    # ---- evaluation ------------------------------------------------------
+    def _evaluate(self, inds: list[Individual], stop: Callable[[], bool] | None) -> bool:
+        """Fill in makespans; False when stopped before all were done (those stay NaN)."""
+        todo = [i for i, ind in enumerate(inds) if np.isnan(ind.makespan)]
+        items: list[Candidate] = [(inds[i].schedule, inds[i].cls, inds[i].cnt, inds[i].by_bytes) for i in todo]
+        times = self.evaluator.evaluate(items, stop)
+        for i, t in zip(todo, times):
+            inds[i].makespan = float(t)
+        if self.state is not None:
+            self.state.evaluations += int(np.count_nonzero(~np.isnan(times)))
+        return not np.isnan(times).any()
+
+    def _elapsed(self) -> float:
+        base = self.state.elapsed_s if self.state is not None else 0.0
+        return base + time.monotonic() - self._run_start
+
+    # ---- the loop ----------------------------------------------------------
+    def initialize(self, stop: Callable[[], bool] | None = None) -> SearchState:
+        """Generation 0. Seeded individuals are evaluated first, so even an early stop has a plan."""
+        cfg = self.config
+        rng = np.random.default_rng(cfg.seed)
+        t0 = time.monotonic()
+        seeds = seeded(self.space, cfg.pool)
+        self.state = SearchState(seeds, seeds[0], 0, 0, 0.0, rng)
+        self._run_start = t0
+        self._evaluate(seeds, None)
+        if not any(np.isfinite(s.makespan) for s in seeds):
+            # Nothing runs: let the planner say which op does not fit, and why.
+            SwapPlanner(self.space.graph, self.space.device).plan(seeds[0].schedule, self.space.pool(seeds[0]),
+                                                                   self.space.options)
+        prog = [s for s in seeds if np.array_equal(s.schedule, seeds[0].schedule)]
+        fixed = min(prog, key=lambda i: i.makespan)  # what --search schedule/allocation keeps fixed
+        if cfg.search == "allocation":
+            seeds = prog
+        elif cfg.search == "schedule":
+            others = {s.schedule.tobytes(): s.schedule for s in seeds
+                      if not np.array_equal(s.schedule, fixed.schedule)}
+            extra = [Individual(o, fixed.cls, fixed.cnt, fixed.by_bytes) for o in others.values()]
+            self._evaluate(extra, None)
+            seeds = [fixed] + extra
+        seeds = seeds[:cfg.population]
+        rest = random_individuals(self.space, cfg.population - len(seeds), cfg.search, cfg.pool, rng, fixed)
+        self._evaluate(rest, stop)
+        pop = seeds + [ind for ind in rest if not np.isnan(ind.makespan)]
+        self.state.population = pop
+        self.state.best = min(pop, key=lambda i: i.makespan).copy()
+        self._log(time.monotonic() - t0, len(pop))
+        return self.state
+
+    def step(self, stop: Callable[[], bool] | None = None) -> bool:
+        """One generation; False if it was abandoned (stop() became true during evaluation)."""
+        st = self.state
+        assert st is not None, "initialize() first"
+        t0 = time.monotonic()
+        rng_state = st.rng.bit_generator.state
+        children = self._children()
+        complete = self._evaluate(children, stop)
+        done = [c for c in children if not np.isnan(c.makespan)]
+        for c in done:
+            if c.makespan < st.best.makespan:
+                st.best = c.copy()
+        if not complete:
+            st.rng.bit_generator.state = rng_state  # a resume replays this generation exactly
+            return False
+        cand = st.population + done
+        times = np.array([c.makespan for c in cand])
+        keep = select_survivors(times, self.config.population, st.best.makespan, st.rng,
+                                self.config.temperature, self.config.elite)
+        st.population = [cand[i] for i in keep]
+        st.generation += 1
+        self._log(time.monotonic() - t0, len(children))
+        return True
+
+    def run(self, termination: Termination, on_generation: Callable[[GenerationStats], None] | None = None,
+            on_checkpoint: Callable[[SearchState], None] | None = None, checkpoint_every: int = 10) -> str:
+        """Generations until the budget ends; returns why it stopped."""
+        self._run_start = time.monotonic()
+        if self.state is None:
+            self.initialize(termination.expired)
+            if on_generation:
+                on_generation(self.state.log.rows[-1])
+        while True:
+            reason = termination.reason(self.state.generation)
+            if reason:
+                break
+            if not self.step(termination.expired):
+                reason = termination.reason(self.state.generation) or "stopped"
+                break
+            if on_generation:
+                on_generation(self.state.log.rows[-1])
+            if on_checkpoint and checkpoint_every > 0 and self.state.generation % checkpoint_every == 0:
+                on_checkpoint(self.snapshot())
+        return reason
+
+    def snapshot(self) -> SearchState:
+        """The state with search time up to now (what a checkpoint stores)."""
+        return replace(self.state, elapsed_s=self._elapsed())
+
+    # ---- making children ----------------------------------------------------
+    def _children(self) -> list[Individual]:
+        cfg = self.config
+        sp = self.space
+        st = self.state
+        rng = st.rng
+        pop = st.population
+        p = cfg.mutation_rate
+        out: list[Individual] = []
+        while len(out) < cfg.children:
+            i, j = rng.choice(len(pop), size=2, replace=False) if len(pop) > 1 else (0, 0)
+            a, b = pop[i], pop[j]
+            if cfg.search != "allocation" and sp.n_ops > 1:
+                scheds = cross_schedules(a.schedule, b.schedule, int(rng.integers(1, sp.n_ops)))
+            else:
+                scheds = (a.schedule, b.schedule)
+            if cfg.search != "schedule" and sp.n_sizes > 1:
+                (c1, n1), (c2, n2) = cross_allocations(a.cls, a.cnt, b.cls, b.cnt, int(rng.integers(1, sp.n_sizes)))
+                allocs = ((c1, n1, b.by_bytes), (c2, n2, a.by_bytes))  # the kind travels with the prefix
+            else:
+                allocs = ((a.cls, a.cnt, a.by_bytes), (b.cls, b.cnt, b.by_bytes))
+            for s in scheds:
+                for cls, cnt, by_bytes in allocs:
+                    if len(out) == cfg.children:
+                        break
+                    out.append(self._mutate(s, cls, cnt, by_bytes, p, rng))
+        return out
+
+    def _mutate(self, s: np.ndarray, cls: np.ndarray, cnt: np.ndarray, by_bytes: bool, p: float,
+                rng: np.random.Generator) -> Individual:
+        cfg = self.config
+        if cfg.search != "allocation":
+            s = mutate_schedule(self.space, s, self._schedule_rate(rng), rng)
+        if cfg.search != "schedule":
+            if cfg.pool == "both" and rng.random() < p:
+                by_bytes = not by_bytes
+            cls, cnt = mutate_cls(cls, cnt, p, rng)
+            cnt = mutate_cnt(cnt, p, cfg.count_sigma, rng)
+            cls, cnt, ok = repair(self.space, cls, cnt)
+            if not ok and not by_bytes:
+                return Individual(s, cls, cnt, by_bytes, float("inf"))
+        return Individual(s, cls, cnt, by_bytes)
+
+    def _schedule_rate(self, rng: np.random.Generator) -> float:
+        """Per child, log-uniform between about one random pick per schedule and the configured P."""
+        hi = self.config.schedule_mutation_rate
+        lo = min(hi, 1.0 / max(self.space.n_ops, 1))
+        if hi <= 0 or lo >= hi:
+            return hi
+        return float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+
+    # ---- log ---------------------------------------------------------------
+    def _log(self, gen_seconds: float, n_evaluated: int) -> None:
+        st = self.state
+        times = np.array([i.makespan for i in st.population])
+        st.log.append(GenerationStats.of(
+            times, time_s=self._elapsed(), generation=st.generation, evaluations=st.evaluations,
+            best_ever_s=st.best.makespan, evals_per_s=n_evaluated / max(gen_seconds, 1e-9)))

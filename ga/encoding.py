@@ -1,0 +1,171 @@
+"""The chromosome (SwapAdvisor §5.2-5.3): a schedule plus a size-class allocation (CLS, CNT).
+
+- schedule: int32 [n_ops], a topological order of the graph's op DAG (data
+  edges and in-place update ordering edges, `graph.arrays.pred_*`).
+- cls: int64 [n_sizes], the class of each distinct tensor size TS[i] (sorted).
+  Kept canonical: cls[0] = 0 and each step is 0 or 1, so classes are numbered
+  0..C-1 without gaps. That is the paper's monotone restriction (O(2^N)
+  mappings instead of O(N^N)); a class's object size is its largest member.
+- cnt: int64 [C], objects per class.
+- by_bytes: when set, the individual's pool is the plain byte budget (the
+  `unconstrained` allocation, as the Belady baseline uses) and CLS/CNT are
+  carried along unused, so crossover can hand them back to a size-class child.
+
+`SearchSpace` holds what every operator needs about the graph, built once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from hybrid.allocation import PoolArrays, byte_pool, class_pool, distinct_sizes, size_index
+from hybrid.device import Device
+from hybrid.graph import Graph
+from hybrid.swap_planner import PlannerOptions
+
+
+@dataclass
+class Individual:
+    """One candidate. `makespan` is NaN until evaluated, inf when the pool cannot run the graph."""
+
+    schedule: np.ndarray
+    cls: np.ndarray
+    cnt: np.ndarray
+    by_bytes: bool = False
+    makespan: float = float("nan")
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.cnt)
+
+    def copy(self) -> "Individual":
+        return Individual(self.schedule.copy(), self.cls.copy(), self.cnt.copy(), self.by_bytes, self.makespan)
+
+
+@dataclass(frozen=True, eq=False)
+class SearchSpace:
+    """A graph on a device, seen by the GA: sizes, per-op object needs, the pool budget, the DAG."""
+
+    graph: Graph
+    device: Device
+    options: PlannerOptions
+    ts: np.ndarray            # int64 [N]: sorted distinct tensor sizes
+    size_idx: np.ndarray      # int32 [T]: index into ts of each tensor's size
+    budget: int               # bytes a pool may take: memory - the largest workspace
+    use_ptr: np.ndarray       # int64 [O+1]: per op, the distinct sizes it touches ...
+    use_size: np.ndarray      # int32: ... (index into ts) ...
+    use_count: np.ndarray     # int64: ... and how many of its tensors have that size
+    pred_count: np.ndarray    # int64 [O]
+    succ_ptr: np.ndarray
+    succ_idx: np.ndarray
+
+    @staticmethod
+    def build(graph: Graph, device: Device, options: PlannerOptions = PlannerOptions()) -> "SearchSpace":
+        a = graph.arrays
+        ts = distinct_sizes(graph).astype(np.int64)
+        sidx = size_index(graph)
+        ptr, size, count = _op_size_uses(a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, sidx, len(ts))
+        return SearchSpace(
+            graph=graph, device=device, options=options, ts=ts, size_idx=sidx,
+            budget=int(device.memory_bytes) - int(a.op_ws.max(initial=0)),
+            use_ptr=ptr, use_size=size, use_count=count,
+            pred_count=np.diff(a.pred_ptr).astype(np.int64),
+            succ_ptr=a.succ_ptr.astype(np.int64), succ_idx=a.succ_idx.astype(np.int32),
+        )
+
+    @property
+    def n_ops(self) -> int:
+        return int(self.graph.arrays.n_ops)
+
+    @property
+    def n_sizes(self) -> int:
+        return len(self.ts)
+
+    def class_bytes(self, cls: np.ndarray) -> np.ndarray:
+        """Object size per class: the largest size mapped to it (cls is canonical, so sizes are sorted)."""
+        n = int(cls[-1]) + 1 if len(cls) else 0
+        out = np.zeros(n, dtype=np.int64)
+        out[cls] = self.ts  # later (larger) sizes overwrite earlier ones in the same class
+        return out
+
+    def class_need(self, cls: np.ndarray) -> np.ndarray:
+        """Per class, the most objects of it one op holds at once (inputs and outputs): a smaller count cannot run."""
+        n = int(cls[-1]) + 1 if len(cls) else 0
+        return _class_need(self.use_ptr, self.use_size, self.use_count, np.ascontiguousarray(cls, dtype=np.int64), n)
+
+    def pool(self, ind: Individual) -> PoolArrays:
+        if ind.by_bytes:
+            return byte_pool(self.graph, self.device.memory_bytes)
+        return class_pool(self.graph, ind.cls, ind.cnt, self.ts)
+
+    def pool_bytes(self, cls: np.ndarray, cnt: np.ndarray) -> int:
+        return int((self.class_bytes(cls) * cnt).sum())
+
+
+def canonical_cls(cls: np.ndarray) -> np.ndarray:
+    """The minimal increase that makes a class list monotone (§5.3), then gaps closed: cls[0]=0, steps 0 or 1."""
+    c = np.maximum.accumulate(np.asarray(cls, dtype=np.int64))
+    if len(c) == 0:
+        return c
+    steps = np.minimum(np.diff(c), 1)
+    return np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
+
+
+def extend_cnt(cls: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """CNT_EXT: per distinct size, the object count of its class (same length as CLS and TS)."""
+    return np.asarray(cnt, dtype=np.int64)[cls]
+
+
+def collapse_cnt(cls: np.ndarray, cnt_ext: np.ndarray) -> np.ndarray:
+    """Back from CNT_EXT to CNT: each class gets the mean of its sizes' counts, rounded to nearest."""
+    n = int(cls[-1]) + 1 if len(cls) else 0
+    sums = np.bincount(cls, weights=cnt_ext.astype(np.float64), minlength=n)
+    members = np.bincount(cls, minlength=n)
+    return np.floor(sums / np.maximum(members, 1) + 0.5).astype(np.int64)
+
+
+@njit(cache=True)
+def _op_size_uses(in_ptr, in_idx, out_ptr, out_idx, sidx, n_sizes):  # pragma: no cover - compiled
+    n_ops = len(in_ptr) - 1
+    ptr = np.zeros(n_ops + 1, dtype=np.int64)
+    cap = int(in_ptr[-1] + out_ptr[-1])
+    size = np.empty(cap, dtype=np.int32)
+    count = np.empty(cap, dtype=np.int64)
+    acc = np.zeros(n_sizes, dtype=np.int64)
+    k = 0
+    for o in range(n_ops):
+        start = k
+        for j in range(in_ptr[o], in_ptr[o + 1]):
+            s = sidx[in_idx[j]]
+            if acc[s] == 0:
+                size[k] = s
+                k += 1
+            acc[s] += 1
+        for j in range(out_ptr[o], out_ptr[o + 1]):
+            s = sidx[out_idx[j]]
+            if acc[s] == 0:
+                size[k] = s
+                k += 1
+            acc[s] += 1
+        for j in range(start, k):
+            count[j] = acc[size[j]]
+            acc[size[j]] = 0
+        ptr[o + 1] = k
+    return ptr, size[:k].copy(), count[:k].copy()
+
+
+@njit(cache=True)
+def _class_need(use_ptr, use_size, use_count, cls, n_classes):  # pragma: no cover - compiled
+    need = np.zeros(n_classes, dtype=np.int64)
+    acc = np.zeros(n_classes, dtype=np.int64)
+    for o in range(len(use_ptr) - 1):
+        for j in range(use_ptr[o], use_ptr[o + 1]):
+            acc[cls[use_size[j]]] += use_count[j]
+        for j in range(use_ptr[o], use_ptr[o + 1]):
+            c = cls[use_size[j]]
+            if acc[c] > need[c]:
+                need[c] = acc[c]
+            acc[c] = 0
+    return need

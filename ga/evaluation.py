@@ -1,0 +1,233 @@
+"""Fitness evaluation behind one small interface: serial, worker processes, or a Dask cluster.
+
+An evaluator takes a batch of candidates (schedule, CLS, CNT, by_bytes) and returns
+their makespans, in order. Fitness is deterministic (the planner and the
+simulator have no randomness) and all randomness of the search stays in the
+main process, so every backend gives the same search for the same seed and
+generation count; they differ only in speed.
+
+Workers receive the graph once (its JSON text, rebuilt and cached per process
+by a key naming the graph, device and planner options) and then only the
+candidates' arrays.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from abc import ABC, abstractmethod
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from hybrid.allocation import byte_pool, class_pool, distinct_sizes
+from hybrid.device import Device
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+from hybrid.swap_planner import PlannerOptions, SwapPlanner
+
+Candidate = tuple[np.ndarray, np.ndarray, np.ndarray, bool]  # schedule, cls, cnt, by_bytes
+StopFn = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What a worker needs to evaluate candidates: the graph (JSON text), the device, the planner options."""
+
+    key: str
+    graph_json: str
+    device: dict[str, Any]
+    options: dict[str, Any]
+
+    @staticmethod
+    def of(graph: Graph, device: Device, options: PlannerOptions) -> "Payload":
+        key = f"{graph.sha256}:{json.dumps(device.to_json(), sort_keys=True)}:{json.dumps(options.describe(), sort_keys=True)}"
+        return Payload(key, graph.dumps(), device.to_json(), options.describe())
+
+
+class Fitness:
+    """The fitness function in one process: a planner for the graph, reused for every candidate."""
+
+    def __init__(self, graph: Graph, device: Device, options: PlannerOptions) -> None:
+        self.graph = graph
+        self.planner = SwapPlanner(graph, device)
+        self.options = options
+        self.ts = distinct_sizes(graph)
+        self.bytes = byte_pool(graph, device.memory_bytes)
+
+    def __call__(self, items: Sequence[Candidate]) -> list[float]:
+        return [self.planner.makespan(s, self.bytes if by_bytes else class_pool(self.graph, cls, cnt, self.ts),
+                                      self.options)
+                for s, cls, cnt, by_bytes in items]
+
+
+_FITNESS: dict[str, Fitness] = {}
+
+
+def _fitness_for(payload: Payload) -> Fitness:
+    f = _FITNESS.get(payload.key)
+    if f is None:
+        graph = Graph.from_json(json.loads(payload.graph_json))
+        f = Fitness(graph, Device.from_json(payload.device), PlannerOptions(**payload.options))
+        _FITNESS.clear()  # one search at a time per worker; drop other graphs' buffers
+        _FITNESS[payload.key] = f
+    return f
+
+
+def _init_worker(payload: Payload) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    _fitness_for(payload)
+
+
+def _evaluate_in_worker(key: str, items: Sequence[Candidate]) -> list[float]:
+    return _FITNESS[key](items)
+
+
+def _evaluate_on_dask(payload: Payload, items: Sequence[Candidate]) -> list[float]:
+    return _fitness_for(payload)(items)
+
+
+class Evaluator(ABC):
+    """Evaluate batches of candidates; `stop()` returning True abandons the rest of a batch (NaN)."""
+
+    name: str = "?"
+    workers: int = 1
+
+    @abstractmethod
+    def evaluate(self, items: Sequence[Candidate], stop: StopFn | None = None) -> np.ndarray: ...
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SerialEvaluator(Evaluator):
+    """In this process, one candidate after another."""
+
+    name = "serial"
+
+    def __init__(self, graph: Graph, device: Device, options: PlannerOptions) -> None:
+        self.fitness = Fitness(graph, device, options)
+        self.workers = 1
+
+    def evaluate(self, items: Sequence[Candidate], stop: StopFn | None = None) -> np.ndarray:
+        out = np.full(len(items), np.nan)
+        for i, item in enumerate(items):
+            if stop is not None and stop():
+                break
+            out[i] = self.fitness([item])[0]
+        return out
+
+
+class _ChunkedEvaluator(Evaluator):
+    """Split a batch into a few chunks per worker so that a slow candidate does not idle the others."""
+
+    chunks_per_worker = 3
+
+    @abstractmethod
+    def _submit(self, chunk: list[Candidate]) -> Any: ...
+
+    def evaluate(self, items: Sequence[Candidate], stop: StopFn | None = None) -> np.ndarray:
+        out = np.full(len(items), np.nan)
+        if not items:
+            return out
+        n_chunks = min(len(items), self.workers * self.chunks_per_worker)
+        bounds = np.linspace(0, len(items), n_chunks + 1).astype(int)
+        pending = {self._submit(list(items[a:b])): (a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a}
+        while pending:
+            done = self._wait(list(pending), 0.2)
+            for f in done:
+                a, b = pending.pop(f)
+                out[a:b] = f.result()
+            if pending and stop is not None and stop():
+                for f in pending:
+                    f.cancel()
+                break
+        return out
+
+    @abstractmethod
+    def _wait(self, futures: list[Any], timeout: float) -> list[Any]: ...
+
+
+class ProcessPoolEvaluator(_ChunkedEvaluator):
+    """Worker processes on this machine (default: one per core)."""
+
+    name = "processes"
+
+    def __init__(self, graph: Graph, device: Device, options: PlannerOptions, workers: int | None = None) -> None:
+        import multiprocessing as mp
+
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.payload = Payload.of(graph, device, options)
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context(method),
+                                         initializer=_init_worker, initargs=(self.payload,))
+
+    def _submit(self, chunk: list[Candidate]) -> Future:
+        return self._pool.submit(_evaluate_in_worker, self.payload.key, chunk)
+
+    def _wait(self, futures: list[Future], timeout: float) -> list[Future]:
+        return list(wait(futures, timeout=timeout, return_when=FIRST_COMPLETED).done)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskEvaluator(_ChunkedEvaluator):
+    """A Dask cluster (`--scheduler tcp://host:8786`), or a `distributed.Client` given directly (tests)."""
+
+    name = "dask"
+
+    def __init__(self, graph: Graph, device: Device, options: PlannerOptions, scheduler: str | None = None,
+                 client: Any = None) -> None:
+        try:
+            from distributed import Client, wait as dask_wait
+        except ImportError:
+            raise HybridError("--scheduler needs Dask: pip install 'hybrid[dask]'") from None
+        self._dask_wait = dask_wait
+        self._own_client = client is None
+        if client is None:
+            try:
+                client = Client(scheduler, timeout="20s")
+            except (OSError, TimeoutError) as e:
+                raise HybridError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({e}); start one with "
+                                  "`dask scheduler` and workers with `dask worker ADDRESS`") from None
+        self.client = client
+        start = time.monotonic()
+        while not client.nthreads() and time.monotonic() - start < 20:
+            time.sleep(0.2)
+        self.workers = max(1, sum(client.nthreads().values()))
+        payload = Payload.of(graph, device, options)
+        self._payload = client.scatter(payload, broadcast=True)
+
+    def _submit(self, chunk: list[Candidate]) -> Any:
+        return self.client.submit(_evaluate_on_dask, self._payload, chunk, pure=False)
+
+    def _wait(self, futures: list[Any], timeout: float) -> list[Any]:
+        try:
+            return list(self._dask_wait(futures, timeout=timeout, return_when="FIRST_COMPLETED").done)
+        except TimeoutError:
+            return []
+
+    def close(self) -> None:
+        if self._own_client:
+            self.client.close()
+
+
+def make_evaluator(graph: Graph, device: Device, options: PlannerOptions, workers: int | None = None,
+                   scheduler: str | None = None) -> Evaluator:
+    """`scheduler` → Dask; `workers` == 1 → serial; otherwise worker processes (default: all cores)."""
+    if scheduler:
+        return DaskEvaluator(graph, device, options, scheduler=scheduler)
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    if n <= 1:
+        return SerialEvaluator(graph, device, options)
+    return ProcessPoolEvaluator(graph, device, options, n)

@@ -1,0 +1,114 @@
+"""The first generation: a few seeded individuals, the rest random.
+
+Seeded, so the search starts no worse than the usual baselines — the
+framework's order (`program_order`) and a depth-first order, each with:
+- the plain byte budget (exactly the Belady-on-program-order baseline), when
+  byte pools are allowed;
+- one class per size (when its floor fits; `per_size_pool`'s idea), and the
+  lowest-floor CLS (when it differs), each with counts from the order's
+  unswapped peak per class, the part above each class's minimum scaled down
+  to fit the budget.
+Random ones: a random topological order (a uniformly random ready op at each
+step) with a random monotone CLS whose counts start from that order's
+unswapped peak, scaled by log-normal noise, then repaired; when both pool
+kinds are searched, half of them use the byte budget.
+
+Searching only the schedule (`--search schedule`) fixes every pool to the
+best seeded pool on the program order; searching only the allocation fixes
+every schedule to the program order.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from ga.encoding import Individual, SearchSpace
+from ga.mutation import random_schedule
+from ga.repair import fit_counts, floor_bytes, min_floor_cls, repair
+from hybrid.schedule import depth_first_order, program_order
+
+SearchMode = Literal["both", "schedule", "allocation"]
+PoolMode = Literal["both", "classes", "bytes"]
+
+
+def class_peak_counts(space: SearchSpace, order: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """Per class, the most tensors of it alive at once when `order` runs without swapping."""
+    a = space.graph.arrays
+    n = a.n_ops
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    last = np.full(a.n_tensors, -1, dtype=np.int64)
+    reader = np.repeat(np.arange(n), np.diff(a.in_ptr))
+    np.maximum.at(last, a.in_idx, pos[reader])
+    first = np.where(a.t_producer >= 0, pos[np.maximum(a.t_producer, 0)], 0)
+    last = np.maximum(last, first)
+    first = np.where(a.t_persistent, 0, first)
+    last = np.where(a.t_persistent, n - 1, last)
+    tcls = cls[space.size_idx]
+    n_classes = int(cls[-1]) + 1
+    delta = np.zeros((n_classes, n + 1), dtype=np.int64)
+    np.add.at(delta, (tcls, first), 1)
+    np.add.at(delta, (tcls, last + 1), -1)
+    return np.cumsum(delta, axis=1)[:, :n].max(axis=1)
+
+
+def peak_allocation(space: SearchSpace, order: np.ndarray, cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Counts for `cls` from the unswapped peak: the part above each minimum scaled so the pool fits."""
+    need = space.class_need(cls)
+    nbytes = space.class_bytes(cls)
+    peak = np.maximum(class_peak_counts(space, order, cls), need)
+    extra = int(((peak - need) * nbytes).sum())
+    room = space.budget - int((need * nbytes).sum())
+    cnt = peak if extra <= room else need + np.floor((peak - need) * (room / max(extra, 1))).astype(np.int64)
+    cnt, _ = fit_counts(space, cls, cnt)
+    return cls, cnt
+
+
+def seeded(space: SearchSpace, pool: PoolMode = "both") -> list[Individual]:
+    per_size = np.arange(space.n_sizes, dtype=np.int64)
+    lowest, _ = min_floor_cls(space)
+    class_choices = [c for c in (per_size, lowest) if floor_bytes(space, c) <= space.budget]
+    if len(class_choices) == 2 and np.array_equal(*class_choices):
+        class_choices = class_choices[:1]
+    out: list[Individual] = []
+    prog = program_order(space.graph)
+    dfs = depth_first_order(space.graph)
+    for order in ([prog] if np.array_equal(prog, dfs) else [prog, dfs]):
+        allocs = [peak_allocation(space, order, c) for c in class_choices]
+        if pool != "classes":
+            dormant = allocs[0] if allocs else (lowest, space.class_need(lowest))
+            out.append(Individual(order, *dormant, by_bytes=True))
+        if pool != "bytes":
+            out.extend(Individual(order, cls, cnt) for cls, cnt in allocs)
+    return out
+
+
+def random_allocation(space: SearchSpace, order: np.ndarray, rng: np.random.Generator,
+                      noise: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    boundary_rate = rng.random()
+    steps = (rng.random(space.n_sizes - 1) < boundary_rate).astype(np.int64)
+    cls = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
+    cnt = class_peak_counts(space, order, cls)
+    cnt = np.rint(cnt * rng.lognormal(0.0, noise, size=len(cnt))).astype(np.int64)
+    nbytes = space.class_bytes(cls)
+    total = float((nbytes * cnt).sum())
+    if total > space.budget:  # scale to fit first, so repair's equal-bytes cut only trims
+        cnt = np.floor(cnt * (space.budget / total)).astype(np.int64)
+    cls, cnt, _ = repair(space, cls, cnt)
+    return cls, cnt
+
+
+def random_individuals(space: SearchSpace, n: int, mode: SearchMode, pool: PoolMode, rng: np.random.Generator,
+                       fixed: Individual) -> list[Individual]:
+    """`n` random individuals; `fixed` supplies what the search mode keeps fixed."""
+    out = []
+    for _ in range(n):
+        sched = fixed.schedule if mode == "allocation" else random_schedule(space, rng)
+        if mode == "schedule":
+            out.append(Individual(sched, fixed.cls, fixed.cnt, fixed.by_bytes))
+            continue
+        cls, cnt = random_allocation(space, sched, rng)
+        by_bytes = pool == "bytes" or (pool == "both" and bool(rng.random() < 0.5))
+        out.append(Individual(sched, cls, cnt, by_bytes))
+    return out

@@ -1,0 +1,126 @@
+"""Progress: a live line per generation, and the convergence log (CSV, DataFrame, a plot like Figure 9)."""
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, TextIO
+
+import numpy as np
+
+from hybrid.units import format_seconds
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """One row of the convergence log: the population alive after a generation's selection."""
+
+    time_s: float          # search time so far (continues across a resume)
+    generation: int        # 0 = the initial population
+    evaluations: int       # total so far
+    best_s: float          # best / mean / worst makespan of the population (feasible ones)
+    mean_s: float
+    worst_s: float
+    best_ever_s: float     # best makespan seen so far (also among children that did not survive)
+    infeasible: int        # population members with no feasible pool
+    evals_per_s: float     # this generation's evaluation rate
+
+    @staticmethod
+    def of(times: np.ndarray, **kw: float) -> "GenerationStats":
+        ok = times[np.isfinite(times)]
+        best, mean, worst = (float(ok.min()), float(ok.mean()), float(ok.max())) if len(ok) else (np.inf,) * 3
+        return GenerationStats(best_s=best, mean_s=mean, worst_s=worst, infeasible=int(len(times) - len(ok)), **kw)
+
+
+COLUMNS = [f.name for f in fields(GenerationStats)]
+
+
+class ConvergenceLog:
+    def __init__(self, rows: list[GenerationStats] | None = None) -> None:
+        self.rows: list[GenerationStats] = list(rows or [])
+
+    def append(self, row: GenerationStats) -> None:
+        self.rows.append(row)
+
+    def to_frame(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.rows], columns=COLUMNS)
+
+    def to_csv(self, path: str | Path) -> None:
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(COLUMNS)
+            for r in self.rows:
+                w.writerow([repr(v) if isinstance(v, float) else v for v in asdict(r).values()])
+
+    @staticmethod
+    def read_csv(path: str | Path) -> "ConvergenceLog":
+        with open(path, newline="") as f:
+            rows = [GenerationStats(**{k: (int(v) if k in ("generation", "evaluations", "infeasible") else float(v))
+                                       for k, v in r.items()}) for r in csv.DictReader(f)]
+        return ConvergenceLog(rows)
+
+    def plot(self, path: str | Path, title: str = "", ideal_s: float | None = None,
+             lower_bound_s: float | None = None) -> None:
+        """Best, mean and worst of the population against search time (the paper's Figure 9)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        df = self.to_frame()
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for col, label, style in (("worst_s", "worst", ":"), ("mean_s", "mean", "--"), ("best_s", "best", "-")):
+            ax.plot(df["time_s"], df[col], style, label=label)
+        if ideal_s is not None:
+            ax.axhline(ideal_s, color="grey", lw=0.8, label="ideal (infinite memory)")
+        if lower_bound_s is not None and (ideal_s is None or lower_bound_s > ideal_s * (1 + 1e-9)):
+            ax.axhline(lower_bound_s, color="grey", lw=0.8, ls="-.", label="lower bound")
+        ax.set_xlabel("search time (s)")
+        ax.set_ylabel("time per iteration (s)")
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+
+class ProgressLine:
+    """Prints a generation's line: overwritten in place on a terminal, every `interval` seconds otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, interval_s: float = 5.0,
+                 time_left: Callable[[], float | None] | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval_s = interval_s
+        self.time_left = time_left
+        self._last = -np.inf
+        self._width = 0
+
+    def __call__(self, s: GenerationStats, force: bool = False) -> None:
+        now = time.monotonic()
+        if not (self.live or force or now - self._last >= self.interval_s):
+            return
+        self._last = now
+        left = self.time_left() if self.time_left else None
+        line = (f"gen {s.generation:4d}  best {format_seconds(s.best_ever_s)}  pop best {format_seconds(s.best_s)}"
+                f" mean {format_seconds(s.mean_s)} worst {format_seconds(s.worst_s)}  {s.evals_per_s:.0f} evals/s"
+                + (f"  {format_seconds(left)} left" if left is not None else ""))
+        if self.live:
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.live and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0

@@ -1,0 +1,52 @@
+"""What a search returns: the best individual, how the search went, and the plan it makes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ga.algorithm import GAConfig
+from ga.encoding import Individual, SearchSpace
+from ga.progress import ConvergenceLog
+from hybrid.plan import Plan
+from hybrid.plan_build import to_plan
+from hybrid.swap_planner import AugmentedGraph, SwapPlanner
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class SearchResult:
+    space: SearchSpace
+    config: GAConfig
+    best: Individual
+    generations: int
+    evaluations: int
+    search_time_s: float         # including time before a resume
+    stop_reason: str             # "generations", "time limit", "interrupted", "stopped"
+    log: ConvergenceLog
+    evaluator: str = "serial"
+    workers: int = 1
+
+    @property
+    def makespan_s(self) -> float:
+        return self.best.makespan
+
+    def log_frame(self) -> "pd.DataFrame":
+        return self.log.to_frame()
+
+    def augmented(self) -> AugmentedGraph:
+        sp = self.space
+        return SwapPlanner(sp.graph, sp.device).plan(self.best.schedule, sp.pool(self.best), sp.options)
+
+    def planner_info(self) -> dict[str, Any]:
+        c = self.config
+        return {"name": "ga", "seed": c.seed, "search": c.search, "population": c.population,
+                "children": c.children, "mutation_rate": c.mutation_rate, "generations": self.generations,
+                "evaluations": self.evaluations, "search_time_s": round(self.search_time_s, 3),
+                "stop_reason": self.stop_reason, "evaluator": self.evaluator, "workers": self.workers,
+                "planner_options": self.space.options.describe()}
+
+    def to_plan(self, **planner_extra: Any) -> Plan:
+        """The best individual as a plan (its makespan equals the search's fitness for it)."""
+        return to_plan(self.augmented(), {**self.planner_info(), **planner_extra})

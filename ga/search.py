@@ -1,0 +1,72 @@
+"""`optimize`: the GA from Python — the graph in, a `SearchResult` (and its plan) out."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from ga.algorithm import GAConfig, GeneticSearch, SearchState
+from ga.checkpoint import load_checkpoint, save_checkpoint
+from ga.encoding import SearchSpace
+from ga.evaluation import Evaluator, make_evaluator
+from ga.progress import GenerationStats
+from ga.repair import check_feasible
+from ga.result import SearchResult
+from ga.termination import Termination, stop_on_sigint
+from hybrid.device import Device
+from hybrid.errors import InfeasibleError
+from hybrid.graph import Graph
+from hybrid.swap_planner import PlannerOptions
+
+
+def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GAConfig(), *,
+             time_limit_s: float | None = None, generations: int | None = None,
+             options: PlannerOptions = PlannerOptions(), workers: int | None = 1, scheduler: str | None = None,
+             evaluator: Evaluator | None = None, checkpoint: str | Path | None = None, checkpoint_every: int = 10,
+             resume: str | Path | None = None, on_generation: Callable[[GenerationStats], None] | None = None,
+             handle_sigint: bool = False) -> SearchResult:
+    """Search schedules and size-class pools for `graph` on `device` (default: the graph's own).
+
+    Budget: `time_limit_s` and/or `generations` (total, counting those before
+    a resume). Evaluation: `evaluator`, else Dask at `scheduler`, else
+    `workers` processes (1 = serial, in this process; None = all cores).
+    `resume` continues a checkpoint with its own config (the `config` given
+    here is then ignored); `checkpoint` is written every `checkpoint_every`
+    generations and when the search ends. With `handle_sigint`, Ctrl-C stops
+    the search and the best so far is returned.
+    """
+    device = device or graph.device
+    if device is None:
+        from hybrid.device import PRESETS
+
+        device = PRESETS["v100-16gb"]
+    space = SearchSpace.build(graph, device, options)
+    state: SearchState | None = None
+    if resume is not None:
+        config, state = load_checkpoint(resume, space)
+    if config.pool != "bytes":
+        try:
+            check_feasible(space)
+        except InfeasibleError:
+            if config.pool == "classes":
+                raise
+            config = replace(config, pool="bytes")  # no size-class pool fits; the byte budget may still work
+    term = Termination(time_limit_s, generations)
+    own = evaluator is None
+    ev = evaluator or make_evaluator(graph, device, options, workers, scheduler)
+    try:
+        search = GeneticSearch(space, config, ev, state)
+        save = (lambda st: save_checkpoint(checkpoint, space, config, st)) if checkpoint is not None else None
+        if handle_sigint:
+            with stop_on_sigint(term):
+                reason = search.run(term, on_generation, save, checkpoint_every)
+        else:
+            reason = search.run(term, on_generation, save, checkpoint_every)
+        final = search.snapshot()
+        if save is not None:
+            save(final)
+    finally:
+        if own:
+            ev.close()
+    return SearchResult(space, config, final.best.copy(), final.generation, final.evaluations, final.elapsed_s,
+                        reason, final.log, ev.name, ev.workers)

@@ -1,0 +1,70 @@
+"""When the search stops: a time limit, a generation count, or Ctrl-C.
+
+The first Ctrl-C asks the search to stop (the generation being evaluated is
+abandoned, the best plan so far is kept); a second one interrupts at once.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from hybrid.errors import HybridError
+
+
+@dataclass
+class Termination:
+    time_limit_s: float | None = None
+    generations: int | None = None      # total, counting generations done before a resume
+    start: float = field(default_factory=time.monotonic)
+    interrupted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.time_limit_s is None and self.generations is None:
+            raise HybridError("give the search a budget: a time limit (--time-limit 30m) or --generations N")
+        if self.time_limit_s is not None and self.time_limit_s <= 0:
+            raise HybridError(f"--time-limit must be positive, got {self.time_limit_s} s")
+        if self.generations is not None and self.generations < 0:
+            raise HybridError(f"--generations must not be negative, got {self.generations}")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def time_left(self) -> float | None:
+        return None if self.time_limit_s is None else max(0.0, self.time_limit_s - self.elapsed())
+
+    def expired(self) -> bool:
+        """Stop now, even mid-generation (interrupt or time limit)."""
+        return self.interrupted or (self.time_limit_s is not None and self.elapsed() >= self.time_limit_s)
+
+    def reason(self, generation: int) -> str | None:
+        """Why the search should stop before starting generation `generation + 1`, or None."""
+        if self.interrupted:
+            return "interrupted"
+        if self.time_limit_s is not None and self.elapsed() >= self.time_limit_s:
+            return "time limit"
+        if self.generations is not None and generation >= self.generations:
+            return "generations"
+        return None
+
+
+@contextmanager
+def stop_on_sigint(term: Termination) -> Iterator[Termination]:
+    """While inside, the first SIGINT sets `term.interrupted`; the second raises KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield term
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if term.interrupted:
+            raise KeyboardInterrupt
+        term.interrupted = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield term
+    finally:
+        signal.signal(signal.SIGINT, previous)

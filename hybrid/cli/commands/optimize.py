@@ -1,0 +1,174 @@
+"""`hybrid optimize`: the genetic search over schedules and pools (SwapAdvisor §5), then CP-SAT refinement."""
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import click
+
+from hybrid.cli.options import device_from, device_options, graph_option, load_graph, seed_option
+from hybrid.errors import HybridError
+from hybrid.units import format_bytes, format_seconds, parse_duration
+
+
+def _refine_available() -> bool:
+    """Whether the CP-SAT refinement (hybrid.refine) is installed; checked without importing it."""
+    return importlib.util.find_spec("hybrid.refine") is not None
+
+
+DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
+
+
+@click.command("optimize")
+@graph_option
+@click.option("--time-limit", default="30m", show_default=True,
+              help="Search budget, e.g. 90s, 5m, 1h (refinement included). Ctrl-C stops early and keeps the best plan.")
+@click.option("--generations", type=int, default=None,
+              help="Stop after this many generations (counting those before --resume), if the time limit allows.")
+@seed_option
+@click.option("--population", type=int, default=144, show_default=True,
+              help="Individuals alive after each generation (N_p).")
+@click.option("--children", type=int, default=None,
+              help="New individuals per generation, four per crossover [default: --population].")
+@click.option("--workers", type=int, default=None,
+              help="Evaluation processes on this machine [default: all cores]; 1 = serial, in this process.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Evaluate on a Dask cluster instead, e.g. tcp://host:8786 (pip install 'hybrid[dask]').")
+@click.option("--search", type=click.Choice(["both", "schedule", "allocation"]), default="both", show_default=True,
+              help="What the search may change; the other part stays at its best seed (the paper's Figure 10).")
+@click.option("--pool", type=click.Choice(["both", "classes", "bytes"]), default="both", show_default=True,
+              help="Pool kinds to search: size classes (the paper's allocator), the plain byte budget, or both.")
+@click.option("--mutation-rate", type=float, default=0.1, show_default=True,
+              help="P: chance that a CLS/CNT element mutates, and the highest chance of a random pick per schedule step.")
+@click.option("--temperature", type=float, default=0.05, show_default=True,
+              help="Selection softmax temperature over t_norm (1 = the paper's eq. 1; smaller selects harder).")
+@click.option("--refine", type=click.Choice(["cpsat", "none"]), default=DEFAULT_REFINE, show_default=True,
+              help="Re-time the best plan's copies with CP-SAT (hybrid.refine) in the last part of the budget.")
+@click.option("--refine-share", type=float, default=0.2, show_default=True,
+              help="Fraction of --time-limit kept for --refine cpsat.")
+@click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Save the search here every --checkpoint-every generations and at the end.")
+@click.option("--checkpoint-every", type=int, default=10, show_default=True, help="Generations between checkpoints.")
+@click.option("--resume", "resume_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Continue a checkpoint (its population, random state and settings) with a new budget.")
+@device_options
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the best plan here (hybrid-plan/1).")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the convergence log (time, generation, best/mean/worst makespan) as CSV.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Plot best/mean/worst makespan against search time (PNG), like the paper's Figure 9.")
+@click.option("--quiet", is_flag=True, help="No progress line; only the final summary.")
+def command(graph_path: Path, time_limit: str, generations: int | None, seed: int, population: int,
+            children: int | None, workers: int | None, scheduler: str | None, search: str, pool: str,
+            mutation_rate: float, temperature: float, refine: str, refine_share: float,
+            checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
+            log_path: Path | None, plot_path: Path | None, quiet: bool, **kw: object) -> None:
+    """Search operator orders and memory pools for the fastest swapping plan.
+
+    A genetic algorithm (SwapAdvisor §5) evolves individuals made of a
+    schedule (a topological order) and a pool (size classes CLS/CNT, or the
+    plain byte budget); the swap planner and simulator score each one. The
+    first generation includes the program order and a depth-first order with
+    their natural pools, so the result is never worse than Belady on the
+    program order. With --refine cpsat the best plan's copies are then
+    re-timed with CP-SAT. Prints a line per generation (best, population
+    mean and worst makespan, evaluations per second, time left), and at the
+    end the makespan, its ratio to the ideal, the lower bound and bytes moved.
+
+    The same --seed and --generations give the same plan, whatever
+    --workers or --scheduler (evaluation is deterministic; only speed differs).
+
+    \b
+    Examples:
+      hybrid optimize --graph g.json --time-limit 30m --out plan.json
+      hybrid optimize --graph g.json --time-limit 5m --memory 8GiB --log conv.csv --plot conv.png --out plan.json
+      hybrid optimize --graph g.json --time-limit 2h --scheduler tcp://head:8786 --checkpoint ga.ckpt --out plan.json
+      hybrid optimize --graph g.json --time-limit 1h --resume ga.ckpt --checkpoint ga.ckpt --out plan.json
+    """
+    from ga import GAConfig, optimize
+    from ga.progress import ProgressLine
+    from hybrid.validator import validate
+
+    start = time.monotonic()
+    total = parse_duration(time_limit, "--time-limit")
+    if total <= 0:
+        raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
+    if refine == "cpsat" and not _refine_available():
+        raise HybridError("--refine cpsat needs the CP-SAT refinement (hybrid.refine), which is not in this "
+                          "installation; use --refine none")
+    if not 0.0 <= refine_share < 1.0:
+        raise HybridError(f"--refine-share must be within [0, 1), got {refine_share}")
+    if workers is not None and workers < 1:
+        raise HybridError(f"--workers must be at least 1, got {workers}")
+    if scheduler and workers is not None:
+        raise HybridError("give either --workers (processes here) or --scheduler (a Dask cluster), not both")
+    if refine == "cpsat":
+        import hybrid.refine  # noqa: F401 - imported now so its import time counts against the budget
+    graph = load_graph(graph_path)
+    device = device_from(graph, kw)
+    ga_time = total * (1.0 - refine_share) if refine == "cpsat" else total
+    config = GAConfig(population=population, children=children or population, mutation_rate=mutation_rate,
+                      schedule_mutation_rate=mutation_rate, temperature=temperature, search=search,  # type: ignore[arg-type]
+                      pool=pool, seed=seed)  # type: ignore[arg-type]
+    deadline = start + ga_time
+    line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
+    try:
+        result = optimize(graph, device, config, time_limit_s=max(1e-3, deadline - time.monotonic()),
+                          generations=generations, workers=workers, scheduler=scheduler,
+                          checkpoint=checkpoint_path, checkpoint_every=checkpoint_every, resume=resume_path,
+                          on_generation=line, handle_sigint=True)
+    finally:
+        if line is not None:
+            line.close()
+    plan = result.to_plan(time_limit_s=total)
+    refined = ""
+    if refine == "cpsat" and result.stop_reason != "interrupted":
+        plan, refined = _refine(graph, plan, start + total - time.monotonic(), seed, workers, quiet)
+    report = validate(graph, plan)
+    if not report.valid:  # a planner bug: say so rather than write a plan the executor would reject
+        raise HybridError(f"the best plan failed validation (rule {report.violations[0].rule}: "
+                          f"{report.violations[0].message}); please report this with the graph file")
+    plan.save(out_path)
+    if log_path is not None:
+        result.log.to_csv(log_path)
+    m = plan.metrics
+    if plot_path is not None:
+        result.log.plot(plot_path, title=f"{graph.name} on {device.name}", ideal_s=m.get("ideal_s"),
+                        lower_bound_s=m.get("lower_bound_s"))
+    ideal = float(m["ideal_s"])
+    moved = int(m.get("bytes_h2d", 0)) + int(m.get("bytes_d2h", 0))
+    kind = plan.allocation.kind
+    pool_text = (f"{len(plan.allocation.classes)} size classes" if kind == "size_classes" else "byte budget")
+    click.echo(f"{graph.name} on {device.name}: {result.generations} generations, {result.evaluations} evaluations "
+               f"in {format_seconds(result.search_time_s)} ({result.evaluator}, {result.workers} worker"
+               f"{'s' if result.workers != 1 else ''}); stopped: {result.stop_reason}{refined}")
+    click.echo(f"  makespan     {format_seconds(plan.makespan_s)}  ({plan.makespan_s / ideal:.3f} x ideal, "
+               f"{100 * ideal / plan.makespan_s:.1f}% of ideal throughput)")
+    click.echo(f"  ideal        {format_seconds(ideal)}   lower bound {format_seconds(float(m['lower_bound_s']))}")
+    click.echo(f"  bytes moved  {format_bytes(moved)} ({format_bytes(int(m.get('bytes_h2d', 0)))} in, "
+               f"{format_bytes(int(m.get('bytes_d2h', 0)))} out); pool: {pool_text}")
+    click.echo(f"wrote {out_path}" + (f", {log_path}" if log_path else "") + (f", {plot_path}" if plot_path else ""))
+
+
+def _refine(graph, plan, seconds: float, seed: int, workers: int | None, quiet: bool):  # noqa: ANN001, ANN202
+    """Run hybrid.refine on the best plan; keep the original when refinement finds nothing better."""
+    from hybrid.refine import refine
+
+    if seconds <= 0.5:
+        return plan, "; no time left to refine"
+    last = [0.0]
+
+    def progress(p) -> None:  # noqa: ANN001 - hybrid.refine.RefineProgress
+        if time.monotonic() - last[0] >= 5.0:
+            last[0] = time.monotonic()
+            click.echo(f"refine {format_seconds(p.elapsed_s)}: makespan {format_seconds(p.makespan)} "
+                       f"(from {format_seconds(p.initial_makespan)}), {p.windows} windows, {p.accepted} accepted",
+                       err=True)
+
+    res = refine(graph, plan, time_limit_s=seconds, seed=seed, workers=workers or 1,
+                 progress=None if quiet else progress)
+    if res.improved and res.plan.makespan_s < plan.makespan_s:
+        return res.plan, f"; CP-SAT refined {format_seconds(plan.makespan_s)} -> {format_seconds(res.plan.makespan_s)}"
+    return plan, "; CP-SAT refinement found no faster timing"

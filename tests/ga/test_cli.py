@@ -1,0 +1,93 @@
+"""`hybrid optimize` end to end: plan, log, plot, summary, checkpoint/resume, and one-line errors."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hybrid.cli.main import cli
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+from hybrid.validator import validate
+from tests.ga.graphs import small_training
+
+
+@pytest.fixture()
+def graph_file(tmp_path):
+    g, dev = small_training(12, seed=4)
+    path = tmp_path / "g.json"
+    g.save(path)
+    return path, dev.memory_bytes
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(map(str, args)), catch_exceptions=False)
+
+
+def test_optimize_writes_a_valid_plan_log_and_plot(graph_file, tmp_path) -> None:
+    path, mem = graph_file
+    out, log, png = tmp_path / "plan.json", tmp_path / "log.csv", tmp_path / "conv.png"
+    r = run("optimize", "--graph", path, "--memory", mem, "--generations", 3, "--time-limit", "1m", "--population", 8,
+            "--workers", 1, "--refine", "none", "--out", out, "--log", log, "--plot", png)
+    assert r.exit_code == 0, r.output
+    for word in ("makespan", "x ideal", "lower bound", "bytes moved", "evaluations", "stopped: generations"):
+        assert word in r.output
+    plan = Plan.load(out)
+    assert validate(Graph.load(path), plan).valid
+    assert plan.planner["name"] == "ga" and plan.planner["generations"] == 3
+    rows = list(csv.DictReader(open(log)))
+    assert [int(r["generation"]) for r in rows] == [0, 1, 2, 3]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_same_seed_same_plan_and_resume(graph_file, tmp_path) -> None:
+    path, mem = graph_file
+    common = ["optimize", "--graph", path, "--memory", mem, "--population", 8, "--workers", 1, "--refine", "none",
+              "--seed", 7, "--quiet"]
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    ck = tmp_path / "ga.ckpt"
+    assert run(*common, "--generations", 4, "--out", a).exit_code == 0
+    assert run(*common, "--generations", 2, "--checkpoint", ck, "--out", b).exit_code == 0
+    assert run(*common, "--generations", 4, "--resume", ck, "--out", c).exit_code == 0
+    pa, pc = json.loads(a.read_text()), json.loads(c.read_text())
+    assert pa["schedule"] == pc["schedule"] and pa["events"] == pc["events"]
+
+
+def test_refine_runs_when_available_or_fails_clearly(graph_file, tmp_path, monkeypatch) -> None:
+    from hybrid.cli.commands import optimize as cmd
+
+    path, mem = graph_file
+    args = ["optimize", "--graph", path, "--memory", mem, "--generations", 1, "--population", 4, "--workers", 1,
+            "--quiet", "--refine", "cpsat", "--time-limit", "20s", "--out", tmp_path / "p.json"]
+    monkeypatch.setattr(cmd, "_refine_available", lambda: False)
+    r = run(*args)
+    assert r.exit_code == 2 and "error: --refine cpsat needs" in r.output
+    monkeypatch.undo()
+    if not cmd._refine_available():
+        pytest.skip("hybrid.refine is not installed")
+    r = run(*args)
+    assert r.exit_code == 0, r.output
+    assert validate(Graph.load(path), Plan.load(tmp_path / "p.json")).valid
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--time-limit", "soon"], "cannot read --time-limit"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--workers", "2", "--scheduler", "tcp://x:1"], "not both"),
+    (["--population", "1"], "--population must be at least 2"),
+    (["--mutation-rate", "2"], "within [0, 1]"),
+])
+def test_bad_flags_are_one_line_errors(graph_file, tmp_path, flags, message) -> None:
+    path, mem = graph_file
+    r = run("optimize", "--graph", path, "--memory", mem, "--refine", "none", "--out", tmp_path / "p.json", *flags)
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+
+
+def test_help_explains_the_budget_and_modes() -> None:
+    r = run("optimize", "--help")
+    assert r.exit_code == 0
+    text = " ".join(r.output.split())
+    for word in ("--time-limit", "--scheduler", "--search", "--resume", "Figure 9", "Figure 10"):
+        assert word in text
