@@ -51,6 +51,12 @@ def _check_output(op: Op, tid: str, t: Any, graph: Graph | None) -> None:
                           f"{meta['stride']}; views recorded against it would read the wrong elements")
 
 
+def _copy_storage(t: torch.Tensor) -> torch.Tensor:
+    """A copy of the whole storage behind `t`, seen with `t`'s geometry (views of it stay valid)."""
+    storage = t.untyped_storage().clone()
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.size(), t.stride())
+
+
 def run_op(op: Op, env: dict[str, torch.Tensor], ctx: ReplayContext | None = None, graph: Graph | None = None) -> None:
     """Run one captured op on the tensors in `env`; fresh outputs are added to `env`.
 
@@ -60,6 +66,8 @@ def run_op(op: Op, env: dict[str, torch.Tensor], ctx: ReplayContext | None = Non
     rec = op.extra.get("aten")
     if not isinstance(rec, dict) or "target" not in rec:
         raise HybridError(f"op {op.id!r} has no 'aten' record; only graphs from hybrid capture can be replayed")
+    for new, old in rec.get("versions", {}).items():
+        env[new] = _copy_storage(env[old])   # an in-place op writes a new version of an intermediate tensor
     dctx = DecodeContext(env, ctx.device)
     fn = resolve_target(rec["target"])
     args = decode_value(rec.get("args", []), dctx)

@@ -9,8 +9,11 @@ The mapping (docs/capture.md has the full encoding):
   kind activation (forward) or gradient (backward), bytes = storage bytes.
 - every call of a real kernel -> one op, with `aten` (how to replay it),
   `phase` and `cost`; view ops are folded into their consumers' arguments.
-- in-place updates of persistent tensors (buffer `copy_`s, batch-norm running
-  statistics, the optimizer) list them in `updates`.
+- an in-place op on a persistent tensor (batch-norm statistics, the
+  optimizer) lists it in `updates`; an in-place op on an intermediate tensor
+  writes a new version of its storage, a new graph tensor (the format's
+  intermediate tensors are written once), which replay makes by copying the
+  old version first (`aten.versions`).
 """
 from __future__ import annotations
 
@@ -42,9 +45,11 @@ _HIDDEN_WRITES = {
 }
 _CONST_LIMIT = 1 << 16  # elements a tensor constant may have to be stored in the graph file
 
+SRef = tuple[Any, tuple[dict[str, Any], ...]]   # (storage key, view chain): resolved to a tensor id when used
+
 
 class _Box:
-    """An FX node's tensor reference inside an argument structure being encoded."""
+    """A tensor reference inside an argument structure being encoded."""
 
     __slots__ = ("ref",)
 
@@ -57,114 +62,65 @@ def _box_ref(x: Any) -> Ref | None:
 
 
 @dataclass
-class _OpRec:
-    op: Op
-    key: tuple[int, int, int]
-
-
-@dataclass
 class _Builder:
-    traced: Traced
     model: costs.CostModel
     table: StorageTable = field(default_factory=StorageTable)
-    refs: dict[fx.Node, Any] = field(default_factory=dict)
+    refs: dict[fx.Node, Any] = field(default_factory=dict)     # node -> SRef, list of SRef | None, or None
     tensors: dict[str, Tensor] = field(default_factory=dict)
-    ops: list[_OpRec] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    keys: list[tuple[int, int, int]] = field(default_factory=list)   # sort key per op (moves optimizer ops)
     producer: dict[str, int] = field(default_factory=dict)     # tensor id -> index in self.ops
     readers: dict[str, list[int]] = field(default_factory=dict)
-    bindings: dict[str, Any] = field(default_factory=dict)
 
-    # ---- helpers ----------------------------------------------------------------
     def add_tensor(self, t: Tensor) -> None:
         self.tensors[t.id] = t
 
+    def ref(self, n: Any) -> Ref:
+        """The current tensor id of a node's storage (its latest version) and the node's view chain."""
+        r = self.refs.get(n)
+        if not isinstance(r, tuple):
+            raise HybridError(f"capture: value {getattr(n, 'name', n)!r} is not a tensor")
+        return self.table.owners[r[0]], r[1]
+
     def boxed(self, a: Any) -> Any:
+        """FX args with tensor nodes replaced by references to their storages' current versions."""
         def box(n: fx.Node) -> Any:
             r = self.refs.get(n)
             if r is None:
                 return None
             if not isinstance(r, tuple):
                 raise HybridError(f"capture: node {n.name!r} yields several values where one tensor was expected")
-            return _Box(r)
+            return _Box(self.ref(n))
 
         return fx.node.map_arg(a, box)
 
-    def encode(self, a: Any) -> Any:
-        return encode_value(self.boxed(a), _box_ref)
-
-    def ref(self, n: Any) -> Ref:
-        r = self.refs.get(n)
-        if not isinstance(r, tuple):
-            raise HybridError(f"capture: value {getattr(n, 'name', n)!r} is not a tensor")
-        return r
-
-    def add_op(self, op: Op) -> None:
+    def add_op(self, op: Op, key: tuple[int, int, int] | None = None) -> None:
         i = len(self.ops)
-        self.ops.append(_OpRec(op, (i, 0, 0)))
+        self.ops.append(op)
+        self.keys.append(key or (i, 0, 0))
         for t in op.outputs:
             self.producer[t] = i
         for t in op.inputs:
             self.readers.setdefault(t, []).append(i)
 
 
-@dataclass(frozen=True)
-class _InPlace:
-    """Replay a functional op in place, as eager runs it: its new value of a buffer is written into the buffer."""
-
-    target: str                     # the in-place overload replayed instead
-    written: tuple[fx.Node, ...]    # the placeholders it updates
-    aliases: dict[int, fx.Node]     # output index -> placeholder that holds that value after the op
-    n_returns: int                  # values the in-place overload returns
-
-
-def _in_place_rewrites(nodes: list[fx.Node], traced: Traced) -> tuple[dict[fx.Node, _InPlace], set[fx.Node]]:
-    """Batch-norm statistics and `num_batches_tracked += 1` back in place (saves two copies per batch norm).
-
-    AOTAutograd computes them functionally and returns the new values; eager
-    updates them inside the batch-norm kernel. Rewritten only when nothing
-    reads the old value after the op. Returns the rewrites and the new-value
-    nodes whose write-back copy is no longer needed.
-    """
-    pos = {n: i for i, n in enumerate(nodes)}
-    upd_of = {new: ph for ph, new in traced.state_updates}
-
-    def old_value_dead_after(ph: fx.Node, n: fx.Node) -> bool:
-        return all(u is n or pos[u] < pos[n] for u in ph.users)
-
-    rewrites: dict[fx.Node, _InPlace] = {}
-    done: set[fx.Node] = set()
-    for n in nodes:
-        if n.op != "call_function":
-            continue
-        if n.target is _aten._native_batch_norm_legit_functional.default:
-            items = {u.args[1]: u for u in n.users if u.target is operator.getitem}
-            rm, rv = n.args[3], n.args[4]
-            if (3 in items and 4 in items and upd_of.get(items[3]) is rm and upd_of.get(items[4]) is rv
-                    and old_value_dead_after(rm, n) and old_value_dead_after(rv, n)):
-                rewrites[n] = _InPlace("aten._native_batch_norm_legit.default", (rm, rv), {3: rm, 4: rv}, 3)
-                done |= {items[3], items[4]}
-        elif (n.target is _aten.add.Tensor and isinstance(n.args[0], fx.Node) and n.args[0].op == "placeholder"
-              and upd_of.get(n) is n.args[0] and all(u.op == "output" for u in n.users)
-              and old_value_dead_after(n.args[0], n)):
-            rewrites[n] = _InPlace("aten.add_.Tensor", (n.args[0],), {0: n.args[0]}, 1)
-            done.add(n)
-    return rewrites, done
-
-
-def _written_args(node: fx.Node) -> list[Any]:
-    """The FX values an op writes in place: annotated (a!) arguments and the hidden batch-norm ones."""
+def _written(node: fx.Node) -> list[tuple[int | str, Any]]:
+    """(position or kwarg name, FX value) of each argument an op writes in place."""
     target = node.target
-    out: list[Any] = []
+    out: list[tuple[int | str, Any]] = []
     for i, a in enumerate(target._schema.arguments):
         if a.alias_info is not None and a.alias_info.is_write:
-            v = node.args[i] if i < len(node.args) else node.kwargs.get(a.name)
+            if i < len(node.args):
+                v, where = node.args[i], i
+            else:
+                v, where = node.kwargs.get(a.name), a.name
             if v is not None:
-                out.append(v)
+                out.append((where, v))
     hidden = _HIDDEN_WRITES.get(target)
     if hidden is not None:
         train_i, idx = hidden
         if len(node.args) > train_i and node.args[train_i]:
-            out.extend(node.args[i] for i in idx if i < len(node.args) and node.args[i] is not None)
+            out.extend((i, node.args[i]) for i in idx if i < len(node.args) and node.args[i] is not None)
     return out
 
 
@@ -186,8 +142,7 @@ def _live(nodes: list[fx.Node], roots: list[fx.Node]) -> set[fx.Node]:
             continue
         if n.op != "call_function":
             continue
-        side = (isinstance(n.target, torch._ops.OpOverload)
-                and (_is_random(n.target) or bool(_written_args(n))))
+        side = isinstance(n.target, torch._ops.OpOverload) and (_is_random(n.target) or bool(_written(n)))
         if n in root_set or side or any(u in live for u in n.users):
             live.add(n)
     return live
@@ -219,20 +174,23 @@ def _flops(node: fx.Node, kind: str, in_vals: list[Any], outs: list[Any]) -> int
     return max([_numel(v) for v in outs] + [_numel(v) for v in in_vals] + [0])
 
 
+def _cost(flops: int, nbytes: int, dtype: str, cls: str) -> dict[str, Any]:
+    return {"flops": flops, "io_bytes": nbytes, "dtype": dtype, "class": cls, "time_s_source": "roofline",
+            "cpu_time_s_source": "roofline"}
+
+
 def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostModel, name: str,
             device: Device | None) -> Graph:
-    b = _Builder(traced, model)
+    b = _Builder(model)
     gm = traced.gm
     nodes = list(gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
-    trainable = [r.name for r in traced.roles if r.kind == TRAINABLE and r.name not in traced.ties]
-    loss_node = traced.loss
-    grads = traced.grads
-    roots = [n for n in [loss_node, *grads.values(), *(new for _, new in traced.state_updates), *traced.outputs]
-             if isinstance(n, fx.Node)]
+    if len(placeholders) != len(traced.roles):
+        raise HybridError(f"capture: traced {len(placeholders)} inputs but expected {len(traced.roles)}")
+    trainable = [r.name for r in traced.roles if r.kind == TRAINABLE]
+    roots = [n for n in [traced.loss, *traced.grads.values(), *traced.outputs] if isinstance(n, fx.Node)]
     live = _live(nodes, roots)
-    rewrites, rewritten = _in_place_rewrites(nodes, traced)
-    loss_pos = nodes.index(loss_node) if (traced.training and isinstance(loss_node, fx.Node)) else len(nodes)
+    loss_pos = nodes.index(traced.loss) if (traced.training and isinstance(traced.loss, fx.Node)) else len(nodes)
 
     # Names for the outputs of multi-output ops: the getitem node that reads each.
     item_name: dict[tuple[fx.Node, int], str] = {}
@@ -247,23 +205,19 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
     bind_buffers: dict[str, str] = {}
     bind_inputs: list[str] = []
     bind_targets: list[str] = []
-    pairs = list(zip(traced.roles, placeholders))
-    canonical = {r.name: ph for r, ph in pairs if r.name not in traced.ties}
-    for role, ph in sorted(pairs, key=lambda rp: rp[0].name in traced.ties):
+    for role, ph in zip(traced.roles, placeholders):
         v = ph.meta["val"]
-        if role.name in traced.ties:
-            # A tied parameter (or buffer): one tensor, read under another name.
-            b.refs[ph] = b.refs[canonical[traced.ties[role.name]]]
-            b.table.add(v, b.refs[ph][0])
-            continue
         tid = ids[role.kind].format(role.name)
         b.add_tensor(Tensor(tid, storage_bytes(v), kinds[role.kind], True, tensor_meta(v)))
         b.table.add(v, tid)
-        b.refs[ph] = (tid, ())
-        {TRAINABLE: bind_params, FROZEN: bind_params, BUFFER: bind_buffers}.get(role.kind, {})[role.name] = tid
-        if role.kind == INPUT:
+        b.refs[ph] = (storage_key(v), ())
+        if role.kind in (TRAINABLE, FROZEN):
+            bind_params[role.name] = tid
+        elif role.kind == BUFFER:
+            bind_buffers[role.name] = tid
+        elif role.kind == INPUT:
             bind_inputs.append(tid)
-        elif role.kind == TARGET:
+        else:
             bind_targets.append(tid)
 
     constants: dict[str, str] = {}
@@ -288,50 +242,36 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
         val = n.meta.get("val")
         multi = isinstance(val, (tuple, list))
         items = list(val) if multi else [val]
-        written = _written_args(n)
-        out_tensors = [(i, t) for i, t in enumerate(items) if isinstance(t, torch.Tensor)]
-        fresh = [i for i, t in out_tensors if b.table.owner(t) is None]
-        tname = target_name(n.target)
+        written = _written(n)
+        out_tensors = [t for t in items if isinstance(t, torch.Tensor)]
+        fresh = [t for t in out_tensors if b.table.owner(t) is None]
         if out_tensors and not fresh and not written:
-            _fold_view(b, n, tname, items, multi)
+            _fold_view(b, n, target_name(n.target), items, multi)
             continue
-        uses_rng |= _add_op(b, n, pos, loss_pos, tname, items, multi, written, item_name, rewrites.get(n))
-
-    # ---- in-place state updates (batch-norm statistics, inputs the forward modifies) -----------
-    for ph, new in traced.state_updates:
-        if new not in rewritten:
-            _add_copy(b, b.ref(ph)[0], b.ref(new))
-
-    # ---- gradients: a tied parameter's is the sum of its names' ----------------------------
-    grad_refs: dict[str, Ref] = {p: b.ref(n) for p, n in grads.items() if p not in traced.ties}
-    for alias, name in traced.ties.items():
-        if alias in grads and name in grad_refs:
-            grad_refs[name] = _add_sum(b, bind_params[name], grad_refs[name], b.ref(grads[alias]), alias)
+        uses_rng |= _add_op(b, n, pos, loss_pos, items, multi, written, item_name)
 
     # ---- optimizer ------------------------------------------------------------------
+    grad_refs: dict[str, Ref] = {p: b.ref(g) for p, g in traced.grads.items()}
     opt_state: dict[str, dict[str, str]] = {}
     if traced.training and optimizer is not None:
         for pname in trainable:
-            if pname not in grad_refs or pname not in optimizer.hyper:
-                continue
-            opt_state[pname] = _add_update(b, optimizer, pname, bind_params[pname], grad_refs[pname])
+            if pname in grad_refs and pname in optimizer.hyper:
+                opt_state[pname] = _add_update(b, optimizer, pname, bind_params[pname], grad_refs[pname])
 
     if uses_rng:
         b.add_tensor(Tensor(RNG_ID, 0, "other", True, {"rng": "the default generator of the replay device"}))
 
-    _reorder_state_copies(b)
-    ordered = [r.op for r in sorted(b.ops, key=lambda r: r.key)]
+    ordered = [op for _, op in sorted(zip(b.keys, b.ops), key=lambda ko: ko[0])]
     persistent = [t for t in b.tensors.values() if t.persistent]
     others = [t for t in b.tensors.values() if not t.persistent]
 
-    bind_grads = {p: (encode_ref(grad_refs[p]) if p in grad_refs else None) for p in trainable}
-    loss_ref = encode_ref(b.ref(loss_node)) if isinstance(loss_node, fx.Node) else None
+    loss_ref = encode_ref(b.ref(traced.loss)) if isinstance(traced.loss, fx.Node) else None
     bindings: dict[str, Any] = {
         "params": bind_params, "trainable": [p for p in trainable if p in grad_refs], "buffers": bind_buffers,
         "inputs": bind_inputs, "targets": bind_targets, "constants": constants,
-        "loss": loss_ref, "grads": bind_grads if traced.training else {},
-        "outputs": [] if traced.training else [encode_ref(b.ref(n)) if isinstance(n, fx.Node) else None
-                                                for n in traced.outputs],
+        "loss": loss_ref,
+        "grads": {p: (encode_ref(grad_refs[p]) if p in grad_refs else None) for p in trainable},
+        "outputs": [encode_ref(b.ref(n)) if isinstance(n, fx.Node) else None for n in traced.outputs],
         "optimizer": ({**optimizer.to_json(), "state": opt_state} if traced.training and optimizer else None),
         "rng": RNG_ID if uses_rng else None,
     }
@@ -353,8 +293,9 @@ def _constant(b: _Builder, gm: fx.GraphModule, n: fx.Node, constants: dict[str, 
     meta = tensor_meta(value)
     meta["value"] = value.detach().cpu().flatten().tolist()
     b.add_tensor(Tensor(tid, storage_bytes(value), "other", True, meta))
-    b.table.add(fake if isinstance(fake, torch.Tensor) else value, tid)
-    b.refs[n] = (tid, ())
+    key_of = fake if isinstance(fake, torch.Tensor) else value
+    b.table.add(key_of, tid)
+    b.refs[n] = (storage_key(key_of), ())
     constants[tid] = str(n.target)
 
 
@@ -375,63 +316,85 @@ def _fold_view(b: _Builder, n: fx.Node, tname: str, items: list[Any], multi: boo
         step["args"] = encode_value(list(n.args[1:]), _box_ref)
     if n.kwargs:
         step["kwargs"] = {k: encode_value(v, _box_ref) for k, v in n.kwargs.items()}
-    tid, chain = b.ref(base)
+    skey, chain = b.refs[base]
     if multi:
-        b.refs[n] = [(tid, chain + ({**step, "index": i},)) if isinstance(t, torch.Tensor) else None
+        b.refs[n] = [(skey, chain + ({**step, "index": i},)) if isinstance(t, torch.Tensor) else None
                      for i, t in enumerate(items)]
     else:
-        b.refs[n] = (tid, chain + (step,))
+        b.refs[n] = (skey, chain + (step,))
 
 
-def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, tname: str, items: list[Any], multi: bool,
-            written: list[Any], item_name: dict[tuple[fx.Node, int], str], inplace: _InPlace | None = None) -> bool:
+def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, items: list[Any], multi: bool,
+            written: list[tuple[int | str, Any]], item_name: dict[tuple[fx.Node, int], str]) -> bool:
     """Record one kernel call; returns whether it draws random numbers."""
-    if inplace is not None:
-        tname, written = inplace.target, list(inplace.written)
-    persistent_write = bool(written) and all(b.tensors[b.ref(w)[0]].persistent for w in written)
-    phase = "forward" if pos <= loss_pos or (n.target is _aten.copy_.default and persistent_write) else "backward"
-    kind = tname.split(".")[1] if inplace is not None else n.target._opname
+    tname = target_name(n.target)
+    phase = "forward" if pos <= loss_pos else "backward"
+    act_kind = "activation" if phase == "forward" else "gradient"
+    kind = n.target._opname
+
+    # Inputs are read before the op writes anything: current versions.
+    in_nodes = list(dict.fromkeys(x for x in n.all_input_nodes if isinstance(_val(x), torch.Tensor)))
+    inputs = list(dict.fromkeys(b.ref(x)[0] for x in in_nodes))
+    args_before = list(b.boxed(tuple(n.args)))
+    kwargs_before = {k: b.boxed(v) for k, v in n.kwargs.items()}
+
+    # Writes: a persistent tensor is updated in place; an intermediate one gets a new version.
+    updates: list[str] = []
+    versions: dict[str, str] = {}
     out_ids: list[str] = []
+    for where, w in written:
+        wkey = b.refs[w][0] if isinstance(b.refs.get(w), tuple) else None
+        if wkey is None:
+            raise HybridError(f"capture: {tname} (node {n.name!r}) writes a value that is not a tensor")
+        old = b.table.owners[wkey]
+        if b.tensors[old].persistent:
+            updates.append(old)
+        elif old not in versions.values():
+            new = n.name if not versions else f"{n.name}_v{len(versions)}"
+            t_old = b.tensors[old]
+            b.add_tensor(Tensor(new, t_old.bytes, act_kind, False, dict(t_old.extra)))
+            versions[new] = old
+            b.table.owners[wkey] = new
+            out_ids.append(new)
+        # The written argument refers to the new version (or the updated persistent tensor).
+        enc = _Box(b.ref(w))
+        if isinstance(where, int):
+            args_before[where] = enc
+        else:
+            kwargs_before[where] = enc
+    updates = list(dict.fromkeys(updates))
+
+    # Outputs: new storages become tensors; the return value of an in-place op is the tensor it wrote.
     out_refs: list[Any] = []
+    returns: list[Any] = []
     new_keys = set()
+    written_keys = {b.refs[w][0]: w for _, w in written}
     for i, t in enumerate(items):
         if not isinstance(t, torch.Tensor):
             out_refs.append(None)
+            returns.append(None)
             continue
-        if inplace is not None and i in inplace.aliases:
-            ref = b.ref(inplace.aliases[i])
-            b.table.add(t, ref[0])
-            out_refs.append(ref)
-            continue
-        owner = b.table.owner(t)
-        if owner is None:
+        key = storage_key(t)
+        if b.table.owner(t) is None:
             tid = item_name.get((n, i), f"{n.name}_{i}") if multi else n.name
+            if tid in b.tensors:
+                tid = f"{tid}_out{i}"
             b.table.add(t, tid)
-            new_keys.add(storage_key(t))
-            b.add_tensor(Tensor(tid, storage_bytes(t), "activation" if phase == "forward" else "gradient", False,
-                                tensor_meta(t)))
+            new_keys.add(key)
+            b.add_tensor(Tensor(tid, storage_bytes(t), act_kind, False, tensor_meta(t)))
             out_ids.append(tid)
-            out_refs.append((tid, ()))
-        elif storage_key(t) in new_keys:
+            out_refs.append((key, ()))
+            returns.append(tid)
+        elif key in new_keys:
             raise HybridError(f"capture: {tname} (node {n.name!r}) returns two tensors sharing one new storage")
+        elif key in written_keys:
+            out_refs.append(b.refs[written_keys[key]])
+            returns.append(None)
         else:
-            # The return value of an in-place op is the tensor it wrote.
-            match = [w for w in written if storage_key(_val(w)) == storage_key(t)]
-            if not match:
-                raise HybridError(f"capture: {tname} (node {n.name!r}) returns a tensor aliasing an input it does not "
-                                  "write; this op cannot be represented")
-            out_refs.append(b.ref(match[0]))
+            raise HybridError(f"capture: {tname} (node {n.name!r}) returns a tensor aliasing an input it does not "
+                              "write; this op cannot be represented")
     b.refs[n] = out_refs if multi else out_refs[0]
 
-    args_enc = b.encode(list(n.args))
-    kwargs_enc = {k: b.encode(v) for k, v in n.kwargs.items()}
-    in_nodes = list(dict.fromkeys(x for x in n.all_input_nodes if isinstance(_val(x), torch.Tensor)))
-    inputs = list(dict.fromkeys(b.ref(x)[0] for x in in_nodes))
-    updates = list(dict.fromkeys(b.ref(w)[0] for w in written))
-    for u in updates:
-        if not b.tensors[u].persistent:
-            raise HybridError(f"capture: {tname} (node {n.name!r}) updates the intermediate tensor {u!r} in place; "
-                              "only parameters, buffers and inputs may be updated")
     random = _is_random(n.target)
     if random:
         inputs.append(RNG_ID)
@@ -440,66 +403,20 @@ def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, tname: str, items:
     in_vals = [_val(x) for x in in_nodes]
     outs = [t for t in items if isinstance(t, torch.Tensor)]
     nbytes = (sum(view_bytes(v) for v in in_vals) + sum(b.tensors[t].bytes for t in out_ids)
-              + sum(view_bytes(_val(w)) for w in written))
+              + sum(b.tensors[u].bytes for u in updates if u != RNG_ID))
     flops = _flops(n, kind, in_vals, outs)
     dtype = _first_float_dtype(in_vals + outs)
     cls = costs.op_class(kind)
-    returns: Any = [r[0] if (r is not None and r[0] in out_ids) else None for r in out_refs] if multi else \
-        (out_refs[0][0] if out_refs[0] is not None and out_refs[0][0] in out_ids else None)
-    if inplace is not None and multi:
-        returns = returns[:inplace.n_returns]
-    extra = {
-        "phase": phase,
-        "aten": {"target": tname, "args": args_enc, "kwargs": kwargs_enc, "returns": returns},
-        "cost": {"flops": flops, "io_bytes": nbytes, "dtype": dtype, "class": cls, "time_s_source": "roofline",
-                 "cpu_time_s_source": "roofline"},
-    }
+    rec: dict[str, Any] = {"target": tname, "args": encode_value(args_before, _box_ref),
+                           "kwargs": {k: encode_value(v, _box_ref) for k, v in kwargs_before.items()},
+                           "returns": returns if multi else returns[0]}
+    if versions:
+        rec["versions"] = versions
+    extra = {"phase": phase, "aten": rec, "cost": _cost(flops, nbytes, dtype, cls)}
     b.add_op(Op(n.name, kind, tuple(inputs), tuple(out_ids),
                 costs.roofline_s(flops, nbytes, dtype, cls, b.model.gpu), 0, (), tuple(updates),
                 costs.roofline_s(flops, nbytes, dtype, cls, b.model.cpu), extra))
     return random
-
-
-def _add_copy(b: _Builder, dst: str, src: Ref) -> None:
-    """`dst.copy_(src)`: a functionalized in-place update of a persistent tensor, done in place again."""
-    t = b.tensors[dst]
-    nbytes = 2 * t.bytes
-    dtype = t.extra.get("dtype", "float32")
-    extra = {
-        "phase": "forward",
-        "aten": {"target": "aten.copy_.default", "args": [{"t": dst}, encode_ref(src)], "kwargs": {}, "returns": None},
-        "cost": {"flops": 0, "io_bytes": nbytes, "dtype": dtype, "class": "vector", "time_s_source": "roofline",
-                 "cpu_time_s_source": "roofline"},
-    }
-    b.add_op(Op(f"update:{dst}", "copy_", tuple(dict.fromkeys([dst, src[0]])), (),
-                costs.roofline_s(0, nbytes, dtype, "vector", b.model.gpu), 0, (), (dst,),
-                costs.roofline_s(0, nbytes, dtype, "vector", b.model.cpu), extra))
-
-
-def _add_sum(b: _Builder, ptid: str, a: Ref, c: Ref, alias: str) -> Ref:
-    """The gradient of a tied parameter: what flowed through its first name plus what flowed through `alias`."""
-    p = b.tensors[ptid]
-    shape = p.extra["shape"]
-    stride, acc = [], 1
-    for s in reversed(shape):
-        stride.insert(0, acc)
-        acc *= s
-    tid = f"grad_sum:{alias}"
-    b.add_tensor(Tensor(tid, p.bytes, "gradient", False, {"dtype": p.extra["dtype"], "shape": list(shape),
-                                                          "stride": stride, "storage_offset": 0}))
-    nbytes = 3 * p.bytes
-    numel = acc
-    dtype = p.extra["dtype"]
-    extra = {
-        "phase": "backward",
-        "aten": {"target": "aten.add.Tensor", "args": [encode_ref(a), encode_ref(c)], "kwargs": {}, "returns": tid},
-        "cost": {"flops": numel, "io_bytes": nbytes, "dtype": dtype, "class": "vector", "time_s_source": "roofline",
-                 "cpu_time_s_source": "roofline"},
-    }
-    b.add_op(Op(tid, "add", tuple(dict.fromkeys([a[0], c[0]])), (tid,),
-                costs.roofline_s(numel, nbytes, dtype, "vector", b.model.gpu), 0, (), (),
-                costs.roofline_s(numel, nbytes, dtype, "vector", b.model.cpu), extra))
-    return (tid, ())
 
 
 def _add_update(b: _Builder, opt: OptimizerSpec, pname: str, ptid: str, gref: Ref) -> dict[str, str]:
@@ -507,8 +424,8 @@ def _add_update(b: _Builder, opt: OptimizerSpec, pname: str, ptid: str, gref: Re
     state: dict[str, str] = {}
     for key in opt.state_keys(pname):
         sid = f"state:{pname}:{key}"
-        b.add_tensor(Tensor(sid, p.bytes, "optimizer_state", True, {k: p.extra[k] for k in
-                                                                   ("dtype", "shape", "stride", "storage_offset")}))
+        b.add_tensor(Tensor(sid, p.bytes, "optimizer_state", True,
+                            {k: p.extra[k] for k in ("dtype", "shape", "stride", "storage_offset")}))
         state[key] = sid
     inputs = [ptid, gref[0], *state.values()]
     updates = [ptid, *state.values()]
@@ -516,40 +433,20 @@ def _add_update(b: _Builder, opt: OptimizerSpec, pname: str, ptid: str, gref: Re
     numel = 1
     for s in p.extra["shape"]:
         numel *= s
-    itemsize = p.bytes // max(numel, 1) if numel else 0
+    itemsize = p.bytes // numel if numel else 0
     flops, nbytes = flops_el * numel, rw * numel * itemsize
     dtype = p.extra["dtype"]
-    target = f"hybrid.{opt.name}"
     extra = {
         "phase": "optimizer",
-        "aten": {"target": target, "args": [{"t": ptid}, encode_ref(gref), *({"t": s} for s in state.values())],
+        "aten": {"target": f"hybrid.{opt.name}",
+                 "args": [{"t": ptid}, encode_ref(gref), *({"t": s} for s in state.values())],
                  "kwargs": opt.op_kwargs(pname), "returns": None},
-        "cost": {"flops": flops, "io_bytes": nbytes, "dtype": dtype, "class": "vector", "time_s_source": "roofline",
-                 "cpu_time_s_source": "roofline"},
+        "cost": _cost(flops, nbytes, dtype, "vector"),
     }
-    op = Op(f"{opt.name}:{pname}", opt.name, tuple(dict.fromkeys(inputs)), (),
-            costs.roofline_s(flops, nbytes, dtype, "vector", b.model.gpu), 0, (), tuple(updates),
-            costs.roofline_s(flops, nbytes, dtype, "vector", b.model.cpu), extra)
     # Right after the gradient exists and the last op that reads the old parameter.
     after = max([b.producer.get(gref[0], -1)] + b.readers.get(ptid, []))
-    b.add_op(op)
-    b.ops[-1].key = (after, 1, len(b.ops))
+    b.add_op(Op(f"{opt.name}:{pname}", opt.name, tuple(dict.fromkeys(inputs)), (),
+                costs.roofline_s(flops, nbytes, dtype, "vector", b.model.gpu), 0, (), tuple(updates),
+                costs.roofline_s(flops, nbytes, dtype, "vector", b.model.cpu), extra),
+             key=(after, 1, len(b.ops)))
     return state
-
-
-def _reorder_state_copies(b: _Builder) -> None:
-    """Move functionalization's trailing `copy_`s into buffers up to where their value is ready.
-
-    A copy must stay after every op that reads the old value (program order of
-    updates), so it goes right after the later of its source's producer and
-    the buffer's last other reader; the new value then dies early.
-    """
-    for i, rec in enumerate(b.ops):
-        op = rec.op
-        if op.extra["aten"]["target"] != "aten.copy_.default" or not op.updates:
-            continue
-        (dst,) = op.updates
-        srcs = [t for t in op.inputs if t != dst]
-        after = max([b.producer.get(t, -1) for t in srcs] + [r for r in b.readers.get(dst, []) if r != i])
-        if after < i:
-            rec.key = (after, 1, i)

@@ -379,3 +379,32 @@ def test_mismatches_notices_a_different_dropout_mask(net: Net, adam_graph: Graph
                            seed=1)
     different = mismatches(replay_step(adam_graph, net, (x,), t, seed=2), reference)
     assert "loss" in different and any(d.startswith("grads[") for d in different)
+
+
+def test_in_place_ops_on_intermediates_write_new_versions() -> None:
+    class InPlace(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(6, 6)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.fc(x)
+            flat = y.view(-1)          # a view taken before the in-place ops must see them
+            y.mul_(2.0)
+            y[:, :3].add_(1.0)         # an in-place op through a view
+            return torch.tanh(flat).sum()
+
+    torch.manual_seed(0)
+    m, x = InPlace(), torch.randn(4, 6)
+    g = capture(m, (x,), optimizer="sgd", lr=0.1)
+    versioned = [o for o in g.ops if "versions" in o.extra["aten"] and o.extra["phase"] == "forward"]
+    assert [o.kind for o in versioned] == ["mul_", "add_"]
+    for o in versioned:
+        (new, old), = o.extra["aten"]["versions"].items()
+        assert new in o.outputs and old in o.inputs and not o.updates
+        assert g.tensor(new).bytes == g.tensor(old).bytes
+    tanh = next(o for o in g.ops if o.kind == "tanh")
+    assert tanh.inputs == (versioned[-1].outputs[0],)
+    eager = copy.deepcopy(m)
+    reference = eager_step(eager, (x,), None, None, optimizer=torch.optim.SGD(eager.parameters(), lr=0.1))
+    assert mismatches(replay_step(g, m, (x,)), reference) == []
