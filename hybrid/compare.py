@@ -1,0 +1,179 @@
+"""GA-only against GA + CP-SAT refinement, at equal total wall time, as a pandas table.
+
+For each seed the genetic search runs for (1 - refine_share) of the budget and
+checkpoints; from there the two arms split:
+- **ga+cpsat** refines that best plan with `hybrid.refine` for the rest of the
+  budget;
+- **ga** resumes the same search from the checkpoint for the same remaining time.
+So both arms get the same wall time and share the search up to the split
+(a paired comparison: the difference is what the last part of the budget
+bought, more generations or CP-SAT). Both plans are validated and written.
+
+`compare(...)` returns one row per (arm, seed) plus a median row per arm;
+tables of several graphs concatenate (`pd.concat`) into one, and
+`summary(...)` condenses any of them to one line per graph.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from hybrid.device import Device
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+
+ARMS = ("ga", "ga+cpsat")
+COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal",
+           "ratio_lower_bound", "gain_vs_ga", "stall_s", "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s",
+           "ga_generations", "refine_windows", "refine_accepted", "rebind_makespan_s", "plan"]
+
+
+def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_path: str) -> dict:
+    m = plan.metrics
+    ideal = float(m.get("ideal_s", 0.0))
+    lb = float(m.get("lower_bound_s", ideal))
+    h2d, d2h = int(m.get("bytes_h2d", 0)), int(m.get("bytes_d2h", 0))
+    return {"graph": graph.name, "memory_bytes": int(plan.device.memory_bytes), "arm": arm, "row": "seed",
+            "seed": seed, "makespan_s": plan.makespan_s, "ideal_s": ideal, "lower_bound_s": lb,
+            "ratio_ideal": plan.makespan_s / ideal if ideal > 0 else np.nan,
+            "ratio_lower_bound": plan.makespan_s / lb if lb > 0 else np.nan, "gain_vs_ga": np.nan,
+            "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)), "bytes_h2d": h2d, "bytes_d2h": d2h,
+            "bytes_moved": h2d + d2h, "search_s": search_s, "ga_generations": np.nan, "refine_windows": np.nan,
+            "refine_accepted": np.nan, "rebind_makespan_s": np.nan, "plan": plan_path}
+
+
+def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, seeds: Sequence[int] = (1, 2, 3),
+            refine_share: float = 0.2, workers: int = 1, out_dir: str | Path | None = None, ga_config=None,
+            refine_options=None, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Run both arms for every seed on `graph` (on `device`, default the graph's); the table as a DataFrame.
+
+    Plans go to `out_dir` (`<graph>-seed<N>-ga.json`, `<graph>-seed<N>-ga+cpsat.json`) when given.
+    `ga_config` (a ga.GAConfig) sets the search's other parameters; its seed is replaced per run.
+    """
+    from ga import GAConfig, optimize
+    from hybrid.refine import RefineOptions, refine
+    from hybrid.validator import validate
+
+    if time_limit_s <= 0:
+        raise HybridError(f"--time-limit must be positive, got {time_limit_s}")
+    if not 0.0 < refine_share < 1.0:
+        raise HybridError(f"--refine-share must be within (0, 1), got {refine_share}")
+    if not seeds:
+        raise HybridError("give at least one seed, e.g. --seeds 1,2,3")
+    device = device or graph.device
+    if device is None:
+        from hybrid.device import PRESETS
+
+        device = PRESETS["v100-16gb"]
+    base = ga_config or GAConfig()
+    say = progress or (lambda _msg: None)
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    ga_time = time_limit_s * (1.0 - refine_share)
+    for seed in seeds:
+        cfg = replace(base, seed=int(seed))
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = Path(tmp) / "split.ckpt"
+            t0 = time.monotonic()
+            first = optimize(graph, device, cfg, time_limit_s=ga_time, workers=workers, checkpoint=ckpt,
+                             checkpoint_every=0)
+            split_plan = first.to_plan(time_limit_s=time_limit_s)
+            spent = time.monotonic() - t0
+            say(f"{graph.name} seed {seed}: GA {first.generations} generations in {spent:.1f} s, "
+                f"makespan {split_plan.makespan_s:.6g} s")
+            # arm 1: refine the split plan for the rest of the budget
+            t1 = time.monotonic()
+            ref = refine(graph, split_plan, time_limit_s=max(0.0, time_limit_s - spent), seed=int(seed),
+                         workers=workers, options=refine_options or RefineOptions())
+            hybrid_plan = ref.plan
+            hybrid_s = spent + (time.monotonic() - t1)
+            say(f"{graph.name} seed {seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s "
+                f"({ref.windows} windows, {ref.accepted} accepted)")
+            # arm 2: the same search, resumed for the same remaining time
+            t2 = time.monotonic()
+            rest = max(1e-3, time_limit_s - spent)
+            second = optimize(graph, device, cfg, time_limit_s=rest, workers=workers, resume=ckpt)
+            ga_plan = second.to_plan(time_limit_s=time_limit_s)
+            ga_s = spent + (time.monotonic() - t2)
+            say(f"{graph.name} seed {seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} generations)")
+        for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
+            report = validate(graph, plan)
+            if not report.valid:
+                raise HybridError(f"compare: the {arm} plan for seed {seed} failed validation "
+                                  f"({report.violations[0].message}); please report this with the graph file")
+        paths = {}
+        for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
+            paths[arm] = ""
+            if out is not None:
+                p = out / f"{graph.name}-seed{seed}-{arm}.json"
+                plan.save(p)
+                paths[arm] = str(p)
+        r_ga = _row(graph, ga_plan, "ga", int(seed), ga_s, paths["ga"])
+        r_ga["ga_generations"] = second.generations
+        r_h = _row(graph, hybrid_plan, "ga+cpsat", int(seed), hybrid_s, paths["ga+cpsat"])
+        r_h["ga_generations"] = first.generations
+        r_h["refine_windows"] = ref.windows
+        r_h["refine_accepted"] = ref.accepted
+        r_h["rebind_makespan_s"] = ref.rebind_makespan
+        r_h["gain_vs_ga"] = 1.0 - hybrid_plan.makespan_s / ga_plan.makespan_s
+        rows += [r_ga, r_h]
+    return with_medians(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def with_medians(df: pd.DataFrame) -> pd.DataFrame:
+    """Append a median row per (graph, memory, arm) over its seed rows (gain: median of per-seed gains)."""
+    seeds = df[df["row"] == "seed"]
+    med = []
+    num = ["makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal", "ratio_lower_bound", "gain_vs_ga", "stall_s",
+           "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_windows",
+           "refine_accepted", "rebind_makespan_s"]
+    for (g, mem, arm), part in seeds.groupby(["graph", "memory_bytes", "arm"], sort=False):
+        r = {c: part[c].median() for c in num}
+        r.update({"graph": g, "memory_bytes": mem, "arm": arm, "row": "median", "seed": pd.NA, "plan": ""})
+        med.append(r)
+    out = pd.concat([seeds, pd.DataFrame(med, columns=COLUMNS)], ignore_index=True)
+    out["seed"] = out["seed"].astype("Int64")
+    return out[COLUMNS]
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One line per graph (and memory): median makespans of both arms, the median gain, ratios to the bounds."""
+    med = df[df["row"] == "median"]
+    rows = []
+    for (g, mem), part in med.groupby(["graph", "memory_bytes"], sort=False):
+        ga = part[part["arm"] == "ga"].iloc[0]
+        hy = part[part["arm"] == "ga+cpsat"].iloc[0]
+        rows.append({"graph": g, "memory_bytes": mem, "ga_makespan_s": ga["makespan_s"],
+                     "ga+cpsat_makespan_s": hy["makespan_s"], "median_gain": hy["gain_vs_ga"],
+                     "ga_ratio_lower_bound": ga["ratio_lower_bound"],
+                     "ga+cpsat_ratio_lower_bound": hy["ratio_lower_bound"],
+                     "never_worse": bool((df[(df["graph"] == g) & (df["memory_bytes"] == mem) & (df["row"] == "seed")
+                                            & (df["arm"] == "ga+cpsat")]["gain_vs_ga"] >= -1e-12).all())})
+    return pd.DataFrame(rows)
+
+
+def write_tables(df: pd.DataFrame, stem: str | Path, title: str, notes: str = "") -> list[Path]:
+    """`<stem>.csv`, `.parquet` and `.md` (the Markdown names the command that made it)."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".csv"), stem.with_suffix(".parquet"), stem.with_suffix(".md")]
+    df.to_csv(paths[0], index=False)
+    df.to_parquet(paths[1], index=False)
+    cmd = " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]])
+    md = [f"# {title}", "", f"Command: `{cmd}` ({time.strftime('%Y-%m-%d')}).", ""]
+    if notes:
+        md += [notes.strip(), ""]
+    md.append(df.drop(columns=["plan"], errors="ignore").to_markdown(index=False, floatfmt=".4g"))
+    paths[2].write_text("\n".join(md) + "\n")
+    return paths

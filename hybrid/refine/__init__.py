@@ -1,0 +1,11 @@
+"""CP-SAT refinement of a plan's swap timing and evictions on windows of the schedule (the "hybrid" step).
+
+`refine(graph, plan, time_limit_s=..., seed=...)` returns a `RefineResult`
+whose plan is never worse than the input. Modules: `sequence` (re-derive an
+augmented graph from its node sequence), `window` (a window's model data and
+frozen boundary), `model` (the CP-SAT model), `decode` (solution -> sequence),
+`lns` (the sliding-window search), `source` (the augmented graph of any plan).
+"""
+from hybrid.refine.lns import HistoryPoint, RefineOptions, RefineProgress, RefineResult, refine
+
+__all__ = ["refine", "RefineResult", "RefineOptions", "RefineProgress", "HistoryPoint"]

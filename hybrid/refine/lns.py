@@ -1,0 +1,259 @@
+"""Large-neighbourhood search: slide windows over the plan, re-solve each with CP-SAT, keep what the walk confirms.
+
+Each step picks a window of consecutive schedule positions, builds its model
+with the rest of the plan frozen (`window.build_window`), solves it within a
+per-window budget and a fixed worker count (`model.solve_window`), decodes the
+solution into a new node sequence and re-walks the whole plan
+(`decode.decode`), and re-times it with `hybrid.simulator.simulate`. The
+change is kept only if that simulated makespan is lower than the best so far;
+anything else — an infeasible or timed-out window, a sequence the walk
+rejects, a makespan that is not lower — leaves the plan as it was. So the
+result is never worse than the input.
+
+Which windows: the ones where the compute stream waits. A window's score is
+the compute stall inside it (gaps before its ops' starts, plus the tail after
+the last op for the final window); windows are tried in decreasing score, and
+only once until something before or inside them changes. When none is left
+the next configuration (window size, offset) starts; a full round of
+configurations without an improvement ends the search early. The order of
+configurations and every CP-SAT seed derive from `seed`, and CP-SAT runs on a
+deterministic time budget, so a seed gives the same plan whenever the search
+is not cut short by the wall-clock limit (`max_windows` bounds it exactly).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+from hybrid.refine.decode import decode
+from hybrid.refine.model import SolveOptions, solve_window
+from hybrid.refine.sequence import COMPUTE, Problem, SequenceError, Timeline, to_augmented
+from hybrid.refine.source import starting_point
+from hybrid.refine.window import TensorEvents, WindowOptions, build_window
+from hybrid.simulator import simulate
+
+
+class HistoryPoint(NamedTuple):
+    """Best makespan so far at a point of the search (unpacks as (time_s, makespan))."""
+
+    time_s: float
+    makespan: float
+
+
+@dataclass(frozen=True)
+class RefineOptions:
+    window_ops: tuple[int, ...] = (6, 12, 4, 20)  # compute ops per window, one size per configuration
+    window_time_s: float = 1.0        # CP-SAT budget per window (deterministic seconds; two stages)
+    candidates: int = 4               # new alternative evictions offered per window
+    advance: int = 6                  # later evictions offered to move into the window
+    resolution: int = 20000           # integer ticks per window span
+    max_windows: int | None = None    # stop after this many solved windows (exact reproducibility)
+    validate: bool = True             # check the refined plan with hybrid.validator before returning it
+    second_stage: bool = True         # after the window's end, minimise the sum of node ends too
+
+
+@dataclass
+class RefineProgress:
+    elapsed_s: float
+    makespan: float
+    initial_makespan: float
+    windows: int
+    accepted: int
+
+
+@dataclass
+class RefineResult:
+    plan: Plan
+    improved: bool
+    history: list[HistoryPoint]
+    initial_makespan: float
+    rebind_makespan: float = float("nan")  # the input re-walked (objects re-assigned best-fit) before any window
+    windows: int = 0                  # windows solved
+    accepted: int = 0                 # windows whose solution lowered the makespan
+    infeasible: int = 0               # windows CP-SAT proved infeasible (conservative rounding) or found nothing
+    rejected: int = 0                 # solutions the walk or the simulator did not confirm as better
+    stop: str = ""                    # time limit | converged | window budget | interrupted | no stall
+    search_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def makespan(self) -> float:
+        return self.plan.makespan_s
+
+
+ProgressFn = Callable[[RefineProgress], None]
+
+
+def _stalls(tl: Timeline) -> tuple[np.ndarray, float]:
+    comp = np.nonzero(tl.kind == COMPUTE)[0]
+    s = tl.start[comp]
+    e = tl.end[comp]
+    gap = np.empty(len(comp))
+    if len(comp):
+        gap[0] = s[0]
+        gap[1:] = s[1:] - e[:-1]
+    tail = tl.makespan - (float(e[-1]) if len(comp) else 0.0)
+    return np.maximum(gap, 0.0), max(0.0, tail)
+
+
+def _windows(n_ops: int, w: int, offset: int) -> list[tuple[int, int]]:
+    w = max(1, min(w, n_ops))
+    stride = max(1, w // 2)
+    starts = sorted({0, *range(offset % stride, n_ops, stride)})
+    out = []
+    for p0 in starts:
+        p1 = min(n_ops, p0 + w)
+        if p1 > p0 and (not out or out[-1] != (p0, p1)):
+            out.append((p0, p1))
+    return out
+
+
+def refine_timeline(prob: Problem, tl: Timeline, reference: float, *, time_limit_s: float, seed: int = 1,
+                    workers: int = 1, progress: ProgressFn | None = None,
+                    options: RefineOptions = RefineOptions()) -> tuple[Timeline | None, RefineResult]:
+    """The search on a walked timeline. Returns (best timeline if better than `reference`, else None; stats)."""
+    t_start = time.perf_counter()
+    res = RefineResult(plan=None, improved=False, history=[HistoryPoint(0.0, reference)],  # type: ignore[arg-type]
+                       initial_makespan=reference)
+    best_ms = reference
+    res.rebind_makespan = tl.makespan
+    best: Timeline | None = None
+    eps = 1e-9 * max(1.0, reference)
+    if tl.makespan < best_ms - eps:
+        best, best_ms = tl, tl.makespan
+        res.accepted += 1
+        res.history.append(HistoryPoint(time.perf_counter() - t_start, best_ms))
+    cur = tl
+    n_ops = len(prob.schedule)
+    rng = np.random.default_rng(seed)
+    sizes = list(options.window_ops)
+    configs = [(w, off) for w in sizes for off in (0, max(1, w // 4))]
+    order = [0] + [int(i) + 1 for i in rng.permutation(len(configs) - 1)] if len(configs) > 1 else [0]
+    configs = [configs[i] for i in order]
+    wopt = WindowOptions(resolution=options.resolution, candidates=options.candidates, advance=options.advance)
+    ev = TensorEvents(prob, cur)
+    since_gain = 0
+    ci = 0
+    res.stop = "converged"
+
+    def left() -> float:
+        return time_limit_s - (time.perf_counter() - t_start)
+
+    try:
+        while left() > 0:
+            if since_gain >= len(configs):
+                break
+            w, off = configs[ci % len(configs)]
+            ci += 1
+            tried: set[tuple[int, int]] = set()
+            gained = False
+            while left() > 0:
+                if options.max_windows is not None and res.windows >= options.max_windows:
+                    res.stop = "window budget"
+                    raise StopIteration
+                gap, tail = _stalls(cur)
+                floor = 1e-7 * max(cur.makespan, 1e-30)
+                pick = None
+                for p0, p1 in _windows(n_ops, w, off):
+                    if (p0, p1) in tried:
+                        continue
+                    score = float(gap[p0:p1].sum()) + (tail if p1 == n_ops else 0.0)
+                    if score > floor and (pick is None or score > pick[0]):
+                        pick = (score, p0, p1)
+                if pick is None:
+                    break
+                _, p0, p1 = pick
+                tried.add((p0, p1))
+                spec = build_window(prob, cur, ev, p0, p1, wopt)
+                if spec is None:
+                    continue
+                budget = min(options.window_time_s, max(0.05, left()))
+                sol = solve_window(spec, SolveOptions(time_s=budget, workers=workers,
+                                                      seed=(seed * 1_000_003 + res.windows) % (2**31 - 1),
+                                                      second_stage=options.second_stage))
+                res.windows += 1
+                if not sol.ok:
+                    res.infeasible += 1
+                    continue
+                try:
+                    cand = decode(prob, cur, spec, sol)
+                except (SequenceError, ValueError):
+                    res.rejected += 1
+                    continue
+                s, e = simulate(cand.kind, cand.end - cand.start, cand.dep_ptr, cand.dep_idx)
+                ms = float(e.max()) if len(e) else 0.0
+                if not np.allclose(e, cand.end, rtol=0, atol=eps) or ms >= best_ms - eps:
+                    res.rejected += 1
+                    continue
+                cur, best, best_ms = cand, cand, ms
+                ev = TensorEvents(prob, cur)
+                tried = {(a, b) for a, b in tried if b <= p0}
+                res.accepted += 1
+                gained = True
+                res.history.append(HistoryPoint(time.perf_counter() - t_start, best_ms))
+                if progress is not None:
+                    progress(RefineProgress(time.perf_counter() - t_start, best_ms, reference, res.windows,
+                                            res.accepted))
+            since_gain = 0 if gained else since_gain + 1
+        else:
+            res.stop = "time limit"
+        if left() <= 0:
+            res.stop = "time limit"
+    except StopIteration:
+        pass
+    except KeyboardInterrupt:
+        res.stop = "interrupted"
+    res.search_s = time.perf_counter() - t_start
+    if progress is not None:
+        progress(RefineProgress(res.search_s, best_ms, reference, res.windows, res.accepted))
+    return best, res
+
+
+def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, workers: int = 1,
+           progress: ProgressFn | None = None, options: RefineOptions | None = None) -> RefineResult:
+    """Refine any plan's swap timing and evictions with CP-SAT on windows; never returns a worse plan.
+
+    `plan` may come from any planner or file (size_classes or unconstrained
+    allocation, no recomputes). The result's plan keeps the schedule, the
+    allocation and the initially resident tensors; `improved` says whether the
+    makespan went down, and `history` lists (time_s, best makespan) points.
+    """
+    from hybrid.plan_build import to_plan
+
+    options = options or RefineOptions()
+    t0 = time.perf_counter()
+    if graph.name != plan.graph:
+        raise HybridError(f"refine: the plan is for graph {plan.graph!r}, not {graph.name!r}")
+    prob, tl = starting_point(graph, plan)
+    reference = float(plan.makespan_s)
+    best, res = refine_timeline(prob, tl, reference, time_limit_s=time_limit_s - (time.perf_counter() - t0),
+                                seed=seed, workers=workers, progress=progress, options=options)
+    res.plan = plan
+    if best is not None:
+        info = dict(plan.planner)
+        name = str(info.get("name", "plan"))
+        info["name"] = name if name.endswith("+cpsat") else f"{name}+cpsat"
+        info["refine"] = {"seed": seed, "time_limit_s": time_limit_s, "workers": workers, "windows": res.windows,
+                          "accepted": res.accepted, "from_makespan_s": reference}
+        new = to_plan(to_augmented(prob, best), info)
+        ok = True
+        if options.validate:
+            from hybrid.validator import validate
+
+            report = validate(graph, new)
+            if not report.valid:
+                ok = False
+                res.notes.append(f"refined plan failed validation ({report.violations[0].message}); kept the input")
+        if ok and new.makespan_s < reference:
+            res.plan = new
+            res.improved = True
+    if not res.improved:
+        res.history = [h for h in res.history if h.makespan >= reference] or [HistoryPoint(0.0, reference)]
+    res.search_s = time.perf_counter() - t0
+    return res

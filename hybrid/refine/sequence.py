@@ -1,0 +1,469 @@
+"""Re-derive an augmented graph from its node sequence alone: edges, object ownership and times.
+
+Refinement edits the *sequence* of nodes (compute / swap_in / release per
+tensor, in issue order) and lets this walk rebuild everything else, so any
+edit is either a valid augmented graph or rejected with a reason:
+
+- data edges: a compute waits for the swap_in that brought each input; a
+  release (swap_out or free) waits for the last node that touched the copy; a
+  swap_in waits for the tensor's previous release and for the swap_out that made
+  its host copy valid;
+- release kinds: a release is a `free` when the tensor is dead (non-persistent,
+  no later read) or its host copy is valid, else a `swap_out`;
+- ownership edges (memory safety, as in `hybrid.swap_kernel`): every
+  allocation takes size-class objects (or byte chunks) released earlier in the
+  sequence and depends on their release nodes. The walk picks, among objects
+  already free when the node could otherwise start, the one freed last (best
+  fit, so earlier-freed objects stay for nodes that could start sooner); if none
+  is free yet, the one freed first. With this rule, re-walking a sequence sorted
+  by any feasible timetable's starts never starts a node later than that
+  timetable does (the property CP-SAT decoding relies on);
+- times: each stream (compute, h2d, d2h) is FIFO in sequence order, frees take
+  no stream, and every node starts as soon as its edges allow — exactly what
+  `hybrid.simulator.simulate` computes from the edges it emits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from numba import njit
+
+from hybrid.allocation import PoolArrays
+from hybrid.device import Device
+from hybrid.graph import Graph
+
+COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3
+RELEASE = SWAP_OUT  # in an input sequence, 2 and 3 both mean "release"; the walk decides which
+
+OK = 0
+ERR_INPUT_MISSING, ERR_OUTPUT_RESIDENT, ERR_LOAD_RESIDENT, ERR_LOAD_NO_HOST, ERR_RELEASE_ABSENT = 1, 2, 3, 4, 5
+ERR_NO_MEMORY, ERR_END_LEFT, ERR_END_MISSING, ERR_END_STALE, ERR_INITIAL = 6, 7, 8, 9, 10
+
+ERROR_TEXT = {
+    ERR_INPUT_MISSING: "a compute reads a tensor with no device copy",
+    ERR_OUTPUT_RESIDENT: "a compute writes a tensor that already has a device copy",
+    ERR_LOAD_RESIDENT: "a swap_in of a tensor already on the device",
+    ERR_LOAD_NO_HOST: "a swap_in of a tensor without a valid host copy",
+    ERR_RELEASE_ABSENT: "a release of a tensor with no device copy",
+    ERR_NO_MEMORY: "an allocation finds no free object / bytes in the pool",
+    ERR_END_LEFT: "a tensor not resident at the start is left on the device at the end",
+    ERR_END_MISSING: "a tensor resident at the start is not on the device at the end",
+    ERR_END_STALE: "an updated persistent tensor ends on the host with a stale copy",
+    ERR_INITIAL: "the tensors resident at the start do not fit the pool",
+}
+
+# stats slots
+S_H2D, S_D2H, S_NIN, S_NOUT, S_NFREE = range(5)
+
+
+@njit(cache=True)
+def _take_token(c, est, tok_off, tok_n, tok_time, tok_node, fresh):
+    """Best-fit object of class c for a node that could start at est. Returns (release time, release node)."""
+    lo = tok_off[c]
+    n = tok_n[c]
+    best = -1
+    for j in range(lo, lo + n):  # latest released at or before est
+        if tok_time[j] <= est and (best < 0 or tok_time[j] > tok_time[best]
+                                   or (tok_time[j] == tok_time[best] and tok_node[j] < tok_node[best])):
+            best = j
+    if best < 0 and fresh[c] > 0:
+        fresh[c] -= 1
+        return 0.0, -1
+    if best < 0:
+        for j in range(lo, lo + n):  # else the earliest released
+            if best < 0 or tok_time[j] < tok_time[best] or (tok_time[j] == tok_time[best] and tok_node[j] < tok_node[best]):
+                best = j
+    if best < 0:
+        return -1.0, -2
+    t = tok_time[best]
+    node = tok_node[best]
+    last = lo + n - 1
+    tok_time[best] = tok_time[last]
+    tok_node[best] = tok_node[last]
+    tok_n[c] = n - 1
+    return t, node
+
+
+@njit(cache=True)
+def _take_bytes(need, est, ch_bytes, ch_time, ch_node, n_ch, deps, n_deps):
+    """Take `need` bytes from released chunks (best fit around est). Returns (start, n_ch, n_deps) or start < 0."""
+    s = est
+    left = need
+    while left > 0:
+        best = -1
+        for j in range(n_ch):
+            if ch_time[j] <= s and (best < 0 or ch_time[j] > ch_time[best]
+                                    or (ch_time[j] == ch_time[best] and ch_node[j] < ch_node[best])):
+                best = j
+        if best < 0:
+            for j in range(n_ch):
+                if best < 0 or ch_time[j] < ch_time[best] or (ch_time[j] == ch_time[best] and ch_node[j] < ch_node[best]):
+                    best = j
+        if best < 0:
+            return -1.0, n_ch, n_deps
+        if ch_time[best] > s:
+            s = ch_time[best]
+        if ch_node[best] >= 0:
+            deps[n_deps] = ch_node[best]
+            n_deps += 1
+        if ch_bytes[best] > left:
+            ch_bytes[best] -= left
+            left = 0
+        else:
+            left -= ch_bytes[best]
+            n_ch -= 1
+            ch_bytes[best] = ch_bytes[n_ch]
+            ch_time[best] = ch_time[n_ch]
+            ch_node[best] = ch_node[n_ch]
+    return s, n_ch, n_deps
+
+
+@njit(cache=True)
+def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
+         n_uses, by_bytes, t_class, class_count, capacity, h2d_bw, d2h_bw, latency, resident, dep_cap, stop):
+    """Returns (status, err_node, kind, start, end, dep_ptr, dep_idx, dep_own, stats, pool state).
+
+    With stop < len(kind_in) only nodes [0, stop) are walked, the end-of-iteration checks are skipped and
+    the pool state (free objects and byte chunks with their release times) is the one at that point.
+    """
+    n = kind_in.shape[0] if stop < 0 else stop
+    n_t = t_bytes.shape[0]
+    n_c = class_count.shape[0]
+    kind = kind_in.copy()
+    start = np.zeros(n)
+    end = np.zeros(n)
+    dep_ptr = np.zeros(n + 1, np.int64)
+    dep_idx = np.empty(dep_cap, np.int64)
+    dep_own = np.zeros(dep_cap, np.bool_)
+    stats = np.zeros(5)
+    if stop >= 0:
+        kind = kind[:stop].copy()
+    # per-tensor state
+    res = np.zeros(n_t, np.bool_)
+    mat = np.full(n_t, -1, np.int64)     # node that made the current device copy
+    last = np.full(n_t, -1, np.int64)    # last node touching the current copy
+    hv = t_persist.copy()                # host copy valid
+    hvn = np.full(n_t, -1, np.int64)     # swap_out that made it valid
+    reln = np.full(n_t, -1, np.int64)    # release of the previous copy
+    left = n_uses.copy()                 # reads still to come
+    updated = np.zeros(n_t, np.bool_)
+    # pool
+    fresh = class_count.copy()
+    tok_off = np.zeros(n_c + 1, np.int64)
+    for c in range(n_c):
+        tok_off[c + 1] = tok_off[c] + (0 if by_bytes else class_count[c])
+    tok_n = np.zeros(n_c, np.int64)
+    tok_time = np.empty(max(1, tok_off[n_c]))
+    tok_node = np.empty(max(1, tok_off[n_c]), np.int64)
+    ch_cap = 2 * n + 2
+    ch_bytes = np.zeros(ch_cap, np.int64)
+    ch_time = np.zeros(ch_cap)
+    ch_node = np.zeros(ch_cap, np.int64)
+    n_ch = 0
+    state0 = (fresh, tok_off, tok_n, tok_time, ch_bytes, ch_time, 0)  # returned with errors (content unused)
+    free_bytes = capacity
+    for t in range(n_t):
+        if resident[t]:
+            res[t] = True
+            hv[t] = False
+            if by_bytes:
+                free_bytes -= t_bytes[t]
+            else:
+                fresh[t_class[t]] -= 1
+                if fresh[t_class[t]] < 0:
+                    return ERR_INITIAL, -1, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+    if by_bytes:
+        if free_bytes < 0:
+            return ERR_INITIAL, -1, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+        if free_bytes > 0:
+            ch_bytes[0] = free_bytes
+            ch_time[0] = 0.0
+            ch_node[0] = -1
+            n_ch = 1
+    clk = np.zeros(3)
+    tmp = np.empty(ch_cap + 16, np.int64)
+    nd = 0
+    for i in range(n):
+        k = kind[i]
+        r = ref[i]
+        dep_ptr[i] = nd
+        if k == COMPUTE:
+            s = clk[0]
+            for j in range(in_ptr[r], in_ptr[r + 1]):
+                t = in_idx[j]
+                if not res[t]:
+                    return ERR_INPUT_MISSING, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                m = mat[t]
+                if m >= 0:
+                    dep_idx[nd] = m
+                    nd += 1
+                    if end[m] > s:
+                        s = end[m]
+            n_tmp = 0
+            if by_bytes:
+                need = op_ws[r]
+                for j in range(out_ptr[r], out_ptr[r + 1]):
+                    need += t_bytes[out_idx[j]]
+                if need > 0:
+                    s2, n_ch, n_tmp = _take_bytes(need, s, ch_bytes, ch_time, ch_node, n_ch, tmp, 0)
+                    if s2 < 0:
+                        return ERR_NO_MEMORY, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                    s = s2
+            for j in range(out_ptr[r], out_ptr[r + 1]):
+                t = out_idx[j]
+                if res[t]:
+                    return ERR_OUTPUT_RESIDENT, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                if not by_bytes:
+                    tt, node = _take_token(t_class[t], s, tok_off, tok_n, tok_time, tok_node, fresh)
+                    if node == -2:
+                        return ERR_NO_MEMORY, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                    if tt > s:
+                        s = tt
+                    if node >= 0:
+                        tmp[n_tmp] = node
+                        n_tmp += 1
+            for j in range(n_tmp):
+                dep_idx[nd] = tmp[j]
+                dep_own[nd] = True
+                nd += 1
+            start[i] = s
+            end[i] = s + op_time[r]
+            clk[0] = end[i]
+            for j in range(upd_ptr[r], upd_ptr[r + 1]):
+                t = upd_idx[j]
+                hv[t] = False
+                hvn[t] = -1
+                updated[t] = True
+            for j in range(in_ptr[r], in_ptr[r + 1]):
+                t = in_idx[j]
+                last[t] = i
+                left[t] -= 1
+            for j in range(out_ptr[r], out_ptr[r + 1]):
+                t = out_idx[j]
+                res[t] = True
+                mat[t] = i
+                last[t] = i
+                hv[t] = False
+                hvn[t] = -1
+            if by_bytes and op_ws[r] > 0:
+                ch_bytes[n_ch] = op_ws[r]
+                ch_time[n_ch] = end[i]
+                ch_node[n_ch] = i
+                n_ch += 1
+        elif k == SWAP_IN:
+            t = r
+            if res[t]:
+                return ERR_LOAD_RESIDENT, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+            if not hv[t]:
+                return ERR_LOAD_NO_HOST, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+            s = clk[1]
+            for d in (hvn[t], reln[t]):
+                if d >= 0:
+                    dep_idx[nd] = d
+                    nd += 1
+                    if end[d] > s:
+                        s = end[d]
+            if by_bytes:
+                if t_bytes[t] > 0:
+                    s2, n_ch, n_tmp = _take_bytes(t_bytes[t], s, ch_bytes, ch_time, ch_node, n_ch, tmp, 0)
+                    if s2 < 0:
+                        return ERR_NO_MEMORY, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                    s = s2
+                    for j in range(n_tmp):
+                        dep_idx[nd] = tmp[j]
+                        dep_own[nd] = True
+                        nd += 1
+            else:
+                tt, node = _take_token(t_class[t], s, tok_off, tok_n, tok_time, tok_node, fresh)
+                if node == -2:
+                    return ERR_NO_MEMORY, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                if tt > s:
+                    s = tt
+                if node >= 0:
+                    dep_idx[nd] = node
+                    dep_own[nd] = True
+                    nd += 1
+            start[i] = s
+            end[i] = s + t_bytes[t] / h2d_bw + latency
+            clk[1] = end[i]
+            stats[S_H2D] += t_bytes[t]
+            stats[S_NIN] += 1
+            res[t] = True
+            mat[t] = i
+            last[t] = i
+        else:
+            t = r
+            if not res[t]:
+                return ERR_RELEASE_ABSENT, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+            dead = (not t_persist[t]) and left[t] == 0
+            s = 0.0
+            d = last[t]
+            if d >= 0:
+                dep_idx[nd] = d
+                nd += 1
+                s = end[d]
+            if dead or hv[t]:
+                kind[i] = FREE
+                start[i] = s
+                end[i] = s
+                stats[S_NFREE] += 1
+            else:
+                kind[i] = SWAP_OUT
+                if clk[2] > s:
+                    s = clk[2]
+                start[i] = s
+                end[i] = s + t_bytes[t] / d2h_bw + latency
+                clk[2] = end[i]
+                stats[S_D2H] += t_bytes[t]
+                stats[S_NOUT] += 1
+                hv[t] = True
+                hvn[t] = i
+            res[t] = False
+            reln[t] = i
+            mat[t] = -1
+            last[t] = -1
+            if by_bytes:
+                if t_bytes[t] > 0:
+                    ch_bytes[n_ch] = t_bytes[t]
+                    ch_time[n_ch] = end[i]
+                    ch_node[n_ch] = i
+                    n_ch += 1
+            else:
+                c = t_class[t]
+                j = tok_off[c] + tok_n[c]
+                tok_time[j] = end[i]
+                tok_node[j] = i
+                tok_n[c] += 1
+    dep_ptr[n] = nd
+    state = (fresh, tok_off, tok_n, tok_time, ch_bytes, ch_time, n_ch)
+    if stop >= 0:
+        return OK, -1, kind, start, end, dep_ptr, dep_idx[:nd], dep_own[:nd], stats, state
+    for t in range(n_t):
+        if res[t] and not resident[t]:
+            return ERR_END_LEFT, -1 - t, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+        if resident[t] and not res[t]:
+            return ERR_END_MISSING, -1 - t, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+        if t_persist[t] and not res[t] and not hv[t]:
+            return ERR_END_STALE, -1 - t, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+    return OK, -1, kind, start, end, dep_ptr, dep_idx[:nd], dep_own[:nd], stats, state
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What stays fixed while refining one plan: graph, device, pool, schedule, impls, initial residents."""
+
+    graph: Graph
+    device: Device
+    pool: PoolArrays
+    schedule: np.ndarray
+    op_time: np.ndarray
+    op_ws: np.ndarray
+    impl_choice: np.ndarray | None
+    resident: np.ndarray
+    options: object = None   # the PlannerOptions the plan was made with (carried into the AugmentedGraph)
+    n_uses: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
+
+    @staticmethod
+    def from_augmented(aug) -> "Problem":
+        a = aug.graph.arrays
+        n_uses = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
+        return Problem(aug.graph, aug.device, aug.pool, np.asarray(aug.schedule, np.int32), aug.op_time, aug.op_ws,
+                       aug.impl_choice, np.asarray(aug.resident_at_start, np.bool_), aug.options, n_uses)
+
+    def copy_time(self, kind: int, t: int) -> float:
+        b = int(self.graph.arrays.t_bytes[t])
+        d = self.device
+        return b / (d.h2d_bytes_per_s if kind == SWAP_IN else d.d2h_bytes_per_s) + d.transfer_latency_s
+
+
+@dataclass
+class Timeline:
+    """A walked sequence: node kinds (releases resolved), times, and the edges (ownership flagged)."""
+
+    kind: np.ndarray
+    ref: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+    dep_own: np.ndarray
+    stats: dict
+
+    @property
+    def n(self) -> int:
+        return len(self.kind)
+
+    @property
+    def makespan(self) -> float:
+        return float(self.end.max()) if self.n else 0.0
+
+    def durations(self) -> np.ndarray:
+        return self.end - self.start
+
+
+class SequenceError(Exception):
+    """A sequence that is not a valid augmented graph (internal: refinement rejects the edit)."""
+
+    def __init__(self, code: int, node: int) -> None:
+        super().__init__(f"{ERROR_TEXT.get(code, 'invalid sequence')} (node {node})")
+        self.code = code
+        self.node = node
+
+
+def _walk(p: Problem, kind: np.ndarray, ref: np.ndarray, stop: int):
+    a = p.graph.arrays
+    comp = ref[kind == COMPUTE]
+    n_in = int((a.in_ptr[comp + 1] - a.in_ptr[comp]).sum()) if len(comp) else 0
+    n_out = int((a.out_ptr[comp + 1] - a.out_ptr[comp]).sum()) if len(comp) else 0
+    dep_cap = n_in + n_out + 4 * len(kind) + 8
+    d = p.device
+    return walk(
+        kind, ref, a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr, a.upd_idx,
+        np.asarray(p.op_time, np.float64), np.asarray(p.op_ws, np.int64), p.n_uses, p.pool.by_bytes,
+        p.pool.t_class, p.pool.class_count, np.int64(p.pool.capacity), float(d.h2d_bytes_per_s),
+        float(d.d2h_bytes_per_s), float(d.transfer_latency_s), p.resident, dep_cap, stop)
+
+
+def rebuild(p: Problem, kind: np.ndarray, ref: np.ndarray) -> Timeline:
+    """Walk a node sequence; raises SequenceError if it is not a valid, periodic augmented graph."""
+    kind = np.asarray(kind, np.int8)
+    ref = np.asarray(ref, np.int64)
+    status, err, k, s, e, dp, di, do, st, _ = _walk(p, kind, ref, -1)
+    if status != OK:
+        raise SequenceError(int(status), int(err))
+    stats = {"bytes_h2d": int(st[S_H2D]), "bytes_d2h": int(st[S_D2H]), "swap_ins": int(st[S_NIN]),
+             "swap_outs": int(st[S_NOUT]), "frees": int(st[S_NFREE])}
+    return Timeline(k, ref.astype(np.int32), s, e, dp, di.astype(np.int32), do, stats)
+
+
+@dataclass
+class PoolState:
+    """Free memory after a prefix of a timeline: per class, untouched objects and released ones (with times);
+    for a byte pool, released chunks (bytes, times). What a window can allocate from, and from when."""
+
+    fresh: np.ndarray                 # per class
+    released: list[np.ndarray]        # per class: release times of free objects
+    chunk_bytes: np.ndarray
+    chunk_time: np.ndarray
+
+
+def pool_state(p: Problem, tl: Timeline, stop: int) -> PoolState:
+    status, err, *_, state = _walk(p, tl.kind, tl.ref.astype(np.int64), stop)
+    if status != OK:
+        raise SequenceError(int(status), int(err))
+    fresh, tok_off, tok_n, tok_time, ch_bytes, ch_time, n_ch = state
+    released = [tok_time[tok_off[c]:tok_off[c] + tok_n[c]].copy() for c in range(len(tok_n))]
+    return PoolState(fresh.copy(), released, ch_bytes[:n_ch].copy(), ch_time[:n_ch].copy())
+
+
+def to_augmented(p: Problem, tl: Timeline):
+    """The timeline as a `hybrid.swap_planner.AugmentedGraph` (three streams, FIFO in node order)."""
+    from hybrid.swap_planner import AugmentedGraph, PlannerOptions
+
+    opts = p.options if p.options is not None else PlannerOptions()
+    if not getattr(opts, "overlap", True):
+        opts = replace(opts, overlap=True)
+    return AugmentedGraph(p.graph, p.device, p.pool, p.schedule, p.op_time, p.op_ws, p.impl_choice, opts,
+                          tl.kind.copy(), tl.ref.copy(), tl.start.copy(), tl.end.copy(), tl.dep_ptr.copy(),
+                          tl.dep_idx.copy(), p.resident.copy(), dict(tl.stats))

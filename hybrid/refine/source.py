@@ -1,0 +1,82 @@
+"""The augmented graph refinement starts from: derived from any plan's events, or re-planned.
+
+`hybrid.augmented.from_plan` reads nodes and stream orders off the plan's
+timeline, so baselines' plans and plans from files work too. Its issue order
+(events by start time) is re-walked by `hybrid.refine.sequence.rebuild`; if
+that order is not a valid sequence (zero-length events tied at one instant in
+an order the walk cannot follow), the swap planner is re-run with the plan's
+schedule, allocation and recorded planner options, which reproduces plans
+the planner made.
+"""
+from __future__ import annotations
+
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+from hybrid.refine.sequence import Problem, SequenceError, Timeline, rebuild
+
+
+def _planner_options(plan: Plan):
+    from hybrid.swap_planner import PlannerOptions
+
+    known = set(PlannerOptions.__dataclass_fields__)
+    info = plan.planner if isinstance(plan.planner, dict) else {}
+    opts = info.get("options", info.get("planner_options"))
+    if isinstance(opts, dict):
+        try:
+            return PlannerOptions(**{k: v for k, v in opts.items() if k in known})
+        except (TypeError, ValueError):
+            return None
+    return PlannerOptions()
+
+
+def _check_supported(graph: Graph, plan: Plan) -> None:
+    if plan.allocation.kind == "arena":
+        raise HybridError("refine: plans with an 'arena' allocation are not supported; CP-SAT refinement works on "
+                          "size_classes and unconstrained allocations")
+    if any(e.kind == "compute" and e.recompute for e in plan.events):
+        raise HybridError("refine: the plan recomputes ops (recompute events); CP-SAT refinement re-times swap-only "
+                          "plans")
+
+
+def starting_point(graph: Graph, plan: Plan) -> tuple[Problem, Timeline]:
+    """(problem, walked timeline) for a plan; raises HybridError when the plan cannot be refined."""
+    _check_supported(graph, plan)
+    errors: list[str] = []
+    try:
+        from hybrid.augmented import from_plan
+    except ImportError:  # pragma: no cover - older checkouts
+        from_plan = None
+    if from_plan is not None:
+        aug = from_plan(graph, plan)
+        prob = Problem.from_augmented(aug)
+        try:
+            return prob, rebuild(prob, aug.kind, aug.ref)
+        except SequenceError as e:
+            errors.append(f"its events in time order: {e}")
+    opts = _planner_options(plan)
+    if opts is not None:
+        from hybrid.allocation import pool_from_allocation
+        from hybrid.schedule import from_ids
+        from hybrid.swap_planner import SwapPlanner
+
+        pool = pool_from_allocation(graph, plan.allocation, plan.device.memory_bytes)
+        impl_choice = None
+        if any(e.kind == "compute" and e.impl for e in plan.events):
+            import numpy as np
+
+            impl_choice = graph.arrays.default_impl.copy()
+            for e in plan.events:
+                if e.kind == "compute" and e.impl:
+                    names = [im.name for im in graph.op(e.op).implementations]
+                    if e.impl in names:
+                        impl_choice[graph.op_index[e.op]] = names.index(e.impl)
+            impl_choice = np.asarray(impl_choice, np.int32)
+        try:
+            aug = SwapPlanner(graph, plan.device, impl_choice).plan(from_ids(graph, plan.schedule), pool, opts)
+            prob = Problem.from_augmented(aug)
+            return prob, rebuild(prob, aug.kind, aug.ref)
+        except (SequenceError, HybridError) as e:
+            errors.append(f"re-planned with the swap planner: {e}")
+    raise HybridError("refine: cannot derive a valid augmented graph from the plan (" + "; ".join(errors) +
+                      "); validate it with `hybrid validate`")

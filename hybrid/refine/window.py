@@ -1,0 +1,598 @@
+"""Which nodes form a window, and everything the CP-SAT model needs to know about them.
+
+A window covers the compute ops at schedule positions [p0, p1) and every node
+issued between the compute before p0 and the compute at p1 (the copies that
+make room for and bring in those ops' tensors, the frees after them). The rest
+of the plan is frozen: nodes before the window keep their times (they cannot
+depend on window nodes), and give the window its boundary — when each stream
+becomes free, when each frozen predecessor ends, how many objects of each size
+class (or how many bytes) are free at the window's origin and when the frozen
+copies still in flight release or take more. Nodes after the window are
+re-timed by the walk after decoding.
+
+Times become integer ticks: t -> (t - T0) / tick with T0 the earliest current
+start in the window and tick = window span / resolution (or a given tick).
+Durations round up; every instant rounds down by the same rule, so a release
+and an allocation at the same instant (the planner's usual handoff) stay at the
+same tick. The walk after decoding re-times everything in real time anyway.
+
+Alternative evictions are optional (release, swap_in) pairs of one tensor,
+decided by one literal:
+- "keep": an eviction and its reload that both lie in the window; leaving the
+  pair out keeps the tensor resident instead;
+- "evict": a tensor resident over a gap between two of its uses (or from the
+  window start to its first use in it) that could be freed (or swapped out) and
+  brought back, freeing its object for the gap — a few candidates, chosen by how
+  long the gap is against the copy time, in the size classes the window
+  allocates from;
+- "advance": a tensor idle through the window whose next event after it is an
+  eviction: the eviction may move into the window, so its memory comes back
+  sooner (the planner evicts on demand, when room is needed; moving a copy it
+  makes anyway costs no extra traffic).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hybrid.refine.sequence import COMPUTE, FREE, SWAP_IN, SWAP_OUT, PoolState, Problem, Timeline, pool_state
+
+STREAM_OF = {COMPUTE: 0, SWAP_IN: 1, SWAP_OUT: 2, FREE: -1}
+
+
+@dataclass
+class WNode:
+    """One node of the window model. key: timeline index, or -1 - j for the j-th new (candidate) node."""
+
+    key: int
+    kind: int
+    ref: int
+    dur: int                 # ticks
+    lb: int                  # earliest start, ticks
+    hint: int                # current start, ticks (a solution hint)
+    pair: int = -1           # optional pair this node belongs to (-1: always present)
+    mem: list[tuple[int, int, bool]] = field(default_factory=list)  # (reservoir, delta, at_end)
+
+    @property
+    def stream(self) -> int:
+        return STREAM_OF[self.kind]
+
+
+@dataclass
+class Pair:
+    """An optional (release, swap_in) of one tensor, both present or both absent; or an optional release
+    alone (load = -1) that replaces a later one (`moves`, a timeline index after the window)."""
+
+    tensor: int
+    release: int             # WNode index
+    load: int                # WNode index, or -1
+    current: bool            # present in the current plan ("keep" pairs) or new (candidates)
+    moves: int = -1          # timeline node this release replaces when present ("advance" candidates)
+
+
+@dataclass
+class Reservoir:
+    """Free objects of one size class (or free bytes / unit) over the window: level >= 0 at every tick."""
+
+    cls: int                 # size class, or -1 for the byte pool
+    unit: int                # bytes per level unit (byte pool) or 1
+    initial: int             # free at tick 0
+    fixed: list[tuple[int, int]] = field(default_factory=list)  # frozen (tick, delta) after tick 0
+
+
+@dataclass
+class Precedence:
+    before: int              # WNode index
+    after: int
+    gap: int = 0             # after.start >= before.end + gap
+
+
+@dataclass
+class WindowSpec:
+    """A window as a small scheduling problem (what model.py solves and tests enumerate)."""
+
+    p0: int
+    p1: int
+    lo: int                  # timeline node range [lo, hi)
+    hi: int
+    t0: float                # seconds at tick 0
+    tick: float              # seconds per tick
+    horizon: int
+    nodes: list[WNode]
+    precedences: list[Precedence]
+    pairs: list[Pair]
+    reservoirs: list[Reservoir]
+    compute_chain: list[int]  # WNode indices of the window's computes, in schedule order
+    stream_free: tuple[int, int, int]  # ticks when compute / h2d / d2h become free (already folded into lb)
+
+    @property
+    def last_compute(self) -> int:
+        return self.compute_chain[-1]
+
+
+@dataclass(frozen=True)
+class WindowOptions:
+    resolution: int = 20000      # ticks per window span
+    tick: float | None = None    # fixed seconds per tick (tests); overrides resolution
+    candidates: int = 4          # new "evict" candidate tensors per window
+    advance: int = 6             # "advance" candidates (later evictions moved into the window)
+    keep_pairs: bool = True      # make in-window evict/reload pairs optional
+
+
+class TensorEvents:
+    """Per-tensor touches of a timeline, by node index: reads, writes, loads, releases, updates."""
+
+    READ, WRITE, LOAD, RELEASE, UPDATE = 0, 1, 2, 3, 4
+
+    def __init__(self, p: Problem, tl: Timeline) -> None:
+        a = p.graph.arrays
+        nodes: list[np.ndarray] = []
+        tens: list[np.ndarray] = []
+        typ: list[np.ndarray] = []
+        comp = np.nonzero(tl.kind == COMPUTE)[0]
+        ops = tl.ref[comp].astype(np.int64)
+        for ptr, idx, code in ((a.in_ptr, a.in_idx, self.READ), (a.out_ptr, a.out_idx, self.WRITE),
+                               (a.upd_ptr, a.upd_idx, self.UPDATE)):
+            cnt = ptr[ops + 1] - ptr[ops]
+            if cnt.sum() == 0:
+                continue
+            nodes.append(np.repeat(comp, cnt))
+            starts = np.repeat(ptr[ops], cnt)
+            offs = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            tens.append(idx[starts + offs].astype(np.int64))
+            typ.append(np.full(int(cnt.sum()), code, np.int8))
+        for k, code in ((SWAP_IN, self.LOAD), (SWAP_OUT, self.RELEASE), (FREE, self.RELEASE)):
+            sel = np.nonzero(tl.kind == k)[0]
+            nodes.append(sel)
+            tens.append(tl.ref[sel].astype(np.int64))
+            typ.append(np.full(len(sel), code, np.int8))
+        node = np.concatenate(nodes) if nodes else np.zeros(0, np.int64)
+        ten = np.concatenate(tens) if tens else np.zeros(0, np.int64)
+        ty = np.concatenate(typ) if typ else np.zeros(0, np.int8)
+        # by tensor, then node, with updates after the read of the same node
+        order = np.lexsort((ty, node, ten))
+        self.node = node[order]
+        self.tensor = ten[order]
+        self.type = ty[order]
+        self.ptr = np.searchsorted(self.tensor, np.arange(a.n_tensors + 1))
+
+    def of(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        s, e = self.ptr[t], self.ptr[t + 1]
+        return self.node[s:e], self.type[s:e]
+
+
+def _ceil(x: float) -> int:
+    return int(math.ceil(x - 1e-9))
+
+
+def _floor(x: float) -> int:
+    return int(math.floor(x + 1e-9))
+
+
+def window_range(tl: Timeline, p0: int, p1: int) -> tuple[int, int]:
+    comp = np.nonzero(tl.kind == COMPUTE)[0]
+    lo = int(comp[p0 - 1]) + 1 if p0 > 0 else 0
+    hi = int(comp[p1]) if p1 < len(comp) else tl.n
+    return lo, hi
+
+
+def _host_valid_before(p: Problem, tl: Timeline, nodes: np.ndarray, types: np.ndarray, t: int, x: int) -> bool:
+    """Whether tensor t's host copy is valid just after node x - 1 has been issued."""
+    valid = bool(p.graph.arrays.t_persistent[t]) and not bool(p.resident[t])
+    for nd, ty in zip(nodes, types):
+        if nd >= x:
+            break
+        if ty in (TensorEvents.UPDATE, TensorEvents.WRITE):
+            valid = False
+        elif ty == TensorEvents.RELEASE and tl.kind[nd] == SWAP_OUT:
+            valid = True
+    return valid
+
+
+def build_window(p: Problem, tl: Timeline, ev: TensorEvents, p0: int, p1: int,
+                 opt: WindowOptions = WindowOptions()) -> WindowSpec | None:
+    """The window's model, or None when it has nothing to schedule (no span)."""
+    a = p.graph.arrays
+    lo, hi = window_range(tl, p0, p1)
+    if hi <= lo:
+        return None
+    t0 = float(tl.start[lo:hi].min())
+    span = float(tl.end[lo:hi].max()) - t0
+    if opt.tick is not None:
+        tick = float(opt.tick)
+    else:
+        if span <= 0:
+            return None
+        tick = span / opt.resolution
+    dev = p.device
+
+    def dur_of(kind: int, ref: int) -> float:
+        if kind == COMPUTE:
+            return float(p.op_time[ref])
+        if kind == SWAP_IN:
+            return float(a.t_bytes[ref]) / dev.h2d_bytes_per_s + dev.transfer_latency_s
+        if kind == SWAP_OUT:
+            return float(a.t_bytes[ref]) / dev.d2h_bytes_per_s + dev.transfer_latency_s
+        return 0.0
+
+    def tk(x: float) -> int:  # a frozen instant -> its tick (one rounding for all, so handoffs stay exact)
+        return max(0, _floor((x - t0) / tick))
+
+    # stream availability from the frozen prefix
+    stream_free = [0, 0, 0]
+    for s in range(3):
+        pre = np.nonzero((tl.kind[:lo] == s))[0]
+        if len(pre):
+            stream_free[s] = tk(float(tl.end[pre[-1]]))
+    nodes: list[WNode] = []
+    index: dict[int, int] = {}
+    for i in range(lo, hi):
+        k = int(tl.kind[i])
+        r = int(tl.ref[i])
+        lb = stream_free[STREAM_OF[k]] if k != FREE else 0
+        for j in range(tl.dep_ptr[i], tl.dep_ptr[i + 1]):
+            d = int(tl.dep_idx[j])
+            if d < lo and not tl.dep_own[j]:
+                lb = max(lb, tk(float(tl.end[d])))
+        index[i] = len(nodes)
+        nodes.append(WNode(i, k, r, _ceil(dur_of(k, r) / tick), lb, max(0, int(round((tl.start[i] - t0) / tick)))))
+    precs: list[Precedence] = []
+    for i in range(lo, hi):
+        for j in range(tl.dep_ptr[i], tl.dep_ptr[i + 1]):
+            d = int(tl.dep_idx[j])
+            if d >= lo and not tl.dep_own[j]:
+                precs.append(Precedence(index[d], index[i]))
+    chain = [index[i] for i in range(lo, hi) if tl.kind[i] == COMPUTE]
+    for x, y in zip(chain, chain[1:]):
+        precs.append(Precedence(x, y))
+    if not chain:
+        return None
+
+    pairs: list[Pair] = []
+    if opt.keep_pairs:
+        _keep_pairs(p, tl, ev, lo, hi, nodes, index, pairs)
+    _evict_candidates(p, tl, ev, lo, hi, t0, tick, nodes, index, precs, pairs, opt, dur_of, stream_free, tk)
+    _advance_candidates(p, tl, ev, lo, hi, t0, tick, nodes, pairs, opt, dur_of, stream_free, tk)
+    reservoirs = _reservoirs(p, pool_state(p, tl, lo), t0, tick, nodes)
+    fixed_max = max((tk_ for r in reservoirs for tk_, _ in r.fixed), default=0)
+    horizon = max([n.lb for n in nodes] + [fixed_max]) + sum(n.dur for n in nodes) + 1
+    horizon = max(horizon, max(n.hint + n.dur for n in nodes) + 1)
+    return WindowSpec(p0, p1, lo, hi, t0, tick, horizon, nodes, precs, pairs, reservoirs, chain, tuple(stream_free))
+
+
+def _keep_pairs(p: Problem, tl: Timeline, ev: TensorEvents, lo: int, hi: int, nodes: list[WNode],
+                index: dict[int, int], pairs: list[Pair]) -> None:
+    """In-window evict/reload pairs that could be dropped (the tensor then simply stays resident)."""
+    for t in np.unique(tl.ref[lo:hi][(tl.kind[lo:hi] == SWAP_OUT) | (tl.kind[lo:hi] == FREE)]):
+        t = int(t)
+        nd, ty = ev.of(t)
+        inwin = (nd >= lo) & (nd < hi)
+        rel = nd[inwin & (ty == TensorEvents.RELEASE)]
+        lds = nd[inwin & (ty == TensorEvents.LOAD)]
+        if len(rel) != 1 or len(lds) != 1 or lds[0] < rel[0]:
+            continue
+        r, ld = int(rel[0]), int(lds[0])
+        # the release must be an eviction (read again later), and something must have touched the copy
+        # before it: a compute (so later readers stay ordered after the old copy by the compute chain)
+        before = nd[(nd < r) & (ty != TensorEvents.UPDATE)]
+        if len(before) == 0:
+            continue
+        prev = int(before[-1])
+        if tl.kind[prev] != COMPUTE:
+            continue
+        pairs.append(Pair(t, index[r], index[ld], True))
+        nodes[index[r]].pair = len(pairs) - 1
+        nodes[index[ld]].pair = len(pairs) - 1
+
+
+def _evict_candidates(p, tl, ev, lo, hi, t0, tick, nodes, index, precs, pairs, opt, dur_of, stream_free, tk) -> None:
+    """A few tensors resident over a gap in the window that could leave and come back."""
+    if opt.candidates <= 0:
+        return
+    a = p.graph.arrays
+    pool = p.pool
+    # classes (or the byte pool) the window allocates from
+    alloc_classes: set[int] = set()
+    for n in nodes:
+        if n.kind == COMPUTE:
+            alloc_classes.update(int(pool.t_class[t]) for t in a.out_idx[a.out_ptr[n.ref]:a.out_ptr[n.ref + 1]])
+        elif n.kind == SWAP_IN:
+            alloc_classes.add(int(pool.t_class[n.ref]))
+    if not pool.by_bytes and not alloc_classes:
+        return
+    touched = set(int(t) for t in tl.ref[lo:hi][tl.kind[lo:hi] != COMPUTE])
+    cands: list[tuple[float, int, int, int, int, bool]] = []
+    comp_nodes = [i for i in range(lo, hi) if tl.kind[i] == COMPUTE]
+    # tensors read by the window's computes, and tensors resident at its start that it never touches
+    reads: dict[int, list[int]] = {}
+    for i in comp_nodes:
+        o = int(tl.ref[i])
+        for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]:
+            reads.setdefault(int(t), []).append(i)
+    for t, rd in reads.items():
+        if t in touched or (not pool.by_bytes and int(pool.t_class[t]) not in alloc_classes):
+            continue
+        if a.t_bytes[t] == 0 and pool.by_bytes:
+            continue
+        nd, ty = ev.of(t)
+        if np.any((nd >= lo) & (nd < hi) & (ty == TensorEvents.WRITE)):
+            continue  # produced inside the window
+        prev_nodes = nd[nd < lo]
+        if len(prev_nodes) == 0 and not p.resident[t]:
+            continue
+        # gaps: (last touch before, next read) for consecutive reads; the first gap starts before the window
+        touches = [int(prev_nodes[-1]) if len(prev_nodes) else -1] + rd
+        for left, right in zip(touches, touches[1:]):
+            if left >= 0 and tl.kind[left] in (SWAP_OUT, FREE):
+                continue
+            hv = _host_valid_before(p, tl, nd, ty, t, (left + 1) if left >= 0 else 0)
+            cost = dur_of(SWAP_IN, t) + (0.0 if hv else dur_of(SWAP_OUT, t))
+            gap = float(tl.start[right]) - (float(tl.end[left]) if left >= 0 else 0.0)
+            if gap <= cost:
+                continue
+            cands.append(((gap - cost) * float(max(1, a.t_bytes[t])), t, left, right, 0, hv))
+    cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+    used: set[int] = set()
+    for score, t, left, right, _, hv in cands:
+        if len(used) >= opt.candidates:
+            break
+        if t in used:
+            continue
+        used.add(t)
+        j = len(pairs)
+        rk = FREE if hv else SWAP_OUT
+        lb_r = stream_free[2] if rk == SWAP_OUT else 0
+        if left >= 0 and left < lo:
+            lb_r = max(lb_r, tk(float(tl.end[left])))
+        rel = WNode(-1 - 2 * j, rk, t, _ceil(dur_of(rk, t) / tick), lb_r, 0, j)
+        lb_l = stream_free[1]
+        # a host copy made by a swap_out still running before the window must have ended
+        nd, ty = ev.of(t)
+        outs = [int(x) for x, y in zip(nd, ty) if y == TensorEvents.RELEASE and tl.kind[x] == SWAP_OUT and x < lo]
+        if hv and outs:
+            lb_l = max(lb_l, tk(float(tl.end[outs[-1]])))
+        load = WNode(-2 - 2 * j, SWAP_IN, t, _ceil(dur_of(SWAP_IN, t) / tick), lb_l, 0, j)
+        nodes.append(rel)
+        nodes.append(load)
+        ri, li = len(nodes) - 2, len(nodes) - 1
+        pairs.append(Pair(t, ri, li, False))
+        if left >= lo:
+            precs.append(Precedence(index[left], ri))
+        precs.append(Precedence(ri, li))
+        precs.append(Precedence(li, index[right]))
+
+
+def _node_mem(p: Problem, kind: int, ref: int) -> list[tuple[int, int, bool]]:
+    """(class or -1, amount, at_end) of one node: allocations +, releases -, in objects or bytes."""
+    a = p.graph.arrays
+    pool = p.pool
+    out: list[tuple[int, int, bool]] = []
+    if kind == COMPUTE:
+        outs = a.out_idx[a.out_ptr[ref]:a.out_ptr[ref + 1]]
+        if pool.by_bytes:
+            ws = int(p.op_ws[ref])
+            b = int(a.t_bytes[outs].sum()) + ws
+            if b:
+                out.append((-1, b, False))
+            if ws:
+                out.append((-1, -ws, True))
+        else:
+            out += [(int(pool.t_class[t]), 1, False) for t in outs]
+    elif kind == SWAP_IN:
+        if not pool.by_bytes:
+            out.append((int(pool.t_class[ref]), 1, False))
+        elif a.t_bytes[ref]:
+            out.append((-1, int(a.t_bytes[ref]), False))
+    else:
+        if not pool.by_bytes:
+            out.append((int(pool.t_class[ref]), -1, True))
+        elif a.t_bytes[ref]:
+            out.append((-1, -int(a.t_bytes[ref]), True))
+    return out
+
+
+def _alloc_classes(p: Problem, nodes: list[WNode]) -> set[int]:
+    a = p.graph.arrays
+    out: set[int] = set()
+    for n in nodes:
+        if n.kind == COMPUTE:
+            out.update(int(p.pool.t_class[t]) for t in a.out_idx[a.out_ptr[n.ref]:a.out_ptr[n.ref + 1]])
+        elif n.kind == SWAP_IN:
+            out.add(int(p.pool.t_class[n.ref]))
+    return out
+
+
+def _advance_candidates(p, tl, ev, lo, hi, t0, tick, nodes, pairs, opt, dur_of, stream_free, tk) -> None:
+    """Tensors idle through the window whose next event after it is an eviction: offer that eviction earlier."""
+    if opt.advance <= 0:
+        return
+    a = p.graph.arrays
+    pool = p.pool
+    classes = _alloc_classes(p, nodes)
+    if not pool.by_bytes and not classes:
+        return
+    # per tensor: last event before the window, first event at or after it
+    sel_before = ev.node < lo
+    last_before = np.full(a.n_tensors, -1, np.int64)
+    np.maximum.at(last_before, ev.tensor[sel_before], ev.node[sel_before])
+    first_from = np.full(a.n_tensors, np.iinfo(np.int64).max, np.int64)
+    sel_from = ev.node >= lo
+    np.minimum.at(first_from, ev.tensor[sel_from], ev.node[sel_from])
+    resident = np.zeros(a.n_tensors, np.bool_)
+    has_before = last_before >= 0
+    lb_kind = np.full(a.n_tensors, -1, np.int64)
+    lb_kind[has_before] = tl.kind[last_before[has_before]]
+    resident[has_before] = (lb_kind[has_before] == COMPUTE) | (lb_kind[has_before] == SWAP_IN)
+    resident |= (~has_before) & p.resident
+    big = np.iinfo(np.int64).max
+    cand = np.nonzero(resident & (first_from >= hi) & (first_from < big))[0]
+    if len(cand) == 0:
+        return
+    nxt = first_from[cand]
+    is_rel = (tl.kind[nxt] == SWAP_OUT) | (tl.kind[nxt] == FREE)
+    cand, nxt = cand[is_rel], nxt[is_rel]
+    if not pool.by_bytes:
+        keep = np.isin(pool.t_class[cand], list(classes))
+        cand, nxt = cand[keep], nxt[keep]
+    if pool.by_bytes:
+        keep = a.t_bytes[cand] > 0
+        cand, nxt = cand[keep], nxt[keep]
+    if len(cand) == 0:
+        return
+    span_end = t0 + tick * (max(n.hint + n.dur for n in nodes if n.key >= 0))
+    gain = np.minimum(tl.end[nxt], span_end) - t0
+    score = gain * np.maximum(a.t_bytes[cand], 1)
+    order = np.lexsort((cand, -score))[:opt.advance]
+    for k in order:
+        t, r_old = int(cand[k]), int(nxt[k])
+        if score[k] <= 0:
+            continue
+        rk = int(tl.kind[r_old])
+        lb = stream_free[2] if rk == SWAP_OUT else 0
+        if last_before[t] >= 0:
+            lb = max(lb, tk(float(tl.end[last_before[t]])))
+        j = len(pairs)
+        nodes.append(WNode(-1 - 2 * j, rk, t, _ceil(dur_of(rk, t) / tick), lb, 0, j))
+        pairs.append(Pair(t, len(nodes) - 1, -1, False, r_old))
+
+
+def _reservoirs(p: Problem, free: PoolState, t0: float, tick: float, nodes: list[WNode]) -> list[Reservoir]:
+    """Memory levels: per size class the window allocates from (or bytes), starting from what the frozen
+    prefix leaves free — objects (chunks) released at or before tick 0 count at once, later ones at their tick.
+    Objects the prefix still holds are not there at all: the walk binds objects in issue order, so an object a
+    frozen node takes later in time is not one a window node may borrow in the meantime."""
+    pool = p.pool
+    per_node = [_node_mem(p, n.kind, n.ref) for n in nodes]
+    classes = sorted({c for ev in per_node for c, amt, _ in ev if amt > 0})
+    if not classes:
+        return []
+
+    def ticks(times: np.ndarray) -> np.ndarray:
+        return np.floor((times - t0) / tick + 1e-9).astype(np.int64)
+
+    out: list[Reservoir] = []
+    ridx: dict[int, int] = {}
+    unit = 1
+    if pool.by_bytes:
+        amounts = [abs(x) for ev in per_node for _, x, _ in ev] + [int(b) for b in free.chunk_bytes]
+        unit = max(1, int(np.gcd.reduce(np.array(amounts, np.int64)))) if amounts else 1
+        tk = ticks(free.chunk_time)
+        early = tk <= 0
+        fixed: dict[int, int] = {}
+        for k, b in zip(tk[~early], free.chunk_bytes[~early]):
+            fixed[int(k)] = fixed.get(int(k), 0) + int(b) // unit
+        ridx[-1] = 0
+        out.append(Reservoir(-1, unit, int(free.chunk_bytes[early].sum()) // unit, sorted(fixed.items())))
+    else:
+        for c in classes:
+            tk = ticks(free.released[c])
+            fixed = {}
+            for k in tk[tk > 0]:
+                fixed[int(k)] = fixed.get(int(k), 0) + 1
+            ridx[c] = len(out)
+            out.append(Reservoir(c, 1, int(free.fresh[c]) + int((tk <= 0).sum()), sorted(fixed.items())))
+    for n, evs in zip(nodes, per_node):
+        # level = free objects/bytes: an allocation lowers it at the start, a release raises it at the end
+        n.mem = [(ridx[c], -amt // unit, at_end) for c, amt, at_end in evs if c in ridx]
+    return out
+
+
+def violations(spec: WindowSpec, starts: list[int], present: list[bool]) -> list[str]:
+    """What an integer timetable breaks in the window's model (empty: feasible). For tests and debugging."""
+    out: list[str] = []
+    nodes = spec.nodes
+    on = [n.pair < 0 or present[n.pair] for n in nodes]
+    end = [s + n.dur for s, n in zip(starts, nodes)]
+    for i, n in enumerate(nodes):
+        if on[i] and not (n.lb <= starts[i] <= spec.horizon):
+            out.append(f"node {i} starts at {starts[i]} outside [{n.lb}, {spec.horizon}]")
+    for p in spec.precedences:
+        if on[p.before] and on[p.after] and starts[p.after] < end[p.before] + p.gap:
+            out.append(f"node {p.after} starts at {starts[p.after]} before node {p.before} ends at {end[p.before]}")
+    for st in (0, 1, 2):
+        iv = sorted((starts[i], end[i], i) for i, n in enumerate(nodes) if on[i] and n.stream == st and n.dur > 0)
+        for (s1, e1, i1), (s2, e2, i2) in zip(iv, iv[1:]):
+            if s2 < e1:
+                out.append(f"stream {st}: nodes {i1} and {i2} overlap")
+    for r_i, r in enumerate(spec.reservoirs):
+        evs = [(0, r.initial)] + list(r.fixed)
+        for i, n in enumerate(nodes):
+            if on[i]:
+                evs += [(end[i] if at_end else starts[i], d) for rr, d, at_end in n.mem if rr == r_i]
+        times = sorted({t for t, _ in evs})
+        for t in times:
+            level = sum(d for tt, d in evs if tt <= t)
+            if level < 0:
+                out.append(f"reservoir {r_i} (class {r.cls}) at tick {t}: level {level}")
+                break
+    return out
+
+
+def greedy_starts(spec: WindowSpec) -> list[int] | None:
+    """A feasible integer timetable (the current issue order, each node as early as the model allows), or None.
+
+    Used as CP-SAT's hint: rounding makes the plan's own times slightly
+    infeasible at times, and a hint that is feasible lets the solver always
+    return at least the current plan.
+    """
+    nodes = spec.nodes
+    on = [n.pair < 0 or spec.pairs[n.pair].current for n in nodes]
+    preds: list[list[int]] = [[] for _ in nodes]
+    for p in spec.precedences:
+        if on[p.before] and on[p.after]:
+            preds[p.after].append(p.before)
+    prof: list[list[tuple[int, int]]] = [[(0, r.initial)] + list(r.fixed) for r in spec.reservoirs]
+    stream_end = [0, 0, 0]
+    starts = [0] * len(nodes)
+    done = [False] * len(nodes)
+    order = [i for i in range(len(nodes)) if on[i]]
+    # existing nodes in their current issue order (keys ascending)
+    order.sort(key=lambda i: nodes[i].key if nodes[i].key >= 0 else 1 << 60)
+    for i in order:
+        n = nodes[i]
+        est = n.lb
+        for q in preds[i]:
+            if not done[q]:
+                return None
+            est = max(est, starts[q] + nodes[q].dur)
+        if n.stream >= 0:
+            est = max(est, stream_end[n.stream])
+        need: dict[int, int] = {}
+        for r, d, at_end in n.mem:
+            if d < 0:
+                need[r] = need.get(r, 0) - d
+        t = est
+        for r, amount in need.items():
+            evs = sorted(prof[r])
+            times = sorted({x for x, _ in evs} | {t})
+            # level at each breakpoint, then the suffix minimum: the node may start at b if every later level holds
+            lv = []
+            acc = 0
+            j = 0
+            for b in times:
+                while j < len(evs) and evs[j][0] <= b:
+                    acc += evs[j][1]
+                    j += 1
+                lv.append(acc)
+            suf = lv[:]
+            for k in range(len(suf) - 2, -1, -1):
+                suf[k] = min(suf[k], suf[k + 1])
+            ok_at = None
+            for k, b in enumerate(times):
+                if b >= t and suf[k] >= amount:
+                    ok_at = b
+                    break
+            if ok_at is None:
+                return None
+            t = max(t, ok_at)
+        if t + n.dur > spec.horizon:
+            return None
+        starts[i] = t
+        done[i] = True
+        if n.stream >= 0:
+            stream_end[n.stream] = t + n.dur
+        for r, d, at_end in n.mem:
+            prof[r].append((t + n.dur if at_end else t, d))
+    return starts

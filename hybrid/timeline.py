@@ -1,0 +1,133 @@
+"""A plan's timeline as a picture: the three streams as lanes and device memory over time (PNG).
+
+Stalls — stretches where the compute stream waits — are shaded, so a reader
+sees at a glance where copies hold the computation back; plotting a plan
+before and after refinement on a shared time axis shows what changed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+
+LANES = ("compute", "h2d", "d2h")
+COLORS = {"compute": "#4c72b0", "h2d": "#55a868", "d2h": "#c44e52"}
+
+
+def memory_profile(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """(times, bytes) step function of device bytes in use (tensor copies plus the running op's workspace).
+
+    A copy is held from its producing compute's or swap_in's start to its
+    swap_out's end or its free (half-open intervals, like the validator).
+    """
+    deltas: list[tuple[float, int]] = []
+    size = {t.id: t.bytes for t in graph.tensors}
+    ws_of = {}
+    for op in graph.ops:
+        ws_of[op.id] = {im.name: im.workspace_bytes for im in op.implementations}
+    for t in plan.resident_at_start:
+        deltas.append((0.0, size[t]))
+    for e in plan.events:
+        if e.kind == "compute":
+            op = graph.op(e.op)
+            for t in op.outputs:
+                deltas.append((e.start_s, size[t]))
+            ws = ws_of[e.op].get(e.impl, op.workspace_bytes) if e.impl else op.workspace_bytes
+            if ws:
+                deltas.append((e.start_s, ws))
+                deltas.append((e.end_s, -ws))
+        elif e.kind == "swap_in":
+            deltas.append((e.start_s, size[e.tensor]))
+        elif e.kind == "swap_out":
+            deltas.append((e.end_s, -size[e.tensor]))
+        else:
+            deltas.append((e.start_s, -size[e.tensor]))
+    if not deltas:
+        return np.zeros(1), np.zeros(1, np.int64)
+    deltas.sort(key=lambda x: (x[0], x[1]))  # releases before allocations at one instant
+    times = np.array([d[0] for d in deltas])
+    level = np.cumsum([d[1] for d in deltas])
+    # keep the last level at each instant
+    last = np.r_[times[1:] != times[:-1], True]
+    return np.r_[0.0, times[last]], np.r_[0, level[last]].astype(np.int64)
+
+
+def compute_stalls(plan: Plan) -> list[tuple[float, float]]:
+    """(start, end) of every interval where the compute stream is idle before the iteration's end."""
+    comp = sorted((e.start_s, e.end_s) for e in plan.events if e.kind == "compute")
+    out = []
+    t = 0.0
+    for s, e in comp:
+        if s > t:
+            out.append((t, s))
+        t = max(t, e)
+    if plan.makespan_s > t:
+        out.append((t, plan.makespan_s))
+    return out
+
+
+def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, unit_name: str) -> None:
+    from hybrid.units import format_bytes, format_seconds
+
+    for i, lane in enumerate(LANES):
+        bars = [(e.start_s / unit, (e.end_s - e.start_s) / unit) for e in plan.events if e.stream == lane]
+        if bars:
+            ax_lanes.broken_barh(bars, (len(LANES) - 1 - i - 0.4, 0.8), facecolors=COLORS[lane], edgecolor="none")
+    for s, e in compute_stalls(plan):
+        ax_lanes.axvspan(s / unit, e / unit, ymin=2 / 3 + 0.02, ymax=0.98, color="#f0b400", alpha=0.35, lw=0)
+    ax_lanes.set_yticks(range(len(LANES)), list(reversed(LANES)))
+    ax_lanes.set_ylim(-0.6, len(LANES) - 0.4)
+    ideal = plan.metrics.get("ideal_s")
+    extra = f", ideal/makespan {ideal / plan.makespan_s:.3f}" if ideal and plan.makespan_s > 0 else ""
+    ax_lanes.set_title(f"{label}: makespan {format_seconds(plan.makespan_s)}{extra} (shaded: compute stalls)",
+                       fontsize=9, loc="left")
+    t, b = memory_profile(graph, plan)
+    t = np.r_[t, plan.makespan_s]
+    b = np.r_[b, b[-1]]
+    mem = plan.device.memory_bytes
+    scale, sname = next(((s, n) for s, n in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")) if mem >= 2 * s),
+                        (1, "bytes"))
+    ax_mem.step(t / unit, b / scale, where="post", color="#333333", lw=0.8)
+    ax_mem.axhline(mem / scale, color="#c44e52", ls="--", lw=0.8)
+    ax_mem.set_ylabel(f"device {sname}", fontsize=8)
+    ax_mem.set_ylim(0, max(mem, int(b.max())) / scale * 1.08)
+    ax_mem.text(0.995, 0.9, f"memory {format_bytes(plan.device.memory_bytes)}", transform=ax_mem.transAxes,
+                ha="right", va="top", fontsize=7, color="#c44e52")
+
+
+def plot_timeline(graph: Graph, plans: Plan | Sequence[tuple[str, Plan]], path: str | Path | None = None,
+                  title: str | None = None, width: float = 12.0):
+    """Draw one plan, or several (label, plan) pairs stacked on one time axis; save a PNG when `path` is given.
+
+    Returns the matplotlib figure.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    items = [("plan", plans)] if isinstance(plans, Plan) else list(plans)
+    span = max(p.makespan_s for _, p in items) or 1.0
+    unit, unit_name = (1.0, "s") if span >= 1 else ((1e-3, "ms") if span >= 1e-3 else (1e-6, "us"))
+    ratios = []
+    for _ in items:
+        ratios += [1.6, 1.0]
+    fig, axes = plt.subplots(2 * len(items), 1, figsize=(width, 2.6 * len(items) + 0.6), sharex=True,
+                             gridspec_kw={"height_ratios": ratios})
+    axes = np.atleast_1d(axes)
+    for k, (label, plan) in enumerate(items):
+        _draw(axes[2 * k], axes[2 * k + 1], graph, plan, label, unit, unit_name)
+    axes[-1].set_xlabel(f"time ({unit_name})")
+    axes[-1].set_xlim(0, span / unit * 1.01)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+    return fig
