@@ -214,14 +214,10 @@ def bind(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, k
                     meta = graph.tensor(tid).extra
                     env[tid] = torch.zeros_like(torch.empty_strided(meta["shape"], meta["stride"],
                                                                     dtype=dtype_from_name(meta["dtype"]), device=dev))
-            if "step" in st:
+            if "step" in st:                  # Adam counts its steps
                 steps.add(int(st["step"]) + 1)
-            elif opt["name"] == "sgd" and st.get("momentum_buffer") is not None:
-                steps.add(2)
-            elif st:
-                steps.add(2)
-            else:
-                steps.add(1)
+            else:                             # SGD: a momentum buffer exists after the first step
+                steps.add(2 if st.get("momentum_buffer") is not None else 1)
         if len(steps) > 1:
             raise HybridError("the optimizer's parameters are at different steps; replay needs one step count")
         step = steps.pop() if steps else 1
