@@ -16,6 +16,7 @@ search whatever the evaluator.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -23,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from ga.crossover import cross_allocations, cross_schedules
-from ga.encoding import Individual, SearchSpace
+from ga.encoding import POLICIES, Individual, SearchSpace
 from ga.evaluation import Candidate, Evaluator
 from ga.mutation import mutate_cls, mutate_cnt, mutate_schedule
 from ga.population import PoolMode, SearchMode, random_individuals, seeded
@@ -35,12 +36,25 @@ from hybrid.errors import HybridError
 from hybrid.swap_planner import SwapPlanner
 
 
+_CACHE_SIZE = 20_000
+
+
+def _key(ind: Individual) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for part in (ind.schedule,) if ind.by_bytes else (ind.schedule, ind.cls, ind.cnt):  # a byte pool ignores CLS/CNT
+        h.update(np.ascontiguousarray(part).tobytes())
+        h.update(b"|")
+    h.update(b"B" if ind.by_bytes else b"C")
+    h.update(bytes([ind.policy]))
+    return h.digest()
+
+
 @dataclass(frozen=True)
 class GAConfig:
     """Search parameters. Defaults follow the paper where it gives them (N_p = 144, P = 10%)."""
 
-    population: int = 144                 # N_p, individuals alive after each selection
-    children: int = 144                   # new individuals per generation (4 per crossover); S = population + children
+    population: int = 48                  # N_p, individuals alive after each selection (the paper: 144 on 72 cores)
+    children: int = 48                    # new individuals per generation (4 per crossover); S = population + children
     mutation_rate: float = 0.1            # P: per element of CLS and CNT
     schedule_mutation_rate: float = 0.1   # P for schedules: per ready-set step
     count_sigma: float = 0.2              # CNT mutation: Gaussian sigma as a fraction of the count (>= 1 object)
@@ -48,6 +62,7 @@ class GAConfig:
     elite: int = 1                        # best individuals that always survive
     search: SearchMode = "both"           # what the search may change (Figure 10's ablations)
     pool: PoolMode = "both"               # pool kinds: size classes (the paper), the byte budget, or both
+    policies: tuple[str, ...] = POLICIES  # eviction policies the search may pick (encoding.POLICIES)
     seed: int = 1
 
     def __post_init__(self) -> None:
@@ -64,6 +79,14 @@ class GAConfig:
             raise HybridError(f"--search must be schedule, allocation or both, not {self.search!r}")
         if self.pool not in ("both", "classes", "bytes"):
             raise HybridError(f"--pool must be classes, bytes or both, not {self.pool!r}")
+        bad = [p for p in self.policies if p not in POLICIES]
+        if bad or not self.policies:
+            raise HybridError(f"--policy must name some of {', '.join(POLICIES)}, not {', '.join(bad) or 'none'}")
+        object.__setattr__(self, "policies", tuple(dict.fromkeys(self.policies)))
+
+    @property
+    def policy_ids(self) -> tuple[int, ...]:
+        return tuple(POLICIES.index(p) for p in self.policies)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -90,15 +113,38 @@ class GeneticSearch:
         self.evaluator = evaluator
         self.state = state
         self._run_start = time.monotonic()
+        self._seen: dict[bytes, float] = {}   # fitness of recent individuals, oldest first
+        self.cache_hits = 0
 
     # ---- evaluation ------------------------------------------------------
     def _evaluate(self, inds: list[Individual], stop: Callable[[], bool] | None) -> bool:
-        """Fill in makespans; False when stopped before all were done (those stay NaN)."""
-        todo = [i for i, ind in enumerate(inds) if np.isnan(ind.makespan)]
-        items: list[Candidate] = [(inds[i].schedule, inds[i].cls, inds[i].cnt, inds[i].by_bytes) for i in todo]
+        """Fill in makespans; False when stopped before all were done (those stay NaN).
+
+        Fitness is deterministic, so an individual seen before (a child equal to a parent, or two equal
+        children of a converged population) takes its makespan from a cache instead of the planner.
+        """
+        todo: dict[bytes, list[int]] = {}
+        for i, ind in enumerate(inds):
+            if not np.isnan(ind.makespan):
+                continue
+            key = _key(ind)
+            hit = self._seen.get(key)
+            if hit is not None:
+                ind.makespan = hit
+                self.cache_hits += 1
+            else:
+                todo.setdefault(key, []).append(i)
+        keys = list(todo)
+        firsts = [inds[todo[k][0]] for k in keys]
+        items: list[Candidate] = [(i.schedule, i.cls, i.cnt, i.by_bytes, i.policy) for i in firsts]
         times = self.evaluator.evaluate(items, stop)
-        for i, t in zip(todo, times):
-            inds[i].makespan = float(t)
+        for k, t in zip(keys, times):
+            for i in todo[k]:
+                inds[i].makespan = float(t)
+            if not np.isnan(t):
+                if len(self._seen) >= _CACHE_SIZE:
+                    self._seen.pop(next(iter(self._seen)))
+                self._seen[k] = float(t)
         if self.state is not None:
             self.state.evaluations += int(np.count_nonzero(~np.isnan(times)))
         return not np.isnan(times).any()
@@ -113,14 +159,14 @@ class GeneticSearch:
         cfg = self.config
         rng = np.random.default_rng(cfg.seed)
         t0 = time.monotonic()
-        seeds = seeded(self.space, cfg.pool)
+        seeds = seeded(self.space, cfg.pool, cfg.policy_ids)
         self.state = SearchState(seeds, seeds[0], 0, 0, 0.0, rng)
         self._run_start = t0
         self._evaluate(seeds, None)
         if not any(np.isfinite(s.makespan) for s in seeds):
             # Nothing runs: let the planner say which op does not fit, and why.
             SwapPlanner(self.space.graph, self.space.device).plan(seeds[0].schedule, self.space.pool(seeds[0]),
-                                                                   self.space.options)
+                                                                   self.space.options_for(seeds[0]))
         prog = [s for s in seeds if np.array_equal(s.schedule, seeds[0].schedule)]
         fixed = min(prog, key=lambda i: i.makespan)  # what --search schedule/allocation keeps fixed
         if cfg.search == "allocation":
@@ -128,11 +174,12 @@ class GeneticSearch:
         elif cfg.search == "schedule":
             others = {s.schedule.tobytes(): s.schedule for s in seeds
                       if not np.array_equal(s.schedule, fixed.schedule)}
-            extra = [Individual(o, fixed.cls, fixed.cnt, fixed.by_bytes) for o in others.values()]
+            extra = [Individual(o, fixed.cls, fixed.cnt, fixed.by_bytes, fixed.policy) for o in others.values()]
             self._evaluate(extra, None)
             seeds = [fixed] + extra
         seeds = seeds[:cfg.population]
-        rest = random_individuals(self.space, cfg.population - len(seeds), cfg.search, cfg.pool, rng, fixed)
+        rest = random_individuals(self.space, cfg.population - len(seeds), cfg.search, cfg.pool, cfg.policy_ids,
+                                  rng, fixed)
         self._evaluate(rest, stop)
         pop = seeds + [ind for ind in rest if not np.isnan(ind.makespan)]
         self.state.population = pop
@@ -207,17 +254,18 @@ class GeneticSearch:
                 scheds = (a.schedule, b.schedule)
             if cfg.search != "schedule" and sp.n_sizes > 1:
                 (c1, n1), (c2, n2) = cross_allocations(a.cls, a.cnt, b.cls, b.cnt, int(rng.integers(1, sp.n_sizes)))
-                allocs = ((c1, n1, b.by_bytes), (c2, n2, a.by_bytes))  # the kind travels with the prefix
+                # pool kind and policy travel with the prefix
+                allocs = ((c1, n1, b.by_bytes, b.policy), (c2, n2, a.by_bytes, a.policy))
             else:
-                allocs = ((a.cls, a.cnt, a.by_bytes), (b.cls, b.cnt, b.by_bytes))
+                allocs = ((a.cls, a.cnt, a.by_bytes, a.policy), (b.cls, b.cnt, b.by_bytes, b.policy))
             for s in scheds:
-                for cls, cnt, by_bytes in allocs:
+                for cls, cnt, by_bytes, policy in allocs:
                     if len(out) == cfg.children:
                         break
-                    out.append(self._mutate(s, cls, cnt, by_bytes, p, rng))
+                    out.append(self._mutate(s, cls, cnt, by_bytes, policy, p, rng))
         return out
 
-    def _mutate(self, s: np.ndarray, cls: np.ndarray, cnt: np.ndarray, by_bytes: bool, p: float,
+    def _mutate(self, s: np.ndarray, cls: np.ndarray, cnt: np.ndarray, by_bytes: bool, policy: int, p: float,
                 rng: np.random.Generator) -> Individual:
         cfg = self.config
         if cfg.search != "allocation":
@@ -225,12 +273,15 @@ class GeneticSearch:
         if cfg.search != "schedule":
             if cfg.pool == "both" and rng.random() < p:
                 by_bytes = not by_bytes
+            ids = cfg.policy_ids
+            if len(ids) > 1 and rng.random() < p:
+                policy = ids[(ids.index(policy) + int(rng.integers(1, len(ids)))) % len(ids)]
             cls, cnt = mutate_cls(cls, cnt, p, rng)
             cnt = mutate_cnt(cnt, p, cfg.count_sigma, rng)
             cls, cnt, ok = repair(self.space, cls, cnt)
             if not ok and not by_bytes:
-                return Individual(s, cls, cnt, by_bytes, float("inf"))
-        return Individual(s, cls, cnt, by_bytes)
+                return Individual(s, cls, cnt, by_bytes, policy, float("inf"))
+        return Individual(s, cls, cnt, by_bytes, policy)
 
     def _schedule_rate(self, rng: np.random.Generator) -> float:
         """Per child, log-uniform between about one random pick per schedule and the configured P."""

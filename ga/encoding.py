@@ -10,12 +10,15 @@
 - by_bytes: when set, the individual's pool is the plain byte budget (the
   `unconstrained` allocation, as the Belady baseline uses) and CLS/CNT are
   carried along unused, so crossover can hand them back to a size-class child.
+- policy: how the swap planner picks victims (`POLICIES`): Belady (farthest
+  next use), LRU (as ODSwap), or Belady with persistent tensors pinned on the
+  device (as vDNN). No policy wins everywhere, so the search picks it too.
 
 `SearchSpace` holds what every operator needs about the graph, built once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit
@@ -24,6 +27,14 @@ from hybrid.allocation import PoolArrays, byte_pool, class_pool, distinct_sizes,
 from hybrid.device import Device
 from hybrid.graph import Graph
 from hybrid.swap_planner import PlannerOptions
+
+POLICIES = ("belady", "lru", "pinned")
+
+
+def policy_options(base: PlannerOptions, policy: int) -> PlannerOptions:
+    """The planner options of a policy gene, on top of the search's base options (recency, passes...)."""
+    name = POLICIES[policy]
+    return replace(base, victim="lru" if name == "lru" else "belady", keep_persistent=name == "pinned")
 
 
 @dataclass
@@ -34,6 +45,7 @@ class Individual:
     cls: np.ndarray
     cnt: np.ndarray
     by_bytes: bool = False
+    policy: int = 0
     makespan: float = float("nan")
 
     @property
@@ -41,7 +53,8 @@ class Individual:
         return len(self.cnt)
 
     def copy(self) -> "Individual":
-        return Individual(self.schedule.copy(), self.cls.copy(), self.cnt.copy(), self.by_bytes, self.makespan)
+        return Individual(self.schedule.copy(), self.cls.copy(), self.cnt.copy(), self.by_bytes, self.policy,
+                          self.makespan)
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,6 +107,9 @@ class SearchSpace:
         """Per class, the most objects of it one op holds at once (inputs and outputs): a smaller count cannot run."""
         n = int(cls[-1]) + 1 if len(cls) else 0
         return _class_need(self.use_ptr, self.use_size, self.use_count, np.ascontiguousarray(cls, dtype=np.int64), n)
+
+    def options_for(self, ind: Individual) -> PlannerOptions:
+        return policy_options(self.options, ind.policy)
 
     def pool(self, ind: Individual) -> PoolArrays:
         if ind.by_bytes:

@@ -1,6 +1,6 @@
 """Fitness evaluation behind one small interface: serial, worker processes, or a Dask cluster.
 
-An evaluator takes a batch of candidates (schedule, CLS, CNT, by_bytes) and returns
+An evaluator takes a batch of candidates (schedule, CLS, CNT, by_bytes, policy) and returns
 their makespans, in order. Fitness is deterministic (the planner and the
 simulator have no randomness) and all randomness of the search stays in the
 main process, so every backend gives the same search for the same seed and
@@ -23,13 +23,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ga.encoding import POLICIES, policy_options
 from hybrid.allocation import byte_pool, class_pool, distinct_sizes
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.swap_planner import PlannerOptions, SwapPlanner
 
-Candidate = tuple[np.ndarray, np.ndarray, np.ndarray, bool]  # schedule, cls, cnt, by_bytes
+Candidate = tuple[np.ndarray, np.ndarray, np.ndarray, bool, int]  # schedule, cls, cnt, by_bytes, policy
 StopFn = Callable[[], bool]
 
 
@@ -54,14 +55,14 @@ class Fitness:
     def __init__(self, graph: Graph, device: Device, options: PlannerOptions) -> None:
         self.graph = graph
         self.planner = SwapPlanner(graph, device)
-        self.options = options
+        self.options = [policy_options(options, k) for k in range(len(POLICIES))]
         self.ts = distinct_sizes(graph)
         self.bytes = byte_pool(graph, device.memory_bytes)
 
     def __call__(self, items: Sequence[Candidate]) -> list[float]:
         return [self.planner.makespan(s, self.bytes if by_bytes else class_pool(self.graph, cls, cnt, self.ts),
-                                      self.options)
-                for s, cls, cnt, by_bytes in items]
+                                      self.options[policy])
+                for s, cls, cnt, by_bytes, policy in items]
 
 
 _FITNESS: dict[str, Fitness] = {}

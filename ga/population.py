@@ -1,17 +1,20 @@
 """The first generation: a few seeded individuals, the rest random.
 
 Seeded, so the search starts no worse than the usual baselines — the
-framework's order (`program_order`) and a depth-first order, each with:
-- the plain byte budget (exactly the Belady-on-program-order baseline), when
-  byte pools are allowed;
+framework's order (`program_order`) with every allowed eviction policy, and a
+depth-first order with the first one, each with:
+- the plain byte budget, when byte pools are allowed: with the Belady, LRU
+  and pinned policies these are the belady baseline exactly and at least as
+  fast as the odswap and vdnn baselines (which keep a later pass, not the
+  fastest one);
 - one class per size (when its floor fits; `per_size_pool`'s idea), and the
   lowest-floor CLS (when it differs), each with counts from the order's
   unswapped peak per class, the part above each class's minimum scaled down
   to fit the budget.
 Random ones: a random topological order (a uniformly random ready op at each
 step) with a random monotone CLS whose counts start from that order's
-unswapped peak, scaled by log-normal noise, then repaired; when both pool
-kinds are searched, half of them use the byte budget.
+unswapped peak, scaled by log-normal noise, then repaired, and a random
+policy; when both pool kinds are searched, half of them use the byte budget.
 
 Searching only the schedule (`--search schedule`) fixes every pool to the
 best seeded pool on the program order; searching only the allocation fixes
@@ -65,7 +68,7 @@ def peak_allocation(space: SearchSpace, order: np.ndarray, cls: np.ndarray) -> t
     return cls, cnt
 
 
-def seeded(space: SearchSpace, pool: PoolMode = "both") -> list[Individual]:
+def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...] = (0,)) -> list[Individual]:
     per_size = np.arange(space.n_sizes, dtype=np.int64)
     lowest, _ = min_floor_cls(space)
     class_choices = [c for c in (per_size, lowest) if floor_bytes(space, c) <= space.budget]
@@ -74,13 +77,14 @@ def seeded(space: SearchSpace, pool: PoolMode = "both") -> list[Individual]:
     out: list[Individual] = []
     prog = program_order(space.graph)
     dfs = depth_first_order(space.graph)
-    for order in ([prog] if np.array_equal(prog, dfs) else [prog, dfs]):
+    for k, order in enumerate([prog] if np.array_equal(prog, dfs) else [prog, dfs]):
         allocs = [peak_allocation(space, order, c) for c in class_choices]
-        if pool != "classes":
-            dormant = allocs[0] if allocs else (lowest, space.class_need(lowest))
-            out.append(Individual(order, *dormant, by_bytes=True))
-        if pool != "bytes":
-            out.extend(Individual(order, cls, cnt) for cls, cnt in allocs)
+        for policy in policies if k == 0 else policies[:1]:
+            if pool != "classes":
+                dormant = allocs[0] if allocs else (lowest, space.class_need(lowest))
+                out.append(Individual(order, *dormant, by_bytes=True, policy=policy))
+            if pool != "bytes":
+                out.extend(Individual(order, cls, cnt, policy=policy) for cls, cnt in allocs)
     return out
 
 
@@ -99,16 +103,17 @@ def random_allocation(space: SearchSpace, order: np.ndarray, rng: np.random.Gene
     return cls, cnt
 
 
-def random_individuals(space: SearchSpace, n: int, mode: SearchMode, pool: PoolMode, rng: np.random.Generator,
-                       fixed: Individual) -> list[Individual]:
+def random_individuals(space: SearchSpace, n: int, mode: SearchMode, pool: PoolMode, policies: tuple[int, ...],
+                       rng: np.random.Generator, fixed: Individual) -> list[Individual]:
     """`n` random individuals; `fixed` supplies what the search mode keeps fixed."""
     out = []
     for _ in range(n):
         sched = fixed.schedule if mode == "allocation" else random_schedule(space, rng)
         if mode == "schedule":
-            out.append(Individual(sched, fixed.cls, fixed.cnt, fixed.by_bytes))
+            out.append(Individual(sched, fixed.cls, fixed.cnt, fixed.by_bytes, fixed.policy))
             continue
         cls, cnt = random_allocation(space, sched, rng)
         by_bytes = pool == "bytes" or (pool == "both" and bool(rng.random() < 0.5))
-        out.append(Individual(sched, cls, cnt, by_bytes))
+        policy = policies[int(rng.integers(len(policies)))]
+        out.append(Individual(sched, cls, cnt, by_bytes, policy))
     return out

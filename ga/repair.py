@@ -69,24 +69,14 @@ def repair(space: SearchSpace, cls: np.ndarray, cnt: np.ndarray) -> tuple[np.nda
 
 def _lower_floor(space: SearchSpace, cls: np.ndarray) -> np.ndarray:
     steps = np.diff(cls).astype(np.int64)
-    floor = _floor_of_steps(space, steps)
+    floor = floor_bytes(space, cls)
     while floor > space.budget:
-        best, best_floor = -1, floor
-        for i in range(len(steps)):
-            steps[i] ^= 1
-            f = _floor_of_steps(space, steps)
-            steps[i] ^= 1
-            if f < best_floor:
-                best, best_floor = i, f
-        if best < 0:
+        best, best_floor = _best_flip(space.use_ptr, space.use_size, space.use_count, space.ts, steps)
+        if best < 0 or best_floor >= floor:
             return min_floor_cls(space)[0]
         steps[best] ^= 1
         floor = best_floor
     return np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
-
-
-def _floor_of_steps(space: SearchSpace, steps: np.ndarray) -> int:
-    return floor_bytes(space, np.concatenate([[0], np.cumsum(steps)]).astype(np.int64))
 
 
 def min_floor_cls(space: SearchSpace) -> tuple[np.ndarray, int]:
@@ -114,6 +104,45 @@ def check_feasible(space: SearchSpace) -> None:
         raise InfeasibleError(
             f"no size-class pool fits: the ops need at least {floor} bytes of objects at once plus {ws} bytes of "
             f"workspace, but the device has {space.device.memory_bytes} bytes; give more --memory")
+
+
+@njit(cache=True)
+def _floor_of(use_ptr, use_size, use_count, ts, cls, n_classes, need, acc):  # pragma: no cover - compiled
+    need[:n_classes] = 0
+    for o in range(len(use_ptr) - 1):
+        for j in range(use_ptr[o], use_ptr[o + 1]):
+            acc[cls[use_size[j]]] += use_count[j]
+        for j in range(use_ptr[o], use_ptr[o + 1]):
+            c = cls[use_size[j]]
+            if acc[c] > need[c]:
+                need[c] = acc[c]
+            acc[c] = 0
+    total = 0.0
+    for i in range(len(ts)):  # the class's object size is its largest (last) size
+        if i == len(ts) - 1 or cls[i + 1] != cls[i]:
+            total += float(need[cls[i]]) * float(ts[i])
+    return total
+
+
+@njit(cache=True)
+def _best_flip(use_ptr, use_size, use_count, ts, steps):  # pragma: no cover - compiled
+    """The class boundary whose flip lowers the floor most: (index into steps, new floor); (-1, inf) if none."""
+    n = len(ts)
+    cls = np.zeros(n, dtype=np.int64)
+    need = np.zeros(n, dtype=np.int64)
+    acc = np.zeros(n, dtype=np.int64)
+    best = -1
+    best_floor = np.inf
+    for i in range(len(steps)):
+        steps[i] ^= 1
+        for k in range(1, n):
+            cls[k] = cls[k - 1] + steps[k - 1]
+        f = _floor_of(use_ptr, use_size, use_count, ts, cls, cls[n - 1] + 1, need, acc)
+        steps[i] ^= 1
+        if f < best_floor:
+            best = i
+            best_floor = f
+    return best, best_floor
 
 
 @njit(cache=True)

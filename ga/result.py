@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ga.algorithm import GAConfig
-from ga.encoding import Individual, SearchSpace
+from ga.encoding import POLICIES, Individual, SearchSpace
 from ga.progress import ConvergenceLog
 from hybrid.plan import Plan
 from hybrid.plan_build import to_plan
@@ -27,6 +27,7 @@ class SearchResult:
     log: ConvergenceLog
     evaluator: str = "serial"
     workers: int = 1
+    cache_hits: int = 0          # children whose fitness came from the cache (not counted in evaluations)
 
     @property
     def makespan_s(self) -> float:
@@ -37,15 +38,16 @@ class SearchResult:
 
     def augmented(self) -> AugmentedGraph:
         sp = self.space
-        return SwapPlanner(sp.graph, sp.device).plan(self.best.schedule, sp.pool(self.best), sp.options)
+        return SwapPlanner(sp.graph, sp.device).plan(self.best.schedule, sp.pool(self.best), sp.options_for(self.best))
 
     def planner_info(self) -> dict[str, Any]:
         c = self.config
         return {"name": "ga", "seed": c.seed, "search": c.search, "population": c.population,
                 "children": c.children, "mutation_rate": c.mutation_rate, "generations": self.generations,
-                "evaluations": self.evaluations, "search_time_s": round(self.search_time_s, 3),
+                "evaluations": self.evaluations, "cache_hits": self.cache_hits, "search_time_s": round(self.search_time_s, 3),
                 "stop_reason": self.stop_reason, "evaluator": self.evaluator, "workers": self.workers,
-                "planner_options": self.space.options.describe()}
+                "policy": POLICIES[self.best.policy],
+                "planner_options": self.space.options_for(self.best).describe()}
 
     def to_plan(self, **planner_extra: Any) -> Plan:
         """The best individual as a plan (its makespan equals the search's fitness for it)."""

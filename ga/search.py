@@ -69,4 +69,4 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
         if own:
             ev.close()
     return SearchResult(space, config, final.best.copy(), final.generation, final.evaluations, final.elapsed_s,
-                        reason, final.log, ev.name, ev.workers)
+                        reason, final.log, ev.name, ev.workers, search.cache_hits)

@@ -91,3 +91,32 @@ def test_help_explains_the_budget_and_modes() -> None:
     text = " ".join(r.output.split())
     for word in ("--time-limit", "--scheduler", "--search", "--resume", "Figure 9", "Figure 10"):
         assert word in text
+
+
+def test_ctrl_c_writes_the_best_plan_so_far(graph_file, tmp_path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path, mem = graph_file
+    out = tmp_path / "p.json"
+    log = tmp_path / "log.csv"
+    cmd = [sys.executable, "-c", "from hybrid.cli.main import main; main()", "optimize", "--graph", str(path),
+           "--memory", str(mem), "--time-limit", "10m", "--population", "8", "--workers", "2", "--refine", "none",
+           "--out", str(out), "--log", str(log)]
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        deadline = time.monotonic() + 60
+        while "gen " not in err_path.read_text() and time.monotonic() < deadline:  # the search is running
+            time.sleep(0.1)
+        time.sleep(1)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=60)
+    stderr = err_path.read_text()
+    assert time.monotonic() - t0 < 20
+    assert proc.returncode == 0, stderr
+    assert "stopped: interrupted" in stdout
+    assert validate(Graph.load(path), Plan.load(out)).valid

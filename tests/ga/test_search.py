@@ -23,7 +23,7 @@ SMALL = GAConfig(population=8, children=8, seed=3)
 
 def plan_json(result) -> dict:  # noqa: ANN001
     d = result.to_plan().to_json()
-    d["planner"] = {k: v for k, v in d["planner"].items() if k not in ("search_time_s", "evaluator", "workers")}
+    d["planner"] = {k: v for k, v in d["planner"].items() if k not in ("search_time_s", "evaluator", "workers", "evaluations", "cache_hits")}
     return d
 
 
@@ -40,7 +40,7 @@ def test_plans_validate_and_beat_or_match_belady_on_program_order(training) -> N
     assert plan.makespan_s == pytest.approx(r.makespan_s)
     assert r.makespan_s <= run_baseline(g, dev, "belady").makespan_s * (1 + 1e-12)
     assert r.generations == 4 and r.stop_reason == "generations"
-    assert r.evaluations >= SMALL.population + 4 * SMALL.children - 8  # seeds may be fewer than the population
+    assert r.evaluations + r.cache_hits >= 4 * SMALL.children + SMALL.population // 2
     df = r.log_frame()
     assert list(df["generation"]) == [0, 1, 2, 3, 4]
     assert (np.diff(df["best_ever_s"]) <= 0).all()
@@ -65,7 +65,7 @@ def test_checkpoint_resume_continues_identically(training, tmp_path) -> None:
     assert resumed.generations == 6
     assert plan_json(resumed) == plan_json(straight)
     assert [r.best_ever_s for r in resumed.log.rows] == [r.best_ever_s for r in straight.log.rows]
-    assert resumed.evaluations == straight.evaluations
+    assert resumed.evaluations >= straight.evaluations  # the resumed run starts with an empty fitness cache
 
 
 def test_resume_refuses_another_graph(training, tmp_path) -> None:
@@ -185,3 +185,18 @@ def test_every_plan_validates_on_random_graphs(seed: int, n: int, kind: str) -> 
     r = optimize(g, dev, GAConfig(population=6, children=8, seed=seed, mutation_rate=0.3), generations=2)
     assert np.isfinite(r.makespan_s)
     check(g, r.to_plan())
+
+
+def test_policy_gene_and_baselines() -> None:
+    g, dev = small_training(16, seed=6, share=4)
+    r = optimize(g, dev, GAConfig(population=12, children=8), generations=2)
+    best_baseline = min(run_baseline(g, dev, k).makespan_s for k in ("naive", "odswap", "vdnn", "belady"))
+    assert r.makespan_s <= best_baseline * (1 + 1e-12)
+    lru = optimize(g, dev, GAConfig(population=8, children=8, policies=("lru",)), generations=2)
+    plan = lru.to_plan()
+    assert plan.planner["policy"] == "lru" and plan.planner["planner_options"]["victim"] == "lru"
+    check(g, plan)
+    pinned = optimize(g, dev, GAConfig(population=8, children=8, policies=("pinned",), pool="bytes"), generations=1)
+    assert pinned.to_plan().planner["planner_options"]["keep_persistent"] is True
+    with pytest.raises(HybridError, match="--policy"):
+        GAConfig(policies=("fifo",))

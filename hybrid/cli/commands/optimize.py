@@ -27,7 +27,7 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--generations", type=int, default=None,
               help="Stop after this many generations (counting those before --resume), if the time limit allows.")
 @seed_option
-@click.option("--population", type=int, default=144, show_default=True,
+@click.option("--population", type=int, default=48, show_default=True,
               help="Individuals alive after each generation (N_p).")
 @click.option("--children", type=int, default=None,
               help="New individuals per generation, four per crossover [default: --population].")
@@ -39,6 +39,9 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
               help="What the search may change; the other part stays at its best seed (the paper's Figure 10).")
 @click.option("--pool", type=click.Choice(["both", "classes", "bytes"]), default="both", show_default=True,
               help="Pool kinds to search: size classes (the paper's allocator), the plain byte budget, or both.")
+@click.option("--policy", "policies", multiple=True, type=click.Choice(["belady", "lru", "pinned"]),
+              help="Eviction policies the search may pick (repeatable) [default: all]: belady (farthest next use), "
+                   "lru (as ODSwap), pinned (belady, persistent tensors kept on the device, as vDNN).")
 @click.option("--mutation-rate", type=float, default=0.1, show_default=True,
               help="P: chance that a CLS/CNT element mutates, and the highest chance of a random pick per schedule step.")
 @click.option("--temperature", type=float, default=0.05, show_default=True,
@@ -62,17 +65,17 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--quiet", is_flag=True, help="No progress line; only the final summary.")
 def command(graph_path: Path, time_limit: str, generations: int | None, seed: int, population: int,
             children: int | None, workers: int | None, scheduler: str | None, search: str, pool: str,
-            mutation_rate: float, temperature: float, refine: str, refine_share: float,
+            policies: tuple[str, ...], mutation_rate: float, temperature: float, refine: str, refine_share: float,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
             log_path: Path | None, plot_path: Path | None, quiet: bool, **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a
-    schedule (a topological order) and a pool (size classes CLS/CNT, or the
-    plain byte budget); the swap planner and simulator score each one. The
-    first generation includes the program order and a depth-first order with
-    their natural pools, so the result is never worse than Belady on the
-    program order. With --refine cpsat the best plan's copies are then
+    schedule (a topological order), a pool (size classes CLS/CNT, or the
+    plain byte budget) and the planner's eviction policy; the swap planner
+    and simulator score each one. The first generation includes the program
+    order with every policy and a depth-first order, so the result is never
+    slower than the belady, odswap and vdnn baselines. With --refine cpsat the best plan's copies are then
     re-timed with CP-SAT. Prints a line per generation (best, population
     mean and worst makespan, evaluations per second, time left), and at the
     end the makespan, its ratio to the ideal, the lower bound and bytes moved.
@@ -111,7 +114,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     ga_time = total * (1.0 - refine_share) if refine == "cpsat" else total
     config = GAConfig(population=population, children=children or population, mutation_rate=mutation_rate,
                       schedule_mutation_rate=mutation_rate, temperature=temperature, search=search,  # type: ignore[arg-type]
-                      pool=pool, seed=seed)  # type: ignore[arg-type]
+                      pool=pool, seed=seed, **({"policies": policies} if policies else {}))  # type: ignore[arg-type]
     deadline = start + ga_time
     line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
     try:
