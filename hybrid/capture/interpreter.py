@@ -57,17 +57,23 @@ def _copy_storage(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.size(), t.stride())
 
 
-def run_op(op: Op, env: dict[str, torch.Tensor], ctx: ReplayContext | None = None, graph: Graph | None = None) -> None:
+def run_op(op: Op, env: dict[str, torch.Tensor], ctx: ReplayContext | None = None, graph: Graph | None = None,
+           versions_ready: bool = False) -> None:
     """Run one captured op on the tensors in `env`; fresh outputs are added to `env`.
 
-    Pass `graph` to check outputs against the recorded shapes, dtypes and strides.
+    An in-place op on an intermediate tensor writes into `env[new version]`,
+    made as a copy of the old version; with `versions_ready` the caller has
+    put that tensor in `env` already (an executor that renames a dead old
+    storage, or a profiler). Pass `graph` to check outputs against the
+    recorded shapes, dtypes and strides.
     """
     ctx = ctx or ReplayContext()
     rec = op.extra.get("aten")
     if not isinstance(rec, dict) or "target" not in rec:
         raise HybridError(f"op {op.id!r} has no 'aten' record; only graphs from hybrid capture can be replayed")
-    for new, old in rec.get("versions", {}).items():
-        env[new] = _copy_storage(env[old])   # an in-place op writes a new version of an intermediate tensor
+    if not versions_ready:
+        for new, old in rec.get("versions", {}).items():
+            env[new] = _copy_storage(env[old])   # an in-place op writes a new version of an intermediate tensor
     dctx = DecodeContext(env, ctx.device)
     fn = resolve_target(rec["target"])
     args = decode_value(rec.get("args", []), dctx)
