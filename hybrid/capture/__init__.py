@@ -19,6 +19,8 @@ _LAZY = {
     "capture_model": "hybrid.capture.api",
     "portable_kernels": "hybrid.capture.trace",
     "replay_step": "hybrid.capture.interpreter",
+    "eager_step": "hybrid.capture.interpreter",
+    "mismatches": "hybrid.capture.interpreter",
     "run_op": "hybrid.capture.interpreter",
     "run_graph": "hybrid.capture.interpreter",
     "measure_profile": "hybrid.capture.profile",

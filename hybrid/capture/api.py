@@ -96,7 +96,8 @@ def capture_model(
     """Capture a zoo model (`hybrid models` lists them) at `batch` (default: the paper's batch).
 
     The model is built on the meta device, so even a model far larger than
-    host memory captures in little RAM.
+    host memory captures in little RAM. Without an optimizer it is captured in
+    eval mode (inference); `capture` itself never changes a module's mode.
     """
     from hybrid.zoo import get_model
 
@@ -107,6 +108,8 @@ def capture_model(
     dt = parse_dtype(dtype) or torch.float32
     with torch.device("meta"):
         module = spec.build()
+    if optimizer is None or (isinstance(optimizer, str) and optimizer.strip().lower() == "none"):
+        module.eval()   # an inference graph: batch norm uses its running statistics, dropout is off
     args, target = spec.make_inputs(batch, torch.device("meta"), dt)
     graph = capture(module, args, spec.loss, target, optimizer=optimizer, lr=lr, optimizer_options=optimizer_options,
                     device=device, cost_device=cost_device, dtype=dt, name=f"{spec.name}-b{batch}", profile=profile)

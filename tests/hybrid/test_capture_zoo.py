@@ -60,3 +60,9 @@ def test_unknown_model_is_one_line() -> None:
     with pytest.raises(HybridError) as info:
         capture_model("resnet-7b")
     assert "unknown model" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_zoo_inference_graph_is_captured_in_eval_mode() -> None:
+    g = capture_model("resnet-18", 2, overrides={"image_size": 32}, optimizer=None)
+    assert {o.extra["phase"] for o in g.ops} == {"forward"}
+    assert not [o.id for o in g.ops if o.updates]          # batch norm reads its running statistics only
