@@ -56,7 +56,8 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
             refine_options=None, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Run both arms for every seed on `graph` (on `device`, default the graph's); the table as a DataFrame.
 
-    Plans go to `out_dir` (`<graph>-seed<N>-ga.json`, `<graph>-seed<N>-ga+cpsat.json`) when given.
+    Plans go to `out_dir` when given: `<graph>-seed<N>-ga.json`, `<graph>-seed<N>-ga+cpsat.json`, and
+    `<graph>-seed<N>-split.json` (the GA's best at the split, which refinement started from).
     `ga_config` (a ga.GAConfig) sets the search's other parameters; its seed is replaced per run.
     """
     from ga import GAConfig, optimize
@@ -113,6 +114,8 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
                 raise HybridError(f"compare: the {arm} plan for seed {seed} failed validation "
                                   f"({report.violations[0].message}); please report this with the graph file")
         paths = {}
+        if out is not None:  # the plan both arms started from, for before/after pictures
+            split_plan.save(out / f"{graph.name}-seed{seed}-split.json")
         for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
             paths[arm] = ""
             if out is not None:

@@ -49,13 +49,14 @@ class HistoryPoint(NamedTuple):
 @dataclass(frozen=True)
 class RefineOptions:
     window_ops: tuple[int, ...] = (6, 12, 4, 20)  # compute ops per window, one size per configuration
-    window_time_s: float = 1.0        # CP-SAT budget per window (deterministic seconds; two stages)
+    window_time_s: float = 0.5        # CP-SAT budget per window (deterministic seconds; two stages)
     candidates: int = 4               # new alternative evictions offered per window
     advance: int = 6                  # later evictions offered to move into the window
     resolution: int = 20000           # integer ticks per window span
     max_windows: int | None = None    # stop after this many solved windows (exact reproducibility)
     validate: bool = True             # check the refined plan with hybrid.validator before returning it
     second_stage: bool = True         # after the window's end, minimise the sum of node ends too
+    stall_windows: bool = False       # also windows ending at each stalled op (measured: no better)
 
 
 @dataclass
@@ -160,7 +161,11 @@ def refine_timeline(prob: Problem, tl: Timeline, reference: float, *, time_limit
                 gap, tail = _stalls(cur)
                 floor = 1e-7 * max(cur.makespan, 1e-30)
                 pick = None
-                for p0, p1 in _windows(n_ops, w, off):
+                cands = _windows(n_ops, w, off)
+                if options.stall_windows:
+                    # also windows that end at a stalled op: what delays it was issued in the ops before it
+                    cands = cands + [(max(0, int(q) - w + 1), int(q) + 1) for q in np.nonzero(gap > floor)[0]]
+                for p0, p1 in cands:
                     if (p0, p1) in tried:
                         continue
                     score = float(gap[p0:p1].sum()) + (tail if p1 == n_ops else 0.0)

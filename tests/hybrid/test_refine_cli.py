@@ -87,7 +87,7 @@ def test_compare_command(files, tmp_path):
     assert r.exit_code == 0, r.output
     for name in ("compare.csv", "compare.parquet", "compare.md"):
         assert (tmp_path / "c" / name).exists()
-    assert len(list((tmp_path / "c").glob("*-seed1-*.json"))) == 2
+    assert len(list((tmp_path / "c").glob("*-seed1-*.json"))) == 3  # both arms and the split plan
 
 
 def test_timeline_memory_profile_matches_the_validator_peak(files):

@@ -31,7 +31,7 @@ def _window_sizes(text: str) -> tuple[int, ...]:
 @click.option("--workers", type=int, default=1, show_default=True, help="CP-SAT worker threads per window.")
 @click.option("--window-ops", default="6,12,4,20", show_default=True,
               help="Ops per window, one size per round of windows (comma-separated).")
-@click.option("--window-time", default="1s", show_default=True,
+@click.option("--window-time", default="0.5s", show_default=True,
               help="CP-SAT budget per window (deterministic time, about seconds).")
 @click.option("--candidates", type=int, default=4, show_default=True,
               help="Alternative evictions offered to CP-SAT per window (0: timing and order only).")
