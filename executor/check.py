@@ -76,6 +76,7 @@ class Comparison:
     beyond_tolerance: list[str] = field(default_factory=list)
     atol: float = 0.0
     rtol: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def bitwise(self) -> bool:
@@ -88,7 +89,8 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return {"values": self.values, "max_abs_diff": self.max_abs_diff, "worst": self.worst,
                 "bitwise": self.bitwise, "ok": self.ok, "atol": self.atol, "rtol": self.rtol,
-                "mismatched": self.mismatched[:50], "beyond_tolerance": self.beyond_tolerance[:50]}
+                "mismatched": self.mismatched[:50], "beyond_tolerance": self.beyond_tolerance[:50],
+                "notes": list(self.notes)}
 
 
 def _pairs(losses: list[torch.Tensor | float], final: StepResult, eager: EagerRun,

@@ -288,6 +288,11 @@ def alignment(t: Tensor) -> int:
     return max(size, min(16, low))
 
 
+def _min_alignment(t: Tensor) -> int:
+    """What correctness needs: the element size."""
+    return itemsize(dtype_from_name(t.extra["dtype"])) if "dtype" in t.extra else 1
+
+
 class CompactingPool(ArenaPool):
     """A byte budget that never fragments: best fit, and compaction when no free range is large enough.
 
@@ -308,26 +313,30 @@ class CompactingPool(ArenaPool):
         t = self.graph.tensors[tensor]
         if t.bytes == 0:
             return 0
-        align = alignment(t)
-        best, best_len = -1, -1
-        off = 0
-        for lo, hi in zip(self.live_lo + [self.arena_bytes], self.live_hi + [self.arena_bytes]):
-            start = (off + align - 1) // align * align
-            room = lo - start
-            if room >= t.bytes and (best < 0 or room < best_len):
-                best, best_len = start, room
-            off = max(off, hi)
-        if best < 0:
-            raise Fragmented()
-        return best
+        for align in dict.fromkeys((alignment(t), _min_alignment(t))):
+            best, best_len = -1, -1
+            off = 0
+            for lo, hi in zip(self.live_lo + [self.arena_bytes], self.live_hi + [self.arena_bytes]):
+                start = (off + align - 1) // align * align
+                room = lo - start
+                if room >= t.bytes and (best < 0 or room < best_len):
+                    best, best_len = start, room
+                off = max(off, hi)
+            if best >= 0:
+                return best
+        raise Fragmented()
 
     def compact(self) -> list[tuple[int, int, int, int]]:
-        """Pack live copies at the buffer's start, in address order: [(tensor, old, new, bytes)] for the runtime."""
+        """Pack live copies at the buffer's start, in address order: [(tensor, old, new, bytes)] for the runtime.
+
+        Copies are packed at their element size's alignment, so only a change of
+        element size between neighbours can leave a gap (a few bytes).
+        """
         moves = []
         off = 0
         for j, t in enumerate(self.live_t):
             tt = self.graph.tensors[t]
-            align = alignment(tt)
+            align = _min_alignment(tt)
             new = (off + align - 1) // align * align
             old = self.live_lo[j]
             if new != old:

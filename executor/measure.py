@@ -46,6 +46,7 @@ class Summary:
     copy_s: float = 0.0
     transient_peak_bytes: int = 0
     copy_targets: dict[str, str] = field(default_factory=dict)
+    version_bytes: int = 0
     memory: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -111,7 +112,7 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
         stall_s={k: statistics.median(v) for k, v in stall.items()},
         op_modes=dict(last.ops_by_mode), copy_bytes=last.copy_bytes,
         copy_s=statistics.median(r.ops.copy_s for r in use), transient_peak_bytes=last.transient_peak_bytes,
-        copy_targets=dict(last.copy_targets), memory=dict(memory or {}),
+        copy_targets=dict(last.copy_targets), version_bytes=last.version_bytes, memory=dict(memory or {}),
     )
 
 

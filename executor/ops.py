@@ -16,6 +16,11 @@ mode:
   (result bytes briefly held outside the pool).
 - `inplace`: the op only updates its inputs (buffer `copy_`s); `optimizer`:
   the per-parameter optimizer step (hybrid.capture.optimizers), in place.
+
+An in-place op on an intermediate tensor (dropout's `bernoulli_` and `div_`,
+`relu_`, `+=`) writes a new *version*, a graph tensor of its own (docs/capture.md):
+its slot is first filled with the old version's bytes, then the op runs in
+place on it. Those bytes are counted too (`version_bytes`).
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ class OpCall:
     out_names: tuple[str, ...] = ()
     out_ids: tuple[str | None, ...] = ()   # returned graph tensors, in return order (None: not a graph tensor)
     copy_bytes: int = 0               # bytes the copy fallback copies per run
+    versions: tuple[tuple[str, str], ...] = ()   # in-place op on an intermediate: (new version, old version)
 
 
 @dataclass
@@ -57,10 +63,12 @@ class OpStats:
     copy_s: float = 0.0
     transient_peak_bytes: int = 0     # largest functional result held outside the pool (copy fallback)
     copy_targets: dict[str, str] = field(default_factory=dict)   # aten target -> reason, for the report
+    version_bytes: int = 0            # bytes copied to start new versions of intermediates (in-place ops)
 
     def to_json(self) -> dict[str, Any]:
         return {"ops_by_mode": dict(self.ops_by_mode), "copy_bytes": self.copy_bytes, "copy_s": self.copy_s,
-                "transient_peak_bytes": self.transient_peak_bytes, "copy_targets": dict(self.copy_targets)}
+                "transient_peak_bytes": self.transient_peak_bytes, "copy_targets": dict(self.copy_targets),
+                "version_bytes": self.version_bytes}
 
 
 def _writes_arguments(schema: Any) -> bool:
@@ -107,21 +115,26 @@ def compile_op(graph: Graph, op: Op) -> OpCall:
     fn = resolve_target(target)
     args = rec.get("args", [])
     kwargs = rec.get("kwargs", {})
+    versions = tuple((str(new), str(old)) for new, old in rec.get("versions", {}).items())
+    for new, old in versions:
+        if graph.tensor(new).bytes != graph.tensor(old).bytes:
+            raise HybridError(f"op {op.id!r}: version {new!r} and {old!r} differ in size; the graph is malformed")
     if target.startswith("hybrid."):
-        return OpCall(op, fn, OPTIMIZER, "optimizer step, in place", args, kwargs)
+        return OpCall(op, fn, OPTIMIZER, "optimizer step, in place", args, kwargs, versions=versions)
     ret = rec.get("returns")
     ids: tuple[str | None, ...] = tuple(ret) if isinstance(ret, list) else (ret,)
     if all(t is None for t in ids):
-        return OpCall(op, fn, INPLACE, "updates its inputs in place", args, kwargs)
+        why = "writes a new version of an intermediate in place" if versions else "updates its inputs in place"
+        return OpCall(op, fn, INPLACE, why, args, kwargs, versions=versions)
     out_fn, names, why = out_variant(fn)
     if out_fn is not None and any(t is None for t in ids):
         out_fn, why = None, "some outputs are not graph tensors"
     if out_fn is not None and len(names) != len(ids):
         out_fn, why = None, "out= overload returns a different number of tensors"
     if out_fn is not None:
-        return OpCall(op, fn, OUT, "native out= overload", args, kwargs, out_fn, names, ids)
+        return OpCall(op, fn, OUT, "native out= overload", args, kwargs, out_fn, names, ids, versions=versions)
     nbytes = sum(graph.tensor(t).bytes for t in ids if t is not None)
-    return OpCall(op, fn, COPY, why, args, kwargs, None, (), ids, nbytes)
+    return OpCall(op, fn, COPY, why, args, kwargs, None, (), ids, nbytes, versions)
 
 
 class OpRunner:

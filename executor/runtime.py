@@ -187,7 +187,8 @@ class Runtime:
         off = self.pool.release(r.tensor, r.frontier)
         del self.env[self.graph.tensors[r.tensor].id]
         if self._poison:
-            self.pool.buffer.raw(off, self.graph.tensors[r.tensor].bytes).fill_(255)
+            # Every 16th byte is enough: a stale read of any element of 16 bytes or more comes back changed.
+            self.pool.buffer.raw(off, self.graph.tensors[r.tensor].bytes)[::16].fill_(255)
 
     def _wait(self, s: int, fr: Frontier, clock: list[list[int]]) -> None:
         c = clock[s]
@@ -280,7 +281,14 @@ class Runtime:
                         _, mfr = pool.alloc(al.tensor, al.interval)
                     except Fragmented:
                         self._compact(clock)
-                        _, mfr = pool.alloc(al.tensor, al.interval)
+                        try:
+                            _, mfr = pool.alloc(al.tensor, al.interval)
+                        except Fragmented:
+                            t = g.tensors[al.tensor]
+                            raise HybridError(
+                                f"no room for {t.id!r} ({t.bytes} bytes) even after compacting the pool: the plan "
+                                f"uses its memory to the byte and element alignment needs a few more; plan with "
+                                "slightly less memory") from None
                     fr = merge(fr, mfr)
                     env[g.tensors[al.tensor].id] = self._view_dev(al.tensor)
                 s = st.stream
@@ -297,6 +305,10 @@ class Runtime:
                         o = st.ref
                         call = ops.calls[o]
                         stats.ops_by_mode[call.mode] = stats.ops_by_mode.get(call.mode, 0) + 1
+                        for new_v, old_v in call.versions:
+                            tn, to = g.tensor_index[new_v], g.tensor_index[old_v]
+                            pool.raw(tn).copy_(pool.raw(to))
+                            stats.version_bytes += g.tensors[tn].bytes
                         if call.mode == COPY:
                             res = ops.compute(o, env)
                             if timing:

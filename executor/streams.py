@@ -57,9 +57,9 @@ class Backend:
 class CpuBackend(Backend):
     """Sequential streams on the host; device and host memory are separate CPU buffers.
 
-    `poison`: fill a device copy's bytes with 0xFF when it is released, so a
-    stale read of freed memory turns values into NaN and fails the exactness
-    check instead of passing by luck.
+    `poison`: overwrite a device copy's bytes (every 16th) with 0xFF when it is
+    released, so a stale read of freed memory changes values and fails the
+    exactness check instead of passing by luck.
     """
 
     poison: bool = False

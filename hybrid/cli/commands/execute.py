@@ -93,7 +93,9 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
     modes = s.op_modes
     out.append(f"  ops: {modes.get('out', 0)} write through out=, {modes.get('copy', 0)} via the copy fallback "
                f"({format_bytes(s.copy_bytes)}, {format_seconds(s.copy_s)} per iteration), "
-               f"{modes.get('inplace', 0)} in place, {modes.get('optimizer', 0)} optimizer steps")
+               f"{modes.get('inplace', 0)} in place, {modes.get('optimizer', 0)} optimizer steps"
+               + (f"; {format_bytes(s.version_bytes)} copied to start new versions of in-place intermediates"
+                  if s.version_bytes else ""))
     if result.losses:
         out.append(f"  loss: first {result.losses[0]:.6g}, last {result.losses[-1]:.6g}")
     return out
@@ -182,6 +184,8 @@ def command(model: str | None, graph_path: Path | None, plan_path: Path, iters: 
             verdict = "within tolerance" if c.ok else "MISMATCH"
             click.echo(f"check: largest difference {c.max_abs_diff:.3g} ({c.worst}); {len(c.mismatched)} of "
                        f"{c.values} values differ; atol {c.atol:g}, rtol {c.rtol:g}: {verdict}")
+        for note in c.notes:
+            click.echo(f"  note: {note}")
     if out_path is not None:
         doc = {"graph": graph.name, "plan": str(plan_path), "device": device, "iters": iters, "seed": seed,
                "summary": result.summary.to_json(), "losses": result.losses,

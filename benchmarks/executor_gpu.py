@@ -1,0 +1,474 @@
+"""The executor on a GPU: simulator accuracy, throughput, the usual alternatives, a stream-race check.
+
+What it measures (results/executor_gpu.md, and .csv next to it):
+1. The host link: pinned host<->device bandwidth and per-copy latency, which
+   become the plans' device (memory = a fraction of each model's unswapped peak).
+2. Per model: op times measured on this GPU (hybrid.capture.profile) are fed
+   back into the graph; plans are made on that graph (Belady byte budget, the
+   swap planner with a merged size-class pool, vDNN, naive, and the GA when
+   `--ga-seconds` > 0) at each memory, executed for `--iters` iterations, and
+   their measured makespan compared with the simulated one (ratio; the paper
+   saw -12%..+4%, the goal is +-5%), including whether the simulator ranks the
+   plans as the GPU does (Kendall tau over the plans of one model and memory).
+   The Belady plan made from roofline op times is run too: the gain of
+   profile-based times.
+3. Throughput: each plan against the ideal plan (no memory limit, executed by
+   the same runtime), against eager PyTorch (no executor), against eager with
+   `torch.autograd.graph.save_on_cpu(pin_memory=True)` and with activation
+   checkpointing of every block (their time and peak memory, set beside the
+   plan's memory).
+4. Correctness on CUDA: one run per model trained against eager PyTorch from
+   the same seed (max abs difference over losses, parameters, optimizer state).
+5. TORCH_CUDA_SANITIZER=1: a child process runs a swapping plan under PyTorch's
+   CUDA stream sanitizer; any race it sees fails the child.
+
+    python benchmarks/executor_gpu.py                  # on a CUDA machine; ~15-25 min on one H100
+    python benchmarks/executor_gpu.py --quick          # smaller models, 2 memories, ~5 min
+    python benchmarks/executor_gpu.py --device cpu --quick --out /tmp/x.md   # smoke test of the script itself
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from executor.api import Executor, execute  # noqa: E402
+from executor.check import torch_optimizer  # noqa: E402
+from executor.plans import size_class_plan  # noqa: E402
+from hybrid.baselines import run_baseline  # noqa: E402
+from hybrid.capture.api import capture_model  # noqa: E402
+from hybrid.capture.profile import apply_profile, measure_profile  # noqa: E402
+from hybrid.capture.trace import portable_kernels  # noqa: E402
+from hybrid.device import Device  # noqa: E402
+from hybrid.graph import Graph  # noqa: E402
+from hybrid.info import unswapped_peak  # noqa: E402
+from hybrid.plan import Plan  # noqa: E402
+from hybrid.validator import validate  # noqa: E402
+from hybrid.zoo import get_model  # noqa: E402
+
+MiB = 2**20
+# (model, batch, overrides, optimizer, options)
+FULL = [
+    ("resnet-50", 64, {}, "sgd", {"momentum": 0.9}),
+    ("vgg16", 32, {}, "adam", {}),
+    ("unet", 8, {}, "adam", {}),
+    ("rnn-4-2k", 64, {"seq_len": 20}, "adam", {}),
+    ("inception-v4-1", 32, {}, "sgd", {"momentum": 0.9}),
+]
+QUICK = [
+    ("resnet-18", 32, {"image_size": 112}, "sgd", {"momentum": 0.9}),
+    ("vgg11", 16, {"image_size": 64}, "adam", {}),
+    ("unet", 4, {"image_size": 128}, "adam", {}),
+    ("rnn-2-1k", 32, {"seq_len": 10}, "adam", {}),
+]
+TINY = [  # --device cpu smoke test
+    ("resnet-18", 2, {"image_size": 32, "num_classes": 10}, "sgd", {"momentum": 0.9}),
+    ("rnn-2-1k", 3, {"hidden": 16, "embed": 12, "seq_len": 5, "vocab": 40}, "adam", {}),
+]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:160] if text else ''}"
+
+
+def sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+# ---- 1. the host link --------------------------------------------------------------------
+
+def measure_link(dev: torch.device, nbytes: int = 256 * MiB, small: int = 4096, repeat: int = 5) -> dict[str, float]:
+    """Pinned host<->device bandwidth (large copies) and latency (small copies), medians."""
+    pin = dev.type == "cuda"
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+    d = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+
+    def timed(fn) -> float:
+        out = []
+        for _ in range(repeat + 1):
+            sync(dev)
+            t0 = time.perf_counter()
+            fn()
+            sync(dev)
+            out.append(time.perf_counter() - t0)
+        return statistics.median(out[1:])
+
+    h2d = timed(lambda: d.copy_(host, non_blocking=True))
+    d2h = timed(lambda: host.copy_(d, non_blocking=True))
+    lat = timed(lambda: d[:small].copy_(host[:small], non_blocking=True))
+    return {"h2d_bytes_per_s": nbytes / h2d, "d2h_bytes_per_s": nbytes / d2h, "latency_s": lat}
+
+
+def cost_preset(dev: torch.device) -> str:
+    if dev.type != "cuda":
+        return "v100-16gb"
+    name = torch.cuda.get_device_name(dev).lower()
+    if "h100" in name or "h200" in name or "gh200" in name:
+        return "h100-80gb"
+    if "a100" in name:
+        return "a100-80gb"
+    return "v100-16gb"
+
+
+# ---- 3. eager alternatives ------------------------------------------------------------------
+
+def _blocks_checkpointed(model: torch.nn.Module) -> int:
+    """Wrap every element of the model's Sequential containers in activation checkpointing."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Ckpt(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *a: Any) -> Any:
+            return checkpoint(self.inner, *a, use_reentrant=False)
+
+    n = 0
+    for mod in list(model.modules()):
+        if isinstance(mod, torch.nn.Sequential):
+            for k, child in list(mod._modules.items()):
+                if child is not None and not isinstance(child, (torch.nn.Sequential, Ckpt)) and \
+                        any(True for _ in child.parameters()):
+                    mod._modules[k] = Ckpt(child)
+                    n += 1
+    return n
+
+
+def eager_time(graph: Graph, base: torch.nn.Module, args: Any, target: Any, loss_fn: Any, dev: torch.device,
+               iters: int, mode: str) -> dict[str, Any]:
+    """Time per iteration and peak device memory of eager training: plain, save_on_cpu or checkpointed."""
+    model = copy.deepcopy(base).to(dev)
+    if mode == "checkpoint" and _blocks_checkpointed(model) == 0:
+        return {"note": "no Sequential blocks to checkpoint"}
+    a = tuple(x.to(dev) for x in args)
+    t = target.to(dev)
+    opt = torch_optimizer(graph, model)
+    times = []
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+    for k in range(iters):
+        sync(dev)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with portable_kernels():
+            if mode == "save_on_cpu":
+                with torch.autograd.graph.save_on_cpu(pin_memory=dev.type == "cuda"):
+                    loss = loss_fn(model(*a), t)
+            else:
+                loss = loss_fn(model(*a), t)
+            loss.backward()
+        opt.step()
+        sync(dev)
+        times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None
+    del model, opt
+    return {"s_per_iter": statistics.median(times[1:] or times), "peak_bytes": peak}
+
+
+# ---- 2. plans and their execution -----------------------------------------------------------------
+
+def kendall_tau(a: list[float], b: list[float]) -> float:
+    n = len(a)
+    conc = disc = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            s = (a[i] - a[j]) * (b[i] - b[j])
+            conc += s > 0
+            disc += s < 0
+    pairs = n * (n - 1) / 2
+    return (conc - disc) / pairs if pairs else float("nan")
+
+
+def make_plans(graph: Graph, roofline: Graph, device: Device, ga_seconds: float) -> dict[str, Plan]:
+    plans: dict[str, Plan] = {}
+    for kind in ("belady", "vdnn", "naive"):
+        try:
+            plans[kind] = run_baseline(graph, device, kind)
+        except Exception as e:  # noqa: BLE001 - a benchmark reports every failure
+            log(f"  {kind}: no plan ({type(e).__name__}: {e})")
+    try:
+        plans["size-classes"] = size_class_plan(graph, device)
+    except Exception as e:  # noqa: BLE001
+        log(f"  size-classes: no plan ({type(e).__name__}: {e})")
+    if ga_seconds > 0:
+        try:
+            from ga import GAConfig, optimize
+
+            plans["ga"] = optimize(graph, device, GAConfig(seed=1), time_limit_s=ga_seconds, workers=None).to_plan()
+        except Exception as e:  # noqa: BLE001
+            log(f"  ga: no plan ({type(e).__name__}: {e})")
+    try:
+        plans["belady (roofline times)"] = run_baseline(roofline, device, "belady")
+    except Exception as e:  # noqa: BLE001
+        log(f"  belady (roofline): no plan ({type(e).__name__}: {e})")
+    for name, p in list(plans.items()):
+        g = roofline if "roofline" in name else graph
+        rep = validate(g, p)
+        if not rep.valid:
+            log(f"  {name}: invalid plan dropped ({rep.violations[0]})")
+            del plans[name]
+    return plans
+
+
+def run_plan(graph: Graph, plan: Plan, base: torch.nn.Module, args: Any, target: Any, dev: torch.device,
+             iters: int, seed: int) -> dict[str, Any]:
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+    ex = Executor(graph, plan, str(dev), validate=False, timing=True)
+    ex.load(base, args, target)
+    ex.run(iters, seed=seed)
+    s = ex.summary()
+    pool = s.memory["pool"]
+    out = {
+        "measured_s": s.makespan_s, "wall_s": s.wall_s, "simulated_s": s.simulated_s,
+        "measured/simulated": s.ratio, "resimulated_s": s.resimulated_s,
+        "compute_stall_s": s.stall_s.get("compute"), "compute_busy_s": s.busy_s.get("compute"),
+        "pool_peak/memory": pool["peak_live_bytes"] / plan.device.memory_bytes,
+        "cuda_max_allocated_MiB": s.memory.get("cuda_max_allocated_bytes", 0) / MiB,
+        "copy_fallback_MiB": s.copy_bytes / MiB, "compactions": pool["compactions_per_iteration"],
+        "loss_last": ex.losses[-1].item() if ex.losses else None,
+    }
+    del ex
+    return out
+
+
+# ---- 5. sanitizer child ---------------------------------------------------------------------------
+
+def sanitizer_child() -> None:
+    """Run under TORCH_CUDA_SANITIZER=1 by the parent: a swapping plan for a few iterations."""
+    from executor.plans import quick_plan
+
+    name, batch, ov, opt, options = ("resnet-18", 8, {"image_size": 64, "num_classes": 10}, "sgd", {"momentum": 0.9})
+    graph = capture_model(name, batch, optimizer=opt, lr=0.01, optimizer_options=options, overrides=ov)
+    spec = get_model(name, **ov)
+    torch.manual_seed(0)
+    module = spec.build()
+    args, target = spec.make_inputs(batch, torch.device("cpu"), torch.float32)
+    for kind in ("size_classes", "unconstrained"):
+        plan = quick_plan(graph, 0.4, kind)
+        ex = Executor(graph, plan, "cuda", timing=True)
+        ex.load(module, args, target)
+        ex.run(3)
+        print(f"sanitizer child: {kind} plan, 3 iterations, no race reported", flush=True)
+
+
+def run_sanitizer() -> dict[str, Any]:
+    env = dict(os.environ, TORCH_CUDA_SANITIZER="1")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, __file__, "--sanitizer-child"], env=env, capture_output=True, text=True,
+                       timeout=1800)
+    tail = (p.stdout + p.stderr).strip().splitlines()[-6:]
+    return {"exit_code": p.returncode, "seconds": time.perf_counter() - t0, "tail": tail}
+
+
+# ---- driver ------------------------------------------------------------------------------------
+
+def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fractions: list[float], iters: int,
+                ga_seconds: float, seed: int) -> tuple[list[dict], list[dict], dict]:
+    name, batch, ov, opt, options = case
+    preset = cost_preset(dev)
+    log(f"{name}: capture (batch {batch}, {ov or 'defaults'})")
+    roofline = capture_model(name, batch, optimizer=opt, lr=0.01, optimizer_options=options or None, overrides=ov,
+                             device=preset)
+    log(f"{name}: {len(roofline.ops)} ops; measuring op times on {dev}")
+    prof, rep = measure_profile(roofline, backend=dev.type, repeat=5, warmup=2)
+    graph = apply_profile(roofline, prof)
+    if dev.type != "cuda":    # a cpu profile sets cpu_time_s: keep the roofline time_s (smoke test only)
+        graph = roofline
+    spec = get_model(name, **ov)
+    torch.manual_seed(seed)
+    base = spec.build()
+    args, target = spec.make_inputs(batch, torch.device("cpu"), torch.float32)
+    peak = unswapped_peak(graph)
+    info = {"model": name, "batch": batch, "config": ", ".join(f"{k}={v}" for k, v in ov.items()),
+            "ops": len(graph.ops), "unswapped_peak_MiB": peak / MiB, "profiled_ops": rep.measured}
+    base_dev = Device(f"{preset}-measured", peak, link["h2d_bytes_per_s"], link["d2h_bytes_per_s"], link["latency_s"])
+
+    rows: list[dict] = []
+    # No memory limit: the unswapped peak plus slack, so its copies place offline without fragmentation.
+    ideal_plan = run_baseline(graph, replace(base_dev, memory_bytes=int(peak * 1.05)), "ideal")
+    ideal = run_plan(graph, ideal_plan, base, args, target, dev, iters, seed)
+    info["ideal_measured_s"] = ideal["measured_s"]
+    info["ideal_simulated_s"] = ideal["simulated_s"]
+    for mode in ("plain", "save_on_cpu", "checkpoint"):
+        try:
+            r = eager_time(graph, base, args, target, spec.loss, dev, iters, mode)
+        except Exception as e:  # noqa: BLE001
+            r = {"note": short(e)}
+        info[f"eager_{mode}_s"] = r.get("s_per_iter")
+        info[f"eager_{mode}_peak_MiB"] = (r.get("peak_bytes") or 0) / MiB if r.get("peak_bytes") else None
+        if "note" in r:
+            info[f"eager_{mode}_note"] = r["note"]
+    rank_rows: list[dict] = []
+    for frac in fractions:
+        device = replace(base_dev, memory_bytes=int(peak * frac))
+        log(f"{name}: memory {frac:.0%} of the peak ({device.memory_bytes / MiB:.0f} MiB): planning")
+        plans = make_plans(graph, roofline, device, ga_seconds)
+        sims, meas, names = [], [], []
+        for pname, plan in plans.items():
+            g = roofline if "roofline" in pname else graph
+            try:
+                r = run_plan(g, plan, base, args, target, dev, iters, seed)
+            except Exception as e:  # noqa: BLE001
+                log(f"  {pname}: failed: {type(e).__name__}: {e}")
+                traceback.print_exc()
+                rows.append({"model": name, "memory": f"{frac:.0%}", "plan": pname,
+                             "error": short(e)})
+                continue
+            r.update({"model": name, "memory": f"{frac:.0%}", "memory_MiB": device.memory_bytes / MiB,
+                      "plan": pname, "pool": plan.allocation.kind,
+                      "vs_ideal": ideal["measured_s"] / r["measured_s"] if r["measured_s"] else None,
+                      "vs_eager": (info["eager_plain_s"] / r["measured_s"]) if info.get("eager_plain_s") else None})
+            rows.append(r)
+            log(f"  {pname}: measured {r['measured_s'] * 1e3:.2f} ms, simulated {r['simulated_s'] * 1e3:.2f} ms "
+                f"(ratio {r['measured/simulated']:.3f})")
+            if "roofline" not in pname:
+                names.append(pname)
+                sims.append(r["simulated_s"])
+                meas.append(r["measured_s"])
+        order_sim = [n for _, n in sorted(zip(sims, names))]
+        order_meas = [n for _, n in sorted(zip(meas, names))]
+        rank_rows.append({"model": name, "memory": f"{frac:.0%}", "plans": len(names),
+                          "kendall_tau": kendall_tau(sims, meas), "ranking_preserved": order_sim == order_meas,
+                          "simulated order": " < ".join(order_sim), "measured order": " < ".join(order_meas)})
+    # 4. correctness on the device: the smallest memory's Belady plan against eager training.
+    try:
+        device = replace(base_dev, memory_bytes=int(peak * min(fractions)))
+        plan = run_baseline(graph, device, "belady")
+        res = execute(graph, plan, base, args, target, loss_fn=spec.loss, iters=3, device=str(dev), seed=seed,
+                      check=True, validate=False)
+        c = res.comparison
+        info.update({"check_values": c.values, "check_max_abs_diff": c.max_abs_diff, "check_worst": c.worst,
+                     "check_bitwise": c.bitwise, "check_ok": c.ok, "check_note": "; ".join(c.notes)})
+    except Exception as e:  # noqa: BLE001
+        info["check_error"] = short(e)
+    return rows, rank_rows, info
+
+
+def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: list[dict], infos: list[dict],
+          sanitizer: dict | None, args: argparse.Namespace) -> None:
+    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+    gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (smoke test, not GPU figures)"
+    runs = pd.DataFrame(rows)
+    first = ["model", "memory", "memory_MiB", "plan", "pool", "measured_s", "simulated_s", "measured/simulated",
+             "resimulated_s", "vs_ideal", "vs_eager"]
+    if len(runs):
+        runs = runs[[c for c in first if c in runs] + [c for c in runs if c not in first]]
+    rank = pd.DataFrame(ranks)
+    models = pd.DataFrame(infos)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs.to_csv(out.with_suffix(".csv"), index=False)
+    md = [
+        "# Executor on a GPU: simulator accuracy, throughput, alternatives, stream races", "",
+        f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}).", "",
+        f"Device: {gpu}; torch {torch.__version__}. Measured host link: h2d "
+        f"{link['h2d_bytes_per_s'] / 1e9:.1f} GB/s, d2h {link['d2h_bytes_per_s'] / 1e9:.1f} GB/s, latency "
+        f"{link['latency_s'] * 1e6:.1f} us per copy (pinned, medians); the plans' device uses these. Op times: "
+        "measured on this device with hybrid.capture.profile and fed back into each graph, except for "
+        "*belady (roofline times)*, planned from the capture's roofline estimates. Memory: a fraction of the "
+        f"model's unswapped peak. {args.iters} iterations per run; medians after the first.", "",
+        "*measured_s*: device makespan of one iteration (CUDA events, first to last node); *simulated_s*: the plan's "
+        "makespan; *resimulated_s*: the plan's augmented graph re-timed with the measured node durations (separates "
+        "op-time errors from stream-model errors); *compute_stall_s*: gaps on the compute stream; *vs_ideal*: ideal "
+        "plan's measured time / this plan's (throughput relative to no memory limit); *vs_eager*: eager PyTorch's "
+        "time / this plan's; *pool_peak/memory*: the pool's largest bytes held / the plan's memory (<= 1).", "",
+        "## Runs", "", runs.to_markdown(index=False, floatfmt=".4g") if len(runs) else "(none)", "",
+        "## Does the simulator rank plans as the GPU does?", "",
+        rank.to_markdown(index=False, floatfmt=".3g") if len(rank) else "(none)", "",
+        "## Per model: ideal, eager alternatives, correctness on the device", "",
+        "*eager_save_on_cpu*: `torch.autograd.graph.save_on_cpu(pin_memory=True)` around forward and loss "
+        "(parameters and optimizer state stay on the device); *eager_checkpoint*: every block of the model's "
+        "Sequential containers under `torch.utils.checkpoint` (use_reentrant=False). Their peaks are "
+        "torch.cuda.max_memory_allocated; compare them with the plans' memory. *check_*: the smallest memory's "
+        "Belady plan trained 3 iterations against eager PyTorch from the same seed (atol 1e-5, rtol 1e-4).", "",
+        models.to_markdown(index=False, floatfmt=".4g") if len(models) else "(none)", "",
+        "## TORCH_CUDA_SANITIZER", "",
+    ]
+    if sanitizer is None:
+        md.append("not run (--no-sanitizer or no CUDA device)")
+    else:
+        verdict = "no race reported" if sanitizer["exit_code"] == 0 else f"FAILED (exit {sanitizer['exit_code']})"
+        md += [f"resnet-18 (batch 8, 64x64) under a size-class and a byte-budget plan at 40% of its peak, 3 "
+               f"iterations each, with TORCH_CUDA_SANITIZER=1: {verdict} ({sanitizer['seconds']:.0f} s).", "",
+               "```", *sanitizer["tail"], "```"]
+    out.write_text("\n".join(md) + "\n")
+    log(f"wrote {out} and {out.with_suffix('.csv')}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test of this script)")
+    ap.add_argument("--models", nargs="*", default=None, help="only these model names")
+    ap.add_argument("--quick", action="store_true", help="smaller models and batches")
+    ap.add_argument("--fractions", nargs="*", type=float, default=[0.6, 0.35])
+    ap.add_argument("--iters", type=int, default=6)
+    ap.add_argument("--ga-seconds", type=float, default=0.0, help="also plan with the GA for this long (0: no GA)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-sanitizer", action="store_true")
+    ap.add_argument("--sanitizer-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "executor_gpu.md")
+    a = ap.parse_args()
+    if a.sanitizer_child:
+        sanitizer_child()
+        return
+    dev = torch.device(a.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("no CUDA device: this benchmark needs a GPU (use --device cpu --quick --out /tmp/x.md for a smoke test)")
+    cases = TINY if dev.type == "cpu" else (QUICK if a.quick else FULL)
+    if a.models:
+        pool: dict[str, tuple] = {}
+        for c in cases + FULL + QUICK + TINY:
+            pool.setdefault(c[0], c)
+        unknown = [m for m in a.models if m not in pool]
+        if unknown:
+            sys.exit(f"--models: no configuration for {unknown[0]!r}; known: {', '.join(pool)}")
+        cases = [pool[m] for m in a.models]
+    log(f"device {dev}; measuring the host link")
+    link = measure_link(dev, 64 * MiB if dev.type == "cpu" else 256 * MiB)
+    rows: list[dict] = []
+    ranks: list[dict] = []
+    infos: list[dict] = []
+    for case in cases:
+        try:
+            r, k, info = bench_model(case, dev, link, a.fractions, a.iters, a.ga_seconds, a.seed)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            infos.append({"model": case[0], "error": short(e)})
+            continue
+        rows += r
+        ranks += k
+        infos.append(info)
+        write(a.out, dev, link, rows, ranks, infos, None, a)   # keep what is done if a later model fails
+    sanitizer = None
+    if dev.type == "cuda" and not a.no_sanitizer:
+        log("TORCH_CUDA_SANITIZER run")
+        sanitizer = run_sanitizer()
+    write(a.out, dev, link, rows, ranks, infos, sanitizer, a)
+
+
+if __name__ == "__main__":
+    main()
