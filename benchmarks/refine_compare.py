@@ -55,17 +55,34 @@ def graphs(graph_dir: Path, only: set[str] | None):
             print(f"skip {g.name}: one op needs {need} bytes, more than 50% of the peak")
 
 
-def merge() -> pd.DataFrame:
-    from hybrid.compare import summary, write_tables
+def merge(graph_dir: Path) -> pd.DataFrame:
+    """Concatenate the per-graph parts; fill bounds missing from older parts (from the saved plans)."""
+    from hybrid.compare import COLUMNS, schedule_bound, summary, with_medians, write_tables
+    from hybrid.plan import Plan
 
     parts = sorted(PARTS.glob("*.parquet"))
     df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    labels = dict(zip(zip(df["graph"], df["memory_bytes"]), df["label"]))
+    df = df[df["row"] == "seed"].copy()
+    for col in ("schedule_bound_s", "ratio_schedule_bound"):
+        if col not in df:
+            df[col] = float("nan")
+    todo = df["schedule_bound_s"].isna()
+    if todo.any():
+        wanted = set(df.loc[todo, "label"])
+        for label, g, _dev in graphs(graph_dir, {lab.split("@")[0] for lab in wanted}):
+            for i in df.index[todo & (df["label"] == label)]:
+                sb = schedule_bound(g, Plan.load(df.at[i, "plan"]))
+                df.at[i, "schedule_bound_s"] = sb
+                df.at[i, "ratio_schedule_bound"] = df.at[i, "makespan_s"] / sb
     df["seed"] = df["seed"].astype("Int64")
-    notes = NOTES
-    write_tables(df, RESULTS / "refine_compare", "GA-only vs GA + CP-SAT refinement at equal wall time", notes)
+    df = with_medians(df[COLUMNS])
+    df.insert(1, "label", [labels[(g, m)] for g, m in zip(df["graph"], df["memory_bytes"])])
+    write_tables(df, RESULTS / "refine_compare", "GA-only vs GA + CP-SAT refinement at equal wall time", NOTES)
     s = summary(df)
+    s.insert(1, "label", [labels[(g, m)] for g, m in zip(s["graph"], s["memory_bytes"])])
     s["gain>=5%"] = s["median_gain"] >= 0.05
-    write_tables(s, RESULTS / "refine_compare_summary", "GA-only vs GA + CP-SAT: one line per graph", notes)
+    write_tables(s, RESULTS / "refine_compare_summary", "GA-only vs GA + CP-SAT: one line per graph", NOTES)
     return s
 
 
@@ -76,7 +93,9 @@ the same search (from its checkpoint) for the same 20%. Equal wall time per arm;
 used (refinement stops early when no window has a stall left). `gain_vs_ga` = 1 - makespan(GA+CP-SAT) /
 makespan(GA-only) of the same seed; median rows take medians over seeds. `rebind_makespan_s` is the GA plan
 re-walked by refinement before any CP-SAT window (objects re-assigned best-fit), so the gain splits into
-re-walking and windows. Ratios: makespan / ideal (compute only) and makespan / lower bound. SwapAdvisor graphs
+re-walking and windows. Ratios: makespan / ideal (compute only), makespan / lower bound, and makespan /
+schedule bound (`hybrid.compare.schedule_bound`: what any plan with this schedule and memory needs, given the
+bytes that must leave the device before each op and come back after it; near 1, only another schedule helps). SwapAdvisor graphs
 are captured for v100-16gb (16 GiB, 12 GB/s each way); Checkmate graphs use v100-16gb's link with memory at 25%
 (else 50%) of the unswapped peak. The machine was a shared 2-core VM, so the number of GA generations per
 budget is small and varies between runs; all plans pass `hybrid validate`."""
@@ -92,7 +111,7 @@ def main() -> None:
     ap.add_argument("--merge", action="store_true", help="only merge results/refine_compare_parts/ into the tables")
     args = ap.parse_args()
     if args.merge:
-        print(merge().to_markdown(index=False, floatfmt=".4g"))
+        print(merge(args.graph_dir).to_markdown(index=False, floatfmt=".4g"))
         return
     from hybrid.compare import compare
 
@@ -105,7 +124,7 @@ def main() -> None:
         df.insert(1, "label", label)
         df.to_parquet(PARTS / f"{label}.parquet", index=False)
         print(df[df["row"] == "median"][["label", "arm", "makespan_s", "gain_vs_ga", "ratio_lower_bound"]], flush=True)
-    print(merge().to_markdown(index=False, floatfmt=".4g"))
+    print(merge(args.graph_dir).to_markdown(index=False, floatfmt=".4g"))
 
 
 if __name__ == "__main__":

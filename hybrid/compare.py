@@ -33,8 +33,61 @@ from hybrid.plan import Plan
 
 ARMS = ("ga", "ga+cpsat")
 COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal",
-           "ratio_lower_bound", "gain_vs_ga", "stall_s", "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s",
-           "ga_generations", "refine_windows", "refine_accepted", "rebind_makespan_s", "plan"]
+           "ratio_lower_bound", "schedule_bound_s", "ratio_schedule_bound", "gain_vs_ga", "stall_s", "bytes_h2d",
+           "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_windows", "refine_accepted",
+           "rebind_makespan_s", "plan"]
+
+
+def schedule_bound(graph: Graph, plan: Plan) -> float:
+    """A lower bound on the makespan of any plan with this plan's schedule, memory and op times.
+
+    When op k starts, the non-persistent tensors alive then (produced, read at
+    k or later), op k's persistent tensors and its workspace need L_k bytes; at
+    most `memory` of them are on the device, so at least out_k = L_k - memory
+    bytes have been copied out by then (at the d2h rate, from time 0) and must
+    come back after it (at the h2d rate):
+        makespan >= max_k [max(compute before k, out_k / d2h) + max(compute from k, out_k / h2d)].
+    A plan near this bound cannot gain much from re-timing its copies: only
+    another schedule (or recomputation) could.
+    """
+    from hybrid.schedule import from_ids
+
+    a = graph.arrays
+    order = from_ids(graph, plan.schedule)
+    n = len(order)
+    if n == 0:
+        return 0.0
+    impl = {e.op: e.impl for e in plan.events if e.kind == "compute" and not e.recompute}
+    t_op = np.empty(a.n_ops)
+    ws = np.empty(a.n_ops, np.int64)
+    for o, op in enumerate(graph.ops):
+        im = next((x for x in op.implementations if x.name == impl.get(op.id)), None) if impl.get(op.id) else None
+        t_op[o] = im.time_s if im is not None else op.time_s
+        ws[o] = im.workspace_bytes if im is not None else op.workspace_bytes
+    pos = np.empty(a.n_ops, np.int64)
+    pos[order] = np.arange(n)
+    first = np.full(a.n_tensors, n, np.int64)
+    prod = a.t_producer >= 0
+    first[prod] = pos[a.t_producer[prod]]
+    last = first.copy()
+    readers = np.repeat(np.arange(a.n_ops), np.diff(a.in_ptr))
+    np.maximum.at(last, a.in_idx, pos[readers])
+    live = ~a.t_persistent & prod
+    delta = np.zeros(n + 1, np.int64)
+    np.add.at(delta, first[live], a.t_bytes[live])
+    np.add.at(delta, np.minimum(last[live], n - 1) + 1, -a.t_bytes[live])
+    need = np.cumsum(delta)[:n] + ws[order]
+    per = a.t_persistent
+    for k, o in enumerate(order):
+        ts = np.concatenate([a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]], a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]])
+        need[k] += int(a.t_bytes[ts[per[ts]]].sum())
+    out = np.maximum(0, need - plan.device.memory_bytes).astype(np.float64)
+    comp = t_op[order]
+    before = np.concatenate([[0.0], np.cumsum(comp)[:-1]])
+    after = comp.sum() - before
+    dev = plan.device
+    bound = np.maximum(before, out / dev.d2h_bytes_per_s) + np.maximum(after, out / dev.h2d_bytes_per_s)
+    return float(bound.max())
 
 
 def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_path: str) -> dict:
@@ -45,7 +98,9 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
     return {"graph": graph.name, "memory_bytes": int(plan.device.memory_bytes), "arm": arm, "row": "seed",
             "seed": seed, "makespan_s": plan.makespan_s, "ideal_s": ideal, "lower_bound_s": lb,
             "ratio_ideal": plan.makespan_s / ideal if ideal > 0 else np.nan,
-            "ratio_lower_bound": plan.makespan_s / lb if lb > 0 else np.nan, "gain_vs_ga": np.nan,
+            "ratio_lower_bound": plan.makespan_s / lb if lb > 0 else np.nan,
+            "schedule_bound_s": (sb := schedule_bound(graph, plan)),
+            "ratio_schedule_bound": plan.makespan_s / sb if sb > 0 else np.nan, "gain_vs_ga": np.nan,
             "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)), "bytes_h2d": h2d, "bytes_d2h": d2h,
             "bytes_moved": h2d + d2h, "search_s": search_s, "ga_generations": np.nan, "refine_windows": np.nan,
             "refine_accepted": np.nan, "rebind_makespan_s": np.nan, "plan": plan_path}
@@ -138,7 +193,8 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
     """Append a median row per (graph, memory, arm) over its seed rows (gain: median of per-seed gains)."""
     seeds = df[df["row"] == "seed"]
     med = []
-    num = ["makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal", "ratio_lower_bound", "gain_vs_ga", "stall_s",
+    num = ["makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal", "ratio_lower_bound", "schedule_bound_s",
+           "ratio_schedule_bound", "gain_vs_ga", "stall_s",
            "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_windows",
            "refine_accepted", "rebind_makespan_s"]
     for (g, mem, arm), part in seeds.groupby(["graph", "memory_bytes", "arm"], sort=False):
@@ -161,6 +217,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                      "ga+cpsat_makespan_s": hy["makespan_s"], "median_gain": hy["gain_vs_ga"],
                      "ga_ratio_lower_bound": ga["ratio_lower_bound"],
                      "ga+cpsat_ratio_lower_bound": hy["ratio_lower_bound"],
+                     "ga+cpsat_ratio_schedule_bound": hy.get("ratio_schedule_bound", np.nan),
                      "never_worse": bool((df[(df["graph"] == g) & (df["memory_bytes"] == mem) & (df["row"] == "seed")
                                             & (df["arm"] == "ga+cpsat")]["gain_vs_ga"] >= -1e-12).all())})
     return pd.DataFrame(rows)

@@ -178,190 +178,242 @@ def window_range(tl: Timeline, p0: int, p1: int) -> tuple[int, int]:
     return lo, hi
 
 
-def _host_valid_before(p: Problem, tl: Timeline, nodes: np.ndarray, types: np.ndarray, t: int, x: int) -> bool:
-    """Whether tensor t's host copy is valid just after node x - 1 has been issued."""
-    valid = bool(p.graph.arrays.t_persistent[t]) and not bool(p.resident[t])
-    for nd, ty in zip(nodes, types):
-        if nd >= x:
-            break
-        if ty in (TensorEvents.UPDATE, TensorEvents.WRITE):
-            valid = False
-        elif ty == TensorEvents.RELEASE and tl.kind[nd] == SWAP_OUT:
-            valid = True
-    return valid
+class _Builder:
+    """Collects one window's nodes, precedences and optional pairs from the current timeline."""
+
+    def __init__(self, p: Problem, tl: Timeline, ev: TensorEvents, p0: int, p1: int, opt: WindowOptions) -> None:
+        self.p, self.tl, self.ev, self.opt = p, tl, ev, opt
+        self.p0, self.p1 = p0, p1
+        self.lo, self.hi = window_range(tl, p0, p1)
+        self.nodes: list[WNode] = []
+        self.index: dict[int, int] = {}     # timeline node -> WNode index
+        self.precs: list[Precedence] = []
+        self.pairs: list[Pair] = []
+
+    # -- units -------------------------------------------------------------------------------------------
+    def dur_of(self, kind: int, ref: int) -> float:
+        p = self.p
+        dev = p.device
+        if kind == COMPUTE:
+            return float(p.op_time[ref])
+        if kind == SWAP_IN:
+            return float(p.graph.arrays.t_bytes[ref]) / dev.h2d_bytes_per_s + dev.transfer_latency_s
+        if kind == SWAP_OUT:
+            return float(p.graph.arrays.t_bytes[ref]) / dev.d2h_bytes_per_s + dev.transfer_latency_s
+        return 0.0
+
+    def ticks(self, kind: int, ref: int) -> int:
+        return _ceil(self.dur_of(kind, ref) / self.tick)
+
+    def tk(self, x: float) -> int:
+        """A frozen instant -> its tick (one rounding for all, so handoffs at one instant stay at one tick)."""
+        return max(0, _floor((x - self.t0) / self.tick))
+
+    # -- the window ------------------------------------------------------------------------------------------
+    def build(self) -> WindowSpec | None:
+        tl, lo, hi = self.tl, self.lo, self.hi
+        if hi <= lo:
+            return None
+        self.t0 = float(tl.start[lo:hi].min())
+        span = float(tl.end[lo:hi].max()) - self.t0
+        if self.opt.tick is not None:
+            self.tick = float(self.opt.tick)
+        elif span > 0:
+            self.tick = span / self.opt.resolution
+        else:
+            return None
+        self.stream_free = [0, 0, 0]  # when each stream finishes the frozen prefix's work
+        for s in range(3):
+            pre = np.nonzero(tl.kind[:lo] == s)[0]
+            if len(pre):
+                self.stream_free[s] = self.tk(float(tl.end[pre[-1]]))
+        for i in range(lo, hi):
+            k, r = int(tl.kind[i]), int(tl.ref[i])
+            lb = self.stream_free[STREAM_OF[k]] if k != FREE else 0
+            for j in range(tl.dep_ptr[i], tl.dep_ptr[i + 1]):
+                d = int(tl.dep_idx[j])
+                if d < lo and not tl.dep_own[j]:
+                    lb = max(lb, self.tk(float(tl.end[d])))
+            self.index[i] = len(self.nodes)
+            hint = max(0, int(round((tl.start[i] - self.t0) / self.tick)))
+            self.nodes.append(WNode(i, k, r, self.ticks(k, r), lb, hint))
+        for i in range(lo, hi):  # data edges inside the window (ownership edges become the reservoirs)
+            for j in range(tl.dep_ptr[i], tl.dep_ptr[i + 1]):
+                d = int(tl.dep_idx[j])
+                if d >= lo and not tl.dep_own[j]:
+                    self.precs.append(Precedence(self.index[d], self.index[i]))
+        chain = [self.index[i] for i in range(lo, hi) if tl.kind[i] == COMPUTE]
+        if not chain:
+            return None
+        self.precs += [Precedence(x, y) for x, y in zip(chain, chain[1:])]
+        if self.opt.keep_pairs:
+            self.keep_pairs()
+        self.evict_candidates()
+        self.advance_candidates()
+        nodes = self.nodes
+        reservoirs = _reservoirs(self.p, pool_state(self.p, tl, lo), self.t0, self.tick, nodes)
+        fixed_max = max((k for r in reservoirs for k, _ in r.fixed), default=0)
+        # every node after every frozen event, one at a time in issue order, is feasible: a safe horizon
+        horizon = max([n.lb for n in nodes] + [fixed_max]) + sum(n.dur for n in nodes) + 1
+        horizon = max(horizon, max(n.hint + n.dur for n in nodes) + 1)
+        return WindowSpec(self.p0, self.p1, lo, hi, self.t0, self.tick, horizon, nodes, self.precs, self.pairs,
+                          reservoirs, chain, tuple(self.stream_free))
+
+    # -- alternative evictions --------------------------------------------------------------------------------
+    def host_valid_before(self, t: int, x: int) -> bool:
+        """Whether tensor t's host copy is valid once the nodes before timeline index x have been issued."""
+        valid = bool(self.p.graph.arrays.t_persistent[t]) and not bool(self.p.resident[t])
+        nodes, types = self.ev.of(t)
+        for nd, ty in zip(nodes, types):
+            if nd >= x:
+                break
+            if ty in (TensorEvents.UPDATE, TensorEvents.WRITE):
+                valid = False
+            elif ty == TensorEvents.RELEASE and self.tl.kind[nd] == SWAP_OUT:
+                valid = True
+        return valid
+
+    def alloc_classes(self) -> set[int]:
+        """Size classes the window allocates from (what an eviction must free to help)."""
+        a = self.p.graph.arrays
+        cls = self.p.pool.t_class
+        out: set[int] = set()
+        for n in self.nodes:
+            if n.kind == COMPUTE:
+                out.update(int(cls[t]) for t in a.out_idx[a.out_ptr[n.ref]:a.out_ptr[n.ref + 1]])
+            elif n.kind == SWAP_IN:
+                out.add(int(cls[n.ref]))
+        return out
+
+    def keep_pairs(self) -> None:
+        """In-window evict/reload pairs that could be dropped (the tensor then simply stays resident)."""
+        tl, lo, hi = self.tl, self.lo, self.hi
+        for t in np.unique(tl.ref[lo:hi][(tl.kind[lo:hi] == SWAP_OUT) | (tl.kind[lo:hi] == FREE)]):
+            t = int(t)
+            nd, ty = self.ev.of(t)
+            inwin = (nd >= lo) & (nd < hi)
+            rel = nd[inwin & (ty == TensorEvents.RELEASE)]
+            lds = nd[inwin & (ty == TensorEvents.LOAD)]
+            if len(rel) != 1 or len(lds) != 1 or lds[0] < rel[0]:
+                continue
+            r, ld = int(rel[0]), int(lds[0])
+            # the copy's last touch before the release must be a compute: readers after the reload then stay
+            # ordered after the old copy by the compute chain when the pair is dropped
+            before = nd[(nd < r) & (ty != TensorEvents.UPDATE)]
+            if len(before) == 0 or tl.kind[int(before[-1])] != COMPUTE:
+                continue
+            self.pairs.append(Pair(t, self.index[r], self.index[ld], True))
+            self.nodes[self.index[r]].pair = self.nodes[self.index[ld]].pair = len(self.pairs) - 1
+
+    def evict_candidates(self) -> None:
+        """Tensors resident over a gap before one of their reads in the window that could leave and come back."""
+        if self.opt.candidates <= 0:
+            return
+        p, tl, lo, hi = self.p, self.tl, self.lo, self.hi
+        a = p.graph.arrays
+        pool = p.pool
+        classes = self.alloc_classes()
+        touched = set(int(t) for t in tl.ref[lo:hi][tl.kind[lo:hi] != COMPUTE])
+        reads: dict[int, list[int]] = {}
+        for i in range(lo, hi):
+            if tl.kind[i] == COMPUTE:
+                o = int(tl.ref[i])
+                for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]:
+                    reads.setdefault(int(t), []).append(i)
+        cands: list[tuple[float, int, int, int, bool]] = []
+        for t, rd in reads.items():
+            if t in touched or (not pool.by_bytes and int(pool.t_class[t]) not in classes):
+                continue
+            if pool.by_bytes and a.t_bytes[t] == 0:
+                continue
+            nd, ty = self.ev.of(t)
+            if np.any((nd >= lo) & (nd < hi) & (ty == TensorEvents.WRITE)):
+                continue  # produced inside the window
+            prev_nodes = nd[nd < lo]
+            if len(prev_nodes) == 0 and not p.resident[t]:
+                continue
+            # gaps between consecutive touches; the first one starts with the last touch before the window
+            touches = [int(prev_nodes[-1]) if len(prev_nodes) else -1] + rd
+            for left, right in zip(touches, touches[1:]):
+                if left >= 0 and tl.kind[left] in (SWAP_OUT, FREE):
+                    continue
+                hv = self.host_valid_before(t, left + 1 if left >= 0 else 0)
+                cost = self.dur_of(SWAP_IN, t) + (0.0 if hv else self.dur_of(SWAP_OUT, t))
+                gap = float(tl.start[right]) - (float(tl.end[left]) if left >= 0 else 0.0)
+                if gap > cost:
+                    cands.append(((gap - cost) * float(max(1, a.t_bytes[t])), t, left, right, hv))
+        cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+        used: set[int] = set()
+        for _, t, left, right, hv in cands:
+            if len(used) >= self.opt.candidates:
+                break
+            if t in used:
+                continue
+            used.add(t)
+            j = len(self.pairs)
+            rk = FREE if hv else SWAP_OUT
+            lb_r = self.stream_free[2] if rk == SWAP_OUT else 0
+            if 0 <= left < lo:
+                lb_r = max(lb_r, self.tk(float(tl.end[left])))
+            lb_l = self.stream_free[1]
+            nd, ty = self.ev.of(t)
+            outs = [int(x) for x, y in zip(nd, ty) if y == TensorEvents.RELEASE and tl.kind[x] == SWAP_OUT and x < lo]
+            if hv and outs:  # a host copy made by a swap_out still running before the window must have ended
+                lb_l = max(lb_l, self.tk(float(tl.end[outs[-1]])))
+            self.nodes.append(WNode(-1 - 2 * j, rk, t, self.ticks(rk, t), lb_r, 0, j))
+            self.nodes.append(WNode(-2 - 2 * j, SWAP_IN, t, self.ticks(SWAP_IN, t), lb_l, 0, j))
+            ri, li = len(self.nodes) - 2, len(self.nodes) - 1
+            self.pairs.append(Pair(t, ri, li, False))
+            if left >= lo:
+                self.precs.append(Precedence(self.index[left], ri))
+            self.precs += [Precedence(ri, li), Precedence(li, self.index[right])]
+
+    def advance_candidates(self) -> None:
+        """Tensors idle through the window whose next event after it is an eviction: offer that eviction earlier."""
+        if self.opt.advance <= 0:
+            return
+        p, tl, ev, lo, hi = self.p, self.tl, self.ev, self.lo, self.hi
+        a = p.graph.arrays
+        pool = p.pool
+        classes = self.alloc_classes()
+        if not pool.by_bytes and not classes:
+            return
+        big = np.iinfo(np.int64).max
+        before = ev.node < lo
+        last_before = np.full(a.n_tensors, -1, np.int64)
+        np.maximum.at(last_before, ev.tensor[before], ev.node[before])
+        first_from = np.full(a.n_tensors, big, np.int64)
+        np.minimum.at(first_from, ev.tensor[~before], ev.node[~before])
+        has = last_before >= 0
+        last_kind = np.full(a.n_tensors, -1, np.int64)
+        last_kind[has] = tl.kind[last_before[has]]
+        resident = np.where(has, (last_kind == COMPUTE) | (last_kind == SWAP_IN), p.resident)
+        cand = np.nonzero(resident & (first_from >= hi) & (first_from < big))[0]
+        nxt = first_from[cand]
+        ok = (tl.kind[nxt] == SWAP_OUT) | (tl.kind[nxt] == FREE)
+        ok &= (a.t_bytes[cand] > 0) if pool.by_bytes else np.isin(pool.t_class[cand], list(classes))
+        cand, nxt = cand[ok], nxt[ok]
+        if len(cand) == 0:
+            return
+        span_end = self.t0 + self.tick * max(n.hint + n.dur for n in self.nodes if n.key >= 0)
+        score = (np.minimum(tl.end[nxt], span_end) - self.t0) * np.maximum(a.t_bytes[cand], 1)
+        for k in np.lexsort((cand, -score))[:self.opt.advance]:
+            if score[k] <= 0:
+                continue
+            t, r_old = int(cand[k]), int(nxt[k])
+            rk = int(tl.kind[r_old])
+            lb = self.stream_free[2] if rk == SWAP_OUT else 0
+            if last_before[t] >= 0:
+                lb = max(lb, self.tk(float(tl.end[last_before[t]])))
+            j = len(self.pairs)
+            self.nodes.append(WNode(-1 - 2 * j, rk, t, self.ticks(rk, t), lb, 0, j))
+            self.pairs.append(Pair(t, len(self.nodes) - 1, -1, False, r_old))
 
 
 def build_window(p: Problem, tl: Timeline, ev: TensorEvents, p0: int, p1: int,
                  opt: WindowOptions = WindowOptions()) -> WindowSpec | None:
-    """The window's model, or None when it has nothing to schedule (no span)."""
-    a = p.graph.arrays
-    lo, hi = window_range(tl, p0, p1)
-    if hi <= lo:
-        return None
-    t0 = float(tl.start[lo:hi].min())
-    span = float(tl.end[lo:hi].max()) - t0
-    if opt.tick is not None:
-        tick = float(opt.tick)
-    else:
-        if span <= 0:
-            return None
-        tick = span / opt.resolution
-    dev = p.device
-
-    def dur_of(kind: int, ref: int) -> float:
-        if kind == COMPUTE:
-            return float(p.op_time[ref])
-        if kind == SWAP_IN:
-            return float(a.t_bytes[ref]) / dev.h2d_bytes_per_s + dev.transfer_latency_s
-        if kind == SWAP_OUT:
-            return float(a.t_bytes[ref]) / dev.d2h_bytes_per_s + dev.transfer_latency_s
-        return 0.0
-
-    def tk(x: float) -> int:  # a frozen instant -> its tick (one rounding for all, so handoffs stay exact)
-        return max(0, _floor((x - t0) / tick))
-
-    # stream availability from the frozen prefix
-    stream_free = [0, 0, 0]
-    for s in range(3):
-        pre = np.nonzero((tl.kind[:lo] == s))[0]
-        if len(pre):
-            stream_free[s] = tk(float(tl.end[pre[-1]]))
-    nodes: list[WNode] = []
-    index: dict[int, int] = {}
-    for i in range(lo, hi):
-        k = int(tl.kind[i])
-        r = int(tl.ref[i])
-        lb = stream_free[STREAM_OF[k]] if k != FREE else 0
-        for j in range(tl.dep_ptr[i], tl.dep_ptr[i + 1]):
-            d = int(tl.dep_idx[j])
-            if d < lo and not tl.dep_own[j]:
-                lb = max(lb, tk(float(tl.end[d])))
-        index[i] = len(nodes)
-        nodes.append(WNode(i, k, r, _ceil(dur_of(k, r) / tick), lb, max(0, int(round((tl.start[i] - t0) / tick)))))
-    precs: list[Precedence] = []
-    for i in range(lo, hi):
-        for j in range(tl.dep_ptr[i], tl.dep_ptr[i + 1]):
-            d = int(tl.dep_idx[j])
-            if d >= lo and not tl.dep_own[j]:
-                precs.append(Precedence(index[d], index[i]))
-    chain = [index[i] for i in range(lo, hi) if tl.kind[i] == COMPUTE]
-    for x, y in zip(chain, chain[1:]):
-        precs.append(Precedence(x, y))
-    if not chain:
-        return None
-
-    pairs: list[Pair] = []
-    if opt.keep_pairs:
-        _keep_pairs(p, tl, ev, lo, hi, nodes, index, pairs)
-    _evict_candidates(p, tl, ev, lo, hi, t0, tick, nodes, index, precs, pairs, opt, dur_of, stream_free, tk)
-    _advance_candidates(p, tl, ev, lo, hi, t0, tick, nodes, pairs, opt, dur_of, stream_free, tk)
-    reservoirs = _reservoirs(p, pool_state(p, tl, lo), t0, tick, nodes)
-    fixed_max = max((tk_ for r in reservoirs for tk_, _ in r.fixed), default=0)
-    horizon = max([n.lb for n in nodes] + [fixed_max]) + sum(n.dur for n in nodes) + 1
-    horizon = max(horizon, max(n.hint + n.dur for n in nodes) + 1)
-    return WindowSpec(p0, p1, lo, hi, t0, tick, horizon, nodes, precs, pairs, reservoirs, chain, tuple(stream_free))
-
-
-def _keep_pairs(p: Problem, tl: Timeline, ev: TensorEvents, lo: int, hi: int, nodes: list[WNode],
-                index: dict[int, int], pairs: list[Pair]) -> None:
-    """In-window evict/reload pairs that could be dropped (the tensor then simply stays resident)."""
-    for t in np.unique(tl.ref[lo:hi][(tl.kind[lo:hi] == SWAP_OUT) | (tl.kind[lo:hi] == FREE)]):
-        t = int(t)
-        nd, ty = ev.of(t)
-        inwin = (nd >= lo) & (nd < hi)
-        rel = nd[inwin & (ty == TensorEvents.RELEASE)]
-        lds = nd[inwin & (ty == TensorEvents.LOAD)]
-        if len(rel) != 1 or len(lds) != 1 or lds[0] < rel[0]:
-            continue
-        r, ld = int(rel[0]), int(lds[0])
-        # the release must be an eviction (read again later), and something must have touched the copy
-        # before it: a compute (so later readers stay ordered after the old copy by the compute chain)
-        before = nd[(nd < r) & (ty != TensorEvents.UPDATE)]
-        if len(before) == 0:
-            continue
-        prev = int(before[-1])
-        if tl.kind[prev] != COMPUTE:
-            continue
-        pairs.append(Pair(t, index[r], index[ld], True))
-        nodes[index[r]].pair = len(pairs) - 1
-        nodes[index[ld]].pair = len(pairs) - 1
-
-
-def _evict_candidates(p, tl, ev, lo, hi, t0, tick, nodes, index, precs, pairs, opt, dur_of, stream_free, tk) -> None:
-    """A few tensors resident over a gap in the window that could leave and come back."""
-    if opt.candidates <= 0:
-        return
-    a = p.graph.arrays
-    pool = p.pool
-    # classes (or the byte pool) the window allocates from
-    alloc_classes: set[int] = set()
-    for n in nodes:
-        if n.kind == COMPUTE:
-            alloc_classes.update(int(pool.t_class[t]) for t in a.out_idx[a.out_ptr[n.ref]:a.out_ptr[n.ref + 1]])
-        elif n.kind == SWAP_IN:
-            alloc_classes.add(int(pool.t_class[n.ref]))
-    if not pool.by_bytes and not alloc_classes:
-        return
-    touched = set(int(t) for t in tl.ref[lo:hi][tl.kind[lo:hi] != COMPUTE])
-    cands: list[tuple[float, int, int, int, int, bool]] = []
-    comp_nodes = [i for i in range(lo, hi) if tl.kind[i] == COMPUTE]
-    # tensors read by the window's computes, and tensors resident at its start that it never touches
-    reads: dict[int, list[int]] = {}
-    for i in comp_nodes:
-        o = int(tl.ref[i])
-        for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]:
-            reads.setdefault(int(t), []).append(i)
-    for t, rd in reads.items():
-        if t in touched or (not pool.by_bytes and int(pool.t_class[t]) not in alloc_classes):
-            continue
-        if a.t_bytes[t] == 0 and pool.by_bytes:
-            continue
-        nd, ty = ev.of(t)
-        if np.any((nd >= lo) & (nd < hi) & (ty == TensorEvents.WRITE)):
-            continue  # produced inside the window
-        prev_nodes = nd[nd < lo]
-        if len(prev_nodes) == 0 and not p.resident[t]:
-            continue
-        # gaps: (last touch before, next read) for consecutive reads; the first gap starts before the window
-        touches = [int(prev_nodes[-1]) if len(prev_nodes) else -1] + rd
-        for left, right in zip(touches, touches[1:]):
-            if left >= 0 and tl.kind[left] in (SWAP_OUT, FREE):
-                continue
-            hv = _host_valid_before(p, tl, nd, ty, t, (left + 1) if left >= 0 else 0)
-            cost = dur_of(SWAP_IN, t) + (0.0 if hv else dur_of(SWAP_OUT, t))
-            gap = float(tl.start[right]) - (float(tl.end[left]) if left >= 0 else 0.0)
-            if gap <= cost:
-                continue
-            cands.append(((gap - cost) * float(max(1, a.t_bytes[t])), t, left, right, 0, hv))
-    cands.sort(key=lambda c: (-c[0], c[1], c[2]))
-    used: set[int] = set()
-    for score, t, left, right, _, hv in cands:
-        if len(used) >= opt.candidates:
-            break
-        if t in used:
-            continue
-        used.add(t)
-        j = len(pairs)
-        rk = FREE if hv else SWAP_OUT
-        lb_r = stream_free[2] if rk == SWAP_OUT else 0
-        if left >= 0 and left < lo:
-            lb_r = max(lb_r, tk(float(tl.end[left])))
-        rel = WNode(-1 - 2 * j, rk, t, _ceil(dur_of(rk, t) / tick), lb_r, 0, j)
-        lb_l = stream_free[1]
-        # a host copy made by a swap_out still running before the window must have ended
-        nd, ty = ev.of(t)
-        outs = [int(x) for x, y in zip(nd, ty) if y == TensorEvents.RELEASE and tl.kind[x] == SWAP_OUT and x < lo]
-        if hv and outs:
-            lb_l = max(lb_l, tk(float(tl.end[outs[-1]])))
-        load = WNode(-2 - 2 * j, SWAP_IN, t, _ceil(dur_of(SWAP_IN, t) / tick), lb_l, 0, j)
-        nodes.append(rel)
-        nodes.append(load)
-        ri, li = len(nodes) - 2, len(nodes) - 1
-        pairs.append(Pair(t, ri, li, False))
-        if left >= lo:
-            precs.append(Precedence(index[left], ri))
-        precs.append(Precedence(ri, li))
-        precs.append(Precedence(li, index[right]))
+    """The model data of the window of schedule positions [p0, p1), or None when it has nothing to schedule."""
+    return _Builder(p, tl, ev, p0, p1, opt).build()
 
 
 def _node_mem(p: Problem, kind: int, ref: int) -> list[tuple[int, int, bool]]:
@@ -391,71 +443,6 @@ def _node_mem(p: Problem, kind: int, ref: int) -> list[tuple[int, int, bool]]:
         elif a.t_bytes[ref]:
             out.append((-1, -int(a.t_bytes[ref]), True))
     return out
-
-
-def _alloc_classes(p: Problem, nodes: list[WNode]) -> set[int]:
-    a = p.graph.arrays
-    out: set[int] = set()
-    for n in nodes:
-        if n.kind == COMPUTE:
-            out.update(int(p.pool.t_class[t]) for t in a.out_idx[a.out_ptr[n.ref]:a.out_ptr[n.ref + 1]])
-        elif n.kind == SWAP_IN:
-            out.add(int(p.pool.t_class[n.ref]))
-    return out
-
-
-def _advance_candidates(p, tl, ev, lo, hi, t0, tick, nodes, pairs, opt, dur_of, stream_free, tk) -> None:
-    """Tensors idle through the window whose next event after it is an eviction: offer that eviction earlier."""
-    if opt.advance <= 0:
-        return
-    a = p.graph.arrays
-    pool = p.pool
-    classes = _alloc_classes(p, nodes)
-    if not pool.by_bytes and not classes:
-        return
-    # per tensor: last event before the window, first event at or after it
-    sel_before = ev.node < lo
-    last_before = np.full(a.n_tensors, -1, np.int64)
-    np.maximum.at(last_before, ev.tensor[sel_before], ev.node[sel_before])
-    first_from = np.full(a.n_tensors, np.iinfo(np.int64).max, np.int64)
-    sel_from = ev.node >= lo
-    np.minimum.at(first_from, ev.tensor[sel_from], ev.node[sel_from])
-    resident = np.zeros(a.n_tensors, np.bool_)
-    has_before = last_before >= 0
-    lb_kind = np.full(a.n_tensors, -1, np.int64)
-    lb_kind[has_before] = tl.kind[last_before[has_before]]
-    resident[has_before] = (lb_kind[has_before] == COMPUTE) | (lb_kind[has_before] == SWAP_IN)
-    resident |= (~has_before) & p.resident
-    big = np.iinfo(np.int64).max
-    cand = np.nonzero(resident & (first_from >= hi) & (first_from < big))[0]
-    if len(cand) == 0:
-        return
-    nxt = first_from[cand]
-    is_rel = (tl.kind[nxt] == SWAP_OUT) | (tl.kind[nxt] == FREE)
-    cand, nxt = cand[is_rel], nxt[is_rel]
-    if not pool.by_bytes:
-        keep = np.isin(pool.t_class[cand], list(classes))
-        cand, nxt = cand[keep], nxt[keep]
-    if pool.by_bytes:
-        keep = a.t_bytes[cand] > 0
-        cand, nxt = cand[keep], nxt[keep]
-    if len(cand) == 0:
-        return
-    span_end = t0 + tick * (max(n.hint + n.dur for n in nodes if n.key >= 0))
-    gain = np.minimum(tl.end[nxt], span_end) - t0
-    score = gain * np.maximum(a.t_bytes[cand], 1)
-    order = np.lexsort((cand, -score))[:opt.advance]
-    for k in order:
-        t, r_old = int(cand[k]), int(nxt[k])
-        if score[k] <= 0:
-            continue
-        rk = int(tl.kind[r_old])
-        lb = stream_free[2] if rk == SWAP_OUT else 0
-        if last_before[t] >= 0:
-            lb = max(lb, tk(float(tl.end[last_before[t]])))
-        j = len(pairs)
-        nodes.append(WNode(-1 - 2 * j, rk, t, _ceil(dur_of(rk, t) / tick), lb, 0, j))
-        pairs.append(Pair(t, len(nodes) - 1, -1, False, r_old))
 
 
 def _reservoirs(p: Problem, free: PoolState, t0: float, tick: float, nodes: list[WNode]) -> list[Reservoir]:

@@ -197,3 +197,19 @@ def test_figure1_refinement_keeps_the_papers_result(order, pool_name, units):
     check(g, res.plan)
     assert res.plan.makespan_s <= plan.makespan_s
     assert _concat_end(res.plan) <= units
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_schedule_bound_is_a_lower_bound(seed):
+    from hybrid.compare import schedule_bound
+
+    rng = np.random.default_rng(seed)
+    g = training_graph(int(rng.integers(4, 14)), seed=seed, workspace_prob=0.3, share_params=int(rng.integers(0, 3)),
+                       device=Device("s", int(rng.integers(14, 48)) << 20, 12e9, float(rng.choice([6e9, 12e9])), 0.0))
+    try:
+        _, plan = _plan(g, "bytes", random_order(g, rng))
+    except InfeasibleError:
+        return
+    b = schedule_bound(g, plan)
+    assert plan.metrics["ideal_s"] * (1 - 1e-9) <= b <= plan.makespan_s * (1 + 1e-9)
