@@ -76,7 +76,7 @@ class RefineResult:
     initial_makespan: float
     rebind_makespan: float = float("nan")  # the input re-walked (objects re-assigned best-fit) before any window
     windows: int = 0                  # windows solved
-    accepted: int = 0                 # windows whose solution lowered the makespan
+    accepted: int = 0                 # windows whose solution lowered the makespan (re-walking not counted)
     infeasible: int = 0               # windows CP-SAT proved infeasible (conservative rounding) or found nothing
     rejected: int = 0                 # solutions the walk or the simulator did not confirm as better
     stop: str = ""                    # time limit | converged | window budget | interrupted | no stall
@@ -126,9 +126,8 @@ def refine_timeline(prob: Problem, tl: Timeline, reference: float, *, time_limit
     res.rebind_makespan = tl.makespan
     best: Timeline | None = None
     eps = 1e-9 * max(1.0, reference)
-    if tl.makespan < best_ms - eps:
+    if tl.makespan < best_ms - eps:  # re-walking alone (objects re-assigned best-fit) already helps
         best, best_ms = tl, tl.makespan
-        res.accepted += 1
         res.history.append(HistoryPoint(time.perf_counter() - t_start, best_ms))
     cur = tl
     n_ops = len(prob.schedule)
@@ -236,8 +235,11 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     if graph.name != plan.graph:
         raise HybridError(f"refine: the plan is for graph {plan.graph!r}, not {graph.name!r}")
     prob, tl = starting_point(graph, plan)
+    setup = time.perf_counter() - t0
     reference = float(plan.makespan_s)
-    best, res = refine_timeline(prob, tl, reference, time_limit_s=time_limit_s - (time.perf_counter() - t0),
+    # keep back about what building and validating the final plan will take (of the order of the setup)
+    reserve = 1.5 * setup if options.validate else 0.5 * setup
+    best, res = refine_timeline(prob, tl, reference, time_limit_s=time_limit_s - setup - reserve,
                                 seed=seed, workers=workers, progress=progress, options=options)
     res.plan = plan
     if best is not None:
