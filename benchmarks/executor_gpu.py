@@ -25,11 +25,20 @@ What it measures (results/executor_gpu.md, and .csv next to it):
     python benchmarks/executor_gpu.py                  # on a CUDA machine; ~15-25 min on one H100
     python benchmarks/executor_gpu.py --quick          # smaller models, 2 memories, ~5 min
     python benchmarks/executor_gpu.py --device cpu --quick --out /tmp/x.md   # smoke test of the script itself
+
+Where one command may run 10 minutes at most, run it in parts; `--append` keeps
+the other models' rows (kept in results/executor_gpu.json):
+
+    python benchmarks/executor_gpu.py --models resnet-50 vgg16 --no-sanitizer
+    python benchmarks/executor_gpu.py --models unet rnn-4-2k --no-sanitizer --append
+    python benchmarks/executor_gpu.py --models inception-v4-1 --no-sanitizer --append
+    python benchmarks/executor_gpu.py --sanitizer-only --append
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import shlex
 import statistics
@@ -134,7 +143,7 @@ def cost_preset(dev: torch.device) -> str:
 # ---- 3. eager alternatives ------------------------------------------------------------------
 
 def _blocks_checkpointed(model: torch.nn.Module) -> int:
-    """Wrap every element of the model's Sequential containers in activation checkpointing."""
+    """Wrap the outermost blocks held in Sequential / ModuleList containers in activation checkpointing."""
     from torch.utils.checkpoint import checkpoint
 
     class Ckpt(torch.nn.Module):
@@ -142,18 +151,24 @@ def _blocks_checkpointed(model: torch.nn.Module) -> int:
             super().__init__()
             self.inner = inner
 
-        def forward(self, *a: Any) -> Any:
-            return checkpoint(self.inner, *a, use_reentrant=False)
+        def forward(self, *a: Any, **kw: Any) -> Any:
+            return checkpoint(self.inner, *a, use_reentrant=False, **kw)
 
-    n = 0
-    for mod in list(model.modules()):
-        if isinstance(mod, torch.nn.Sequential):
-            for k, child in list(mod._modules.items()):
-                if child is not None and not isinstance(child, (torch.nn.Sequential, Ckpt)) and \
-                        any(True for _ in child.parameters()):
-                    mod._modules[k] = Ckpt(child)
-                    n += 1
-    return n
+    def visit(mod: torch.nn.Module) -> int:
+        n = 0
+        container = isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList))
+        for k, child in list(mod._modules.items()):
+            if child is None:
+                continue
+            if container and not isinstance(child, (torch.nn.Sequential, torch.nn.ModuleList)) and \
+                    any(True for _ in child.parameters()):
+                mod._modules[k] = Ckpt(child)
+                n += 1
+            else:
+                n += visit(child)
+        return n
+
+    return visit(model)
 
 
 def eager_time(graph: Graph, base: torch.nn.Module, args: Any, target: Any, loss_fn: Any, dev: torch.device,
@@ -161,7 +176,7 @@ def eager_time(graph: Graph, base: torch.nn.Module, args: Any, target: Any, loss
     """Time per iteration and peak device memory of eager training: plain, save_on_cpu or checkpointed."""
     model = copy.deepcopy(base).to(dev)
     if mode == "checkpoint" and _blocks_checkpointed(model) == 0:
-        return {"note": "no Sequential blocks to checkpoint"}
+        return {"note": "no Sequential/ModuleList blocks to checkpoint"}
     a = tuple(x.to(dev) for x in args)
     t = target.to(dev)
     opt = torch_optimizer(graph, model)
@@ -369,9 +384,27 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
     return rows, rank_rows, info
 
 
+def load_previous(out: Path) -> dict[str, Any]:
+    path = out.with_suffix(".json")
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())
+
+
+def merge(old: list[dict], new: list[dict]) -> list[dict]:
+    """Rows of `old` for models not in `new`, then `new`."""
+    models = {r.get("model") for r in new}
+    return [r for r in old if r.get("model") not in models] + new
+
+
 def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: list[dict], infos: list[dict],
           sanitizer: dict | None, args: argparse.Namespace) -> None:
-    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"link": link, "rows": rows, "ranks": ranks, "infos": infos,
+                                                    "sanitizer": sanitizer, "commands": getattr(args, "commands", [])},
+                                                   indent=1, default=str))
+    cmd = "; ".join(getattr(args, "commands", [])) or "python " + " ".join(
+        shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (smoke test, not GPU figures)"
     runs = pd.DataFrame(rows)
     first = ["model", "memory", "memory_MiB", "plan", "pool", "measured_s", "simulated_s", "measured/simulated",
@@ -401,8 +434,9 @@ def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: lis
         rank.to_markdown(index=False, floatfmt=".3g") if len(rank) else "(none)", "",
         "## Per model: ideal, eager alternatives, correctness on the device", "",
         "*eager_save_on_cpu*: `torch.autograd.graph.save_on_cpu(pin_memory=True)` around forward and loss "
-        "(parameters and optimizer state stay on the device); *eager_checkpoint*: every block of the model's "
-        "Sequential containers under `torch.utils.checkpoint` (use_reentrant=False). Their peaks are "
+        "(parameters and optimizer state stay on the device); *eager_checkpoint*: the outermost blocks held in the "
+        "model's Sequential / ModuleList containers under `torch.utils.checkpoint` (use_reentrant=False). Their "
+        "peaks are "
         "torch.cuda.max_memory_allocated; compare them with the plans' memory. *check_*: the smallest memory's "
         "Belady plan trained 3 iterations against eager PyTorch from the same seed (atol 1e-5, rtol 1e-4).", "",
         models.to_markdown(index=False, floatfmt=".4g") if len(models) else "(none)", "",
@@ -429,6 +463,9 @@ def main() -> None:
     ap.add_argument("--ga-seconds", type=float, default=0.0, help="also plan with the GA for this long (0: no GA)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-sanitizer", action="store_true")
+    ap.add_argument("--sanitizer-only", action="store_true", help="only the TORCH_CUDA_SANITIZER run")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the rows of models not run now from the previous results (results/executor_gpu.json)")
     ap.add_argument("--sanitizer-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "executor_gpu.md")
     a = ap.parse_args()
@@ -447,27 +484,37 @@ def main() -> None:
         if unknown:
             sys.exit(f"--models: no configuration for {unknown[0]!r}; known: {', '.join(pool)}")
         cases = [pool[m] for m in a.models]
-    log(f"device {dev}; measuring the host link")
-    link = measure_link(dev, 64 * MiB if dev.type == "cpu" else 256 * MiB)
+    prev = load_previous(a.out) if a.append else {}
+    this = "python " + " ".join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+    a.commands = [c for c in prev.get("commands", []) if c != this] + [this]
+    if a.sanitizer_only:
+        cases = []
+    if prev.get("link") and a.sanitizer_only:
+        link = prev["link"]
+    else:
+        log(f"device {dev}; measuring the host link")
+        link = measure_link(dev, 64 * MiB if dev.type == "cpu" else 256 * MiB)
     rows: list[dict] = []
     ranks: list[dict] = []
     infos: list[dict] = []
+    sanitizer = prev.get("sanitizer")
     for case in cases:
         try:
             r, k, info = bench_model(case, dev, link, a.fractions, a.iters, a.ga_seconds, a.seed)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
-            infos.append({"model": case[0], "error": short(e)})
-            continue
+            r, k, info = [], [], {"model": case[0], "error": short(e)}
         rows += r
         ranks += k
         infos.append(info)
-        write(a.out, dev, link, rows, ranks, infos, None, a)   # keep what is done if a later model fails
-    sanitizer = None
+        # Keep what is done if a later model fails.
+        write(a.out, dev, link, merge(prev.get("rows", []), rows), merge(prev.get("ranks", []), ranks),
+              merge(prev.get("infos", []), infos), sanitizer, a)
     if dev.type == "cuda" and not a.no_sanitizer:
         log("TORCH_CUDA_SANITIZER run")
         sanitizer = run_sanitizer()
-    write(a.out, dev, link, rows, ranks, infos, sanitizer, a)
+    write(a.out, dev, link, merge(prev.get("rows", []), rows), merge(prev.get("ranks", []), ranks),
+          merge(prev.get("infos", []), infos), sanitizer, a)
 
 
 if __name__ == "__main__":

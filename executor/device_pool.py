@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 
 from hybrid.capture.encoding import dtype_from_name
@@ -313,17 +314,14 @@ class CompactingPool(ArenaPool):
         t = self.graph.tensors[tensor]
         if t.bytes == 0:
             return 0
+        starts = np.array([0] + self.live_hi, dtype=np.int64)
+        ends = np.array(self.live_lo + [self.arena_bytes], dtype=np.int64)
         for align in dict.fromkeys((alignment(t), _min_alignment(t))):
-            best, best_len = -1, -1
-            off = 0
-            for lo, hi in zip(self.live_lo + [self.arena_bytes], self.live_hi + [self.arena_bytes]):
-                start = (off + align - 1) // align * align
-                room = lo - start
-                if room >= t.bytes and (best < 0 or room < best_len):
-                    best, best_len = start, room
-                off = max(off, hi)
-            if best >= 0:
-                return best
+            aligned = (starts + align - 1) // align * align
+            room = ends - aligned
+            ok = np.nonzero(room >= t.bytes)[0]
+            if len(ok):
+                return int(aligned[ok[np.argmin(room[ok])]])
         raise Fragmented()
 
     def compact(self) -> list[tuple[int, int, int, int]]:

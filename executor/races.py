@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import Callable
 
 from hybrid.errors import HybridError
 
@@ -32,7 +33,7 @@ class _Seg:
 
 
 class RaceChecker:
-    def __init__(self, label: callable) -> None:  # type: ignore[valid-type]
+    def __init__(self, label: Callable[[int], str]) -> None:
         self.label = label      # node -> readable name
         self.reset()
 
