@@ -171,7 +171,7 @@ def main() -> None:
                         "pool", "generations", "evaluations", "paper_swapadvisor", "paper_odswap", "note"]
             if c in df.columns]
     notes = f"""Normalized throughput (ideal / makespan; 1 = unlimited memory) of the baselines and of `hybrid optimize`
-with a {args.time_limit} budget (seed {args.seed}, default settings: population 144, `--pool both`, `--refine` its
+with a {args.time_limit} budget (seed {args.seed}, default settings: population 48, `--pool both`, all policies and planner knobs, `--refine` its
 default, 20% of the budget kept for refinement when it is CP-SAT), on this 2-core machine shared with other jobs.
 `ga` is the GA's best before refinement, `ga+refine` the written plan; `speedup_vs_best_baseline` = best baseline
 makespan / optimize makespan. `odswap_random_order` is ODSwap on a random topological order (seed {args.seed}).

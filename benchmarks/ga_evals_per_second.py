@@ -60,11 +60,11 @@ def measure(g: Graph, dev: Device, children: int, workers: int) -> dict:
     t0 = time.thread_time()
     kids = search._children()
     ops_ms = (time.thread_time() - t0) * 1e3 / len(kids)
-    fitness([(k.schedule, k.cls, k.cnt, k.by_bytes) for k in kids[:1]])  # warm
+    fitness([(k.schedule, k.cls, k.cnt, k.by_bytes, k.planner) for k in kids[:1]])  # warm
     per = []
     for k in kids:
         t0 = time.thread_time()
-        fitness([(k.schedule, k.cls, k.cnt, k.by_bytes)])
+        fitness([(k.schedule, k.cls, k.cnt, k.by_bytes, k.planner)])
         per.append((time.thread_time() - t0) * 1e3)
     row = {"graph": g.name, "ops": len(g.ops), "tensors": len(g.tensors), "sizes": space.n_sizes,
            "memory_GiB": dev.memory_bytes / 2**30, "children": len(kids),
@@ -73,7 +73,7 @@ def measure(g: Graph, dev: Device, children: int, workers: int) -> dict:
            "operators_share": ops_ms / (ops_ms + statistics.fmean(per))}
     if workers > 1:
         with ProcessPoolEvaluator(g, dev, PlannerOptions(), workers) as ev:
-            items = [(k.schedule, k.cls, k.cnt, k.by_bytes) for k in kids]
+            items = [(k.schedule, k.cls, k.cnt, k.by_bytes, k.planner) for k in kids]
             ev.evaluate(items[:workers])  # start the workers
             t0 = time.monotonic()
             ev.evaluate(items)

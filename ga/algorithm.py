@@ -3,8 +3,9 @@
 One generation:
 1. pick `children / 4` random parent pairs from the population;
 2. each pair gives two schedules (prefix crossover) and two allocations (CLS
-   one-point crossover, CNT through CNT_EXT), combined into four children;
-   each child's schedule and allocation are mutated, then repaired;
+   one-point crossover, CNT through CNT_EXT; the pool kind and eviction
+   policy go with the prefix), combined into four children; each child's
+   schedule and allocation are mutated, then repaired;
 3. the children are evaluated (the only expensive step, done by an
    `Evaluator`, possibly in parallel);
 4. `population` survivors are drawn from parents + children by softmax over
@@ -26,7 +27,7 @@ import numpy as np
 from ga.crossover import cross_allocations, cross_schedules
 from ga.encoding import POLICIES, Individual, SearchSpace
 from ga.evaluation import Candidate, Evaluator
-from ga.mutation import mutate_cls, mutate_cnt, mutate_schedule
+from ga.mutation import mutate_cls, mutate_cnt, mutate_planner, mutate_schedule
 from ga.population import PoolMode, SearchMode, random_individuals, seeded
 from ga.progress import ConvergenceLog, GenerationStats
 from ga.repair import repair
@@ -37,6 +38,7 @@ from hybrid.swap_planner import SwapPlanner
 
 
 _CACHE_SIZE = 20_000
+_RETRIES = 4
 
 
 def _key(ind: Individual) -> bytes:
@@ -45,24 +47,48 @@ def _key(ind: Individual) -> bytes:
         h.update(np.ascontiguousarray(part).tobytes())
         h.update(b"|")
     h.update(b"B" if ind.by_bytes else b"C")
-    h.update(bytes([ind.policy]))
+    h.update(int(ind.planner).to_bytes(2, "little"))
     return h.digest()
+
+
+def _distinct(cands: list[Individual], n: int) -> list[Individual]:
+    """Candidates without repeats, so copies of one individual cannot crowd out diversity; repeats come back
+    (best first) only when fewer than `n` distinct ones exist."""
+    seen: set[bytes] = set()
+    first: list[Individual] = []
+    repeats: list[Individual] = []
+    for c in cands:
+        k = _key(c)
+        (repeats if k in seen else first).append(c)
+        seen.add(k)
+    if len(first) < n:
+        first += sorted(repeats, key=lambda c: c.makespan)[:n - len(first)]
+    return first
 
 
 @dataclass(frozen=True)
 class GAConfig:
-    """Search parameters. Defaults follow the paper where it gives them (N_p = 144, P = 10%)."""
+    """Search parameters.
+
+    Where they differ from the paper, measured on this project's 2-core machine (results/ga_ablation.md):
+    N_p = 48 rather than 144 (the paper sized 144 to split over 72 cores; with a few cores a smaller
+    population gets more generations in the same minutes and did better in 90-second runs on BRNN-4-8K and
+    Inception-4); selection temperature 0.05 rather than eq. 1's 1 (see ga.selection); the schedule
+    mutation's P drawn per child, log-uniform between 1/n_ops and P (the paper's 10% moves hundreds of ops
+    at once on a 10,000-op graph, while one or two moves refine a good schedule; drawing it covers both).
+    """
 
     population: int = 48                  # N_p, individuals alive after each selection (the paper: 144 on 72 cores)
     children: int = 48                    # new individuals per generation (4 per crossover); S = population + children
     mutation_rate: float = 0.1            # P: per element of CLS and CNT
-    schedule_mutation_rate: float = 0.1   # P for schedules: per ready-set step
+    schedule_mutation_rate: float = 0.1   # highest P for schedules, per ready-set step (drawn per child)
     count_sigma: float = 0.2              # CNT mutation: Gaussian sigma as a fraction of the count (>= 1 object)
     temperature: float = 0.05             # softmax temperature over t_norm (1 = the paper's eq. 1; see selection.py)
     elite: int = 1                        # best individuals that always survive
     search: SearchMode = "both"           # what the search may change (Figure 10's ablations)
     pool: PoolMode = "both"               # pool kinds: size classes (the paper), the byte budget, or both
     policies: tuple[str, ...] = POLICIES  # eviction policies the search may pick (encoding.POLICIES)
+    planner_knobs: bool = True            # also search the planner's recency window and lookahead
     seed: int = 1
 
     def __post_init__(self) -> None:
@@ -136,7 +162,7 @@ class GeneticSearch:
                 todo.setdefault(key, []).append(i)
         keys = list(todo)
         firsts = [inds[todo[k][0]] for k in keys]
-        items: list[Candidate] = [(i.schedule, i.cls, i.cnt, i.by_bytes, i.policy) for i in firsts]
+        items: list[Candidate] = [(i.schedule, i.cls, i.cnt, i.by_bytes, i.planner) for i in firsts]
         times = self.evaluator.evaluate(items, stop)
         for k, t in zip(keys, times):
             for i in todo[k]:
@@ -174,12 +200,12 @@ class GeneticSearch:
         elif cfg.search == "schedule":
             others = {s.schedule.tobytes(): s.schedule for s in seeds
                       if not np.array_equal(s.schedule, fixed.schedule)}
-            extra = [Individual(o, fixed.cls, fixed.cnt, fixed.by_bytes, fixed.policy) for o in others.values()]
+            extra = [Individual(o, fixed.cls, fixed.cnt, fixed.by_bytes, fixed.planner) for o in others.values()]
             self._evaluate(extra, None)
             seeds = [fixed] + extra
         seeds = seeds[:cfg.population]
         rest = random_individuals(self.space, cfg.population - len(seeds), cfg.search, cfg.pool, cfg.policy_ids,
-                                  rng, fixed)
+                                  rng, fixed, cfg.planner_knobs)
         self._evaluate(rest, stop)
         pop = seeds + [ind for ind in rest if not np.isnan(ind.makespan)]
         self.state.population = pop
@@ -202,7 +228,7 @@ class GeneticSearch:
         if not complete:
             st.rng.bit_generator.state = rng_state  # a resume replays this generation exactly
             return False
-        cand = st.population + done
+        cand = _distinct(st.population + done, self.config.population)
         times = np.array([c.makespan for c in cand])
         keep = select_survivors(times, self.config.population, st.best.makespan, st.rng,
                                 self.config.temperature, self.config.elite)
@@ -245,6 +271,7 @@ class GeneticSearch:
         pop = st.population
         p = cfg.mutation_rate
         out: list[Individual] = []
+        alive = {_key(i) for i in pop}
         while len(out) < cfg.children:
             i, j = rng.choice(len(pop), size=2, replace=False) if len(pop) > 1 else (0, 0)
             a, b = pop[i], pop[j]
@@ -254,18 +281,26 @@ class GeneticSearch:
                 scheds = (a.schedule, b.schedule)
             if cfg.search != "schedule" and sp.n_sizes > 1:
                 (c1, n1), (c2, n2) = cross_allocations(a.cls, a.cnt, b.cls, b.cnt, int(rng.integers(1, sp.n_sizes)))
-                # pool kind and policy travel with the prefix
-                allocs = ((c1, n1, b.by_bytes, b.policy), (c2, n2, a.by_bytes, a.policy))
+                # pool kind and planner settings travel with the prefix
+                allocs = ((c1, n1, b.by_bytes, b.planner), (c2, n2, a.by_bytes, a.planner))
             else:
-                allocs = ((a.cls, a.cnt, a.by_bytes, a.policy), (b.cls, b.cnt, b.by_bytes, b.policy))
+                allocs = ((a.cls, a.cnt, a.by_bytes, a.planner), (b.cls, b.cnt, b.by_bytes, b.planner))
             for s in scheds:
-                for cls, cnt, by_bytes, policy in allocs:
+                for cls, cnt, by_bytes, gene in allocs:
                     if len(out) == cfg.children:
                         break
-                    out.append(self._mutate(s, cls, cnt, by_bytes, policy, p, rng))
+                    # A copy of a living individual teaches nothing: mutate afresh (a few times at most). Only
+                    # the population and this generation count, so a resumed search retries identically.
+                    for _ in range(_RETRIES):
+                        child = self._mutate(s, cls, cnt, by_bytes, gene, p, rng)
+                        key = _key(child)
+                        if key not in alive:
+                            break
+                    alive.add(key)
+                    out.append(child)
         return out
 
-    def _mutate(self, s: np.ndarray, cls: np.ndarray, cnt: np.ndarray, by_bytes: bool, policy: int, p: float,
+    def _mutate(self, s: np.ndarray, cls: np.ndarray, cnt: np.ndarray, by_bytes: bool, gene: int, p: float,
                 rng: np.random.Generator) -> Individual:
         cfg = self.config
         if cfg.search != "allocation":
@@ -273,15 +308,13 @@ class GeneticSearch:
         if cfg.search != "schedule":
             if cfg.pool == "both" and rng.random() < p:
                 by_bytes = not by_bytes
-            ids = cfg.policy_ids
-            if len(ids) > 1 and rng.random() < p:
-                policy = ids[(ids.index(policy) + int(rng.integers(1, len(ids)))) % len(ids)]
+            gene = mutate_planner(gene, cfg.policy_ids, cfg.planner_knobs, p, rng)
             cls, cnt = mutate_cls(cls, cnt, p, rng)
             cnt = mutate_cnt(cnt, p, cfg.count_sigma, rng)
             cls, cnt, ok = repair(self.space, cls, cnt)
             if not ok and not by_bytes:
-                return Individual(s, cls, cnt, by_bytes, policy, float("inf"))
-        return Individual(s, cls, cnt, by_bytes, policy)
+                return Individual(s, cls, cnt, by_bytes, gene, float("inf"))
+        return Individual(s, cls, cnt, by_bytes, gene)
 
     def _schedule_rate(self, rng: np.random.Generator) -> float:
         """Per child, log-uniform between about one random pick per schedule and the configured P."""

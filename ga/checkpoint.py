@@ -46,7 +46,7 @@ def save_checkpoint(path: str | Path, space: SearchSpace, config: GAConfig, stat
         "cnt": np.concatenate([i.cnt for i in pop]).astype(np.int64),
         "makespans": np.array([i.makespan for i in pop], dtype=np.float64),
         "by_bytes": np.array([i.by_bytes for i in pop], dtype=np.bool_),
-        "policy": np.array([i.policy for i in pop], dtype=np.int8),
+        "planner": np.array([i.planner for i in pop], dtype=np.int16),
     }
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -60,8 +60,8 @@ def load_checkpoint(path: str | Path, space: SearchSpace) -> tuple[GAConfig, Sea
     try:
         with np.load(path, allow_pickle=False) as z:
             header = json.loads(str(z["header"]))
-            schedules, cls, cnt_ptr, cnt, makespans, by_bytes, policy = (
-                z[k] for k in ("schedules", "cls", "cnt_ptr", "cnt", "makespans", "by_bytes", "policy"))
+            schedules, cls, cnt_ptr, cnt, makespans, by_bytes, planner = (
+                z[k] for k in ("schedules", "cls", "cnt_ptr", "cnt", "makespans", "by_bytes", "planner"))
     except (OSError, KeyError, ValueError) as e:
         raise HybridError(f"--resume {path}: not a readable GA checkpoint ({e})") from None
     if header.get("format") != CHECKPOINT_FORMAT:
@@ -74,7 +74,7 @@ def load_checkpoint(path: str | Path, space: SearchSpace) -> tuple[GAConfig, Sea
     if schedules.shape[1] != space.n_ops or cls.shape[1] != space.n_sizes:
         raise HybridError(f"--resume {path}: its individuals do not fit graph {space.graph.name!r}")
     inds = [Individual(schedules[k].copy(), cls[k].copy(), cnt[cnt_ptr[k]:cnt_ptr[k + 1]].copy(),
-                       by_bytes=bool(by_bytes[k]), policy=int(policy[k]), makespan=float(makespans[k]))
+                       by_bytes=bool(by_bytes[k]), planner=int(planner[k]), makespan=float(makespans[k]))
             for k in range(len(makespans))]
     rng = np.random.default_rng()
     rng.bit_generator.state = header["rng"]

@@ -10,9 +10,12 @@
 - by_bytes: when set, the individual's pool is the plain byte budget (the
   `unconstrained` allocation, as the Belady baseline uses) and CLS/CNT are
   carried along unused, so crossover can hand them back to a size-class child.
-- policy: how the swap planner picks victims (`POLICIES`): Belady (farthest
-  next use), LRU (as ODSwap), or Belady with persistent tensors pinned on the
-  device (as vDNN). No policy wins everywhere, so the search picks it too.
+- planner: the swap planner's settings, one small int (`PlannerGene`): the
+  eviction policy (`POLICIES`: Belady = farthest next use, LRU as ODSwap, or
+  Belady with persistent tensors pinned on the device as vDNN), the recency
+  window (victims used within that many ops are skipped) and the lookahead
+  (how many ranked victims are compared). No setting wins everywhere, so the
+  search picks it too.
 
 `SearchSpace` holds what every operator needs about the graph, built once.
 """
@@ -29,12 +32,47 @@ from hybrid.graph import Graph
 from hybrid.swap_planner import PlannerOptions
 
 POLICIES = ("belady", "lru", "pinned")
+RECENCY = (0, 1, 2, 4, 8)
+LOOKAHEAD = (1, 2, 4)
 
 
-def policy_options(base: PlannerOptions, policy: int) -> PlannerOptions:
-    """The planner options of a policy gene, on top of the search's base options (recency, passes...)."""
-    name = POLICIES[policy]
-    return replace(base, victim="lru" if name == "lru" else "belady", keep_persistent=name == "pinned")
+@dataclass(frozen=True)
+class PlannerGene:
+    """Indices into POLICIES, RECENCY and LOOKAHEAD; packed into one int for the chromosome."""
+
+    policy: int
+    recency: int
+    lookahead: int
+
+    def pack(self) -> int:
+        return self.policy + len(POLICIES) * (self.recency + len(RECENCY) * self.lookahead)
+
+    @staticmethod
+    def unpack(code: int) -> "PlannerGene":
+        p, rest = code % len(POLICIES), code // len(POLICIES)
+        return PlannerGene(p, rest % len(RECENCY), rest // len(RECENCY))
+
+    @staticmethod
+    def of(base: PlannerOptions, policy: int) -> "PlannerGene":
+        """`policy` with the base options' recency and lookahead (their nearest table values)."""
+        r = min(range(len(RECENCY)), key=lambda i: abs(RECENCY[i] - base.recency))
+        la = min(range(len(LOOKAHEAD)), key=lambda i: abs(LOOKAHEAD[i] - base.lookahead))
+        return PlannerGene(policy, r, la)
+
+    def options(self, base: PlannerOptions) -> PlannerOptions:
+        name = POLICIES[self.policy]
+        return replace(base, victim="lru" if name == "lru" else "belady", keep_persistent=name == "pinned",
+                       recency=RECENCY[self.recency], lookahead=LOOKAHEAD[self.lookahead])
+
+    def describe(self) -> str:
+        return f"{POLICIES[self.policy]}, recency {RECENCY[self.recency]}, lookahead {LOOKAHEAD[self.lookahead]}"
+
+
+N_PLANNER_GENES = len(POLICIES) * len(RECENCY) * len(LOOKAHEAD)
+
+
+def planner_options(base: PlannerOptions, code: int) -> PlannerOptions:
+    return PlannerGene.unpack(code).options(base)
 
 
 @dataclass
@@ -45,7 +83,7 @@ class Individual:
     cls: np.ndarray
     cnt: np.ndarray
     by_bytes: bool = False
-    policy: int = 0
+    planner: int = 0             # PlannerGene.pack()
     makespan: float = float("nan")
 
     @property
@@ -53,7 +91,7 @@ class Individual:
         return len(self.cnt)
 
     def copy(self) -> "Individual":
-        return Individual(self.schedule.copy(), self.cls.copy(), self.cnt.copy(), self.by_bytes, self.policy,
+        return Individual(self.schedule.copy(), self.cls.copy(), self.cnt.copy(), self.by_bytes, self.planner,
                           self.makespan)
 
 
@@ -109,7 +147,7 @@ class SearchSpace:
         return _class_need(self.use_ptr, self.use_size, self.use_count, np.ascontiguousarray(cls, dtype=np.int64), n)
 
     def options_for(self, ind: Individual) -> PlannerOptions:
-        return policy_options(self.options, ind.policy)
+        return planner_options(self.options, ind.planner)
 
     def pool(self, ind: Individual) -> PoolArrays:
         if ind.by_bytes:

@@ -1,6 +1,6 @@
 """Fitness evaluation behind one small interface: serial, worker processes, or a Dask cluster.
 
-An evaluator takes a batch of candidates (schedule, CLS, CNT, by_bytes, policy) and returns
+An evaluator takes a batch of candidates (schedule, CLS, CNT, by_bytes, planner gene) and returns
 their makespans, in order. Fitness is deterministic (the planner and the
 simulator have no randomness) and all randomness of the search stays in the
 main process, so every backend gives the same search for the same seed and
@@ -23,14 +23,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ga.encoding import POLICIES, policy_options
+from ga.encoding import N_PLANNER_GENES, planner_options
 from hybrid.allocation import byte_pool, class_pool, distinct_sizes
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.swap_planner import PlannerOptions, SwapPlanner
 
-Candidate = tuple[np.ndarray, np.ndarray, np.ndarray, bool, int]  # schedule, cls, cnt, by_bytes, policy
+Candidate = tuple[np.ndarray, np.ndarray, np.ndarray, bool, int]  # schedule, cls, cnt, by_bytes, planner gene
 StopFn = Callable[[], bool]
 
 
@@ -55,14 +55,14 @@ class Fitness:
     def __init__(self, graph: Graph, device: Device, options: PlannerOptions) -> None:
         self.graph = graph
         self.planner = SwapPlanner(graph, device)
-        self.options = [policy_options(options, k) for k in range(len(POLICIES))]
+        self.options = [planner_options(options, k) for k in range(N_PLANNER_GENES)]
         self.ts = distinct_sizes(graph)
         self.bytes = byte_pool(graph, device.memory_bytes)
 
     def __call__(self, items: Sequence[Candidate]) -> list[float]:
         return [self.planner.makespan(s, self.bytes if by_bytes else class_pool(self.graph, cls, cnt, self.ts),
-                                      self.options[policy])
-                for s, cls, cnt, by_bytes, policy in items]
+                                      self.options[gene])
+                for s, cls, cnt, by_bytes, gene in items]
 
 
 _FITNESS: dict[str, Fitness] = {}
@@ -166,7 +166,7 @@ class ProcessPoolEvaluator(_ChunkedEvaluator):
     def __init__(self, graph: Graph, device: Device, options: PlannerOptions, workers: int | None = None) -> None:
         import multiprocessing as mp
 
-        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.workers = max(1, workers or available_cores())
         self.payload = Payload.of(graph, device, options)
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context(method),
@@ -223,12 +223,20 @@ class DaskEvaluator(_ChunkedEvaluator):
             self.client.close()
 
 
+def available_cores() -> int:
+    """Cores this process may run on (the affinity mask, which containers limit), not the host's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def make_evaluator(graph: Graph, device: Device, options: PlannerOptions, workers: int | None = None,
                    scheduler: str | None = None) -> Evaluator:
     """`scheduler` → Dask; `workers` == 1 → serial; otherwise worker processes (default: all cores)."""
     if scheduler:
         return DaskEvaluator(graph, device, options, scheduler=scheduler)
-    n = workers if workers is not None else (os.cpu_count() or 1)
+    n = workers if workers is not None else available_cores()
     if n <= 1:
         return SerialEvaluator(graph, device, options)
     return ProcessPoolEvaluator(graph, device, options, n)

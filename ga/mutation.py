@@ -14,6 +14,10 @@ follow through CNT_EXT (a size keeps its count, classes average their sizes').
 
 CNT: each class count is redrawn with probability P from a Gaussian around
 its value (sigma = `sigma_rel` times the value, at least one object).
+
+Planner settings: with probability P each, the policy changes to another
+allowed one, and the recency window and lookahead move one step in their
+tables.
 The caller repairs the result (`ga.repair`).
 """
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ga.encoding import SearchSpace, collapse_cnt, extend_cnt
+from ga.encoding import LOOKAHEAD, RECENCY, PlannerGene, SearchSpace, collapse_cnt, extend_cnt
 
 
 def mutate_schedule(space: SearchSpace, parent: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
@@ -57,6 +61,20 @@ def mutate_cnt(cnt: np.ndarray, p: float, sigma_rel: float, rng: np.random.Gener
     sigma = np.maximum(1.0, sigma_rel * cnt[hit])
     out[hit] = np.maximum(0, np.rint(rng.normal(cnt[hit], sigma))).astype(np.int64)
     return out
+
+
+def mutate_planner(code: int, policies: tuple[int, ...], knobs: bool, p: float, rng: np.random.Generator) -> int:
+    g = PlannerGene.unpack(code)
+    policy, rec, la = g.policy, g.recency, g.lookahead
+    if len(policies) > 1 and rng.random() < p:
+        i = policies.index(policy) if policy in policies else 0
+        policy = policies[(i + int(rng.integers(1, len(policies)))) % len(policies)]
+    if knobs:
+        if rng.random() < p:
+            rec = int(np.clip(rec + (1 if rng.random() < 0.5 else -1), 0, len(RECENCY) - 1))
+        if rng.random() < p:
+            la = int(np.clip(la + (1 if rng.random() < 0.5 else -1), 0, len(LOOKAHEAD) - 1))
+    return PlannerGene(policy, rec, la).pack()
 
 
 @njit(cache=True, inline="always")

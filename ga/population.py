@@ -13,8 +13,8 @@ depth-first order with the first one, each with:
   to fit the budget.
 Random ones: a random topological order (a uniformly random ready op at each
 step) with a random monotone CLS whose counts start from that order's
-unswapped peak, scaled by log-normal noise, then repaired, and a random
-policy; when both pool kinds are searched, half of them use the byte budget.
+unswapped peak, scaled by log-normal noise, then repaired, and random planner
+settings (policy, recency, lookahead); when both pool kinds are searched, half of them use the byte budget.
 
 Searching only the schedule (`--search schedule`) fixes every pool to the
 best seeded pool on the program order; searching only the allocation fixes
@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from ga.encoding import Individual, SearchSpace
+from ga.encoding import LOOKAHEAD, RECENCY, Individual, PlannerGene, SearchSpace
 from ga.mutation import random_schedule
 from ga.repair import fit_counts, floor_bytes, min_floor_cls, repair
 from hybrid.schedule import depth_first_order, program_order
@@ -69,6 +69,7 @@ def peak_allocation(space: SearchSpace, order: np.ndarray, cls: np.ndarray) -> t
 
 
 def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...] = (0,)) -> list[Individual]:
+    """The seeds, with the base planner options' recency and lookahead (so they reproduce the baselines)."""
     per_size = np.arange(space.n_sizes, dtype=np.int64)
     lowest, _ = min_floor_cls(space)
     class_choices = [c for c in (per_size, lowest) if floor_bytes(space, c) <= space.budget]
@@ -80,11 +81,12 @@ def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...
     for k, order in enumerate([prog] if np.array_equal(prog, dfs) else [prog, dfs]):
         allocs = [peak_allocation(space, order, c) for c in class_choices]
         for policy in policies if k == 0 else policies[:1]:
+            gene = PlannerGene.of(space.options, policy).pack()
             if pool != "classes":
                 dormant = allocs[0] if allocs else (lowest, space.class_need(lowest))
-                out.append(Individual(order, *dormant, by_bytes=True, policy=policy))
+                out.append(Individual(order, *dormant, by_bytes=True, planner=gene))
             if pool != "bytes":
-                out.extend(Individual(order, cls, cnt, policy=policy) for cls, cnt in allocs)
+                out.extend(Individual(order, cls, cnt, planner=gene) for cls, cnt in allocs)
     return out
 
 
@@ -104,16 +106,18 @@ def random_allocation(space: SearchSpace, order: np.ndarray, rng: np.random.Gene
 
 
 def random_individuals(space: SearchSpace, n: int, mode: SearchMode, pool: PoolMode, policies: tuple[int, ...],
-                       rng: np.random.Generator, fixed: Individual) -> list[Individual]:
+                       rng: np.random.Generator, fixed: Individual, knobs: bool = True) -> list[Individual]:
     """`n` random individuals; `fixed` supplies what the search mode keeps fixed."""
     out = []
     for _ in range(n):
         sched = fixed.schedule if mode == "allocation" else random_schedule(space, rng)
         if mode == "schedule":
-            out.append(Individual(sched, fixed.cls, fixed.cnt, fixed.by_bytes, fixed.policy))
+            out.append(Individual(sched, fixed.cls, fixed.cnt, fixed.by_bytes, fixed.planner))
             continue
         cls, cnt = random_allocation(space, sched, rng)
         by_bytes = pool == "bytes" or (pool == "both" and bool(rng.random() < 0.5))
-        policy = policies[int(rng.integers(len(policies)))]
-        out.append(Individual(sched, cls, cnt, by_bytes, policy))
+        gene = PlannerGene.of(space.options, policies[int(rng.integers(len(policies)))])
+        if knobs:
+            gene = PlannerGene(gene.policy, int(rng.integers(len(RECENCY))), int(rng.integers(len(LOOKAHEAD))))
+        out.append(Individual(sched, cls, cnt, by_bytes, gene.pack()))
     return out

@@ -40,6 +40,16 @@ class GenerationStats:
 COLUMNS = [f.name for f in fields(GenerationStats)]
 
 
+def format_duration(seconds: float) -> str:
+    """Time left as 1h02m, 4m05s or 12s."""
+    s = int(round(max(0.0, seconds)))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
 class ConvergenceLog:
     def __init__(self, rows: list[GenerationStats] | None = None) -> None:
         self.rows: list[GenerationStats] = list(rows or [])
@@ -111,7 +121,7 @@ class ProgressLine:
         left = self.time_left() if self.time_left else None
         line = (f"gen {s.generation:4d}  best {format_seconds(s.best_ever_s)}  pop best {format_seconds(s.best_s)}"
                 f" mean {format_seconds(s.mean_s)} worst {format_seconds(s.worst_s)}  {s.evals_per_s:.0f} evals/s"
-                + (f"  {format_seconds(left)} left" if left is not None else ""))
+                + (f"  {format_duration(left)} left" if left is not None else ""))
         if self.live:
             self.stream.write("\r" + line.ljust(self._width))
             self._width = len(line)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ga.algorithm import GAConfig
-from ga.encoding import POLICIES, Individual, SearchSpace
+from ga.encoding import POLICIES, Individual, PlannerGene, SearchSpace
 from ga.progress import ConvergenceLog
 from hybrid.plan import Plan
 from hybrid.plan_build import to_plan
@@ -46,7 +46,8 @@ class SearchResult:
                 "children": c.children, "mutation_rate": c.mutation_rate, "generations": self.generations,
                 "evaluations": self.evaluations, "cache_hits": self.cache_hits, "search_time_s": round(self.search_time_s, 3),
                 "stop_reason": self.stop_reason, "evaluator": self.evaluator, "workers": self.workers,
-                "policy": POLICIES[self.best.policy],
+                "policy": POLICIES[PlannerGene.unpack(self.best.planner).policy],
+                "planner_gene": PlannerGene.unpack(self.best.planner).describe(),
                 "planner_options": self.space.options_for(self.best).describe()}
 
     def to_plan(self, **planner_extra: Any) -> Plan:

@@ -153,3 +153,39 @@ def test_check_feasible_names_the_shortfall() -> None:
     g = two_size_graph(3 * MB)   # the 4 MB tensor alone does not fit
     with pytest.raises(InfeasibleError, match="no size-class pool fits"):
         check_feasible(SearchSpace.build(g, g.device))
+
+
+# ---- planner settings ----------------------------------------------------------------------------------------
+
+def test_planner_gene_round_trip_and_mutation_bounds() -> None:
+    from ga.encoding import N_PLANNER_GENES, POLICIES, PlannerGene, planner_options
+    from ga.mutation import mutate_planner
+    from hybrid.swap_planner import PlannerOptions
+
+    for code in range(N_PLANNER_GENES):
+        assert PlannerGene.unpack(code).pack() == code
+    base = PlannerOptions()
+    seed_gene = PlannerGene.of(base, POLICIES.index("lru"))
+    opts = planner_options(base, seed_gene.pack())
+    assert opts == PlannerOptions(victim="lru")           # seeds reproduce the base options exactly
+    assert planner_options(base, PlannerGene.of(base, 2).pack()).keep_persistent
+    rng = np.random.default_rng(0)
+    code = seed_gene.pack()
+    for _ in range(200):
+        code = mutate_planner(code, (0, 1), True, 0.5, rng)
+        assert PlannerGene.unpack(code).policy in (0, 1)
+    fixed = PlannerGene.of(base, 0).pack()
+    for _ in range(50):
+        g = PlannerGene.unpack(mutate_planner(fixed, (0, 1), False, 0.9, rng))
+        assert (g.recency, g.lookahead) == (PlannerGene.of(base, 0).recency, PlannerGene.of(base, 0).lookahead)
+
+
+def test_copies_do_not_crowd_out_distinct_candidates() -> None:
+    from ga.algorithm import _distinct
+    from ga.encoding import Individual
+
+    a = Individual(np.arange(3, dtype=np.int32), np.array([0]), np.array([2]), makespan=1.0)
+    b = Individual(np.array([1, 0, 2], dtype=np.int32), np.array([0]), np.array([2]), makespan=2.0)
+    out = _distinct([a, a.copy(), a.copy(), b], 2)
+    assert [x.makespan for x in out] == [1.0, 2.0]
+    assert len(_distinct([a, a.copy(), b], 3)) == 3      # repeats return only to fill the population

@@ -42,6 +42,8 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--policy", "policies", multiple=True, type=click.Choice(["belady", "lru", "pinned"]),
               help="Eviction policies the search may pick (repeatable) [default: all]: belady (farthest next use), "
                    "lru (as ODSwap), pinned (belady, persistent tensors kept on the device, as vDNN).")
+@click.option("--planner-knobs/--no-planner-knobs", default=True, show_default=True,
+              help="Also search the planner's recency window and victim lookahead (else the planner's defaults).")
 @click.option("--mutation-rate", type=float, default=0.1, show_default=True,
               help="P: chance that a CLS/CNT element mutates, and the highest chance of a random pick per schedule step.")
 @click.option("--temperature", type=float, default=0.05, show_default=True,
@@ -65,7 +67,7 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--quiet", is_flag=True, help="No progress line; only the final summary.")
 def command(graph_path: Path, time_limit: str, generations: int | None, seed: int, population: int,
             children: int | None, workers: int | None, scheduler: str | None, search: str, pool: str,
-            policies: tuple[str, ...], mutation_rate: float, temperature: float, refine: str, refine_share: float,
+            policies: tuple[str, ...], planner_knobs: bool, mutation_rate: float, temperature: float, refine: str, refine_share: float,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
             log_path: Path | None, plot_path: Path | None, quiet: bool, **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
@@ -114,7 +116,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     ga_time = total * (1.0 - refine_share) if refine == "cpsat" else total
     config = GAConfig(population=population, children=children or population, mutation_rate=mutation_rate,
                       schedule_mutation_rate=mutation_rate, temperature=temperature, search=search,  # type: ignore[arg-type]
-                      pool=pool, seed=seed, **({"policies": policies} if policies else {}))  # type: ignore[arg-type]
+                      pool=pool, seed=seed, planner_knobs=planner_knobs,
+                      **({"policies": policies} if policies else {}))  # type: ignore[arg-type]
     deadline = start + ga_time
     line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
     try:
