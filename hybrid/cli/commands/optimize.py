@@ -129,14 +129,15 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         if line is not None:
             line.close()
     plan = result.to_plan(time_limit_s=total)
+    _check(graph, plan, validate)
+    plan.save(out_path)  # written now, so an interrupted refinement still leaves the GA's best
     refined = ""
     if refine == "cpsat" and result.stop_reason != "interrupted":
-        plan, refined = _refine(graph, plan, start + total - time.monotonic(), seed, workers, quiet)
-    report = validate(graph, plan)
-    if not report.valid:  # a planner bug: say so rather than write a plan the executor would reject
-        raise HybridError(f"the best plan failed validation (rule {report.violations[0].rule}: "
-                          f"{report.violations[0].message}); please report this with the graph file")
-    plan.save(out_path)
+        better, refined = _refine(graph, plan, start + total - time.monotonic(), seed, workers, quiet)
+        if better is not plan:
+            _check(graph, better, validate)
+            plan = better
+            plan.save(out_path)
     if log_path is not None:
         result.log.to_csv(log_path)
     m = plan.metrics
@@ -158,6 +159,13 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     click.echo(f"wrote {out_path}" + (f", {log_path}" if log_path else "") + (f", {plot_path}" if plot_path else ""))
 
 
+def _check(graph, plan, validate) -> None:  # noqa: ANN001
+    report = validate(graph, plan)
+    if not report.valid:  # a planner bug: say so rather than write a plan the executor would reject
+        raise HybridError(f"the best plan failed validation (rule {report.violations[0].rule}: "
+                          f"{report.violations[0].message}); please report this with the graph file")
+
+
 def _refine(graph, plan, seconds: float, seed: int, workers: int | None, quiet: bool):  # noqa: ANN001, ANN202
     """Run hybrid.refine on the best plan; keep the original when refinement finds nothing better."""
     from hybrid.refine import refine
@@ -173,8 +181,13 @@ def _refine(graph, plan, seconds: float, seed: int, workers: int | None, quiet: 
                        f"(from {format_seconds(p.initial_makespan)}), {p.windows} windows, {p.accepted} accepted",
                        err=True)
 
-    res = refine(graph, plan, time_limit_s=seconds, seed=seed, workers=workers or 1,
-                 progress=None if quiet else progress)
+    from ga.evaluation import available_cores
+
+    try:
+        res = refine(graph, plan, time_limit_s=seconds, seed=seed, workers=workers or available_cores(),
+                     progress=None if quiet else progress)
+    except KeyboardInterrupt:
+        return plan, "; refinement interrupted (the GA's plan is kept)"
     if res.improved and res.plan.makespan_s < plan.makespan_s:
         return res.plan, f"; CP-SAT refined {format_seconds(plan.makespan_s)} -> {format_seconds(res.plan.makespan_s)}"
     return plan, "; CP-SAT refinement found no faster timing"
