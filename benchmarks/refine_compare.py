@@ -57,7 +57,7 @@ def graphs(graph_dir: Path, only: set[str] | None):
 
 def merge(graph_dir: Path) -> pd.DataFrame:
     """Concatenate the per-graph parts; fill bounds missing from older parts (from the saved plans)."""
-    from hybrid.compare import COLUMNS, schedule_bound, summary, with_medians, write_tables
+    from hybrid.compare import COLUMNS, schedule_bound, split_gains, summary, with_medians, write_tables
     from hybrid.plan import Plan
 
     parts = sorted(PARTS.glob("*.parquet"))
@@ -67,6 +67,15 @@ def merge(graph_dir: Path) -> pd.DataFrame:
     for col in ("schedule_bound_s", "ratio_schedule_bound"):
         if col not in df:
             df[col] = float("nan")
+    for col in ("split_makespan_s", "rewalk_gain", "window_gain"):
+        if col not in df:
+            df[col] = float("nan")
+    for i in df.index[(df["arm"] == "ga+cpsat") & df["split_makespan_s"].isna()]:
+        split = Path(str(df.at[i, "plan"]).replace("-ga+cpsat.json", "-split.json"))
+        if split.exists():
+            df.at[i, "split_makespan_s"] = Plan.load(split).makespan_s
+            df.at[i, "rewalk_gain"], df.at[i, "window_gain"] = split_gains(
+                df.at[i, "split_makespan_s"], df.at[i, "rebind_makespan_s"], df.at[i, "makespan_s"])
     todo = df["schedule_bound_s"].isna()
     if todo.any():
         wanted = set(df.loc[todo, "label"])
@@ -91,9 +100,9 @@ Per (graph, seed): the GA (`ga.optimize`, serial, default settings) runs for 80%
 GA+CP-SAT arm refines its best plan with `hybrid.refine` for the remaining 20% while the GA-only arm resumes
 the same search (from its checkpoint) for the same 20%. Equal wall time per arm; `search_s` is what each arm
 used (refinement stops early when no window has a stall left). `gain_vs_ga` = 1 - makespan(GA+CP-SAT) /
-makespan(GA-only) of the same seed; median rows take medians over seeds. `rebind_makespan_s` is the GA plan
-re-walked by refinement before any CP-SAT window (objects re-assigned best-fit), so the gain splits into
-re-walking and windows. Ratios: makespan / ideal (compute only), makespan / lower bound, and makespan /
+makespan(GA-only) of the same seed; median rows take medians over seeds. `split_makespan_s` is the GA's best
+at the split and `rebind_makespan_s` that plan re-walked by refinement before any CP-SAT window (objects
+re-assigned best-fit): `rewalk_gain` is what re-walking gave and `window_gain` what CP-SAT windows added. Ratios: makespan / ideal (compute only), makespan / lower bound, and makespan /
 schedule bound (`hybrid.compare.schedule_bound`: what any plan with this schedule and memory needs, given the
 bytes that must leave the device before each op and come back after it; near 1, only another schedule helps). SwapAdvisor graphs
 are captured for v100-16gb (16 GiB, 12 GB/s each way); Checkmate graphs use v100-16gb's link with memory at 25%

@@ -9,6 +9,10 @@ So both arms get the same wall time and share the search up to the split
 (a paired comparison: the difference is what the last part of the budget
 bought, more generations or CP-SAT). Both plans are validated and written.
 
+The GA+CP-SAT rows split their gain: `rewalk_gain` is what re-walking the
+split plan gave (objects re-assigned best-fit, before any window) and
+`window_gain` what the CP-SAT windows added on top.
+
 `compare(...)` returns one row per (arm, seed) plus a median row per arm;
 tables of several graphs concatenate (`pd.concat`) into one, and
 `summary(...)` condenses any of them to one line per graph.
@@ -35,7 +39,7 @@ ARMS = ("ga", "ga+cpsat")
 COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal",
            "ratio_lower_bound", "schedule_bound_s", "ratio_schedule_bound", "gain_vs_ga", "stall_s", "bytes_h2d",
            "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_windows", "refine_accepted",
-           "rebind_makespan_s", "plan"]
+           "split_makespan_s", "rebind_makespan_s", "rewalk_gain", "window_gain", "plan"]
 
 
 def schedule_bound(graph: Graph, plan: Plan) -> float:
@@ -103,7 +107,14 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
             "ratio_schedule_bound": plan.makespan_s / sb if sb > 0 else np.nan, "gain_vs_ga": np.nan,
             "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)), "bytes_h2d": h2d, "bytes_d2h": d2h,
             "bytes_moved": h2d + d2h, "search_s": search_s, "ga_generations": np.nan, "refine_windows": np.nan,
-            "refine_accepted": np.nan, "rebind_makespan_s": np.nan, "plan": plan_path}
+            "refine_accepted": np.nan, "split_makespan_s": np.nan, "rebind_makespan_s": np.nan,
+            "rewalk_gain": np.nan, "window_gain": np.nan, "plan": plan_path}
+
+
+def split_gains(split_s: float, rebind_s: float, refined_s: float) -> tuple[float, float]:
+    """(gain from re-walking the split plan, further gain from CP-SAT windows), as fractions."""
+    walked = min(split_s, rebind_s)
+    return 1.0 - walked / split_s, 1.0 - refined_s / walked
 
 
 def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, seeds: Sequence[int] = (1, 2, 3),
@@ -183,7 +194,10 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
         r_h["ga_generations"] = first.generations
         r_h["refine_windows"] = ref.windows
         r_h["refine_accepted"] = ref.accepted
+        r_h["split_makespan_s"] = split_plan.makespan_s
         r_h["rebind_makespan_s"] = ref.rebind_makespan
+        r_h["rewalk_gain"], r_h["window_gain"] = split_gains(split_plan.makespan_s, ref.rebind_makespan,
+                                                             hybrid_plan.makespan_s)
         r_h["gain_vs_ga"] = 1.0 - hybrid_plan.makespan_s / ga_plan.makespan_s
         rows += [r_ga, r_h]
     return with_medians(pd.DataFrame(rows, columns=COLUMNS))
@@ -196,7 +210,7 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
     num = ["makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal", "ratio_lower_bound", "schedule_bound_s",
            "ratio_schedule_bound", "gain_vs_ga", "stall_s",
            "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_windows",
-           "refine_accepted", "rebind_makespan_s"]
+           "refine_accepted", "split_makespan_s", "rebind_makespan_s", "rewalk_gain", "window_gain"]
     for (g, mem, arm), part in seeds.groupby(["graph", "memory_bytes", "arm"], sort=False):
         r = {c: part[c].median() for c in num}
         r.update({"graph": g, "memory_bytes": mem, "arm": arm, "row": "median", "seed": pd.NA, "plan": ""})
@@ -215,6 +229,8 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         hy = part[part["arm"] == "ga+cpsat"].iloc[0]
         rows.append({"graph": g, "memory_bytes": mem, "ga_makespan_s": ga["makespan_s"],
                      "ga+cpsat_makespan_s": hy["makespan_s"], "median_gain": hy["gain_vs_ga"],
+                     "median_rewalk_gain": hy.get("rewalk_gain", np.nan),
+                     "median_window_gain": hy.get("window_gain", np.nan),
                      "ga_ratio_lower_bound": ga["ratio_lower_bound"],
                      "ga+cpsat_ratio_lower_bound": hy["ratio_lower_bound"],
                      "ga+cpsat_ratio_schedule_bound": hy.get("ratio_schedule_bound", np.nan),

@@ -238,7 +238,7 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     setup = time.perf_counter() - t0
     reference = float(plan.makespan_s)
     # keep back about what building and validating the final plan will take (of the order of the setup)
-    reserve = 1.5 * setup if options.validate else 0.5 * setup
+    reserve = 2.5 * setup if options.validate else 0.5 * setup
     best, res = refine_timeline(prob, tl, reference, time_limit_s=time_limit_s - setup - reserve,
                                 seed=seed, workers=workers, progress=progress, options=options)
     res.plan = plan

@@ -36,7 +36,8 @@ def _window_sizes(text: str) -> tuple[int, ...]:
 @click.option("--candidates", type=int, default=4, show_default=True,
               help="Alternative evictions offered to CP-SAT per window (0: timing and order only).")
 @click.option("--max-windows", type=int, default=None,
-              help="Stop after this many windows: with --seed, the same plan on any machine.")
+              help="Stop after this many windows; the same --seed then gives the same plan (CP-SAT runs on "
+                   "deterministic time) unless --time-limit ends the search first.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Write the refined plan here (the input plan, unchanged, if nothing faster is found).")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -1,0 +1,42 @@
+"""Timeline pictures of one graph before and after CP-SAT refinement, from refine_compare's saved plans.
+
+Draws the GA's best plan at the split (what refinement started from), the same plan refined with CP-SAT,
+and the GA-only arm's plan after the same extra time, stacked on one time axis: compute / h2d / d2h lanes
+with compute stalls shaded, and device memory over time. Writes results/refine_timeline_<label>.png.
+
+Example (what produced the committed figure):
+    python benchmarks/refine_timeline.py --label segnet_32_416_608_3_train@0.5 --seed 1
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from benchmarks.common import RESULTS, ROOT
+from benchmarks.refine_compare import graphs
+from hybrid.plan import Plan
+from hybrid.timeline import plot_timeline
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--label", required=True, help="a graph label of results/refine_compare.md")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--graph-dir", type=Path, default=ROOT / "out" / "graphs")
+    args = ap.parse_args()
+    found = [(lab, g, dev) for lab, g, dev in graphs(args.graph_dir, {args.label.split("@")[0]}) if lab == args.label]
+    if not found:
+        raise SystemExit(f"no benchmark graph labelled {args.label!r}")
+    label, g, dev = found[0]
+    folder = ROOT / "out" / "refine_compare" / label.replace("@", "_")
+    stem = f"{g.name}-seed{args.seed}"
+    plans = [("GA best at the split (input to refinement)", Plan.load(folder / f"{stem}-split.json")),
+             ("GA + CP-SAT refinement", Plan.load(folder / f"{stem}-ga+cpsat.json")),
+             ("GA-only, same extra time", Plan.load(folder / f"{stem}-ga.json"))]
+    out = RESULTS / f"refine_timeline_{label.replace('@', '_')}.png"
+    plot_timeline(g, plans, out, title=f"{g.name} on {dev.name} ({dev.memory_bytes / 2**30:.1f} GiB), seed {args.seed}")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
