@@ -119,6 +119,7 @@ class WindowOptions:
     candidates: int = 4          # new "evict" candidate tensors per window
     advance: int = 6             # "advance" candidates (later evictions moved into the window)
     keep_pairs: bool = True      # make in-window evict/reload pairs optional
+    early_origin: bool = True    # tick 0 at the earliest time a window node could start, not its current start
 
 
 class TensorEvents:
@@ -215,6 +216,10 @@ class _Builder:
         if hi <= lo:
             return None
         self.t0 = float(tl.start[lo:hi].min())
+        if self.opt.early_origin:
+            # a window node may start as soon as its stream and its frozen predecessors allow, which can be
+            # before any current start (a swap_in that waited for memory the window itself freed late)
+            self.t0 = min(self.t0, self._earliest(lo, hi))
         span = float(tl.end[lo:hi].max()) - self.t0
         if self.opt.tick is not None:
             self.tick = float(self.opt.tick)
@@ -258,6 +263,27 @@ class _Builder:
         horizon = max(horizon, max(n.hint + n.dur for n in nodes) + 1)
         return WindowSpec(self.p0, self.p1, lo, hi, self.t0, self.tick, horizon, nodes, self.precs, self.pairs,
                           reservoirs, chain, tuple(self.stream_free))
+
+    def _earliest(self, lo: int, hi: int) -> float:
+        """Earliest real time any window node on a stream could start, from the frozen prefix alone."""
+        tl = self.tl
+        free = [0.0, 0.0, 0.0]
+        for s in range(3):
+            pre = np.nonzero(tl.kind[:lo] == s)[0]
+            if len(pre):
+                free[s] = float(tl.end[pre[-1]])
+        best = np.inf
+        for i in range(lo, hi):
+            k = int(tl.kind[i])
+            if k == FREE:
+                continue
+            t = free[k]
+            for j in range(tl.dep_ptr[i], tl.dep_ptr[i + 1]):
+                d = int(tl.dep_idx[j])
+                if d < lo and not tl.dep_own[j]:
+                    t = max(t, float(tl.end[d]))
+            best = min(best, t)
+        return best
 
     # -- alternative evictions --------------------------------------------------------------------------------
     def host_valid_before(self, t: int, x: int) -> bool:
