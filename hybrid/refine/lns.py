@@ -115,108 +115,136 @@ def _windows(n_ops: int, w: int, offset: int) -> list[tuple[int, int]]:
     return out
 
 
+class _Search:
+    """State of one refinement run: the current (best) timeline, the budget, and the counters."""
+
+    def __init__(self, prob: Problem, tl: Timeline, reference: float, time_limit_s: float, seed: int,
+                 workers: int, progress: ProgressFn | None, options: RefineOptions) -> None:
+        self.t_start = time.perf_counter()
+        self.prob, self.seed, self.workers, self.progress, self.options = prob, seed, workers, progress, options
+        self.time_limit_s = time_limit_s
+        self.reference = reference
+        self.eps = 1e-9 * max(1.0, reference)
+        self.res = RefineResult(plan=None, improved=False,  # type: ignore[arg-type] - set by refine()
+                                history=[HistoryPoint(0.0, reference)], initial_makespan=reference,
+                                rebind_makespan=tl.makespan, stop="converged")
+        self.best: Timeline | None = None
+        self.best_ms = reference
+        if tl.makespan < reference - self.eps:  # re-walking alone (objects re-assigned best-fit) already helps
+            self._accept(tl, counted=False)
+        self.cur = tl
+        self.ev = TensorEvents(prob, tl)
+        self.wopt = WindowOptions(resolution=options.resolution, candidates=options.candidates,
+                                  advance=options.advance)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
+
+    def left(self) -> float:
+        return self.time_limit_s - self.elapsed()
+
+    def configs(self) -> list[tuple[int, int]]:
+        """(window size, offset) rounds: the first size first, the rest in a seeded order."""
+        cfg = [(w, off) for w in self.options.window_ops for off in (0, max(1, w // 4))]
+        rest = np.random.default_rng(self.seed).permutation(len(cfg) - 1) + 1 if len(cfg) > 1 else []
+        return [cfg[0]] + [cfg[int(i)] for i in rest]
+
+    def pick(self, w: int, off: int, tried: set[tuple[int, int]]) -> tuple[int, int] | None:
+        """The untried window of this round with the most compute stall in it (None: no stall left)."""
+        gap, tail = _stalls(self.cur)
+        n_ops = len(self.prob.schedule)
+        floor = 1e-7 * max(self.cur.makespan, 1e-30)
+        cands = _windows(n_ops, w, off)
+        if self.options.stall_windows:  # also windows ending at a stalled op: its delay was issued before it
+            cands += [(max(0, int(q) - w + 1), int(q) + 1) for q in np.nonzero(gap > floor)[0]]
+        best = None
+        for p0, p1 in cands:
+            if (p0, p1) in tried:
+                continue
+            score = float(gap[p0:p1].sum()) + (tail if p1 == n_ops else 0.0)
+            if score > floor and (best is None or score > best[0]):
+                best = (score, p0, p1)
+        return None if best is None else (best[1], best[2])
+
+    def attempt(self, p0: int, p1: int) -> bool:
+        """Solve one window; keep the result if the re-walked, re-simulated plan is faster. True if kept."""
+        spec = build_window(self.prob, self.cur, self.ev, p0, p1, self.wopt)
+        if spec is None:
+            return False
+        res = self.res
+        sol = solve_window(spec, SolveOptions(time_s=min(self.options.window_time_s, max(0.05, self.left())),
+                                              workers=self.workers,
+                                              seed=(self.seed * 1_000_003 + res.windows) % (2**31 - 1),
+                                              second_stage=self.options.second_stage))
+        res.windows += 1
+        if not sol.ok:
+            res.infeasible += 1
+            return False
+        try:
+            cand = decode(self.prob, self.cur, spec, sol)
+        except (SequenceError, ValueError):
+            res.rejected += 1
+            return False
+        _, end = simulate(cand.kind, cand.end - cand.start, cand.dep_ptr, cand.dep_idx)
+        ms = float(end.max()) if len(end) else 0.0
+        if not np.allclose(end, cand.end, rtol=0, atol=self.eps) or ms >= self.best_ms - self.eps:
+            res.rejected += 1
+            return False
+        self.cur = cand
+        self.ev = TensorEvents(self.prob, cand)
+        self._accept(cand, counted=True)
+        return True
+
+    def _accept(self, tl: Timeline, counted: bool) -> None:
+        self.best, self.best_ms = tl, tl.makespan
+        self.res.accepted += int(counted)
+        self.res.history.append(HistoryPoint(self.elapsed(), self.best_ms))
+
+    def report(self) -> None:
+        if self.progress is not None:
+            r = self.res
+            self.progress(RefineProgress(self.elapsed(), self.best_ms, self.reference, r.windows, r.accepted))
+
+    def run(self) -> tuple[Timeline | None, RefineResult]:
+        res = self.res
+        configs = self.configs()
+        rounds_without_gain = 0
+        i = 0
+        try:
+            while rounds_without_gain < len(configs):
+                w, off = configs[i % len(configs)]
+                i += 1
+                tried: set[tuple[int, int]] = set()
+                gained = False
+                while (win := self.pick(w, off, tried)) is not None:
+                    if self.left() <= 0:
+                        res.stop = "time limit"
+                        return self.finish()
+                    if self.options.max_windows is not None and res.windows >= self.options.max_windows:
+                        res.stop = "window budget"
+                        return self.finish()
+                    tried.add(win)
+                    if self.attempt(*win):
+                        gained = True
+                        tried = {(a, b) for a, b in tried if b <= win[0]}  # what follows it has changed
+                    self.report()
+                rounds_without_gain = 0 if gained else rounds_without_gain + 1
+            res.stop = "converged"
+        except KeyboardInterrupt:
+            res.stop = "interrupted"
+        return self.finish()
+
+    def finish(self) -> tuple[Timeline | None, RefineResult]:
+        self.res.search_s = self.elapsed()
+        self.report()
+        return self.best, self.res
+
+
 def refine_timeline(prob: Problem, tl: Timeline, reference: float, *, time_limit_s: float, seed: int = 1,
                     workers: int = 1, progress: ProgressFn | None = None,
                     options: RefineOptions = RefineOptions()) -> tuple[Timeline | None, RefineResult]:
     """The search on a walked timeline. Returns (best timeline if better than `reference`, else None; stats)."""
-    t_start = time.perf_counter()
-    res = RefineResult(plan=None, improved=False, history=[HistoryPoint(0.0, reference)],  # type: ignore[arg-type]
-                       initial_makespan=reference)
-    best_ms = reference
-    res.rebind_makespan = tl.makespan
-    best: Timeline | None = None
-    eps = 1e-9 * max(1.0, reference)
-    if tl.makespan < best_ms - eps:  # re-walking alone (objects re-assigned best-fit) already helps
-        best, best_ms = tl, tl.makespan
-        res.history.append(HistoryPoint(time.perf_counter() - t_start, best_ms))
-    cur = tl
-    n_ops = len(prob.schedule)
-    rng = np.random.default_rng(seed)
-    sizes = list(options.window_ops)
-    configs = [(w, off) for w in sizes for off in (0, max(1, w // 4))]
-    order = [0] + [int(i) + 1 for i in rng.permutation(len(configs) - 1)] if len(configs) > 1 else [0]
-    configs = [configs[i] for i in order]
-    wopt = WindowOptions(resolution=options.resolution, candidates=options.candidates, advance=options.advance)
-    ev = TensorEvents(prob, cur)
-    since_gain = 0
-    ci = 0
-    res.stop = "converged"
-
-    def left() -> float:
-        return time_limit_s - (time.perf_counter() - t_start)
-
-    try:
-        while left() > 0:
-            if since_gain >= len(configs):
-                break
-            w, off = configs[ci % len(configs)]
-            ci += 1
-            tried: set[tuple[int, int]] = set()
-            gained = False
-            while left() > 0:
-                if options.max_windows is not None and res.windows >= options.max_windows:
-                    res.stop = "window budget"
-                    raise StopIteration
-                gap, tail = _stalls(cur)
-                floor = 1e-7 * max(cur.makespan, 1e-30)
-                pick = None
-                cands = _windows(n_ops, w, off)
-                if options.stall_windows:
-                    # also windows that end at a stalled op: what delays it was issued in the ops before it
-                    cands = cands + [(max(0, int(q) - w + 1), int(q) + 1) for q in np.nonzero(gap > floor)[0]]
-                for p0, p1 in cands:
-                    if (p0, p1) in tried:
-                        continue
-                    score = float(gap[p0:p1].sum()) + (tail if p1 == n_ops else 0.0)
-                    if score > floor and (pick is None or score > pick[0]):
-                        pick = (score, p0, p1)
-                if pick is None:
-                    break
-                _, p0, p1 = pick
-                tried.add((p0, p1))
-                spec = build_window(prob, cur, ev, p0, p1, wopt)
-                if spec is None:
-                    continue
-                budget = min(options.window_time_s, max(0.05, left()))
-                sol = solve_window(spec, SolveOptions(time_s=budget, workers=workers,
-                                                      seed=(seed * 1_000_003 + res.windows) % (2**31 - 1),
-                                                      second_stage=options.second_stage))
-                res.windows += 1
-                if not sol.ok:
-                    res.infeasible += 1
-                    continue
-                try:
-                    cand = decode(prob, cur, spec, sol)
-                except (SequenceError, ValueError):
-                    res.rejected += 1
-                    continue
-                s, e = simulate(cand.kind, cand.end - cand.start, cand.dep_ptr, cand.dep_idx)
-                ms = float(e.max()) if len(e) else 0.0
-                if not np.allclose(e, cand.end, rtol=0, atol=eps) or ms >= best_ms - eps:
-                    res.rejected += 1
-                    continue
-                cur, best, best_ms = cand, cand, ms
-                ev = TensorEvents(prob, cur)
-                tried = {(a, b) for a, b in tried if b <= p0}
-                res.accepted += 1
-                gained = True
-                res.history.append(HistoryPoint(time.perf_counter() - t_start, best_ms))
-                if progress is not None:
-                    progress(RefineProgress(time.perf_counter() - t_start, best_ms, reference, res.windows,
-                                            res.accepted))
-            since_gain = 0 if gained else since_gain + 1
-        else:
-            res.stop = "time limit"
-        if left() <= 0:
-            res.stop = "time limit"
-    except StopIteration:
-        pass
-    except KeyboardInterrupt:
-        res.stop = "interrupted"
-    res.search_s = time.perf_counter() - t_start
-    if progress is not None:
-        progress(RefineProgress(res.search_s, best_ms, reference, res.windows, res.accepted))
-    return best, res
+    return _Search(prob, tl, reference, time_limit_s, seed, workers, progress, options).run()
 
 
 def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, workers: int = 1,
