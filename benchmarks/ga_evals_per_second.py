@@ -95,7 +95,8 @@ def main() -> None:
         rows.append(row)
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     df = pd.DataFrame(rows)
-    notes = f"""One GA generation per graph ({args.children} children of a 16-individual population, seed 1):
+    notes = f"""Run it as `python -m benchmarks.ga_evals_per_second ...` from the repository root (the script imports
+the `benchmarks` package). One GA generation per graph ({args.children} children of a 16-individual population, seed 1):
 `eval_ms` is the fitness function (swap planner + simulator, up to 3 passes) per child, CPU time of one thread;
 `evals_per_s_per_core` its inverse (mean); `operators_ms` is crossover + mutation + repair per child (same clock);
 `pool_evals_per_s` the wall-clock rate through a {args.workers}-process pool on this 2-core machine, which other jobs

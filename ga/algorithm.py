@@ -73,7 +73,8 @@ class GAConfig:
     Where they differ from the paper, measured on this project's 2-core machine (results/ga_ablation.md):
     N_p = 48 rather than 144 (the paper sized 144 to split over 72 cores; with a few cores a smaller
     population gets more generations in the same minutes and did better in 90-second runs on BRNN-4-8K and
-    Inception-4); selection temperature 0.05 rather than eq. 1's 1 (see ga.selection); the schedule
+    Inception-4); selection temperature 0.05 rather than eq. 1's 1 (a population gathered near the best;
+the best itself came out the same within noise, see ga.selection); the schedule
     mutation's P drawn per child, log-uniform between 1/n_ops and P (the paper's 10% moves hundreds of ops
     at once on a 10,000-op graph, while one or two moves refine a good schedule; drawing it covers both).
     """

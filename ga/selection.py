@@ -8,10 +8,12 @@ population never loses the best plan found; infeasible candidates (inf)
 survive only when there are not enough feasible ones.
 
 The default tau is 0.05: with tau = 1, candidates 10% slower than the best
-keep 90% of its weight, and in our runs the population mean did not improve
-(on RNN-8-8K it sat near 55% of the best's throughput for a whole minute);
-with 0.05 a candidate 5% slower keeps e^-1 of it. `--temperature 1` gives
-eq. 1 exactly (results/ga_ablation.md compares both).
+keep 90% of its weight, and the population mean barely moves (in a first
+RNN-8-8K run it sat near 55% of the best's throughput for a whole minute);
+with 0.05 a candidate 5% slower keeps e^-1 of it and the population gathers
+near the best. Elitism keeps the best either way, and in 90-second runs the
+best plan came out the same within noise for both (results/ga_ablation.md);
+`--temperature 1` gives eq. 1 exactly.
 """
 from __future__ import annotations
 
