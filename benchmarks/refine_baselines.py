@@ -5,10 +5,10 @@ the Checkmate training graphs at 25% (else 50%) of their peak), plan with `hybri
 then `hybrid.refine` for --time-limit seconds. Columns: the baseline's makespan, the makespan after
 re-walking (objects re-assigned best-fit, before any CP-SAT window), after refinement, the gain, windows
 solved/accepted, and ratios to the ideal. Writes results/refine_baselines.{csv,parquet,md} and draws
-results/refine_timeline_<graph>.png (before/after) for --plot graphs.
+results/refine_timeline_belady_<graph>.png (before/after) for --plot graphs.
 
 Example (what produced the committed tables):
-    python benchmarks/refine_baselines.py --time-limit 60 --graph-dir out/graphs --plot inception-v4-4
+    python -m benchmarks.refine_baselines --time-limit 60 --graph-dir out/graphs --plot inception-v4-4
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def main() -> None:
         if label in plot:
             name = label.replace("@", "_")
             plot_timeline(g, [("belady", base), ("belady + CP-SAT refinement", res.plan)],
-                          RESULTS / f"refine_timeline_{name}.png",
+                          RESULTS / f"refine_timeline_belady_{name}.png",
                           title=f"{g.name} on {dev.name}: before and after refinement ({args.time_limit:.0f} s)")
     df = pd.DataFrame(rows)
     write_tables(df, RESULTS / "refine_baselines", "CP-SAT refinement of the Belady baseline",

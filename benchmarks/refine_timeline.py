@@ -5,7 +5,7 @@ and the GA-only arm's plan after the same extra time, stacked on one time axis: 
 with compute stalls shaded, and device memory over time. Writes results/refine_timeline_<label>.png.
 
 Example (what produced the committed figure):
-    python benchmarks/refine_timeline.py --label segnet_32_416_608_3_train@0.5 --seed 1
+    python -m benchmarks.refine_timeline --label segnet_32_416_608_3_train@0.5 --seed 1
 """
 from __future__ import annotations
 
