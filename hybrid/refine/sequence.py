@@ -33,8 +33,7 @@ from hybrid.allocation import PoolArrays
 from hybrid.device import Device
 from hybrid.graph import Graph
 
-COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3
-RELEASE = SWAP_OUT  # in an input sequence, 2 and 3 both mean "release"; the walk decides which
+COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3  # in an input sequence 2 and 3 both mean "release"
 
 OK = 0
 ERR_INPUT_MISSING, ERR_OUTPUT_RESIDENT, ERR_LOAD_RESIDENT, ERR_LOAD_NO_HOST, ERR_RELEASE_ABSENT = 1, 2, 3, 4, 5
@@ -370,11 +369,6 @@ class Problem:
         n_uses = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
         return Problem(aug.graph, aug.device, aug.pool, np.asarray(aug.schedule, np.int32), aug.op_time, aug.op_ws,
                        aug.impl_choice, np.asarray(aug.resident_at_start, np.bool_), aug.options, n_uses)
-
-    def copy_time(self, kind: int, t: int) -> float:
-        b = int(self.graph.arrays.t_bytes[t])
-        d = self.device
-        return b / (d.h2d_bytes_per_s if kind == SWAP_IN else d.d2h_bytes_per_s) + d.transfer_latency_s
 
 
 @dataclass
