@@ -8,7 +8,7 @@ seed; then compare loss, every gradient, every updated parameter, buffer and
 optimizer-state tensor bitwise. A second replay runs a different valid
 schedule (always the latest-listed ready op first) to show the RNG pinning.
 
-    python benchmarks/capture_replay.py            # writes results/capture_replay.md
+    python -m benchmarks.capture_replay            # writes results/capture_replay.md
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def main() -> None:
     lines = [
         "# Reference interpreter vs eager PyTorch",
         "",
-        "Regenerate with `python benchmarks/capture_replay.py`"
+        "Regenerate with `python -m benchmarks.capture_replay`"
         + (f" --models {' '.join(a.models)}" if a.models else "") + ".",
         "",
         f"torch {torch.__version__}, CPU. One training step from the same weights, batch and seed (dropout "

@@ -6,8 +6,8 @@ capture's alone, torch import included) by the same code path as
 suite model captures in under 2 minutes and 4 GB of RAM on a 2-core, 24 GB
 machine, although its tensors add up to hundreds of GB.
 
-    python benchmarks/capture_scale.py                       # all models below
-    python benchmarks/capture_scale.py --models nasnet-25:64 # a subset, NAME:BATCH
+    python -m benchmarks.capture_scale                       # all models below
+    python -m benchmarks.capture_scale --models nasnet-25:64 # a subset, NAME:BATCH
 Writes results/capture_scale.md (or --out).
 """
 from __future__ import annotations
@@ -131,7 +131,7 @@ def main() -> None:
         else:
             print(f"{name} b{r['batch']}: {r['ops']} ops, capture {r['capture_s']:.1f} s, process {r['wall_s']:.1f} s "
                   f"({r['cpu_s']:.1f} s CPU), peak RSS {r['maxrss_kib'] / 1024:.0f} MiB", flush=True)
-    cmd = "python benchmarks/capture_scale.py" + ("" if a.models == MODELS else " --models " + " ".join(a.models))
+    cmd = "python -m benchmarks.capture_scale" + ("" if a.models == MODELS else " --models " + " ".join(a.models))
     if a.optimizer != "adam":
         cmd += f" --optimizer {a.optimizer}"
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,9 @@ def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "") -> Pat
     """results/<stem>.csv and .md, the .md carrying the command that regenerated it."""
     RESULTS.mkdir(exist_ok=True)
     df.to_csv(RESULTS / f"{stem}.csv", index=False)
-    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+    script = Path(sys.argv[0])
+    module = f"benchmarks.{script.stem}" if script.parent.name == "benchmarks" else script.stem
+    cmd = "python -m " + " ".join(shlex.quote(a) for a in [module, *sys.argv[1:]])
     md = [f"# {title}", "", f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}).", ""]
     if notes:
         md += [notes.strip(), ""]

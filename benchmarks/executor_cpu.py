@@ -12,7 +12,7 @@ ops wrote their outputs (out= or the copy fallback, and its bytes), and time
 per iteration against eager on this CPU (the streams run one after another
 here, so these times say nothing about a GPU; benchmarks/executor_gpu.py does).
 
-    python benchmarks/executor_cpu.py                 # writes results/executor_cpu.md
+    python -m benchmarks.executor_cpu                 # writes results/executor_cpu.md
 """
 from __future__ import annotations
 

@@ -22,17 +22,17 @@ What it measures (results/executor_gpu.md, and .csv next to it):
 5. TORCH_CUDA_SANITIZER=1: a child process runs a swapping plan under PyTorch's
    CUDA stream sanitizer; any race it sees fails the child.
 
-    python benchmarks/executor_gpu.py                  # on a CUDA machine; ~15-25 min on one H100
-    python benchmarks/executor_gpu.py --quick          # smaller models, 2 memories, ~5 min
-    python benchmarks/executor_gpu.py --device cpu --quick --out /tmp/x.md   # smoke test of the script itself
+    python -m benchmarks.executor_gpu                  # on a CUDA machine; ~15-25 min on one H100
+    python -m benchmarks.executor_gpu --quick          # smaller models, 2 memories, ~5 min
+    python -m benchmarks.executor_gpu --device cpu --quick --out /tmp/x.md   # smoke test of the script itself
 
 Where one command may run 10 minutes at most, run it in parts; `--append` keeps
 the other models' rows (kept in results/executor_gpu.json):
 
-    python benchmarks/executor_gpu.py --models resnet-50 vgg16 --no-sanitizer
-    python benchmarks/executor_gpu.py --models unet rnn-4-2k --no-sanitizer --append
-    python benchmarks/executor_gpu.py --models inception-v4-1 --no-sanitizer --append
-    python benchmarks/executor_gpu.py --sanitizer-only --append
+    python -m benchmarks.executor_gpu --models resnet-50 vgg16 --no-sanitizer
+    python -m benchmarks.executor_gpu --models unet rnn-4-2k --no-sanitizer --append
+    python -m benchmarks.executor_gpu --models inception-v4-1 --no-sanitizer --append
+    python -m benchmarks.executor_gpu --sanitizer-only --append
 """
 from __future__ import annotations
 

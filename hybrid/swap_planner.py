@@ -35,14 +35,15 @@ class PlannerOptions:
     recency: int = 2             # skip victims used within this many ops (0: no skipping); 2 measured best
     overlap: bool = True         # False: one stream for everything, copies on demand (the naive baseline)
     keep_persistent: bool = False  # vDNN-style: persistent tensors resident throughout, never evicted
-    passes: int = 3              # 1: nothing resident at start; 2-3: the two(+1)-pass scan
+    passes: int = 2              # 1: nothing resident at start; 2: the periodic two-pass scan; 3: one more
     keep: Literal["best", "last"] = "best"  # which pass's plan to return ("last": ODSwap reports its 2nd iteration)
     lookahead: int = 1           # compare this many policy-ranked victims, evict the one whose memory frees first
+    rebind: bool = True          # re-bind memory in time order after the walk (hybrid.sequence); overlap only
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
                 "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
-                "lookahead": self.lookahead}
+                "lookahead": self.lookahead, "rebind": self.rebind}
 
 
 @dataclass
@@ -92,6 +93,20 @@ class AugmentedGraph:
         return self.end - self.start
 
 
+@dataclass
+class _Outcome:
+    """One planning run: status, node count, error details, makespan, the buffers holding the walk's nodes,
+    and the re-bound timeline when re-binding made it faster."""
+
+    status: int
+    n: int
+    err_op: int
+    err_need: int
+    makespan: float
+    buf: tuple
+    timeline: tuple | None = None
+
+
 class SwapPlanner:
     """Holds one graph's arrays and a device; plans any (schedule, pool) pair for it.
 
@@ -109,8 +124,10 @@ class SwapPlanner:
         n_out = int(a.out_ptr[-1])
         self.node_cap = a.n_ops + 2 * n_in + n_out + 3 * a.n_tensors + 8
         self.dep_cap = 6 * self.node_cap + 16
-        self._buf = self._buffers()
+        self._bufs = (self._buffers(), self._buffers())
         self._n_uses = n_in
+        self._uses_per_tensor = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
+        self._seq_scr: tuple | None = None
         self._scratch_classes = 0
         self._ensure_scratch(max(1, len(np.unique(a.t_bytes))))
 
@@ -143,59 +160,105 @@ class SwapPlanner:
             max(1, int(opt.lookahead)), *buf, self._scr, self._cand,
         )
 
-    def _run(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, buf, keep_best: bool):
-        """The pass logic; returns (status, n_nodes, err_op, err_need, makespan) of the best pass.
-
-        Each pass yields a valid periodic plan, so the fastest one is kept; with
-        keep_best the buffers hold its nodes (re-running it if a later pass was worse).
-        """
+    def _run(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, bufs,
+             want_timeline: bool = False) -> "_Outcome":
+        """Walk the passes into two alternating buffer sets, keep the fastest pass, then re-bind it."""
         a = self.graph.arrays
         if not pool.by_bytes and pool.capacity + int(self.op_ws.max(initial=0)) > self.device.memory_bytes:
-            return K.INFEASIBLE, 0, -2, pool.capacity, np.inf
+            return _Outcome(K.INFEASIBLE, 0, -2, pool.capacity, np.inf, bufs[0])
         self._ensure_scratch(len(pool.class_count))
         sched = np.ascontiguousarray(schedule, dtype=np.int32)
         uses = K.schedule_uses(sched, a.in_ptr, a.in_idx, a.n_tensors)
-        init_out, evicted, res_end, stats = buf[6], buf[7], buf[8], buf[9]
 
-        def run(initial: np.ndarray, allow_drop: bool):
+        def run(initial: np.ndarray, allow_drop: bool, buf) -> _Outcome:
             st, n, eo, en = self._walk(sched, uses, pool, opt, initial, allow_drop, buf)
-            return st, n, eo, en, (float(stats[K.ST_MAKESPAN]) if st == K.OK else np.inf)
+            return _Outcome(st, n, eo, en, float(buf[9][K.ST_MAKESPAN]) if st == K.OK else np.inf, buf)
 
         if opt.keep_persistent:
-            return run(a.t_persistent.copy(), False)
-        first = (np.zeros(a.n_tensors, np.bool_), False)
-        out = run(*first)
-        best, best_out, last = first, out, first
-        for i in range(1, opt.passes):
-            if out[0] != K.OK:
-                break
-            if i == 1:
-                if not res_end.any():
+            best = run(a.t_persistent.copy(), False, bufs[0])
+        else:
+            best = out = run(np.zeros(a.n_tensors, np.bool_), False, bufs[0])
+            for i in range(1, opt.passes):
+                if out.status != K.OK:
                     break
-                nxt = (res_end.copy(), True)
-            else:
-                if not evicted.any():
-                    break
-                nxt = (init_out & ~evicted, True)
-            out = run(*nxt)
-            last = nxt
-            if out[4] < best_out[4] or opt.keep == "last":
-                best, best_out = nxt, out
-        if keep_best and last is not best:
-            best_out = run(*best)
-        return best_out
+                init_out, evicted, res_end = out.buf[6], out.buf[7], out.buf[8]
+                if i == 1:
+                    if not res_end.any():
+                        break
+                    initial = res_end.copy()
+                else:
+                    if not evicted.any():
+                        break
+                    initial = init_out & ~evicted
+                spare = bufs[1] if best.buf is bufs[0] else bufs[0]
+                out = run(initial, True, spare)
+                if out.makespan < best.makespan or opt.keep == "last":
+                    best = out
+        if best.status == K.OK and opt.rebind and opt.overlap:
+            self._rebind(sched, pool, opt, best, want_timeline)
+        return best
 
+    def _rebind(self, sched: np.ndarray, pool: PoolArrays, opt: PlannerOptions, out: "_Outcome",
+                want_timeline: bool) -> None:
+        """Re-walk the plan's nodes in time order (hybrid.sequence): each allocation then takes the memory
+        released latest before it could start, whichever op's eviction released it. The walk emits
+        allocations in need order and binds them then; in time order a later eviction may free memory
+        sooner. One re-walk reaches a fixed point in practice; it never starts a node later, and it is kept
+        only when faster."""
+        from hybrid import sequence as S
+
+        a = self.graph.arrays
+        n = out.n
+        # Stable by start: ties keep emission order, which is topological (a zero-length release before
+        # the allocation it serves, a compute before the free of its dead input).
+        order = np.argsort(out.buf[2][:n], kind="stable")
+        kind = out.buf[0][:n][order]
+        ref = out.buf[1][:n][order].astype(np.int64)
+        n_c = len(pool.class_count)
+        if self._seq_scr is None or len(self._seq_scr[14]) < n_c:
+            self._seq_scr = S.walk_scratch(self.node_cap, a.n_tensors, max(n_c, self._scratch_classes),
+                                           int(a.in_ptr[-1]) + int(a.out_ptr[-1]) + 4 * self.node_cap + 8)
+        scr = self._seq_scr
+        d = self.device
+        status, _err, nd, _nch = S.walk_into(
+            kind, ref, n, a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr,
+            a.upd_idx, self.op_time, self.op_ws, self._uses_per_tensor, pool.by_bytes, pool.t_class,
+            pool.class_count, np.int64(pool.capacity), float(d.h2d_bytes_per_s), float(d.d2h_bytes_per_s),
+            float(d.transfer_latency_s), out.buf[6], -1, *scr)
+        if status != S.OK:  # never seen; the walk's own timing stands
+            return
+        makespan = float(scr[1][:n].max()) if n else 0.0
+        if makespan >= out.makespan:
+            return
+        out.makespan = makespan
+        if want_timeline:
+            start, end, dep_ptr, dep_idx, dep_own, stats = scr[:6]
+            tl = S.Timeline(kind.copy(), ref.astype(np.int32), start[:n].copy(), end[:n].copy(),
+                            dep_ptr[:n + 1].copy(), dep_idx[:nd].astype(np.int32), dep_own[:nd].copy(),
+                            {"bytes_h2d": int(stats[S.S_H2D]), "bytes_d2h": int(stats[S.S_D2H]),
+                             "swap_ins": int(stats[S.S_NIN]), "swap_outs": int(stats[S.S_NOUT]),
+                             "frees": int(stats[S.S_NFREE])})
+            prob = S.Problem(self.graph, self.device, pool, sched, self.op_time, self.op_ws, self.impl_choice,
+                             out.buf[6].copy(), opt, self._uses_per_tensor)
+            out.timeline = (prob, tl)
 
     def makespan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> float:
         """Fitness: the simulated iteration time, or inf when the pool cannot run some op."""
-        return float(self._run(schedule, pool, options, self._buf, keep_best=False)[4])
+        return float(self._run(schedule, pool, options, self._bufs).makespan)
 
     def plan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> AugmentedGraph:
-        buf = self._buffers()
-        status, n, err_op, err_need, _ = self._run(schedule, pool, options, buf, keep_best=True)
-        if status != K.OK:
-            raise InfeasibleError(self._explain(pool, err_op, err_need, options))
-        kind, ref, start, end, dep_ptr, dep_idx, init_out, _ev, _re, stats = buf
+        out = self._run(schedule, pool, options, (self._buffers(), self._buffers()), want_timeline=True)
+        if out.status != K.OK:
+            raise InfeasibleError(self._explain(pool, out.err_op, out.err_need, options))
+        if out.timeline is not None:
+            from hybrid.sequence import to_augmented
+
+            prob, tl = out.timeline
+            aug = to_augmented(prob, tl)
+            aug.options = options
+            return aug
+        n = out.n
+        kind, ref, start, end, dep_ptr, dep_idx, init_out, _ev, _re, stats = out.buf
         m = int(dep_ptr[n])
         return AugmentedGraph(
             self.graph, self.device, pool, np.asarray(schedule, dtype=np.int32), self.op_time, self.op_ws,

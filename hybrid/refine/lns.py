@@ -33,7 +33,7 @@ from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.refine.decode import decode
 from hybrid.refine.model import SolveOptions, solve_window
-from hybrid.refine.sequence import COMPUTE, Problem, SequenceError, Timeline, to_augmented
+from hybrid.sequence import COMPUTE, Problem, SequenceError, Timeline, to_augmented
 from hybrid.refine.source import starting_point
 from hybrid.refine.window import TensorEvents, WindowOptions, build_window
 from hybrid.simulator import simulate

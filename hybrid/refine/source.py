@@ -2,7 +2,7 @@
 
 `hybrid.augmented.from_plan` reads nodes and stream orders off the plan's
 timeline, so baselines' plans and plans from files work too. Its issue order
-(events by start time) is re-walked by `hybrid.refine.sequence.rebuild`; if
+(events by start time) is re-walked by `hybrid.sequence.rebuild`; if
 that order is not a valid sequence (zero-length events tied at one instant in
 an order the walk cannot follow), the swap planner is re-run with the plan's
 schedule, allocation and recorded planner options, which reproduces plans
@@ -13,7 +13,7 @@ from __future__ import annotations
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.refine.sequence import Problem, SequenceError, Timeline, rebuild
+from hybrid.sequence import Problem, SequenceError, Timeline, rebuild
 
 
 def _planner_options(plan: Plan):

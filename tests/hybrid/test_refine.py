@@ -13,7 +13,7 @@ from hybrid.plan_build import to_plan
 from hybrid.refine import RefineOptions, refine
 from hybrid.refine import lns as lns_mod
 from hybrid.refine.model import WindowSolution
-from hybrid.refine.sequence import FREE, SWAP_OUT, Problem, SequenceError, rebuild, to_augmented
+from hybrid.sequence import FREE, SWAP_OUT, Problem, SequenceError, rebuild, to_augmented
 from hybrid.schedule import program_order, random_order
 from hybrid.simulator import simulate
 from hybrid.swap_planner import PlannerOptions, SwapPlanner

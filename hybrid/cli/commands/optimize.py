@@ -65,11 +65,15 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Plot best/mean/worst makespan against search time (PNG), like the paper's Figure 9.")
 @click.option("--quiet", is_flag=True, help="No progress line; only the final summary.")
+@click.option("--compare-baselines", is_flag=True,
+              help="At the end, also plan the naive, odswap, vdnn and belady baselines (outside the time limit) "
+                   "and print one table with them and the optimized plan.")
 def command(graph_path: Path, time_limit: str, generations: int | None, seed: int, population: int,
             children: int | None, workers: int | None, scheduler: str | None, search: str, pool: str,
             policies: tuple[str, ...], planner_knobs: bool, mutation_rate: float, temperature: float, refine: str, refine_share: float,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
-            log_path: Path | None, plot_path: Path | None, quiet: bool, **kw: object) -> None:
+            log_path: Path | None, plot_path: Path | None, quiet: bool, compare_baselines: bool,
+            **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a
@@ -131,6 +135,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     plan = result.to_plan(time_limit_s=total)
     _check(graph, plan, validate)
     plan.save(out_path)  # written now, so an interrupted refinement still leaves the GA's best
+    ga_plan = plan
     refined = ""
     if refine == "cpsat" and result.stop_reason != "interrupted":
         better, refined = _refine(graph, plan, start + total - time.monotonic(), seed, workers, quiet)
@@ -157,6 +162,30 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     click.echo(f"  bytes moved  {format_bytes(moved)} ({format_bytes(int(m.get('bytes_h2d', 0)))} in, "
                f"{format_bytes(int(m.get('bytes_d2h', 0)))} out); pool: {pool_text}")
     click.echo(f"wrote {out_path}" + (f", {log_path}" if log_path else "") + (f", {plot_path}" if plot_path else ""))
+    if compare_baselines:
+        click.echo(_baseline_table(graph, device, ga_plan, plan))
+
+
+def _baseline_table(graph, device, ga_plan, plan) -> str:  # noqa: ANN001
+    """The optimized plan next to the obvious alternatives (each validated), as one table."""
+    from hybrid.baselines import run_baseline
+    from hybrid.errors import InfeasibleError
+    from hybrid.summary import plan_row, table
+    from hybrid.validator import check
+
+    rows, notes = [], []
+    for kind in ("naive", "odswap", "vdnn", "belady"):
+        try:
+            p = run_baseline(graph, device, kind)
+        except InfeasibleError as e:
+            notes.append(f"{kind}: cannot run: {e}")
+            continue
+        check(graph, p)
+        rows.append(plan_row(kind, p))
+    if ga_plan is not plan:
+        rows.append(plan_row("optimize (GA)", ga_plan))
+    rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if ga_plan is not plan else ""), plan))
+    return "\n" + table(rows) + "".join(f"\n{n}" for n in notes)
 
 
 def _check(graph, plan, validate) -> None:  # noqa: ANN001

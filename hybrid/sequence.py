@@ -31,6 +31,7 @@ from numba import njit
 
 from hybrid.allocation import PoolArrays
 from hybrid.device import Device
+from hybrid import free_memory as F
 from hybrid.graph import Graph
 
 COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3  # in an input sequence 2 and 3 both mean "release"
@@ -56,111 +57,76 @@ ERROR_TEXT = {
 S_H2D, S_D2H, S_NIN, S_NOUT, S_NFREE = range(5)
 
 
-@njit(cache=True)
-def _take_token(c, est, tok_off, tok_n, tok_time, tok_node, fresh):
-    """Best-fit object of class c for a node that could start at est. Returns (release time, release node)."""
-    lo = tok_off[c]
-    n = tok_n[c]
-    best = -1
-    for j in range(lo, lo + n):  # latest released at or before est
-        if tok_time[j] <= est and (best < 0 or tok_time[j] > tok_time[best]
-                                   or (tok_time[j] == tok_time[best] and tok_node[j] < tok_node[best])):
-            best = j
-    if best < 0 and fresh[c] > 0:
+@njit(cache=True, inline="always")
+def _take_token(c, est, tok_off, tok_n, tok_time, tok_node, tok_amt, fresh, pend, tok_dead):
+    """Best-fit object of class c for a node that could start at est. Returns (release time, release node);
+    node -1: an untouched object, -2: none left."""
+    off = tok_off[c]
+    if fresh[c] > 0 and F.live_at_most(tok_time, tok_amt, off, tok_n[c], est) < 0:
+        fresh[c] -= 1  # nothing released by est: an untouched object is as early as it gets
+        return 0.0, -1
+    if tok_n[c] > 0:
+        tok_n[c], got, start = F.take(tok_time, tok_node, tok_amt, off, tok_n[c], est, 1, pend, 0, tok_dead, c)
+        if start >= 0:
+            return start, (pend[0] if got > 0 else -1)
+    if fresh[c] > 0:
         fresh[c] -= 1
         return 0.0, -1
-    if best < 0:
-        for j in range(lo, lo + n):  # else the earliest released
-            if best < 0 or tok_time[j] < tok_time[best] or (tok_time[j] == tok_time[best] and tok_node[j] < tok_node[best]):
-                best = j
-    if best < 0:
-        return -1.0, -2
-    t = tok_time[best]
-    node = tok_node[best]
-    last = lo + n - 1
-    tok_time[best] = tok_time[last]
-    tok_node[best] = tok_node[last]
-    tok_n[c] = n - 1
-    return t, node
+    return -1.0, -2
 
 
-@njit(cache=True)
-def _take_bytes(need, est, ch_bytes, ch_time, ch_node, n_ch, deps, n_deps):
+@njit(cache=True, inline="always")
+def _take_bytes(need, est, ch_bytes, ch_time, ch_node, n_ch, deps, n_deps, ch_dead):
     """Take `need` bytes from released chunks (best fit around est). Returns (start, n_ch, n_deps) or start < 0."""
-    s = est
-    left = need
-    while left > 0:
-        best = -1
-        for j in range(n_ch):
-            if ch_time[j] <= s and (best < 0 or ch_time[j] > ch_time[best]
-                                    or (ch_time[j] == ch_time[best] and ch_node[j] < ch_node[best])):
-                best = j
-        if best < 0:
-            for j in range(n_ch):
-                if best < 0 or ch_time[j] < ch_time[best] or (ch_time[j] == ch_time[best] and ch_node[j] < ch_node[best]):
-                    best = j
-        if best < 0:
-            return -1.0, n_ch, n_deps
-        if ch_time[best] > s:
-            s = ch_time[best]
-        if ch_node[best] >= 0:
-            deps[n_deps] = ch_node[best]
-            n_deps += 1
-        if ch_bytes[best] > left:
-            ch_bytes[best] -= left
-            left = 0
-        else:
-            left -= ch_bytes[best]
-            n_ch -= 1
-            ch_bytes[best] = ch_bytes[n_ch]
-            ch_time[best] = ch_time[n_ch]
-            ch_node[best] = ch_node[n_ch]
+    n_ch, n_deps, s = F.take(ch_time, ch_node, ch_bytes, 0, n_ch, est, need, deps, n_deps, ch_dead, 0)
     return s, n_ch, n_deps
 
 
-@njit(cache=True)
-def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
-         n_uses, by_bytes, t_class, class_count, capacity, h2d_bw, d2h_bw, latency, resident, dep_cap, stop):
-    """Returns (status, err_node, kind, start, end, dep_ptr, dep_idx, dep_own, stats, pool state).
-
-    With stop < len(kind_in) only nodes [0, stop) are walked, the end-of-iteration checks are skipped and
-    the pool state (free objects and byte chunks with their release times) is the one at that point.
-    """
-    n = kind_in.shape[0] if stop < 0 else stop
+@njit(cache=True, _nrt=False)
+def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
+              n_uses, by_bytes, t_class, class_count, capacity, h2d_bw, d2h_bw, latency, resident, stop,
+              start, end, dep_ptr, dep_idx, dep_own, stats, res, mat, last, hv, hvn, reln, left, updated,
+              fresh, tok_off, tok_n, tok_time, tok_node, tok_amt, pend1, ch_bytes, ch_time, ch_node, clk, tmp,
+              tok_dead, ch_dead):
+    """The walk over caller-provided arrays (no allocation, no reference counting: it runs once per GA
+    evaluation). kind (a copy of the input sequence, releases resolved in place) and the other outputs are
+    written; sizes: nodes >= n, dep arrays >= the dependency count, tokens/chunks >= n + 2.
+    Returns (status, err_node, n_deps, n_chunks)."""
     n_t = t_bytes.shape[0]
     n_c = class_count.shape[0]
-    kind = kind_in.copy()
-    start = np.zeros(n)
-    end = np.zeros(n)
-    dep_ptr = np.zeros(n + 1, np.int64)
-    dep_idx = np.empty(dep_cap, np.int64)
-    dep_own = np.zeros(dep_cap, np.bool_)
-    stats = np.zeros(5)
-    if stop >= 0:
-        kind = kind[:stop].copy()
-    # per-tensor state
-    res = np.zeros(n_t, np.bool_)
-    mat = np.full(n_t, -1, np.int64)     # node that made the current device copy
-    last = np.full(n_t, -1, np.int64)    # last node touching the current copy
-    hv = t_persist.copy()                # host copy valid
-    hvn = np.full(n_t, -1, np.int64)     # swap_out that made it valid
-    reln = np.full(n_t, -1, np.int64)    # release of the previous copy
-    left = n_uses.copy()                 # reads still to come
-    updated = np.zeros(n_t, np.bool_)
-    # pool
-    fresh = class_count.copy()
-    tok_off = np.zeros(n_c + 1, np.int64)
+    for i in range(n):
+        start[i] = 0.0
+        end[i] = 0.0
+    for i in range(5):
+        stats[i] = 0.0
+    for t in range(n_t):
+        res[t] = False
+        mat[t] = -1       # node that made the current device copy
+        last[t] = -1      # last node touching the current copy
+        hv[t] = t_persist[t]  # host copy valid
+        hvn[t] = -1       # swap_out that made it valid
+        reln[t] = -1      # release of the previous copy
+        left[t] = n_uses[t]  # reads still to come
+        updated[t] = False
+    # Released objects per class (sorted runs sized by the releases the sequence holds) and byte chunks.
     for c in range(n_c):
-        tok_off[c + 1] = tok_off[c] + (0 if by_bytes else class_count[c])
-    tok_n = np.zeros(n_c, np.int64)
-    tok_time = np.empty(max(1, tok_off[n_c]))
-    tok_node = np.empty(max(1, tok_off[n_c]), np.int64)
-    ch_cap = 2 * n + 2
-    ch_bytes = np.zeros(ch_cap, np.int64)
-    ch_time = np.zeros(ch_cap)
-    ch_node = np.zeros(ch_cap, np.int64)
+        fresh[c] = class_count[c]
+        tok_n[c] = 0
+        tok_dead[c] = 0
+        tok_off[c + 1] = 0
+    ch_dead[0] = 0
+    tok_off[0] = 0
+    if not by_bytes:
+        for i in range(n):
+            if kind[i] != COMPUTE and kind[i] != SWAP_IN:
+                tok_off[t_class[ref[i]] + 1] += 1
+        for c in range(n_c):
+            tok_off[c + 1] += tok_off[c]
+    for i in range(max(1, tok_off[n_c])):
+        tok_amt[i] = 1
+    for i in range(3):
+        clk[i] = 0.0
     n_ch = 0
-    state0 = (fresh, tok_off, tok_n, tok_time, ch_bytes, ch_time, 0)  # returned with errors (content unused)
     free_bytes = capacity
     for t in range(n_t):
         if resident[t]:
@@ -171,17 +137,15 @@ def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd
             else:
                 fresh[t_class[t]] -= 1
                 if fresh[t_class[t]] < 0:
-                    return ERR_INITIAL, -1, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                    return ERR_INITIAL, -1, 0, 0
     if by_bytes:
         if free_bytes < 0:
-            return ERR_INITIAL, -1, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+            return ERR_INITIAL, -1, 0, 0
         if free_bytes > 0:
             ch_bytes[0] = free_bytes
             ch_time[0] = 0.0
             ch_node[0] = -1
             n_ch = 1
-    clk = np.zeros(3)
-    tmp = np.empty(ch_cap + 16, np.int64)
     nd = 0
     for i in range(n):
         k = kind[i]
@@ -192,7 +156,7 @@ def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd
             for j in range(in_ptr[r], in_ptr[r + 1]):
                 t = in_idx[j]
                 if not res[t]:
-                    return ERR_INPUT_MISSING, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                    return ERR_INPUT_MISSING, i, 0, 0
                 m = mat[t]
                 if m >= 0:
                     dep_idx[nd] = m
@@ -205,18 +169,18 @@ def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd
                 for j in range(out_ptr[r], out_ptr[r + 1]):
                     need += t_bytes[out_idx[j]]
                 if need > 0:
-                    s2, n_ch, n_tmp = _take_bytes(need, s, ch_bytes, ch_time, ch_node, n_ch, tmp, 0)
+                    s2, n_ch, n_tmp = _take_bytes(need, s, ch_bytes, ch_time, ch_node, n_ch, tmp, 0, ch_dead)
                     if s2 < 0:
-                        return ERR_NO_MEMORY, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                        return ERR_NO_MEMORY, i, 0, 0
                     s = s2
             for j in range(out_ptr[r], out_ptr[r + 1]):
                 t = out_idx[j]
                 if res[t]:
-                    return ERR_OUTPUT_RESIDENT, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                    return ERR_OUTPUT_RESIDENT, i, 0, 0
                 if not by_bytes:
-                    tt, node = _take_token(t_class[t], s, tok_off, tok_n, tok_time, tok_node, fresh)
+                    tt, node = _take_token(t_class[t], s, tok_off, tok_n, tok_time, tok_node, tok_amt, fresh, pend1, tok_dead)
                     if node == -2:
-                        return ERR_NO_MEMORY, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                        return ERR_NO_MEMORY, i, 0, 0
                     if tt > s:
                         s = tt
                     if node >= 0:
@@ -246,16 +210,13 @@ def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd
                 hv[t] = False
                 hvn[t] = -1
             if by_bytes and op_ws[r] > 0:
-                ch_bytes[n_ch] = op_ws[r]
-                ch_time[n_ch] = end[i]
-                ch_node[n_ch] = i
-                n_ch += 1
+                n_ch = F.insert(ch_time, ch_node, ch_bytes, 0, n_ch, end[i], i, op_ws[r])
         elif k == SWAP_IN:
             t = r
             if res[t]:
-                return ERR_LOAD_RESIDENT, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                return ERR_LOAD_RESIDENT, i, 0, 0
             if not hv[t]:
-                return ERR_LOAD_NO_HOST, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                return ERR_LOAD_NO_HOST, i, 0, 0
             s = clk[1]
             for d in (hvn[t], reln[t]):
                 if d >= 0:
@@ -265,18 +226,18 @@ def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd
                         s = end[d]
             if by_bytes:
                 if t_bytes[t] > 0:
-                    s2, n_ch, n_tmp = _take_bytes(t_bytes[t], s, ch_bytes, ch_time, ch_node, n_ch, tmp, 0)
+                    s2, n_ch, n_tmp = _take_bytes(t_bytes[t], s, ch_bytes, ch_time, ch_node, n_ch, tmp, 0, ch_dead)
                     if s2 < 0:
-                        return ERR_NO_MEMORY, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                        return ERR_NO_MEMORY, i, 0, 0
                     s = s2
                     for j in range(n_tmp):
                         dep_idx[nd] = tmp[j]
                         dep_own[nd] = True
                         nd += 1
             else:
-                tt, node = _take_token(t_class[t], s, tok_off, tok_n, tok_time, tok_node, fresh)
+                tt, node = _take_token(t_class[t], s, tok_off, tok_n, tok_time, tok_node, tok_amt, fresh, pend1, tok_dead)
                 if node == -2:
-                    return ERR_NO_MEMORY, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                    return ERR_NO_MEMORY, i, 0, 0
                 if tt > s:
                     s = tt
                 if node >= 0:
@@ -294,7 +255,7 @@ def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd
         else:
             t = r
             if not res[t]:
-                return ERR_RELEASE_ABSENT, i, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+                return ERR_RELEASE_ABSENT, i, 0, 0
             dead = (not t_persist[t]) and left[t] == 0
             s = 0.0
             d = last[t]
@@ -324,28 +285,56 @@ def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd
             last[t] = -1
             if by_bytes:
                 if t_bytes[t] > 0:
-                    ch_bytes[n_ch] = t_bytes[t]
-                    ch_time[n_ch] = end[i]
-                    ch_node[n_ch] = i
-                    n_ch += 1
+                    n_ch = F.insert(ch_time, ch_node, ch_bytes, 0, n_ch, end[i], i, t_bytes[t])
             else:
                 c = t_class[t]
-                j = tok_off[c] + tok_n[c]
-                tok_time[j] = end[i]
-                tok_node[j] = i
-                tok_n[c] += 1
+                tok_n[c] = F.insert(tok_time, tok_node, tok_amt, tok_off[c], tok_n[c], end[i], i, 1)
     dep_ptr[n] = nd
-    state = (fresh, tok_off, tok_n, tok_time, ch_bytes, ch_time, n_ch)
     if stop >= 0:
-        return OK, -1, kind, start, end, dep_ptr, dep_idx[:nd], dep_own[:nd], stats, state
+        return OK, -1, nd, n_ch
     for t in range(n_t):
         if res[t] and not resident[t]:
-            return ERR_END_LEFT, -1 - t, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+            return ERR_END_LEFT, -1 - t, 0, 0
         if resident[t] and not res[t]:
-            return ERR_END_MISSING, -1 - t, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
+            return ERR_END_MISSING, -1 - t, 0, 0
         if t_persist[t] and not res[t] and not hv[t]:
-            return ERR_END_STALE, -1 - t, kind, start, end, dep_ptr, dep_idx, dep_own, stats, state0
-    return OK, -1, kind, start, end, dep_ptr, dep_idx[:nd], dep_own[:nd], stats, state
+            return ERR_END_STALE, -1 - t, 0, 0
+    return OK, -1, nd, n_ch
+
+
+
+
+def walk_scratch(n: int, n_t: int, n_c: int, dep_cap: int) -> tuple:
+    """Arrays for walk_into: (outputs..., state..., pool..., temporaries)."""
+    ch_cap = 2 * n + 2
+    return (np.zeros(n), np.zeros(n), np.zeros(n + 1, np.int64), np.empty(dep_cap, np.int64),
+            np.zeros(dep_cap, np.bool_), np.zeros(5),
+            np.zeros(n_t, np.bool_), np.zeros(n_t, np.int64), np.zeros(n_t, np.int64), np.zeros(n_t, np.bool_),
+            np.zeros(n_t, np.int64), np.zeros(n_t, np.int64), np.zeros(n_t, np.int64), np.zeros(n_t, np.bool_),
+            np.zeros(n_c, np.int64), np.zeros(n_c + 1, np.int64), np.zeros(n_c, np.int64), np.empty(n + 2),
+            np.empty(n + 2, np.int64), np.ones(n + 2, np.int64), np.empty(2, np.int64),
+            np.zeros(ch_cap, np.int64), np.zeros(ch_cap), np.zeros(ch_cap, np.int64), np.zeros(3),
+            np.empty(ch_cap + 16, np.int64), np.zeros(n_c, np.int64), np.zeros(1, np.int64))
+
+
+def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
+         n_uses, by_bytes, t_class, class_count, capacity, h2d_bw, d2h_bw, latency, resident, dep_cap, stop):
+    """Returns (status, err_node, kind, start, end, dep_ptr, dep_idx, dep_own, stats, pool state).
+
+    With stop < len(kind_in) only nodes [0, stop) are walked, the end-of-iteration checks are skipped and
+    the pool state (free objects and byte chunks with their release times) is the one at that point.
+    """
+    n = kind_in.shape[0] if stop < 0 else stop
+    kind = np.array(kind_in[:n], dtype=np.int8)
+    scr = walk_scratch(n, t_bytes.shape[0], class_count.shape[0], dep_cap)
+    status, err, nd, n_ch = walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr,
+                                      upd_idx, op_time, op_ws, n_uses, by_bytes, t_class, class_count, capacity,
+                                      h2d_bw, d2h_bw, latency, resident, stop, *scr)
+    start, end, dep_ptr, dep_idx, dep_own, stats = scr[:6]
+    fresh, tok_off, tok_n, tok_time, _tok_node, tok_amt = scr[14:20]
+    ch_bytes, ch_time = scr[21], scr[22]
+    state = (fresh, tok_off, tok_n, tok_time, tok_amt, ch_bytes, ch_time, n_ch if status == OK else 0)
+    return status, err, kind, start, end, dep_ptr, dep_idx[:nd], dep_own[:nd], stats, state
 
 
 @dataclass(frozen=True)
@@ -446,9 +435,14 @@ def pool_state(p: Problem, tl: Timeline, stop: int) -> PoolState:
     status, err, *_, state = _walk(p, tl.kind, tl.ref.astype(np.int64), stop)
     if status != OK:
         raise SequenceError(int(status), int(err))
-    fresh, tok_off, tok_n, tok_time, ch_bytes, ch_time, n_ch = state
-    released = [tok_time[tok_off[c]:tok_off[c] + tok_n[c]].copy() for c in range(len(tok_n))]
-    return PoolState(fresh.copy(), released, ch_bytes[:n_ch].copy(), ch_time[:n_ch].copy())
+    fresh, tok_off, tok_n, tok_time, tok_amt, ch_bytes, ch_time, n_ch = state
+    # Entries emptied in place (amount 0) are not free memory.
+    released = []
+    for c in range(len(tok_n)):
+        sl = slice(tok_off[c], tok_off[c] + tok_n[c])
+        released.append(tok_time[sl][tok_amt[sl] > 0].copy())
+    live = ch_bytes[:n_ch] > 0
+    return PoolState(fresh.copy(), released, ch_bytes[:n_ch][live].copy(), ch_time[:n_ch][live].copy())
 
 
 def to_augmented(p: Problem, tl: Timeline):
