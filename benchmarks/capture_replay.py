@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import heapq
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 from hybrid.capture.api import capture_model
 from hybrid.capture.interpreter import eager_step, mismatches, replay_step
 from hybrid.graph import Graph
-from hybrid.graph_arrays import dependency_edges
+from hybrid.schedule import ids, latest_first_order
 from hybrid.zoo import get_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,29 +50,6 @@ CASES = [
 ]
 
 
-def late_first_order(g: Graph) -> list[str]:
-    """A valid schedule unlike the graph's: Kahn's algorithm always taking the latest-listed ready op."""
-    n = len(g.ops)
-    succ: list[set[int]] = [set() for _ in range(n)]
-    for a, b, _ in dependency_edges(g):
-        succ[a].add(b)
-    indeg = [0] * n
-    for a in range(n):
-        for b in succ[a]:
-            indeg[b] += 1
-    ready = [-i for i in range(n) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = -heapq.heappop(ready)
-        order.append(g.ops[i].id)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, -j)
-    return order
-
-
 def torch_optimizer(name: str, params, options: dict) -> torch.optim.Optimizer:
     cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[name]
     return cls(params, lr=0.01, **options)
@@ -99,7 +75,7 @@ def check(model: str, batch: int, overrides: dict, opt_name: str, options: dict)
         t0 = time.perf_counter()
         rep = replay_step(graph, module, args, target, seed=1234)
         row["replay_s"] = time.perf_counter() - t0
-        other = replay_step(graph, module, args, target, seed=1234, schedule=late_first_order(graph))
+        other = replay_step(graph, module, args, target, seed=1234, schedule=ids(graph, latest_first_order(graph)))
     except Exception as e:  # noqa: BLE001 - a benchmark reports every failure in its table
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
         return row

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from hybrid.allocation import PoolArrays, class_pool, distinct_sizes, size_index
+from hybrid.allocation import PoolArrays, class_pool, distinct_sizes, size_index, unswapped_lifetimes
 from hybrid.baselines import run_baseline
 from hybrid.device import Device
 from hybrid.errors import HybridError, InfeasibleError
@@ -42,15 +42,7 @@ def _live_matrix(g: Graph, order: np.ndarray) -> np.ndarray:
     """[sizes x steps]: tensors of each size alive at each step of an unswapped run of `order`."""
     a = g.arrays
     n = a.n_ops
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
-    last = np.full(a.n_tensors, -1, dtype=np.int64)
-    reader = np.repeat(np.arange(n), np.diff(a.in_ptr))
-    np.maximum.at(last, a.in_idx, pos[reader])
-    first = np.where(a.t_producer >= 0, pos[np.maximum(a.t_producer, 0)], 0)
-    last = np.maximum(last, first)
-    first = np.where(a.t_persistent, 0, first)
-    last = np.where(a.t_persistent, n - 1, last)
+    first, last = unswapped_lifetimes(g, order)
     counts = np.zeros((len(distinct_sizes(g)), n + 1), dtype=np.int64)
     sidx = size_index(g)
     np.add.at(counts, (sidx, first), 1)

@@ -213,7 +213,13 @@ def _op_size_uses(in_ptr, in_idx, out_ptr, out_idx, sidx, n_sizes):  # pragma: n
 @njit(cache=True)
 def _class_need(use_ptr, use_size, use_count, cls, n_classes):  # pragma: no cover - compiled
     need = np.zeros(n_classes, dtype=np.int64)
-    acc = np.zeros(n_classes, dtype=np.int64)
+    class_need_into(use_ptr, use_size, use_count, cls, need, np.zeros(n_classes, dtype=np.int64))
+    return need
+
+
+@njit(cache=True)
+def class_need_into(use_ptr, use_size, use_count, cls, need, acc):  # pragma: no cover - compiled
+    """Per class, the most objects one op needs at once, written into `need` (acc: zeroed scratch, left zeroed)."""
     for o in range(len(use_ptr) - 1):
         for j in range(use_ptr[o], use_ptr[o + 1]):
             acc[cls[use_size[j]]] += use_count[j]
@@ -222,4 +228,3 @@ def _class_need(use_ptr, use_size, use_count, cls, n_classes):  # pragma: no cov
             if acc[c] > need[c]:
                 need[c] = acc[c]
             acc[c] = 0
-    return need

@@ -29,6 +29,7 @@ import numpy as np
 from ga.encoding import LOOKAHEAD, RECENCY, Individual, PlannerGene, SearchSpace
 from ga.mutation import random_schedule
 from ga.repair import fit_counts, floor_bytes, min_floor_cls, repair
+from hybrid.allocation import unswapped_lifetimes
 from hybrid.schedule import depth_first_order, program_order
 
 SearchMode = Literal["both", "schedule", "allocation"]
@@ -37,17 +38,8 @@ PoolMode = Literal["both", "classes", "bytes"]
 
 def class_peak_counts(space: SearchSpace, order: np.ndarray, cls: np.ndarray) -> np.ndarray:
     """Per class, the most tensors of it alive at once when `order` runs without swapping."""
-    a = space.graph.arrays
-    n = a.n_ops
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
-    last = np.full(a.n_tensors, -1, dtype=np.int64)
-    reader = np.repeat(np.arange(n), np.diff(a.in_ptr))
-    np.maximum.at(last, a.in_idx, pos[reader])
-    first = np.where(a.t_producer >= 0, pos[np.maximum(a.t_producer, 0)], 0)
-    last = np.maximum(last, first)
-    first = np.where(a.t_persistent, 0, first)
-    last = np.where(a.t_persistent, n - 1, last)
+    n = space.graph.arrays.n_ops
+    first, last = unswapped_lifetimes(space.graph, order)
     tcls = cls[space.size_idx]
     n_classes = int(cls[-1]) + 1
     delta = np.zeros((n_classes, n + 1), dtype=np.int64)

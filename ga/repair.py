@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ga.encoding import SearchSpace, canonical_cls, collapse_cnt, extend_cnt
+from ga.encoding import SearchSpace, canonical_cls, class_need_into, collapse_cnt, extend_cnt
 from hybrid.errors import InfeasibleError
 
 
@@ -109,14 +109,7 @@ def check_feasible(space: SearchSpace) -> None:
 @njit(cache=True)
 def _floor_of(use_ptr, use_size, use_count, ts, cls, n_classes, need, acc):  # pragma: no cover - compiled
     need[:n_classes] = 0
-    for o in range(len(use_ptr) - 1):
-        for j in range(use_ptr[o], use_ptr[o + 1]):
-            acc[cls[use_size[j]]] += use_count[j]
-        for j in range(use_ptr[o], use_ptr[o + 1]):
-            c = cls[use_size[j]]
-            if acc[c] > need[c]:
-                need[c] = acc[c]
-            acc[c] = 0
+    class_need_into(use_ptr, use_size, use_count, cls, need, acc)
     total = 0.0
     for i in range(len(ts)):  # the class's object size is its largest (last) size
         if i == len(ts) - 1 or cls[i + 1] != cls[i]:

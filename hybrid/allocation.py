@@ -77,6 +77,26 @@ def allocation_of(g: Graph, pool: PoolArrays) -> Allocation:
     return SizeClassAllocation(classes, {t.id: int(pool.t_class[i]) for i, t in enumerate(g.tensors)})
 
 
+def unswapped_lifetimes(g: Graph, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per tensor, the first and last schedule positions it is alive when `order` runs without swapping.
+
+    Persistent tensors span the whole run; others go from their producer to
+    their last reader (a tensor nobody reads dies where it is made).
+    """
+    a = g.arrays
+    n = a.n_ops
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    last = np.full(a.n_tensors, -1, dtype=np.int64)
+    reader = np.repeat(np.arange(n), np.diff(a.in_ptr))
+    np.maximum.at(last, a.in_idx, pos[reader])
+    first = np.where(a.t_producer >= 0, pos[np.maximum(a.t_producer, 0)], 0)
+    last = np.maximum(last, first)
+    first = np.where(a.t_persistent, 0, first)
+    last = np.where(a.t_persistent, n - 1, last)
+    return first, last
+
+
 def peak_live_counts(g: Graph, order: np.ndarray) -> tuple[np.ndarray, int]:
     """Unswapped run of `order`: per distinct size, the most tensors of that size alive at once; and peak bytes.
 
@@ -86,17 +106,8 @@ def peak_live_counts(g: Graph, order: np.ndarray) -> tuple[np.ndarray, int]:
     a = g.arrays
     ts = distinct_sizes(g)
     sidx = size_index(g)
-    pos = np.empty(a.n_ops, dtype=np.int64)
-    pos[order] = np.arange(a.n_ops)
-    last = np.full(a.n_tensors, -1, dtype=np.int64)
-    reader = np.repeat(np.arange(a.n_ops), np.diff(a.in_ptr))
-    np.maximum.at(last, a.in_idx, pos[reader])
-    first = np.where(a.t_producer >= 0, pos[np.maximum(a.t_producer, 0)], 0)
-    last = np.maximum(last, first)
     n = a.n_ops
-    persistent = a.t_persistent
-    first = np.where(persistent, 0, first)
-    last = np.where(persistent, n - 1, last)
+    first, last = unswapped_lifetimes(g, order)
     # Tensors never produced nor read (unused persistent ones) still occupy memory unswapped.
     counts = np.zeros((len(ts), n + 1), dtype=np.int64)
     np.add.at(counts, (sidx, first), 1)

@@ -35,6 +35,26 @@ def program_order(g: Graph) -> np.ndarray:
     return out
 
 
+def latest_first_order(g: Graph) -> np.ndarray:
+    """Kahn's algorithm always taking the latest-listed ready op: a valid schedule unlike the graph's own
+    (tests and replays use it to show a result does not depend on the op list's order)."""
+    a = g.arrays
+    indeg = np.diff(a.pred_ptr).astype(np.int64)
+    heap = [-i for i in range(a.n_ops) if indeg[i] == 0]
+    heapq.heapify(heap)
+    out = np.empty(a.n_ops, dtype=np.int32)
+    k = 0
+    while heap:
+        i = -heapq.heappop(heap)
+        out[k] = i
+        k += 1
+        for j in a.succ_idx[a.succ_ptr[i]:a.succ_ptr[i + 1]]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(heap, -int(j))
+    return out
+
+
 def depth_first_order(g: Graph) -> np.ndarray:
     """Run each op as soon as the last of its inputs is ready, following one chain as deep as it goes.
 

@@ -7,6 +7,7 @@ from typing import Any, Callable
 import click
 
 from hybrid.device import PRESETS, Device, resolve_device
+from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 
@@ -45,3 +46,26 @@ def load_graph(path: Path) -> Graph:
 
 def load_plan(path: Path) -> Plan:
     return Plan.load(path)
+
+
+def parse_overrides(items: tuple[str, ...]) -> dict[str, str]:
+    """`--set KEY=VALUE` items (model constructor overrides) as a dict."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise HybridError(f"--set {item!r}: write KEY=VALUE, e.g. --set seq_len=20")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def optimizer_options(optimizer: str | None, momentum: float | None, weight_decay: float | None) -> dict[str, float]:
+    """The optimizer keyword arguments the capture flags ask for, refusing ones the optimizer lacks."""
+    options: dict[str, float] = {}
+    if momentum is not None:
+        if optimizer != "sgd":
+            raise HybridError("--momentum applies to --optimizer sgd only")
+        options["momentum"] = momentum
+    if weight_decay is not None:
+        options["weight_decay"] = weight_decay
+    return options

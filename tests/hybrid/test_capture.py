@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import heapq
 import json
 
 import pytest
@@ -17,6 +16,7 @@ from hybrid.capture.interpreter import (  # noqa: E402
 from hybrid.errors import HybridError  # noqa: E402
 from hybrid.graph import Graph  # noqa: E402
 from hybrid.graph_arrays import dependency_edges  # noqa: E402
+from hybrid.schedule import ids, latest_first_order  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -272,31 +272,8 @@ def test_replay_matches_eager_adam_bitwise(net: Net, adam_graph: Graph) -> None:
         assert torch.equal(p, q), n
 
 
-def _late_first_order(g: Graph) -> list[str]:
-    """A valid schedule unlike the graph's: Kahn's algorithm always taking the latest-listed ready op."""
-    n = len(g.ops)
-    succ: list[set[int]] = [set() for _ in range(n)]
-    for a, b, _ in dependency_edges(g):
-        succ[a].add(b)
-    indeg = [0] * n
-    for a in range(n):
-        for b in succ[a]:
-            indeg[b] += 1
-    ready = [-i for i in range(n) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = -heapq.heappop(ready)
-        order.append(g.ops[i].id)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, -j)
-    return order
-
-
 def test_replay_in_another_valid_order_still_matches(net: Net, adam_graph: Graph) -> None:
-    order = _late_first_order(adam_graph)
+    order = ids(adam_graph, latest_first_order(adam_graph))
     assert order != [o.id for o in adam_graph.ops]
     x, t = make_batch()
     eager = copy.deepcopy(net)

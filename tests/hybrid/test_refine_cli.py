@@ -101,3 +101,18 @@ def test_timeline_memory_profile_matches_the_validator_peak(files):
     stalls = compute_stalls(plan)
     busy = sum(e.end_s - e.start_s for e in plan.events if e.kind == "compute")
     assert sum(b - a for a, b in stalls) == pytest.approx(plan.makespan_s - busy, rel=1e-9, abs=1e-12)
+
+
+def test_timeline_command_draws_plans_and_rejects_an_invalid_one(files, tmp_path):
+    g, gp, pp = files
+    png = tmp_path / "t.png"
+    r = CliRunner().invoke(cli, ["timeline", "--graph", str(gp), "--plan", str(pp), "--plan", str(pp),
+                                 "--out", str(png)])
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    bad = Plan.load(pp)
+    bad.events = bad.events[1:]  # the first compute is gone: a later read finds no device copy
+    bp = tmp_path / "bad.json"
+    bad.save(bp)
+    r = CliRunner().invoke(cli, ["timeline", "--graph", str(gp), "--plan", str(bp), "--out", str(png)])
+    assert r.exit_code != 0 and "not a valid plan" in r.output and "hybrid validate" in r.output

@@ -15,7 +15,7 @@ from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph, Op, Tensor
 from hybrid.info import unswapped_peak
 from hybrid.plan_build import to_plan
-from hybrid.schedule import depth_first_order, is_topological, program_order, random_order
+from hybrid.schedule import depth_first_order, is_topological, latest_first_order, program_order, random_order
 from hybrid.simulator import resimulate
 from hybrid.swap_planner import PlannerOptions, SwapPlanner
 from hybrid.synthetic import random_dag, training_graph
@@ -137,8 +137,9 @@ def test_planning_is_deterministic():
 def test_schedules_are_topological():
     g = training_graph(30, seed=5, share_params=4)
     rng = np.random.default_rng(0)
-    for order in (program_order(g), depth_first_order(g), random_order(g, rng), random_order(g, rng)):
+    for order in (program_order(g), depth_first_order(g), latest_first_order(g), random_order(g, rng)):
         assert is_topological(g, order)
+    assert not np.array_equal(latest_first_order(g), program_order(g))
     # In-place updates keep program order against other readers: every read of w0 precedes sgd0.
     order = random_order(g, rng)
     pos = {g.ops[int(o)].id: i for i, o in enumerate(order)}

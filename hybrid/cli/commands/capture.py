@@ -6,19 +6,9 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_from, device_options
+from hybrid.cli.options import device_from, device_options, optimizer_options, parse_overrides
 from hybrid.errors import HybridError
 from hybrid.units import format_bytes, format_seconds
-
-
-def parse_overrides(items: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise HybridError(f"--set {item!r}: write KEY=VALUE, e.g. --set seq_len=20")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def summary_lines(graph, seconds: float) -> list[str]:  # noqa: ANN001 - a Graph
@@ -80,13 +70,7 @@ def command(model: str, batch: int | None, optimizer: str, lr: float | None, mom
         raise HybridError(f"profile file {str(profile_path)!r} does not exist; make it with `hybrid profile` "
                           "or add --measure")
     device = device_from(None, kw)
-    options: dict[str, object] = {}
-    if momentum is not None:
-        if optimizer != "sgd":
-            raise HybridError("--momentum applies to --optimizer sgd only")
-        options["momentum"] = momentum
-    if weight_decay is not None:
-        options["weight_decay"] = weight_decay
+    options = optimizer_options(optimizer, momentum, weight_decay)
     opt = None if optimizer == "none" else optimizer
     if opt is None and (lr is not None or options):
         raise HybridError("--lr/--momentum/--weight-decay need an optimizer; drop them or pick --optimizer sgd/adam")

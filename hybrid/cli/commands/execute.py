@@ -27,7 +27,7 @@ def _graph_and_spec(model: str | None, graph_path: Path | None, batch: int | Non
                     momentum: float | None, weight_decay: float | None, dtype: str,
                     overrides: tuple[str, ...]) -> tuple[Any, Any, int]:
     from hybrid.capture.api import capture_model
-    from hybrid.cli.commands.capture import parse_overrides
+    from hybrid.cli.options import optimizer_options, parse_overrides
     from hybrid.graph import Graph
     from hybrid.zoo import get_model
 
@@ -48,13 +48,7 @@ def _graph_and_spec(model: str | None, graph_path: Path | None, batch: int | Non
         return graph, spec, b
     if model is None:
         raise HybridError("give --model NAME (captured on the fly with the capture flags) or --graph FILE")
-    options: dict[str, Any] = {}
-    if momentum is not None:
-        if optimizer != "sgd":
-            raise HybridError("--momentum applies to --optimizer sgd only")
-        options["momentum"] = momentum
-    if weight_decay is not None:
-        options["weight_decay"] = weight_decay
+    options = optimizer_options(optimizer, momentum, weight_decay)
     ov = parse_overrides(overrides)
     spec = get_model(model, **ov)
     b = spec.default_batch if batch is None else batch

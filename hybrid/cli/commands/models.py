@@ -6,21 +6,12 @@ from typing import Any
 
 import click
 
+from hybrid.cli.options import parse_overrides
 from hybrid.errors import HybridError
 from hybrid.units import format_bytes
 
 PATTERNS = ("rnn-{L}-{X}k, brnn-{L}-{X}k (L layers, X*1024 hidden units), wresnet-{depth}-{X}, "
             "inception-v4-{X} (width scale X), nasnet-{R} (3R normal cells), resnet-{depth}")
-
-
-def _parse_sets(items: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise HybridError(f"--set {item!r}: write KEY=VALUE, e.g. --set seq_len=20")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _row(spec: Any, count: Any) -> dict[str, Any]:
@@ -46,7 +37,7 @@ def command(names: tuple[str, ...], sets: tuple[str, ...], as_json: bool) -> Non
     """
     from hybrid.zoo import get_model, list_models, parameter_count  # here, so the CLI starts without torch
 
-    overrides = _parse_sets(sets)
+    overrides = parse_overrides(sets)
     if overrides and not names:
         raise HybridError("--set needs model NAMES to apply to, e.g. hybrid models rnn-8-8k --set seq_len=20")
     specs = [get_model(n, **overrides) for n in names] if names else list_models()
