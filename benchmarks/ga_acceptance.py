@@ -180,6 +180,12 @@ def main() -> None:
         df["ga_vs_best_baseline"] = df["ga"] / best
         df["speedup_vs_best_baseline"] = df["ga+refine"] / best
         df["beats_best_baseline"] = [("yes" if v > 1 + 1e-9 else "NO") if v == v else "" for v in df["ga_vs_best_baseline"]]
+        # A tie is only excusable where the best baseline has (almost) nothing left to gain.
+        bound = df["ideal_s"] / df["lower_bound_s"]  # throughput of a plan at the lower bound
+        for i in df.index[df["beats_best_baseline"] == "NO"]:
+            gap = bound[i] / best[i] - 1
+            df.loc[i, "note"] = (f"tie: the best baseline is already within {100 * gap:.2f}% of the lower bound "
+                                 "(makespan / lower bound); see the notes")
     cols = [c for c in ["graph", "ops", "memory_GiB", "ideal_s", *KINDS, "best_baseline",
                         "odswap_random_order", "ga", "ga+refine", "ga_vs_best_baseline", "speedup_vs_best_baseline",
                         "beats_best_baseline", "pool", "generations", "evaluations", "paper_swapadvisor",
@@ -197,7 +203,13 @@ bars are not legible in our copy). Zoo graphs were captured with `hybrid capture
 (default optimizer Adam, fp32, roofline op times); Checkmate graphs use the balanced time scale with memory at
 {args.fraction:.0%} of their unswapped peak (most cannot run at 25%: one op alone needs more). Convergence logs and
 plots (like Figure 9): results/ga_acceptance/<graph>.csv/.png (logs thinned to at most 1000 generations). Every plan passes the validator. The exact command of
-each optimize run is listed below."""
+each optimize run is listed below.
+
+Where the GA only ties the best baseline (brnn-4-8k), that baseline's plan (ODSwap or Belady on the capture's
+layer-by-layer order, with the planner's time-ordered re-binding) has a single stall: the first op waiting for its
+input from the host (the 328 MB embedding weight, 27 ms at 12 GB/s), which the lower bound does not count. Every
+op depends on that first one, so only keeping the weight resident across iterations (rule 6) would remove the stall;
+no plan the GA evaluated did, and the GA, seeded with that order, ties it."""
     md = write_table(df[cols], "ga_acceptance", f"`hybrid optimize` ({args.time_limit}) against the baselines", notes)
     if "command" in df.columns:
         lines = ["", "Commands (from the repository root):", ""]
