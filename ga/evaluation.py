@@ -28,7 +28,7 @@ from hybrid.allocation import byte_pool, class_pool, distinct_sizes
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.swap_planner import PlannerOptions, SwapPlanner
+from hybrid.swap_planner import PlannerOptions, SwapPlanner, compile_kernels
 
 Candidate = tuple[np.ndarray, np.ndarray, np.ndarray, bool, int]  # schedule, cls, cnt, by_bytes, planner gene
 StopFn = Callable[[], bool]
@@ -237,6 +237,7 @@ def make_evaluator(graph: Graph, device: Device, options: PlannerOptions, worker
     if scheduler:
         return DaskEvaluator(graph, device, options, scheduler=scheduler)
     n = workers if workers is not None else available_cores()
+    compile_kernels()  # here, once: workers then load the compiled kernels from numba's cache
     if n <= 1:
         return SerialEvaluator(graph, device, options)
     return ProcessPoolEvaluator(graph, device, options, n)

@@ -297,3 +297,26 @@ class SwapPlanner:
             kept = f" of which {held} hold persistent tensors this planner keeps resident"
         return (f"op {op.id!r} needs {here} objects of size class {c} ({int(pool.class_bytes[c])} bytes) at once, "
                 f"but the pool has {int(pool.class_count[c])}{kept}; raise that class's count")
+
+
+def compile_kernels() -> None:
+    """Compile (or load from numba's on-disk cache) every kernel a fitness evaluation runs, on a tiny graph.
+
+    Called before a search's clock starts and before worker processes are made: on a fresh install the
+    first compile takes seconds, and without this each worker would pay it inside the time budget.
+    """
+    from dataclasses import replace
+
+    from hybrid.allocation import byte_pool, per_size_pool
+    from hybrid.info import unswapped_peak
+    from hybrid.schedule import program_order
+    from hybrid.synthetic import training_graph
+
+    g = training_graph(3, seed=0)
+    order = program_order(g)
+    peak = unswapped_peak(g)
+    # Kernels compile on their first call whatever path they take; a swapping byte budget and a roomy
+    # size-class pool cover both pool kinds.
+    for mem, make in ((int(peak * 0.8), lambda m: byte_pool(g, m)), (2 * peak, lambda m: per_size_pool(g, order, m))):
+        dev = replace(g.device, memory_bytes=mem)
+        SwapPlanner(g, dev).makespan(order, make(mem))
