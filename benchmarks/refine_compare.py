@@ -100,17 +100,29 @@ def verdict(s: pd.DataFrame) -> str:
     """The acceptance reading of the summary, in words."""
     n = len(s)
     good = s[s["gain>=5%"]]
+    listed = ", ".join(f"{lab} {100 * g:.1f}%" for lab, g in zip(good["label"], good["median_gain"]))
     lines = [f"GA+CP-SAT is never worse than GA-only on {int(s['never_worse'].sum())} of {n} graphs (every seed), "
-             f"and at least 5% faster (median of seeds) on {len(good)} of {n}: "
-             + ", ".join(f"{lab} {100 * g:.1f}%" for lab, g in zip(good["label"], good["median_gain"])) + "."]
+             f"and at least 5% faster (median of seeds) on {len(good)} of {n}" + (f": {listed}." if listed else ".")]
     rest = s[~s["gain>=5%"]]
-    if len(rest):
-        parts = [f"{lab} {100 * g:.1f}% (GA+CP-SAT within {100 * (r - 1):.1f}% of the schedule bound)"
-                 for lab, g, r in zip(rest["label"], rest["median_gain"], rest["ga+cpsat_ratio_schedule_bound"])]
-        lines.append("Below 5%: " + "; ".join(parts) + ". The schedule bound holds for any plan with the same "
-                     "schedule and memory, so re-timing copies cannot gain more than that gap: these plans are "
-                     "bandwidth-bound (the d2h stream saturated while the forward pass evicts, the h2d stream while "
-                     "the backward pass reloads); only another schedule or recomputation could help.")
+    bound = rest["ga_makespan_s"] / rest["ga+cpsat_makespan_s"] * rest["ga+cpsat_ratio_schedule_bound"]
+    tight = rest[bound < 1.05]  # GA-only already within 5% of the schedule bound: no re-timing can gain 5%
+    loose = rest[bound >= 1.05]
+    if len(tight):
+        parts = [f"{lab} {100 * g:.1f}% (GA-only within {100 * (b - 1):.1f}% of the schedule bound)"
+                 for lab, g, b in zip(tight["label"], tight["median_gain"], bound[tight.index])]
+        lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound holds for any plan "
+                     "with the same schedule and memory, so re-timing copies or changing evictions cannot gain more "
+                     "than that gap: these plans are bandwidth-bound (the d2h stream saturated while the forward "
+                     "pass evicts, the h2d stream while the backward pass reloads); only another schedule or "
+                     "recomputation could help.")
+    if len(loose):
+        parts = [f"{lab} {100 * g:.1f}% (GA-only {100 * (b - 1):.1f}% above the schedule bound, GA+CP-SAT "
+                 f"{100 * (r - 1):.1f}%)"
+                 for lab, g, b, r in zip(loose["label"], loose["median_gain"], bound[loose.index],
+                                         loose["ga+cpsat_ratio_schedule_bound"])]
+        lines.append("Below 5% although the bound leaves room: " + "; ".join(parts) + ". The bound ignores that "
+                     "a copy can only start once its tensor exists and memory is free, so part of that gap may not "
+                     "be reachable; the rest is what larger windows or a longer refinement would have to find.")
     return "\n\n".join(lines)
 
 

@@ -234,8 +234,9 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                      "ga_ratio_lower_bound": ga["ratio_lower_bound"],
                      "ga+cpsat_ratio_lower_bound": hy["ratio_lower_bound"],
                      "ga+cpsat_ratio_schedule_bound": hy.get("ratio_schedule_bound", np.nan),
+                     # -1e-9: equal plans re-timed by different code paths differ in the last bits.
                      "never_worse": bool((df[(df["graph"] == g) & (df["memory_bytes"] == mem) & (df["row"] == "seed")
-                                            & (df["arm"] == "ga+cpsat")]["gain_vs_ga"] >= -1e-12).all())})
+                                            & (df["arm"] == "ga+cpsat")]["gain_vs_ga"] >= -1e-9).all())})
     return pd.DataFrame(rows)
 
 
