@@ -183,9 +183,9 @@ class SwapPlanner:
                     break
                 init_out, evicted, res_end = out.buf[6], out.buf[7], out.buf[8]
                 if i == 1:
-                    if not res_end.any():
+                    initial = self._carry_over(sched, pool, res_end, uses)
+                    if not initial.any():
                         break
-                    initial = res_end.copy()
                 else:
                     if not evicted.any():
                         break
@@ -197,6 +197,46 @@ class SwapPlanner:
         if best.status == K.OK and opt.rebind and opt.overlap:
             self._rebind(sched, pool, opt, best, want_timeline)
         return best
+
+    def _carry_over(self, sched: np.ndarray, pool: PoolArrays, res_end: np.ndarray, uses) -> np.ndarray:
+        """Pass 2's initial residents: what pass 1 left resident, plus the first op's persistent inputs.
+
+        Without them every iteration opens with a stall (every later op waits on the first); resident at the
+        start, they are reloaded at the end of the iteration, where the h2d stream is usually idle, so the
+        plan stays periodic (rule 6). To make room, carried tensors first used latest are left on the host
+        (pass 2 would drop them before their first use anyway)."""
+        a = self.graph.arrays
+        initial = res_end.copy()
+        if len(sched) == 0:
+            return initial
+        o = sched[0]
+        ins = a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]
+        extra = ins[a.t_persistent[ins] & ~initial[ins]]
+        if len(extra) == 0:
+            return initial
+        trial = initial.copy()
+        trial[extra] = True
+        use_ptr, use_pos = uses
+        cands = np.flatnonzero(initial)
+        has_use = use_ptr[cands + 1] > use_ptr[cands]
+        at = np.minimum(use_ptr[cands], max(len(use_pos) - 1, 0))
+        first_use = np.where(has_use, use_pos[at] if len(use_pos) else 0, len(sched))
+        cands = cands[np.argsort(-first_use, kind="stable")]
+        if pool.by_bytes:
+            over = int(a.t_bytes[trial].sum()) + int(self.op_ws[o]) - pool.capacity
+            for t in cands:
+                if over <= 0:
+                    break
+                trial[t] = False
+                over -= int(a.t_bytes[t])
+            return trial if over <= 0 else initial
+        over = np.bincount(pool.t_class[trial], minlength=len(pool.class_count)) - pool.class_count
+        for t in cands:
+            c = pool.t_class[t]
+            if over[c] > 0:
+                trial[t] = False
+                over[c] -= 1
+        return trial if (over <= 0).all() else initial
 
     def _rebind(self, sched: np.ndarray, pool: PoolArrays, opt: PlannerOptions, out: "_Outcome",
                 want_timeline: bool) -> None:
