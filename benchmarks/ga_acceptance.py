@@ -122,6 +122,8 @@ def evaluate_graph(name: str, g: Graph, path: Path, dev: Device, dev_flags: list
         "pool": plan.allocation.kind, "generations": info.get("generations"), "evaluations": info.get("evaluations"),
         "paper_swapadvisor": paper[0] if paper else "", "paper_odswap": paper[1] if paper else "",
         "command": " ".join(shlex.quote(c) for c in cmd),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                 text=True).stdout.strip(),
     })
     print(out, flush=True)
     return row
@@ -189,7 +191,7 @@ def main() -> None:
     cols = [c for c in ["graph", "ops", "memory_GiB", "ideal_s", *KINDS, "best_baseline",
                         "odswap_random_order", "ga", "ga+refine", "ga_vs_best_baseline", "speedup_vs_best_baseline",
                         "beats_best_baseline", "pool", "generations", "evaluations", "paper_swapadvisor",
-                        "paper_odswap", "note"]
+                        "paper_odswap", "commit", "note"]
             if c in df.columns]
     notes = f"""Run it as `python -m benchmarks.ga_acceptance ...` from the repository root (the script imports
 the `benchmarks` package). Normalized throughput (ideal / makespan; 1 = unlimited memory) of the baselines and of `hybrid optimize`
@@ -205,11 +207,11 @@ bars are not legible in our copy). Zoo graphs were captured with `hybrid capture
 plots (like Figure 9): results/ga_acceptance/<graph>.csv/.png (logs thinned to at most 1000 generations). Every plan passes the validator. The exact command of
 each optimize run is listed below.
 
-Where the GA only ties the best baseline (brnn-4-8k), that baseline's plan (ODSwap or Belady on the capture's
-layer-by-layer order, with the planner's time-ordered re-binding) has a single stall: the first op waiting for its
-input from the host (the 328 MB embedding weight, 27 ms at 12 GB/s), which the lower bound does not count. Every
-op depends on that first one, so only keeping the weight resident across iterations (rule 6) would remove the stall;
-no plan the GA evaluated did, and the GA, seeded with that order, ties it."""
+Where the GA only ties the best baseline, the `note` column gives that baseline's distance to the lower bound: on
+brnn-4-8k ODSwap and Belady on the capture's layer-by-layer order reach it (the planner re-binds memory in time
+order and carries the first op's weights across the iteration boundary), so no plan can be faster.
+`commit` is the code a row was produced with (rows are cached; the carry-over came after 522c6f5 and leaves the
+other graphs' baselines unchanged)."""
     md = write_table(df[cols], "ga_acceptance", f"`hybrid optimize` ({args.time_limit}) against the baselines", notes)
     if "command" in df.columns:
         lines = ["", "Commands (from the repository root):", ""]
