@@ -216,6 +216,11 @@ class SwapPlanner:
             return initial
         trial = initial.copy()
         trial[extra] = True
+        if pool.by_bytes:
+            if int(a.t_bytes[trial].sum()) + int(self.op_ws[o]) <= pool.capacity:
+                return trial
+        elif (np.bincount(pool.t_class[trial], minlength=len(pool.class_count)) <= pool.class_count).all():
+            return trial
         use_ptr, use_pos = uses
         cands = np.flatnonzero(initial)
         has_use = use_ptr[cands + 1] > use_ptr[cands]
