@@ -217,30 +217,23 @@ class SwapPlanner:
         trial = initial.copy()
         trial[extra] = True
         if pool.by_bytes:
-            if int(a.t_bytes[trial].sum()) + int(self.op_ws[o]) <= pool.capacity:
-                return trial
-        elif (np.bincount(pool.t_class[trial], minlength=len(pool.class_count)) <= pool.class_count).all():
+            over = np.array([int(a.t_bytes[trial].sum()) + int(self.op_ws[o]) - pool.capacity])
+        else:
+            over = np.bincount(pool.t_class[trial], minlength=len(pool.class_count)) - pool.class_count
+        if (over <= 0).all():
             return trial
+        # Over budget: one byte budget (slot 0, tensors weigh their bytes) or objects per class (weigh 1).
+        cls = np.zeros(a.n_tensors, np.int64) if pool.by_bytes else pool.t_class
+        size = a.t_bytes if pool.by_bytes else np.ones(a.n_tensors, np.int64)
         use_ptr, use_pos = uses
         cands = np.flatnonzero(initial)
         has_use = use_ptr[cands + 1] > use_ptr[cands]
         at = np.minimum(use_ptr[cands], max(len(use_pos) - 1, 0))
         first_use = np.where(has_use, use_pos[at] if len(use_pos) else 0, len(sched))
-        cands = cands[np.argsort(-first_use, kind="stable")]
-        if pool.by_bytes:
-            over = int(a.t_bytes[trial].sum()) + int(self.op_ws[o]) - pool.capacity
-            for t in cands:
-                if over <= 0:
-                    break
+        for t in cands[np.argsort(-first_use, kind="stable")]:
+            if over[cls[t]] > 0:
                 trial[t] = False
-                over -= int(a.t_bytes[t])
-            return trial if over <= 0 else initial
-        over = np.bincount(pool.t_class[trial], minlength=len(pool.class_count)) - pool.class_count
-        for t in cands:
-            c = pool.t_class[t]
-            if over[c] > 0:
-                trial[t] = False
-                over[c] -= 1
+                over[cls[t]] -= size[t]
         return trial if (over <= 0).all() else initial
 
     def _rebind(self, sched: np.ndarray, pool: PoolArrays, opt: PlannerOptions, out: "_Outcome",
