@@ -67,6 +67,24 @@ def live_at_most(keys, amts, off, size, x):
 
 
 @njit(cache=True, inline="always")
+def _use_entry(nodes, amts, k, need, pend, n_pend, emptied):
+    """Take up to `need` units from entry k (skipped when already empty); its release node joins pend.
+    Returns (need left, n_pend, emptied)."""
+    if amts[k] > 0:
+        if nodes[k] >= 0:
+            pend[n_pend] = nodes[k]
+            n_pend += 1
+        if amts[k] > need:
+            amts[k] -= need
+            need = 0
+        else:
+            need -= amts[k]
+            amts[k] = 0
+            emptied += 1
+    return need, n_pend, emptied
+
+
+@njit(cache=True, inline="always")
 def take(keys, nodes, amts, off, size, est, need, pend, n_pend, dead, dead_i):
     """Take `need` units for an allocation that could start at `est`.
 
@@ -78,35 +96,16 @@ def take(keys, nodes, amts, off, size, est, need, pend, n_pend, dead, dead_i):
     # (often many pending copies) are not shifted each time; the run is compacted when half of it is empty.
     start = est
     emptied = 0
-    i = _last_at_most(keys, off, size, est)
+    last = _last_at_most(keys, off, size, est)
+    i = last
     while need > 0 and i >= 0:  # released by est: latest first
-        if amts[off + i] > 0:
-            if nodes[off + i] >= 0:
-                pend[n_pend] = nodes[off + i]
-                n_pend += 1
-            if amts[off + i] > need:
-                amts[off + i] -= need
-                need = 0
-            else:
-                need -= amts[off + i]
-                amts[off + i] = 0
-                emptied += 1
+        need, n_pend, emptied = _use_entry(nodes, amts, off + i, need, pend, n_pend, emptied)
         i -= 1
-    j = _last_at_most(keys, off, size, est) + 1
+    j = last + 1
     while need > 0 and j < size:  # not enough by est: the soonest released after it
-        if amts[off + j] > 0:
-            if nodes[off + j] >= 0:
-                pend[n_pend] = nodes[off + j]
-                n_pend += 1
-            if keys[off + j] > start:
-                start = keys[off + j]
-            if amts[off + j] > need:
-                amts[off + j] -= need
-                need = 0
-            else:
-                need -= amts[off + j]
-                amts[off + j] = 0
-                emptied += 1
+        if amts[off + j] > 0 and keys[off + j] > start:
+            start = keys[off + j]
+        need, n_pend, emptied = _use_entry(nodes, amts, off + j, need, pend, n_pend, emptied)
         j += 1
     if need > 0:
         start = -1.0  # not enough memory: the caller reports it
