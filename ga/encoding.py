@@ -14,8 +14,10 @@
   eviction policy (`POLICIES`: Belady = farthest next use, LRU as ODSwap, or
   Belady with persistent tensors pinned on the device as vDNN), the recency
   window (victims used within that many ops are skipped) and the lookahead
-  (how many ranked victims are compared). No setting wins everywhere, so the
-  search picks it too.
+  (how many ranked victims are compared), and whether persistent tensors not
+  resident at the start are written back right after their last use
+  (`PlannerOptions.write_back`). No setting wins everywhere, so the search
+  picks it too.
 
 `SearchSpace` holds what every operator needs about the graph, built once.
 """
@@ -38,37 +40,42 @@ LOOKAHEAD = (1, 2, 4)
 
 @dataclass(frozen=True)
 class PlannerGene:
-    """Indices into POLICIES, RECENCY and LOOKAHEAD; packed into one int for the chromosome."""
+    """Indices into POLICIES, RECENCY and LOOKAHEAD, and the write-back switch; packed into one int."""
 
     policy: int
     recency: int
     lookahead: int
+    write_back: int = 1
 
     def pack(self) -> int:
-        return self.policy + len(POLICIES) * (self.recency + len(RECENCY) * self.lookahead)
+        return self.policy + len(POLICIES) * (self.recency + len(RECENCY) * (self.lookahead + len(LOOKAHEAD)
+                                                                              * self.write_back))
 
     @staticmethod
     def unpack(code: int) -> "PlannerGene":
         p, rest = code % len(POLICIES), code // len(POLICIES)
-        return PlannerGene(p, rest % len(RECENCY), rest // len(RECENCY))
+        r, rest = rest % len(RECENCY), rest // len(RECENCY)
+        return PlannerGene(p, r, rest % len(LOOKAHEAD), rest // len(LOOKAHEAD))
 
     @staticmethod
     def of(base: PlannerOptions, policy: int) -> "PlannerGene":
-        """`policy` with the base options' recency and lookahead (their nearest table values)."""
+        """`policy` with the base options' recency, lookahead (their nearest table values) and write-back."""
         r = min(range(len(RECENCY)), key=lambda i: abs(RECENCY[i] - base.recency))
         la = min(range(len(LOOKAHEAD)), key=lambda i: abs(LOOKAHEAD[i] - base.lookahead))
-        return PlannerGene(policy, r, la)
+        return PlannerGene(policy, r, la, int(base.write_back))
 
     def options(self, base: PlannerOptions) -> PlannerOptions:
         name = POLICIES[self.policy]
         return replace(base, victim="lru" if name == "lru" else "belady", keep_persistent=name == "pinned",
-                       recency=RECENCY[self.recency], lookahead=LOOKAHEAD[self.lookahead])
+                       recency=RECENCY[self.recency], lookahead=LOOKAHEAD[self.lookahead],
+                       write_back=bool(self.write_back))
 
     def describe(self) -> str:
-        return f"{POLICIES[self.policy]}, recency {RECENCY[self.recency]}, lookahead {LOOKAHEAD[self.lookahead]}"
+        wb = ", write-back" if self.write_back else ""
+        return f"{POLICIES[self.policy]}, recency {RECENCY[self.recency]}, lookahead {LOOKAHEAD[self.lookahead]}{wb}"
 
 
-N_PLANNER_GENES = len(POLICIES) * len(RECENCY) * len(LOOKAHEAD)
+N_PLANNER_GENES = len(POLICIES) * len(RECENCY) * len(LOOKAHEAD) * 2
 
 
 def planner_options(base: PlannerOptions, code: int) -> PlannerOptions:

@@ -65,7 +65,7 @@ def mutate_cnt(cnt: np.ndarray, p: float, sigma_rel: float, rng: np.random.Gener
 
 def mutate_planner(code: int, policies: tuple[int, ...], knobs: bool, p: float, rng: np.random.Generator) -> int:
     g = PlannerGene.unpack(code)
-    policy, rec, la = g.policy, g.recency, g.lookahead
+    policy, rec, la, wb = g.policy, g.recency, g.lookahead, g.write_back
     if len(policies) > 1 and rng.random() < p:
         i = policies.index(policy) if policy in policies else 0
         policy = policies[(i + int(rng.integers(1, len(policies)))) % len(policies)]
@@ -74,7 +74,9 @@ def mutate_planner(code: int, policies: tuple[int, ...], knobs: bool, p: float, 
             rec = int(np.clip(rec + (1 if rng.random() < 0.5 else -1), 0, len(RECENCY) - 1))
         if rng.random() < p:
             la = int(np.clip(la + (1 if rng.random() < 0.5 else -1), 0, len(LOOKAHEAD) - 1))
-    return PlannerGene(policy, rec, la).pack()
+        if rng.random() < p:
+            wb = 1 - wb
+    return PlannerGene(policy, rec, la, wb).pack()
 
 
 @njit(cache=True, inline="always")

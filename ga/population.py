@@ -110,6 +110,7 @@ def random_individuals(space: SearchSpace, n: int, mode: SearchMode, pool: PoolM
         by_bytes = pool == "bytes" or (pool == "both" and bool(rng.random() < 0.5))
         gene = PlannerGene.of(space.options, policies[int(rng.integers(len(policies)))])
         if knobs:
-            gene = PlannerGene(gene.policy, int(rng.integers(len(RECENCY))), int(rng.integers(len(LOOKAHEAD))))
+            gene = PlannerGene(gene.policy, int(rng.integers(len(RECENCY))), int(rng.integers(len(LOOKAHEAD))),
+                               int(rng.integers(2)))
         out.append(Individual(sched, cls, cnt, by_bytes, gene.pack()))
     return out

@@ -26,7 +26,7 @@ from hybrid.swap_planner import PlannerOptions, SwapPlanner
 
 BASELINE_OPTIONS: dict[str, PlannerOptions] = {
     "naive": PlannerOptions(victim="lru", overlap=False, passes=1),
-    "odswap": PlannerOptions(victim="lru", passes=2, keep="last"),
+    "odswap": PlannerOptions(victim="lru", passes=2, keep="last", write_back=False),  # on demand only
     "vdnn": PlannerOptions(keep_persistent=True),
     "belady": PlannerOptions(),
     "ideal": PlannerOptions(keep_persistent=True),

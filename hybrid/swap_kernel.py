@@ -96,6 +96,27 @@ def _push_dep(d, ctr, dep_idx):
 
 
 @njit(cache=True, inline="always", _nrt=False)
+def _release(t, drop, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref, node_start, node_end, dep_ptr,
+             dep_idx, clk, serialize, stats):
+    """Emit t's release after its last touch: a free if `drop` (host copy valid, or not needed), else a
+    swap_out that makes the host copy valid. Returns the release node."""
+    dep_ptr[ctr[0]] = ctr[1]
+    _push_dep(ts[t, LNODE], ctr, dep_idx)
+    if drop:
+        k = _emit(FREE, t, 0.0, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
+        stats[ST_NFREE] += 1
+    else:
+        k = _emit(SWAP_OUT, t, t_bytes[t] / d2h_bw + latency, ctr, node_kind, node_ref, node_start, node_end,
+                  dep_ptr, dep_idx, clk, serialize)
+        stats[ST_D2H] += t_bytes[t]
+        stats[ST_NOUT] += 1
+        ts[t, HV] = 1
+        ts[t, HVN] = k
+    ts[t, RELN] = k
+    return k
+
+
+@njit(cache=True, inline="always", _nrt=False)
 def _release_into_pool(t, rel_t, rel_node, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node, ckeys, cvals,
                        nc, fresh, hkeys, hvals, hoff, hsize):
     """Return t's memory to the pool as released at rel_t by rel_node (-1: free since time 0).
@@ -128,7 +149,7 @@ def walk(
     # device
     h2d_bw, d2h_bw, latency,
     # policy
-    lru, recency, serialize, keep_persistent, allow_drop, initial, lookahead,
+    lru, recency, serialize, keep_persistent, allow_drop, write_back, initial, lookahead,
     # outputs
     node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, init_out, evicted_out, resident_end, stats,
     # scratch (hybrid.swap_kernel.scratch), reused between calls so pages stay warm
@@ -222,18 +243,8 @@ def walk(
             for t in range(n_t):
                 if ts[t, RES] == 1 and (not t_persist[t] or ts[t, INIT] == 0):
                     ts[t, RES] = 0
-                    dep_ptr[ctr[0]] = ctr[1]
-                    _push_dep(ts[t, LNODE], ctr, dep_idx)
-                    if ts[t, HV] == 1 or not t_persist[t]:
-                        k = _emit(FREE, t, 0.0, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
-                        stats[ST_NFREE] += 1
-                    else:
-                        k = _emit(SWAP_OUT, t, t_bytes[t] / d2h_bw + latency, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
-                        stats[ST_D2H] += t_bytes[t]
-                        stats[ST_NOUT] += 1
-                        ts[t, HV] = 1
-                        ts[t, HVN] = k
-                    ts[t, RELN] = k
+                    k = _release(t, ts[t, HV] == 1 or not t_persist[t], t_bytes, d2h_bw, latency, ts, ctr, node_kind,
+                                 node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
                     _release_into_pool(t, node_end[k], k, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
                                        ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
         n_pend = 0
@@ -282,19 +293,9 @@ def walk(
                     ts[v, INIT] = 0
                     ts[v, HV] = 1
                 else:
-                    dep_ptr[ctr[0]] = ctr[1]
-                    _push_dep(ts[v, LNODE], ctr, dep_idx)
-                    if ts[v, HV] == 1:
-                        rel_node = _emit(FREE, v, 0.0, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
-                        stats[ST_NFREE] += 1
-                    else:
-                        rel_node = _emit(SWAP_OUT, v, t_bytes[v] / d2h_bw + latency, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
-                        stats[ST_D2H] += t_bytes[v]
-                        stats[ST_NOUT] += 1
-                        ts[v, HV] = 1
-                        ts[v, HVN] = rel_node
+                    rel_node = _release(v, ts[v, HV] == 1, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref,
+                                        node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
                     rel_t = node_end[rel_node]
-                    ts[v, RELN] = rel_node
                     if ts[v, INIT] == 1:
                         ts[v, EVI] = 1
                 _release_into_pool(v, rel_t, rel_node, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
@@ -381,7 +382,18 @@ def walk(
             hi = in_ptr[o + 1] if phase == 0 else out_ptr[o + 1]
             for kk in range(lo, hi):
                 t = in_idx[kk] if phase == 0 else out_idx[kk]
-                if t_persist[t] or use_ptr[t] + ts[t, CUR] < use_ptr[t + 1]:
+                later = use_ptr[t] + ts[t, CUR] < use_ptr[t + 1]
+                if write_back and t_persist[t] and not later and ts[t, INIT] == 0 and not keep_persistent:
+                    # Not resident at the start, so it must leave by the end anyway: leave now, while the
+                    # d2h stream is usually idle, rather than in a burst after the last op (measured: deferring
+                    # it while the d2h stream is busy gives longer plans).
+                    ts[t, RES] = 0
+                    f = _release(t, ts[t, HV] == 1, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref,
+                                 node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
+                    _release_into_pool(t, node_end[f], f, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
+                                       ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
+                    continue
+                if t_persist[t] or later:
                     if not (keep_persistent and t_persist[t]):
                         E.note(t, t_class[t], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail, ver)
                     continue

@@ -11,6 +11,12 @@ initial resident that would be evicted before its first use is instead
 dropped from the initial set. A third pass drops initial residents that pass 2
 evicted after use (so the plan stays periodic without copies at the end);
 if that still evicts some, they are swapped back in at the iteration's end.
+From pass 2 on, a persistent tensor that is not resident at the start leaves
+right after its last use (`PlannerOptions.write_back`): it has to be on the
+host by the end anyway, and left resident its copy would queue behind the
+last evictions after the last op (measured on captured Adam graphs: RNN-8-8K's
+Belady plan 21.37 -> 20.46 s, WResNet-152-10 33.65 -> 31.07 s; NASNet-25 1%
+longer, so the GA's planner gene may switch it off).
 """
 from __future__ import annotations
 
@@ -39,11 +45,12 @@ class PlannerOptions:
     keep: Literal["best", "last"] = "best"  # which pass's plan to return ("last": ODSwap reports its 2nd iteration)
     lookahead: int = 1           # compare this many policy-ranked victims, evict the one whose memory frees first
     rebind: bool = True          # re-bind memory in time order after the walk (hybrid.sequence); overlap only
+    write_back: bool = True      # from pass 2: a persistent tensor not resident at the start leaves after its last use
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
                 "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
-                "lookahead": self.lookahead, "rebind": self.rebind}
+                "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back}
 
 
 @dataclass
@@ -156,7 +163,8 @@ class SwapPlanner:
             self.op_time, self.op_ws, sched, uses[0], uses[1],
             pool.by_bytes, pool.t_class, pool.class_count, np.int64(pool.capacity),
             float(d.h2d_bytes_per_s), float(d.d2h_bytes_per_s), float(d.transfer_latency_s),
-            opt.victim == "lru", int(opt.recency), not opt.overlap, opt.keep_persistent, allow_drop, initial,
+            opt.victim == "lru", int(opt.recency), not opt.overlap, opt.keep_persistent, allow_drop,
+            allow_drop and opt.write_back, initial,
             max(1, int(opt.lookahead)), *buf, self._scr, self._cand,
         )
 

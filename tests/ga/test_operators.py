@@ -177,7 +177,12 @@ def test_planner_gene_round_trip_and_mutation_bounds() -> None:
     fixed = PlannerGene.of(base, 0).pack()
     for _ in range(50):
         g = PlannerGene.unpack(mutate_planner(fixed, (0, 1), False, 0.9, rng))
-        assert (g.recency, g.lookahead) == (PlannerGene.of(base, 0).recency, PlannerGene.of(base, 0).lookahead)
+        assert (g.recency, g.lookahead, g.write_back) == (PlannerGene.of(base, 0).recency,
+                                                          PlannerGene.of(base, 0).lookahead, 1)
+    off = PlannerOptions(write_back=False)
+    assert planner_options(off, PlannerGene.of(off, 0).pack()) == off
+    seen = {PlannerGene.unpack(mutate_planner(fixed, (0,), True, 0.5, rng)).write_back for _ in range(50)}
+    assert seen == {0, 1}                                 # the search may switch write-back either way
 
 
 def test_copies_do_not_crowd_out_distinct_candidates() -> None:

@@ -178,3 +178,24 @@ def test_periodic_plan_keeps_parameters_resident_when_they_fit():
     plan = to_plan(aug, {"name": "x"})
     assert set(plan.resident_at_start) == {t.id for t in g.tensors if t.persistent}
     assert plan.metrics["bytes_h2d"] == 0 and plan.metrics["bytes_d2h"] == 0
+
+
+def test_write_back_sends_updated_state_home_after_its_last_use_not_in_a_burst_at_the_end():
+    # Adam state updated in the backward pass but not resident at the start must be on the host by the end.
+    # Left resident, it goes out after the last op (queued behind the last evictions); written back right
+    # after its update, the copies overlap the rest of the backward pass.
+    pytest.importorskip("torch")
+    from hybrid.capture.api import capture_model
+    from hybrid.info import unswapped_peak
+
+    g = capture_model("resnet18", 8)
+    dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.7))
+    sp, order = SwapPlanner(g, dev), program_order(g)
+    plans = {wb: to_plan(sp.plan(order, byte_pool(g, dev.memory_bytes), PlannerOptions(write_back=wb)), {"name": "x"})
+             for wb in (False, True)}
+    tail = {}
+    for wb, plan in plans.items():
+        assert validate(g, plan).valid
+        tail[wb] = plan.makespan_s - max(e.end_s for e in plan.events if e.kind == "compute")
+    assert tail[False] > 1e-3 and tail[True] < 1e-4
+    assert plans[True].makespan_s < plans[False].makespan_s
