@@ -210,8 +210,10 @@ each optimize run is listed below.
 Where the GA only ties the best baseline, the `note` column gives that baseline's distance to the lower bound: on
 brnn-4-8k ODSwap and Belady on the capture's layer-by-layer order reach it (the planner re-binds memory in time
 order and carries the first op's weights across the iteration boundary), so no plan can be faster.
-`commit` is the code a row was produced with (rows are cached; the carry-over came after 522c6f5 and leaves the
-other graphs' baselines unchanged)."""
+`commit` is the code a row was produced with (rows are cached). The SwapAdvisor rows were re-run after the planner's
+write-back (34921eb: a persistent tensor not resident at the start leaves right after its last use, and the GA's
+planner gene can switch that off). The Checkmate rows predate it: those graphs have no optimizer state, the
+planner's plans for them are unchanged (same Belady makespans), and only the GA's random stream would differ."""
     md = write_table(df[cols], "ga_acceptance", f"`hybrid optimize` ({args.time_limit}) against the baselines", notes)
     if "command" in df.columns:
         lines = ["", "Commands (from the repository root):", ""]
