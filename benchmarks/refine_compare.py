@@ -91,9 +91,6 @@ def merge(graph_dir: Path) -> pd.DataFrame:
     s = summary(df)
     s.insert(1, "label", [labels[(g, m)] for g, m in zip(s["graph"], s["memory_bytes"])])
     s["gain>=5%"] = s["median_gain"] >= 0.05
-    seed_rows = df[(df["row"] == "seed") & (df["arm"] == "ga+cpsat")]
-    worst = seed_rows.groupby(["graph", "memory_bytes"])["gain_vs_ga"].min()
-    s["worst_seed_gain"] = [float(worst.get((g, m), float("nan"))) for g, m in zip(s["graph"], s["memory_bytes"])]
     write_tables(s, RESULTS / "refine_compare_summary", "GA-only vs GA + CP-SAT: one line per graph",
                  NOTES + "\n\n" + verdict(s))
     return s

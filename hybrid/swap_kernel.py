@@ -383,26 +383,18 @@ def walk(
             for kk in range(lo, hi):
                 t = in_idx[kk] if phase == 0 else out_idx[kk]
                 later = use_ptr[t] + ts[t, CUR] < use_ptr[t + 1]
-                if write_back and t_persist[t] and not later and ts[t, INIT] == 0 and not keep_persistent:
-                    # Not resident at the start, so it must leave by the end anyway: leave now, while the
-                    # d2h stream is usually idle, rather than in a burst after the last op (measured: deferring
-                    # it while the d2h stream is busy gives longer plans).
-                    ts[t, RES] = 0
-                    f = _release(t, ts[t, HV] == 1, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref,
-                                 node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
-                    _release_into_pool(t, node_end[f], f, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
-                                       ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
-                    continue
-                if t_persist[t] or later:
+                # A persistent tensor not resident at the start must leave by the end anyway: with write-back it
+                # leaves now, while the d2h stream is usually idle, rather than in a burst after the last op
+                # (measured: deferring it while the d2h stream is busy gives longer plans).
+                leave = write_back and t_persist[t] and not later and ts[t, INIT] == 0 and not keep_persistent
+                if not leave and (t_persist[t] or later):
                     if not (keep_persistent and t_persist[t]):
                         E.note(t, t_class[t], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail, ver)
                     continue
+                # Dead here (freed), or written back (its LNODE is this op, k).
                 ts[t, RES] = 0
-                dep_ptr[ctr[0]] = ctr[1]
-                _push_dep(k, ctr, dep_idx)
-                f = _emit(FREE, t, 0.0, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize)
-                stats[ST_NFREE] += 1
-                ts[t, RELN] = f
+                f = _release(t, not t_persist[t] or ts[t, HV] == 1, t_bytes, d2h_bw, latency, ts, ctr, node_kind,
+                             node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
                 _release_into_pool(t, node_end[f], f, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
                                    ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
     makespan = 0.0
