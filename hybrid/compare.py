@@ -3,15 +3,18 @@
 For each seed the genetic search runs for (1 - refine_share) of the budget and
 checkpoints; from there the two arms split:
 - **ga+cpsat** refines that best plan with `hybrid.refine` for the rest of the
-  budget;
+  budget, as `hybrid optimize --refine cpsat` does: when refinement stops
+  finding anything, the search resumes from the checkpoint with the time left
+  and the faster plan wins (`hybrid.handoff`; `final_from` says which);
 - **ga** resumes the same search from the checkpoint for the same remaining time.
 So both arms get the same wall time and share the search up to the split
 (a paired comparison: the difference is what the last part of the budget
 bought, more generations or CP-SAT). Both plans are validated and written.
 
-The GA+CP-SAT rows split their gain: `rewalk_gain` is what re-walking the
-split plan gave (objects re-assigned best-fit, before any window) and
-`window_gain` what the CP-SAT windows added on top.
+The GA+CP-SAT rows split refinement's gain: `rewalk_gain` is what re-walking
+the split plan gave (objects re-assigned best-fit, before any window) and
+`window_gain` what the CP-SAT windows added on top (of the refined plan, even
+when the resumed search's plan won).
 
 `compare(...)` returns one row per (arm, seed) plus a median row per arm;
 tables of several graphs concatenate (`pd.concat`) into one, and
@@ -33,12 +36,14 @@ import pandas as pd
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
+from hybrid.handoff import DEFAULT_PATIENCE
 from hybrid.plan import Plan
 
 ARMS = ("ga", "ga+cpsat")
 COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal",
            "ratio_lower_bound", "schedule_bound_s", "ratio_schedule_bound", "gain_vs_ga", "stall_s", "bytes_h2d",
-           "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_windows", "refine_accepted",
+           "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_s", "resume_s", "final_from",
+           "refine_windows", "refine_accepted",
            "split_makespan_s", "rebind_makespan_s", "rewalk_gain", "window_gain", "plan"]
 
 
@@ -106,7 +111,8 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
             "schedule_bound_s": (sb := schedule_bound(graph, plan)),
             "ratio_schedule_bound": plan.makespan_s / sb if sb > 0 else np.nan, "gain_vs_ga": np.nan,
             "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)), "bytes_h2d": h2d, "bytes_d2h": d2h,
-            "bytes_moved": h2d + d2h, "search_s": search_s, "ga_generations": np.nan, "refine_windows": np.nan,
+            "bytes_moved": h2d + d2h, "search_s": search_s, "ga_generations": np.nan, "refine_s": np.nan,
+            "resume_s": np.nan, "final_from": "", "refine_windows": np.nan,
             "refine_accepted": np.nan, "split_makespan_s": np.nan, "rebind_makespan_s": np.nan,
             "rewalk_gain": np.nan, "window_gain": np.nan, "plan": plan_path}
 
@@ -119,15 +125,18 @@ def split_gains(split_s: float, rebind_s: float, refined_s: float) -> tuple[floa
 
 def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, seeds: Sequence[int] = (1, 2, 3),
             refine_share: float = 0.2, workers: int = 1, out_dir: str | Path | None = None, ga_config=None,
-            refine_options=None, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+            refine_options=None, patience: float | None = DEFAULT_PATIENCE,
+            progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Run both arms for every seed on `graph` (on `device`, default the graph's); the table as a DataFrame.
 
     Plans go to `out_dir` when given: `<graph>-seed<N>-ga.json`, `<graph>-seed<N>-ga+cpsat.json`, and
     `<graph>-seed<N>-split.json` (the GA's best at the split, which refinement started from).
     `ga_config` (a ga.GAConfig) sets the search's other parameters; its seed is replaced per run.
+    `patience` (a share of the refinement budget; None: no limit) is how long refinement may go without a
+    lower makespan before it hands the rest of its time back to the search (`hybrid.handoff`).
     """
     from ga import GAConfig, optimize
-    from hybrid.refine import RefineOptions, refine
+    from hybrid.handoff import refine_then_resume
     from hybrid.validator import validate
 
     if time_limit_s <= 0:
@@ -159,14 +168,17 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
             spent = time.monotonic() - t0
             say(f"{graph.name} seed {seed}: GA {first.generations} generations in {spent:.1f} s, "
                 f"makespan {split_plan.makespan_s:.6g} s")
-            # arm 1: refine the split plan for the rest of the budget
+            # arm 1: refine the split plan; when refinement stalls, the search resumes with the time left
             t1 = time.monotonic()
-            ref = refine(graph, split_plan, time_limit_s=max(0.0, time_limit_s - spent), seed=int(seed),
-                         workers=workers, options=refine_options or RefineOptions())
-            hybrid_plan = ref.plan
+            hand = refine_then_resume(graph, device, split_plan, ckpt, deadline=t1 + max(0.0, time_limit_s - spent),
+                                      seed=int(seed), refine_options=refine_options, patience=patience,
+                                      plan_info={"time_limit_s": time_limit_s}, workers=workers)
+            ref = hand.refine
+            hybrid_plan = hand.plan
             hybrid_s = spent + (time.monotonic() - t1)
             say(f"{graph.name} seed {seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s "
-                f"({ref.windows} windows, {ref.accepted} accepted)")
+                f"({ref.windows} windows, {ref.accepted} accepted in {hand.refine_s:.1f} s"
+                + (f"; then the GA for {hand.resume_s:.1f} s" if hand.resumed is not None else "") + ")")
             # arm 2: the same search, resumed for the same remaining time
             t2 = time.monotonic()
             rest = max(1e-3, time_limit_s - spent)
@@ -191,13 +203,14 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
         r_ga = _row(graph, ga_plan, "ga", int(seed), ga_s, paths["ga"])
         r_ga["ga_generations"] = second.generations
         r_h = _row(graph, hybrid_plan, "ga+cpsat", int(seed), hybrid_s, paths["ga+cpsat"])
-        r_h["ga_generations"] = first.generations
+        r_h["ga_generations"] = hand.resumed.generations if hand.resumed is not None else first.generations
+        r_h["refine_s"], r_h["resume_s"], r_h["final_from"] = hand.refine_s, hand.resume_s, hand.source
         r_h["refine_windows"] = ref.windows
         r_h["refine_accepted"] = ref.accepted
         r_h["split_makespan_s"] = split_plan.makespan_s
         r_h["rebind_makespan_s"] = ref.rebind_makespan
         r_h["rewalk_gain"], r_h["window_gain"] = split_gains(split_plan.makespan_s, ref.rebind_makespan,
-                                                             hybrid_plan.makespan_s)
+                                                             ref.plan.makespan_s)
         r_h["gain_vs_ga"] = 1.0 - hybrid_plan.makespan_s / ga_plan.makespan_s
         rows += [r_ga, r_h]
     return with_medians(pd.DataFrame(rows, columns=COLUMNS))
@@ -209,11 +222,13 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
     med = []
     num = ["makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal", "ratio_lower_bound", "schedule_bound_s",
            "ratio_schedule_bound", "gain_vs_ga", "stall_s",
-           "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_windows",
+           "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_s", "resume_s",
+           "refine_windows",
            "refine_accepted", "split_makespan_s", "rebind_makespan_s", "rewalk_gain", "window_gain"]
     for (g, mem, arm), part in seeds.groupby(["graph", "memory_bytes", "arm"], sort=False):
         r = {c: part[c].median() for c in num}
-        r.update({"graph": g, "memory_bytes": mem, "arm": arm, "row": "median", "seed": pd.NA, "plan": ""})
+        r.update({"graph": g, "memory_bytes": mem, "arm": arm, "row": "median", "seed": pd.NA, "plan": "",
+                  "final_from": "/".join(sorted(set(part["final_from"].dropna().astype(str)) - {""}))})
         med.append(r)
     out = pd.concat([seeds, pd.DataFrame(med, columns=COLUMNS)], ignore_index=True)
     out["seed"] = out["seed"].astype("Int64")

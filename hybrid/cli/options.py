@@ -38,6 +38,11 @@ graph_option = click.option("--graph", "graph_path", required=True, type=click.P
 out_option = click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                           help="Write the plan here (hybrid-plan/1).")
 seed_option = click.option("--seed", type=int, default=1, show_default=True, help="Random seed.")
+patience_option = click.option(
+    "--refine-patience", "refine_patience", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.1,
+    show_default=True,
+    help="When refinement has found nothing faster for this share of its budget, the GA resumes with the rest "
+         "and the faster plan is kept (1: refine for the whole share).")
 
 
 def load_graph(path: Path) -> Graph:

@@ -15,7 +15,9 @@ the compute stall inside it (gaps before its ops' starts, plus the tail after
 the last op for the final window); windows are tried in decreasing score, and
 only once until something before or inside them changes. When none is left
 the next configuration (window size, offset) starts; a full round of
-configurations without an improvement ends the search early. The order of
+configurations without an improvement ends the search early, and so does
+`patience_s` without one (then `hybrid.handoff` gives the rest of the budget
+back to the genetic search). The order of
 configurations and every CP-SAT seed derive from `seed`, and CP-SAT runs on a
 deterministic time budget, so a seed gives the same plan whenever the search
 is not cut short by the wall-clock limit (`max_windows` bounds it exactly).
@@ -57,6 +59,8 @@ class RefineOptions:
     validate: bool = True             # check the refined plan with hybrid.validator before returning it
     second_stage: bool = True         # after the window's end, minimise the sum of node ends too
     stall_windows: bool = False       # also windows ending at each stalled op (measured: no better)
+    patience_s: float | None = None   # stop ("stalled") after this long without a lower makespan ...
+    patience_gain: float = 1e-4       # ... lower by at least this fraction (smaller gains do not reset the clock)
 
 
 @dataclass
@@ -79,7 +83,7 @@ class RefineResult:
     accepted: int = 0                 # windows whose solution lowered the makespan (re-walking not counted)
     infeasible: int = 0               # windows CP-SAT proved infeasible (conservative rounding) or found nothing
     rejected: int = 0                 # solutions the walk or the simulator did not confirm as better
-    stop: str = ""                    # time limit | converged | window budget | interrupted | no stall
+    stop: str = ""                    # time limit | converged | stalled | window budget | interrupted
     search_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -130,6 +134,7 @@ class _Search:
                                 rebind_makespan=tl.makespan, stop="converged")
         self.best: Timeline | None = None
         self.best_ms = reference
+        self.mark = (0.0, reference)  # (time, makespan) of the last gain that counts for the patience
         if tl.makespan < reference - self.eps:  # re-walking alone (objects re-assigned best-fit) already helps
             self._accept(tl, counted=False)
         self.cur = tl
@@ -142,6 +147,11 @@ class _Search:
 
     def left(self) -> float:
         return self.time_limit_s - self.elapsed()
+
+    def stalled(self) -> bool:
+        """No lower makespan for `patience_s` (so the caller can spend the rest of its budget elsewhere)."""
+        p = self.options.patience_s
+        return p is not None and self.elapsed() - self.mark[0] >= p
 
     def configs(self) -> list[tuple[int, int]]:
         """(window size, offset) rounds: the first size first, the rest in a seeded order."""
@@ -197,6 +207,8 @@ class _Search:
 
     def _accept(self, tl: Timeline, counted: bool) -> None:
         self.best, self.best_ms = tl, tl.makespan
+        if self.best_ms <= self.mark[1] * (1.0 - self.options.patience_gain):
+            self.mark = (self.elapsed(), self.best_ms)
         self.res.accepted += int(counted)
         self.res.history.append(HistoryPoint(self.elapsed(), self.best_ms))
 
@@ -222,6 +234,9 @@ class _Search:
                         return self.finish()
                     if self.options.max_windows is not None and res.windows >= self.options.max_windows:
                         res.stop = "window budget"
+                        return self.finish()
+                    if self.stalled():
+                        res.stop = "stalled"
                         return self.finish()
                     tried.add(win)
                     if self.attempt(*win):

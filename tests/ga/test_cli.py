@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -70,6 +71,29 @@ def test_refine_runs_when_available_or_fails_clearly(graph_file, tmp_path, monke
     r = run(*args)
     assert r.exit_code == 0, r.output
     assert validate(Graph.load(path), Plan.load(tmp_path / "p.json")).valid
+
+
+def test_stalled_refinement_hands_its_time_back_to_the_search(graph_file, tmp_path) -> None:
+    from hybrid.cli.commands import optimize as cmd
+
+    if not cmd._refine_available():
+        pytest.skip("hybrid.refine is not installed")
+    path, mem = graph_file
+    out, ck = tmp_path / "p.json", tmp_path / "ga.ckpt"
+    r = run("optimize", "--graph", path, "--memory", mem, "--population", 4, "--workers", 1, "--quiet",
+            "--time-limit", "6s", "--refine-share", "0.5", "--refine-patience", "0.01", "--checkpoint", ck,
+            "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "then the GA resumed for" in r.output
+    plan = Plan.load(out)
+    assert validate(Graph.load(path), plan).valid
+    # the resumed search kept --checkpoint going: it holds the generation the summary reports
+    from ga.checkpoint import load_checkpoint
+    from ga.encoding import SearchSpace
+
+    g = Graph.load(path)
+    _, state = load_checkpoint(ck, SearchSpace.build(g, replace(g.device, memory_bytes=mem)))
+    assert f"{state.generation} generations," in r.output
 
 
 @pytest.mark.parametrize("flags, message", [

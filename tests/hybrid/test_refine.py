@@ -213,3 +213,12 @@ def test_schedule_bound_is_a_lower_bound(seed):
         return
     b = schedule_bound(g, plan)
     assert plan.metrics["ideal_s"] * (1 - 1e-9) <= b <= plan.makespan_s * (1 + 1e-9)
+
+
+def test_patience_stops_a_search_that_finds_nothing():
+    g = _tight_graph()
+    _, plan = _plan(g, "classes")
+    res = refine(g, plan, time_limit_s=60, seed=1, options=RefineOptions(window_time_s=0.1, patience_s=0.0))
+    assert res.stop == "stalled" and res.windows == 0  # stalled before the first window
+    assert res.plan.makespan_s <= plan.makespan_s
+    check(g, res.plan)

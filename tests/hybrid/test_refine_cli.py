@@ -45,6 +45,9 @@ def test_refine_command_errors_are_one_line(files, tmp_path):
     assert r.exit_code == 2 and "error: cannot read --time-limit" in r.output
     r = CliRunner().invoke(cli, ["refine", "--graph", str(gp), "--plan", str(gp), "--out", str(tmp_path / "x.json")])
     assert r.exit_code == 2 and r.output.startswith("error:") and "is this a graph" in r.output
+    r = CliRunner().invoke(cli, ["refine", "--graph", str(gp), "--plan", str(pp), "--patience", "0s",
+                                 "--out", str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "error: --patience must be positive" in r.output
 
 
 def test_compare_api_table_and_concatenation(tmp_path):
@@ -70,6 +73,9 @@ def test_compare_api_table_and_concatenation(tmp_path):
         assert r["ratio_ideal"] >= 1.0 - 1e-9 and r["bytes_moved"] == r["bytes_h2d"] + r["bytes_d2h"]
     hy = seeds[seeds["arm"] == "ga+cpsat"]
     assert (hy["search_s"] <= 3.0 * 1.5).all()
+    assert set(hy["final_from"]) <= {"cpsat", "ga"} and (hy["refine_s"] > 0).all()
+    # the arm never returns a plan slower than the split plan it started from
+    assert (hy["makespan_s"] <= hy["split_makespan_s"] * (1 + 1e-12)).all()
     med = df[(df["row"] == "median") & (df["arm"] == "ga")]
     assert len(med) == 2 and med["seed"].isna().all()
     s = summary(df)

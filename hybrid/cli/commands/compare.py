@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_from, device_options, load_graph
+from hybrid.cli.options import device_from, device_options, load_graph, patience_option
 from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_duration
 
@@ -29,20 +29,23 @@ def _seeds(text: str) -> tuple[int, ...]:
 @click.option("--seeds", default="1,2,3", show_default=True, help="Seeds, comma-separated; medians over them.")
 @click.option("--refine-share", type=float, default=0.2, show_default=True,
               help="Part of the budget the GA+CP-SAT arm gives to refinement (the GA-only arm keeps searching).")
+@patience_option
 @click.option("--workers", type=int, default=1, show_default=True,
-              help="GA evaluation processes and CP-SAT threads, the same for both arms.")
-@click.option("--population", type=int, default=None, help="GA population (default: the GA's, 144).")
+              help="GA evaluation processes, the same for both arms (CP-SAT uses one thread per window).")
+@click.option("--population", type=int, default=None, help="GA population (default: the GA's, 48).")
 @click.option("--memory-fraction", type=float, default=None,
               help="Device memory as a fraction of each graph's unswapped peak (overrides --memory), e.g. 0.25.")
 @device_options
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("compare"),
               show_default=True, help="Folder for both arms' plans and the table (compare.csv/.parquet/.md).")
-def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_share: float, workers: int,
+def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_share: float, refine_patience: float,
+            workers: int,
             population: int | None, memory_fraction: float | None, out_dir: Path, **kw) -> None:
     """Does CP-SAT refinement beat spending the same time on more genetic search?
 
     For each graph and seed the GA runs for (1 - --refine-share) of the
-    budget; then one arm refines its best plan with CP-SAT for the rest and
+    budget; then one arm refines its best plan with CP-SAT for the rest (and
+    resumes the search if refinement stalls, as `hybrid optimize` does) and
     the other resumes the same search for the same time. Both plans are
     validated and written to --out-dir, with a table (CSV, Parquet, Markdown)
     of makespan, ratio to the ideal and to the lower bound, stall, bytes moved
@@ -74,11 +77,12 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_s
         if memory_fraction is not None:
             dev = replace(dev, memory_bytes=fraction_of_peak(g, memory_fraction))
         tables.append(compare(g, dev, time_limit_s=total, seeds=seed_list, refine_share=refine_share,
-                              workers=workers, out_dir=out_dir, ga_config=cfg,
+                              workers=workers, out_dir=out_dir, ga_config=cfg, patience=refine_patience,
                               progress=lambda msg: click.echo(msg, err=True)))
     df = pd.concat(tables, ignore_index=True)
     paths = write_tables(df, out_dir / "compare", "GA-only vs GA + CP-SAT at equal wall time",
-                         f"Budget {format_seconds(total)} per arm and seed; refinement share {refine_share}; "
+                         f"Budget {format_seconds(total)} per arm and seed; refinement share {refine_share}, patience "
+                         f"{refine_patience}; "
                          f"workers {workers}.")
     s = summary(df)
     click.echo(s.to_markdown(index=False, floatfmt=".4g"))

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import importlib.util
+import tempfile
 import time
 from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_from, device_options, graph_option, load_graph, seed_option
+from hybrid.cli.options import device_from, device_options, graph_option, load_graph, patience_option, seed_option
 from hybrid.errors import HybridError
 from hybrid.units import format_bytes, format_seconds, parse_duration
 
@@ -52,6 +53,7 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
               help="Re-time the best plan's copies with CP-SAT (hybrid.refine) in the last part of the budget.")
 @click.option("--refine-share", type=float, default=0.2, show_default=True,
               help="Fraction of --time-limit kept for --refine cpsat.")
+@patience_option
 @click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Save the search here every --checkpoint-every generations and at the end.")
 @click.option("--checkpoint-every", type=int, default=10, show_default=True, help="Generations between checkpoints.")
@@ -70,7 +72,8 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
                    "and print one table with them and the optimized plan.")
 def command(graph_path: Path, time_limit: str, generations: int | None, seed: int, population: int,
             children: int | None, workers: int | None, scheduler: str | None, search: str, pool: str,
-            policies: tuple[str, ...], planner_knobs: bool, mutation_rate: float, temperature: float, refine: str, refine_share: float,
+            policies: tuple[str, ...], planner_knobs: bool, mutation_rate: float, temperature: float, refine: str,
+            refine_share: float, refine_patience: float,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
             log_path: Path | None, plot_path: Path | None, quiet: bool, compare_baselines: bool,
             **kw: object) -> None:
@@ -82,7 +85,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     and simulator score each one. The first generation includes the program
     order with every policy and a depth-first order, so the result is never
     slower than the belady, odswap and vdnn baselines. With --refine cpsat the best plan's copies are then
-    re-timed with CP-SAT. Prints a line per generation (best, population
+    re-timed with CP-SAT; when that stops finding anything faster (--refine-patience), the search resumes
+    with the time left and the faster plan is kept. Prints a line per generation (best, population
     mean and worst makespan, evaluations per second, time left), and at the
     end the makespan, its ratio to the ideal, the lower bound and bytes moved.
 
@@ -123,26 +127,34 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                       pool=pool, seed=seed, planner_knobs=planner_knobs,
                       **({"policies": policies} if policies else {}))  # type: ignore[arg-type]
     deadline = start + ga_time
-    line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
-    try:
-        result = optimize(graph, device, config, time_limit_s=max(1e-3, deadline - time.monotonic()),
-                          generations=generations, workers=workers, scheduler=scheduler,
-                          checkpoint=checkpoint_path, checkpoint_every=checkpoint_every, resume=resume_path,
-                          on_generation=line, handle_sigint=True)
-    finally:
-        if line is not None:
-            line.close()
-    plan = result.to_plan(time_limit_s=total)
-    _check(graph, plan, validate)
-    plan.save(out_path)  # written now, so an interrupted refinement still leaves the GA's best
-    ga_plan = plan
-    refined = ""
-    if refine == "cpsat" and result.stop_reason != "interrupted":
-        better, refined = _refine(graph, plan, start + total - time.monotonic(), seed, quiet)
-        if better is not plan:
-            _check(graph, better, validate)
-            plan = better
-            plan.save(out_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        # refinement may hand its time back to the search, which then resumes from the split's checkpoint
+        split_ckpt = checkpoint_path or (Path(tmp) / "split.ckpt" if refine == "cpsat" else None)
+        line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
+        try:
+            result = optimize(graph, device, config, time_limit_s=max(1e-3, deadline - time.monotonic()),
+                              generations=generations, workers=workers, scheduler=scheduler,
+                              checkpoint=split_ckpt, checkpoint_every=checkpoint_every if checkpoint_path else 0,
+                              resume=resume_path, on_generation=line, handle_sigint=True)
+        finally:
+            if line is not None:
+                line.close()
+        plan = result.to_plan(time_limit_s=total)
+        _check(graph, plan, validate)
+        plan.save(out_path)  # written now, so an interrupted refinement still leaves the GA's best
+        ga_plan = plan
+        refined = ""
+        if refine == "cpsat" and result.stop_reason != "interrupted":
+            # a search that ran out of generations has nothing to resume: refine for the whole share then
+            patience = refine_patience if result.stop_reason == "time limit" else None
+            plan, refined, resumed = _refine(graph, device, plan, split_ckpt, start + total, seed, patience, quiet,
+                                             {"time_limit_s": total}, generations=generations, workers=workers,
+                                             scheduler=scheduler, checkpoint=checkpoint_path,
+                                             checkpoint_every=checkpoint_every)
+            result = resumed or result
+            if plan is not ga_plan:
+                _check(graph, plan, validate)
+                plan.save(out_path)
     if log_path is not None:
         result.log.to_csv(log_path)
     m = plan.metrics
@@ -195,12 +207,18 @@ def _check(graph, plan, validate) -> None:  # noqa: ANN001
                           f"{report.violations[0].message}); please report this with the graph file")
 
 
-def _refine(graph, plan, seconds: float, seed: int, quiet: bool):  # noqa: ANN001, ANN202
-    """Run hybrid.refine on the best plan; keep the original when refinement finds nothing better."""
-    from hybrid.refine import refine
+def _refine(graph, device, plan, split_ckpt, deadline: float, seed: int, patience: float | None,  # noqa: ANN001
+            quiet: bool, plan_info: dict, **resume_kw):  # noqa: ANN003, ANN202
+    """CP-SAT on the GA's best plan; when it stalls, the GA resumes with the time left (`hybrid.handoff`).
 
+    Returns (the fastest plan, a note for the summary line, the resumed search's result or None).
+    """
+    from ga.progress import ProgressLine
+    from hybrid.handoff import refine_then_resume
+
+    seconds = deadline - time.monotonic()
     if seconds <= 0.5:
-        return plan, "; no time left to refine"
+        return plan, "; no time left to refine", None
     last = [0.0]
 
     def progress(p) -> None:  # noqa: ANN001 - hybrid.refine.RefineProgress
@@ -210,13 +228,22 @@ def _refine(graph, plan, seconds: float, seed: int, quiet: bool):  # noqa: ANN00
                        f"(from {format_seconds(p.initial_makespan)}), {p.windows} windows, {p.accepted} accepted",
                        err=True)
 
-    # One CP-SAT worker per window, as `hybrid refine` and `hybrid compare` use: it is deterministic for a seed,
-    # and on these small windows two workers solved as many windows but had fewer improvements confirmed
-    # (Inception-v4-4's GA plan, 40 s: 2 of 25 windows accepted, -3.7%, with one worker; 0 of 22 with two).
+    line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
     try:
-        res = refine(graph, plan, time_limit_s=seconds, seed=seed, workers=1, progress=None if quiet else progress)
+        hand = refine_then_resume(graph, device, plan, split_ckpt, deadline=deadline, seed=seed,
+                                  patience=patience, refine_progress=None if quiet else progress,
+                                  plan_info=plan_info, on_generation=line, handle_sigint=True,
+                                  **resume_kw)
     except KeyboardInterrupt:
-        return plan, "; refinement interrupted (the GA's plan is kept)"
-    if res.improved and res.plan.makespan_s < plan.makespan_s:
-        return res.plan, f"; CP-SAT refined {format_seconds(plan.makespan_s)} -> {format_seconds(res.plan.makespan_s)}"
-    return plan, "; CP-SAT refinement found no faster timing"
+        return plan, "; refinement interrupted (the GA's plan is kept)", None
+    finally:
+        if line is not None:
+            line.close()
+    ref = hand.refine
+    note = (f"; CP-SAT refined {format_seconds(plan.makespan_s)} -> {format_seconds(ref.plan.makespan_s)}"
+            if ref.improved else "; CP-SAT found no faster timing")
+    note += f" in {format_seconds(hand.refine_s)} ({ref.stop})"
+    if hand.resumed is not None:
+        note += (f", then the GA resumed for {format_seconds(hand.resume_s)}"
+                 + (f" and found {format_seconds(hand.plan.makespan_s)}" if hand.source == "ga" else ""))
+    return hand.plan, note, hand.resumed

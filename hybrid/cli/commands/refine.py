@@ -38,13 +38,16 @@ def _window_sizes(text: str) -> tuple[int, ...]:
 @click.option("--max-windows", type=int, default=None,
               help="Stop after this many windows; the same --seed then gives the same plan (CP-SAT runs on "
                    "deterministic time) unless --time-limit ends the search first.")
+@click.option("--patience", default=None,
+              help="Stop after this long without a faster plan, e.g. 20s (default: run until --time-limit or "
+                   "until no window is left to try).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Write the refined plan here (the input plan, unchanged, if nothing faster is found).")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also draw the plan before and after as a timeline (PNG): streams, stalls, device memory.")
 @click.option("--quiet", is_flag=True, help="No progress lines; only the final summary.")
 def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, workers: int, window_ops: str,
-            window_time: str, candidates: int, max_windows: int | None, out_path: Path,
+            window_time: str, candidates: int, max_windows: int | None, patience: str | None, out_path: Path,
             timeline_path: Path | None, quiet: bool) -> None:
     """Re-time a plan's copies (and swap some evictions) with CP-SAT on windows of the schedule.
 
@@ -80,10 +83,13 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
         raise HybridError(f"--workers must be at least 1, got {workers}")
     if candidates < 0:
         raise HybridError(f"--candidates must not be negative, got {candidates}")
+    wait = parse_duration(patience, "--patience") if patience is not None else None
+    if wait is not None and wait <= 0:
+        raise HybridError(f"--patience must be positive, got {patience!r}")
     graph = load_graph(graph_path)
     plan = load_plan(plan_path)
     opts = RefineOptions(window_ops=_window_sizes(window_ops), window_time_s=wt, candidates=candidates,
-                         max_windows=max_windows)
+                         max_windows=max_windows, patience_s=wait)
     last = [0.0]
 
     def progress(p) -> None:  # noqa: ANN001 - RefineProgress

@@ -1,0 +1,86 @@
+"""GA, then CP-SAT refinement, then the GA again with the time refinement could not use.
+
+Refinement is given the last part of a budget, but on plans the genetic search
+already made good it often finds nothing after a few windows; the rest of its
+share would then be wasted while more generations might still help. So
+refinement runs with a patience: when it has not lowered the makespan for
+`patience` of its share it stops, and the search resumes from the checkpoint it
+wrote at the split (the same population and random state, so the same
+generations it would have run without refinement) until the deadline. The
+result is the faster of the refined plan and the resumed search's best.
+
+`hybrid optimize --refine cpsat` and `hybrid.compare` (the GA+CP-SAT arm) both
+go through `refine_then_resume`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+
+if TYPE_CHECKING:
+    from ga.result import SearchResult
+    from hybrid.device import Device
+    from hybrid.refine import RefineOptions, RefineProgress, RefineResult
+
+# Share of the refinement budget without a lower makespan after which refinement hands back the rest.
+# Measured on the GA's split plans of the nine compare graphs (24 s each, results/refine_compare.md): gains that
+# matter came in the first 2 s (SegNet 1.1%, VGG-UNet 0.5%); later ones were at most 0.12%.
+DEFAULT_PATIENCE = 0.1
+MIN_RESUME_S = 0.5  # below this, resuming the search (loading its checkpoint, one generation) cannot pay
+
+
+@dataclass
+class Handoff:
+    plan: Plan                        # the faster of the refined plan and the resumed search's best
+    source: str                       # "cpsat" (refined split plan) or "ga" (the resumed search's best)
+    refine: "RefineResult"
+    resumed: "SearchResult | None"    # None when refinement used the whole budget (or nothing was left)
+    refine_s: float
+    resume_s: float
+
+
+def patience_s(seconds: float, share: float = DEFAULT_PATIENCE) -> float:
+    """Refinement's patience for a budget of `seconds`: `share` of it, at least one second."""
+    return max(1.0, share * seconds)
+
+
+def refine_then_resume(graph: Graph, device: "Device", split_plan: Plan, split_checkpoint: str | Path, *,
+                       deadline: float, seed: int, refine_options: "RefineOptions | None" = None,
+                       patience: float | None = DEFAULT_PATIENCE,
+                       refine_progress: "Callable[[RefineProgress], None] | None" = None,
+                       plan_info: dict[str, Any] | None = None, **resume_kw: Any) -> Handoff:
+    """Refine `split_plan` until it stalls, then resume the search in `split_checkpoint` until `deadline` (monotonic).
+
+    `patience` is a share of the time left for refinement (None: none; refinement then stops only when it
+    converges or the deadline comes). Whenever it stops before the deadline, the search resumes.
+    `resume_kw` goes to `ga.optimize` (workers, scheduler, on_generation, handle_sigint, checkpoint to keep
+    the resumed search's state). `plan_info` is added to the resumed search's plan metadata.
+    """
+    from ga import optimize
+    from hybrid.refine import RefineOptions, refine
+
+    t0 = time.monotonic()
+    budget = max(0.0, deadline - t0)
+    opts = refine_options or RefineOptions()
+    if patience is not None:
+        opts = replace(opts, patience_s=patience_s(budget, patience))
+    # One CP-SAT worker per window: deterministic for a seed, and on these small windows two workers solved
+    # as many windows but had fewer improvements confirmed (Inception-v4-4's GA plan, 40 s: 2 of 25 windows
+    # accepted, -3.7%, with one worker; 0 of 22 with two).
+    ref = refine(graph, split_plan, time_limit_s=budget, seed=seed, workers=1, progress=refine_progress,
+                 options=opts)
+    t1 = time.monotonic()
+    out = Handoff(plan=ref.plan, source="cpsat", refine=ref, resumed=None, refine_s=t1 - t0, resume_s=0.0)
+    left = deadline - t1
+    if ref.stop in ("time limit", "interrupted") or left < MIN_RESUME_S:
+        return out
+    resumed = optimize(graph, device, time_limit_s=left, resume=split_checkpoint, **resume_kw)
+    out.resumed, out.resume_s = resumed, time.monotonic() - t1
+    if resumed.makespan_s < out.plan.makespan_s:
+        out.plan, out.source = resumed.to_plan(**(plan_info or {})), "ga"
+    return out
