@@ -36,7 +36,7 @@ import pandas as pd
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.handoff import DEFAULT_PATIENCE
+from hybrid.handoff import DEFAULT_PATIENCE, refine_then_resume
 from hybrid.plan import Plan
 
 ARMS = ("ga", "ga+cpsat")
@@ -136,7 +136,6 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     lower makespan before it hands the rest of its time back to the search (`hybrid.handoff`).
     """
     from ga import GAConfig, optimize
-    from hybrid.handoff import refine_then_resume
     from hybrid.validator import validate
 
     if time_limit_s <= 0:

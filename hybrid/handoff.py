@@ -49,7 +49,7 @@ def patience_s(seconds: float, share: float = DEFAULT_PATIENCE) -> float:
     return max(1.0, share * seconds)
 
 
-def refine_then_resume(graph: Graph, device: "Device", split_plan: Plan, split_checkpoint: str | Path, *,
+def refine_then_resume(graph: Graph, device: "Device", split_plan: Plan, split_checkpoint: str | Path | None, *,
                        deadline: float, seed: int, refine_options: "RefineOptions | None" = None,
                        patience: float | None = DEFAULT_PATIENCE,
                        refine_progress: "Callable[[RefineProgress], None] | None" = None,
@@ -57,7 +57,8 @@ def refine_then_resume(graph: Graph, device: "Device", split_plan: Plan, split_c
     """Refine `split_plan` until it stalls, then resume the search in `split_checkpoint` until `deadline` (monotonic).
 
     `patience` is a share of the time left for refinement (None: none; refinement then stops only when it
-    converges or the deadline comes). Whenever it stops before the deadline, the search resumes.
+    converges or the deadline comes). Whenever it stops before the deadline, the search resumes (unless
+    `split_checkpoint` is None: nothing to resume, e.g. a search that ran out of generations).
     `resume_kw` goes to `ga.optimize` (workers, scheduler, on_generation, handle_sigint, checkpoint to keep
     the resumed search's state). `plan_info` is added to the resumed search's plan metadata.
     """
@@ -77,7 +78,7 @@ def refine_then_resume(graph: Graph, device: "Device", split_plan: Plan, split_c
     t1 = time.monotonic()
     out = Handoff(plan=ref.plan, source="cpsat", refine=ref, resumed=None, refine_s=t1 - t0, resume_s=0.0)
     left = deadline - t1
-    if ref.stop in ("time limit", "interrupted") or left < MIN_RESUME_S:
+    if split_checkpoint is None or ref.stop in ("time limit", "interrupted") or left < MIN_RESUME_S:
         return out
     resumed = optimize(graph, device, time_limit_s=left, resume=split_checkpoint, **resume_kw)
     out.resumed, out.resume_s = resumed, time.monotonic() - t1

@@ -47,6 +47,15 @@ def test_no_hand_back_when_refinement_uses_the_whole_budget(tmp_path):
     check(g, hand.plan)
 
 
+def test_nothing_to_resume_without_a_checkpoint():
+    g = _graph(2)
+    split = optimize(g, g.device, GAConfig(population=8, children=8), generations=2)
+    hand = refine_then_resume(g, g.device, split.to_plan(), None, deadline=time.monotonic() + 30, seed=1,
+                              patience=1e-6)
+    assert hand.refine.stop in ("stalled", "converged") and hand.resumed is None and hand.source == "cpsat"
+    check(g, hand.plan)
+
+
 def test_patience_is_a_share_of_the_budget_with_a_floor():
     assert patience_s(120.0) == pytest.approx(12.0)
     assert patience_s(2.0) == 1.0

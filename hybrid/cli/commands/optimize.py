@@ -146,8 +146,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         refined = ""
         if refine == "cpsat" and result.stop_reason != "interrupted":
             # a search that ran out of generations has nothing to resume: refine for the whole share then
-            patience = refine_patience if result.stop_reason == "time limit" else None
-            plan, refined, resumed = _refine(graph, device, plan, split_ckpt, start + total, seed, patience, quiet,
+            more = result.stop_reason == "time limit"
+            plan, refined, resumed = _refine(graph, device, plan, split_ckpt if more else None, start + total, seed,
+                                             refine_patience if more else None, quiet,
                                              {"time_limit_s": total}, generations=generations, workers=workers,
                                              scheduler=scheduler, checkpoint=checkpoint_path,
                                              checkpoint_every=checkpoint_every)
