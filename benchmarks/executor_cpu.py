@@ -133,11 +133,11 @@ def main() -> None:
              "shared 2-core CPU's and include the race checker; they are not GPU figures. VGG and AlexNet are not "
              "in the table: the optimizer step of their 4096-wide classifier alone needs more than half the "
              "unswapped peak, so no plan at these memories exists. ResNet-50 (Adam, batch 2, batch norm on 1x1 "
-             "maps) is not reproducible run to run: with torch's default 2 intra-op threads, iteration 2 differed "
-             "from eager in 3 of 13 runs of `--models resnet-50 --fractions 0.5 --iters 2` (590 values, max 4.1e3; "
-             "iteration 1 always equal; eager itself identical across processes), and in 0 of 8 with "
-             "OMP_NUM_THREADS=1; the same code gave both outcomes, so some replayed CPU kernel's reduction order "
-             "depends on threading. Not yet located; a row saying 'differ' for ResNet-50 is that.")
+             "maps) may show 'differ' on some runs: the eager reference, not the executor, varies between "
+             "processes there (results/eager_reproducibility.md: over 24 processes the executor's state after 2 "
+             "iterations had one hash, eager training's two, 22 and 2; with OMP_NUM_THREADS=1, 8 of 8 runs were "
+             "equal). Iteration 1 always matches; the training amplifies eager's different rounding to a max "
+             "difference of 4.1e3 after 2 iterations.")
     path = write_table(df, "executor_cpu", "Executor, CPU backend: exactness and runtime costs", notes)
     print(f"wrote {path}")
 
