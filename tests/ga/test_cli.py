@@ -96,6 +96,21 @@ def test_stalled_refinement_hands_its_time_back_to_the_search(graph_file, tmp_pa
     assert f"{state.generation} generations," in r.output
 
 
+def test_kernel_compilation_is_not_counted_in_the_budget(graph_file, tmp_path, monkeypatch) -> None:
+    import time
+
+    import hybrid.swap_planner as sp
+
+    path, mem = graph_file
+    real = sp.compile_kernels
+    monkeypatch.setattr(sp, "compile_kernels", lambda: (time.sleep(2.2), real()))  # as after an install
+    r = run("optimize", "--graph", path, "--memory", mem, "--population", 4, "--workers", 1, "--refine", "none",
+            "--time-limit", "3s", "--out", tmp_path / "p.json")
+    assert r.exit_code == 0, r.output
+    assert "not counted in --time-limit" in r.output
+    assert "0 generations" not in r.output  # the 3 s went to the search, not to the compiler
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--time-limit", "soon"], "cannot read --time-limit"),
     (["--workers", "0"], "--workers must be at least 1"),
