@@ -6,7 +6,7 @@ state of each. A side whose hash changes between processes is not reproducible; 
 results/eager_reproducibility.md.
 
 Example (what produced the committed table):
-    python -m benchmarks.eager_reproducibility --model resnet-50 --runs 10
+    python -m benchmarks.eager_reproducibility --model resnet-50 --runs 24
 """
 from __future__ import annotations
 
