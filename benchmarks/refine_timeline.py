@@ -4,9 +4,13 @@ Draws the GA's best plan at the split (what refinement started from), the same p
 and the GA-only arm's plan after the same extra time, stacked on one time axis: compute / h2d / d2h lanes
 with compute stalls shaded, and device memory over time. Writes results/refine_timeline_<label>.png.
 
+With --mode beside (results/refine_compare_beside.md): the search's plan the refiner started from, that plan
+refined, and the GA-only run's plan; writes results/refine_timeline_beside_<label>.png.
+
 What produced the committed figures:
     python -m benchmarks.refine_timeline --label segnet_32_416_608_3_train@0.5 --seed 1
     python -m benchmarks.refine_timeline --label inception-v4-4 --seed 2
+    python -m benchmarks.refine_timeline --mode beside --label segnet_32_416_608_3_train@0.5 --seed 1
 (Inception seed 2: refinement found nothing and handed its time back; the search's plan won, and the
 GA-only arm, with the same search for about 2.7 s longer, found one 0.2% faster.)
 """
@@ -16,7 +20,7 @@ import argparse
 from pathlib import Path
 
 from benchmarks.common import RESULTS, ROOT
-from benchmarks.refine_compare import graphs
+from benchmarks.refine_compare import graphs, stem
 from hybrid.plan import Plan
 from hybrid.timeline import plot_timeline
 
@@ -25,21 +29,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--label", required=True, help="a graph label of results/refine_compare.md")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--mode", choices=("after", "beside"), default="after", help="which refine_compare run's plans")
     ap.add_argument("--graph-dir", type=Path, default=ROOT / "out" / "graphs")
     args = ap.parse_args()
     found = [(lab, g, dev) for lab, g, dev in graphs(args.graph_dir, {args.label.split("@")[0]}) if lab == args.label]
     if not found:
         raise SystemExit(f"no benchmark graph labelled {args.label!r}")
     label, g, dev = found[0]
-    folder = ROOT / "out" / "refine_compare" / label.replace("@", "_")
-    stem = f"{g.name}-seed{args.seed}"
-    hybrid = Plan.load(folder / f"{stem}-ga+cpsat.json")
+    folder = ROOT / "out" / stem(args.mode) / label.replace("@", "_")
+    name = f"{g.name}-seed{args.seed}"
+    hybrid = Plan.load(folder / f"{name}-ga+cpsat.json")
     refined = str(hybrid.planner.get("name", "")).endswith("+cpsat")
-    plans = [("GA best at the split (input to refinement)", Plan.load(folder / f"{stem}-split.json")),
-             ("GA + CP-SAT refinement" if refined else "GA + CP-SAT arm (refinement handed back; the search's plan)",
-              hybrid),
-             ("GA-only, same extra time", Plan.load(folder / f"{stem}-ga.json"))]
-    out = RESULTS / f"refine_timeline_{label.replace('@', '_')}.png"
+    if args.mode == "beside":
+        if not (folder / f"{name}-split.json").exists():
+            raise SystemExit(f"seed {args.seed} of {label}: no refinement beside the search lowered a makespan")
+        plans = [("search plan the refiner started from", Plan.load(folder / f"{name}-split.json")),
+                 ("GA + CP-SAT: refined beside the search" if refined else "GA + CP-SAT arm (its search's plan won)",
+                  hybrid),
+                 ("GA-only, same wall time", Plan.load(folder / f"{name}-ga.json"))]
+    else:
+        plans = [("GA best at the split (input to refinement)", Plan.load(folder / f"{name}-split.json")),
+                 ("GA + CP-SAT refinement" if refined
+                  else "GA + CP-SAT arm (refinement handed back; the search's plan)", hybrid),
+                 ("GA-only, same extra time", Plan.load(folder / f"{name}-ga.json"))]
+    prefix = "refine_timeline_" + ("beside_" if args.mode == "beside" else "")
+    out = RESULTS / f"{prefix}{label.replace('@', '_')}.png"
     plot_timeline(g, plans, out, title=f"{g.name} on {dev.name} ({dev.memory_bytes / 2**30:.1f} GiB), seed {args.seed}")
     print(f"wrote {out}")
 

@@ -239,13 +239,20 @@ class GeneticSearch:
         return True
 
     def run(self, termination: Termination, on_generation: Callable[[GenerationStats], None] | None = None,
-            on_checkpoint: Callable[[SearchState], None] | None = None, checkpoint_every: int = 10) -> str:
-        """Generations until the budget ends; returns why it stopped."""
+            on_checkpoint: Callable[[SearchState], None] | None = None, checkpoint_every: int = 10,
+            observe: Callable[[SearchState], None] | None = None) -> str:
+        """Generations until the budget ends; returns why it stopped.
+
+        `observe` sees the live state after each generation (read it, do not change it): the CP-SAT
+        refiner beside the search takes its best and elites from there.
+        """
         self._run_start = time.monotonic()
         if self.state is None:
             self.initialize(termination.expired)
             if on_generation:
                 on_generation(self.state.log.rows[-1])
+        if observe:
+            observe(self.state)
         while True:
             reason = termination.reason(self.state.generation)
             if reason:
@@ -255,6 +262,8 @@ class GeneticSearch:
                 break
             if on_generation:
                 on_generation(self.state.log.rows[-1])
+            if observe:
+                observe(self.state)
             if on_checkpoint and checkpoint_every > 0 and self.state.generation % checkpoint_every == 0:
                 on_checkpoint(self.snapshot())
         return reason

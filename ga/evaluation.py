@@ -223,6 +223,28 @@ class DaskEvaluator(_ChunkedEvaluator):
             self.client.close()
 
 
+# Below this much planner time per candidate, a process pool evaluates no faster than this process: with two
+# processes on two cores, SegNet (77 ops, about 0.1 ms per evaluation) ran 0.84x the serial search's generations
+# in the same time, Inception-v4 and RNN (2-7 ms) 1.5x (results/ga_second_core.md).
+POOL_MIN_EVAL_S = 1e-3
+
+
+def evaluation_seconds(graph: Graph, device: Device, options: PlannerOptions = PlannerOptions(),
+                       repeats: int = 3) -> float:
+    """Planner + simulator time for one candidate (the program order on the byte budget; the fastest of a few)."""
+    from hybrid.schedule import program_order
+
+    planner = SwapPlanner(graph, device)
+    order = program_order(graph)
+    pool = byte_pool(graph, device.memory_bytes)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        planner.makespan(order, pool, options)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def available_cores() -> int:
     """Cores this process may run on (the affinity mask, which containers limit), not the host's count."""
     try:

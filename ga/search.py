@@ -24,7 +24,7 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
              options: PlannerOptions = PlannerOptions(), workers: int | None = 1, scheduler: str | None = None,
              evaluator: Evaluator | None = None, checkpoint: str | Path | None = None, checkpoint_every: int = 10,
              resume: str | Path | None = None, on_generation: Callable[[GenerationStats], None] | None = None,
-             handle_sigint: bool = False) -> SearchResult:
+             handle_sigint: bool = False, observe: Callable[[SearchState], None] | None = None) -> SearchResult:
     """Search schedules and size-class pools for `graph` on `device` (default: the graph's own).
 
     Budget: `time_limit_s` and/or `generations` (total, counting those before
@@ -33,7 +33,8 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     `resume` continues a checkpoint with its own config (the `config` given
     here is then ignored); `checkpoint` is written every `checkpoint_every`
     generations and when the search ends. With `handle_sigint`, Ctrl-C stops
-    the search and the best so far is returned.
+    the search and the best so far is returned. `observe` sees the live search state after each
+    generation (`hybrid.refine.beside` takes the elites to refine from it).
     """
     device = device or graph.device
     if device is None:
@@ -59,9 +60,9 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
         save = (lambda st: save_checkpoint(checkpoint, space, config, st)) if checkpoint is not None else None
         if handle_sigint:
             with stop_on_sigint(term):
-                reason = search.run(term, on_generation, save, checkpoint_every)
+                reason = search.run(term, on_generation, save, checkpoint_every, observe)
         else:
-            reason = search.run(term, on_generation, save, checkpoint_every)
+            reason = search.run(term, on_generation, save, checkpoint_every, observe)
         final = search.snapshot()
         if save is not None:
             save(final)

@@ -1,20 +1,24 @@
 """GA-only against GA + CP-SAT refinement, at equal total wall time, as a pandas table.
 
-For each seed the genetic search runs for (1 - refine_share) of the budget and
-checkpoints; from there the two arms split:
-- **ga+cpsat** refines that best plan with `hybrid.refine` for the rest of the
-  budget, as `hybrid optimize --refine cpsat` does: when refinement stops
-  finding anything, the search resumes from the checkpoint with the time left
-  and the faster plan wins (`hybrid.handoff`; `final_from` says which);
-- **ga** resumes the same search from the checkpoint for the same remaining time.
-So both arms get the same wall time and share the search up to the split
-(a paired comparison: the difference is what the last part of the budget
-bought, more generations or CP-SAT). Both plans are validated and written.
-
-The GA+CP-SAT rows split refinement's gain: `rewalk_gain` is what re-walking
-the split plan gave (objects re-assigned best-fit, before any window) and
-`window_gain` what the CP-SAT windows added on top (of the refined plan, even
-when the resumed search's plan won).
+Two ways to add CP-SAT (`mode`), as in `hybrid optimize --refine-mode`:
+- **beside** (the default where two cores are free): each arm is its own run of
+  the same search (same seed, the whole budget); the GA+CP-SAT run also starts
+  `hybrid.refine.beside`, a refiner process that refines the search's best and
+  elites while it runs, and keeps the faster of the search's best and the best
+  refined plan. The refiner takes a core, so GA-only evaluates with one
+  process more (`workers` + 1): both arms use the same cores, as
+  `hybrid optimize --refine none` and `--refine cpsat` do on one machine. `arm_ga_makespan_s` is that run's own search
+  result, `split_makespan_s` the GA plan the winning refined plan came from.
+- **after**: the search runs for (1 - refine_share) of the budget and
+  checkpoints; then **ga+cpsat** refines that best plan for the rest (when
+  refinement stops finding anything, the search resumes from the checkpoint
+  and the faster plan wins, `hybrid.handoff`; `final_from` says which) while
+  **ga** resumes the same search for the same time. A paired comparison: the
+  difference is what the last part of the budget bought. Its rows split
+  refinement's gain: `rewalk_gain` is what re-walking the split plan gave
+  (objects re-assigned best-fit, before any window) and `window_gain` what the
+  CP-SAT windows added on top.
+Both plans are validated and written.
 
 `compare(...)` returns one row per (arm, seed) plus a median row per arm;
 tables of several graphs concatenate (`pd.concat`) into one, and
@@ -36,14 +40,15 @@ import pandas as pd
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.handoff import DEFAULT_PATIENCE, refine_then_resume
+from hybrid.handoff import DEFAULT_PATIENCE, patience_s, refine_then_resume
 from hybrid.plan import Plan
 
 ARMS = ("ga", "ga+cpsat")
+MODES = ("beside", "after")
 COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal",
            "ratio_lower_bound", "schedule_bound_s", "ratio_schedule_bound", "gain_vs_ga", "stall_s", "bytes_h2d",
-           "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_s", "resume_s", "final_from",
-           "refine_windows", "refine_accepted",
+           "bytes_d2h", "bytes_moved", "search_s", "workers", "ga_generations", "refine_s", "resume_s", "final_from",
+           "refine_windows", "refine_accepted", "mode", "arm_ga_makespan_s", "refined_plans", "refined_elites",
            "split_makespan_s", "rebind_makespan_s", "rewalk_gain", "window_gain", "plan"]
 
 
@@ -111,9 +116,10 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
             "schedule_bound_s": (sb := schedule_bound(graph, plan)),
             "ratio_schedule_bound": plan.makespan_s / sb if sb > 0 else np.nan, "gain_vs_ga": np.nan,
             "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)), "bytes_h2d": h2d, "bytes_d2h": d2h,
-            "bytes_moved": h2d + d2h, "search_s": search_s, "ga_generations": np.nan, "refine_s": np.nan,
-            "resume_s": np.nan, "final_from": "", "refine_windows": np.nan,
-            "refine_accepted": np.nan, "split_makespan_s": np.nan, "rebind_makespan_s": np.nan,
+            "bytes_moved": h2d + d2h, "search_s": search_s, "workers": np.nan, "ga_generations": np.nan,
+            "refine_s": np.nan, "resume_s": np.nan, "final_from": "", "refine_windows": np.nan,
+            "refine_accepted": np.nan, "mode": "", "arm_ga_makespan_s": np.nan, "refined_plans": np.nan,
+            "refined_elites": np.nan, "split_makespan_s": np.nan, "rebind_makespan_s": np.nan,
             "rewalk_gain": np.nan, "window_gain": np.nan, "plan": plan_path}
 
 
@@ -125,17 +131,20 @@ def split_gains(split_s: float, rebind_s: float, refined_s: float) -> tuple[floa
 
 def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, seeds: Sequence[int] = (1, 2, 3),
             refine_share: float = 0.2, workers: int = 1, out_dir: str | Path | None = None, ga_config=None,
-            refine_options=None, patience: float | None = DEFAULT_PATIENCE,
-            progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+            refine_options=None, patience: float | None = DEFAULT_PATIENCE, mode: str = "beside",
+            elites: int | None = None, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Run both arms for every seed on `graph` (on `device`, default the graph's); the table as a DataFrame.
 
     Plans go to `out_dir` when given: `<graph>-seed<N>-ga.json`, `<graph>-seed<N>-ga+cpsat.json`, and
-    `<graph>-seed<N>-split.json` (the GA's best at the split, which refinement started from).
+    `<graph>-seed<N>-split.json` (the GA plan refinement started from: the best at the split, or in beside
+    mode the one the winning refined plan came from).
     `ga_config` (a ga.GAConfig) sets the search's other parameters; its seed is replaced per run.
-    `patience` (a share of the refinement budget; None: no limit) is how long refinement may go without a
-    lower makespan before it hands the rest of its time back to the search (`hybrid.handoff`).
+    `patience` is a share of `refine_share` of the budget: how long refinement may go without a lower
+    makespan before it hands the rest of its time back to the search (after), or moves on to another of the
+    search's plans (beside; `elites` of them are offered each generation, default
+    `hybrid.refine.beside.DEFAULT_ELITES`). `workers` is the search's evaluation processes in both arms,
+    except that GA-only gets one more in beside mode (the core the refiner uses in the other arm).
     """
-    from ga import GAConfig, optimize
     from hybrid.validator import validate
 
     if time_limit_s <= 0:
@@ -144,54 +153,33 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
         raise HybridError(f"--refine-share must be within (0, 1), got {refine_share}")
     if not seeds:
         raise HybridError("give at least one seed, e.g. --seeds 1,2,3")
+    if mode not in MODES:
+        raise HybridError(f"--refine-mode must be one of {', '.join(MODES)}, got {mode!r}")
     device = device or graph.device
     if device is None:
         from hybrid.device import PRESETS
 
         device = PRESETS["v100-16gb"]
+    from ga import GAConfig
+
     base = ga_config or GAConfig()
     say = progress or (lambda _msg: None)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
-    ga_time = time_limit_s * (1.0 - refine_share)
     for seed in seeds:
         cfg = replace(base, seed=int(seed))
-        with tempfile.TemporaryDirectory() as tmp:
-            ckpt = Path(tmp) / "split.ckpt"
-            t0 = time.monotonic()
-            first = optimize(graph, device, cfg, time_limit_s=ga_time, workers=workers, checkpoint=ckpt,
-                             checkpoint_every=0)
-            split_plan = first.to_plan(time_limit_s=time_limit_s)
-            spent = time.monotonic() - t0
-            say(f"{graph.name} seed {seed}: GA {first.generations} generations in {spent:.1f} s, "
-                f"makespan {split_plan.makespan_s:.6g} s")
-            # arm 1: refine the split plan; when refinement stalls, the search resumes with the time left
-            t1 = time.monotonic()
-            hand = refine_then_resume(graph, device, split_plan, ckpt, deadline=t1 + max(0.0, time_limit_s - spent),
-                                      seed=int(seed), refine_options=refine_options, patience=patience,
-                                      plan_info={"time_limit_s": time_limit_s}, workers=workers)
-            ref = hand.refine
-            hybrid_plan = hand.plan
-            hybrid_s = spent + (time.monotonic() - t1)
-            say(f"{graph.name} seed {seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s "
-                f"({ref.windows} windows, {ref.accepted} accepted in {hand.refine_s:.1f} s"
-                + (f"; then the GA for {hand.resume_s:.1f} s" if hand.resumed is not None else "") + ")")
-            # arm 2: the same search, resumed for the same remaining time
-            t2 = time.monotonic()
-            rest = max(1e-3, time_limit_s - spent)
-            second = optimize(graph, device, cfg, time_limit_s=rest, workers=workers, resume=ckpt)
-            ga_plan = second.to_plan(time_limit_s=time_limit_s)
-            ga_s = spent + (time.monotonic() - t2)
-            say(f"{graph.name} seed {seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} generations)")
+        run = _beside if mode == "beside" else _after
+        ga_plan, r_ga, hybrid_plan, r_h, split_plan = run(graph, device, cfg, time_limit_s, refine_share, workers,
+                                                           refine_options, patience, elites, say)
         for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
             report = validate(graph, plan)
             if not report.valid:
                 raise HybridError(f"compare: the {arm} plan for seed {seed} failed validation "
                                   f"({report.violations[0].message}); please report this with the graph file")
         paths = {}
-        if out is not None:  # the plan both arms started from, for before/after pictures
+        if out is not None and split_plan is not None:  # the plan refinement started from, for before/after
             split_plan.save(out / f"{graph.name}-seed{seed}-split.json")
         for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
             paths[arm] = ""
@@ -199,20 +187,91 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
                 p = out / f"{graph.name}-seed{seed}-{arm}.json"
                 plan.save(p)
                 paths[arm] = str(p)
-        r_ga = _row(graph, ga_plan, "ga", int(seed), ga_s, paths["ga"])
-        r_ga["ga_generations"] = second.generations
-        r_h = _row(graph, hybrid_plan, "ga+cpsat", int(seed), hybrid_s, paths["ga+cpsat"])
-        r_h["ga_generations"] = hand.resumed.generations if hand.resumed is not None else first.generations
-        r_h["refine_s"], r_h["resume_s"], r_h["final_from"] = hand.refine_s, hand.resume_s, hand.source
-        r_h["refine_windows"] = ref.windows
-        r_h["refine_accepted"] = ref.accepted
-        r_h["split_makespan_s"] = split_plan.makespan_s
-        r_h["rebind_makespan_s"] = ref.rebind_makespan
-        r_h["rewalk_gain"], r_h["window_gain"] = split_gains(split_plan.makespan_s, ref.rebind_makespan,
-                                                             ref.plan.makespan_s)
-        r_h["gain_vs_ga"] = 1.0 - hybrid_plan.makespan_s / ga_plan.makespan_s
-        rows += [r_ga, r_h]
+        row_ga = {**_row(graph, ga_plan, "ga", int(seed), r_ga.pop("search_s"), paths["ga"]), **r_ga, "mode": mode}
+        row_h = {**_row(graph, hybrid_plan, "ga+cpsat", int(seed), r_h.pop("search_s"), paths["ga+cpsat"]), **r_h,
+                 "mode": mode}
+        row_h["gain_vs_ga"] = 1.0 - hybrid_plan.makespan_s / ga_plan.makespan_s
+        rows += [row_ga, row_h]
     return with_medians(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def _beside(graph, device, cfg, time_limit_s, refine_share, workers, refine_options, patience, elites,  # noqa: ANN001
+            say) -> tuple[Plan, dict, Plan, dict, Plan | None]:  # noqa: ANN001
+    """Two runs of the same search for the whole budget, the second with the refiner beside it."""
+    from ga import optimize
+    from hybrid.refine.beside import DEFAULT_ELITES, BesideRefiner
+
+    t0 = time.monotonic()
+    alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, workers=workers + 1)  # + the refiner's core
+    ga_plan = alone.to_plan(time_limit_s=time_limit_s)
+    r_ga = {"search_s": time.monotonic() - t0, "ga_generations": alone.generations, "workers": workers + 1}
+    say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({alone.generations} generations, "
+        f"{workers + 1} workers)")
+    t1 = time.monotonic()
+    pat = None if patience is None else patience_s(refine_share * time_limit_s, patience)
+    refiner = BesideRefiner(graph, device, deadline=t1 + time_limit_s, seed=cfg.seed, elites=elites or DEFAULT_ELITES,
+                            patience_s=pat, refine_options=refine_options, plan_info={"time_limit_s": time_limit_s})
+    try:
+        res = optimize(graph, device, cfg, time_limit_s=time_limit_s, workers=workers, observe=refiner.offer)
+    finally:
+        rep = refiner.finish()
+    own = res.to_plan(time_limit_s=time_limit_s)
+    won = rep.plan is not None and rep.plan.makespan_s < own.makespan_s
+    hybrid_plan = rep.plan if won else own
+    r_h = {"search_s": time.monotonic() - t1, "ga_generations": res.generations, "workers": workers,
+           "refine_s": rep.busy_s,
+           "final_from": "cpsat" if won else "ga", "refine_windows": rep.windows, "refine_accepted": rep.accepted,
+           "arm_ga_makespan_s": own.makespan_s, "refined_plans": rep.refined, "refined_elites": rep.elites}
+    if rep.plan is not None:
+        r_h["split_makespan_s"] = rep.from_makespan_s
+        r_h["window_gain"] = 1.0 - rep.plan.makespan_s / rep.from_makespan_s
+    say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
+        f"{rep.refined} plans refined beside it, {rep.elites} of them elites, {rep.windows} windows, "
+        f"{rep.accepted} accepted; final from {r_h['final_from']})" + (f"; {rep.error}" if rep.error else ""))
+    return ga_plan, r_ga, hybrid_plan, r_h, rep.from_plan
+
+
+def _after(graph, device, cfg, time_limit_s, refine_share, workers, refine_options, patience, elites,  # noqa: ANN001
+           say) -> tuple[Plan, dict, Plan, dict, Plan | None]:  # noqa: ANN001
+    """The search to the split; then refinement (handing back when it stalls) against the resumed search."""
+    from ga import optimize
+
+    ga_time = time_limit_s * (1.0 - refine_share)
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = Path(tmp) / "split.ckpt"
+        t0 = time.monotonic()
+        first = optimize(graph, device, cfg, time_limit_s=ga_time, workers=workers, checkpoint=ckpt,
+                         checkpoint_every=0)
+        split_plan = first.to_plan(time_limit_s=time_limit_s)
+        spent = time.monotonic() - t0
+        say(f"{graph.name} seed {cfg.seed}: GA {first.generations} generations in {spent:.1f} s, "
+            f"makespan {split_plan.makespan_s:.6g} s")
+        # arm 1: refine the split plan; when refinement stalls, the search resumes with the time left
+        t1 = time.monotonic()
+        hand = refine_then_resume(graph, device, split_plan, ckpt, deadline=t1 + max(0.0, time_limit_s - spent),
+                                  seed=cfg.seed, refine_options=refine_options, patience=patience,
+                                  plan_info={"time_limit_s": time_limit_s}, workers=workers)
+        ref = hand.refine
+        hybrid_plan = hand.plan
+        hybrid_s = spent + (time.monotonic() - t1)
+        say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s "
+            f"({ref.windows} windows, {ref.accepted} accepted in {hand.refine_s:.1f} s"
+            + (f"; then the GA for {hand.resume_s:.1f} s" if hand.resumed is not None else "") + ")")
+        # arm 2: the same search, resumed for the same remaining time
+        t2 = time.monotonic()
+        second = optimize(graph, device, cfg, time_limit_s=max(1e-3, time_limit_s - spent), workers=workers,
+                          resume=ckpt)
+        ga_plan = second.to_plan(time_limit_s=time_limit_s)
+        ga_s = spent + (time.monotonic() - t2)
+        say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} generations)")
+    r_ga = {"search_s": ga_s, "ga_generations": second.generations, "workers": workers}
+    rewalk, window = split_gains(split_plan.makespan_s, ref.rebind_makespan, ref.plan.makespan_s)
+    r_h = {"search_s": hybrid_s, "workers": workers,
+           "ga_generations": hand.resumed.generations if hand.resumed is not None else first.generations,
+           "refine_s": hand.refine_s, "resume_s": hand.resume_s, "final_from": hand.source,
+           "refine_windows": ref.windows, "refine_accepted": ref.accepted, "split_makespan_s": split_plan.makespan_s,
+           "rebind_makespan_s": ref.rebind_makespan, "rewalk_gain": rewalk, "window_gain": window}
+    return ga_plan, r_ga, hybrid_plan, r_h, split_plan
 
 
 def with_medians(df: pd.DataFrame) -> pd.DataFrame:
@@ -221,12 +280,13 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
     med = []
     num = ["makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal", "ratio_lower_bound", "schedule_bound_s",
            "ratio_schedule_bound", "gain_vs_ga", "stall_s",
-           "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "ga_generations", "refine_s", "resume_s",
-           "refine_windows",
+           "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "workers", "ga_generations", "refine_s", "resume_s",
+           "refine_windows", "arm_ga_makespan_s", "refined_plans", "refined_elites",
            "refine_accepted", "split_makespan_s", "rebind_makespan_s", "rewalk_gain", "window_gain"]
     for (g, mem, arm), part in seeds.groupby(["graph", "memory_bytes", "arm"], sort=False):
         r = {c: part[c].median() for c in num}
         r.update({"graph": g, "memory_bytes": mem, "arm": arm, "row": "median", "seed": pd.NA, "plan": "",
+                  "mode": "/".join(sorted(set(part["mode"].dropna().astype(str)) - {""})),
                   "final_from": "/".join(sorted(set(part["final_from"].dropna().astype(str)) - {""}))})
         med.append(r)
     out = pd.concat([seeds, pd.DataFrame(med, columns=COLUMNS)], ignore_index=True)

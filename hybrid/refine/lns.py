@@ -83,7 +83,7 @@ class RefineResult:
     accepted: int = 0                 # windows whose solution lowered the makespan (re-walking not counted)
     infeasible: int = 0               # windows CP-SAT proved infeasible (conservative rounding) or found nothing
     rejected: int = 0                 # solutions the walk or the simulator did not confirm as better
-    stop: str = ""                    # time limit | converged | stalled | window budget | interrupted
+    stop: str = ""                    # time limit | converged | stalled | window budget | stopped | interrupted
     search_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -123,9 +123,11 @@ class _Search:
     """State of one refinement run: the current (best) timeline, the budget, and the counters."""
 
     def __init__(self, prob: Problem, tl: Timeline, reference: float, time_limit_s: float, seed: int,
-                 workers: int, progress: ProgressFn | None, options: RefineOptions) -> None:
+                 workers: int, progress: ProgressFn | None, options: RefineOptions,
+                 stop: Callable[[], bool] | None = None) -> None:
         self.t_start = time.perf_counter()
         self.prob, self.seed, self.workers, self.progress, self.options = prob, seed, workers, progress, options
+        self.stop = stop
         self.time_limit_s = time_limit_s
         self.reference = reference
         self.eps = 1e-9 * max(1.0, reference)
@@ -238,6 +240,9 @@ class _Search:
                     if self.stalled():
                         res.stop = "stalled"
                         return self.finish()
+                    if self.stop is not None and self.stop():
+                        res.stop = "stopped"
+                        return self.finish()
                     tried.add(win)
                     if self.attempt(*win):
                         gained = True
@@ -257,19 +262,22 @@ class _Search:
 
 def refine_timeline(prob: Problem, tl: Timeline, reference: float, *, time_limit_s: float, seed: int = 1,
                     workers: int = 1, progress: ProgressFn | None = None,
-                    options: RefineOptions = RefineOptions()) -> tuple[Timeline | None, RefineResult]:
+                    options: RefineOptions = RefineOptions(),
+                    stop: Callable[[], bool] | None = None) -> tuple[Timeline | None, RefineResult]:
     """The search on a walked timeline. Returns (best timeline if better than `reference`, else None; stats)."""
-    return _Search(prob, tl, reference, time_limit_s, seed, workers, progress, options).run()
+    return _Search(prob, tl, reference, time_limit_s, seed, workers, progress, options, stop).run()
 
 
 def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, workers: int = 1,
-           progress: ProgressFn | None = None, options: RefineOptions | None = None) -> RefineResult:
+           progress: ProgressFn | None = None, options: RefineOptions | None = None,
+           stop: Callable[[], bool] | None = None) -> RefineResult:
     """Refine any plan's swap timing and evictions with CP-SAT on windows; never returns a worse plan.
 
     `plan` may come from any planner or file (size_classes or unconstrained
     allocation, no recomputes). The result's plan keeps the schedule, the
     allocation and the initially resident tensors; `improved` says whether the
     makespan went down, and `history` lists (time_s, best makespan) points.
+    `stop`, asked between windows, ends the search early (stop "stopped") with the best plan so far.
     """
     from hybrid.plan_build import to_plan
 
@@ -283,7 +291,7 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     # keep back about what building and validating the final plan will take (of the order of the setup)
     reserve = 2.5 * setup if options.validate else 0.5 * setup
     best, res = refine_timeline(prob, tl, reference, time_limit_s=time_limit_s - setup - reserve,
-                                seed=seed, workers=workers, progress=progress, options=options)
+                                seed=seed, workers=workers, progress=progress, options=options, stop=stop)
     res.plan = plan
     if best is not None:
         info = dict(plan.planner)

@@ -81,7 +81,8 @@ def test_stalled_refinement_hands_its_time_back_to_the_search(graph_file, tmp_pa
     path, mem = graph_file
     out, ck = tmp_path / "p.json", tmp_path / "ga.ckpt"
     r = run("optimize", "--graph", path, "--memory", mem, "--population", 4, "--workers", 1, "--quiet",
-            "--time-limit", "6s", "--refine-share", "0.5", "--refine-patience", "0.01", "--checkpoint", ck,
+            "--time-limit", "6s", "--refine-mode", "after", "--refine-share", "0.5", "--refine-patience", "0.01",
+            "--checkpoint", ck,
             "--out", out)
     assert r.exit_code == 0, r.output
     assert "then the GA resumed for" in r.output
@@ -94,6 +95,40 @@ def test_stalled_refinement_hands_its_time_back_to_the_search(graph_file, tmp_pa
     g = Graph.load(path)
     _, state = load_checkpoint(ck, SearchSpace.build(g, replace(g.device, memory_bytes=mem)))
     assert f"{state.generation} generations," in r.output
+
+
+def test_refinement_beside_the_search_keeps_the_faster_plan(graph_file, tmp_path) -> None:
+    from hybrid.cli.commands import optimize as cmd
+
+    if not cmd._refine_available():
+        pytest.skip("hybrid.refine is not installed")
+    path, mem = graph_file
+    out = tmp_path / "p.json"
+    r = run("optimize", "--graph", path, "--memory", mem, "--population", 8, "--quiet", "--time-limit", "5s",
+            "--refine-mode", "beside", "--refine-elites", 2, "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "CP-SAT beside the search refined" in r.output
+    plan = Plan.load(out)
+    assert validate(Graph.load(path), plan).valid
+    if "below the search's best" in r.output:
+        assert plan.planner["name"] == "ga+cpsat"
+    else:
+        assert "nothing faster than the search's best" in r.output and plan.planner["name"] == "ga"
+
+
+def test_on_one_core_refinement_runs_after_the_search(graph_file, tmp_path, monkeypatch) -> None:
+    from hybrid.cli.commands import optimize as cmd
+
+    if not cmd._refine_available():
+        pytest.skip("hybrid.refine is not installed")
+    import ga.evaluation
+
+    monkeypatch.setattr(ga.evaluation, "available_cores", lambda: 1)
+    path, mem = graph_file
+    r = run("optimize", "--graph", path, "--memory", mem, "--population", 4, "--quiet", "--time-limit", "4s",
+            "--refine-share", "0.5", "--out", tmp_path / "p.json")
+    assert r.exit_code == 0, r.output
+    assert "beside" not in r.output and ("CP-SAT refined" in r.output or "CP-SAT found no faster" in r.output)
 
 
 def test_kernel_compilation_is_not_counted_in_the_budget(graph_file, tmp_path, monkeypatch) -> None:

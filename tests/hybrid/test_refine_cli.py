@@ -59,7 +59,8 @@ def test_compare_api_table_and_concatenation(tmp_path):
     tables = []
     for seed in (1, 2):
         g = training_graph(10, seed=seed, device=Device("s", 22 << 20, 12e9, 12e9, 0.0), workspace_prob=0.3)
-        tables.append(compare(g, time_limit_s=3.0, seeds=(1, 2), refine_share=0.3, out_dir=tmp_path, ga_config=cfg))
+        tables.append(compare(g, time_limit_s=3.0, seeds=(1, 2), refine_share=0.3, out_dir=tmp_path, ga_config=cfg,
+                              mode="after"))
     df = pd.concat(tables, ignore_index=True)
     assert list(df.columns) == COLUMNS
     assert len(df) == 2 * (4 + 2)  # per graph: 2 arms x 2 seeds, plus a median row per arm
@@ -89,7 +90,7 @@ def test_compare_api_table_and_concatenation(tmp_path):
 def test_compare_command(files, tmp_path):
     _, gp, _ = files
     r = CliRunner().invoke(cli, ["compare", "--graph", str(gp), "--time-limit", "3s", "--seeds", "1",
-                                 "--population", "8", "--out-dir", str(tmp_path / "c")])
+                                 "--refine-mode", "after", "--population", "8", "--out-dir", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
     for name in ("compare.csv", "compare.parquet", "compare.md"):
         assert (tmp_path / "c" / name).exists()

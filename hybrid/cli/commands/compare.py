@@ -27,26 +27,37 @@ def _seeds(text: str) -> tuple[int, ...]:
 @click.option("--time-limit", default="10m", show_default=True,
               help="Wall time per arm and seed, e.g. 2m, 10m (both arms get exactly this).")
 @click.option("--seeds", default="1,2,3", show_default=True, help="Seeds, comma-separated; medians over them.")
+@click.option("--refine-mode", type=click.Choice(["auto", "beside", "after"]), default="auto", show_default=True,
+              help="How the GA+CP-SAT arm refines, as in `hybrid optimize`: beside the search in a second process, "
+                   "or after it (auto: per graph, as `hybrid optimize --refine-mode auto` decides).")
 @click.option("--refine-share", type=float, default=0.2, show_default=True,
-              help="Part of the budget the GA+CP-SAT arm gives to refinement (the GA-only arm keeps searching).")
+              help="after: part of the budget the GA+CP-SAT arm gives to refinement (the GA-only arm keeps "
+                   "searching); beside: sets the patience's scale.")
 @patience_option
+@click.option("--refine-elites", type=click.IntRange(1), default=4, show_default=True,
+              help="beside: the search's best distinct individuals offered to the refiner per generation.")
 @click.option("--workers", type=int, default=1, show_default=True,
-              help="GA evaluation processes, the same for both arms (CP-SAT uses one thread per window).")
+              help="GA evaluation processes in both arms (CP-SAT uses one thread); beside, GA-only gets one more, "
+                   "the core the refiner uses in the other arm.")
 @click.option("--population", type=int, default=None, help="GA population (default: the GA's, 48).")
 @click.option("--memory-fraction", type=float, default=None,
               help="Device memory as a fraction of each graph's unswapped peak (overrides --memory), e.g. 0.25.")
 @device_options
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("compare"),
               show_default=True, help="Folder for both arms' plans and the table (compare.csv/.parquet/.md).")
-def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_share: float, refine_patience: float,
-            workers: int,
+def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_mode: str, refine_share: float,
+            refine_patience: float, refine_elites: int, workers: int,
             population: int | None, memory_fraction: float | None, out_dir: Path, **kw) -> None:
     """Does CP-SAT refinement beat spending the same time on more genetic search?
 
-    For each graph and seed the GA runs for (1 - --refine-share) of the
-    budget; then one arm refines its best plan with CP-SAT for the rest (and
-    resumes the search if refinement stalls, as `hybrid optimize` does) and
-    the other resumes the same search for the same time. Both plans are
+    For each graph and seed, with --refine-mode beside, the same search
+    (same seed) runs twice for the whole budget: alone, with one more
+    evaluation process, and with a CP-SAT refiner process beside it (its
+    best plan and elites), keeping the faster plan; both use the same cores. With --refine-mode after, the GA runs for (1 -
+    --refine-share) of the budget; then one arm refines its best plan with
+    CP-SAT for the rest (and resumes the search if refinement stalls, as
+    `hybrid optimize` does) and the other resumes the same search for the
+    same time. Both plans are
     validated and written to --out-dir, with a table (CSV, Parquet, Markdown)
     of makespan, ratio to the ideal and to the lower bound, stall, bytes moved
     and search time per seed, plus medians. From Python: hybrid.compare.compare
@@ -76,14 +87,23 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_s
         dev = device_from(g, dict(kw))
         if memory_fraction is not None:
             dev = replace(dev, memory_bytes=fraction_of_peak(g, memory_fraction))
+        mode = refine_mode
+        if mode == "auto":
+            from ga.evaluation import available_cores, evaluation_seconds
+            from hybrid.refine.beside import refine_beside
+
+            # the GA-only arm gets `workers` + 1 processes beside: as if --workers were not given there
+            mode = "beside" if refine_beside(evaluation_seconds(g, dev), available_cores()) else "after"
         tables.append(compare(g, dev, time_limit_s=total, seeds=seed_list, refine_share=refine_share,
                               workers=workers, out_dir=out_dir, ga_config=cfg, patience=refine_patience,
-                              progress=lambda msg: click.echo(msg, err=True)))
+                              mode=mode, elites=refine_elites, progress=lambda msg: click.echo(msg, err=True)))
     df = pd.concat(tables, ignore_index=True)
     paths = write_tables(df, out_dir / "compare", "GA-only vs GA + CP-SAT at equal wall time",
-                         f"Budget {format_seconds(total)} per arm and seed; refinement share {refine_share}, patience "
-                         f"{refine_patience}; "
-                         f"workers {workers}.")
+                         f"Budget {format_seconds(total)} per arm and seed; refinement {refine_mode} (see the mode "
+                         f"column), share "
+                         f"{refine_share}, patience {refine_patience}"
+                         + (f", {refine_elites} elites offered" if refine_mode == "beside" else "")
+                         + f"; workers {workers}.")
     s = summary(df)
     click.echo(s.to_markdown(index=False, floatfmt=".4g"))
     click.echo("wrote " + ", ".join(str(p) for p in paths))

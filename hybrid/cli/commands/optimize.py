@@ -10,6 +10,7 @@ import click
 
 from hybrid.cli.options import device_from, device_options, graph_option, load_graph, patience_option, seed_option
 from hybrid.errors import HybridError
+from hybrid.handoff import patience_s
 from hybrid.units import format_bytes, format_seconds, parse_duration
 
 
@@ -34,7 +35,9 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--children", type=int, default=None,
               help="New individuals per generation, four per crossover [default: --population].")
 @click.option("--workers", type=int, default=None,
-              help="Evaluation processes on this machine [default: all cores]; 1 = serial, in this process.")
+              help="Evaluation processes on this machine [default: all cores, one fewer when the CP-SAT refiner "
+                   "runs beside the search; 1 when one evaluation takes under 1 ms, where a pool is slower]; "
+                   "1 = serial, in this process.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Evaluate on a Dask cluster instead, e.g. tcp://host:8786 (pip install 'hybrid[dask]').")
 @click.option("--search", type=click.Choice(["both", "schedule", "allocation"]), default="both", show_default=True,
@@ -51,10 +54,18 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--temperature", type=float, default=0.05, show_default=True,
               help="Selection softmax temperature over t_norm (1 = the paper's eq. 1; smaller selects harder).")
 @click.option("--refine", type=click.Choice(["cpsat", "none"]), default=DEFAULT_REFINE, show_default=True,
-              help="Re-time the best plan's copies with CP-SAT (hybrid.refine) in the last part of the budget.")
+              help="Re-time the search's plans' copies (and evictions) with CP-SAT (hybrid.refine).")
+@click.option("--refine-mode", type=click.Choice(["auto", "beside", "after"]), default="auto", show_default=True,
+              help="beside: a second process refines the search's best plan and its elites while the search runs "
+                   "(the search gets the other cores); after: the search stops at 1 - --refine-share of the budget "
+                   "and its best plan is refined. auto: beside where the core it takes would not speed up the search "
+                   "(one evaluation under 1 ms, fewer --workers than cores, or --scheduler), else after.")
 @click.option("--refine-share", type=float, default=0.2, show_default=True,
-              help="Fraction of --time-limit kept for --refine cpsat.")
+              help="after: fraction of --time-limit kept for refinement (beside: sets the patience's scale).")
 @patience_option
+@click.option("--refine-elites", type=click.IntRange(1), default=4, show_default=True,
+              help="beside: how many of the search's best distinct individuals are offered to the refiner after "
+                   "each generation (1: its best only).")
 @click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Save the search here every --checkpoint-every generations and at the end.")
 @click.option("--checkpoint-every", type=int, default=10, show_default=True, help="Generations between checkpoints.")
@@ -74,7 +85,7 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 def command(graph_path: Path, time_limit: str, generations: int | None, seed: int, population: int,
             children: int | None, workers: int | None, scheduler: str | None, search: str, pool: str,
             policies: tuple[str, ...], planner_knobs: bool, mutation_rate: float, temperature: float, refine: str,
-            refine_share: float, refine_patience: float,
+            refine_mode: str, refine_share: float, refine_patience: float, refine_elites: int,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
             log_path: Path | None, plot_path: Path | None, quiet: bool, compare_baselines: bool,
             **kw: object) -> None:
@@ -85,14 +96,19 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     plain byte budget) and the planner's eviction policy; the swap planner
     and simulator score each one. The first generation includes the program
     order with every policy and a depth-first order, so the result is never
-    slower than the belady, odswap and vdnn baselines. With --refine cpsat the best plan's copies are then
-    re-timed with CP-SAT; when that stops finding anything faster (--refine-patience), the search resumes
-    with the time left and the faster plan is kept. Prints a line per generation (best, population
+    slower than the belady, odswap and vdnn baselines. With --refine cpsat, CP-SAT re-times the copies of
+    the search's plans: in a second process while the search runs (its best plan, and in turn its next-best
+    ones when that stalls) where the search could not use that core (see --refine-mode), else after the search,
+    whose best plan is refined until that stops finding anything faster (--refine-patience) and the
+    search then resumes with the time left. The fastest plan is kept. Prints a line per generation (best, population
     mean and worst makespan, evaluations per second, time left), and at the
     end the makespan, its ratio to the ideal, the lower bound and bytes moved.
 
-    The same --seed and --generations give the same plan, whatever
+    The same --seed and --generations give the same search, whatever
     --workers or --scheduler (evaluation is deterministic; only speed differs).
+    How far CP-SAT gets within the time limit, and (beside) which of the
+    search's plans it reaches, depends on timing; for a plan fixed by the
+    seed use --refine none.
 
     \b
     Examples:
@@ -130,7 +146,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         if not quiet:
             click.echo(f"compiled the planner's kernels in {format_seconds(took)} (first run after an install; "
                        "cached from now on), not counted in --time-limit", err=True)
-    ga_time = total * (1.0 - refine_share) if refine == "cpsat" else total
+    beside, workers = _placement(graph, device, refine, refine_mode, workers, scheduler)
+    ga_time = total * (1.0 - refine_share) if refine == "cpsat" and not beside else total
     config = GAConfig(population=population, children=children or population, mutation_rate=mutation_rate,
                       schedule_mutation_rate=mutation_rate, temperature=temperature, search=search,  # type: ignore[arg-type]
                       pool=pool, seed=seed, planner_knobs=planner_knobs,
@@ -138,22 +155,30 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     deadline = start + ga_time
     with tempfile.TemporaryDirectory() as tmp:
         # refinement may hand its time back to the search, which then resumes from the split's checkpoint
-        split_ckpt = checkpoint_path or (Path(tmp) / "split.ckpt" if refine == "cpsat" else None)
+        split_ckpt = checkpoint_path or (Path(tmp) / "split.ckpt" if refine == "cpsat" and not beside else None)
         line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
+        refiner = _start_refiner(graph, device, deadline, seed, refine_elites,
+                                 patience_s(refine_share * total, refine_patience), total) if beside else None
         try:
             result = optimize(graph, device, config, time_limit_s=max(1e-3, deadline - time.monotonic()),
                               generations=generations, workers=workers, scheduler=scheduler,
                               checkpoint=split_ckpt, checkpoint_every=checkpoint_every if checkpoint_path else 0,
-                              resume=resume_path, on_generation=line, handle_sigint=True)
+                              resume=resume_path, on_generation=line, handle_sigint=True,
+                              observe=refiner.offer if refiner is not None else None)
         finally:
             if line is not None:
                 line.close()
+            report = refiner.finish() if refiner is not None else None
         plan = result.to_plan(time_limit_s=total)
         _check(graph, plan, validate)
-        plan.save(out_path)  # written now, so an interrupted refinement still leaves the GA's best
         ga_plan = plan
         refined = ""
-        if refine == "cpsat" and result.stop_reason != "interrupted":
+        if report is not None:
+            plan, refined = _beside_outcome(report, plan)
+            if plan is not ga_plan:
+                _check(graph, plan, validate)
+        plan.save(out_path)  # written now, so an interrupted refinement still leaves the best so far
+        if refine == "cpsat" and not beside and result.stop_reason != "interrupted":
             # a search that ran out of generations has nothing to resume: refine for the whole share then
             more = result.stop_reason == "time limit"
             plan, refined, resumed = _refine(graph, device, plan, split_ckpt if more else None, start + total, seed,
@@ -208,6 +233,49 @@ def _baseline_table(graph, device, ga_plan, plan) -> str:  # noqa: ANN001
         rows.append(plan_row("optimize (GA)", ga_plan))
     rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if ga_plan is not plan else ""), plan))
     return "\n" + table(rows) + "".join(f"\n{n}" for n in notes)
+
+
+def _placement(graph, device, refine: str, mode: str, workers: int | None,  # noqa: ANN001
+               scheduler: str | None) -> tuple[bool, int | None]:
+    """(refine beside the search?, the search's evaluation processes), for the flags and this machine."""
+    from ga.evaluation import POOL_MIN_EVAL_S, available_cores, evaluation_seconds
+
+    cores = available_cores()
+    eval_s = evaluation_seconds(graph, device)
+    beside = False
+    if refine == "cpsat":
+        if mode == "auto":
+            from hybrid.refine.beside import refine_beside
+
+            beside = refine_beside(eval_s, cores, workers, scheduler)
+        else:
+            beside = mode == "beside"
+    if workers is None and not scheduler:
+        # a pool cannot pay for cheap evaluations; else all cores, but the one the refiner takes
+        workers = 1 if eval_s < POOL_MIN_EVAL_S else max(1, cores - int(beside))
+    return beside, workers
+
+
+def _start_refiner(graph, device, deadline: float, seed: int, elites: int, patience: float,  # noqa: ANN001, ANN202
+                   total: float):
+    from hybrid.refine.beside import BesideRefiner
+
+    return BesideRefiner(graph, device, deadline=deadline, seed=seed, elites=elites, patience_s=patience,
+                         plan_info={"time_limit_s": total})
+
+
+def _beside_outcome(report, ga_plan):  # noqa: ANN001, ANN202 - (BesideReport, Plan) -> (Plan, note)
+    """The faster of the search's best and the refiner's best, and what the summary line says about it."""
+    r = report
+    note = (f"; CP-SAT beside the search refined {r.refined} plan{'s' if r.refined != 1 else ''} ({r.elites} "
+            f"elite{'s' if r.elites != 1 else ''} after its best), {r.windows} windows, {r.accepted} accepted")
+    if r.error:
+        note += f" ({r.error})"
+    if r.plan is not None and r.plan.makespan_s < ga_plan.makespan_s:
+        return r.plan, (note + f": {format_seconds(r.plan.makespan_s)} from a search plan of "
+                        f"{format_seconds(r.from_makespan_s)}, {100 * (1 - r.plan.makespan_s / ga_plan.makespan_s):.2g}%"
+                        f" below the search's best")
+    return ga_plan, note + ": nothing faster than the search's best"
 
 
 def _check(graph, plan, validate) -> None:  # noqa: ANN001

@@ -1,0 +1,295 @@
+"""CP-SAT refinement in a second process while the genetic search runs: its best plan, and its elites in turn.
+
+Refining after the search (`hybrid.handoff`) takes its time from the search:
+when the windows find nothing, those seconds would have bought generations,
+and GA+CP-SAT can end behind GA-only. On a machine where the search cannot
+use another core (the serial GA is as fast as a two-process pool on two cores,
+results/ga_evals_per_second.md), the refiner can run beside it instead:
+
+- after every generation the search offers its best individual and the next
+  `elites - 1` distinct ones of its population (`BesideRefiner.offer`; only
+  arrays travel, the refiner rebuilds each plan itself);
+- the refiner process takes the best if it has not refined it yet, else the
+  next elite not yet refined, and refines it with a patience; it leaves a plan
+  early when the search has found one faster than that plan's refined makespan
+  (stop "stopped"), so it follows the search's progress;
+- when the search ends, `finish` collects the fastest refined plan; the caller
+  keeps it if it beats the search's best.
+
+The search itself runs the same generations as without the refiner, so the
+result is never worse than that search's own best. Which plans the refiner
+saw depends on timing, so unlike the search (and `hybrid.refine.refine`) the
+outcome is not fixed by the seed alone.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hybrid.device import Device
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+from hybrid.swap_planner import PlannerOptions
+
+if TYPE_CHECKING:
+    from ga.algorithm import SearchState
+    from ga.encoding import Individual
+    from hybrid.refine.lns import RefineOptions
+
+DEFAULT_ELITES = 4       # the best and three more distinct individuals of the population
+GRACE_S = 1.0            # how long `finish` waits past the deadline for the refiner's last message
+EARLY_GRACE_S = 10.0     # ... and, when the search stopped early, for the one it is in
+MARGIN_S = 0.3           # the refiner aims to be done this long before the deadline
+# (key, schedule, cls, cnt, by_bytes, planner gene, makespan): what the search sends for one individual
+Offer = tuple[bytes, np.ndarray, np.ndarray, np.ndarray, bool, int, float]
+
+
+def refine_beside(eval_s: float, cores: int, workers: int | None = None, scheduler: str | None = None) -> bool:
+    """`--refine-mode auto`: refine beside the search only where the core it takes would not speed the search.
+
+    That is: the search evaluates on a Dask cluster; or it was given fewer processes than there are cores; or
+    there are two or more cores and one evaluation (`eval_s`, `ga.evaluation.evaluation_seconds`) is too cheap
+    for a process pool to pay (`ga.evaluation.POOL_MIN_EVAL_S`). On bigger graphs the second process gives the
+    search about 1.5x the generations (results/ga_second_core.md), and with it GA-only was ahead of
+    GA + CP-SAT beside on Inception-v4 and WResNet (results/refine_compare_beside.md); refining after the
+    search then costs it less.
+    """
+    from ga.evaluation import POOL_MIN_EVAL_S
+
+    if scheduler:
+        return True
+    if workers is not None:
+        return workers < cores
+    return cores >= 2 and eval_s < POOL_MIN_EVAL_S
+
+
+@dataclass
+class BesideReport:
+    """What the refiner did; `plan` is its fastest refined plan (None if no refinement lowered a makespan)."""
+
+    plan: Plan | None = None
+    from_plan: Plan | None = None          # the search's plan that `plan` was refined from
+    from_makespan_s: float = float("nan")
+    from_rank: int = -1                    # 0: it was the search's best when offered; k: its k-th elite after that
+    refined: int = 0                       # plans refined (started)
+    elites: int = 0                        # of those, elites other than the search's best at the time
+    improved: int = 0                      # refinements that lowered their plan's makespan
+    windows: int = 0
+    accepted: int = 0
+    busy_s: float = 0.0                    # time spent refining (the rest: starting up, waiting for offers)
+    overrun_s: float = 0.0                 # how long past the deadline `finish` waited
+    error: str = ""
+    log: list[dict[str, Any]] = field(default_factory=list)  # one entry per refinement
+
+
+class BesideRefiner:
+    """The main process's side: start the refiner, offer it the search's elites, collect its best plan."""
+
+    def __init__(self, graph: Graph, device: Device, options: PlannerOptions = PlannerOptions(), *,
+                 deadline: float, seed: int = 1, elites: int = DEFAULT_ELITES, patience_s: float | None = None,
+                 refine_options: "RefineOptions | None" = None, plan_info: dict[str, Any] | None = None) -> None:
+        if elites < 1:
+            from hybrid.errors import HybridError
+
+            raise HybridError(f"--refine-elites must be at least 1, got {elites}")
+        self.deadline = deadline
+        self.elites = elites
+        ctx = mp.get_context("spawn")  # a clean interpreter: no numba/OR-Tools threads inherited through fork
+        self._inbox: Any = ctx.Queue()
+        self._outbox: Any = ctx.Queue()
+        self._stop = ctx.Event()
+        self._ga_best = ctx.Value("d", float("inf"), lock=False)
+        self._sent: tuple[bytes, ...] = ()
+        self._report = BesideReport()
+        args = (graph.dumps(), device.to_json(), options.describe(), seed, deadline, patience_s, refine_options,
+                plan_info or {}, self._inbox, self._outbox, self._stop, self._ga_best)
+        self._proc = ctx.Process(target=_serve, args=args, name="hybrid-cpsat-beside", daemon=True)
+        self._proc.start()
+
+    def offer(self, state: "SearchState") -> None:
+        """Hand the search's best and elites over (only when they changed); call after every generation."""
+        picked = pick_elites(state, self.elites)
+        if not picked:
+            return
+        self._ga_best.value = float(picked[0][1].makespan)
+        keys = tuple(k for k, _ in picked)
+        if keys == self._sent:
+            return
+        self._sent = keys
+        self._inbox.put([(k, i.schedule, i.cls, i.cnt, bool(i.by_bytes), int(i.planner), float(i.makespan))
+                         for k, i in picked])
+
+    def finish(self) -> BesideReport:
+        """Stop the refiner (it also stops by itself at the deadline) and return what it found."""
+        self._stop.set()
+        r = self._report
+        now = time.monotonic()
+        # at the deadline the refiner is finishing by itself; stopped early (Ctrl-C, --generations) it may
+        # still be building and validating the plan of the refinement it was in
+        t_end = now + (GRACE_S if now >= self.deadline - MARGIN_S else EARLY_GRACE_S)
+        done = False
+        while not done:
+            try:
+                kind, body = self._outbox.get(timeout=max(0.01, t_end - time.monotonic()))
+            except queue.Empty:
+                r.error = r.error or "the refiner did not stop in time; its last refinement was dropped"
+                break
+            except KeyboardInterrupt:  # a second Ctrl-C: keep what has arrived
+                r.error = r.error or "interrupted while waiting for the refiner; its last refinement was dropped"
+                break
+            if kind == "plan":
+                plan = Plan.from_json(json.loads(body["plan"]))
+                if r.plan is None or plan.makespan_s < r.plan.makespan_s:
+                    r.plan, r.from_makespan_s, r.from_rank = plan, body["from_makespan_s"], body["rank"]
+                    r.from_plan = Plan.from_json(json.loads(body["from_plan"]))
+            elif kind == "run":
+                r.log.append(body)
+                r.refined += 1
+                r.elites += int(body["rank"] > 0)
+                r.improved += int(body["improved"])
+                r.windows += body["windows"]
+                r.accepted += body["accepted"]
+                r.busy_s += body["seconds"]
+            elif kind == "error":
+                r.error = body
+            elif kind == "done":
+                done = True
+        r.overrun_s = max(0.0, time.monotonic() - self.deadline)
+        self.close()
+        return r
+
+    def close(self) -> None:
+        self._stop.set()
+        self._proc.join(timeout=1.0)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(timeout=1.0)
+        for q in (self._inbox, self._outbox):
+            q.cancel_join_thread()
+            q.close()
+
+    def __enter__(self) -> "BesideRefiner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def pick_elites(state: "SearchState", n: int) -> list[tuple[bytes, "Individual"]]:
+    """The search's best, then up to n - 1 more of its population, fastest first, each genome once."""
+    from ga.algorithm import _key
+
+    best = state.best
+    if not np.isfinite(best.makespan):
+        return []
+    picked = [(_key(best), best)]
+    for ind in sorted(state.population, key=lambda i: i.makespan):
+        if len(picked) >= n:
+            break
+        k = _key(ind)
+        if np.isfinite(ind.makespan) and all(k != q for q, _ in picked):
+            picked.append((k, ind))
+    return picked
+
+
+def _serve(graph_json: str, device_json: dict, options: dict, seed: int, deadline: float,
+           patience_s: float | None, refine_options: "RefineOptions | None", plan_info: dict,
+           inbox: Any, outbox: Any, stop: Any, ga_best: Any) -> None:
+    """The refiner process: refine offered plans until told to stop or the deadline passes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the search's to handle; it then calls finish()
+    try:
+        _Refiner(Graph.from_json(json.loads(graph_json)), Device.from_json(device_json), PlannerOptions(**options),
+                 seed, deadline, patience_s, refine_options, plan_info, inbox, outbox, stop, ga_best).loop()
+    except Exception as e:  # noqa: BLE001 - reported to the main process, which keeps the GA's plan
+        outbox.put(("error", f"{type(e).__name__}: {e}"))
+    outbox.put(("done", None))
+
+
+class _Refiner:
+    def __init__(self, graph: Graph, device: Device, options: PlannerOptions, seed: int, deadline: float,
+                 patience_s: float | None, refine_options: "RefineOptions | None", plan_info: dict,
+                 inbox: Any, outbox: Any, stop: Any, ga_best: Any) -> None:
+        from dataclasses import replace
+
+        from ga.encoding import SearchSpace
+        from hybrid.refine.lns import RefineOptions
+        from hybrid.swap_planner import SwapPlanner
+
+        self.graph, self.seed, self.deadline, self.plan_info = graph, seed, deadline, plan_info
+        self.inbox, self.outbox, self.stop_event, self.ga_best = inbox, outbox, stop, ga_best
+        self.space = SearchSpace.build(graph, device, options)
+        self.planner = SwapPlanner(graph, device)
+        self.options = replace(refine_options or RefineOptions(), patience_s=patience_s)
+        self.latest: list[Offer] = []
+        self.done: set[bytes] = set()
+        self.best_sent = float("inf")
+        self.runs = 0
+
+    def _drain(self, timeout: float = 0.0) -> None:
+        """Take the newest offer (older ones are stale); wait up to `timeout` for one."""
+        try:
+            self.latest = self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait()
+            while True:
+                self.latest = self.inbox.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _over(self) -> bool:
+        return self.stop_event.is_set() or time.monotonic() >= self.deadline - MARGIN_S
+
+    def loop(self) -> None:
+        while not self._over():
+            self._drain()
+            todo = [(rank, o) for rank, o in enumerate(self.latest) if o[0] not in self.done]
+            if not todo:
+                self._drain(timeout=min(0.2, max(0.01, self.deadline - time.monotonic())))
+                continue
+            self.refine_one(*todo[0])
+
+    def refine_one(self, rank: int, offer: Offer) -> None:
+        from ga.encoding import Individual, PlannerGene, POLICIES
+        from hybrid.plan_build import to_plan
+        from hybrid.refine.lns import RefineProgress, refine
+
+        key, schedule, cls, cnt, by_bytes, gene, makespan = offer
+        self.done.add(key)
+        ind = Individual(schedule, cls, cnt, by_bytes, gene, makespan)
+        t0 = time.monotonic()
+        aug = self.planner.plan(schedule, self.space.pool(ind), self.space.options_for(ind))
+        info = {**self.plan_info, "name": "ga", "seed": self.seed,
+                "policy": POLICIES[PlannerGene.unpack(gene).policy],
+                "planner_gene": PlannerGene.unpack(gene).describe(),
+                "planner_options": self.space.options_for(ind).describe(),
+                "refined_beside_search": {"rank": rank, "run": self.runs}}
+        plan = to_plan(aug, info)
+        current = [plan.makespan_s]
+
+        def progress(p: RefineProgress) -> None:
+            current[0] = p.makespan
+
+        def stop() -> bool:
+            # leave this plan when told to, or when the search has found one faster than it is even refined
+            if self.stop_event.is_set():
+                return True
+            self._drain()
+            fresh = bool(self.latest) and self.latest[0][0] != key and self.latest[0][0] not in self.done
+            return fresh and self.ga_best.value < current[0]
+
+        left = self.deadline - MARGIN_S - time.monotonic()
+        res = refine(self.graph, plan, time_limit_s=left, seed=self.seed + self.runs, workers=1,
+                     progress=progress, options=self.options, stop=stop)
+        self.runs += 1
+        self.outbox.put(("run", {"rank": rank, "from_makespan_s": plan.makespan_s, "makespan_s": res.makespan,
+                                 "improved": res.improved, "windows": res.windows, "accepted": res.accepted,
+                                 "stop": res.stop, "seconds": time.monotonic() - t0}))
+        if res.improved and res.makespan < self.best_sent:
+            self.best_sent = res.makespan
+            self.outbox.put(("plan", {"plan": res.plan.dumps(), "from_plan": plan.dumps(),
+                                      "from_makespan_s": plan.makespan_s, "rank": rank}))

@@ -1,0 +1,111 @@
+"""CP-SAT refinement beside the genetic search (`hybrid.refine.beside`): never worse, valid, prompt to stop."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from ga import GAConfig, optimize
+from ga.algorithm import SearchState, _key
+from ga.encoding import Individual
+from hybrid.device import Device
+from hybrid.refine.beside import BesideRefiner, pick_elites, refine_beside
+from hybrid.synthetic import training_graph
+from hybrid.validator import validate
+
+
+def _graph(seed: int):
+    return training_graph(10, seed=seed, device=Device("s", 22 << 20, 12e9, 12e9, 0.0), workspace_prob=0.3)
+
+
+def _ind(order: list[int], makespan: float) -> Individual:
+    return Individual(np.array(order, np.int32), np.zeros(1, np.int64), np.ones(1, np.int64), False, 0, makespan)
+
+
+def test_pick_elites_takes_the_best_then_distinct_fastest_individuals() -> None:
+    best = _ind([0, 1, 2], 1.0)
+    pop = [_ind([2, 1, 0], 3.0), _ind([0, 1, 2], 1.0), _ind([1, 0, 2], 2.0), _ind([1, 0, 2], 2.0),
+           _ind([2, 0, 1], float("inf"))]
+    state = SearchState(pop, best, 5, 10, 0.0, np.random.default_rng(0))
+    picked = pick_elites(state, 3)
+    assert [i.makespan for _, i in picked] == [1.0, 2.0, 3.0]  # the copy of the best and the repeat are skipped
+    assert picked[0][0] == _key(best) and len({k for k, _ in picked}) == 3
+    assert [i.makespan for _, i in pick_elites(state, 1)] == [1.0]
+    assert len(pick_elites(state, 10)) == 3  # an individual that cannot run is never offered
+    state.best = _ind([0, 1, 2], float("inf"))
+    assert pick_elites(state, 3) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_refining_beside_the_search_never_loses_and_its_plans_validate(seed: int) -> None:
+    g = _graph(seed)
+    budget = 6.0
+    refiner = BesideRefiner(g, g.device, deadline=time.monotonic() + budget, seed=seed, elites=3, patience_s=1.0)
+    try:
+        res = optimize(g, g.device, GAConfig(population=8, children=8, seed=seed), time_limit_s=budget, workers=1,
+                       observe=refiner.offer)
+    finally:
+        rep = refiner.finish()
+    assert not refiner._proc.is_alive()
+    assert rep.error == "" and rep.refined >= 1 and len(rep.log) == rep.refined
+    assert all(r["makespan_s"] <= r["from_makespan_s"] * (1 + 1e-12) for r in rep.log)  # each run never worse
+    if rep.plan is not None:
+        assert validate(g, rep.plan).valid and validate(g, rep.from_plan).valid
+        assert rep.plan.makespan_s < rep.from_makespan_s == rep.from_plan.makespan_s
+        assert rep.plan.schedule == rep.from_plan.schedule  # refinement re-times; the search chose the order
+        assert rep.plan.planner["name"] == "ga+cpsat"
+    final = min(res.makespan_s, rep.plan.makespan_s if rep.plan is not None else np.inf)
+    assert final <= res.makespan_s
+
+
+def test_the_refiner_stops_soon_after_a_search_that_ends_early() -> None:
+    g = _graph(3)
+    t0 = time.monotonic()
+    refiner = BesideRefiner(g, g.device, deadline=t0 + 300.0, seed=1, elites=2, patience_s=100.0)
+    try:
+        optimize(g, g.device, GAConfig(population=8, children=8, seed=1), generations=3, workers=1,
+                 observe=refiner.offer)
+    finally:
+        rep = refiner.finish()
+    # it did not wait for the deadline (300 s away) and left no process behind
+    assert time.monotonic() - t0 < 60.0 and not refiner._proc.is_alive()
+    assert rep.error == ""
+
+
+def test_auto_refines_beside_only_where_the_search_cannot_use_the_core() -> None:
+    assert refine_beside(1e-4, cores=2)                     # cheap evaluations: a pool would not pay
+    assert not refine_beside(5e-3, cores=2)                 # the search's pool would use that core
+    assert not refine_beside(1e-4, cores=1)                 # no second core
+    assert refine_beside(5e-3, cores=4, workers=2)          # cores left over by --workers
+    assert not refine_beside(1e-4, cores=2, workers=2)
+    assert refine_beside(5e-3, cores=1, scheduler="tcp://head:8786")  # the search runs on a cluster
+
+
+def test_elites_must_be_positive() -> None:
+    from hybrid.errors import HybridError
+
+    g = _graph(1)
+    with pytest.raises(HybridError, match="--refine-elites"):
+        BesideRefiner(g, g.device, deadline=time.monotonic() + 1.0, elites=0)
+
+
+def test_compare_beside_keeps_the_faster_of_its_search_and_the_refined_plans(tmp_path) -> None:
+    from hybrid.compare import COLUMNS, compare
+
+    g = _graph(1)
+    df = compare(g, time_limit_s=4.0, seeds=(1,), out_dir=tmp_path, ga_config=GAConfig(population=8, children=8),
+                 mode="beside", elites=2)
+    assert list(df.columns) == COLUMNS and set(df["mode"]) == {"beside"}
+    hy = df[(df["row"] == "seed") & (df["arm"] == "ga+cpsat")].iloc[0]
+    assert hy["makespan_s"] <= hy["arm_ga_makespan_s"] * (1 + 1e-12)
+    assert hy["final_from"] in ("cpsat", "ga") and hy["refined_plans"] >= 0
+    assert hy["search_s"] < 4.0 + 10.0  # the budget, plus at most a short wait for the refiner's last message
+    assert len(list(tmp_path.glob("*-seed1-ga*.json"))) == 2
+    split = tmp_path / f"{g.name}-seed1-split.json"  # written when a refinement lowered a makespan
+    assert split.exists() == (not np.isnan(hy["split_makespan_s"]))
+    if split.exists():
+        from hybrid.plan import Plan
+
+        assert Plan.load(split).makespan_s == pytest.approx(hy["split_makespan_s"])
+    assert df[df["arm"] == "ga"]["workers"].iloc[0] == 2 and hy["workers"] == 1  # the refiner's core
