@@ -1,7 +1,8 @@
 """GA-only against GA + CP-SAT refinement, at equal total wall time, as a pandas table.
 
 Two ways to add CP-SAT (`mode`), as in `hybrid optimize --refine-mode`:
-- **beside** (the default where two cores are free): each arm is its own run of
+- **beside** (the default here; `hybrid compare --refine-mode auto` picks it per
+  graph, as `hybrid optimize` does): each arm is its own run of
   the same search (same seed, the whole budget); the GA+CP-SAT run also starts
   `hybrid.refine.beside`, a refiner process that refines the search's best and
   elites while it runs, and keeps the faster of the search's best and the best
@@ -216,8 +217,8 @@ def _beside(graph, device, cfg, time_limit_s, refine_share, workers, refine_opti
     finally:
         rep = refiner.finish()
     own = res.to_plan(time_limit_s=time_limit_s)
-    won = rep.plan is not None and rep.plan.makespan_s < own.makespan_s
-    hybrid_plan = rep.plan if won else own
+    hybrid_plan = rep.pick(own)
+    won = hybrid_plan is not own
     r_h = {"search_s": time.monotonic() - t1, "ga_generations": res.generations, "workers": workers,
            "refine_s": rep.busy_s,
            "final_from": "cpsat" if won else "ga", "refine_windows": rep.windows, "refine_accepted": rep.accepted,

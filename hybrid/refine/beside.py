@@ -88,6 +88,17 @@ class BesideReport:
     error: str = ""
     log: list[dict[str, Any]] = field(default_factory=list)  # one entry per refinement
 
+    def pick(self, search_plan: Plan) -> Plan:
+        """The faster of the search's own best plan and the best refined one.
+
+        A refined plan may come from an elite, so when it wins it records the search's best
+        (`search_best_makespan_s` in its planner metadata).
+        """
+        if self.plan is None or self.plan.makespan_s >= search_plan.makespan_s:
+            return search_plan
+        self.plan.planner["search_best_makespan_s"] = search_plan.makespan_s
+        return self.plan
+
 
 class BesideRefiner:
     """The main process's side: start the refiner, offer it the search's elites, collect its best plan."""

@@ -271,10 +271,9 @@ def _beside_outcome(report, ga_plan):  # noqa: ANN001, ANN202 - (BesideReport, P
             f"elite{'s' if r.elites != 1 else ''} after its best), {r.windows} windows, {r.accepted} accepted")
     if r.error:
         note += f" ({r.error})"
-    if r.plan is not None and r.plan.makespan_s < ga_plan.makespan_s:
-        # the refined plan may come from an elite: record what the search itself reached
-        r.plan.planner["search_best_makespan_s"] = ga_plan.makespan_s
-        return r.plan, (note + f": {format_seconds(r.plan.makespan_s)} from a search plan of "
+    plan = r.pick(ga_plan)
+    if plan is not ga_plan:
+        return plan, (note + f": {format_seconds(r.plan.makespan_s)} from a search plan of "
                         f"{format_seconds(r.from_makespan_s)}, {100 * (1 - r.plan.makespan_s / ga_plan.makespan_s):.2g}%"
                         f" below the search's best")
     return ga_plan, note + ": nothing faster than the search's best"
