@@ -11,14 +11,18 @@ in one of its modes (--mode):
   cores, so run one benchmark process at a time;
 - after: the GA for (1 - share) of the budget, then GA+CP-SAT refines for the rest (handing what refinement
   cannot use back to the search) while GA-only resumes the same search for the same time; single-core, so
-  pieces can run in parallel (--only NAME[,NAME], then --merge).
-Writes results/refine_compare[_beside].{csv,parquet,md} (all rows) and
-results/refine_compare[_beside]_summary.{csv,md} (one line per graph), and the plans under
-out/refine_compare[_beside]/ (no suffix: the after mode, whose tables came first).
+  pieces can run in parallel (--only NAME[,NAME], then --merge);
+- auto: per graph what `hybrid optimize` does by default here (`auto_mode`): beside or after, with its
+  default evaluation processes.
+Writes results/refine_compare[_beside|_auto].{csv,parquet,md} (all rows) and
+results/refine_compare[_beside|_auto]_summary.{csv,md} (one line per graph), and the plans under
+out/refine_compare[_beside|_auto]/ (no suffix: the after mode, whose tables came first). Merging recomputes
+`hybrid.bounds.schedule_bound` for every saved plan.
 
 Examples (what produced the committed tables):
     python -m benchmarks.refine_compare --time-limit 60 --seeds 1,2,3 --graph-dir out/graphs
     python -m benchmarks.refine_compare --mode after --time-limit 120 --seeds 1,2,3 --graph-dir out/graphs
+    python -m benchmarks.refine_compare --mode auto --time-limit 60 --seeds 1,2,3 --only rnn-8-8k,...
 """
 from __future__ import annotations
 
@@ -70,9 +74,24 @@ def graphs(graph_dir: Path, only: set[str] | None):
             print(f"skip {g.name}: one op needs {need} bytes, more than 50% of the peak")
 
 
+def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
+    """(mode, evaluation processes) that `hybrid optimize` picks by default for this graph on this machine."""
+    from hybrid.refine.beside import placement
+
+    beside, workers = placement(g, dev)
+    return ("beside" if beside else "after"), int(workers or 1)
+
+
+def worse_modes(df: pd.DataFrame, worse: pd.DataFrame) -> list[str]:
+    rows = df[(df["row"] == "seed") & (df["arm"] == "ga+cpsat")]
+    return [str(m) for g, mem in zip(worse["graph"], worse["memory_bytes"])
+            for m in rows[(rows["graph"] == g) & (rows["memory_bytes"] == mem)]["mode"]]
+
+
 def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     """Concatenate the per-graph parts; fill bounds missing from older parts (from the saved plans)."""
-    from hybrid.compare import COLUMNS, schedule_bound, split_gains, summary, with_medians, write_tables
+    from hybrid.bounds import schedule_bound
+    from hybrid.compare import COLUMNS, split_gains, summary, with_medians, write_tables
     from hybrid.plan import Plan
 
     parts = sorted(parts_dir(mode).glob("*.parquet"))
@@ -85,20 +104,20 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     for col in COLUMNS:  # parts made before a column existed
         if col not in df:
             df[col] = "" if col == "final_from" else float("nan")
+    if mode != "auto":  # parts made before the mode column existed
+        df["mode"] = df["mode"].where(df["mode"].isin(["beside", "after"]), mode).astype(object)
     for i in df.index[(df["arm"] == "ga+cpsat") & df["split_makespan_s"].isna()]:
         split = Path(str(df.at[i, "plan"]).replace("-ga+cpsat.json", "-split.json"))
         if split.exists():
             df.at[i, "split_makespan_s"] = Plan.load(split).makespan_s
             df.at[i, "rewalk_gain"], df.at[i, "window_gain"] = split_gains(
                 df.at[i, "split_makespan_s"], df.at[i, "rebind_makespan_s"], df.at[i, "makespan_s"])
-    todo = df["schedule_bound_s"].isna()
-    if todo.any():
-        wanted = set(df.loc[todo, "label"])
-        for label, g, _dev in graphs(graph_dir, {lab.split("@")[0] for lab in wanted}):
-            for i in df.index[todo & (df["label"] == label)]:
-                sb = schedule_bound(g, Plan.load(df.at[i, "plan"]))
-                df.at[i, "schedule_bound_s"] = sb
-                df.at[i, "ratio_schedule_bound"] = df.at[i, "makespan_s"] / sb
+    # the bound is recomputed for every saved plan, so parts made with an older bound read the current one
+    for label, g, _dev in graphs(graph_dir, {lab.split("@")[0] for lab in set(df["label"])}):
+        for i in df.index[df["label"] == label]:
+            sb = schedule_bound(g, Plan.load(df.at[i, "plan"]))
+            df.at[i, "schedule_bound_s"] = sb
+            df.at[i, "ratio_schedule_bound"] = df.at[i, "makespan_s"] / sb
     df["seed"] = df["seed"].astype("Int64")
     df = with_medians(df[COLUMNS])
     df.insert(1, "label", [labels[(g, m)] for g, m in zip(df["graph"], df["memory_bytes"])])
@@ -125,16 +144,16 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
         parts = []
         for lab, g, mem, w in zip(worse["label"], worse["graph"], worse["memory_bytes"], worse["worst_seed_gain"]):
             r = seeds[(seeds["graph"] == g) & (seeds["memory_bytes"] == mem)].sort_values("gain_vs_ga").iloc[0]
-            if mode == "after":
-                parts.append(f"{lab} (seed {r['seed']}: {100 * w:.3f}%, refinement {r['refine_s']:.1f} s, then "
+            if r.get("mode", mode) == "after":
+                parts.append(f"{lab} (seed {r['seed']}: {100 * w:.2g}%, refinement {r['refine_s']:.1f} s, then "
                              f"the search {r['resume_s']:.1f} s; final plan from {r['final_from'] or 'cpsat'})")
             else:
                 ga = df[(df["row"] == "seed") & (df["arm"] == "ga") & (df["graph"] == g)
                         & (df["memory_bytes"] == mem) & (df["seed"] == r["seed"])].iloc[0]
-                parts.append(f"{lab} (seed {r['seed']}: {100 * w:.3f}%; its own search reached "
+                parts.append(f"{lab} (seed {r['seed']}: {100 * w:.2g}%; its own search reached "
                              f"{r['arm_ga_makespan_s']:.6g} s in {int(r['ga_generations'])} generations, GA-only "
                              f"{ga['makespan_s']:.6g} s in {int(ga['ga_generations'])})")
-        if mode == "after":
+        if set(worse_modes(df, worse)) == {"after"}:
             lines.append("Worse on some seed: " + "; ".join(parts) + ". After the split both arms run the same "
                          "search (resumed from one checkpoint, the same generations in the same order); the "
                          "GA+CP-SAT arm's search starts later by the time refinement took before handing back. "
@@ -154,10 +173,11 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
     tight = rest[bound < 1.05]  # GA-only already within 5% of the schedule bound: no re-timing can gain 5%
     loose = rest[bound >= 1.05]
     if len(tight):
-        parts = [f"{lab} {100 * g:.1f}% (GA-only within {100 * (b - 1):.1f}% of the schedule bound)"
+        parts = [f"{lab} {100 * g:.1f}% (GA-only within {100 * max(0.0, b - 1):.1f}% of the schedule bound)"
                  for lab, g, b in zip(tight["label"], tight["median_gain"], bound[tight.index])]
-        lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound holds for any plan "
-                     "with the same schedule and memory, so re-timing copies or changing evictions cannot gain more "
+        lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound (`hybrid.bounds`) "
+                     "holds for any plan with the same schedule, memory and tensors resident at the start, all of "
+                     "which refinement keeps, so re-timing copies or changing evictions cannot gain more "
                      "than that gap: these plans are bandwidth-bound (the d2h stream saturated while the forward "
                      "pass evicts, the h2d stream while the backward pass reloads); only another schedule or "
                      "recomputation could help.")
@@ -166,8 +186,8 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
                  f"{100 * (r - 1):.1f}%)"
                  for lab, g, b, r in zip(loose["label"], loose["median_gain"], bound[loose.index],
                                          loose["ga+cpsat_ratio_schedule_bound"])]
-        lines.append("Below 5% although the bound leaves room: " + "; ".join(parts) + ". The bound ignores that "
-                     "a copy can only start once its tensor exists and memory is free, so part of that gap may not "
+        lines.append("Below 5% although the bound leaves room: " + "; ".join(parts) + ". The bound relaxes the problem "
+                     "(one op at a time, fractions of tensors, no wait for free memory), so part of that gap may not "
                      "be reachable; the rest is what larger windows or a longer refinement would have to find.")
     return "\n\n".join(lines)
 
@@ -195,8 +215,10 @@ the swap planner itself re-binds memory in time order (`PlannerOptions.rebind`, 
 already re-walked, so `rewalk_gain` is near 0 and the gain is the CP-SAT windows' alone (tables made before that
 change showed 4 of 9 graphs at >= 5%, mostly from re-walking; before the planner's write-back, 34921eb, Inception
 gained 3.6% and RNN 3.0%, mostly from the end-of-iteration copies the write-back now moves). Ratios: makespan / ideal (compute only), makespan / lower bound, and makespan /
-schedule bound (`hybrid.compare.schedule_bound`: what any plan with this schedule and memory needs, given the
-bytes that must leave the device before each op and come back after it; near 1, only another schedule helps). SwapAdvisor graphs
+schedule bound (`hybrid.bounds.schedule_bound`: what any plan with this schedule, memory and tensors resident at
+the start needs, given the bytes that must leave the device before each op, no sooner than they were written,
+and come back after it, before their next use; near 1, only another schedule helps; recomputed from the saved
+plans at every merge, so the bound columns are the current bound's). SwapAdvisor graphs
 are captured for v100-16gb (16 GiB, 12 GB/s each way); Checkmate graphs use v100-16gb's link with memory at 25%
 (else 50%) of the unswapped peak. The machine was a shared 2-core VM, so the number of GA generations per
 budget is small and varies between runs; all plans pass `hybrid validate`."""
@@ -233,7 +255,19 @@ makespan(GA+CP-SAT) / makespan(GA-only) of the same seed; ratios as in the after
 serial (the second core idle in that arm) was never worse on 8 of 9 graphs, the ninth (Inception-v4, seed 2)
 behind by 2.7e-8 of its makespan, with the same gains on SegNet and VGG-UNet.
 """
-NOTES = {"beside": NOTES_BESIDE, "after": NOTES_AFTER}
+NOTES_AUTO = """\
+Mode auto: what `hybrid optimize` does by default on this 2-core machine, per graph (`auto_mode`,
+`hybrid.refine.beside.placement`): beside the search where one evaluation takes under 1 ms (the four Checkmate
+graphs: their rows are the beside mode's runs, results/refine_compare_beside.md, copied from its parts), after it
+elsewhere (the five SwapAdvisor graphs), each with the default evaluation processes: 1 beside (GA-only gets 2),
+2 after (both arms). Commands (from the repository root, graphs captured into out/graphs):
+`python -m benchmarks.refine_compare --mode auto --time-limit 60 --seeds 1,2,3 --only
+rnn-8-8k,brnn-4-8k,wresnet-152-10,inception-v4-4,nasnet-25`, the Checkmate parts copied from
+results/refine_compare_beside_parts/, then `python -m benchmarks.refine_compare --mode auto --merge`. The after
+protocol is results/refine_compare.md's (80% search, then refinement handing back to the resumed search after
+a tenth of its 20% share without gain), with the search on 2 processes in both arms; the beside protocol is
+results/refine_compare_beside.md's. Columns as there; the `mode` and `workers` columns say which ran."""
+NOTES = {"beside": NOTES_BESIDE, "after": NOTES_AFTER, "auto": NOTES_AUTO}
 
 
 def main() -> None:
@@ -245,8 +279,9 @@ def main() -> None:
                     help="refinement's patience, a share of its budget (default: hybrid.handoff's)")
     ap.add_argument("--graph-dir", type=Path, default=ROOT / "out" / "graphs")
     ap.add_argument("--only", default=None, help="comma-separated graph names (suite names or Checkmate stems)")
-    ap.add_argument("--mode", choices=("beside", "after"), default="beside",
-                    help="how GA+CP-SAT refines: beside the search (a second process) or after it (a share)")
+    ap.add_argument("--mode", choices=("beside", "after", "auto"), default="beside",
+                    help="how GA+CP-SAT refines: beside the search (a second process) or after it (a share); auto: "
+                         "per graph as `hybrid optimize` does by default, with its default evaluation processes")
     ap.add_argument("--elites", type=int, default=None, help="plans offered to the refiner per generation (beside)")
     ap.add_argument("--merge", action="store_true", help="only merge results/<stem>_parts/ into the tables")
     args = ap.parse_args()
@@ -261,8 +296,9 @@ def main() -> None:
     parts.mkdir(parents=True, exist_ok=True)
     for label, g, dev in graphs(args.graph_dir, only):
         extra = {} if args.patience is None else {"patience": args.patience}
+        mode, workers = auto_mode(g, dev) if args.mode == "auto" else (args.mode, 1)
         df = compare(g, dev, time_limit_s=args.time_limit, seeds=seeds, refine_share=args.refine_share, **extra,
-                     mode=args.mode, elites=args.elites, progress=print,
+                     mode=mode, workers=workers, elites=args.elites, progress=print,
                      out_dir=ROOT / "out" / stem(args.mode) / label.replace("@", "_"))
         df.insert(1, "label", label)
         df.to_parquet(parts / f"{label}.parquet", index=False)

@@ -38,6 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from hybrid.bounds import schedule_bound
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
@@ -51,58 +52,6 @@ COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s
            "bytes_d2h", "bytes_moved", "search_s", "workers", "ga_generations", "refine_s", "resume_s", "final_from",
            "refine_windows", "refine_accepted", "mode", "arm_ga_makespan_s", "refined_plans", "refined_elites",
            "split_makespan_s", "rebind_makespan_s", "rewalk_gain", "window_gain", "plan"]
-
-
-def schedule_bound(graph: Graph, plan: Plan) -> float:
-    """A lower bound on the makespan of any plan with this plan's schedule, memory and op times.
-
-    When op k starts, the non-persistent tensors alive then (produced, read at
-    k or later), op k's persistent tensors and its workspace need L_k bytes; at
-    most `memory` of them are on the device, so at least out_k = L_k - memory
-    bytes have been copied out by then (at the d2h rate, from time 0) and must
-    come back after it (at the h2d rate):
-        makespan >= max_k [max(compute before k, out_k / d2h) + max(compute from k, out_k / h2d)].
-    A plan near this bound cannot gain much from re-timing its copies: only
-    another schedule (or recomputation) could.
-    """
-    from hybrid.schedule import from_ids
-
-    a = graph.arrays
-    order = from_ids(graph, plan.schedule)
-    n = len(order)
-    if n == 0:
-        return 0.0
-    impl = {e.op: e.impl for e in plan.events if e.kind == "compute" and not e.recompute}
-    t_op = np.empty(a.n_ops)
-    ws = np.empty(a.n_ops, np.int64)
-    for o, op in enumerate(graph.ops):
-        im = next((x for x in op.implementations if x.name == impl.get(op.id)), None) if impl.get(op.id) else None
-        t_op[o] = im.time_s if im is not None else op.time_s
-        ws[o] = im.workspace_bytes if im is not None else op.workspace_bytes
-    pos = np.empty(a.n_ops, np.int64)
-    pos[order] = np.arange(n)
-    first = np.full(a.n_tensors, n, np.int64)
-    prod = a.t_producer >= 0
-    first[prod] = pos[a.t_producer[prod]]
-    last = first.copy()
-    readers = np.repeat(np.arange(a.n_ops), np.diff(a.in_ptr))
-    np.maximum.at(last, a.in_idx, pos[readers])
-    live = ~a.t_persistent & prod
-    delta = np.zeros(n + 1, np.int64)
-    np.add.at(delta, first[live], a.t_bytes[live])
-    np.add.at(delta, np.minimum(last[live], n - 1) + 1, -a.t_bytes[live])
-    need = np.cumsum(delta)[:n] + ws[order]
-    per = a.t_persistent
-    for k, o in enumerate(order):
-        ts = np.concatenate([a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]], a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]])
-        need[k] += int(a.t_bytes[ts[per[ts]]].sum())
-    out = np.maximum(0, need - plan.device.memory_bytes).astype(np.float64)
-    comp = t_op[order]
-    before = np.concatenate([[0.0], np.cumsum(comp)[:-1]])
-    after = comp.sum() - before
-    dev = plan.device
-    bound = np.maximum(before, out / dev.d2h_bytes_per_s) + np.maximum(after, out / dev.h2d_bytes_per_s)
-    return float(bound.max())
 
 
 def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_path: str) -> dict:

@@ -1,6 +1,8 @@
 """CP-SAT refinement: the sequence walk, the search loop, and its guarantees (never worse, always valid)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -199,20 +201,41 @@ def test_figure1_refinement_keeps_the_papers_result(order, pool_name, units):
     assert _concat_end(res.plan) <= units
 
 
-@settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10_000))
-def test_schedule_bound_is_a_lower_bound(seed):
-    from hybrid.compare import schedule_bound
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), pool_kind=st.sampled_from(["bytes", "classes"]))
+def test_schedule_bound_is_a_lower_bound(seed, pool_kind):
+    """Below every plan's makespan, the refined plan's included (it keeps schedule, memory and residents)."""
+    from hybrid.bounds import schedule_bound
 
     rng = np.random.default_rng(seed)
     g = training_graph(int(rng.integers(4, 14)), seed=seed, workspace_prob=0.3, share_params=int(rng.integers(0, 3)),
                        device=Device("s", int(rng.integers(14, 48)) << 20, 12e9, float(rng.choice([6e9, 12e9])), 0.0))
     try:
-        _, plan = _plan(g, "bytes", random_order(g, rng))
+        _, plan = _plan(g, pool_kind, random_order(g, rng))
     except InfeasibleError:
         return
     b = schedule_bound(g, plan)
     assert plan.metrics["ideal_s"] * (1 - 1e-9) <= b <= plan.makespan_s * (1 + 1e-9)
+    res = refine(g, plan, time_limit_s=30, seed=seed, options=RefineOptions(window_time_s=0.2, max_windows=4))
+    assert b <= res.plan.makespan_s * (1 + 1e-9)
+
+
+def test_schedule_bound_waits_for_the_value_and_for_the_next_use():
+    """a (4 MiB) is live across op1, which needs 9 MiB of 10: 3 MiB of a must be out during op1, copied no
+    sooner than op0 wrote it and back before op2 reads it: (1 + 2) + max(1 + 1, 1 + 2) ms at 1.5 MiB/ms."""
+    from hybrid.bounds import schedule_bound
+    from hybrid.graph import Graph, Op, Tensor
+
+    mib, ms = 1 << 20, 1e-3
+    bw = 3 * mib / (2 * ms)
+    g = Graph("bound", [Tensor("a", 4 * mib), Tensor("b", mib), Tensor("c", mib)],
+              [Op("op0", "forward", (), ("a",), ms), Op("op1", "forward", (), ("b",), ms, workspace_bytes=8 * mib),
+               Op("op2", "forward", ("a", "b"), ("c",), ms)], Device("d", 10 * mib, bw, bw, 0.0))
+    _, plan = _plan(g, "bytes")
+    assert schedule_bound(g, plan) == pytest.approx(6 * ms)
+    assert plan.makespan_s >= 6 * ms  # the whole of a goes out: 1 + 8/3 + 1 + 8/3 ms
+    roomy = replace(plan, device=replace(plan.device, memory_bytes=1 << 40))
+    assert schedule_bound(g, roomy) == pytest.approx(3 * ms)  # nothing has to move: compute alone
 
 
 def test_patience_stops_a_search_that_finds_nothing():

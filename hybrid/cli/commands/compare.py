@@ -36,9 +36,10 @@ def _seeds(text: str) -> tuple[int, ...]:
 @patience_option
 @click.option("--refine-elites", type=click.IntRange(1), default=4, show_default=True,
               help="beside: the search's best distinct individuals offered to the refiner per generation.")
-@click.option("--workers", type=int, default=1, show_default=True,
+@click.option("--workers", type=int, default=None,
               help="GA evaluation processes in both arms (CP-SAT uses one thread); beside, GA-only gets one more, "
-                   "the core the refiner uses in the other arm.")
+                   "the core the refiner uses in the other arm. Default: as `hybrid optimize` picks per graph "
+                   "(1 where one evaluation takes under 1 ms, else every core but the refiner's).")
 @click.option("--population", type=int, default=None, help="GA population (default: the GA's, 48).")
 @click.option("--memory-fraction", type=float, default=None,
               help="Device memory as a fraction of each graph's unswapped peak (overrides --memory), e.g. 0.25.")
@@ -46,7 +47,7 @@ def _seeds(text: str) -> tuple[int, ...]:
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("compare"),
               show_default=True, help="Folder for both arms' plans and the table (compare.csv/.parquet/.md).")
 def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_mode: str, refine_share: float,
-            refine_patience: float, refine_elites: int, workers: int,
+            refine_patience: float, refine_elites: int, workers: int | None,
             population: int | None, memory_fraction: float | None, out_dir: Path, **kw) -> None:
     """Does CP-SAT refinement beat spending the same time on more genetic search?
 
@@ -78,7 +79,7 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     seed_list = _seeds(seeds)
     if memory_fraction is not None and not 0 < memory_fraction:
         raise HybridError(f"--memory-fraction must be positive, got {memory_fraction}")
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise HybridError(f"--workers must be at least 1, got {workers}")
     cfg = GAConfig() if population is None else GAConfig(population=population, children=population)
     tables = []
@@ -87,15 +88,13 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
         dev = device_from(g, dict(kw))
         if memory_fraction is not None:
             dev = replace(dev, memory_bytes=fraction_of_peak(g, memory_fraction))
-        mode = refine_mode
-        if mode == "auto":
-            from ga.evaluation import available_cores, evaluation_seconds
-            from hybrid.refine.beside import refine_beside
+        from hybrid.refine.beside import placement
 
-            # the GA-only arm gets `workers` + 1 processes beside: as if --workers were not given there
-            mode = "beside" if refine_beside(evaluation_seconds(g, dev), available_cores()) else "after"
+        # as `hybrid optimize` places the search and the refiner (the GA-only arm gets one more process beside)
+        beside, graph_workers = placement(g, dev, True, refine_mode, workers)
+        mode = "beside" if beside else "after"
         tables.append(compare(g, dev, time_limit_s=total, seeds=seed_list, refine_share=refine_share,
-                              workers=workers, out_dir=out_dir, ga_config=cfg, patience=refine_patience,
+                              workers=int(graph_workers or 1), out_dir=out_dir, ga_config=cfg, patience=refine_patience,
                               mode=mode, elites=refine_elites, progress=lambda msg: click.echo(msg, err=True)))
     df = pd.concat(tables, ignore_index=True)
     paths = write_tables(df, out_dir / "compare", "GA-only vs GA + CP-SAT at equal wall time",
@@ -103,7 +102,7 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
                          f"column), share "
                          f"{refine_share}, patience {refine_patience}"
                          + (f", {refine_elites} elites offered" if refine_mode == "beside" else "")
-                         + f"; workers {workers}.")
+                         + "; workers: see the workers column.")
     s = summary(df)
     click.echo(s.to_markdown(index=False, floatfmt=".4g"))
     click.echo("wrote " + ", ".join(str(p) for p in paths))

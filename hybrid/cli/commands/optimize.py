@@ -146,7 +146,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         if not quiet:
             click.echo(f"compiled the planner's kernels in {format_seconds(took)} (first run after an install; "
                        "cached from now on), not counted in --time-limit", err=True)
-    beside, workers = _placement(graph, device, refine, refine_mode, workers, scheduler)
+    from hybrid.refine.beside import placement
+
+    beside, workers = placement(graph, device, refine == "cpsat", refine_mode, workers, scheduler)
     ga_time = total * (1.0 - refine_share) if refine == "cpsat" and not beside else total
     config = GAConfig(population=population, children=children or population, mutation_rate=mutation_rate,
                       schedule_mutation_rate=mutation_rate, temperature=temperature, search=search,  # type: ignore[arg-type]
@@ -233,27 +235,6 @@ def _baseline_table(graph, device, ga_plan, plan) -> str:  # noqa: ANN001
         rows.append(plan_row("optimize (GA)", ga_plan))
     rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if ga_plan is not plan else ""), plan))
     return "\n" + table(rows) + "".join(f"\n{n}" for n in notes)
-
-
-def _placement(graph, device, refine: str, mode: str, workers: int | None,  # noqa: ANN001
-               scheduler: str | None) -> tuple[bool, int | None]:
-    """(refine beside the search?, the search's evaluation processes), for the flags and this machine."""
-    from ga.evaluation import POOL_MIN_EVAL_S, available_cores, evaluation_seconds
-
-    cores = available_cores()
-    eval_s = evaluation_seconds(graph, device)
-    beside = False
-    if refine == "cpsat":
-        if mode == "auto":
-            from hybrid.refine.beside import refine_beside
-
-            beside = refine_beside(eval_s, cores, workers, scheduler)
-        else:
-            beside = mode == "beside"
-    if workers is None and not scheduler:
-        # a pool cannot pay for cheap evaluations; else all cores, but the one the refiner takes
-        workers = 1 if eval_s < POOL_MIN_EVAL_S else max(1, cores - int(beside))
-    return beside, workers
 
 
 def _start_refiner(graph, device, deadline: float, seed: int, elites: int, patience: float,  # noqa: ANN001, ANN202
