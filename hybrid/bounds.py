@@ -58,7 +58,7 @@ def _keyed(tensors: np.ndarray, positions: np.ndarray, n: int) -> tuple[np.ndarr
 def schedule_bound(graph: Graph, plan: Plan, max_ops: int | None = 512) -> float:
     """A lower bound on the makespan of any plan with this plan's schedule, memory, op implementations and
     tensors resident at the start (see the module docstring). `max_ops` caps the ops examined (None: all),
-    which keeps a 16,000-op graph under a second; fewer ops give a lower, still valid, bound."""
+    which keeps a 16,000-op graph at about two seconds; fewer ops give a lower, still valid, bound."""
     from hybrid.schedule import from_ids
 
     a = graph.arrays
