@@ -82,12 +82,6 @@ def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
     return ("beside" if beside else "after"), int(workers or 1)
 
 
-def worse_modes(df: pd.DataFrame, worse: pd.DataFrame) -> list[str]:
-    rows = df[(df["row"] == "seed") & (df["arm"] == "ga+cpsat")]
-    return [str(m) for g, mem in zip(worse["graph"], worse["memory_bytes"])
-            for m in rows[(rows["graph"] == g) & (rows["memory_bytes"] == mem)]["mode"]]
-
-
 def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     """Concatenate the per-graph parts; fill bounds missing from older parts (from the saved plans)."""
     from hybrid.bounds import schedule_bound
@@ -142,9 +136,11 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
     if len(worse):
         seeds = df[(df["row"] == "seed") & (df["arm"] == "ga+cpsat")]
         parts = []
+        modes: set[str] = set()  # the refinement modes of the worst seeds, for the explanation
         for lab, g, mem, w in zip(worse["label"], worse["graph"], worse["memory_bytes"], worse["worst_seed_gain"]):
             r = seeds[(seeds["graph"] == g) & (seeds["memory_bytes"] == mem)].sort_values("gain_vs_ga").iloc[0]
-            if r.get("mode", mode) == "after":
+            modes.add(r["mode"])
+            if r["mode"] == "after":
                 parts.append(f"{lab} (seed {r['seed']}: {100 * w:.2g}%, refinement {r['refine_s']:.1f} s, then "
                              f"the search {r['resume_s']:.1f} s; final plan from {r['final_from'] or 'cpsat'})")
             else:
@@ -153,7 +149,7 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
                 parts.append(f"{lab} (seed {r['seed']}: {100 * w:.2g}%; its own search reached "
                              f"{r['arm_ga_makespan_s']:.6g} s in {int(r['ga_generations'])} generations, GA-only "
                              f"{ga['makespan_s']:.6g} s in {int(ga['ga_generations'])})")
-        if set(worse_modes(df, worse)) == {"after"}:
+        if modes == {"after"}:
             lines.append("Worse on some seed: " + "; ".join(parts) + ". After the split both arms run the same "
                          "search (resumed from one checkpoint, the same generations in the same order); the "
                          "GA+CP-SAT arm's search starts later by the time refinement took before handing back. "
