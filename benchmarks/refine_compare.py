@@ -104,8 +104,9 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
         split = Path(str(df.at[i, "plan"]).replace("-ga+cpsat.json", "-split.json"))
         if split.exists():
             df.at[i, "split_makespan_s"] = Plan.load(split).makespan_s
-            df.at[i, "rewalk_gain"], df.at[i, "window_gain"] = split_gains(
-                df.at[i, "split_makespan_s"], df.at[i, "rebind_makespan_s"], df.at[i, "makespan_s"])
+            df.at[i, "rewalk_gain"], df.at[i, "reorder_gain"], df.at[i, "window_gain"] = split_gains(
+                df.at[i, "split_makespan_s"], df.at[i, "rebind_makespan_s"], df.at[i, "reorder_makespan_s"],
+                df.at[i, "makespan_s"])
     # the bound is recomputed for every saved plan, so parts made with an older bound read the current one
     for label, g, _dev in graphs(graph_dir, {lab.split("@")[0] for lab in set(df["label"])}):
         for i in df.index[df["label"] == label]:
@@ -179,7 +180,7 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
                      "recomputation could help.")
     if len(loose):
         parts = [f"{lab} {100 * g:.1f}% (GA-only {100 * (b - 1):.1f}% above the schedule bound, GA+CP-SAT "
-                 f"{100 * (r - 1):.1f}%)"
+                 f"{100 * (r - 1):.1f}%; 5% would take a plan {100 * (0.95 * b - 1):.1f}% above it)"
                  for lab, g, b, r in zip(loose["label"], loose["median_gain"], bound[loose.index],
                                          loose["ga+cpsat_ratio_schedule_bound"])]
         lines.append("Below 5% although the bound leaves room: " + "; ".join(parts) + ". The bound relaxes the problem "
@@ -188,7 +189,11 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
     return "\n\n".join(lines)
 
 
-NOTES_AFTER = """\
+PREDATES_REORDER = ("Measured before refinement had its copy-stream re-ordering stage (`hybrid.refine.stream_order`, "
+                    "which on the beside table's GA-only plans of seeds 1-2 gains 2.1-2.3% on Inception-v4, 0.2-0.3% on "
+                    "RNN, WResNet and NASNet, and nothing on BRNN and the Checkmate graphs); "
+                    "results/refine_compare_auto.md is measured with it.\n\n")
+NOTES_AFTER = PREDATES_REORDER + """\
 Mode after (`--mode after`). Produced by two processes in parallel, then merged (from the repository root, graphs captured into out/graphs):
 `python -m benchmarks.refine_compare --time-limit 120 --seeds 1,2,3 --only rnn-8-8k,brnn-4-8k,wresnet-152-10,inception-v4-4,nasnet-25`,
 `python -m benchmarks.refine_compare --time-limit 120 --seeds 1,2,3 --only MobileNet_512_224_224_3_train,ResNet50_256_224_224_3_train,segnet_32_416_608_3_train,vgg_unet_32_416_608_3_train,VGG16_256_224_224_3_train,VGG19_256_224_224_3_train,fcn_8_vgg_32_416_608_3_train`,
@@ -206,7 +211,9 @@ the whole 20% and GA+CP-SAT was never worse on only 5 of 9 graphs). Equal wall t
 what each arm used. `gain_vs_ga` = 1 - makespan(GA+CP-SAT) /
 makespan(GA-only) of the same seed; median rows take medians over seeds. `split_makespan_s` is the GA's best
 at the split and `rebind_makespan_s` that plan re-walked by refinement before any CP-SAT window (objects
-re-assigned best-fit): `rewalk_gain` is what re-walking gave and `window_gain` what CP-SAT windows added. Since
+re-assigned best-fit): `rewalk_gain` is what re-walking gave, `reorder_gain` what re-ordering its copy streams
+earliest-deadline-first then gave (`reorder_makespan_s`, `hybrid.refine.stream_order`; empty in rows measured
+before that stage existed) and `window_gain` what CP-SAT windows added. Since
 the swap planner itself re-binds memory in time order (`PlannerOptions.rebind`, the default), the GA's plans arrive
 already re-walked, so `rewalk_gain` is near 0 and the gain is the CP-SAT windows' alone (tables made before that
 change showed 4 of 9 graphs at >= 5%, mostly from re-walking; before the planner's write-back, 34921eb, Inception
@@ -220,7 +227,7 @@ are captured for v100-16gb (16 GiB, 12 GB/s each way); Checkmate graphs use v100
 budget is small and varies between runs; all plans pass `hybrid validate`."""
 
 
-NOTES_BESIDE = """\
+NOTES_BESIDE = PREDATES_REORDER + """\
 Mode beside (`hybrid optimize --refine-mode beside`; `auto` picks it where one evaluation takes under 1 ms,
 here the four Checkmate graphs). From the repository root, graphs captured into out/graphs, one process at a
 time: `python -m benchmarks.refine_compare --time-limit 60 --seeds 1,2,3` (stopped after rnn-8-8k, brnn-4-8k,
@@ -254,12 +261,13 @@ behind by 2.7e-8 of its makespan, with the same gains on SegNet and VGG-UNet.
 NOTES_AUTO = """\
 Mode auto: what `hybrid optimize` does by default on this 2-core machine, per graph (`auto_mode`,
 `hybrid.refine.beside.placement`): beside the search where one evaluation takes under 1 ms (the four Checkmate
-graphs: their rows are the beside mode's runs, results/refine_compare_beside.md, copied from its parts), after it
-elsewhere (the five SwapAdvisor graphs), each with the default evaluation processes: 1 beside (GA-only gets 2),
-2 after (both arms). Commands (from the repository root, graphs captured into out/graphs):
-`python -m benchmarks.refine_compare --mode auto --time-limit 60 --seeds 1,2,3 --only
-rnn-8-8k,brnn-4-8k,wresnet-152-10,inception-v4-4,nasnet-25`, the Checkmate parts copied from
-results/refine_compare_beside_parts/, then `python -m benchmarks.refine_compare --mode auto --merge`. The after
+graphs), after it elsewhere (the five SwapAdvisor graphs), each with the default evaluation processes: 1
+beside (GA-only gets 2), 2 after (both arms). Commands (from the repository root, graphs captured into
+out/graphs, one at a time): `python -m benchmarks.refine_compare --mode auto --time-limit 60 --seeds 1,2,3 --only
+rnn-8-8k,brnn-4-8k,wresnet-152-10,inception-v4-4,nasnet-25`, the same with `--only
+MobileNet_512_224_224_3_train,ResNet50_256_224_224_3_train,segnet_32_416_608_3_train,vgg_unet_32_416_608_3_train`,
+then `python -m benchmarks.refine_compare --mode auto --merge` (2026-11-22, refinement with its copy-stream
+re-ordering stage, `hybrid.refine.stream_order`; the after and beside tables predate that stage). The after
 protocol is results/refine_compare.md's (80% search, then refinement handing back to the resumed search after
 a tenth of its 20% share without gain), with the search on 2 processes in both arms; the beside protocol is
 results/refine_compare_beside.md's. Columns as there; the `mode` and `workers` columns say which ran."""

@@ -25,7 +25,6 @@ import numpy as np
 
 from hybrid import swap_kernel as K
 from hybrid.allocation import pool_from_allocation
-from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.schedule import from_ids
@@ -146,14 +145,7 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
     events = plan.events
     n = len(events)
     order = sorted(range(n), key=lambda i: (events[i].start_s, events[i].end_s, _TIE[events[i].kind], i))
-    impl_choice = a.default_impl.copy()
-    for e in events:
-        if e.kind == "compute" and not e.recompute and e.impl is not None:
-            op = g.op(e.op)
-            names = [im.name for im in op.implementations]
-            if e.impl not in names:
-                raise HybridError(f"plan: op {e.op!r} has no impl {e.impl!r}")
-            impl_choice[g.op_index[e.op]] = names.index(e.impl)
+    impl_choice = plan.impl_choice(g)
     op_time, op_ws = a.impl_arrays(impl_choice)
     mem = _Memory(g, plan, op_ws)
     uses_ws = isinstance(plan.allocation, UnconstrainedAllocation)

@@ -66,13 +66,7 @@ def schedule_bound(graph: Graph, plan: Plan, max_ops: int | None = 512) -> float
     n = len(order)
     if n == 0:
         return 0.0
-    impl = {e.op: e.impl for e in plan.events if e.kind == "compute" and not e.recompute}
-    t_op = np.empty(a.n_ops)
-    ws = np.empty(a.n_ops, np.int64)
-    for o, op in enumerate(graph.ops):
-        im = next((x for x in op.implementations if x.name == impl.get(op.id)), None) if impl.get(op.id) else None
-        t_op[o] = im.time_s if im is not None else op.time_s
-        ws[o] = im.workspace_bytes if im is not None else op.workspace_bytes
+    t_op, ws = a.impl_arrays(plan.impl_choice(graph))
     dev = plan.device
     pos = np.empty(a.n_ops, np.int64)
     pos[order] = np.arange(n)

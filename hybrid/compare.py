@@ -17,8 +17,10 @@ Two ways to add CP-SAT (`mode`), as in `hybrid optimize --refine-mode`:
   **ga** resumes the same search for the same time. A paired comparison: the
   difference is what the last part of the budget bought. Its rows split
   refinement's gain: `rewalk_gain` is what re-walking the split plan gave
-  (objects re-assigned best-fit, before any window) and `window_gain` what the
-  CP-SAT windows added on top.
+  (objects re-assigned best-fit, before any window), `reorder_gain` what
+  re-ordering its copy streams earliest-deadline-first added
+  (`hybrid.refine.stream_order`) and `window_gain` what the CP-SAT windows
+  added on top (in beside mode too, for the winning refined plan).
 Both plans are validated and written.
 
 `compare(...)` returns one row per (arm, seed) plus a median row per arm;
@@ -51,7 +53,8 @@ COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s
            "ratio_lower_bound", "schedule_bound_s", "ratio_schedule_bound", "gain_vs_ga", "stall_s", "bytes_h2d",
            "bytes_d2h", "bytes_moved", "search_s", "workers", "ga_generations", "refine_s", "resume_s", "final_from",
            "refine_windows", "refine_accepted", "mode", "arm_ga_makespan_s", "refined_plans", "refined_elites",
-           "split_makespan_s", "rebind_makespan_s", "rewalk_gain", "window_gain", "plan"]
+           "split_makespan_s", "rebind_makespan_s", "reorder_makespan_s", "rewalk_gain", "reorder_gain",
+           "window_gain", "plan"]
 
 
 def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_path: str) -> dict:
@@ -70,13 +73,17 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
             "refine_s": np.nan, "resume_s": np.nan, "final_from": "", "refine_windows": np.nan,
             "refine_accepted": np.nan, "mode": "", "arm_ga_makespan_s": np.nan, "refined_plans": np.nan,
             "refined_elites": np.nan, "split_makespan_s": np.nan, "rebind_makespan_s": np.nan,
-            "rewalk_gain": np.nan, "window_gain": np.nan, "plan": plan_path}
+            "reorder_makespan_s": np.nan, "rewalk_gain": np.nan, "reorder_gain": np.nan, "window_gain": np.nan,
+            "plan": plan_path}
 
 
-def split_gains(split_s: float, rebind_s: float, refined_s: float) -> tuple[float, float]:
-    """(gain from re-walking the split plan, further gain from CP-SAT windows), as fractions."""
+def split_gains(split_s: float, rebind_s: float, reorder_s: float, refined_s: float) -> tuple[float, float, float]:
+    """Refinement's gain in its stages, as fractions: re-walking the split plan, then re-ordering its copy
+    streams, then CP-SAT windows (each on what the stage before left; a stage that did not help is kept out).
+    A NaN `reorder_s` (refinement without that stage) counts as no gain."""
     walked = min(split_s, rebind_s)
-    return 1.0 - walked / split_s, 1.0 - refined_s / walked
+    ordered = walked if np.isnan(reorder_s) else min(walked, reorder_s)
+    return 1.0 - walked / split_s, 1.0 - ordered / walked, 1.0 - refined_s / ordered
 
 
 def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, seeds: Sequence[int] = (1, 2, 3),
@@ -173,8 +180,10 @@ def _beside(graph, device, cfg, time_limit_s, refine_share, workers, refine_opti
            "final_from": "cpsat" if won else "ga", "refine_windows": rep.windows, "refine_accepted": rep.accepted,
            "arm_ga_makespan_s": own.makespan_s, "refined_plans": rep.refined, "refined_elites": rep.elites}
     if rep.plan is not None:
-        r_h["split_makespan_s"] = rep.from_makespan_s
-        r_h["window_gain"] = 1.0 - rep.plan.makespan_s / rep.from_makespan_s
+        r_h.update(split_makespan_s=rep.from_makespan_s, rebind_makespan_s=rep.rebind_makespan_s,
+                   reorder_makespan_s=rep.reorder_makespan_s)
+        r_h["rewalk_gain"], r_h["reorder_gain"], r_h["window_gain"] = split_gains(
+            rep.from_makespan_s, rep.rebind_makespan_s, rep.reorder_makespan_s, rep.plan.makespan_s)
     say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
         f"{rep.refined} plans refined beside it, {rep.elites} of them elites, {rep.windows} windows, "
         f"{rep.accepted} accepted; final from {r_h['final_from']})" + (f"; {rep.error}" if rep.error else ""))
@@ -215,12 +224,14 @@ def _after(graph, device, cfg, time_limit_s, refine_share, workers, refine_optio
         ga_s = spent + (time.monotonic() - t2)
         say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} generations)")
     r_ga = {"search_s": ga_s, "ga_generations": second.generations, "workers": workers}
-    rewalk, window = split_gains(split_plan.makespan_s, ref.rebind_makespan, ref.plan.makespan_s)
+    rewalk, reorder, window = split_gains(split_plan.makespan_s, ref.rebind_makespan, ref.reorder_makespan,
+                                          ref.plan.makespan_s)
     r_h = {"search_s": hybrid_s, "workers": workers,
            "ga_generations": hand.resumed.generations if hand.resumed is not None else first.generations,
            "refine_s": hand.refine_s, "resume_s": hand.resume_s, "final_from": hand.source,
            "refine_windows": ref.windows, "refine_accepted": ref.accepted, "split_makespan_s": split_plan.makespan_s,
-           "rebind_makespan_s": ref.rebind_makespan, "rewalk_gain": rewalk, "window_gain": window}
+           "rebind_makespan_s": ref.rebind_makespan, "reorder_makespan_s": ref.reorder_makespan,
+           "rewalk_gain": rewalk, "reorder_gain": reorder, "window_gain": window}
     return ga_plan, r_ga, hybrid_plan, r_h, split_plan
 
 
@@ -232,7 +243,8 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
            "ratio_schedule_bound", "gain_vs_ga", "stall_s",
            "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "workers", "ga_generations", "refine_s", "resume_s",
            "refine_windows", "arm_ga_makespan_s", "refined_plans", "refined_elites",
-           "refine_accepted", "split_makespan_s", "rebind_makespan_s", "rewalk_gain", "window_gain"]
+           "refine_accepted", "split_makespan_s", "rebind_makespan_s", "reorder_makespan_s", "rewalk_gain",
+           "reorder_gain", "window_gain"]
     for (g, mem, arm), part in seeds.groupby(["graph", "memory_bytes", "arm"], sort=False):
         r = {c: part[c].median() for c in num}
         r.update({"graph": g, "memory_bytes": mem, "arm": arm, "row": "median", "seed": pd.NA, "plan": "",
@@ -257,6 +269,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         rows.append({"graph": g, "memory_bytes": mem, "ga_makespan_s": ga["makespan_s"],
                      "ga+cpsat_makespan_s": hy["makespan_s"], "median_gain": hy["gain_vs_ga"],
                      "median_rewalk_gain": hy.get("rewalk_gain", np.nan),
+                     "median_reorder_gain": hy.get("reorder_gain", np.nan),
                      "median_window_gain": hy.get("window_gain", np.nan),
                      "ga_ratio_lower_bound": ga["ratio_lower_bound"],
                      "ga+cpsat_ratio_lower_bound": hy["ratio_lower_bound"],

@@ -9,10 +9,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
 
 from hybrid.device import Device
-from hybrid.errors import FormatError
+from hybrid.errors import FormatError, HybridError
+
+if TYPE_CHECKING:
+    from hybrid.graph import Graph
 
 PLAN_FORMAT = "hybrid-plan/1"
 EVENT_KINDS = ("compute", "swap_in", "swap_out", "free")
@@ -170,6 +175,21 @@ class Plan:
     makespan_s: float
     metrics: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def impl_choice(self, graph: "Graph") -> np.ndarray:
+        """Each op's implementation as this plan's compute events name it (index into the op's
+        `implementations`; the default where no event names one): what the planner, the walk and the bound
+        must time ops with. A name the op does not have is an error naming both."""
+        a = graph.arrays
+        choice = a.default_impl.astype(np.int32)
+        for e in self.events:
+            if e.kind == "compute" and not e.recompute and e.impl is not None and e.op in graph.op_index:
+                names = [im.name for im in graph.op(e.op).implementations]
+                if e.impl not in names:
+                    raise HybridError(f"plan: op {e.op!r} has no implementation {e.impl!r} (it has: "
+                                      f"{', '.join(names) or 'none'})")
+                choice[graph.op_index[e.op]] = names.index(e.impl)
+        return choice
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {

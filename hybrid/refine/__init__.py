@@ -4,7 +4,8 @@
 whose plan is never worse than the input. Modules: `sequence` (re-derive an
 augmented graph from its node sequence), `window` (a window's model data and
 frozen boundary), `model` (the CP-SAT model), `decode` (solution -> sequence),
-`lns` (the sliding-window search), `source` (the augmented graph of any plan),
+`lns` (the sliding-window search), `stream_order` (earliest-deadline-first copy
+streams, before any window), `source` (the augmented graph of any plan),
 `beside` (a refiner process that takes the genetic search's best plan and elites while it runs).
 """
 from hybrid.refine.lns import HistoryPoint, RefineOptions, RefineProgress, RefineResult, refine

@@ -97,6 +97,8 @@ class BesideReport:
     from_plan: Plan | None = None          # the search's plan that `plan` was refined from
     from_makespan_s: float = float("nan")
     from_rank: int = -1                    # 0: it was the search's best when offered; k: its k-th elite after that
+    rebind_makespan_s: float = float("nan")   # `from_plan` re-walked, then its copy streams re-ordered,
+    reorder_makespan_s: float = float("nan")  # before any window (`hybrid.refine.RefineResult`)
     refined: int = 0                       # plans refined (started)
     elites: int = 0                        # of those, elites other than the search's best at the time
     improved: int = 0                      # refinements that lowered their plan's makespan
@@ -178,6 +180,7 @@ class BesideRefiner:
                 plan = Plan.from_json(json.loads(body["plan"]))
                 if r.plan is None or plan.makespan_s < r.plan.makespan_s:
                     r.plan, r.from_makespan_s, r.from_rank = plan, body["from_makespan_s"], body["rank"]
+                    r.rebind_makespan_s, r.reorder_makespan_s = body["rebind_makespan_s"], body["reorder_makespan_s"]
                     r.from_plan = Plan.from_json(json.loads(body["from_plan"]))
             elif kind == "run":
                 r.log.append(body)
@@ -322,4 +325,6 @@ class _Refiner:
         if res.improved and res.makespan < self.best_sent:
             self.best_sent = res.makespan
             self.outbox.put(("plan", {"plan": res.plan.dumps(), "from_plan": plan.dumps(),
-                                      "from_makespan_s": plan.makespan_s, "rank": rank}))
+                                      "from_makespan_s": plan.makespan_s, "rank": rank,
+                                      "rebind_makespan_s": res.rebind_makespan,
+                                      "reorder_makespan_s": res.reorder_makespan}))

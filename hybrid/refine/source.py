@@ -61,17 +61,7 @@ def starting_point(graph: Graph, plan: Plan) -> tuple[Problem, Timeline]:
         from hybrid.swap_planner import SwapPlanner
 
         pool = pool_from_allocation(graph, plan.allocation, plan.device.memory_bytes)
-        impl_choice = None
-        if any(e.kind == "compute" and e.impl for e in plan.events):
-            import numpy as np
-
-            impl_choice = graph.arrays.default_impl.copy()
-            for e in plan.events:
-                if e.kind == "compute" and e.impl:
-                    names = [im.name for im in graph.op(e.op).implementations]
-                    if e.impl in names:
-                        impl_choice[graph.op_index[e.op]] = names.index(e.impl)
-            impl_choice = np.asarray(impl_choice, np.int32)
+        impl_choice = plan.impl_choice(graph) if any(e.kind == "compute" and e.impl for e in plan.events) else None
         try:
             aug = SwapPlanner(graph, plan.device, impl_choice).plan(from_ids(graph, plan.schedule), pool, opts)
             prob = Problem.from_augmented(aug)

@@ -122,6 +122,26 @@ def test_absent_impl_means_the_default_impl(plan: Plan) -> None:
     assert validate(MLP, replace(plan, events=events)).valid
 
 
+def test_impl_choice_reads_the_events_and_names_an_unknown_impl(plan: Plan) -> None:
+    """The one lookup the walk, the bound and the planner share: what each compute event runs."""
+    fc1 = MLP.op_index["fc1"]
+    names = [im.name for im in MLP.op("fc1").implementations]
+    choice = plan.impl_choice(MLP)
+    for k, op in enumerate(MLP.ops):
+        e = next(x for x in plan.events if x.kind == "compute" and x.op == op.id)
+        own = [im.name for im in op.implementations]
+        assert choice[k] == (own.index(e.impl) if e.impl else MLP.arrays.default_impl[k])
+    events = list(plan.events)
+    i = ev(plan, "compute", "fc1")
+    other = next(n for n in names if n != plan.events[i].impl)
+    events[i] = replace(events[i], impl=other)
+    assert plan.impl_choice(MLP)[fc1] != names.index(other)
+    assert replace(plan, events=events).impl_choice(MLP)[fc1] == names.index(other)
+    events[i] = replace(events[i], impl="winograd")
+    with pytest.raises(HybridError, match="fc1.*winograd"):
+        replace(plan, events=events).impl_choice(MLP)
+
+
 def test_zero_time_ops_at_one_instant_may_tie() -> None:
     g = Graph("ties", [Tensor("x", 8, "input", True), Tensor("a", 8), Tensor("b", 8)],
               [Op("A", "view", ("x",), ("a",), 0.0), Op("B", "view", ("x",), ("b",), 0.0)])
