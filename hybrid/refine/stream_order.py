@@ -85,18 +85,17 @@ def resequence(tl: Timeline, kind: int) -> np.ndarray | None:
         a = int(anchor_of_node[last_dep[q]]) if last_dep[q] >= 0 else -1
         prev = max(prev, a)
         anchors[q] = prev
+    # anchors never decrease along `order`, so walking both lists once interleaves them
     seq = np.empty(tl.n, dtype=np.int64)
-    pos = 0
-    ranked = order[np.argsort(anchors[order], kind="stable")]  # by anchor, EDF order within one anchor
-    r = 0
-    while r < len(ranked) and anchors[ranked[r]] < 0:
-        seq[pos] = idx[ranked[r]]
+    pos = r = 0
+    while r < len(order) and anchors[order[r]] < 0:
+        seq[pos] = idx[order[r]]
         pos, r = pos + 1, r + 1
     for a, node in enumerate(others):
         seq[pos] = node
         pos += 1
-        while r < len(ranked) and anchors[ranked[r]] == a:
-            seq[pos] = idx[ranked[r]]
+        while r < len(order) and anchors[order[r]] == a:
+            seq[pos] = idx[order[r]]
             pos, r = pos + 1, r + 1
     return seq
 
