@@ -17,10 +17,12 @@ dependency (or after the copy before it, to keep the new order), the other
 nodes keep their order, and `hybrid.sequence.rebuild` re-walks the result
 (memory objects re-bound, times recomputed); `reorder_streams` keeps it only
 if the makespan went down. Release dates come from the current timeline, so
-the pass repeats until a round gains nothing. A few milliseconds per round on
-a 4,000-op graph, so refinement runs it before any CP-SAT window: windows are
-picked where the compute stream stalls, and the idle stream time this pass
-uses lies before the stall, outside those windows.
+the pass repeats until a round gains nothing. About 30 ms in all on
+Inception-v4 (2,062 ops), 0.2 s on NASNet (16,499), so refinement runs it
+before any CP-SAT window: windows are picked where the compute stream
+stalls, and the idle stream time this pass uses lies before the stall,
+outside those windows. Too slow for the search's hot loop, though (one
+evaluation of Inception-v4 takes 2.4 ms).
 """
 from __future__ import annotations
 
