@@ -384,6 +384,16 @@ class Timeline:
     def durations(self) -> np.ndarray:
         return self.end - self.start
 
+    def confirmed_makespan(self, atol: float) -> float | None:
+        """The makespan `hybrid.simulator.simulate` gives from this timeline's own edges, or None where its end
+        times differ from ours by more than `atol`: the check every refinement edit must pass to count."""
+        from hybrid.simulator import simulate
+
+        _, end = simulate(self.kind, self.end - self.start, self.dep_ptr, self.dep_idx)
+        if not np.allclose(end, self.end, rtol=0, atol=atol):
+            return None
+        return float(end.max()) if len(end) else 0.0
+
 
 class SequenceError(Exception):
     """A sequence that is not a valid augmented graph (internal: refinement rejects the edit)."""

@@ -44,7 +44,6 @@ from hybrid.sequence import COMPUTE, Problem, SequenceError, Timeline, to_augmen
 from hybrid.refine.source import starting_point
 from hybrid.refine.stream_order import reorder_streams
 from hybrid.refine.window import TensorEvents, WindowOptions, build_window
-from hybrid.simulator import simulate
 
 
 class HistoryPoint(NamedTuple):
@@ -208,9 +207,8 @@ class _Search:
         except (SequenceError, ValueError):
             res.rejected += 1
             return False
-        _, end = simulate(cand.kind, cand.end - cand.start, cand.dep_ptr, cand.dep_idx)
-        ms = float(end.max()) if len(end) else 0.0
-        if not np.allclose(end, cand.end, rtol=0, atol=self.eps) or ms >= self.best_ms - self.eps:
+        ms = cand.confirmed_makespan(self.eps)
+        if ms is None or ms >= self.best_ms - self.eps:
             res.rejected += 1
             return False
         self.cur = cand

@@ -31,7 +31,6 @@ import heapq
 import numpy as np
 
 from hybrid.sequence import SWAP_IN, SWAP_OUT, Problem, SequenceError, Timeline, rebuild
-from hybrid.simulator import simulate
 
 
 def _per_node_max(values: np.ndarray, ptr: np.ndarray, nodes: np.ndarray, empty: float) -> np.ndarray:
@@ -108,9 +107,7 @@ def _walk(prob: Problem, tl: Timeline, seq: np.ndarray) -> Timeline | None:
         cand = rebuild(prob, tl.kind[seq], tl.ref[seq])
     except SequenceError:
         return None
-    _, end = simulate(cand.kind, cand.end - cand.start, cand.dep_ptr, cand.dep_idx)
-    eps = 1e-9 * max(1.0, cand.makespan)
-    return cand if np.allclose(end, cand.end, rtol=0, atol=eps) else None
+    return cand if cand.confirmed_makespan(1e-9 * max(1.0, cand.makespan)) is not None else None
 
 
 def reorder_streams(prob: Problem, tl: Timeline, rounds: int = 8) -> Timeline:
