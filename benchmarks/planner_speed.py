@@ -48,9 +48,9 @@ def main() -> None:
         for frac in (0.5, 0.25):
             dev = replace(g.device, memory_bytes=int(peak * frac))
             sp = SwapPlanner(g, dev)
-            pools = {"byte budget": byte_pool(g, dev.memory_bytes)}
+            pools = {"byte budget": byte_pool(g, dev)}
             try:
-                pools["size classes"] = per_size_pool(g, order, dev.memory_bytes)
+                pools["size classes"] = per_size_pool(g, order, dev)
             except InfeasibleError as e:
                 print(f"{label} at {frac}: no size-class pool fits ({e})")
             for pool_name, pool in pools.items():

@@ -207,8 +207,9 @@ the same search (from its checkpoint) for the same 20%. As in `hybrid optimize -
 that finds nothing faster for a tenth of its share (`hybrid.handoff`, `--refine-patience 0.1`) hands the rest
 back: the search resumes from the same checkpoint and the faster plan wins (`final_from`: cpsat or ga;
 `refine_s` and `resume_s` are the two parts of the time; without that hand-back, at 3632262, refinement kept
-the whole 20% and GA+CP-SAT was never worse on only 5 of 9 graphs). Equal wall time per arm; `search_s` is
-what each arm used. `gain_vs_ga` = 1 - makespan(GA+CP-SAT) /
+the whole 20% and GA+CP-SAT was never worse on only 5 of 9 graphs). Equal wall time per arm; `wall_s` is
+what each arm used (`search_s` the genetic search's part of it; `resumed_generations` the generations after the
+split). `gain_vs_ga` = 1 - makespan(GA+CP-SAT) /
 makespan(GA-only) of the same seed; median rows take medians over seeds. `split_makespan_s` is the GA's best
 at the split and `rebind_makespan_s` that plan re-walked by refinement before any CP-SAT window (objects
 re-assigned best-fit): `rewalk_gain` is what re-walking gave, `reorder_gain` what re-ordering its copy streams
@@ -248,7 +249,7 @@ processes):
   generation); the arm keeps the faster of its search's best (`arm_ga_makespan_s`) and the best refined plan
   (`final_from`: cpsat or ga), as `hybrid optimize --refine-mode beside` runs here.
 `refined_plans` and `refined_elites` count what the refiner took, `refine_s` its busy time, `split_makespan_s`
-the GA plan the winning refined plan came from and `window_gain` what refinement gained on it. `search_s` is
+the GA plan the winning refined plan came from and `window_gain` what refinement gained on it. `wall_s` is
 each arm's wall time, building its final plan included (GA+CP-SAT also waits up to 1 s for the refiner's last
 message). What the second evaluation process buys the search alone, same wall time, is in
 results/ga_second_core.md: about 1.5x the generations on the 2,000-12,000-op graphs, 0.84x on a 77-op one

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils import _pytree as pytree
@@ -89,8 +89,10 @@ class Executor:
         for tid, x in zip(b["inputs"] + b["targets"], leaves + tleaves):
             self.runtime.set_value(tid, x)
 
-    def run(self, iters: int, seed: int | None = 0, batches: Batches | None = None) -> list[IterationRecord]:
-        """Run `iters` iterations; iteration k seeds torch with seed + k (None: no seeding)."""
+    def run(self, iters: int, seed: int | None = 0, batches: Batches | None = None,
+            on_iteration: Callable[[IterationRecord], None] | None = None) -> list[IterationRecord]:
+        """Run `iters` iterations; iteration k seeds torch with seed + k (None: no seeding). `on_iteration` is
+        called after each (progress for long runs)."""
         if iters < 1:
             raise HybridError(f"--iters must be at least 1, got {iters}")
         out = []
@@ -107,6 +109,8 @@ class Executor:
                 self.losses.append(loss)
             self.records.append(rec)
             out.append(rec)
+            if on_iteration is not None:
+                on_iteration(rec)
         return out
 
     def state(self) -> StepResult:
@@ -160,13 +164,15 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
             loss_fn: Any = None, kwargs: dict | None = None, iters: int = 1, device: str = "cpu", seed: int = 0,
             check: bool = False, keep_grads: bool = False, batches: Batches | None = None, timing: bool = True,
             sanitize: bool = False, atol: float | None = None, rtol: float | None = None,
-            validate: bool = True) -> ExecutionResult:
+            validate: bool = True, on_iteration: Callable[[IterationRecord], None] | None = None) -> ExecutionResult:
     """Train `module` for `iters` iterations under `plan`; `module` itself is not modified.
 
     With `check`, the same number of eager steps from the same seed train a
-    copy of `module` (`loss_fn(output, target)` as captured) and every loss,
-    parameter, buffer and optimizer state is compared: bitwise on CPU
-    (atol = rtol = 0 by default), within atol=1e-5, rtol=1e-4 on CUDA.
+    copy of `module` (`loss_fn(output, target)` as captured) on the CPU, and
+    every loss, parameter, buffer and optimizer state is compared: bitwise on
+    CPU (atol = rtol = 0 by default), within atol=1e-5, rtol=1e-4 on CUDA.
+    The reference trains on the CPU even for a CUDA run: the models this tool
+    is for do not fit the GPU without a plan, and host memory holds them.
     `sanitize`: check every node's accesses for stream races (executor.races)
     and, on CPU, poison released device memory so a stale read shows.
     """
@@ -176,12 +182,12 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     if torch.cuda.is_available() and ex.backend.name == "cuda":
         torch.cuda.reset_peak_memory_stats(ex.device)
     ex.load(module, args, target, kwargs)
-    ex.run(iters, seed, batches)
+    ex.run(iters, seed, batches, on_iteration)
     state = ex.state()
     comparison = None
     if check:
-        ref_module = copy.deepcopy(module).to(ex.device)
-        dev = ex.device
+        dev = torch.device("cpu")
+        ref_module = copy.deepcopy(module).to(dev)
 
         def to_dev(x: Any) -> Any:
             return pytree.tree_map(lambda v: v.to(dev) if isinstance(v, torch.Tensor) else v, x)

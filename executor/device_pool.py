@@ -33,6 +33,7 @@ from hybrid.capture.encoding import dtype_from_name
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph, Tensor
 from hybrid.plan import SizeClassAllocation
+from hybrid.units import format_bytes
 
 from executor.program import NO_FRONTIER, Frontier, merge
 from executor.streams import Backend
@@ -121,8 +122,8 @@ class DevicePool:
         if s.live_bytes > s.peak_live_bytes:
             s.peak_live_bytes = s.live_bytes
             if s.peak_live_bytes > s.capacity_bytes:
-                raise HybridError(f"executor: device copies hold {s.peak_live_bytes} bytes, more than the plan's "
-                                  f"{s.capacity_bytes}; the plan is not valid for this graph (run hybrid validate)")
+                raise HybridError(f"executor: device copies hold {format_bytes(s.peak_live_bytes)}, more than the "
+                                  f"plan's {format_bytes(s.capacity_bytes)}; the plan is not valid for this graph (run hybrid validate)")
         return off, fr
 
     def release(self, tensor: int, frontier: Frontier) -> int:
@@ -148,21 +149,19 @@ class DevicePool:
 
 
 class SizeClassPool(DevicePool):
-    def __init__(self, graph: Graph, alloc: SizeClassAllocation, capacity: int, backend: Backend) -> None:
+    def __init__(self, graph: Graph, alloc: SizeClassAllocation, capacity: int, backend: Backend,
+                 align: int) -> None:
         super().__init__(graph)
         from executor.placement import round_up
 
         classes = alloc.classes
         plan_bytes = alloc.pool_bytes()
-        strides: list[int] = []
-        for align in (256, 16):
-            strides = [round_up(c.bytes, align) for c in classes]
-            if sum(s * c.count for s, c in zip(strides, classes)) <= capacity:
-                break
+        strides = [round_up(c.bytes, align) for c in classes]
         total = sum(s * c.count for s, c in zip(strides, classes))
         if total > capacity:
-            raise InfeasibleError(f"the plan's size classes take {plan_bytes} bytes ({total} aligned to 16 bytes per "
-                                  f"object), more than the {capacity} bytes available to the pool")
+            raise InfeasibleError(f"the plan's size classes take {format_bytes(total)} with each object rounded up to "
+                                  f"the device's {align}-byte alignment, more than the {format_bytes(capacity)} "
+                                  "available to the pool; validate the plan (hybrid validate)")
         self.t_class = [-1] * len(graph.tensors)
         for tid, c in alloc.class_of.items():
             if tid in graph.tensor_index:
@@ -209,10 +208,13 @@ class ArenaPool(DevicePool):
     """One buffer; `offset_of(tensor, interval)` says where each copy goes (plan offsets or the placement)."""
 
     def __init__(self, graph: Graph, kind: str, arena_bytes: int, capacity: int,
-                 offset_of: Callable[[int, int], int], backend: Backend, plan_pool_bytes: int | None = None) -> None:
+                 offset_of: Callable[[int, int], int], backend: Backend, plan_pool_bytes: int | None = None,
+                 align: int = 64) -> None:
         super().__init__(graph)
+        self.align = align
         if arena_bytes > capacity:
-            raise InfeasibleError(f"the arena takes {arena_bytes} bytes, more than the {capacity} bytes available")
+            raise InfeasibleError(f"the arena takes {format_bytes(arena_bytes)}, more than the {format_bytes(capacity)} "
+                                  "available")
         self.offset_of = offset_of
         self.buffer = ByteBuffer(backend.empty_bytes(max(arena_bytes, 16)))
         self.arena_bytes = arena_bytes
@@ -233,6 +235,9 @@ class ArenaPool(DevicePool):
         t = self.graph.tensors[tensor]
         lo = self._choose(tensor, interval)
         hi = lo + t.bytes
+        if lo % self.align:
+            raise HybridError(f"tensor {t.id!r} would start at byte {lo}, not a multiple of the device's "
+                              f"{self.align}-byte alignment; the plan's offsets are not valid (run hybrid validate)")
         if lo < 0 or hi > self.arena_bytes:
             raise HybridError(f"tensor {t.id!r} at offset {lo} ({t.bytes} bytes) lies outside the arena of "
                               f"{self.arena_bytes} bytes")
@@ -282,32 +287,22 @@ class Fragmented(Exception):
     """No free range is large enough although the bytes are: the runtime compacts, then allocates again."""
 
 
-def alignment(t: Tensor) -> int:
-    """Offsets are multiples of the element size, and of 16 bytes when the size allows (vectorized kernels)."""
-    size = itemsize(dtype_from_name(t.extra["dtype"])) if "dtype" in t.extra else 1
-    low = t.bytes & -t.bytes if t.bytes else 16
-    return max(size, min(16, low))
-
-
-def _min_alignment(t: Tensor) -> int:
-    """What correctness needs: the element size."""
-    return itemsize(dtype_from_name(t.extra["dtype"])) if "dtype" in t.extra else 1
-
-
 class CompactingPool(ArenaPool):
     """A byte budget that never fragments: best fit, and compaction when no free range is large enough.
 
     Used for `unconstrained` plans whose copies the offline placement cannot fit
-    in the plan's memory. The buffer is the plan's memory (minus workspace);
-    each copy goes to the smallest free range that holds it, and when none
-    does (the plan guarantees the bytes exist), `compact` slides every live
+    in the plan's memory. The buffer is the plan's usable memory (minus
+    workspace); each copy goes to the smallest free range that holds it, at
+    the device's alignment, and when none does, `compact` slides every live
     copy down to the start of the buffer so the free bytes become one range.
-    The runtime fences all three streams around the moves; their number, the
-    bytes moved and the time they take are reported.
+    The plan counted every copy at its aligned size (rule 5), so after a
+    compaction the copy always fits. The runtime fences all three streams
+    around the moves; their number, the bytes moved and the time they take
+    are reported.
     """
 
-    def __init__(self, graph: Graph, capacity: int, backend: Backend) -> None:
-        super().__init__(graph, "unconstrained", capacity, capacity, lambda t, k: 0, backend)
+    def __init__(self, graph: Graph, capacity: int, backend: Backend, align: int) -> None:
+        super().__init__(graph, "unconstrained", capacity, capacity, lambda t, k: 0, backend, align=align)
         self.stats.placement = "online (best fit + compaction)"
 
     def _choose(self, tensor: int, interval: int) -> int:
@@ -316,25 +311,25 @@ class CompactingPool(ArenaPool):
             return 0
         starts = np.array([0] + self.live_hi, dtype=np.int64)
         ends = np.array(self.live_lo + [self.arena_bytes], dtype=np.int64)
-        for align in dict.fromkeys((alignment(t), _min_alignment(t))):
-            aligned = (starts + align - 1) // align * align
-            room = ends - aligned
-            ok = np.nonzero(room >= t.bytes)[0]
-            if len(ok):
-                return int(aligned[ok[np.argmin(room[ok])]])
+        align = self.align
+        aligned = (starts + align - 1) // align * align
+        room = ends - aligned
+        ok = np.nonzero(room >= t.bytes)[0]
+        if len(ok):
+            return int(aligned[ok[np.argmin(room[ok])]])
         raise Fragmented()
 
     def compact(self) -> list[tuple[int, int, int, int]]:
         """Pack live copies at the buffer's start, in address order: [(tensor, old, new, bytes)] for the runtime.
 
-        Copies are packed at their element size's alignment, so only a change of
-        element size between neighbours can leave a gap (a few bytes).
+        Copies are packed at the device's alignment: never weaker, so kernels see the same data layout as
+        eager PyTorch (a 4-byte aligned fp32 buffer took another numeric path on AMD CPUs).
         """
         moves = []
         off = 0
+        align = self.align
         for j, t in enumerate(self.live_t):
             tt = self.graph.tensors[t]
-            align = _min_alignment(tt)
             new = (off + align - 1) // align * align
             old = self.live_lo[j]
             if new != old:

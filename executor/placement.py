@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybrid.units import format_bytes
 from hybrid.errors import InfeasibleError
 from hybrid.plan import ArenaAllocation
 
@@ -92,23 +93,16 @@ def _interval_items(program: Program) -> list[tuple[int, int, list[tuple[int, in
     return items
 
 
-def place_intervals(program: Program, capacity: int, aligns: tuple[int, ...] = (256, 16)) -> Placement:
-    """An offset for every device copy of the program within `capacity` bytes, or InfeasibleError."""
+def place_intervals(program: Program, capacity: int, align: int) -> Placement:
+    """An offset (a multiple of `align`, the device's alignment) for every device copy of the program within
+    `capacity` bytes, or InfeasibleError."""
     items = _interval_items(program)
-    best: Placement | None = None
-    for align in aligns:
-        p = _place(items, align)
-        if best is None or p.arena_bytes < best.arena_bytes:
-            best = p
-        if p.arena_bytes <= capacity:
-            best = p
-            break
-    assert best is not None
+    best = _place(items, align)
     if best.arena_bytes > capacity:
         live_peak = _live_peak(items)
         raise InfeasibleError(
-            f"the plan's device copies need {best.arena_bytes} contiguous bytes once placed (live bytes peak at "
-            f"{live_peak}), more than the {capacity} bytes of its memory; fragmentation the byte budget does "
+            f"the plan's device copies need {format_bytes(best.arena_bytes)} contiguous once placed (live bytes peak "
+            f"at {format_bytes(live_peak)}), more than the {format_bytes(capacity)} of its memory; fragmentation the byte budget does "
             "not see. Plan with a size_classes pool, or with a little less memory")
     offsets = dict(best.offsets)
     for k, iv in enumerate(program.intervals):
@@ -131,11 +125,13 @@ def _live_peak(items: list[tuple[int, int, list[tuple[int, int]]]]) -> int:
     return peak
 
 
-def arena_allocation(program: Program, capacity: int | None = None, align: int = 16) -> ArenaAllocation:
+def arena_allocation(program: Program, capacity: int | None = None, align: int | None = None) -> ArenaAllocation:
     """One offset per tensor (all its device copies at one place): the plan's `arena` allocation.
 
-    Raises InfeasibleError if that needs more than `capacity` (default: the plan's memory).
+    Offsets are multiples of `align` (default: the plan device's alignment). Raises InfeasibleError if that
+    needs more than `capacity` (default: the plan's usable memory).
     """
+    align = program.plan.device.alignment_bytes if align is None else align
     segs: dict[int, list[tuple[int, int]]] = {}
     nbytes: dict[int, int] = {}
     for iv in program.intervals:
@@ -146,8 +142,9 @@ def arena_allocation(program: Program, capacity: int | None = None, align: int =
             segs[iv.tensor].append((iv.wrap_start, program.total_seq + 1))
         nbytes[iv.tensor] = iv.nbytes
     p = _place([(t, nbytes[t], s) for t, s in segs.items()], align)
-    cap = program.plan.device.memory_bytes if capacity is None else capacity
+    cap = program.plan.device.usable_bytes if capacity is None else capacity
     if p.arena_bytes > cap:
-        raise InfeasibleError(f"an arena with one offset per tensor needs {p.arena_bytes} bytes, more than {cap}")
+        raise InfeasibleError(f"an arena with one offset per tensor needs {format_bytes(p.arena_bytes)}, more than "
+                              f"{format_bytes(cap)}")
     g = program.graph
     return ArenaAllocation(p.arena_bytes, {g.tensors[t].id: off for t, off in sorted(p.offsets.items())})

@@ -15,9 +15,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from hybrid.allocation import PoolArrays, class_pool, distinct_sizes, size_index, unswapped_lifetimes
+from hybrid.allocation import PoolArrays, class_pool, distinct_sizes, round_up, size_index, unswapped_lifetimes
 from hybrid.baselines import run_baseline
 from hybrid.device import Device
+from hybrid.units import format_bytes
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
 from hybrid.info import unswapped_peak
@@ -50,10 +51,14 @@ def _live_matrix(g: Graph, order: np.ndarray) -> np.ndarray:
     return np.cumsum(counts, axis=1)[:, :n]
 
 
-def merged_class_pool(g: Graph, memory_bytes: int, order: np.ndarray | None = None, room: float = 0.7) -> PoolArrays:
-    """A size-class pool that fits `memory_bytes`, merging neighbouring sizes until the floor is below `room`."""
+def merged_class_pool(g: Graph, device: Device, order: np.ndarray | None = None, room: float = 0.7) -> PoolArrays:
+    """A size-class pool that fits the device's usable memory, merging neighbouring sizes until the floor is
+    below `room` of it. Objects are sized at the device's alignment, as the executor lays them out."""
     order = program_order(g) if order is None else order
     ts = distinct_sizes(g)
+    align = device.alignment_bytes
+    ts_mem = round_up(ts.astype(np.int64), align)
+    memory_bytes = device.usable_bytes
     budget = memory_bytes - int(g.arrays.op_ws.max(initial=0))
     touch = _touch_matrix(g)
     live = _live_matrix(g, order)
@@ -66,7 +71,7 @@ def merged_class_pool(g: Graph, memory_bytes: int, order: np.ndarray | None = No
         per_op = touch @ onehot
         need = per_op.max(axis=0) if len(per_op) else np.zeros(k, dtype=np.int64)
         cbytes = np.zeros(k, dtype=np.int64)
-        np.maximum.at(cbytes, c, ts)
+        np.maximum.at(cbytes, c, ts_mem)
         return need, cbytes, per_op
 
     while True:
@@ -81,7 +86,7 @@ def merged_class_pool(g: Graph, memory_bytes: int, order: np.ndarray | None = No
             break
         cls = np.where(cls > j, cls - 1, cls)
     if floor > budget:
-        raise InfeasibleError(f"no size-class pool found within {memory_bytes} bytes: ops need {floor} bytes of "
+        raise InfeasibleError(f"no size-class pool found within {format_bytes(memory_bytes)}: ops need {format_bytes(floor)} of "
                               "objects at once even with merged classes; give more memory")
     k = len(need)
     onehot = np.zeros((len(ts), k), dtype=np.int64)
@@ -93,13 +98,13 @@ def merged_class_pool(g: Graph, memory_bytes: int, order: np.ndarray | None = No
         extra = (peak - need) * cbytes
         scale = (budget - floor) / max(1, int(extra.sum()))
         counts = need + np.floor((peak - need) * scale).astype(np.int64)
-    return class_pool(g, cls, counts, ts)
+    return class_pool(g, cls, counts, ts, align=align)
 
 
 def size_class_plan(graph: Graph, device: Device, order: np.ndarray | None = None) -> Plan:
     """The swap planner's plan for `order` (default: program order) with a merged size-class pool."""
     order = program_order(graph) if order is None else order
-    pool = merged_class_pool(graph, device.memory_bytes, order)
+    pool = merged_class_pool(graph, device, order)
     aug = SwapPlanner(graph, device).plan(order, pool)
     return to_plan(aug, {"name": "swap-planner", "pool": "merged size classes"})
 
@@ -109,7 +114,7 @@ def quick_plan(graph: Graph, fraction: float = 0.5, kind: str = "size_classes", 
     base = device or graph.device
     if base is None:
         raise HybridError("the graph has no device; pass one (hybrid.device.preset('v100-16gb'))")
-    dev = replace(base, memory_bytes=int(unswapped_peak(graph) * fraction))
+    dev = replace(base, memory_bytes=int(unswapped_peak(graph) * fraction), reserve_bytes=0)
     if kind == "unconstrained":
         return run_baseline(graph, dev, "belady")
     if kind == "size_classes":

@@ -27,6 +27,7 @@ import torch
 from hybrid import swap_kernel as K
 from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.trace import portable_kernels
+from hybrid.device import EXECUTOR_MIN_ALIGNMENT
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
@@ -41,17 +42,23 @@ from executor.streams import COMPUTE, D2H, H2D, Backend, CpuBackend
 
 
 def pool_capacity(program: Program) -> int:
-    """Device memory left to the pool: the plan's memory minus the largest op workspace (kernel-internal)."""
+    """Device memory left to the pool: the plan's usable memory (less its reserve) minus the largest op
+    workspace (kernel-internal)."""
     ws = int(program.aug.op_ws.max()) if len(program.aug.op_ws) else 0
-    return int(program.plan.device.memory_bytes) - ws
+    return int(program.plan.device.usable_bytes) - ws
 
 
 def make_pool(program: Program, backend: Backend) -> DevicePool:
     g, plan = program.graph, program.plan
     cap = pool_capacity(program)
+    align = plan.device.alignment_bytes
+    if align < EXECUTOR_MIN_ALIGNMENT:
+        raise HybridError(f"the plan's device has alignment_bytes={align}; the executor places tensors at "
+                          f"{EXECUTOR_MIN_ALIGNMENT} bytes or more (PyTorch kernels need it to match eager): plan "
+                          f"again with --alignment {EXECUTOR_MIN_ALIGNMENT} or more")
     alloc = plan.allocation
     if isinstance(alloc, SizeClassAllocation):
-        return SizeClassPool(g, alloc, cap, backend)
+        return SizeClassPool(g, alloc, cap, backend, align)
     if isinstance(alloc, ArenaAllocation):
         offsets = alloc.offsets
         tensors = g.tensors
@@ -62,12 +69,12 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
             except KeyError:
                 raise HybridError(f"plan arena has no offset for tensor {tensors[t].id!r}; validate the plan") from None
 
-        return ArenaPool(g, "arena", alloc.arena_bytes, cap, plan_offset, backend)
+        return ArenaPool(g, "arena", alloc.arena_bytes, cap, plan_offset, backend, align=align)
     assert isinstance(alloc, UnconstrainedAllocation)
     try:
-        placed = place_intervals(program, cap)
+        placed = place_intervals(program, cap, align)
     except InfeasibleError:
-        return CompactingPool(g, cap, backend)
+        return CompactingPool(g, cap, backend, align)
     pool = ArenaPool(g, "unconstrained", placed.arena_bytes, cap, lambda _t, k: placed.offsets[k], backend)
     pool.stats.placement = "offline"
     return pool
@@ -287,8 +294,8 @@ class Runtime:
                             t = g.tensors[al.tensor]
                             raise HybridError(
                                 f"no room for {t.id!r} ({t.bytes} bytes) even after compacting the pool: the plan "
-                                f"uses its memory to the byte and element alignment needs a few more; plan with "
-                                "slightly less memory") from None
+                                f"does not count copies at the device's {pool.align}-byte alignment (rule 5); run "
+                                "hybrid validate on it, or plan it again with this version") from None
                     fr = merge(fr, mfr)
                     env[g.tensors[al.tensor].id] = self._view_dev(al.tensor)
                 s = st.stream

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import njit
 
-from hybrid.allocation import PoolArrays, byte_pool, class_pool, distinct_sizes, size_index
+from hybrid.allocation import PoolArrays, byte_pool, class_pool, distinct_sizes, round_up, size_index
 from hybrid.device import Device
 from hybrid.graph import Graph
 from hybrid.swap_planner import PlannerOptions
@@ -110,6 +110,7 @@ class SearchSpace:
     device: Device
     options: PlannerOptions
     ts: np.ndarray            # int64 [N]: sorted distinct tensor sizes
+    ts_mem: np.ndarray        # int64 [N]: the bytes each size occupies on the device (aligned): what pools cost
     size_idx: np.ndarray      # int32 [T]: index into ts of each tensor's size
     budget: int               # bytes a pool may take: memory - the largest workspace
     use_ptr: np.ndarray       # int64 [O+1]: per op, the distinct sizes it touches ...
@@ -126,8 +127,8 @@ class SearchSpace:
         sidx = size_index(graph)
         ptr, size, count = _op_size_uses(a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, sidx, len(ts))
         return SearchSpace(
-            graph=graph, device=device, options=options, ts=ts, size_idx=sidx,
-            budget=int(device.memory_bytes) - int(a.op_ws.max(initial=0)),
+            graph=graph, device=device, options=options, ts=ts, ts_mem=round_up(ts, device.alignment_bytes),
+            size_idx=sidx, budget=int(device.usable_bytes) - int(a.op_ws.max(initial=0)),
             use_ptr=ptr, use_size=size, use_count=count,
             pred_count=np.diff(a.pred_ptr).astype(np.int64),
             succ_ptr=a.succ_ptr.astype(np.int64), succ_idx=a.succ_idx.astype(np.int32),
@@ -142,10 +143,10 @@ class SearchSpace:
         return len(self.ts)
 
     def class_bytes(self, cls: np.ndarray) -> np.ndarray:
-        """Object size per class: the largest size mapped to it (cls is canonical, so sizes are sorted)."""
+        """Object size per class: the largest size mapped to it, aligned (cls is canonical, so sizes are sorted)."""
         n = int(cls[-1]) + 1 if len(cls) else 0
         out = np.zeros(n, dtype=np.int64)
-        out[cls] = self.ts  # later (larger) sizes overwrite earlier ones in the same class
+        out[cls] = self.ts_mem  # later (larger) sizes overwrite earlier ones in the same class
         return out
 
     def class_need(self, cls: np.ndarray) -> np.ndarray:
@@ -158,8 +159,8 @@ class SearchSpace:
 
     def pool(self, ind: Individual) -> PoolArrays:
         if ind.by_bytes:
-            return byte_pool(self.graph, self.device.memory_bytes)
-        return class_pool(self.graph, ind.cls, ind.cnt, self.ts)
+            return byte_pool(self.graph, self.device)
+        return class_pool(self.graph, ind.cls, ind.cnt, self.ts, align=self.device.alignment_bytes)
 
     def pool_bytes(self, cls: np.ndarray, cnt: np.ndarray) -> int:
         return int((self.class_bytes(cls) * cnt).sum())

@@ -57,10 +57,11 @@ class Fitness:
         self.planner = SwapPlanner(graph, device)
         self.options = [planner_options(options, k) for k in range(N_PLANNER_GENES)]
         self.ts = distinct_sizes(graph)
-        self.bytes = byte_pool(graph, device.memory_bytes)
+        self.bytes = byte_pool(graph, device)
+        self.align = device.alignment_bytes
 
     def __call__(self, items: Sequence[Candidate]) -> list[float]:
-        return [self.planner.makespan(s, self.bytes if by_bytes else class_pool(self.graph, cls, cnt, self.ts),
+        return [self.planner.makespan(s, self.bytes if by_bytes else class_pool(self.graph, cls, cnt, self.ts, align=self.align),
                                       self.options[gene])
                 for s, cls, cnt, by_bytes, gene in items]
 
@@ -192,7 +193,7 @@ class DaskEvaluator(_ChunkedEvaluator):
         try:
             from distributed import Client, wait as dask_wait
         except ImportError:
-            raise HybridError("--scheduler needs Dask: pip install 'hybrid[dask]'") from None
+            raise HybridError("--scheduler needs Dask: pip install 'hybrid-offload[dask]'") from None
         self._dask_wait = dask_wait
         self._own_client = client is None
         if client is None:
@@ -236,7 +237,7 @@ def evaluation_seconds(graph: Graph, device: Device, options: PlannerOptions = P
 
     planner = SwapPlanner(graph, device)
     order = program_order(graph)
-    pool = byte_pool(graph, device.memory_bytes)
+    pool = byte_pool(graph, device)
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()

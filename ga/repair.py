@@ -24,6 +24,7 @@ from numba import njit
 
 from ga.encoding import SearchSpace, canonical_cls, class_need_into, collapse_cnt, extend_cnt
 from hybrid.errors import InfeasibleError
+from hybrid.units import format_bytes
 
 
 def floor_bytes(space: SearchSpace, cls: np.ndarray) -> int:
@@ -71,7 +72,7 @@ def _lower_floor(space: SearchSpace, cls: np.ndarray) -> np.ndarray:
     steps = np.diff(cls).astype(np.int64)
     floor = floor_bytes(space, cls)
     while floor > space.budget:
-        best, best_floor = _best_flip(space.use_ptr, space.use_size, space.use_count, space.ts, steps)
+        best, best_floor = _best_flip(space.use_ptr, space.use_size, space.use_count, space.ts_mem, steps)
         if best < 0 or best_floor >= floor:
             return min_floor_cls(space)[0]
         steps[best] ^= 1
@@ -82,7 +83,7 @@ def _lower_floor(space: SearchSpace, cls: np.ndarray) -> np.ndarray:
 def min_floor_cls(space: SearchSpace) -> tuple[np.ndarray, int]:
     """The CLS (contiguous classes over sorted sizes) with the lowest floor, and that floor."""
     size_ptr, size_op, size_cnt = _uses_by_size(space.use_ptr, space.use_size, space.use_count, space.n_sizes)
-    start = _min_floor(size_ptr, size_op, size_cnt, space.ts, space.n_ops)
+    start = _min_floor(size_ptr, size_op, size_cnt, space.ts_mem, space.n_ops)
     cls = np.zeros(space.n_sizes, dtype=np.int64)
     # start[j] = first size of the class that ends at size j in the best partition of sizes 0..j.
     bounds = []
@@ -100,10 +101,11 @@ def check_feasible(space: SearchSpace) -> None:
     """Raise a clear error when no size-class pool can run the graph on this device."""
     cls, floor = min_floor_cls(space)
     if floor > space.budget:
-        ws = space.device.memory_bytes - space.budget
+        ws = space.device.usable_bytes - space.budget
         raise InfeasibleError(
-            f"no size-class pool fits: the ops need at least {floor} bytes of objects at once plus {ws} bytes of "
-            f"workspace, but the device has {space.device.memory_bytes} bytes; give more --memory")
+            f"no size-class pool fits: the ops need at least {format_bytes(floor)} of objects at once plus "
+            f"{format_bytes(ws)} of workspace, but the device has {format_bytes(space.device.usable_bytes)} usable; "
+            "give more --memory")
 
 
 @njit(cache=True)

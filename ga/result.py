@@ -23,7 +23,7 @@ class SearchResult:
     generations: int
     evaluations: int
     search_time_s: float         # including time before a resume
-    stop_reason: str             # "generations", "time limit", "interrupted", "stopped"
+    stop_reason: str             # "generations", "time limit", "interrupted", "stopped", "lower bound"
     log: ConvergenceLog
     evaluator: str = "serial"
     workers: int = 1

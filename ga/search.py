@@ -1,6 +1,7 @@
 """`optimize`: the GA from Python — the graph in, a `SearchResult` (and its plan) out."""
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -24,18 +25,23 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
              options: PlannerOptions = PlannerOptions(), workers: int | None = 1, scheduler: str | None = None,
              evaluator: Evaluator | None = None, checkpoint: str | Path | None = None, checkpoint_every: int = 10,
              resume: str | Path | None = None, on_generation: Callable[[GenerationStats], None] | None = None,
-             handle_sigint: bool = False, observe: Callable[[SearchState], None] | None = None) -> SearchResult:
+             handle_sigint: bool = False, observe: Callable[[SearchState], None] | None = None,
+             stop_at_s: float | None = None) -> SearchResult:
     """Search schedules and size-class pools for `graph` on `device` (default: the graph's own).
 
-    Budget: `time_limit_s` and/or `generations` (total, counting those before
-    a resume). Evaluation: `evaluator`, else Dask at `scheduler`, else
+    Budget: `time_limit_s` (wall time from this call, setup such as loading `resume` and starting worker
+    processes included, so that a caller's deadline holds) and/or `generations` (total, counting those
+    before a resume). Evaluation: `evaluator`, else Dask at `scheduler`, else
     `workers` processes (1 = serial, in this process; None = all cores).
     `resume` continues a checkpoint with its own config (the `config` given
     here is then ignored); `checkpoint` is written every `checkpoint_every`
     generations and when the search ends. With `handle_sigint`, Ctrl-C stops
     the search and the best so far is returned. `observe` sees the live search state after each
-    generation (`hybrid.refine.beside` takes the elites to refine from it).
+    generation (`hybrid.refine.beside` takes the elites to refine from it). `stop_at_s` ends the search
+    (stop reason "lower bound") once its best makespan is at most this: `hybrid optimize` passes the lower
+    bound (`hybrid.metrics.lower_bound`), which no plan can beat.
     """
+    called = time.monotonic()
     device = device or graph.device
     if device is None:
         from hybrid.device import PRESETS
@@ -52,11 +58,12 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
             if config.pool == "classes":
                 raise
             config = replace(config, pool="bytes")  # no size-class pool fits; the byte budget may still work
-    term = Termination(time_limit_s, generations)
+    term = Termination(time_limit_s, generations, start=called, target_s=stop_at_s)
     own = evaluator is None
     ev = evaluator or make_evaluator(graph, device, options, workers, scheduler)
     try:
         search = GeneticSearch(space, config, ev, state)
+        term.best = lambda: search.state.best.makespan if search.state is not None else float("inf")
         save = (lambda st: save_checkpoint(checkpoint, space, config, st)) if checkpoint is not None else None
         if handle_sigint:
             with stop_on_sigint(term):

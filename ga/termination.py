@@ -1,4 +1,4 @@
-"""When the search stops: a time limit, a generation count, or Ctrl-C.
+"""When the search stops: a time limit, a generation count, Ctrl-C, or a plan as fast as any can be.
 
 The first Ctrl-C asks the search to stop (the generation being evaluated is
 abandoned, the best plan so far is kept); a second one interrupts at once.
@@ -10,7 +10,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from hybrid.errors import HybridError
 
@@ -21,6 +21,10 @@ class Termination:
     generations: int | None = None      # total, counting generations done before a resume
     start: float = field(default_factory=time.monotonic)
     interrupted: bool = False
+    # Stop once best() <= target_s: at the lower bound no plan can be faster, and every further generation
+    # would be spent for nothing (a graph that fits reaches it at generation 0)
+    target_s: float | None = None
+    best: Callable[[], float] | None = None
 
     def __post_init__(self) -> None:
         if self.time_limit_s is None and self.generations is None:
@@ -44,6 +48,8 @@ class Termination:
         """Why the search should stop before starting generation `generation + 1`, or None."""
         if self.interrupted:
             return "interrupted"
+        if self.target_s is not None and self.best is not None and self.best() <= self.target_s:
+            return "lower bound"
         if self.time_limit_s is not None and self.elapsed() >= self.time_limit_s:
             return "time limit"
         if self.generations is not None and generation >= self.generations:

@@ -2,6 +2,12 @@
 
 `PoolArrays` is what the swap planner reads; `SizeClassAllocation` /
 `UnconstrainedAllocation` (hybrid.plan) is what a plan file records.
+
+Every pool is built for a `Device`: its capacity is the device's usable memory
+(memory less reserve) and each tensor occupies its bytes rounded up to the
+device's alignment (`t_mem`), the one rule the validator and the executor
+apply too (docs/formats.md, rule 5). Class objects are sized in whole
+alignment units, so a plan's class bytes are what the executor lays out.
 """
 from __future__ import annotations
 
@@ -9,9 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import Allocation, SizeClass, SizeClassAllocation, UnconstrainedAllocation
+from hybrid.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -23,6 +31,18 @@ class PoolArrays:
     class_count: np.ndarray    # int64 [C]: objects per class (byte mode: [1])
     class_bytes: np.ndarray    # int64 [C]: object size per class (byte mode: [capacity])
     capacity: int              # bytes available to tensors (byte mode) / pool bytes (classes)
+    t_mem: np.ndarray          # int64 [T]: bytes each tensor's device copy occupies (aligned)
+    align: int                 # the device's alignment the pool was built with
+
+
+def round_up(n, align: int):
+    """`n` (int or int array) rounded up to a multiple of `align`."""
+    return (n + align - 1) // align * align
+
+
+def occupied_bytes(g: Graph, align: int) -> np.ndarray:
+    """Per tensor, the bytes its device copy occupies at this alignment."""
+    return round_up(g.arrays.t_bytes.astype(np.int64), int(align))
 
 
 def distinct_sizes(g: Graph) -> np.ndarray:
@@ -35,26 +55,36 @@ def size_index(g: Graph) -> np.ndarray:
     return np.searchsorted(distinct_sizes(g), g.arrays.t_bytes).astype(np.int32)
 
 
-def byte_pool(g: Graph, memory_bytes: int) -> PoolArrays:
+def byte_pool(g: Graph, device: Device) -> PoolArrays:
+    """One byte budget: the device's usable memory, each copy counted at its aligned size."""
+    cap = device.usable_bytes
     return PoolArrays(True, np.zeros(g.arrays.n_tensors, dtype=np.int32), np.ones(1, dtype=np.int64),
-                      np.array([memory_bytes], dtype=np.int64), int(memory_bytes))
+                      np.array([cap], dtype=np.int64), int(cap), occupied_bytes(g, device.alignment_bytes),
+                      device.alignment_bytes)
 
 
-def class_pool(g: Graph, cls: np.ndarray, cnt: np.ndarray, ts: np.ndarray | None = None) -> PoolArrays:
-    """Pool from the GA encoding: CLS (non-decreasing class per distinct size) and CNT (objects per class)."""
+def class_pool(g: Graph, cls: np.ndarray, cnt: np.ndarray, ts: np.ndarray | None = None, *,
+               align: int) -> PoolArrays:
+    """Pool from the GA encoding: CLS (non-decreasing class per distinct size) and CNT (objects per class).
+
+    A class's objects are its largest size rounded up to the alignment."""
     ts = distinct_sizes(g) if ts is None else ts
     cls = np.asarray(cls, dtype=np.int64)
     n_classes = int(cls.max()) + 1 if len(cls) else 0
     class_bytes = np.zeros(n_classes, dtype=np.int64)
     np.maximum.at(class_bytes, cls, ts)
+    class_bytes = round_up(class_bytes, int(align))
     t_class = cls[np.searchsorted(ts, g.arrays.t_bytes)].astype(np.int32)
     cnt = np.asarray(cnt, dtype=np.int64)
-    return PoolArrays(False, t_class, cnt, class_bytes, int((class_bytes * cnt).sum()))
+    return PoolArrays(False, t_class, cnt, class_bytes, int((class_bytes * cnt).sum()), occupied_bytes(g, align),
+                      int(align))
 
 
-def pool_from_allocation(g: Graph, alloc: Allocation, memory_bytes: int) -> PoolArrays:
+def pool_from_allocation(g: Graph, alloc: Allocation, device: Device) -> PoolArrays:
+    """The planner's pool for a plan's recorded allocation (its class bytes counted at the device's alignment)."""
+    align = device.alignment_bytes
     if isinstance(alloc, UnconstrainedAllocation):
-        return byte_pool(g, memory_bytes)
+        return byte_pool(g, device)
     if isinstance(alloc, SizeClassAllocation):
         t_class = np.zeros(len(g.tensors), dtype=np.int32)
         for t in g.tensors:
@@ -64,8 +94,9 @@ def pool_from_allocation(g: Graph, alloc: Allocation, memory_bytes: int) -> Pool
             if alloc.classes[c].bytes < t.bytes:
                 raise InfeasibleError(f"allocation: tensor {t.id!r} ({t.bytes} bytes) maps to class {c} of {alloc.classes[c].bytes} bytes")
             t_class[g.tensor_index[t.id]] = c
-        return PoolArrays(False, t_class, np.array([c.count for c in alloc.classes], dtype=np.int64),
-                          np.array([c.bytes for c in alloc.classes], dtype=np.int64), alloc.pool_bytes())
+        counts = np.array([c.count for c in alloc.classes], dtype=np.int64)
+        cbytes = round_up(np.array([c.bytes for c in alloc.classes], dtype=np.int64), align)
+        return PoolArrays(False, t_class, counts, cbytes, int((cbytes * counts).sum()), occupied_bytes(g, align), align)
     raise InfeasibleError(f"the swap planner works with size_classes or unconstrained allocations, not {alloc.kind!r}")
 
 
@@ -97,8 +128,9 @@ def unswapped_lifetimes(g: Graph, order: np.ndarray) -> tuple[np.ndarray, np.nda
     return first, last
 
 
-def peak_live_counts(g: Graph, order: np.ndarray) -> tuple[np.ndarray, int]:
-    """Unswapped run of `order`: per distinct size, the most tensors of that size alive at once; and peak bytes.
+def peak_live_counts(g: Graph, order: np.ndarray, align: int = 1) -> tuple[np.ndarray, int]:
+    """Unswapped run of `order`: per distinct size, the most tensors of that size alive at once; and peak bytes
+    (each tensor counted at its size rounded up to `align`).
 
     Persistent tensors are alive throughout; others from their producer to
     their last reader. Workspace counts toward the byte peak only.
@@ -114,8 +146,9 @@ def peak_live_counts(g: Graph, order: np.ndarray) -> tuple[np.ndarray, int]:
     np.add.at(counts, (sidx, last + 1), -1)
     live = np.cumsum(counts, axis=1)[:, :n]
     byte_delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(byte_delta, first, a.t_bytes)
-    np.add.at(byte_delta, last + 1, -a.t_bytes)
+    t_mem = occupied_bytes(g, align)
+    np.add.at(byte_delta, first, t_mem)
+    np.add.at(byte_delta, last + 1, -t_mem)
     live_bytes = np.cumsum(byte_delta)[:n] + a.op_ws[order]
     return live.max(axis=1) if n else np.zeros(len(ts), dtype=np.int64), int(live_bytes.max()) if n else 0
 
@@ -134,7 +167,7 @@ def min_objects_per_size(g: Graph) -> np.ndarray:
     return need
 
 
-def per_size_pool(g: Graph, order: np.ndarray, memory_bytes: int) -> PoolArrays:
+def per_size_pool(g: Graph, order: np.ndarray, device: Device) -> PoolArrays:
     """One class per distinct size, counts sized from the unswapped peak and scaled down to fit memory.
 
     This is the GA's seeded pool and a sensible default: each size keeps the
@@ -142,20 +175,24 @@ def per_size_pool(g: Graph, order: np.ndarray, memory_bytes: int) -> PoolArrays:
     one op needs at once.
     """
     ts = distinct_sizes(g)
+    align = device.alignment_bytes
+    ts_mem = round_up(ts.astype(np.int64), align)
+    memory_bytes = device.usable_bytes
     peak_counts, _ = peak_live_counts(g, order)
     need = np.minimum(min_objects_per_size(g), peak_counts)
     budget = memory_bytes - int(g.arrays.op_ws.max(initial=0))
-    floor_bytes = int((need * ts).sum())
+    floor_bytes = int((need * ts_mem).sum())
     if budget < floor_bytes:
         raise InfeasibleError(
-            f"memory {memory_bytes} bytes cannot hold one object per tensor a single op touches plus the largest "
-            f"workspace ({floor_bytes} + {memory_bytes - budget} bytes); give more --memory")
-    full = int((peak_counts * ts).sum())
+            f"memory {format_bytes(memory_bytes)} cannot hold one object per tensor a single op touches plus the "
+            f"largest workspace ({format_bytes(floor_bytes)} + {format_bytes(memory_bytes - budget)}, objects "
+            f"rounded up to {align} bytes); give more --memory")
+    full = int((peak_counts * ts_mem).sum())
     counts = peak_counts.copy()
     if full > budget:
         # Scale the part above the floor so the total fits the budget.
-        extra = (peak_counts - need) * ts
+        extra = (peak_counts - need) * ts_mem
         scale = (budget - floor_bytes) / max(1, int(extra.sum()))
         counts = need + np.floor((peak_counts - need) * scale).astype(np.int64)
     cls = np.arange(len(ts), dtype=np.int64)
-    return class_pool(g, cls, counts, ts)
+    return class_pool(g, cls, counts, ts, align=align)

@@ -24,7 +24,7 @@ import heapq
 import numpy as np
 
 from hybrid import swap_kernel as K
-from hybrid.allocation import pool_from_allocation
+from hybrid.allocation import occupied_bytes, pool_from_allocation
 from hybrid.graph import Graph
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.schedule import from_ids
@@ -43,6 +43,7 @@ class _Memory:
         self.alloc = plan.allocation
         self.pending: list[tuple[float, int, int, int]] = []  # (time, seq, tensor or -1-bytes, node)
         self.seq = 0
+        self.occupied = plan.device.occupied
         a = plan.allocation
         if isinstance(a, SizeClassAllocation):
             self.fresh = [c.count for c in a.classes]
@@ -50,8 +51,8 @@ class _Memory:
             for tid in plan.resident_at_start:
                 self.fresh[a.class_of[tid]] -= 1
         elif isinstance(a, UnconstrainedAllocation):
-            held = sum(g.tensor(t).bytes for t in plan.resident_at_start)
-            self.chunks: list[list] = [[0.0, 0, plan.device.memory_bytes - held, -1]]  # heap: [time, seq, bytes, node]
+            held = sum(plan.device.occupied(g.tensor(t).bytes) for t in plan.resident_at_start)
+            self.chunks: list[list] = [[0.0, 0, plan.device.usable_bytes - held, -1]]  # heap: [time, seq, bytes, node]
         else:
             assert isinstance(a, ArenaAllocation)
             # Disjoint byte segments [lo, hi) -> node that last released them (-1: never used).
@@ -71,7 +72,7 @@ class _Memory:
                 if who >= 0:
                     heapq.heappush(self.free_objs[a.class_of[self.g.tensors[who].id]], (when, node))
             elif isinstance(a, UnconstrainedAllocation):
-                nbytes = self.g.tensors[who].bytes if who >= 0 else -1 - who
+                nbytes = self.occupied(self.g.tensors[who].bytes) if who >= 0 else -1 - who
                 heapq.heappush(self.chunks, [when, self.seq, nbytes, node])
                 self.seq += 1
             elif who >= 0:
@@ -138,13 +139,66 @@ class _Memory:
         self.seg_node[i:j] = [node]
 
 
+def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
+    """Ties at one instant resolved as the validator reads them (rule 5): releases before allocations.
+
+    Sorting by (start, end, kind) puts a zero-time compute or a zero-byte swap_in ahead of a `free` (or a
+    zero-length swap_out) at the same instant, so the copies it allocates would overlap one the plan has
+    already released. Before each allocating event, a release within eps of its start moves ahead of it when
+    its tensor is on the device and neither that event nor any between them touches the tensor.
+    """
+    events = plan.events
+    a = g.arrays
+    last = max((e.end_s for e in events), default=0.0)
+    eps = 1e-9 * max(1.0, plan.makespan_s if np.isfinite(plan.makespan_s) else 0.0, last)
+
+    def touched(e) -> set[int]:
+        if e.kind == "compute":
+            o = g.op_index[e.op]
+            return {int(t) for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]} | \
+                   {int(t) for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]}
+        return {g.tensor_index[e.tensor]}
+
+    live = {g.tensor_index[t] for t in plan.resident_at_start}
+    out = list(order)
+    k = 0
+    while k < len(out):
+        e = events[out[k]]
+        if e.kind in ("compute", "swap_in"):
+            own = touched(e)
+            blocked = set(own) if e.kind == "compute" else set()
+            j = k + 1
+            while j < len(out) and events[out[j]].start_s <= e.start_s + eps:
+                f = events[out[j]]
+                if f.kind in ("swap_out", "free") and f.end_s <= e.start_s + eps:
+                    t = g.tensor_index[f.tensor]
+                    if t in live and t not in blocked:
+                        out.insert(k, out.pop(j))
+                        break
+                blocked |= touched(f)
+                j += 1
+            else:
+                if e.kind == "compute":
+                    live |= {int(t) for t in a.out_idx[a.out_ptr[g.op_index[e.op]]:a.out_ptr[g.op_index[e.op] + 1]]}
+                else:
+                    live |= own
+                k += 1
+                continue
+            continue                               # the moved release is handled first
+        live.discard(g.tensor_index[e.tensor])
+        k += 1
+    return out
+
+
 def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
     """The augmented graph of a (valid) plan. Validate the plan first: edges of an invalid one mean little."""
     g = graph
     a = g.arrays
+    t_mem = occupied_bytes(g, plan.device.alignment_bytes)
     events = plan.events
     n = len(events)
-    order = sorted(range(n), key=lambda i: (events[i].start_s, events[i].end_s, _TIE[events[i].kind], i))
+    order = _releases_first(g, plan, sorted(range(n), key=lambda i: (events[i].start_s, events[i].end_s,
+                                                                      _TIE[events[i].kind], i)))
     impl_choice = plan.impl_choice(g)
     op_time, op_ws = a.impl_arrays(impl_choice)
     mem = _Memory(g, plan, op_ws)
@@ -173,7 +227,7 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
             ins = a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]
             deps.extend(int(mat[t]) for t in ins if mat[t] >= 0)
             for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]:
-                deps.extend(mem.take(e.start_s, int(t), int(a.t_bytes[t])))
+                deps.extend(mem.take(e.start_s, int(t), int(t_mem[t])))
                 mat[t] = k
                 readers_since[t] = [k]
             if uses_ws and op_ws[o] > 0:
@@ -186,7 +240,7 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
             ref[k] = t
             if e.kind == "swap_in":
                 deps.extend(d for d in (host[t], rel[t]) if d >= 0)
-                deps.extend(mem.take(e.start_s, t, int(a.t_bytes[t])))
+                deps.extend(mem.take(e.start_s, t, int(t_mem[t])))
                 mat[t] = k
                 readers_since[t] = [k]
             else:
@@ -194,13 +248,13 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
                 rel[t] = k
                 if e.kind == "swap_out":
                     host[t] = k
-                mem.release(e.end_s, t, int(a.t_bytes[t]), k)
+                mem.release(e.end_s, t, int(t_mem[t]), k)
                 readers_since[t] = []
         deps_flat.extend(dict.fromkeys(d for d in deps if d != k))
         dep_ptr[k + 1] = len(deps_flat)
     pool = None
     if not isinstance(plan.allocation, ArenaAllocation):
-        pool = pool_from_allocation(g, plan.allocation, plan.device.memory_bytes)
+        pool = pool_from_allocation(g, plan.allocation, plan.device)
     resident = np.zeros(a.n_tensors, np.bool_)
     for tid in plan.resident_at_start:
         resident[g.tensor_index[tid]] = True

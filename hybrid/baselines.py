@@ -42,8 +42,9 @@ def run_baseline(graph: Graph, device: Device, kind: str, schedule: np.ndarray |
     opt = BASELINE_OPTIONS[kind]
     if kind == "ideal":
         _, peak = peak_live_counts(graph, order)
-        device = replace(device, name=f"{device.name}-unlimited", memory_bytes=max(device.memory_bytes, peak))
-    aug = SwapPlanner(graph, device).plan(order, byte_pool(graph, device.memory_bytes), opt)
+        room = peak + device.alignment_bytes * graph.arrays.n_tensors + device.reserve_bytes  # aligned copies fit
+        device = replace(device, name=f"{device.name}-unlimited", memory_bytes=max(device.memory_bytes, room))
+    aug = SwapPlanner(graph, device).plan(order, byte_pool(graph, device), opt)
     info = {"name": kind, "options": opt.describe()}
     if schedule is not None:
         info["schedule"] = "given"

@@ -100,7 +100,7 @@ def schedule_bound(graph: Graph, plan: Plan, max_ops: int | None = 512) -> float
         ts = np.unique(np.concatenate([a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]], a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]]))
         own.append(ts)
         need[k] += int(a.t_bytes[ts[per[ts] & ~resident[ts]]].sum())
-    out = (need - int(dev.memory_bytes)).astype(np.float64)
+    out = (need - int(dev.usable_bytes)).astype(np.float64)   # raw bytes against usable memory: never above aligned
     d2h_bw, h2d_bw = dev.d2h_bytes_per_s, dev.h2d_bytes_per_s
 
     def at(k: int) -> float:

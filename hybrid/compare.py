@@ -23,6 +23,15 @@ Two ways to add CP-SAT (`mode`), as in `hybrid optimize --refine-mode`:
   added on top (in beside mode too, for the winning refined plan).
 Both plans are validated and written.
 
+Equal wall time: every phase of an arm takes its limit from the arm's
+deadline (start + `time_limit_s`), the search's limit counting its own setup
+(`ga.optimize`), and in after mode the split search, the hand-back and the
+GA-only arm share one evaluator, so neither resumption spends its seconds
+starting worker processes. What each arm actually took, from its start to its
+final plan, is the `wall_s` column (after mode: the shared split counts for
+both arms); `search_s` is the genetic search's own time in it, and
+`resumed_generations` the generations run after the split.
+
 `compare(...)` returns one row per (arm, seed) plus a median row per arm;
 tables of several graphs concatenate (`pd.concat`) into one, and
 `summary(...)` condenses any of them to one line per graph.
@@ -51,7 +60,8 @@ ARMS = ("ga", "ga+cpsat")
 MODES = ("beside", "after")
 COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal",
            "ratio_lower_bound", "schedule_bound_s", "ratio_schedule_bound", "gain_vs_ga", "stall_s", "bytes_h2d",
-           "bytes_d2h", "bytes_moved", "search_s", "workers", "ga_generations", "refine_s", "resume_s", "final_from",
+           "bytes_d2h", "bytes_moved", "search_s", "wall_s", "workers", "ga_generations", "resumed_generations",
+           "refine_s", "resume_s", "final_from",
            "refine_windows", "refine_accepted", "mode", "arm_ga_makespan_s", "refined_plans", "refined_elites",
            "split_makespan_s", "rebind_makespan_s", "reorder_makespan_s", "rewalk_gain", "reorder_gain",
            "window_gain", "plan"]
@@ -69,7 +79,8 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
             "schedule_bound_s": (sb := schedule_bound(graph, plan)),
             "ratio_schedule_bound": plan.makespan_s / sb if sb > 0 else np.nan, "gain_vs_ga": np.nan,
             "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)), "bytes_h2d": h2d, "bytes_d2h": d2h,
-            "bytes_moved": h2d + d2h, "search_s": search_s, "workers": np.nan, "ga_generations": np.nan,
+            "bytes_moved": h2d + d2h, "search_s": search_s, "wall_s": np.nan, "workers": np.nan,
+            "ga_generations": np.nan, "resumed_generations": np.nan,
             "refine_s": np.nan, "resume_s": np.nan, "final_from": "", "refine_windows": np.nan,
             "refine_accepted": np.nan, "mode": "", "arm_ga_makespan_s": np.nan, "refined_plans": np.nan,
             "refined_elites": np.nan, "split_makespan_s": np.nan, "rebind_makespan_s": np.nan,
@@ -101,9 +112,9 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     search's plans (beside; `elites` of them are offered each generation, default
     `hybrid.refine.beside.DEFAULT_ELITES`). `workers` is the search's evaluation processes in both arms,
     except that GA-only gets one more in beside mode (the core the refiner uses in the other arm).
+    Ctrl-C (or SIGTERM under `hybrid compare`) returns the seeds completed so far, with
+    `attrs["interrupted"]` set; with none completed, KeyboardInterrupt propagates.
     """
-    from hybrid.validator import validate
-
     if time_limit_s <= 0:
         raise HybridError(f"--time-limit must be positive, got {time_limit_s}")
     if not 0.0 < refine_share < 1.0:
@@ -125,31 +136,48 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
-    for seed in seeds:
-        cfg = replace(base, seed=int(seed))
-        run = _beside if mode == "beside" else _after
-        ga_plan, r_ga, hybrid_plan, r_h, split_plan = run(graph, device, cfg, time_limit_s, refine_share, workers,
-                                                           refine_options, patience, elites, say)
-        for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
-            report = validate(graph, plan)
-            if not report.valid:
-                raise HybridError(f"compare: the {arm} plan for seed {seed} failed validation "
-                                  f"({report.violations[0].message}); please report this with the graph file")
-        paths = {}
-        if out is not None and split_plan is not None:  # the plan refinement started from, for before/after
-            split_plan.save(out / f"{graph.name}-seed{seed}-split.json")
-        for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
-            paths[arm] = ""
-            if out is not None:
-                p = out / f"{graph.name}-seed{seed}-{arm}.json"
-                plan.save(p)
-                paths[arm] = str(p)
-        row_ga = {**_row(graph, ga_plan, "ga", int(seed), r_ga.pop("search_s"), paths["ga"]), **r_ga, "mode": mode}
-        row_h = {**_row(graph, hybrid_plan, "ga+cpsat", int(seed), r_h.pop("search_s"), paths["ga+cpsat"]), **r_h,
-                 "mode": mode}
-        row_h["gain_vs_ga"] = 1.0 - hybrid_plan.makespan_s / ga_plan.makespan_s
-        rows += [row_ga, row_h]
-    return with_medians(pd.DataFrame(rows, columns=COLUMNS))
+    interrupted = False
+    try:
+        for seed in seeds:
+            rows += _seed_rows(graph, device, replace(base, seed=int(seed)), time_limit_s, refine_share, workers,
+                               refine_options, patience, elites, say, mode, out)
+    except KeyboardInterrupt:
+        if not rows:
+            raise
+        interrupted = True
+    df = with_medians(pd.DataFrame(rows, columns=COLUMNS))
+    df.attrs["interrupted"] = interrupted
+    return df
+
+
+def _seed_rows(graph, device, cfg, time_limit_s, refine_share, workers, refine_options, patience,  # noqa: ANN001
+               elites, say, mode: str, out: Path | None) -> list[dict]:
+    """Both arms for one seed: validated, written to `out`, as two table rows."""
+    from hybrid.validator import validate
+
+    seed = cfg.seed
+    run = _beside if mode == "beside" else _after
+    ga_plan, r_ga, hybrid_plan, r_h, split_plan = run(graph, device, cfg, time_limit_s, refine_share, workers,
+                                                       refine_options, patience, elites, say)
+    for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
+        report = validate(graph, plan)
+        if not report.valid:
+            raise HybridError(f"compare: the {arm} plan for seed {seed} failed validation "
+                              f"({report.violations[0].message}); please report this with the graph file")
+    paths = {}
+    if out is not None and split_plan is not None:  # the plan refinement started from, for before/after
+        split_plan.save(out / f"{graph.name}-seed{seed}-split.json")
+    for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
+        paths[arm] = ""
+        if out is not None:
+            p = out / f"{graph.name}-seed{seed}-{arm}.json"
+            plan.save(p)
+            paths[arm] = str(p)
+    row_ga = {**_row(graph, ga_plan, "ga", int(seed), r_ga.pop("search_s"), paths["ga"]), **r_ga, "mode": mode}
+    row_h = {**_row(graph, hybrid_plan, "ga+cpsat", int(seed), r_h.pop("search_s"), paths["ga+cpsat"]), **r_h,
+             "mode": mode}
+    row_h["gain_vs_ga"] = 1.0 - hybrid_plan.makespan_s / ga_plan.makespan_s
+    return [row_ga, row_h]
 
 
 def _beside(graph, device, cfg, time_limit_s, refine_share, workers, refine_options, patience, elites,  # noqa: ANN001
@@ -161,22 +189,25 @@ def _beside(graph, device, cfg, time_limit_s, refine_share, workers, refine_opti
     t0 = time.monotonic()
     alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, workers=workers + 1)  # + the refiner's core
     ga_plan = alone.to_plan(time_limit_s=time_limit_s)
-    r_ga = {"search_s": time.monotonic() - t0, "ga_generations": alone.generations, "workers": workers + 1}
+    r_ga = {"search_s": alone.search_time_s, "wall_s": time.monotonic() - t0, "ga_generations": alone.generations,
+            "workers": workers + 1}
     say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({alone.generations} generations, "
-        f"{workers + 1} workers)")
+        f"{workers + 1} workers, {r_ga['wall_s']:.1f} s)")
     t1 = time.monotonic()
+    deadline = t1 + time_limit_s
     pat = None if patience is None else patience_s(refine_share * time_limit_s, patience)
-    refiner = BesideRefiner(graph, device, deadline=t1 + time_limit_s, seed=cfg.seed, elites=elites or DEFAULT_ELITES,
+    refiner = BesideRefiner(graph, device, deadline=deadline, seed=cfg.seed, elites=elites or DEFAULT_ELITES,
                             patience_s=pat, refine_options=refine_options, plan_info={"time_limit_s": time_limit_s})
     try:
-        res = optimize(graph, device, cfg, time_limit_s=time_limit_s, workers=workers, observe=refiner.offer)
+        res = optimize(graph, device, cfg, time_limit_s=max(1e-3, deadline - time.monotonic()), workers=workers,
+                       observe=refiner.offer)
     finally:
         rep = refiner.finish()
     own = res.to_plan(time_limit_s=time_limit_s)
     hybrid_plan = rep.pick(own)
     won = hybrid_plan is not own
-    r_h = {"search_s": time.monotonic() - t1, "ga_generations": res.generations, "workers": workers,
-           "refine_s": rep.busy_s,
+    r_h = {"search_s": res.search_time_s, "wall_s": time.monotonic() - t1, "ga_generations": res.generations,
+           "workers": workers, "refine_s": rep.busy_s,
            "final_from": "cpsat" if won else "ga", "refine_windows": rep.windows, "refine_accepted": rep.accepted,
            "arm_ga_makespan_s": own.makespan_s, "refined_plans": rep.refined, "refined_elites": rep.elites}
     if rep.plan is not None:
@@ -186,7 +217,8 @@ def _beside(graph, device, cfg, time_limit_s, refine_share, workers, refine_opti
             rep.from_makespan_s, rep.rebind_makespan_s, rep.reorder_makespan_s, rep.plan.makespan_s)
     say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
         f"{rep.refined} plans refined beside it, {rep.elites} of them elites, {rep.windows} windows, "
-        f"{rep.accepted} accepted; final from {r_h['final_from']})" + (f"; {rep.error}" if rep.error else ""))
+        f"{rep.accepted} accepted; final from {r_h['final_from']}; {r_h['wall_s']:.1f} s)"
+        + (f"; {rep.error}" if rep.error else ""))
     return ga_plan, r_ga, hybrid_plan, r_h, rep.from_plan
 
 
@@ -195,39 +227,55 @@ def _after(graph, device, cfg, time_limit_s, refine_share, workers, refine_optio
     """The search to the split; then refinement (handing back when it stalls) against the resumed search."""
     from ga import optimize
 
+    from ga.evaluation import make_evaluator
+    from hybrid.swap_planner import PlannerOptions
+
     ga_time = time_limit_s * (1.0 - refine_share)
-    with tempfile.TemporaryDirectory() as tmp:
-        ckpt = Path(tmp) / "split.ckpt"
-        t0 = time.monotonic()
-        first = optimize(graph, device, cfg, time_limit_s=ga_time, workers=workers, checkpoint=ckpt,
-                         checkpoint_every=0)
-        split_plan = first.to_plan(time_limit_s=time_limit_s)
-        spent = time.monotonic() - t0
-        say(f"{graph.name} seed {cfg.seed}: GA {first.generations} generations in {spent:.1f} s, "
-            f"makespan {split_plan.makespan_s:.6g} s")
-        # arm 1: refine the split plan; when refinement stalls, the search resumes with the time left
-        t1 = time.monotonic()
-        hand = refine_then_resume(graph, device, split_plan, ckpt, deadline=t1 + max(0.0, time_limit_s - spent),
-                                  seed=cfg.seed, refine_options=refine_options, patience=patience,
-                                  plan_info={"time_limit_s": time_limit_s}, workers=workers)
-        ref = hand.refine
-        hybrid_plan = hand.plan
-        hybrid_s = spent + (time.monotonic() - t1)
-        say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s "
-            f"({ref.windows} windows, {ref.accepted} accepted in {hand.refine_s:.1f} s"
-            + (f"; then the GA for {hand.resume_s:.1f} s" if hand.resumed is not None else "") + ")")
-        # arm 2: the same search, resumed for the same remaining time
-        t2 = time.monotonic()
-        second = optimize(graph, device, cfg, time_limit_s=max(1e-3, time_limit_s - spent), workers=workers,
-                          resume=ckpt)
-        ga_plan = second.to_plan(time_limit_s=time_limit_s)
-        ga_s = spent + (time.monotonic() - t2)
-        say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} generations)")
-    r_ga = {"search_s": ga_s, "ga_generations": second.generations, "workers": workers}
+    # one evaluator for the split search and both resumptions: a fresh process pool would spend the seconds
+    # left after the split starting up (the hand-back then resumed 0 generations) and run the arm over its time
+    ev = make_evaluator(graph, device, PlannerOptions(), workers)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = Path(tmp) / "split.ckpt"
+            t0 = time.monotonic()
+            first = optimize(graph, device, cfg, time_limit_s=ga_time, evaluator=ev, checkpoint=ckpt,
+                             checkpoint_every=0)
+            split_plan = first.to_plan(time_limit_s=time_limit_s)
+            spent = time.monotonic() - t0
+            say(f"{graph.name} seed {cfg.seed}: GA {first.generations} generations in {spent:.1f} s, "
+                f"makespan {split_plan.makespan_s:.6g} s")
+            # arm 1: refine the split plan; when refinement stalls, the search resumes with the time left
+            t1 = time.monotonic()
+            hand = refine_then_resume(graph, device, split_plan, ckpt, deadline=t1 + max(0.0, time_limit_s - spent),
+                                      seed=cfg.seed, refine_options=refine_options, patience=patience,
+                                      plan_info={"time_limit_s": time_limit_s}, evaluator=ev)
+            ref = hand.refine
+            hybrid_plan = hand.plan
+            hybrid_s = spent + (time.monotonic() - t1)
+            resumed_h = hand.resumed.generations - first.generations if hand.resumed is not None else 0
+            say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s "
+                f"({ref.windows} windows, {ref.accepted} accepted in {hand.refine_s:.1f} s"
+                + (f"; then the GA for {hand.resume_s:.1f} s, {resumed_h} generations" if hand.resumed is not None
+                   else "") + f"; {hybrid_s:.1f} s)")
+            # arm 2: the same search, resumed for the same remaining time
+            t2 = time.monotonic()
+            deadline = t2 + max(0.0, time_limit_s - spent)
+            second = optimize(graph, device, cfg, time_limit_s=max(1e-3, deadline - time.monotonic()), evaluator=ev,
+                              resume=ckpt)
+            ga_plan = second.to_plan(time_limit_s=time_limit_s)
+            ga_s = spent + (time.monotonic() - t2)
+            say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} "
+                f"generations, {second.generations - first.generations} after the split; {ga_s:.1f} s)")
+    finally:
+        ev.close()
+    r_ga = {"search_s": second.search_time_s, "wall_s": ga_s, "ga_generations": second.generations,
+            "resumed_generations": second.generations - first.generations, "workers": ev.workers}
     rewalk, reorder, window = split_gains(split_plan.makespan_s, ref.rebind_makespan, ref.reorder_makespan,
                                           ref.plan.makespan_s)
-    r_h = {"search_s": hybrid_s, "workers": workers,
+    r_h = {"search_s": hand.resumed.search_time_s if hand.resumed is not None else first.search_time_s,
+           "wall_s": hybrid_s, "workers": ev.workers,
            "ga_generations": hand.resumed.generations if hand.resumed is not None else first.generations,
+           "resumed_generations": resumed_h,
            "refine_s": hand.refine_s, "resume_s": hand.resume_s, "final_from": hand.source,
            "refine_windows": ref.windows, "refine_accepted": ref.accepted, "split_makespan_s": split_plan.makespan_s,
            "rebind_makespan_s": ref.rebind_makespan, "reorder_makespan_s": ref.reorder_makespan,
@@ -241,7 +289,8 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
     med = []
     num = ["makespan_s", "ideal_s", "lower_bound_s", "ratio_ideal", "ratio_lower_bound", "schedule_bound_s",
            "ratio_schedule_bound", "gain_vs_ga", "stall_s",
-           "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "workers", "ga_generations", "refine_s", "resume_s",
+           "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "wall_s", "workers", "ga_generations",
+           "resumed_generations", "refine_s", "resume_s",
            "refine_windows", "arm_ga_makespan_s", "refined_plans", "refined_elites",
            "refine_accepted", "split_makespan_s", "rebind_makespan_s", "reorder_makespan_s", "rewalk_gain",
            "reorder_gain", "window_gain"]

@@ -5,9 +5,12 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from hybrid.errors import FormatError, HybridError
-from hybrid.units import parse_bandwidth, parse_bytes, parse_duration
+from hybrid.units import format_bytes, parse_bandwidth, parse_bytes, parse_duration
 
 GiB = 2**30
+MiB = 2**20
+DEFAULT_ALIGNMENT = 512     # a device that states none: CUDA's allocation granularity
+EXECUTOR_MIN_ALIGNMENT = 64  # the executor runs plans of at least this: PyTorch's CPU kernels need it to match eager
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,33 @@ class Device:
     h2d_bytes_per_s: float
     d2h_bytes_per_s: float
     transfer_latency_s: float = 0.0
+    # Every device copy occupies its bytes rounded up to this (docs/formats.md, rule 5): CUDA's caching
+    # allocator hands out 512-byte aligned blocks, and PyTorch's CPU kernels take another numeric path on
+    # data that is not 64-byte aligned, so the executor never places a tensor at a weaker alignment.
+    alignment_bytes: int = DEFAULT_ALIGNMENT
+    # Memory the plan leaves alone: the CUDA context, cuBLAS/cuDNN handles and their workspaces.
+    reserve_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        a = self.alignment_bytes
+        if not isinstance(a, int) or a < 1 or a & (a - 1):
+            raise HybridError(f"device {self.name!r}: alignment_bytes must be a power of two (512 for CUDA; at least "
+                              f"{EXECUTOR_MIN_ALIGNMENT} for plans the executor runs), got {a!r}")
+        if self.reserve_bytes < 0:
+            raise HybridError(f"device {self.name!r}: reserve_bytes must not be negative, got {self.reserve_bytes}")
+        if self.reserve_bytes >= self.memory_bytes:
+            raise HybridError(f"device {self.name!r}: the reserve ({format_bytes(self.reserve_bytes)}) leaves nothing "
+                              f"of its {format_bytes(self.memory_bytes)}; give more --memory or a smaller --reserve")
+
+    @property
+    def usable_bytes(self) -> int:
+        """What a plan may fill: the memory less the reserve. Every planner and the validator use this."""
+        return int(self.memory_bytes) - int(self.reserve_bytes)
+
+    def occupied(self, nbytes: int) -> int:
+        """Bytes a device copy of `nbytes` takes: rounded up to the alignment."""
+        a = self.alignment_bytes
+        return (int(nbytes) + a - 1) // a * a
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -34,11 +64,15 @@ class Device:
                 h2d_bytes_per_s=float(d["h2d_bytes_per_s"]),
                 d2h_bytes_per_s=float(d["d2h_bytes_per_s"]),
                 transfer_latency_s=float(d.get("transfer_latency_s", 0.0)),
+                alignment_bytes=int(d.get("alignment_bytes", DEFAULT_ALIGNMENT)),
+                reserve_bytes=int(d.get("reserve_bytes", 0)),
             )
         except KeyError as e:
             raise FormatError(f"{where}: missing field {e.args[0]!r}") from None
         except (TypeError, ValueError) as e:
             raise FormatError(f"{where}: a field is not a number ({e})") from None
+        except HybridError as e:
+            raise FormatError(f"{where}: {e}") from None
         if dev.memory_bytes <= 0:
             raise FormatError(f"{where}.memory_bytes must be positive, got {dev.memory_bytes}")
         if dev.h2d_bytes_per_s <= 0 or dev.d2h_bytes_per_s <= 0:
@@ -65,6 +99,13 @@ class Device:
 #   32 GT/s); pinned copies sustain about 50 GB/s (NVIDIA H100 datasheet lists
 #   128 GB/s bidirectional for PCIe Gen5), which we use.
 # Memory sizes are the marketed capacities in GiB.
+# Reserve: what a plan leaves free on a real card. cudaMemGetInfo reports 0.2-0.6 GiB less total memory than
+# the marketed size (V100 16 GB: 15.78 GiB; A100 80 GB: 79.2 GiB; H100 80 GB: 79.1 GiB), and PyTorch's CUDA
+# context with cuBLAS/cuDNN handles takes another 0.3-0.5 GiB before the first tensor; 1 GiB covers both.
+# The objects below carry no reserve, so `dataclasses.replace(preset(...), memory_bytes=X)` means X; the
+# command line (`resolve_device`) applies PRESET_RESERVE where a preset is used whole, as does
+# `preset(name, reserve=True)`.
+PRESET_RESERVE = 1 * GiB
 PRESETS: dict[str, Device] = {
     "v100-16gb": Device("v100-16gb", 16 * GiB, 12e9, 12e9, 0.0),
     "a100-40gb": Device("a100-40gb", 40 * GiB, 25e9, 25e9, 0.0),
@@ -73,11 +114,13 @@ PRESETS: dict[str, Device] = {
 }
 
 
-def preset(name: str) -> Device:
+def preset(name: str, reserve: bool = False) -> Device:
+    """A preset card; with `reserve`, PRESET_RESERVE of it is kept free for the CUDA context."""
     try:
-        return PRESETS[name]
+        dev = PRESETS[name]
     except KeyError:
         raise HybridError(f"unknown device {name!r}: choose one of {', '.join(PRESETS)} or give --memory/--h2d/--d2h") from None
+    return replace(dev, reserve_bytes=PRESET_RESERVE) if reserve else dev
 
 
 def resolve_device(
@@ -87,20 +130,44 @@ def resolve_device(
     h2d: str | float | None = None,
     d2h: str | float | None = None,
     latency: str | float | None = None,
+    reserve: str | int | None = None,
+    alignment: str | int | None = None,
 ) -> Device:
-    """Start from a preset (or the graph's own device) and apply flag overrides."""
-    dev = preset(name) if name else base
-    if dev is None:
-        dev = PRESETS["v100-16gb"]
+    """Start from a preset (or the graph's own device) and apply flag overrides.
+
+    A preset named here (or the default one) is a whole card: PRESET_RESERVE of it is kept free for the CUDA
+    context. `--memory` says what the plan may fill, so it sets the reserve to 0 unless `--reserve` is given
+    too; `--memory 10GiB` is 10 GiB.
+    """
+    if name:
+        dev = preset(name, reserve=True)
+    elif base is not None:
+        dev = base
+    else:
+        dev = preset("v100-16gb", reserve=True)
     changes: dict[str, Any] = {}
     if memory is not None:
         changes["memory_bytes"] = parse_bytes(memory, "--memory")
         if changes["memory_bytes"] <= 0:
             raise HybridError(f"--memory must be positive, got {memory!r}")
+        changes["reserve_bytes"] = 0
+    if reserve is not None:
+        changes["reserve_bytes"] = parse_bytes(reserve, "--reserve")
+        if changes["reserve_bytes"] < 0:
+            raise HybridError(f"--reserve must not be negative, got {reserve!r}")
+    if alignment is not None:
+        changes["alignment_bytes"] = parse_bytes(alignment, "--alignment")
     if h2d is not None:
         changes["h2d_bytes_per_s"] = parse_bandwidth(h2d, "--h2d")
     if d2h is not None:
         changes["d2h_bytes_per_s"] = parse_bandwidth(d2h, "--d2h")
     if latency is not None:
-        changes["transfer_latency_s"] = parse_duration(latency, "--latency")
-    return replace(dev, **changes) if changes else dev
+        changes["transfer_latency_s"] = parse_duration(latency, "--latency", short=True)
+    if not changes:
+        return dev
+    mem = changes.get("memory_bytes", dev.memory_bytes)
+    res = changes.get("reserve_bytes", dev.reserve_bytes)
+    if res >= mem:
+        raise HybridError(f"--reserve {format_bytes(res)} leaves nothing of the {format_bytes(mem)} of device memory; "
+                          "give a smaller --reserve or more --memory")
+    return replace(dev, **changes)

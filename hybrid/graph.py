@@ -179,7 +179,9 @@ class Graph:
         return g
 
     @staticmethod
-    def from_json(d: Any, where: str = "graph") -> "Graph":
+    def from_json(d: Any, where: str = "graph", sha256: str | None = None) -> "Graph":
+        """The graph a JSON object describes; `sha256` keeps the identity of the file it came from when the
+        object travelled as re-serialised JSON (another process), since plans name the file's bytes."""
         if not isinstance(d, dict):
             raise FormatError(f"{where}: a graph file is a JSON object with format, name, tensors, ops")
         fmt = d.get("format")
@@ -193,7 +195,7 @@ class Graph:
         tensors = [_tensor_from_json(t, i, where) for i, t in enumerate(d["tensors"])]
         ops = [_op_from_json(o, i, where) for i, o in enumerate(d["ops"])]
         extra = {k: v for k, v in d.items() if k not in ("format", "name", "device", "tensors", "ops")}
-        return Graph(str(d.get("name", "unnamed")), tensors, ops, device, extra)
+        return Graph(str(d.get("name", "unnamed")), tensors, ops, device, extra, sha256)
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors)"

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybrid.allocation import distinct_sizes, peak_live_counts
-from hybrid.device import Device
+from hybrid.allocation import distinct_sizes, occupied_bytes, peak_live_counts
+from hybrid.device import DEFAULT_ALIGNMENT, Device
 from hybrid.graph import TENSOR_KINDS, Graph
 from hybrid.metrics import ideal_time, lower_bound
 from hybrid.schedule import program_order
@@ -37,7 +37,7 @@ class GraphInfo:
                 ("peak, unswapped program order", f"{format_bytes(self.unswapped_peak_bytes)} ({self.unswapped_peak_bytes} B)"),
                 ("largest single op (ins+outs+workspace)", f"{format_bytes(self.largest_op_bytes)} ({self.largest_op}): "
                                                            f"no plan runs with less memory"),
-                ("device memory", f"{format_bytes(self.memory_bytes)} "
+                ("device memory a plan may fill", f"{format_bytes(self.memory_bytes)} "
                                   f"({100 * self.memory_bytes / max(1, self.unswapped_peak_bytes):.1f}% of the peak)"),
                 ("ideal (compute only)", format_seconds(self.ideal_s)),
                 ("lower bound at this memory", format_seconds(self.lower_bound_s))]
@@ -49,35 +49,45 @@ def graph_info(g: Graph, device: Device) -> GraphInfo:
     by_kind = {k: 0 for k in TENSOR_KINDS}
     for t in g.tensors:
         by_kind[t.kind] += t.bytes
-    _, peak = peak_live_counts(g, program_order(g))
-    op_i, op_bytes = largest_op(g)
+    align = device.alignment_bytes
+    _, peak = peak_live_counts(g, program_order(g), align)
+    op_i, op_bytes = largest_op(g, align)
     return GraphInfo(g.name, a.n_ops, a.n_tensors, len(distinct_sizes(g)), by_kind,
                      int(a.t_bytes[a.t_persistent].sum()), peak, g.ops[op_i].id if a.n_ops else "", op_bytes,
-                     ideal_time(g), lower_bound(g, device), device.memory_bytes)
+                     ideal_time(g), lower_bound(g, device), device.usable_bytes)
 
 
-def op_footprints(g: Graph) -> np.ndarray:
-    """Bytes each op needs at once with its default impl: distinct inputs, outputs, workspace."""
+def op_footprints(g: Graph, align: int = 1) -> np.ndarray:
+    """Bytes each op needs at once with its default impl: distinct inputs, outputs (each rounded up to
+    `align`), workspace."""
     a = g.arrays
+    t_mem = occupied_bytes(g, align)
     op_of_in = np.repeat(np.arange(a.n_ops), np.diff(a.in_ptr))
     op_of_out = np.repeat(np.arange(a.n_ops), np.diff(a.out_ptr))
     ins = np.zeros(a.n_ops, np.int64)
-    np.add.at(ins, op_of_in, a.t_bytes[a.in_idx])
-    np.add.at(ins, op_of_out, a.t_bytes[a.out_idx])
+    np.add.at(ins, op_of_in, t_mem[a.in_idx])
+    np.add.at(ins, op_of_out, t_mem[a.out_idx])
     return ins + a.op_ws
 
 
-def largest_op(g: Graph) -> tuple[int, int]:
+def largest_op(g: Graph, align: int = 1) -> tuple[int, int]:
     """(op index, bytes) of the op with the largest footprint: a floor on any plan's memory."""
-    fp = op_footprints(g)
+    fp = op_footprints(g, align)
     if len(fp) == 0:
         return 0, 0
     i = int(np.argmax(fp))
     return i, int(fp[i])
 
 
-def unswapped_peak(g: Graph) -> int:
-    return peak_live_counts(g, program_order(g))[1]
+def graph_alignment(g: Graph) -> int:
+    """The alignment of the graph's own device (the default one when the file states none)."""
+    return g.device.alignment_bytes if g.device is not None else DEFAULT_ALIGNMENT
+
+
+def unswapped_peak(g: Graph, align: int | None = None) -> int:
+    """Device bytes the program order needs without swapping, each copy at the device's alignment (default:
+    the graph device's)."""
+    return peak_live_counts(g, program_order(g), graph_alignment(g) if align is None else align)[1]
 
 
 def fraction_of_peak(g: Graph, fraction: float) -> int:

@@ -27,7 +27,7 @@ def lower_bound(graph: Graph, device: Device) -> float:
     used[a.in_idx] = True
     updated = np.zeros(a.n_tensors, dtype=bool)
     updated[a.upd_idx] = True
-    m = device.memory_bytes
+    m = device.usable_bytes
     b_in = int(a.t_bytes[used & a.t_persistent].sum())
     b_out = int(a.t_bytes[updated].sum())
     return max(float(a.fastest_impl_times().sum()), (b_in - m) / device.h2d_bytes_per_s, (b_out - m) / device.d2h_bytes_per_s)

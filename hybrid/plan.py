@@ -7,6 +7,7 @@ index; whether the plan obeys the rules is the validator's job
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -162,7 +163,7 @@ class Event:
                      extra={k: v for k, v in d.items() if k not in known})
 
 
-@dataclass
+@dataclass(repr=False)
 class Plan:
     graph: str
     graph_sha256: str
@@ -175,6 +176,17 @@ class Plan:
     makespan_s: float
     metrics: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """Short, for notebooks: the dataclass default printed every event (196 KB for one ResNet plan)."""
+        from hybrid.units import format_bytes, format_seconds
+
+        name = self.planner.get("name", "?") if isinstance(self.planner, dict) else "?"
+        ideal = self.metrics.get("ideal_s") if isinstance(self.metrics, dict) else None
+        ratio = f", {ideal / self.makespan_s:.3f} of ideal" if ideal and self.makespan_s > 0 else ""
+        return (f"Plan({self.graph!r}, planner {name!r}, {len(self.events)} events, makespan "
+                f"{format_seconds(self.makespan_s)}{ratio}, {self.allocation.kind} pool in "
+                f"{format_bytes(self.device.usable_bytes)})")
 
     def impl_choice(self, graph: "Graph") -> np.ndarray:
         """Each op's implementation as this plan's compute events name it (index into the op's
@@ -207,7 +219,15 @@ class Plan:
         return json.dumps(self.to_json(), separators=(",", ":"))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.dumps())
+        """Write the file whole or not at all (a temporary file, then a rename), so that a job stopped while
+        writing never leaves a truncated plan where an earlier one was."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(self.dumps())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @staticmethod
     def load(path: str | Path) -> "Plan":

@@ -84,13 +84,14 @@ def _take_bytes(need, est, ch_bytes, ch_time, ch_node, n_ch, deps, n_deps, ch_de
 
 @njit(cache=True, _nrt=False)
 def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
-              n_uses, by_bytes, t_class, class_count, capacity, h2d_bw, d2h_bw, latency, resident, stop,
+              n_uses, by_bytes, t_class, class_count, capacity, t_mem, h2d_bw, d2h_bw, latency, resident, stop,
               start, end, dep_ptr, dep_idx, dep_own, stats, res, mat, last, hv, hvn, reln, left, updated,
               fresh, tok_off, tok_n, tok_time, tok_node, tok_amt, pend1, ch_bytes, ch_time, ch_node, clk, tmp,
               tok_dead, ch_dead):
     """The walk over caller-provided arrays (no allocation, no reference counting: it runs once per GA
     evaluation). kind (a copy of the input sequence, releases resolved in place) and the other outputs are
     written; sizes: nodes >= n, dep arrays >= the dependency count, tokens/chunks >= n + 2.
+    Memory is counted in t_mem (each copy's aligned footprint); copies take t_bytes / bandwidth.
     Returns (status, err_node, n_deps, n_chunks)."""
     n_t = t_bytes.shape[0]
     n_c = class_count.shape[0]
@@ -133,7 +134,7 @@ def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx
             res[t] = True
             hv[t] = False
             if by_bytes:
-                free_bytes -= t_bytes[t]
+                free_bytes -= t_mem[t]
             else:
                 fresh[t_class[t]] -= 1
                 if fresh[t_class[t]] < 0:
@@ -167,7 +168,7 @@ def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx
             if by_bytes:
                 need = op_ws[r]
                 for j in range(out_ptr[r], out_ptr[r + 1]):
-                    need += t_bytes[out_idx[j]]
+                    need += t_mem[out_idx[j]]
                 if need > 0:
                     s2, n_ch, n_tmp = _take_bytes(need, s, ch_bytes, ch_time, ch_node, n_ch, tmp, 0, ch_dead)
                     if s2 < 0:
@@ -225,8 +226,8 @@ def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx
                     if end[d] > s:
                         s = end[d]
             if by_bytes:
-                if t_bytes[t] > 0:
-                    s2, n_ch, n_tmp = _take_bytes(t_bytes[t], s, ch_bytes, ch_time, ch_node, n_ch, tmp, 0, ch_dead)
+                if t_mem[t] > 0:
+                    s2, n_ch, n_tmp = _take_bytes(t_mem[t], s, ch_bytes, ch_time, ch_node, n_ch, tmp, 0, ch_dead)
                     if s2 < 0:
                         return ERR_NO_MEMORY, i, 0, 0
                     s = s2
@@ -284,8 +285,8 @@ def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx
             mat[t] = -1
             last[t] = -1
             if by_bytes:
-                if t_bytes[t] > 0:
-                    n_ch = F.insert(ch_time, ch_node, ch_bytes, 0, n_ch, end[i], i, t_bytes[t])
+                if t_mem[t] > 0:
+                    n_ch = F.insert(ch_time, ch_node, ch_bytes, 0, n_ch, end[i], i, t_mem[t])
             else:
                 c = t_class[t]
                 tok_n[c] = F.insert(tok_time, tok_node, tok_amt, tok_off[c], tok_n[c], end[i], i, 1)
@@ -318,7 +319,7 @@ def walk_scratch(n: int, n_t: int, n_c: int, dep_cap: int) -> tuple:
 
 
 def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
-         n_uses, by_bytes, t_class, class_count, capacity, h2d_bw, d2h_bw, latency, resident, dep_cap, stop):
+         n_uses, by_bytes, t_class, class_count, capacity, t_mem, h2d_bw, d2h_bw, latency, resident, dep_cap, stop):
     """Returns (status, err_node, kind, start, end, dep_ptr, dep_idx, dep_own, stats, pool state).
 
     With stop < len(kind_in) only nodes [0, stop) are walked, the end-of-iteration checks are skipped and
@@ -329,7 +330,7 @@ def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd
     scr = walk_scratch(n, t_bytes.shape[0], class_count.shape[0], dep_cap)
     status, err, nd, n_ch = walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr,
                                       upd_idx, op_time, op_ws, n_uses, by_bytes, t_class, class_count, capacity,
-                                      h2d_bw, d2h_bw, latency, resident, stop, *scr)
+                                      t_mem, h2d_bw, d2h_bw, latency, resident, stop, *scr)
     start, end, dep_ptr, dep_idx, dep_own, stats = scr[:6]
     fresh, tok_off, tok_n, tok_time, _tok_node, tok_amt = scr[14:20]
     ch_bytes, ch_time = scr[21], scr[22]
@@ -414,7 +415,7 @@ def _walk(p: Problem, kind: np.ndarray, ref: np.ndarray, stop: int):
     return walk(
         kind, ref, a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr, a.upd_idx,
         np.asarray(p.op_time, np.float64), np.asarray(p.op_ws, np.int64), p.n_uses, p.pool.by_bytes,
-        p.pool.t_class, p.pool.class_count, np.int64(p.pool.capacity), float(d.h2d_bytes_per_s),
+        p.pool.t_class, p.pool.class_count, np.int64(p.pool.capacity), p.pool.t_mem, float(d.h2d_bytes_per_s),
         float(d.d2h_bytes_per_s), float(d.transfer_latency_s), p.resident, dep_cap, stop)
 
 

@@ -117,16 +117,16 @@ def _release(t, drop, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref, no
 
 
 @njit(cache=True, inline="always", _nrt=False)
-def _release_into_pool(t, rel_t, rel_node, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node, ckeys, cvals,
+def _release_into_pool(t, rel_t, rel_node, by_bytes, t_mem, t_class, chunk_bytes, chunk_node, ckeys, cvals,
                        nc, fresh, hkeys, hvals, hoff, hsize):
     """Return t's memory to the pool as released at rel_t by rel_node (-1: free since time 0).
 
     nc = [number of chunks, chunk heap size, free bytes]. Returns nothing; updates in place."""
     if by_bytes:
-        nc[2] += t_bytes[t]
-        if t_bytes[t] > 0:
+        nc[2] += t_mem[t]
+        if t_mem[t] > 0:
             cid = nc[0]
-            chunk_bytes[cid] = t_bytes[t]
+            chunk_bytes[cid] = t_mem[t]
             chunk_node[cid] = rel_node
             nc[1] = heap_push(ckeys, cvals, 0, nc[1], rel_t, cid)
             nc[0] = cid + 1
@@ -144,8 +144,8 @@ def walk(
     t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
     # schedule
     sched, use_ptr, use_pos,
-    # pool
-    by_bytes, t_class, class_count, capacity,
+    # pool (t_mem: bytes a device copy occupies, aligned; t_bytes above times the copies)
+    by_bytes, t_class, class_count, capacity, t_mem,
     # device
     h2d_bw, d2h_bw, latency,
     # policy
@@ -209,7 +209,7 @@ def walk(
         if initial[t]:
             c = t_class[t]
             if by_bytes:
-                nc[2] -= t_bytes[t]
+                nc[2] -= t_mem[t]
             else:
                 fresh[c] -= 1
                 if fresh[c] < 0:
@@ -245,7 +245,7 @@ def walk(
                     ts[t, RES] = 0
                     k = _release(t, ts[t, HV] == 1 or not t_persist[t], t_bytes, d2h_bw, latency, ts, ctr, node_kind,
                                  node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
-                    _release_into_pool(t, node_end[k], k, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
+                    _release_into_pool(t, node_end[k], k, by_bytes, t_mem, t_class, chunk_bytes, chunk_node,
                                        ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
         n_pend = 0
         n_need = n_t if final else (in_ptr[o + 1] - in_ptr[o]) + (out_ptr[o + 1] - out_ptr[o]) + 1
@@ -272,7 +272,7 @@ def walk(
                 t = q
                 ts[t, PIN] = stamp
                 swap_in = True
-            nbytes = t_bytes[t] if t >= 0 else op_ws[o]
+            nbytes = t_mem[t] if t >= 0 else op_ws[o]
             c = t_class[t] if t >= 0 else 0
             # Make room: evict until the class has an object / the pool has the bytes.
             while (nc[2] < nbytes) if by_bytes else (fresh[c] + hsize[c] == 0):
@@ -298,7 +298,7 @@ def walk(
                     rel_t = node_end[rel_node]
                     if ts[v, INIT] == 1:
                         ts[v, EVI] = 1
-                _release_into_pool(v, rel_t, rel_node, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
+                _release_into_pool(v, rel_t, rel_node, by_bytes, t_mem, t_class, chunk_bytes, chunk_node,
                                    ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
             # Take the room: earliest-released object / chunks; their release nodes become dependencies.
             first_dep = n_pend
@@ -395,7 +395,7 @@ def walk(
                 ts[t, RES] = 0
                 f = _release(t, not t_persist[t] or ts[t, HV] == 1, t_bytes, d2h_bw, latency, ts, ctr, node_kind,
                              node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
-                _release_into_pool(t, node_end[f], f, by_bytes, t_bytes, t_class, chunk_bytes, chunk_node,
+                _release_into_pool(t, node_end[f], f, by_bytes, t_mem, t_class, chunk_bytes, chunk_node,
                                    ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
     makespan = 0.0
     for i in range(ctr[0]):

@@ -31,6 +31,7 @@ from hybrid.allocation import PoolArrays
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
+from hybrid.units import format_bytes
 
 KIND_NAMES = ("compute", "swap_in", "swap_out", "free")
 
@@ -161,7 +162,7 @@ class SwapPlanner:
         return K.walk(
             a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr, a.upd_idx,
             self.op_time, self.op_ws, sched, uses[0], uses[1],
-            pool.by_bytes, pool.t_class, pool.class_count, np.int64(pool.capacity),
+            pool.by_bytes, pool.t_class, pool.class_count, np.int64(pool.capacity), pool.t_mem,
             float(d.h2d_bytes_per_s), float(d.d2h_bytes_per_s), float(d.transfer_latency_s),
             opt.victim == "lru", int(opt.recency), not opt.overlap, opt.keep_persistent, allow_drop,
             allow_drop and opt.write_back, initial,
@@ -172,7 +173,7 @@ class SwapPlanner:
              want_timeline: bool = False) -> "_Outcome":
         """Walk the passes into two alternating buffer sets, keep the fastest pass, then re-bind it."""
         a = self.graph.arrays
-        if not pool.by_bytes and pool.capacity + int(self.op_ws.max(initial=0)) > self.device.memory_bytes:
+        if not pool.by_bytes and pool.capacity + int(self.op_ws.max(initial=0)) > self.device.usable_bytes:
             return _Outcome(K.INFEASIBLE, 0, -2, pool.capacity, np.inf, bufs[0])
         self._ensure_scratch(len(pool.class_count))
         sched = np.ascontiguousarray(schedule, dtype=np.int32)
@@ -225,14 +226,14 @@ class SwapPlanner:
         trial = initial.copy()
         trial[extra] = True
         if pool.by_bytes:
-            over = np.array([int(a.t_bytes[trial].sum()) + int(self.op_ws[o]) - pool.capacity])
+            over = np.array([int(pool.t_mem[trial].sum()) + int(self.op_ws[o]) - pool.capacity])
         else:
             over = np.bincount(pool.t_class[trial], minlength=len(pool.class_count)) - pool.class_count
         if (over <= 0).all():
             return trial
         # Over budget: one byte budget (slot 0, tensors weigh their bytes) or objects per class (weigh 1).
         cls = np.zeros(a.n_tensors, np.int64) if pool.by_bytes else pool.t_class
-        size = a.t_bytes if pool.by_bytes else np.ones(a.n_tensors, np.int64)
+        size = pool.t_mem if pool.by_bytes else np.ones(a.n_tensors, np.int64)
         use_ptr, use_pos = uses
         cands = np.flatnonzero(initial)
         has_use = use_ptr[cands + 1] > use_ptr[cands]
@@ -269,8 +270,8 @@ class SwapPlanner:
         status, _err, nd, _nch = S.walk_into(
             kind, ref, n, a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr,
             a.upd_idx, self.op_time, self.op_ws, self._uses_per_tensor, pool.by_bytes, pool.t_class,
-            pool.class_count, np.int64(pool.capacity), float(d.h2d_bytes_per_s), float(d.d2h_bytes_per_s),
-            float(d.transfer_latency_s), out.buf[6], -1, *scr)
+            pool.class_count, np.int64(pool.capacity), pool.t_mem, float(d.h2d_bytes_per_s),
+            float(d.d2h_bytes_per_s), float(d.transfer_latency_s), out.buf[6], -1, *scr)
         if status != S.OK:  # never seen; the walk's own timing stands
             return
         makespan = float(scr[1][:n].max()) if n else 0.0
@@ -319,22 +320,25 @@ class SwapPlanner:
         a = g.arrays
         if err_op == -2:
             ws = int(self.op_ws.max(initial=0))
-            return (f"the pool ({pool.capacity} bytes) plus the largest workspace ({ws} bytes) exceeds the device "
-                    f"memory ({self.device.memory_bytes} bytes); lower the class counts")
+            return (f"the pool ({format_bytes(pool.capacity)}) plus the largest workspace ({format_bytes(ws)}) exceeds "
+                    f"the device's usable memory ({format_bytes(self.device.usable_bytes)}); lower the class counts")
         if err_op < 0:
             what = "the tensors resident at the iteration's start"
             if opt.keep_persistent:
-                what = f"the persistent tensors ({int(a.t_bytes[a.t_persistent].sum())} bytes), which this planner keeps resident,"
-            return f"{what} do not fit in the device memory ({pool.capacity} bytes); give more --memory"
+                what = (f"the persistent tensors ({format_bytes(int(pool.t_mem[a.t_persistent].sum()))}), which this "
+                        "planner keeps resident,")
+            return f"{what} do not fit in the device memory ({format_bytes(pool.capacity)}); give more --memory"
         op = g.ops[err_op]
         ts_ = list(dict.fromkeys(op.inputs)) + list(op.outputs)
-        need = sum(g.tensor(t).bytes for t in ts_) + int(self.op_ws[err_op])
+        need = sum(int(pool.t_mem[g.tensor_index[t]]) for t in ts_) + int(self.op_ws[err_op])
         if pool.by_bytes:
             pinned = ""
             if opt.keep_persistent:
-                pinned = f" on top of {int(a.t_bytes[a.t_persistent].sum())} bytes of persistent tensors kept resident"
-            return (f"op {op.id!r} needs {need} bytes at once (inputs, outputs and workspace){pinned}, "
-                    f"but the device has {pool.capacity} bytes; give more --memory")
+                pinned = (f" on top of {format_bytes(int(pool.t_mem[a.t_persistent].sum()))} of persistent tensors "
+                          "kept resident")
+            return (f"op {op.id!r} needs {format_bytes(need)} at once (inputs, outputs and workspace, each aligned "
+                    f"to {pool.align} bytes){pinned}, but the device has {format_bytes(pool.capacity)}; "
+                    "give more --memory")
         c = -1 - err_need
         here = sum(1 for t in ts_ if pool.t_class[g.tensor_index[t]] == c)
         kept = ""
@@ -363,6 +367,6 @@ def compile_kernels() -> None:
     peak = unswapped_peak(g)
     # Kernels compile on their first call whatever path they take; a swapping byte budget and a roomy
     # size-class pool cover both pool kinds.
-    for mem, make in ((int(peak * 0.8), lambda m: byte_pool(g, m)), (2 * peak, lambda m: per_size_pool(g, order, m))):
-        dev = replace(g.device, memory_bytes=mem)
-        SwapPlanner(g, dev).makespan(order, make(mem))
+    for mem, make in ((int(peak * 0.8), lambda d: byte_pool(g, d)), (2 * peak, lambda d: per_size_pool(g, order, d))):
+        dev = replace(g.device, memory_bytes=mem, reserve_bytes=0)
+        SwapPlanner(g, dev).makespan(order, make(dev))

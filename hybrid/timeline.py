@@ -22,10 +22,11 @@ def memory_profile(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
     """(times, bytes) step function of device bytes in use (tensor copies plus the running op's workspace).
 
     A copy is held from its producing compute's or swap_in's start to its
-    swap_out's end or its free (half-open intervals, like the validator).
+    swap_out's end or its free (half-open intervals, like the validator), and
+    occupies its bytes rounded up to the device's alignment.
     """
     deltas: list[tuple[float, int]] = []
-    size = {t.id: t.bytes for t in graph.tensors}
+    size = {t.id: plan.device.occupied(t.bytes) for t in graph.tensors}   # at the device's alignment (rule 5)
     ws_of = {}
     for op in graph.ops:
         ws_of[op.id] = {im.name: im.workspace_bytes for im in op.implementations}
@@ -131,3 +132,60 @@ def plot_timeline(graph: Graph, plans: Plan | Sequence[tuple[str, Plan]], path: 
         fig.savefig(path, dpi=120)
         plt.close(fig)
     return fig
+
+
+# ---- Chrome trace / Perfetto ---------------------------------------------------------------------------------
+
+TRACE_THREADS = {"compute": 1, "h2d": 2, "d2h": 3}
+
+
+def chrome_trace(rows: Sequence[tuple[str, str, str, float, float, dict]], process: str, pid: int = 1,
+                 memory: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict]:
+    """Trace Event Format events for one run: rows are (name, category, stream, start_s, end_s, args).
+
+    One thread per stream (compute, h2d, d2h) named by metadata events, complete ("X") events in
+    microseconds, and device bytes in use as a counter, so the file opens in chrome://tracing or Perfetto
+    beside a torch.profiler trace.
+    """
+    ev: list[dict] = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": process}}]
+    for lane, tid in TRACE_THREADS.items():
+        ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": lane}})
+        ev.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    for name, cat, lane, s, e, args in rows:
+        ev.append({"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": TRACE_THREADS[lane],
+                   "ts": s * 1e6, "dur": max(0.0, e - s) * 1e6, "args": args})
+    if memory is not None:
+        for t, b in zip(*memory):
+            ev.append({"name": "device memory", "ph": "C", "pid": pid, "ts": float(t) * 1e6,
+                       "args": {"bytes": int(b)}})
+    return ev
+
+
+def plan_trace_rows(graph: Graph, plan: Plan) -> list[tuple[str, str, str, float, float, dict]]:
+    """A plan's stream events as trace rows (frees have no stream: they appear in the memory counter)."""
+    rows = []
+    size = {t.id: t.bytes for t in graph.tensors}
+    for e in plan.events:
+        if e.kind == "compute":
+            args = {"op": e.op, "kind": graph.op(e.op).kind}
+            if e.impl:
+                args["impl"] = e.impl
+            name = f"{e.op} (recompute)" if e.recompute else e.op
+            rows.append((name, "recompute" if e.recompute else "compute", "compute", e.start_s, e.end_s, args))
+        elif e.kind in ("swap_in", "swap_out"):
+            rows.append((f"{e.kind} {e.tensor}", e.kind, "h2d" if e.kind == "swap_in" else "d2h", e.start_s,
+                         e.end_s, {"tensor": e.tensor, "bytes": size[e.tensor]}))
+    return rows
+
+
+def write_chrome_trace(path: Path, runs: Sequence[tuple[str, list[tuple[str, str, str, float, float, dict]],
+                                                       tuple[np.ndarray, np.ndarray] | None]]) -> None:
+    """Write one trace file with a process per run (e.g. several plans, or a plan and its measured run)."""
+    import json
+
+    events: list[dict] = []
+    for pid, (name, rows, memory) in enumerate(runs, start=1):
+        events += chrome_trace(rows, name, pid, memory)
+    tmp = Path(path).with_name(Path(path).name + ".tmp")
+    tmp.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    tmp.replace(path)

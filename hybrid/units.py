@@ -11,7 +11,8 @@ _BYTE_UNITS = {
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
     "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
 }
-_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0, "min": 60.0, "h": 3600.0}
+_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "m": 60.0, "min": 60.0,
+               "h": 3600.0}
 _NUM = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
 
 
@@ -41,18 +42,29 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     return value
 
 
-def parse_duration(text: str | int | float, what: str = "duration") -> float:
-    """'30m' -> 1800.0 seconds; '1h30m' and plain seconds work too."""
+def parse_duration(text: str | int | float, what: str = "duration", short: bool = False) -> float:
+    """'30m' -> 1800.0 seconds; '1h30m' and plain seconds work too.
+
+    `short` is for durations of micro- to milliseconds (a per-transfer latency): there a bare number could
+    mean any unit (`--latency 10` once meant 10 s, a makespan 187,136x the ideal), and `m` or `h` is almost
+    surely a typo for ms, so both are refused (0 needs no unit). Numbers from Python are seconds.
+    """
     if isinstance(text, (int, float)):
         return float(text)
     s = str(text).strip().lower()
     parts = re.findall(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", s)
     if not parts or "".join(a + b for a, b in parts) != s.replace(" ", ""):
-        raise HybridError(f"cannot read {what} {text!r}: write e.g. 90s, 30m, 1h, 1h30m")
+        example = "10us, 5ms, 800ns" if short else "90s, 30m, 1h, 1h30m"
+        raise HybridError(f"cannot read {what} {text!r}: write e.g. {example}")
     total = 0.0
     for num, unit in parts:
         if unit not in _TIME_UNITS:
-            raise HybridError(f"unknown time unit {unit!r} in {what} {text!r}: use s, m or h")
+            raise HybridError(f"unknown time unit {unit!r} in {what} {text!r}: use ns, us, ms, s, m (minutes) or h")
+        if short and unit == "" and float(num) != 0:
+            raise HybridError(f"{what} {text} needs a unit, e.g. {num}us or {num}ms")
+        if short and unit in ("m", "min", "h"):
+            raise HybridError(f"{what} {text} is {float(num) * _TIME_UNITS[unit]:g} seconds ({unit} is "
+                              f"{'minutes' if unit != 'h' else 'hours'}); for milliseconds write {num}ms")
         total += float(num) * _TIME_UNITS[unit]
     return total
 

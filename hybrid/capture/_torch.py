@@ -5,7 +5,7 @@ from types import ModuleType
 
 from hybrid.errors import HybridError
 
-INSTALL_HINT = "pip install 'hybrid[torch]'"
+INSTALL_HINT = "pip install 'hybrid-offload[torch]'"
 
 
 def require_torch() -> ModuleType:

@@ -1,29 +1,68 @@
 """Entry point: a click group whose subcommands are discovered in hybrid.cli.commands.
 
-User errors (HybridError) print as one line, `error: ...`, and exit with status 2;
-`hybrid validate` exits 1 for an invalid plan.
+One error style for every command: user errors (HybridError, and click's own
+usage errors such as a missing or malformed flag) print as one line,
+`error: ...`, and exit with status 2; `hybrid validate` exits 1 for an invalid
+plan. SIGTERM behaves like Ctrl-C (`hybrid.cli.signals`): a search stops and
+writes its best result; a command interrupted with nothing to write says so
+and exits 130 (Ctrl-C) or 143 (SIGTERM).
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
 import sys
+from typing import Any, NoReturn
 
 import click
 
+from hybrid.cli.signals import exit_status, interrupted_by, sigterm_as_ctrl_c
 from hybrid.errors import HybridError
 
 
+def _fail(message: str, status: int = 2) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(status)
+
+
+def _click_message(e: click.ClickException) -> str:
+    """click's message in this project's style: lower-case start, no final period, and where to look for help."""
+    msg = e.format_message().strip().rstrip(".")
+    if len(msg) > 1 and msg[0].isupper() and msg[1].islower():
+        msg = msg[0].lower() + msg[1:]
+    ctx = getattr(e, "ctx", None)
+    if isinstance(e, click.UsageError):
+        msg += f" (see `{ctx.command_path if ctx is not None else 'hybrid'} --help`)"
+    return " ".join(msg.split())
+
+
 class _Group(click.Group):
-    def invoke(self, ctx: click.Context):  # noqa: D401 - click API
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:  # noqa: D401 - click API
+        """click's main, with its errors (`Error: ...`, exit 1 or 2) printed as `error: ...` and exit 2."""
         try:
-            return super().invoke(ctx)
-        except HybridError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # `hybrid` alone: the help, as click shows it
+                e.show()
+                sys.exit(e.exit_code)
+            _fail(_click_message(e))
+        except click.Abort:
+            click.echo(f"interrupted ({interrupted_by()})", err=True)
+            sys.exit(exit_status())
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)  # an int is click's exit status (--help, --version: 0)
+
+    def invoke(self, ctx: click.Context):  # noqa: D401 - click API
+        with sigterm_as_ctrl_c():
+            try:
+                return super().invoke(ctx)
+            except HybridError as e:
+                _fail(str(e))
+            except KeyboardInterrupt:
+                click.echo(f"interrupted ({interrupted_by()})", err=True)
+                sys.exit(exit_status())
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

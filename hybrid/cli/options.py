@@ -1,6 +1,7 @@
 """Options shared by several subcommands (device flags, seeds, budgets) and file loading."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,14 +14,23 @@ from hybrid.plan import Plan
 
 
 def device_options(f: Callable) -> Callable:
-    """--device/--memory/--h2d/--d2h/--latency; the graph's own device (else v100-16gb) is the base."""
+    """--device/--memory/--h2d/--d2h/--latency/--reserve/--alignment; the graph's own device (else v100-16gb)
+    is the base."""
     opts = [
         click.option("--device", "device_name", type=click.Choice(sorted(PRESETS)), default=None,
                      help="Device preset (default: the graph's own device, else v100-16gb)."),
         click.option("--memory", default=None, help="Device memory, e.g. 10GiB, 512MB (overrides the preset)."),
         click.option("--h2d", default=None, help="Host-to-device bandwidth, e.g. 12GB/s."),
         click.option("--d2h", default=None, help="Device-to-host bandwidth, e.g. 12GB/s."),
-        click.option("--latency", default=None, help="Per-transfer latency, e.g. 10us."),
+        click.option("--latency", default=None,
+                     help="Per-transfer latency with its unit, e.g. 10us, 5ms, 800ns (a bare number is refused)."),
+        click.option("--reserve", default=None,
+                     help="Memory no plan touches (CUDA context, cuBLAS/cuDNN workspaces), e.g. 1GiB. Default: 1 GiB "
+                          "of a --device preset used whole; 0 when --memory is given (it states what a plan may "
+                          "fill); else the graph device's reserve_bytes."),
+        click.option("--alignment", default=None,
+                     help="Each device copy occupies its bytes rounded up to this, e.g. 512 (default: the graph "
+                          "device's alignment_bytes, else 512, CUDA's allocation granularity)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -30,7 +40,8 @@ def device_options(f: Callable) -> Callable:
 def device_from(graph: Graph | None, kw: dict[str, Any]) -> Device:
     """Pop the device flags out of a command's kwargs and resolve them against the graph."""
     return resolve_device(graph.device if graph is not None else None, kw.pop("device_name", None),
-                          kw.pop("memory", None), kw.pop("h2d", None), kw.pop("d2h", None), kw.pop("latency", None))
+                          kw.pop("memory", None), kw.pop("h2d", None), kw.pop("d2h", None), kw.pop("latency", None),
+                          kw.pop("reserve", None), kw.pop("alignment", None))
 
 
 graph_option = click.option("--graph", "graph_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -43,6 +54,53 @@ patience_option = click.option(
     show_default=True,
     help="When refinement has found nothing faster for this share of its budget, the GA resumes with the rest "
          "and the faster plan is kept (1: refine for the whole share).")
+
+
+def prepare_output(path: Path | None, flag: str, *, folder: bool = False) -> Path | None:
+    """Make sure an output path can be written, before any work: create its parent folder (or, with `folder`,
+    the folder itself), else a one-line error naming the flag (exit 2).
+
+    Call it right after reading the flags, so that a typo in --out costs nothing rather than the whole
+    search. Returns `path` (None passes through, for optional flags).
+    """
+    if path is None:
+        return None
+    path = Path(path)
+    where = path if folder else path.parent
+    if not folder and path.is_dir():
+        raise HybridError(f"{flag} {path} is a folder; give a file name, e.g. {flag} {path / 'plan.json'}")
+    if folder and path.exists() and not path.is_dir():
+        raise HybridError(f"{flag} {path} is a file; give a folder")
+    blocker = next((p for p in (where, *where.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise HybridError(f"{flag} {path}: {blocker} is a file, not a folder; choose another path")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HybridError(f"{flag} {path}: cannot create the folder {where} ({e.strerror or e}); "
+                          "choose a path you can write to") from None
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise HybridError(f"{flag} {path}: the folder {where} is not writable; choose a path you can write to")
+    return path
+
+
+def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) -> dict[str, Any]:
+    """A plan's figures for `--json` (optimize, baseline, simulate, refine): one flat object a script can read.
+
+    Times in seconds, sizes in bytes; `ratio` is makespan / ideal (1.0: no stall), `ratio_lower_bound`
+    makespan / lower bound; `plan` is the file written (null if none).
+    """
+    m = plan.metrics
+    ideal = float(m.get("ideal_s", 0.0))
+    lb = float(m.get("lower_bound_s", ideal))
+    return {"graph": graph.name, "graph_sha256": plan.graph_sha256, "device": device.name,
+            "memory_bytes": int(plan.device.memory_bytes), "planner": str(plan.planner.get("name", "")),
+            "plan": str(path) if path is not None else None, "makespan_s": plan.makespan_s, "ideal_s": ideal,
+            "lower_bound_s": lb, "ratio": plan.makespan_s / ideal if ideal > 0 else None,
+            "ratio_lower_bound": plan.makespan_s / lb if lb > 0 else None,
+            "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)),
+            "bytes_h2d": int(m.get("bytes_h2d", 0)), "bytes_d2h": int(m.get("bytes_d2h", 0)),
+            "peak_bytes": int(m.get("peak_bytes", 0)), "pool": plan.allocation.kind}
 
 
 def load_graph(path: Path) -> Graph:

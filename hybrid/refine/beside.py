@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import queue
 import signal
 import time
@@ -140,10 +141,15 @@ class BesideRefiner:
         self._ga_best = ctx.Value("d", float("inf"), lock=False)
         self._sent: tuple[bytes, ...] = ()
         self._report = BesideReport()
-        args = (graph.dumps(), device.to_json(), options.describe(), seed, deadline, patience_s, refine_options,
-                plan_info or {}, self._inbox, self._outbox, self._stop, self._ga_best)
+        # the file's sha256 travels with the JSON: plans the refiner builds must name the user's file, whose
+        # bytes (indentation, key order, number format) differ from graph.dumps() when another tool wrote it
+        args = ((graph.dumps(), graph.sha256), device.to_json(), options.describe(), seed, deadline, patience_s,
+                refine_options, plan_info or {}, self._inbox, self._outbox, self._stop, self._ga_best, os.getpid())
         self._proc = ctx.Process(target=_serve, args=args, name="hybrid-cpsat-beside", daemon=True)
-        self._proc.start()
+        from hybrid.cli.signals import children_ignore_stops
+
+        with children_ignore_stops():  # SIGTERM to the whole job, or Ctrl-C, is the search's to handle
+            self._proc.start()
 
     def offer(self, state: "SearchState") -> None:
         """Hand the search's best and elites over (only when they changed); call after every generation."""
@@ -169,8 +175,13 @@ class BesideRefiner:
         done = False
         while not done:
             try:
-                kind, body = self._outbox.get(timeout=max(0.01, t_end - time.monotonic()))
+                kind, body = self._outbox.get(timeout=min(0.2, max(0.01, t_end - time.monotonic())))
             except queue.Empty:
+                if not self._proc.is_alive() and self._outbox.empty():  # killed (out of memory?): nothing will come
+                    r.error = r.error or f"the refiner process ended (exit status {self._proc.exitcode})"
+                    break
+                if time.monotonic() < t_end:
+                    continue
                 r.error = r.error or "the refiner did not stop in time; its last refinement was dropped"
                 break
             except KeyboardInterrupt:  # a second Ctrl-C: keep what has arrived
@@ -232,14 +243,19 @@ def pick_elites(state: "SearchState", n: int) -> list[tuple[bytes, "Individual"]
     return picked
 
 
-def _serve(graph_json: str, device_json: dict, options: dict, seed: int, deadline: float,
+def _serve(graph: tuple[str, str], device_json: dict, options: dict, seed: int, deadline: float,
            patience_s: float | None, refine_options: "RefineOptions | None", plan_info: dict,
-           inbox: Any, outbox: Any, stop: Any, ga_best: Any) -> None:
-    """The refiner process: refine offered plans until told to stop or the deadline passes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the search's to handle; it then calls finish()
+           inbox: Any, outbox: Any, stop: Any, ga_best: Any, parent: int) -> None:
+    """The refiner process: refine offered plans until told to stop, the deadline passes or the parent is gone."""
+    # Ctrl-C and SIGTERM (sent to the whole process group by `timeout`, Slurm) are the search's to handle; it then
+    # calls finish(), which collects what this process found and stops it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    graph_json, sha256 = graph
     try:
-        _Refiner(Graph.from_json(json.loads(graph_json)), Device.from_json(device_json), PlannerOptions(**options),
-                 seed, deadline, patience_s, refine_options, plan_info, inbox, outbox, stop, ga_best).loop()
+        _Refiner(Graph.from_json(json.loads(graph_json), sha256=sha256), Device.from_json(device_json),
+                 PlannerOptions(**options), seed, deadline, patience_s, refine_options, plan_info, inbox, outbox,
+                 stop, ga_best, parent).loop()
     except Exception as e:  # noqa: BLE001 - reported to the main process, which keeps the GA's plan
         outbox.put(("error", f"{type(e).__name__}: {e}"))
     outbox.put(("done", None))
@@ -248,7 +264,7 @@ def _serve(graph_json: str, device_json: dict, options: dict, seed: int, deadlin
 class _Refiner:
     def __init__(self, graph: Graph, device: Device, options: PlannerOptions, seed: int, deadline: float,
                  patience_s: float | None, refine_options: "RefineOptions | None", plan_info: dict,
-                 inbox: Any, outbox: Any, stop: Any, ga_best: Any) -> None:
+                 inbox: Any, outbox: Any, stop: Any, ga_best: Any, parent: int | None = None) -> None:
         from dataclasses import replace
 
         from ga.encoding import SearchSpace
@@ -257,6 +273,7 @@ class _Refiner:
 
         self.graph, self.seed, self.deadline, self.plan_info = graph, seed, deadline, plan_info
         self.inbox, self.outbox, self.stop_event, self.ga_best = inbox, outbox, stop, ga_best
+        self.parent = parent
         self.space = SearchSpace.build(graph, device, options)
         self.planner = SwapPlanner(graph, device)
         self.options = replace(refine_options or RefineOptions(), patience_s=patience_s)
@@ -275,7 +292,11 @@ class _Refiner:
             pass
 
     def _over(self) -> bool:
-        return self.stop_event.is_set() or time.monotonic() >= self.deadline - MARGIN_S
+        return self.stop_event.is_set() or time.monotonic() >= self.deadline - MARGIN_S or self._orphaned()
+
+    def _orphaned(self) -> bool:
+        """The search's process is gone (killed with SIGKILL): nobody will collect a result, so stop now."""
+        return self.parent is not None and os.getppid() != self.parent
 
     def loop(self) -> None:
         while not self._over():
@@ -309,7 +330,7 @@ class _Refiner:
 
         def stop() -> bool:
             # leave this plan when told to, or when the search has found one faster than it is even refined
-            if self.stop_event.is_set():
+            if self.stop_event.is_set() or self._orphaned():
                 return True
             self._drain()
             fresh = bool(self.latest) and self.latest[0][0] != key and self.latest[0][0] not in self.done
@@ -321,7 +342,8 @@ class _Refiner:
         self.runs += 1
         self.outbox.put(("run", {"rank": rank, "from_makespan_s": plan.makespan_s, "makespan_s": res.makespan,
                                  "improved": res.improved, "windows": res.windows, "accepted": res.accepted,
-                                 "stop": res.stop, "seconds": time.monotonic() - t0}))
+                                 "stop": res.stop, "seconds": time.monotonic() - t0,
+                                 "graph_sha256": plan.graph_sha256}))
         if res.improved and res.makespan < self.best_sent:
             self.best_sent = res.makespan
             self.outbox.put(("plan", {"plan": res.plan.dumps(), "from_plan": plan.dumps(),

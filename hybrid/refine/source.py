@@ -60,7 +60,7 @@ def starting_point(graph: Graph, plan: Plan) -> tuple[Problem, Timeline]:
         from hybrid.schedule import from_ids
         from hybrid.swap_planner import SwapPlanner
 
-        pool = pool_from_allocation(graph, plan.allocation, plan.device.memory_bytes)
+        pool = pool_from_allocation(graph, plan.allocation, plan.device)
         impl_choice = plan.impl_choice(graph) if any(e.kind == "compute" and e.impl for e in plan.events) else None
         try:
             aug = SwapPlanner(graph, plan.device, impl_choice).plan(from_ids(graph, plan.schedule), pool, opts)

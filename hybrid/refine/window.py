@@ -451,7 +451,7 @@ def _node_mem(p: Problem, kind: int, ref: int) -> list[tuple[int, int, bool]]:
         outs = a.out_idx[a.out_ptr[ref]:a.out_ptr[ref + 1]]
         if pool.by_bytes:
             ws = int(p.op_ws[ref])
-            b = int(a.t_bytes[outs].sum()) + ws
+            b = int(pool.t_mem[outs].sum()) + ws
             if b:
                 out.append((-1, b, False))
             if ws:
@@ -461,13 +461,13 @@ def _node_mem(p: Problem, kind: int, ref: int) -> list[tuple[int, int, bool]]:
     elif kind == SWAP_IN:
         if not pool.by_bytes:
             out.append((int(pool.t_class[ref]), 1, False))
-        elif a.t_bytes[ref]:
-            out.append((-1, int(a.t_bytes[ref]), False))
+        elif pool.t_mem[ref]:
+            out.append((-1, int(pool.t_mem[ref]), False))
     else:
         if not pool.by_bytes:
             out.append((int(pool.t_class[ref]), -1, True))
-        elif a.t_bytes[ref]:
-            out.append((-1, -int(a.t_bytes[ref]), True))
+        elif pool.t_mem[ref]:
+            out.append((-1, -int(pool.t_mem[ref]), True))
     return out
 
 

@@ -197,7 +197,7 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
         op_inputs=[tuple(dict.fromkeys(ti[x] for x in o.inputs)) for o in ops],
         op_outputs=[tuple(ti[x] for x in o.outputs) for o in ops],
         op_updates=[tuple(dict.fromkeys(ti[x] for x in o.updates)) for o in ops],
-        producer=producer, resident=resident, memory=plan.device.memory_bytes,
+        producer=producer, resident=resident, memory=plan.device.usable_bytes,
     )
     finite_ends = [x for x in end if math.isfinite(x)]
     ctx.times_finite = len(finite_ends) == n and all(math.isfinite(x) for x in start)

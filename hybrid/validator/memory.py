@@ -1,5 +1,11 @@
 """Rule 5: device memory at every instant, and the pool shape the plan's allocation promises.
 
+The project's reading (docs/formats.md): the memory a plan may fill is the
+device's `memory_bytes` less its `reserve_bytes`; every device copy occupies
+its bytes rounded up to the device's `alignment_bytes`, size-class objects
+likewise, and arena offsets are multiples of the alignment. The executor
+places tensors by the same rule, so a plan that passes runs.
+
 One sorted sweep over +/- points serves every kind of allocation. At one
 instant (within eps) releases count before allocations (half-open intervals);
 an interval no longer than eps is counted at its instant, after the
@@ -13,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybrid.plan import ArenaAllocation, SizeClassAllocation
+from hybrid.units import format_bytes
 from hybrid.validator.context import COMPUTE, Context, fmt_t
 from hybrid.validator.lifetimes import Copies
 from hybrid.validator.report import Found
@@ -54,7 +61,8 @@ def _sorted(parts: list[tuple[np.ndarray, ...]]) -> Sweep:
 def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
     """Returns (peak bytes incl. workspace, findings)."""
     eps = ctx.eps
-    nbytes = np.asarray(ctx.t_bytes, dtype=np.int64)
+    align = ctx.plan.device.alignment_bytes
+    nbytes = (np.asarray(ctx.t_bytes, dtype=np.int64) + align - 1) // align * align
     ct = np.asarray(c.tensor, dtype=np.int64)
     copy_parts = _points(np.asarray(c.alloc, dtype=np.float64), np.asarray(c.release, dtype=np.float64),
                          nbytes[ct] if len(ct) else np.zeros(0, np.int64),
@@ -74,9 +82,9 @@ def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
     ws_level = np.cumsum(np.where(sw.item < 0, sw.delta, 0))
     for k in _episodes(level > mem):
         out.append(ctx.found(5, int(sw.src[k]), (
-            f"device memory overflows at {fmt_t(float(sw.key[k]))}: {int(level[k])} bytes "
-            f"({int(level[k] - ws_level[k])} in tensor copies + {int(ws_level[k])} workspace) > "
-            f"{mem} bytes of device memory")))
+            f"device memory overflows at {fmt_t(float(sw.key[k]))}: {format_bytes(int(level[k]))} "
+            f"({format_bytes(int(level[k] - ws_level[k]))} in tensor copies, each rounded up to {align} bytes, + "
+            f"{format_bytes(int(ws_level[k]))} workspace) > {_usable(ctx)}")))
     alloc = ctx.plan.allocation
     if isinstance(alloc, SizeClassAllocation):
         _check_classes(ctx, c, alloc, comp, out)
@@ -101,17 +109,26 @@ def _tensors_on_device(c: Copies) -> list[int]:
     return [t for t, ids in enumerate(c.by_tensor) if ids]
 
 
+def _usable(ctx: Context) -> str:
+    """The memory a plan may fill, as messages state it."""
+    dev = ctx.plan.device
+    if dev.reserve_bytes:
+        return (f"{format_bytes(ctx.memory)} usable ({format_bytes(dev.memory_bytes)} of device memory less the "
+                f"{format_bytes(dev.reserve_bytes)} reserve)")
+    return f"{format_bytes(ctx.memory)} of device memory"
+
+
 def _check_pool(ctx: Context, pool: int, what: str, comp: np.ndarray, out: list[Found]) -> None:
     """The pool plus the running op's workspace fits the device memory."""
     mem = ctx.memory
     if pool > mem:
-        out.append(ctx.found(5, None, f"{what} is {pool} bytes, more than the {mem} bytes of device memory"))
+        out.append(ctx.found(5, None, f"{what} is {format_bytes(pool)}, more than {_usable(ctx)}"))
         return
     for i in comp:
         ws = ctx.impl_ws[int(i)]
         if pool + ws > mem:
-            out.append(ctx.found(5, int(i), f"workspace {ws} bytes + {what} {pool} bytes > {mem} bytes "
-                                            "of device memory"))
+            out.append(ctx.found(5, int(i), f"workspace {format_bytes(ws)} + {what} {format_bytes(pool)} > "
+                                            f"{_usable(ctx)}"))
 
 
 def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np.ndarray,
@@ -120,7 +137,10 @@ def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np
     for k, cl in enumerate(classes):
         if cl.bytes < 0 or cl.count < 0:
             out.append(ctx.found(5, None, f"allocation.classes[{k}] has negative bytes or count"))
-    _check_pool(ctx, alloc.pool_bytes(), "the size-class pool (sum of bytes x count)", comp, out)
+    align = ctx.plan.device.alignment_bytes
+    pool = sum((cl.bytes + align - 1) // align * align * cl.count for cl in classes)
+    _check_pool(ctx, pool, f"the size-class pool (sum of bytes x count, objects rounded up to {align} bytes)",
+                comp, out)
     ids = ctx.graph.tensors
     cls_of_tensor = np.full(len(ids), -1, dtype=np.int64)
     for t in _tensors_on_device(c):
@@ -186,6 +206,9 @@ def _check_arena(ctx: Context, c: Copies, alloc: ArenaAllocation, comp: np.ndarr
         elif off < 0 or off + ctx.t_bytes[t] > n_bytes:
             out.append(ctx.found(5, ev, f"tensor {name!r} at offset {off} ({ctx.t_bytes[t]} bytes) does not lie "
                                         f"inside the arena [0, {n_bytes})"))
+        elif off % ctx.plan.device.alignment_bytes:
+            out.append(ctx.found(5, ev, f"tensor {name!r} at offset {off} is not a multiple of the device's "
+                                        f"alignment ({ctx.plan.device.alignment_bytes} bytes)"))
         else:
             offset[t] = off
     ct = np.asarray(c.tensor, dtype=np.int64)

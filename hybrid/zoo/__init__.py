@@ -1,6 +1,6 @@
 """The papers' models in plain PyTorch, by name: `get_model("rnn-8-8k")`, `list_models()`.
 
-Needs torch (the `hybrid[torch]` extra). Every model builds on the meta device,
+Needs torch (the `hybrid-offload[torch]` extra). Every model builds on the meta device,
 so listing and capture never allocate real weights. See `hybrid models`.
 """
 from __future__ import annotations

@@ -73,7 +73,7 @@ def _families() -> list[Family]:
     except ImportError as e:
         if e.name != "torch":
             raise
-        raise HybridError("the model zoo needs PyTorch: pip install 'hybrid[torch]'") from None
+        raise HybridError("the model zoo needs PyTorch: pip install 'hybrid-offload[torch]'") from None
 
     fams: list[Family] = []
     for mod in (rnn, resnet, inception, nasnet, vgg, unet, alexnet, mobilenet, squeezenet, googlenet,

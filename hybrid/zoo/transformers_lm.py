@@ -2,7 +2,7 @@
 
 Not from the seed papers: they are here so plans can be made for current
 transformer workloads. `transformers` is an optional extra
-(`pip install 'hybrid[transformers]'`) imported only when a model is built, so
+(`pip install 'hybrid-offload[transformers]'`) imported only when a model is built, so
 the zoo lists these models without it. Defaults are small (2 layers, width 256,
 128 tokens) so a graph captures quickly; overrides use the Hugging Face config
 names (`n_layer`, `hidden_size`, ...) to scale them up. Weights are random
@@ -31,7 +31,7 @@ def _transformers() -> Any:
         import transformers
     except ImportError:
         raise HybridError("GPT-2 and Llama models need Hugging Face transformers: "
-                          "pip install 'hybrid[transformers]'") from None
+                          "pip install 'hybrid-offload[transformers]'") from None
     return transformers
 
 

@@ -149,7 +149,7 @@ def test_pool_refuses_more_objects_than_the_plan_has(case: Case) -> None:
     g = case.graph
     big = max(t.bytes for t in g.tensors)
     alloc = SizeClassAllocation((SizeClass(big, 1),), {t.id: 0 for t in g.tensors})
-    pool = SizeClassPool(g, alloc, big, CpuBackend())
+    pool = SizeClassPool(g, alloc, (big + 511) // 512 * 512, CpuBackend(), 512)
     ts = [i for i, t in enumerate(g.tensors) if t.bytes > 0][:2]
     pool.alloc(ts[0], 0)
     with pytest.raises(HybridError, match="no free object"):

@@ -132,9 +132,9 @@ def test_repaired_pools_always_run(seed: int, n: int, boundaries: int, scale: fl
     cls, cnt, ok = repair(sp, cls, cnt)
     assert ok and is_canonical(cls)
     assert (cnt >= sp.class_need(cls)).all()
-    assert sp.pool_bytes(cls, cnt) + int(g.arrays.op_ws.max(initial=0)) <= dev.memory_bytes
+    assert sp.pool_bytes(cls, cnt) + int(g.arrays.op_ws.max(initial=0)) <= dev.usable_bytes
     planner = SwapPlanner(g, dev)
-    assert np.isfinite(planner.makespan(program_order(g), class_pool(g, cls, cnt, sp.ts)))
+    assert np.isfinite(planner.makespan(program_order(g), class_pool(g, cls, cnt, sp.ts, align=dev.alignment_bytes)))
 
 
 def test_min_floor_cls_is_the_lowest_over_all_monotone_mappings() -> None:

@@ -6,7 +6,7 @@ from hybrid.graph import Graph, Op, Tensor
 
 MB = 1_000_000
 # One time unit per op and per MB copied: 1 MB/s links, 1 s per op.
-UNIT_DEVICE = Device("unit", 10 * MB, 1.0 * MB, 1.0 * MB, 0.0)
+UNIT_DEVICE = Device("unit", 10 * MB, 1.0 * MB, 1.0 * MB, 0.0, alignment_bytes=1)   # the paper's units
 
 
 def figure1(order: str = "right") -> Graph:
@@ -38,4 +38,4 @@ def figure3() -> Graph:
     tensors += [Tensor("G1", 0, "gradient")]
     ops = [Op("op1", "op", ("W1",), ("A1",), 1.0), Op("op2", "op", ("A1", "W2"), ("A2",), 1.0),
            Op("op3", "op", ("A2", "W3"), ("A3",), 1.0), Op("back1", "backward", ("A1", "A3"), ("G1",), 1.0)]
-    return Graph("figure3", tensors, ops, Device("unit4", 4, 1.0, 1.0, 0.0))
+    return Graph("figure3", tensors, ops, Device("unit4", 4, 1.0, 1.0, 0.0, alignment_bytes=1))

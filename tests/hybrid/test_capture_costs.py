@@ -53,7 +53,7 @@ def test_costs_module_and_package_import_without_torch() -> None:
             "except HybridError as e:\n"
             "    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "pip install 'hybrid[torch]'" in out
+    assert "pip install 'hybrid-offload[torch]'" in out
 
 
 def test_capture_command_without_torch_says_what_to_install() -> None:
@@ -63,7 +63,7 @@ def test_capture_command_without_torch_says_what_to_install() -> None:
             "r = CliRunner().invoke(command, ['--model', 'resnet-18', '--out', 'x.json'])\n"
             "print(type(r.exception).__name__, r.exception)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.startswith("HybridError ") and "pip install 'hybrid[torch]'" in out
+    assert out.startswith("HybridError ") and "pip install 'hybrid-offload[torch]'" in out
 
 
 def test_profile_file_errors_name_the_problem(tmp_path) -> None:

@@ -17,7 +17,7 @@ from hybrid.synthetic import training_graph
 
 
 def _plan(g, order, classes: bool):
-    pool = per_size_pool(g, order, g.device.memory_bytes) if classes else byte_pool(g, g.device.memory_bytes)
+    pool = per_size_pool(g, order, g.device) if classes else byte_pool(g, g.device)
     return to_plan(SwapPlanner(g, g.device).plan(order, pool), {"name": "belady"})
 
 

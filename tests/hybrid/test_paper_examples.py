@@ -18,8 +18,8 @@ FIG1 = PlannerOptions(passes=1)
 
 def _pools(g):
     ts = distinct_sizes(g)  # [0 (the stand-in backward outputs), 1 MB, 2 MB]
-    fine = class_pool(g, np.array([0, 1, 2]), np.array([6, 8, 1]), ts)    # 8 x 1 MB + 1 x 2 MB
-    coarse = class_pool(g, np.array([0, 1, 1]), np.array([6, 5]), ts)     # 5 x 2 MB
+    fine = class_pool(g, np.array([0, 1, 2]), np.array([6, 8, 1]), ts, align=g.device.alignment_bytes)    # 8 x 1 MB + 1 x 2 MB
+    coarse = class_pool(g, np.array([0, 1, 1]), np.array([6, 5]), ts, align=g.device.alignment_bytes)     # 5 x 2 MB
     return fine, coarse
 
 
@@ -67,4 +67,4 @@ def test_figure3_swap_nodes_and_control_edges():
 def _byte_pool(g):
     from hybrid.allocation import byte_pool
 
-    return byte_pool(g, g.device.memory_bytes)
+    return byte_pool(g, g.device)

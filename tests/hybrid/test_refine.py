@@ -29,7 +29,7 @@ FAST = RefineOptions(window_time_s=0.1, max_windows=5)
 
 def _plan(g, pool_kind: str = "bytes", order=None, options: PlannerOptions = PlannerOptions()):
     order = program_order(g) if order is None else order
-    pool = byte_pool(g, g.device.memory_bytes) if pool_kind == "bytes" else per_size_pool(g, order, g.device.memory_bytes)
+    pool = byte_pool(g, g.device) if pool_kind == "bytes" else per_size_pool(g, order, g.device)
     aug = SwapPlanner(g, g.device).plan(order, pool, options)
     return aug, to_plan(aug, {"name": "belady", "options": options.describe()})
 
@@ -190,8 +190,8 @@ def _concat_end(plan) -> float:
 def test_figure1_refinement_keeps_the_papers_result(order, pool_name, units):
     g = figure1(order)
     ts = distinct_sizes(g)
-    pools = {"fine": class_pool(g, np.array([0, 1, 2]), np.array([6, 8, 1]), ts),
-             "coarse": class_pool(g, np.array([0, 1, 1]), np.array([6, 5]), ts)}
+    pools = {"fine": class_pool(g, np.array([0, 1, 2]), np.array([6, 8, 1]), ts, align=g.device.alignment_bytes),
+             "coarse": class_pool(g, np.array([0, 1, 1]), np.array([6, 5]), ts, align=g.device.alignment_bytes)}
     opt = PlannerOptions(passes=1)
     aug = SwapPlanner(g, g.device).plan(program_order(g), pools[pool_name], opt)
     plan = to_plan(aug, {"name": "belady", "options": opt.describe()})

@@ -124,7 +124,7 @@ def test_cpsat_matches_brute_force_on_the_paper_example_windows():
     from .paper_examples import figure1
 
     g = figure1("right")
-    pool = class_pool(g, np.array([0, 1, 1]), np.array([6, 5]), distinct_sizes(g))  # the coarse pool: 5 x 2 MB
+    pool = class_pool(g, np.array([0, 1, 1]), np.array([6, 5]), distinct_sizes(g), align=g.device.alignment_bytes)  # the coarse pool: 5 x 2 MB
     aug = SwapPlanner(g, g.device).plan(program_order(g), pool, PlannerOptions(passes=1))
     prob = Problem.from_augmented(aug)
     tl = rebuild(prob, aug.kind, aug.ref)

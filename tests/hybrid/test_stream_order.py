@@ -44,8 +44,8 @@ def test_edf_runs_the_released_copy_first_and_places_it_after_its_dependency():
 def _planned(seed: int, pool_kind: str, memory_mib: int):
     g = training_graph(12, seed=seed, device=Device("s", memory_mib << 20, 12e9, 12e9, 0.0), workspace_prob=0.3)
     order = program_order(g)
-    pool = byte_pool(g, g.device.memory_bytes) if pool_kind == "bytes" else per_size_pool(g, order,
-                                                                                          g.device.memory_bytes)
+    pool = byte_pool(g, g.device) if pool_kind == "bytes" else per_size_pool(g, order,
+                                                                                          g.device)
     aug = SwapPlanner(g, g.device).plan(order, pool, PlannerOptions())
     prob = Problem.from_augmented(aug)
     return g, prob, rebuild(prob, aug.kind, aug.ref)
@@ -84,7 +84,7 @@ def test_reordering_is_never_worse_and_always_valid(seed, pool_kind, memory_mib)
 def test_refine_reports_the_reordering_stage_and_can_skip_it():
     g, _, _ = _planned(5, "bytes", 24)
     order = program_order(g)
-    aug = SwapPlanner(g, g.device).plan(order, byte_pool(g, g.device.memory_bytes), PlannerOptions())
+    aug = SwapPlanner(g, g.device).plan(order, byte_pool(g, g.device), PlannerOptions())
     plan = to_plan(aug, {"name": "belady", "options": PlannerOptions().describe()})
     fast = RefineOptions(window_time_s=0.1, max_windows=0)
     on = refine(g, plan, time_limit_s=30, options=fast)

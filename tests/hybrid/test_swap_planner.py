@@ -50,7 +50,7 @@ def test_every_plan_is_valid_and_within_memory(n_ops, seed, frac, latency, opt_i
     order = random_order(g, np.random.default_rng(seed)) if shuffle else program_order(g)
     dev = Device("d", max(1, int(unswapped_peak(g) * frac)), 1e9, 2e9, latency)
     try:
-        pool = per_size_pool(g, order, dev.memory_bytes) if classes else byte_pool(g, dev.memory_bytes)
+        pool = per_size_pool(g, order, dev) if classes else byte_pool(g, dev)
     except InfeasibleError:
         return
     aug = _plan_or_none(g, dev, order, pool, OPTIONS[opt_i])
@@ -76,7 +76,7 @@ def test_fitness_equals_plan_makespan():
     order = program_order(g)
     dev = replace(g.device, memory_bytes=unswapped_peak(g) // 3)
     sp = SwapPlanner(g, dev)
-    for pool in (byte_pool(g, dev.memory_bytes), per_size_pool(g, order, dev.memory_bytes)):
+    for pool in (byte_pool(g, dev), per_size_pool(g, order, dev)):
         for opt in OPTIONS:
             try:
                 expected = sp.plan(order, pool, opt).makespan
@@ -93,7 +93,7 @@ def test_more_memory_never_hurts_much_and_unlimited_is_ideal():
     spans = []
     for frac in (0.3, 0.6, 1.0):
         dev = replace(g.device, memory_bytes=int(peak * frac))
-        spans.append(SwapPlanner(g, dev).makespan(order, byte_pool(g, dev.memory_bytes)))
+        spans.append(SwapPlanner(g, dev).makespan(order, byte_pool(g, dev)))
     assert spans[0] >= spans[-1]
     # With room for everything, the periodic plan keeps parameters resident and never waits.
     assert spans[-1] == pytest.approx(ideal, rel=1e-9)
@@ -101,16 +101,17 @@ def test_more_memory_never_hurts_much_and_unlimited_is_ideal():
 
 def test_op_that_cannot_fit_is_named_with_its_bytes():
     t = [Tensor("w", 600, "param", True), Tensor("a", 500)]
-    g = Graph("big", t, [Op("huge", "mm", ("w",), ("a",), 1.0, workspace_bytes=100)], Device("d", 1000, 1e3, 1e3))
-    with pytest.raises(InfeasibleError, match=r"op 'huge' needs 1200 bytes"):
-        SwapPlanner(g, g.device).plan(program_order(g), byte_pool(g, 1000))
+    g = Graph("big", t, [Op("huge", "mm", ("w",), ("a",), 1.0, workspace_bytes=100)],
+              Device("d", 1000, 1e3, 1e3, alignment_bytes=64))
+    with pytest.raises(InfeasibleError, match=r"op 'huge' needs 1.22 KiB at once .* aligned to 64 bytes"):
+        SwapPlanner(g, g.device).plan(program_order(g), byte_pool(g, g.device))
 
 
 def test_pool_too_small_names_the_class():
     g = random_dag(10, seed=4)
     order = program_order(g)
     ts = distinct_sizes(g)
-    pool = class_pool(g, np.zeros(len(ts), dtype=np.int64), np.array([1]), ts)
+    pool = class_pool(g, np.zeros(len(ts), dtype=np.int64), np.array([1]), ts, align=g.device.alignment_bytes)
     sp = SwapPlanner(g, replace(g.device, memory_bytes=10**9))
     assert sp.makespan(order, pool) == float("inf")
     with pytest.raises(InfeasibleError, match=r"objects of size class 0"):
@@ -122,15 +123,15 @@ def test_vdnn_style_errors_when_parameters_alone_do_not_fit():
     params = sum(t.bytes for t in g.tensors if t.persistent)
     dev = replace(g.device, memory_bytes=params - 1)
     with pytest.raises(InfeasibleError, match="persistent tensors"):
-        SwapPlanner(g, dev).plan(program_order(g), byte_pool(g, dev.memory_bytes), PlannerOptions(keep_persistent=True))
+        SwapPlanner(g, dev).plan(program_order(g), byte_pool(g, dev), PlannerOptions(keep_persistent=True))
 
 
 def test_planning_is_deterministic():
     g = training_graph(200, seed=9, skip_prob=0.4, share_params=30, workspace_prob=0.2)
     order = random_order(g, np.random.default_rng(1))
     dev = replace(g.device, memory_bytes=unswapped_peak(g) // 3)
-    a = to_plan(SwapPlanner(g, dev).plan(order, byte_pool(g, dev.memory_bytes)), {"name": "x"})
-    b = to_plan(SwapPlanner(g, dev).plan(order, byte_pool(g, dev.memory_bytes)), {"name": "x"})
+    a = to_plan(SwapPlanner(g, dev).plan(order, byte_pool(g, dev)), {"name": "x"})
+    b = to_plan(SwapPlanner(g, dev).plan(order, byte_pool(g, dev)), {"name": "x"})
     assert a.dumps() == b.dumps()
 
 
@@ -158,8 +159,8 @@ def test_first_ops_parameters_start_resident_so_the_iteration_opens_without_a_st
     g = Graph("carry", ts, ops, Device("d", 160 << 20, 12e9, 12e9, 0.0))
     order = program_order(g)
     sp = SwapPlanner(g, g.device)
-    one = sp.plan(order, byte_pool(g, g.device.memory_bytes), replace(PlannerOptions(), passes=1))
-    two = sp.plan(order, byte_pool(g, g.device.memory_bytes))
+    one = sp.plan(order, byte_pool(g, g.device), replace(PlannerOptions(), passes=1))
+    two = sp.plan(order, byte_pool(g, g.device))
     emb = [t.id for t in g.tensors].index("emb")
     assert not one.resident_at_start[emb] and two.resident_at_start[emb]
     assert two.makespan == pytest.approx(float(g.arrays.op_time.sum()))  # the ideal: no stall left
@@ -174,7 +175,7 @@ def test_periodic_plan_keeps_parameters_resident_when_they_fit():
     g = training_graph(20, seed=6)
     order = program_order(g)
     dev = replace(g.device, memory_bytes=unswapped_peak(g))
-    aug = SwapPlanner(g, dev).plan(order, byte_pool(g, dev.memory_bytes))
+    aug = SwapPlanner(g, dev).plan(order, byte_pool(g, dev))
     plan = to_plan(aug, {"name": "x"})
     assert set(plan.resident_at_start) == {t.id for t in g.tensors if t.persistent}
     assert plan.metrics["bytes_h2d"] == 0 and plan.metrics["bytes_d2h"] == 0
@@ -191,7 +192,7 @@ def test_write_back_sends_updated_state_home_after_its_last_use_not_in_a_burst_a
     g = capture_model("resnet18", 8)
     dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.7))
     sp, order = SwapPlanner(g, dev), program_order(g)
-    plans = {wb: to_plan(sp.plan(order, byte_pool(g, dev.memory_bytes), PlannerOptions(write_back=wb)), {"name": "x"})
+    plans = {wb: to_plan(sp.plan(order, byte_pool(g, dev), PlannerOptions(write_back=wb)), {"name": "x"})
              for wb in (False, True)}
     tail = {}
     for wb, plan in plans.items():

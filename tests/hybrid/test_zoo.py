@@ -218,9 +218,9 @@ def test_bad_overrides_are_reported():
 def test_transformers_missing_gives_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail
     spec = get_model("gpt2")  # listing works without it
-    with pytest.raises(HybridError, match=r"pip install 'hybrid\[transformers\]'"):
+    with pytest.raises(HybridError, match=r"pip install 'hybrid-offload\[transformers\]'"):
         spec.build()
-    with pytest.raises(HybridError, match=r"pip install 'hybrid\[transformers\]'"):
+    with pytest.raises(HybridError, match=r"pip install 'hybrid-offload\[transformers\]'"):
         parameter_count(get_model("llama"))
 
 

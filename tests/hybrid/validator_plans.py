@@ -17,7 +17,9 @@ from hybrid.graph_arrays import dependency_edges
 from hybrid.plan import (ArenaAllocation, Event, Plan, SizeClass, SizeClassAllocation,
                          UnconstrainedAllocation)
 
-DEVICE = Device("test", memory_bytes=1 << 30, h2d_bytes_per_s=1e9, d2h_bytes_per_s=1e9, transfer_latency_s=0.0)
+# Byte counts in these hand-written plans are exact: alignment 1, so rule 5 sums them as written.
+DEVICE = Device("test", memory_bytes=1 << 30, h2d_bytes_per_s=1e9, d2h_bytes_per_s=1e9, transfer_latency_s=0.0,
+                alignment_bytes=1)
 
 
 def topo_order(g: Graph) -> list[int]:

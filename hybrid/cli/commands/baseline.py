@@ -7,7 +7,8 @@ import click
 
 from hybrid.baselines import BASELINES, run_baseline
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.cli.options import device_from, device_options, graph_option, load_graph, out_option
+from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, out_option,
+                                prepare_output)
 from hybrid.summary import plan_row, table
 
 
@@ -17,7 +18,10 @@ from hybrid.summary import plan_row, table
 @graph_option
 @device_options
 @out_option
-def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, **kw) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as JSON on stdout: {\"plans\": [one object per kind: kind, makespan_s, ideal_s, "
+                   "ratio, plan, ...], \"failed\": [...]}.")
+def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, as_json: bool, **kw) -> None:
     """Plan with an obvious alternative, to compare optimized plans against.
 
     \b
@@ -27,9 +31,11 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, **k
     belady  this project's swap planner on the program order
     ideal   unlimited memory: compute time only
     """
+    prepare_output(out_path, "--out", folder=len(kinds) > 1)  # a bad folder fails before any planning
     g = load_graph(graph_path)
     dev = device_from(g, kw)
     rows = []
+    summaries = []
     failed: list[str] = []
     for kind in kinds:
         try:
@@ -40,11 +46,16 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, **k
             failed.append(f"{kind}: cannot run: {e}")
             continue
         rows.append(plan_row(kind, plan))
+        target = None
         if out_path is not None:
             target = out_path / f"{kind}.json" if len(kinds) > 1 else out_path
-            target.parent.mkdir(parents=True, exist_ok=True)
             plan.save(target)
-    if rows:
+        summaries.append({"kind": kind, **json_summary(g, dev, plan, target)})
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"plans": summaries, "failed": failed}, indent=1))
+    elif rows:
         click.echo(table(rows))
     for line in failed:
         click.echo(line, err=True)

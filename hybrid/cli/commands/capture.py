@@ -1,4 +1,4 @@
-"""`hybrid capture`: a zoo model's training iteration as a graph file."""
+"""`hybrid capture`: a zoo model's (or the user's own module's) training iteration as a graph file."""
 from __future__ import annotations
 
 import time
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_from, device_options, optimizer_options, parse_overrides
+from hybrid.cli.options import device_from, device_options, optimizer_options, parse_overrides, prepare_output
 from hybrid.errors import HybridError
 from hybrid.units import format_bytes, format_seconds
 
@@ -25,8 +25,26 @@ def summary_lines(graph, seconds: float) -> list[str]:  # noqa: ANN001 - a Graph
     ]
 
 
+def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: dict | None, device, dtype: str):  # noqa: ANN001
+    """Capture the factory's module; the graph records the spec for `hybrid execute`."""
+    import torch
+
+    from hybrid.capture.api import capture
+    from hybrid.capture.user_module import load_user_model
+
+    torch.manual_seed(0)
+    user = load_user_model(spec)
+    graph = capture(user.module, user.args, user.loss_fn, user.target, kwargs=user.kwargs, optimizer=optimizer,
+                    lr=lr, optimizer_options=options, device=device, dtype=dtype, name=spec.replace(":", "."))
+    graph.extra["module"] = {"spec": spec, "dtype": dtype}
+    return graph
+
+
 @click.command("capture")
-@click.option("--model", required=True, help="Zoo model name, e.g. wresnet-152-10, rnn-8-8k, resnet-50 (see `hybrid models`).")
+@click.option("--model", default=None, help="Zoo model name, e.g. wresnet-152-10, rnn-8-8k, resnet-50 (see `hybrid models`).")
+@click.option("--module", "module_spec", default=None, metavar="PKG.MODULE:FACTORY",
+              help="Your own model instead of --model: a function of no arguments returning (module, inputs, "
+                   "target, loss_fn), imported with the current folder on the path, e.g. --module mymodel:make.")
 @click.option("--batch", type=int, default=None, help="Batch size (default: the batch the model's paper uses).")
 @click.option("--optimizer", type=click.Choice(["adam", "adamw", "sgd", "none"]), default="adam", show_default=True,
               help="Optimizer step to include; none captures an inference (forward-only) graph.")
@@ -44,10 +62,10 @@ def summary_lines(graph, seconds: float) -> list[str]:  # noqa: ANN001 - a Graph
               help="Also measure ops missing from --profile on this machine (GPU if any, else CPU) and update the file.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Write the graph here (hybrid-graph/1).")
-def command(model: str, batch: int | None, optimizer: str, lr: float | None, momentum: float | None,
+def command(model: str | None, module_spec: str | None, batch: int | None, optimizer: str, lr: float | None, momentum: float | None,
             weight_decay: float | None, dtype: str, overrides: tuple[str, ...], profile_path: Path | None,
             measure: bool, out_path: Path, **kw: object) -> None:
-    """Capture one training iteration of a zoo model as a graph file.
+    """Capture one training iteration of a zoo model (--model) or of your own module (--module) as a graph file.
 
     Forward, backward and the optimizer step are traced on fake tensors, so
     models far larger than this machine's memory capture quickly. Op times are
@@ -55,15 +73,26 @@ def command(model: str, batch: int | None, optimizer: str, lr: float | None, mom
     launch overhead), or measured ones from --profile. From Python, capture
     any nn.Module with hybrid.capture.capture (docs/capture.md).
 
+    With --module, the factory's module and inputs are real tensors (it runs
+    once on the CPU to build them), the graph records the spec, and `hybrid
+    execute --graph` rebuilds the same model from it. --batch and --set do not
+    apply: the factory decides its inputs.
+
     \b
-    Example:
+    Examples:
       hybrid capture --model wresnet-152-10 --batch 64 --optimizer sgd --momentum 0.9 --out wrn.json
+      hybrid capture --module mymodel:make --optimizer adamw --lr 1e-3 --out mine.json
     """
     from hybrid.capture._torch import require_torch
 
     require_torch()
     from hybrid.capture.api import capture_model
 
+    if (model is None) == (module_spec is None):
+        raise HybridError("give exactly one of --model NAME (a zoo model) or --module PKG.MODULE:FACTORY (your own)")
+    if module_spec is not None and (batch is not None or overrides):
+        raise HybridError("--batch and --set apply to zoo models; with --module your factory decides the inputs")
+    prepare_output(out_path, "--out")
     if measure and profile_path is None:
         raise HybridError("--measure needs --profile FILE (where measured times are kept)")
     if profile_path is not None and not measure and not profile_path.exists():
@@ -75,8 +104,11 @@ def command(model: str, batch: int | None, optimizer: str, lr: float | None, mom
     if opt is None and (lr is not None or options):
         raise HybridError("--lr/--momentum/--weight-decay need an optimizer; drop them or pick --optimizer sgd/adam")
     start = time.monotonic()
-    graph = capture_model(model, batch, optimizer=opt, lr=lr, optimizer_options=options or None, device=device,
-                          dtype=dtype, overrides=parse_overrides(overrides))
+    if module_spec is not None:
+        graph = _capture_user(module_spec, opt, lr, options or None, device, dtype)
+    else:
+        graph = capture_model(model, batch, optimizer=opt, lr=lr, optimizer_options=options or None, device=device,
+                              dtype=dtype, overrides=parse_overrides(overrides))
     seconds = time.monotonic() - start
     if profile_path is not None:
         from hybrid.capture.profile import Profile, apply_profile, measure_profile

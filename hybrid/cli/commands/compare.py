@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_from, device_options, load_graph, patience_option
+from hybrid.cli.options import device_from, device_options, load_graph, patience_option, prepare_output
 from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_duration
 
@@ -25,7 +25,8 @@ def _seeds(text: str) -> tuple[int, ...]:
 @click.option("--graph", "graph_paths", required=True, multiple=True,
               type=click.Path(dir_okay=False, path_type=Path), help="Graph file (repeat for several graphs).")
 @click.option("--time-limit", default="10m", show_default=True,
-              help="Wall time per arm and seed, e.g. 2m, 10m (both arms get exactly this).")
+              help="Wall time per arm and seed, e.g. 2m, 10m; a bare number is seconds. Both arms get this budget; "
+                   "the table's wall_s column says what each used.")
 @click.option("--seeds", default="1,2,3", show_default=True, help="Seeds, comma-separated; medians over them.")
 @click.option("--refine-mode", type=click.Choice(["auto", "beside", "after"]), default="auto", show_default=True,
               help="How the GA+CP-SAT arm refines, as in `hybrid optimize`: beside the search in a second process, "
@@ -61,8 +62,12 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     same time. Both plans are
     validated and written to --out-dir, with a table (CSV, Parquet, Markdown)
     of makespan, ratio to the ideal and to the lower bound, stall, bytes moved
-    and search time per seed, plus medians. From Python: hybrid.compare.compare
+    and search and wall time per seed, plus medians. From Python: hybrid.compare.compare
     returns the same table as a pandas DataFrame.
+
+    Ctrl-C or SIGTERM stops it: the runs completed so far are written (table
+    and plans) and the exit status is 130 or 143, since the comparison is
+    incomplete.
 
     \b
     Examples:
@@ -75,34 +80,63 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     from hybrid.compare import compare, summary, write_tables
     from hybrid.info import fraction_of_peak
 
+    import sys
+
+    from hybrid.cli.signals import deferred_interrupts, exit_status, interrupted_by, start_forkserver
+
     total = parse_duration(time_limit, "--time-limit")
+    if total <= 0:
+        raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
     seed_list = _seeds(seeds)
     if memory_fraction is not None and not 0 < memory_fraction:
         raise HybridError(f"--memory-fraction must be positive, got {memory_fraction}")
     if workers is not None and workers < 1:
         raise HybridError(f"--workers must be at least 1, got {workers}")
+    prepare_output(out_dir, "--out-dir", folder=True)  # a bad folder fails now, not after the runs
     cfg = GAConfig() if population is None else GAConfig(population=population, children=population)
-    tables = []
-    for path in graph_paths:
+    graphs = []
+    for path in graph_paths:  # every file and flag checked before the first run
         g = load_graph(path)
         dev = device_from(g, dict(kw))
         if memory_fraction is not None:
             dev = replace(dev, memory_bytes=fraction_of_peak(g, memory_fraction))
-        from hybrid.refine.beside import placement
+        graphs.append((g, dev))
+    start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process
+    tables = []
+    interrupted = False
+    try:
+        for g, dev in graphs:
+            from hybrid.refine.beside import placement
 
-        # as `hybrid optimize` places the search and the refiner (the GA-only arm gets one more process beside)
-        beside, graph_workers = placement(g, dev, True, refine_mode, workers)
-        mode = "beside" if beside else "after"
-        tables.append(compare(g, dev, time_limit_s=total, seeds=seed_list, refine_share=refine_share,
-                              workers=int(graph_workers or 1), out_dir=out_dir, ga_config=cfg, patience=refine_patience,
-                              mode=mode, elites=refine_elites, progress=lambda msg: click.echo(msg, err=True)))
-    df = pd.concat(tables, ignore_index=True)
-    paths = write_tables(df, out_dir / "compare", "GA-only vs GA + CP-SAT at equal wall time",
-                         f"Budget {format_seconds(total)} per arm and seed; refinement {refine_mode} (see the mode "
-                         f"column), share "
-                         f"{refine_share}, patience {refine_patience}"
-                         + (f", {refine_elites} elites offered" if refine_mode == "beside" else "")
-                         + "; workers: see the workers column.")
-    s = summary(df)
-    click.echo(s.to_markdown(index=False, floatfmt=".4g"))
-    click.echo("wrote " + ", ".join(str(p) for p in paths))
+            # as `hybrid optimize` places the search and the refiner (the GA-only arm gets one more process beside)
+            beside, graph_workers = placement(g, dev, True, refine_mode, workers)
+            mode = "beside" if beside else "after"
+            t = compare(g, dev, time_limit_s=total, seeds=seed_list, refine_share=refine_share,
+                        workers=int(graph_workers or 1), out_dir=out_dir, ga_config=cfg, patience=refine_patience,
+                        mode=mode, elites=refine_elites, progress=lambda msg: click.echo(msg, err=True))
+            tables.append(t)
+            if t.attrs.get("interrupted"):
+                interrupted = True
+                break
+    except KeyboardInterrupt:
+        if not tables:
+            raise
+        interrupted = True
+    with deferred_interrupts():
+        df = pd.concat(tables, ignore_index=True)
+        paths = write_tables(df, out_dir / "compare", "GA-only vs GA + CP-SAT at equal wall time",
+                             f"Budget {format_seconds(total)} per arm and seed (each arm's wall_s says what it used); "
+                             f"refinement {refine_mode} (see the mode column), share "
+                             f"{refine_share}, patience {refine_patience}"
+                             + (f", {refine_elites} elites offered" if refine_mode == "beside" else "")
+                             + "; workers: see the workers column."
+                             + ("\n\nIncomplete: interrupted before every graph and seed had run." if interrupted
+                                else ""))
+        s = summary(df)
+        click.echo(s.to_markdown(index=False, floatfmt=".4g"))
+        click.echo("wrote " + ", ".join(str(p) for p in paths))
+    if interrupted:
+        runs = int((df["row"] == "seed").sum()) // 2
+        click.echo(f"interrupted ({interrupted_by()}): wrote the {runs} completed run{'s' if runs != 1 else ''} "
+                   f"(graph and seed, both arms) to {out_dir}", err=True)
+        sys.exit(exit_status())

@@ -25,19 +25,19 @@ def _overrides_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
 
 def _graph_and_spec(model: str | None, graph_path: Path | None, batch: int | None, optimizer: str, lr: float | None,
                     momentum: float | None, weight_decay: float | None, dtype: str,
-                    overrides: tuple[str, ...]) -> tuple[Any, Any, int]:
+                    overrides: tuple[str, ...], loaded: Any = None) -> tuple[Any, Any, int]:
     from hybrid.capture.api import capture_model
     from hybrid.cli.options import optimizer_options, parse_overrides
     from hybrid.graph import Graph
     from hybrid.zoo import get_model
 
     if graph_path is not None:
-        graph = Graph.load(graph_path)
+        graph = loaded if loaded is not None else Graph.load(graph_path)
         rec = graph.extra.get("model")
         if model is None:
             if not isinstance(rec, dict):
-                raise HybridError(f"graph {str(graph_path)!r} does not record a zoo model; give --model, or run your "
-                                  "own module from Python (executor.execute)")
+                raise HybridError(f"graph {str(graph_path)!r} records no zoo model nor --module; give --model or "
+                                  "--module PKG.MODULE:FACTORY, or run your own module from Python (executor.execute)")
             model = rec["name"]
         if isinstance(rec, dict) and rec.get("name") != model:
             raise HybridError(f"--model {model!r} but the graph was captured from {rec.get('name')!r}")
@@ -97,6 +97,8 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
 
 @click.command("execute")
 @click.option("--model", default=None, help="Zoo model name (see `hybrid models`); optional with a --graph that records it.")
+@click.option("--module", "module_spec", default=None, metavar="PKG.MODULE:FACTORY",
+              help="Your own model (as for `hybrid capture --module`); optional with a --graph that records it.")
 @click.option("--graph", "graph_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The captured graph the plan was made for (default: capture --model now with the flags below).")
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -106,8 +108,9 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
               help="cuda (streams, pinned host memory) or cpu (the exact sequential backend); default cuda if present.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for the model's weights; iteration k also seeds torch with seed + k (dropout).")
-@click.option("--check", is_flag=True, help="Also train eagerly from the same seed; print the largest difference and "
-              "exit 1 on a mismatch (bitwise on cpu, --atol/--rtol on cuda).")
+@click.option("--check", is_flag=True, help="Also train eagerly on the CPU from the same seed (host memory holds what "
+              "the GPU cannot); print the largest difference and exit 1 on a mismatch (bitwise on cpu, --atol/--rtol "
+              "on cuda).")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance for --check (default 0 on cpu, 1e-5 on cuda).")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance for --check (default 0 on cpu, 1e-4 on cuda).")
 @click.option("--sanitize", is_flag=True, help="Check every node for stream races and poison freed memory (slower).")
@@ -122,12 +125,16 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Model setting, as for hybrid capture.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the measurements (and the check) as JSON here.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the last measured iteration beside the plan's simulated timeline as a Chrome trace "
+                   "(Perfetto JSON), to lay beside a torch.profiler trace.")
 @click.option("--profile-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the measured op times as a profile (hybrid-profile/1) for `hybrid capture --profile`.")
-def command(model: str | None, graph_path: Path | None, plan_path: Path, iters: int, device: str | None, seed: int,
+def command(model: str | None, module_spec: str | None, graph_path: Path | None, plan_path: Path, iters: int, device: str | None, seed: int,
             check: bool, atol: float | None, rtol: float | None, sanitize: bool, batch: int | None, optimizer: str,
             lr: float | None, momentum: float | None, weight_decay: float | None, dtype: str,
-            overrides: tuple[str, ...], out_path: Path | None, profile_out: Path | None) -> None:
+            overrides: tuple[str, ...], out_path: Path | None, trace_path: Path | None,
+            profile_out: Path | None) -> None:
     """Train a model for --iters iterations under a plan and measure it.
 
     The plan's order, pool and copies are kept exactly: ops run on a compute
@@ -145,28 +152,76 @@ def command(model: str | None, graph_path: Path | None, plan_path: Path, iters: 
       hybrid execute --graph g.json --plan p.json --iters 20 --device cuda --check
     """
     from hybrid.capture._torch import require_torch
-
-    torch = require_torch()
-    from hybrid.capture.encoding import parse_dtype
+    from hybrid.cli.options import prepare_output
     from hybrid.plan import Plan
-
-    from executor import execute
 
     if iters < 1:
         raise HybridError(f"--iters must be at least 1, got {iters}")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    graph, spec, b = _graph_and_spec(model, graph_path, batch, optimizer, lr, momentum, weight_decay, dtype,
-                                     overrides)
+    prepare_output(out_path, "--out")
+    prepare_output(profile_out, "--profile-out")
+    prepare_output(trace_path, "--trace")
+    torch = require_torch()
+    # Cheap checks first: building a large model takes minutes and tens of GB.
     plan = Plan.load(plan_path)
-    dt = parse_dtype(dtype) or torch.float32
-    if graph_path is not None:
-        first = next((t for t in graph.tensors if t.kind == "param" and "dtype" in t.extra), None)
-        dt = parse_dtype(first.extra["dtype"]) if first is not None else torch.float32
-    torch.manual_seed(seed)
-    module = spec.build().to(dt)
-    args, target = spec.make_inputs(b, torch.device("cpu"), dt)
-    result = execute(graph, plan, module, args, target, loss_fn=spec.loss, iters=iters, device=device, seed=seed,
-                     check=check, sanitize=sanitize, atol=atol, rtol=rtol)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise HybridError(f"--device {device}: PyTorch {torch.__version__} sees no CUDA device here; run with "
+                          "--device cpu (the exact sequential backend) or on a machine with a GPU")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise HybridError(f"--device {device!r}: choose cpu or cuda (or cuda:N)")
+    graph = _load_graph(graph_path) if graph_path is not None else None
+    if graph is not None:
+        _plan_fits(graph, plan, plan_path, graph_path)
+        if module_spec is None and isinstance(graph.extra.get("module"), dict) and model is None:
+            module_spec = str(graph.extra["module"]["spec"])
+        _host_memory_suffices(graph, plan, device, check)
+    from hybrid.capture.encoding import parse_dtype
+
+    from executor import execute
+
+    if module_spec is not None:
+        if model is not None:
+            raise HybridError("give --model (a zoo model) or --module (your own), not both")
+        if graph is None:
+            raise HybridError("--module needs --graph: the graph you captured with `hybrid capture --module`")
+        from hybrid.capture.user_module import load_user_model
+
+        dt = _graph_dtype(graph, torch)
+        torch.manual_seed(seed)
+        user = load_user_model(module_spec)
+        module, args, target, loss_fn, kwargs = user.module.to(dt), user.args, user.target, user.loss_fn, user.kwargs
+    else:
+        graph, spec, b = _graph_and_spec(model, graph_path, batch, optimizer, lr, momentum, weight_decay, dtype,
+                                         overrides, graph)
+        if graph_path is None:
+            _plan_fits(graph, plan, plan_path, None)
+            _host_memory_suffices(graph, plan, device, check)
+        dt = parse_dtype(dtype) or torch.float32
+        if graph_path is not None:
+            dt = _graph_dtype(graph, torch)
+        torch.manual_seed(seed)
+        module = spec.build().to(dt)
+        args, target = spec.make_inputs(b, torch.device("cpu"), dt)
+        loss_fn, kwargs = spec.loss, None
+    records: list[Any] = []
+    progress = _Progress(iters)
+    try:
+        result = execute(graph, plan, module, args, target, loss_fn=loss_fn, kwargs=kwargs, iters=iters,
+                         device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
+                         on_iteration=lambda rec: (records.append(rec), progress.step(rec)))
+    except KeyboardInterrupt:
+        from hybrid.cli.signals import exit_status, interrupted_by
+
+        progress.close()
+        how = interrupted_by()
+        if out_path is not None and records:
+            _write(out_path, _doc(graph, plan_path, device, iters, seed, None, [], records, None, interrupted=how))
+            click.echo(f"interrupted ({how}) after {len(records)} of {iters} iterations: wrote the measurements so "
+                       f"far to {out_path}", err=True)
+        else:
+            click.echo(f"interrupted ({how}) after {len(records)} of {iters} iterations", err=True)
+        sys.exit(exit_status())
+    progress.close()
     for line in _lines(graph, plan, result, device):
         click.echo(line)
     c = result.comparison
@@ -181,13 +236,12 @@ def command(model: str | None, graph_path: Path | None, plan_path: Path, iters: 
         for note in c.notes:
             click.echo(f"  note: {note}")
     if out_path is not None:
-        doc = {"graph": graph.name, "plan": str(plan_path), "device": device, "iters": iters, "seed": seed,
-               "summary": result.summary.to_json(), "losses": result.losses,
-               "iterations": [{"wall_s": r.wall_s, "makespan_s": r.makespan_s, **r.ops.to_json()}
-                              for r in result.records],
-               "check": c.to_json() if c is not None else None}
-        out_path.write_text(json.dumps(doc, indent=1, default=str))
+        _write(out_path, _doc(graph, plan_path, device, iters, seed, result.summary.to_json(), result.losses,
+                              result.records, c))
         click.echo(f"wrote {out_path}")
+    if trace_path is not None:
+        _write_trace(trace_path, graph, plan, result, device)
+        click.echo(f"wrote {trace_path}")
     if profile_out is not None:
         from executor.measure import to_profile
 
@@ -197,3 +251,136 @@ def command(model: str | None, graph_path: Path | None, plan_path: Path, iters: 
         click.echo(f"wrote {profile_out} ({len(prof.entries)} op signatures)")
     if c is not None and not c.ok:
         sys.exit(1)
+
+
+def _write_trace(path: Path, graph: Any, plan: Any, result: Any, device: str) -> None:
+    """The plan as simulated and the last iteration as measured, two processes of one Chrome trace."""
+    import math
+
+    from hybrid.timeline import memory_profile, plan_trace_rows, write_chrome_trace
+
+    from executor.streams import STREAM_NAMES
+
+    rec = result.records[-1]
+    program = result.program
+    rows = []
+    if rec.start is not None and rec.end is not None:
+        for st in program.steps:
+            s, e = float(rec.start[st.node]), float(rec.end[st.node])
+            if st.stream < 0 or math.isnan(s) or math.isnan(e):
+                continue
+            label = program.aug.label(st.node)
+            lane = STREAM_NAMES[st.stream]
+            rows.append((label, lane if lane != "compute" else "compute", lane, s, e, {"node": st.node}))
+    write_chrome_trace(path, [("plan (simulated)", plan_trace_rows(graph, plan), memory_profile(graph, plan)),
+                              (f"iteration {rec.iteration} (measured on {device})", rows, None)])
+
+
+def _doc(graph: Any, plan_path: Path, device: str, iters: int, seed: int, summary: Any, losses: list[float],
+         records: list[Any], c: Any, interrupted: str | None = None) -> dict[str, Any]:
+    doc = {"graph": graph.name, "plan": str(plan_path), "device": device, "iters": iters, "seed": seed,
+           "summary": summary, "losses": losses or [r.loss for r in records],
+           "iterations": [{"wall_s": r.wall_s, "makespan_s": r.makespan_s, **r.ops.to_json()} for r in records],
+           "check": c.to_json() if c is not None else None}
+    if interrupted:
+        doc["interrupted"] = interrupted
+    return doc
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    tmp.replace(path)
+
+
+class _Progress:
+    """Per-iteration progress on stderr: a bar on a terminal, a line per iteration in a log (Slurm, nohup)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.k = 0
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc="iterations", unit="it", file=sys.stderr, leave=False)
+
+    def step(self, rec: Any) -> None:
+        self.k += 1
+        loss = f", loss {rec.loss:.6g}" if rec.loss is not None else ""
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(f"{format_seconds(rec.wall_s)}/it{loss}")
+        else:
+            click.echo(f"iteration {self.k}/{self.total}: {format_seconds(rec.wall_s)}{loss}", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _load_graph(path: Path) -> Any:
+    from hybrid.graph import Graph
+
+    return Graph.load(path)
+
+
+def _graph_dtype(graph: Any, torch: Any) -> Any:
+    from hybrid.capture.encoding import parse_dtype
+
+    first = next((t for t in graph.tensors if t.kind == "param" and "dtype" in t.extra), None)
+    return parse_dtype(first.extra["dtype"]) if first is not None else torch.float32
+
+
+def _plan_fits(graph: Any, plan: Any, plan_path: Path, graph_path: Path | None) -> None:
+    """Rule 0's cheap part: the plan names this graph (and this version of its file)."""
+    where = f"graph file {str(graph_path)!r}" if graph_path is not None else f"the captured graph {graph.name!r}"
+    if plan.graph != graph.name:
+        raise HybridError(f"plan {str(plan_path)!r} was made for graph {plan.graph!r}, not {where} ({graph.name!r}); "
+                          "give the graph it was made for, or plan this one")
+    if graph_path is not None and plan.graph_sha256 and plan.graph_sha256 != graph.sha256:
+        raise HybridError(f"plan {str(plan_path)!r} was made for another version of {where} (sha256 "
+                          f"{plan.graph_sha256[:12]}, the file's is {graph.sha256[:12]}); plan it again")
+    known = {o.id for o in graph.ops}
+    if set(plan.schedule) != known:
+        raise HybridError(f"plan {str(plan_path)!r} schedules other ops than {where} has; plan it again")
+
+
+def _available_ram() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _host_memory_suffices(graph: Any, plan: Any, device: str, check: bool) -> None:
+    """Refuse up front, with the figures, a run whose host memory would not fit (instead of an OOM kill)."""
+    need = host_bytes_needed(graph, plan, device, check)
+    have = _available_ram()
+    if have is not None and need > have:
+        raise HybridError(f"this run needs about {format_bytes(need)} of host memory (the model's parameters, host "
+                          f"copies{', the CPU device pool' if device == 'cpu' else ''}"
+                          f"{', the eager reference for --check' if check else ''}) but "
+                          f"{format_bytes(have)} is available; use a machine with more memory"
+                          f"{' or drop --check' if check else ''}")
+
+
+def host_bytes_needed(graph: Any, plan: Any, device: str, check: bool) -> int:
+    """Host bytes a run allocates: the module's parameters, the host pool (persistent and swapped tensors), the
+    device pool itself on cpu, and for --check an eager step (its unswapped peak)."""
+    swapped = {e.tensor for e in plan.events if e.kind in ("swap_in", "swap_out")}
+    params = sum(t.bytes for t in graph.tensors if t.kind == "param")
+    host = sum(t.bytes for t in graph.tensors if t.persistent or t.id in swapped)
+    need = params + host
+    if device == "cpu":
+        need += plan.device.usable_bytes
+    if check:
+        from hybrid.info import unswapped_peak
+
+        need += unswapped_peak(graph, align=1)
+    return need

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_options
+from hybrid.cli.options import device_options, prepare_output
 from hybrid.device import resolve_device
 from hybrid.importers.checkmate import load_checkmate
 
@@ -27,9 +27,11 @@ def command() -> None:
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Graph file to write.")
 def checkmate(file: Path, time_unit: str, scale_to: str | None, name: str | None, out_path: Path, **kw) -> None:
     """Import a Checkmate/Moccasin node-link JSON graph (one op per node, cost_cpu time, cost_ram bytes)."""
+    prepare_output(out_path, "--out")
     device = None
-    if any(kw.get(k) is not None for k in ("device_name", "memory", "h2d", "d2h", "latency")):
-        device = resolve_device(None, kw["device_name"], kw["memory"], kw["h2d"], kw["d2h"], kw["latency"])
+    if any(kw.get(k) is not None for k in ("device_name", "memory", "h2d", "d2h", "latency", "reserve", "alignment")):
+        device = resolve_device(None, kw["device_name"], kw["memory"], kw["h2d"], kw["d2h"], kw["latency"],
+                                kw["reserve"], kw["alignment"])
     g = load_checkmate(file, time_unit, scale_to, device, name)
     g.save(out_path)
     click.echo(f"wrote {out_path}: {len(g.ops)} ops, {len(g.tensors)} tensors, compute {sum(o.time_s for o in g.ops):.6g} s")

@@ -32,7 +32,7 @@ def command(names: tuple[str, ...], sets: tuple[str, ...], as_json: bool) -> Non
     Without NAMES, lists one model per family and size the papers use; with
     NAMES (e.g. `hybrid models rnn-2-1k wresnet-50-4`), describes those.
     Parameters are counted on PyTorch's meta device, so nothing is allocated;
-    bytes are at fp32. GPT-2 and Llama need `pip install 'hybrid[transformers]'`
+    bytes are at fp32. GPT-2 and Llama need `pip install 'hybrid-offload[transformers]'`
     to be counted.
     """
     from hybrid.zoo import get_model, list_models, parameter_count  # here, so the CLI starts without torch
@@ -63,4 +63,4 @@ def command(names: tuple[str, ...], sets: tuple[str, ...], as_json: bool) -> Non
     click.echo(tabulate(table, headers=["name", "family", "paper", "batch", "parameters", "fp32", "description"],
                         colalign=("left", "left", "left", "right", "right", "right", "left")))
     if missing:
-        click.echo(f"\n{', '.join(missing)}: pip install 'hybrid[transformers]' to build and count them.")
+        click.echo(f"\n{', '.join(missing)}: pip install 'hybrid-offload[transformers]' to build and count them.")

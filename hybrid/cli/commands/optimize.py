@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_from, device_options, graph_option, load_graph, patience_option, seed_option
+from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, patience_option,
+                                prepare_output, seed_option)
 from hybrid.errors import HybridError
 from hybrid.handoff import patience_s
 from hybrid.units import format_bytes, format_seconds, parse_duration
@@ -25,8 +28,9 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.command("optimize")
 @graph_option
 @click.option("--time-limit", default="30m", show_default=True,
-              help="Search budget, e.g. 90s, 5m, 1h (refinement included; the first run after an install also compiles "
-                   "the planner's kernels, outside it). Ctrl-C stops early and keeps the best plan.")
+              help="Search budget, e.g. 90s, 5m, 1h; a bare number is seconds (refinement included; the first run "
+                   "after an install also compiles the planner's kernels, outside it). The search also stops when its "
+                   "best plan reaches the lower bound. Ctrl-C or SIGTERM stops early and writes the best plan so far.")
 @click.option("--generations", type=int, default=None,
               help="Stop after this many generations (counting those before --resume), if the time limit allows.")
 @seed_option
@@ -39,7 +43,7 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
                    "runs beside the search; 1 when one evaluation takes under 1 ms, where a pool is slower]; "
                    "1 = serial, in this process.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
-              help="Evaluate on a Dask cluster instead, e.g. tcp://host:8786 (pip install 'hybrid[dask]').")
+              help="Evaluate on a Dask cluster instead, e.g. tcp://host:8786 (pip install 'hybrid-offload[dask]').")
 @click.option("--search", type=click.Choice(["both", "schedule", "allocation"]), default="both", show_default=True,
               help="What the search may change; the other part stays at its best seed (the paper's Figure 10).")
 @click.option("--pool", type=click.Choice(["both", "classes", "bytes"]), default="both", show_default=True,
@@ -79,6 +83,9 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Plot best/mean/worst makespan against search time (PNG), like the paper's Figure 9.")
 @click.option("--quiet", is_flag=True, help="No progress line; only the final summary.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ratio, plan, memory_bytes, "
+                   "planner, generations, search_s, wall_s, stop_reason, ...) instead of the text.")
 @click.option("--compare-baselines", is_flag=True,
               help="At the end, also plan the naive, odswap, vdnn and belady baselines (outside the time limit) "
                    "and print one table with them and the optimized plan.")
@@ -87,7 +94,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             policies: tuple[str, ...], planner_knobs: bool, mutation_rate: float, temperature: float, refine: str,
             refine_mode: str, refine_share: float, refine_patience: float, refine_elites: int,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
-            log_path: Path | None, plot_path: Path | None, quiet: bool, compare_baselines: bool,
+            log_path: Path | None, plot_path: Path | None, quiet: bool, as_json: bool, compare_baselines: bool,
             **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
@@ -102,7 +109,15 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     whose best plan is refined until that stops finding anything faster (--refine-patience) and the
     search then resumes with the time left. The fastest plan is kept. Prints a line per generation (best, population
     mean and worst makespan, evaluations per second, time left), and at the
-    end the makespan, its ratio to the ideal, the lower bound and bytes moved.
+    end the makespan, its ratio to the ideal, the lower bound and bytes moved (--json: as JSON).
+
+    The search ends at --time-limit, after --generations, when its best plan
+    reaches the lower bound (no plan can be faster), or on Ctrl-C or SIGTERM
+    (as sent by timeout, Slurm, Kubernetes): then the best plan so far is
+    written and the exit status is 0. Output paths are checked (their folders
+    created) before any work starts. Exit status 2: a user error (a bad flag or
+    file, no plan fits), nothing written; 1: a refined plan failed validation,
+    the search's own valid best plan was written instead.
 
     The same --seed and --generations give the same search, whatever
     --workers or --scheduler (evaluation is deterministic; only speed differs).
@@ -118,11 +133,13 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
       hybrid optimize --graph g.json --time-limit 1h --resume ga.ckpt --checkpoint ga.ckpt --out plan.json
     """
     from ga import GAConfig, optimize
+    from ga.evaluation import make_evaluator
     from ga.progress import ProgressLine
-    from hybrid.swap_planner import compile_kernels
-    from hybrid.validator import validate
+    from hybrid.cli.signals import deferred_interrupts, interrupted_by, start_forkserver
+    from hybrid.metrics import lower_bound
+    from hybrid.swap_planner import PlannerOptions, compile_kernels
 
-    start = time.monotonic()
+    start = wall0 = time.monotonic()
     total = parse_duration(time_limit, "--time-limit")
     if total <= 0:
         raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
@@ -135,6 +152,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         raise HybridError(f"--workers must be at least 1, got {workers}")
     if scheduler and workers is not None:
         raise HybridError("give either --workers (processes here) or --scheduler (a Dask cluster), not both")
+    for path, flag in ((out_path, "--out"), (log_path, "--log"), (plot_path, "--plot"),
+                       (checkpoint_path, "--checkpoint")):
+        prepare_output(path, flag)  # a bad folder fails now, not after the search
     if refine == "cpsat":
         import hybrid.refine  # noqa: F401 - imported now so its import time counts against the budget
     graph = load_graph(graph_path)
@@ -154,44 +174,89 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                       schedule_mutation_rate=mutation_rate, temperature=temperature, search=search,  # type: ignore[arg-type]
                       pool=pool, seed=seed, planner_knobs=planner_knobs,
                       **({"policies": policies} if policies else {}))  # type: ignore[arg-type]
+    # no plan beats the lower bound: stop there (relative slack, as equal sums in another order differ in the
+    # last bits); on a graph that fits, generation 0 reaches it
+    stop_at = lower_bound(graph, device) * (1.0 + 1e-9)
     deadline = start + ga_time
-    with tempfile.TemporaryDirectory() as tmp:
-        # refinement may hand its time back to the search, which then resumes from the split's checkpoint
-        split_ckpt = checkpoint_path or (Path(tmp) / "split.ckpt" if refine == "cpsat" and not beside else None)
-        line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
-        refiner = _start_refiner(graph, device, deadline, seed, refine_elites,
-                                 patience_s(refine_share * total, refine_patience), total) if beside else None
-        try:
-            result = optimize(graph, device, config, time_limit_s=max(1e-3, deadline - time.monotonic()),
-                              generations=generations, workers=workers, scheduler=scheduler,
-                              checkpoint=split_ckpt, checkpoint_every=checkpoint_every if checkpoint_path else 0,
-                              resume=resume_path, on_generation=line, handle_sigint=True,
-                              observe=refiner.offer if refiner is not None else None)
-        finally:
-            if line is not None:
-                line.close()
-            report = refiner.finish() if refiner is not None else None
-        plan = result.to_plan(time_limit_s=total)
-        _check(graph, plan, validate)
-        ga_plan = plan
-        refined = ""
-        if report is not None:
-            plan, refined = _beside_outcome(report, plan)
-            if plan is not ga_plan:
-                _check(graph, plan, validate)
-        plan.save(out_path)  # written now, so an interrupted refinement still leaves the best so far
-        if refine == "cpsat" and not beside and result.stop_reason != "interrupted":
-            # a search that ran out of generations has nothing to resume: refine for the whole share then
-            more = result.stop_reason == "time limit"
-            plan, refined, resumed = _refine(graph, device, plan, split_ckpt if more else None, start + total, seed,
-                                             refine_patience if more else None, quiet,
-                                             {"time_limit_s": total}, generations=generations, workers=workers,
-                                             scheduler=scheduler, checkpoint=checkpoint_path,
-                                             checkpoint_every=checkpoint_every)
-            result = resumed or result
-            if plan is not ga_plan:
-                _check(graph, plan, validate)
-                plan.save(out_path)
+    failures: list[str] = []   # refined plans that failed validation (the search's own plan is kept)
+    interrupted = False
+    # one evaluator for the search and, after refinement, its resumption: a second process pool would spend
+    # the seconds refinement hands back starting up (the resumed search then ran 0 generations)
+    start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process, which stops them in order
+    evaluator = make_evaluator(graph, device, PlannerOptions(), workers, scheduler)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            # refinement may hand its time back to the search, which then resumes from the split's checkpoint
+            split_ckpt = checkpoint_path or (Path(tmp) / "split.ckpt" if refine == "cpsat" and not beside
+                                             else None)
+            line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
+            refiner = _start_refiner(graph, device, deadline, seed, refine_elites,
+                                     patience_s(refine_share * total, refine_patience), total) if beside else None
+            result = report = None
+            try:
+                result = optimize(graph, device, config, time_limit_s=max(1e-3, deadline - time.monotonic()),
+                                  generations=generations, evaluator=evaluator,
+                                  checkpoint=split_ckpt,
+                                  checkpoint_every=checkpoint_every if checkpoint_path else 0,
+                                  resume=resume_path, on_generation=line, handle_sigint=True,
+                                  observe=refiner.offer if refiner is not None else None, stop_at_s=stop_at)
+            finally:
+                if line is not None:
+                    line.close()
+                if refiner is not None:
+                    with deferred_interrupts():
+                        if result is not None and result.stop_reason == "lower bound":
+                            refiner.close()  # nothing can beat the lower bound: do not wait for the refiner
+                        else:
+                            report = refiner.finish()
+            with deferred_interrupts() as hits:  # the best plan is written whole, even if a signal comes now
+                plan = result.to_plan(time_limit_s=total)
+                problem = _problem(graph, plan)
+                if problem:  # a planner bug: say so rather than write a plan the executor would reject
+                    raise HybridError(f"the best plan failed validation ({problem}); please report this with "
+                                      "the graph file")
+                ga_plan = plan
+                refined = ""
+                if report is not None:
+                    plan, refined = _beside_outcome(report, plan)
+                    plan = _valid_or(graph, plan, ga_plan, "the plan refined beside the search", failures)
+                plan.save(out_path)  # written now, so an interrupted refinement still leaves the best so far
+            interrupted = result.stop_reason == "interrupted" or bool(hits)
+            done = result.stop_reason in ("interrupted", "lower bound") or hits
+            if refine == "cpsat" and not beside and not done:
+                # a search that ran out of generations has nothing to resume: refine for the whole share then
+                more = result.stop_reason == "time limit"
+                before = plan
+                plan, refined, resumed, stopped = _refine(
+                    graph, device, plan, split_ckpt if more else None, start + total, seed,
+                    refine_patience if more else None, quiet, {"time_limit_s": total}, generations=generations,
+                    evaluator=evaluator, checkpoint=checkpoint_path, checkpoint_every=checkpoint_every,
+                    stop_at_s=stop_at)
+                interrupted = interrupted or stopped
+                result = resumed or result
+                with deferred_interrupts() as hits:
+                    if plan is not before:
+                        plan = _valid_or(graph, plan, before, "the refined plan", failures)
+                        if plan is not before:
+                            plan.save(out_path)
+                interrupted = interrupted or bool(hits)
+    finally:
+        evaluator.close()
+    with deferred_interrupts():
+        _finish(graph, device, result, plan, ga_plan, refined, out_path, log_path, plot_path, as_json,
+                compare_baselines, time.monotonic() - wall0, interrupted)
+    if interrupted:
+        click.echo(f"interrupted ({interrupted_by()}): wrote the best plan so far to {out_path}", err=True)
+    for f in failures:
+        click.echo(f"error: {f}; wrote the search's own valid best plan instead; please report this with the graph "
+                   "file", err=True)
+    if failures:
+        sys.exit(1)
+
+
+def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, log_path: Path | None,  # noqa: ANN001
+            plot_path: Path | None, as_json: bool, compare_baselines: bool, wall_s: float, interrupted: bool) -> None:
+    """Write the log and plot, then the summary (text, or one JSON object with --json)."""
     if log_path is not None:
         result.log.to_csv(log_path)
     m = plan.metrics
@@ -199,27 +264,40 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         result.log.plot(plot_path, title=f"{graph.name} on {device.name}", ideal_s=m.get("ideal_s"),
                         lower_bound_s=m.get("lower_bound_s"))
     ideal = float(m["ideal_s"])
-    moved = int(m.get("bytes_h2d", 0)) + int(m.get("bytes_d2h", 0))
+    h2d, d2h = int(m.get("bytes_h2d", 0)), int(m.get("bytes_d2h", 0))
     kind = plan.allocation.kind
     pool_text = (f"{len(plan.allocation.classes)} size classes" if kind == "size_classes" else "byte budget")
+    stop = result.stop_reason
+    if as_json:
+        summary = {**json_summary(graph, device, plan, out_path), "wall_s": wall_s,
+                   "generations": result.generations, "evaluations": result.evaluations,
+                   "search_s": result.search_time_s, "stop_reason": stop, "interrupted": interrupted,
+                   "evaluator": result.evaluator, "workers": result.workers,
+                   "search_makespan_s": ga_plan.makespan_s, "refinement": refined.lstrip("; "),
+                   "log": str(log_path) if log_path else None, "plot": str(plot_path) if plot_path else None}
+        if compare_baselines:
+            summary["baselines"] = _baseline_rows(graph, device, ga_plan, plan)[0]
+        click.echo(json.dumps(summary, indent=1))
+        return
+    why = "reached the lower bound (no plan can be faster)" if stop == "lower bound" else stop
     click.echo(f"{graph.name} on {device.name}: {result.generations} generations, {result.evaluations} evaluations "
                f"in {format_seconds(result.search_time_s)} ({result.evaluator}, {result.workers} worker"
-               f"{'s' if result.workers != 1 else ''}); stopped: {result.stop_reason}{refined}")
+               f"{'s' if result.workers != 1 else ''}); stopped: {why}{refined}")
     click.echo(f"  makespan     {format_seconds(plan.makespan_s)}  ({plan.makespan_s / ideal:.3f} x ideal, "
                f"{100 * ideal / plan.makespan_s:.1f}% of ideal throughput)")
     click.echo(f"  ideal        {format_seconds(ideal)}   lower bound {format_seconds(float(m['lower_bound_s']))}")
-    click.echo(f"  bytes moved  {format_bytes(moved)} ({format_bytes(int(m.get('bytes_h2d', 0)))} in, "
-               f"{format_bytes(int(m.get('bytes_d2h', 0)))} out); pool: {pool_text}")
+    click.echo(f"  bytes moved  {format_bytes(h2d + d2h)} ({format_bytes(h2d)} in, {format_bytes(d2h)} out); "
+               f"pool: {pool_text}")
     click.echo(f"wrote {out_path}" + (f", {log_path}" if log_path else "") + (f", {plot_path}" if plot_path else ""))
     if compare_baselines:
         click.echo(_baseline_table(graph, device, ga_plan, plan))
 
 
-def _baseline_table(graph, device, ga_plan, plan) -> str:  # noqa: ANN001
-    """The optimized plan next to the obvious alternatives (each validated), as one table."""
+def _baseline_rows(graph, device, ga_plan, plan) -> tuple[list[dict], list[str]]:  # noqa: ANN001
+    """The optimized plan next to the obvious alternatives (each validated): summary rows and notes."""
     from hybrid.baselines import run_baseline
     from hybrid.errors import InfeasibleError
-    from hybrid.summary import plan_row, table
+    from hybrid.summary import plan_row
     from hybrid.validator import check
 
     rows, notes = [], []
@@ -234,6 +312,14 @@ def _baseline_table(graph, device, ga_plan, plan) -> str:  # noqa: ANN001
     if ga_plan is not plan:
         rows.append(plan_row("optimize (GA)", ga_plan))
     rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if ga_plan is not plan else ""), plan))
+    return rows, notes
+
+
+def _baseline_table(graph, device, ga_plan, plan) -> str:  # noqa: ANN001
+    """The optimized plan next to the obvious alternatives (each validated), as one table."""
+    from hybrid.summary import table
+
+    rows, notes = _baseline_rows(graph, device, ga_plan, plan)
     return "\n" + table(rows) + "".join(f"\n{n}" for n in notes)
 
 
@@ -260,25 +346,41 @@ def _beside_outcome(report, ga_plan):  # noqa: ANN001, ANN202 - (BesideReport, P
     return ga_plan, note + ": nothing faster than the search's best"
 
 
-def _check(graph, plan, validate) -> None:  # noqa: ANN001
+def _problem(graph, plan) -> str:  # noqa: ANN001
+    """The plan's first broken rule as text, or '' when it validates."""
+    from hybrid.validator import validate
+
     report = validate(graph, plan)
-    if not report.valid:  # a planner bug: say so rather than write a plan the executor would reject
-        raise HybridError(f"the best plan failed validation (rule {report.violations[0].rule}: "
-                          f"{report.violations[0].message}); please report this with the graph file")
+    if report.valid:
+        return ""
+    v = report.violations[0]
+    return f"rule {v.rule}: {v.message}"
+
+
+def _valid_or(graph, plan, fallback, what: str, failures: list[str]):  # noqa: ANN001, ANN202
+    """`plan` if it validates, else `fallback` (already validated), noting the failure for the final message."""
+    if plan is fallback:
+        return plan
+    problem = _problem(graph, plan)
+    if problem:
+        failures.append(f"{what} failed validation ({problem})")
+        return fallback
+    return plan
 
 
 def _refine(graph, device, plan, split_ckpt, deadline: float, seed: int, patience: float | None,  # noqa: ANN001
             quiet: bool, plan_info: dict, **resume_kw):  # noqa: ANN003, ANN202
     """CP-SAT on the GA's best plan; when it stalls, the GA resumes with the time left (`hybrid.handoff`).
 
-    Returns (the fastest plan, a note for the summary line, the resumed search's result or None).
+    Returns (the fastest plan, a note for the summary line, the resumed search's result or None, whether
+    Ctrl-C or SIGTERM stopped it).
     """
     from ga.progress import ProgressLine
     from hybrid.handoff import refine_then_resume
 
     seconds = deadline - time.monotonic()
     if seconds <= 0.5:
-        return plan, "; no time left to refine", None
+        return plan, "; no time left to refine", None, False
     last = [0.0]
 
     def progress(p) -> None:  # noqa: ANN001 - hybrid.refine.RefineProgress
@@ -295,7 +397,7 @@ def _refine(graph, device, plan, split_ckpt, deadline: float, seed: int, patienc
                                   plan_info=plan_info, on_generation=line, handle_sigint=True,
                                   **resume_kw)
     except KeyboardInterrupt:
-        return plan, "; refinement interrupted (the GA's plan is kept)", None
+        return plan, "; refinement interrupted (the GA's plan is kept)", None, True
     finally:
         if line is not None:
             line.close()
@@ -307,4 +409,5 @@ def _refine(graph, device, plan, split_ckpt, deadline: float, seed: int, patienc
     if hand.resumed is not None:
         note += (f", then the GA resumed for {format_seconds(hand.resume_s)}"
                  + (f" and found {format_seconds(hand.plan.makespan_s)}" if hand.source == "ga" else ""))
-    return hand.plan, note, hand.resumed
+    stopped = ref.stop == "interrupted" or (hand.resumed is not None and hand.resumed.stop_reason == "interrupted")
+    return hand.plan, note, hand.resumed, stopped

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import graph_option, load_graph
+from hybrid.cli.options import graph_option, load_graph, prepare_output
 from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_bytes, parse_duration
 
@@ -45,6 +45,8 @@ def command(graph_path: Path, profile_path: Path, backend: str, repeat: int, war
 
     from hybrid.capture.profile import Profile, apply_profile, measure_profile
 
+    prepare_output(profile_path, "--profile")  # bad folders fail now, not after the measurements
+    prepare_output(out_path, "--out")
     graph = load_graph(graph_path)
     if not any("aten" in o.extra for o in graph.ops):
         raise HybridError(f"{graph_path}: no op has an 'aten' record; only graphs from `hybrid capture` can be profiled")

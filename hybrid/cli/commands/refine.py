@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import graph_option, load_graph, load_plan, seed_option
+from hybrid.cli.options import graph_option, json_summary, load_graph, load_plan, prepare_output, seed_option
 from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_duration
 
@@ -26,7 +26,8 @@ def _window_sizes(text: str) -> tuple[int, ...]:
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Plan to refine (hybrid-plan/1), from any planner: optimize, baseline, simulate, a file.")
 @click.option("--time-limit", default="2m", show_default=True,
-              help="Search budget, e.g. 30s, 2m, 1h. Ctrl-C stops early and keeps the best plan.")
+              help="Search budget, e.g. 30s, 2m, 1h; a bare number is seconds. Ctrl-C or SIGTERM stops early and "
+                   "writes the best plan so far.")
 @seed_option
 @click.option("--workers", type=int, default=1, show_default=True, help="CP-SAT worker threads per window.")
 @click.option("--window-ops", default="6,12,4,20", show_default=True,
@@ -46,9 +47,12 @@ def _window_sizes(text: str) -> tuple[int, ...]:
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also draw the plan before and after as a timeline (PNG): streams, stalls, device memory.")
 @click.option("--quiet", is_flag=True, help="No progress lines; only the final summary.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as one JSON object on stdout (makespan_s, input_makespan_s, gain, windows, "
+                   "stop, plan, ...) instead of the table.")
 def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, workers: int, window_ops: str,
             window_time: str, candidates: int, max_windows: int | None, patience: str | None, out_path: Path,
-            timeline_path: Path | None, quiet: bool) -> None:
+            timeline_path: Path | None, quiet: bool, as_json: bool) -> None:
     """Re-time a plan's copies (and swap some evictions) with CP-SAT on windows of the schedule.
 
     The schedule, the memory pool and the tensors resident at the start stay
@@ -70,8 +74,13 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
       hybrid baseline --kind belady --graph g.json --out b.json
       hybrid refine --graph g.json --plan b.json --time-limit 5m --timeline b-refined.png --out b2.json
     """
+    import json
+
+    from hybrid.cli.signals import deferred_interrupts, interrupted_by
     from hybrid.refine import RefineOptions, refine
     from hybrid.summary import plan_row, table
+
+    t_start = time.monotonic()
 
     total = parse_duration(time_limit, "--time-limit")
     if total <= 0:
@@ -86,6 +95,8 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
     wait = parse_duration(patience, "--patience") if patience is not None else None
     if wait is not None and wait <= 0:
         raise HybridError(f"--patience must be positive, got {patience!r}")
+    prepare_output(out_path, "--out")  # a bad folder fails now, not after the search
+    prepare_output(timeline_path, "--timeline")
     graph = load_graph(graph_path)
     plan = load_plan(plan_path)
     opts = RefineOptions(window_ops=_window_sizes(window_ops), window_time_s=wt, candidates=candidates,
@@ -100,20 +111,34 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
                        f"({gain:.2f}% faster), {p.windows} windows, {p.accepted} accepted", err=True)
 
     res = refine(graph, plan, time_limit_s=total, seed=seed, workers=workers, progress=None if quiet else progress,
-                 options=opts)
-    res.plan.save(out_path)
-    click.echo(table([plan_row("input", plan), plan_row("refined", res.plan)]))
-    gain = 100 * (1 - res.plan.makespan_s / plan.makespan_s) if plan.makespan_s > 0 else 0.0
-    what = (f"{gain:.2f}% faster" if res.improved else "no faster timing found; wrote the input plan unchanged")
-    click.echo(f"{what}: re-walked {format_seconds(res.rebind_makespan)}, copy streams re-ordered "
-               f"{format_seconds(res.reorder_makespan)}, then {res.windows} windows solved, "
-               f"{res.accepted} accepted, {res.infeasible} without a solution in time, in "
-               f"{format_seconds(res.search_s)} (stopped: {res.stop})")
-    for note in res.notes:
-        click.echo(f"note: {note}", err=True)
+                 options=opts)  # Ctrl-C or SIGTERM ends it with the best plan so far (stop "interrupted")
+    with deferred_interrupts():  # the plan is written whole, even if a signal comes now
+        res.plan.save(out_path)
+        gain = 100 * (1 - res.plan.makespan_s / plan.makespan_s) if plan.makespan_s > 0 else 0.0
+        if as_json:
+            click.echo(json.dumps({**json_summary(graph, res.plan.device, res.plan, out_path),
+                                   "input_plan": str(plan_path), "input_makespan_s": plan.makespan_s,
+                                   "gain": gain / 100, "improved": res.improved,
+                                   "rebind_makespan_s": res.rebind_makespan, "reorder_makespan_s": res.reorder_makespan,
+                                   "windows": res.windows, "accepted": res.accepted, "infeasible": res.infeasible,
+                                   "stop": res.stop, "search_s": res.search_s, "wall_s": time.monotonic() - t_start,
+                                   "timeline": str(timeline_path) if timeline_path else None}, indent=1))
+        else:
+            click.echo(table([plan_row("input", plan), plan_row("refined", res.plan)]))
+            what = (f"{gain:.2f}% faster" if res.improved else "no faster timing found; wrote the input plan unchanged")
+            click.echo(f"{what}: re-walked {format_seconds(res.rebind_makespan)}, copy streams re-ordered "
+                       f"{format_seconds(res.reorder_makespan)}, then {res.windows} windows solved, "
+                       f"{res.accepted} accepted, {res.infeasible} without a solution in time, in "
+                       f"{format_seconds(res.search_s)} (stopped: {res.stop})")
+        for note in res.notes:
+            click.echo(f"note: {note}", err=True)
+        if res.stop == "interrupted":
+            click.echo(f"interrupted ({interrupted_by()}): wrote the best plan so far to {out_path}", err=True)
+            return
     if timeline_path is not None:
         from hybrid.timeline import plot_timeline
 
         plot_timeline(graph, [("input", plan), ("refined", res.plan)], timeline_path,
                       title=f"{graph.name}: before and after CP-SAT refinement")
-    click.echo(f"wrote {out_path}" + (f", {timeline_path}" if timeline_path else ""))
+    if not as_json:
+        click.echo(f"wrote {out_path}" + (f", {timeline_path}" if timeline_path else ""))

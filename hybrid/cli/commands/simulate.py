@@ -6,7 +6,8 @@ from pathlib import Path
 import click
 
 from hybrid.allocation import byte_pool, per_size_pool, pool_from_allocation
-from hybrid.cli.options import device_from, device_options, graph_option, load_graph, load_plan, out_option
+from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, load_plan,
+                                out_option, prepare_output)
 from hybrid.plan_build import to_plan
 from hybrid.schedule import depth_first_order, from_ids, program_order
 from hybrid.summary import plan_row, table
@@ -27,21 +28,29 @@ from hybrid.swap_planner import PlannerOptions, SwapPlanner
               help="Do not evict tensors used within this many ops (unless nothing else can go).")
 @device_options
 @out_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ratio, plan, ...).")
 def command(graph_path: Path, from_path: Path | None, schedule: str, allocation: str, victim: str, recency: int,
-            out_path: Path | None, **kw) -> None:
+            out_path: Path | None, as_json: bool, **kw) -> None:
     """Plan swaps for one schedule and pool with the Belady swap planner and simulate the three streams."""
+    prepare_output(out_path, "--out")
     g = load_graph(graph_path)
     dev = device_from(g, kw)
     if from_path is not None:
         src = load_plan(from_path)
         order = from_ids(g, src.schedule, f"{from_path}: schedule")
-        pool = pool_from_allocation(g, src.allocation, dev.memory_bytes)
+        pool = pool_from_allocation(g, src.allocation, dev)
     else:
         order = program_order(g) if schedule == "program" else depth_first_order(g)
-        pool = byte_pool(g, dev.memory_bytes) if allocation == "bytes" else per_size_pool(g, order, dev.memory_bytes)
+        pool = byte_pool(g, dev) if allocation == "bytes" else per_size_pool(g, order, dev)
     opt = PlannerOptions(victim=victim, recency=recency)
     aug = SwapPlanner(g, dev).plan(order, pool, opt)
     plan = to_plan(aug, {"name": "simulate", "options": opt.describe()})
     if out_path is not None:
         plan.save(out_path)
-    click.echo(table([plan_row("simulate", plan)]))
+    if as_json:
+        import json
+
+        click.echo(json.dumps(json_summary(g, dev, plan, out_path), indent=1))
+    else:
+        click.echo(table([plan_row("simulate", plan)]))

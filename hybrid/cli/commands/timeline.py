@@ -1,11 +1,14 @@
-"""`hybrid timeline`: draw plans as three stream lanes and device memory over time (PNG)."""
+"""`hybrid timeline`: draw plans as three stream lanes and device memory over time (PNG), or write them as a
+Chrome trace (Perfetto JSON)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
 
-from hybrid.cli.options import graph_option, load_graph, load_plan
+from hybrid.errors import HybridError
+
+from hybrid.cli.options import graph_option, load_graph, load_plan, prepare_output
 
 
 @click.command("timeline")
@@ -15,18 +18,27 @@ from hybrid.cli.options import graph_option, load_graph, load_plan
               help="Plan file (hybrid-plan/1); repeat to stack several plans on one time axis "
                    "(e.g. before and after `hybrid refine`).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="PNG file to write.")
+              help="File to write: a PNG, or with --format chrome a trace JSON.")
+@click.option("--format", "fmt", type=click.Choice(["png", "chrome"]), default=None,
+              help="png (a figure) or chrome (Trace Event Format JSON for chrome://tracing or ui.perfetto.dev, one "
+                   "process per plan, a thread per stream, device memory as a counter). Default: chrome when --out "
+                   "ends in .json, else png.")
 @click.option("--title", default=None, help="Figure title (default: the graph's name).")
-def command(graph_path: Path, plan_paths: tuple[Path, ...], out_path: Path, title: str | None) -> None:
+def command(graph_path: Path, plan_paths: tuple[Path, ...], out_path: Path, fmt: str | None, title: str | None) -> None:
     """Show where a plan stalls: compute, host-to-device and device-to-host lanes, stalls shaded, and the
     device bytes in use against the memory limit.
 
     \b
-    Example:
+    Examples:
       hybrid timeline --graph g.json --plan belady.json --plan refined.json --out t.png
+      hybrid timeline --graph g.json --plan plan.json --format chrome --out plan.trace.json
+    A measured run: `hybrid execute ... --trace run.trace.json`.
     """
-    from hybrid.timeline import plot_timeline
+    from hybrid.timeline import memory_profile, plan_trace_rows, plot_timeline, write_chrome_trace
     from hybrid.validator import validate
+
+    fmt = fmt or ("chrome" if out_path.suffix.lower() == ".json" else "png")
+    prepare_output(out_path, "--out")
 
     graph = load_graph(graph_path)
     items = []
@@ -34,9 +46,13 @@ def command(graph_path: Path, plan_paths: tuple[Path, ...], out_path: Path, titl
         plan = load_plan(path)
         report = validate(graph, plan)
         if not report.valid:
-            raise click.ClickException(f"{path}: not a valid plan for {graph_path} "
+            raise HybridError(f"{path}: not a valid plan for {graph_path} "
                                        f"(rule {report.violations[0].rule}: {report.violations[0].message}); "
                                        f"run `hybrid validate --graph {graph_path} --plan {path} --all`")
         items.append((path.stem, plan))
-    plot_timeline(graph, items, out_path, title=title or graph.name)
+    if fmt == "chrome":
+        write_chrome_trace(out_path, [(f"{name} (plan, simulated)", plan_trace_rows(graph, plan),
+                                       memory_profile(graph, plan)) for name, plan in items])
+    else:
+        plot_timeline(graph, items, out_path, title=title or graph.name)
     click.echo(f"wrote {out_path}")

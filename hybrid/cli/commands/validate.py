@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from hybrid.cli.options import graph_option, load_graph, load_plan
-from hybrid.units import format_seconds
+from hybrid.units import format_bytes, format_seconds
 
 
 @click.command("validate")
@@ -19,7 +19,7 @@ from hybrid.units import format_seconds
 def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
     """Check that a plan obeys every rule of docs/formats.md for its graph.
 
-    Prints `valid: ...` with the makespan and the peak device bytes (workspace
+    Prints `valid: ...` with the makespan and the peak device memory (workspace
     included) and exits 0, or prints `invalid: rule N: ...` naming the first
     broken rule and the event that breaks it (every violation with --all) and
     exits 1. Unreadable or malformed files exit 2. Rule 0 means the plan was
@@ -33,7 +33,8 @@ def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
     if report.valid:
         mem = plan.device.memory_bytes
         click.echo(f"valid: {len(plan.events)} events, makespan {format_seconds(plan.makespan_s)}, "
-                   f"peak {report.peak_bytes} bytes ({100.0 * report.peak_bytes / mem:.1f}% of memory)")
+                   f"peak {format_bytes(report.peak_bytes)} ({100.0 * report.peak_bytes / mem:.1f}% of "
+                   f"{format_bytes(mem)})")
         return
     for v in report.violations:
         click.echo(f"invalid: rule {v.rule}: {v.message}")

@@ -1,0 +1,128 @@
+"""`hybrid execute` checks cheaply before building anything; a user's own module from the command line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import RESNET, foreign_graph_file, hybrid
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+
+def test_execute_refuses_a_plan_for_another_graph_in_seconds(tmp_path: Path) -> None:
+    other = foreign_graph_file(tmp_path)
+    plan = tmp_path / "p.json"
+    assert hybrid("simulate", "--graph", other, "--out", plan).returncode == 0
+    start = time.monotonic()
+    r = hybrid("execute", "--graph", RESNET, "--plan", plan, "--device", "cpu", "--iters", "1")
+    took = time.monotonic() - start
+    assert r.returncode == 2 and took < 5, (took, r.stderr)
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: plan") and "was made for graph" in err[0]
+
+
+def test_execute_on_cuda_without_a_gpu_says_so_at_once(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    plan = tmp_path / "p.json"
+    assert hybrid("simulate", "--graph", RESNET, "--memory", "100MiB", "--out", plan).returncode == 0
+    r = hybrid("execute", "--graph", RESNET, "--plan", plan, "--device", "cuda")
+    assert r.returncode == 2 and "sees no CUDA device" in r.stderr
+
+
+def test_host_memory_estimate_counts_what_the_run_allocates() -> None:
+    from dataclasses import replace
+
+    from hybrid.baselines import run_baseline
+    from hybrid.cli.commands.execute import host_bytes_needed
+    from hybrid.graph import Graph
+
+    g = Graph.load(RESNET)
+    params = sum(t.bytes for t in g.tensors if t.kind == "param")
+    plan = run_baseline(g, replace(g.device, memory_bytes=100 << 20, reserve_bytes=0), "belady")
+    cpu = host_bytes_needed(g, plan, "cpu", check=False)
+    assert cpu >= params + plan.device.usable_bytes
+    assert host_bytes_needed(g, plan, "cuda", check=True) > host_bytes_needed(g, plan, "cuda", check=False)
+
+
+FACTORY = '''
+import torch, torch.nn as nn, torch.nn.functional as F
+
+def make():
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 32), nn.ReLU(),
+                          nn.Dropout(0.2), nn.Linear(32, 4))
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(16, 20, generator=gen)
+    y = torch.randint(4, (16,), generator=gen)
+    return model, x, y, F.cross_entropy
+
+def not_a_model():
+    return 3
+'''
+
+
+def test_capture_plan_and_execute_a_users_own_module_from_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "mymodel.py").write_text(textwrap.dedent(FACTORY))
+
+    def run(*args: object) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "hybrid.cli.main", *map(str, args)], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+
+    r = run("capture", "--module", "mymodel:make", "--optimizer", "adam", "--out", "out/g.json")
+    assert r.returncode == 0, r.stderr
+    graph = json.loads((tmp_path / "out" / "g.json").read_text())
+    assert graph["module"]["spec"] == "mymodel:make"
+    info = run("info", "--graph", "out/g.json", "--json")
+    peak = json.loads(info.stdout)["unswapped_peak_bytes"]
+    r = run("simulate", "--graph", "out/g.json", "--memory", str(int(peak * 0.4)), "--out", "p.json")
+    assert r.returncode == 0, r.stderr
+    r = run("execute", "--graph", "out/g.json", "--plan", "p.json", "--device", "cpu", "--iters", "3", "--check",
+            "--out", "res/m.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "equal eager training bitwise" in r.stdout
+    assert "iteration 3/3" in r.stderr                      # progress, one line per iteration in a log
+    assert json.loads((tmp_path / "res" / "m.json").read_text())["check"]["bitwise"]
+
+    bad = run("capture", "--module", "mymodel:not_a_model", "--out", "x.json")
+    assert bad.returncode == 2 and "must be a function of no arguments returning" in bad.stderr
+    both = run("capture", "--module", "mymodel:make", "--model", "resnet-18", "--out", "x.json")
+    assert both.returncode == 2 and "exactly one of --model" in both.stderr
+
+
+def test_plans_and_measured_runs_as_chrome_traces(tmp_path: Path) -> None:
+    from hybrid.graph import Graph
+    from hybrid.plan import Plan
+
+    plan = tmp_path / "p.json"
+    assert hybrid("simulate", "--graph", RESNET, "--memory", "100MiB", "--out", plan).returncode == 0
+    r = hybrid("timeline", "--graph", RESNET, "--plan", plan, "--format", "chrome", "--out", tmp_path / "t" / "p.json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "t" / "p.json").read_text())
+    p, g = Plan.load(plan), Graph.load(RESNET)
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    stream_events = [e for e in p.events if e.kind != "free"]
+    assert len(spans) == len(stream_events)
+    for e, x in zip(stream_events, spans):
+        assert x["ts"] == pytest.approx(e.start_s * 1e6) and x["dur"] == pytest.approx((e.end_s - e.start_s) * 1e6)
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names == {"compute", "h2d", "d2h"}
+    memory = [e["args"]["bytes"] for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert max(memory) <= p.device.usable_bytes and max(memory) > 0
+
+    r = hybrid("execute", "--graph", RESNET, "--plan", plan, "--device", "cpu", "--iters", "1",
+               "--trace", tmp_path / "run.json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "run.json").read_text())["traceEvents"]
+    measured = [e for e in run if e["ph"] == "X" and e["pid"] == 2]
+    assert len(measured) == len(stream_events) and all(e["dur"] >= 0 for e in measured)
+    assert {e["args"]["name"] for e in run if e["ph"] == "M" and e["name"] == "process_name"} == {
+        "plan (simulated)", "iteration 0 (measured on cpu)"}

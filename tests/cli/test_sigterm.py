@@ -1,0 +1,68 @@
+"""SIGTERM (timeout, Slurm, Kubernetes) behaves like Ctrl-C: the best plan so far is written, children exit."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import RESNET, ROOT, hybrid
+
+
+def _session_processes(sid: int) -> list[int]:
+    """Processes still alive in session `sid` (Linux /proc; empty elsewhere)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: session id; Z: a zombie, already dead
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+@pytest.mark.parametrize("flags, whole_group", [
+    (["--refine-mode", "beside"], False),             # kill PID: the search and the CP-SAT refiner beside it
+    (["--workers", "2", "--refine", "none"], True),   # kill -TERM -PGID, as timeout and Slurm do: a process pool
+])
+def test_sigterm_writes_the_best_plan_so_far_and_leaves_nothing_behind(tmp_path, flags, whole_group) -> None:
+    out = tmp_path / "plan.json"
+    err_path = tmp_path / "stderr.txt"
+    cmd = [sys.executable, "-m", "hybrid.cli.main", "optimize", "--graph", str(RESNET), "--memory", "64MiB",
+           "--time-limit", "10m", "--population", "16", "--out", str(out), *flags]
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while "gen " not in err_path.read_text() and time.monotonic() < deadline:  # the search is running
+                assert proc.poll() is None, err_path.read_text()
+                time.sleep(0.1)
+            time.sleep(1.0)
+            t0 = time.monotonic()
+            if whole_group:
+                os.killpg(proc.pid, signal.SIGTERM)
+            else:
+                proc.send_signal(signal.SIGTERM)
+            stdout, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    took = time.monotonic() - t0
+    for _ in range(50):  # the resource tracker exits right after the main process
+        if not _session_processes(proc.pid):
+            break
+        time.sleep(0.1)
+    stderr = err_path.read_text()
+    assert proc.returncode == 0, stderr
+    assert took < 20
+    assert "stopped: interrupted" in stdout and f"wrote {out}" in stdout
+    assert f"interrupted (SIGTERM): wrote the best plan so far to {out}" in stderr
+    assert "Traceback" not in stderr and "leaked" not in stderr
+    assert _session_processes(proc.pid) == []
+    check = hybrid("validate", "--graph", RESNET, "--plan", out)
+    assert check.returncode == 0 and check.stdout.startswith("valid:"), check.stdout + check.stderr

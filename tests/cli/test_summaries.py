@@ -1,0 +1,85 @@
+"""`optimize` stops at the lower bound; `--json` summaries; `compare` records each arm's wall time."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+
+from ga.termination import Termination
+from hybrid.graph import Graph
+from hybrid.metrics import lower_bound
+from hybrid.plan import Plan
+from tests.cli.helpers import foreign_graph_file, run
+
+
+def test_termination_stops_at_the_target() -> None:
+    best = [2.0]
+    term = Termination(time_limit_s=60.0, target_s=1.0, best=lambda: best[0])
+    assert term.reason(0) is None
+    best[0] = 1.0
+    assert term.reason(0) == "lower bound"
+
+
+@pytest.mark.parametrize("mode", ["auto", "after"])
+def test_optimize_stops_when_the_best_plan_reaches_the_lower_bound(tmp_path, mode) -> None:
+    path = foreign_graph_file(tmp_path)
+    out = tmp_path / "p.json"
+    t0 = time.monotonic()
+    r = run("optimize", "--graph", path, "--memory", "1GiB", "--time-limit", "10m", "--quiet", "--refine-mode", mode,
+            "--out", out)
+    assert r.exit_code == 0, r.output
+    assert time.monotonic() - t0 < 20
+    assert "stopped: reached the lower bound (no plan can be faster)" in r.output
+    plan = Plan.load(out)
+    g = Graph.load(path)
+    assert plan.makespan_s <= lower_bound(g, plan.device) * (1 + 1e-9)
+
+
+def test_optimize_json_summary(tmp_path) -> None:
+    path = foreign_graph_file(tmp_path)
+    out = tmp_path / "p.json"
+    r = run("optimize", "--graph", path, "--memory", "12MiB", "--time-limit", "2s", "--generations", 3,
+            "--population", 4, "--refine", "none", "--quiet", "--json", "--out", out)
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["plan"] == str(out) and s["memory_bytes"] == 12 << 20 and s["planner"] == "ga"
+    assert s["makespan_s"] == Plan.load(out).makespan_s and s["ratio"] == pytest.approx(s["makespan_s"] / s["ideal_s"])
+    assert s["generations"] == 3 and s["stop_reason"] == "generations" and s["wall_s"] > 0 and not s["interrupted"]
+
+
+def test_baseline_simulate_refine_json_summaries(tmp_path) -> None:
+    path = foreign_graph_file(tmp_path)
+    r = run("baseline", "--graph", path, "--memory", "12MiB", "--kind", "naive", "--kind", "belady", "--json")
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.output)["plans"]
+    assert [p["kind"] for p in plans] == ["naive", "belady"] and plans[0]["makespan_s"] >= plans[1]["makespan_s"]
+    sim = tmp_path / "sim.json"
+    r = run("simulate", "--graph", path, "--memory", "12MiB", "--json", "--out", sim)
+    s = json.loads(r.output)
+    assert s["plan"] == str(sim) and s["planner"] == "simulate" and s["ratio"] >= 1.0
+    r = run("refine", "--graph", path, "--plan", sim, "--time-limit", "5s", "--max-windows", 2, "--quiet", "--json",
+            "--out", tmp_path / "ref.json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["input_makespan_s"] >= s["makespan_s"] and s["windows"] <= 2 and s["plan"] == str(tmp_path / "ref.json")
+
+
+def test_compare_records_each_arms_wall_time_and_resumes_after_the_split(tmp_path) -> None:
+    from ga import GAConfig
+    from hybrid.compare import compare
+
+    g = Graph.load(foreign_graph_file(tmp_path))
+    dev = replace(g.device, memory_bytes=12 << 20)
+    budget = 4.0
+    # patience 0.01 of a 2 s share (1 s at least): refinement stalls and hands the rest back to the search
+    df = compare(g, dev, time_limit_s=budget, seeds=(1,), refine_share=0.5, ga_config=GAConfig(population=8, children=8),
+                 patience=0.01, mode="after")
+    rows = df[df["row"] == "seed"].set_index("arm")
+    assert (rows["wall_s"] <= budget * 1.35).all(), rows["wall_s"]
+    # an arm may end early by at most what resuming cannot use (hybrid.handoff.MIN_RESUME_S)
+    assert (rows["wall_s"] >= budget - 0.5 - 0.2).all(), rows["wall_s"]
+    assert rows.loc["ga", "resumed_generations"] > 0
+    if rows.loc["ga+cpsat", "resume_s"] > 0:  # handed back: the resumed search ran (no worker start-up to pay)
+        assert rows.loc["ga+cpsat", "resumed_generations"] > 0

@@ -1,0 +1,156 @@
+"""A plan that validates runs: every planner's plans, on random models and a transformer, in the CPU executor.
+
+Planners count each device copy at the device's alignment (docs/formats.md, rule 5) and the executor places
+copies at exactly that alignment, so a byte budget that validates can always be laid out (by the offline
+placement, or best fit with compaction) and trains bitwise like eager. A planner may instead refuse a memory
+up front, naming what it needs.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from executor.api import Executor  # noqa: E402
+from executor.check import compare, train_eager  # noqa: E402
+from executor.plans import size_class_plan  # noqa: E402
+from ga import GAConfig, optimize  # noqa: E402
+from hybrid.allocation import byte_pool, per_size_pool  # noqa: E402
+from hybrid.baselines import run_baseline  # noqa: E402
+from hybrid.capture.api import capture  # noqa: E402
+from hybrid.errors import InfeasibleError  # noqa: E402
+from hybrid.graph import Graph  # noqa: E402
+from hybrid.info import unswapped_peak  # noqa: E402
+from hybrid.plan import Plan  # noqa: E402
+from hybrid.plan_build import to_plan  # noqa: E402
+from hybrid.schedule import program_order  # noqa: E402
+from hybrid.swap_planner import SwapPlanner  # noqa: E402
+from hybrid.validator import validate  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+SEED = 3
+ITERS = 2
+
+
+def _planners(graph: Graph, device) -> dict[str, Callable[[], Plan]]:
+    """Every planner the project has, each returning a plan of the one plan type for `device`."""
+    order = program_order(graph)
+
+    def classes() -> Plan:
+        return to_plan(SwapPlanner(graph, device).plan(order, per_size_pool(graph, order, device)),
+                       {"name": "simulate", "pool": "per size"})
+
+    def belady_bytes() -> Plan:
+        return to_plan(SwapPlanner(graph, device).plan(order, byte_pool(graph, device)), {"name": "simulate"})
+
+    def ga() -> Plan:
+        return optimize(graph, device, GAConfig(population=6, children=6, seed=1), generations=3).to_plan()
+
+    out: dict[str, Callable[[], Plan]] = {k: (lambda k=k: run_baseline(graph, device, k))
+                                          for k in ("naive", "odswap", "vdnn", "belady")}
+    out.update({"per-size classes": classes, "byte budget": belady_bytes,
+                "merged classes": lambda: size_class_plan(graph, device), "ga": ga})
+    return out
+
+
+def _runs_like_eager(graph: Graph, plan: Plan, build: Callable[[], nn.Module], args, target, loss_fn,
+                     reference) -> None:
+    report = validate(graph, plan)
+    assert report.valid, report.violations[:3]
+    ex = Executor(graph, plan, "cpu", sanitize=True)
+    ex.load(build(), args, target)
+    ex.run(ITERS, seed=SEED)
+    cmp = compare(ex.losses, ex.state(), reference)
+    assert cmp.bitwise, (plan.planner, cmp.mismatched[:5], cmp.max_abs_diff)
+    assert ex.runtime.pool.stats.peak_live_bytes <= plan.device.usable_bytes
+
+
+def _check_every_planner(graph: Graph, fraction: float, build, args, target, loss_fn, reference) -> int:
+    """Runs every planner at `fraction` of the unswapped peak; returns how many plans ran."""
+    device = dataclasses.replace(graph.device, memory_bytes=int(unswapped_peak(graph) * fraction), reserve_bytes=0)
+    ran = 0
+    for name, make in _planners(graph, device).items():
+        try:
+            plan = make()
+        except InfeasibleError as e:   # refused up front, with what it needs
+            assert "memory" in str(e) or "count" in str(e), (name, str(e))
+            continue
+        _runs_like_eager(graph, plan, build, args, target, loss_fn, reference)
+        ran += 1
+    return ran
+
+
+class _Mlp(nn.Module):
+    def __init__(self, widths: list[int], residual: bool, dropout: float) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.residual = residual
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            y = layer(x)
+            if i < len(self.layers) - 1:
+                y = self.drop(F.relu(y))
+            x = y + x if self.residual and y.shape == x.shape else y
+        return x
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(depth=st.integers(2, 5), width=st.sampled_from([7, 24, 33, 64]), batch=st.integers(1, 9),
+       residual=st.booleans(), dropout=st.sampled_from([0.0, 0.3]), fraction=st.floats(0.3, 0.9),
+       optimizer=st.sampled_from(["sgd", "adam"]))
+def test_every_planners_plan_runs_on_random_models(depth: int, width: int, batch: int, residual: bool,
+                                                   dropout: float, fraction: float, optimizer: str) -> None:
+    torch.manual_seed(0)
+    base = _Mlp([13] + [width] * depth + [5], residual, dropout)
+    x = torch.randn(batch, 13, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(5, (batch,), generator=torch.Generator().manual_seed(2))
+    graph = capture(base, (x,), F.cross_entropy, y, optimizer=optimizer, lr=0.01, name="mlp")
+    build = lambda: copy.deepcopy(base)  # noqa: E731
+    ref = train_eager(graph, build(), (x,), y, F.cross_entropy, ITERS, SEED)
+    _check_every_planner(graph, fraction, build, (x,), y, F.cross_entropy, ref)
+
+
+class TinyTransformerLM(nn.Module):
+    """The issue's case: a 2-layer encoder LM, d=256, trained with AdamW."""
+
+    def __init__(self, vocab: int = 500, d: int = 256) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=512, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+def _lm_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1), target.flatten())
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    torch.manual_seed(0)
+    base = TinyTransformerLM()
+    tokens = torch.randint(500, (8, 129), generator=torch.Generator().manual_seed(1))
+    args, target = (tokens[:, :-1].clone(),), tokens[:, 1:].clone()
+    graph = capture(base, args, _lm_loss, target, optimizer="adamw", lr=1e-3, name="transformer-lm")
+    build = lambda: copy.deepcopy(base)  # noqa: E731
+    return graph, build, args, target, train_eager(graph, build(), args, target, _lm_loss, ITERS, SEED)
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.7])
+def test_the_transformer_runs_under_every_planners_plan(transformer, fraction: float) -> None:
+    graph, build, args, target, ref = transformer
+    assert _check_every_planner(graph, fraction, build, args, target, _lm_loss, ref) >= 6
