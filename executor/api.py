@@ -201,7 +201,8 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
                              rtol=(1e-4 if cuda else 0.0) if rtol is None else rtol, grads=keep_grads)
         if cuda and any("rng" in op.inputs for op in graph.ops):
             comparison.notes.append(
-                "the graph draws random numbers as captured on the CPU (dropout as bernoulli_), while eager CUDA "
-                "training uses the fused native_dropout: their masks differ, so only a cpu check can match")
+                "the graph draws random numbers (dropout): this run drew them from the CUDA generator, the eager "
+                "reference on the CPU from the CPU generator, so their masks differ even from one seed; only "
+                "--device cpu can check such a model exactly")
     return ExecutionResult(ex.summary(), ex.records, [float(x) for x in ex.losses], state, comparison,
                            ex.runtime.program)

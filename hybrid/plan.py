@@ -183,10 +183,10 @@ class Plan:
 
         name = self.planner.get("name", "?") if isinstance(self.planner, dict) else "?"
         ideal = self.metrics.get("ideal_s") if isinstance(self.metrics, dict) else None
-        ratio = f", {ideal / self.makespan_s:.3f} of ideal" if ideal and self.makespan_s > 0 else ""
+        ratio = f" (ideal/makespan {ideal / self.makespan_s:.3f})" if ideal and self.makespan_s > 0 else ""
         return (f"Plan({self.graph!r}, planner {name!r}, {len(self.events)} events, makespan "
                 f"{format_seconds(self.makespan_s)}{ratio}, {self.allocation.kind} pool in "
-                f"{format_bytes(self.device.usable_bytes)})")
+                f"{format_bytes(self.device.usable_bytes)}, device {self.device.name!r})")
 
     def impl_choice(self, graph: "Graph") -> np.ndarray:
         """Each op's implementation as this plan's compute events name it (index into the op's

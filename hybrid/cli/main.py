@@ -66,7 +66,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="hybrid")
+@click.version_option(package_name="hybrid-offload")
 def cli() -> None:
     """Plan and run deep-learning iterations whose tensors do not fit in GPU memory.
 

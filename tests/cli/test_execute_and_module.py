@@ -26,6 +26,11 @@ def test_execute_refuses_a_plan_for_another_graph_in_seconds(tmp_path: Path) -> 
     assert r.returncode == 2 and took < 5, (took, r.stderr)
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: plan") and "was made for graph" in err[0]
+    start = time.monotonic()                    # a zoo model to capture now: refused before the capture
+    r = hybrid("execute", "--model", "resnet-50", "--plan", plan, "--device", "cpu", "--iters", "1")
+    took = time.monotonic() - start
+    assert r.returncode == 2 and took < 5, (took, r.stderr)
+    assert r.stderr.startswith("error: the plan was made for graph") and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_execute_on_cuda_without_a_gpu_says_so_at_once(tmp_path: Path) -> None:
@@ -86,11 +91,22 @@ def test_capture_plan_and_execute_a_users_own_module_from_the_command_line(tmp_p
     r = run("simulate", "--graph", "out/g.json", "--memory", str(int(peak * 0.4)), "--out", "p.json")
     assert r.returncode == 0, r.stderr
     r = run("execute", "--graph", "out/g.json", "--plan", "p.json", "--device", "cpu", "--iters", "3", "--check",
-            "--out", "res/m.json")
+            "--out", "res/m.json", "--trace", "traces/run.json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "equal eager training bitwise" in r.stdout
     assert "iteration 3/3" in r.stderr                      # progress, one line per iteration in a log
     assert json.loads((tmp_path / "res" / "m.json").read_text())["check"]["bitwise"]
+
+    # --trace: the plan as simulated (pid 1) and the last iteration as measured (pid 2), one X event per copy or op
+    plan = json.loads((tmp_path / "p.json").read_text())
+    n_stream = sum(1 for e in plan["events"] if e["kind"] != "free")
+    trace = json.loads((tmp_path / "traces" / "run.json").read_text())["traceEvents"]
+    for pid in (1, 2):
+        spans = [e for e in trace if e["ph"] == "X" and e["pid"] == pid]
+        assert len(spans) == n_stream and all(e["dur"] >= 0 for e in spans)
+        assert {e["tid"] for e in spans} <= {1, 2, 3}
+    assert {e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "process_name"} == {
+        "plan (simulated)", "iteration 2 (measured on cpu)"}
 
     bad = run("capture", "--module", "mymodel:not_a_model", "--out", "x.json")
     assert bad.returncode == 2 and "must be a function of no arguments returning" in bad.stderr
@@ -105,6 +121,7 @@ def test_plans_and_measured_runs_as_chrome_traces(tmp_path: Path) -> None:
     plan = tmp_path / "p.json"
     assert hybrid("simulate", "--graph", RESNET, "--memory", "100MiB", "--out", plan).returncode == 0
     r = hybrid("timeline", "--graph", RESNET, "--plan", plan, "--format", "chrome", "--out", tmp_path / "t" / "p.json")
+    assert r.stdout.strip() == f"wrote {tmp_path / 't' / 'p.json'}"
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "t" / "p.json").read_text())
     p, g = Plan.load(plan), Graph.load(RESNET)
@@ -117,12 +134,7 @@ def test_plans_and_measured_runs_as_chrome_traces(tmp_path: Path) -> None:
     assert names == {"compute", "h2d", "d2h"}
     memory = [e["args"]["bytes"] for e in doc["traceEvents"] if e["ph"] == "C"]
     assert max(memory) <= p.device.usable_bytes and max(memory) > 0
-
-    r = hybrid("execute", "--graph", RESNET, "--plan", plan, "--device", "cpu", "--iters", "1",
-               "--trace", tmp_path / "run.json", timeout=300)
-    assert r.returncode == 0, r.stderr
-    run = json.loads((tmp_path / "run.json").read_text())["traceEvents"]
-    measured = [e for e in run if e["ph"] == "X" and e["pid"] == 2]
-    assert len(measured) == len(stream_events) and all(e["dur"] >= 0 for e in measured)
-    assert {e["args"]["name"] for e in run if e["ph"] == "M" and e["name"] == "process_name"} == {
-        "plan (simulated)", "iteration 0 (measured on cpu)"}
+    assert doc["displayTimeUnit"] == "ms"
+    lanes = {"compute": 1, "h2d": 2, "d2h": 3}                 # one thread per stream, named
+    assert all(x["tid"] == lanes[e.stream] for e, x in zip(stream_events, spans))
+    # (a measured run as a trace, from `execute --trace`: test_capture_plan_and_execute_...)

@@ -1,6 +1,8 @@
 """`hybrid capture`: a zoo model's (or the user's own module's) training iteration as a graph file."""
 from __future__ import annotations
 
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -40,11 +42,26 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
     return graph
 
 
+def _save_whole(graph, path: Path) -> str:  # noqa: ANN001 - a Graph
+    """Write the graph file whole or not at all (a temporary file, then a rename), so that a stop while writing
+    leaves no truncated graph, nor clobbers an earlier one; returns the file's sha256."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        sha = graph.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return sha
+
+
 @click.command("capture")
 @click.option("--model", default=None, help="Zoo model name, e.g. wresnet-152-10, rnn-8-8k, resnet-50 (see `hybrid models`).")
 @click.option("--module", "module_spec", default=None, metavar="PKG.MODULE:FACTORY",
-              help="Your own model instead of --model: a function of no arguments returning (module, inputs, "
-                   "target, loss_fn), imported with the current folder on the path, e.g. --module mymodel:make.")
+              help="Your own model instead of --model: FACTORY is a function of no arguments returning (module, "
+                   "inputs, target, loss_fn), or a dict with those keys and optionally kwargs; inputs is a tensor "
+                   "or a tuple of positional inputs, and the loss is loss_fn(module(*inputs, **kwargs), target). "
+                   "PKG.MODULE is imported with the current folder on the path, e.g. --module mymodel:make for "
+                   "./mymodel.py (docs/capture.md).")
 @click.option("--batch", type=int, default=None, help="Batch size (default: the batch the model's paper uses).")
 @click.option("--optimizer", type=click.Choice(["adam", "adamw", "sgd", "none"]), default="adam", show_default=True,
               help="Optimizer step to include; none captures an inference (forward-only) graph.")
@@ -73,10 +90,12 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
     launch overhead), or measured ones from --profile. From Python, capture
     any nn.Module with hybrid.capture.capture (docs/capture.md).
 
-    With --module, the factory's module and inputs are real tensors (it runs
-    once on the CPU to build them), the graph records the spec, and `hybrid
-    execute --graph` rebuilds the same model from it. --batch and --set do not
-    apply: the factory decides its inputs.
+    With --module, the factory runs once on the CPU (after torch.manual_seed(0))
+    to build the module and its inputs, which are then traced like a zoo
+    model's; the graph records the spec, so `hybrid execute --graph` rebuilds
+    the model by calling the factory again (run it from the same folder).
+    --batch and --set do not apply: the factory decides its inputs. Ctrl-C or
+    SIGTERM stops a capture without writing anything.
 
     \b
     Examples:
@@ -95,6 +114,8 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
     prepare_output(out_path, "--out")
     if measure and profile_path is None:
         raise HybridError("--measure needs --profile FILE (where measured times are kept)")
+    if measure:
+        prepare_output(profile_path, "--profile")   # --measure writes it
     if profile_path is not None and not measure and not profile_path.exists():
         raise HybridError(f"profile file {str(profile_path)!r} does not exist; make it with `hybrid profile` "
                           "or add --measure")
@@ -104,24 +125,31 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
     if opt is None and (lr is not None or options):
         raise HybridError("--lr/--momentum/--weight-decay need an optimizer; drop them or pick --optimizer sgd/adam")
     start = time.monotonic()
-    if module_spec is not None:
-        graph = _capture_user(module_spec, opt, lr, options or None, device, dtype)
-    else:
-        graph = capture_model(model, batch, optimizer=opt, lr=lr, optimizer_options=options or None, device=device,
-                              dtype=dtype, overrides=parse_overrides(overrides))
-    seconds = time.monotonic() - start
-    if profile_path is not None:
-        from hybrid.capture.profile import Profile, apply_profile, measure_profile
+    try:
+        if module_spec is not None:
+            graph = _capture_user(module_spec, opt, lr, options or None, device, dtype)
+        else:
+            graph = capture_model(model, batch, optimizer=opt, lr=lr, optimizer_options=options or None,
+                                  device=device, dtype=dtype, overrides=parse_overrides(overrides))
+        seconds = time.monotonic() - start
+        if profile_path is not None:
+            from hybrid.capture.profile import Profile, apply_profile, measure_profile
 
-        prof = Profile.load(profile_path) if profile_path.exists() else None
-        if measure:
-            prof, report = measure_profile(graph, prof)
-            prof.save(profile_path)
-            click.echo(f"measured {report.measured} op signatures on {prof.device_name} ({report.reused} reused, "
-                       f"{len(report.skipped)} ops skipped) -> {profile_path}", err=True)
-        if prof is not None:   # it exists: checked above, or just measured
-            graph = apply_profile(graph, prof)
-    sha = graph.save(out_path)
+            prof = Profile.load(profile_path) if profile_path.exists() else None
+            if measure:
+                prof, report = measure_profile(graph, prof)
+                prof.save(profile_path)
+                click.echo(f"measured {report.measured} op signatures on {prof.device_name} ({report.reused} "
+                           f"reused, {len(report.skipped)} ops skipped) -> {profile_path}", err=True)
+            if prof is not None:   # it exists: checked above, or just measured
+                graph = apply_profile(graph, prof)
+        sha = _save_whole(graph, out_path)
+    except KeyboardInterrupt:
+        # Ctrl-C, or SIGTERM (hybrid.cli.signals): a half-captured graph is worth nothing, so nothing is written.
+        from hybrid.cli.signals import exit_status, interrupted_by
+
+        click.echo(f"interrupted ({interrupted_by()}) while capturing: nothing written to {out_path}", err=True)
+        sys.exit(exit_status())
     for line in summary_lines(graph, seconds):
         click.echo(line)
     click.echo(f"wrote {out_path} (sha256 {sha[:12]})")

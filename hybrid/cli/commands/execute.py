@@ -1,7 +1,9 @@
-"""`hybrid execute`: train a zoo model for N iterations under a plan, on CUDA streams or the exact CPU backend."""
+"""`hybrid execute`: train a zoo model (or the user's own module) for N iterations under a plan, on CUDA streams or
+the exact CPU backend; the cheap checks (plan vs graph, device, host memory) run before the model is built."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ def _overrides_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
 
 def _graph_and_spec(model: str | None, graph_path: Path | None, batch: int | None, optimizer: str, lr: float | None,
                     momentum: float | None, weight_decay: float | None, dtype: str,
-                    overrides: tuple[str, ...], loaded: Any = None) -> tuple[Any, Any, int]:
+                    overrides: tuple[str, ...], loaded: Any = None, plan: Any = None) -> tuple[Any, Any, int]:
     from hybrid.capture.api import capture_model
     from hybrid.cli.options import optimizer_options, parse_overrides
     from hybrid.graph import Graph
@@ -52,6 +54,9 @@ def _graph_and_spec(model: str | None, graph_path: Path | None, batch: int | Non
     ov = parse_overrides(overrides)
     spec = get_model(model, **ov)
     b = spec.default_batch if batch is None else batch
+    if plan is not None and plan.graph != f"{spec.name}-b{b}":   # before the capture, which can take a minute
+        raise HybridError(f"the plan was made for graph {plan.graph!r}, not for {spec.name!r} at batch {b} "
+                          f"({spec.name}-b{b}); give --graph with the graph it was made for, or plan this one")
     graph = capture_model(model, b, optimizer=optimizer, lr=lr, optimizer_options=options or None, dtype=dtype,
                           overrides=ov)
     return graph, spec, b
@@ -189,10 +194,11 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
         dt = _graph_dtype(graph, torch)
         torch.manual_seed(seed)
         user = load_user_model(module_spec)
-        module, args, target, loss_fn, kwargs = user.module.to(dt), user.args, user.target, user.loss_fn, user.kwargs
+        module, loss_fn = user.module.to(dt), user.loss_fn
+        args, target, kwargs = _cast_floats((user.args, user.target, user.kwargs), dt, torch)  # as capture did
     else:
         graph, spec, b = _graph_and_spec(model, graph_path, batch, optimizer, lr, momentum, weight_decay, dtype,
-                                         overrides, graph)
+                                         overrides, graph, plan)
         if graph_path is None:
             _plan_fits(graph, plan, plan_path, None)
             _host_memory_suffices(graph, plan, device, check)
@@ -326,6 +332,13 @@ def _load_graph(path: Path) -> Any:
     return Graph.load(path)
 
 
+def _cast_floats(tree: Any, dt: Any, torch: Any) -> Any:
+    """Floating tensors of a factory's inputs at the graph's dtype (`capture --dtype` cast them the same way)."""
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_map(lambda v: v.to(dt) if isinstance(v, torch.Tensor) and v.is_floating_point() else v, tree)
+
+
 def _graph_dtype(graph: Any, torch: Any) -> Any:
     from hybrid.capture.encoding import parse_dtype
 
@@ -348,14 +361,25 @@ def _plan_fits(graph: Any, plan: Any, plan_path: Path, graph_path: Path | None) 
 
 
 def _available_ram() -> int | None:
+    """Host bytes a new allocation can get without swapping: psutil if installed, else Linux's MemAvailable
+    (free memory plus reclaimable caches), else free pages (os.sysconf); None where none of them answers."""
+    try:
+        import psutil  # type: ignore[import-not-found]
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # not installed, or no answer on this platform
+        pass
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
         return None
-    return None
 
 
 def _host_memory_suffices(graph: Any, plan: Any, device: str, check: bool) -> None:
