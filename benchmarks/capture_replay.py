@@ -22,7 +22,7 @@ import torch
 from hybrid.capture.api import capture_model
 from hybrid.capture.interpreter import eager_step, mismatches, replay_step
 from hybrid.graph import Graph
-from hybrid.schedule import ids, latest_first_order
+from hybrid.graph.order import ids, latest_first_order
 from hybrid.zoo import get_model
 
 ROOT = Path(__file__).resolve().parents[1]

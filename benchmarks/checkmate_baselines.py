@@ -10,11 +10,11 @@ from dataclasses import replace
 import pandas as pd
 
 from benchmarks.common import balanced_checkmate, checkmate_train_files, write_table
-from hybrid.baselines import run_baseline
+from hybrid.swap.baselines import run_baseline
 from hybrid.device import preset
 from hybrid.errors import InfeasibleError
-from hybrid.info import largest_op, unswapped_peak
-from hybrid.metrics import lower_bound
+from hybrid.graph.info import largest_op, unswapped_peak
+from hybrid.graph.info import lower_bound
 from hybrid.validator import validate
 
 KINDS = ("naive", "odswap", "vdnn", "belady")

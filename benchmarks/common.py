@@ -11,7 +11,7 @@ import pandas as pd
 
 from hybrid.device import Device, preset
 from hybrid.graph import Graph
-from hybrid.importers.checkmate import load_checkmate
+from hybrid.graph.importers.checkmate import load_checkmate
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"

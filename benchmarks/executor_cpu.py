@@ -33,7 +33,7 @@ from executor.api import Executor  # noqa: E402
 from executor.check import compare, train_eager  # noqa: E402
 from executor.plans import quick_plan  # noqa: E402
 from hybrid.capture.api import capture, capture_model  # noqa: E402
-from hybrid.info import unswapped_peak  # noqa: E402
+from hybrid.graph.info import unswapped_peak
 from hybrid.validator import validate  # noqa: E402
 from hybrid.zoo import get_model  # noqa: E402
 

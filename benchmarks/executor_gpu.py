@@ -59,13 +59,13 @@ sys.path.insert(0, str(ROOT))
 from executor.api import Executor, execute  # noqa: E402
 from executor.check import torch_optimizer  # noqa: E402
 from executor.plans import size_class_plan  # noqa: E402
-from hybrid.baselines import run_baseline  # noqa: E402
+from hybrid.swap.baselines import run_baseline
 from hybrid.capture.api import capture_model  # noqa: E402
 from hybrid.capture.profile import apply_profile, measure_profile  # noqa: E402
 from hybrid.capture.trace import portable_kernels  # noqa: E402
 from hybrid.device import Device  # noqa: E402
 from hybrid.graph import Graph  # noqa: E402
-from hybrid.info import unswapped_peak  # noqa: E402
+from hybrid.graph.info import unswapped_peak
 from hybrid.plan import Plan  # noqa: E402
 from hybrid.validator import validate  # noqa: E402
 from hybrid.zoo import get_model  # noqa: E402

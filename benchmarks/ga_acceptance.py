@@ -3,7 +3,7 @@
 Graphs: the five SwapAdvisor models captured at the paper's batch sizes on v100-16gb (`hybrid capture --model NAME
 --device v100-16gb --out DIR/NAME.json`), and the Checkmate training graphs at 25% of their unswapped peak
 (balanced time scale, as in results/checkmate_baselines.md). For each graph:
-- baselines naive, odswap, vdnn, belady (Belady on the program order) from `hybrid.baselines.run_baseline`;
+- baselines naive, odswap, vdnn, belady (Belady on the program order) from `hybrid.swap.baselines.run_baseline`;
 - on the RNNs also odswap on a random topological order (the paper's MXNet default);
 - `hybrid optimize` run as a user would (subprocess, default settings, `--time-limit`), with its convergence log
   and plot saved under results/ga_acceptance/.
@@ -26,14 +26,14 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import RESULTS, ROOT, balanced_checkmate, checkmate_train_files, write_table
-from hybrid.baselines import run_baseline
+from hybrid.swap.baselines import run_baseline
 from hybrid.device import Device, preset
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
-from hybrid.info import fraction_of_peak, largest_op
-from hybrid.metrics import lower_bound
+from hybrid.graph.info import fraction_of_peak, largest_op
+from hybrid.graph.info import lower_bound
 from hybrid.plan import Plan
-from hybrid.schedule import random_order
+from hybrid.graph.order import random_order
 from hybrid.validator import validate
 
 ZOO = ("rnn-8-8k", "brnn-4-8k", "wresnet-152-10", "inception-v4-4", "nasnet-25")

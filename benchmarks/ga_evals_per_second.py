@@ -28,9 +28,9 @@ from ga.encoding import SearchSpace
 from ga.evaluation import Fitness, ProcessPoolEvaluator, SerialEvaluator
 from hybrid.device import Device, preset
 from hybrid.graph import Graph
-from hybrid.info import fraction_of_peak
-from hybrid.swap_planner import PlannerOptions
-from hybrid.synthetic import training_graph
+from hybrid.graph.info import fraction_of_peak
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.graph.synthetic import training_graph
 
 ZOO = ("rnn-8-8k", "brnn-4-8k", "wresnet-152-10", "inception-v4-4", "nasnet-25")
 

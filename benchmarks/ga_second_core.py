@@ -34,7 +34,7 @@ def main() -> None:
                     help="comma-separated graph names (as benchmarks.refine_compare's --only)")
     args = ap.parse_args()
     from ga import GAConfig, optimize
-    from hybrid.swap_planner import compile_kernels
+    from hybrid.swap.planner import compile_kernels
 
     compile_kernels()
     rows = []

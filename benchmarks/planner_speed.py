@@ -13,12 +13,13 @@ from dataclasses import replace
 import pandas as pd
 
 from benchmarks.common import write_table
-from hybrid.allocation import byte_pool, per_size_pool
+from hybrid.swap.pools import byte_pool, per_size_pool
 from hybrid.errors import InfeasibleError
-from hybrid.info import unswapped_peak
-from hybrid.schedule import program_order, random_order
-from hybrid.swap_planner import PlannerOptions, SwapPlanner
-from hybrid.synthetic import random_dag, training_graph
+from hybrid.graph.info import unswapped_peak
+from hybrid.graph.order import program_order, random_order
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.planner import SwapPlanner
+from hybrid.graph.synthetic import random_dag, training_graph
 
 
 def per_eval_ms(sp: SwapPlanner, order, pool, opt: PlannerOptions, evals: int, batches: int) -> float:

@@ -21,11 +21,11 @@ import pandas as pd
 
 from benchmarks.common import RESULTS, ROOT
 from benchmarks.refine_compare import graphs
-from hybrid.baselines import run_baseline
-from hybrid.compare import write_tables
+from hybrid.swap.baselines import run_baseline
+from hybrid.report.compare import write_tables
 from hybrid.errors import InfeasibleError
 from hybrid.refine import refine
-from hybrid.timeline import plot_timeline
+from hybrid.report.timeline import plot_timeline
 from hybrid.validator import validate
 
 

@@ -3,7 +3,7 @@
 Graphs: the SwapAdvisor suite captured for v100-16gb (`hybrid capture --model NAME --device v100-16gb`,
 read from --graph-dir; big files, kept out of git) and the Checkmate training graphs imported with the
 'balanced' time scale (benchmarks/common.py) at 25% of their unswapped peak, or 50% where 25% cannot run
-(one op alone needs more), skipped where even 50% cannot. Each (graph, seed) runs `hybrid.compare.compare`
+(one op alone needs more), skipped where even 50% cannot. Each (graph, seed) runs `hybrid.report.compare.compare`
 in one of its modes (--mode):
 - beside (the default here; `hybrid optimize --refine-mode beside`): GA-only and GA+CP-SAT are two runs of the
   same search for the whole budget, the second with the CP-SAT refiner (`hybrid.refine.beside`) in a second
@@ -17,7 +17,7 @@ in one of its modes (--mode):
 Writes results/refine_compare[_beside|_auto].{csv,parquet,md} (all rows) and
 results/refine_compare[_beside|_auto]_summary.{csv,md} (one line per graph), and the plans under
 out/refine_compare[_beside|_auto]/ (no suffix: the after mode, whose tables came first). Merging recomputes
-`hybrid.bounds.schedule_bound` for every saved plan.
+`hybrid.plan.bounds.schedule_bound` for every saved plan.
 
 Examples (what produced the committed tables):
     python -m benchmarks.refine_compare --time-limit 60 --seeds 1,2,3 --graph-dir out/graphs
@@ -35,7 +35,7 @@ import pandas as pd
 from benchmarks.common import RESULTS, ROOT, balanced_checkmate, checkmate_train_files
 from hybrid.device import preset
 from hybrid.graph import Graph
-from hybrid.info import fraction_of_peak, largest_op
+from hybrid.graph.info import fraction_of_peak, largest_op
 
 SUITE = ("rnn-8-8k", "brnn-4-8k", "wresnet-152-10", "inception-v4-4", "nasnet-25")
 
@@ -84,8 +84,8 @@ def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
 
 def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     """Concatenate the per-graph parts; fill bounds missing from older parts (from the saved plans)."""
-    from hybrid.bounds import schedule_bound
-    from hybrid.compare import COLUMNS, split_gains, summary, with_medians, write_tables
+    from hybrid.plan.bounds import schedule_bound
+    from hybrid.report.compare import COLUMNS, split_gains, summary, with_medians, write_tables
     from hybrid.plan import Plan
 
     parts = sorted(parts_dir(mode).glob("*.parquet"))
@@ -172,7 +172,7 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
     if len(tight):
         parts = [f"{lab} {100 * g:.1f}% (GA-only within {100 * max(0.0, b - 1):.1f}% of the schedule bound)"
                  for lab, g, b in zip(tight["label"], tight["median_gain"], bound[tight.index])]
-        lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound (`hybrid.bounds`) "
+        lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound (`hybrid.plan.bounds`) "
                      "holds for any plan with the same schedule, memory and tensors resident at the start, all of "
                      "which refinement keeps, so re-timing copies or changing evictions cannot gain more "
                      "than that gap: these plans are bandwidth-bound (the d2h stream saturated while the forward "
@@ -204,7 +204,7 @@ v100-16gb --out out/graphs/NAME.json` (the paper's batch sizes, Adam step includ
 Per (graph, seed): the GA (`ga.optimize`, serial, default settings) runs for 80% of the budget; then the
 GA+CP-SAT arm refines its best plan with `hybrid.refine` for the remaining 20% while the GA-only arm resumes
 the same search (from its checkpoint) for the same 20%. As in `hybrid optimize --refine cpsat`, refinement
-that finds nothing faster for a tenth of its share (`hybrid.handoff`, `--refine-patience 0.1`) hands the rest
+that finds nothing faster for a tenth of its share (`hybrid.refine.handoff`, `--refine-patience 0.1`) hands the rest
 back: the search resumes from the same checkpoint and the faster plan wins (`final_from`: cpsat or ga;
 `refine_s` and `resume_s` are the two parts of the time; without that hand-back, at 3632262, refinement kept
 the whole 20% and GA+CP-SAT was never worse on only 5 of 9 graphs). Equal wall time per arm; `wall_s` is
@@ -219,7 +219,7 @@ the swap planner itself re-binds memory in time order (`PlannerOptions.rebind`, 
 already re-walked, so `rewalk_gain` is near 0 and the gain is the CP-SAT windows' alone (tables made before that
 change showed 4 of 9 graphs at >= 5%, mostly from re-walking; before the planner's write-back, 34921eb, Inception
 gained 3.6% and RNN 3.0%, mostly from the end-of-iteration copies the write-back now moves). Ratios: makespan / ideal (compute only), makespan / lower bound, and makespan /
-schedule bound (`hybrid.bounds.schedule_bound`: what any plan with this schedule, memory and tensors resident at
+schedule bound (`hybrid.plan.bounds.schedule_bound`: what any plan with this schedule, memory and tensors resident at
 the start needs, given the bytes that must leave the device before each op, no sooner than they were written,
 and come back after it, before their next use; near 1, only another schedule helps; recomputed from the saved
 plans at every merge, so the bound columns are the current bound's). SwapAdvisor graphs
@@ -281,7 +281,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--refine-share", type=float, default=0.2)
     ap.add_argument("--patience", type=float, default=None,
-                    help="refinement's patience, a share of its budget (default: hybrid.handoff's)")
+                    help="refinement's patience, a share of its budget (default: hybrid.refine.handoff's)")
     ap.add_argument("--graph-dir", type=Path, default=ROOT / "out" / "graphs")
     ap.add_argument("--only", default=None, help="comma-separated graph names (suite names or Checkmate stems)")
     ap.add_argument("--mode", choices=("beside", "after", "auto"), default="beside",
@@ -293,7 +293,7 @@ def main() -> None:
     if args.merge:
         print(merge(args.graph_dir, args.mode).to_markdown(index=False, floatfmt=".4g"))
         return
-    from hybrid.compare import compare
+    from hybrid.report.compare import compare
 
     only = set(args.only.split(",")) if args.only else None
     seeds = tuple(int(s) for s in args.seeds.split(","))

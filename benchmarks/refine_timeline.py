@@ -28,7 +28,7 @@ from pathlib import Path
 from benchmarks.common import RESULTS, ROOT
 from benchmarks.refine_compare import auto_mode, graphs, stem
 from hybrid.plan import Plan
-from hybrid.timeline import plot_timeline
+from hybrid.report.timeline import plot_timeline
 
 
 def main() -> None:

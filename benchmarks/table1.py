@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.common import write_table
-from hybrid.allocation import distinct_sizes
+from hybrid.graph.liveness import distinct_sizes
 from hybrid.graph import Graph
-from hybrid.info import unswapped_peak
+from hybrid.graph.info import unswapped_peak
 
 # model, batch, the paper's memory (GB), operators, distinct tensor sizes (Table 1)
 PAPER = [

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from hybrid import swap_kernel as K
+from hybrid.swap import kernel as K
 from hybrid.simulator import simulate
 
 from executor.program import Program

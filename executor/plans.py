@@ -6,7 +6,7 @@ README example). `merged_class_pool` starts from one class per tensor size
 and merges neighbouring sizes while that lowers the pool's floor (the
 objects a single op needs at once, at its class's size), until the floor
 leaves room to spare in the memory; object counts then follow each class's
-share of the unswapped peak, scaled to fit, as `hybrid.allocation.per_size_pool`
+share of the unswapped peak, scaled to fit, as `hybrid.swap.pools.per_size_pool`
 does.
 """
 from __future__ import annotations
@@ -15,17 +15,18 @@ from dataclasses import replace
 
 import numpy as np
 
-from hybrid.allocation import PoolArrays, class_pool, distinct_sizes, round_up, size_index, unswapped_lifetimes
-from hybrid.baselines import run_baseline
+from hybrid.swap.pools import PoolArrays, class_pool
+from hybrid.graph.liveness import distinct_sizes, round_up, size_index, unswapped_lifetimes
+from hybrid.swap.baselines import run_baseline
 from hybrid.device import Device
 from hybrid.units import format_bytes
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
-from hybrid.info import unswapped_peak
+from hybrid.graph.info import unswapped_peak
 from hybrid.plan import Plan
-from hybrid.plan_build import to_plan
-from hybrid.schedule import program_order
-from hybrid.swap_planner import SwapPlanner
+from hybrid.swap.to_plan import to_plan
+from hybrid.graph.order import program_order
+from hybrid.swap.planner import SwapPlanner
 
 
 def _touch_matrix(g: Graph) -> np.ndarray:

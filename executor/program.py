@@ -1,6 +1,6 @@
 """Compile (graph, plan) into the linear program the runtime replays every iteration.
 
-The augmented graph (`hybrid.augmented.from_plan`) gives the nodes in a
+The augmented graph (`hybrid.swap.from_plan.from_plan`) gives the nodes in a
 topological order that every stream follows (FIFO), and the control and data
 edges between them. What it leaves implicit, and this module makes explicit:
 
@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid import swap_kernel as K
-from hybrid.augmented import from_plan
+from hybrid.swap import kernel as K
+from hybrid.swap.from_plan import from_plan
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.swap_planner import AugmentedGraph
+from hybrid.swap.augmented import AugmentedGraph
 
 from executor.streams import COMPUTE, D2H, H2D
 
@@ -59,7 +59,7 @@ class Alloc:
 @dataclass(frozen=True)
 class Step:
     node: int
-    kind: int               # hybrid.swap_kernel COMPUTE / SWAP_IN / SWAP_OUT / FREE
+    kind: int               # hybrid.swap.kernel COMPUTE / SWAP_IN / SWAP_OUT / FREE
     ref: int                # op index (compute) or tensor index
     stream: int             # COMPUTE / H2D / D2H; -1 for free (no stream)
     frontier: Frontier      # dependencies folded per stream (this node's own stream included)

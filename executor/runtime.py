@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid import swap_kernel as K
+from hybrid.swap import kernel as K
 from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.trace import portable_kernels
 from hybrid.device import EXECUTOR_MIN_ALIGNMENT

@@ -34,7 +34,7 @@ from ga.repair import repair
 from ga.selection import select_survivors
 from ga.termination import Termination
 from hybrid.errors import HybridError
-from hybrid.swap_planner import SwapPlanner
+from hybrid.swap.planner import SwapPlanner
 
 
 _CACHE_SIZE = 20_000

@@ -28,10 +28,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import njit
 
-from hybrid.allocation import PoolArrays, byte_pool, class_pool, distinct_sizes, round_up, size_index
+from hybrid.swap.pools import PoolArrays, byte_pool, class_pool
+from hybrid.graph.liveness import distinct_sizes, round_up, size_index
 from hybrid.device import Device
 from hybrid.graph import Graph
-from hybrid.swap_planner import PlannerOptions
+from hybrid.swap.augmented import PlannerOptions
 
 POLICIES = ("belady", "lru", "pinned")
 RECENCY = (0, 1, 2, 4, 8)

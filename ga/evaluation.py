@@ -24,11 +24,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ga.encoding import N_PLANNER_GENES, planner_options
-from hybrid.allocation import byte_pool, class_pool, distinct_sizes
+from hybrid.swap.pools import byte_pool, class_pool
+from hybrid.graph.liveness import distinct_sizes
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.swap_planner import PlannerOptions, SwapPlanner, compile_kernels
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.planner import SwapPlanner, compile_kernels
 
 Candidate = tuple[np.ndarray, np.ndarray, np.ndarray, bool, int]  # schedule, cls, cnt, by_bytes, planner gene
 StopFn = Callable[[], bool]
@@ -233,7 +235,7 @@ POOL_MIN_EVAL_S = 1e-3
 def evaluation_seconds(graph: Graph, device: Device, options: PlannerOptions = PlannerOptions(),
                        repeats: int = 3) -> float:
     """Planner + simulator time for one candidate (the program order on the byte budget; the fastest of a few)."""
-    from hybrid.schedule import program_order
+    from hybrid.graph.order import program_order
 
     planner = SwapPlanner(graph, device)
     order = program_order(graph)

@@ -29,8 +29,8 @@ import numpy as np
 from ga.encoding import LOOKAHEAD, RECENCY, Individual, PlannerGene, SearchSpace
 from ga.mutation import random_schedule
 from ga.repair import fit_counts, floor_bytes, min_floor_cls, repair
-from hybrid.allocation import unswapped_lifetimes
-from hybrid.schedule import depth_first_order, program_order
+from hybrid.graph.liveness import unswapped_lifetimes
+from hybrid.graph.order import depth_first_order, program_order
 
 SearchMode = Literal["both", "schedule", "allocation"]
 PoolMode = Literal["both", "classes", "bytes"]

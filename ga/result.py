@@ -8,8 +8,9 @@ from ga.algorithm import GAConfig
 from ga.encoding import POLICIES, Individual, PlannerGene, SearchSpace
 from ga.progress import ConvergenceLog
 from hybrid.plan import Plan
-from hybrid.plan_build import to_plan
-from hybrid.swap_planner import AugmentedGraph, SwapPlanner
+from hybrid.swap.to_plan import to_plan
+from hybrid.swap.augmented import AugmentedGraph
+from hybrid.swap.planner import SwapPlanner
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -3,7 +3,7 @@
 One error style for every command: user errors (HybridError, and click's own
 usage errors such as a missing or malformed flag) print as one line,
 `error: ...`, and exit with status 2; `hybrid validate` exits 1 for an invalid
-plan. SIGTERM behaves like Ctrl-C (`hybrid.cli.signals`): a search stops and
+plan. SIGTERM behaves like Ctrl-C (`hybrid.signals`): a search stops and
 writes its best result; a command interrupted with nothing to write says so
 and exits 130 (Ctrl-C) or 143 (SIGTERM).
 """
@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from hybrid.cli.signals import exit_status, interrupted_by, sigterm_as_ctrl_c
+from hybrid.signals import exit_status, interrupted_by, sigterm_as_ctrl_c
 from hybrid.errors import HybridError
 
 

@@ -1,6 +1,6 @@
 """CP-SAT refinement in a second process while the genetic search runs: its best plan, and its elites in turn.
 
-Refining after the search (`hybrid.handoff`) takes its time from the search:
+Refining after the search (`hybrid.refine.handoff`) takes its time from the search:
 when the windows find nothing, those seconds would have bought generations,
 and GA+CP-SAT can end behind GA-only. On a machine where the search cannot
 use another core (the serial GA is as fast as a two-process pool on two cores,
@@ -37,7 +37,7 @@ import numpy as np
 from hybrid.device import Device
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.swap_planner import PlannerOptions
+from hybrid.swap.augmented import PlannerOptions
 
 if TYPE_CHECKING:
     from ga.algorithm import SearchState
@@ -146,7 +146,7 @@ class BesideRefiner:
         args = ((graph.dumps(), graph.sha256), device.to_json(), options.describe(), seed, deadline, patience_s,
                 refine_options, plan_info or {}, self._inbox, self._outbox, self._stop, self._ga_best, os.getpid())
         self._proc = ctx.Process(target=_serve, args=args, name="hybrid-cpsat-beside", daemon=True)
-        from hybrid.cli.signals import children_ignore_stops
+        from hybrid.signals import children_ignore_stops
 
         with children_ignore_stops():  # SIGTERM to the whole job, or Ctrl-C, is the search's to handle
             self._proc.start()
@@ -269,7 +269,7 @@ class _Refiner:
 
         from ga.encoding import SearchSpace
         from hybrid.refine.lns import RefineOptions
-        from hybrid.swap_planner import SwapPlanner
+        from hybrid.swap.planner import SwapPlanner
 
         self.graph, self.seed, self.deadline, self.plan_info = graph, seed, deadline, plan_info
         self.inbox, self.outbox, self.stop_event, self.ga_best = inbox, outbox, stop, ga_best
@@ -309,7 +309,7 @@ class _Refiner:
 
     def refine_one(self, rank: int, offer: Offer) -> None:
         from ga.encoding import Individual, PlannerGene, POLICIES
-        from hybrid.plan_build import to_plan
+        from hybrid.swap.to_plan import to_plan
         from hybrid.refine.lns import RefineProgress, refine
 
         key, schedule, cls, cnt, by_bytes, gene, makespan = offer

@@ -3,7 +3,7 @@
 The window's present nodes are issued in the order of their solved start
 times (a topological sort of the window's precedences, ties: frees first, then
 the current order), between the frozen prefix and the unchanged suffix.
-Dropped pairs disappear, chosen candidates appear. `hybrid.sequence.rebuild`
+Dropped pairs disappear, chosen candidates appear. `hybrid.swap.rewalk.rebuild`
 then re-derives edges, release kinds, object ownership and times from the
 sequence; sorted by a feasible timetable, no window node starts later than the
 solver said (in real time), and the suffix is re-timed as it now falls.
@@ -15,7 +15,7 @@ import heapq
 import numpy as np
 
 from hybrid.refine.model import WindowSolution
-from hybrid.sequence import FREE, Problem, Timeline, rebuild
+from hybrid.swap.rewalk import FREE, Problem, Timeline, rebuild
 from hybrid.refine.window import WindowSpec
 
 

@@ -21,7 +21,7 @@ the last op for the final window); windows are tried in decreasing score, and
 only once until something before or inside them changes. When none is left
 the next configuration (window size, offset) starts; a full round of
 configurations without an improvement ends the search early, and so does
-`patience_s` without one (then `hybrid.handoff` gives the rest of the budget
+`patience_s` without one (then `hybrid.refine.handoff` gives the rest of the budget
 back to the genetic search). The order of
 configurations and every CP-SAT seed derive from `seed`, and CP-SAT runs on a
 deterministic time budget, so a seed gives the same plan whenever the search
@@ -40,7 +40,7 @@ from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.refine.decode import decode
 from hybrid.refine.model import SolveOptions, solve_window
-from hybrid.sequence import COMPUTE, Problem, SequenceError, Timeline, to_augmented
+from hybrid.swap.rewalk import COMPUTE, Problem, SequenceError, Timeline, to_augmented
 from hybrid.refine.source import starting_point
 from hybrid.refine.stream_order import reorder_streams
 from hybrid.refine.window import TensorEvents, WindowOptions, build_window
@@ -288,7 +288,7 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     makespan went down, and `history` lists (time_s, best makespan) points.
     `stop`, asked between windows, ends the search early (stop "stopped") with the best plan so far.
     """
-    from hybrid.plan_build import to_plan
+    from hybrid.swap.to_plan import to_plan
 
     options = options or RefineOptions()
     t0 = time.perf_counter()

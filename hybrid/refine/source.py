@@ -1,8 +1,8 @@
 """The augmented graph refinement starts from: derived from any plan's events, or re-planned.
 
-`hybrid.augmented.from_plan` reads nodes and stream orders off the plan's
+`hybrid.swap.from_plan.from_plan` reads nodes and stream orders off the plan's
 timeline, so baselines' plans and plans from files work too. Its issue order
-(events by start time) is re-walked by `hybrid.sequence.rebuild`; if
+(events by start time) is re-walked by `hybrid.swap.rewalk.rebuild`; if
 that order is not a valid sequence (zero-length events tied at one instant in
 an order the walk cannot follow), the swap planner is re-run with the plan's
 schedule, allocation and recorded planner options, which reproduces plans
@@ -13,11 +13,11 @@ from __future__ import annotations
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.sequence import Problem, SequenceError, Timeline, rebuild
+from hybrid.swap.rewalk import Problem, SequenceError, Timeline, rebuild
 
 
 def _planner_options(plan: Plan):
-    from hybrid.swap_planner import PlannerOptions
+    from hybrid.swap.augmented import PlannerOptions
 
     known = set(PlannerOptions.__dataclass_fields__)
     info = plan.planner if isinstance(plan.planner, dict) else {}
@@ -44,7 +44,7 @@ def starting_point(graph: Graph, plan: Plan) -> tuple[Problem, Timeline]:
     _check_supported(graph, plan)
     errors: list[str] = []
     try:
-        from hybrid.augmented import from_plan
+        from hybrid.swap.from_plan import from_plan
     except ImportError:  # pragma: no cover - older checkouts
         from_plan = None
     if from_plan is not None:
@@ -56,9 +56,9 @@ def starting_point(graph: Graph, plan: Plan) -> tuple[Problem, Timeline]:
             errors.append(f"its events in time order: {e}")
     opts = _planner_options(plan)
     if opts is not None:
-        from hybrid.allocation import pool_from_allocation
-        from hybrid.schedule import from_ids
-        from hybrid.swap_planner import SwapPlanner
+        from hybrid.swap.pools import pool_from_allocation
+        from hybrid.graph.order import from_ids
+        from hybrid.swap.planner import SwapPlanner
 
         pool = pool_from_allocation(graph, plan.allocation, plan.device)
         impl_choice = plan.impl_choice(graph) if any(e.kind == "compute" and e.impl for e in plan.events) else None

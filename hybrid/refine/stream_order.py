@@ -14,7 +14,7 @@ whenever the stream is free, it runs the released copy that came first in the
 current order (the planner's order is its deadline order), and otherwise waits
 for the next release. Each copy then goes right after its own last
 dependency (or after the copy before it, to keep the new order), the other
-nodes keep their order, and `hybrid.sequence.rebuild` re-walks the result
+nodes keep their order, and `hybrid.swap.rewalk.rebuild` re-walks the result
 (memory objects re-bound, times recomputed); `reorder_streams` keeps it only
 if the makespan went down. Release dates come from the current timeline, so
 the pass repeats until a round gains nothing. About 30 ms in all on
@@ -30,7 +30,7 @@ import heapq
 
 import numpy as np
 
-from hybrid.sequence import SWAP_IN, SWAP_OUT, Problem, SequenceError, Timeline, rebuild
+from hybrid.swap.rewalk import SWAP_IN, SWAP_OUT, Problem, SequenceError, Timeline, rebuild
 
 
 def _per_node_max(values: np.ndarray, ptr: np.ndarray, nodes: np.ndarray, empty: float) -> np.ndarray:

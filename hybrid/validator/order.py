@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from hybrid.graph_arrays import dependency_edges
+from hybrid.graph.arrays import dependency_edges
 from hybrid.validator.context import COMPUTE, FREE, SWAP_IN, SWAP_OUT, Context, fmt_t
 from hybrid.validator.report import Found
 

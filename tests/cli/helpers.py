@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from hybrid.cli.main import cli
-from hybrid.synthetic import training_graph
+from hybrid.graph.synthetic import training_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 RESNET = ROOT / "examples" / "resnet18-b32.json"

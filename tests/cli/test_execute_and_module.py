@@ -47,7 +47,7 @@ def test_execute_on_cuda_without_a_gpu_says_so_at_once(tmp_path: Path) -> None:
 def test_host_memory_estimate_counts_what_the_run_allocates() -> None:
     from dataclasses import replace
 
-    from hybrid.baselines import run_baseline
+    from hybrid.swap.baselines import run_baseline
     from hybrid.cli.commands.execute import host_bytes_needed
     from hybrid.graph import Graph
 

@@ -13,7 +13,7 @@ from ga.encoding import SearchSpace
 from ga.population import seeded
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.swap_planner import SwapPlanner
+from hybrid.swap.planner import SwapPlanner
 from hybrid.validator import validate
 from tests.cli.helpers import foreign_graph_file, run
 

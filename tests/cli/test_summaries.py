@@ -9,7 +9,7 @@ import pytest
 
 from ga.termination import Termination
 from hybrid.graph import Graph
-from hybrid.metrics import lower_bound
+from hybrid.graph.info import lower_bound
 from hybrid.plan import Plan
 from tests.cli.helpers import foreign_graph_file, run
 
@@ -68,7 +68,7 @@ def test_baseline_simulate_refine_json_summaries(tmp_path) -> None:
 
 def test_compare_records_each_arms_wall_time_and_resumes_after_the_split(tmp_path) -> None:
     from ga import GAConfig
-    from hybrid.compare import compare
+    from hybrid.report.compare import compare
 
     g = Graph.load(foreign_graph_file(tmp_path))
     dev = replace(g.device, memory_bytes=12 << 20)
@@ -78,7 +78,7 @@ def test_compare_records_each_arms_wall_time_and_resumes_after_the_split(tmp_pat
                  patience=0.01, mode="after")
     rows = df[df["row"] == "seed"].set_index("arm")
     assert (rows["wall_s"] <= budget * 1.35).all(), rows["wall_s"]
-    # an arm may end early by at most what resuming cannot use (hybrid.handoff.MIN_RESUME_S)
+    # an arm may end early by at most what resuming cannot use (hybrid.refine.handoff.MIN_RESUME_S)
     assert (rows["wall_s"] >= budget - 0.5 - 0.2).all(), rows["wall_s"]
     assert rows.loc["ga", "resumed_generations"] > 0
     if rows.loc["ga+cpsat", "resume_s"] > 0:  # handed back: the resumed search ran (no worker start-up to pay)

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from executor.api import Executor  # noqa: E402
 from executor.check import compare  # noqa: E402
-from hybrid.info import unswapped_peak  # noqa: E402
+from hybrid.graph.info import unswapped_peak
 
 from tests.executor.cases import ITERS, SEED, Case, swap_plan, user_case, zoo_case  # noqa: E402
 

@@ -23,16 +23,16 @@ from executor.api import Executor  # noqa: E402
 from executor.check import compare, train_eager  # noqa: E402
 from executor.plans import size_class_plan  # noqa: E402
 from ga import GAConfig, optimize  # noqa: E402
-from hybrid.allocation import byte_pool, per_size_pool  # noqa: E402
-from hybrid.baselines import run_baseline  # noqa: E402
+from hybrid.swap.pools import byte_pool, per_size_pool
+from hybrid.swap.baselines import run_baseline
 from hybrid.capture.api import capture  # noqa: E402
 from hybrid.errors import InfeasibleError  # noqa: E402
 from hybrid.graph import Graph  # noqa: E402
-from hybrid.info import unswapped_peak  # noqa: E402
+from hybrid.graph.info import unswapped_peak
 from hybrid.plan import Plan  # noqa: E402
-from hybrid.plan_build import to_plan  # noqa: E402
-from hybrid.schedule import program_order  # noqa: E402
-from hybrid.swap_planner import SwapPlanner  # noqa: E402
+from hybrid.swap.to_plan import to_plan
+from hybrid.graph.order import program_order
+from hybrid.swap.planner import SwapPlanner
 from hybrid.validator import validate  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -17,10 +17,10 @@ from executor.placement import arena_allocation  # noqa: E402
 from executor.program import NO_FRONTIER, compile_program  # noqa: E402
 from executor.races import RaceError  # noqa: E402
 from executor.streams import CpuBackend, CpuEvent, OrderingError, make_backend  # noqa: E402
-from hybrid.baselines import run_baseline  # noqa: E402
+from hybrid.swap.baselines import run_baseline
 from hybrid.capture.profile import apply_profile  # noqa: E402
 from hybrid.errors import HybridError  # noqa: E402
-from hybrid.info import unswapped_peak  # noqa: E402
+from hybrid.graph.info import unswapped_peak
 from hybrid.plan import SizeClass, SizeClassAllocation  # noqa: E402
 from hybrid.validator import validate  # noqa: E402
 

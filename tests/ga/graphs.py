@@ -7,11 +7,11 @@ import numpy as np
 
 from ga.encoding import SearchSpace
 from ga.repair import min_floor_cls
-from hybrid.allocation import peak_live_counts
+from hybrid.graph.liveness import peak_live_counts
 from hybrid.device import Device
 from hybrid.graph import Graph, Op, Tensor
-from hybrid.schedule import program_order
-from hybrid.synthetic import random_dag, training_graph
+from hybrid.graph.order import program_order
+from hybrid.graph.synthetic import random_dag, training_graph
 
 MB = 1 << 20
 
@@ -50,7 +50,7 @@ def two_size_graph(memory: int = 12 * MB) -> Graph:
 
 
 def assert_topological(g: Graph, order: np.ndarray) -> None:
-    from hybrid.schedule import is_topological
+    from hybrid.graph.order import is_topological
 
     assert sorted(order.tolist()) == list(range(len(g.ops)))
     assert is_topological(g, order)

@@ -134,7 +134,7 @@ def test_on_one_core_refinement_runs_after_the_search(graph_file, tmp_path, monk
 def test_kernel_compilation_is_not_counted_in_the_budget(graph_file, tmp_path, monkeypatch) -> None:
     import time
 
-    import hybrid.swap_planner as sp
+    import hybrid.swap.planner as sp
 
     path, mem = graph_file
     real = sp.compile_kernels

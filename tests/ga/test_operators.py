@@ -10,10 +10,10 @@ from ga.crossover import cross_allocations, cross_schedules
 from ga.encoding import SearchSpace, canonical_cls, collapse_cnt, extend_cnt
 from ga.mutation import mutate_cls, mutate_cnt, mutate_schedule, random_schedule
 from ga.repair import check_feasible, fit_counts, floor_bytes, min_floor_cls, repair
-from hybrid.allocation import class_pool
+from hybrid.swap.pools import class_pool
 from hybrid.errors import InfeasibleError
-from hybrid.schedule import depth_first_order, program_order
-from hybrid.swap_planner import SwapPlanner
+from hybrid.graph.order import depth_first_order, program_order
+from hybrid.swap.planner import SwapPlanner
 from tests.ga.graphs import MB, assert_topological, small_random, small_training, two_size_graph
 
 
@@ -160,7 +160,7 @@ def test_check_feasible_names_the_shortfall() -> None:
 def test_planner_gene_round_trip_and_mutation_bounds() -> None:
     from ga.encoding import N_PLANNER_GENES, POLICIES, PlannerGene, planner_options
     from ga.mutation import mutate_planner
-    from hybrid.swap_planner import PlannerOptions
+    from hybrid.swap.augmented import PlannerOptions
 
     for code in range(N_PLANNER_GENES):
         assert PlannerGene.unpack(code).pack() == code

@@ -11,10 +11,10 @@ from ga.algorithm import GeneticSearch
 from ga.encoding import SearchSpace
 from ga.evaluation import ProcessPoolEvaluator, SerialEvaluator
 from ga.termination import Termination
-from hybrid.baselines import run_baseline
+from hybrid.swap.baselines import run_baseline
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.schedule import program_order
-from hybrid.swap_planner import PlannerOptions
+from hybrid.graph.order import program_order
+from hybrid.swap.augmented import PlannerOptions
 from hybrid.validator import check
 from tests.ga.graphs import MB, small_random, small_training, two_size_graph
 

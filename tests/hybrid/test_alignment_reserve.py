@@ -7,16 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybrid.allocation import byte_pool, per_size_pool
-from hybrid.baselines import BASELINES, run_baseline
+from hybrid.swap.pools import byte_pool, per_size_pool
+from hybrid.swap.baselines import BASELINES, run_baseline
 from hybrid.device import DEFAULT_ALIGNMENT, PRESET_RESERVE, Device, preset, resolve_device
 from hybrid.errors import FormatError, HybridError, InfeasibleError
 from hybrid.graph import Graph, Op, Tensor
 from hybrid.plan import ArenaAllocation
-from hybrid.plan_build import to_plan
-from hybrid.schedule import program_order
-from hybrid.swap_planner import SwapPlanner
-from hybrid.synthetic import training_graph
+from hybrid.swap.to_plan import to_plan
+from hybrid.graph.order import program_order
+from hybrid.swap.planner import SwapPlanner
+from hybrid.graph.synthetic import training_graph
 from hybrid.validator import validate
 
 

@@ -11,7 +11,7 @@ from ga.algorithm import SearchState, _key
 from ga.encoding import Individual
 from hybrid.device import Device
 from hybrid.refine.beside import BesideRefiner, pick_elites, refine_beside
-from hybrid.synthetic import training_graph
+from hybrid.graph.synthetic import training_graph
 from hybrid.validator import validate
 
 
@@ -91,7 +91,7 @@ def test_elites_must_be_positive() -> None:
 
 
 def test_compare_beside_keeps_the_faster_of_its_search_and_the_refined_plans(tmp_path) -> None:
-    from hybrid.compare import COLUMNS, compare
+    from hybrid.report.compare import COLUMNS, compare
 
     g = _graph(1)
     df = compare(g, time_limit_s=4.0, seeds=(1,), out_dir=tmp_path, ga_config=GAConfig(population=8, children=8),

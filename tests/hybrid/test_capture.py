@@ -15,8 +15,8 @@ from hybrid.capture.interpreter import (  # noqa: E402
     ReplayContext, bind, eager_step, mismatches, replay_step, run_graph, run_op)
 from hybrid.errors import HybridError  # noqa: E402
 from hybrid.graph import Graph  # noqa: E402
-from hybrid.graph_arrays import dependency_edges  # noqa: E402
-from hybrid.schedule import ids, latest_first_order  # noqa: E402
+from hybrid.graph.arrays import dependency_edges
+from hybrid.graph.order import ids, latest_first_order
 
 pytestmark = pytest.mark.torch
 

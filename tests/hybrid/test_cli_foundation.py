@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from hybrid.cli.main import cli
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.synthetic import training_graph
+from hybrid.graph.synthetic import training_graph
 from hybrid.validator import validate
 
 

@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybrid.allocation import byte_pool, per_size_pool
-from hybrid.critical_path import critical_path, path_shares
+from hybrid.swap.pools import byte_pool, per_size_pool
+from hybrid.swap.critical_path import critical_path, path_shares
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
-from hybrid.plan_build import to_plan
-from hybrid.schedule import program_order, random_order
-from hybrid.swap_planner import SwapPlanner
-from hybrid.synthetic import training_graph
+from hybrid.swap.to_plan import to_plan
+from hybrid.graph.order import program_order, random_order
+from hybrid.swap.planner import SwapPlanner
+from hybrid.graph.synthetic import training_graph
 
 
 def _plan(g, order, classes: bool):

@@ -1,4 +1,4 @@
-"""GA -> CP-SAT -> GA: refinement that stalls hands its time back to the search (hybrid.handoff)."""
+"""GA -> CP-SAT -> GA: refinement that stalls hands its time back to the search (hybrid.refine.handoff)."""
 from __future__ import annotations
 
 import time
@@ -7,8 +7,8 @@ import pytest
 
 from ga import GAConfig, optimize
 from hybrid.device import Device
-from hybrid.handoff import patience_s, refine_then_resume
-from hybrid.synthetic import training_graph
+from hybrid.refine.handoff import patience_s, refine_then_resume
+from hybrid.graph.synthetic import training_graph
 from hybrid.validator import check
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from hybrid.errors import FormatError
 from hybrid.graph import Graph
-from hybrid.importers.checkmate import load_checkmate
+from hybrid.graph.importers.checkmate import load_checkmate
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "benchmarks" / "checkmate-graphs"
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybrid.allocation import class_pool, distinct_sizes
-from hybrid.plan_build import to_plan
-from hybrid.schedule import program_order
-from hybrid.swap_planner import PlannerOptions, SwapPlanner
+from hybrid.swap.pools import class_pool
+from hybrid.graph.liveness import distinct_sizes
+from hybrid.swap.to_plan import to_plan
+from hybrid.graph.order import program_order
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.planner import SwapPlanner
 from hybrid.validator import check
 
 from .paper_examples import figure1, figure3
@@ -65,6 +67,6 @@ def test_figure3_swap_nodes_and_control_edges():
 
 
 def _byte_pool(g):
-    from hybrid.allocation import byte_pool
+    from hybrid.swap.pools import byte_pool
 
     return byte_pool(g, g.device)

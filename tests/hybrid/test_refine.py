@@ -8,18 +8,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid.allocation import byte_pool, class_pool, distinct_sizes, per_size_pool
+from hybrid.swap.pools import byte_pool, class_pool, per_size_pool
+from hybrid.graph.liveness import distinct_sizes
 from hybrid.device import Device
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.plan_build import to_plan
+from hybrid.swap.to_plan import to_plan
 from hybrid.refine import RefineOptions, refine
 from hybrid.refine import lns as lns_mod
 from hybrid.refine.model import WindowSolution
-from hybrid.sequence import FREE, SWAP_OUT, Problem, SequenceError, rebuild, to_augmented
-from hybrid.schedule import program_order, random_order
+from hybrid.swap.rewalk import FREE, SWAP_OUT, Problem, SequenceError, rebuild, to_augmented
+from hybrid.graph.order import program_order, random_order
 from hybrid.simulator import simulate
-from hybrid.swap_planner import PlannerOptions, SwapPlanner
-from hybrid.synthetic import random_dag, training_graph
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.planner import SwapPlanner
+from hybrid.graph.synthetic import random_dag, training_graph
 from hybrid.validator import check
 
 from .paper_examples import figure1
@@ -160,7 +162,7 @@ def test_zero_time_returns_the_input():
 
 
 def test_refine_a_plan_read_from_a_file(tmp_path):
-    from hybrid.baselines import run_baseline
+    from hybrid.swap.baselines import run_baseline
     from hybrid.plan import Plan
 
     g = _tight_graph()
@@ -206,7 +208,7 @@ def test_figure1_refinement_keeps_the_papers_result(order, pool_name, units):
 @given(seed=st.integers(0, 10_000), pool_kind=st.sampled_from(["bytes", "classes"]))
 def test_schedule_bound_is_a_lower_bound(seed, pool_kind):
     """Below every plan's makespan, the refined plan's included (it keeps schedule, memory and residents)."""
-    from hybrid.bounds import schedule_bound
+    from hybrid.plan.bounds import schedule_bound
 
     rng = np.random.default_rng(seed)
     g = training_graph(int(rng.integers(4, 14)), seed=seed, workspace_prob=0.3, share_params=int(rng.integers(0, 3)),
@@ -224,7 +226,7 @@ def test_schedule_bound_is_a_lower_bound(seed, pool_kind):
 def test_schedule_bound_waits_for_the_value_and_for_the_next_use():
     """a (4 MiB) is live across op1, which needs 9 MiB of 10: 3 MiB of a must be out during op1, copied no
     sooner than op0 wrote it and back before op2 reads it: (1 + 2) + max(1 + 1, 1 + 2) ms at 1.5 MiB/ms."""
-    from hybrid.bounds import schedule_bound
+    from hybrid.plan.bounds import schedule_bound
     from hybrid.graph import Graph, Op, Tensor
 
     mib, ms = 1 << 20, 1e-3

@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from hybrid.baselines import run_baseline
+from hybrid.swap.baselines import run_baseline
 from hybrid.cli.main import cli
 from hybrid.device import Device
 from hybrid.plan import Plan
-from hybrid.synthetic import training_graph
+from hybrid.graph.synthetic import training_graph
 from hybrid.validator import check
 
 
@@ -53,7 +53,7 @@ def test_refine_command_errors_are_one_line(files, tmp_path):
 def test_compare_api_table_and_concatenation(tmp_path):
     from ga import GAConfig
 
-    from hybrid.compare import COLUMNS, compare, summary, write_tables
+    from hybrid.report.compare import COLUMNS, compare, summary, write_tables
 
     cfg = GAConfig(population=8, children=8)
     tables = []
@@ -98,7 +98,7 @@ def test_compare_command(files, tmp_path):
 
 
 def test_timeline_memory_profile_matches_the_validator_peak(files):
-    from hybrid.timeline import compute_stalls, memory_profile
+    from hybrid.report.timeline import compute_stalls, memory_profile
     from hybrid.validator import validate
 
     g, _, pp = files

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hybrid.refine.model import SolveOptions, WindowModel, solve_window
-from hybrid.sequence import COMPUTE, FREE, SWAP_IN, SWAP_OUT
+from hybrid.swap.rewalk import COMPUTE, FREE, SWAP_IN, SWAP_OUT
 from hybrid.refine.window import (Pair, Precedence, Reservoir, WindowSpec, WNode, greedy_starts, violations)
 
 KINDS = (COMPUTE, SWAP_IN, SWAP_OUT, FREE)
@@ -115,11 +115,13 @@ def test_infeasible_window_reports_infeasible():
 
 def test_cpsat_matches_brute_force_on_the_paper_example_windows():
     """Windows of one op of the paper's Figure 1 plan, in whole time units (one tick = one unit)."""
-    from hybrid.allocation import class_pool, distinct_sizes
-    from hybrid.sequence import Problem, rebuild
+    from hybrid.swap.pools import class_pool
+    from hybrid.graph.liveness import distinct_sizes
+    from hybrid.swap.rewalk import Problem, rebuild
     from hybrid.refine.window import TensorEvents, WindowOptions, build_window
-    from hybrid.schedule import program_order
-    from hybrid.swap_planner import PlannerOptions, SwapPlanner
+    from hybrid.graph.order import program_order
+    from hybrid.swap.augmented import PlannerOptions
+    from hybrid.swap.planner import SwapPlanner
 
     from .paper_examples import figure1
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hybrid.baselines import run_baseline
+from hybrid.swap.baselines import run_baseline
 from hybrid.graph import Graph
 
 RESNET = Path(__file__).resolve().parents[2] / "examples" / "resnet18-b32.json"

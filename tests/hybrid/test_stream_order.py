@@ -6,17 +6,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid.allocation import byte_pool, per_size_pool
+from hybrid.swap.pools import byte_pool, per_size_pool
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
-from hybrid.plan_build import to_plan
+from hybrid.swap.to_plan import to_plan
 from hybrid.refine import RefineOptions, refine
 from hybrid.refine.stream_order import edf_order, reorder_streams, resequence
-from hybrid.schedule import program_order
-from hybrid.sequence import COMPUTE, SWAP_OUT, Problem, Timeline, rebuild, to_augmented
+from hybrid.graph.order import program_order
+from hybrid.swap.rewalk import COMPUTE, SWAP_OUT, Problem, Timeline, rebuild, to_augmented
 from hybrid.simulator import simulate
-from hybrid.swap_planner import PlannerOptions, SwapPlanner
-from hybrid.synthetic import training_graph
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.planner import SwapPlanner
+from hybrid.graph.synthetic import training_graph
 from hybrid.validator import check
 
 

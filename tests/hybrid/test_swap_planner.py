@@ -8,17 +8,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid.allocation import byte_pool, class_pool, distinct_sizes, per_size_pool
-from hybrid.augmented import from_plan
+from hybrid.swap.pools import byte_pool, class_pool, per_size_pool
+from hybrid.graph.liveness import distinct_sizes
+from hybrid.swap.from_plan import from_plan
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph, Op, Tensor
-from hybrid.info import unswapped_peak
-from hybrid.plan_build import to_plan
-from hybrid.schedule import depth_first_order, is_topological, latest_first_order, program_order, random_order
+from hybrid.graph.info import unswapped_peak
+from hybrid.swap.to_plan import to_plan
+from hybrid.graph.order import depth_first_order, is_topological, latest_first_order, program_order, random_order
 from hybrid.simulator import resimulate
-from hybrid.swap_planner import PlannerOptions, SwapPlanner
-from hybrid.synthetic import random_dag, training_graph
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.planner import SwapPlanner
+from hybrid.graph.synthetic import random_dag, training_graph
 from hybrid.validator import validate
 
 OPTIONS = [
@@ -187,7 +189,7 @@ def test_write_back_sends_updated_state_home_after_its_last_use_not_in_a_burst_a
     # after its update, the copies overlap the rest of the backward pass.
     pytest.importorskip("torch")
     from hybrid.capture.api import capture_model
-    from hybrid.info import unswapped_peak
+    from hybrid.graph.info import unswapped_peak
 
     g = capture_model("resnet18", 8)
     dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.7))

@@ -13,7 +13,7 @@ from typing import Iterable
 
 from hybrid.device import Device
 from hybrid.graph import Graph, Impl, Op, Tensor
-from hybrid.graph_arrays import dependency_edges
+from hybrid.graph.arrays import dependency_edges
 from hybrid.plan import (ArenaAllocation, Event, Plan, SizeClass, SizeClassAllocation,
                          UnconstrainedAllocation)
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import click
 
-from hybrid.baselines import BASELINES, run_baseline
+from hybrid.swap.baselines import BASELINES, run_baseline
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, out_option,
                                 prepare_output)
-from hybrid.summary import plan_row, table
+from hybrid.report.summary import plan_row, table
 
 
 @click.command("baseline")

@@ -145,8 +145,8 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
                 graph = apply_profile(graph, prof)
         sha = _save_whole(graph, out_path)
     except KeyboardInterrupt:
-        # Ctrl-C, or SIGTERM (hybrid.cli.signals): a half-captured graph is worth nothing, so nothing is written.
-        from hybrid.cli.signals import exit_status, interrupted_by
+        # Ctrl-C, or SIGTERM (hybrid.signals): a half-captured graph is worth nothing, so nothing is written.
+        from hybrid.signals import exit_status, interrupted_by
 
         click.echo(f"interrupted ({interrupted_by()}) while capturing: nothing written to {out_path}", err=True)
         sys.exit(exit_status())

@@ -62,7 +62,7 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     same time. Both plans are
     validated and written to --out-dir, with a table (CSV, Parquet, Markdown)
     of makespan, ratio to the ideal and to the lower bound, stall, bytes moved
-    and search and wall time per seed, plus medians. From Python: hybrid.compare.compare
+    and search and wall time per seed, plus medians. From Python: hybrid.report.compare.compare
     returns the same table as a pandas DataFrame.
 
     Ctrl-C or SIGTERM stops it: the runs completed so far are written (table
@@ -77,12 +77,12 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     import pandas as pd
 
     from ga import GAConfig
-    from hybrid.compare import compare, summary, write_tables
-    from hybrid.info import fraction_of_peak
+    from hybrid.report.compare import compare, summary, write_tables
+    from hybrid.graph.info import fraction_of_peak
 
     import sys
 
-    from hybrid.cli.signals import deferred_interrupts, exit_status, interrupted_by, start_forkserver
+    from hybrid.signals import deferred_interrupts, exit_status, interrupted_by, start_forkserver
 
     total = parse_duration(time_limit, "--time-limit")
     if total <= 0:

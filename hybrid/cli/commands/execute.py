@@ -216,7 +216,7 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
                          device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
                          on_iteration=lambda rec: (records.append(rec), progress.step(rec)))
     except KeyboardInterrupt:
-        from hybrid.cli.signals import exit_status, interrupted_by
+        from hybrid.signals import exit_status, interrupted_by
 
         progress.close()
         how = interrupted_by()
@@ -263,7 +263,7 @@ def _write_trace(path: Path, graph: Any, plan: Any, result: Any, device: str) ->
     """The plan as simulated and the last iteration as measured, two processes of one Chrome trace."""
     import math
 
-    from hybrid.timeline import memory_profile, plan_trace_rows, write_chrome_trace
+    from hybrid.report.timeline import memory_profile, plan_trace_rows, write_chrome_trace
 
     from executor.streams import STREAM_NAMES
 
@@ -404,7 +404,7 @@ def host_bytes_needed(graph: Any, plan: Any, device: str, check: bool) -> int:
     if device == "cpu":
         need += plan.device.usable_bytes
     if check:
-        from hybrid.info import unswapped_peak
+        from hybrid.graph.info import unswapped_peak
 
         need += unswapped_peak(graph, align=1)
     return need

@@ -7,7 +7,7 @@ import click
 
 from hybrid.cli.options import device_options, prepare_output
 from hybrid.device import resolve_device
-from hybrid.importers.checkmate import load_checkmate
+from hybrid.graph.importers.checkmate import load_checkmate
 
 
 @click.group("import")

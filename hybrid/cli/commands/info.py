@@ -7,7 +7,7 @@ import click
 from tabulate import tabulate
 
 from hybrid.cli.options import device_from, device_options, graph_option, load_graph
-from hybrid.info import graph_info
+from hybrid.graph.info import graph_info
 
 
 @click.command("info")

@@ -13,7 +13,7 @@ import click
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, patience_option,
                                 prepare_output, seed_option)
 from hybrid.errors import HybridError
-from hybrid.handoff import patience_s
+from hybrid.refine.handoff import patience_s
 from hybrid.units import format_bytes, format_seconds, parse_duration
 
 
@@ -135,9 +135,10 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     from ga import GAConfig, optimize
     from ga.evaluation import make_evaluator
     from ga.progress import ProgressLine
-    from hybrid.cli.signals import deferred_interrupts, interrupted_by, start_forkserver
-    from hybrid.metrics import lower_bound
-    from hybrid.swap_planner import PlannerOptions, compile_kernels
+    from hybrid.signals import deferred_interrupts, interrupted_by, start_forkserver
+    from hybrid.graph.info import lower_bound
+    from hybrid.swap.augmented import PlannerOptions
+    from hybrid.swap.planner import compile_kernels
 
     start = wall0 = time.monotonic()
     total = parse_duration(time_limit, "--time-limit")
@@ -295,9 +296,9 @@ def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, 
 
 def _baseline_rows(graph, device, ga_plan, plan) -> tuple[list[dict], list[str]]:  # noqa: ANN001
     """The optimized plan next to the obvious alternatives (each validated): summary rows and notes."""
-    from hybrid.baselines import run_baseline
+    from hybrid.swap.baselines import run_baseline
     from hybrid.errors import InfeasibleError
-    from hybrid.summary import plan_row
+    from hybrid.report.summary import plan_row
     from hybrid.validator import check
 
     rows, notes = [], []
@@ -317,7 +318,7 @@ def _baseline_rows(graph, device, ga_plan, plan) -> tuple[list[dict], list[str]]
 
 def _baseline_table(graph, device, ga_plan, plan) -> str:  # noqa: ANN001
     """The optimized plan next to the obvious alternatives (each validated), as one table."""
-    from hybrid.summary import table
+    from hybrid.report.summary import table
 
     rows, notes = _baseline_rows(graph, device, ga_plan, plan)
     return "\n" + table(rows) + "".join(f"\n{n}" for n in notes)
@@ -370,13 +371,13 @@ def _valid_or(graph, plan, fallback, what: str, failures: list[str]):  # noqa: A
 
 def _refine(graph, device, plan, split_ckpt, deadline: float, seed: int, patience: float | None,  # noqa: ANN001
             quiet: bool, plan_info: dict, **resume_kw):  # noqa: ANN003, ANN202
-    """CP-SAT on the GA's best plan; when it stalls, the GA resumes with the time left (`hybrid.handoff`).
+    """CP-SAT on the GA's best plan; when it stalls, the GA resumes with the time left (`hybrid.refine.handoff`).
 
     Returns (the fastest plan, a note for the summary line, the resumed search's result or None, whether
     Ctrl-C or SIGTERM stopped it).
     """
     from ga.progress import ProgressLine
-    from hybrid.handoff import refine_then_resume
+    from hybrid.refine.handoff import refine_then_resume
 
     seconds = deadline - time.monotonic()
     if seconds <= 0.5:

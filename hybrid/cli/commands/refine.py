@@ -76,9 +76,9 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
     """
     import json
 
-    from hybrid.cli.signals import deferred_interrupts, interrupted_by
+    from hybrid.signals import deferred_interrupts, interrupted_by
     from hybrid.refine import RefineOptions, refine
-    from hybrid.summary import plan_row, table
+    from hybrid.report.summary import plan_row, table
 
     t_start = time.monotonic()
 
@@ -136,7 +136,7 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
             click.echo(f"interrupted ({interrupted_by()}): wrote the best plan so far to {out_path}", err=True)
             return
     if timeline_path is not None:
-        from hybrid.timeline import plot_timeline
+        from hybrid.report.timeline import plot_timeline
 
         plot_timeline(graph, [("input", plan), ("refined", res.plan)], timeline_path,
                       title=f"{graph.name}: before and after CP-SAT refinement")

@@ -5,13 +5,14 @@ from pathlib import Path
 
 import click
 
-from hybrid.allocation import byte_pool, per_size_pool, pool_from_allocation
+from hybrid.swap.pools import byte_pool, per_size_pool, pool_from_allocation
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, load_plan,
                                 out_option, prepare_output)
-from hybrid.plan_build import to_plan
-from hybrid.schedule import depth_first_order, from_ids, program_order
-from hybrid.summary import plan_row, table
-from hybrid.swap_planner import PlannerOptions, SwapPlanner
+from hybrid.swap.to_plan import to_plan
+from hybrid.graph.order import depth_first_order, from_ids, program_order
+from hybrid.report.summary import plan_row, table
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.planner import SwapPlanner
 
 
 @click.command("simulate")

@@ -34,7 +34,7 @@ def command(graph_path: Path, plan_paths: tuple[Path, ...], out_path: Path, fmt:
       hybrid timeline --graph g.json --plan plan.json --format chrome --out plan.trace.json
     A measured run: `hybrid execute ... --trace run.trace.json`.
     """
-    from hybrid.timeline import memory_profile, plan_trace_rows, plot_timeline, write_chrome_trace
+    from hybrid.report.timeline import memory_profile, plan_trace_rows, plot_timeline, write_chrome_trace
     from hybrid.validator import validate
 
     fmt = fmt or ("chrome" if out_path.suffix.lower() == ".json" else "png")

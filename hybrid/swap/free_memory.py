@@ -6,7 +6,7 @@ takes, best fit, the memory released latest but still by `est` — so memory
 freed early stays free for a later prefetch that could start early — and
 only if there is none (or not enough bytes), the memory released soonest
 after `est`. Each entry taken makes its release node a dependency of the
-allocation. Used where allocations are decided in time order (hybrid.sequence):
+allocation. Used where allocations are decided in time order (hybrid.swap.rewalk):
 releases then arrive roughly in time order, so inserts and removals touch
 the end of a run and stay cheap.
 """

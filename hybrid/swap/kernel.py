@@ -1,7 +1,7 @@
 """The swap planner's inner loop (SwapAdvisor §4.2) as a Numba kernel.
 
 One call walks the schedule once. For each op it makes its inputs resident
-(evicting victims chosen by `hybrid.eviction`), places its outputs, and emits
+(evicting victims chosen by `hybrid.swap.eviction`), places its outputs, and emits
 the augmented graph's nodes — compute, swap_in, swap_out, free — with their
 dependency (control) edges, timing each node as it is emitted on three FIFO
 streams (compute, h2d, d2h). Emission order is a topological order of the
@@ -15,19 +15,19 @@ bytes from released chunks (earliest release first) and depends on each
 chunk's release node. So however long each node really takes, no instant
 holds more than the pool — the executor can rely on the edges alone.
 
-Everything here is arrays; `hybrid.swap_planner` wraps it for Python callers.
+Everything here is arrays; `hybrid.swap.planner` wraps it for Python callers.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from hybrid._heap import heap_pop, heap_push
-from hybrid import eviction as E
+from hybrid.swap._heap import heap_pop, heap_push
+from hybrid.swap import eviction as E
 
 # node kinds (also stream index for the first three)
 COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3
-from hybrid._tensor_state import CUR, EVI, HV, HVN, INIT, LNODE, LPOS, MAT, N_STATE, PIN, RELN, RES  # noqa: E402
+from hybrid.swap._tensor_state import CUR, EVI, HV, HVN, INIT, LNODE, LPOS, MAT, N_STATE, PIN, RELN, RES
 # status codes
 OK, INFEASIBLE = 0, 1
 # stats slots
@@ -152,7 +152,7 @@ def walk(
     lru, recency, serialize, keep_persistent, allow_drop, write_back, initial, lookahead,
     # outputs
     node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, init_out, evicted_out, resident_end, stats,
-    # scratch (hybrid.swap_kernel.scratch), reused between calls so pages stay warm
+    # scratch (hybrid.swap.kernel.scratch), reused between calls so pages stay warm
     scr, cand_scr,
 ):
     """One pass over the schedule. Returns (status, n_nodes, err_op, err_need)."""

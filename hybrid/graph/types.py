@@ -2,7 +2,7 @@
 
 Loading validates everything FORMATS.md requires and names the offending id and
 field; planners never see an invalid graph. Array forms for the hot loops live in
-`hybrid.graph_arrays` and are built once per graph.
+`hybrid.graph.arrays` and are built once per graph.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hybrid.device import Device
 from hybrid.errors import FormatError
 
 if TYPE_CHECKING:
-    from hybrid.graph_arrays import GraphArrays
+    from hybrid.graph.arrays import GraphArrays
 
 GRAPH_FORMAT = "hybrid-graph/1"
 TENSOR_KINDS = ("param", "input", "activation", "gradient", "optimizer_state", "other")
@@ -138,7 +138,7 @@ class Graph:
 
     @cached_property
     def arrays(self) -> "GraphArrays":
-        from hybrid.graph_arrays import GraphArrays
+        from hybrid.graph.arrays import GraphArrays
 
         return GraphArrays.build(self)
 
@@ -326,7 +326,7 @@ def _check(g: Graph) -> None:
 
 
 def _check_acyclic(g: Graph) -> None:
-    from hybrid.graph_arrays import dependency_edges
+    from hybrid.graph.arrays import dependency_edges
 
     n = len(g.ops)
     succ: list[list[int]] = [[] for _ in range(n)]

@@ -10,7 +10,7 @@ edit is either a valid augmented graph or rejected with a reason:
   its host copy valid;
 - release kinds: a release is a `free` when the tensor is dead (non-persistent,
   no later read) or its host copy is valid, else a `swap_out`;
-- ownership edges (memory safety, as in `hybrid.swap_kernel`): every
+- ownership edges (memory safety, as in `hybrid.swap.kernel`): every
   allocation takes size-class objects (or byte chunks) released earlier in the
   sequence and depends on their release nodes. The walk picks, among objects
   already free when the node could otherwise start, the one freed last (best
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numba import njit
 
-from hybrid.allocation import PoolArrays
+from hybrid.swap.pools import PoolArrays
 from hybrid.device import Device
-from hybrid import free_memory as F
+from hybrid.swap import free_memory as F
 from hybrid.graph import Graph
 
 COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3  # in an input sequence 2 and 3 both mean "release"
@@ -457,8 +457,8 @@ def pool_state(p: Problem, tl: Timeline, stop: int) -> PoolState:
 
 
 def to_augmented(p: Problem, tl: Timeline):
-    """The timeline as a `hybrid.swap_planner.AugmentedGraph` (three streams, FIFO in node order)."""
-    from hybrid.swap_planner import AugmentedGraph, PlannerOptions
+    """The timeline as a `hybrid.swap.planner.AugmentedGraph` (three streams, FIFO in node order)."""
+    from hybrid.swap.augmented import AugmentedGraph, PlannerOptions
 
     opts = p.options if p.options is not None else PlannerOptions()
     if not getattr(opts, "overlap", True):

@@ -21,13 +21,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hybrid._tensor_state import CUR as _CUR
-from hybrid._tensor_state import HV as _HV
-from hybrid._tensor_state import INIT as _INIT
-from hybrid._tensor_state import LNODE as _LNODE
-from hybrid._tensor_state import LPOS as _LPOS
-from hybrid._tensor_state import PIN as _PIN
-from hybrid._tensor_state import RES as _RES
+from hybrid.swap._tensor_state import CUR as _CUR
+from hybrid.swap._tensor_state import HV as _HV
+from hybrid.swap._tensor_state import INIT as _INIT
+from hybrid.swap._tensor_state import LNODE as _LNODE
+from hybrid.swap._tensor_state import LPOS as _LPOS
+from hybrid.swap._tensor_state import PIN as _PIN
+from hybrid.swap._tensor_state import RES as _RES
 
 
 @njit(cache=True, inline="always", _nrt=False)

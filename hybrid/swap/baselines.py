@@ -15,14 +15,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from hybrid.allocation import byte_pool, peak_live_counts
+from hybrid.swap.pools import byte_pool
+from hybrid.graph.liveness import peak_live_counts
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.plan_build import to_plan
-from hybrid.schedule import program_order
-from hybrid.swap_planner import PlannerOptions, SwapPlanner
+from hybrid.swap.to_plan import to_plan
+from hybrid.graph.order import program_order
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.planner import SwapPlanner
 
 BASELINE_OPTIONS: dict[str, PlannerOptions] = {
     "naive": PlannerOptions(victim="lru", overlap=False, passes=1),

@@ -2,7 +2,7 @@
 
 Produces the augmented graph — the original ops plus swap_in / swap_out /
 free nodes and the control edges that order them (the paper's Figure 3) —
-timed on three streams. `hybrid.plan_build.to_plan` turns it into a plan.
+timed on three streams. `hybrid.swap.to_plan.to_plan` turns it into a plan.
 
 The persistent tensors resident at the iteration's start are found with the
 paper's two-pass scan: pass 1 starts with nothing resident; the persistent
@@ -25,80 +25,15 @@ from typing import Literal
 
 import numpy as np
 
-from hybrid import eviction as E
-from hybrid import swap_kernel as K
-from hybrid.allocation import PoolArrays
+from hybrid.swap import eviction as E
+from hybrid.swap import kernel as K
+from hybrid.swap.augmented import KIND_NAMES, AugmentedGraph, PlannerOptions
+from hybrid.swap.pools import PoolArrays
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.units import format_bytes
 
-KIND_NAMES = ("compute", "swap_in", "swap_out", "free")
-
-
-@dataclass(frozen=True)
-class PlannerOptions:
-    victim: Literal["belady", "lru"] = "belady"
-    recency: int = 2             # skip victims used within this many ops (0: no skipping); 2 measured best
-    overlap: bool = True         # False: one stream for everything, copies on demand (the naive baseline)
-    keep_persistent: bool = False  # vDNN-style: persistent tensors resident throughout, never evicted
-    passes: int = 2              # 1: nothing resident at start; 2: the periodic two-pass scan; 3: one more
-    keep: Literal["best", "last"] = "best"  # which pass's plan to return ("last": ODSwap reports its 2nd iteration)
-    lookahead: int = 1           # compare this many policy-ranked victims, evict the one whose memory frees first
-    rebind: bool = True          # re-bind memory in time order after the walk (hybrid.sequence); overlap only
-    write_back: bool = True      # from pass 2: a persistent tensor not resident at the start leaves after its last use
-
-    def describe(self) -> dict:
-        return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
-                "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
-                "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back}
-
-
-@dataclass
-class AugmentedGraph:
-    """Ops plus swap nodes with their control edges, timed. Node i: kind, ref (op or tensor index), start, end."""
-
-    graph: Graph
-    device: Device
-    pool: PoolArrays
-    schedule: np.ndarray
-    op_time: np.ndarray
-    op_ws: np.ndarray
-    impl_choice: np.ndarray | None
-    options: PlannerOptions
-    kind: np.ndarray
-    ref: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    dep_ptr: np.ndarray
-    dep_idx: np.ndarray
-    resident_at_start: np.ndarray
-    stats: dict = field(default_factory=dict)
-    recompute: np.ndarray | None = None  # bool per node: a compute node re-running an op (plans from files)
-
-    @property
-    def makespan(self) -> float:
-        return float(self.end.max()) if len(self.end) else 0.0
-
-    @property
-    def n_nodes(self) -> int:
-        return len(self.kind)
-
-    def label(self, i: int) -> str:
-        k = int(self.kind[i])
-        if k == K.COMPUTE:
-            return self.graph.ops[int(self.ref[i])].id
-        return f"{KIND_NAMES[k]}:{self.graph.tensors[int(self.ref[i])].id}"
-
-    def deps(self, i: int) -> np.ndarray:
-        return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]
-
-    def edges(self) -> list[tuple[str, str]]:
-        """Control and data edges as labels (stream order is implicit: FIFO in node order)."""
-        return [(self.label(int(d)), self.label(i)) for i in range(self.n_nodes) for d in self.deps(i)]
-
-    def durations(self) -> np.ndarray:
-        return self.end - self.start
 
 
 @dataclass
@@ -247,12 +182,12 @@ class SwapPlanner:
 
     def _rebind(self, sched: np.ndarray, pool: PoolArrays, opt: PlannerOptions, out: "_Outcome",
                 want_timeline: bool) -> None:
-        """Re-walk the plan's nodes in time order (hybrid.sequence): each allocation then takes the memory
+        """Re-walk the plan's nodes in time order (hybrid.swap.rewalk): each allocation then takes the memory
         released latest before it could start, whichever op's eviction released it. The walk emits
         allocations in need order and binds them then; in time order a later eviction may free memory
         sooner. One re-walk reaches a fixed point in practice; it never starts a node later, and it is kept
         only when faster."""
-        from hybrid import sequence as S
+        from hybrid.swap import rewalk as S
 
         a = self.graph.arrays
         n = out.n
@@ -298,7 +233,7 @@ class SwapPlanner:
         if out.status != K.OK:
             raise InfeasibleError(self._explain(pool, out.err_op, out.err_need, options))
         if out.timeline is not None:
-            from hybrid.sequence import to_augmented
+            from hybrid.swap.rewalk import to_augmented
 
             prob, tl = out.timeline
             aug = to_augmented(prob, tl)
@@ -357,10 +292,10 @@ def compile_kernels() -> None:
     """
     from dataclasses import replace
 
-    from hybrid.allocation import byte_pool, per_size_pool
-    from hybrid.info import unswapped_peak
-    from hybrid.schedule import program_order
-    from hybrid.synthetic import training_graph
+    from hybrid.swap.pools import byte_pool, per_size_pool
+    from hybrid.graph.info import unswapped_peak
+    from hybrid.graph.order import program_order
+    from hybrid.graph.synthetic import training_graph
 
     g = training_graph(3, seed=0)
     order = program_order(g)

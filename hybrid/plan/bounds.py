@@ -59,7 +59,7 @@ def schedule_bound(graph: Graph, plan: Plan, max_ops: int | None = 512) -> float
     """A lower bound on the makespan of any plan with this plan's schedule, memory, op implementations and
     tensors resident at the start (see the module docstring). `max_ops` caps the ops examined (None: all),
     which keeps a 16,000-op graph at about two seconds; fewer ops give a lower, still valid, bound."""
-    from hybrid.schedule import from_ids
+    from hybrid.graph.order import from_ids
 
     a = graph.arrays
     order = from_ids(graph, plan.schedule)

@@ -5,11 +5,12 @@ from typing import Any
 
 import numpy as np
 
-from hybrid import swap_kernel as K
-from hybrid.allocation import allocation_of
-from hybrid.metrics import ideal_time, lower_bound, peak_from_intervals
+from hybrid.swap import kernel as K
+from hybrid.swap.pools import allocation_of
+from hybrid.graph.info import ideal_time, lower_bound
+from hybrid.plan.metrics import peak_from_intervals
 from hybrid.plan import Allocation, Event, Plan
-from hybrid.swap_planner import AugmentedGraph
+from hybrid.swap.augmented import AugmentedGraph
 
 
 def device_intervals(aug: AugmentedGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.swap_kernel import COMPUTE, FREE, SWAP_IN, SWAP_OUT
+from hybrid.swap.kernel import COMPUTE, FREE, SWAP_IN, SWAP_OUT
 
 KIND_NAMES = {COMPUTE: "compute", SWAP_IN: "swap_in", SWAP_OUT: "swap_out", FREE: "free"}
 
@@ -52,7 +52,7 @@ def critical_chain(kind: np.ndarray, start: np.ndarray, end: np.ndarray, dep_ptr
 
 def critical_path(graph: Graph, plan: Plan) -> pd.DataFrame:
     """The chain as stretches: kind (compute, swap_in, swap_out), start_s, end_s, busy_s, events, bytes."""
-    from hybrid.augmented import from_plan
+    from hybrid.swap.from_plan import from_plan
 
     aug = from_plan(graph, plan)
     chain = critical_chain(aug.kind, aug.start, aug.end, aug.dep_ptr, aug.dep_idx)

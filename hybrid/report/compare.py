@@ -13,7 +13,7 @@ Two ways to add CP-SAT (`mode`), as in `hybrid optimize --refine-mode`:
 - **after**: the search runs for (1 - refine_share) of the budget and
   checkpoints; then **ga+cpsat** refines that best plan for the rest (when
   refinement stops finding anything, the search resumes from the checkpoint
-  and the faster plan wins, `hybrid.handoff`; `final_from` says which) while
+  and the faster plan wins, `hybrid.refine.handoff`; `final_from` says which) while
   **ga** resumes the same search for the same time. A paired comparison: the
   difference is what the last part of the budget bought. Its rows split
   refinement's gain: `rewalk_gain` is what re-walking the split plan gave
@@ -49,11 +49,11 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from hybrid.bounds import schedule_bound
+from hybrid.plan.bounds import schedule_bound
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.handoff import DEFAULT_PATIENCE, patience_s, refine_then_resume
+from hybrid.refine.handoff import DEFAULT_PATIENCE, patience_s, refine_then_resume
 from hybrid.plan import Plan
 
 ARMS = ("ga", "ga+cpsat")
@@ -228,7 +228,7 @@ def _after(graph, device, cfg, time_limit_s, refine_share, workers, refine_optio
     from ga import optimize
 
     from ga.evaluation import make_evaluator
-    from hybrid.swap_planner import PlannerOptions
+    from hybrid.swap.augmented import PlannerOptions
 
     ga_time = time_limit_s * (1.0 - refine_share)
     # one evaluator for the split search and both resumptions: a fresh process pool would spend the seconds

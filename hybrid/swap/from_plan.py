@@ -23,12 +23,13 @@ import heapq
 
 import numpy as np
 
-from hybrid import swap_kernel as K
-from hybrid.allocation import occupied_bytes, pool_from_allocation
+from hybrid.swap import kernel as K
+from hybrid.graph.liveness import occupied_bytes
+from hybrid.swap.pools import pool_from_allocation
 from hybrid.graph import Graph
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
-from hybrid.schedule import from_ids
-from hybrid.swap_planner import AugmentedGraph, PlannerOptions
+from hybrid.graph.order import from_ids
+from hybrid.swap.augmented import AugmentedGraph, PlannerOptions
 
 _KIND = {"compute": K.COMPUTE, "swap_in": K.SWAP_IN, "swap_out": K.SWAP_OUT, "free": K.FREE}
 # At equal (start, end) — zero-length events at one instant — copies in come first, then computes, then releases.

@@ -9,7 +9,7 @@ wrote at the split (the same population and random state, so the same
 generations it would have run without refinement) until the deadline. The
 result is the faster of the refined plan and the resumed search's best.
 
-`hybrid optimize --refine-mode after` and `hybrid.compare(mode="after")` (the
+`hybrid optimize --refine-mode after` and `hybrid.report.compare(mode="after")` (the
 GA+CP-SAT arm) both go through `refine_then_resume`; where a second core is
 free, refining beside the search (`hybrid.refine.beside`) costs it no time.
 """

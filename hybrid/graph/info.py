@@ -5,11 +5,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybrid.allocation import distinct_sizes, occupied_bytes, peak_live_counts
+from hybrid.graph.liveness import distinct_sizes, occupied_bytes, peak_live_counts
 from hybrid.device import DEFAULT_ALIGNMENT, Device
 from hybrid.graph import TENSOR_KINDS, Graph
-from hybrid.metrics import ideal_time, lower_bound
-from hybrid.schedule import program_order
+from hybrid.graph.order import program_order
 
 
 @dataclass(frozen=True)
@@ -93,3 +92,29 @@ def unswapped_peak(g: Graph, align: int | None = None) -> int:
 def fraction_of_peak(g: Graph, fraction: float) -> int:
     """Device memory equal to `fraction` of the unswapped peak (how benchmarks set memory)."""
     return int(np.floor(unswapped_peak(g) * fraction))
+
+
+def ideal_time(graph: Graph, op_time: np.ndarray | None = None) -> float:
+    """Sum of compute times (the chosen impls; default impls when not given): infinite memory, no copies."""
+    return float((graph.arrays.op_time if op_time is None else op_time).sum())
+
+
+def lower_bound(graph: Graph, device: Device) -> float:
+    """No plan on this device can be faster than this.
+
+    max(compute with the fastest impls,
+        (bytes of persistent tensors any op reads - memory) / h2d,
+        (bytes of persistent tensors any op updates - memory) / d2h):
+    at most `memory` bytes of persistent tensors can stay resident across
+    iterations; every other one read must come in, and every other one
+    updated must go back out, each iteration.
+    """
+    a = graph.arrays
+    used = np.zeros(a.n_tensors, dtype=bool)
+    used[a.in_idx] = True
+    updated = np.zeros(a.n_tensors, dtype=bool)
+    updated[a.upd_idx] = True
+    m = device.usable_bytes
+    b_in = int(a.t_bytes[used & a.t_persistent].sum())
+    b_out = int(a.t_bytes[updated].sum())
+    return max(float(a.fastest_impl_times().sum()), (b_in - m) / device.h2d_bytes_per_s, (b_out - m) / device.d2h_bytes_per_s)

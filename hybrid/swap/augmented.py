@@ -1,0 +1,81 @@
+"""The swap planner's output type: ops plus swap nodes with control edges and times, and the options that
+made it. Its own module so that the planner, the re-walk and the conversions to and from plans all import it
+without importing each other."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from hybrid.device import Device
+from hybrid.graph.types import Graph
+from hybrid.swap import kernel as K
+from hybrid.swap.pools import PoolArrays
+
+KIND_NAMES = ("compute", "swap_in", "swap_out", "free")
+
+
+@dataclass(frozen=True)
+class PlannerOptions:
+    victim: Literal["belady", "lru"] = "belady"
+    recency: int = 2             # skip victims used within this many ops (0: no skipping); 2 measured best
+    overlap: bool = True         # False: one stream for everything, copies on demand (the naive baseline)
+    keep_persistent: bool = False  # vDNN-style: persistent tensors resident throughout, never evicted
+    passes: int = 2              # 1: nothing resident at start; 2: the periodic two-pass scan; 3: one more
+    keep: Literal["best", "last"] = "best"  # which pass's plan to return ("last": ODSwap reports its 2nd iteration)
+    lookahead: int = 1           # compare this many policy-ranked victims, evict the one whose memory frees first
+    rebind: bool = True          # re-bind memory in time order after the walk (hybrid.swap.rewalk); overlap only
+    write_back: bool = True      # from pass 2: a persistent tensor not resident at the start leaves after its last use
+
+    def describe(self) -> dict:
+        return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
+                "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
+                "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back}
+
+
+@dataclass
+class AugmentedGraph:
+    """Ops plus swap nodes with their control edges, timed. Node i: kind, ref (op or tensor index), start, end."""
+
+    graph: Graph
+    device: Device
+    pool: PoolArrays
+    schedule: np.ndarray
+    op_time: np.ndarray
+    op_ws: np.ndarray
+    impl_choice: np.ndarray | None
+    options: PlannerOptions
+    kind: np.ndarray
+    ref: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+    resident_at_start: np.ndarray
+    stats: dict = field(default_factory=dict)
+    recompute: np.ndarray | None = None  # bool per node: a compute node re-running an op (plans from files)
+
+    @property
+    def makespan(self) -> float:
+        return float(self.end.max()) if len(self.end) else 0.0
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.kind)
+
+    def label(self, i: int) -> str:
+        k = int(self.kind[i])
+        if k == K.COMPUTE:
+            return self.graph.ops[int(self.ref[i])].id
+        return f"{KIND_NAMES[k]}:{self.graph.tensors[int(self.ref[i])].id}"
+
+    def deps(self, i: int) -> np.ndarray:
+        return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]
+
+    def edges(self) -> list[tuple[str, str]]:
+        """Control and data edges as labels (stream order is implicit: FIFO in node order)."""
+        return [(self.label(int(d)), self.label(i)) for i in range(self.n_nodes) for d in self.deps(i)]
+
+    def durations(self) -> np.ndarray:
+        return self.end - self.start
