@@ -39,9 +39,9 @@ class Profile:
                 "torch": self.torch, "entries": self.entries}
 
     def save(self, path: str | Path) -> None:
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True))
-        tmp.replace(path)
+        from hybrid.files import write_whole
+
+        write_whole(path, json.dumps(self.to_json(), indent=1, sort_keys=True))
 
     @staticmethod
     def load(path: str | Path) -> "Profile":

@@ -157,9 +157,11 @@ class Graph:
         return json.dumps(self.to_json(), indent=1)
 
     def save(self, path: str | Path) -> str:
-        """Write the file; returns (and remembers) the sha256 of the bytes written."""
+        """Write the file whole or not at all; returns (and remembers) the sha256 of the bytes written."""
+        from hybrid.files import write_whole
+
         data = self.dumps().encode()
-        Path(path).write_bytes(data)
+        write_whole(path, data)
         self._sha256 = hashlib.sha256(data).hexdigest()
         return self._sha256
 

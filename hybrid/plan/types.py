@@ -7,7 +7,6 @@ index; whether the plan obeys the rules is the validator's job
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -221,13 +220,9 @@ class Plan:
     def save(self, path: str | Path) -> None:
         """Write the file whole or not at all (a temporary file, then a rename), so that a job stopped while
         writing never leaves a truncated plan where an earlier one was."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(self.dumps())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        from hybrid.files import write_whole
+
+        write_whole(path, self.dumps())
 
     @staticmethod
     def load(path: str | Path) -> "Plan":

@@ -186,6 +186,6 @@ def write_chrome_trace(path: Path, runs: Sequence[tuple[str, list[tuple[str, str
     events: list[dict] = []
     for pid, (name, rows, memory) in enumerate(runs, start=1):
         events += chrome_trace(rows, name, pid, memory)
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    tmp.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
-    tmp.replace(path)
+    from hybrid.files import write_whole
+
+    write_whole(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))

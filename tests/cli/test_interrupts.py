@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+
+from tests.cli.helpers import session_processes  # noqa: E402
+
 pytestmark = pytest.mark.torch
 
 FACTORIES = '''
@@ -33,19 +36,6 @@ def slow():
 '''
 
 
-def _session_processes(sid: int) -> list[int]:
-    """Live (non-zombie) processes of session `sid` (Linux /proc; empty elsewhere)."""
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            alive.append(int(stat.parent.name))
-    return alive
-
-
 def _interrupt(cwd: Path, args: list[str], ready, sig: int, err_path: Path) -> tuple[int, str, str]:
     """Start `hybrid ARGS` in its own session, wait until `ready()` holds, send `sig`; (exit status, stdout, stderr)."""
     with open(err_path, "w") as err:
@@ -62,10 +52,10 @@ def _interrupt(cwd: Path, args: list[str], ready, sig: int, err_path: Path) -> t
             if proc.poll() is None:
                 proc.kill()
     for _ in range(50):
-        if not _session_processes(proc.pid):
+        if not session_processes(proc.pid):
             break
         time.sleep(0.1)
-    assert _session_processes(proc.pid) == []
+    assert session_processes(proc.pid) == []
     return proc.returncode, out, err_path.read_text()
 
 

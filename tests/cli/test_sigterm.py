@@ -10,20 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import RESNET, ROOT, hybrid
-
-
-def _session_processes(sid: int) -> list[int]:
-    """Processes still alive in session `sid` (Linux /proc; empty elsewhere)."""
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: session id; Z: a zombie, already dead
-            alive.append(int(stat.parent.name))
-    return alive
+from tests.cli.helpers import RESNET, ROOT, hybrid, session_processes
 
 
 @pytest.mark.parametrize("flags, whole_group", [
@@ -54,7 +41,7 @@ def test_sigterm_writes_the_best_plan_so_far_and_leaves_nothing_behind(tmp_path,
                 proc.kill()
     took = time.monotonic() - t0
     for _ in range(50):  # the resource tracker exits right after the main process
-        if not _session_processes(proc.pid):
+        if not session_processes(proc.pid):
             break
         time.sleep(0.1)
     stderr = err_path.read_text()
@@ -63,6 +50,6 @@ def test_sigterm_writes_the_best_plan_so_far_and_leaves_nothing_behind(tmp_path,
     assert "stopped: interrupted" in stdout and f"wrote {out}" in stdout
     assert f"interrupted (SIGTERM): wrote the best plan so far to {out}" in stderr
     assert "Traceback" not in stderr and "leaked" not in stderr
-    assert _session_processes(proc.pid) == []
+    assert session_processes(proc.pid) == []
     check = hybrid("validate", "--graph", RESNET, "--plan", out)
     assert check.returncode == 0 and check.stdout.startswith("valid:"), check.stdout + check.stderr

@@ -1,7 +1,6 @@
 """`hybrid capture`: a zoo model's (or the user's own module's) training iteration as a graph file."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -40,18 +39,6 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
                     lr=lr, optimizer_options=options, device=device, dtype=dtype, name=spec.replace(":", "."))
     graph.extra["module"] = {"spec": spec, "dtype": dtype}
     return graph
-
-
-def _save_whole(graph, path: Path) -> str:  # noqa: ANN001 - a Graph
-    """Write the graph file whole or not at all (a temporary file, then a rename), so that a stop while writing
-    leaves no truncated graph, nor clobbers an earlier one; returns the file's sha256."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        sha = graph.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return sha
 
 
 @click.command("capture")
@@ -143,7 +130,7 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
                            f"reused, {len(report.skipped)} ops skipped) -> {profile_path}", err=True)
             if prof is not None:   # it exists: checked above, or just measured
                 graph = apply_profile(graph, prof)
-        sha = _save_whole(graph, out_path)
+        sha = graph.save(out_path)   # whole or not at all
     except KeyboardInterrupt:
         # Ctrl-C, or SIGTERM (hybrid.signals): a half-captured graph is worth nothing, so nothing is written.
         from hybrid.signals import exit_status, interrupted_by

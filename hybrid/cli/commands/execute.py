@@ -294,9 +294,9 @@ def _doc(graph: Any, plan_path: Path, device: str, iters: int, seed: int, summar
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    tmp.replace(path)
+    from hybrid.files import write_whole
+
+    write_whole(path, json.dumps(doc, indent=1, default=str))
 
 
 class _Progress:
