@@ -33,7 +33,7 @@ from hybrid.capture.encoding import dtype_from_name
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph, Tensor
 from hybrid.plan import SizeClassAllocation
-from hybrid.units import format_bytes
+from hybrid.units import format_bytes, round_up
 
 from executor.program import NO_FRONTIER, Frontier, merge
 from executor.streams import Backend
@@ -152,8 +152,6 @@ class SizeClassPool(DevicePool):
     def __init__(self, graph: Graph, alloc: SizeClassAllocation, capacity: int, backend: Backend,
                  align: int) -> None:
         super().__init__(graph)
-        from executor.placement import round_up
-
         classes = alloc.classes
         plan_bytes = alloc.pool_bytes()
         strides = [round_up(c.bytes, align) for c in classes]
@@ -312,7 +310,7 @@ class CompactingPool(ArenaPool):
         starts = np.array([0] + self.live_hi, dtype=np.int64)
         ends = np.array(self.live_lo + [self.arena_bytes], dtype=np.int64)
         align = self.align
-        aligned = (starts + align - 1) // align * align
+        aligned = round_up(starts, align)
         room = ends - aligned
         ok = np.nonzero(room >= t.bytes)[0]
         if len(ok):
@@ -330,7 +328,7 @@ class CompactingPool(ArenaPool):
         align = self.align
         for j, t in enumerate(self.live_t):
             tt = self.graph.tensors[t]
-            new = (off + align - 1) // align * align
+            new = round_up(off, align)
             old = self.live_lo[j]
             if new != old:
                 moves.append((t, old, new, tt.bytes))

@@ -14,7 +14,7 @@ import torch
 from hybrid.graph import Graph
 
 from executor.device_pool import ByteBuffer
-from executor.placement import round_up
+from hybrid.units import round_up
 from executor.streams import Backend
 
 ALIGN = 64

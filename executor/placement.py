@@ -20,15 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybrid.units import format_bytes
+from hybrid.units import format_bytes, round_up
 from hybrid.errors import InfeasibleError
 from hybrid.plan import ArenaAllocation
 
 from executor.program import Program
-
-
-def round_up(n: int, align: int) -> int:
-    return (int(n) + align - 1) // align * align
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from dataclasses import replace
 import numpy as np
 
 from hybrid.swap.pools import PoolArrays, class_pool
-from hybrid.graph.liveness import distinct_sizes, round_up, size_index, unswapped_lifetimes
+from hybrid.graph.liveness import distinct_sizes, size_index, unswapped_lifetimes
 from hybrid.swap.baselines import run_baseline
 from hybrid.device import Device
-from hybrid.units import format_bytes
+from hybrid.units import format_bytes, round_up
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
 from hybrid.graph.info import unswapped_peak

@@ -28,11 +28,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import njit
 
-from hybrid.swap.pools import PoolArrays, byte_pool, class_pool
-from hybrid.graph.liveness import distinct_sizes, round_up, size_index
 from hybrid.device import Device
 from hybrid.graph import Graph
+from hybrid.graph.liveness import distinct_sizes, size_index
 from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.pools import PoolArrays, byte_pool, class_pool
+from hybrid.units import round_up
 
 POLICIES = ("belady", "lru", "pinned")
 RECENCY = (0, 1, 2, 4, 8)

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from hybrid.errors import FormatError, HybridError
-from hybrid.units import format_bytes, parse_bandwidth, parse_bytes, parse_duration
+from hybrid.units import format_bytes, parse_bandwidth, parse_bytes, parse_duration, round_up
 
 GiB = 2**30
 MiB = 2**20
@@ -47,8 +47,7 @@ class Device:
 
     def occupied(self, nbytes: int) -> int:
         """Bytes a device copy of `nbytes` takes: rounded up to the alignment."""
-        a = self.alignment_bytes
-        return (int(nbytes) + a - 1) // a * a
+        return round_up(int(nbytes), self.alignment_bytes)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -86,3 +86,9 @@ def format_seconds(t: float) -> str:
     if t >= 1e-3:
         return f"{t * 1e3:.4g} ms"
     return f"{t * 1e6:.4g} us"
+
+
+def round_up(n, align: int):
+    """`n` (an int or an int array) rounded up to a multiple of `align`: the bytes an aligned copy occupies
+    (docs/formats.md, rule 5) and an aligned offset."""
+    return (n + align - 1) // align * align

@@ -8,11 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from hybrid.graph.types import Graph
-
-
-def round_up(n, align: int):
-    """`n` (int or int array) rounded up to a multiple of `align`."""
-    return (n + align - 1) // align * align
+from hybrid.units import round_up
 
 
 def occupied_bytes(g: Graph, align: int) -> np.ndarray:

@@ -18,10 +18,9 @@ import numpy as np
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
-from hybrid.graph.liveness import (distinct_sizes, min_objects_per_size, occupied_bytes, peak_live_counts,
-                                    round_up)
+from hybrid.graph.liveness import distinct_sizes, min_objects_per_size, occupied_bytes, peak_live_counts
 from hybrid.plan import Allocation, SizeClass, SizeClassAllocation, UnconstrainedAllocation
-from hybrid.units import format_bytes
+from hybrid.units import format_bytes, round_up
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybrid.plan import ArenaAllocation, SizeClassAllocation
-from hybrid.units import format_bytes
+from hybrid.units import format_bytes, round_up
 from hybrid.validator.context import COMPUTE, Context, fmt_t
 from hybrid.validator.lifetimes import Copies
 from hybrid.validator.report import Found
@@ -62,7 +62,7 @@ def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
     """Returns (peak bytes incl. workspace, findings)."""
     eps = ctx.eps
     align = ctx.plan.device.alignment_bytes
-    nbytes = (np.asarray(ctx.t_bytes, dtype=np.int64) + align - 1) // align * align
+    nbytes = round_up(np.asarray(ctx.t_bytes, dtype=np.int64), align)
     ct = np.asarray(c.tensor, dtype=np.int64)
     copy_parts = _points(np.asarray(c.alloc, dtype=np.float64), np.asarray(c.release, dtype=np.float64),
                          nbytes[ct] if len(ct) else np.zeros(0, np.int64),
@@ -138,7 +138,7 @@ def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np
         if cl.bytes < 0 or cl.count < 0:
             out.append(ctx.found(5, None, f"allocation.classes[{k}] has negative bytes or count"))
     align = ctx.plan.device.alignment_bytes
-    pool = sum((cl.bytes + align - 1) // align * align * cl.count for cl in classes)
+    pool = sum(round_up(cl.bytes, align) * cl.count for cl in classes)
     _check_pool(ctx, pool, f"the size-class pool (sum of bytes x count, objects rounded up to {align} bytes)",
                 comp, out)
     ids = ctx.graph.tensors
