@@ -98,11 +98,6 @@ class Program:
         return len(self.steps)
 
 
-def _eps(plan: Plan, aug: AugmentedGraph) -> float:
-    last = float(aug.end.max()) if aug.n_nodes else 0.0
-    return 1e-9 * max(1.0, plan.makespan_s, last)
-
-
 def serialized(plan: Plan) -> bool:
     """Plans made without overlap (the naive baseline) promise one stream: copies never run beside compute."""
     opts = plan.planner.get("options") if isinstance(plan.planner, dict) else None
@@ -114,7 +109,7 @@ def compile_program(graph: Graph, plan: Plan, aug: AugmentedGraph | None = None)
     if aug is None:
         aug = from_plan(graph, plan)
     a = graph.arrays
-    eps = _eps(plan, aug)
+    eps = plan.tolerance_s
     serialize = serialized(plan)
     n = aug.n_nodes
     stream_of_kind = {K.COMPUTE: COMPUTE, K.SWAP_IN: H2D, K.SWAP_OUT: D2H, K.FREE: -1}

@@ -187,6 +187,15 @@ class Plan:
                 f"{format_seconds(self.makespan_s)}{ratio}, {self.allocation.kind} pool in "
                 f"{format_bytes(self.device.usable_bytes)}, device {self.device.name!r})")
 
+    @property
+    def tolerance_s(self) -> float:
+        """The time tolerance every reader of this plan applies (docs/formats.md): 1e-9 x max(1 s, makespan_s,
+        the last finite event end). Near-ties within it resolve in the plan's favour, in the validator and in
+        the executor alike."""
+        ends = [e.end_s for e in self.events if np.isfinite(e.end_s)]
+        ms = self.makespan_s if np.isfinite(self.makespan_s) else 0.0
+        return 1e-9 * max(1.0, ms, max(ends, default=0.0))
+
     def impl_choice(self, graph: "Graph") -> np.ndarray:
         """Each op's implementation as this plan's compute events name it (index into the op's
         `implementations`; the default where no event names one): what the planner, the walk and the bound

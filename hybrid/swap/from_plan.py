@@ -150,8 +150,7 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
     """
     events = plan.events
     a = g.arrays
-    last = max((e.end_s for e in events), default=0.0)
-    eps = 1e-9 * max(1.0, plan.makespan_s if np.isfinite(plan.makespan_s) else 0.0, last)
+    eps = plan.tolerance_s
 
     def touched(e) -> set[int]:
         if e.kind == "compute":
@@ -160,33 +159,34 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
                    {int(t) for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]}
         return {g.tensor_index[e.tensor]}
 
+    def release_to_move(k: int) -> int | None:
+        """Position of a release of a live tensor, at the instant of the allocating event at k, to put first."""
+        e = events[out[k]]
+        blocked = touched(e) if e.kind == "compute" else set()
+        for j in range(k + 1, len(out)):
+            f = events[out[j]]
+            if f.start_s > e.start_s + eps:
+                return None
+            if f.kind in ("swap_out", "free") and f.end_s <= e.start_s + eps:
+                t = g.tensor_index[f.tensor]
+                if t in live and t not in blocked:
+                    return j
+            blocked |= touched(f)
+        return None
+
     live = {g.tensor_index[t] for t in plan.resident_at_start}
     out = list(order)
     k = 0
     while k < len(out):
         e = events[out[k]]
         if e.kind in ("compute", "swap_in"):
-            own = touched(e)
-            blocked = set(own) if e.kind == "compute" else set()
-            j = k + 1
-            while j < len(out) and events[out[j]].start_s <= e.start_s + eps:
-                f = events[out[j]]
-                if f.kind in ("swap_out", "free") and f.end_s <= e.start_s + eps:
-                    t = g.tensor_index[f.tensor]
-                    if t in live and t not in blocked:
-                        out.insert(k, out.pop(j))
-                        break
-                blocked |= touched(f)
-                j += 1
-            else:
-                if e.kind == "compute":
-                    live |= {int(t) for t in a.out_idx[a.out_ptr[g.op_index[e.op]]:a.out_ptr[g.op_index[e.op] + 1]]}
-                else:
-                    live |= own
-                k += 1
+            j = release_to_move(k)
+            if j is not None:
+                out.insert(k, out.pop(j))    # the release is handled first, at position k
                 continue
-            continue                               # the moved release is handled first
-        live.discard(g.tensor_index[e.tensor])
+            live |= touched(e)               # a compute's inputs are live already
+        else:
+            live.discard(g.tensor_index[e.tensor])
         k += 1
     return out
 

@@ -201,7 +201,5 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
     )
     finite_ends = [x for x in end if math.isfinite(x)]
     ctx.times_finite = len(finite_ends) == n and all(math.isfinite(x) for x in start)
-    horizon = max(finite_ends, default=0.0)
-    ms = plan.makespan_s if math.isfinite(plan.makespan_s) else 0.0
-    ctx.eps = 1e-9 * max(1.0, ms, horizon)
+    ctx.eps = plan.tolerance_s
     return ctx, []
