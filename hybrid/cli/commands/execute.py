@@ -25,16 +25,15 @@ def _overrides_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _graph_and_spec(model: str | None, graph_path: Path | None, batch: int | None, optimizer: str, lr: float | None,
-                    momentum: float | None, weight_decay: float | None, dtype: str,
-                    overrides: tuple[str, ...], loaded: Any = None, plan: Any = None) -> tuple[Any, Any, int]:
+def _graph_and_spec(model: str | None, graph_path: Path | None, graph: Any, batch: int | None, optimizer: str,
+                    lr: float | None, momentum: float | None, weight_decay: float | None, dtype: str,
+                    overrides: tuple[str, ...], plan: Any = None) -> tuple[Any, Any, int]:
+    """The zoo model's spec and batch: as recorded in `graph` (loaded from `graph_path`), or captured now."""
     from hybrid.capture.api import capture_model
     from hybrid.cli.options import optimizer_options, parse_overrides
-    from hybrid.graph import Graph
     from hybrid.zoo import get_model
 
-    if graph_path is not None:
-        graph = loaded if loaded is not None else Graph.load(graph_path)
+    if graph is not None:
         rec = graph.extra.get("model")
         if model is None:
             if not isinstance(rec, dict):
@@ -158,6 +157,7 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
     """
     from hybrid.capture._torch import require_torch
     from hybrid.cli.options import prepare_output
+    from hybrid.graph import Graph
     from hybrid.plan import Plan
 
     if iters < 1:
@@ -174,7 +174,7 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
                           "--device cpu (the exact sequential backend) or on a machine with a GPU")
     if device not in ("cpu",) and not device.startswith("cuda"):
         raise HybridError(f"--device {device!r}: choose cpu or cuda (or cuda:N)")
-    graph = _load_graph(graph_path) if graph_path is not None else None
+    graph = Graph.load(graph_path) if graph_path is not None else None
     if graph is not None:
         _plan_fits(graph, plan, plan_path, graph_path)
         if module_spec is None and isinstance(graph.extra.get("module"), dict) and model is None:
@@ -197,8 +197,8 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
         module, loss_fn = user.module.to(dt), user.loss_fn
         args, target, kwargs = _cast_floats((user.args, user.target, user.kwargs), dt, torch)  # as capture did
     else:
-        graph, spec, b = _graph_and_spec(model, graph_path, batch, optimizer, lr, momentum, weight_decay, dtype,
-                                         overrides, graph, plan)
+        graph, spec, b = _graph_and_spec(model, graph_path, graph, batch, optimizer, lr, momentum, weight_decay,
+                                         dtype, overrides, plan)
         if graph_path is None:
             _plan_fits(graph, plan, plan_path, None)
             _host_memory_suffices(graph, plan, device, check)
@@ -277,7 +277,7 @@ def _write_trace(path: Path, graph: Any, plan: Any, result: Any, device: str) ->
                 continue
             label = program.aug.label(st.node)
             lane = STREAM_NAMES[st.stream]
-            rows.append((label, lane if lane != "compute" else "compute", lane, s, e, {"node": st.node}))
+            rows.append((label, lane, lane, s, e, {"node": st.node}))
     write_chrome_trace(path, [("plan (simulated)", plan_trace_rows(graph, plan), memory_profile(graph, plan)),
                               (f"iteration {rec.iteration} (measured on {device})", rows, None)])
 
@@ -324,12 +324,6 @@ class _Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-
-def _load_graph(path: Path) -> Any:
-    from hybrid.graph import Graph
-
-    return Graph.load(path)
 
 
 def _cast_floats(tree: Any, dt: Any, torch: Any) -> Any:
