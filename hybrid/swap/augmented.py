@@ -27,11 +27,18 @@ class PlannerOptions:
     lookahead: int = 1           # compare this many policy-ranked victims, evict the one whose memory frees first
     rebind: bool = True          # re-bind memory in time order after the walk (hybrid.swap.rewalk); overlap only
     write_back: bool = True      # from pass 2: a persistent tensor not resident at the start leaves after its last use
+    recompute_ratio: float = 0.0  # drop a victim and rerun its producer when that costs <= ratio x its copies (0: swap only)
+    recompute_depth: int = 2      # producers one rerun chain may include (hybrid.swap.recompute)
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
                 "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
-                "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back}
+                "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back,
+                "recompute_ratio": self.recompute_ratio, "recompute_depth": self.recompute_depth}
+
+    @property
+    def recomputes(self) -> bool:
+        return self.recompute_ratio > 0 and self.recompute_depth > 0
 
 
 @dataclass

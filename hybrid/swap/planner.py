@@ -20,13 +20,14 @@ longer, so the GA's planner gene may switch it off).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 
 from hybrid.swap import eviction as E
 from hybrid.swap import kernel as K
+from hybrid.swap import recompute as R
 from hybrid.swap.augmented import KIND_NAMES, AugmentedGraph, PlannerOptions
 from hybrid.swap.pools import PoolArrays
 from hybrid.device import Device
@@ -68,6 +69,9 @@ class SwapPlanner:
         self.node_cap = a.n_ops + 2 * n_in + n_out + 3 * a.n_tensors + 8
         self.dep_cap = 6 * self.node_cap + 16
         self._bufs = (self._buffers(), self._buffers())
+        self.op_rc = R.recomputable_ops(graph)
+        fan = int(max(np.diff(a.in_ptr).max(initial=0), np.diff(a.out_ptr).max(initial=0)))
+        self._rc_scr = R.scratch(a.n_tensors, 16 * (fan + 1))
         self._n_uses = n_in
         self._uses_per_tensor = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
         self._seq_scr: tuple | None = None
@@ -89,7 +93,18 @@ class SwapPlanner:
         return (np.empty(self.node_cap, np.int8), np.empty(self.node_cap, np.int32),
                 np.empty(self.node_cap, np.float64), np.empty(self.node_cap, np.float64),
                 np.empty(self.node_cap + 1, np.int64), np.empty(self.dep_cap, np.int32),
-                np.zeros(n_t, np.bool_), np.zeros(n_t, np.bool_), np.zeros(n_t, np.bool_), np.zeros(8, np.float64))
+                np.zeros(n_t, np.bool_), np.zeros(n_t, np.bool_), np.zeros(n_t, np.bool_), np.zeros(8, np.float64),
+                np.zeros(self.node_cap, np.bool_))
+
+    def _grow(self) -> None:
+        """Reruns can emit more nodes than a swap-only walk's bound: double the buffers (the kernel asks)."""
+        self.node_cap *= 2
+        self.dep_cap = 6 * self.node_cap + 16
+        self._bufs = (self._buffers(), self._buffers())
+        a = self.graph.arrays
+        self._scr = K.scratch(a.n_tensors, self._scratch_classes, 2 * a.n_tensors + self._n_uses
+                              + 2 * self._scratch_classes + 8, self.node_cap)
+        self._rc_scr = R.scratch(a.n_tensors, 2 * len(self._rc_scr[3]))
 
     def _walk(self, sched, uses, pool: PoolArrays, opt: PlannerOptions, initial: np.ndarray, allow_drop: bool, buf):
         a = self.graph.arrays
@@ -101,7 +116,8 @@ class SwapPlanner:
             float(d.h2d_bytes_per_s), float(d.d2h_bytes_per_s), float(d.transfer_latency_s),
             opt.victim == "lru", int(opt.recency), not opt.overlap, opt.keep_persistent, allow_drop,
             allow_drop and opt.write_back, initial,
-            max(1, int(opt.lookahead)), *buf, self._scr, self._cand,
+            max(1, int(opt.lookahead)), a.t_producer, self.op_rc, float(opt.recompute_ratio),
+            int(opt.recompute_depth) if opt.recomputes else 0, *buf, self._scr, self._cand, self._rc_scr,
         )
 
     def _run(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, bufs,
@@ -136,11 +152,29 @@ class SwapPlanner:
                     initial = init_out & ~evicted
                 spare = bufs[1] if best.buf is bufs[0] else bufs[0]
                 out = run(initial, True, spare)
+                if out.status == K.CHAIN_OVERFLOW:
+                    return out
                 if out.makespan < best.makespan or opt.keep == "last":
                     best = out
-        if best.status == K.OK and opt.rebind and opt.overlap:
+        # The re-walk knows no reruns; a plan that recomputes keeps the walk's own timing.
+        if best.status == K.OK and opt.rebind and opt.overlap and best.buf[9][K.ST_NRC] == 0:
             self._rebind(sched, pool, opt, best, want_timeline)
         return best
+
+    def _run_grown(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, fresh: bool,
+                   want_timeline: bool = False) -> "_Outcome":
+        """`_run`, growing the node buffers while reruns overflow them."""
+        while True:
+            bufs = (self._buffers(), self._buffers()) if fresh else self._bufs
+            out = self._run(schedule, pool, opt, bufs, want_timeline)
+            if out.status == K.INFEASIBLE and opt.recomputes:
+                # Rerun chains pin their inputs; where that leaves no victim, the swap-only plan stands.
+                return self._run_grown(schedule, pool, replace(opt, recompute_ratio=0.0), fresh, want_timeline)
+            if out.status != K.CHAIN_OVERFLOW:
+                return out
+            if self.node_cap > 64 * (self.graph.arrays.n_ops + 8 * self.graph.arrays.n_tensors + 64):
+                raise RuntimeError("recompute chains overflowed the planner's buffers")  # never seen
+            self._grow()
 
     def _carry_over(self, sched: np.ndarray, pool: PoolArrays, res_end: np.ndarray, uses) -> np.ndarray:
         """Pass 2's initial residents: what pass 1 left resident, plus the first op's persistent inputs.
@@ -226,10 +260,10 @@ class SwapPlanner:
 
     def makespan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> float:
         """Fitness: the simulated iteration time, or inf when the pool cannot run some op."""
-        return float(self._run(schedule, pool, options, self._bufs).makespan)
+        return float(self._run_grown(schedule, pool, options, False).makespan)
 
     def plan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> AugmentedGraph:
-        out = self._run(schedule, pool, options, (self._buffers(), self._buffers()), want_timeline=True)
+        out = self._run_grown(schedule, pool, options, True, want_timeline=True)
         if out.status != K.OK:
             raise InfeasibleError(self._explain(pool, out.err_op, out.err_need, options))
         if out.timeline is not None:
@@ -240,14 +274,17 @@ class SwapPlanner:
             aug.options = options
             return aug
         n = out.n
-        kind, ref, start, end, dep_ptr, dep_idx, init_out, _ev, _re, stats = out.buf
+        kind, ref, start, end, dep_ptr, dep_idx, init_out, _ev, _re, stats, node_rc = out.buf
         m = int(dep_ptr[n])
+        rc = node_rc[:n].copy()
         return AugmentedGraph(
             self.graph, self.device, pool, np.asarray(schedule, dtype=np.int32), self.op_time, self.op_ws,
             self.impl_choice, options, kind[:n].copy(), ref[:n].copy(), start[:n].copy(), end[:n].copy(),
             dep_ptr[:n + 1].copy(), dep_idx[:m].copy(), init_out.copy(),
             {"bytes_h2d": int(stats[K.ST_H2D]), "bytes_d2h": int(stats[K.ST_D2H]), "swap_ins": int(stats[K.ST_NIN]),
-             "swap_outs": int(stats[K.ST_NOUT]), "frees": int(stats[K.ST_NFREE])},
+             "swap_outs": int(stats[K.ST_NOUT]), "frees": int(stats[K.ST_NFREE]),
+             "recomputes": int(stats[K.ST_NRC]), "recompute_s": float(stats[K.ST_RCTIME])},
+            recompute=rc if rc.any() else None,
         )
 
     def _explain(self, pool: PoolArrays, err_op: int, err_need: int, opt: PlannerOptions) -> str:
