@@ -318,7 +318,7 @@ class GeneticSearch:
         if cfg.search != "schedule":
             if cfg.pool == "both" and rng.random() < p:
                 by_bytes = not by_bytes
-            gene = mutate_planner(gene, cfg.policy_ids, cfg.planner_knobs, p, rng)
+            gene = mutate_planner(gene, cfg.policy_ids, cfg.planner_knobs, p, rng, self.space.options.recomputes)
             cls, cnt = mutate_cls(cls, cnt, p, rng)
             cnt = mutate_cnt(cnt, p, cfg.count_sigma, rng)
             cls, cnt, ok = repair(self.space, cls, cnt)

@@ -16,8 +16,14 @@
   window (victims used within that many ops are skipped) and the lookahead
   (how many ranked victims are compared), and whether persistent tensors not
   resident at the start are written back right after their last use
-  (`PlannerOptions.write_back`). No setting wins everywhere, so the search
-  picks it too.
+  (`PlannerOptions.write_back`), and how readily a victim without a host copy
+  is dropped and recomputed instead of swapped (`RECOMPUTE`: the ratio of a
+  rerun's compute time to the copies' time below which it drops; 0 swaps
+  only). No setting wins everywhere, so the search picks it too. A cost-ratio
+  threshold rather than a per-tensor or per-op-kind permission: one small int
+  keeps crossover and the planner gene's packing as they were, and on the
+  suite a ratio reaches the tensors worth recomputing (conv, ReLU, add
+  outputs) without a gene per tensor.
 
 `SearchSpace` holds what every operator needs about the graph, built once.
 """
@@ -38,46 +44,53 @@ from hybrid.units import round_up
 POLICIES = ("belady", "lru", "pinned")
 RECENCY = (0, 1, 2, 4, 8)
 LOOKAHEAD = (1, 2, 4)
+RECOMPUTE = (0.0, 0.1, 0.3, 1.0, 3.0)  # PlannerOptions.recompute_ratio; used only where the base allows recompute
 
 
 @dataclass(frozen=True)
 class PlannerGene:
-    """Indices into POLICIES, RECENCY and LOOKAHEAD, and the write-back switch; packed into one int."""
+    """Indices into POLICIES, RECENCY, LOOKAHEAD and RECOMPUTE, and the write-back switch; packed into one int."""
 
     policy: int
     recency: int
     lookahead: int
     write_back: int = 1
+    recompute: int = 0
 
     def pack(self) -> int:
         return self.policy + len(POLICIES) * (self.recency + len(RECENCY) * (self.lookahead + len(LOOKAHEAD)
-                                                                              * self.write_back))
+                                              * (self.write_back + 2 * self.recompute)))
 
     @staticmethod
     def unpack(code: int) -> "PlannerGene":
         p, rest = code % len(POLICIES), code // len(POLICIES)
         r, rest = rest % len(RECENCY), rest // len(RECENCY)
-        return PlannerGene(p, r, rest % len(LOOKAHEAD), rest // len(LOOKAHEAD))
+        la, rest = rest % len(LOOKAHEAD), rest // len(LOOKAHEAD)
+        return PlannerGene(p, r, la, rest % 2, rest // 2)
 
     @staticmethod
-    def of(base: PlannerOptions, policy: int) -> "PlannerGene":
-        """`policy` with the base options' recency, lookahead (their nearest table values) and write-back."""
+    def of(base: PlannerOptions, policy: int, recompute: int | None = None) -> "PlannerGene":
+        """`policy` with the base options' recency, lookahead, recompute ratio (their nearest table values)
+        and write-back; `recompute` overrides the ratio's index."""
         r = min(range(len(RECENCY)), key=lambda i: abs(RECENCY[i] - base.recency))
         la = min(range(len(LOOKAHEAD)), key=lambda i: abs(LOOKAHEAD[i] - base.lookahead))
-        return PlannerGene(policy, r, la, int(base.write_back))
+        rc = min(range(len(RECOMPUTE)), key=lambda i: abs(RECOMPUTE[i] - base.recompute_ratio))
+        return PlannerGene(policy, r, la, int(base.write_back), rc if recompute is None else recompute)
 
     def options(self, base: PlannerOptions) -> PlannerOptions:
         name = POLICIES[self.policy]
+        ratio = RECOMPUTE[min(self.recompute, len(RECOMPUTE) - 1)] if base.recomputes else 0.0
         return replace(base, victim="lru" if name == "lru" else "belady", keep_persistent=name == "pinned",
                        recency=RECENCY[self.recency], lookahead=LOOKAHEAD[self.lookahead],
-                       write_back=bool(self.write_back))
+                       write_back=bool(self.write_back), recompute_ratio=ratio)
 
     def describe(self) -> str:
         wb = ", write-back" if self.write_back else ""
-        return f"{POLICIES[self.policy]}, recency {RECENCY[self.recency]}, lookahead {LOOKAHEAD[self.lookahead]}{wb}"
+        rc = f", recompute ratio {RECOMPUTE[self.recompute]:g}" if self.recompute else ""
+        return f"{POLICIES[self.policy]}, recency {RECENCY[self.recency]}, lookahead {LOOKAHEAD[self.lookahead]}{wb}{rc}"
 
 
-N_PLANNER_GENES = len(POLICIES) * len(RECENCY) * len(LOOKAHEAD) * 2
+N_PLANNER_GENES = len(POLICIES) * len(RECENCY) * len(LOOKAHEAD) * 2 * len(RECOMPUTE)
 
 
 def planner_options(base: PlannerOptions, code: int) -> PlannerOptions:

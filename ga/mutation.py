@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ga.encoding import LOOKAHEAD, RECENCY, PlannerGene, SearchSpace, collapse_cnt, extend_cnt
+from ga.encoding import LOOKAHEAD, RECENCY, RECOMPUTE, PlannerGene, SearchSpace, collapse_cnt, extend_cnt
 
 
 def mutate_schedule(space: SearchSpace, parent: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
@@ -63,9 +63,10 @@ def mutate_cnt(cnt: np.ndarray, p: float, sigma_rel: float, rng: np.random.Gener
     return out
 
 
-def mutate_planner(code: int, policies: tuple[int, ...], knobs: bool, p: float, rng: np.random.Generator) -> int:
+def mutate_planner(code: int, policies: tuple[int, ...], knobs: bool, p: float, rng: np.random.Generator,
+                   recompute: bool = False) -> int:
     g = PlannerGene.unpack(code)
-    policy, rec, la, wb = g.policy, g.recency, g.lookahead, g.write_back
+    policy, rec, la, wb, rc = g.policy, g.recency, g.lookahead, g.write_back, g.recompute
     if len(policies) > 1 and rng.random() < p:
         i = policies.index(policy) if policy in policies else 0
         policy = policies[(i + int(rng.integers(1, len(policies)))) % len(policies)]
@@ -76,7 +77,9 @@ def mutate_planner(code: int, policies: tuple[int, ...], knobs: bool, p: float, 
             la = int(np.clip(la + (1 if rng.random() < 0.5 else -1), 0, len(LOOKAHEAD) - 1))
         if rng.random() < p:
             wb = 1 - wb
-    return PlannerGene(policy, rec, la, wb).pack()
+        if recompute and rng.random() < p:
+            rc = int(np.clip(rc + (1 if rng.random() < 0.5 else -1), 0, len(RECOMPUTE) - 1))
+    return PlannerGene(policy, rec, la, wb, rc).pack()
 
 
 @njit(cache=True, inline="always")

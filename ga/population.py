@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from ga.encoding import LOOKAHEAD, RECENCY, Individual, PlannerGene, SearchSpace
+from ga.encoding import LOOKAHEAD, RECENCY, RECOMPUTE, Individual, PlannerGene, SearchSpace
 from ga.mutation import random_schedule
 from ga.repair import fit_counts, floor_bytes, min_floor_cls, repair
 from hybrid.graph.liveness import unswapped_lifetimes
@@ -72,13 +72,15 @@ def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...
     dfs = depth_first_order(space.graph)
     for k, order in enumerate([prog] if np.array_equal(prog, dfs) else [prog, dfs]):
         allocs = [peak_allocation(space, order, c) for c in class_choices]
+        # With recompute allowed, each seed also comes swap-only, so the search starts from the swap-only plans.
         for policy in policies if k == 0 else policies[:1]:
-            gene = PlannerGene.of(space.options, policy).pack()
-            if pool != "classes":
-                dormant = allocs[0] if allocs else (lowest, space.class_need(lowest))
-                out.append(Individual(order, *dormant, by_bytes=True, planner=gene))
-            if pool != "bytes":
-                out.extend(Individual(order, cls, cnt, planner=gene) for cls, cnt in allocs)
+            for rc in (None, 0) if space.options.recomputes else (None,):
+                gene = PlannerGene.of(space.options, policy, rc).pack()
+                if pool != "classes":
+                    dormant = allocs[0] if allocs else (lowest, space.class_need(lowest))
+                    out.append(Individual(order, *dormant, by_bytes=True, planner=gene))
+                if pool != "bytes":
+                    out.extend(Individual(order, cls, cnt, planner=gene) for cls, cnt in allocs)
     return out
 
 
@@ -111,6 +113,7 @@ def random_individuals(space: SearchSpace, n: int, mode: SearchMode, pool: PoolM
         gene = PlannerGene.of(space.options, policies[int(rng.integers(len(policies)))])
         if knobs:
             gene = PlannerGene(gene.policy, int(rng.integers(len(RECENCY))), int(rng.integers(len(LOOKAHEAD))),
-                               int(rng.integers(2)))
+                               int(rng.integers(2)),
+                               int(rng.integers(len(RECOMPUTE))) if space.options.recomputes else gene.recompute)
         out.append(Individual(sched, cls, cnt, by_bytes, gene.pack()))
     return out
