@@ -24,14 +24,16 @@ place on it. Those bytes are counted too (`version_bytes`).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from hybrid.capture.encoding import DecodeContext, decode_value, resolve_target
 from hybrid.errors import HybridError
 from hybrid.graph import Graph, Op
+from hybrid.graph.rerun import updates_generator_only
 
 OUT, COPY, INPLACE, OPTIMIZER = "out", "copy", "inplace", "optimizer"
 
@@ -138,20 +140,69 @@ def compile_op(graph: Graph, op: Op) -> OpCall:
 
 
 class OpRunner:
-    """Decodes and runs compiled ops against `env` (graph tensor id -> device tensor)."""
+    """Decodes and runs compiled ops against `env` (graph tensor id -> device tensor).
+
+    A rerun (a plan's recompute event, `rerun=True`) must reproduce the first run's outputs
+    (hybrid.graph.rerun): an op that updates tensors in place (batch norm's running statistics) reruns on
+    copies of them, which are then dropped; a random op reruns from the generator state recorded just
+    before its first run in this iteration.
+    """
 
     def __init__(self, graph: Graph, device: torch.device) -> None:
         self.graph = graph
         self.device = device
         self.calls = [compile_op(graph, op) for op in graph.ops]
         self._checked: set[int] = set()
+        self._random = {o for o, op in enumerate(graph.ops) if updates_generator_only(graph, op)}
+        self._rng_state: dict[int, torch.Tensor] = {}
+
+    def _generator_state(self) -> torch.Tensor:
+        if self.device.type == "cuda":
+            return torch.cuda.get_rng_state(self.device)
+        return torch.get_rng_state()
+
+    def _set_generator_state(self, state: torch.Tensor) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(state, self.device)
+        else:
+            torch.set_rng_state(state)
+
+    @contextmanager
+    def _run_context(self, o: int, env: dict[str, torch.Tensor], rerun: bool) -> Iterator[dict[str, torch.Tensor]]:
+        """The env a run reads: for a rerun, copies of the tensors the op updates, and the generator replayed."""
+        if o not in self._random and not (rerun and self.calls[o].op.updates):
+            yield env
+            return
+        if not rerun:
+            self._rng_state[o] = self._generator_state()
+            yield env
+            return
+        own = dict(env)
+        for t in self.calls[o].op.updates:
+            if t in own:
+                own[t] = own[t].clone()
+        if o not in self._random:
+            yield own
+            return
+        if o not in self._rng_state:
+            raise HybridError(f"op {self.calls[o].op.id!r} is recomputed before its first run in this iteration")
+        now = self._generator_state()
+        self._set_generator_state(self._rng_state[o])
+        try:
+            yield own
+        finally:
+            self._set_generator_state(now)
 
     def _decode(self, call: OpCall, env: dict[str, torch.Tensor]) -> tuple[list, dict]:
         ctx = DecodeContext(env, self.device)
         return decode_value(call.args, ctx), {k: decode_value(v, ctx) for k, v in call.kwargs.items()}
 
-    def run_direct(self, o: int, env: dict[str, torch.Tensor], step: int) -> None:
+    def run_direct(self, o: int, env: dict[str, torch.Tensor], step: int, rerun: bool = False) -> None:
         """Modes out, inplace and optimizer: nothing to copy afterwards."""
+        with self._run_context(o, env, rerun) as env:
+            self._run_direct(o, env, step)
+
+    def _run_direct(self, o: int, env: dict[str, torch.Tensor], step: int) -> None:
         call = self.calls[o]
         args, kwargs = self._decode(call, env)
         if call.mode == OPTIMIZER:
@@ -168,11 +219,12 @@ class OpRunner:
                         raise HybridError(f"op {call.op.id!r}: {call.out_fn} did not write {t!r} into its slot")
                 self._checked.add(o)
 
-    def compute(self, o: int, env: dict[str, torch.Tensor]) -> list[torch.Tensor | None]:
+    def compute(self, o: int, env: dict[str, torch.Tensor], rerun: bool = False) -> list[torch.Tensor | None]:
         """Copy fallback, part 1: the functional op's results (allocated outside the pool)."""
         call = self.calls[o]
-        args, kwargs = self._decode(call, env)
-        res = call.fn(*args, **kwargs)
+        with self._run_context(o, env, rerun) as env:
+            args, kwargs = self._decode(call, env)
+            res = call.fn(*args, **kwargs)
         got = list(res) if isinstance(res, (tuple, list)) else [res]
         if len(got) != len(call.out_ids):
             raise HybridError(f"op {call.op.id!r} returned {len(got)} values, the graph records {len(call.out_ids)}")

@@ -263,6 +263,7 @@ class Runtime:
         g = self.graph
         env = self.env
         pool, host, ops = self.pool, self.host, self.ops
+        reruns = self.program.aug.recompute  # per node: a recompute event (hybrid.graph.rerun says how it reruns)
         timing = self.timing
         b.synchronize()
         b.begin_iteration(self.iteration)
@@ -316,8 +317,9 @@ class Runtime:
                             tn, to = g.tensor_index[new_v], g.tensor_index[old_v]
                             pool.raw(tn).copy_(pool.raw(to))
                             stats.version_bytes += g.tensors[tn].bytes
+                        rerun = reruns is not None and bool(reruns[i])
                         if call.mode == COPY:
-                            res = ops.compute(o, env)
+                            res = ops.compute(o, env, rerun)
                             if timing:
                                 b.record(self.copy_events[i], s)
                             h0 = time.perf_counter()
@@ -328,7 +330,7 @@ class Runtime:
                             stats.transient_peak_bytes = max(stats.transient_peak_bytes, call.copy_bytes)
                             stats.copy_targets.setdefault(str(call.fn), call.reason)
                         else:
-                            ops.run_direct(o, env, self.step)
+                            ops.run_direct(o, env, self.step, rerun)
                         if o in self.observe:
                             self._snapshot(o)
                     elif st.kind == K.SWAP_IN:

@@ -49,6 +49,11 @@ graph_option = click.option("--graph", "graph_path", required=True, type=click.P
 out_option = click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                           help="Write the plan here (hybrid-plan/1).")
 seed_option = click.option("--seed", type=int, default=1, show_default=True, help="Random seed.")
+recompute_option = click.option(
+    "--recompute/--no-recompute", default=True, show_default=True,
+    help="Let the planner free a tensor that has no host copy without copying it, and rerun the op that made "
+         "it before its next use, where that costs less compute time than the copies cost link time. "
+         "--no-recompute: swap only (SwapAdvisor).")
 patience_option = click.option(
     "--refine-patience", "refine_patience", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.1,
     show_default=True,

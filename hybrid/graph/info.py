@@ -25,6 +25,8 @@ class GraphInfo:
     ideal_s: float
     lower_bound_s: float
     memory_bytes: int
+    swap_bound_s: float = 0.0        # any swap-only plan in the program order (activations only; hybrid.plan.bounds)
+    recompute_bound_s: float = 0.0   # any swap+recompute plan in the program order
 
     def rows(self) -> list[tuple[str, str]]:
         from hybrid.units import format_bytes, format_seconds
@@ -40,10 +42,15 @@ class GraphInfo:
                                   f"({100 * self.memory_bytes / max(1, self.unswapped_peak_bytes):.1f}% of the peak)"),
                 ("ideal (compute only)", format_seconds(self.ideal_s)),
                 ("lower bound at this memory", format_seconds(self.lower_bound_s))]
+        if self.swap_bound_s:
+            out += [("lower bound, program order, swap only", format_seconds(self.swap_bound_s)),
+                    ("lower bound, program order, swap + recompute", format_seconds(self.recompute_bound_s))]
         return out
 
 
-def graph_info(g: Graph, device: Device) -> GraphInfo:
+def graph_info(g: Graph, device: Device, bounds: bool = True) -> GraphInfo:
+    """The figures `hybrid info` prints; `bounds` adds the program order's swap-only and swap+recompute
+    bounds (hybrid.plan.bounds.activation_bound: a few seconds on a 16,000-op graph)."""
     a = g.arrays
     by_kind = {k: 0 for k in TENSOR_KINDS}
     for t in g.tensors:
@@ -51,9 +58,17 @@ def graph_info(g: Graph, device: Device) -> GraphInfo:
     align = device.alignment_bytes
     _, peak = peak_live_counts(g, program_order(g), align)
     op_i, op_bytes = largest_op(g, align)
+    lb = lower_bound(g, device)
+    swap_b = rc_b = 0.0
+    if bounds:
+        from hybrid.plan.bounds import activation_bound
+
+        order = program_order(g)
+        swap_b = max(lb, activation_bound(g, device, order, recompute=False))
+        rc_b = max(lb, activation_bound(g, device, order, recompute=True))
     return GraphInfo(g.name, a.n_ops, a.n_tensors, len(distinct_sizes(g)), by_kind,
                      int(a.t_bytes[a.t_persistent].sum()), peak, g.ops[op_i].id if a.n_ops else "", op_bytes,
-                     ideal_time(g), lower_bound(g, device), device.usable_bytes)
+                     ideal_time(g), lb, device.usable_bytes, swap_b, rc_b)
 
 
 def op_footprints(g: Graph, align: int = 1) -> np.ndarray:

@@ -100,13 +100,16 @@ def split_gains(split_s: float, rebind_s: float, reorder_s: float, refined_s: fl
 def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, seeds: Sequence[int] = (1, 2, 3),
             refine_share: float = 0.2, workers: int = 1, out_dir: str | Path | None = None, ga_config=None,
             refine_options=None, patience: float | None = DEFAULT_PATIENCE, mode: str = "beside",
-            elites: int | None = None, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+            elites: int | None = None, progress: Callable[[str], None] | None = None,
+            options=None) -> pd.DataFrame:
     """Run both arms for every seed on `graph` (on `device`, default the graph's); the table as a DataFrame.
 
     Plans go to `out_dir` when given: `<graph>-seed<N>-ga.json`, `<graph>-seed<N>-ga+cpsat.json`, and
     `<graph>-seed<N>-split.json` (the GA plan refinement started from: the best at the split, or in beside
     mode the one the winning refined plan came from).
     `ga_config` (a ga.GAConfig) sets the search's other parameters; its seed is replaced per run.
+    `options` (hybrid.swap.augmented.PlannerOptions) are the planner options both arms search from (default:
+    swap only; `hybrid compare` turns recompute on unless --no-recompute).
     `patience` is a share of `refine_share` of the budget: how long refinement may go without a lower
     makespan before it hands the rest of its time back to the search (after), or moves on to another of the
     search's plans (beside; `elites` of them are offered each generation, default
@@ -130,7 +133,10 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
         device = PRESETS["v100-16gb"]
     from ga import GAConfig
 
+    from hybrid.swap.augmented import PlannerOptions
+
     base = ga_config or GAConfig()
+    options = options or PlannerOptions()
     say = progress or (lambda _msg: None)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
@@ -140,7 +146,7 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     try:
         for seed in seeds:
             rows += _seed_rows(graph, device, replace(base, seed=int(seed)), time_limit_s, refine_share, workers,
-                               refine_options, patience, elites, say, mode, out)
+                               refine_options, patience, elites, say, mode, out, options)
     except KeyboardInterrupt:
         if not rows:
             raise
@@ -151,13 +157,13 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
 
 
 def _seed_rows(graph, device, cfg, time_limit_s, refine_share, workers, refine_options, patience,  # noqa: ANN001
-               elites, say, mode: str, out: Path | None) -> list[dict]:
+               elites, say, mode: str, out: Path | None, options) -> list[dict]:
     """Both arms for one seed: validated, written to `out`, as two table rows."""
     from hybrid.validator import validate
 
     seed = cfg.seed
     run = _beside if mode == "beside" else _after
-    ga_plan, r_ga, hybrid_plan, r_h, split_plan = run(graph, device, cfg, time_limit_s, refine_share, workers,
+    ga_plan, r_ga, hybrid_plan, r_h, split_plan = run(graph, device, cfg, options, time_limit_s, refine_share, workers,
                                                        refine_options, patience, elites, say)
     for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
         report = validate(graph, plan)
@@ -180,14 +186,14 @@ def _seed_rows(graph, device, cfg, time_limit_s, refine_share, workers, refine_o
     return [row_ga, row_h]
 
 
-def _beside(graph, device, cfg, time_limit_s, refine_share, workers, refine_options, patience, elites,  # noqa: ANN001
+def _beside(graph, device, cfg, options, time_limit_s, refine_share, workers, refine_options, patience, elites,  # noqa: ANN001
             say) -> tuple[Plan, dict, Plan, dict, Plan | None]:  # noqa: ANN001
     """Two runs of the same search for the whole budget, the second with the refiner beside it."""
     from ga import optimize
     from hybrid.refine.beside import DEFAULT_ELITES, BesideRefiner
 
     t0 = time.monotonic()
-    alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, workers=workers + 1)  # + the refiner's core
+    alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, workers=workers + 1, options=options)  # + the refiner's core
     ga_plan = alone.to_plan(time_limit_s=time_limit_s)
     r_ga = {"search_s": alone.search_time_s, "wall_s": time.monotonic() - t0, "ga_generations": alone.generations,
             "workers": workers + 1}
@@ -196,11 +202,11 @@ def _beside(graph, device, cfg, time_limit_s, refine_share, workers, refine_opti
     t1 = time.monotonic()
     deadline = t1 + time_limit_s
     pat = None if patience is None else patience_s(refine_share * time_limit_s, patience)
-    refiner = BesideRefiner(graph, device, deadline=deadline, seed=cfg.seed, elites=elites or DEFAULT_ELITES,
+    refiner = BesideRefiner(graph, device, options, deadline=deadline, seed=cfg.seed, elites=elites or DEFAULT_ELITES,
                             patience_s=pat, refine_options=refine_options, plan_info={"time_limit_s": time_limit_s})
     try:
         res = optimize(graph, device, cfg, time_limit_s=max(1e-3, deadline - time.monotonic()), workers=workers,
-                       observe=refiner.offer)
+                       observe=refiner.offer, options=options)
     finally:
         rep = refiner.finish()
     own = res.to_plan(time_limit_s=time_limit_s)
@@ -222,23 +228,22 @@ def _beside(graph, device, cfg, time_limit_s, refine_share, workers, refine_opti
     return ga_plan, r_ga, hybrid_plan, r_h, rep.from_plan
 
 
-def _after(graph, device, cfg, time_limit_s, refine_share, workers, refine_options, patience, elites,  # noqa: ANN001
+def _after(graph, device, cfg, options, time_limit_s, refine_share, workers, refine_options, patience, elites,  # noqa: ANN001
            say) -> tuple[Plan, dict, Plan, dict, Plan | None]:  # noqa: ANN001
     """The search to the split; then refinement (handing back when it stalls) against the resumed search."""
     from ga import optimize
 
     from ga.evaluation import make_evaluator
-    from hybrid.swap.augmented import PlannerOptions
 
     ga_time = time_limit_s * (1.0 - refine_share)
     # one evaluator for the split search and both resumptions: a fresh process pool would spend the seconds
     # left after the split starting up (the hand-back then resumed 0 generations) and run the arm over its time
-    ev = make_evaluator(graph, device, PlannerOptions(), workers)
+    ev = make_evaluator(graph, device, options, workers)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = Path(tmp) / "split.ckpt"
             t0 = time.monotonic()
-            first = optimize(graph, device, cfg, time_limit_s=ga_time, evaluator=ev, checkpoint=ckpt,
+            first = optimize(graph, device, cfg, time_limit_s=ga_time, evaluator=ev, options=options, checkpoint=ckpt,
                              checkpoint_every=0)
             split_plan = first.to_plan(time_limit_s=time_limit_s)
             spent = time.monotonic() - t0
@@ -248,7 +253,7 @@ def _after(graph, device, cfg, time_limit_s, refine_share, workers, refine_optio
             t1 = time.monotonic()
             hand = refine_then_resume(graph, device, split_plan, ckpt, deadline=t1 + max(0.0, time_limit_s - spent),
                                       seed=cfg.seed, refine_options=refine_options, patience=patience,
-                                      plan_info={"time_limit_s": time_limit_s}, evaluator=ev)
+                                      plan_info={"time_limit_s": time_limit_s}, evaluator=ev, options=options)
             ref = hand.refine
             hybrid_plan = hand.plan
             hybrid_s = spent + (time.monotonic() - t1)
@@ -261,7 +266,7 @@ def _after(graph, device, cfg, time_limit_s, refine_share, workers, refine_optio
             t2 = time.monotonic()
             deadline = t2 + max(0.0, time_limit_s - spent)
             second = optimize(graph, device, cfg, time_limit_s=max(1e-3, deadline - time.monotonic()), evaluator=ev,
-                              resume=ckpt)
+                              resume=ckpt, options=options)
             ga_plan = second.to_plan(time_limit_s=time_limit_s)
             ga_s = spent + (time.monotonic() - t2)
             say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} "

@@ -28,17 +28,19 @@ class PlannerOptions:
     rebind: bool = True          # re-bind memory in time order after the walk (hybrid.swap.rewalk); overlap only
     write_back: bool = True      # from pass 2: a persistent tensor not resident at the start leaves after its last use
     recompute_ratio: float = 0.0  # drop a victim and rerun its producer when that costs <= ratio x its copies (0: swap only)
-    recompute_depth: int = 2      # producers one rerun chain may include (hybrid.swap.recompute)
+    recompute_depth: int = 6      # producers one rerun chain may include (hybrid.swap.recompute); 6 measured best on NasNet-25
+    recompute_only: bool = False  # activations are dropped and rerun or kept, never swapped (the Checkmate-style baseline)
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
                 "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
                 "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back,
-                "recompute_ratio": self.recompute_ratio, "recompute_depth": self.recompute_depth}
+                "recompute_ratio": self.recompute_ratio, "recompute_depth": self.recompute_depth,
+                "recompute_only": self.recompute_only}
 
     @property
     def recomputes(self) -> bool:
-        return self.recompute_ratio > 0 and self.recompute_depth > 0
+        return (self.recompute_ratio > 0 or self.recompute_only) and self.recompute_depth > 0
 
 
 @dataclass

@@ -139,6 +139,20 @@ def _release_into_pool(t, rel_t, rel_node, by_bytes, t_mem, t_class, chunk_bytes
             hsize[c] = heap_push(hkeys, hvals, hoff[c], hsize[c], rel_t, rel_node)
 
 
+@njit(cache=True, inline="always", _nrt=False)
+def _droppable(v, p, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos,
+               t_updpos, n_ops, op_time, rc_cost, rc_depth, stk_t, stk_k):
+    """May victim v (no host copy) be dropped now and regenerated at its next use?"""
+    if rc_depth <= 0 or ts[v, PROT] >= p:
+        return False
+    qn = R.next_use(v, ts, use_ptr, use_pos)
+    if qn <= p:
+        return False
+    ok, _c, _d = R.drop_check(v, qn, False, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr, upd_idx,
+                              use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth, stk_t, stk_k)
+    return ok
+
+
 @njit(cache=True, _nrt=False)
 def walk(
     # graph
@@ -151,8 +165,9 @@ def walk(
     h2d_bw, d2h_bw, latency,
     # policy
     lru, recency, serialize, keep_persistent, allow_drop, write_back, initial, lookahead,
-    # recompute (hybrid.swap.recompute): producer per tensor, may each op rerun, cost ratio, chain depth (0: off)
-    t_prod, op_rc, rc_ratio, rc_depth,
+    # recompute (hybrid.swap.recompute): producer per tensor, may each op rerun, cost ratio, chain depth (0: off),
+    # and recompute-only (tensors without a host copy are dropped or kept, never swapped out)
+    t_prod, op_rc, op_own, rc_ratio, rc_depth, rc_only,
     # outputs
     node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, init_out, evicted_out, resident_end, stats,
     node_rc,
@@ -165,7 +180,7 @@ def walk(
     n_ops = sched.shape[0]
     ts, cand_cap, obj_cap, obj_off, hkeys, hvals, hsize, fresh, chunk_bytes, chunk_node, ckeys, cvals, pend, nc, clk, ctr = scr
     bits, summ, q_off, q_t, q_v, q_head, q_tail, ver, cand, group = cand_scr
-    t_updpos, rc_cost, mark, nd_t, nd_a, tr, stk_t, stk_k = rc_scr
+    t_updpos, rc_cost, mark, nd_t, nd_a, tr, stk_t, stk_k, skipped = rc_scr
     if rc_depth > 0:
         R.first_updates(sched, upd_ptr, upd_idx, t_updpos)
         for t in range(n_t):
@@ -267,8 +282,9 @@ def walk(
             for k in range(in_ptr[o], in_ptr[o + 1]):
                 t = in_idx[k]
                 if rc_depth > 0 and ts[t, RES] == 0 and ts[t, DRP] == 1 and mark[t] != stamp:
-                    n_nd, n_tr = R.expand_chain(t, stamp, ts, t_prod, t_persist, in_ptr, in_idx, use_ptr, by_bytes,
-                                                op_ws, mark, nd_t, nd_a, n_nd, tr, n_tr, stk_t, stk_k)
+                    n_nd, n_tr = R.expand_chain(t, stamp, ts, t_prod, t_persist, in_ptr, in_idx, out_ptr, out_idx,
+                                                use_ptr, by_bytes, op_ws, mark, nd_t, nd_a, n_nd, tr, n_tr, stk_t,
+                                                stk_k)
                     if n_nd < 0:
                         return CHAIN_OVERFLOW, ctr[0], o, 0
                 else:
@@ -305,12 +321,10 @@ def walk(
                     if ts[t, RES] == 1:
                         continue
                     swap_in = True
-                elif act == R.A_RCWS:
-                    rc_dep0 = n_pend
-                elif act == R.A_RC:
-                    if q == 0 or nd_a[q - 1] != R.A_RCWS:
-                        rc_dep0 = n_pend
-                elif act == R.A_FREE:
+                elif act == R.A_RCBEGIN:
+                    rc_dep0 = n_pend  # the rerun waits for every allocation from here on
+                    continue
+                elif act == R.A_FREE or act == R.A_PREFREE:
                     if ts[t, RES] == 1:
                         ts[t, RES] = 0
                         f = _release(t, True, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref, node_start,
@@ -336,6 +350,7 @@ def walk(
                 nbytes = t_mem[t]
             c = t_class[m] if m >= 0 else 0
             # Make room: evict until the class has an object / the pool has the bytes.
+            n_skip = 0
             while (nc[2] < nbytes) if by_bytes else (fresh[c] + hsize[c] == 0):
                 v = -1
                 d2h_clock = clk[0] if serialize else clk[SWAP_OUT]
@@ -346,6 +361,13 @@ def walk(
                                      t_bytes, d2h_bw, latency)
                 if v < 0:
                     return INFEASIBLE, ctr[0], o, (nbytes if by_bytes else -1 - c)
+                if rc_only and not t_persist[v] and ts[v, HV] == 0 and not _droppable(
+                        v, p, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr,
+                        use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth, stk_t, stk_k):
+                    ts[v, PIN] = stamp  # kept: passed over until this need is met, then a candidate again
+                    skipped[n_skip] = v
+                    n_skip += 1
+                    continue
                 ts[v, RES] = 0
                 rel_t = 0.0
                 rel_node = -1
@@ -359,12 +381,14 @@ def walk(
                         # No host copy: drop it and rerun its producer later, when that costs less than the copies.
                         qn = R.next_use(v, ts, use_ptr, use_pos)
                         if qn > p:
-                            ok, cost, dep = R.drop_check(v, qn, False, ts, t_prod, op_rc, t_persist, in_ptr, in_idx,
-                                                         use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost,
-                                                         rc_depth, stk_t, stk_k)
-                            if ok and cost <= rc_ratio * (t_bytes[v] / d2h_bw + t_bytes[v] / h2d_bw + 2.0 * latency):
-                                R.drop_check(v, qn, True, ts, t_prod, op_rc, t_persist, in_ptr, in_idx, use_ptr,
-                                             use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth, stk_t, stk_k)
+                            ok, cost, dep = R.drop_check(v, qn, False, ts, t_prod, op_rc, op_own, t_persist, in_ptr,
+                                                         in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops,
+                                                         op_time, rc_cost, rc_depth, stk_t, stk_k)
+                            if ok and (rc_only or cost <= rc_ratio * (t_bytes[v] / d2h_bw + t_bytes[v] / h2d_bw
+                                                                      + 2.0 * latency)):
+                                R.drop_check(v, qn, True, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr,
+                                             upd_idx, use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth,
+                                             stk_t, stk_k)
                                 ts[v, DRP] = 1
                                 ts[v, DEP] = dep
                                 rc_cost[v] = cost
@@ -376,6 +400,10 @@ def walk(
                         ts[v, EVI] = 1
                 _release_into_pool(v, rel_t, rel_node, by_bytes, t_mem, t_class, chunk_bytes, chunk_node,
                                    ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
+            for j in range(n_skip):
+                v = skipped[j]
+                ts[v, PIN] = 0
+                E.note(v, t_class[v], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail, ver)
             # Take the room: earliest-released object / chunks; their release nodes become dependencies.
             first_dep = n_pend
             if by_bytes:
@@ -437,11 +465,16 @@ def walk(
                 node_rc[k] = True
                 stats[ST_NRC] += 1
                 stats[ST_RCTIME] += op_time[o_r]
-                ts[t, MAT] = k
-                ts[t, LNODE] = k
-                ts[t, DRP] = 0
                 for kk in range(in_ptr[o_r], in_ptr[o_r + 1]):
                     ts[in_idx[kk], LNODE] = k
+                for kk in range(out_ptr[o_r], out_ptr[o_r + 1]):
+                    u = out_idx[kk]
+                    ts[u, MAT] = k
+                    ts[u, LNODE] = k
+                    ts[u, DRP] = 0
+                    if u != t and use_ptr[u] + ts[u, CUR] < use_ptr[u + 1]:
+                        E.note(u, t_class[u], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail,
+                               ver)
                 if by_bytes and op_ws[o_r] > 0:
                     cid = nc[0]
                     chunk_bytes[cid] = op_ws[o_r]

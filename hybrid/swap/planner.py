@@ -70,6 +70,7 @@ class SwapPlanner:
         self.dep_cap = 6 * self.node_cap + 16
         self._bufs = (self._buffers(), self._buffers())
         self.op_rc = R.recomputable_ops(graph)
+        self.op_own = R.own_updates_exempt_ops(graph)
         fan = int(max(np.diff(a.in_ptr).max(initial=0), np.diff(a.out_ptr).max(initial=0)))
         self._rc_scr = R.scratch(a.n_tensors, 16 * (fan + 1))
         self._n_uses = n_in
@@ -116,8 +117,8 @@ class SwapPlanner:
             float(d.h2d_bytes_per_s), float(d.d2h_bytes_per_s), float(d.transfer_latency_s),
             opt.victim == "lru", int(opt.recency), not opt.overlap, opt.keep_persistent, allow_drop,
             allow_drop and opt.write_back, initial,
-            max(1, int(opt.lookahead)), a.t_producer, self.op_rc, float(opt.recompute_ratio),
-            int(opt.recompute_depth) if opt.recomputes else 0, *buf, self._scr, self._cand, self._rc_scr,
+            max(1, int(opt.lookahead)), a.t_producer, self.op_rc, self.op_own, float(opt.recompute_ratio),
+            int(opt.recompute_depth) if opt.recomputes else 0, bool(opt.recompute_only and opt.recomputes), *buf, self._scr, self._cand, self._rc_scr,
         )
 
     def _run(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, bufs,
@@ -167,7 +168,7 @@ class SwapPlanner:
         while True:
             bufs = (self._buffers(), self._buffers()) if fresh else self._bufs
             out = self._run(schedule, pool, opt, bufs, want_timeline)
-            if out.status == K.INFEASIBLE and opt.recomputes:
+            if out.status == K.INFEASIBLE and opt.recomputes and not opt.recompute_only:
                 # Rerun chains pin their inputs; where that leaves no victim, the swap-only plan stands.
                 return self._run_grown(schedule, pool, replace(opt, recompute_ratio=0.0), fresh, want_timeline)
             if out.status != K.CHAIN_OVERFLOW:
@@ -261,6 +262,15 @@ class SwapPlanner:
     def makespan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> float:
         """Fitness: the simulated iteration time, or inf when the pool cannot run some op."""
         return float(self._run_grown(schedule, pool, options, False).makespan)
+
+    def faster_options(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions) -> PlannerOptions:
+        """`options`, or the same without recompute where swapping only gives the faster plan (the walk without
+        reruns is also re-bound in time order, which can win). One-shot planners use this; the search has the
+        recompute ratio in its genes instead."""
+        if not options.recomputes or options.recompute_only:
+            return options
+        swap_only = replace(options, recompute_ratio=0.0)
+        return swap_only if self.makespan(schedule, pool, swap_only) <= self.makespan(schedule, pool, options) else options
 
     def plan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> AugmentedGraph:
         out = self._run_grown(schedule, pool, options, True, want_timeline=True)

@@ -8,10 +8,11 @@ activations are mostly outputs of cheap memory-bound ops the link is the
 bottleneck, and a few milliseconds of recompute replace tens of milliseconds
 of copies.
 
-Which ops may rerun (`recomputable_ops`): exactly one output, no in-place
-updates (an optimizer step, a batch-norm's running statistics and a random
-op's generator state all change when rerun), and not a random or
-uninitialized-memory op. Persistent tensors are never dropped.
+Which ops may rerun: `hybrid.graph.rerun` (the validator and the executor
+read the same rule). A rerun regenerates every output of its op: outputs
+that are still resident are dropped just before it (their values come back
+equal), and outputs nobody reads any more are freed right after. Persistent
+tensors are never dropped.
 
 A dropped tensor `v` is regenerated at its next use `q` from its producer's
 inputs. The kernel drops `v` only when that is possible at `q` (`drop_check`):
@@ -32,36 +33,21 @@ import numpy as np
 from numba import njit
 
 from hybrid.graph import Graph
+from hybrid.graph.rerun import own_updates_exempt, why_not_rerunnable
 from hybrid.swap._tensor_state import CUR, DEP, DRP, PIN, PROT, RES
 
-# ops whose output is not a function of their inputs: rerunning them would not reproduce the value
-NONDETERMINISTIC_KINDS = frozenset({
-    "empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided",
-    "bernoulli", "bernoulli_", "native_dropout", "dropout", "rand", "rand_like", "randn", "randn_like",
-    "randint", "randint_like", "randperm", "normal", "normal_", "uniform_", "multinomial", "exponential_",
-})
-
 # need-list actions (the kernel's per-op list of what to do before the op runs)
-A_SWAPIN, A_ALLOC, A_WS, A_RC, A_RCWS, A_FREE = 0, 1, 2, 3, 4, 5
-
-
-def why_not_recomputable(graph: Graph, o: int) -> str:
-    """'' if op `o` may be rerun to regenerate its output, else the reason (for docs and errors)."""
-    op = graph.ops[o]
-    if len(op.outputs) != 1:
-        return f"has {len(op.outputs)} outputs (a rerun would rewrite the others)"
-    if op.updates:
-        return "updates tensors in place (" + ", ".join(op.updates) + ")"
-    if op.kind in NONDETERMINISTIC_KINDS:
-        return f"is a random or uninitialized-memory op ({op.kind})"
-    if graph.tensor(op.outputs[0]).persistent:
-        return "writes a persistent tensor"
-    return ""
+A_SWAPIN, A_ALLOC, A_WS, A_RC, A_RCWS, A_FREE, A_RCBEGIN, A_PREFREE = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 def recomputable_ops(graph: Graph) -> np.ndarray:
-    """Per op: may the planner rerun it (see `why_not_recomputable`)."""
-    return np.array([why_not_recomputable(graph, o) == "" for o in range(len(graph.ops))], dtype=np.bool_)
+    """Per op: may the planner rerun it (`hybrid.graph.rerun.why_not_rerunnable`)."""
+    return np.array([why_not_rerunnable(graph, op) == "" for op in graph.ops], dtype=np.bool_)
+
+
+def own_updates_exempt_ops(graph: Graph) -> np.ndarray:
+    """Per op: its own in-place updates do not stop a rerun (redone on copies, or the generator replayed)."""
+    return np.array([bool(op.updates) and own_updates_exempt(graph, op) for op in graph.ops], dtype=np.bool_)
 
 
 @njit(cache=True, _nrt=False)
@@ -89,9 +75,20 @@ def next_use(x, ts, use_ptr, use_pos):
     return use_pos[i] if i < use_ptr[x + 1] else -1
 
 
+@njit(cache=True, inline="always", _nrt=False)
+def _own_update(o, x, op_own, upd_ptr, upd_idx):
+    """Does op o update x itself, in a way a rerun redoes on copies or replays (hybrid.graph.rerun)?"""
+    if not op_own[o]:
+        return False
+    for k in range(upd_ptr[o], upd_ptr[o + 1]):
+        if upd_idx[k] == x:
+            return True
+    return False
+
+
 @njit(cache=True, _nrt=False)
-def drop_check(v, q, commit, ts, t_prod, op_rc, t_persist, in_ptr, in_idx, use_ptr, use_pos, t_updpos, n_ops,
-               op_time, rc_cost, depth_max, stk_t, stk_l):
+def drop_check(v, q, commit, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr,
+               use_pos, t_updpos, n_ops, op_time, rc_cost, depth_max, stk_t, stk_l):
     """Can v, dropped now, be regenerated at its next use q? Returns (ok, chain compute time, chain depth).
 
     With `commit`, the inputs the chain relies on are protected until q (checked first without it)."""
@@ -113,8 +110,8 @@ def drop_check(v, q, commit, ts, t_prod, op_rc, t_persist, in_ptr, in_idx, use_p
             depth = lvl
         for k in range(in_ptr[o], in_ptr[o + 1]):
             x = in_idx[k]
-            if t_updpos[x] < q:  # its value changes before q: the rerun would read another one
-                return False, 0.0, 0
+            if t_updpos[x] < q and not _own_update(o, x, op_own, upd_ptr, upd_idx):
+                return False, 0.0, 0  # its value changes before q: the rerun would read another one
             if t_persist[x]:
                 continue
             if last_use(x, use_ptr, use_pos) >= q:  # alive at q: resident, on the host, or dropped itself
@@ -138,11 +135,12 @@ def drop_check(v, q, commit, ts, t_prod, op_rc, t_persist, in_ptr, in_idx, use_p
 
 
 @njit(cache=True, _nrt=False)
-def expand_chain(t, stamp, ts, t_prod, t_persist, in_ptr, in_idx, use_ptr, by_bytes, op_ws, mark,
+def expand_chain(t, stamp, ts, t_prod, t_persist, in_ptr, in_idx, out_ptr, out_idx, use_ptr, by_bytes, op_ws, mark,
                  nd_t, nd_a, n_nd, tr, n_tr, stk_t, stk_k):
     """Append to the need list what regenerates dropped tensor t: swap-ins of inputs on the host, then the
-    producers' reruns bottom-up; dead intermediates go to `tr` (freed after the chains). Returns
-    (n_nd, n_tr), or (-1, -1) when the lists or the stack overflow."""
+    producers' reruns bottom-up, each as RCBEGIN, PREFREE of its op's other outputs still resident, RCWS,
+    ALLOC of those other outputs, RC; outputs nobody reads any more go to `tr` (freed after the chains).
+    Returns (n_nd, n_tr), or (-1, -1) when the lists or the stack overflow."""
     cap = stk_t.shape[0]
     stk_t[0] = t
     stk_k[0] = in_ptr[t_prod[t]]
@@ -180,12 +178,35 @@ def expand_chain(t, stamp, ts, t_prod, t_persist, in_ptr, in_idx, use_ptr, by_by
                 n_nd += 1
         else:
             sp -= 1
-            if n_nd + 2 > nd_t.shape[0]:
+            n_o = out_ptr[o + 1] - out_ptr[o]
+            if n_nd + 2 * n_o + 3 > nd_t.shape[0] or n_tr + n_o > tr.shape[0]:
                 return -1, -1
+            nd_t[n_nd] = r
+            nd_a[n_nd] = A_RCBEGIN
+            n_nd += 1
+            for j in range(out_ptr[o], out_ptr[o + 1]):
+                u = out_idx[j]
+                ts[u, PIN] = stamp
+                if u != r:  # dropped just before the rerun if resident then (decided when the list is walked)
+                    nd_t[n_nd] = u
+                    nd_a[n_nd] = A_PREFREE
+                    n_nd += 1
             if by_bytes and op_ws[o] > 0:
                 nd_t[n_nd] = r
                 nd_a[n_nd] = A_RCWS
                 n_nd += 1
+            for j in range(out_ptr[o], out_ptr[o + 1]):
+                u = out_idx[j]
+                if u == r:
+                    continue
+                nd_t[n_nd] = u
+                nd_a[n_nd] = A_ALLOC
+                n_nd += 1
+                if mark[u] != stamp:
+                    mark[u] = stamp
+                    if use_ptr[u] + ts[u, CUR] >= use_ptr[u + 1] and not t_persist[u]:
+                        tr[n_tr] = u  # regenerated, read by nobody: freed after the chains
+                        n_tr += 1
             nd_t[n_nd] = r
             nd_a[n_nd] = A_RC
             n_nd += 1
@@ -194,8 +215,8 @@ def expand_chain(t, stamp, ts, t_prod, t_persist, in_ptr, in_idx, use_ptr, by_by
 
 def scratch(n_t: int, max_ops_inputs: int) -> tuple[np.ndarray, ...]:
     """Reusable arrays for the kernel's recompute path: first updates, chain costs, marks, need list,
-    transients, and two DFS stacks."""
+    transients, two DFS stacks, and the victims a recompute-only walk passed over."""
     cap = 4 * max_ops_inputs + 64
     return (np.zeros(n_t, np.int64), np.zeros(n_t, np.float64), np.full(n_t, -1, np.int64),
             np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64),
-            np.zeros(256, np.int64), np.zeros(256, np.int64))
+            np.zeros(256, np.int64), np.zeros(256, np.int64), np.zeros(n_t + 1, np.int64))

@@ -17,10 +17,13 @@ docs/formats.md):
   bytes / bandwidth + latency of the plan's device (swaps). A zero-length event
   strictly inside another on its stream counts as an overlap. Compute starts
   that tie follow the schedule. A recompute must come after the op's first
-  run, the op must update nothing, and no in-place update of one of its inputs
-  may run between the first run and the recompute (it would compute another
-  value).
-- A recompute allocates all of the op's outputs, like the first run.
+  run, the op must be one that can rerun (`hybrid.graph.rerun`: no in-place
+  updates except batch norm's running statistics, redone on copies, and a
+  random op's generator state, replayed), and no in-place update of one of
+  its inputs other than its own may run between the first run and the
+  recompute (it would compute another value).
+- A recompute allocates all of the op's outputs, like the first run: outputs
+  still resident must be released (a `free`) before it.
 - Rule 2 reports the event that makes a second copy of a live tensor, or that
   releases a tensor without a copy.
 - Rule 3 covers outputs too: a compute's outputs keep their copies until it ends.

@@ -67,6 +67,11 @@ class Context:
         kind = "swap_in" if k == SWAP_IN else "swap_out"
         return f"events[{i}] {kind} {name!r} [{self.start[i]:.9g}, {fmt_t(self.end[i])})"
 
+    def updates_of(self, i: int) -> tuple[int, ...]:
+        """Tensors compute event i updates in place: none for a recompute, which redoes batch norm's statistics
+        on copies and replays a random op's generator (rule 1 rejects reruns of any other updating op)."""
+        return () if self.recompute[i] else self.op_updates[self.op[i]]
+
     def found(self, rule: int, i: int | None, text: str) -> Found:
         """A violation about event i (None: about the whole plan; NO_EVENT: a resident copy at time 0)."""
         if i is None:

@@ -17,7 +17,7 @@ def check_period(ctx: Context, c: Copies, host: HostCopies) -> list[Found]:
     last_update: dict[int, int] = {}
     for i in range(ctx.n):
         if ctx.kind[i] == COMPUTE:
-            for t in ctx.op_updates[ctx.op[i]]:
+            for t in ctx.updates_of(i):
                 j = last_update.get(t)
                 if j is None or (ctx.start[i], i) > (ctx.start[j], j):
                     last_update[t] = i

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from hybrid.graph.arrays import dependency_edges
+from hybrid.graph.rerun import own_updates_exempt, why_not_rerunnable
 from hybrid.validator.context import COMPUTE, FREE, SWAP_IN, SWAP_OUT, Context, fmt_t
 from hybrid.validator.report import Found
 
@@ -129,22 +130,24 @@ def _check_runs(ctx: Context, runs: list[list[int]], sched_ok: bool, out: list[F
 
 
 def _check_recomputes(ctx: Context, runs: list[list[int]], out: list[Found]) -> None:
-    """A recompute reruns an op that has run, that updates nothing, on inputs no update has changed since."""
+    """A recompute reruns an op that has run and may rerun (hybrid.graph.rerun), on inputs no update has
+    changed since (except the op's own updates, which a rerun redoes on copies or replays)."""
     order = compute_order(ctx)
     rank = {i: k for k, i in enumerate(order)}
     updaters: dict[int, list[int]] = {}   # tensor -> ranks of compute events that update it
     for i in order:
-        for t in ctx.op_updates[ctx.op[i]]:
+        for t in ctx.updates_of(i):
             updaters.setdefault(t, []).append(rank[i])
     for i in order:
         if not ctx.recompute[i]:
             continue
         o = ctx.op[i]
-        if ctx.op_updates[o]:
-            names = ", ".join(ctx.tid(t) for t in ctx.op_updates[o])
-            out.append(ctx.found(1, i, f"op {ctx.oid(o)} updates {names} in place; recomputing it would apply "
-                                       "the update twice"))
+        op = ctx.graph.ops[o]
+        why = why_not_rerunnable(ctx.graph, op)
+        if why:
+            out.append(ctx.found(1, i, f"recomputes op {ctx.oid(o)}, which cannot rerun: it {why}"))
             continue
+        own = set(ctx.op_updates[o]) if own_updates_exempt(ctx.graph, op) else set()
         r = runs[o]
         if not r:
             continue  # reported as a missing compute event
@@ -153,6 +156,8 @@ def _check_recomputes(ctx: Context, runs: list[list[int]], out: list[Found]) -> 
             continue
         lo, hi = rank[r[0]], rank[i]
         for t in ctx.op_inputs[o]:
+            if t in own:  # redone on copies, or the generator state is replayed (hybrid.graph.rerun)
+                continue
             for u in updaters.get(t, ()):
                 if lo < u < hi:
                     out.append(ctx.found(1, i, f"input {ctx.tid(t)} was updated in place by "

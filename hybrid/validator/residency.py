@@ -92,7 +92,7 @@ class HostCopies:
             if k == SWAP_OUT:
                 self.saves[ctx.tensor[i]].append((ctx.start[i], ctx.end[i], i))
             elif k == COMPUTE:
-                for t in ctx.op_updates[ctx.op[i]]:
+                for t in ctx.updates_of(i):
                     self.updates[t].append((ctx.start[i], ctx.end[i], i))
         for lst in self.updates:
             lst.sort()
@@ -130,7 +130,7 @@ def check_swaps(ctx: Context, c: Copies, host: HostCopies) -> list[Found]:
     for i in range(ctx.n):
         if ctx.kind[i] == COMPUTE:
             o = ctx.op[i]
-            for t in ctx.op_updates[o]:
+            for t in ctx.updates_of(i):
                 updates.setdefault(t, []).append(i)
             for t in ctx.op_inputs[o]:
                 readers.setdefault(t, []).append(i)

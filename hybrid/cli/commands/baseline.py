@@ -8,7 +8,7 @@ import click
 from hybrid.swap.baselines import BASELINES, run_baseline
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, out_option,
-                                prepare_output)
+                                prepare_output, recompute_option)
 from hybrid.report.summary import plan_row, table
 
 
@@ -18,18 +18,25 @@ from hybrid.report.summary import plan_row, table
 @graph_option
 @device_options
 @out_option
+@recompute_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout: {\"plans\": [one object per kind: kind, makespan_s, ideal_s, "
                    "ratio, plan, ...], \"failed\": [...]}.")
-def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, as_json: bool, **kw) -> None:
+def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, recompute: bool, as_json: bool,
+            **kw) -> None:
     """Plan with an obvious alternative, to compare optimized plans against.
 
     \b
     naive   schedule order, copies on demand, LRU eviction, nothing overlapped
     odswap  LRU on demand, then replayed with prefetch (its 2nd iteration)
     vdnn    persistent tensors stay resident; activations swap (Belady), prefetch
-    belady  this project's swap planner on the program order
+    belady  this project's swap planner on the program order; with --recompute
+            (the default) it may also drop and recompute, where that is faster
+    recompute-only
+            Checkmate-style: activations are recomputed or kept, never swapped
     ideal   unlimited memory: compute time only
+
+    --recompute applies to belady only; the others model systems that swap only.
     """
     prepare_output(out_path, "--out", folder=len(kinds) > 1)  # a bad folder fails before any planning
     g = load_graph(graph_path)
@@ -39,7 +46,7 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, as_
     failed: list[str] = []
     for kind in kinds:
         try:
-            plan = run_baseline(g, dev, kind)
+            plan = run_baseline(g, dev, kind, recompute=recompute)
         except InfeasibleError as e:
             if len(kinds) == 1:
                 raise

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_from, device_options, load_graph, patience_option, prepare_output
+from hybrid.cli.options import (device_from, device_options, load_graph, patience_option, prepare_output,
+                                recompute_option)
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.baselines import RECOMPUTE_RATIO
 from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_duration
 
@@ -42,6 +45,7 @@ def _seeds(text: str) -> tuple[int, ...]:
                    "the core the refiner uses in the other arm. Default: as `hybrid optimize` picks per graph "
                    "(1 where one evaluation takes under 1 ms, else every core but the refiner's).")
 @click.option("--population", type=int, default=None, help="GA population (default: the GA's, 48).")
+@recompute_option
 @click.option("--memory-fraction", type=float, default=None,
               help="Device memory as a fraction of each graph's unswapped peak (overrides --memory), e.g. 0.25.")
 @device_options
@@ -49,7 +53,7 @@ def _seeds(text: str) -> tuple[int, ...]:
               show_default=True, help="Folder for both arms' plans and the table (compare.csv/.parquet/.md).")
 def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_mode: str, refine_share: float,
             refine_patience: float, refine_elites: int, workers: int | None,
-            population: int | None, memory_fraction: float | None, out_dir: Path, **kw) -> None:
+            population: int | None, recompute: bool, memory_fraction: float | None, out_dir: Path, **kw) -> None:
     """Does CP-SAT refinement beat spending the same time on more genetic search?
 
     For each graph and seed, with --refine-mode beside, the same search
@@ -113,7 +117,8 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
             mode = "beside" if beside else "after"
             t = compare(g, dev, time_limit_s=total, seeds=seed_list, refine_share=refine_share,
                         workers=int(graph_workers or 1), out_dir=out_dir, ga_config=cfg, patience=refine_patience,
-                        mode=mode, elites=refine_elites, progress=lambda msg: click.echo(msg, err=True))
+                        mode=mode, elites=refine_elites, progress=lambda msg: click.echo(msg, err=True),
+                        options=PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if recompute else 0.0))
             tables.append(t)
             if t.attrs.get("interrupted"):
                 interrupted = True

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, patience_option,
-                                prepare_output, seed_option)
+                                prepare_output, recompute_option, seed_option)
 from hybrid.errors import HybridError
 from hybrid.refine.handoff import patience_s
 from hybrid.units import format_bytes, format_seconds, parse_duration
@@ -51,6 +51,7 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--policy", "policies", multiple=True, type=click.Choice(["belady", "lru", "pinned"]),
               help="Eviction policies the search may pick (repeatable) [default: all]: belady (farthest next use), "
                    "lru (as ODSwap), pinned (belady, persistent tensors kept on the device, as vDNN).")
+@recompute_option
 @click.option("--planner-knobs/--no-planner-knobs", default=True, show_default=True,
               help="Also search the planner's recency window and victim lookahead (else the planner's defaults).")
 @click.option("--mutation-rate", type=float, default=0.1, show_default=True,
@@ -87,11 +88,11 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
               help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ratio, plan, memory_bytes, "
                    "planner, generations, search_s, wall_s, stop_reason, ...) instead of the text.")
 @click.option("--compare-baselines", is_flag=True,
-              help="At the end, also plan the naive, odswap, vdnn and belady baselines (outside the time limit) "
-                   "and print one table with them and the optimized plan.")
+              help="At the end, also plan the naive, odswap, vdnn, belady (with recompute) and recompute-only "
+                   "baselines (outside the time limit) and print one table with them and the optimized plan.")
 def command(graph_path: Path, time_limit: str, generations: int | None, seed: int, population: int,
             children: int | None, workers: int | None, scheduler: str | None, search: str, pool: str,
-            policies: tuple[str, ...], planner_knobs: bool, mutation_rate: float, temperature: float, refine: str,
+            policies: tuple[str, ...], recompute: bool, planner_knobs: bool, mutation_rate: float, temperature: float, refine: str,
             refine_mode: str, refine_share: float, refine_patience: float, refine_elites: int,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
             log_path: Path | None, plot_path: Path | None, quiet: bool, as_json: bool, compare_baselines: bool,
@@ -138,6 +139,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     from hybrid.signals import deferred_interrupts, interrupted_by, start_forkserver
     from hybrid.graph.info import lower_bound
     from hybrid.swap.augmented import PlannerOptions
+    from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import compile_kernels
 
     start = wall0 = time.monotonic()
@@ -184,19 +186,20 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     # one evaluator for the search and, after refinement, its resumption: a second process pool would spend
     # the seconds refinement hands back starting up (the resumed search then ran 0 generations)
     start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process, which stops them in order
-    evaluator = make_evaluator(graph, device, PlannerOptions(), workers, scheduler)
+    options = PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if recompute else 0.0)  # the search's genes set the ratio
+    evaluator = make_evaluator(graph, device, options, workers, scheduler)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             # refinement may hand its time back to the search, which then resumes from the split's checkpoint
             split_ckpt = checkpoint_path or (Path(tmp) / "split.ckpt" if refine == "cpsat" and not beside
                                              else None)
             line = None if quiet else ProgressLine(time_left=lambda: max(0.0, deadline - time.monotonic()))
-            refiner = _start_refiner(graph, device, deadline, seed, refine_elites,
+            refiner = _start_refiner(graph, device, options, deadline, seed, refine_elites,
                                      patience_s(refine_share * total, refine_patience), total) if beside else None
             result = report = None
             try:
                 result = optimize(graph, device, config, time_limit_s=max(1e-3, deadline - time.monotonic()),
-                                  generations=generations, evaluator=evaluator,
+                                  generations=generations, evaluator=evaluator, options=options,
                                   checkpoint=split_ckpt,
                                   checkpoint_every=checkpoint_every if checkpoint_path else 0,
                                   resume=resume_path, on_generation=line, handle_sigint=True,
@@ -231,8 +234,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                 plan, refined, resumed, stopped = _refine(
                     graph, device, plan, split_ckpt if more else None, start + total, seed,
                     refine_patience if more else None, quiet, {"time_limit_s": total}, generations=generations,
-                    evaluator=evaluator, checkpoint=checkpoint_path, checkpoint_every=checkpoint_every,
-                    stop_at_s=stop_at)
+                    evaluator=evaluator, options=options, checkpoint=checkpoint_path,
+                    checkpoint_every=checkpoint_every, stop_at_s=stop_at)
                 interrupted = interrupted or stopped
                 result = resumed or result
                 with deferred_interrupts() as hits:
@@ -302,9 +305,9 @@ def _baseline_rows(graph, device, ga_plan, plan) -> tuple[list[dict], list[str]]
     from hybrid.validator import check
 
     rows, notes = [], []
-    for kind in ("naive", "odswap", "vdnn", "belady"):
+    for kind in ("naive", "odswap", "vdnn", "belady", "recompute-only"):
         try:
-            p = run_baseline(graph, device, kind)
+            p = run_baseline(graph, device, kind, recompute=True)
         except InfeasibleError as e:
             notes.append(f"{kind}: cannot run: {e}")
             continue
@@ -324,11 +327,11 @@ def _baseline_table(graph, device, ga_plan, plan) -> str:  # noqa: ANN001
     return "\n" + table(rows) + "".join(f"\n{n}" for n in notes)
 
 
-def _start_refiner(graph, device, deadline: float, seed: int, elites: int, patience: float,  # noqa: ANN001, ANN202
+def _start_refiner(graph, device, options, deadline: float, seed: int, elites: int, patience: float,  # noqa: ANN001, ANN202
                    total: float):
     from hybrid.refine.beside import BesideRefiner
 
-    return BesideRefiner(graph, device, deadline=deadline, seed=seed, elites=elites, patience_s=patience,
+    return BesideRefiner(graph, device, options, deadline=deadline, seed=seed, elites=elites, patience_s=patience,
                          plan_info={"time_limit_s": total})
 
 
