@@ -56,20 +56,27 @@ def main() -> None:
                 print(f"{label} at {frac}: no size-class pool fits ({e})")
             for pool_name, pool in pools.items():
                 for passes, rebind in ((1, False), (2, False), (1, True), (2, True)):
-                    opt = PlannerOptions(passes=passes, rebind=rebind)
-                    aug = sp.plan(order, pool, opt)
-                    ms = per_eval_ms(sp, order, pool, opt, args.evals, args.batches)
-                    rows.append({"graph": label, "ops": len(g.ops), "tensors": len(g.tensors), "memory_frac": frac,
-                                 "pool": pool_name, "passes": passes, "rebind": rebind, "nodes": aug.n_nodes,
-                                 "makespan_s": aug.makespan,
-                                 "swaps": aug.stats["swap_ins"] + aug.stats["swap_outs"], "ms_per_eval": ms,
-                                 "evals_per_s": 1e3 / ms})
-                    print(rows[-1], flush=True)
+                    swap_ms = None
+                    for recompute in (False, True):  # side by side, so the ratio holds on a shared machine
+                        opt = PlannerOptions(passes=passes, rebind=rebind, recompute_ratio=1.0 if recompute else 0.0)
+                        aug = sp.plan(order, pool, opt)
+                        ms = per_eval_ms(sp, order, pool, opt, args.evals, args.batches)
+                        swap_ms = ms if not recompute else swap_ms
+                        rows.append({"graph": label, "ops": len(g.ops), "tensors": len(g.tensors),
+                                     "memory_frac": frac, "pool": pool_name, "passes": passes, "rebind": rebind,
+                                     "recompute": recompute, "nodes": aug.n_nodes, "makespan_s": aug.makespan,
+                                     "swaps": aug.stats["swap_ins"] + aug.stats["swap_outs"],
+                                     "recomputes": aug.stats.get("recomputes", 0), "ms_per_eval": ms,
+                                     "evals_per_s": 1e3 / ms, "time_vs_swap_only": ms / swap_ms})
+                        print(rows[-1], flush=True)
     notes = """Goal: <= 10 ms per evaluation on one core for a 10,000-op graph. The default is `passes=2` (the
 periodic two-pass scan of SwapAdvisor §4.2; the faster pass is kept) with `rebind` (the walk's nodes re-walked in
 time order so each allocation takes the memory freed latest before it can start: 10-26% shorter plans on the
 SwapAdvisor graphs, see hybrid/swap_planner.py); `passes=1` starts with nothing resident. A size-class pool needs, per size, as many objects as any one op
-touches; where those minimums exceed the memory, the row is missing. `nodes` counts the augmented graph's nodes (ops + swaps + frees)."""
+touches; where those minimums exceed the memory, the row is missing. `nodes` counts the augmented graph's nodes (ops + swaps + frees).
+`recompute`: the planner may also drop a victim and rerun its producer (`PlannerOptions(recompute_ratio=1.0)`, chains
+of up to 6 producers, hybrid/swap/recompute.py); `time_vs_swap_only` is its time per evaluation over the swap-only
+row measured just before it (goal: at most 1.3)."""
     write_table(pd.DataFrame(rows), "planner_speed", "Planner + simulator time per evaluation", notes)
 
 

@@ -49,6 +49,8 @@ def rerun_on_copies(op: Op) -> bool:
 
 def why_not_rerunnable(graph: Graph, op: Op) -> str:
     """'' when a rerun of `op` reproduces its outputs (see the module docstring), else why not."""
+    if op.updates and not (rerun_on_copies(op) or updates_generator_only(graph, op)):
+        return "updates " + ", ".join(op.updates) + " in place (a rerun would apply the update twice)"
     if not op.outputs:
         return "has no outputs"
     if op.kind in UNINITIALIZED_KINDS:
@@ -57,8 +59,6 @@ def why_not_rerunnable(graph: Graph, op: Op) -> str:
         return "writes a persistent tensor"
     if op.kind in RANDOM_KINDS and not updates_generator_only(graph, op):
         return f"is random ({op.kind}) and records no generator state to replay"
-    if op.updates and not (rerun_on_copies(op) or updates_generator_only(graph, op)):
-        return "updates tensors in place (" + ", ".join(op.updates) + ")"
     return ""
 
 

@@ -91,9 +91,12 @@ def test_stalled_refinement_hands_its_time_back_to_the_search(graph_file, tmp_pa
     # the resumed search kept --checkpoint going: it holds the generation the summary reports
     from ga.checkpoint import load_checkpoint
     from ga.encoding import SearchSpace
+    from hybrid.swap.augmented import PlannerOptions
+    from hybrid.swap.baselines import RECOMPUTE_RATIO
 
     g = Graph.load(path)
-    _, state = load_checkpoint(ck, SearchSpace.build(g, replace(g.device, memory_bytes=mem)))
+    options = PlannerOptions(recompute_ratio=RECOMPUTE_RATIO)  # `hybrid optimize` recomputes by default
+    _, state = load_checkpoint(ck, SearchSpace.build(g, replace(g.device, memory_bytes=mem), options))
     assert f"{state.generation} generations," in r.output
 
 

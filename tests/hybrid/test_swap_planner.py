@@ -33,6 +33,10 @@ OPTIONS = [
     PlannerOptions(passes=1),
     PlannerOptions(lookahead=4, recency=8),
     PlannerOptions(victim="lru", lookahead=3),
+    PlannerOptions(recompute_ratio=1.0),
+    PlannerOptions(recompute_ratio=100.0, recompute_depth=2, lookahead=2),
+    PlannerOptions(recompute_ratio=1.0, recompute_depth=12, victim="lru"),
+    PlannerOptions(recompute_only=True, recompute_depth=3),
 ]
 
 
