@@ -27,9 +27,9 @@ class PlannerOptions:
     lookahead: int = 1           # compare this many policy-ranked victims, evict the one whose memory frees first
     rebind: bool = True          # re-bind memory in time order after the walk (hybrid.swap.rewalk); overlap only
     write_back: bool = True      # from pass 2: a persistent tensor not resident at the start leaves after its last use
-    recompute_ratio: float = 0.0  # drop a victim and rerun its producer when that costs <= ratio x its copies (0: swap only)
-    recompute_depth: int = 6      # producers one rerun chain may include (hybrid.swap.recompute); 6 measured best on NasNet-25
-    recompute_only: bool = False  # activations are dropped and rerun or kept, never swapped (the Checkmate-style baseline)
+    recompute_ratio: float = 0.0  # drop a victim, rerun its producer when that costs <= ratio x its copies (0: no)
+    recompute_depth: int = 6      # producers one rerun chain may hold (hybrid.swap.recompute); 6 best on NasNet-25
+    recompute_only: bool = False  # activations are rerun or kept, never swapped (the Checkmate-style baseline)
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,

@@ -118,7 +118,8 @@ class SwapPlanner:
             opt.victim == "lru", int(opt.recency), not opt.overlap, opt.keep_persistent, allow_drop,
             allow_drop and opt.write_back, initial,
             max(1, int(opt.lookahead)), a.t_producer, self.op_rc, self.op_own, float(opt.recompute_ratio),
-            int(opt.recompute_depth) if opt.recomputes else 0, bool(opt.recompute_only and opt.recomputes), *buf, self._scr, self._cand, self._rc_scr,
+            int(opt.recompute_depth) if opt.recomputes else 0, bool(opt.recompute_only and opt.recomputes),
+            *buf, self._scr, self._cand, self._rc_scr,
         )
 
     def _run(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, bufs,
@@ -270,7 +271,8 @@ class SwapPlanner:
         if not options.recomputes or options.recompute_only:
             return options
         swap_only = replace(options, recompute_ratio=0.0)
-        return swap_only if self.makespan(schedule, pool, swap_only) <= self.makespan(schedule, pool, options) else options
+        faster = self.makespan(schedule, pool, swap_only) <= self.makespan(schedule, pool, options)
+        return swap_only if faster else options
 
     def plan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> AugmentedGraph:
         out = self._run_grown(schedule, pool, options, True, want_timeline=True)

@@ -139,3 +139,30 @@ def test_recompute_only_baseline_swaps_no_activation():
     assert validate(g, plan).valid
     assert _rc_count(plan) > 0
     assert not any(e.kind == "swap_out" and not g.tensor(e.tensor).persistent for e in plan.events)
+
+
+def test_command_line_recompute_switch(tmp_path):
+    import json
+
+    from hybrid.plan import Plan
+    from tests.cli.helpers import run
+
+    g = _link_bound_graph()
+    path = tmp_path / "g.json"
+    g.save(path)
+    mem = str(unswapped_peak(g) // 2)
+    for flag, expect in (("--recompute", True), ("--no-recompute", False)):
+        out = tmp_path / f"{flag}.json"
+        r = run("simulate", "--graph", path, "--memory", mem, flag, "--out", out, "--json")
+        assert r.exit_code == 0, r.output
+        assert (_rc_count(Plan.load(out)) > 0) == expect
+    r = run("baseline", "--graph", path, "--memory", mem, "--kind", "recompute-only", "--kind", "belady", "--json")
+    assert r.exit_code == 0, r.output
+    kinds = {p["kind"]: p["makespan_s"] for p in json.loads(r.output)["plans"]}
+    assert set(kinds) == {"recompute-only", "belady"}
+    r = run("info", "--graph", path, "--memory", mem)
+    assert r.exit_code == 0 and "swap + recompute" in r.output
+    r = run("optimize", "--graph", path, "--memory", mem, "--generations", "2", "--population", "6", "--workers", "1",
+            "--refine", "none", "--no-recompute", "--quiet", "--out", tmp_path / "ga.json")
+    assert r.exit_code == 0, r.output
+    assert _rc_count(Plan.load(tmp_path / "ga.json")) == 0
