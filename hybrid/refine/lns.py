@@ -283,7 +283,8 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     """Refine any plan's swap timing and evictions with CP-SAT on windows; never returns a worse plan.
 
     `plan` may come from any planner or file (size_classes or unconstrained
-    allocation, no recomputes). The result's plan keeps the schedule, the
+    allocation). A plan that recomputes is returned unchanged (stop "recomputes kept"): the windows model
+    each op's single run. The result's plan keeps the schedule, the
     allocation and the initially resident tensors; `improved` says whether the
     makespan went down, and `history` lists (time_s, best makespan) points.
     `stop`, asked between windows, ends the search early (stop "stopped") with the best plan so far.
@@ -294,6 +295,13 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     t0 = time.perf_counter()
     if graph.name != plan.graph:
         raise HybridError(f"refine: the plan is for graph {plan.graph!r}, not {graph.name!r}")
+    if any(e.kind == "compute" and e.recompute for e in plan.events):
+        # The windows and the re-walk model each op's single run; a plan with reruns is kept as it is (never
+        # worse), so `hybrid optimize` and the refiner beside it pass over such plans rather than fail.
+        return RefineResult(plan, False, [HistoryPoint(0.0, plan.makespan_s)], plan.makespan_s,
+                            stop="recomputes kept", search_s=time.perf_counter() - t0,
+                            notes=["the plan recomputes ops: CP-SAT windows do not model reruns, so it is kept as "
+                                   "it is"])
     prob, tl = starting_point(graph, plan)
     setup = time.perf_counter() - t0
     reference = float(plan.makespan_s)

@@ -313,6 +313,10 @@ class SwapPlanner:
                         "planner keeps resident,")
             return f"{what} do not fit in the device memory ({format_bytes(pool.capacity)}); give more --memory"
         op = g.ops[err_op]
+        if opt.recompute_only:
+            return (f"recompute only: op {op.id!r} finds no room ({format_bytes(pool.capacity)} in all): every resident "
+                    "tensor is one it or a rerun before it needs, or an activation that can neither be rerun nor, "
+                    "in this mode, swapped; give more --memory, or allow swapping (the belady baseline)")
         ts_ = list(dict.fromkeys(op.inputs)) + list(op.outputs)
         need = sum(int(pool.t_mem[g.tensor_index[t]]) for t in ts_) + int(self.op_ws[err_op])
         if pool.by_bytes:

@@ -166,3 +166,23 @@ def test_command_line_recompute_switch(tmp_path):
             "--refine", "none", "--no-recompute", "--quiet", "--out", tmp_path / "ga.json")
     assert r.exit_code == 0, r.output
     assert _rc_count(Plan.load(tmp_path / "ga.json")) == 0
+
+
+def test_refinement_keeps_a_plan_that_recomputes(tmp_path):
+    pytest.importorskip("ortools")
+    from hybrid.plan import Plan
+    from hybrid.refine import refine
+    from tests.cli.helpers import run
+
+    g = _link_bound_graph()
+    dev = replace(g.device, memory_bytes=unswapped_peak(g) // 2, reserve_bytes=0)
+    plan = run_baseline(g, dev, "belady", recompute=True)
+    assert _rc_count(plan) > 0
+    res = refine(g, plan, time_limit_s=5.0)
+    assert res.plan is plan and not res.improved and res.stop == "recomputes kept" and res.notes
+    gp, pp, out = tmp_path / "g.json", tmp_path / "p.json", tmp_path / "r.json"
+    g.save(gp)
+    plan.save(pp)
+    r = run("refine", "--graph", gp, "--plan", pp, "--time-limit", "5s", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert Plan.load(out).makespan_s == plan.makespan_s
