@@ -14,7 +14,6 @@ Every plan is validated. Writes results/recompute.{csv,md}.
 from __future__ import annotations
 
 import argparse
-import copy
 import subprocess
 import time
 from dataclasses import replace
@@ -48,27 +47,13 @@ def suite_graph(name: str, folder: Path) -> Graph:
 
 def transformer_graph() -> Graph:
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 
+    from examples.transformer_lm import make
     from hybrid.capture.api import capture
 
-    class LM(nn.Module):
-        def __init__(self, vocab: int = 500, d: int = 256) -> None:
-            super().__init__()
-            self.embed = nn.Embedding(vocab, d)
-            layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=512, dropout=0.1, batch_first=True)
-            self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
-            self.head = nn.Linear(d, vocab)
-
-        def forward(self, tokens):  # noqa: ANN001, ANN201
-            return self.head(self.encoder(self.embed(tokens)))
-
     torch.manual_seed(0)
-    tokens = torch.randint(500, (8, 129), generator=torch.Generator().manual_seed(1))
-    loss = lambda out, tgt: F.cross_entropy(out.flatten(0, 1), tgt.flatten())  # noqa: E731
-    return capture(LM(), (tokens[:, :-1].clone(),), loss, tokens[:, 1:].clone(), optimizer="adamw", lr=1e-3,
-                   name="transformer-lm-2x256")
+    module, args, target, loss = make()
+    return capture(module, args, loss, target, optimizer="adamw", lr=1e-3, name="transformer-lm-2x256")
 
 
 def ga(g: Graph, dev, recompute: bool, seconds: float) -> tuple[object, float, float]:  # noqa: ANN001

@@ -140,6 +140,17 @@ def _release_into_pool(t, rel_t, rel_node, by_bytes, t_mem, t_class, chunk_bytes
 
 
 @njit(cache=True, inline="always", _nrt=False)
+def _release_workspace(nbytes, k, node_end, chunk_bytes, chunk_node, ckeys, cvals, nc):
+    """A byte pool gets compute node k's workspace back when k ends."""
+    cid = nc[0]
+    chunk_bytes[cid] = nbytes
+    chunk_node[cid] = k
+    nc[1] = heap_push(ckeys, cvals, 0, nc[1], node_end[k], cid)
+    nc[0] = cid + 1
+    nc[2] += nbytes
+
+
+@njit(cache=True, inline="always", _nrt=False)
 def _droppable(v, p, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos,
                t_updpos, n_ops, op_time, rc_cost, rc_depth, stk_t, stk_k):
     """May victim v (no host copy) be dropped now and regenerated at its next use?"""
@@ -476,12 +487,7 @@ def walk(
                         E.note(u, t_class[u], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail,
                                ver)
                 if by_bytes and op_ws[o_r] > 0:
-                    cid = nc[0]
-                    chunk_bytes[cid] = op_ws[o_r]
-                    chunk_node[cid] = k
-                    nc[1] = heap_push(ckeys, cvals, 0, nc[1], node_end[k], cid)
-                    nc[0] = cid + 1
-                    nc[2] += op_ws[o_r]
+                    _release_workspace(op_ws[o_r], k, node_end, chunk_bytes, chunk_node, ckeys, cvals, nc)
                 if use_ptr[t] + ts[t, CUR] < use_ptr[t + 1]:
                     E.note(t, t_class[t], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail, ver)
         if final:
@@ -510,12 +516,7 @@ def walk(
             ts[t, LNODE] = k
             ts[t, LPOS] = p
         if by_bytes and op_ws[o] > 0:
-            cid = nc[0]
-            chunk_bytes[cid] = op_ws[o]
-            chunk_node[cid] = k
-            nc[1] = heap_push(ckeys, cvals, 0, nc[1], node_end[k], cid)
-            nc[0] = cid + 1
-            nc[2] += op_ws[o]
+            _release_workspace(op_ws[o], k, node_end, chunk_bytes, chunk_node, ckeys, cvals, nc)
         # Tensors with no later use die here; the others become eviction candidates with fresh keys.
         for phase in range(2):
             lo = in_ptr[o] if phase == 0 else out_ptr[o]

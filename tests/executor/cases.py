@@ -91,6 +91,16 @@ def user_case() -> Case:
     return Case("tinylm", graph, lambda: copy.deepcopy(base), args, target, lm_loss)
 
 
+_CASES: dict[str, Case] = {}
+
+
+def case(name: str) -> Case:
+    """A zoo case or the user module ("tinylm"), built once per test session."""
+    if name not in _CASES:
+        _CASES[name] = user_case() if name == "tinylm" else zoo_case(name)
+    return _CASES[name]
+
+
 def swap_plan(graph: Graph, kind: str, fraction: float = 0.5) -> Plan:
     """A plan at `fraction` of the unswapped peak: merged size classes, or a byte budget (Belady)."""
     plan = quick_plan(graph, fraction, kind)

@@ -18,23 +18,17 @@ from executor.api import Executor  # noqa: E402
 from executor.check import compare  # noqa: E402
 from hybrid.graph.info import unswapped_peak
 
-from tests.executor.cases import ITERS, SEED, Case, swap_plan, user_case, zoo_case  # noqa: E402
+from tests.executor.cases import ITERS, SEED, swap_plan  # noqa: E402
+from tests.executor.cases import case as get_case  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-_CASES: dict[str, Case] = {}
-
-
-def _case(name: str) -> Case:
-    if name not in _CASES:
-        _CASES[name] = user_case() if name == "tinylm" else zoo_case(name)
-    return _CASES[name]
 
 
 @pytest.mark.parametrize("kind", ["size_classes", "unconstrained"])
 @pytest.mark.parametrize("name", ["resnet-18", "rnn-2-1k", "squeezenet", "tinylm"])
 def test_swapping_plan_trains_exactly_like_eager(name: str, kind: str) -> None:
-    case = _case(name)
+    case = get_case(name)
     plan = swap_plan(case.graph, kind)
     memory = plan.device.memory_bytes
     assert memory <= unswapped_peak(case.graph) // 2

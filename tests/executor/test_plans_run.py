@@ -121,36 +121,18 @@ def test_every_planners_plan_runs_on_random_models(depth: int, width: int, batch
     _check_every_planner(graph, fraction, build, (x,), y, F.cross_entropy, ref)
 
 
-class TinyTransformerLM(nn.Module):
-    """The issue's case: a 2-layer encoder LM, d=256, trained with AdamW."""
-
-    def __init__(self, vocab: int = 500, d: int = 256) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, d)
-        layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=512, dropout=0.1, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.embed(tokens)))
-
-
-def _lm_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1), target.flatten())
-
-
 @pytest.fixture(scope="module")
 def transformer():
+    from examples.transformer_lm import make
+
     torch.manual_seed(0)
-    base = TinyTransformerLM()
-    tokens = torch.randint(500, (8, 129), generator=torch.Generator().manual_seed(1))
-    args, target = (tokens[:, :-1].clone(),), tokens[:, 1:].clone()
-    graph = capture(base, args, _lm_loss, target, optimizer="adamw", lr=1e-3, name="transformer-lm")
+    base, args, target, loss = make()  # the issue's case: a 2-layer encoder LM, d=256, trained with AdamW
+    graph = capture(base, args, loss, target, optimizer="adamw", lr=1e-3, name="transformer-lm")
     build = lambda: copy.deepcopy(base)  # noqa: E731
-    return graph, build, args, target, train_eager(graph, build(), args, target, _lm_loss, ITERS, SEED)
+    return graph, build, args, target, loss, train_eager(graph, build(), args, target, loss, ITERS, SEED)
 
 
 @pytest.mark.parametrize("fraction", [0.5, 0.7])
 def test_the_transformer_runs_under_every_planners_plan(transformer, fraction: float) -> None:
-    graph, build, args, target, ref = transformer
-    assert _check_every_planner(graph, fraction, build, args, target, _lm_loss, ref) >= 6
+    graph, build, args, target, loss, ref = transformer
+    assert _check_every_planner(graph, fraction, build, args, target, loss, ref) >= 6

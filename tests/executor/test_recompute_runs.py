@@ -24,17 +24,11 @@ from hybrid.swap.pools import byte_pool  # noqa: E402
 from hybrid.swap.to_plan import to_plan  # noqa: E402
 from hybrid.validator import validate  # noqa: E402
 
-from tests.executor.cases import ITERS, SEED, Case, user_case, zoo_case  # noqa: E402
+from tests.executor.cases import ITERS, SEED, Case  # noqa: E402
+from tests.executor.cases import case as get_case  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-_CASES: dict[str, Case] = {}
-
-
-def _case(name: str) -> Case:
-    if name not in _CASES:
-        _CASES[name] = user_case() if name == "tinylm" else zoo_case(name)
-    return _CASES[name]
 
 
 def _recompute_plan(case: Case, fraction: float):
@@ -50,7 +44,7 @@ def _recompute_plan(case: Case, fraction: float):
 
 @pytest.mark.parametrize("name", ["resnet-18", "squeezenet", "rnn-2-1k", "tinylm"])
 def test_recompute_plan_trains_exactly_like_eager(name: str) -> None:
-    case = _case(name)
+    case = get_case(name)
     plan = _recompute_plan(case, 0.4)
     reruns = [e for e in plan.events if e.kind == "compute" and e.recompute]
     assert reruns, "the plan recomputes nothing"
@@ -69,7 +63,7 @@ def test_recompute_plan_trains_exactly_like_eager(name: str) -> None:
 
 def test_a_random_op_reruns_from_its_recorded_generator_state() -> None:
     """Dropout's mask: the rerun replays the generator as it was before the first run, whatever ran since."""
-    case = _case("tinylm")
+    case = get_case("tinylm")
     g = case.graph
     runner = OpRunner(g, torch.device("cpu"))
     o = next(i for i, op in enumerate(g.ops) if op.kind.startswith("bernoulli"))
