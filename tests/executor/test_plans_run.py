@@ -32,6 +32,7 @@ from hybrid.graph.info import unswapped_peak
 from hybrid.plan import Plan  # noqa: E402
 from hybrid.swap.to_plan import to_plan
 from hybrid.graph.order import program_order
+from hybrid.swap.augmented import PlannerOptions
 from hybrid.swap.planner import SwapPlanner
 from hybrid.validator import validate  # noqa: E402
 
@@ -55,10 +56,22 @@ def _planners(graph: Graph, device) -> dict[str, Callable[[], Plan]]:
     def ga() -> Plan:
         return optimize(graph, device, GAConfig(population=6, children=6, seed=1), generations=3).to_plan()
 
+    def ga_recompute() -> Plan:
+        return optimize(graph, device, GAConfig(population=6, children=6, seed=1), generations=3,
+                        options=PlannerOptions(recompute_ratio=1.0)).to_plan()
+
+    def recompute(pool: str) -> Callable[[], Plan]:
+        def plan() -> Plan:  # drops whatever can be regenerated, so the reruns are exercised
+            p = per_size_pool(graph, order, device) if pool == "classes" else byte_pool(graph, device)
+            aug = SwapPlanner(graph, device).plan(order, p, PlannerOptions(recompute_ratio=1e6))
+            return to_plan(aug, {"name": f"recompute ({pool})"})
+        return plan
+
     out: dict[str, Callable[[], Plan]] = {k: (lambda k=k: run_baseline(graph, device, k))
-                                          for k in ("naive", "odswap", "vdnn", "belady")}
+                                          for k in ("naive", "odswap", "vdnn", "belady", "recompute-only")}
     out.update({"per-size classes": classes, "byte budget": belady_bytes,
-                "merged classes": lambda: size_class_plan(graph, device), "ga": ga})
+                "merged classes": lambda: size_class_plan(graph, device), "ga": ga, "ga+recompute": ga_recompute,
+                "recompute, byte budget": recompute("bytes"), "recompute, per-size classes": recompute("classes")})
     return out
 
 
