@@ -138,9 +138,11 @@ def main() -> None:
     notes = f"""Commit {commit}. Makespans are the simulator's (v100-16gb link, 12 GB/s each way). `bound_swap_s` /
 `bound_rc_s`: lower bounds on any plan in the program order, swap only / with recompute, activations only
 (`hybrid.plan.bounds.activation_bound`; valid whatever stays resident; other schedules may do better).
-`vs_swap_only`: the swap-only plan's makespan over swap+recompute's for the same planner (>= 1: recompute never
-slower; for Belady guaranteed by `SwapPlanner.faster_options`, for the GA because generation 0 holds every seed
-swap-only too). `search_gain`: 1 - best / best of generation 0. `sha256`: the graph's (first 12 hex digits)."""
+`vs_swap_only`: the swap-only plan's makespan over swap+recompute's for the same planner (>= 1: recompute not
+slower). For Belady it is guaranteed (`SwapPlanner.faster_options` keeps the faster of the two); for the GA only
+generation 0 is (it holds every seed swap-only too): two searches of equal time then take different paths, and
+may end within search noise of each other either way. `search_gain`: 1 - best / best of generation 0.
+`sha256`: the graph's (first 12 hex digits); suite graphs are captured into `--graphs` when missing."""
     write_table(df, "recompute" if args.only is None else f"recompute_{args.only}",
                 "Swap-only, recompute-only and swap+recompute at equal memory", notes)
 
