@@ -39,8 +39,11 @@ def slow():
 def _interrupt(cwd: Path, args: list[str], ready, sig: int, err_path: Path) -> tuple[int, str, str]:
     """Start `hybrid ARGS` in its own session, wait until `ready()` holds, send `sig`; (exit status, stdout, stderr)."""
     with open(err_path, "w") as err:
+        # SIGINT back to its default in the child: a shell's background job (`cmd &`) inherits it ignored, and
+        # Python then installs no Ctrl-C handler, so the test would measure the runner's shell, not the command
         proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", *args], stdout=subprocess.PIPE, stderr=err,
-                                text=True, cwd=cwd, start_new_session=True)
+                                text=True, cwd=cwd, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             deadline = time.monotonic() + 60
             while not ready() and time.monotonic() < deadline:
