@@ -184,7 +184,9 @@ def test_ctrl_c_writes_the_best_plan_so_far(graph_file, tmp_path) -> None:
            "--out", str(out), "--log", str(log)]
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        # SIGINT's default handler in the child, whatever the runner's shell left ignored (`cmd &`)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 60
         while "gen " not in err_path.read_text() and time.monotonic() < deadline:  # the search is running
             time.sleep(0.1)
