@@ -97,6 +97,10 @@ class Device:
 # - h100-80gb: PCIe 5.0 x16 is 63 GB/s per direction raw (PCI-SIG PCIe 5.0,
 #   32 GT/s); pinned copies sustain about 50 GB/s (NVIDIA H100 datasheet lists
 #   128 GB/s bidirectional for PCIe Gen5), which we use.
+# - p2200: the placement paper's card (seed 004: Quadro P2200 on PCIe 3.0 x16 beside a Xeon Gold 6248R),
+#   15.75 GB/s per direction raw; pinned copies on PCIe 3.0 sustain about 12 GB/s, as for the V100 above.
+#   Copies of small tensors cost latency first (the paper measured transfer time linear in bytes, saturating
+#   near 150 KB): 10 us per copy, an assumed figure of the usual cudaMemcpy order.
 # Memory sizes are the marketed capacities in GiB.
 # Reserve: what a plan leaves free on a real card. cudaMemGetInfo reports 0.2-0.6 GiB less total memory than
 # the marketed size (V100 16 GB: 15.78 GiB; A100 80 GB: 79.2 GiB; H100 80 GB: 79.1 GiB), and PyTorch's CUDA
@@ -110,6 +114,7 @@ PRESETS: dict[str, Device] = {
     "a100-40gb": Device("a100-40gb", 40 * GiB, 25e9, 25e9, 0.0),
     "a100-80gb": Device("a100-80gb", 80 * GiB, 25e9, 25e9, 0.0),
     "h100-80gb": Device("h100-80gb", 80 * GiB, 50e9, 50e9, 0.0),
+    "p2200": Device("p2200", 5 * GiB, 12e9, 12e9, 10e-6),
 }
 
 

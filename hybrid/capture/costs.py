@@ -78,9 +78,19 @@ GPU: dict[str, ComputeSpec] = {
         vector_flops={"float32": 67 * T, "float16": 133.8 * T, "bfloat16": 133.8 * T, "float64": 34 * T},
         mem_bytes_per_s=3350 * G, launch_s=5e-6, conv_fp32_flops=494.5 * T,
         source="NVIDIA H100 datasheet; NVIDIA H100 Tensor Core GPU architecture whitepaper"),
+    # NVIDIA Quadro P2200 datasheet: 1280 CUDA cores, 3.8 TFLOPS FP32, 5 GB GDDR5X at 200 GB/s, PCIe 3.0 x16.
+    # Pascal GP106 runs FP16 at 1/64 and FP64 at 1/32 of the FP32 rate (Pascal tuning guide); no tensor cores,
+    # no TF32, no BF16 (runs at the FP32 rate).
+    "p2200": ComputeSpec(
+        "Quadro P2200",
+        matrix_flops={"float32": 3.8 * T, "float16": 3.8 * T / 64, "bfloat16": 3.8 * T, "float64": 3.8 * T / 32},
+        vector_flops={"float32": 3.8 * T, "float16": 3.8 * T / 64, "bfloat16": 3.8 * T, "float64": 3.8 * T / 32},
+        mem_bytes_per_s=200 * G, launch_s=5e-6,
+        source="NVIDIA Quadro P2200 datasheet; NVIDIA Pascal tuning guide"),
 }
 
-# Host CPUs: the CPUs of NVIDIA's reference servers for each GPU, both sockets.
+# Host CPUs: the CPUs of NVIDIA's reference servers for each GPU, both sockets (the placement paper's one
+# socket for p2200).
 # Peak = sockets x cores x base clock x FP32 FLOP/cycle (AVX2 with two FMA
 # ports: 32; AVX-512 with two: 64). Half precision runs at the FP32 rate
 # (no AMX/AVX512-FP16 assumed). Bandwidth = sockets x channels x MT/s x 8 B.
@@ -107,10 +117,19 @@ CPU: dict[str, ComputeSpec] = {
         vector_flops={"float32": 2 * 56 * 2.0e9 * 64, "float64": 2 * 56 * 2.0e9 * 32},
         mem_bytes_per_s=2 * 8 * 4800e6 * 8, launch_s=5e-6,
         source="NVIDIA DGX H100 datasheet; Intel ARK Xeon Platinum 8480+"),
+    # Seed 004's host: one Xeon Gold 6248R (24 cores, 3.0 GHz base, AVX-512 with two FMA units), 6x DDR4-2933.
+    # Peak-rate rooflines flatter CPUs more than GPUs (the paper's measured CPU times are far slower); measured
+    # times (`hybrid profile`) replace these.
+    "xeon-6248r": ComputeSpec(
+        "Xeon Gold 6248R",
+        matrix_flops={"float32": 24 * 3.0e9 * 64, "float64": 24 * 3.0e9 * 32},
+        vector_flops={"float32": 24 * 3.0e9 * 64, "float64": 24 * 3.0e9 * 32},
+        mem_bytes_per_s=6 * 2933e6 * 8, launch_s=5e-6,
+        source="Intel ARK Xeon Gold 6248R"),
 }
 
 HOST_OF = {"v100-16gb": "dgx1-host", "a100-40gb": "dgx-a100-host", "a100-80gb": "dgx-a100-host",
-           "h100-80gb": "dgx-h100-host"}
+           "h100-80gb": "dgx-h100-host", "p2200": "xeon-6248r"}
 
 
 @dataclass(frozen=True)

@@ -107,3 +107,20 @@ def exact(c: ChainCosts, link: Link) -> ChainPlacement:
         out.append(d)
     placed = tuple(reversed(out))
     return ChainPlacement(placed, latency(c, placed, link), "exact")
+
+
+def heft_chain(c: ChainCosts, link: Link) -> ChainPlacement:
+    """HEFT (`hybrid.placement.heft`) on the chain, with the input and the output as zero-time tasks pinned to
+    the host (a cost on the GPU no schedule pays) so that it pays the round trip as `latency` does."""
+    import numpy as np
+
+    from hybrid.placement.heft import TaskGraph, heft
+
+    never = 1e9
+    cost = np.array([[0.0, never]] + [[c.cpu_s[i], c.gpu_s[i]] for i in range(c.n)] + [[0.0, never]])
+    sizes = [c.input_bytes] + list(c.cut_bytes)
+    # one cost per edge: the link is symmetric in every preset, so h2d and d2h times agree
+    comm = {(i, i + 1): link.copy_s(sizes[i], GPU) for i in range(c.n + 1)}
+    s = heft(TaskGraph(cost, comm))
+    devices = tuple(GPU if p == 1 else CPU for p in s.proc[1:-1])
+    return ChainPlacement(devices, latency(c, devices, link), "heft")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybrid.placement.chain import CPU, GPU, ChainCosts, Link, all_on, exact, greedy, latency
+from hybrid.placement.chain import CPU, GPU, ChainCosts, Link, all_on, exact, greedy, heft_chain, latency
 
 LINK = Link(1e9, 1e9, 1e-5)
 
@@ -20,7 +20,7 @@ def test_exact_is_the_brute_force_optimum_and_beats_every_heuristic(rows, input_
     brute = min(latency(c, d, LINK) for d in itertools.product((CPU, GPU), repeat=c.n))
     best = exact(c, LINK)
     assert best.latency_s == pytest.approx(brute, rel=1e-12)
-    for other in (all_on(c, LINK, CPU), all_on(c, LINK, GPU), greedy(c, LINK)):
+    for other in (all_on(c, LINK, CPU), all_on(c, LINK, GPU), greedy(c, LINK), heft_chain(c, LINK)):
         assert best.latency_s <= other.latency_s * (1 + 1e-12)
         assert other.latency_s == pytest.approx(latency(c, other.devices, LINK))
 
