@@ -34,6 +34,8 @@ def critical_chain(kind: np.ndarray, start: np.ndarray, end: np.ndarray, dep_ptr
         idx = np.nonzero(kind == k)[0]
         idx = idx[np.lexsort((end[idx], start[idx]))]
         prev_same[idx[1:]] = idx[:-1]
+    by_end = np.argsort(end, kind="stable")
+    ends = end[by_end]
     chain = [int(np.argmax(end))]
     while start[chain[-1]] > tol:
         i = chain[-1]
@@ -44,6 +46,14 @@ def critical_chain(kind: np.ndarray, start: np.ndarray, end: np.ndarray, dep_ptr
         p = prev_same[i]
         if best < 0 and p >= 0 and abs(end[p] - start[i]) <= tol:
             best = int(p)
+        if best < 0:
+            # An edge the plan file does not show: the planner made this event wait for memory another event
+            # released just then (from_plan recovers data and stream edges, not every such hand-off). Take an
+            # event ending then that started earlier (the walk moves back in time), of another stream if any.
+            lo, hi = np.searchsorted(ends, start[i] - tol), np.searchsorted(ends, start[i] + tol, side="right")
+            cands = [int(j) for j in by_end[lo:hi] if start[j] < start[i] - tol]  # strictly earlier: no cycles
+            if cands:
+                best = min(cands, key=lambda j: (kind[j] == kind[i], kind[j] == FREE, j))
         if best < 0:  # waits for nothing that ends then (a latency or rounding): stop rather than guess
             break
         chain.append(best)

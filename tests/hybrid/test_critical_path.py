@@ -50,3 +50,15 @@ def test_copies_decide_only_when_memory_is_short():
     roomy = _plan(g2, program_order(g2), classes=False)
     path = critical_path(g2, roomy)
     assert list(path["kind"]) == ["compute"] and path_shares(path, roomy.makespan_s)["copy_share"] == 0.0
+
+
+def test_a_wait_for_memory_the_plan_file_does_not_show_still_continues_the_chain():
+    """Found by hypothesis (seed 663): fwd11 waits for the swap_out that frees its memory, an edge from_plan
+    does not recover; the chain must still reach time 0."""
+    rng = np.random.default_rng(663)
+    g = training_graph(int(rng.integers(4, 14)), seed=663, workspace_prob=0.3,
+                       device=Device("s", int(rng.integers(14, 48)) << 20, 12e9, 6e9, 0.0))
+    plan = _plan(g, random_order(g, rng), False)
+    path = critical_path(g, plan)
+    assert path["start_s"].iloc[0] == pytest.approx(0.0, abs=1e-12)
+    assert path["end_s"].iloc[-1] == pytest.approx(plan.makespan_s)
