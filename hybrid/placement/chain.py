@@ -5,7 +5,8 @@ consecutive parts sit on different devices, the tensor crossing their cut is cop
 bandwidth, host-to-device or device-to-host), and so is the input before a first part on the GPU and the
 output after a last part on the GPU. Parameters are uploaded once, before any inference, and cost nothing.
 
-Schedulers, one `ChainPlacement` out of each:
+Schedulers for latency, one `ChainPlacement` out of each (and `best_period` for the throughput of a stream of
+inputs pipelined across the parts):
 - `all_on`: every part on one device;
 - `greedy`: the paper's rule for a chain (its critical path is the chain itself): each part on the device
   that runs it faster, then a correction loop that tries single flips in part order and keeps each that
@@ -49,8 +50,9 @@ class ChainCosts:
 @dataclass(frozen=True)
 class ChainPlacement:
     devices: tuple[str, ...]
-    latency_s: float
+    latency_s: float                 # one input, host to host
     scheduler: str
+    period_s: float = float("nan")   # pipelined stream of inputs: time between outputs (`period`), where computed
 
 
 def latency(c: ChainCosts, devices: tuple[str, ...] | list[str], link: Link) -> float:
@@ -124,3 +126,37 @@ def heft_chain(c: ChainCosts, link: Link) -> ChainPlacement:
     s = heft(TaskGraph(cost, comm))
     devices = tuple(GPU if p == 1 else CPU for p in s.proc[1:-1])
     return ChainPlacement(devices, latency(c, devices, link), "heft")
+
+
+def period(c: ChainCosts, devices: tuple[str, ...] | list[str], link: Link) -> float:
+    """Steady-state time between outputs when a stream of inputs is pipelined across the parts: each resource
+    (CPU, GPU, the host-to-device and the device-to-host direction of the link) serves one input at a time, so
+    the busiest one sets the pace (the throughput objective: inputs per second = 1 / period)."""
+    load = {CPU: 0.0, GPU: 0.0, "h2d": 0.0, "d2h": 0.0}
+    if devices[0] == GPU:
+        load["h2d"] += link.copy_s(c.input_bytes, GPU)
+    for i, dev in enumerate(devices):
+        load[dev] += c.time(i, dev)
+        nxt = devices[i + 1] if i + 1 < c.n else CPU
+        if nxt != dev:
+            load["h2d" if nxt == GPU else "d2h"] += link.copy_s(c.cut_bytes[i], nxt)
+    return max(load.values())
+
+
+MAX_EXACT_PERIOD_PARTS = 20
+
+
+def best_period(c: ChainCosts, link: Link) -> ChainPlacement:
+    """The placement with the shortest pipeline period, by exhaustive search (a min-max over four additive loads
+    has no chain dynamic programme as simple as latency's); at most MAX_EXACT_PERIOD_PARTS parts."""
+    if c.n > MAX_EXACT_PERIOD_PARTS:
+        raise ValueError(f"{c.n} parts: the exhaustive period search takes at most {MAX_EXACT_PERIOD_PARTS}; "
+                         "use the key-operator cuts")
+    best: tuple[float, tuple[str, ...]] | None = None
+    for mask in range(1 << c.n):
+        devs = tuple(GPU if mask >> i & 1 else CPU for i in range(c.n))
+        p = period(c, devs, link)
+        if best is None or p < best[0] - 1e-15:
+            best = (p, devs)
+    assert best is not None
+    return ChainPlacement(best[1], latency(c, best[1], link), "exact-period", best[0])
