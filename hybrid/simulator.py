@@ -1,4 +1,5 @@
-"""Three-stream simulator: times an augmented graph (compute, h2d, d2h streams, FIFO each).
+"""Stream simulator: times an augmented graph (compute, h2d, d2h streams, FIFO each; placement plans add
+the host CPU as a fourth, kind CPU).
 
 The swap planner times nodes as it emits them; this re-times any augmented
 graph from its edges alone — with other durations, another issue order on a
@@ -13,6 +14,7 @@ from numba import njit
 from hybrid.errors import HybridError
 
 FREE = 3
+CPU = 4      # a compute node run on the host (placement): its own FIFO lane
 
 
 @njit(cache=True)
@@ -20,7 +22,7 @@ def _simulate(kind, dur, dep_ptr, dep_idx, order, not_before, serialize):
     n = kind.shape[0]
     # Stream chains: each node waits for the previous node issued on its stream.
     prev = np.full(n, -1, dtype=np.int64)
-    last = np.full(3, -1, dtype=np.int64)
+    last = np.full(5, -1, dtype=np.int64)
     for i in range(n):
         v = order[i]
         if kind[v] == FREE:

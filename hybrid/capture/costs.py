@@ -126,6 +126,16 @@ CPU: dict[str, ComputeSpec] = {
         vector_flops={"float32": 24 * 3.0e9 * 64, "float64": 24 * 3.0e9 * 32},
         mem_bytes_per_s=6 * 2933e6 * 8, launch_s=5e-6,
         source="Intel ARK Xeon Gold 6248R"),
+    # This project's CI and developer machines: 2 cores of an AMD EPYC (lscpu: family 26, i.e. Zen 5; AVX-512
+    # and FMA flags; 2 x 512-bit FMA pipes = 64 FP32 FLOP/cycle). The clock is not exposed in the VM: 2.5 GHz
+    # assumed; memory bandwidth of a 2-core slice assumed 20 GB/s. Rooflines flatter CPUs: measure instead
+    # (`hybrid profile --backend cpu`, results/placement_latency's measured rows).
+    "epyc-2c": ComputeSpec(
+        "AMD EPYC (Zen 5), 2 cores",
+        matrix_flops={"float32": 2 * 2.5e9 * 64, "float64": 2 * 2.5e9 * 32},
+        vector_flops={"float32": 2 * 2.5e9 * 64, "float64": 2 * 2.5e9 * 32},
+        mem_bytes_per_s=20e9, launch_s=5e-6,
+        source="lscpu on this machine (2 cores, AMD EPYC family 26, avx512f, fma); clock and bandwidth assumed"),
 }
 
 HOST_OF = {"v100-16gb": "dgx1-host", "a100-40gb": "dgx-a100-host", "a100-80gb": "dgx-a100-host",

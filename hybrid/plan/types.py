@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 PLAN_FORMAT = "hybrid-plan/1"
 EVENT_KINDS = ("compute", "swap_in", "swap_out", "free")
 STREAM_OF_KIND = {"compute": "compute", "swap_in": "h2d", "swap_out": "d2h"}
+CPU_STREAM = "cpu"   # placement plans (docs/formats.md): a compute event run on the host
 
 
 @dataclass(frozen=True)
@@ -103,10 +104,11 @@ class Event:
     impl: str | None = None
     recompute: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    on_cpu: bool = False     # a compute event on the `cpu` stream (placement plans): runs on the host
 
     @property
     def stream(self) -> str | None:
-        return STREAM_OF_KIND.get(self.kind)
+        return CPU_STREAM if self.on_cpu else STREAM_OF_KIND.get(self.kind)
 
     @property
     def at_s(self) -> float:
@@ -148,8 +150,10 @@ class Event:
                 start = end = float(d["at_s"])
             else:
                 start, end = float(d["start_s"]), float(d["end_s"])
-                if "stream" in d and d["stream"] != STREAM_OF_KIND[kind]:
-                    raise FormatError(f"{what} ({kind} {ref!r}): stream is {d['stream']!r}, expected {STREAM_OF_KIND[kind]!r}")
+                allowed = (STREAM_OF_KIND[kind], CPU_STREAM) if kind == "compute" else (STREAM_OF_KIND[kind],)
+                if "stream" in d and d["stream"] not in allowed:
+                    raise FormatError(f"{what} ({kind} {ref!r}): stream is {d['stream']!r}, expected "
+                                      f"{' or '.join(repr(x) for x in allowed)}")
         except KeyError as e:
             raise FormatError(f"{what} ({kind} {ref!r}): missing field {e.args[0]!r}") from None
         except (TypeError, ValueError):
@@ -159,7 +163,8 @@ class Event:
         return Event(kind, start, end, op=ref if kind == "compute" else None,
                      tensor=ref if kind != "compute" else None,
                      impl=str(impl) if impl is not None else None, recompute=bool(d.get("recompute", False)),
-                     extra={k: v for k, v in d.items() if k not in known})
+                     extra={k: v for k, v in d.items() if k not in known},
+                     on_cpu=kind == "compute" and d.get("stream") == CPU_STREAM)
 
 
 @dataclass(repr=False)

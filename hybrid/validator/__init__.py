@@ -40,6 +40,14 @@ docs/formats.md):
   tensors occupy no arena bytes but do occupy a size-class object.
 - Rule 6: a persistent tensor not on the device at the end needs a current host
   copy; a free event's `at_s` counts as its end for rule 7's makespan.
+- Placement plans (a `cpu` stream): a compute event with "stream": "cpu" runs
+  on the host for the op's `cpu_time_s` (rule 1), allocates no device copy
+  (rule 2) and needs no device memory (rule 5); its inputs need a current host
+  copy at its start (rule 3: a cpu compute's outputs are host copies from its
+  end, and a persistent tensor that no op updates always has one, since
+  parameters are uploaded once and kept on both sides); a device op reading a
+  cpu op's output needs a swap_in of it (rule 4). Recomputes, and ops that
+  update tensors in place, cannot run on the cpu stream (rule 0).
 - Tolerance: eps = 1e-9 x max(1 s, makespan_s, last event end); metrics.ideal_s
   is compared with a relative tolerance of 1e-9.
 """
@@ -78,7 +86,7 @@ def validate(graph: Graph, plan: Plan, all: bool = False) -> ValidationReport:  
     copies, r2 = build_copies(ctx)
     host = HostCopies(ctx)
     peak, r5 = check_memory(ctx, copies)
-    per_rule += [r2, check_inputs(ctx, copies), check_swaps(ctx, copies, host), r5,
+    per_rule += [r2, check_inputs(ctx, copies, host), check_swaps(ctx, copies, host), r5,
                  check_period(ctx, copies, host), check_totals(ctx)]
     return _report(per_rule, all, peak)
 

@@ -33,6 +33,7 @@ class Context:
     op: list[int]            # op index for compute events, -1 otherwise
     tensor: list[int]        # tensor index for swap/free events, -1 for compute
     recompute: list[bool]
+    on_cpu: list[bool]       # compute on the host (`cpu` stream of a placement plan): host copies in and out
     impl_name: list[str]     # chosen impl (compute events), "" otherwise
     impl_time: list[float]   # chosen impl's time (compute), 0 otherwise
     impl_ws: list[int]       # chosen impl's workspace (compute), 0 otherwise
@@ -59,7 +60,7 @@ class Context:
         k = self.kind[i]
         if k == COMPUTE:
             name = self.graph.ops[self.op[i]].id
-            what = "recompute" if self.recompute[i] else "compute"
+            what = "recompute" if self.recompute[i] else "cpu compute" if self.on_cpu[i] else "compute"
             return f"events[{i}] {what} {name!r} [{self.start[i]:.9g}, {fmt_t(self.end[i])})"
         name = self.graph.tensors[self.tensor[i]].id
         if k == FREE:
@@ -137,6 +138,7 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
     op = [-1] * n
     tensor = [-1] * n
     recompute = [False] * n
+    on_cpu = [False] * n
     impl_name = [""] * n
     impl_time = [0.0] * n
     impl_ws = [0] * n
@@ -161,7 +163,19 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
                 continue
             op[i] = o
             spec = ops[o]
-            if spec.impls:
+            if ev.on_cpu:
+                why = ("it is a recompute (reruns are planned on the device only)" if ev.recompute
+                       else "the op has no cpu_time_s (capture with a --device that has a host CPU, or "
+                            "`hybrid profile --backend cpu`)" if spec.cpu_time_s is None
+                       else "the op updates tensors in place (only inference ops run on the host)" if spec.updates
+                       else "")
+                if why:
+                    bad.append(Found(-math.inf, i, Violation(
+                        0, f"events[{i}] compute {ev.op!r} on the cpu stream: {why}", i)))
+                    continue
+                on_cpu[i] = True
+                impl_name[i], impl_time[i], impl_ws[i] = "cpu", float(spec.cpu_time_s), 0
+            elif spec.impls:
                 if ev.impl is None:
                     im = spec.impls[spec.default_impl]
                 else:
@@ -196,7 +210,7 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
         for tid in spec.outputs:
             producer[ti[tid]] = o
     ctx = Context(
-        graph=graph, plan=plan, kind=kind, start=start, end=end, op=op, tensor=tensor, recompute=recompute,
+        graph=graph, plan=plan, kind=kind, start=start, end=end, op=op, tensor=tensor, recompute=recompute, on_cpu=on_cpu,
         impl_name=impl_name, impl_time=impl_time, impl_ws=impl_ws,
         t_bytes=[t.bytes for t in graph.tensors], t_persistent=[t.persistent for t in graph.tensors],
         op_inputs=[tuple(dict.fromkeys(ti[x] for x in o.inputs)) for o in ops],

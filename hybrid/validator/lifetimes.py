@@ -1,6 +1,6 @@
 """Rule 2: each tensor's device copies, as disjoint intervals [allocation, release).
 
-Allocations are the starts of compute events producing the tensor (recomputes
+Allocations are the starts of (device) compute events producing the tensor (recomputes
 included) and of its swap_ins, plus time 0 for `resident_at_start`; releases
 are swap_out ends and frees. Per tensor the two sorted lists must alternate.
 Near-ties (within eps) resolve in the order that keeps them alternating: while a
@@ -51,6 +51,8 @@ def build_copies(ctx: Context) -> tuple[Copies, list[Found]]:
     for i in range(ctx.n):
         k = ctx.kind[i]
         if k == COMPUTE:
+            if ctx.on_cpu[i]:
+                continue  # its outputs live in host memory (HostCopies)
             for t in ctx.op_outputs[ctx.op[i]]:
                 allocs[t].append((ctx.start[i], i, ctx.end[i]))
         elif k == SWAP_IN:

@@ -69,7 +69,9 @@ def _check_times(ctx: Context, out: list[Found]) -> None:
             continue
         want = ctx.impl_time[i] if k == COMPUTE else ctx.transfer_time(k, ctx.tensor[i])
         if abs((e - s) - want) > eps:
-            if k == COMPUTE:
+            if k == COMPUTE and ctx.on_cpu[i]:
+                why = f"the op's cpu_time_s is {fmt_t(want)}"
+            elif k == COMPUTE:
                 why = f"impl {ctx.impl_name[i]!r} takes {fmt_t(want)}"
             else:
                 link = "h2d" if k == SWAP_IN else "d2h"
@@ -168,8 +170,9 @@ def _check_recomputes(ctx: Context, runs: list[list[int]], out: list[Found]) -> 
 
 def _check_streams(ctx: Context, out: list[Found]) -> None:
     eps = ctx.eps
-    for code, stream in ((COMPUTE, "compute"), (SWAP_IN, "h2d"), (SWAP_OUT, "d2h")):
-        idx = [i for i in range(ctx.n) if ctx.kind[i] == code]
+    for code, cpu, stream in ((COMPUTE, False, "compute"), (COMPUTE, True, "cpu"), (SWAP_IN, False, "h2d"),
+                              (SWAP_OUT, False, "d2h")):
+        idx = [i for i in range(ctx.n) if ctx.kind[i] == code and ctx.on_cpu[i] == cpu]
         idx.sort(key=lambda i: (ctx.start[i], ctx.end[i], i))
         cur = -1
         for i in idx:

@@ -24,14 +24,23 @@ def _released_how(ctx: Context, cid: int, c: Copies) -> str:
     return ctx.describe(r) if r >= 0 else "a second allocation"
 
 
-def check_inputs(ctx: Context, c: Copies) -> list[Found]:
-    """Rule 3: inputs complete at the start, inputs and outputs kept until the end."""
+def check_inputs(ctx: Context, c: Copies, host: HostCopies) -> list[Found]:
+    """Rule 3: inputs complete at the start, inputs and outputs kept until the end; a cpu compute reads host
+    copies instead (current at its start), and a persistent tensor no op updates always has one (placement
+    plans upload parameters once and keep them on both sides)."""
     out: list[Found] = []
     eps = ctx.eps
+    updated = {t for o in ctx.op_updates for t in o}
     for i in range(ctx.n):
         if ctx.kind[i] != COMPUTE:
             continue
         s, e, o = ctx.start[i], ctx.end[i], ctx.op[i]
+        if ctx.on_cpu[i]:
+            for t in ctx.op_inputs[o]:
+                if not (ctx.t_persistent[t] and t not in updated) and not host.valid(t, s):
+                    out.append(ctx.found(3, i, f"input {ctx.tid(t)} has no current host copy at its start (a cpu "
+                                               f"compute reads host memory): {host.why_invalid(t, s)}"))
+            continue
         for t in ctx.op_inputs[o]:
             msg = _input_problem(ctx, c, t, s, e, eps)
             if msg:
@@ -91,6 +100,9 @@ class HostCopies:
             k = ctx.kind[i]
             if k == SWAP_OUT:
                 self.saves[ctx.tensor[i]].append((ctx.start[i], ctx.end[i], i))
+            elif k == COMPUTE and ctx.on_cpu[i]:   # writes its outputs to host memory (it updates nothing)
+                for t in ctx.op_outputs[ctx.op[i]]:
+                    self.saves[t].append((ctx.start[i], ctx.end[i], i))
             elif k == COMPUTE:
                 for t in ctx.updates_of(i):
                     self.updates[t].append((ctx.start[i], ctx.end[i], i))
@@ -117,7 +129,7 @@ class HostCopies:
             return f"it was updated in place by {self.ctx.describe(u[2])} and no swap_out since has ended"
         if self.ctx.t_persistent[t]:
             return "it is in resident_at_start, so its device copy is the only current one until a swap_out ends"
-        return "no swap_out of it has ended yet"
+        return "no swap_out of it (or cpu compute making it) has ended yet"
 
 
 def check_swaps(ctx: Context, c: Copies, host: HostCopies) -> list[Found]:

@@ -1,0 +1,125 @@
+"""`hybrid place --graph G --cpu xeon-6248r --device p2200 --objective latency --out plan.json`: run the parts
+of an inference graph on the host CPU and the GPU (seed 004)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from hybrid.cli.options import load_graph, prepare_output
+from hybrid.errors import HybridError
+from hybrid.units import parse_duration
+
+SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faster device, then single flips "
+                  "while they gain, 3 rounds without gain), heft, exact (dynamic programming on a chain of "
+                  "parts, CP-SAT otherwise), or all (every one, a table; the plan is exact's)")
+
+
+@click.command("place")
+@click.option("--graph", "graph_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="An inference graph (hybrid capture --optimizer none).")
+@click.option("--cpu", "cpu_preset", default=None,
+              help="Re-cost host times (cpu_time_s) with this CPU preset: xeon-6248r (the paper's host), epyc-2c "
+                   "(this project's machines), dgx1-host, ... Default: the graph's own cpu_time_s.")
+@click.option("--device", "device_preset", default=None,
+              help="Re-cost GPU times (time_s) with this preset and use its PCIe link, e.g. p2200 (the paper's "
+                   "Quadro P2200 on PCIe 3.0). Default: the graph's own time_s and device.")
+@click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Measured times from `hybrid profile` (a cpu profile sets cpu_time_s, a cuda one time_s); "
+                   "applied after --cpu/--device. Repeatable.")
+@click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
+              help="latency: one input, from host memory to its output back in host memory; throughput: a "
+                   "stream of inputs pipelined across the parts (the busiest of CPU, GPU and each link "
+                   "direction sets the time between outputs).")
+@click.option("--scheduler", type=click.Choice(["all-cpu", "all-gpu", "greedy", "heft", "exact", "all"]),
+              default="exact", show_default=True, help=SCHEDULER_HELP)
+@click.option("--parts", type=click.Choice(["key", "fine"]), default="key", show_default=True,
+              help="key: cut the chain only after pooling and concatenation (the paper's key operators); fine: "
+                   "at every point where one tensor alone crosses.")
+@click.option("--branches/--no-branches", default=True, show_default=True,
+              help="Split stretches of independent branches (Inception modules, downsample paths) into one "
+                   "part per branch and a join, so branches may run on both devices at once.")
+@click.option("--time-limit", default="60s", show_default=True, help="CP-SAT's time limit, e.g. 30s, 5m.")
+@click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT's random seed.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the placement as a plan (hybrid-plan/1 with a cpu stream).")
+@click.option("--graph-out", "graph_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the re-costed graph the plan belongs to (default with --cpu/--device/--profile: "
+                   "next to --out, as NAME.graph.json).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None, profiles: tuple[Path, ...],
+            objective: str, scheduler: str, parts: str, branches: bool, time_limit: str, seed: int,
+            out_path: Path | None, graph_out: Path | None, as_json: bool) -> None:
+    """Cut an inference graph into parts and place each on the host CPU or the GPU.
+
+    Parts end where one tensor alone crosses (after pooling and concatenation with --parts key); a stretch
+    of independent branches becomes one part per branch plus a join. Each placement is timed by the
+    simulator: ops on the GPU's compute stream or the host's cpu stream, activations copied over h2d/d2h
+    where devices change, parameters uploaded once. The plan validates with `hybrid validate` against the
+    graph it was made from (the re-costed one when costs were changed) and runs with `hybrid execute`.
+
+    \b
+    Example:
+      hybrid capture --model vgg16 --optimizer none --device p2200 --batch 1 --out vgg16.json
+      hybrid place --graph vgg16.json --cpu xeon-6248r --device p2200 --scheduler all --out vgg16.place.json
+    """
+    from hybrid.device import preset
+    from hybrid.placement.costs import recost, with_profiles
+    from hybrid.placement.partition import part_graph
+    from hybrid.placement.schedulers import SCHEDULERS, place
+    from hybrid.placement.timing import link_of, to_plan
+    from hybrid.units import format_seconds
+    from hybrid.validator import check
+
+    prepare_output(out_path, "--out")
+    g = load_graph(graph_path)
+    recosted = bool(cpu_preset or device_preset or profiles)
+    g = with_profiles(recost(g, device_preset, cpu_preset), list(profiles))
+    if recosted:
+        from hybrid.graph import Graph
+
+        g = Graph.from_json(g.to_json())   # its sha256 is that of the file we write
+        if graph_out is None and out_path is not None:
+            graph_out = out_path.with_name(out_path.stem + ".graph.json")
+        prepare_output(graph_out, "--graph-out")
+    dev = preset(device_preset) if device_preset else g.device
+    if device_preset:
+        g = type(g)(g.name, g.tensors, g.ops, dev, g.extra)
+    link = link_of(dev)
+    pg = part_graph(g, key_only=parts == "key", branches=branches)
+    limit = parse_duration(time_limit, "--time-limit")
+    names = SCHEDULERS if scheduler == "all" else (scheduler,)
+    placed = {}
+    for name in names:
+        try:
+            placed[name] = place(pg, link, name, objective, limit, seed)
+        except HybridError as e:
+            if scheduler != "all":
+                raise
+            click.echo(f"{name}: {e}", err=True)
+    if not placed:
+        raise HybridError("no scheduler could place this graph")
+    chosen = placed.get("exact") or next(iter(placed.values()))
+    plan = to_plan(pg, chosen, dev, link)
+    plan.planner.update({"objective": objective, "parts_mode": parts, "branches": branches})
+    check(g, plan)
+    if recosted and graph_out is not None:
+        g.save(graph_out)
+    if out_path is not None:
+        plan.save(out_path)
+    rows = [{"scheduler": k, "latency_s": p.latency_s, "period_s": p.period_s, "devices": p.code,
+             "status": p.status} for k, p in placed.items()]
+    if as_json:
+        click.echo(json.dumps({"graph": g.name, "parts": pg.n, "describe": pg.describe(), "objective": objective,
+                               "placements": rows, "plan": str(out_path) if out_path else None,
+                               "graph_out": str(graph_out) if graph_out else None}, indent=1))
+        return
+    click.echo(f"{g.name}: {pg.n} parts ({parts}{', branches' if branches else ''}): {pg.describe()}")
+    click.echo(f"{'scheduler':10} {'latency':>10} {'period':>10}  devices (C/G per part)")
+    for r in rows:
+        click.echo(f"{r['scheduler']:10} {format_seconds(r['latency_s']):>10} {format_seconds(r['period_s']):>10}  "
+                   f"{r['devices']}{'  (' + r['status'] + ')' if r['status'] else ''}")
+    if out_path is not None:
+        click.echo(f"wrote {out_path} ({chosen.scheduler}, valid)" +
+                   (f" for the re-costed graph {graph_out}" if recosted and graph_out else ""))
