@@ -32,6 +32,7 @@ class Solved:
     objective_s: float
     bound_s: float
     status: str                   # "optimal" or "feasible"
+    copy_starts: tuple[tuple[int, str, float], ...] = ()   # (tensor, "h2d" | "d2h", start s) of each copy
 
 
 def _ns(x: float) -> int:
@@ -113,8 +114,10 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
             cpu_iv.append(m.NewOptionalFixedSizeIntervalVar(s[p], dc[p], g[p].Not(), f"C{p}"))
     lat = m.NewIntVar(0, horizon, "latency")
     hints: list[tuple] = []   # (var, value) pairs from the hint
+    copy_vars: list[tuple] = []
 
     def hint_copy(var_on, var_start, t: int, lane: str) -> None:  # noqa: ANN001
+        copy_vars.append((var_on, var_start, t, lane))
         if hint is not None:
             at = hint.copy_start.get((t, lane))
             hints.append((var_on, int(at is not None)))
@@ -182,7 +185,8 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
         raise RuntimeError(f"CP-SAT found no placement ({status}) within {time_limit_s:g} s")
     devices = tuple(GPU if solver.Value(g[p]) else CPU for p in range(n))
     starts = tuple(solver.Value(s[p]) / NS for p in range(n))
-    return Solved(devices, starts, solver.ObjectiveValue() / NS, solver.BestObjectiveBound() / NS, status)
+    copies = tuple((t, lane, solver.Value(st_) / NS) for on, st_, t, lane in copy_vars if solver.Value(on))
+    return Solved(devices, starts, solver.ObjectiveValue() / NS, solver.BestObjectiveBound() / NS, status, copies)
 
 
 def solve_period(pg: PartGraph, link: Link, time_limit_s: float = 60.0, workers: int = 1, seed: int = 0) -> Solved:

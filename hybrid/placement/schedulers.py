@@ -102,13 +102,14 @@ def exact(pg: PartGraph, link: Link, objective: str = LATENCY, time_limit_s: flo
                         extra={"method": "dynamic programming"})
     sol = solve_latency(pg, link, time_limit_s, _hint(pg, link, hint) if hint is not None else None, workers,
                         seed)
-    return evaluate(pg, sol.devices, link, "exact", priority=sol.starts, status=sol.status,
+    return evaluate(pg, sol.devices, link, "exact", priority=sol.starts, copy_priority=sol.copy_starts,
+                    status=sol.status,
                     model_s=sol.objective_s, extra={"method": "cp-sat", "bound_s": sol.bound_s})
 
 
 def _hint(pg: PartGraph, link: Link, p: Placement) -> Hint:
     """A placement's simulated timeline as a CP-SAT hint."""
-    tm = simulate_placement(pg, p.devices, link, p.priority, ns_grid=True)
+    tm = simulate_placement(pg, p.devices, link, p.priority, ns_grid=True, copy_priority=p.copy_priority)
     op_start = {int(r): float(s) for k, r, s in zip(tm.kind, tm.ref, tm.start) if k not in (H2D_LANE, D2H_LANE)}
     copies = {(int(r), "h2d" if k == H2D_LANE else "d2h"): float(s)
               for k, r, s in zip(tm.kind, tm.ref, tm.start) if k in (H2D_LANE, D2H_LANE)}

@@ -1,7 +1,8 @@
 """Time a placement with the project's simulator and write it as a plan (a `cpu` stream beside the GPU's).
 
 Every op of a part runs on its part's device: on the GPU's `compute` stream or on the host's `cpu` stream,
-one op after another, each stream first-in first-out in issue order. A tensor that crosses devices is
+one op after another, each stream first-in first-out in issue order; a part starts only when everything it
+reads from outside has arrived. A tensor that crosses devices is
 copied once per direction (`h2d` / `d2h`, latency + bytes / bandwidth), when the whole part that makes it
 has ended (the part model the schedulers optimise). A device-to-host copy also waits for the device ops
 that read the tensor, because in the plan format a `swap_out` releases the device copy; the part graph
@@ -36,6 +37,7 @@ class Placement:
     latency_s: float               # one input, host memory to host memory (simulated)
     period_s: float                # a stream of inputs pipelined across the parts (`period`)
     priority: tuple[float, ...] | None = None   # per part: issue order on its device (None: program order)
+    copy_priority: tuple[tuple[int, str, float], ...] | None = None   # (tensor, "h2d"/"d2h", key): copy order
     status: str = ""               # exact schedulers: "optimal", or "feasible" when the time limit stopped them
     model_s: float = math.nan      # the solver's own objective, where a solver ran
     extra: dict = field(default_factory=dict, compare=False)
@@ -89,11 +91,13 @@ def _check_cpu_times(pg: PartGraph, devices: tuple[str, ...] | list[str]) -> Non
 
 
 def simulate_placement(pg: PartGraph, devices: tuple[str, ...] | list[str], link: Link,
-                       priority: tuple[float, ...] | list[float] | None = None, ns_grid: bool = False) -> Timed:
+                       priority: tuple[float, ...] | list[float] | None = None, ns_grid: bool = False,
+                       copy_priority: tuple[tuple[int, str, float], ...] | None = None) -> Timed:
     """Build the op-and-copy nodes of one inference and time them (`hybrid.simulator.simulate`).
 
     `priority` (per part, e.g. a solver's start times) orders the parts on each device and the copies on
-    each link direction; ties and the default follow program order."""
+    each link direction, or `copy_priority` the copies (a solver's copy starts); ties and the default follow
+    program order."""
     _check_cpu_times(pg, devices)
     g = pg.graph
     a = g.arrays
@@ -123,7 +127,11 @@ def simulate_placement(pg: PartGraph, devices: tuple[str, ...] | list[str], link
     # copies: (tensor, lane) -> node
     copy_node: dict[tuple[int, int], int] = {}
 
+    cprio = {(t, H2D_LANE if lane == "h2d" else D2H_LANE): float(x) for t, lane, x in copy_priority or ()}
+
     def add_copy(t: int, lane: int, after: list[int], rank: float) -> int:
+        if copy_priority is not None:
+            rank = cprio.get((t, lane), math.inf)
         copy_node[(t, lane)] = len(kind)
         kind.append(lane)
         ref.append(t)
@@ -165,6 +173,12 @@ def simulate_placement(pg: PartGraph, devices: tuple[str, ...] | list[str], link
                     raise HybridError(f"placement: tensor {g.tensors[t].id!r} crosses devices but is no edge "
                                       "of the part graph")
                 deps[v].append(copy_node[(t, lane)])
+    # a part starts whole: its first op waits for everything any of its ops needs from outside the part
+    for p, ops in enumerate(pg.ops):
+        mine = {int(node_of_op[o]) for o in ops}
+        outside = {d for o in ops for d in deps[int(node_of_op[o])] if d not in mine}
+        first = int(node_of_op[ops[0]])
+        deps[first] = sorted(set(deps[first]) | outside)
     n = len(kind)
     dep_ptr = np.zeros(n + 1, np.int64)
     dep_ptr[1:] = np.cumsum([len(d) for d in deps])
@@ -180,15 +194,18 @@ def simulate_placement(pg: PartGraph, devices: tuple[str, ...] | list[str], link
 
 
 def latency(pg: PartGraph, devices: tuple[str, ...] | list[str], link: Link,
-            priority: tuple[float, ...] | list[float] | None = None) -> float:
-    return simulate_placement(pg, devices, link, priority).makespan
+            priority: tuple[float, ...] | list[float] | None = None,
+            copy_priority: tuple[tuple[int, str, float], ...] | None = None) -> float:
+    return simulate_placement(pg, devices, link, priority, copy_priority=copy_priority).makespan
 
 
 def evaluate(pg: PartGraph, devices: tuple[str, ...] | list[str], link: Link, scheduler: str,
-             priority: tuple[float, ...] | list[float] | None = None, **kw) -> Placement:
+             priority: tuple[float, ...] | list[float] | None = None,
+             copy_priority: tuple[tuple[int, str, float], ...] | None = None, **kw) -> Placement:
     devices = tuple(devices)
-    return Placement(devices, scheduler, latency(pg, devices, link, priority), period(pg, devices, link),
-                     None if priority is None else tuple(float(x) for x in priority), **kw)
+    return Placement(devices, scheduler, latency(pg, devices, link, priority, copy_priority),
+                     period(pg, devices, link), None if priority is None else tuple(float(x) for x in priority),
+                     copy_priority, **kw)
 
 
 def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | None = None) -> Plan:
@@ -196,7 +213,8 @@ def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | No
     g = pg.graph
     a = g.arrays
     link = link_of(device) if link is None else link
-    tm = simulate_placement(pg, placement.devices, link, placement.priority)
+    tm = simulate_placement(pg, placement.devices, link, placement.priority,
+                            copy_priority=placement.copy_priority)
     part_of = np.full(a.n_ops, -1, np.int64)
     for p, ops in enumerate(pg.ops):
         part_of[list(ops)] = p
