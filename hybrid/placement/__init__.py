@@ -1,9 +1,14 @@
-"""CPU/GPU placement of inference graphs (seed 004; issue 20, in progress).
+"""CPU/GPU placement of inference graphs (seed 004): where each part of a graph runs.
 
-Built so far: `partition` (cuts where one tensor alone crosses; key-operator cuts after pooling and
-concatenation: VGG16 splits into its 5 conv blocks + classifier, AlexNet into 4 parts, as in the paper),
-`chain` (one input's latency for a chain of parts; all-CPU, all-GPU, the paper's greedy with its correction
-loop, exact dynamic programming) and `heft` (HEFT for task DAGs, checked on Topcuoglu et al.'s example).
-Not yet: CPU/GPU cost presets (xeon-6248r, p2200), branch stages and CP-SAT for branched graphs, the
-throughput objective, placements as plans (the `cpu` stream), the executor and `hybrid place`.
+- `partition`: cuts where one tensor alone crosses, key-operator cuts (after pooling and concatenation), and
+  the part graph with branch stages (fork / branches / join): VGG16 gives its 5 conv blocks + classifier,
+  AlexNet 4 parts, an Inception module one part per branch and a join;
+- `costs`: re-costing a captured graph for a GPU preset and a CPU preset (`xeon-6248r`, `epyc-2c`), or from
+  `hybrid profile` files;
+- `timing`: the one `Placement` type, timed by the project's simulator (a `cpu` lane beside the GPU's three
+  streams), its pipelined period, and the placement as a plan with a `cpu` stream;
+- `schedulers`: all-CPU, all-GPU, the paper's greedy with its correction loop, HEFT, and exact (dynamic
+  programming on chains, `chain`; CP-SAT on branched graphs, `cpsat`), for latency or throughput;
+- `heft`: HEFT on task DAGs (Topcuoglu et al.'s example: makespan 80).
+The executor for placement plans is `executor.placed`; the command is `hybrid place`.
 """

@@ -118,3 +118,59 @@ def test_the_cpu_stand_in_runs_every_placement_bitwise_like_eager(name):
         assert validate(g, plan).valid
         out = run_placed(g, plan, module, (x,), iters=2).outputs[0]
         assert torch.equal(out, ref), (p.scheduler, p.code)
+
+
+def _mixed_plan():
+    """A valid placement plan with ops on both devices, and its graph."""
+    g = random_inference_graph(11, stages=5, chain_only=True)
+    pg = part_graph(g, key_only=False)
+    devices = tuple(GPU if p % 2 == 0 else CPU for p in range(pg.n))
+    plan = to_plan(pg, evaluate(pg, devices, link_of(g.device), "alternate"), g.device)
+    assert validate(g, plan).valid
+    return g, plan
+
+
+def _first_rule(g, plan, **changes):
+    import dataclasses
+
+    return validate(g, dataclasses.replace(plan, **changes)).violations[0]
+
+
+def test_the_validator_reads_the_cpu_stream():
+    import dataclasses
+
+    g, plan = _mixed_plan()
+    events = plan.events
+    i = next(k for k, e in enumerate(events) if e.on_cpu)
+    # a cpu compute that lasts longer than the op's cpu_time_s (rule 1)
+    bad = list(events)
+    bad[i] = dataclasses.replace(events[i], end_s=events[i].end_s + 1.0)
+    v = _first_rule(g, plan, events=bad)
+    assert v.rule == 1 and "cpu_time_s" in v.message
+    # the swap_out that feeds a cpu op removed: its input has no host copy (rule 3)
+    j = next(k for k, e in enumerate(events) if e.kind == "swap_out" and any(
+        x.on_cpu and e.tensor in g.op(x.op).inputs for x in events if x.kind == "compute"))
+    bad = [e if k != j else dataclasses.replace(e, kind="free", end_s=e.start_s, extra={}) for k, e in enumerate(events)]
+    v = _first_rule(g, plan, events=bad)
+    assert v.rule in (3, 4) and "host copy" in v.message
+    # a recompute on the cpu stream (rule 0)
+    bad = list(events) + [dataclasses.replace(events[i], recompute=True)]
+    assert _first_rule(g, plan, events=bad).rule == 0
+    # two cpu computes at once (rule 1)
+    k = next(k for k, e in enumerate(events) if e.on_cpu and k != i)
+    d = events[k].end_s - events[k].start_s
+    bad = list(events)
+    bad[k] = dataclasses.replace(events[k], start_s=events[i].start_s, end_s=events[i].start_s + d)
+    v = _first_rule(g, plan, events=bad)
+    assert v.rule == 1
+    # the plan file round-trips the stream
+    from hybrid.plan import Plan
+
+    again = Plan.from_json(json_roundtrip(plan))
+    assert [e.on_cpu for e in again.events] == [e.on_cpu for e in events]
+
+
+def json_roundtrip(plan):
+    import json
+
+    return json.loads(plan.dumps())

@@ -209,6 +209,9 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
         module = spec.build().to(dt)
         args, target = spec.make_inputs(b, torch.device("cpu"), dt)
         loss_fn, kwargs = spec.loss, None
+    if _is_placement(plan):
+        _execute_placement(graph, plan, module, args, target, iters, device, check, atol, rtol, out_path)
+        return
     records: list[Any] = []
     progress = _Progress(iters)
     try:
@@ -256,6 +259,50 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
         prof.save(profile_out)
         click.echo(f"wrote {profile_out} ({len(prof.entries)} op signatures)")
     if c is not None and not c.ok:
+        sys.exit(1)
+
+
+def _is_placement(plan: Any) -> bool:
+    """A placement plan (`hybrid place`): inference with compute events on the host's cpu stream."""
+    return any(e.on_cpu for e in plan.events) or str(plan.planner.get("name", "")).startswith("place-")
+
+
+def _execute_placement(graph: Any, plan: Any, module: Any, args: Any, target: Any, iters: int, device: str,
+                       check: bool, atol: float | None, rtol: float | None, out_path: Path | None) -> None:
+    """Run an inference placement: host ops on the CPU, the rest on `device` (the CPU stand-in on cpu)."""
+    import statistics
+
+    import torch
+
+    from executor.placed import eager_outputs, run_placed
+
+    module = module.eval()
+    res = run_placed(graph, plan, module, args, target, device=device, iters=iters)
+    wall = statistics.median(res.wall_s[1:] or res.wall_s)
+    n_cpu = sum(1 for e in plan.events if e.on_cpu)
+    n_gpu = sum(1 for e in plan.events if e.kind == "compute" and not e.on_cpu)
+    click.echo(f"executed {graph.name} under placement {plan.planner.get('devices', '?')} ({n_cpu} ops on the host "
+               f"CPU, {n_gpu} on {device}{' as the GPU stand-in' if device == 'cpu' else ''}): {iters} inferences")
+    note = "" if device.startswith("cuda") else " (CPU stand-in: not comparable with the plan's devices)"
+    click.echo(f"  per inference: {format_seconds(wall)} wall (median{' after the first' if iters > 1 else ''}); "
+               f"simulated {format_seconds(plan.makespan_s)}{note}")
+    ok = True
+    diff = None
+    if check:
+        ref = eager_outputs(module, args)
+        a = 0.0 if device == "cpu" and atol is None else (atol if atol is not None else 1e-5)
+        r = 0.0 if device == "cpu" and rtol is None else (rtol if rtol is not None else 1e-4)
+        diff = max(float((o.float() - e.float()).abs().max()) for o, e in zip(res.outputs, ref))
+        ok = all(torch.allclose(o, e, atol=a, rtol=r) if (a or r) else torch.equal(o, e)
+                 for o, e in zip(res.outputs, ref))
+        click.echo(f"check: outputs {'equal eager inference bitwise' if ok and diff == 0 else 'within tolerance' if ok else 'MISMATCH'}"
+                   f" (largest difference {diff:.3g})")
+    if out_path is not None:
+        _write(out_path, {"graph": graph.name, "device": device, "iters": iters, "wall_s": res.wall_s,
+                          "simulated_s": plan.makespan_s, "check": None if diff is None else
+                          {"ok": ok, "max_abs_diff": diff}})
+        click.echo(f"wrote {out_path}")
+    if not ok:
         sys.exit(1)
 
 
