@@ -270,3 +270,25 @@ def part_graph(graph: Graph, order: np.ndarray | None = None, key_only: bool = T
     cpu_t = np.array([op.cpu_time_s if op.cpu_time_s is not None else np.nan for op in graph.ops])
     cpu = np.array([float(cpu_t[ops].sum()) for ops in parts_ops])
     return PartGraph(graph, tuple(tuple(p) for p in parts_ops), tuple(kinds), gpu, cpu, tuple(edges))
+
+
+def parts_table(pg: PartGraph) -> "pd.DataFrame":  # noqa: F821 - pandas is a core dependency
+    """One row a part: its kind, op range, FLOPs, parameter bytes (uploaded once), GPU and CPU time, and the
+    activation bytes it sends to other parts or to the host (what a device change at its end costs)."""
+    import pandas as pd
+
+    g = pg.graph
+    a = g.arrays
+    rows = []
+    for p, ops in enumerate(pg.ops):
+        params = {int(t) for o in ops for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]
+                  if a.t_persistent[t] and g.tensors[int(t)].kind != "input"}
+        flops = sum(float((g.ops[o].extra.get("cost") or {}).get("flops", 0.0)) for o in ops)
+        sent = [e for e in pg.edges if e.src == p]
+        rows.append({"part": p, "kind": pg.kind[p], "ops": len(ops),
+                     "first_op": g.ops[ops[0]].id, "last_op": g.ops[ops[-1]].id, "gflops": flops / 1e9,
+                     "param_bytes": int(sum(int(a.t_bytes[t]) for t in params)),
+                     "gpu_ms": float(pg.gpu_s[p]) * 1e3, "cpu_ms": float(pg.cpu_s[p]) * 1e3,
+                     "out_bytes": int(sum(e.bytes for e in sent)),
+                     "out_tensors": " ".join(g.tensors[e.tensor].id for e in sent)})
+    return pd.DataFrame(rows)

@@ -47,10 +47,12 @@ SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faste
 @click.option("--graph-out", "graph_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the re-costed graph the plan belongs to (default with --cpu/--device/--profile: "
                    "next to --out, as NAME.graph.json).")
+@click.option("--show-parts", is_flag=True,
+              help="Also print the parts: kind, ops, GFLOPs, parameter bytes, GPU and CPU time, bytes sent on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None, profiles: tuple[Path, ...],
             objective: str, scheduler: str, parts: str, branches: bool, time_limit: str, seed: int,
-            out_path: Path | None, graph_out: Path | None, as_json: bool) -> None:
+            out_path: Path | None, graph_out: Path | None, show_parts: bool, as_json: bool) -> None:
     """Cut an inference graph into parts and place each on the host CPU or the GPU.
 
     Parts end where one tensor alone crosses (after pooling and concatenation with --parts key); a stretch
@@ -66,7 +68,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     """
     from hybrid.device import preset
     from hybrid.placement.costs import recost, with_profiles
-    from hybrid.placement.partition import part_graph
+    from hybrid.placement.partition import part_graph, parts_table
     from hybrid.placement.schedulers import SCHEDULERS, place
     from hybrid.placement.timing import link_of, to_plan
     from hybrid.units import format_seconds
@@ -112,10 +114,13 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
              "status": p.status} for k, p in placed.items()]
     if as_json:
         click.echo(json.dumps({"graph": g.name, "parts": pg.n, "describe": pg.describe(), "objective": objective,
+                               "part_table": parts_table(pg).to_dict("records") if show_parts else None,
                                "placements": rows, "plan": str(out_path) if out_path else None,
                                "graph_out": str(graph_out) if graph_out else None}, indent=1))
         return
     click.echo(f"{g.name}: {pg.n} parts ({parts}{', branches' if branches else ''}): {pg.describe()}")
+    if show_parts:
+        click.echo(parts_table(pg).to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     click.echo(f"{'scheduler':10} {'latency':>10} {'period':>10}  devices (C/G per part)")
     for r in rows:
         click.echo(f"{r['scheduler']:10} {format_seconds(r['latency_s']):>10} {format_seconds(r['period_s']):>10}  "
