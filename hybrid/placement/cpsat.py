@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybrid.errors import HybridError
 from hybrid.placement.chain import CPU, GPU, Link
 from hybrid.placement.partition import HOST, PartGraph
 
@@ -49,14 +50,18 @@ def _status(solver, st) -> str:  # noqa: ANN001
     return solver.StatusName(st).lower()
 
 
-def _solver(time_limit_s: float, workers: int, seed: int):  # noqa: ANN202
+def _solve(m, time_limit_s: float, workers: int, seed: int):  # noqa: ANN001, ANN202
+    """(solver, status); one worker by default, so the same seed and budget give the same placement."""
     from ortools.sat.python import cp_model
 
     s = cp_model.CpSolver()
     s.parameters.max_time_in_seconds = float(time_limit_s)
     s.parameters.num_workers = int(workers)
     s.parameters.random_seed = int(seed)
-    return s
+    status = _status(s, s.Solve(m))
+    if status not in ("optimal", "feasible"):
+        raise HybridError(f"CP-SAT found no placement ({status}) within {time_limit_s:g} s; give a longer --time-limit")
+    return s, status
 
 
 def part_ns(pg: PartGraph, p: int, gpu: bool) -> int | None:
@@ -116,12 +121,17 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
     hints: list[tuple] = []   # (var, value) pairs from the hint
     copy_vars: list[tuple] = []
 
-    def hint_copy(var_on, var_start, t: int, lane: str) -> None:  # noqa: ANN001
-        copy_vars.append((var_on, var_start, t, lane))
+    def copy(on, after, dur: int, ivs: list, t: int, lane: str):  # noqa: ANN001, ANN202
+        """An optional copy of tensor t on one link direction, present iff `on`, not before `after`."""
+        start = m.NewIntVar(0, horizon, f"{lane}{t}")
+        m.Add(start >= after).OnlyEnforceIf(on)
+        ivs.append(m.NewOptionalFixedSizeIntervalVar(start, dur, on, f"{lane}-iv{t}"))
+        copy_vars.append((on, start, t, lane))
         if hint is not None:
             at = hint.copy_start.get((t, lane))
-            hints.append((var_on, int(at is not None)))
-            hints.append((var_start, _ns(at) if at is not None else 0))
+            hints.append((on, int(at is not None)))
+            hints.append((start, _ns(at) if at is not None else 0))
+        return start
     for p in range(n):
         m.Add(lat >= end[p])
     for k, e in enumerate(pg.edges):
@@ -129,9 +139,7 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
         if e.src == HOST:
             h = m.NewBoolVar(f"h{k}")
             m.AddMaxEquality(h, [g[q] for q in e.dst])
-            hs = m.NewIntVar(0, horizon, f"hs{k}")
-            h2d_iv.append(m.NewOptionalFixedSizeIntervalVar(hs, ch, h, f"H{k}"))
-            hint_copy(h, hs, e.tensor, "h2d")
+            hs = copy(h, 0, ch, h2d_iv, e.tensor, "h2d")
             for q in e.dst:
                 m.Add(s[q] >= hs + ch).OnlyEnforceIf(g[q])
             continue
@@ -144,10 +152,7 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
                 m.AddBoolOr([h, g[p], g[q].Not()])
             m.AddImplication(h, g[p].Not())
             m.AddBoolOr([h.Not()] + [g[q] for q in e.dst])
-            hs = m.NewIntVar(0, horizon, f"hs{k}")
-            m.Add(hs >= end[p]).OnlyEnforceIf(h)
-            h2d_iv.append(m.NewOptionalFixedSizeIntervalVar(hs, ch, h, f"H{k}"))
-            hint_copy(h, hs, e.tensor, "h2d")
+            hs = copy(h, end[p], ch, h2d_iv, e.tensor, "h2d")
             for q in e.dst:
                 m.Add(s[q] >= hs + ch).OnlyEnforceIf([g[q], g[p].Not()])
         d = m.NewBoolVar(f"d{k}")   # device to host: p on the GPU, and an output or some reader on the CPU
@@ -158,10 +163,7 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
             for q in e.dst:
                 m.AddBoolOr([d, g[p].Not(), g[q]])
             m.AddBoolOr([d.Not()] + [g[q].Not() for q in e.dst])
-        ds = m.NewIntVar(0, horizon, f"ds{k}")
-        m.Add(ds >= end[p]).OnlyEnforceIf(d)
-        d2h_iv.append(m.NewOptionalFixedSizeIntervalVar(ds, cd, d, f"D{k}"))
-        hint_copy(d, ds, e.tensor, "d2h")
+        ds = copy(d, end[p], cd, d2h_iv, e.tensor, "d2h")
         for q in e.dst:
             m.Add(s[q] >= ds + cd).OnlyEnforceIf([g[p], g[q].Not()])
             m.Add(ds >= s[q] + _read_offset_ns(pg, q, e.tensor)).OnlyEnforceIf([d, g[q]])
@@ -178,11 +180,7 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
         for var, val in hints:
             m.AddHint(var, val)
         m.AddHint(lat, _ns(hint.latency_s))
-    solver = _solver(time_limit_s, workers, seed)
-    st = solver.Solve(m)
-    status = _status(solver, st)
-    if status not in ("optimal", "feasible"):
-        raise RuntimeError(f"CP-SAT found no placement ({status}) within {time_limit_s:g} s")
+    solver, status = _solve(m, time_limit_s, workers, seed)
     devices = tuple(GPU if solver.Value(g[p]) else CPU for p in range(n))
     starts = tuple(solver.Value(s[p]) / NS for p in range(n))
     copies = tuple((t, lane, solver.Value(st_) / NS) for on, st_, t, lane in copy_vars if solver.Value(on))
@@ -227,11 +225,7 @@ def solve_period(pg: PartGraph, link: Link, time_limit_s: float = 60.0, workers:
         if terms:
             m.Add(per >= sum(terms))
     m.Minimize(per)
-    solver = _solver(time_limit_s, workers, seed)
-    st = solver.Solve(m)
-    status = _status(solver, st)
-    if status not in ("optimal", "feasible"):
-        raise RuntimeError(f"CP-SAT found no placement ({status}) within {time_limit_s:g} s")
+    solver, status = _solve(m, time_limit_s, workers, seed)
     devices = tuple(GPU if solver.Value(g[p]) else CPU for p in range(n))
     return Solved(devices, tuple(math.nan for _ in range(n)), solver.ObjectiveValue() / NS,
                   solver.BestObjectiveBound() / NS, status)
