@@ -1,0 +1,446 @@
+"""Exact offsets: MiniMalloc's search (Moffitt, ASPLOS'23), compiled with numba, with a time limit.
+
+The decision form asks whether every buffer fits below a capacity. Only canonical solutions are searched:
+buffers are placed in non-decreasing (offset, static rank) order, each at its lowest feasible offset (the
+top of the highest placed buffer it meets in time, aligned). Pruning:
+- inference: time is cut into sections (between consecutive lifetime endpoints); a section's floor (no
+  unplaced buffer there can sit lower: the last placed top, the search's monotone offset, and the least
+  lowest-offset of its unplaced buffers) plus the bytes still unplaced in it must fit the capacity;
+- dominance: a buffer whose lowest offset is at or above the lowest top any unplaced buffer could reach
+  would leave a gap that buffer fits, so it is not tried.
+The static rank comes from MiniMalloc's preorderings (by width, area, and the largest section total),
+tried round-robin with a node limit that doubles, so one bad ordering does not eat the time.
+
+`solve` minimises: the best heuristic is the first upper bound, the peak of live bytes the lower bound; it
+asks for the peak first (success proves optimality), then bisects between what is proven and what is found.
+The depth-first search keeps its own stack (no recursion), so the whole loop runs compiled.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from hybrid.arena.heuristics import Solution, best_heuristic
+from hybrid.arena.problem import Problem
+
+FOUND, INFEASIBLE, NODE_LIMIT, TIMEOUT = 1, 0, 2, 3
+HEURISTIC_ORDERS = ("WAT", "TAW", "TWA")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The search's static data: sections, each buffer's section ranges, overlaps, section members."""
+
+    idx: np.ndarray          # search index -> problem buffer (buffers of size 0 are left out, at offset 0)
+    size: np.ndarray
+    align: np.ndarray
+    br_first: np.ndarray
+    br_lo: np.ndarray
+    br_hi: np.ndarray
+    ov_first: np.ndarray
+    ov: np.ndarray
+    sec_first: np.ndarray
+    sec_buf: np.ndarray
+    total: np.ndarray        # bytes live per section
+    width: np.ndarray        # span of each buffer's lifetime
+    sec_max: np.ndarray      # the largest section total each buffer meets
+
+
+@nb.njit(cache=True)
+def _overlaps(span_lo, span_hi, seg_lo, seg_hi, seg_first):
+    """CSR of time overlaps, by a sweep over spans sorted by start (segments checked when spans meet)."""
+    n = len(span_lo)
+    order = np.argsort(span_lo)
+    cnt = np.zeros(n, np.int64)
+    pairs_a = np.empty(16, np.int64)
+    pairs_b = np.empty(16, np.int64)
+    m = 0
+    for i in range(n):
+        b = order[i]
+        for j in range(i + 1, n):
+            c = order[j]
+            if span_lo[c] >= span_hi[b]:
+                break
+            hit = False
+            for p in range(seg_first[b], seg_first[b + 1]):
+                for q in range(seg_first[c], seg_first[c + 1]):
+                    if seg_lo[p] < seg_hi[q] and seg_lo[q] < seg_hi[p]:
+                        hit = True
+            if hit:
+                if m == len(pairs_a):
+                    pairs_a = np.concatenate((pairs_a, np.empty(m, np.int64)))
+                    pairs_b = np.concatenate((pairs_b, np.empty(m, np.int64)))
+                pairs_a[m] = b
+                pairs_b[m] = c
+                m += 1
+                cnt[b] += 1
+                cnt[c] += 1
+    first = np.zeros(n + 1, np.int64)
+    for b in range(n):
+        first[b + 1] = first[b] + cnt[b]
+    fill = first[:-1].copy()
+    ov = np.empty(first[n], np.int64)
+    for k in range(m):
+        a = pairs_a[k]
+        c = pairs_b[k]
+        ov[fill[a]] = c
+        fill[a] += 1
+        ov[fill[c]] = a
+        fill[c] += 1
+    return first, ov
+
+
+def prepare(problem: Problem) -> Prepared:
+    a = problem.arrays
+    idx = np.flatnonzero(a.size > 0)
+    remap = np.full(len(a.size), -1, np.int64)
+    remap[idx] = np.arange(len(idx))
+    keep = remap[a.seg_buf] >= 0
+    seg_b = remap[a.seg_buf[keep]]
+    seg_lo = a.seg_lo[keep]
+    seg_hi = a.seg_hi[keep]
+    order = np.lexsort((seg_lo, seg_b))
+    seg_b, seg_lo, seg_hi = seg_b[order], seg_lo[order], seg_hi[order]
+    n = len(idx)
+    size = a.size[idx]
+    seg_first = np.searchsorted(seg_b, np.arange(n + 1)).astype(np.int64)
+    points = np.unique(np.concatenate([seg_lo, seg_hi]))
+    br_lo = np.searchsorted(points, seg_lo).astype(np.int64)
+    br_hi = np.searchsorted(points, seg_hi).astype(np.int64)
+    n_sec = max(len(points) - 1, 0)
+    diff = np.zeros(n_sec + 1, np.int64)
+    np.add.at(diff, br_lo, size[seg_b])
+    np.add.at(diff, br_hi, -size[seg_b])
+    total = np.cumsum(diff)[:n_sec]
+    # section members (CSR), for the floor of unplaced buffers
+    counts = np.zeros(n_sec + 1, np.int64)
+    np.add.at(counts, br_lo, 1)
+    np.add.at(counts, br_hi, -1)
+    per_sec = np.cumsum(counts)[:n_sec]
+    sec_first = np.concatenate([[0], np.cumsum(per_sec)]).astype(np.int64)
+    sec_buf = _members(br_lo, br_hi, seg_b, sec_first)
+    span_lo = np.full(n, np.iinfo(np.int64).max, np.int64)
+    span_hi = np.zeros(n, np.int64)
+    np.minimum.at(span_lo, seg_b, seg_lo)
+    np.maximum.at(span_hi, seg_b, seg_hi)
+    ov_first, ov = _overlaps(span_lo, span_hi, seg_lo, seg_hi, seg_first)
+    sec_max = _sec_max(br_lo, br_hi, seg_b, total, n)
+    return Prepared(idx, size, a.align[idx], seg_first, br_lo, br_hi, ov_first, ov, sec_first, sec_buf, total,
+                    span_hi - span_lo, sec_max)
+
+
+@nb.njit(cache=True)
+def _members(br_lo, br_hi, seg_b, sec_first):
+    fill = sec_first[:-1].copy()
+    out = np.empty(sec_first[-1], np.int64)
+    for k in range(len(br_lo)):
+        for s in range(br_lo[k], br_hi[k]):
+            out[fill[s]] = seg_b[k]
+            fill[s] += 1
+    return out
+
+
+@nb.njit(cache=True)
+def _sec_max(br_lo, br_hi, seg_b, total, n):
+    out = np.zeros(n, np.int64)
+    for k in range(len(br_lo)):
+        b = seg_b[k]
+        for s in range(br_lo[k], br_hi[k]):
+            if total[s] > out[b]:
+                out[b] = total[s]
+    return out
+
+
+def preorder(p: Prepared, heuristic: str) -> np.ndarray:
+    """Rank of each buffer under MiniMalloc's preordering letters (W width, A area, T section total, Z
+    size), each descending; ties by index."""
+    keys = {"W": p.width, "A": p.size * p.width, "T": p.sec_max, "Z": p.size}
+    cols = [np.arange(len(p.size))] + [-keys[c] for c in reversed(heuristic)]
+    order = np.lexsort(cols)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+@nb.njit(cache=True)
+def _grow(arr, need):
+    if need <= len(arr):
+        return arr
+    out = np.empty(max(need, 2 * len(arr)), arr.dtype)
+    out[:len(arr)] = arr
+    return out
+
+
+@nb.njit(cache=True)
+def _now():
+    with nb.objmode(t="float64"):
+        t = time.perf_counter()
+    return t
+
+
+@nb.njit(cache=True)
+def _undo(b, o_mark, s_mark, olog_b, olog_v, slog_s, slog_v, o_len, s_len, minoff, floor, total, size,
+          br_first, br_lo, br_hi, off):
+    for k in range(s_len - 1, s_mark - 1, -1):
+        floor[slog_s[k]] = slog_v[k]
+    for k in range(o_len - 1, o_mark - 1, -1):
+        minoff[olog_b[k]] = olog_v[k]
+    for r in range(br_first[b], br_first[b + 1]):
+        for s in range(br_lo[r], br_hi[r]):
+            total[s] += size[b]
+    off[b] = -1
+
+
+@nb.njit(cache=True)
+def _search(size, align, rank, br_first, br_lo, br_hi, ov_first, ov, sec_first, sec_buf, total0, capacity,
+            node_limit, deadline):
+    """Depth-first search over canonical solutions; returns (status, offsets, nodes, backtracks)."""
+    n = len(size)
+    n_sec = len(total0)
+    off = np.full(n, -1, np.int64)
+    minoff = np.zeros(n, np.int64)
+    floor = np.zeros(n_sec, np.int64)
+    total = total0.copy()
+    big = np.int64(2) ** 62
+    for s in range(n_sec):
+        if total[s] > capacity:
+            return INFEASIBLE, off, 0, 0
+    olog_b = np.empty(1024, np.int64)
+    olog_v = np.empty(1024, np.int64)
+    slog_s = np.empty(1024, np.int64)
+    slog_v = np.empty(1024, np.int64)
+    o_len = 0
+    s_len = 0
+    fr_buf = np.empty(n + 1, np.int64)
+    fr_omark = np.empty(n + 1, np.int64)
+    fr_smark = np.empty(n + 1, np.int64)
+    fr_cstart = np.empty(n + 1, np.int64)
+    fr_cend = np.empty(n + 1, np.int64)
+    fr_cpos = np.empty(n + 1, np.int64)
+    cstack = np.empty(max(4 * n, 16), np.int64)
+    keybuf = np.empty(n, np.int64)
+    candbuf = np.empty(n, np.int64)
+    aff_mark = np.zeros(n_sec, np.int64)
+    aff_list = np.empty(n_sec, np.int64)
+    stamp = 0
+    nodes = 0
+    backtracks = 0
+    placed = 0
+    if n == 0:
+        return FOUND, off, 0, 0
+    # root frame
+    depth = 0
+    node_off = np.int64(0)
+    node_rank = np.int64(-1)
+    pending = True           # the top frame's candidates still need computing
+    fr_buf[0] = -1
+    fr_omark[0] = 0
+    fr_smark[0] = 0
+    ctop = 0
+    depth = 1
+    while depth > 0:
+        fr = depth - 1
+        if pending:
+            pending = False
+            min_h = big
+            for b in range(n):
+                if off[b] < 0:
+                    h = minoff[b] + size[b]
+                    if h < min_h:
+                        min_h = h
+            m = 0
+            for b in range(n):
+                if off[b] < 0:
+                    o = minoff[b]
+                    if o < node_off or (o == node_off and rank[b] < node_rank):
+                        continue
+                    if o >= min_h:
+                        continue
+                    candbuf[m] = b
+                    keybuf[m] = o * n + rank[b]
+                    m += 1
+            order = np.argsort(keybuf[:m])
+            cstack = _grow(cstack, ctop + m)
+            for k in range(m):
+                cstack[ctop + k] = candbuf[order[k]]
+            fr_cstart[fr] = ctop
+            fr_cpos[fr] = ctop
+            fr_cend[fr] = ctop + m
+            ctop += m
+        if fr_cpos[fr] < fr_cend[fr]:
+            b = cstack[fr_cpos[fr]]
+            fr_cpos[fr] += 1
+            nodes += 1
+            if nodes >= node_limit:
+                return NODE_LIMIT, off, nodes, backtracks
+            if (nodes & 1023) == 0 and _now() > deadline:
+                return TIMEOUT, off, nodes, backtracks
+            o = minoff[b]
+            o_mark = o_len
+            s_mark = s_len
+            off[b] = o
+            height = o + size[b]
+            stamp += 1
+            n_aff = 0
+            for k in range(ov_first[b], ov_first[b + 1]):
+                c = ov[k]
+                if off[c] < 0 and minoff[c] < height:
+                    olog_b = _grow(olog_b, o_len + 1)
+                    olog_v = _grow(olog_v, o_len + 1)
+                    olog_b[o_len] = c
+                    olog_v[o_len] = minoff[c]
+                    o_len += 1
+                    r = height % align[c]
+                    minoff[c] = height if r == 0 else height + align[c] - r
+                    for q in range(br_first[c], br_first[c + 1]):
+                        for s in range(br_lo[q], br_hi[q]):
+                            if aff_mark[s] != stamp:
+                                aff_mark[s] = stamp
+                                aff_list[n_aff] = s
+                                n_aff += 1
+            for q in range(br_first[b], br_first[b + 1]):
+                for s in range(br_lo[q], br_hi[q]):
+                    slog_s = _grow(slog_s, s_len + 1)
+                    slog_v = _grow(slog_v, s_len + 1)
+                    slog_s[s_len] = s
+                    slog_v[s_len] = floor[s]
+                    s_len += 1
+                    floor[s] = height
+                    total[s] -= size[b]
+            for k in range(n_aff):
+                s = aff_list[k]
+                lo = big
+                for j in range(sec_first[s], sec_first[s + 1]):
+                    c = sec_buf[j]
+                    if off[c] < 0 and minoff[c] < lo:
+                        lo = minoff[c]
+                if lo != big and floor[s] < lo:
+                    slog_s = _grow(slog_s, s_len + 1)
+                    slog_v = _grow(slog_v, s_len + 1)
+                    slog_s[s_len] = s
+                    slog_v[s_len] = floor[s]
+                    s_len += 1
+                    floor[s] = lo
+            ok = True
+            for s in range(n_sec):
+                f = floor[s]
+                if f < o:
+                    f = o
+                if f + total[s] > capacity:
+                    ok = False
+                    break
+            if ok:
+                placed += 1
+                if placed == n:
+                    return FOUND, off, nodes, backtracks
+                fr_buf[depth] = b
+                fr_omark[depth] = o_mark
+                fr_smark[depth] = s_mark
+                depth += 1
+                node_off = o
+                node_rank = rank[b]
+                pending = True
+            else:
+                _undo(b, o_mark, s_mark, olog_b, olog_v, slog_s, slog_v, o_len, s_len, minoff, floor, total, size,
+                      br_first, br_lo, br_hi, off)
+                o_len = o_mark
+                s_len = s_mark
+        else:
+            ctop = fr_cstart[fr]
+            pb = fr_buf[fr]
+            if pb >= 0:
+                _undo(pb, fr_omark[fr], fr_smark[fr], olog_b, olog_v, slog_s, slog_v, o_len, s_len, minoff, floor,
+                      total, size, br_first, br_lo, br_hi, off)
+                o_len = fr_omark[fr]
+                s_len = fr_smark[fr]
+                placed -= 1
+            backtracks += 1
+            depth -= 1
+    return INFEASIBLE, off, nodes, backtracks
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One decision search: FOUND (offsets valid under `capacity`), INFEASIBLE (proven) or TIMEOUT."""
+
+    status: int
+    offsets: np.ndarray | None
+    nodes: int
+
+
+def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared | None = None,
+           orders: tuple[str, ...] = HEURISTIC_ORDERS) -> Outcome:
+    """Is there an assignment within `capacity`? Round-robin over preorderings with a doubling node limit
+    (MiniMalloc's RoundRobin); any complete run that finds nothing proves infeasibility."""
+    p = prepare(problem) if prepared is None else prepared
+    ranks = [preorder(p, h) for h in orders]
+    n = len(p.size)
+    limit = max(2 * n, 64)
+    nodes = 0
+    while True:
+        for rank in ranks:
+            st, off, k, _ = _search(p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, p.ov_first, p.ov,
+                                    p.sec_first, p.sec_buf, p.total, capacity, limit, deadline)
+            nodes += k
+            if st == FOUND:
+                full = np.zeros(len(problem), np.int64)
+                full[p.idx] = off
+                return Outcome(FOUND, full, nodes)
+            if st == INFEASIBLE:
+                return Outcome(INFEASIBLE, None, nodes)
+            if st == TIMEOUT or time.perf_counter() > deadline:
+                return Outcome(TIMEOUT, None, nodes)
+        limit *= 2
+
+
+def solve(problem: Problem, time_limit_s: float = 60.0, capacity: int | None = None,
+          first_fit: bool = False) -> Solution:
+    """The smallest arena found within the time limit (never larger than the best heuristic's).
+
+    `capacity` caps the arena (default: the problem's, else none). `first_fit`: stop at the first assignment
+    within the capacity (MiniMalloc's benchmark question) instead of minimising below it.
+    Raises nothing on infeasibility: the result's arena then exceeds the capacity, which callers check.
+    """
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit_s
+    cap = problem.capacity if capacity is None else capacity
+    heur = best_heuristic(problem)
+    lb = heur.lower_bound
+    best_off, best = heur.offsets, heur.arena_bytes
+    solver = heur.solver
+    if best == lb or (first_fit and cap is not None and best <= cap):
+        return Solution(best_off, best, solver, time.perf_counter() - t0, best == lb, lb)
+    p = prepare(problem)
+    proven_lb = lb
+    if first_fit and cap is not None:
+        out = decide(problem, cap, deadline, p)
+        if out.status == FOUND:
+            assert out.offsets is not None
+            arena = int((out.offsets + problem.arrays.size).max())
+            return Solution(out.offsets, arena, "exact", time.perf_counter() - t0, arena == lb, lb)
+        if out.status == INFEASIBLE:
+            proven_lb = cap + 1
+        return Solution(best_off, best, solver, time.perf_counter() - t0, False, proven_lb)
+    hi = best - 1 if cap is None else min(best - 1, cap)
+    soft = lb            # targets below this timed out: not proven, but not worth retrying
+    target = lb
+    share = 0.5          # the peak gets half the time: success there proves optimality
+    while max(proven_lb, soft) <= hi and time.perf_counter() < deadline:
+        left = deadline - time.perf_counter()
+        out = decide(problem, target, time.perf_counter() + left * share, p)
+        share = 0.34
+        if out.status == FOUND:
+            assert out.offsets is not None
+            best_off = out.offsets
+            best = int((out.offsets + problem.arrays.size).max())
+            solver = "exact"
+            hi = best - 1
+        elif out.status == INFEASIBLE:
+            proven_lb = target + 1
+        else:
+            soft = target + 1
+        target = (max(proven_lb, soft) + hi) // 2
+    return Solution(best_off, best, solver, time.perf_counter() - t0, best <= max(proven_lb, lb), proven_lb)
