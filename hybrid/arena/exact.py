@@ -17,8 +17,10 @@ The depth-first search keeps its own stack (no recursion), so the whole loop run
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numba as nb
 import numpy as np
@@ -378,22 +380,73 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     p = prepare(problem) if prepared is None else prepared
     ranks = [preorder(p, h) for h in orders]
     n = len(p.size)
+    n_sec = len(p.total)
+    bs_lo = np.full(n, n_sec, np.int64)
+    bs_hi = np.zeros(n, np.int64)
+    rb = np.repeat(np.arange(n), np.diff(p.br_first))
+    np.minimum.at(bs_lo, rb, p.br_lo)
+    np.maximum.at(bs_hi, rb, p.br_hi)
+    long_ = bs_hi - bs_lo >= 2
+    diff = np.zeros(n_sec + 1, np.int64)
+    np.add.at(diff, bs_lo[long_], 1)
+    np.add.at(diff, bs_hi[long_] - 1, -1)
+    cuts0 = np.cumsum(diff)[:max(n_sec, 0)]
     limit = max(2 * n, 64)
     nodes = 0
-    while True:
-        for rank in ranks:
-            st, off, k, _ = _search(p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, p.ov_first, p.ov,
-                                    p.sec_first, p.sec_buf, p.total, capacity, limit, deadline)
-            nodes += k
-            if st == FOUND:
-                full = np.zeros(len(problem), np.int64)
-                full[p.idx] = off
-                return Outcome(FOUND, full, nodes)
-            if st == INFEASIBLE:
-                return Outcome(INFEASIBLE, None, nodes)
-            if st == TIMEOUT or time.perf_counter() > deadline:
-                return Outcome(TIMEOUT, None, nodes)
-        limit *= 2
+    result: list[Outcome] = []
+
+    def run() -> None:
+        nonlocal limit, nodes
+        while True:
+            for rank in ranks:
+                if np.any(p.total > capacity):
+                    result.append(Outcome(INFEASIBLE, None, nodes))
+                    return
+                off = np.full(n, -1, np.int64)
+                sol = np.zeros(n, np.int64)
+                counters = np.zeros(2, np.int64)
+                st = _rec(np.arange(n, dtype=np.int64), 0, n_sec, np.int64(0), np.int64(-1), True, p.size, p.align,
+                          rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf,
+                          capacity, off, np.zeros(n, np.int64), np.zeros(n_sec, np.int64), p.total.copy(),
+                          cuts0.copy(), sol, np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64), counters, limit,
+                          deadline)
+                nodes += int(counters[0])
+                if st == FOUND:
+                    full = np.zeros(len(problem), np.int64)
+                    full[p.idx] = sol
+                    result.append(Outcome(FOUND, full, nodes))
+                    return
+                if st == NOT_FOUND:
+                    result.append(Outcome(INFEASIBLE, None, nodes))
+                    return
+                if st == TIMEOUT or time.perf_counter() > deadline:
+                    result.append(Outcome(TIMEOUT, None, nodes))
+                    return
+            limit *= 2
+
+    _in_big_stack(run)
+    return result[0]
+
+
+def _in_big_stack(fn: Callable[[], None]) -> None:
+    """The search recurses once per placed buffer (18,700 deep at most): give it a 1 GiB stack."""
+    err: list[BaseException] = []
+
+    def guarded() -> None:
+        try:
+            fn()
+        except BaseException as e:   # noqa: BLE001 - re-raised in the caller's thread
+            err.append(e)
+
+    old = threading.stack_size(1 << 30)
+    try:
+        t = threading.Thread(target=guarded)
+        t.start()
+    finally:
+        threading.stack_size(old)
+    t.join()
+    if err:
+        raise err[0]
 
 
 def solve(problem: Problem, time_limit_s: float = 60.0, capacity: int | None = None,
@@ -444,3 +497,155 @@ def solve(problem: Problem, time_limit_s: float = 60.0, capacity: int | None = N
             soft = target + 1
         target = (max(proven_lb, soft) + hi) // 2
     return Solution(best_off, best, solver, time.perf_counter() - t0, best <= max(proven_lb, lb), proven_lb)
+
+
+# --- dynamic temporal decomposition (MiniMalloc's DynamicallyDecompose) -------------------------------------
+# Once no unplaced buffer crosses a section boundary, the buffers on either side are independent: each side
+# is searched on its own (fresh canonical order), and a side that fails fails the node without thrashing
+# through the other side's choices. The recursion is depth n, so it runs in a thread with a large stack.
+
+NOT_FOUND = 0
+
+
+@nb.njit(cache=False)    # numba's cache of a self-recursive function segfaults on reload: compile per process
+def _rec(part, s_lo, s_hi, node_off, node_rank, split, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_hi,
+         ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts, sol, aff_mark, aff_list,
+         counters, node_limit, deadline):
+    """Search the buffers of `part` over sections [s_lo, s_hi); FOUND leaves offsets in `sol`. `split`: first
+    cut the range at zero-cut boundaries and solve each piece on its own (the first failure fails all)."""
+    big = np.int64(2) ** 62
+    if split:
+        start = s_lo
+        for s in range(s_lo, s_hi):
+            if s + 1 < s_hi and cuts[s] != 0:
+                continue
+            end = s + 1
+            m = 0
+            for b in part:
+                if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
+                    m += 1
+            if m > 0:
+                sub = np.empty(m, np.int64)
+                m = 0
+                for b in part:
+                    if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
+                        sub[m] = b
+                        m += 1
+                st = _rec(sub, start, end, np.int64(0), np.int64(-1), False, size, align, rank, br_first, br_lo,
+                          br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor,
+                          total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline)
+                if st != FOUND:
+                    return st
+            start = end
+        return FOUND
+    n = len(size)
+    min_h = big
+    m = 0
+    for b in part:
+        if off[b] < 0:
+            m += 1
+            h = minoff[b] + size[b]
+            if h < min_h:
+                min_h = h
+    if m == 0:
+        return FOUND
+    cand = np.empty(m, np.int64)
+    key = np.empty(m, np.int64)
+    k = 0
+    for b in part:
+        if off[b] < 0:
+            o = minoff[b]
+            if o < node_off or (o == node_off and rank[b] < node_rank) or o >= min_h:
+                continue
+            cand[k] = b
+            key[k] = o * n + rank[b]
+            k += 1
+    order = np.argsort(key[:k])
+    for ci in range(k):
+        b = cand[order[ci]]
+        counters[0] += 1
+        if counters[0] >= node_limit:
+            return NODE_LIMIT
+        if (counters[0] & 1023) == 0 and _now() > deadline:
+            return TIMEOUT
+        o = minoff[b]
+        off[b] = o
+        sol[b] = o
+        height = o + size[b]
+        n_ov = ov_first[b + 1] - ov_first[b]
+        olog_b = np.empty(n_ov, np.int64)
+        olog_v = np.empty(n_ov, np.int64)
+        o_len = 0
+        counters[1] += 1
+        stamp = counters[1]
+        n_aff = 0
+        for j in range(ov_first[b], ov_first[b + 1]):
+            c = ov[j]
+            if off[c] < 0 and minoff[c] < height:
+                olog_b[o_len] = c
+                olog_v[o_len] = minoff[c]
+                o_len += 1
+                r = height % align[c]
+                minoff[c] = height if r == 0 else height + align[c] - r
+                for q in range(br_first[c], br_first[c + 1]):
+                    for s in range(br_lo[q], br_hi[q]):
+                        if aff_mark[s] != stamp:
+                            aff_mark[s] = stamp
+                            aff_list[n_aff] = s
+                            n_aff += 1
+        n_own = 0
+        for q in range(br_first[b], br_first[b + 1]):
+            n_own += br_hi[q] - br_lo[q]
+        slog_s = np.empty(n_own + n_aff, np.int64)
+        slog_v = np.empty(n_own + n_aff, np.int64)
+        s_len = 0
+        for q in range(br_first[b], br_first[b + 1]):
+            for s in range(br_lo[q], br_hi[q]):
+                slog_s[s_len] = s
+                slog_v[s_len] = floor[s]
+                s_len += 1
+                floor[s] = height
+                total[s] -= size[b]
+        for j in range(n_aff):
+            s = aff_list[j]
+            lo = big
+            for q in range(sec_first[s], sec_first[s + 1]):
+                c = sec_buf[q]
+                if off[c] < 0 and minoff[c] < lo:
+                    lo = minoff[c]
+            if lo != big and floor[s] < lo:
+                slog_s[s_len] = s
+                slog_v[s_len] = floor[s]
+                s_len += 1
+                floor[s] = lo
+        ok = True
+        for s in range(s_lo, s_hi):
+            f = floor[s]
+            if f < o:
+                f = o
+            if f + total[s] > capacity:
+                ok = False
+                break
+        status = NOT_FOUND
+        if ok:
+            n_cut = 0
+            for s in range(bs_lo[b], bs_hi[b] - 1):
+                cuts[s] -= 1
+                if cuts[s] == 0 and s_lo < s + 1 < s_hi:
+                    n_cut += 1
+            status = _rec(part, s_lo, s_hi, o, rank[b], n_cut > 0, size, align, rank, br_first, br_lo, br_hi, bs_lo,
+                              bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts,
+                              sol, aff_mark, aff_list, counters, node_limit, deadline)
+            for s in range(bs_lo[b], bs_hi[b] - 1):
+                cuts[s] += 1
+        for j in range(s_len - 1, -1, -1):
+            floor[slog_s[j]] = slog_v[j]
+        for j in range(o_len - 1, -1, -1):
+            minoff[olog_b[j]] = olog_v[j]
+        for q in range(br_first[b], br_first[b + 1]):
+            for s in range(br_lo[q], br_hi[q]):
+                total[s] += size[b]
+        off[b] = -1
+        if status != NOT_FOUND:
+            return status
+    return NOT_FOUND
