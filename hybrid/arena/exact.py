@@ -379,6 +379,7 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     (MiniMalloc's RoundRobin); any complete run that finds nothing proves infeasibility."""
     p = prepare(problem) if prepared is None else prepared
     ranks = [preorder(p, h) for h in orders]
+    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) for h in orders]
     n = len(p.size)
     n_sec = len(p.total)
     bs_lo = np.full(n, n_sec, np.int64)
@@ -398,15 +399,16 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     def run() -> None:
         nonlocal limit, nodes
         while True:
-            for rank in ranks:
+            for hcode, rank in zip(hcodes, ranks):
+                rank = rank.copy()
                 if np.any(p.total > capacity):
                     result.append(Outcome(INFEASIBLE, None, nodes))
                     return
                 off = np.full(n, -1, np.int64)
                 sol = np.zeros(n, np.int64)
                 counters = np.zeros(2, np.int64)
-                st = _rec(np.arange(n, dtype=np.int64), 0, n_sec, np.int64(0), np.int64(-1), True, p.size, p.align,
-                          rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf,
+                st = _rec(np.arange(n, dtype=np.int64), 0, n_sec, np.int64(0), np.int64(-1), True, hcode, p.width,
+                          p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf,
                           capacity, off, np.zeros(n, np.int64), np.zeros(n_sec, np.int64), p.total.copy(),
                           cuts0.copy(), sol, np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64), counters, limit,
                           deadline)
@@ -507,8 +509,32 @@ def solve(problem: Problem, time_limit_s: float = 60.0, capacity: int | None = N
 NOT_FOUND = 0
 
 
+@nb.njit(cache=True)
+def _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank):
+    """MiniMalloc's SubSolve preorder for one piece: keys (0 width, 1 area, 2 largest current section
+    total), each descending, ties by buffer index; written into `rank` for the piece's buffers."""
+    m = len(sub)
+    keys = np.zeros((3, m), np.int64)
+    for i in range(m):
+        b = sub[i]
+        keys[0, i] = width[b]
+        keys[1, i] = width[b] * size[b]
+        t = 0
+        for q in range(br_first[b], br_first[b + 1]):
+            for s in range(br_lo[q], br_hi[q]):
+                if total[s] > t:
+                    t = total[s]
+        keys[2, i] = t
+    order = np.argsort(sub, kind="mergesort")
+    for h in range(len(hcode) - 1, -1, -1):
+        k = -keys[hcode[h]][order]
+        order = order[np.argsort(k, kind="mergesort")]
+    for i in range(m):
+        rank[sub[order[i]]] = i
+
+
 @nb.njit(cache=False)    # numba's cache of a self-recursive function segfaults on reload: compile per process
-def _rec(part, s_lo, s_hi, node_off, node_rank, split, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_hi,
+def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_hi,
          ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts, sol, aff_mark, aff_list,
          counters, node_limit, deadline):
     """Search the buffers of `part` over sections [s_lo, s_hi); FOUND leaves offsets in `sol`. `split`: first
@@ -531,9 +557,12 @@ def _rec(part, s_lo, s_hi, node_off, node_rank, split, size, align, rank, br_fir
                     if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
                         sub[m] = b
                         m += 1
-                st = _rec(sub, start, end, np.int64(0), np.int64(-1), False, size, align, rank, br_first, br_lo,
-                          br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor,
-                          total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline)
+                saved = rank[sub].copy()
+                _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank)
+                st = _rec(sub, start, end, np.int64(0), np.int64(-1), False, hcode, width, size, align, rank,
+                          br_first, br_lo, br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off,
+                          minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline)
+                rank[sub] = saved
                 if st != FOUND:
                     return st
             start = end
@@ -633,7 +662,7 @@ def _rec(part, s_lo, s_hi, node_off, node_rank, split, size, align, rank, br_fir
                 cuts[s] -= 1
                 if cuts[s] == 0 and s_lo < s + 1 < s_hi:
                     n_cut += 1
-            status = _rec(part, s_lo, s_hi, o, rank[b], n_cut > 0, size, align, rank, br_first, br_lo, br_hi, bs_lo,
+            status = _rec(part, s_lo, s_hi, o, rank[b], n_cut > 0, hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo,
                               bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts,
                               sol, aff_mark, aff_list, counters, node_limit, deadline)
             for s in range(bs_lo[b], bs_hi[b] - 1):
