@@ -13,7 +13,7 @@ tried round-robin with a node limit that doubles, so one bad ordering does not e
 
 `solve` minimises: the best heuristic is the first upper bound, the peak of live bytes the lower bound; it
 asks for the peak first (success proves optimality), then bisects between what is proven and what is found.
-The depth-first search keeps its own stack (no recursion), so the whole loop runs compiled.
+The whole depth-first search runs compiled (numba), recursing once per placed buffer.
 """
 from __future__ import annotations
 
@@ -168,200 +168,10 @@ def preorder(p: Prepared, heuristic: str) -> np.ndarray:
 
 
 @nb.njit(cache=True)
-def _grow(arr, need):
-    if need <= len(arr):
-        return arr
-    out = np.empty(max(need, 2 * len(arr)), arr.dtype)
-    out[:len(arr)] = arr
-    return out
-
-
-@nb.njit(cache=True)
 def _now():
     with nb.objmode(t="float64"):
         t = time.perf_counter()
     return t
-
-
-@nb.njit(cache=True)
-def _undo(b, o_mark, s_mark, olog_b, olog_v, slog_s, slog_v, o_len, s_len, minoff, floor, total, size,
-          br_first, br_lo, br_hi, off):
-    for k in range(s_len - 1, s_mark - 1, -1):
-        floor[slog_s[k]] = slog_v[k]
-    for k in range(o_len - 1, o_mark - 1, -1):
-        minoff[olog_b[k]] = olog_v[k]
-    for r in range(br_first[b], br_first[b + 1]):
-        for s in range(br_lo[r], br_hi[r]):
-            total[s] += size[b]
-    off[b] = -1
-
-
-@nb.njit(cache=True)
-def _search(size, align, rank, br_first, br_lo, br_hi, ov_first, ov, sec_first, sec_buf, total0, capacity,
-            node_limit, deadline):
-    """Depth-first search over canonical solutions; returns (status, offsets, nodes, backtracks)."""
-    n = len(size)
-    n_sec = len(total0)
-    off = np.full(n, -1, np.int64)
-    minoff = np.zeros(n, np.int64)
-    floor = np.zeros(n_sec, np.int64)
-    total = total0.copy()
-    big = np.int64(2) ** 62
-    for s in range(n_sec):
-        if total[s] > capacity:
-            return INFEASIBLE, off, 0, 0
-    olog_b = np.empty(1024, np.int64)
-    olog_v = np.empty(1024, np.int64)
-    slog_s = np.empty(1024, np.int64)
-    slog_v = np.empty(1024, np.int64)
-    o_len = 0
-    s_len = 0
-    fr_buf = np.empty(n + 1, np.int64)
-    fr_omark = np.empty(n + 1, np.int64)
-    fr_smark = np.empty(n + 1, np.int64)
-    fr_cstart = np.empty(n + 1, np.int64)
-    fr_cend = np.empty(n + 1, np.int64)
-    fr_cpos = np.empty(n + 1, np.int64)
-    cstack = np.empty(max(4 * n, 16), np.int64)
-    keybuf = np.empty(n, np.int64)
-    candbuf = np.empty(n, np.int64)
-    aff_mark = np.zeros(n_sec, np.int64)
-    aff_list = np.empty(n_sec, np.int64)
-    stamp = 0
-    nodes = 0
-    backtracks = 0
-    placed = 0
-    if n == 0:
-        return FOUND, off, 0, 0
-    # root frame
-    depth = 0
-    node_off = np.int64(0)
-    node_rank = np.int64(-1)
-    pending = True           # the top frame's candidates still need computing
-    fr_buf[0] = -1
-    fr_omark[0] = 0
-    fr_smark[0] = 0
-    ctop = 0
-    depth = 1
-    while depth > 0:
-        fr = depth - 1
-        if pending:
-            pending = False
-            min_h = big
-            for b in range(n):
-                if off[b] < 0:
-                    h = minoff[b] + size[b]
-                    if h < min_h:
-                        min_h = h
-            m = 0
-            for b in range(n):
-                if off[b] < 0:
-                    o = minoff[b]
-                    if o < node_off or (o == node_off and rank[b] < node_rank):
-                        continue
-                    if o >= min_h:
-                        continue
-                    candbuf[m] = b
-                    keybuf[m] = o * n + rank[b]
-                    m += 1
-            order = np.argsort(keybuf[:m])
-            cstack = _grow(cstack, ctop + m)
-            for k in range(m):
-                cstack[ctop + k] = candbuf[order[k]]
-            fr_cstart[fr] = ctop
-            fr_cpos[fr] = ctop
-            fr_cend[fr] = ctop + m
-            ctop += m
-        if fr_cpos[fr] < fr_cend[fr]:
-            b = cstack[fr_cpos[fr]]
-            fr_cpos[fr] += 1
-            nodes += 1
-            if nodes >= node_limit:
-                return NODE_LIMIT, off, nodes, backtracks
-            if (nodes & 1023) == 0 and _now() > deadline:
-                return TIMEOUT, off, nodes, backtracks
-            o = minoff[b]
-            o_mark = o_len
-            s_mark = s_len
-            off[b] = o
-            height = o + size[b]
-            stamp += 1
-            n_aff = 0
-            for k in range(ov_first[b], ov_first[b + 1]):
-                c = ov[k]
-                if off[c] < 0 and minoff[c] < height:
-                    olog_b = _grow(olog_b, o_len + 1)
-                    olog_v = _grow(olog_v, o_len + 1)
-                    olog_b[o_len] = c
-                    olog_v[o_len] = minoff[c]
-                    o_len += 1
-                    r = height % align[c]
-                    minoff[c] = height if r == 0 else height + align[c] - r
-                    for q in range(br_first[c], br_first[c + 1]):
-                        for s in range(br_lo[q], br_hi[q]):
-                            if aff_mark[s] != stamp:
-                                aff_mark[s] = stamp
-                                aff_list[n_aff] = s
-                                n_aff += 1
-            for q in range(br_first[b], br_first[b + 1]):
-                for s in range(br_lo[q], br_hi[q]):
-                    slog_s = _grow(slog_s, s_len + 1)
-                    slog_v = _grow(slog_v, s_len + 1)
-                    slog_s[s_len] = s
-                    slog_v[s_len] = floor[s]
-                    s_len += 1
-                    floor[s] = height
-                    total[s] -= size[b]
-            for k in range(n_aff):
-                s = aff_list[k]
-                lo = big
-                for j in range(sec_first[s], sec_first[s + 1]):
-                    c = sec_buf[j]
-                    if off[c] < 0 and minoff[c] < lo:
-                        lo = minoff[c]
-                if lo != big and floor[s] < lo:
-                    slog_s = _grow(slog_s, s_len + 1)
-                    slog_v = _grow(slog_v, s_len + 1)
-                    slog_s[s_len] = s
-                    slog_v[s_len] = floor[s]
-                    s_len += 1
-                    floor[s] = lo
-            ok = True
-            for s in range(n_sec):
-                f = floor[s]
-                if f < o:
-                    f = o
-                if f + total[s] > capacity:
-                    ok = False
-                    break
-            if ok:
-                placed += 1
-                if placed == n:
-                    return FOUND, off, nodes, backtracks
-                fr_buf[depth] = b
-                fr_omark[depth] = o_mark
-                fr_smark[depth] = s_mark
-                depth += 1
-                node_off = o
-                node_rank = rank[b]
-                pending = True
-            else:
-                _undo(b, o_mark, s_mark, olog_b, olog_v, slog_s, slog_v, o_len, s_len, minoff, floor, total, size,
-                      br_first, br_lo, br_hi, off)
-                o_len = o_mark
-                s_len = s_mark
-        else:
-            ctop = fr_cstart[fr]
-            pb = fr_buf[fr]
-            if pb >= 0:
-                _undo(pb, fr_omark[fr], fr_smark[fr], olog_b, olog_v, slog_s, slog_v, o_len, s_len, minoff, floor,
-                      total, size, br_first, br_lo, br_hi, off)
-                o_len = fr_omark[fr]
-                s_len = fr_smark[fr]
-                placed -= 1
-            backtracks += 1
-            depth -= 1
-    return INFEASIBLE, off, nodes, backtracks
 
 
 @dataclass(frozen=True)
@@ -595,7 +405,7 @@ def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align
         counters[0] += 1
         if counters[0] >= node_limit:
             return NODE_LIMIT
-        if (counters[0] & 1023) == 0 and _now() > deadline:
+        if (counters[0] & 63) == 0 and _now() > deadline:
             return TIMEOUT
         o = minoff[b]
         off[b] = o
