@@ -130,14 +130,39 @@ def greedy_by_size(problem: Problem) -> Solution:
     return placed_in_order(problem, order, False, "greedy-size")
 
 
+@nb.njit(cache=True)
+def _range_max(values, lo, hi, seg_buf, n):
+    out = np.zeros(n, np.int64)
+    for k in range(len(lo)):
+        for s in range(lo[k], hi[k]):
+            if values[s] > out[seg_buf[k]]:
+                out[seg_buf[k]] = values[s]
+    return out
+
+
+def largest_section_total(a: Arrays) -> np.ndarray:
+    """Per buffer, the most bytes live at any instant of its lifetime (MiniMalloc's `T`)."""
+    points = np.unique(np.concatenate([a.seg_lo, a.seg_hi]))
+    lo = np.searchsorted(points, a.seg_lo)
+    hi = np.searchsorted(points, a.seg_hi)
+    diff = np.zeros(len(points) + 1, np.int64)
+    np.add.at(diff, lo, a.size[a.seg_buf])
+    np.add.at(diff, hi, -a.size[a.seg_buf])
+    return _range_max(np.cumsum(diff), lo, hi, a.seg_buf, len(a.size))
+
+
 def best_fit(problem: Problem) -> Solution:
-    """XLA's heap simulator: best fit in decreasing size, decreasing duration and decreasing area; the best."""
+    """XLA's heap simulator: best fit in decreasing size, duration and area (XLA's orders), plus two that
+    help on SOMAS dumps (decreasing size then earliest start; busiest instant then size); the best."""
     t0 = time.perf_counter()
     a = problem.arrays
     dur = _durations(a)
     idx = np.arange(len(a.size))
+    start = np.full(len(a.size), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(start, a.seg_buf, a.seg_lo)
     orders = {"size": np.lexsort((idx, -dur, -a.size)), "duration": np.lexsort((idx, -a.size, -dur)),
-              "area": np.lexsort((idx, -a.size, -(a.size * dur)))}
+              "area": np.lexsort((idx, -a.size, -(a.size * dur))), "size-start": np.lexsort((idx, start, -a.size)),
+              "total": np.lexsort((idx, -a.size, -largest_section_total(a)))}
     best: Solution | None = None
     for key, order in orders.items():
         s = placed_in_order(problem, order, True, f"best-fit-{key}")
