@@ -203,6 +203,7 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     np.add.at(diff, bs_hi[long_] - 1, -1)
     cuts0 = np.cumsum(diff)[:max(n_sec, 0)]
     limit = max(2 * n, 64)
+    mask = 63 if n <= 2000 else 0     # large instances: a node costs milliseconds, so read the clock at each
     nodes = 0
     result: list[Outcome] = []
 
@@ -221,7 +222,7 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                           p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf,
                           capacity, off, np.zeros(n, np.int64), np.zeros(n_sec, np.int64), p.total.copy(),
                           cuts0.copy(), sol, np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64), counters, limit,
-                          deadline)
+                          deadline, mask)
                 nodes += int(counters[0])
                 if st == FOUND:
                     full = np.zeros(len(problem), np.int64)
@@ -280,6 +281,8 @@ def solve(problem: Problem, time_limit_s: float = 60.0, capacity: int | None = N
         return Solution(best_off, best, solver, time.perf_counter() - t0, best == lb, lb)
     p = prepare(problem)
     proven_lb = lb
+    if time.perf_counter() >= deadline:
+        return Solution(best_off, best, solver, time.perf_counter() - t0, False, lb)
     if first_fit and cap is not None:
         out = decide(problem, cap, deadline, p)
         if out.status == FOUND:
@@ -346,7 +349,7 @@ def _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank):
 @nb.njit(cache=False)    # numba's cache of a self-recursive function segfaults on reload: compile per process
 def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_hi,
          ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts, sol, aff_mark, aff_list,
-         counters, node_limit, deadline):
+         counters, node_limit, deadline, mask):
     """Search the buffers of `part` over sections [s_lo, s_hi); FOUND leaves offsets in `sol`. `split`: first
     cut the range at zero-cut boundaries and solve each piece on its own (the first failure fails all)."""
     big = np.int64(2) ** 62
@@ -371,7 +374,7 @@ def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align
                 _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank)
                 st = _rec(sub, start, end, np.int64(0), np.int64(-1), False, hcode, width, size, align, rank,
                           br_first, br_lo, br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off,
-                          minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline)
+                          minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
                 rank[sub] = saved
                 if st != FOUND:
                     return st
@@ -405,7 +408,7 @@ def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align
         counters[0] += 1
         if counters[0] >= node_limit:
             return NODE_LIMIT
-        if (counters[0] & 63) == 0 and _now() > deadline:
+        if (counters[0] & mask) == 0 and _now() > deadline:
             return TIMEOUT
         o = minoff[b]
         off[b] = o
@@ -474,7 +477,7 @@ def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align
                     n_cut += 1
             status = _rec(part, s_lo, s_hi, o, rank[b], n_cut > 0, hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo,
                               bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts,
-                              sol, aff_mark, aff_list, counters, node_limit, deadline)
+                              sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
             for s in range(bs_lo[b], bs_hi[b] - 1):
                 cuts[s] += 1
         for j in range(s_len - 1, -1, -1):
