@@ -29,8 +29,9 @@ def _warm_up() -> float:
     per-instance times are solve times, as MiniMalloc's compiled binary's are."""
     t0 = time.perf_counter()
     p = Problem([Buffer("a", 0, 2, 3), Buffer("b", 1, 3, 2), Buffer("c", 2, 4, 3), Buffer("d", 0, 4, 1)])
+    assert p.peak_live() == 6
     exact.solve(p, 5.0)
-    exact.decide(p, 4, time.perf_counter() + 5.0)
+    assert exact.decide(p, 7, time.perf_counter() + 60.0).status == exact.FOUND    # runs (compiles) the search
     return time.perf_counter() - t0
 
 
