@@ -271,7 +271,7 @@ def solve(problem: Problem, time_limit_s: float = 60.0, capacity: int | None = N
     Raises nothing on infeasibility: the result's arena then exceeds the capacity, which callers check.
     """
     t0 = time.perf_counter()
-    deadline = t0 + time_limit_s
+    deadline = t0 + 0.98 * time_limit_s      # leave room to hand the result back within the limit
     cap = problem.capacity if capacity is None else capacity
     heur = best_heuristic(problem)
     lb = heur.lower_bound
