@@ -123,3 +123,16 @@ def test_csv_round_trip_keeps_offsets(tmp_path) -> None:
     q, off = read_csv(f)
     assert [b.id for b in q.buffers] == [b.id for b in p.buffers] and off is not None
     assert (off == s.offsets).all() and q.peak_live() == p.peak_live()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cpsat_model_agrees_with_brute_force(seed: int) -> None:
+    from hybrid.arena.cpsat import decide_cpsat
+
+    rng = np.random.default_rng(100 + seed)
+    p = _random_problem(rng, int(rng.integers(2, 5)), 3, 6, align=int(rng.choice([1, 2])))
+    best = _brute_min_arena(p)
+    found = decide_cpsat(p, best, 20.0)
+    assert found.status == exact.FOUND and found.offsets is not None
+    assert check_offsets(p, found.offsets, capacity=best).valid
+    assert decide_cpsat(p, best - 1, 20.0).status == exact.INFEASIBLE
