@@ -98,3 +98,18 @@ def with_arena(graph: Graph, plan: Plan, time_limit_s: float = 10.0) -> tuple[Pl
     planner["arena"] = {"solver": sol.solver, "proven_optimal": bool(sol.proven_optimal),
                         "peak_live_bytes": int(p.peak_live())}
     return dataclasses.replace(plan, allocation=alloc, planner=planner), sol
+
+
+def schedule_buffers(graph: Graph, align: int | None = None) -> Problem:
+    """Static planning of a graph run without swapping (MegEngine's setting): one buffer per tensor, live
+    from its producer's position in the program order to just after its last reader (persistent tensors
+    throughout), sizes rounded up to `align` (default the graph device's alignment, else 512). In-place
+    overwrite and view forwarding are not applied: the graph format does not say which ops may write into
+    an input or return a view of it."""
+    from hybrid.graph.liveness import unswapped_lifetimes
+    from hybrid.graph.order import program_order
+
+    al = align if align is not None else (graph.device.alignment_bytes if graph.device is not None else 512)
+    first, last = unswapped_lifetimes(graph, program_order(graph))
+    return Problem([Buffer(t.id, int(first[k]), int(last[k]) + 1, int(round_up(t.bytes, al)), al)
+                    for k, t in enumerate(graph.tensors)])

@@ -80,3 +80,18 @@ def test_plan_gets_arena_offsets_that_validate(tmp_path: Path) -> None:
     out.write_text(json.dumps(d))
     v2 = run("validate", "--graph", gp, "--plan", out)
     assert v2.exit_code == 1 and "rule 5" in v2.output, v2.output
+
+
+def test_graph_alone_is_planned_statically(tmp_path: Path) -> None:
+    g = training_graph(10, seed=2)
+    gp, out = tmp_path / "g.json", tmp_path / "offsets.csv"
+    g.save(gp)
+    r = run("arena", "--graph", gp, "--time-limit", "5s", "--out", out)
+    assert r.exit_code == 0, r.output
+    q, off = read_csv(out)
+    assert off is not None and check_offsets(q, off).valid
+    assert len(q) == len(g.tensors)
+    # the peak of live bytes here is the graph's unswapped peak less workspace, at the same alignment
+    from hybrid.graph.info import unswapped_peak
+    assert q.peak_live() <= unswapped_peak(g)
+    assert run("arena", "--graph", gp, "--csv", out).exit_code != 0

@@ -34,18 +34,25 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str, graph_p
             plan_path: Path | None, time_limit: str, out_path: Path | None) -> None:
     """Give every buffer a byte offset so that buffers live at the same time never overlap.
 
+    --csv: MiniMalloc's buffers. --graph with --plan: the plan's device copies (the plan comes back with an
+    arena allocation). --graph alone: the graph run in program order without swapping (MegEngine's static
+    planning), written as a MiniMalloc CSV with offsets.
+
     Heuristics (greedy by size, best fit, MegEngine's simulation) give a first arena; MiniMalloc's exact
     search then looks for a smaller one down to the peak of live bytes, which proves optimality. Prints the
     arena, the peak and whether the arena is proven optimal.
     """
     limit = parse_duration(time_limit, "--time-limit")
-    if (csv_path is None) == (plan_path is None):
-        raise HybridError("give either --csv FILE or --graph G --plan P")
+    if (csv_path is None) == (graph_path is None):
+        raise HybridError("give either --csv FILE, or --graph G (with --plan P to lay out a plan)")
     if csv_path is not None:
+        if plan_path is not None:
+            raise HybridError("--plan goes with --graph, not with --csv")
         _csv(csv_path, capacity, alignment, limit, out_path)
         return
-    if graph_path is None:
-        raise HybridError("--plan needs --graph (the plan's graph file)")
+    if plan_path is None:
+        _graph(graph_path, limit, out_path)
+        return
     if capacity is not None:
         raise HybridError("--capacity is for --csv; a plan's capacity is its device memory")
     from hybrid.arena.lifetimes import with_arena
@@ -58,6 +65,21 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str, graph_p
                         sol.proven_optimal, sol.lower_bound, sol.solver, sol.seconds))
     if out_path is not None:
         new.save(out_path)
+        click.echo(f"wrote {out_path}")
+
+
+def _graph(graph_path: Path, limit: float, out_path: Path | None) -> None:
+    from hybrid.arena import exact
+    from hybrid.arena.lifetimes import schedule_buffers
+    from hybrid.arena.problem import write_csv
+    from hybrid.cli.options import load_graph
+
+    problem = schedule_buffers(load_graph(graph_path))
+    sol = exact.solve(problem, limit)
+    click.echo(_verdict(sol.arena_bytes, problem.peak_live(), sol.proven_optimal, sol.lower_bound, sol.solver,
+                        sol.seconds))
+    if out_path is not None:
+        write_csv(out_path, problem, sol.offsets)
         click.echo(f"wrote {out_path}")
 
 
