@@ -219,10 +219,10 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                 sol = np.zeros(n, np.int64)
                 counters = np.zeros(2, np.int64)
                 st = _rec(np.arange(n, dtype=np.int64), 0, n_sec, np.int64(0), np.int64(-1), True, hcode, p.width,
-                          p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf,
-                          capacity, off, np.zeros(n, np.int64), np.zeros(n_sec, np.int64), p.total.copy(),
-                          cuts0.copy(), sol, np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64), counters, limit,
-                          deadline, mask)
+                          p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov,
+                          p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64), np.zeros(n_sec, np.int64),
+                          p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64),
+                          counters, limit, deadline, mask)
                 nodes += int(counters[0])
                 if st == FOUND:
                     full = np.zeros(len(problem), np.int64)
@@ -347,9 +347,9 @@ def _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank):
 
 
 @nb.njit(cache=False)    # numba's cache of a self-recursive function segfaults on reload: compile per process
-def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_hi,
-         ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts, sol, aff_mark, aff_list,
-         counters, node_limit, deadline, mask):
+def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align, rank, br_first, br_lo, br_hi,
+         bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts, sol, aff_mark,
+         aff_list, counters, node_limit, deadline, mask):
     """Search the buffers of `part` over sections [s_lo, s_hi); FOUND leaves offsets in `sol`. `split`: first
     cut the range at zero-cut boundaries and solve each piece on its own (the first failure fails all)."""
     big = np.int64(2) ** 62
@@ -475,9 +475,9 @@ def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align
                 cuts[s] -= 1
                 if cuts[s] == 0 and s_lo < s + 1 < s_hi:
                     n_cut += 1
-            status = _rec(part, s_lo, s_hi, o, rank[b], n_cut > 0, hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo,
-                              bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts,
-                              sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
+            status = _rec(part, s_lo, s_hi, o, rank[b], n_cut > 0, hcode, width, size, align, rank, br_first, br_lo,
+                          br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total,
+                          cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
             for s in range(bs_lo[b], bs_hi[b] - 1):
                 cuts[s] += 1
         for j in range(s_len - 1, -1, -1):
