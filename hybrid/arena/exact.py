@@ -1,0 +1,493 @@
+"""Exact offsets: MiniMalloc's search (Moffitt, ASPLOS'23), compiled with numba, with a time limit.
+
+The decision form asks whether every buffer fits below a capacity. Only canonical solutions are searched:
+buffers are placed in non-decreasing (offset, static rank) order, each at its lowest feasible offset (the
+top of the highest placed buffer it meets in time, aligned). Pruning:
+- inference: time is cut into sections (between consecutive lifetime endpoints); a section's floor (no
+  unplaced buffer there can sit lower: the last placed top, the search's monotone offset, and the least
+  lowest-offset of its unplaced buffers) plus the bytes still unplaced in it must fit the capacity;
+- dominance: a buffer whose lowest offset is at or above the lowest top any unplaced buffer could reach
+  would leave a gap that buffer fits, so it is not tried.
+The static rank comes from MiniMalloc's preorderings (by width, area, and the largest section total),
+tried round-robin with a node limit that doubles, so one bad ordering does not eat the time.
+
+`solve` minimises: the best heuristic is the first upper bound, the peak of live bytes the lower bound; it
+asks for the peak first (success proves optimality), then bisects between what is proven and what is found.
+The whole depth-first search runs compiled (numba), recursing once per placed buffer.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numba as nb
+import numpy as np
+
+from hybrid.arena.heuristics import Solution, best_heuristic
+from hybrid.arena.problem import Problem
+
+FOUND, INFEASIBLE, NODE_LIMIT, TIMEOUT = 1, 0, 2, 3
+HEURISTIC_ORDERS = ("WAT", "TAW", "TWA")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The search's static data: sections, each buffer's section ranges, overlaps, section members."""
+
+    idx: np.ndarray          # search index -> problem buffer (buffers of size 0 are left out, at offset 0)
+    size: np.ndarray
+    align: np.ndarray
+    br_first: np.ndarray
+    br_lo: np.ndarray
+    br_hi: np.ndarray
+    ov_first: np.ndarray
+    ov: np.ndarray
+    sec_first: np.ndarray
+    sec_buf: np.ndarray
+    total: np.ndarray        # bytes live per section
+    width: np.ndarray        # span of each buffer's lifetime
+    sec_max: np.ndarray      # the largest section total each buffer meets
+
+
+@nb.njit(cache=True)
+def _overlaps(span_lo, span_hi, seg_lo, seg_hi, seg_first):
+    """CSR of time overlaps, by a sweep over spans sorted by start (segments checked when spans meet)."""
+    n = len(span_lo)
+    order = np.argsort(span_lo)
+    cnt = np.zeros(n, np.int64)
+    pairs_a = np.empty(16, np.int64)
+    pairs_b = np.empty(16, np.int64)
+    m = 0
+    for i in range(n):
+        b = order[i]
+        for j in range(i + 1, n):
+            c = order[j]
+            if span_lo[c] >= span_hi[b]:
+                break
+            hit = False
+            for p in range(seg_first[b], seg_first[b + 1]):
+                for q in range(seg_first[c], seg_first[c + 1]):
+                    if seg_lo[p] < seg_hi[q] and seg_lo[q] < seg_hi[p]:
+                        hit = True
+            if hit:
+                if m == len(pairs_a):
+                    pairs_a = np.concatenate((pairs_a, np.empty(m, np.int64)))
+                    pairs_b = np.concatenate((pairs_b, np.empty(m, np.int64)))
+                pairs_a[m] = b
+                pairs_b[m] = c
+                m += 1
+                cnt[b] += 1
+                cnt[c] += 1
+    first = np.zeros(n + 1, np.int64)
+    for b in range(n):
+        first[b + 1] = first[b] + cnt[b]
+    fill = first[:-1].copy()
+    ov = np.empty(first[n], np.int64)
+    for k in range(m):
+        a = pairs_a[k]
+        c = pairs_b[k]
+        ov[fill[a]] = c
+        fill[a] += 1
+        ov[fill[c]] = a
+        fill[c] += 1
+    return first, ov
+
+
+def prepare(problem: Problem) -> Prepared:
+    a = problem.arrays
+    idx = np.flatnonzero(a.size > 0)
+    remap = np.full(len(a.size), -1, np.int64)
+    remap[idx] = np.arange(len(idx))
+    keep = remap[a.seg_buf] >= 0
+    seg_b = remap[a.seg_buf[keep]]
+    seg_lo = a.seg_lo[keep]
+    seg_hi = a.seg_hi[keep]
+    order = np.lexsort((seg_lo, seg_b))
+    seg_b, seg_lo, seg_hi = seg_b[order], seg_lo[order], seg_hi[order]
+    n = len(idx)
+    size = a.size[idx]
+    seg_first = np.searchsorted(seg_b, np.arange(n + 1)).astype(np.int64)
+    points = np.unique(np.concatenate([seg_lo, seg_hi]))
+    br_lo = np.searchsorted(points, seg_lo).astype(np.int64)
+    br_hi = np.searchsorted(points, seg_hi).astype(np.int64)
+    n_sec = max(len(points) - 1, 0)
+    diff = np.zeros(n_sec + 1, np.int64)
+    np.add.at(diff, br_lo, size[seg_b])
+    np.add.at(diff, br_hi, -size[seg_b])
+    total = np.cumsum(diff)[:n_sec]
+    # section members (CSR), for the floor of unplaced buffers
+    counts = np.zeros(n_sec + 1, np.int64)
+    np.add.at(counts, br_lo, 1)
+    np.add.at(counts, br_hi, -1)
+    per_sec = np.cumsum(counts)[:n_sec]
+    sec_first = np.concatenate([[0], np.cumsum(per_sec)]).astype(np.int64)
+    sec_buf = _members(br_lo, br_hi, seg_b, sec_first)
+    span_lo = np.full(n, np.iinfo(np.int64).max, np.int64)
+    span_hi = np.zeros(n, np.int64)
+    np.minimum.at(span_lo, seg_b, seg_lo)
+    np.maximum.at(span_hi, seg_b, seg_hi)
+    ov_first, ov = _overlaps(span_lo, span_hi, seg_lo, seg_hi, seg_first)
+    sec_max = _sec_max(br_lo, br_hi, seg_b, total, n)
+    return Prepared(idx, size, a.align[idx], seg_first, br_lo, br_hi, ov_first, ov, sec_first, sec_buf, total,
+                    span_hi - span_lo, sec_max)
+
+
+@nb.njit(cache=True)
+def _members(br_lo, br_hi, seg_b, sec_first):
+    fill = sec_first[:-1].copy()
+    out = np.empty(sec_first[-1], np.int64)
+    for k in range(len(br_lo)):
+        for s in range(br_lo[k], br_hi[k]):
+            out[fill[s]] = seg_b[k]
+            fill[s] += 1
+    return out
+
+
+@nb.njit(cache=True)
+def _sec_max(br_lo, br_hi, seg_b, total, n):
+    out = np.zeros(n, np.int64)
+    for k in range(len(br_lo)):
+        b = seg_b[k]
+        for s in range(br_lo[k], br_hi[k]):
+            if total[s] > out[b]:
+                out[b] = total[s]
+    return out
+
+
+def preorder(p: Prepared, heuristic: str) -> np.ndarray:
+    """Rank of each buffer under MiniMalloc's preordering letters (W width, A area, T section total, Z
+    size), each descending; ties by index."""
+    keys = {"W": p.width, "A": p.size * p.width, "T": p.sec_max, "Z": p.size}
+    cols = [np.arange(len(p.size))] + [-keys[c] for c in reversed(heuristic)]
+    order = np.lexsort(cols)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+@nb.njit(cache=True)
+def _now():
+    with nb.objmode(t="float64"):
+        t = time.perf_counter()
+    return t
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One decision search: FOUND (offsets valid under `capacity`), INFEASIBLE (proven) or TIMEOUT."""
+
+    status: int
+    offsets: np.ndarray | None
+    nodes: int
+
+
+def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared | None = None,
+           orders: tuple[str, ...] = HEURISTIC_ORDERS) -> Outcome:
+    """Is there an assignment within `capacity`? Round-robin over preorderings with a doubling node limit
+    (MiniMalloc's RoundRobin); any complete run that finds nothing proves infeasibility."""
+    p = prepare(problem) if prepared is None else prepared
+    ranks = [preorder(p, h) for h in orders]
+    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) for h in orders]
+    n = len(p.size)
+    n_sec = len(p.total)
+    bs_lo = np.full(n, n_sec, np.int64)
+    bs_hi = np.zeros(n, np.int64)
+    rb = np.repeat(np.arange(n), np.diff(p.br_first))
+    np.minimum.at(bs_lo, rb, p.br_lo)
+    np.maximum.at(bs_hi, rb, p.br_hi)
+    long_ = bs_hi - bs_lo >= 2
+    diff = np.zeros(n_sec + 1, np.int64)
+    np.add.at(diff, bs_lo[long_], 1)
+    np.add.at(diff, bs_hi[long_] - 1, -1)
+    cuts0 = np.cumsum(diff)[:max(n_sec, 0)]
+    limit = max(2 * n, 64)
+    mask = 63 if n <= 2000 else 0     # large instances: a node costs milliseconds, so read the clock at each
+    nodes = 0
+    result: list[Outcome] = []
+
+    def run() -> None:
+        nonlocal limit, nodes
+        while True:
+            for hcode, rank in zip(hcodes, ranks):
+                rank = rank.copy()
+                if np.any(p.total > capacity):
+                    result.append(Outcome(INFEASIBLE, None, nodes))
+                    return
+                off = np.full(n, -1, np.int64)
+                sol = np.zeros(n, np.int64)
+                counters = np.zeros(2, np.int64)
+                st = _rec(np.arange(n, dtype=np.int64), 0, n_sec, np.int64(0), np.int64(-1), True, hcode, p.width,
+                          p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov,
+                          p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64), np.zeros(n_sec, np.int64),
+                          p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64),
+                          counters, limit, deadline, mask)
+                nodes += int(counters[0])
+                if st == FOUND:
+                    full = np.zeros(len(problem), np.int64)
+                    full[p.idx] = sol
+                    result.append(Outcome(FOUND, full, nodes))
+                    return
+                if st == NOT_FOUND:
+                    result.append(Outcome(INFEASIBLE, None, nodes))
+                    return
+                if st == TIMEOUT or time.perf_counter() > deadline:
+                    result.append(Outcome(TIMEOUT, None, nodes))
+                    return
+            limit *= 2
+
+    _in_big_stack(run)
+    return result[0]
+
+
+def _in_big_stack(fn: Callable[[], None]) -> None:
+    """The search recurses once per placed buffer (18,700 deep at most): give it a 1 GiB stack."""
+    err: list[BaseException] = []
+
+    def guarded() -> None:
+        try:
+            fn()
+        except BaseException as e:   # noqa: BLE001 - re-raised in the caller's thread
+            err.append(e)
+
+    old = threading.stack_size(1 << 30)
+    try:
+        t = threading.Thread(target=guarded)
+        t.start()
+    finally:
+        threading.stack_size(old)
+    t.join()
+    if err:
+        raise err[0]
+
+
+def solve(problem: Problem, time_limit_s: float = 60.0, capacity: int | None = None,
+          first_fit: bool = False) -> Solution:
+    """The smallest arena found within the time limit (never larger than the best heuristic's).
+
+    `capacity` caps the arena (default: the problem's, else none). `first_fit`: stop at the first assignment
+    within the capacity (MiniMalloc's benchmark question) instead of minimising below it.
+    Raises nothing on infeasibility: the result's arena then exceeds the capacity, which callers check.
+    """
+    t0 = time.perf_counter()
+    deadline = t0 + 0.98 * time_limit_s      # leave room to hand the result back within the limit
+    cap = problem.capacity if capacity is None else capacity
+    heur = best_heuristic(problem)
+    lb = heur.lower_bound
+    best_off, best = heur.offsets, heur.arena_bytes
+    solver = heur.solver
+    if best == lb or (first_fit and cap is not None and best <= cap):
+        return Solution(best_off, best, solver, time.perf_counter() - t0, best == lb, lb)
+    p = prepare(problem)
+    proven_lb = lb
+    if time.perf_counter() >= deadline:
+        return Solution(best_off, best, solver, time.perf_counter() - t0, False, lb)
+    if first_fit and cap is not None:
+        out = decide(problem, cap, deadline, p)
+        if out.status == FOUND:
+            assert out.offsets is not None
+            arena = int((out.offsets + problem.arrays.size).max())
+            return Solution(out.offsets, arena, "exact", time.perf_counter() - t0, arena == lb, lb)
+        if out.status == INFEASIBLE:
+            proven_lb = cap + 1
+        return Solution(best_off, best, solver, time.perf_counter() - t0, False, proven_lb)
+    hi = best - 1 if cap is None else min(best - 1, cap)
+    soft = lb            # targets below this timed out: not proven, but not worth retrying
+    target = lb
+    share = 0.5          # the peak gets half the time: success there proves optimality
+    while max(proven_lb, soft) <= hi and time.perf_counter() < deadline:
+        left = deadline - time.perf_counter()
+        out = decide(problem, target, time.perf_counter() + left * share, p)
+        share = 0.34
+        if out.status == FOUND:
+            assert out.offsets is not None
+            best_off = out.offsets
+            best = int((out.offsets + problem.arrays.size).max())
+            solver = "exact"
+            hi = best - 1
+        elif out.status == INFEASIBLE:
+            proven_lb = target + 1
+        else:
+            soft = target + 1
+        target = (max(proven_lb, soft) + hi) // 2
+    return Solution(best_off, best, solver, time.perf_counter() - t0, best <= max(proven_lb, lb), proven_lb)
+
+
+# --- dynamic temporal decomposition (MiniMalloc's DynamicallyDecompose) -------------------------------------
+# Once no unplaced buffer crosses a section boundary, the buffers on either side are independent: each side
+# is searched on its own (fresh canonical order), and a side that fails fails the node without thrashing
+# through the other side's choices. The recursion is depth n, so it runs in a thread with a large stack.
+
+NOT_FOUND = 0
+
+
+@nb.njit(cache=True)
+def _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank):
+    """MiniMalloc's SubSolve preorder for one piece: keys (0 width, 1 area, 2 largest current section
+    total), each descending, ties by buffer index; written into `rank` for the piece's buffers."""
+    m = len(sub)
+    keys = np.zeros((3, m), np.int64)
+    for i in range(m):
+        b = sub[i]
+        keys[0, i] = width[b]
+        keys[1, i] = width[b] * size[b]
+        t = 0
+        for q in range(br_first[b], br_first[b + 1]):
+            for s in range(br_lo[q], br_hi[q]):
+                if total[s] > t:
+                    t = total[s]
+        keys[2, i] = t
+    order = np.argsort(sub, kind="mergesort")
+    for h in range(len(hcode) - 1, -1, -1):
+        k = -keys[hcode[h]][order]
+        order = order[np.argsort(k, kind="mergesort")]
+    for i in range(m):
+        rank[sub[order[i]]] = i
+
+
+@nb.njit(cache=False)    # numba's cache of a self-recursive function segfaults on reload: compile per process
+def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align, rank, br_first, br_lo, br_hi,
+         bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts, sol, aff_mark,
+         aff_list, counters, node_limit, deadline, mask):
+    """Search the buffers of `part` over sections [s_lo, s_hi); FOUND leaves offsets in `sol`. `split`: first
+    cut the range at zero-cut boundaries and solve each piece on its own (the first failure fails all)."""
+    big = np.int64(2) ** 62
+    if split:
+        start = s_lo
+        for s in range(s_lo, s_hi):
+            if s + 1 < s_hi and cuts[s] != 0:
+                continue
+            end = s + 1
+            m = 0
+            for b in part:
+                if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
+                    m += 1
+            if m > 0:
+                sub = np.empty(m, np.int64)
+                m = 0
+                for b in part:
+                    if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
+                        sub[m] = b
+                        m += 1
+                saved = rank[sub].copy()
+                _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank)
+                st = _rec(sub, start, end, np.int64(0), np.int64(-1), False, hcode, width, size, align, rank,
+                          br_first, br_lo, br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off,
+                          minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
+                rank[sub] = saved
+                if st != FOUND:
+                    return st
+            start = end
+        return FOUND
+    n = len(size)
+    min_h = big
+    m = 0
+    for b in part:
+        if off[b] < 0:
+            m += 1
+            h = minoff[b] + size[b]
+            if h < min_h:
+                min_h = h
+    if m == 0:
+        return FOUND
+    cand = np.empty(m, np.int64)
+    key = np.empty(m, np.int64)
+    k = 0
+    for b in part:
+        if off[b] < 0:
+            o = minoff[b]
+            if o < node_off or (o == node_off and rank[b] < node_rank) or o >= min_h:
+                continue
+            cand[k] = b
+            key[k] = o * n + rank[b]
+            k += 1
+    order = np.argsort(key[:k])
+    for ci in range(k):
+        b = cand[order[ci]]
+        counters[0] += 1
+        if counters[0] >= node_limit:
+            return NODE_LIMIT
+        if (counters[0] & mask) == 0 and _now() > deadline:
+            return TIMEOUT
+        o = minoff[b]
+        off[b] = o
+        sol[b] = o
+        height = o + size[b]
+        n_ov = ov_first[b + 1] - ov_first[b]
+        olog_b = np.empty(n_ov, np.int64)
+        olog_v = np.empty(n_ov, np.int64)
+        o_len = 0
+        counters[1] += 1
+        stamp = counters[1]
+        n_aff = 0
+        for j in range(ov_first[b], ov_first[b + 1]):
+            c = ov[j]
+            if off[c] < 0 and minoff[c] < height:
+                olog_b[o_len] = c
+                olog_v[o_len] = minoff[c]
+                o_len += 1
+                r = height % align[c]
+                minoff[c] = height if r == 0 else height + align[c] - r
+                for q in range(br_first[c], br_first[c + 1]):
+                    for s in range(br_lo[q], br_hi[q]):
+                        if aff_mark[s] != stamp:
+                            aff_mark[s] = stamp
+                            aff_list[n_aff] = s
+                            n_aff += 1
+        n_own = 0
+        for q in range(br_first[b], br_first[b + 1]):
+            n_own += br_hi[q] - br_lo[q]
+        slog_s = np.empty(n_own + n_aff, np.int64)
+        slog_v = np.empty(n_own + n_aff, np.int64)
+        s_len = 0
+        for q in range(br_first[b], br_first[b + 1]):
+            for s in range(br_lo[q], br_hi[q]):
+                slog_s[s_len] = s
+                slog_v[s_len] = floor[s]
+                s_len += 1
+                floor[s] = height
+                total[s] -= size[b]
+        for j in range(n_aff):
+            s = aff_list[j]
+            lo = big
+            for q in range(sec_first[s], sec_first[s + 1]):
+                c = sec_buf[q]
+                if off[c] < 0 and minoff[c] < lo:
+                    lo = minoff[c]
+            if lo != big and floor[s] < lo:
+                slog_s[s_len] = s
+                slog_v[s_len] = floor[s]
+                s_len += 1
+                floor[s] = lo
+        ok = True
+        for s in range(s_lo, s_hi):
+            f = floor[s]
+            if f < o:
+                f = o
+            if f + total[s] > capacity:
+                ok = False
+                break
+        status = NOT_FOUND
+        if ok:
+            n_cut = 0
+            for s in range(bs_lo[b], bs_hi[b] - 1):
+                cuts[s] -= 1
+                if cuts[s] == 0 and s_lo < s + 1 < s_hi:
+                    n_cut += 1
+            status = _rec(part, s_lo, s_hi, o, rank[b], n_cut > 0, hcode, width, size, align, rank, br_first, br_lo,
+                          br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total,
+                          cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
+            for s in range(bs_lo[b], bs_hi[b] - 1):
+                cuts[s] += 1
+        for j in range(s_len - 1, -1, -1):
+            floor[slog_s[j]] = slog_v[j]
+        for j in range(o_len - 1, -1, -1):
+            minoff[olog_b[j]] = olog_v[j]
+        for q in range(br_first[b], br_first[b + 1]):
+            for s in range(br_lo[q], br_hi[q]):
+                total[s] += size[b]
+        off[b] = -1
+        if status != NOT_FOUND:
+            return status
+    return NOT_FOUND

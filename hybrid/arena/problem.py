@@ -1,0 +1,149 @@
+"""The static allocation problem: buffers with known lifetimes, one byte offset each, one arena.
+
+A buffer is live over half-open time segments (usually one, [lower, upper); a tensor with several device
+copies in a plan is one buffer with a segment per copy, so all copies share its one offset, as FORMATS'
+`arena` allocation has one offset per tensor). Two buffers live at a common instant must not overlap in
+[offset, offset + size). The peak of live bytes is a lower bound on any arena.
+
+Files use MiniMalloc's CSV, `id,lower,upper,size[,offset]`, so results compare with MiniMalloc directly.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hybrid.errors import FormatError
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One allocation: `size` bytes at an offset that is a multiple of `alignment`, live on `segments`."""
+
+    id: str
+    lower: int
+    upper: int
+    size: int
+    alignment: int = 1
+    gaps: tuple[tuple[int, int], ...] = ()   # sub-intervals of [lower, upper) where the buffer is not live
+
+    def segments(self) -> list[tuple[int, int]]:
+        if not self.gaps:
+            return [(self.lower, self.upper)]
+        out: list[tuple[int, int]] = []
+        t = self.lower
+        for g0, g1 in sorted(self.gaps):
+            if g0 > t:
+                out.append((t, g0))
+            t = max(t, g1)
+        if t < self.upper:
+            out.append((t, self.upper))
+        return out
+
+
+@dataclass
+class Problem:
+    """Buffers plus an optional capacity (the arena may not exceed it). Array views are built once."""
+
+    buffers: list[Buffer]
+    capacity: int | None = None
+    _arrays: "Arrays | None" = field(default=None, init=False, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.buffers)
+
+    @property
+    def arrays(self) -> "Arrays":
+        if self._arrays is None:
+            self._arrays = Arrays.build(self.buffers)
+        return self._arrays
+
+    def peak_live(self) -> int:
+        """The largest sum of sizes live at one instant (a lower bound on every arena)."""
+        return self.arrays.peak_live()
+
+
+@dataclass(frozen=True)
+class Arrays:
+    """Flat NumPy form: per buffer size/alignment; per segment (start, end, buffer), sorted by buffer."""
+
+    size: np.ndarray
+    align: np.ndarray
+    seg_lo: np.ndarray
+    seg_hi: np.ndarray
+    seg_buf: np.ndarray
+    seg_first: np.ndarray        # buffer b's segments are seg_first[b]:seg_first[b + 1]
+
+    @staticmethod
+    def build(buffers: list[Buffer]) -> "Arrays":
+        lo: list[int] = []
+        hi: list[int] = []
+        sb: list[int] = []
+        first = [0]
+        for b, buf in enumerate(buffers):
+            if buf.size < 0 or buf.alignment < 1:
+                raise FormatError(f"buffer {buf.id!r}: size must be >= 0 and alignment >= 1")
+            if buf.upper <= buf.lower:
+                raise FormatError(f"buffer {buf.id!r}: lifetime [{buf.lower}, {buf.upper}) is empty; "
+                                  "upper must exceed lower")
+            for s, e in buf.segments():
+                lo.append(s)
+                hi.append(e)
+                sb.append(b)
+            first.append(len(lo))
+        return Arrays(np.array([b.size for b in buffers], np.int64), np.array([b.alignment for b in buffers], np.int64),
+                      np.array(lo, np.int64), np.array(hi, np.int64), np.array(sb, np.int64),
+                      np.array(first, np.int64))
+
+    def peak_live(self) -> int:
+        if not len(self.seg_lo):
+            return 0
+        t = np.concatenate([self.seg_lo, self.seg_hi])
+        d = np.concatenate([self.size[self.seg_buf], -self.size[self.seg_buf]])
+        order = np.lexsort((d, t))          # ends (negative) before starts at one instant: half-open
+        return int(max(0, np.cumsum(d[order]).max()))
+
+
+def read_csv(path: str | Path, alignment: int = 1) -> tuple[Problem, np.ndarray | None]:
+    """MiniMalloc CSV -> (problem, offsets or None when the file has no `offset` column)."""
+    p = Path(path)
+    try:
+        with p.open(newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError as e:
+        raise FormatError(f"{p}: cannot read ({e.strerror})") from None
+    if not rows:
+        raise FormatError(f"{p}: empty file; expected a header id,lower,upper,size[,offset]")
+    head = [h.strip() for h in rows[0]]
+    need = ["id", "lower", "upper", "size"]
+    if any(k not in head for k in need):
+        raise FormatError(f"{p}: header {','.join(head)!r} lacks one of id,lower,upper,size")
+    col = {k: head.index(k) for k in head}
+    has_off = "offset" in col
+    bufs: list[Buffer] = []
+    offs: list[int] = []
+    for ln, r in enumerate(rows[1:], start=2):
+        if not r or all(not x.strip() for x in r):
+            continue
+        try:
+            bufs.append(Buffer(r[col["id"]].strip(), int(r[col["lower"]]), int(r[col["upper"]]), int(r[col["size"]]),
+                               alignment))
+            if has_off:
+                offs.append(int(r[col["offset"]]))
+        except (ValueError, IndexError):
+            raise FormatError(f"{p}: line {ln}: expected integers for lower, upper, size"
+                              f"{', offset' if has_off else ''}, got {','.join(r)!r}") from None
+    prob = Problem(bufs)
+    prob.arrays            # checks every buffer now, naming the bad one
+    return prob, (np.array(offs, np.int64) if has_off else None)
+
+
+def write_csv(path: str | Path, problem: Problem, offsets: np.ndarray | None = None) -> None:
+    """MiniMalloc CSV, with an `offset` column when offsets are given."""
+    with Path(path).open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "lower", "upper", "size"] + (["offset"] if offsets is not None else []))
+        for k, b in enumerate(problem.buffers):
+            w.writerow([b.id, b.lower, b.upper, b.size] + ([int(offsets[k])] if offsets is not None else []))

@@ -1,0 +1,113 @@
+"""`hybrid arena`: static byte offsets in one arena, for a MiniMalloc CSV or for a plan's device copies."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hybrid.errors import HybridError, InfeasibleError
+from hybrid.units import format_seconds, parse_bytes, parse_duration
+
+
+def _verdict(arena: int, peak: int, proven: bool, lb: int, solver: str, secs: float) -> str:
+    proof = "proven optimal" if proven else f"not proven optimal (lower bound {lb})"
+    return (f"arena {arena} bytes, peak live {peak} bytes (arena / peak {arena / peak if peak else 1.0:.4f}), "
+            f"{proof}; by {solver} in {format_seconds(secs)}")
+
+
+@click.command("arena")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="MiniMalloc CSV (id,lower,upper,size[,offset]) of buffers with half-open lifetimes.")
+@click.option("--capacity", default=None,
+              help="With --csv: the arena may not exceed this (e.g. 1048576, 1MiB); the search stops at the first "
+                   "assignment within it. Without: minimise the arena.")
+@click.option("--alignment", default="1", show_default=True, help="With --csv: every offset a multiple of this.")
+@click.option("--graph", "graph_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Graph file (hybrid-graph/1), with --plan.")
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Plan whose device copies get offsets: the output plan's allocation is an arena.")
+@click.option("--time-limit", "time_limit", default="60s", show_default=True,
+              help="Time for the exact search, e.g. 10s, 2m.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="CSV with an offset column (--csv), or the plan with arena offsets (--plan).")
+def command(csv_path: Path | None, capacity: str | None, alignment: str, graph_path: Path | None,
+            plan_path: Path | None, time_limit: str, out_path: Path | None) -> None:
+    """Give every buffer a byte offset so that buffers live at the same time never overlap.
+
+    --csv: MiniMalloc's buffers. --graph with --plan: the plan's device copies (the plan comes back with an
+    arena allocation). --graph alone: the graph run in program order without swapping (MegEngine's static
+    planning), written as a MiniMalloc CSV with offsets.
+
+    Heuristics (greedy by size, best fit, MegEngine's simulation) give a first arena; MiniMalloc's exact
+    search then looks for a smaller one down to the peak of live bytes, which proves optimality. Prints the
+    arena, the peak and whether the arena is proven optimal.
+    """
+    limit = parse_duration(time_limit, "--time-limit")
+    if (csv_path is None) == (graph_path is None):
+        raise HybridError("give either --csv FILE, or --graph G (with --plan P to lay out a plan)")
+    if csv_path is not None:
+        if plan_path is not None:
+            raise HybridError("--plan goes with --graph, not with --csv")
+        _csv(csv_path, capacity, alignment, limit, out_path)
+        return
+    if plan_path is None:
+        _graph(graph_path, limit, out_path)
+        return
+    if capacity is not None:
+        raise HybridError("--capacity is for --csv; a plan's capacity is its device memory")
+    from hybrid.arena.lifetimes import with_arena
+    from hybrid.cli.options import load_graph, load_plan
+
+    graph = load_graph(graph_path)
+    plan = load_plan(plan_path)
+    new, sol = with_arena(graph, plan, limit)
+    click.echo(_verdict(sol.arena_bytes, sol.lower_bound if sol.proven_optimal else _peak(graph, plan),
+                        sol.proven_optimal, sol.lower_bound, sol.solver, sol.seconds))
+    if out_path is not None:
+        new.save(out_path)
+        click.echo(f"wrote {out_path}")
+
+
+def _graph(graph_path: Path, limit: float, out_path: Path | None) -> None:
+    from hybrid.arena import exact
+    from hybrid.arena.lifetimes import schedule_buffers
+    from hybrid.arena.problem import write_csv
+    from hybrid.cli.options import load_graph
+
+    problem = schedule_buffers(load_graph(graph_path))
+    sol = exact.solve(problem, limit)
+    click.echo(_verdict(sol.arena_bytes, problem.peak_live(), sol.proven_optimal, sol.lower_bound, sol.solver,
+                        sol.seconds))
+    if out_path is not None:
+        write_csv(out_path, problem, sol.offsets)
+        click.echo(f"wrote {out_path}")
+
+
+def _peak(graph, plan) -> int:  # noqa: ANN001 - the loaded graph and plan
+    from hybrid.arena.lifetimes import plan_buffers
+
+    return plan_buffers(graph, plan).problem.peak_live()
+
+
+def _csv(path: Path, capacity: str | None, alignment: str, limit: float, out_path: Path | None) -> None:
+    from hybrid.arena import exact
+    from hybrid.arena.problem import read_csv, write_csv
+    from hybrid.arena.validate import check_offsets
+
+    align = parse_bytes(alignment, "--alignment")
+    if align < 1:
+        raise HybridError(f"--alignment must be at least 1, got {alignment!r}")
+    problem, _ = read_csv(path, align)
+    cap = parse_bytes(capacity, "--capacity") if capacity is not None else None
+    sol = exact.solve(problem, limit, capacity=cap, first_fit=cap is not None)
+    peak = problem.peak_live()
+    chk = check_offsets(problem, sol.offsets)
+    if not chk.valid:     # the validator is independent of the solvers: never write what it rejects
+        raise HybridError(f"internal error: {sol.solver} produced an invalid assignment: {chk.problems[0]}")
+    click.echo(_verdict(sol.arena_bytes, peak, sol.proven_optimal, sol.lower_bound, sol.solver, sol.seconds))
+    if cap is not None and sol.arena_bytes > cap:
+        why = "none exists (proven)" if sol.lower_bound > cap else f"none found in {format_seconds(limit)}"
+        raise InfeasibleError(f"no assignment within --capacity {cap}: {why}; the best found needs {sol.arena_bytes}")
+    if out_path is not None:
+        write_csv(out_path, problem, sol.offsets)
+        click.echo(f"wrote {out_path}")
