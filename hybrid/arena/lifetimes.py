@@ -80,12 +80,13 @@ def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     return PlanBuffers(Problem(bufs, cap), names)
 
 
-def with_arena(graph: Graph, plan: Plan, time_limit_s: float = 10.0) -> tuple[Plan, Solution]:
+def with_arena(graph: Graph, plan: Plan, time_limit_s: float = 10.0, first_fit: bool = False) -> tuple[Plan, Solution]:
     """The plan with `allocation.kind = "arena"`: the smallest arena the exact search finds in the time
-    limit (the best heuristic at worst). InfeasibleError when even that exceeds the memory."""
+    limit (the best heuristic at worst), or with `first_fit` the first layout within the memory.
+    InfeasibleError when even that exceeds the memory."""
     pb = plan_buffers(graph, plan)
     p = pb.problem
-    sol = exact.solve(p, time_limit_s)
+    sol = exact.solve(p, time_limit_s, first_fit=first_fit)
     cap = p.capacity if p.capacity is not None else 0
     if sol.arena_bytes > cap:
         raise InfeasibleError(

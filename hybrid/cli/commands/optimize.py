@@ -87,6 +87,12 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ratio, plan, memory_bytes, "
                    "planner, generations, search_s, wall_s, stop_reason, ...) instead of the text.")
+@click.option("--arena", "arena_time", default=None, metavar="TIME",
+              help="Write a byte-budget plan with exact arena offsets (hybrid.arena), searching for a layout for "
+                   "up to TIME (e.g. 10s) after --time-limit. Where none fits, the plan's other candidates, a "
+                   "re-plan of its schedule with less memory and one with per-size classes are tried, the fastest "
+                   "is written, and the summary says what it cost (results/arena_plans*.md). Default: the byte "
+                   "budget as searched (the executor places it, compacting if it must).")
 @click.option("--compare-baselines", is_flag=True,
               help="At the end, also plan the naive, odswap, vdnn, belady (with recompute) and recompute-only "
                    "baselines (outside the time limit) and print one table with them and the optimized plan.")
@@ -96,7 +102,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             refine_mode: str, refine_share: float, refine_patience: float, refine_elites: int,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
             log_path: Path | None, plot_path: Path | None, quiet: bool, as_json: bool, compare_baselines: bool,
-            **kw: object) -> None:
+            arena_time: str | None, **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a
@@ -144,6 +150,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
     start = wall0 = time.monotonic()
     total = parse_duration(time_limit, "--time-limit")
+    arena_s = parse_duration(arena_time, "--arena") if arena_time is not None else None
     if total <= 0:
         raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
     if refine == "cpsat" and not _refine_available():
@@ -224,7 +231,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                 if report is not None:
                     plan, refined = _beside_outcome(report, plan)
                     plan = _valid_or(graph, plan, ga_plan, "the plan refined beside the search", failures)
-                plan.save(out_path)  # written now, so an interrupted refinement still leaves the best so far
+                written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan])  # now: an interrupted refinement
+                # still leaves the best so far
             interrupted = result.stop_reason == "interrupted" or bool(hits)
             done = result.stop_reason in ("interrupted", "lower bound") or hits
             if refine == "cpsat" and not beside and not done:
@@ -242,13 +250,13 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                     if plan is not before:
                         plan = _valid_or(graph, plan, before, "the refined plan", failures)
                         if plan is not before:
-                            plan.save(out_path)
+                            written = _save_laid_out(graph, plan, out_path, arena_s, [before, ga_plan])
                 interrupted = interrupted or bool(hits)
     finally:
         evaluator.close()
     with deferred_interrupts():
-        _finish(graph, device, result, plan, ga_plan, refined, out_path, log_path, plot_path, as_json,
-                compare_baselines, time.monotonic() - wall0, interrupted)
+        _finish(graph, device, result, written.plan, ga_plan, refined, out_path, log_path, plot_path, as_json,
+                compare_baselines, time.monotonic() - wall0, interrupted, written)
     if interrupted:
         click.echo(f"interrupted ({interrupted_by()}): wrote the best plan so far to {out_path}", err=True)
     for f in failures:
@@ -258,8 +266,25 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         sys.exit(1)
 
 
+def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()):  # noqa: ANN001, ANN202
+    """Write `plan`; with `arena_s`, with exact arena offsets (or its fallback, hybrid.arena.layout), checked by
+    the validator. Returns the Layout written."""
+    from hybrid.arena.layout import Layout, lay_out
+
+    if arena_s is None:
+        plan.save(out_path)
+        return Layout(plan, "", 0, plan.makespan_s, 0.0)
+    layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan])
+    problem = _problem(graph, layout.plan)
+    if problem:
+        raise HybridError(f"the laid-out plan failed validation ({problem}); please report this with the graph file")
+    layout.plan.save(out_path)
+    return layout
+
+
 def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, log_path: Path | None,  # noqa: ANN001
-            plot_path: Path | None, as_json: bool, compare_baselines: bool, wall_s: float, interrupted: bool) -> None:
+            plot_path: Path | None, as_json: bool, compare_baselines: bool, wall_s: float, interrupted: bool,
+            layout=None) -> None:  # noqa: ANN001
     """Write the log and plot, then the summary (text, or one JSON object with --json)."""
     if log_path is not None:
         result.log.to_csv(log_path)
@@ -270,7 +295,10 @@ def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, 
     ideal = float(m["ideal_s"])
     h2d, d2h = int(m.get("bytes_h2d", 0)), int(m.get("bytes_d2h", 0))
     kind = plan.allocation.kind
-    pool_text = (f"{len(plan.allocation.classes)} size classes" if kind == "size_classes" else "byte budget")
+    pool_text = (f"{len(plan.allocation.classes)} size classes" if kind == "size_classes"
+                 else f"arena of {format_bytes(plan.allocation.arena_bytes)}" if kind == "arena" else "byte budget")
+    if layout is not None and (layout.fallback or kind == "arena"):
+        pool_text += f" ({layout.describe()})"
     stop = result.stop_reason
     if as_json:
         summary = {**json_summary(graph, device, plan, out_path), "wall_s": wall_s,
@@ -278,6 +306,9 @@ def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, 
                    "search_s": result.search_time_s, "stop_reason": stop, "interrupted": interrupted,
                    "evaluator": result.evaluator, "workers": result.workers,
                    "search_makespan_s": ga_plan.makespan_s, "refinement": refined.lstrip("; "),
+                   "arena": None if layout is None else {"fallback": layout.fallback, "rounds": layout.rounds,
+                                                         "makespan_before_s": layout.makespan_before_s,
+                                                         "solve_s": layout.solve_s},
                    "log": str(log_path) if log_path else None, "plot": str(plot_path) if plot_path else None}
         if compare_baselines:
             summary["baselines"] = _baseline_rows(graph, device, ga_plan, plan)[0]

@@ -1,0 +1,55 @@
+"""hybrid.arena.layout: a byte-budget plan leaves with exact offsets, or with the fastest fallback that fits;
+what is written always validates, and `hybrid optimize --arena` writes it."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybrid.arena.layout import lay_out
+from hybrid.device import preset
+from hybrid.errors import InfeasibleError
+from hybrid.graph.info import unswapped_peak
+from hybrid.graph.synthetic import training_graph
+from hybrid.swap.baselines import run_baseline
+from hybrid.validator import validate
+from tests.cli.helpers import run
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 10**6), st.floats(0.3, 0.9))
+def test_a_laid_out_plan_is_an_arena_or_a_size_class_plan_and_validates(seed, frac):
+    g = training_graph(10, seed=seed)
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * frac), reserve_bytes=0,
+                  alignment_bytes=512)
+    try:
+        plan = run_baseline(g, dev, "belady")
+    except InfeasibleError:
+        return
+    try:
+        out = lay_out(g, plan, time_limit_s=2.0)
+    except InfeasibleError:
+        return
+    assert out.plan.allocation.kind in ("arena", "size_classes")
+    assert (out.plan.allocation.kind == "arena") == (out.fallback in ("", "re-planned", "slower candidate"))
+    report = validate(g, out.plan)
+    assert report.valid, report.violations[:1]
+    if not out.fallback:
+        assert out.plan.makespan_s == pytest.approx(plan.makespan_s)
+
+
+def test_optimize_with_arena_writes_offsets(tmp_path):
+    from hybrid.graph import Graph
+    from hybrid.plan import Plan
+    from tests.cli.helpers import RESNET
+
+    out = tmp_path / "p.json"
+    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "3s", "--refine", "none",
+            "--arena", "5s", "--quiet", "--out", out)
+    assert r.exit_code == 0, r.output
+    plan = Plan.load(out)
+    assert plan.allocation.kind in ("arena", "size_classes")
+    assert validate(Graph.load(RESNET), plan).valid
+    assert "pool: " in r.output
