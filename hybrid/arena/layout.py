@@ -4,8 +4,8 @@ The search scores plans as if memory never fragments (a byte budget). A plan tha
 every device copy lives, so the best plan is laid out (`lifetimes.with_arena`: the heuristics first, the
 exact search only when they overflow). Where even the exact search finds no layout within the memory, the
 plan's other candidates are laid out (the search's plan before refinement), its schedule is planned again
-(the Belady planner, the faster of swap-only and swap + recompute) with the budget shrunk by the overflow, at
-most `rounds` times, and with a per-size class pool, which needs no offsets; the fastest of these is kept.
+(the Belady planner, the faster of swap-only and swap + recompute, or the search's own genes) with 2%, 4%,
+8%, ... less memory, at most `rounds` times, and with a per-size class pool, which needs no offsets; the fastest of these is kept.
 `Layout` says which happened and what it cost.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
@@ -63,20 +64,21 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
     return dataclasses.replace(to_plan(aug, name), device=plan.device)
 
 
-def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, rounds: int = 3,
-            others: list[Plan] | tuple[Plan, ...] = ()) -> Layout:
+def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, rounds: int = 4,
+            others: list[Plan] | tuple[Plan, ...] = (),
+            replans: tuple[Callable[[int], Plan], ...] | None = None) -> Layout:
     """`plan` with arena offsets (see the module docstring); plans that are not byte budgets pass through.
 
-    `others`: slower candidates (e.g. the search's own plan before refinement) tried before any fallback;
-    of everything that fits, the fastest is kept."""
-    from hybrid.arena.heuristics import best_heuristic
+    `others`: slower candidates (e.g. the search's own plan before refinement) tried before any fallback.
+    `replans`: ways to plan again for a byte budget (default: the Belady planner on the plan's schedule; the
+    search passes its best individual's genes too). Of everything that fits, the fastest is kept."""
     from hybrid.arena.lifetimes import plan_buffers, with_arena
 
     t0 = time.perf_counter()
     before = plan.makespan_s
     if plan.allocation.kind != "unconstrained":
         return Layout(plan, "", 0, before, 0.0)
-    per_try = time_limit_s / (rounds + 1 + len(others))
+    per_try = time_limit_s / (rounds * (1 if replans is None else len(replans)) + 1 + len(others))
 
     def fit(p: Plan) -> Plan | None:
         try:
@@ -92,19 +94,20 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, rounds: int = 
         got = fit(other)
         if got is not None:
             found.append((got.makespan_s, len(found), got, "slower candidate", 0))
-    cand, budget = plan, plan.device.usable_bytes
-    for k in range(1, rounds + 1):
-        pb = plan_buffers(graph, cand).problem
-        over = best_heuristic(pb).arena_bytes - (pb.capacity or 0)   # the best heuristic's overflow
-        budget -= max(over, plan.device.alignment_bytes)
-        try:
-            cand = replan_schedule(graph, plan, budget)
-        except InfeasibleError:
-            break
-        got = fit(cand)
-        if got is not None:
-            found.append((got.makespan_s, len(found), got, "re-planned", k))
-            break
+    if replans is None:
+        replans = (lambda budget: replan_schedule(graph, plan, budget),)
+    for replan in replans:
+        for k in range(1, rounds + 1):
+            # 2%, then 4%, 8%, ... of the memory less: the largest budget that lays out loses the least
+            budget = int(plan.device.usable_bytes * (1 - 0.02 * 2 ** (k - 1)))
+            try:
+                cand = replan(budget)
+            except InfeasibleError:
+                break
+            got = fit(cand)
+            if got is not None:
+                found.append((got.makespan_s, len(found), got, "re-planned", k))
+                break
     try:
         classes = replan_schedule(graph, plan, None, size_classes=True)
         found.append((classes.makespan_s, len(found), classes, "size classes", 0))

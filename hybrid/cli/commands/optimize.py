@@ -231,7 +231,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                 if report is not None:
                     plan, refined = _beside_outcome(report, plan)
                     plan = _valid_or(graph, plan, ga_plan, "the plan refined beside the search", failures)
-                written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan])  # now: an interrupted refinement
+                written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan], [_search_replan(result)])  # now: an interrupted refinement
                 # still leaves the best so far
             interrupted = result.stop_reason == "interrupted" or bool(hits)
             done = result.stop_reason in ("interrupted", "lower bound") or hits
@@ -250,7 +250,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                     if plan is not before:
                         plan = _valid_or(graph, plan, before, "the refined plan", failures)
                         if plan is not before:
-                            written = _save_laid_out(graph, plan, out_path, arena_s, [before, ga_plan])
+                            written = _save_laid_out(graph, plan, out_path, arena_s, [before, ga_plan],
+                                                     [_search_replan(result)])
                 interrupted = interrupted or bool(hits)
     finally:
         evaluator.close()
@@ -266,20 +267,42 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         sys.exit(1)
 
 
-def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()):  # noqa: ANN001, ANN202
+def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=(),  # noqa: ANN001, ANN202
+                   search_replans=()):
     """Write `plan`; with `arena_s`, with exact arena offsets (or its fallback, hybrid.arena.layout), checked by
     the validator. Returns the Layout written."""
-    from hybrid.arena.layout import Layout, lay_out
+    from hybrid.arena.layout import Layout, lay_out, replan_schedule
 
     if arena_s is None:
         plan.save(out_path)
         return Layout(plan, "", 0, plan.makespan_s, 0.0)
-    layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan])
+    layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan],
+                     replans=(lambda budget: replan_schedule(graph, plan, budget),) + tuple(search_replans))
     problem = _problem(graph, layout.plan)
     if problem:
         raise HybridError(f"the laid-out plan failed validation ({problem}); please report this with the graph file")
     layout.plan.save(out_path)
     return layout
+
+
+def _search_replan(result):  # noqa: ANN001, ANN202 - SearchResult -> (budget bytes -> Plan)
+    """Plan the search's best individual again (its schedule, policy and recompute genes) for a smaller byte
+    budget: the arena fallback that keeps what the search found."""
+    import dataclasses
+
+    from hybrid.swap.planner import SwapPlanner
+    from hybrid.swap.pools import byte_pool
+    from hybrid.swap.to_plan import to_plan
+
+    def replan(budget: int):  # noqa: ANN202
+        sp = result.space
+        dev = dataclasses.replace(sp.device, memory_bytes=budget + sp.device.reserve_bytes)
+        aug = SwapPlanner(sp.graph, dev).plan(result.best.schedule, byte_pool(sp.graph, dev),
+                                              sp.options_for(result.best))
+        info = {**result.planner_info(), "fallback": f"byte budget {budget}"}
+        return dataclasses.replace(to_plan(aug, info), device=sp.device)
+
+    return replan
 
 
 def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, log_path: Path | None,  # noqa: ANN001
