@@ -150,10 +150,10 @@ def build_problem(graph: Graph, device: Device, stages: int | None = None,
     node_need = [q for q in range(len(nodes))]
     for q in reversed(range(len(nodes))):
         nd = nodes[q]
-        if nd.rerunnable:
-            node_need[q] = max([q] + [min(need.get(t, q), nd.rerun_until) for t in nd.outputs])
-        for t in nd.outputs:
+        for t in nd.outputs:  # readers come later: their needs are known
             need[t] = max([producer[t]] + [node_need[r] for r in readers[t]])
+        if nd.rerunnable:
+            node_need[q] = max([q] + [min(need[t], nd.rerun_until) for t in nd.outputs])
     offloadable = frozenset(t for t in managed if a.t_bytes[t] > 0 and t not in updated)
     fixed = sum(occ[t] for t in range(a.n_tensors) if persistent[t])
     return StageProblem(g, device, order, tuple(nodes), tuple(managed), {t: occ[t] for t in managed}, producer,

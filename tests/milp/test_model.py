@@ -12,6 +12,7 @@ from hybrid.device import Device
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph, Impl, Op, Tensor
 from hybrid.graph.info import unswapped_peak
+from hybrid.graph.rerun import why_not_rerunnable
 from hybrid.graph.synthetic import random_dag, training_graph
 from hybrid.validator import validate
 from milp.decode import actions, decode
@@ -39,7 +40,7 @@ def _minimal_keep(model, reruns: set[tuple[int, int]]) -> set[tuple[int, int]]:
     keep: set[tuple[int, int]] = set()
     for j in pb.managed:
         p = pb.producer[j]
-        for t in range(p + 1, pb.need[j] + 1):
+        for t in range(p + 1, pb.n):
             for t2 in range(t, pb.n):
                 readers = [r for r in pb.readers[j] if (t2, r) in runs]
                 if not readers:
@@ -57,8 +58,10 @@ def _brute_force(model) -> float | None:
     """Least compute time over every impl per node x every set of reruns, each decoded and judged by the
     project's validator (independent of the model's constraints)."""
     pb = model.problem
-    cand = sorted({(t, q) for (t, q, v) in model.R if t != q})
-    impl_sets = [model.allowed[q] for q in range(pb.n)]
+    g = pb.graph
+    cand = [(t, q) for q in range(pb.n) for t in range(q + 1, pb.n)
+            if not why_not_rerunnable(g, g.ops[pb.nodes[q].ops[0]])]  # not the model's own variable set
+    impl_sets = [range(len(nd.impls)) for nd in pb.nodes]
     best = None
     for impls in itertools.product(*impl_sets):
         for k in range(len(cand) + 1):
@@ -101,6 +104,33 @@ def test_random_dag_equals_brute_force(seed: int) -> None:
         assert r.status == "infeasible"
     else:
         assert r.status == "optimal" and r.objective_s == pytest.approx(brute, rel=1e-9)
+
+
+def _chain_graph() -> Graph:
+    """x -> a0 -> a1 -> a2 -> a3, and a tail reading a0..a3: at this memory a1 must be regenerated from a
+    regenerated a0 (a rerun chain), which the model's horizon once forbade."""
+    MB = 1 << 20
+    tensors = [Tensor("x", MB, "input", True)]
+    ops = []
+    prev = "x"
+    for i in range(4):
+        tensors.append(Tensor(f"a{i}", 4 * MB))
+        ops.append(Op(f"f{i}", "relu", (prev,), (f"a{i}",), (i + 1) * 1e-3))
+        prev = f"a{i}"
+    tensors.append(Tensor("z", MB))
+    ops.append(Op("tail", "add", ("a3", "a2"), ("z",), 1e-3))
+    tensors.append(Tensor("z2", MB))
+    ops.append(Op("tail2", "add", ("z", "a1"), ("z2",), 1e-3))
+    return Graph("chain", tensors, ops, Device("t", 11 * MB, 8e9, 8e9, 0.0))
+
+
+def test_rerun_chain_equals_brute_force() -> None:
+    g = _chain_graph()
+    m, r = _solve(g, g.device, ModelOptions(offload=False))
+    brute = _brute_force(m)
+    assert brute is not None and r.status == "optimal"
+    assert r.objective_s == pytest.approx(brute, rel=1e-9)
+    assert validate(g, decode(m, r.values)).valid
 
 
 def _offload_only_graph(mid: int = 3) -> Graph:
