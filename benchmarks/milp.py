@@ -92,6 +92,11 @@ def part_scale(args: argparse.Namespace) -> None:
         rows.append(row)
         print({k: row.get(k) for k in ("graph", "stages", "variables", "constraints", "solve_s", "status", "gap")},
               flush=True)
+        _write_scale(rows, args, so)
+
+
+def _write_scale(rows: list[dict], args: argparse.Namespace, so: SolveOptions) -> None:
+    """Rewritten after every run, so a stopped sweep still leaves its table."""
     df = pd.DataFrame(rows)
     ok = df[(df["gap"].fillna(1.0) <= 0.01) & df["status"].isin(["optimal", "feasible"])]
     best = int(ok["stages"].max()) if len(ok) else 0
@@ -130,6 +135,11 @@ def part_paper(args: argparse.Namespace) -> None:
                 for ref in ("checkmate-auto", "str-auto"):
                     if r.get("makespan_s") and base.get(ref):
                         r[f"vs_{ref}"] = r["makespan_s"] / base[ref] - 1
+            _write_paper(rows, args)
+
+
+def _write_paper(rows: list[dict], args: argparse.Namespace) -> None:
+    """Rewritten after every memory fraction, so a stopped sweep still leaves its table."""
     df = pd.DataFrame(rows)
     mo = df[df["planner"] == "mosos"]
     avg = {ref: mo[f"vs_{ref}"].mean() for ref in ("checkmate-auto", "str-auto") if f"vs_{ref}" in mo}
