@@ -70,3 +70,10 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
                    "constraints": model.n_constraints}
         plan = decode(model, values, planner, auto=not opts.impl_choice, ilp_objective_s=res.objective_s)
     return MilpRun(kind, plan, res, pb.n, model.n_variables, model.n_constraints, model.n_binaries, build_s)
+
+
+def frame(runs: list[MilpRun]) -> "pd.DataFrame":  # noqa: F821 - pandas imported lazily
+    """The runs as one pandas table (a row per run, columns as `MilpRun.row`)."""
+    import pandas as pd
+
+    return pd.DataFrame([r.row() for r in runs])
