@@ -80,15 +80,82 @@ def segments_even(n_ops: int, n_stages: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
+def readers_of(g: Graph) -> list[list[int]]:
+    """Ops reading each tensor."""
+    a = g.arrays
+    out: list[list[int]] = [[] for _ in range(a.n_tensors)]
+    for o in range(a.n_ops):
+        for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]:
+            out[int(t)].append(o)
+    return out
+
+
+def segment_footprint(g: Graph, device: Device, ops: tuple[int, ...], readers: list[list[int]]) -> int:
+    """Bytes the model charges a segment while it runs (leanest impls): every tensor it reads from outside
+    and every tensor it makes that leaves it, for the whole segment, plus its internal peak and workspace."""
+    a = g.arrays
+    inside = set(ops)
+    produced = {int(t) for o in ops for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]}
+    boundary: set[int] = set()
+    for o in ops:
+        for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]:
+            if int(t) not in produced and not a.t_persistent[t]:
+                boundary.add(int(t))
+    for t in produced:
+        if any(r not in inside for r in readers[t]) or not readers[t]:
+            boundary.add(t)
+    occ = [device.occupied(int(b)) for b in a.t_bytes]
+    lean = _node_impls(g, device, ops, boundary, occ)[-1]
+    return sum(occ[t] for t in boundary) + lean.workspace
+
+
+def segments_by_footprint(g: Graph, device: Device, order: np.ndarray, n_stages: int) -> list[tuple[int, int]]:
+    """Merge neighbouring segments, smallest merged footprint first, until `n_stages` remain.
+
+    Even op counts put two big ops in one segment, and the model charges a segment all its boundary tensors at
+    once: such a segment can need more memory than any single op. Merging the cheapest neighbours first keeps
+    every segment's footprint near its largest op's (small ops, optimizer steps, pools merge first)."""
+    segs = [(i, i + 1) for i in range(len(order))]
+    foot: dict[tuple[int, int], int] = {}
+    rd = readers_of(g)
+
+    def fp(lo: int, hi: int) -> int:
+        if (lo, hi) not in foot:
+            foot[lo, hi] = segment_footprint(g, device, tuple(int(o) for o in order[lo:hi]), rd)
+        return foot[lo, hi]
+
+    cap = max(1, -(-len(order) // max(1, n_stages)) * 2)  # no segment longer than twice the even length
+    while len(segs) > max(1, n_stages):
+        best = None
+        for k in range(len(segs) - 1):
+            lo, hi = segs[k][0], segs[k + 1][1]
+            if hi - lo > cap:
+                continue
+            cost = (fp(lo, hi), hi - lo)
+            if best is None or cost < best[0]:
+                best = (cost, k)
+        if best is None:
+            cap *= 2
+            continue
+        k = best[1]
+        segs[k:k + 2] = [(segs[k][0], segs[k + 1][1])]
+    return segs
+
+
 def build_problem(graph: Graph, device: Device, stages: int | None = None,
-                  order: np.ndarray | None = None) -> StageProblem:
+                  order: np.ndarray | None = None, segmentation: str = "footprint") -> StageProblem:
     """The stage problem of `graph` in `order` (default: program order); `stages` < #ops coarsens into that
-    many segments of consecutive ops (even op counts)."""
+    many segments of consecutive ops (`segmentation`: "footprint", see segments_by_footprint, or "even")."""
     g = graph
     a = g.arrays
     order = program_order(g) if order is None else np.asarray(order)
     n_ops = len(order)
-    segs = [(i, i + 1) for i in range(n_ops)] if not stages or stages >= n_ops else segments_even(n_ops, stages)
+    if not stages or stages >= n_ops:
+        segs = [(i, i + 1) for i in range(n_ops)]
+    elif segmentation == "even":
+        segs = segments_even(n_ops, stages)
+    else:
+        segs = segments_by_footprint(g, device, order, stages)
     node_of_op = np.empty(a.n_ops, np.int64)
     for q, (lo, hi) in enumerate(segs):
         node_of_op[order[lo:hi]] = q
