@@ -279,3 +279,19 @@ def test_unknown_solver() -> None:
     m = build_model(build_problem(g, g.device))
     with pytest.raises(HybridError, match="unknown solver"):
         solve(m, SolveOptions(solver="gurobi"))
+
+
+def test_footprint_segmentation_never_exceeds_the_even_one_much() -> None:
+    """Merging cheapest neighbours first keeps the largest segment footprint at or below even cutting's."""
+    from milp.stages import readers_of, segment_footprint, segments_by_footprint, segments_even
+
+    g = training_graph(12, seed=4, impls_prob=0.5, workspace_prob=0.3)
+    order = build_problem(g, g.device).order
+    rd = readers_of(g)
+    for k in (5, 10, 20):
+        def worst(segs):
+            return max(segment_footprint(g, g.device, tuple(int(o) for o in order[lo:hi]), rd) for lo, hi in segs)
+        fp = segments_by_footprint(g, g.device, order, k)
+        assert len(fp) == k and fp[0][0] == 0 and fp[-1][1] == len(order)
+        assert all(a[1] == b[0] for a, b in zip(fp, fp[1:]))
+        assert worst(fp) <= worst(segments_even(len(order), k))
