@@ -65,11 +65,13 @@ def test_ctrl_c_keeps_the_incumbent(tmp_path: Path) -> None:
     p = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", "milp", "--graph", str(path), "--memory",
                           str(mem), "--gap", "0", "--time-limit", "10m", "--out", str(out)],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(12)
+    time.sleep(25)
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=120)
     if "optimal (Optimal)" in stdout:  # a faster machine proved it first: nothing to interrupt
         return
-    assert p.returncode == 0, stderr
+    if p.returncode != 0:  # stopped before HiGHS had any incumbent: a one-line error, no traceback
+        assert "Interrupted" in stderr and stderr.strip().startswith("error:") and "Traceback" not in stderr
+        return
     assert "interrupted" in stdout
     assert validate(g, Plan.load(out)).valid
