@@ -10,7 +10,8 @@ from hybrid.graph import Graph
 from hybrid.plan import Plan
 from milp.decode import decode
 from milp.model import ModelOptions, build_model
-from milp.solve import SolveOptions, SolveResult, require_solution, solve
+from milp.model import Values
+from milp.solve import SolveOptions, SolveResult, require_solution, solve, start_of
 from milp.stages import build_problem
 
 # The paper's three planners (seed 002, §3): MO-SOS, and the memory plans of Checkmate (recompute only) and
@@ -34,6 +35,10 @@ class MilpRun:
     binaries: int
     build_s: float
 
+    @property
+    def values(self) -> Values | None:
+        return self.result.values
+
     def row(self) -> dict[str, Any]:
         """The figures of one run, for tables (pandas-ready)."""
         r = self.result
@@ -51,15 +56,16 @@ class MilpRun:
 
 def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | None = None,
               solve_options: SolveOptions = SolveOptions(), model_options: ModelOptions | None = None,
-              require: bool = True) -> MilpRun:
+              require: bool = True, start: Values | None = None) -> MilpRun:
     """Build, solve and decode. `stages` < #ops solves a coarsened problem (segments of consecutive ops).
-    With require=False a run without a solution comes back with plan None instead of raising."""
+    With require=False a run without a solution comes back with plan None instead of raising. `start`: a
+    solution of another kind on the same stages (`MilpRun.values`), given to HiGHS as a MIP start."""
     opts = model_options or KINDS[kind]
     t0 = time.perf_counter()
     pb = build_problem(graph, device, stages)
     model = build_model(pb, opts)
     build_s = time.perf_counter() - t0
-    res = solve(model, solve_options)
+    res = solve(model, solve_options, start_of(model, start) if start is not None else None)
     plan = None
     if res.values is not None or require:
         values = require_solution(res, f"milp {kind}")

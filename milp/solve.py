@@ -48,19 +48,51 @@ class SolveResult:
 
 
 class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
-    """PuLP's highspy interface, with Ctrl-C stopping the search and keeping the incumbent."""
+    """PuLP's highspy interface, with Ctrl-C stopping the search and keeping the incumbent, and a MIP start
+    (PuLP passes warm starts to HiGHS_CMD only)."""
+
+    start: dict[str, float] | None = None
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
-        lp.solverModel.HandleKeyboardInterrupt = True
-        lp.solverModel.solve()
+        import highspy
+
+        h = lp.solverModel
+        if self.start:
+            cols = [0.0] * h.getNumCol()
+            for var in lp.variables():
+                cols[var.index] = self.start.get(var.name, 0.0)
+            sol = highspy.HighsSolution()
+            sol.col_value = cols
+            sol.value_valid = True
+            h.setSolution(sol)
+        h.HandleKeyboardInterrupt = True
+        h.solve()
 
 
-def solve(model: MilpModel, opts: SolveOptions = SolveOptions()) -> SolveResult:
+def start_of(model: MilpModel, values: Values) -> dict[str, float]:
+    """A MIP start for `model` from another model's solution (e.g. Checkmate-Auto's for MO-SOS): its ones
+    where this model has the same variable; a node runs the impl the solution used. The solver repairs or
+    drops a start that does not fit."""
+    start: dict[str, float] = {}
+    for key in values.R:
+        if key in model.R:
+            start[model.R[key].name] = 1.0
+            if (key[1], key[2]) in model.I:
+                start[model.I[key[1], key[2]].name] = 1.0
+    for src, dst in ((values.S, model.S), (values.O, model.O), (values.P, model.P)):
+        for key in src:
+            if key in dst:
+                start[dst[key].name] = 1.0
+    return start
+
+
+def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str, float] | None = None) -> SolveResult:
+    """`start`: a MIP start (HiGHS only; `start_of`)."""
     if opts.solver not in SOLVERS:
         raise HybridError(f"milp: unknown solver {opts.solver!r}; use one of {', '.join(SOLVERS)}")
     t0 = time.perf_counter()
     if opts.solver == "highs":
-        res = _solve_highs(model, opts)
+        res = _solve_highs(model, opts, start)
     else:
         res = _solve_cbc(model, opts)
     return res if res.solve_s else _with_time(res, time.perf_counter() - t0)
@@ -70,10 +102,11 @@ def _with_time(r: SolveResult, s: float) -> SolveResult:
     return SolveResult(r.status, r.solver_status, r.objective_s, r.bound_s, r.gap, s, r.interrupted, r.values)
 
 
-def _solve_highs(model: MilpModel, opts: SolveOptions) -> SolveResult:
+def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None) -> SolveResult:
     import highspy
 
     solver = _HiGHS(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap, threads=opts.threads)
+    solver.start = start
     t0 = time.perf_counter()
     model.lp.solve(solver)
     solve_s = time.perf_counter() - t0

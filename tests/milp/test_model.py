@@ -295,3 +295,19 @@ def test_footprint_segmentation_never_exceeds_the_even_one_much() -> None:
         assert len(fp) == k and fp[0][0] == 0 and fp[-1][1] == len(order)
         assert all(a[1] == b[0] for a, b in zip(fp, fp[1:]))
         assert worst(fp) <= worst(segments_even(len(order), k))
+
+
+def test_checkmate_solution_is_a_mip_start_for_mosos() -> None:
+    """Checkmate-Auto's solution is feasible in MO-SOS (no copies, leanest impls): as a start, HiGHS keeps an
+    incumbent at least that good even when stopped at once."""
+    from milp.solve import start_of
+
+    g = training_graph(4, seed=1, impls_prob=0.6, workspace_prob=0.3)
+    dev = _device(g, 0.9)
+    pb = build_problem(g, dev)
+    mc = build_model(pb, ModelOptions(offload=False, impl_choice=False))
+    rc = solve(mc, EXACT)
+    assert rc.status == "optimal"
+    mm = build_model(pb, ModelOptions())
+    r = solve(mm, SolveOptions(time_limit_s=60, gap=0.0), start_of(mm, rc.values))
+    assert r.status == "optimal" and r.objective_s <= rc.objective_s * (1 + 1e-9)
