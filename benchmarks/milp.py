@@ -125,7 +125,7 @@ def part_paper(args: argparse.Namespace) -> None:
                     # Checkmate-Auto's solution is feasible for the other two: their MIP start.
                     run = plan_milp(g, dev, kind, args.paper_stages, so, require=False, start=start)
                     if kind == "checkmate-auto":
-                        start = run.values
+                        start = run.auto_values
                     row = _row(run, g, frac)
                     if run.plan is None:
                         row["note"] = f"no plan: {run.result.status} ({run.result.solver_status})"
@@ -154,7 +154,7 @@ peak (capped at 24 GiB). Each convolution gets a modelled fast impl ({args.speed
 {args.ws_factor} x its largest operand) because capture emits no conv algorithms yet: the MO-SOS vs -Auto
 differences rest on that assumption. Solved on {args.paper_stages} stages (segments of consecutive ops; docs/milp.md),
 HiGHS 1 thread, {args.time_limit:.0f} s limit, gap 1%; STR-Auto and MO-SOS start from Checkmate-Auto's solution
-(a HiGHS MIP start). makespan_s is the simulator's time of the decoded, validated
+with Auto's impls (a HiGHS MIP start, milp.decode.auto_values). makespan_s is the simulator's time of the decoded, validated
 plan; vs_X = makespan / X's makespan - 1. Average MO-SOS vs Checkmate-Auto: {avg.get('checkmate-auto', float('nan')):+.2%},
 vs STR-Auto: {avg.get('str-auto', float('nan')):+.2%} (paper: -13.53% and -4.36%). `hybrid optimize` is not in this
 table (not run: time)."""

@@ -8,7 +8,7 @@ from typing import Any
 from hybrid.device import Device
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from milp.decode import decode
+from milp.decode import auto_values, decode
 from milp.model import ModelOptions, build_model
 from milp.model import Values
 from milp.solve import SolveOptions, SolveResult, require_solution, solve, start_of
@@ -34,6 +34,7 @@ class MilpRun:
     constraints: int
     binaries: int
     build_s: float
+    auto_values: Values | None = None   # -Auto runs: the solution with Auto's impls (a MIP start for MO-SOS)
 
     @property
     def values(self) -> Values | None:
@@ -75,7 +76,10 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
                    "solve_s": res.solve_s, "stages": pb.n, "variables": model.n_variables,
                    "constraints": model.n_constraints}
         plan = decode(model, values, planner, auto=not opts.impl_choice, ilp_objective_s=res.objective_s)
-    return MilpRun(kind, plan, res, pb.n, model.n_variables, model.n_constraints, model.n_binaries, build_s)
+    run = MilpRun(kind, plan, res, pb.n, model.n_variables, model.n_constraints, model.n_binaries, build_s)
+    if res.values is not None and not opts.impl_choice:
+        run.auto_values = auto_values(model, res.values)
+    return run
 
 
 def frame(runs: list[MilpRun]) -> "pd.DataFrame":  # noqa: F821 - pandas imported lazily

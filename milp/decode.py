@@ -38,8 +38,10 @@ class Action:
     recompute: bool = False
 
 
-def actions(model: MilpModel, values: Values, auto: bool = False) -> list[Action]:
-    """The paper's decoding walk (module docstring, step 1)."""
+def actions(model: MilpModel, values: Values, auto: bool = False,
+            runs_out: dict[tuple[int, int], int] | None = None) -> list[Action]:
+    """The paper's decoding walk (module docstring, step 1). `runs_out` collects (stage, node) -> the impl
+    each run took (Auto's choice, with auto)."""
     pb = model.problem
     g = pb.graph
     a = g.arrays
@@ -89,6 +91,8 @@ def actions(model: MilpModel, values: Values, auto: bool = False) -> list[Action
                     fits = [w for w in range(len(nd.impls)) if nd.impls[w].workspace <= budget - used]
                     v = min(fits, key=lambda w: nd.impls[w].time_s) if fits else nd.leanest
                     chosen[q] = v
+            if runs_out is not None:
+                runs_out[t, q] = v
             on_device.update(nd.outputs)
             out.extend(_expand(g, nd.ops, nd.impls[v].choice, set(pb.managed), t != q))
             later = {r for r, _ in runs[k + 1:]}
@@ -214,6 +218,21 @@ def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = No
     plan.metrics["peak_bytes"] = int(rep.peak_bytes)
     plan.metrics["stall_s"] = max(0.0, plan.makespan_s - compute_s)
     return plan
+
+
+def auto_values(model: MilpModel, values: Values) -> Values:
+    """The solution with the impls Auto picks, one per node (a node whose reruns Auto would give another impl
+    keeps its leanest): a feasible point of the same stages with implementation choice, i.e. a MIP start
+    for MO-SOS that is as fast as the -Auto plan. Auto picks only what fits the model's own memory."""
+    runs: dict[tuple[int, int], int] = {}
+    actions(model, values, auto=True, runs_out=runs)
+    nodes = model.problem.nodes
+    per_node: dict[int, set[int]] = {}
+    for (t, q), v in runs.items():
+        per_node.setdefault(q, set()).add(v)
+    pick = {q: next(iter(vs)) if len(vs) == 1 else nodes[q].leanest for q, vs in per_node.items()}
+    R = frozenset((t, q, pick[q]) for (t, q) in runs)
+    return Values(R, values.S, values.O, values.P)
 
 
 def impl_names(plan: Plan) -> dict[str, str]:

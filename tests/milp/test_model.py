@@ -311,3 +311,26 @@ def test_checkmate_solution_is_a_mip_start_for_mosos() -> None:
     mm = build_model(pb, ModelOptions())
     r = solve(mm, SolveOptions(time_limit_s=60, gap=0.0), start_of(mm, rc.values))
     assert r.status == "optimal" and r.objective_s <= rc.objective_s * (1 + 1e-9)
+
+
+def test_auto_solution_starts_mosos_no_slower_than_checkmate_auto() -> None:
+    """Checkmate-Auto's solution with Auto's impls (one per node) is feasible for MO-SOS, so MO-SOS's optimum
+    is never slower than it."""
+    from milp.decode import auto_values
+    from milp.solve import start_of
+
+    for seed in range(3):
+        g = training_graph(4, seed=seed, impls_prob=0.7, workspace_prob=0.3)
+        dev = _device(g, 0.9)
+        pb = build_problem(g, dev)
+        mc = build_model(pb, ModelOptions(offload=False, impl_choice=False))
+        rc = solve(mc, EXACT)
+        if rc.status != "optimal":
+            continue
+        auto_plan = decode(mc, rc.values, auto=True)
+        mm = build_model(pb, ModelOptions())
+        av = auto_values(mc, rc.values)
+        # equal unless Auto gave a node's rerun another impl than its first run (then the node keeps its leanest)
+        assert mm.compute_time(av) >= auto_plan.metrics["compute_s"] * (1 - 1e-9)
+        r = solve(mm, SolveOptions(time_limit_s=60, gap=0.0), start_of(mm, av))
+        assert r.status == "optimal" and r.objective_s <= mm.compute_time(av) * (1 + 1e-9)
