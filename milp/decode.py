@@ -20,8 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from hybrid.errors import HybridError
 from hybrid.plan import Event, Plan, UnconstrainedAllocation
 from hybrid.simulator import resimulate
@@ -48,7 +46,6 @@ def actions(model: MilpModel, values: Values, auto: bool = False,
     nodes = pb.nodes
     n = pb.n
     budget = pb.device.usable_bytes
-    occ = [pb.device.occupied(int(b)) for b in a.t_bytes]
     run_at: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     for (t, q, v) in values.R:
         run_at[t].append((q, v))
@@ -109,7 +106,6 @@ def actions(model: MilpModel, values: Values, auto: bool = False,
                 leaving[j] = model.sf_off[x, j]
     for i in sorted(on_device):
         free(i)
-    _ = occ
     return out
 
 
@@ -240,4 +236,4 @@ def impl_names(plan: Plan) -> dict[str, str]:
     return {e.op: e.impl for e in plan.events if e.kind == "compute" and not e.recompute and e.impl}
 
 
-__all__ = ["Action", "actions", "decode", "impl_names", "np"]
+__all__ = ["Action", "actions", "auto_values", "decode", "impl_names"]

@@ -148,7 +148,14 @@ def build_problem(graph: Graph, device: Device, stages: int | None = None,
     many segments of consecutive ops (`segmentation`: "footprint", see segments_by_footprint, or "even")."""
     g = graph
     a = g.arrays
-    order = program_order(g) if order is None else np.asarray(order)
+    if order is None:
+        order = program_order(g)
+    else:
+        from hybrid.graph.order import is_topological
+
+        order = np.asarray(order)
+        if len(order) != len(g.ops) or not is_topological(g, order):
+            raise HybridError("milp: the stage order must be a topological order of all the graph's ops")
     n_ops = len(order)
     if not stages or stages >= n_ops:
         segs = [(i, i + 1) for i in range(n_ops)]
@@ -273,11 +280,3 @@ def _node_impls(g: Graph, device: Device, ops: tuple[int, ...], boundary: set[in
                     internal_live -= occ[t]
         out.append(NodeImpl(c, time, peak))
     return tuple(out)
-
-
-def check_order(problem: StageProblem) -> None:
-    """Stages assume a topological order: refuse one that is not."""
-    from hybrid.graph.order import is_topological
-
-    if not is_topological(problem.graph, problem.order):
-        raise HybridError("milp: the stage order is not a topological order of the graph")
