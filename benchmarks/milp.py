@@ -119,13 +119,14 @@ def part_paper(args: argparse.Namespace) -> None:
         for frac in (float(x) for x in args.fractions.split(",")):
             dev = replace(P40, name=f"p40@{frac}", memory_bytes=min(P40.memory_bytes, int(peak * frac)))
             base = {}
-            start = None
+            starts: dict[str, object] = {}
             for kind in ("checkmate-auto", "str-auto", "mosos"):
                 try:
-                    # Checkmate-Auto's solution is feasible for the other two: their MIP start.
-                    run = plan_milp(g, dev, kind, args.paper_stages, so, require=False, start=start)
+                    # Checkmate-Auto's solution is feasible for the other two: their MIP start (MO-SOS's with
+                    # the impls Auto picked).
+                    run = plan_milp(g, dev, kind, args.paper_stages, so, require=False, start=starts.get(kind))
                     if kind == "checkmate-auto":
-                        start = run.auto_values
+                        starts = {"str-auto": run.values, "mosos": run.auto_values}
                     row = _row(run, g, frac)
                     if run.plan is None:
                         row["note"] = f"no plan: {run.result.status} ({run.result.solver_status})"
