@@ -24,7 +24,7 @@ from benchmarks.common import ROOT, write_table
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph, Impl, Op
-from hybrid.graph.info import unswapped_peak
+from hybrid.graph.info import largest_op, unswapped_peak
 from hybrid.graph.synthetic import training_graph
 from milp.api import plan_milp
 from milp.solve import SolveOptions
@@ -116,6 +116,8 @@ def part_paper(args: argparse.Namespace) -> None:
     for model in args.models.split(","):
         g = modelled_conv_impls(Graph.load(capture(model, Path(args.graphs))), args.speedup, args.ws_factor)
         peak = unswapped_peak(g, P40.alignment_bytes)
+        fixed = sum(P40.occupied(t.bytes) for t in g.tensors if t.persistent)
+        need = fixed + largest_op(g, P40.alignment_bytes)[1]
         for frac in (float(x) for x in args.fractions.split(",")):
             dev = replace(P40, name=f"p40@{frac}", memory_bytes=min(P40.memory_bytes, int(peak * frac)))
             base = {}
@@ -130,6 +132,9 @@ def part_paper(args: argparse.Namespace) -> None:
                     row = _row(run, g, frac)
                     if run.plan is None:
                         row["note"] = f"no plan: {run.result.status} ({run.result.solver_status})"
+                        if need > dev.memory_bytes:
+                            row["note"] += (f"; the largest op with the resident parameters needs {need / peak:.2f} "
+                                            f"of the peak: no plan that moves whole tensors fits")
                 except HybridError as e:
                     row = {"graph": g.name, "planner": kind, "memory_frac": frac, "note": f"cannot run: {e}"}
                 base[kind] = row.get("makespan_s")

@@ -123,10 +123,17 @@ def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] |
         return SolveResult("no_solution", words, None, None, None, solve_s, interrupted, None)
     values = read_values(model)
     obj = model.compute_time(values)
-    bound = float(info.mip_dual_bound) / MS if info.mip_dual_bound > -1e30 else None
-    gap = float(info.mip_gap) if info.mip_gap < 1e30 else None
-    status = "optimal" if st == S.kOptimal else "feasible"
-    return SolveResult(status, words, obj, bound, gap, solve_s, interrupted, values)
+    bound = float(info.mip_dual_bound) / MS if abs(info.mip_dual_bound) < 1e30 else None
+    # The gap from the incumbent and the dual bound themselves: a run stopped at its time limit has been seen
+    # with model status Optimal and mip_gap 0 while its bound was far below (HiGHS 1.16 with a MIP start).
+    model_obj = float(info.objective_function_value)
+    gap = None
+    if bound is not None and abs(model_obj) > 0:
+        gap = max(0.0, (model_obj - bound * MS) / abs(model_obj))
+    proven = st == S.kOptimal and gap is not None and gap <= opts.gap + 1e-6
+    if st == S.kOptimal and not proven:
+        words += f" (gap {gap if gap is None else round(gap, 4)} from its bound: optimality not trusted)"
+    return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, interrupted, values)
 
 
 _RESULT = re.compile(r"^Result - (.*)$", re.M)
