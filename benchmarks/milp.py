@@ -107,7 +107,7 @@ device. VGG19: captured (SGD, batch 144, 227x227), conv impls modelled (speedup 
 {args.ws_factor} x largest operand), P40 link, memory {args.scale_fraction} x peak, coarsened to `stages` segments.
 `gap` is HiGHS's own (mip_gap), `status` optimal only when HiGHS proved it within the 1% gap.
 **Largest stage count reaching gap <= 1% within the limit: {best}.**"""
-    write_table(df, "milp_scale", "MO-SOS MILP: model size and solve time against stage count", notes)
+    write_table(df, args.stem or "milp_scale", "MO-SOS MILP: model size and solve time against stage count", notes)
 
 
 def part_paper(args: argparse.Namespace) -> None:
@@ -164,7 +164,7 @@ with Auto's impls (a HiGHS MIP start, milp.decode.auto_values). makespan_s is th
 plan; vs_X = makespan / X's makespan - 1. Average MO-SOS vs Checkmate-Auto: {avg.get('checkmate-auto', float('nan')):+.2%},
 vs STR-Auto: {avg.get('str-auto', float('nan')):+.2%} (paper: -13.53% and -4.36%). `hybrid optimize` is not in this
 table (not run: time)."""
-    write_table(df, "milp", "MO-SOS against Checkmate-Auto and STR-Auto (seed 002 setup)", notes)
+    write_table(df, args.stem or "milp", "MO-SOS against Checkmate-Auto and STR-Auto (seed 002 setup)", notes)
 
 
 def main() -> None:
@@ -180,6 +180,7 @@ def main() -> None:
     ap.add_argument("--paper-stages", type=int, default=48)
     ap.add_argument("--speedup", type=float, default=1.6)
     ap.add_argument("--ws-factor", type=float, default=1.0)
+    ap.add_argument("--stem", default=None, help="Table name under results/ (default: milp_scale or milp).")
     args = ap.parse_args()
     Path(args.graphs).mkdir(parents=True, exist_ok=True)
     part_scale(args) if args.part == "scale" else part_paper(args)
