@@ -105,7 +105,7 @@ def _write_scale(rows: list[dict], args: argparse.Namespace, so: SolveOptions) -
 impls_prob=0.5, workspace_prob=0.3)`, one stage per op, memory {args.scale_fraction} x unswapped peak, their own
 device. VGG19: captured (SGD, batch 144, 227x227), conv impls modelled (speedup {args.speedup}, workspace
 {args.ws_factor} x largest operand), P40 link, memory {args.scale_fraction} x peak, coarsened to `stages` segments.
-`gap` is HiGHS's own (mip_gap), `status` optimal only when HiGHS proved it within the 1% gap.
+`gap` is (incumbent - HiGHS dual bound) / incumbent; `status` optimal only when HiGHS says so and that gap is within 1%.
 **Largest stage count reaching gap <= 1% within the limit: {best}.**"""
     write_table(df, args.stem or "milp_scale", "MO-SOS MILP: model size and solve time against stage count", notes)
 
