@@ -1,0 +1,239 @@
+"""Turn a MILP solution into the one plan type, timed by the project's simulator and checked by its validator.
+
+The paper's Algorithm 1 (seed 002, §2.5) walks the stages: transfers issued, then computes in order, each
+followed by the frees Free says. Here:
+1. `actions`: the same walk, stage by stage — frees of what S drops, prefetches (P) issued at the stage's
+   start, the stage's (re)computes with their impls, each followed by the frees the model's Free allows,
+   offloads (O) issued at the stage's end. On a coarsened problem a node expands to its ops, and tensors
+   inside a segment are freed after their last reader there.
+2. A nominal timeline runs these one after another (one event at a time): a valid plan whenever the
+   model's memory accounting holds, and a check of that accounting.
+3. `hybrid.swap.from_plan` recovers its data, stream and memory edges, and `hybrid.simulator` re-times them
+   with the three streams overlapped: copies may stall computes where the stage windows were optimistic.
+   The MILP objective (compute time) is a lower bound on that makespan.
+With `auto=True` (the -Auto baselines) each node takes, when it first runs, the fastest implementation
+whose workspace fits the memory the model leaves at that point; its reruns reuse it where it fits, else the
+leanest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hybrid.errors import HybridError
+from hybrid.plan import Event, Plan, UnconstrainedAllocation
+from hybrid.simulator import resimulate
+from hybrid.swap.from_plan import from_plan
+from hybrid.validator import validate
+from milp.model import MilpModel, Values
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str                 # compute | swap_in | swap_out | free
+    ref: int                  # op index (compute) or tensor index
+    impl: int = 0             # impl index into the op's implementations (compute)
+    recompute: bool = False
+
+
+def actions(model: MilpModel, values: Values, auto: bool = False,
+            runs_out: dict[tuple[int, int], int] | None = None) -> list[Action]:
+    """The paper's decoding walk (module docstring, step 1). `runs_out` collects (stage, node) -> the impl
+    each run took (Auto's choice, with auto)."""
+    pb = model.problem
+    g = pb.graph
+    a = g.arrays
+    nodes = pb.nodes
+    n = pb.n
+    budget = pb.device.usable_bytes
+    run_at: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for (t, q, v) in values.R:
+        run_at[t].append((q, v))
+    for lst in run_at:
+        lst.sort()
+    on_device: set[int] = set()            # managed tensors with a complete (or landing) device copy
+    landing: dict[int, int] = {}           # prefetched tensor -> last stage its copy is in flight
+    leaving: dict[int, int] = {}           # offloaded tensor -> last stage its copy is in flight (model memory)
+    chosen: dict[int, int] = {}            # node -> impl its first run took (auto)
+    out: list[Action] = []
+
+    def free(i: int) -> None:
+        on_device.discard(i)
+        out.append(Action("free", i))
+
+    for t in range(n):
+        for j in [j for j, e in leaving.items() if e < t]:
+            del leaving[j]
+        for j in [j for j, e in landing.items() if e < t]:
+            del landing[j]
+        for i in sorted(on_device):
+            if i not in landing and (t, i) not in values.S:
+                free(i)
+        for (x, j) in sorted(values.P):
+            if x == t:
+                out.append(Action("swap_in", j))
+                on_device.add(j)
+                landing[j] = model.sf_pre[x, j]
+        runs = run_at[t]
+        for k, (q, v) in enumerate(runs):
+            nd = nodes[q]
+            if auto:
+                used = pb.fixed_bytes + sum(pb.mem[i] for i in on_device | set(leaving)) + \
+                    sum(pb.mem[i] for i in nd.outputs)
+                if q in chosen and nd.impls[chosen[q]].workspace <= budget - used:
+                    v = chosen[q]
+                elif q in chosen:
+                    v = nd.leanest
+                else:
+                    fits = [w for w in range(len(nd.impls)) if nd.impls[w].workspace <= budget - used]
+                    v = min(fits, key=lambda w: nd.impls[w].time_s) if fits else nd.leanest
+                    chosen[q] = v
+            if runs_out is not None:
+                runs_out[t, q] = v
+            on_device.update(nd.outputs)
+            out.extend(_expand(g, nd.ops, nd.impls[v].choice, set(pb.managed), t != q))
+            later = {r for r, _ in runs[k + 1:]}
+            for i in dict.fromkeys(nd.inputs + nd.outputs):
+                if any(r in later for r in pb.readers.get(i, ())):
+                    continue
+                if (t + 1, i) in values.S or (t, i) in values.O:
+                    continue
+                free(i)
+        for (x, j) in sorted(values.O):
+            if x == t:
+                out.append(Action("swap_out", j))
+                on_device.discard(j)
+                leaving[j] = model.sf_off[x, j]
+    for i in sorted(on_device):
+        free(i)
+    return out
+
+
+def _expand(g: Any, ops: tuple[int, ...], choice: tuple[int, ...], managed: set[int],
+            recompute: bool) -> list[Action]:
+    """A node's ops in order; tensors that never leave the segment are freed after their last reader in it."""
+    a = g.arrays
+    out: list[Action] = []
+    last: dict[int, int] = {}
+    for k, o in enumerate(ops):
+        for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]:
+            last[int(t)] = k
+    for k, o in enumerate(ops):
+        out.append(Action("compute", o, choice[k], recompute))
+        done = [int(t) for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]
+                if int(t) not in managed and last.get(int(t), k) <= k]
+        done += [int(t) for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]
+                 if int(t) not in managed and not a.t_persistent[t] and last[int(t)] == k
+                 and int(a.t_producer[t]) in ops and ops.index(int(a.t_producer[t])) < k]
+        out.extend(Action("free", t) for t in dict.fromkeys(done))
+    return out
+
+
+def _events(g: Any, device: Any, acts: list[Action]) -> list[Event]:
+    """One event after another, starting at 0 (the nominal timeline, step 2)."""
+    cursor = 0.0
+    evs: list[Event] = []
+    for ac in acts:
+        if ac.kind == "compute":
+            op = g.ops[ac.ref]
+            im = op.implementations[ac.impl]
+            end = cursor + im.time_s
+            evs.append(Event("compute", cursor, end, op=op.id, impl=im.name if op.impls else None,
+                             recompute=ac.recompute))
+            cursor = end
+        elif ac.kind == "free":
+            evs.append(Event("free", cursor, cursor, tensor=g.tensors[ac.ref].id))
+        else:
+            nbytes = int(g.tensors[ac.ref].bytes)
+            d = device.h2d_time(nbytes) if ac.kind == "swap_in" else device.d2h_time(nbytes)
+            evs.append(Event(ac.kind, cursor, cursor + d, tensor=g.tensors[ac.ref].id))
+            cursor += d
+    return evs
+
+
+def _plan(model: MilpModel, events: list[Event], planner: dict[str, Any], metrics: dict[str, Any]) -> Plan:
+    pb = model.problem
+    g = pb.graph
+    ideal = sum(e.end_s - e.start_s for e in events if e.kind == "compute" and not e.recompute)
+    makespan = max((e.end_s for e in events), default=0.0)
+    return Plan(graph=g.name, graph_sha256=g.sha256, device=pb.device, planner=dict(planner),
+                schedule=[g.ops[int(o)].id for o in pb.order], allocation=UnconstrainedAllocation(),
+                resident_at_start=[t.id for t in g.tensors if t.persistent], events=events,
+                makespan_s=makespan, metrics={"ideal_s": ideal, **metrics})
+
+
+def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = None, auto: bool = False,
+           ilp_objective_s: float | None = None) -> Plan:
+    """The simulated, validated plan of a solution (module docstring). Raises HybridError naming the broken
+    rule if the nominal or the overlapped plan does not validate (a bug in the model or here)."""
+    pb = model.problem
+    g = pb.graph
+    acts = actions(model, values, auto)
+    nominal = _plan(model, _events(g, pb.device, acts), planner or {}, {})
+    rep = validate(g, nominal)
+    if not rep.valid:
+        v = rep.violations[0]
+        raise HybridError(f"milp: the decoded schedule breaks rule {v.rule}: {v.message}")
+    aug = from_plan(g, nominal)
+    start, end = resimulate(aug)
+    # from_plan keeps each (kind, tensor-or-op)'s events in plan order: match them back by occurrence.
+    slots: dict[tuple[str, str], list[int]] = {}
+    for i, e in enumerate(nominal.events):
+        slots.setdefault((e.kind, e.op or e.tensor or ""), []).append(i)
+    seen: dict[tuple[str, str], int] = {}
+    kinds = ("compute", "swap_in", "swap_out", "free")
+    timed: list[tuple[float, int, Event]] = []
+    for k in range(aug.n_nodes):
+        kind = kinds[int(aug.kind[k])]
+        ref = g.ops[int(aug.ref[k])].id if kind == "compute" else g.tensors[int(aug.ref[k])].id
+        key = (kind, ref)
+        idx = slots[key][seen.get(key, 0)]
+        seen[key] = seen.get(key, 0) + 1
+        e = nominal.events[idx]
+        s, f = float(start[k]), float(end[k])
+        timed.append((s, k, Event(e.kind, s, f, op=e.op, tensor=e.tensor, impl=e.impl, recompute=e.recompute)))
+    timed.sort(key=lambda x: (x[0], x[1]))
+    events = [e for _, _, e in timed]
+    compute_s = sum(e.end_s - e.start_s for e in events if e.kind == "compute")
+    metrics: dict[str, Any] = {
+        "compute_s": compute_s,
+        "recomputes": sum(1 for e in events if e.kind == "compute" and e.recompute),
+        "swaps_out": sum(1 for e in events if e.kind == "swap_out"),
+        "swaps_in": sum(1 for e in events if e.kind == "swap_in"),
+        "bytes_d2h": sum(int(g.tensor(e.tensor).bytes) for e in events if e.kind == "swap_out"),
+        "bytes_h2d": sum(int(g.tensor(e.tensor).bytes) for e in events if e.kind == "swap_in"),
+        "nominal_makespan_s": nominal.makespan_s,
+    }
+    if ilp_objective_s is not None:
+        metrics["ilp_objective_s"] = ilp_objective_s
+    plan = _plan(model, events, planner or {}, metrics)
+    rep = validate(g, plan)
+    if not rep.valid:
+        v = rep.violations[0]
+        raise HybridError(f"milp: the simulated plan breaks rule {v.rule}: {v.message}")
+    plan.metrics["peak_bytes"] = int(rep.peak_bytes)
+    plan.metrics["stall_s"] = max(0.0, plan.makespan_s - compute_s)
+    return plan
+
+
+def auto_values(model: MilpModel, values: Values) -> Values:
+    """The solution with the impls Auto picks, one per node (a node whose reruns Auto would give another impl
+    keeps its leanest): a feasible point of the same stages with implementation choice, i.e. a MIP start
+    for MO-SOS that is as fast as the -Auto plan. Auto picks only what fits the model's own memory."""
+    runs: dict[tuple[int, int], int] = {}
+    actions(model, values, auto=True, runs_out=runs)
+    nodes = model.problem.nodes
+    per_node: dict[int, set[int]] = {}
+    for (t, q), v in runs.items():
+        per_node.setdefault(q, set()).add(v)
+    pick = {q: next(iter(vs)) if len(vs) == 1 else nodes[q].leanest for q, vs in per_node.items()}
+    R = frozenset((t, q, pick[q]) for (t, q) in runs)
+    return Values(R, values.S, values.O, values.P)
+
+
+def impl_names(plan: Plan) -> dict[str, str]:
+    """Op -> impl its first run takes (for reports)."""
+    return {e.op: e.impl for e in plan.events if e.kind == "compute" and not e.recompute and e.impl}
+
+
+__all__ = ["Action", "actions", "auto_values", "decode", "impl_names"]

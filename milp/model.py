@@ -1,0 +1,286 @@
+"""The MO-SOS integer program (seed 002, §2.3-2.4) in PuLP, and the baselines from the same code.
+
+Checkmate's stages (stage t computes node t, and may rerun earlier nodes) with R per implementation,
+S (kept on the device), offload O and prefetch P starts, Free and memory U that carries the chosen
+implementation's workspace. Each constraint is stated, with where it departs from the paper, in
+docs/milp.md; the comments below name them (paper's numbers in brackets). Switches:
+- `offload=False`: recompute only (Checkmate);
+- `impl_choice=False`: every node runs its least-workspace impl in the model (a planner that does not know
+  about workspaces), and `decode` then picks impls "Auto" (fastest that fits the memory left).
+Units inside the model: milliseconds and MiB (keeps the coefficients near 1 for the solver).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+import pulp
+
+from milp.stages import StageProblem
+
+MS = 1e3          # seconds -> model time unit
+MIB = float(1 << 20)  # bytes -> model memory unit
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    offload: bool = True       # O/P variables (False: Checkmate, recompute only)
+    impl_choice: bool = True   # R per implementation (False: the leanest impl; Auto picks after decoding)
+    recompute: bool = True     # reruns allowed (False: offload only)
+
+    def describe(self) -> dict:
+        return {"offload": self.offload, "impl_choice": self.impl_choice, "recompute": self.recompute}
+
+
+@dataclass
+class MilpModel:
+    problem: StageProblem
+    options: ModelOptions
+    lp: pulp.LpProblem
+    R: dict[tuple[int, int, int], pulp.LpVariable]     # (stage, node, impl)
+    S: dict[tuple[int, int], pulp.LpVariable]          # (stage, tensor)
+    O: dict[tuple[int, int], pulp.LpVariable]          # (stage whose end issues it, tensor)
+    P: dict[tuple[int, int], pulp.LpVariable]          # (stage whose start issues it, tensor)
+    I: dict[tuple[int, int], pulp.LpVariable]          # (node, impl): the impl a node runs in every stage
+    allowed: list[tuple[int, ...]]                     # impls the model may use per node
+    tau: list[float]                                   # stage durations (s) the transfer windows assume
+    sf_off: dict[tuple[int, int], int]                 # (x, tensor) -> last stage an offload issued at x's end is in flight
+    sf_pre: dict[tuple[int, int], int]                 # (x, tensor) -> last stage a prefetch issued at x's start is in flight
+    n_binaries: int = 0
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def n_variables(self) -> int:
+        return self.lp.numVariables()
+
+    @property
+    def n_constraints(self) -> int:
+        return self.lp.numConstraints()
+
+    def compute_time(self, values: "Values") -> float:
+        """Seconds of compute the solution runs (first runs and reruns): the paper's objective."""
+        nodes = self.problem.nodes
+        return sum(nodes[q].impls[v].time_s for (t, q, v) in values.R)
+
+
+@dataclass(frozen=True)
+class Values:
+    """A 0-1 solution read back from the solver (only the ones)."""
+
+    R: frozenset[tuple[int, int, int]]
+    S: frozenset[tuple[int, int]]
+    O: frozenset[tuple[int, int]]
+    P: frozenset[tuple[int, int]]
+
+
+def windows(tau: list[float], n: int, d: float, issue_at_end: bool) -> list[int | None]:
+    """Per issue stage x: the last stage the copy is in flight (sf in the paper), None if it never ends.
+
+    An offload is issued at the end of stage x and runs during x+1.. ; a prefetch at the start of x and runs
+    during x.. . It ends in the first stage by whose end the summed stage times reach its duration d.
+    """
+    pre = [0.0, *accumulate(tau)]
+    out: list[int | None] = []
+    j = 0
+    for x in range(n):
+        first = x + 1 if issue_at_end else x
+        j = max(j, first)
+        while j < n and pre[j + 1] - pre[first] < d:
+            j += 1
+        out.append(j if j < n else None)
+    return out
+
+
+def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos") -> MilpModel:
+    pb = problem
+    n = pb.n
+    nodes = pb.nodes
+    dev = pb.device
+    lp = pulp.LpProblem(name, pulp.LpMinimize)
+    allowed = [tuple(range(len(nd.impls))) if options.impl_choice else (nd.leanest,) for nd in nodes]
+    # Transfer windows assume the fastest implementation, as the paper says (stages can only be longer).
+    tau = [min(nodes[q].impls[v].time_s for v in allowed[q]) for q in range(n)]
+
+    # ---- variables ---------------------------------------------------------------------------------
+    R: dict[tuple[int, int, int], pulp.LpVariable] = {}
+    rstages: list[list[int]] = []
+    for q, nd in enumerate(nodes):
+        st = [q]
+        if options.recompute and nd.rerunnable and nd.outputs:
+            last = min(max(pb.need[j] for j in nd.outputs), nd.rerun_until)
+            st += list(range(q + 1, last + 1))
+        rstages.append(st)
+        for t in st:
+            for v in allowed[q]:
+                R[t, q, v] = pulp.LpVariable(f"R_{t}_{q}_{v}", cat="Binary")
+    at_stage: list[list[int]] = [[] for _ in range(n)]   # nodes that may run in stage t, ascending
+    for q in range(n):
+        for t in rstages[q]:
+            at_stage[t].append(q)
+    for lst in at_stage:
+        lst.sort()
+    I: dict[tuple[int, int], pulp.LpVariable] = {}
+    for q in range(n):
+        if len(allowed[q]) > 1:
+            for v in allowed[q]:
+                I[q, v] = pulp.LpVariable(f"I_{q}_{v}", cat="Binary")
+    S = {(t, j): pulp.LpVariable(f"S_{t}_{j}", cat="Binary")
+         for j in pb.managed for t in range(pb.producer[j] + 1, pb.need[j] + 1)}
+    O: dict[tuple[int, int], pulp.LpVariable] = {}
+    P: dict[tuple[int, int], pulp.LpVariable] = {}
+    sf_off: dict[tuple[int, int], int] = {}
+    sf_pre: dict[tuple[int, int], int] = {}
+    if options.offload:
+        for j in sorted(pb.offloadable):
+            p, need = pb.producer[j], pb.need[j]
+            nbytes = int(pb.graph.tensors[j].bytes)
+            wo = windows(tau, n, dev.d2h_time(nbytes), True)
+            wp = windows(tau, n, dev.h2d_time(nbytes), False)
+            pre_ok = [x for x in range(p + 1, need) if wp[x] is not None and wp[x] <= need - 1]
+            if not pre_ok:
+                continue
+            for x in range(p, need):
+                end = wo[x]
+                if end is not None and any(y > end for y in pre_ok):
+                    O[x, j] = pulp.LpVariable(f"O_{x}_{j}", cat="Binary")
+                    sf_off[x, j] = end
+            if not any(k[1] == j for k in sf_off):
+                continue
+            first_done = min(e for (x, jj), e in sf_off.items() if jj == j)
+            for x in pre_ok:
+                if x > first_done:
+                    P[x, j] = pulp.LpVariable(f"P_{x}_{j}", cat="Binary")
+                    sf_pre[x, j] = int(wp[x])  # type: ignore[arg-type]
+
+    def rsum(t: int, q: int) -> pulp.LpAffineExpression:
+        return pulp.lpSum(R[t, q, v] for v in allowed[q] if (t, q, v) in R)
+
+    def s(t: int, j: int) -> pulp.LpAffineExpression | int:
+        return S.get((t, j), 0)
+
+    def has_r(t: int, q: int) -> bool:
+        return (t, q, allowed[q][0]) in R
+
+    o_by_j: dict[int, list[int]] = {}
+    for (x, j) in O:
+        o_by_j.setdefault(j, []).append(x)
+    p_by_j: dict[int, list[int]] = {}
+    for (x, j) in P:
+        p_by_j.setdefault(j, []).append(x)
+    pdone: dict[tuple[int, int], list[pulp.LpVariable]] = {}
+    for (x, j), e in sf_pre.items():
+        pdone.setdefault((e, j), []).append(P[x, j])
+    inflight_o: dict[int, list[tuple[int, int]]] = {}   # stage -> offloads in flight during it
+    for (x, j), e in sf_off.items():
+        for t in range(x + 1, e + 1):
+            inflight_o.setdefault(t, []).append((x, j))
+    inflight_p: dict[int, list[tuple[int, int]]] = {}
+    for (x, j), e in sf_pre.items():
+        for t in range(x, e + 1):
+            inflight_p.setdefault(t, []).append((x, j))
+
+    # ---- objective [1]: compute + recompute time of the chosen implementations ----------------------
+    compute = pulp.lpSum(nodes[q].impls[v].time_s * MS * var for (t, q, v), var in R.items())
+    total = sum(nd.impls[a].time_s for nd, a in zip(nodes, (al[0] for al in allowed))) * MS
+    eps = 1e-6 * max(total, 1e-9) / (len(O) + len(P) + 1)  # tie-break: no copy that buys nothing
+    lp += compute + eps * pulp.lpSum(list(O.values()) + list(P.values()))
+
+    # ---- [2] every node computed in its own stage; [3] one implementation per node --------------------
+    for q in range(n):
+        lp += rsum(q, q) == 1, f"first_{q}"
+        if len(allowed[q]) > 1:
+            lp += pulp.lpSum(I[q, v] for v in allowed[q]) == 1, f"impl_{q}"
+            for t in rstages[q]:
+                for v in allowed[q]:
+                    lp += R[t, q, v] <= I[q, v], f"impl_{t}_{q}_{v}"
+    # ---- [4] what a node reads is on the device: kept, or computed earlier in the same stage ---------
+    for t in range(n):
+        for q in at_stage[t]:
+            for j in nodes[q].inputs:
+                lp += rsum(t, q) <= s(t, j) + rsum(t, pb.producer[j]), f"dep_{t}_{q}_{j}"
+    # ---- [5] a tensor is kept into stage t+1 only if it was there, (re)computed, or a prefetch landed;
+    #          an offload issued at the end of stage t takes the device copy with it ------------------
+    for (t, j), var in S.items():
+        p = pb.producer[j]
+        prev = s(t - 1, j) + rsum(t - 1, p) if t - 1 > p else rsum(t - 1, p)
+        rhs = prev + pulp.lpSum(pdone.get((t - 1, j), [])) - (O[t - 1, j] if (t - 1, j) in O else 0)
+        lp += var <= rhs, f"keep_{t}_{j}"
+    # A rerun allocates all its outputs: none may be on the device or in flight then.
+    for q in range(n):
+        for t in rstages[q][1:]:
+            for j in nodes[q].outputs:
+                busy = [O[k] for k in inflight_o.get(t, []) if k[1] == j] + \
+                       [P[k] for k in inflight_p.get(t, []) if k[1] == j]
+                if (t, j) in S or busy:
+                    lp += rsum(t, q) + s(t, j) + pulp.lpSum(busy) <= 1, f"rerun_fresh_{t}_{q}_{j}"
+    # ---- [6] offload at most once; [7] only valid data; [8] no offload without a prefetch;
+    #      [9] prefetch after the offload has landed, into a tensor not on the device ---------------------
+    for j, xs in o_by_j.items():
+        p = pb.producer[j]
+        lp += pulp.lpSum(O[x, j] for x in xs) <= 1, f"offload_once_{j}"
+        lp += pulp.lpSum(O[x, j] for x in xs) <= pulp.lpSum(P[x, j] for x in p_by_j.get(j, [])), f"no_idle_{j}"
+        for x in xs:
+            lp += O[x, j] <= s(x, j) + rsum(x, p), f"offload_valid_{x}_{j}"
+    for (x, j), var in P.items():
+        landed = [O[y, j] for y in o_by_j.get(j, []) if sf_off[y, j] < x]
+        lp += var <= pulp.lpSum(landed), f"prefetch_after_{x}_{j}"
+        if (x, j) in S:
+            lp += var + S[x, j] <= 1, f"prefetch_absent_{x}_{j}"
+    # ---- [10]-[13] one copy in flight per direction: at most one start per stage and no overlap -------
+    for t in range(n):
+        if len(inflight_o.get(t, [])) > 1:
+            lp += pulp.lpSum(O[k] for k in inflight_o[t]) <= 1, f"d2h_{t}"
+        if len(inflight_p.get(t, [])) > 1:
+            lp += pulp.lpSum(P[k] for k in inflight_p[t]) <= 1, f"h2d_{t}"
+
+    # ---- [14]-[18] memory: U at each node of each stage, with the chosen impl's workspace ------------
+    budget = dev.usable_bytes / MIB
+    s_at: dict[int, list[int]] = {}
+    for (tt, j) in S:
+        s_at.setdefault(tt, []).append(j)
+    n_free = 0
+    for t in range(n):
+        if not at_stage[t]:
+            continue
+        kept = [(pb.mem[j] / MIB, S[t, j]) for j in s_at.get(t, [])]
+        fly = [(pb.mem[k[1]] / MIB, P[k]) for k in inflight_p.get(t, [])] + \
+              [(pb.mem[k[1]] / MIB, O[k]) for k in inflight_o.get(t, [])]
+        base = pb.fixed_bytes / MIB + pulp.lpSum(c * v for c, v in kept + fly)
+        prev: pulp.LpAffineExpression | pulp.LpVariable = base
+        freed_prev: pulp.LpAffineExpression | int = 0
+        for q in at_stage[t]:
+            nd = nodes[q]
+            out_mib = sum(pb.mem[j] for j in nd.outputs) / MIB
+            u = pulp.LpVariable(f"U_{t}_{q}", lowBound=0)
+            lp += u == prev - freed_prev + out_mib * rsum(t, q), f"mem_{t}_{q}"
+            ws = pulp.lpSum(nd.impls[v].workspace / MIB * R[t, q, v] for v in allowed[q])
+            lp += u + ws <= budget, f"budget_{t}_{q}"
+            # Free_{t,i,q}: after q in stage t, i leaves unless kept, offloaded or read later in the stage.
+            frees = []
+            for i in dict.fromkeys(nd.inputs + nd.outputs):
+                f = pulp.LpVariable(f"F_{t}_{q}_{i}", lowBound=0, upBound=1)
+                n_free += 1
+                lp += f <= rsum(t, q), f"free_run_{t}_{q}_{i}"
+                if (t + 1, i) in S:
+                    lp += f <= 1 - S[t + 1, i], f"free_kept_{t}_{q}_{i}"
+                if (t, i) in O:
+                    lp += f <= 1 - O[t, i], f"free_off_{t}_{q}_{i}"
+                for r in pb.readers.get(i, ()):
+                    if r > q and has_r(t, r):
+                        lp += f <= 1 - rsum(t, r), f"free_later_{t}_{q}_{i}_{r}"
+                frees.append(pb.mem[i] / MIB * f)
+            prev = u
+            freed_prev = pulp.lpSum(frees)
+    m = MilpModel(pb, options, lp, R, S, O, P, I, allowed, tau, sf_off, sf_pre)
+    m.n_binaries = len(R) + len(S) + len(O) + len(P) + len(I)
+    m.stats = {"stages": n, "binaries": m.n_binaries, "R": len(R), "S": len(S), "O": len(O), "P": len(P),
+               "Free": n_free}
+    return m
+
+
+def read_values(model: MilpModel) -> Values:
+    """The solution's ones (values > 0.5); raises if the solver left any of R unset."""
+    def ones(d: dict) -> frozenset:
+        return frozenset(k for k, v in d.items() if v.varValue is not None and v.varValue > 0.5)
+
+    return Values(ones(model.R), ones(model.S), ones(model.O), ones(model.P))

@@ -1,0 +1,182 @@
+"""Solve a MilpModel with HiGHS (default) or CBC and say honestly what came back.
+
+PuLP maps HiGHS's time-limit, interrupt and iteration-limit stops to "Optimal" (pulp's highs_api
+status table), and CBC's time-limited runs have been reported "Optimal" too (coin-or/pulp #649). So the
+status here comes from the solver itself: HiGHS's model status and MIP gap from highspy, CBC's "Result -"
+and "Gap:" lines from its log. A run is `optimal` only when the solver proved it (within the requested
+gap); `feasible` carries the incumbent and its gap.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+
+import pulp
+
+from hybrid.errors import HybridError, InfeasibleError
+from milp.model import MS, MilpModel, Values, read_values
+
+SOLVERS = ("highs", "cbc")
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    solver: str = "highs"
+    time_limit_s: float | None = 600.0
+    gap: float = 0.01          # relative MIP gap at which the solver may stop
+    threads: int = 1
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    status: str                # optimal | feasible | infeasible | no_solution
+    solver_status: str         # the solver's own words (HiGHS model status / CBC result line)
+    objective_s: float | None  # compute + recompute time of the incumbent (paper's objective)
+    bound_s: float | None      # proven lower bound on it (None when the solver gave none)
+    gap: float | None          # relative gap of the incumbent as the solver reports it
+    solve_s: float
+    interrupted: bool
+    values: Values | None
+
+    @property
+    def has_solution(self) -> bool:
+        return self.values is not None
+
+
+class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
+    """PuLP's highspy interface, with Ctrl-C stopping the search and keeping the incumbent, and a MIP start
+    (PuLP passes warm starts to HiGHS_CMD only)."""
+
+    start: dict[str, float] | None = None
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:
+        import highspy
+
+        h = lp.solverModel
+        if self.start:
+            cols = [0.0] * h.getNumCol()
+            for var in lp.variables():
+                cols[var.index] = self.start.get(var.name, 0.0)
+            sol = highspy.HighsSolution()
+            sol.col_value = cols
+            sol.value_valid = True
+            h.setSolution(sol)
+        h.HandleKeyboardInterrupt = True
+        h.solve()
+
+
+def start_of(model: MilpModel, values: Values) -> dict[str, float]:
+    """A MIP start for `model` from another model's solution (e.g. Checkmate-Auto's for MO-SOS): its ones
+    where this model has the same variable; a node runs the impl the solution used. The solver repairs or
+    drops a start that does not fit."""
+    start: dict[str, float] = {}
+    for key in values.R:
+        if key in model.R:
+            start[model.R[key].name] = 1.0
+            if (key[1], key[2]) in model.I:
+                start[model.I[key[1], key[2]].name] = 1.0
+    for src, dst in ((values.S, model.S), (values.O, model.O), (values.P, model.P)):
+        for key in src:
+            if key in dst:
+                start[dst[key].name] = 1.0
+    return start
+
+
+def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str, float] | None = None) -> SolveResult:
+    """`start`: a MIP start (HiGHS only; `start_of`)."""
+    if opts.solver not in SOLVERS:
+        raise HybridError(f"milp: unknown solver {opts.solver!r}; use one of {', '.join(SOLVERS)}")
+    t0 = time.perf_counter()
+    if opts.solver == "highs":
+        res = _solve_highs(model, opts, start)
+    else:
+        res = _solve_cbc(model, opts)
+    return res if res.solve_s else _with_time(res, time.perf_counter() - t0)
+
+
+def _with_time(r: SolveResult, s: float) -> SolveResult:
+    return SolveResult(r.status, r.solver_status, r.objective_s, r.bound_s, r.gap, s, r.interrupted, r.values)
+
+
+def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None) -> SolveResult:
+    import highspy
+
+    solver = _HiGHS(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap, threads=opts.threads)
+    solver.start = start
+    t0 = time.perf_counter()
+    model.lp.solve(solver)
+    solve_s = time.perf_counter() - t0
+    h = model.lp.solverModel
+    st = h.getModelStatus()
+    info = h.getInfo()
+    words = h.modelStatusToString(st)
+    has_sol = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
+    S = highspy.HighsModelStatus
+    interrupted = st == S.kInterrupt
+    if st == S.kInfeasible:
+        return SolveResult("infeasible", words, None, None, None, solve_s, False, None)
+    if not has_sol:
+        return SolveResult("no_solution", words, None, None, None, solve_s, interrupted, None)
+    values = read_values(model)
+    obj = model.compute_time(values)
+    bound = float(info.mip_dual_bound) / MS if abs(info.mip_dual_bound) < 1e30 else None
+    # The gap from the incumbent and the dual bound themselves: a run stopped at its time limit has been seen
+    # with model status Optimal and mip_gap 0 while its bound was far below (HiGHS 1.16 with a MIP start).
+    model_obj = float(info.objective_function_value)
+    gap = None
+    if bound is not None and abs(model_obj) > 0:
+        gap = max(0.0, (model_obj - bound * MS) / abs(model_obj))
+    proven = st == S.kOptimal and gap is not None and gap <= opts.gap + 1e-6
+    if st == S.kOptimal and not proven:
+        words += f" (gap {gap if gap is None else round(gap, 4)} from its bound: optimality not trusted)"
+    return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, interrupted, values)
+
+
+_RESULT = re.compile(r"^Result - (.*)$", re.M)
+_FLOAT = r"(-?[0-9.eE+-]+)"
+
+
+def _solve_cbc(model: MilpModel, opts: SolveOptions) -> SolveResult:
+    fd, log = tempfile.mkstemp(suffix=".cbc.log")
+    os.close(fd)
+    try:
+        solver = pulp.PULP_CBC_CMD(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap,
+                                   threads=opts.threads, logPath=log)
+        t0 = time.perf_counter()
+        model.lp.solve(solver)
+        solve_s = time.perf_counter() - t0
+        text = open(log, errors="replace").read()
+    finally:
+        os.unlink(log)
+    m = _RESULT.search(text)
+    words = m.group(1).strip() if m else pulp.LpStatus[model.lp.status]
+    if "infeasible" in words.lower():
+        return SolveResult("infeasible", words, None, None, None, solve_s, False, None)
+    if model.lp.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) or \
+            any(v.varValue is None for v in model.R.values()):
+        return SolveResult("no_solution", words, None, None, None, solve_s, False, None)
+    values = read_values(model)
+    obj = model.compute_time(values)
+    lb = re.search(r"^Lower bound:\s*" + _FLOAT, text, re.M)
+    gp = re.search(r"^Gap:\s*" + _FLOAT, text, re.M)
+    bound = float(lb.group(1)) / MS if lb else None
+    gap = float(gp.group(1)) if gp else None
+    proven = words.lower().startswith("optimal")
+    if proven and gap is None:
+        gap = 0.0
+    return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, False, values)
+
+
+def require_solution(res: SolveResult, what: str = "milp") -> Values:
+    """The incumbent, or a one-line error saying why there is none."""
+    if res.status == "infeasible":
+        raise InfeasibleError(f"{what}: no plan fits this memory (the solver proved the model infeasible: "
+                              f"{res.solver_status}); give more --memory")
+    if res.values is None:
+        raise HybridError(f"{what}: the solver stopped without a feasible solution ({res.solver_status}, "
+                          f"{res.solve_s:.1f} s); give a longer --time-limit, more --memory or fewer --stages")
+    return res.values
