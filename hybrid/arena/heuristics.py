@@ -174,6 +174,19 @@ def best_fit(problem: Problem) -> Solution:
 
 
 @nb.njit(cache=True)
+def _absorb(left, right, c_size, nxt, prv, spare, n_spare, tail):  # noqa: ANN001, ANN202
+    """Merge free chunk `right` into its free left neighbour; the chunk record goes back to the spares."""
+    c_size[left] += c_size[right]
+    nxt[left] = nxt[right]
+    if nxt[right] >= 0:
+        prv[nxt[right]] = left
+    else:
+        tail = left
+    spare[n_spare] = right
+    return n_spare + 1, tail
+
+
+@nb.njit(cache=True)
 def _megengine(ev_time, ev_kind, ev_buf, size):
     """Chunks in address order as a linked list; alloc best-fit with split, free with merge, grow the top."""
     n = len(size)
@@ -202,25 +215,11 @@ def _megengine(ev_time, ev_kind, ev_buf, size):
             c_free[c] = True
             p = prv[c]
             if p >= 0 and c_free[p]:
-                c_size[p] += c_size[c]
-                nxt[p] = nxt[c]
-                if nxt[c] >= 0:
-                    prv[nxt[c]] = p
-                else:
-                    tail = p
-                spare[n_spare] = c
-                n_spare += 1
+                n_spare, tail = _absorb(p, c, c_size, nxt, prv, spare, n_spare, tail)
                 c = p
             q = nxt[c]
             if q >= 0 and c_free[q]:
-                c_size[c] += c_size[q]
-                nxt[c] = nxt[q]
-                if nxt[q] >= 0:
-                    prv[nxt[q]] = c
-                else:
-                    tail = c
-                spare[n_spare] = q
-                n_spare += 1
+                n_spare, tail = _absorb(c, q, c_size, nxt, prv, spare, n_spare, tail)
             continue
         best = -1                                  # alloc: smallest free chunk that holds it
         c = head
