@@ -5,7 +5,8 @@ every device copy lives, so the best plan is laid out (`lifetimes.with_arena`: t
 exact search only when they overflow). Where even the exact search finds no layout within the memory, the
 plan's other candidates are laid out (the search's plan before refinement), its schedule is planned again
 (the Belady planner, the faster of swap-only and swap + recompute, or the search's own genes) with 2%, 4%,
-8%, ... less memory, at most `rounds` times, and with a per-size class pool, which needs no offsets; the fastest of these is kept.
+8%, ... less memory, at most `rounds` times, and with a per-size class pool, which needs no offsets; the
+fastest of these is kept.
 `Layout` says which happened and what it cost.
 """
 from __future__ import annotations
@@ -15,9 +16,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
+from hybrid.swap.augmented import PlannerOptions
 
 
 @dataclass(frozen=True)
@@ -42,11 +46,13 @@ class Layout:
         return f"no arena layout within memory: {how} ({100 * self.cost:+.2f}% makespan)"
 
 
-def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_classes: bool = False) -> Plan:
-    """The plan's schedule planned again by the Belady planner, with a byte budget of `memory_bytes` (or
-    per-size classes); the result names the original device. InfeasibleError when it cannot fit."""
+def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_classes: bool = False,
+                    order: np.ndarray | None = None, options: PlannerOptions | None = None,
+                    info: dict | None = None) -> Plan:
+    """The plan's schedule (or `order`) planned again with a byte budget of `memory_bytes` (or per-size
+    classes): by the Belady planner, the faster of swap-only and swap + recompute, or with `options` (the
+    search's genes); the result names the original device. InfeasibleError when it cannot fit."""
     from hybrid.graph.order import from_ids
-    from hybrid.swap.augmented import PlannerOptions
     from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import SwapPlanner
     from hybrid.swap.pools import byte_pool, per_size_pool
@@ -54,12 +60,13 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
 
     dev = plan.device if memory_bytes is None else dataclasses.replace(
         plan.device, memory_bytes=memory_bytes + plan.device.reserve_bytes)
-    order = from_ids(graph, plan.schedule)
+    order = from_ids(graph, plan.schedule) if order is None else order
     pool = per_size_pool(graph, order, dev) if size_classes else byte_pool(graph, dev)
     planner = SwapPlanner(graph, dev)
-    opt = planner.faster_options(order, pool, PlannerOptions(recompute_ratio=RECOMPUTE_RATIO))
-    aug = planner.plan(order, pool, opt)
-    name = dict(plan.planner) if isinstance(plan.planner, dict) else {}
+    if options is None:
+        options = planner.faster_options(order, pool, PlannerOptions(recompute_ratio=RECOMPUTE_RATIO))
+    aug = planner.plan(order, pool, options)
+    name = dict(info if info is not None else plan.planner if isinstance(plan.planner, dict) else {})
     name["fallback"] = "size classes" if size_classes else f"byte budget {memory_bytes}"
     return dataclasses.replace(to_plan(aug, name), device=plan.device)
 
@@ -90,7 +97,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, rounds: int = 
     if laid is not None:
         return Layout(laid, "", 0, before, time.perf_counter() - t0)
     found: list[tuple[float, int, Plan, str, int]] = []
-    for k, other in enumerate(o for o in others if o.allocation.kind == "unconstrained"):
+    for other in (o for o in others if o.allocation.kind == "unconstrained"):
         got = fit(other)
         if got is not None:
             found.append((got.makespan_s, len(found), got, "slower candidate", 0))

@@ -10,6 +10,7 @@ keep adjacent parts on one device, so fine cuts lose nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -134,6 +135,14 @@ class PartGraph:
     @property
     def n(self) -> int:
         return len(self.ops)
+
+    @cached_property
+    def part_of(self) -> np.ndarray:
+        """Per op: the index of its part."""
+        out = np.full(len(self.graph.ops), -1, np.int64)
+        for p, ops in enumerate(self.ops):
+            out[list(ops)] = p
+        return out
 
     @property
     def is_chain(self) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 
 from hybrid.device import Device
 from hybrid.errors import HybridError
+from hybrid.graph.order import program_order
 from hybrid.placement.chain import CPU, GPU, Link
 from hybrid.placement.partition import HOST, PartGraph
 from hybrid.plan import Event, Plan, UnconstrainedAllocation
@@ -104,9 +105,7 @@ def simulate_placement(pg: PartGraph, devices: tuple[str, ...] | list[str], link
     n_parts = pg.n
     prio = list(range(n_parts)) if priority is None else [float(x) for x in priority]
     part_rank = {p: k for k, p in enumerate(sorted(range(n_parts), key=lambda p: (prio[p], p)))}
-    part_of = np.full(a.n_ops, -1, np.int64)
-    for p, ops in enumerate(pg.ops):
-        part_of[list(ops)] = p
+    part_of = pg.part_of
     cpu_t = np.array([op.cpu_time_s if op.cpu_time_s is not None else np.nan for op in g.ops])
 
     kind: list[int] = []
@@ -215,10 +214,7 @@ def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | No
     link = link_of(device) if link is None else link
     tm = simulate_placement(pg, placement.devices, link, placement.priority,
                             copy_priority=placement.copy_priority)
-    part_of = np.full(a.n_ops, -1, np.int64)
-    for p, ops in enumerate(pg.ops):
-        part_of[list(ops)] = p
-    on_gpu = np.array([placement.devices[part_of[o]] == GPU for o in range(a.n_ops)])
+    on_gpu = np.array([placement.devices[p] == GPU for p in pg.part_of])
     events: list[Event] = []
     op_start = np.zeros(a.n_ops)
     op_end = np.zeros(a.n_ops)
@@ -247,9 +243,9 @@ def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | No
             last_read[int(t)] = max(last_read.get(int(t), 0.0), float(op_end[o]))
     for t, done in made.items():
         if t not in saved:
-            events.append(Event("free", max(done, last_read.get(t, 0.0)), max(done, last_read.get(t, 0.0)),
-                                tensor=g.tensors[t].id))
-    topo = {int(o): k for k, o in enumerate(_positions(pg))}
+            at = max(done, last_read.get(t, 0.0))
+            events.append(Event("free", at, at, tensor=g.tensors[t].id))
+    topo = {int(o): k for k, o in enumerate(program_order(g))}
     schedule = sorted(range(a.n_ops), key=lambda o: (op_start[o], topo[o]))
     events.sort(key=lambda ev: (ev.start_s, ev.kind == "free", ev.end_s))
     makespan = max((ev.end_s for ev in events), default=0.0)
@@ -265,8 +261,3 @@ def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | No
                  "bytes_h2d": int(sum(a.t_bytes[int(tm.ref[v])] for v in np.nonzero(tm.kind == H2D_LANE)[0])),
                  "bytes_d2h": int(sum(a.t_bytes[int(tm.ref[v])] for v in np.nonzero(tm.kind == D2H_LANE)[0]))})
 
-
-def _positions(pg: PartGraph) -> np.ndarray:
-    from hybrid.graph.order import program_order
-
-    return program_order(pg.graph)

@@ -231,8 +231,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                 if report is not None:
                     plan, refined = _beside_outcome(report, plan)
                     plan = _valid_or(graph, plan, ga_plan, "the plan refined beside the search", failures)
-                written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan], [_search_replan(result)])  # now: an interrupted refinement
-                # still leaves the best so far
+                # written now, so an interrupted refinement still leaves the best so far
+                written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan], result)
             interrupted = result.stop_reason == "interrupted" or bool(hits)
             done = result.stop_reason in ("interrupted", "lower bound") or hits
             if refine == "cpsat" and not beside and not done:
@@ -250,8 +250,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                     if plan is not before:
                         plan = _valid_or(graph, plan, before, "the refined plan", failures)
                         if plan is not before:
-                            written = _save_laid_out(graph, plan, out_path, arena_s, [before, ga_plan],
-                                                     [_search_replan(result)])
+                            written = _save_laid_out(graph, plan, out_path, arena_s, [before, ga_plan], result)
                 interrupted = interrupted or bool(hits)
     finally:
         evaluator.close()
@@ -268,7 +267,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
 
 def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=(),  # noqa: ANN001, ANN202
-                   search_replans=()):
+                   result=None):
     """Write `plan`; with `arena_s`, with exact arena offsets (or its fallback, hybrid.arena.layout), checked by
     the validator. Returns the Layout written."""
     from hybrid.arena.layout import Layout, lay_out, replan_schedule
@@ -277,7 +276,8 @@ def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()
         plan.save(out_path)
         return Layout(plan, "", 0, plan.makespan_s, 0.0)
     layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan],
-                     replans=(lambda budget: replan_schedule(graph, plan, budget),) + tuple(search_replans))
+                     replans=(lambda budget: replan_schedule(graph, plan, budget),)
+                     + ((_search_replan(graph, plan, result),) if result is not None else ()))
     problem = _problem(graph, layout.plan)
     if problem:
         raise HybridError(f"the laid-out plan failed validation ({problem}); please report this with the graph file")
@@ -285,24 +285,14 @@ def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()
     return layout
 
 
-def _search_replan(result):  # noqa: ANN001, ANN202 - SearchResult -> (budget bytes -> Plan)
+def _search_replan(graph, plan, result):  # noqa: ANN001, ANN202 - -> (budget bytes -> Plan)
     """Plan the search's best individual again (its schedule, policy and recompute genes) for a smaller byte
     budget: the arena fallback that keeps what the search found."""
-    import dataclasses
+    from hybrid.arena.layout import replan_schedule
 
-    from hybrid.swap.planner import SwapPlanner
-    from hybrid.swap.pools import byte_pool
-    from hybrid.swap.to_plan import to_plan
-
-    def replan(budget: int):  # noqa: ANN202
-        sp = result.space
-        dev = dataclasses.replace(sp.device, memory_bytes=budget + sp.device.reserve_bytes)
-        aug = SwapPlanner(sp.graph, dev).plan(result.best.schedule, byte_pool(sp.graph, dev),
-                                              sp.options_for(result.best))
-        info = {**result.planner_info(), "fallback": f"byte budget {budget}"}
-        return dataclasses.replace(to_plan(aug, info), device=sp.device)
-
-    return replan
+    best, space = result.best, result.space
+    return lambda budget: replan_schedule(graph, plan, budget, order=best.schedule,
+                                          options=space.options_for(best), info=result.planner_info())
 
 
 def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, log_path: Path | None,  # noqa: ANN001
