@@ -40,17 +40,65 @@ def short_name(path: Path) -> str:
     return path.name.replace("_nx.json", "").replace(".json", "")
 
 
-def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "") -> Path:
-    """results/<stem>.csv and .md, the .md carrying the command that regenerated it."""
+def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs=(), paper: str = "") -> Path:
+    """results/<stem>.csv and .md, the .md carrying the command that regenerated it, the code's commit, and
+    (given `graphs`, the graph files read) each graph's sha256 and capture settings; `paper` names the paper
+    figure or table the result stands beside."""
     RESULTS.mkdir(exist_ok=True)
     df.to_csv(RESULTS / f"{stem}.csv", index=False)
     script = Path(sys.argv[0])
     module = f"benchmarks.{script.stem}" if script.parent.name == "benchmarks" else script.stem
     cmd = "python -m " + " ".join(shlex.quote(a) for a in [module, *sys.argv[1:]])
-    md = [f"# {title}", "", f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}).", ""]
+    md = [f"# {title}", "",
+          f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).", ""]
+    if paper:
+        md += [f"Stands beside: {paper}.", ""]
+    if graphs:
+        md += ["Graphs:", "", graph_provenance(graphs), ""]
     if notes:
         md += [notes.strip(), ""]
     md.append(df.to_markdown(index=False, floatfmt=".4g"))
     path = RESULTS / f"{stem}.md"
     path.write_text("\n".join(md) + "\n")
     return path
+
+
+def commit() -> str:
+    """The code's commit (with '+dirty' when the work tree differs), for a table's provenance line."""
+    import subprocess
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "hybrid", "milp",
+                                "benchmarks"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def graph_provenance(paths) -> str:
+    """One markdown line per graph file: name, sha256 (first 12 hex digits) and how it was made (the capture's
+    model, batch, training flag and cost model, or 'imported' for files without a `capture` block)."""
+    import hashlib
+    import json
+
+    lines = []
+    for p in sorted({Path(p) for p in paths}):
+        data = p.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()[:12]
+        try:
+            d = json.loads(data)
+        except ValueError:
+            lines.append(f"- `{p.name}` sha256 {sha} (not JSON)")
+            continue
+        cap, model = d.get("capture") or {}, d.get("model") or {}
+        if cap:
+            costs = cap.get("costs") or {}
+            how = (f"hybrid capture --model {model.get('name', '?')} batch {model.get('batch', '?')}, "
+                   f"{'training' if cap.get('training') else 'inference'}, costs {costs.get('model', '?')} on "
+                   f"{costs.get('device', '?')}, torch {cap.get('torch', '?')}")
+        else:
+            how = "imported / synthetic (no capture block)"
+        lines.append(f"- `{p.name}` ({d.get('name', '?')}): sha256 {sha}, {how}")
+    return "\n".join(lines)
