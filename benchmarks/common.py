@@ -40,21 +40,24 @@ def short_name(path: Path) -> str:
     return path.name.replace("_nx.json", "").replace(".json", "")
 
 
-def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs=(), paper: str = "") -> Path:
+def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs=(), paper: str = "",
+                parquet: bool = False) -> Path:
     """results/<stem>.csv and .md, the .md carrying the command that regenerated it, the code's commit, and
     (given `graphs`, the graph files read) each graph's sha256 and capture settings; `paper` names the paper
-    figure or table the result stands beside."""
+    figure or table the result stands beside. `parquet` also writes <stem>.parquet (with every column)."""
     RESULTS.mkdir(exist_ok=True)
     df.to_csv(RESULTS / f"{stem}.csv", index=False)
+    if parquet:
+        df.to_parquet(RESULTS / f"{stem}.parquet", index=False)
+    df = df.drop(columns=["plan"], errors="ignore")  # plan paths point into out/, not part of the table
     script = Path(sys.argv[0])
     module = f"benchmarks.{script.stem}" if script.parent.name == "benchmarks" else script.stem
     cmd = "python -m " + " ".join(shlex.quote(a) for a in [module, *sys.argv[1:]])
     md = [f"# {title}", "",
           f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).", ""]
-    if paper:
-        md += [f"Stands beside: {paper}.", ""]
-    if graphs:
-        md += ["Graphs:", "", graph_provenance(graphs), ""]
+    prov = provenance(graphs, paper)
+    if prov:
+        md += [prov, ""]
     if notes:
         md += [notes.strip(), ""]
     md.append(df.to_markdown(index=False, floatfmt=".4g"))
@@ -92,13 +95,27 @@ def graph_provenance(paths) -> str:
         except ValueError:
             lines.append(f"- `{p.name}` sha256 {sha} (not JSON)")
             continue
-        cap, model = d.get("capture") or {}, d.get("model") or {}
+        cap = (d.get("capture") or {}) if isinstance(d, dict) else {}
+        model = (d.get("model") or {}) if isinstance(d, dict) else {}
         if cap:
             costs = cap.get("costs") or {}
             how = (f"hybrid capture --model {model.get('name', '?')} batch {model.get('batch', '?')}, "
                    f"{'training' if cap.get('training') else 'inference'}, costs {costs.get('model', '?')} on "
                    f"{costs.get('device', '?')}, torch {cap.get('torch', '?')}")
+        elif CHECKMATE in p.resolve().parents:
+            how = "a Checkmate graph from shared/benchmarks/checkmate-graphs, imported by benchmarks.common"
         else:
-            how = "imported / synthetic (no capture block)"
-        lines.append(f"- `{p.name}` ({d.get('name', '?')}): sha256 {sha}, {how}")
+            how = "imported or synthetic (no capture block)"
+        name = f" ({d['name']})" if isinstance(d, dict) and "name" in d else ""
+        lines.append(f"- `{p.name}`{name}: sha256 {sha}, {how}")
     return "\n".join(lines)
+
+
+def provenance(graphs=(), paper: str = "") -> str:
+    """The lines a table carries about where it stands in the paper and which graph files it read."""
+    out = []
+    if paper:
+        out.append(f"Stands beside: {paper}.")
+    if graphs:
+        out += ["", "Graphs read:", "", graph_provenance(graphs)] if out else ["Graphs read:", "", graph_provenance(graphs)]
+    return "\n".join(out)

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import RESULTS, ROOT
-from benchmarks.refine_compare import graphs
+from benchmarks.common import RESULTS, ROOT, write_table
+from benchmarks.refine_compare import graph_files, graphs
 from hybrid.swap.baselines import run_baseline
-from hybrid.report.compare import write_tables
 from hybrid.errors import InfeasibleError
 from hybrid.refine import refine
 from hybrid.report.timeline import plot_timeline
@@ -68,12 +67,13 @@ def main() -> None:
                           RESULTS / f"refine_timeline_belady_{name}.png",
                           title=f"{g.name} on {dev.name}: before and after refinement ({args.time_limit:.0f} s)")
     df = pd.DataFrame(rows)
-    write_tables(df, RESULTS / "refine_baselines", "CP-SAT refinement of the Belady baseline",
+    write_table(df, "refine_baselines", "CP-SAT refinement of the Belady baseline",
+                graphs=graph_files(args.graph_dir, set(df["graph"])), parquet=True, notes=(
                  f"Refinement budget {args.time_limit:.0f} s per graph, seed {args.seed}, default RefineOptions; "
                  "`rewalked_s` is the plan re-walked before any window, `reordered_s` that plan with its copy streams "
                  "re-ordered earliest-deadline-first (kept only where faster). All refined plans pass "
                  "`hybrid validate`. "
-                 "Shared 2-core machine.")
+                 "Shared 2-core machine."))
     print(df.to_markdown(index=False, floatfmt=".4g"))
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import RESULTS, ROOT, balanced_checkmate, checkmate_train_files
+from benchmarks.common import RESULTS, ROOT, balanced_checkmate, checkmate_train_files, short_name, write_table
 from hybrid.device import preset
 from hybrid.graph import Graph
 from hybrid.graph.info import fraction_of_peak, largest_op
@@ -74,6 +74,13 @@ def graphs(graph_dir: Path, only: set[str] | None):
             print(f"skip {g.name}: one op needs {need} bytes, more than 50% of the peak")
 
 
+def graph_files(graph_dir: Path, labels) -> list[Path]:  # noqa: ANN001
+    """The graph files behind table labels (suite names, Checkmate stems with an @fraction)."""
+    names = {str(lab).split("@")[0] for lab in labels}
+    files = [graph_dir / f"{n}.json" for n in SUITE if n in names]
+    return files + [p for p in checkmate_train_files() if short_name(p) in names]
+
+
 def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
     """(mode, evaluation processes) that `hybrid optimize` picks by default for this graph on this machine."""
     from hybrid.refine.beside import placement
@@ -85,7 +92,7 @@ def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
 def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     """Concatenate the per-graph parts; fill bounds missing from older parts (from the saved plans)."""
     from hybrid.plan.bounds import schedule_bound
-    from hybrid.report.compare import COLUMNS, split_gains, summary, with_medians, write_tables
+    from hybrid.report.compare import COLUMNS, split_gains, summary, with_medians
     from hybrid.plan import Plan
 
     parts = sorted(parts_dir(mode).glob("*.parquet"))
@@ -117,12 +124,15 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     df = with_medians(df[COLUMNS])
     df.insert(1, "label", [labels[(g, m)] for g, m in zip(df["graph"], df["memory_bytes"])])
     notes = NOTES[mode]
-    write_tables(df, RESULTS / stem(mode), f"GA-only vs GA + CP-SAT refinement ({mode}) at equal wall time", notes)
+    files = graph_files(graph_dir, set(df["label"]))
+    paper = "SwapAdvisor §6 (the GA) with this project's CP-SAT refinement (no paper counterpart)"
+    write_table(df, stem(mode), f"GA-only vs GA + CP-SAT refinement ({mode}) at equal wall time", notes,
+                graphs=files, paper=paper, parquet=True)
     s = summary(df)
     s.insert(1, "label", [labels[(g, m)] for g, m in zip(s["graph"], s["memory_bytes"])])
     s["gain>=5%"] = s["median_gain"] >= 0.05
-    write_tables(s, RESULTS / f"{stem(mode)}_summary", f"GA-only vs GA + CP-SAT ({mode}): one line per graph",
-                 notes + "\n\n" + verdict(s, df, mode))
+    write_table(s, f"{stem(mode)}_summary", f"GA-only vs GA + CP-SAT ({mode}): one line per graph",
+                notes + "\n\n" + verdict(s, df, mode), graphs=files, paper=paper, parquet=True)
     return s
 
 
@@ -189,89 +199,49 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
     return "\n\n".join(lines)
 
 
-PREDATES_REORDER = ("Measured before refinement had its copy-stream re-ordering stage (`hybrid.refine.stream_order`, "
-                    "which on the beside table's GA-only plans of seeds 1-2 gains 2.1-2.3% on Inception-v4, 0.2-0.3% on "
-                    "RNN, WResNet and NASNet, and nothing on BRNN and the Checkmate graphs); "
-                    "results/refine_compare_auto.md is measured with it.\n\n")
-NOTES_AFTER = PREDATES_REORDER + """\
-Mode after (`--mode after`). Produced by two processes in parallel, then merged (from the repository root, graphs captured into out/graphs):
-`python -m benchmarks.refine_compare --time-limit 120 --seeds 1,2,3 --only rnn-8-8k,brnn-4-8k,wresnet-152-10,inception-v4-4,nasnet-25`,
-`python -m benchmarks.refine_compare --time-limit 120 --seeds 1,2,3 --only MobileNet_512_224_224_3_train,ResNet50_256_224_224_3_train,segnet_32_416_608_3_train,vgg_unet_32_416_608_3_train,VGG16_256_224_224_3_train,VGG19_256_224_224_3_train,fcn_8_vgg_32_416_608_3_train`,
-`python -m benchmarks.refine_compare --merge`. VGG16, VGG19 and fcn_8_vgg are skipped: one op alone needs 83%, 77%
-and 61% of their peak, more than the 25-50% range. SwapAdvisor graphs: `hybrid capture --model NAME --device
-v100-16gb --out out/graphs/NAME.json` (the paper's batch sizes, Adam step included).
+GRAPHS_NOTE = """\
+SwapAdvisor graphs: captured afresh for v100-16gb (`hybrid capture --model NAME --device v100-16gb`, the paper's
+batch sizes, the capture's default Adam step; 16 GiB, 12 GB/s each way). Checkmate graphs: imported with the balanced
+time scale, v100-16gb's link, memory at 25% (else 50%) of the unswapped peak; graphs whose largest op alone needs
+more than 50% of the peak are skipped. All plans pass `hybrid validate`. The searches run on wall-clock budgets
+(the comparison is at equal wall time), so generations per budget depend on this machine's load."""
 
-Per (graph, seed): the GA (`ga.optimize`, serial, default settings) runs for 80% of the budget; then the
-GA+CP-SAT arm refines its best plan with `hybrid.refine` for the remaining 20% while the GA-only arm resumes
-the same search (from its checkpoint) for the same 20%. As in `hybrid optimize --refine cpsat`, refinement
-that finds nothing faster for a tenth of its share (`hybrid.refine.handoff`, `--refine-patience 0.1`) hands the rest
-back: the search resumes from the same checkpoint and the faster plan wins (`final_from`: cpsat or ga;
-`refine_s` and `resume_s` are the two parts of the time; without that hand-back, at 3632262, refinement kept
-the whole 20% and GA+CP-SAT was never worse on only 5 of 9 graphs). Equal wall time per arm; `wall_s` is
-what each arm used (`search_s` the genetic search's part of it; `resumed_generations` the generations after the
-split). `gain_vs_ga` = 1 - makespan(GA+CP-SAT) /
-makespan(GA-only) of the same seed; median rows take medians over seeds. `split_makespan_s` is the GA's best
-at the split and `rebind_makespan_s` that plan re-walked by refinement before any CP-SAT window (objects
-re-assigned best-fit): `rewalk_gain` is what re-walking gave, `reorder_gain` what re-ordering its copy streams
-earliest-deadline-first then gave (`reorder_makespan_s`, `hybrid.refine.stream_order`; empty in rows measured
-before that stage existed) and `window_gain` what CP-SAT windows added. Since
-the swap planner itself re-binds memory in time order (`PlannerOptions.rebind`, the default), the GA's plans arrive
-already re-walked, so `rewalk_gain` is near 0 and the gain is the CP-SAT windows' alone (tables made before that
-change showed 4 of 9 graphs at >= 5%, mostly from re-walking; before the planner's write-back, 34921eb, Inception
-gained 3.6% and RNN 3.0%, mostly from the end-of-iteration copies the write-back now moves). Ratios: makespan / ideal (compute only), makespan / lower bound, and makespan /
-schedule bound (`hybrid.plan.bounds.schedule_bound`: what any plan with this schedule, memory and tensors resident at
-the start needs, given the bytes that must leave the device before each op, no sooner than they were written,
-and come back after it, before their next use; near 1, only another schedule helps; recomputed from the saved
-plans at every merge, so the bound columns are the current bound's). SwapAdvisor graphs
-are captured for v100-16gb (16 GiB, 12 GB/s each way); Checkmate graphs use v100-16gb's link with memory at 25%
-(else 50%) of the unswapped peak. The machine was a shared 2-core VM, so the number of GA generations per
-budget is small and varies between runs; all plans pass `hybrid validate`."""
+NOTES_AFTER = """\
+Mode after (`--mode after`). Per (graph, seed): the GA (`ga.optimize`, default settings) runs for 80% of the
+budget; then the GA+CP-SAT arm refines its best plan with `hybrid.refine` for the remaining 20% while the GA-only
+arm resumes the same search (from its checkpoint) for the same 20%. As in `hybrid optimize --refine cpsat`,
+refinement that finds nothing faster for a tenth of its share (`hybrid.refine.handoff`) hands the rest back: the
+search resumes from the same checkpoint and the faster plan wins (`final_from`: cpsat or ga; `refine_s` and
+`resume_s` are the two parts of the time). `wall_s` is what each arm used (`search_s` the genetic search's part;
+`resumed_generations` the generations after the split). `gain_vs_ga` = 1 - makespan(GA+CP-SAT) /
+makespan(GA-only) of the same seed; median rows take medians over seeds. `split_makespan_s` is the GA's best at
+the split, `rebind_makespan_s` that plan re-walked (objects re-assigned best-fit), `reorder_makespan_s` with its
+copy streams re-ordered earliest-deadline-first (`hybrid.refine.stream_order`); `rewalk_gain`, `reorder_gain` and
+`window_gain` split the gain between those stages and the CP-SAT windows. Ratios: makespan / ideal (compute
+only), makespan / lower bound, and makespan / schedule bound (`hybrid.plan.bounds.schedule_bound`: what any plan
+with this schedule, memory and tensors resident at the start needs; near 1, only another schedule helps).
 
+""" + GRAPHS_NOTE
 
-NOTES_BESIDE = PREDATES_REORDER + """\
-Mode beside (`hybrid optimize --refine-mode beside`; `auto` picks it where one evaluation takes under 1 ms,
-here the four Checkmate graphs). From the repository root, graphs captured into out/graphs, one process at a
-time: `python -m benchmarks.refine_compare --time-limit 60 --seeds 1,2,3` (stopped after rnn-8-8k, brnn-4-8k,
-wresnet-152-10 and inception-v4-4), then the same with `--only` the Checkmate graphs (MobileNet_512_224_224_3_train,
-ResNet50_256_224_224_3_train,segnet_32_416_608_3_train,vgg_unet_32_416_608_3_train,VGG16_256_224_224_3_train,
-VGG19_256_224_224_3_train,fcn_8_vgg_32_416_608_3_train), then nasnet-25, then `--merge`. VGG16, VGG19 and fcn_8_vgg are skipped: one op alone needs 83%, 77% and 61% of their peak,
-more than the 25-50% range. SwapAdvisor graphs: `hybrid capture --model NAME --device v100-16gb --out
-out/graphs/NAME.json`; Checkmate graphs use v100-16gb's link with memory at 25% (else 50%) of the unswapped peak.
+NOTES_BESIDE = """\
+Mode beside (`hybrid optimize --refine-mode beside`). Per (graph, seed), two runs of the same search
+(`ga.optimize`, default settings, the same seed), each for the whole budget, one after the other, each using both
+cores: GA-only with 2 evaluation processes; GA+CP-SAT with 1 while a second process (`hybrid.refine.beside`)
+refines its best plan and, when that stalls, its next-best distinct individuals; the arm keeps the faster of its
+search's best (`arm_ga_makespan_s`) and the best refined plan (`final_from`). `refined_plans` and
+`refined_elites` count what the refiner took, `refine_s` its busy time, `split_makespan_s` the GA plan the winning
+refined plan came from and `window_gain` what refinement gained on it. What the second evaluation process buys the
+search alone is in results/ga_second_core.md. Columns otherwise as in results/refine_compare.md.
 
-Per (graph, seed), two runs of the same search (`ga.optimize`, default settings, the same seed), each for the
-whole budget, one after the other on this 2-core machine, each using both cores (`workers`: evaluation
-processes):
-- GA-only: the search with 2 evaluation processes (on the Checkmate graphs, where one evaluation takes under
-  0.2 ms, `hybrid optimize --refine none` would run it serially, which makes about 10% more generations there;
-  their searches reach the same plan on every seed and in both runs of this mode either way);
-- GA+CP-SAT: the search with 1 (serial) while a second process (`hybrid.refine.beside`) refines its best plan
-  and, when that stalls (patience: 2% of the budget), its next-best distinct individuals (4 offered per
-  generation); the arm keeps the faster of its search's best (`arm_ga_makespan_s`) and the best refined plan
-  (`final_from`: cpsat or ga), as `hybrid optimize --refine-mode beside` runs here.
-`refined_plans` and `refined_elites` count what the refiner took, `refine_s` its busy time, `split_makespan_s`
-the GA plan the winning refined plan came from and `window_gain` what refinement gained on it. `wall_s` is
-each arm's wall time, building its final plan included (GA+CP-SAT also waits up to 1 s for the refiner's last
-message). What the second evaluation process buys the search alone, same wall time, is in
-results/ga_second_core.md: about 1.5x the generations on the 2,000-12,000-op graphs, 0.84x on a 77-op one
-(pool overhead), where the serial search is faster; `ga_generations` shows it per run. `gain_vs_ga` = 1 -
-makespan(GA+CP-SAT) / makespan(GA-only) of the same seed; ratios as in the after mode's tables
-(results/refine_compare.md). All plans pass `hybrid validate`. An earlier run of this mode with GA-only
-serial (the second core idle in that arm) was never worse on 8 of 9 graphs, the ninth (Inception-v4, seed 2)
-behind by 2.7e-8 of its makespan, with the same gains on SegNet and VGG-UNet.
-"""
+""" + GRAPHS_NOTE
+
 NOTES_AUTO = """\
-Mode auto: what `hybrid optimize` does by default on this 2-core machine, per graph (`auto_mode`,
-`hybrid.refine.beside.placement`): beside the search where one evaluation takes under 1 ms (the four Checkmate
-graphs), after it elsewhere (the five SwapAdvisor graphs), each with the default evaluation processes: 1
-beside (GA-only gets 2), 2 after (both arms). Commands (from the repository root, graphs captured into
-out/graphs, one at a time): `python -m benchmarks.refine_compare --mode auto --time-limit 60 --seeds 1,2,3 --only
-rnn-8-8k,brnn-4-8k,wresnet-152-10,inception-v4-4,nasnet-25`, the same with `--only
-MobileNet_512_224_224_3_train,ResNet50_256_224_224_3_train,segnet_32_416_608_3_train,vgg_unet_32_416_608_3_train`,
-then `python -m benchmarks.refine_compare --mode auto --merge` (2026-11-22, refinement with its copy-stream
-re-ordering stage, `hybrid.refine.stream_order`; the after and beside tables predate that stage). The after
-protocol is results/refine_compare.md's (80% search, then refinement handing back to the resumed search after
-a tenth of its 20% share without gain), with the search on 2 processes in both arms; the beside protocol is
-results/refine_compare_beside.md's. Columns as there; the `mode` and `workers` columns say which ran."""
+Mode auto: what `hybrid optimize` does by default on this machine, per graph (`hybrid.refine.beside.placement`):
+beside the search where one evaluation takes under 1 ms, after it elsewhere, each with the default evaluation
+processes; the `mode` and `workers` columns say which ran. Protocols and columns as in
+results/refine_compare.md (after) and results/refine_compare_beside.md (beside).
+
+""" + GRAPHS_NOTE
 NOTES = {"beside": NOTES_BESIDE, "after": NOTES_AFTER, "auto": NOTES_AUTO}
 
 

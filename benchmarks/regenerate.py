@@ -1,0 +1,209 @@
+"""Regenerate every table and figure under results/ from today's code, in one command.
+
+    python -m benchmarks.regenerate --quick          # every table, small budgets (about 15 minutes, 2 cores)
+    python -m benchmarks.regenerate                  # the budgets the committed tables state (hours: see below)
+    python -m benchmarks.regenerate --only arena,milp_paper --quick
+    python -m benchmarks.regenerate --list           # the jobs, their commands and outputs
+
+First the SwapAdvisor suite is captured afresh (`hybrid capture --model NAME --device v100-16gb`, the
+capture's defaults) into --graphs (default out/graphs, kept out of git); then each job runs its benchmark
+script in a child process, one after another (the machine's cores are the budget), its output logged under
+out/regenerate/. A job that fails is reported and the rest go on; a job that needs what this machine lacks
+(a CUDA device) says so and is skipped. Every table names the command, the code's commit, and each graph's
+sha256 and capture settings (`benchmarks.common.write_table`). Searches use generation budgets where the
+script offers them, so a second run changes no figure but measured timings; tables that compare at equal
+wall time (refine_compare*, ga_second_core) or measure this machine (capture_scale, planner_speed,
+ga_evals_per_second, executor_cpu, placement's measured rows) move from run to run by design.
+Writes results/regenerate.md: each job's command, status and time.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks.common import RESULTS, ROOT, commit, write_table
+
+SUITE = ("rnn-8-8k", "brnn-4-8k", "wresnet-152-10", "inception-v4-4", "nasnet-25")
+G = "{graphs}"  # replaced by the --graphs folder
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    module: str
+    quick: tuple[str, ...]
+    full: tuple[str, ...]
+    outputs: tuple[str, ...]           # files or folders under results/ this job rewrites
+    paper: str = ""
+    needs: str = ""                    # "cuda" for jobs that only run on a GPU
+    clean: tuple[str, ...] = field(default=())  # folders under results/ emptied first (stale parts)
+
+    def argv(self, quick: bool, graphs: Path) -> list[str]:
+        args = self.quick if quick else self.full
+        return [sys.executable, "-m", self.module, *(a.replace(G, str(graphs)) for a in args)]
+
+
+# Order matters where one job reads another's output (refine_gap and refine_timeline read refine_compare's plans).
+JOBS: tuple[Job, ...] = (
+    Job("table1", "benchmarks.table1", ("--graph-dir", f"{G}/table1"), ("--graph-dir", f"{G}/table1"),
+        ("table1.md",), "SwapAdvisor Table 1"),
+    Job("capture_scale", "benchmarks.capture_scale", ("--models", "nasnet-25:64", "rnn-8-8k:256"), (),
+        ("capture_scale.md",)),
+    Job("capture_replay", "benchmarks.capture_replay", ("--models", "resnet-18", "rnn-2-1k", "unet"), (), ("capture_replay.md",)),
+    Job("checkmate_baselines", "benchmarks.checkmate_baselines", (), (), ("checkmate_baselines.md",)),
+    Job("planner_speed", "benchmarks.planner_speed", ("--evals", "5", "--batches", "2"), (),
+        ("planner_speed.md",)),
+    Job("ga_evals_per_second", "benchmarks.ga_evals_per_second", ("--zoo-dir", G, "--children", "6"),
+        ("--zoo-dir", G), ("ga_evals_per_second.md",)),
+    Job("ga_second_core", "benchmarks.ga_second_core", ("--graph-dir", G, "--time-limit", "8", "--only", "rnn-8-8k"),
+        ("--graph-dir", G, "--time-limit", "45"), ("ga_second_core.md",)),
+    Job("recompute", "benchmarks.recompute", ("--graphs", G, "--time-limit", "4", "--checkmate-time-limit", "2"),
+        ("--graphs", G), ("recompute.md",)),
+    Job("refine_compare", "benchmarks.refine_compare",
+        ("--graph-dir", G, "--mode", "after", "--time-limit", "10", "--seeds", "1", "--only",
+         "inception-v4-4,segnet_32_416_608_3_train"),
+        ("--graph-dir", G, "--mode", "after", "--time-limit", "120", "--seeds", "1,2,3"),
+        ("refine_compare.md", "refine_compare_summary.md"), "SwapAdvisor §6 (GA) with CP-SAT refinement",
+        clean=("refine_compare_parts",)),
+    Job("refine_compare_beside", "benchmarks.refine_compare",
+        ("--graph-dir", G, "--mode", "beside", "--time-limit", "10", "--seeds", "1", "--only", "inception-v4-4"),
+        ("--graph-dir", G, "--mode", "beside", "--time-limit", "120", "--seeds", "1,2,3"),
+        ("refine_compare_beside.md", "refine_compare_beside_summary.md"), clean=("refine_compare_beside_parts",)),
+    Job("refine_compare_auto", "benchmarks.refine_compare",
+        ("--graph-dir", G, "--mode", "auto", "--time-limit", "10", "--seeds", "1", "--only", "inception-v4-4"),
+        ("--graph-dir", G, "--mode", "auto", "--time-limit", "120", "--seeds", "1,2,3"),
+        ("refine_compare_auto.md", "refine_compare_auto_summary.md"), clean=("refine_compare_auto_parts",)),
+    Job("refine_gap", "benchmarks.refine_gap", ("--graph-dir", G, "--stem", "refine_compare"),
+        ("--graph-dir", G, "--stem", "refine_compare"), ("refine_gap.md",)),
+    Job("refine_timeline", "benchmarks.refine_timeline", ("--graph-dir", G, "--label", "inception-v4-4"),
+        ("--graph-dir", G, "--label", "inception-v4-4"), ("refine_timeline_inception-v4-4.png",)),
+    Job("refine_baselines", "benchmarks.refine_baselines",
+        ("--graph-dir", G, "--time-limit", "5", "--only", "inception-v4-4,segnet_32_416_608_3_train",
+         "--plot", "inception-v4-4"),
+        ("--graph-dir", G, "--time-limit", "60", "--plot", "inception-v4-4,segnet_32_416_608_3_train@0.5"),
+        ("refine_baselines.md", "refine_timeline_belady_inception-v4-4.png")),
+    Job("arena", "benchmarks.arena", ("--limit", "3", "--dj-limit", "3", "--real-limit", "3"), (),
+        ("arena.md",), "MiniMalloc (ASPLOS'23) Table 2; MegEngine static planning"),
+    Job("arena_cpsat", "benchmarks.arena_cpsat", ("--limit", "5", "--only", "B"), ("--only", "A,B,E,F,G,K"),
+        ("arena_cpsat.md",)),
+    Job("arena_plans", "benchmarks.arena_plans", ("--limit", "2"), ("--limit", "3"), ("arena_plans.md",)),
+    Job("arena_plans_ga", "benchmarks.arena_plans", ("--planner", "ga", "--ga-seconds", "3", "--limit", "2"),
+        ("--planner", "ga", "--ga-seconds", "15", "--limit", "3"), ("arena_plans_ga.md",)),
+    Job("milp_paper", "benchmarks.milp", ("--part", "paper", "--time-limit", "10", "--graphs", f"{G}/milp"),
+        ("--part", "paper", "--time-limit", "60", "--paper-stages", "60", "--graphs", f"{G}/milp"),
+        ("milp.md",), "MO-SOS (seed 002) §3"),
+    Job("milp_scale", "benchmarks.milp",
+        ("--part", "scale", "--time-limit", "10", "--layers", "10", "--stages", "30", "--graphs", f"{G}/milp"),
+        ("--part", "scale", "--time-limit", "600", "--layers", "10,20,30", "--stages", "30,60,90,145",
+         "--graphs", f"{G}/milp"), ("milp_scale.md",)),
+    Job("placement", "benchmarks.placement", ("--graphs", f"{G}/placement", "--time-limit", "5"),
+        ("--graphs", f"{G}/placement", "--time-limit", "30"), ("placement_latency.md", "placement_parts.md"),
+        "placement (seed 004) Tables 4-5, Fig. 9"),
+    Job("ga_acceptance", "benchmarks.ga_acceptance", ("--zoo-dir", G, "--time-limit", "10s", "--force"),
+        ("--zoo-dir", G, "--time-limit", "5m", "--force"), ("ga_acceptance.md",), "SwapAdvisor Fig. 6"),
+    Job("ga_ablation", "benchmarks.ga_ablation", ("--zoo-dir", G, "--time-limit", "10s"),
+        ("--zoo-dir", G, "--time-limit", "90s"), ("ga_ablation.md",), "SwapAdvisor Fig. 10"),
+    Job("executor_cpu", "benchmarks.executor_cpu", ("--fractions", "0.5", "--iters", "1"), (),
+        ("executor_cpu.md",)),
+    Job("eager_reproducibility", "benchmarks.eager_reproducibility", ("--runs", "2"), ("--runs", "24"),
+        ("eager_reproducibility.md",)),
+    Job("executor_gpu", "benchmarks.executor_gpu", ("--quick",), (), ("executor_gpu.md",),
+        "SwapAdvisor Fig. 11", needs="cuda"),
+)
+
+
+def capture_suite(graphs: Path, log) -> list[str]:  # noqa: ANN001
+    """Capture the suite afresh (a stale file from older code would make every table that reads it stale)."""
+    graphs.mkdir(parents=True, exist_ok=True)
+    exe = Path(sys.executable).with_name("hybrid")
+    done = []
+    for name in SUITE:
+        t0 = time.perf_counter()
+        subprocess.run([str(exe), "capture", "--model", name, "--device", "v100-16gb", "--out",
+                        str(graphs / f"{name}.json")], check=True, stdout=log, stderr=subprocess.STDOUT)
+        done.append(f"{name} ({time.perf_counter() - t0:.0f} s)")
+    return done
+
+
+def has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small budgets: every table in about 15 minutes")
+    ap.add_argument("--only", default="", help="comma-separated job names (see --list)")
+    ap.add_argument("--skip", default="", help="comma-separated job names not to run")
+    ap.add_argument("--graphs", type=Path, default=ROOT / "out" / "graphs", help="where graphs are captured")
+    ap.add_argument("--no-capture", action="store_true", help="reuse the suite graphs already in --graphs")
+    ap.add_argument("--list", action="store_true", help="print the jobs and exit")
+    args = ap.parse_args()
+    names = {j.name for j in JOBS}
+    only = {s for s in args.only.split(",") if s}
+    skip = {s for s in args.skip.split(",") if s}
+    bad = (only | skip) - names
+    if bad:
+        sys.exit(f"error: unknown job {sorted(bad)[0]!r} in --only/--skip; the jobs are: {', '.join(sorted(names))}")
+    jobs = [j for j in JOBS if (not only or j.name in only) and j.name not in skip]
+    if args.list:
+        for j in jobs:
+            print(f"{j.name:24s} {shlex.join(j.argv(args.quick, args.graphs)[1:])}  -> {', '.join(j.outputs)}")
+        return
+    logs = ROOT / "out" / "regenerate"
+    logs.mkdir(parents=True, exist_ok=True)
+    t_all = time.perf_counter()
+    rows = []
+    if not args.no_capture:
+        with open(logs / "capture.log", "w") as log:
+            t0 = time.perf_counter()
+            got = capture_suite(args.graphs.resolve(), log)
+            print(f"captured {', '.join(got)}", flush=True)
+            rows.append({"job": "capture suite", "status": "ok", "seconds": time.perf_counter() - t0,
+                         "command": f"hybrid capture --model NAME --device v100-16gb --out {args.graphs}/NAME.json",
+                         "writes": "graphs (not in git)"})
+    cuda = has_cuda()
+    for j in jobs:
+        argv = j.argv(args.quick, args.graphs)
+        cmd = "python " + shlex.join(argv[1:])
+        if j.needs == "cuda" and not cuda:
+            print(f"[{j.name}] skipped: no CUDA device on this machine", flush=True)
+            rows.append({"job": j.name, "status": "skipped: needs a CUDA device", "seconds": 0.0, "command": cmd,
+                         "writes": ", ".join(j.outputs)})
+            continue
+        for c in j.clean:
+            shutil.rmtree(RESULTS / c, ignore_errors=True)
+        print(f"[{j.name}] {cmd}", flush=True)
+        t0 = time.perf_counter()
+        with open(logs / f"{j.name}.log", "w") as log:
+            rc = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+        secs = time.perf_counter() - t0
+        status = "ok" if rc == 0 else f"failed (exit {rc}; see out/regenerate/{j.name}.log)"
+        print(f"[{j.name}] {status} in {secs:.0f} s", flush=True)
+        rows.append({"job": j.name, "status": status, "seconds": secs, "command": cmd, "writes": ", ".join(j.outputs)})
+    total = time.perf_counter() - t_all
+    df = pd.DataFrame(rows)
+    if not only and not skip:
+        write_table(df, "regenerate", f"Every table regenerated ({'quick' if args.quick else 'full'} budgets)",
+                    f"Code {commit()}; {total / 60:.1f} minutes in all on this machine "
+                    f"({'--quick' if args.quick else 'full budgets'}). Each table's own header names its command, "
+                    "the commit and its graphs.")
+    print(f"done in {total / 60:.1f} min; {sum(r['status'] != 'ok' and not r['status'].startswith('skipped') for r in rows)} failed")
+    if any(r["status"].startswith("failed") for r in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
