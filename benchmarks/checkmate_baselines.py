@@ -58,7 +58,8 @@ rescaled so that the iteration's compute equals moving all its tensor bytes once
 Columns `<kind>_ideal/makespan` are normalized throughput (1 = as fast as unlimited memory). The lower bound equals
 the ideal here: these graphs have no persistent tensors. NaN = the planner cannot run: some op's inputs and
 outputs alone exceed the memory (whole tensors are the unit of swapping). All plans pass `hybrid validate`."""
-    write_table(df, "checkmate_baselines", "Baselines on the Checkmate training graphs", notes)
+    write_table(df, "checkmate_baselines", "Baselines on the Checkmate training graphs", notes,
+                graphs=checkmate_train_files())
 
 
 if __name__ == "__main__":

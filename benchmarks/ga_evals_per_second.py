@@ -102,7 +102,9 @@ the `benchmarks` package). One GA generation per graph ({args.children} children
 `pool_evals_per_s` the wall-clock rate through a {args.workers}-process pool on this 2-core machine, which other jobs
 shared while it ran. Zoo graphs on v100-16gb at the paper's batch sizes; Checkmate graphs (balanced time scale) and a
 synthetic 3300-layer training graph at 25% of their unswapped peak."""
-    write_table(df, "ga_evals_per_second", "GA evaluations per second per core", notes)
+    files = [args.zoo_dir / f"{n}.json" for n in ZOO if (args.zoo_dir / f"{n}.json").exists()]
+    write_table(df, "ga_evals_per_second", "GA evaluations per second per core", notes,
+                graphs=files + checkmate_train_files()[:2])
 
 
 if __name__ == "__main__":

@@ -51,7 +51,10 @@ def main() -> None:
         row["gen_ratio"] = row["gens_2w"] / max(1, row["gens_1w"])
         rows.append(row)
     df = pd.DataFrame(rows)
-    write_table(df, "ga_second_core", "The GA with one and two evaluation processes, same wall time", __doc__)
+    from benchmarks.refine_compare import graph_files
+
+    write_table(df, "ga_second_core", "The GA with one and two evaluation processes, same wall time", __doc__,
+                graphs=graph_files(args.graph_dir, set(df["graph"])))
     print(df.to_markdown(index=False, floatfmt=".4g"))
 
 

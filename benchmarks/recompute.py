@@ -143,8 +143,10 @@ slower). For Belady it is guaranteed (`SwapPlanner.faster_options` keeps the fas
 generation 0 is (it holds every seed swap-only too): two searches of equal time then take different paths, and
 may end within search noise of each other either way. `search_gain`: 1 - best / best of generation 0.
 `sha256`: the graph's (first 12 hex digits); suite graphs are captured into `--graphs` when missing."""
+    files = ([args.graphs / f"{n}.json" for n in SUITE] if args.only in (None, "suite") else []) + (
+        list(checkmate_train_files()) if args.only in (None, "checkmate") else [])
     write_table(df, "recompute" if args.only is None else f"recompute_{args.only}",
-                "Swap-only, recompute-only and swap+recompute at equal memory", notes)
+                "Swap-only, recompute-only and swap+recompute at equal memory", notes, graphs=files)
 
 
 if __name__ == "__main__":

@@ -67,8 +67,10 @@ def main() -> None:
                       for lab, r, c in zip(ga.index, ga["room"], ga["copy_share"]) if r >= 0.05)
     verdict = (f"GA-only plans with less than 5% room (median over seeds): {closed or 'none'}. "
                f"With 5% or more: {open_ or 'none'}.")
+    from benchmarks.refine_compare import graph_files
+
     write_table(df, "refine_gap", "Room left for refinement, and what decides each plan's makespan",
-                __doc__ + "\n" + verdict)
+                __doc__ + "\n" + verdict, graphs=graph_files(args.graph_dir, set(df["graph"])))
     print(df.to_markdown(index=False, floatfmt=".4g"))
 
 

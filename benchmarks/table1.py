@@ -87,7 +87,8 @@ def main() -> None:
 fp32); memory is the unswapped peak of the program order (every tensor freed right after its last reader,
 parameters and optimizer state resident), in 10^9 bytes as the paper's GB; operators are ATen-level ops including
 one optimizer op per parameter; distinct sizes count every tensor (parameters, gradients, momentum, activations)."""
-    write_table(pd.DataFrame(rows), "table1", "SwapAdvisor Table 1, side by side", notes)
+    write_table(pd.DataFrame(rows), "table1", "SwapAdvisor Table 1, side by side", notes, paper="SwapAdvisor Table 1",
+                graphs=[args.graph_dir / f"{name}-b{batch}.json" for name, batch, *_ in PAPER])
 
 
 if __name__ == "__main__":
