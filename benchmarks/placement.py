@@ -82,10 +82,15 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=None,
                     help="CPU profile of this machine (made with `hybrid profile --backend cpu` if missing)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="CP-SAT seconds per placement")
+    ap.add_argument("--quick", action="store_true",
+                    help="4 models, VGG16 at batch 2 and 32 only, one profiling run (about 3 minutes; the full run "
+                         "about 8)")
     args = ap.parse_args()
     args.graphs.mkdir(parents=True, exist_ok=True)
     prof = args.profile or args.graphs / "cpu.prof.json"
-    runs = [(m, 1) for m in MODELS] + [("vgg16", b) for b in (2, 4, 8, 16, 32)]
+    models = ("vgg16", "alexnet", "googlenet", "resnet-18") if args.quick else MODELS
+    runs = [(m, 1) for m in models] + [("vgg16", b) for b in ((2, 32) if args.quick else (2, 4, 8, 16, 32))]
+    repeat, warmup = ("1", "0") if args.quick else ("3", "1")
     rows = []
     for m, b in runs:
         path = graph(m, b, args.graphs)
@@ -94,7 +99,7 @@ def main() -> None:
     for m, b in runs:
         path = graph(m, b, args.graphs)
         subprocess.run([exe(), "profile", "--graph", str(path), "--profile", str(prof), "--backend", "cpu",
-                        "--repeat", "3", "--warmup", "1"], check=True, capture_output=True)
+                        "--repeat", repeat, "--warmup", warmup], check=True, capture_output=True)
         g = with_profiles(Graph.load(path), [prof])
         rows.append(row(m, g, b, "measured here", args.time_limit))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -125,7 +130,8 @@ ops, since ReLU and dropout are not separate nodes in the same way) and GoogLeNe
 first Inception module as 4 branches + join). `out_bytes`: the activation bytes the part sends on (the copy a
 device change there costs); parameters are uploaded once. GPU times: P2200 roofline; CPU: Xeon 6248R roofline.""")
     write_table(pd.DataFrame(rows), "placement_latency", "Placement of inference graphs on CPU + GPU (seed 004)",
-                notes)
+                notes, graphs=sorted({graph(m, b, args.graphs) for m, b in runs}),
+                paper="placement (seed 004) Tables 4-5 and Fig. 9 (batch trend)")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class Job:
     paper: str = ""
     needs: str = ""                    # "cuda" for jobs that only run on a GPU
     clean: tuple[str, ...] = field(default=())  # folders under results/ emptied first (stale parts)
+    fresh: str = ""                    # a subfolder of --graphs the job captures into: emptied first
 
     def argv(self, quick: bool, graphs: Path) -> list[str]:
         args = self.quick if quick else self.full
@@ -54,7 +55,7 @@ class Job:
 # Order matters where one job reads another's output (refine_gap and refine_timeline read refine_compare's plans).
 JOBS: tuple[Job, ...] = (
     Job("table1", "benchmarks.table1", ("--graph-dir", f"{G}/table1"), ("--graph-dir", f"{G}/table1"),
-        ("table1.md",), "SwapAdvisor Table 1"),
+        ("table1.md",), "SwapAdvisor Table 1", fresh="table1"),
     Job("capture_scale", "benchmarks.capture_scale", ("--models", "nasnet-25:64", "rnn-8-8k:256"), (),
         ("capture_scale.md",)),
     Job("capture_replay", "benchmarks.capture_replay", ("--models", "resnet-18", "rnn-2-1k", "unet"), (), ("capture_replay.md",)),
@@ -99,14 +100,14 @@ JOBS: tuple[Job, ...] = (
         ("--planner", "ga", "--ga-seconds", "15", "--limit", "3"), ("arena_plans_ga.md",)),
     Job("milp_paper", "benchmarks.milp", ("--part", "paper", "--time-limit", "10", "--graphs", f"{G}/milp"),
         ("--part", "paper", "--time-limit", "60", "--paper-stages", "60", "--graphs", f"{G}/milp"),
-        ("milp.md",), "MO-SOS (seed 002) §3"),
+        ("milp.md",), "MO-SOS (seed 002) §3", fresh="milp"),
     Job("milp_scale", "benchmarks.milp",
         ("--part", "scale", "--time-limit", "10", "--layers", "10", "--stages", "30", "--graphs", f"{G}/milp"),
         ("--part", "scale", "--time-limit", "600", "--layers", "10,20,30", "--stages", "30,60,90,145",
          "--graphs", f"{G}/milp"), ("milp_scale.md",)),
-    Job("placement", "benchmarks.placement", ("--graphs", f"{G}/placement", "--time-limit", "5"),
+    Job("placement", "benchmarks.placement", ("--graphs", f"{G}/placement", "--time-limit", "5", "--quick"),
         ("--graphs", f"{G}/placement", "--time-limit", "30"), ("placement_latency.md", "placement_parts.md"),
-        "placement (seed 004) Tables 4-5, Fig. 9"),
+        "placement (seed 004) Tables 4-5, Fig. 9", fresh="placement"),
     Job("ga_acceptance", "benchmarks.ga_acceptance", ("--zoo-dir", G, "--time-limit", "10s", "--force"),
         ("--zoo-dir", G, "--time-limit", "5m", "--force"), ("ga_acceptance.md",), "SwapAdvisor Fig. 6"),
     Job("ga_ablation", "benchmarks.ga_ablation", ("--zoo-dir", G, "--time-limit", "10s"),
@@ -183,6 +184,8 @@ def main() -> None:
             rows.append({"job": j.name, "status": "skipped: needs a CUDA device", "seconds": 0.0, "command": cmd,
                          "writes": ", ".join(j.outputs)})
             continue
+        if j.fresh and not args.no_capture:
+            shutil.rmtree(args.graphs / j.fresh, ignore_errors=True)
         for c in j.clean:
             shutil.rmtree(RESULTS / c, ignore_errors=True)
         print(f"[{j.name}] {cmd}", flush=True)
