@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import commit
 from hybrid.capture.api import capture_model
 from hybrid.capture.interpreter import eager_step, mismatches, replay_step
 from hybrid.graph import Graph
@@ -104,8 +105,9 @@ def main() -> None:
     lines = [
         "# Reference interpreter vs eager PyTorch",
         "",
-        "Regenerate with `python -m benchmarks.capture_replay`"
-        + (f" --models {' '.join(a.models)}" if a.models else "") + ".",
+        "Regenerate: `python -m benchmarks.capture_replay"
+        + (f" --models {' '.join(a.models)}" if a.models else "")
+        + f"` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).",
         "",
         f"torch {torch.__version__}, CPU. One training step from the same weights, batch and seed (dropout "
         "included): eager `loss.backward(); optimizer.step()` under `portable_kernels()` versus the captured "

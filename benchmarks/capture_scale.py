@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import commit
+
 ROOT = Path(__file__).resolve().parents[1]
 # SwapAdvisor's Table 1 models and ResNet-152 (ASPLOS'20 §6), MO-SOS's VGG19 and UNet, at the papers' batches.
 MODELS = ["wresnet-152-10:64", "inception-v4-4:64", "nasnet-25:64", "rnn-8-8k:256", "brnn-4-8k:128",
@@ -74,7 +76,7 @@ def table(rows: list[dict], optimizer: str, command: str) -> str:
     lines = [
         "# Capture at scale: time and peak RAM",
         "",
-        f"Regenerate with `{command}`.",
+        f"Regenerate: `{command}` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).",
         "",
         f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, "
         f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f} at the end (the machine is shared). "
