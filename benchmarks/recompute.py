@@ -56,18 +56,22 @@ def transformer_graph() -> Graph:
     return capture(module, args, loss, target, optimizer="adamw", lr=1e-3, name="transformer-lm-2x256")
 
 
-def ga(g: Graph, dev, recompute: bool, seconds: float) -> tuple[object, float, float]:  # noqa: ANN001
+def ga(g: Graph, dev, recompute: bool, seconds: float,  # noqa: ANN001
+       generations: int | None = None) -> tuple[object, float, float]:
+    """The GA for `seconds`, or for `generations` when given (a deterministic budget)."""
     from ga import GAConfig, optimize
 
     opt = PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if recompute else 0.0)
-    res = optimize(g, dev, GAConfig(seed=1), time_limit_s=seconds, options=opt, workers=1)
-    plan = res.to_plan(time_limit_s=seconds)
+    limit = None if generations else seconds
+    res = optimize(g, dev, GAConfig(seed=1), time_limit_s=limit, generations=generations, options=opt, workers=1)
+    plan = res.to_plan(time_limit_s=limit)
     log = res.log_frame()
     gen0 = float(log.loc[log["generation"] == 0, "best_s"].min())
     return plan, gen0, float(res.generations)
 
 
-def rows_for(label: str, g: Graph, dev, memory_note: str, seconds: float) -> list[dict]:  # noqa: ANN001
+def rows_for(label: str, g: Graph, dev, memory_note: str, seconds: float,  # noqa: ANN001
+             generations: int | None = None) -> list[dict]:
     ideal = ideal_time(g)
     order = program_order(g)
     base = {"graph": label, "ops": len(g.ops), "sha256": g.sha256[:12], "memory": memory_note,
@@ -79,8 +83,8 @@ def rows_for(label: str, g: Graph, dev, memory_note: str, seconds: float) -> lis
     for name, fn in (("belady swap-only", lambda: run_baseline(g, dev, "belady")),
                      ("belady recompute-only", lambda: run_baseline(g, dev, "recompute-only")),
                      ("belady swap+recompute", lambda: run_baseline(g, dev, "belady", recompute=True)),
-                     ("GA swap-only", lambda: ga(g, dev, False, seconds)),
-                     ("GA swap+recompute", lambda: ga(g, dev, True, seconds))):
+                     ("GA swap-only", lambda: ga(g, dev, False, seconds, generations)),
+                     ("GA swap+recompute", lambda: ga(g, dev, True, seconds, generations))):
         t0 = time.monotonic()
         try:
             got = fn()
@@ -110,6 +114,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--time-limit", type=float, default=60.0, help="GA seconds per run on the suite graphs")
     ap.add_argument("--checkmate-time-limit", type=float, default=20.0, help="GA seconds per run on Checkmate graphs")
+    ap.add_argument("--generations", type=int, default=None,
+                    help="GA generations per run instead of the time limits (deterministic: the same table twice)")
     ap.add_argument("--graphs", type=Path, default=Path("/tmp/hybrid-graphs"),
                     help="folder of captured suite graphs (captured there when missing)")
     ap.add_argument("--only", choices=["suite", "checkmate", "transformer"], default=None)
@@ -120,18 +126,18 @@ def main() -> None:
     if args.only in (None, "transformer"):
         g = transformer_graph()
         dev = replace(g.device or v100, memory_bytes=int(0.12 * sum(t.bytes for t in g.tensors)), reserve_bytes=0)
-        rows += rows_for(g.name, g, dev, "12% of tensor bytes", args.checkmate_time_limit)
+        rows += rows_for(g.name, g, dev, "12% of tensor bytes", args.checkmate_time_limit, args.generations)
     if args.only in (None, "suite"):
         for name in SUITE:
             g = suite_graph(name, args.graphs)
-            rows += rows_for(name, g, v100, "v100-16gb", args.time_limit)
+            rows += rows_for(name, g, v100, "v100-16gb", args.time_limit, args.generations)
     if args.only in (None, "checkmate"):
         for path in checkmate_train_files():
             g = balanced_checkmate(path)
             peak = unswapped_peak(g)
             for frac in (0.5, 0.25):
                 dev = replace(v100, memory_bytes=int(peak * frac), reserve_bytes=0)
-                rows += rows_for(g.name, g, dev, f"{frac:.0%} of peak", args.checkmate_time_limit)
+                rows += rows_for(g.name, g, dev, f"{frac:.0%} of peak", args.checkmate_time_limit, args.generations)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     df = pd.DataFrame(rows)
@@ -140,7 +146,7 @@ def main() -> None:
 (`hybrid.plan.bounds.activation_bound`; valid whatever stays resident; other schedules may do better).
 `vs_swap_only`: the swap-only plan's makespan over swap+recompute's for the same planner (>= 1: recompute not
 slower). For Belady it is guaranteed (`SwapPlanner.faster_options` keeps the faster of the two); for the GA only
-generation 0 is (it holds every seed swap-only too): two searches of equal time then take different paths, and
+generation 0 is (it holds every seed swap-only too): two searches of equal budget then take different paths, and
 may end within search noise of each other either way. `search_gain`: 1 - best / best of generation 0.
 `sha256`: the graph's (first 12 hex digits); suite graphs are captured into `--graphs` when missing."""
     files = ([args.graphs / f"{n}.json" for n in SUITE] if args.only in (None, "suite") else []) + (

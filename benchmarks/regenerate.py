@@ -66,7 +66,7 @@ JOBS: tuple[Job, ...] = (
         ("--zoo-dir", G), ("ga_evals_per_second.md",)),
     Job("ga_second_core", "benchmarks.ga_second_core", ("--graph-dir", G, "--time-limit", "8", "--only", "rnn-8-8k"),
         ("--graph-dir", G, "--time-limit", "45"), ("ga_second_core.md",)),
-    Job("recompute", "benchmarks.recompute", ("--graphs", G, "--time-limit", "2", "--checkmate-time-limit", "0.5"),
+    Job("recompute", "benchmarks.recompute", ("--graphs", G, "--generations", "2"),
         ("--graphs", G), ("recompute.md",)),
     Job("refine_compare", "benchmarks.refine_compare",
         ("--graph-dir", G, "--mode", "after", "--time-limit", "10", "--seeds", "1", "--only",
