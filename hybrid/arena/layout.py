@@ -10,7 +10,7 @@ search's genes 3% makespan, 10% less 15%): the fallback must give up as little m
 1. the plan itself: the heuristics (milliseconds), then the exact search (first fit, a share of the time);
 2. its other candidates (the search's plan before refinement, the population's next best plans);
 3. re-plans (`Replan`: the search's genes, the population's, the Belady planner) with a smaller byte
-   budget: 1%, 2%, 4%, 8%, 16% less memory until one lays out, then a bisection between the last budget that
+   budget: 1%, 2%, 4%, ..., 50% less memory until one lays out, then a bisection between the last budget that
    failed and the first that fit (the largest budget that lays out loses the least), laid out by the
    heuristics; the exact search then gets the time left for the fastest near misses (within 6% of fitting),
    which is what usually wins: a re-plan with 2% less memory that the heuristics lay out 0.7% over;
@@ -31,7 +31,7 @@ from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.swap.augmented import PlannerOptions
 
-SHRINK_STEPS = (0.01, 0.02, 0.04, 0.08, 0.16)    # memory given up, tried in turn until a re-plan lays out
+SHRINK_STEPS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.5)   # memory given up, tried in turn until a re-plan lays out
 NEAR_MISS = 0.06                                  # heuristic arena at most this far over: worth the exact search
 EXACT_TRIES = 4                                   # near misses given to the exact search, fastest first
 

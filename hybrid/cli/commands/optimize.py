@@ -91,7 +91,7 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--arena", "arena_time", default="10s", show_default=True, metavar="TIME",
               help="A byte-budget plan is written with exact arena offsets (hybrid.arena), searched for up to TIME "
                    "after --time-limit (0: off, as --no-arena). Where the plan does not lay out within the memory, "
-                   "its other candidates and re-plans with 1%-16% less memory (the search's genes, its population's "
+                   "its other candidates and re-plans with 1%-50% less memory (the search's genes, its population's "
                    "next best, the Belady planner; bisected to the largest budget that lays out) are laid out, and "
                    "per-size classes; the fastest that fits is written and the summary says which and what it cost.")
 @click.option("--no-arena", "no_arena", is_flag=True,
