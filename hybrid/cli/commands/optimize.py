@@ -114,7 +114,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     plain byte budget) and the planner's eviction policy; the swap planner
     and simulator score each one. The first generation includes the program
     order with every policy and a depth-first order, so the result is never
-    slower than the belady, odswap and vdnn baselines. With --refine cpsat, CP-SAT re-times the copies of
+    slower than the belady, odswap and vdnn baselines. A byte-budget winner is then given exact arena
+    offsets (--arena); where it does not lay out within the memory, the fallback written may be slower
+    (the summary's pool line says which fallback fired and its makespan cost). With --refine cpsat, CP-SAT re-times the copies of
     the search's plans: in a second process while the search runs (its best plan, and in turn its next-best
     ones when that stalls) where the search could not use that core (see --refine-mode), else after the search,
     whose best plan is refined until that stops finding anything faster (--refine-patience) and the
