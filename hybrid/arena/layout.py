@@ -167,6 +167,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[P
         return done("", "the plan", 0.0, tried.fits[0][2])
     overflow = tried.log[0][3] - 1.0
     if tried.near:        # a near miss: the exact search on the plan itself, for a quarter of the time
+        deadline += exact.warm_up()       # its one-off compile is not search time
         sol = exact.solve(first.problem, 0.25 * time_limit_s, first_fit=True)
         tried.count += 1
         if sol.arena_bytes <= tried.capacity:
@@ -178,8 +179,9 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[P
     if replans is None:
         replans = (Replan("belady", lambda budget: replan_schedule(graph, plan, budget)),)
     steps = SHRINK_STEPS if rounds is None else SHRINK_STEPS[:max(rounds, 1)]
+    sweep_end = t0 + 0.6 * (deadline - t0)    # the rest is for the exact search on the fastest near misses
     for rp in replans:
-        if time.perf_counter() > deadline and tried.fits:
+        if time.perf_counter() > sweep_end and tried.fits:
             break
 
         def attempt(shrink: float) -> bool | None:
@@ -202,7 +204,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[P
         if fitted is None:
             continue
         for _ in range(bisect_steps):        # the largest budget that lays out: it loses the least
-            if time.perf_counter() > deadline:
+            if time.perf_counter() > sweep_end:
                 break
             mid = 0.5 * (failed + fitted)
             if fitted - failed < 0.001:
@@ -214,6 +216,8 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[P
                 failed = mid
     # the exact search for the fastest near misses that would beat every fit found
     near = sorted(n for n in tried.near if n[0] < tried.best_s())[:EXACT_TRIES]
+    if near:
+        deadline += exact.warm_up()
     for k, (ms, _, cand, source, shrink, pb, _) in enumerate(near):
         left = deadline - time.perf_counter()
         if left <= 0.2 or ms >= tried.best_s():
