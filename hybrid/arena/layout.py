@@ -10,11 +10,11 @@ search's genes 3% makespan, 10% less 15%): the fallback must give up as little m
 1. the plan itself: the heuristics (milliseconds), then the exact search (first fit, a share of the time);
 2. its other candidates (the search's plan before refinement, the population's next best plans);
 3. re-plans (`Replan`: the search's genes, the population's, the Belady planner) with a smaller byte
-   budget: 1%, 2%, 4%, ..., 50% less memory until one lays out, then a bisection between the last budget that
+   budget: 0.5%, 1%, 2%, ..., 50% less memory until one lays out, then a bisection between the last budget that
    failed and the first that fit (the largest budget that lays out loses the least), laid out by the
    heuristics; the exact search then gets the time left for the fastest near misses (within 6% of fitting),
    which is what usually wins: a re-plan with 2% less memory that the heuristics lay out 0.7% over;
-4. per-size classes (no offsets needed).
+4. size classes (no offsets needed): the search's fastest size-class plans, and per-size classes.
 `Layout` says which fired, how much memory it gave up and what it cost.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.swap.augmented import PlannerOptions
 
-SHRINK_STEPS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.5)   # memory given up, tried in turn until a re-plan lays out
+SHRINK_STEPS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.5)   # memory given up, tried in turn until a re-plan lays out
 NEAR_MISS = 0.06                                  # heuristic arena at most this far over: worth the exact search
 EXACT_TRIES = 4                                   # near misses given to the exact search, fastest first
 
@@ -124,7 +124,8 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[P
             rounds: int | None = None) -> Layout:
     """`plan` with arena offsets (see the module docstring); plans that are not byte budgets pass through.
 
-    `others`: slower candidates (e.g. the search's own plan before refinement) tried before any re-plan.
+    `others`: slower candidates (e.g. the search's own plan before refinement) tried before any re-plan;
+    size-class plans among them (the search's best size-class individuals) are kept as they are.
     `replans`: ways to plan again for a smaller byte budget (default: the Belady planner on the plan's
     schedule); each is tried with 1%, 2%, 4%, ... less memory, then bisected `bisect_steps` times. Of
     everything that fits, the fastest is kept. `rounds` (legacy) caps the shrink steps tried per re-plan.
@@ -227,6 +228,9 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[P
         if sol.arena_bytes <= (pb.problem.capacity or 0):
             kind = "slower candidate" if shrink == 0.0 else "re-planned"
             tried.fits.append((ms, len(tried.fits), arena_plan(cand, pb, sol), source, shrink, kind))
+    for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
+        tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}", 0.0,
+                           "size classes"))
     try:
         classes = replan_schedule(graph, plan, None, size_classes=True)
         tried.fits.append((classes.makespan_s, len(tried.fits), classes, "per-size classes", 0.0, "size classes"))

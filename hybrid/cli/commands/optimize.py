@@ -1,6 +1,7 @@
 """`hybrid optimize`: the genetic search over schedules and pools (SwapAdvisor §5), then CP-SAT refinement."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -305,7 +306,17 @@ def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()
                 seen.add(round(ind.makespan, 12))
                 replans.append(Replan(f"population {len(replans) + 1}", _genes_replan(graph, plan, result, ind)))
     replans.append(Replan("belady", lambda budget: replan_schedule(graph, plan, budget)))
-    layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan], replans=replans)
+    classes = []              # the search's fastest size-class plan: a fallback that needs no offsets
+    if result is not None:
+        from hybrid.swap.planner import SwapPlanner
+        from hybrid.swap.to_plan import to_plan
+
+        space = result.space
+        for ind in sorted((i for i in population if not i.by_bytes and np.isfinite(i.makespan)),
+                          key=lambda i: i.makespan)[:1]:
+            aug = SwapPlanner(graph, space.device).plan(ind.schedule, space.pool(ind), space.options_for(ind))
+            classes.append(dataclasses.replace(to_plan(aug, result.planner_info()), device=plan.device))
+    layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes, replans=replans)
     problem = _problem(graph, layout.plan)
     if problem:
         raise HybridError(f"the laid-out plan failed validation ({problem}); please report this with the graph file")
