@@ -290,6 +290,7 @@ def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()
     the validator. `population`: the search's last population, whose next best byte-budget individuals are
     re-planned too. Returns the Layout written."""
     from hybrid.arena.layout import Layout, Replan, lay_out, replan_schedule
+    from hybrid.errors import InfeasibleError
 
     if arena_s is None:
         plan.save(out_path)
@@ -316,7 +317,12 @@ def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()
                           key=lambda i: i.makespan)[:1]:
             aug = SwapPlanner(graph, space.device).plan(ind.schedule, space.pool(ind), space.options_for(ind))
             classes.append(dataclasses.replace(to_plan(aug, result.planner_info()), device=plan.device))
-    layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes, replans=replans)
+    try:
+        layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes,
+                         replans=replans)
+    except InfeasibleError as e:
+        raise InfeasibleError(f"{e}, or --no-arena to write the byte budget as searched (the executor then "
+                              "compacts at run time)") from None
     problem = _problem(graph, layout.plan)
     if problem:
         raise HybridError(f"the laid-out plan failed validation ({problem}); please report this with the graph file")
