@@ -1,101 +1,117 @@
 """Exact arena offsets for byte-budget plans: does one offset per tensor fit the plan's memory, and what the
-fallback (re-plan with less memory until the layout fits) costs in makespan.
+fallback (`hybrid.arena.layout.lay_out`, as `hybrid optimize` runs it by default) costs in makespan.
 
 Plans: the Belady baseline (a byte budget, no fragmentation modelled), or the GA's best plan (`--planner
-ga`, `--ga-seconds` each; a size-class winner already has its layout and is listed as such), on the
-Checkmate training graphs at 50% and 25% of each graph's unswapped peak. For each: the peak of live copy
-bytes, the arena `with_arena` finds (--limit seconds), whether it fits beside the largest workspace
-(FORMATS rule 5: arena plus the running op's workspace within the memory); if not, the budget handed to the
-planner shrinks by the overflow (at most --rounds times) and the makespan of the first plan that fits is
-set against the original one. Writes results/arena_plans.{md,csv} (arena_plans_ga with --planner ga).
+ga`: `--generations` generations, seed 1, one worker, so deterministic; a size-class winner already has its
+layout and is listed as such). Graphs: the Checkmate training graphs at 50% and 25% of each graph's
+unswapped peak, or with `--graphs DIR` every graph file there (e.g. the SwapAdvisor suite) at its own
+device's memory. For each plan: the peak of live copy bytes, the best first layout over the capacity
+(`arena / cap`, capacity = memory less the largest workspace, FORMATS rule 5), whether the fallback fired,
+which (re-plan source and the memory it gave up), and the makespan cost against the fragmentation-free plan.
+Writes results/arena_plans[_ga][_suite].{md,csv}. Full run (GA, suite, 30 generations): about 15 minutes on
+2 cores; `--quick` (5 generations, 3 s of layout each): about 4 minutes.
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import ROOT, balanced_checkmate, checkmate_train_files, short_name, write_table
-from hybrid.arena.lifetimes import plan_buffers, with_arena
+from benchmarks.common import balanced_checkmate, checkmate_train_files, short_name, write_table
 from ga import GAConfig, optimize
+from hybrid.arena.layout import Replan, lay_out, replan_schedule
+from hybrid.arena.lifetimes import plan_buffers
 from hybrid.device import Device, preset
-from hybrid.graph import Graph
-from hybrid.plan import Plan
 from hybrid.errors import InfeasibleError
+from hybrid.graph import Graph
 from hybrid.graph.info import unswapped_peak
 from hybrid.swap.baselines import run_baseline
 from hybrid.validator import validate
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--limit", type=float, default=5.0, help="Seconds of exact search per plan.")
-    ap.add_argument("--rounds", type=int, default=6, help="Re-plans at most, per plan that does not fit.")
-    ap.add_argument("--planner", choices=("belady", "ga"), default="belady")
-    ap.add_argument("--ga-seconds", type=float, default=20.0, help="GA search time per plan (--planner ga).")
-    args = ap.parse_args()
-    rows: list[dict] = []
-
-    def make(g: Graph, dev: Device) -> Plan:
-        if args.planner == "belady":
-            return run_baseline(g, dev, "belady")
-        return optimize(g, dev, GAConfig(seed=1), time_limit_s=args.ga_seconds, workers=1).to_plan()
-
+def _cases(args: argparse.Namespace) -> list[tuple[str, Path, Graph, Device, float | str]]:
+    out = []
+    if args.graphs is not None:
+        for path in sorted(Path(args.graphs).glob("*.json")):
+            g = Graph.load(path)
+            dev = g.device or preset("v100-16gb")
+            out.append((path.stem, path, g, dev, "device"))
+        return out
     for path in checkmate_train_files():
         g = balanced_checkmate(path)
         for frac in (0.5, 0.25):
-            mem = int(unswapped_peak(g) * frac)
-            dev = replace(g.device or preset("v100-16gb"), memory_bytes=mem, reserve_bytes=0)
-            try:
-                plan = make(g, dev)
-            except InfeasibleError:
-                continue
-            if plan.allocation.kind != "unconstrained":
-                rows.append({"graph": short_name(path), "memory / peak": frac, "pool": plan.allocation.kind})
-                print(rows[-1], flush=True)
-                continue
-            peak = plan_buffers(g, plan).problem.peak_live()
-            row = {"graph": short_name(path), "memory / peak": frac, "pool": "unconstrained", "tensors on device": 0,
-                   "peak live": peak}
-            budget, rounds, laid = mem, 0, None
-            first_arena = None
-            while rounds <= args.rounds:
-                try:
-                    cand = plan if rounds == 0 else make(g, replace(dev, memory_bytes=budget))
-                except InfeasibleError:       # the smaller budget cannot hold some op: no fallback plan
-                    break
-                cand = replace(cand, device=dev)          # valid at the smaller budget, so at the plan's memory
-                pb = plan_buffers(g, cand)
-                row["tensors on device"] = row["tensors on device"] or len(pb.problem)
-                try:
-                    laid, sol = with_arena(g, cand, args.limit)
-                    first_arena = first_arena or sol.arena_bytes
-                    break
-                except InfeasibleError:
-                    from hybrid.arena import exact
-                    s = exact.solve(pb.problem, args.limit)
-                    first_arena = first_arena or s.arena_bytes
-                    cap = pb.problem.capacity or 1
-                    budget = int(budget * cap / s.arena_bytes * 0.995)
-                    rounds += 1
-            row.update({"arena (first plan)": first_arena, "arena / peak live": first_arena / peak,
-                        "fits without fallback": rounds == 0, "re-plans": rounds if laid is not None else "failed",
-                        "makespan cost": (laid.makespan_s / plan.makespan_s - 1.0) if laid is not None else "",
-                        "validates": bool(laid is not None and validate(g, laid).valid)})
-            print(row, flush=True)
+            dev = replace(g.device or preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * frac), reserve_bytes=0)
+            out.append((short_name(path), path, g, dev, frac))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--limit", type=float, default=10.0, help="Seconds of layout search (lay_out) per plan.")
+    ap.add_argument("--planner", choices=("belady", "ga"), default="belady")
+    ap.add_argument("--generations", type=int, default=30, help="GA generations per plan (--planner ga).")
+    ap.add_argument("--graphs", default=None, help="Folder of graph files (at their own device's memory) "
+                                                   "instead of the Checkmate graphs.")
+    ap.add_argument("--quick", action="store_true", help="5 generations, 3 s of layout per plan.")
+    args = ap.parse_args()
+    gens, limit = (5, 3.0) if args.quick else (args.generations, args.limit)
+    rows: list[dict] = []
+    paths: list[Path] = []
+    for name, path, g, dev, memory in _cases(args):
+        res = None
+        try:
+            if args.planner == "belady":
+                plan = run_baseline(g, dev, "belady")
+            else:
+                res = optimize(g, dev, GAConfig(seed=1), generations=gens, workers=1)
+                plan = res.to_plan()
+        except InfeasibleError:
+            continue
+        paths.append(path)
+        row: dict = {"graph": name, "memory": memory, "pool": plan.allocation.kind,
+                     "makespan ms (byte budget)": plan.makespan_s * 1e3}
+        if plan.allocation.kind != "unconstrained":
             rows.append(row)
+            print(row, flush=True)
+            continue
+        pb = plan_buffers(g, plan)
+        replans = [Replan("belady", lambda b, g=g, plan=plan: replan_schedule(g, plan, b))]
+        if res is not None:
+            best, space = res.best, res.space
+            replans.insert(0, Replan("search genes", lambda b, g=g, plan=plan, best=best, space=space: replan_schedule(
+                g, plan, b, order=best.schedule, options=space.options_for(best))))
+        row.update({"tensors on device": len(pb.problem), "peak live / cap": pb.problem.peak_live() /
+                    max(pb.problem.capacity or 1, 1)})
+        try:
+            out = lay_out(g, plan, limit, replans=replans)
+        except InfeasibleError as e:
+            row.update({"fallback": "failed", "why": str(e)[:80]})
+            rows.append(row)
+            print(row, flush=True)
+            continue
+        row.update({"first arena / cap": out.overflow + 1.0 if out.fallback else out.trials[0][3],
+                    "fallback": out.fallback or "none", "source": out.source,
+                    "memory given up": out.memory_given_up, "laid out by": out.solver,
+                    "makespan ms (laid out)": out.plan.makespan_s * 1e3, "makespan cost": out.cost,
+                    "layout s": out.solve_s, "validates": validate(g, out.plan).valid})
+        rows.append(row)
+        print(row, flush=True)
     df = pd.DataFrame(rows)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    laid_rows = df[df["pool"] == "unconstrained"] if len(df) else df
-    fired = int((laid_rows["fits without fallback"] == False).sum()) if len(laid_rows) else 0  # noqa: E712
-    notes = (f"Commit {commit}. Planner: {args.planner}. `arena / peak live` for the plan as planned (one offset "
-             f"per tensor, all its copies at it). The fallback fired on {fired} of {len(laid_rows)} byte-budget "
-             "plans; `makespan cost` is the laid-out plan's makespan over the fragmentation-free plan's, less 1.")
-    stem = "arena_plans" if args.planner == "belady" else "arena_plans_ga"
-    print(write_table(df, stem, "Exact arena offsets for byte-budget plans, and the fallback's cost", notes))
+    laid = df[df["pool"] == "unconstrained"] if len(df) else df
+    fired = int((laid["fallback"] != "none").sum()) if len(laid) else 0
+    costs = laid["makespan cost"].dropna() if "makespan cost" in laid else pd.Series(dtype=float)
+    notes = (f"Planner: {args.planner}" + (f" ({gens} generations, seed 1, 1 worker)" if args.planner == "ga" else "")
+             + f"; {limit:g} s of layout per plan. `first arena / cap`: the plan's best first layout (heuristics, "
+             "then the exact search when within 6%) over the capacity (memory less the largest workspace); under 1 "
+             f"fits. The fallback fired on {fired} of {len(laid)} byte-budget plans; makespan cost (laid out over "
+             f"fragmentation-free, less 1): median {costs.median() if len(costs) else float('nan'):.4g}, "
+             f"max {costs.max() if len(costs) else float('nan'):.4g}. `memory given up`: the share of the usable "
+             "memory the written re-plan gave up (bisected to the largest budget that lays out).")
+    stem = "arena_plans" + ("_ga" if args.planner == "ga" else "") + ("_suite" if args.graphs else "")
+    print(write_table(df, stem, "Exact arena offsets for byte-budget plans, and the fallback's cost", notes,
+                      graphs=sorted(set(paths)) if args.graphs else (), paper="issue 19 (SwapAdvisor suite and Checkmate graphs)"))
 
 
 if __name__ == "__main__":

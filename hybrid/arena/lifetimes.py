@@ -85,8 +85,14 @@ def with_arena(graph: Graph, plan: Plan, time_limit_s: float = 10.0, first_fit: 
     limit (the best heuristic at worst), or with `first_fit` the first layout within the memory.
     InfeasibleError when even that exceeds the memory."""
     pb = plan_buffers(graph, plan)
+    sol = exact.solve(pb.problem, time_limit_s, first_fit=first_fit)
+    return arena_plan(plan, pb, sol), sol
+
+
+def arena_plan(plan: Plan, pb: PlanBuffers, sol: Solution) -> Plan:
+    """`plan` with the offsets of `sol` (a solution of `pb.problem`) as its arena allocation; InfeasibleError
+    when the arena exceeds the capacity left beside the largest workspace."""
     p = pb.problem
-    sol = exact.solve(p, time_limit_s, first_fit=first_fit)
     cap = p.capacity if p.capacity is not None else 0
     if sol.arena_bytes > cap:
         raise InfeasibleError(
@@ -98,19 +104,111 @@ def with_arena(graph: Graph, plan: Plan, time_limit_s: float = 10.0, first_fit: 
     planner = dict(plan.planner) if isinstance(plan.planner, dict) else {}
     planner["arena"] = {"solver": sol.solver, "proven_optimal": bool(sol.proven_optimal),
                         "peak_live_bytes": int(p.peak_live())}
-    return dataclasses.replace(plan, allocation=alloc, planner=planner), sol
+    return dataclasses.replace(plan, allocation=alloc, planner=planner)
 
 
-def schedule_buffers(graph: Graph, align: int | None = None) -> Problem:
-    """Static planning of a graph run without swapping (MegEngine's setting): one buffer per tensor, live
-    from its producer's position in the program order to just after its last reader (persistent tensors
-    throughout), sizes rounded up to `align` (default the graph device's alignment, else 512). In-place
-    overwrite and view forwarding are not applied: the graph format does not say which ops may write into
-    an input or return a view of it."""
+# Elementwise kinds (aten names, as captured) whose output may take an input's memory: each output element
+# depends only on the same element of the inputs, so writing it over an input read at the same index is
+# safe. Conservative: reductions, convolutions, matmuls, pooling, copies with a layout change, and ops
+# that already update a tensor in place (add_, copy_, bernoulli_, optimizers) are left out.
+OVERWRITE_KINDS = frozenset({
+    "relu", "threshold_backward", "add", "sub", "mul", "div", "neg", "sigmoid", "sigmoid_backward", "tanh",
+    "tanh_backward", "gelu", "gelu_backward", "silu", "silu_backward", "hardtanh", "hardtanh_backward",
+    "leaky_relu", "leaky_relu_backward", "exp", "log", "sqrt", "rsqrt", "pow", "clamp", "native_dropout",
+    "native_dropout_backward", "clone"})
+_IDENTITY_VIEWS = frozenset({"aten.detach.default", "aten.alias.default"})
+
+
+@dataclass(frozen=True)
+class StaticBuffers:
+    """A graph's static plan (no swapping) as an allocation problem.
+
+    Time is the program order doubled: op p reads its inputs at 2p and writes its outputs from 2p + 1, so a
+    tensor made at p and last read at q lives [2p, 2q + 2). `tensors` (the validator's view) has one buffer
+    per tensor; an input overwritten in place by op p ends at 2p + 1 and its overwriter starts there, so the
+    two never overlap in time and may share bytes. `problem` is what the solvers see: each overwrite chain
+    (an input, its overwriter, that one's overwriter...) merged into one buffer, so they share one offset.
+    Views need nothing: captured graphs fold view ops into their consumers' arguments (`hybrid.capture`),
+    so a view is never a tensor of its own and always reads its base's memory (MegEngine's forwarding)."""
+
+    problem: Problem                  # one buffer per chain (per tensor without overwrite)
+    tensors: Problem                  # one buffer per tensor, in the graph's tensor order
+    chain_of: np.ndarray              # per tensor, its buffer in `problem`
+    overwrites: tuple[tuple[str, str, str], ...]    # (op, input taken over, output written into it)
+
+    def tensor_offsets(self, chain_offsets: np.ndarray) -> np.ndarray:
+        """Per-tensor offsets from the solvers' per-chain offsets."""
+        return np.asarray(chain_offsets, np.int64)[self.chain_of]
+
+
+def _read_directly(op, tensor: str) -> bool:  # noqa: ANN001 - hybrid.graph.Op
+    """Whether `op` reads `tensor` element by element in its own layout (no transpose, expand or slice)."""
+    aten = op.extra.get("aten") if isinstance(op.extra, dict) else None
+    if not isinstance(aten, dict):
+        return True
+    for arg in list(aten.get("args", [])) + list(dict(aten.get("kwargs", {})).values()):
+        if isinstance(arg, dict) and arg.get("t") == tensor:
+            if any(v.get("op") not in _IDENTITY_VIEWS for v in arg.get("view", []) if isinstance(v, dict)):
+                return False
+    return True
+
+
+def schedule_buffers(graph: Graph, align: int | None = None, overwrite: bool = False) -> StaticBuffers:
+    """Static planning of a graph run without swapping (MegEngine's setting), in program order.
+
+    One buffer per tensor, live from its producer to its last reader (persistent tensors throughout), sizes
+    rounded up to `align` (default the graph device's alignment, else 512). With `overwrite`, MegEngine's
+    in-place overwrite: an op of an elementwise kind (`OVERWRITE_KINDS`) that updates nothing writes an
+    output into an input's memory when that input is not persistent, is read directly (no view), this op
+    is its last reader, and the output is no larger; an input takes at most one overwriter (the largest),
+    an output overwrites at most one input (the largest)."""
     from hybrid.graph.liveness import unswapped_lifetimes
     from hybrid.graph.order import program_order
 
     al = align if align is not None else (graph.device.alignment_bytes if graph.device is not None else 512)
-    first, last = unswapped_lifetimes(graph, program_order(graph))
-    return Problem([Buffer(t.id, int(first[k]), int(last[k]) + 1, int(round_up(t.bytes, al)), al)
-                    for k, t in enumerate(graph.tensors)])
+    order = program_order(graph)
+    first, last = unswapped_lifetimes(graph, order)
+    tix = {t.id: k for k, t in enumerate(graph.tensors)}
+    lo = 2 * first
+    hi = 2 * last + 2
+    n_t = len(graph.tensors)
+    parent = np.arange(n_t)                 # an overwriter's input (itself when none)
+    pairs: list[tuple[str, str, str]] = []
+    if overwrite:
+        taken: set[int] = set()
+        for p, o in enumerate(order.tolist()):
+            op = graph.ops[o]
+            if op.kind not in OVERWRITE_KINDS or op.updates:
+                continue
+            ins = [tix[t] for t in dict.fromkeys(op.inputs)
+                   if not graph.tensors[tix[t]].persistent and int(last[tix[t]]) == p and tix[t] not in taken
+                   and _read_directly(op, t)]
+            outs = sorted((tix[t] for t in op.outputs), key=lambda k: (-graph.tensors[k].bytes, k))
+            for out in outs:                # the largest output takes the largest input it fits in
+                fits = [i for i in ins if graph.tensors[out].bytes <= graph.tensors[i].bytes and i not in taken]
+                if not fits:
+                    continue
+                i = max(fits, key=lambda k: (graph.tensors[k].bytes, -k))
+                taken.add(i)
+                parent[out] = i
+                hi[i] = 2 * p + 1
+                lo[out] = 2 * p + 1
+                pairs.append((op.id, graph.tensors[i].id, graph.tensors[out].id))
+    root = parent.copy()
+    for k in range(n_t):                    # chains point backwards in time: follow to the first input
+        r = k
+        while root[r] != r:
+            r = root[r]
+        root[k] = r
+    size = np.array([int(round_up(t.bytes, al)) for t in graph.tensors], np.int64)
+    roots, chain_of = np.unique(root, return_inverse=True)
+    c_lo = np.full(len(roots), np.iinfo(np.int64).max, np.int64)
+    c_hi = np.zeros(len(roots), np.int64)
+    c_size = np.zeros(len(roots), np.int64)
+    np.minimum.at(c_lo, chain_of, lo)
+    np.maximum.at(c_hi, chain_of, hi)
+    np.maximum.at(c_size, chain_of, size)
+    tensors = Problem([Buffer(t.id, int(lo[k]), int(hi[k]), int(size[k]), al) for k, t in enumerate(graph.tensors)])
+    chains = Problem([Buffer(graph.tensors[int(r)].id, int(c_lo[c]), int(c_hi[c]), int(c_size[c]), al)
+                      for c, r in enumerate(roots.tolist())])
+    return StaticBuffers(chains, tensors, chain_of.astype(np.int64), tuple(pairs))

@@ -53,3 +53,44 @@ def test_optimize_with_arena_writes_offsets(tmp_path):
     assert plan.allocation.kind in ("arena", "size_classes")
     assert validate(Graph.load(RESNET), plan).valid
     assert "pool: " in r.output
+
+
+def test_optimize_lays_out_by_default_and_no_arena_opts_out(tmp_path):
+    import json
+
+    from hybrid.graph import Graph
+    from hybrid.plan import Plan
+    from tests.cli.helpers import RESNET
+
+    out = tmp_path / "p.json"
+    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--generations", "3", "--time-limit", "20s",
+            "--refine", "none", "--quiet", "--json", "--out", out)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{"):])
+    plan = Plan.load(out)
+    assert plan.allocation.kind in ("arena", "size_classes")
+    assert validate(Graph.load(RESNET), plan).valid
+    if plan.allocation.kind == "arena":
+        assert summary["arena"]["describe"] and "cost" in summary["arena"]
+    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--generations", "3", "--time-limit", "20s",
+            "--refine", "none", "--quiet", "--no-arena", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert Plan.load(out).allocation.kind != "arena"
+    r = run("optimize", "--graph", RESNET, "--time-limit", "5s", "--arena", "-3s", "--out", out)
+    assert r.exit_code == 2 and "--arena" in r.output
+
+
+def test_fallback_on_a_plan_that_fills_its_memory_reports_what_it_gave_up():
+    """A byte-budget plan at a tight memory fragments once each tensor has one offset: the fallback names its
+    source, the memory it gave up and its cost, and what it writes validates."""
+    g = training_graph(14, seed=3)     # its best layout is 27% over the memory: the fallback must fire
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.5), reserve_bytes=0,
+                  alignment_bytes=512)
+    plan = run_baseline(g, dev, "belady")
+    out = lay_out(g, plan, time_limit_s=3.0)
+    assert validate(g, out.plan).valid
+    assert out.rounds >= 1 and out.trials and out.trials[0][0] == "the plan"
+    assert out.fallback == "re-planned" and out.overflow > 0.2
+    assert 0.0 < out.memory_given_up <= 0.5 and out.source == "belady"
+    assert "less memory" in out.describe() and "makespan" in out.describe()
+    assert out.plan.allocation.kind == "arena"

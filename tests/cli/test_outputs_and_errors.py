@@ -17,7 +17,7 @@ def test_missing_output_folders_are_created_before_the_search(tmp_path) -> None:
     path = foreign_graph_file(tmp_path)
     new = tmp_path / "not" / "yet"
     r = hybrid("optimize", "--graph", path, "--memory", "12MiB", "--time-limit", "2s", "--generations", 2,
-               "--population", 4, "--refine", "none", "--quiet", "--out", new / "a" / "plan.json",
+               "--population", 4, "--refine", "none", "--no-arena", "--quiet", "--out", new / "a" / "plan.json",
                "--log", new / "b" / "log.csv", "--plot", new / "c" / "conv.png", "--checkpoint", new / "d" / "ga.ckpt")
     assert r.returncode == 0, r.stderr
     for f in ("a/plan.json", "b/log.csv", "c/conv.png", "d/ga.ckpt"):

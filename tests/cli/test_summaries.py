@@ -41,7 +41,7 @@ def test_optimize_json_summary(tmp_path) -> None:
     path = foreign_graph_file(tmp_path)
     out = tmp_path / "p.json"
     r = run("optimize", "--graph", path, "--memory", "12MiB", "--time-limit", "2s", "--generations", 3,
-            "--population", 4, "--refine", "none", "--quiet", "--json", "--out", out)
+            "--population", 4, "--refine", "none", "--no-arena", "--quiet", "--json", "--out", out)
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
     assert s["plan"] == str(out) and s["memory_bytes"] == 12 << 20 and s["planner"] == "ga"

@@ -31,7 +31,7 @@ def test_optimize_writes_a_valid_plan_log_and_plot(graph_file, tmp_path) -> None
     path, mem = graph_file
     out, log, png = tmp_path / "plan.json", tmp_path / "log.csv", tmp_path / "conv.png"
     r = run("optimize", "--graph", path, "--memory", mem, "--generations", 3, "--time-limit", "1m", "--population", 8,
-            "--workers", 1, "--refine", "none", "--out", out, "--log", log, "--plot", png)
+            "--workers", 1, "--refine", "none", "--no-arena", "--out", out, "--log", log, "--plot", png)
     assert r.exit_code == 0, r.output
     for word in ("makespan", "x ideal", "lower bound", "bytes moved", "evaluations", "stopped: generations"):
         assert word in r.output
@@ -46,7 +46,7 @@ def test_optimize_writes_a_valid_plan_log_and_plot(graph_file, tmp_path) -> None
 def test_same_seed_same_plan_and_resume(graph_file, tmp_path) -> None:
     path, mem = graph_file
     common = ["optimize", "--graph", path, "--memory", mem, "--population", 8, "--workers", 1, "--refine", "none",
-              "--seed", 7, "--quiet"]
+              "--seed", 7, "--quiet", "--no-arena"]
     a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
     ck = tmp_path / "ga.ckpt"
     assert run(*common, "--generations", 4, "--out", a).exit_code == 0

@@ -28,10 +28,13 @@ def _verdict(arena: int, peak: int, proven: bool, lb: int, solver: str, secs: fl
               help="Plan whose device copies get offsets: the output plan's allocation is an arena.")
 @click.option("--time-limit", "time_limit", default="60s", show_default=True,
               help="Time for the exact search, e.g. 10s, 2m.")
+@click.option("--overwrite/--no-overwrite", default=True, show_default=True,
+              help="--graph alone: let an elementwise op write its output into an input it reads last "
+                   "(MegEngine's in-place overwrite; hybrid.arena.lifetimes.OVERWRITE_KINDS).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="CSV with an offset column (--csv), or the plan with arena offsets (--plan).")
 def command(csv_path: Path | None, capacity: str | None, alignment: str, graph_path: Path | None,
-            plan_path: Path | None, time_limit: str, out_path: Path | None) -> None:
+            plan_path: Path | None, time_limit: str, overwrite: bool, out_path: Path | None) -> None:
     """Give every buffer a byte offset so that buffers live at the same time never overlap.
 
     --csv: MiniMalloc's buffers. --graph with --plan: the plan's device copies (the plan comes back with an
@@ -51,7 +54,7 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str, graph_p
         _csv(csv_path, capacity, alignment, limit, out_path)
         return
     if plan_path is None:
-        _graph(graph_path, limit, out_path)
+        _graph(graph_path, limit, out_path, overwrite)
         return
     if capacity is not None:
         raise HybridError("--capacity is for --csv; a plan's capacity is its device memory")
@@ -68,18 +71,26 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str, graph_p
         click.echo(f"wrote {out_path}")
 
 
-def _graph(graph_path: Path, limit: float, out_path: Path | None) -> None:
+def _graph(graph_path: Path, limit: float, out_path: Path | None, overwrite: bool) -> None:
     from hybrid.arena import exact
     from hybrid.arena.lifetimes import schedule_buffers
     from hybrid.arena.problem import write_csv
+    from hybrid.arena.validate import check_offsets
     from hybrid.cli.options import load_graph
 
-    problem = schedule_buffers(load_graph(graph_path))
+    sb = schedule_buffers(load_graph(graph_path), overwrite=overwrite)
+    problem = sb.problem
     sol = exact.solve(problem, limit)
+    offsets = sb.tensor_offsets(sol.offsets)
+    chk = check_offsets(sb.tensors, offsets)
+    if not chk.valid:     # per tensor, overwrite pairs included: never write what the validator rejects
+        raise HybridError(f"internal error: {sol.solver} produced an invalid assignment: {chk.problems[0]}")
     click.echo(_verdict(sol.arena_bytes, problem.peak_live(), sol.proven_optimal, sol.lower_bound, sol.solver,
                         sol.seconds))
+    if overwrite:
+        click.echo(f"{len(sb.overwrites)} in-place overwrites; {len(problem)} buffers for {len(sb.tensors)} tensors")
     if out_path is not None:
-        write_csv(out_path, problem, sol.offsets)
+        write_csv(out_path, sb.tensors, offsets)
         click.echo(f"wrote {out_path}")
 
 

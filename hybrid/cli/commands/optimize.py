@@ -1,6 +1,7 @@
 """`hybrid optimize`: the genetic search over schedules and pools (SwapAdvisor §5), then CP-SAT refinement."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 import click
+import numpy as np
 
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, patience_option,
                                 prepare_output, recompute_option, seed_option)
@@ -87,12 +89,15 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ratio, plan, memory_bytes, "
                    "planner, generations, search_s, wall_s, stop_reason, ...) instead of the text.")
-@click.option("--arena", "arena_time", default=None, metavar="TIME",
-              help="Write a byte-budget plan with exact arena offsets (hybrid.arena), searching for a layout for "
-                   "up to TIME (e.g. 10s) after --time-limit. Where none fits, the plan's other candidates, a "
-                   "re-plan of its schedule with less memory and one with per-size classes are tried, the fastest "
-                   "is written, and the summary says what it cost (results/arena_plans*.md). Default: the byte "
-                   "budget as searched (the executor places it, compacting if it must).")
+@click.option("--arena", "arena_time", default="10s", show_default=True, metavar="TIME",
+              help="A byte-budget plan is written with exact arena offsets (hybrid.arena), searched for up to TIME "
+                   "after --time-limit (0: off, as --no-arena). Where the plan does not lay out within the memory, "
+                   "its other candidates and re-plans with 1%-50% less memory (the search's genes, its population's "
+                   "next best, the Belady planner; bisected to the largest budget that lays out) are laid out, and "
+                   "per-size classes; the fastest that fits is written and the summary says which and what it cost.")
+@click.option("--no-arena", "no_arena", is_flag=True,
+              help="Write the byte budget as searched, without offsets (the executor places it, compacting if it "
+                   "must); same as --arena 0.")
 @click.option("--compare-baselines", is_flag=True,
               help="At the end, also plan the naive, odswap, vdnn, belady (with recompute) and recompute-only "
                    "baselines (outside the time limit) and print one table with them and the optimized plan.")
@@ -102,7 +107,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             refine_mode: str, refine_share: float, refine_patience: float, refine_elites: int,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
             log_path: Path | None, plot_path: Path | None, quiet: bool, as_json: bool, compare_baselines: bool,
-            arena_time: str | None, **kw: object) -> None:
+            arena_time: str, no_arena: bool, **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a
@@ -110,7 +115,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     plain byte budget) and the planner's eviction policy; the swap planner
     and simulator score each one. The first generation includes the program
     order with every policy and a depth-first order, so the result is never
-    slower than the belady, odswap and vdnn baselines. With --refine cpsat, CP-SAT re-times the copies of
+    slower than the belady, odswap and vdnn baselines. A byte-budget winner is then given exact arena
+    offsets (--arena); where it does not lay out within the memory, the fallback written may be slower
+    (the summary's pool line says which fallback fired and its makespan cost). With --refine cpsat, CP-SAT re-times the copies of
     the search's plans: in a second process while the search runs (its best plan, and in turn its next-best
     ones when that stalls) where the search could not use that core (see --refine-mode), else after the search,
     whose best plan is refined until that stops finding anything faster (--refine-patience) and the
@@ -150,7 +157,10 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
     start = wall0 = time.monotonic()
     total = parse_duration(time_limit, "--time-limit")
-    arena_s = parse_duration(arena_time, "--arena") if arena_time is not None else None
+    arena_s: float | None = None if no_arena else parse_duration(arena_time, "--arena")
+    if arena_s is not None and arena_s < 0:
+        raise HybridError(f"--arena must be a duration such as 10s, or 0 to write no offsets; got {arena_time!r}")
+    arena_s = arena_s or None
     if total <= 0:
         raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
     if refine == "cpsat" and not _refine_available():
@@ -204,13 +214,20 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             refiner = _start_refiner(graph, device, options, deadline, seed, refine_elites,
                                      patience_s(refine_share * total, refine_patience), total) if beside else None
             result = report = None
+            last_population: list = []     # the arena fallback re-plans the next best byte-budget individuals
+
+            def watch(state) -> None:  # noqa: ANN001 - ga.algorithm.SearchState
+                last_population[:] = state.population
+                if refiner is not None:
+                    refiner.offer(state)
+
             try:
                 result = optimize(graph, device, config, time_limit_s=max(1e-3, deadline - time.monotonic()),
                                   generations=generations, evaluator=evaluator, options=options,
                                   checkpoint=split_ckpt,
                                   checkpoint_every=checkpoint_every if checkpoint_path else 0,
                                   resume=resume_path, on_generation=line, handle_sigint=True,
-                                  observe=refiner.offer if refiner is not None else None, stop_at_s=stop_at)
+                                  observe=watch, stop_at_s=stop_at)
             finally:
                 if line is not None:
                     line.close()
@@ -232,7 +249,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                     plan, refined = _beside_outcome(report, plan)
                     plan = _valid_or(graph, plan, ga_plan, "the plan refined beside the search", failures)
                 # written now, so an interrupted refinement still leaves the best so far
-                written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan], result)
+                written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan], result, last_population)
             interrupted = result.stop_reason == "interrupted" or bool(hits)
             done = result.stop_reason in ("interrupted", "lower bound") or hits
             if refine == "cpsat" and not beside and not done:
@@ -250,7 +267,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                     if plan is not before:
                         plan = _valid_or(graph, plan, before, "the refined plan", failures)
                         if plan is not before:
-                            written = _save_laid_out(graph, plan, out_path, arena_s, [before, ga_plan], result)
+                            written = _save_laid_out(graph, plan, out_path, arena_s, [before, ga_plan], result,
+                                                     last_population)
                 interrupted = interrupted or bool(hits)
     finally:
         evaluator.close()
@@ -267,17 +285,44 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
 
 def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=(),  # noqa: ANN001, ANN202
-                   result=None):
+                   result=None, population=()):
     """Write `plan`; with `arena_s`, with exact arena offsets (or its fallback, hybrid.arena.layout), checked by
-    the validator. Returns the Layout written."""
-    from hybrid.arena.layout import Layout, lay_out, replan_schedule
+    the validator. `population`: the search's last population, whose next best byte-budget individuals are
+    re-planned too. Returns the Layout written."""
+    from hybrid.arena.layout import Layout, Replan, lay_out, replan_schedule
+    from hybrid.errors import InfeasibleError
 
     if arena_s is None:
         plan.save(out_path)
         return Layout(plan, "", 0, plan.makespan_s, 0.0)
-    layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan],
-                     replans=(lambda budget: replan_schedule(graph, plan, budget),)
-                     + ((_search_replan(graph, plan, result),) if result is not None else ()))
+    replans = []
+    if result is not None:
+        replans.append(Replan("search genes", _genes_replan(graph, plan, result, result.best)))
+        seen = {round(result.best.makespan, 12)}
+        for ind in sorted((i for i in population if i.by_bytes and np.isfinite(i.makespan)),
+                          key=lambda i: i.makespan):
+            if len(replans) > 3:
+                break
+            if round(ind.makespan, 12) not in seen:
+                seen.add(round(ind.makespan, 12))
+                replans.append(Replan(f"population {len(replans) + 1}", _genes_replan(graph, plan, result, ind)))
+    replans.append(Replan("belady", lambda budget: replan_schedule(graph, plan, budget)))
+    classes = []              # the search's fastest size-class plan: a fallback that needs no offsets
+    if result is not None:
+        from hybrid.swap.planner import SwapPlanner
+        from hybrid.swap.to_plan import to_plan
+
+        space = result.space
+        for ind in sorted((i for i in population if not i.by_bytes and np.isfinite(i.makespan)),
+                          key=lambda i: i.makespan)[:1]:
+            aug = SwapPlanner(graph, space.device).plan(ind.schedule, space.pool(ind), space.options_for(ind))
+            classes.append(dataclasses.replace(to_plan(aug, result.planner_info()), device=plan.device))
+    try:
+        layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes,
+                         replans=replans)
+    except InfeasibleError as e:
+        raise InfeasibleError(f"{e}, or --no-arena to write the byte budget as searched (the executor then "
+                              "compacts at run time)") from None
     problem = _problem(graph, layout.plan)
     if problem:
         raise HybridError(f"the laid-out plan failed validation ({problem}); please report this with the graph file")
@@ -285,14 +330,14 @@ def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()
     return layout
 
 
-def _search_replan(graph, plan, result):  # noqa: ANN001, ANN202 - -> (budget bytes -> Plan)
-    """Plan the search's best individual again (its schedule, policy and recompute genes) for a smaller byte
+def _genes_replan(graph, plan, result, ind):  # noqa: ANN001, ANN202 - -> (budget bytes -> Plan)
+    """Plan an individual of the search again (its schedule, policy and recompute genes) for a smaller byte
     budget: the arena fallback that keeps what the search found."""
     from hybrid.arena.layout import replan_schedule
 
-    best, space = result.best, result.space
-    return lambda budget: replan_schedule(graph, plan, budget, order=best.schedule,
-                                          options=space.options_for(best), info=result.planner_info())
+    space = result.space
+    return lambda budget: replan_schedule(graph, plan, budget, order=ind.schedule,
+                                          options=space.options_for(ind), info=result.planner_info())
 
 
 def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, log_path: Path | None,  # noqa: ANN001
@@ -319,9 +364,8 @@ def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, 
                    "search_s": result.search_time_s, "stop_reason": stop, "interrupted": interrupted,
                    "evaluator": result.evaluator, "workers": result.workers,
                    "search_makespan_s": ga_plan.makespan_s, "refinement": refined.lstrip("; "),
-                   "arena": None if layout is None else {"fallback": layout.fallback, "rounds": layout.rounds,
-                                                         "makespan_before_s": layout.makespan_before_s,
-                                                         "solve_s": layout.solve_s},
+                   "arena": None if layout is None or (kind != "arena" and not layout.fallback)
+                   else layout.to_json(),
                    "log": str(log_path) if log_path else None, "plot": str(plot_path) if plot_path else None}
         if compare_baselines:
             summary["baselines"] = _baseline_rows(graph, device, ga_plan, plan)[0]
