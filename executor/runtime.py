@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from hybrid.swap import kernel as K
+from hybrid.capture.conv_impls import is_default
 from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.trace import portable_kernels
 from hybrid.device import EXECUTOR_MIN_ALIGNMENT
@@ -39,6 +40,23 @@ from executor.placement import place_intervals
 from executor.races import HOST_BASE, RaceChecker
 from executor.program import NO_FRONTIER, Frontier, Program, Release, compile_program, merge
 from executor.streams import COMPUTE, D2H, H2D, Backend, CpuBackend
+
+
+def node_impls(program: Program) -> dict[int, str]:
+    """Compute node -> the non-default implementation its plan event names (hybrid.capture.conv_impls runs it)."""
+    aug = program.aug
+    out: dict[int, str] = {}
+    if aug.impl is None:
+        return out
+    g = program.graph
+    for i in range(aug.n_nodes):
+        v = int(aug.impl[i])
+        if v < 0 or int(aug.kind[i]) != K.COMPUTE:
+            continue
+        op = g.ops[int(aug.ref[i])]
+        if op.impls and v != op.default_impl and not is_default(op.impls, op.impls[v].name):
+            out[i] = op.impls[v].name
+    return out
 
 
 def pool_capacity(program: Program) -> int:
@@ -107,6 +125,7 @@ class Runtime:
         self.ops = OpRunner(graph, backend.device)
         self.timing = timing
         n = self.program.n_nodes
+        self.node_impl = node_impls(self.program)
         self.events: list[Any] = [None] * n
         self.start_events: list[Any] = [None] * n
         self.copy_events: dict[int, Any] = {}
@@ -115,7 +134,7 @@ class Runtime:
                 self.events[st.node] = backend.event(timing)
                 if timing:
                     self.start_events[st.node] = backend.event(True)
-                    if st.kind == K.COMPUTE and self.ops.calls[st.ref].mode == COPY:
+                    if st.kind == K.COMPUTE and (self.ops.calls[st.ref].mode == COPY or st.node in self.node_impl):
                         self.copy_events[st.node] = backend.event(True)
         self.t0 = backend.event(True)
         self.t_end = backend.event(True)
@@ -318,8 +337,9 @@ class Runtime:
                             pool.raw(tn).copy_(pool.raw(to))
                             stats.version_bytes += g.tensors[tn].bytes
                         rerun = reruns is not None and bool(reruns[i])
-                        if call.mode == COPY:
-                            res = ops.compute(o, env, rerun)
+                        impl = self.node_impl.get(i)
+                        if call.mode == COPY or impl is not None:
+                            res = ops.compute(o, env, rerun, impl)
                             if timing:
                                 b.record(self.copy_events[i], s)
                             h0 = time.perf_counter()

@@ -32,7 +32,7 @@ from hybrid.capture.storage import StorageTable, storage_bytes, storage_key, ten
 from hybrid.capture.trace import BUFFER, FROZEN, INPUT, TARGET, TRAINABLE, Traced
 from hybrid.device import Device
 from hybrid.errors import HybridError
-from hybrid.graph import Graph, Op, Tensor
+from hybrid.graph import Graph, Impl, Op, Tensor
 
 RNG_ID = "rng"
 _aten = torch.ops.aten
@@ -413,10 +413,35 @@ def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, items: list[Any], 
     if versions:
         rec["versions"] = versions
     extra = {"phase": phase, "aten": rec, "cost": _cost(flops, nbytes, dtype, cls)}
-    b.add_op(Op(n.name, kind, tuple(inputs), tuple(out_ids),
-                costs.roofline_s(flops, nbytes, dtype, cls, b.model.gpu), 0, (), tuple(updates),
+    time_s = costs.roofline_s(flops, nbytes, dtype, cls, b.model.gpu)
+    impls = _conv_impls(n, kind, outs, dtype, time_s, b.model.gpu)
+    b.add_op(Op(n.name, kind, tuple(inputs), tuple(out_ids), time_s, 0, impls, tuple(updates),
                 costs.roofline_s(flops, nbytes, dtype, cls, b.model.cpu), extra))
     return random
+
+
+def _conv_impls(n: fx.Node, kind: str, outs: list[Any], dtype: str, time_s: float,
+                spec: costs.ComputeSpec) -> tuple[Impl, ...]:
+    """The alternatives hybrid.capture.conv_impls can run for a 2-D forward convolution (none otherwise): the
+    library call first, with the op's own time, then the rest with their rooflines (costs.conv_impls)."""
+    if kind != "convolution" or len(outs) != 1:
+        return ()
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups")
+    a = dict(zip(names, fx.node.map_arg(n.args, _val)))
+    a.update(fx.node.map_arg(dict(n.kwargs), _val))
+    x, w, out = a.get("input"), a.get("weight"), outs[0]
+    if (a.get("transposed") or not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or x.dim() != 4
+            or w.dim() != 4 or not x.is_floating_point() or not out.is_contiguous()):
+        return ()
+
+    def pair(v: Any) -> tuple[int, int]:
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        return int(v[0]), int(v[-1])
+
+    shape = costs.ConvShape(int(x.shape[0]), int(x.shape[1]), int(x.shape[2]), int(x.shape[3]), int(w.shape[0]),
+                            int(w.shape[2]), int(w.shape[3]), pair(a["stride"]), pair(a["padding"]),
+                            pair(a["dilation"]), int(a["groups"]), x.element_size(), a.get("bias") is not None)
+    return tuple(Impl(name, t, ws) for name, t, ws in costs.conv_impls(shape, dtype, spec, time_s, 0))
 
 
 def _add_update(b: _Builder, opt: OptimizerSpec, pname: str, ptid: str, gref: Ref) -> dict[str, str]:
