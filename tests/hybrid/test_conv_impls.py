@@ -114,3 +114,27 @@ def test_replay_runs_the_named_impl_default_bitwise_others_within_tolerance() ->
     assert mismatches(alt, plain, rtol=STEP_RTOL, atol=STEP_ATOL) == []   # ...but within the stated tolerance
     with pytest.raises(HybridError, match="has no implementation 'winograd'"):
         replay_step(g, m, x, y, impls={"convolution_1": "winograd"})
+
+
+def test_profile_measures_each_impl_and_a_cuda_profile_retimes_them() -> None:
+    from hybrid.capture.profile import Profile, apply_profile, impl_signature, measure_profile, op_signature
+
+    m, x, y, lf = _net()
+    g = capture(m, x, lf, y, optimizer="sgd")
+    conv = g.op("convolution")
+    prof, rep = measure_profile(g, backend="cpu", repeat=1, warmup=0)
+    sig = op_signature(g, conv)
+    assert sig in prof.entries
+    for name in ("unfold_gemm", "winograd", "winograd_chunk4"):
+        e = prof.entries[impl_signature(sig, name)]
+        assert e["impl"] == name and e["time_s"] > 0
+    g_cpu = apply_profile(g, prof)          # cpu: impl times recorded beside, GPU impl times kept
+    c = g_cpu.op("convolution")
+    assert c.impls == conv.impls and set(c.extra["cost"]["cpu_impl_time_s"]) == {im.name for im in conv.impls}
+    # A cuda profile sets each impl's time; the default takes the op's own, so it stays the default.
+    cuda = Profile("cuda", "test GPU", {k: dict(v) for k, v in prof.entries.items()})
+    g_gpu = apply_profile(g, cuda)
+    c = g_gpu.op("convolution")
+    assert c.time_s == prof.entries[sig]["time_s"] and c.impls[c.default_impl].name == "default"
+    assert c.impls[2].time_s == prof.entries[impl_signature(sig, "winograd")]["time_s"]
+    assert c.extra["cost"]["impl_time_s_source"]["winograd"] == "profile"
