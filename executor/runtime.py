@@ -89,12 +89,27 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
 
         return ArenaPool(g, "arena", alloc.arena_bytes, cap, plan_offset, backend, align=align)
     assert isinstance(alloc, UnconstrainedAllocation)
+    note = ""
     try:
         placed = place_intervals(program, cap, align)
     except InfeasibleError:
-        return CompactingPool(g, cap, backend, align)
+        # The plan counts an op's workspace only while that op runs (a MO-SOS plan's Winograd next to few
+        # tensors); a pool that keeps the largest workspace free all the time may then not hold the plan's
+        # tensors elsewhere. The tensors take the whole memory instead, and the workspace that PyTorch
+        # allocates outside the pool goes beyond the plan's memory by at most that much (said in the stats).
+        full = int(plan.device.usable_bytes)
+        try:
+            placed = place_intervals(program, full, align) if cap < full else None
+        except InfeasibleError:
+            placed = None
+        if placed is None:
+            return CompactingPool(g, cap, backend, align)
+        ws = full - cap
+        beyond = max(0, placed.arena_bytes + ws - full)
+        cap = full
+        note = f"; the largest workspace ({ws} bytes, outside the pool) may exceed the plan's memory by {beyond} bytes"
     pool = ArenaPool(g, "unconstrained", placed.arena_bytes, cap, lambda _t, k: placed.offsets[k], backend)
-    pool.stats.placement = "offline"
+    pool.stats.placement = "offline" + note
     return pool
 
 

@@ -54,3 +54,11 @@ def test_tight_memory_keeps_the_library_call_and_stays_bitwise(convnet) -> None:
     assert _picked(plan) == {}
     res = execute(g, plan, m, x, y, loss_fn=lf, iters=1, device="cpu", check=True)
     assert res.comparison is not None and res.comparison.bitwise
+
+
+def test_a_tight_plan_whose_workspace_fits_only_beside_few_tensors_still_runs(convnet) -> None:  # noqa: ANN001
+    g, (m, x, y, lf) = convnet
+    plan = _plan(g, 2.4)           # Winograd's 36 MiB fit only where few tensors live: not beside the pool's peak
+    assert _picked(plan) == {"convolution_1": "winograd"}
+    res = execute(g, plan, m, x, y, loss_fn=lf, iters=1, device="cpu", check=True)
+    assert res.comparison is not None and res.comparison.ok
