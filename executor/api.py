@@ -208,7 +208,7 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
                              grads=keep_grads)
         if alt:
             names = sorted(set(ex.runtime.node_impl.values()))
-            comparison.notes.append(f"the plan runs {len(ex.runtime.node_impl)} compute events with non-default "
+            comparison.notes.append(f"the plan runs {len(ex.runtime.node_impl)} compute event(s) with non-default "
                                     f"implementations ({', '.join(names)}): compared within tolerance, not bitwise")
         if cuda and any("rng" in op.inputs for op in graph.ops):
             comparison.notes.append(
