@@ -12,6 +12,9 @@ arguments. `default` is not here: it is the recorded call itself, bitwise equal 
   input and 4x the output). 3x3 kernels, stride 1, no dilation, one group.
 - `winograd_chunkK`: the same on the batch in K pieces, each written into its slice of the output: a K-th of
   the workspace, K times the launches.
+- For `convolution_backward`, `winograd` and `winograd_chunkK` compute the input gradient (a stride-1 3x3
+  convolution of the output gradient with the flipped, transposed filters) that way, and the weight and bias
+  gradients by the library call.
 
 Accuracy (float32, CPU): each agrees with the library call within `RTOL`/`ATOL` (tests/hybrid/test_conv_impls.py),
 not bitwise (other summation orders; the transforms round); a whole training step with them agrees with eager
@@ -144,8 +147,37 @@ def impl_function(name: str) -> Callable[..., torch.Tensor]:
     return chunked(fns[base], int(tail)) if tail else fns[base]
 
 
-def run_impl(kind: str, name: str, args: list[Any], kwargs: dict[str, Any]) -> torch.Tensor:
+def conv_backward(name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """aten.convolution_backward with the input gradient computed by impl `name` (a Winograd variant): the
+    stride-1 convolution of the output gradient with the flipped, transposed filters, padded by 2 - padding;
+    the weight and bias gradients by the library call."""
+    names = ("grad_output", "input", "weight", "bias_sizes", "stride", "padding", "dilation", "transposed",
+             "output_padding", "groups", "output_mask")
+    a = dict(zip(names, args))
+    a.update(kwargs)
+    mask = list(a["output_mask"])
+    gout, w = a["grad_output"], a["weight"]
+    p = _pair(a["padding"])
+    if (a.get("transposed") or not mask[0] or gout.dim() != 4 or w.shape[2:] != (3, 3) or _pair(a["stride"]) != (1, 1)
+            or _pair(a["dilation"]) != (1, 1) or int(a["groups"]) != 1 or max(p) > 2):
+        raise HybridError(f"conv impls: {name} computes the input gradient of a 3x3, stride-1, undilated, "
+                          "ungrouped convolution with padding <= 2 only")
+    wt = w.transpose(0, 1).flip(2, 3)
+    gi = impl_function(name)(gout, wt, None, (1, 1), (2 - p[0], 2 - p[1]), (1, 1), 1)
+    del wt
+    rest = list(args)
+    if "output_mask" in kwargs:
+        kwargs = {**kwargs, "output_mask": [False, *mask[1:]]}
+    else:
+        rest[10] = [False, *mask[1:]]
+    _, gw, gb = torch.ops.aten.convolution_backward.default(*rest, **kwargs)
+    return gi, gw, gb
+
+
+def run_impl(kind: str, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """Run impl `name` of a captured op of kind `kind` on its decoded aten arguments."""
+    if kind == "convolution_backward":
+        return conv_backward(name, args, kwargs)
     if kind != "convolution":
         raise HybridError(f"impl {name!r}: only convolution ops have runnable alternative impls, not {kind!r}")
     x, w, bias, stride, padding, dilation, groups = _conv_args(args, kwargs)

@@ -313,3 +313,20 @@ def conv_impls(s: ConvShape, dtype: str, spec: ComputeSpec, default_time_s: floa
         if s.n >= CONV_CHUNKS:
             out.append((f"{CONV_WINOGRAD}_chunk{CONV_CHUNKS}", *winograd_cost(s, dtype, spec, CONV_CHUNKS)))
     return out
+
+
+def conv_backward_impls(gi: ConvShape, dtype: str, spec: ComputeSpec, default_time_s: float, default_ws: int,
+                        rest_time_s: float) -> list[tuple[str, float, int]]:
+    """A convolution_backward that computes the input gradient: the library call for everything, or the input
+    gradient by Winograd (a stride-1 3x3 convolution of the output gradient with the flipped, transposed
+    filters: `gi`) and the rest (weight and bias gradients) by the library call, whose roofline is
+    `rest_time_s`."""
+    out = [(CONV_DEFAULT, default_time_s, default_ws)]
+    if gi.winograd_ok:
+        t, ws = winograd_cost(gi, dtype, spec)
+        flipped = gi.c_out * gi.c_in * 9 * gi.itemsize    # the flipped, transposed filters
+        out.append((CONV_WINOGRAD, rest_time_s + t, ws + flipped))
+        if gi.n >= CONV_CHUNKS:
+            t, ws = winograd_cost(gi, dtype, spec, CONV_CHUNKS)
+            out.append((f"{CONV_WINOGRAD}_chunk{CONV_CHUNKS}", rest_time_s + t, ws + flipped))
+    return out

@@ -98,7 +98,36 @@ def test_capture_emits_impls_with_the_library_call_as_default() -> None:
     for o in convs:   # planners that do not choose run the default: the op's own figures
         assert o.impls[o.default_impl].name == "default"
         assert (o.impls[0].time_s, o.impls[0].workspace_bytes) == (o.time_s, o.workspace_bytes)
-    assert not any(o.impls for o in g.ops if o.kind != "convolution")
+    back = {o.id: [im.name for im in o.impls] for o in g.ops if o.kind == "convolution_backward"}
+    # The first convolution's backward computes no input gradient (the input needs none): nothing to choose.
+    # The second's is strided: Winograd does not apply.
+    assert back == {"convolution_backward": [], "convolution_backward_1": []}
+    assert not any(o.impls for o in g.ops if o.kind not in ("convolution", "convolution_backward"))
+
+
+@pytest.mark.parametrize("padding", [0, 1, 2])
+def test_backward_winograd_gives_the_library_gradients_within_tolerance(padding: int) -> None:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 6, 9, 8, generator=gen)
+    w = torch.randn(7, 6, 3, 3, generator=gen) / 54 ** 0.5
+    g = torch.randn(5, 7, 9 + 2 * padding - 2, 8 + 2 * padding - 2, generator=gen)
+    args = [g, x, w, [7], [1, 1], [padding, padding], [1, 1], False, [0, 0], 1, [True, True, True]]
+    ref = torch.ops.aten.convolution_backward.default(*args)
+    for name in ("winograd", "winograd_chunk4"):
+        gi, gw, gb = run_impl("convolution_backward", name, args, {})
+        assert torch.allclose(gi, ref[0], rtol=RTOL, atol=ATOL)
+        assert torch.equal(gw, ref[1]) and torch.equal(gb, ref[2])   # the library call's own
+    with pytest.raises(HybridError, match="input gradient"):
+        run_impl("convolution_backward", "winograd", args[:10] + [[False, True, True]], {})
+
+
+def test_capture_offers_backward_winograd_on_a_deep_layer() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.Flatten(),
+                      nn.Linear(8 * 6 * 6, 2))
+    g = capture(m, torch.randn(4, 3, 6, 6), nn.functional.cross_entropy, torch.randint(2, (4,)), optimizer="sgd")
+    names = {o.id: [im.name for im in o.impls] for o in g.ops if o.kind == "convolution_backward"}
+    assert sorted(names.values()) == [[], ["default", "winograd", "winograd_chunk4"]]
 
 
 def test_replay_runs_the_named_impl_default_bitwise_others_within_tolerance() -> None:
