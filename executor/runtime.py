@@ -54,7 +54,7 @@ def node_impls(program: Program) -> dict[int, str]:
         if v < 0 or int(aug.kind[i]) != K.COMPUTE:
             continue
         op = g.ops[int(aug.ref[i])]
-        if op.impls and v != op.default_impl and not is_default(op.impls, op.impls[v].name):
+        if not is_default(op, op.implementations[v].name):
             out[i] = op.impls[v].name
     return out
 

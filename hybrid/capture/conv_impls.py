@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from hybrid.capture.costs import CONV_DEFAULT, CONV_UNFOLD, CONV_WINOGRAD
 from hybrid.errors import HybridError
+from hybrid.graph import Op
 
 RTOL = 1e-4   # float32: relative tolerance of an alternative impl against the library call
 ATOL = 1e-5   # float32: absolute tolerance (outputs of order 1)
@@ -184,6 +185,6 @@ def run_impl(kind: str, name: str, args: list[Any], kwargs: dict[str, Any]) -> A
     return impl_function(name)(x, w, bias, stride, padding, dilation, groups)
 
 
-def is_default(op_impls: tuple, name: str | None) -> bool:
-    """Whether a compute event with impl `name` runs the recorded call itself."""
-    return name is None or name == CONV_DEFAULT or not op_impls
+def is_default(op: Op, name: str | None) -> bool:
+    """Whether a compute event naming impl `name` runs the op's recorded call itself (its default impl)."""
+    return name is None or not op.impls or name in (CONV_DEFAULT, op.impls[op.default_impl].name)

@@ -83,7 +83,7 @@ def run_op(op: Op, env: dict[str, torch.Tensor], ctx: ReplayContext | None = Non
     if rec["target"].startswith("hybrid."):
         fn(*args, step=ctx.step, **kwargs)
         return
-    if is_default(op.impls, impl):
+    if is_default(op, impl):
         out = fn(*args, **kwargs)
     else:
         if impl not in {im.name for im in op.impls}:
