@@ -10,7 +10,7 @@ Checkmate-Auto and STR-Auto from the same model on the coarsened graph, and `hyb
 (swap + recompute, default impls) for a fixed number of generations. Each convolution's implementations are
 the ones capture emits (hybrid.capture.conv_impls: the library call, im2col + GEMM, Winograd F(2x2,3x3) whole
 and in 4 batch pieces, roofline time and workspace). Writes results/milp.{md,csv}. Full run (5 fractions x 2
-graphs x 3 solves of up to --time-limit, plus the searches): about 35 minutes at 60 s per solve on this
+graphs x 3 solves of up to --time-limit, plus the searches): about 20 minutes at 60 s per solve on this
 2-core machine; `--quick` (VGG19 at 0.8 and 0.6, 30 stages, 20 s, 3 generations): about 3 minutes.
 
 `--part execute`: examples/convnet captured, a MO-SOS plan on a roomy memory (it picks Winograd where the
@@ -210,7 +210,8 @@ def _write_paper(rows: list[dict], args: argparse.Namespace, paths: list[Path]) 
 modelled). Each 2-D forward convolution carries the implementations capture emits (hybrid.capture.conv_impls,
 docs/milp.md): `default` (aten.convolution, no workspace), `unfold_gemm`, `winograd` (F(2x2,3x3): faster on
 the deep 3x3 layers, workspace about 4x input + 4x output), `winograd_chunk4` (a quarter of that workspace, more
-launches); backward convolutions have only the library call. No assumed trade-off. Device: P40 preset (24 GiB,
+launches); backward convolutions computing an input gradient of a 3x3 stride-1 convolution get
+`winograd`/`winograd_chunk4` for that gradient (weight gradients: the library call). No assumed trade-off. Device: P40 preset (24 GiB,
 d2h 12 GB/s, h2d 11 GB/s), memory = fraction x unswapped peak (capped at 24 GiB). MILPs solved on
 {args.paper_stages} stages (segments of consecutive ops; docs/milp.md), HiGHS 1 thread, {args.time_limit:.0f} s
 limit, gap 1%; STR-Auto and MO-SOS start from Checkmate-Auto's solution with Auto's impls (a HiGHS MIP start).
