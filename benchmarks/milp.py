@@ -1,4 +1,4 @@
-"""MO-SOS MILP: how far it scales, and the paper's comparison (seed 002, §3).
+"""MO-SOS MILP: how far it scales, the paper's comparison (seed 002, §3), and a CPU run of a MO-SOS plan.
 
 `--part scale`: solve MO-SOS at growing stage counts (fine synthetic training graphs, one stage per op, and
 the captured VGG19 coarsened to N stages) with HiGHS, one thread, the given time limit and a 1% gap; one row
@@ -6,15 +6,23 @@ per run with variables, constraints, solve time, status and gap. Writes results/
 
 `--part paper`: VGG19 (227x227, batch 144) and UNet (256x256, batch 120) captured with SGD, a P40 preset
 (24 GB, 12 GB/s d2h, 11 GB/s h2d), memory at the given fractions of the unswapped peak: MO-SOS,
-Checkmate-Auto and STR-Auto from the same model on the coarsened graph. Writes results/milp.{md,csv}.
-Captured graphs carry no `impls` yet (capture does not emit convolution algorithms), so each convolution
-gets a modelled alternative (see `modelled_conv_impls`): every figure that depends on it says so.
+Checkmate-Auto and STR-Auto from the same model on the coarsened graph, and `hybrid optimize`'s search
+(swap + recompute, default impls) for a fixed number of generations. Each convolution's implementations are
+the ones capture emits (hybrid.capture.conv_impls: the library call, im2col + GEMM, Winograd F(2x2,3x3) whole
+and in 4 batch pieces, roofline time and workspace). Writes results/milp.{md,csv}. Full run (5 fractions x 2
+graphs x 3 solves of up to --time-limit, plus the searches): about 20 minutes at 60 s per solve on this
+2-core machine; `--quick` (VGG19 at 0.8 and 0.6, 30 stages, 20 s, 3 generations): about 3 minutes.
+
+`--part execute`: examples/convnet captured, a MO-SOS plan on a roomy memory (it picks Winograd where the
+roofline says it is faster), run by the CPU executor and compared with eager training. Writes
+results/milp_execute.{md,csv}; under a minute (`--quick` is the same run).
 """
 from __future__ import annotations
 
 import argparse
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +31,7 @@ import pandas as pd
 from benchmarks.common import ROOT, write_table
 from hybrid.device import Device
 from hybrid.errors import HybridError
-from hybrid.graph import Graph, Impl, Op
+from hybrid.graph import Graph
 from hybrid.graph.info import largest_op, unswapped_peak
 from hybrid.graph.synthetic import training_graph
 from milp.api import plan_milp
@@ -31,7 +39,7 @@ from milp.solve import SolveOptions
 
 GiB = 1 << 30
 P40 = Device("p40-24gb", 24 * GiB, 11e9, 12e9, 0.0)  # seed 002 §3.1: offload >= 12 GB/s, prefetch >= 11 GB/s
-CONV_KINDS = ("convolution", "convolution_backward")
+PAPER = "seed 002 (MO-SOS), §3: -13.53% vs Checkmate-Auto, -4.36% vs STR-Auto, VGG19 and UNet on a P40"
 
 
 def commit() -> str:
@@ -42,24 +50,13 @@ def commit() -> str:
         return "unknown"
 
 
-def modelled_conv_impls(g: Graph, speedup: float, ws_factor: float) -> Graph:
-    """Each convolution op gets a second impl, "fast-ws": `speedup` x faster, needing `ws_factor` x the bytes
-    of its largest activation-sized operand as workspace (the shape of cuDNN's Winograd/FFT trade-off in
-    the paper's Fig. 3; an assumption, not a measurement). The captured time stays the default impl."""
-    ops = []
-    for o in g.ops:
-        if o.kind in CONV_KINDS and not o.impls:
-            big = max(g.tensor(t).bytes for t in o.inputs + o.outputs)
-            o = Op(o.id, o.kind, o.inputs, o.outputs, o.time_s, o.workspace_bytes,
-                   (Impl("default", o.time_s, o.workspace_bytes),
-                    Impl("fast-ws", o.time_s / speedup, o.workspace_bytes + int(ws_factor * big))),
-                   o.updates, o.cpu_time_s, o.extra)
-        ops.append(o)
-    return Graph(g.name, g.tensors, ops, g.device, g.extra)
-
-
 def capture(model: str, folder: Path) -> Path:
+    """The zoo model captured with SGD (made once per folder; a file from before capture emitted forward and
+    backward convolution impls is captured again)."""
     path = folder / f"{model}.json"
+    if path.exists() and not {"convolution", "convolution_backward"} <= {o.kind for o in Graph.load(path).ops
+                                                                         if o.impls}:
+        path.unlink()
     if not path.exists():
         subprocess.run([sys.executable, "-m", "hybrid.cli.main", "capture", "--model", model, "--optimizer", "sgd",
                         "--out", str(path)], check=True, cwd=ROOT)
@@ -79,7 +76,7 @@ def part_scale(args: argparse.Namespace) -> None:
     cases: list[tuple[Graph, int | None]] = []
     for n_layers in (int(x) for x in args.layers.split(",") if x):
         cases.append((training_graph(n_layers, seed=1, impls_prob=0.5, workspace_prob=0.3), None))
-    vgg = modelled_conv_impls(Graph.load(capture("vgg19", Path(args.graphs))), args.speedup, args.ws_factor)
+    vgg = Graph.load(capture("vgg19", Path(args.graphs)))
     for s in (int(x) for x in args.stages.split(",") if x):
         cases.append((vgg, s))
     for g, stages in cases:
@@ -103,18 +100,51 @@ def _write_scale(rows: list[dict], args: argparse.Namespace, so: SolveOptions) -
     notes = f"""Commit {commit()}. HiGHS {so.threads} thread, time limit {args.time_limit:.0f} s, MIP gap 1%, on this
 2-core machine shared with other jobs (solve times are wall clock). Synthetic graphs: `training_graph(n, seed=1,
 impls_prob=0.5, workspace_prob=0.3)`, one stage per op, memory {args.scale_fraction} x unswapped peak, their own
-device. VGG19: captured (SGD, batch 144, 227x227), conv impls modelled (speedup {args.speedup}, workspace
-{args.ws_factor} x largest operand), P40 link, memory {args.scale_fraction} x peak, coarsened to `stages` segments.
+device. VGG19: captured (SGD, batch 144, 227x227) with capture's convolution impls, P40 link, memory {args.scale_fraction} x peak, coarsened to `stages` segments.
 `gap` is (incumbent - HiGHS dual bound) / incumbent; `status` optimal only when HiGHS says so and that gap is within 1%.
 **Largest stage count reaching gap <= 1% within the limit: {best}.**"""
     write_table(df, args.stem or "milp_scale", "MO-SOS MILP: model size and solve time against stage count", notes)
 
 
+def optimize_row(g: Graph, dev: Device, frac: float, generations: int, seed: int) -> dict:
+    """`hybrid optimize`'s search (GA over schedules and pools, Belady swaps, recompute on, default impls) for a
+    fixed number of generations: deterministic, unlike a wall-clock budget."""
+    from ga.algorithm import GAConfig
+    from ga.search import optimize
+    from hybrid.swap.augmented import PlannerOptions
+    from hybrid.swap.baselines import RECOMPUTE_RATIO
+    from hybrid.validator import validate
+
+    row: dict = {"graph": g.name, "ops": len(g.ops), "memory_frac": frac, "planner": "optimize"}
+    t0 = time.monotonic()
+    try:
+        res = optimize(g, dev, GAConfig(seed=seed), time_limit_s=None, generations=generations,
+                       options=PlannerOptions(recompute_ratio=RECOMPUTE_RATIO))
+        plan = res.to_plan()
+    except HybridError as e:
+        row.update(status="no_plan", solve_s=time.monotonic() - t0, note=f"no plan: {e}")
+        return row
+    rep = validate(g, plan)
+    n_re = sum(1 for e in plan.events if e.kind == "compute" and e.recompute)
+    row.update(status="valid" if rep.valid else "invalid", solve_s=time.monotonic() - t0, makespan_s=plan.makespan_s,
+               ideal_s=plan.metrics.get("ideal_s"), compute_s=plan.metrics.get("ideal_s"), recomputes=n_re,
+               swaps_out=sum(1 for e in plan.events if e.kind == "swap_out"),
+               peak_bytes=plan.metrics.get("peak_bytes"), generations=res.generations,
+               note=f"GA {res.generations} generations, seed {seed}, default impls (the search does not choose "
+                    "implementations)" + ("" if rep.valid else f"; INVALID: {rep.first}"))
+    if row["ideal_s"] and plan.makespan_s:
+        row["ideal/makespan"] = row["ideal_s"] / plan.makespan_s
+    return row
+
+
 def part_paper(args: argparse.Namespace) -> None:
     so = SolveOptions("highs", args.time_limit, 0.01, 1)
     rows = []
+    paths = []
     for model in args.models.split(","):
-        g = modelled_conv_impls(Graph.load(capture(model, Path(args.graphs))), args.speedup, args.ws_factor)
+        path = capture(model, Path(args.graphs))
+        paths.append(path)
+        g = Graph.load(path)
         peak = unswapped_peak(g, P40.alignment_bytes)
         fixed = sum(P40.occupied(t.bytes) for t in g.tensors if t.persistent)
         need = fixed + largest_op(g, P40.alignment_bytes)[1]
@@ -122,6 +152,7 @@ def part_paper(args: argparse.Namespace) -> None:
             dev = replace(P40, name=f"p40@{frac}", memory_bytes=min(P40.memory_bytes, int(peak * frac)))
             base = {}
             starts: dict[str, object] = {}
+            first = len(rows)
             for kind in ("checkmate-auto", "str-auto", "mosos"):
                 try:
                     # Checkmate-Auto's solution is feasible for the other two: their MIP start (MO-SOS's with
@@ -130,7 +161,9 @@ def part_paper(args: argparse.Namespace) -> None:
                     if kind == "checkmate-auto":
                         starts = {"str-auto": run.values, "mosos": run.auto_values}
                     row = _row(run, g, frac)
-                    if run.plan is None:
+                    if run.plan is not None:
+                        row["impls"] = _impl_counts(run.plan)
+                    else:
                         row["note"] = f"no plan: {run.result.status} ({run.result.solver_status})"
                         if need > dev.memory_bytes:
                             row["note"] += (f"; the largest op with the resident parameters needs {need / peak:.2f} "
@@ -139,37 +172,105 @@ def part_paper(args: argparse.Namespace) -> None:
                     row = {"graph": g.name, "planner": kind, "memory_frac": frac, "note": f"cannot run: {e}"}
                 base[kind] = row.get("makespan_s")
                 rows.append(row)
-                print({k: row.get(k) for k in ("graph", "memory_frac", "planner", "status", "gap", "solve_s",
-                                              "ilp_objective_s", "makespan_s", "note")}, flush=True)
-            for r in rows[-3:]:
+                _say(row)
+            if args.generations > 0:
+                row = optimize_row(g, dev, frac, args.generations, args.seed)
+                if need > dev.memory_bytes and not row.get("makespan_s"):
+                    row["note"] += f"; the largest op with the resident parameters needs {need / peak:.2f} of the peak"
+                rows.append(row)
+                _say(row)
+            for r in rows[first:]:
                 for ref in ("checkmate-auto", "str-auto"):
                     if r.get("makespan_s") and base.get(ref):
                         r[f"vs_{ref}"] = r["makespan_s"] / base[ref] - 1
-            _write_paper(rows, args)
+            _write_paper(rows, args, paths)
 
 
-def _write_paper(rows: list[dict], args: argparse.Namespace) -> None:
+def _impl_counts(plan) -> str:  # noqa: ANN001 - a Plan
+    """How many first runs of each non-default impl the plan has (e.g. 'winograd:9 winograd_chunk4:2')."""
+    counts: dict[str, int] = {}
+    for e in plan.events:
+        if e.kind == "compute" and not e.recompute and e.impl and e.impl != "default":
+            counts[e.impl] = counts.get(e.impl, 0) + 1
+    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "-"
+
+
+def _say(row: dict) -> None:
+    print({k: row.get(k) for k in ("graph", "memory_frac", "planner", "status", "gap", "solve_s",
+                                  "ilp_objective_s", "makespan_s", "impls", "note")}, flush=True)
+
+
+def _write_paper(rows: list[dict], args: argparse.Namespace, paths: list[Path]) -> None:
     """Rewritten after every memory fraction, so a stopped sweep still leaves its table."""
     df = pd.DataFrame(rows)
     mo = df[df["planner"] == "mosos"]
     avg = {ref: mo[f"vs_{ref}"].mean() for ref in ("checkmate-auto", "str-auto") if f"vs_{ref}" in mo}
-    notes = f"""Commit {commit()}. Graphs captured with `hybrid capture --model vgg19|unet --optimizer sgd` (paper's
-batches: 144 at 227x227, 120 at 256x256; roofline op times for v100-16gb, as capture estimates them; the P40's own
-speeds are not modelled). Device: P40 preset (24 GiB, d2h 12 GB/s, h2d 11 GB/s), memory = fraction x unswapped
-peak (capped at 24 GiB). Each convolution gets a modelled fast impl ({args.speedup}x faster, workspace
-{args.ws_factor} x its largest operand) because capture emits no conv algorithms yet: the MO-SOS vs -Auto
-differences rest on that assumption. Solved on {args.paper_stages} stages (segments of consecutive ops; docs/milp.md),
-HiGHS 1 thread, {args.time_limit:.0f} s limit, gap 1%; STR-Auto and MO-SOS start from Checkmate-Auto's solution
-with Auto's impls (a HiGHS MIP start, milp.decode.auto_values). makespan_s is the simulator's time of the decoded, validated
-plan; vs_X = makespan / X's makespan - 1. Average MO-SOS vs Checkmate-Auto: {avg.get('checkmate-auto', float('nan')):+.2%},
-vs STR-Auto: {avg.get('str-auto', float('nan')):+.2%} (paper: -13.53% and -4.36%). `hybrid optimize` is not in this
-table (not run: time)."""
-    write_table(df, args.stem or "milp", "MO-SOS against Checkmate-Auto and STR-Auto (seed 002 setup)", notes)
+    n = {ref: int(mo[f"vs_{ref}"].notna().sum()) for ref in ("checkmate-auto", "str-auto") if f"vs_{ref}" in mo}
+    notes = f"""Graphs captured with `hybrid capture --model vgg19|unet --optimizer sgd` (paper's batches: 144 at
+227x227, 120 at 256x256; roofline op times for v100-16gb, as capture estimates them; the P40's own speeds are not
+modelled). Each 2-D forward convolution carries the implementations capture emits (hybrid.capture.conv_impls,
+docs/milp.md): `default` (aten.convolution, no workspace), `unfold_gemm`, `winograd` (F(2x2,3x3): faster on
+the deep 3x3 layers, workspace about 4x input + 4x output), `winograd_chunk4` (a quarter of that workspace, more
+launches); backward convolutions computing an input gradient of a 3x3 stride-1 convolution get
+`winograd`/`winograd_chunk4` for that gradient (weight gradients: the library call). No assumed trade-off. Device: P40 preset (24 GiB,
+d2h 12 GB/s, h2d 11 GB/s), memory = fraction x unswapped peak (capped at 24 GiB). MILPs solved on
+{args.paper_stages} stages (segments of consecutive ops; docs/milp.md), HiGHS 1 thread, {args.time_limit:.0f} s
+limit, gap 1%; STR-Auto and MO-SOS start from Checkmate-Auto's solution with Auto's impls (a HiGHS MIP start).
+`optimize`: `hybrid optimize`'s GA search, {args.generations} generations, seed {args.seed}, recompute on,
+default impls. makespan_s is the simulator's time of the decoded (or searched), validated plan; ideal/makespan =
+sum of the chosen impls' times / makespan; `impls` counts first runs of non-default impls; vs_X = makespan / X's
+makespan - 1. **Average MO-SOS vs Checkmate-Auto: {avg.get('checkmate-auto', float('nan')):+.2%} over
+{n.get('checkmate-auto', 0)} settings, vs STR-Auto: {avg.get('str-auto', float('nan')):+.2%} over
+{n.get('str-auto', 0)} (paper: -13.53% and -4.36%).**"""
+    write_table(df, args.stem or "milp", "MO-SOS against Checkmate-Auto, STR-Auto and hybrid optimize (seed 002 setup)",
+                notes, graphs=paths, paper=PAPER)
+
+
+def part_execute(args: argparse.Namespace) -> None:
+    """A MO-SOS plan with non-default impls, run by the CPU executor against eager training."""
+    import torch
+
+    from examples.convnet import make
+    from executor.api import execute
+    from hybrid.capture import capture as capture_module
+    from hybrid.capture.conv_impls import STEP_ATOL, STEP_RTOL
+
+    torch.manual_seed(0)
+    module, x, y, loss_fn = make()
+    g = capture_module(module, x, loss_fn, y, optimizer="sgd")
+    path = Path(args.graphs) / "convnet.json"
+    g.save(path)
+    g = Graph.load(path)
+    peak = unswapped_peak(g, g.device.alignment_bytes)
+    rows = []
+    for frac in (4.0, 1.0):
+        dev = replace(g.device, name=f"v100@{frac}", memory_bytes=int(peak * frac))
+        run = plan_milp(g, dev, "mosos", None, SolveOptions("highs", 60, 0.01, 1))
+        row = {"graph": "examples.convnet (b16, 16x16, 256 ch)", "memory_frac": frac, **run.row(),
+               "impls": _impl_counts(run.plan)}
+        res = execute(g, run.plan, module, x, y, loss_fn=loss_fn, iters=args.iters, device="cpu", check=True)
+        c = res.comparison
+        assert c is not None
+        row.update(iters=args.iters, values_compared=c.values, bitwise=c.bitwise, within_tolerance=c.ok,
+                   max_abs_diff=c.max_abs_diff, worst=c.worst, rtol=c.rtol, atol=c.atol)
+        rows.append(row)
+        print(row, flush=True)
+    notes = f"""`examples/convnet.py` (conv 3->256, conv 256->256, conv 1x1, batch 16, 16x16 images, SGD) captured with
+v100-16gb rooflines; MO-SOS on every op (no coarsening) with memory = memory_frac x the unswapped peak; the
+decoded plan run by the executor on the CPU for {args.iters} iterations with `--check` (eager training from the
+same seed). A plan that runs non-default impls is compared within rtol {STEP_RTOL:g}, atol {STEP_ATOL:g}
+(hybrid.capture.conv_impls.STEP_RTOL/STEP_ATOL), else bitwise. max_abs_diff: largest difference over every loss,
+parameter and optimizer state."""
+    write_table(pd.DataFrame(rows), args.stem or "milp_execute", "A MO-SOS plan with non-default convolution impls "
+                "on the CPU executor", notes, graphs=[path], paper="issue 18 acceptance: CPU executor runs a MO-SOS "
+                "plan with non-default implementations")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--part", choices=("scale", "paper"), required=True)
+    ap.add_argument("--part", choices=("scale", "paper", "execute"), required=True)
+    ap.add_argument("--quick", action="store_true", help="paper: VGG19 at 0.8 and 0.6, 30 stages, 20 s, 3 "
+                    "generations; scale: 10 layers and 30 stages at 60 s; execute: unchanged (already quick).")
     ap.add_argument("--time-limit", type=float, default=600.0)
     ap.add_argument("--graphs", default="/tmp/milp-graphs", help="Folder for captured graphs (made if missing).")
     ap.add_argument("--layers", default="10,20", help="scale: synthetic training graphs, layers each (~3 ops/layer).")
@@ -177,13 +278,24 @@ def main() -> None:
     ap.add_argument("--scale-fraction", type=float, default=0.6)
     ap.add_argument("--models", default="vgg19,unet")
     ap.add_argument("--fractions", default="0.8,0.7,0.6,0.5,0.4")
-    ap.add_argument("--paper-stages", type=int, default=48)
-    ap.add_argument("--speedup", type=float, default=1.6)
-    ap.add_argument("--ws-factor", type=float, default=1.0)
-    ap.add_argument("--stem", default=None, help="Table name under results/ (default: milp_scale or milp).")
+    ap.add_argument("--paper-stages", type=int, default=60)
+    ap.add_argument("--generations", type=int, default=20, help="paper: the optimize column's GA generations "
+                    "(0: leave it out).")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=2, help="execute: training iterations to run and compare.")
+    ap.add_argument("--stem", default=None, help="Table name under results/ (default: milp_scale, milp or "
+                    "milp_execute).")
     args = ap.parse_args()
+    if args.quick:
+        if args.part == "paper":
+            args.models, args.fractions, args.paper_stages = "vgg19", "0.8,0.6", 30
+            args.time_limit, args.generations = min(args.time_limit, 20.0), min(args.generations, 3)
+            args.stem = args.stem or "milp_quick"
+        elif args.part == "scale":
+            args.layers, args.stages, args.time_limit = "10", "30", min(args.time_limit, 60.0)
+            args.stem = args.stem or "milp_scale_quick"
     Path(args.graphs).mkdir(parents=True, exist_ok=True)
-    part_scale(args) if args.part == "scale" else part_paper(args)
+    {"scale": part_scale, "paper": part_paper, "execute": part_execute}[args.part](args)
 
 
 if __name__ == "__main__":

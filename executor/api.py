@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from hybrid.capture.conv_impls import STEP_ATOL, STEP_RTOL
 from hybrid.capture.interpreter import StepResult, bind
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
@@ -170,7 +171,10 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     With `check`, the same number of eager steps from the same seed train a
     copy of `module` (`loss_fn(output, target)` as captured) on the CPU, and
     every loss, parameter, buffer and optimizer state is compared: bitwise on
-    CPU (atol = rtol = 0 by default), within atol=1e-5, rtol=1e-4 on CUDA.
+    CPU (atol = rtol = 0 by default), within atol=1e-5, rtol=1e-4 on CUDA; a
+    plan whose compute events name non-default implementations (convolution
+    impls, hybrid.capture.conv_impls) is compared within conv_impls.STEP_ATOL /
+    STEP_RTOL on CPU.
     The reference trains on the CPU even for a CUDA run: the models this tool
     is for do not fit the GPU without a plan, and host memory holds them.
     `sanitize`: check every node's accesses for stream races (executor.races)
@@ -196,9 +200,16 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
         eager = train_eager(graph, ref_module, to_dev(args), to_dev(target), loss_fn, iters, seed,
                             to_dev(kwargs), eb)
         cuda = ex.backend.name == "cuda"
+        # Non-default implementations (hybrid.capture.conv_impls) sum in other orders: not bitwise, even on CPU.
+        alt = bool(ex.runtime.node_impl)
         comparison = compare(ex.losses, state, eager,
-                             atol=(1e-5 if cuda else 0.0) if atol is None else atol,
-                             rtol=(1e-4 if cuda else 0.0) if rtol is None else rtol, grads=keep_grads)
+                             atol=(1e-5 if cuda else STEP_ATOL if alt else 0.0) if atol is None else atol,
+                             rtol=(1e-4 if cuda else STEP_RTOL if alt else 0.0) if rtol is None else rtol,
+                             grads=keep_grads)
+        if alt:
+            names = sorted(set(ex.runtime.node_impl.values()))
+            comparison.notes.append(f"the plan runs {len(ex.runtime.node_impl)} compute event(s) with non-default "
+                                    f"implementations ({', '.join(names)}): compared within tolerance, not bitwise")
         if cuda and any("rng" in op.inputs for op in graph.ops):
             comparison.notes.append(
                 "the graph draws random numbers (dropout): this run drew them from the CUDA generator, the eager "

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from hybrid.capture.conv_impls import run_impl
 from hybrid.capture.encoding import DecodeContext, decode_value, resolve_target
 from hybrid.errors import HybridError
 from hybrid.graph import Graph, Op
@@ -219,12 +220,17 @@ class OpRunner:
                         raise HybridError(f"op {call.op.id!r}: {call.out_fn} did not write {t!r} into its slot")
                 self._checked.add(o)
 
-    def compute(self, o: int, env: dict[str, torch.Tensor], rerun: bool = False) -> list[torch.Tensor | None]:
-        """Copy fallback, part 1: the functional op's results (allocated outside the pool)."""
+    def compute(self, o: int, env: dict[str, torch.Tensor], rerun: bool = False,
+                impl: str | None = None) -> list[torch.Tensor | None]:
+        """Copy fallback, part 1: the functional op's results (allocated outside the pool). A non-default `impl`
+        (hybrid.capture.conv_impls) always runs this way: its result and its workspace live outside the pool."""
         call = self.calls[o]
         with self._run_context(o, env, rerun) as env:
             args, kwargs = self._decode(call, env)
-            res = call.fn(*args, **kwargs)
+            if impl is None:
+                res = call.fn(*args, **kwargs)
+            else:
+                res = run_impl(call.op.kind, impl, args, kwargs)
         got = list(res) if isinstance(res, (tuple, list)) else [res]
         if len(got) != len(call.out_ids):
             raise HybridError(f"op {call.op.id!r} returned {len(got)} values, the graph records {len(call.out_ids)}")

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from hybrid.swap import kernel as K
+from hybrid.capture.conv_impls import is_default
 from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.trace import portable_kernels
 from hybrid.device import EXECUTOR_MIN_ALIGNMENT
@@ -39,6 +40,23 @@ from executor.placement import place_intervals
 from executor.races import HOST_BASE, RaceChecker
 from executor.program import NO_FRONTIER, Frontier, Program, Release, compile_program, merge
 from executor.streams import COMPUTE, D2H, H2D, Backend, CpuBackend
+
+
+def node_impls(program: Program) -> dict[int, str]:
+    """Compute node -> the non-default implementation its plan event names (hybrid.capture.conv_impls runs it)."""
+    aug = program.aug
+    out: dict[int, str] = {}
+    if aug.impl is None:
+        return out
+    g = program.graph
+    for i in range(aug.n_nodes):
+        v = int(aug.impl[i])
+        if v < 0 or int(aug.kind[i]) != K.COMPUTE:
+            continue
+        op = g.ops[int(aug.ref[i])]
+        if not is_default(op, op.implementations[v].name):
+            out[i] = op.impls[v].name
+    return out
 
 
 def pool_capacity(program: Program) -> int:
@@ -71,12 +89,27 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
 
         return ArenaPool(g, "arena", alloc.arena_bytes, cap, plan_offset, backend, align=align)
     assert isinstance(alloc, UnconstrainedAllocation)
+    note = ""
     try:
         placed = place_intervals(program, cap, align)
     except InfeasibleError:
-        return CompactingPool(g, cap, backend, align)
+        # The plan counts an op's workspace only while that op runs (a MO-SOS plan's Winograd next to few
+        # tensors); a pool that keeps the largest workspace free all the time may then not hold the plan's
+        # tensors elsewhere. The tensors take the whole memory instead, and the workspace that PyTorch
+        # allocates outside the pool goes beyond the plan's memory by at most that much (said in the stats).
+        full = int(plan.device.usable_bytes)
+        try:
+            placed = place_intervals(program, full, align) if cap < full else None
+        except InfeasibleError:
+            placed = None
+        if placed is None:
+            return CompactingPool(g, cap, backend, align)
+        ws = full - cap
+        beyond = max(0, placed.arena_bytes + ws - full)
+        cap = full
+        note = f"; the largest workspace ({ws} bytes, outside the pool) may exceed the plan's memory by {beyond} bytes"
     pool = ArenaPool(g, "unconstrained", placed.arena_bytes, cap, lambda _t, k: placed.offsets[k], backend)
-    pool.stats.placement = "offline"
+    pool.stats.placement = "offline" + note
     return pool
 
 
@@ -107,6 +140,7 @@ class Runtime:
         self.ops = OpRunner(graph, backend.device)
         self.timing = timing
         n = self.program.n_nodes
+        self.node_impl = node_impls(self.program)
         self.events: list[Any] = [None] * n
         self.start_events: list[Any] = [None] * n
         self.copy_events: dict[int, Any] = {}
@@ -115,7 +149,7 @@ class Runtime:
                 self.events[st.node] = backend.event(timing)
                 if timing:
                     self.start_events[st.node] = backend.event(True)
-                    if st.kind == K.COMPUTE and self.ops.calls[st.ref].mode == COPY:
+                    if st.kind == K.COMPUTE and (self.ops.calls[st.ref].mode == COPY or st.node in self.node_impl):
                         self.copy_events[st.node] = backend.event(True)
         self.t0 = backend.event(True)
         self.t_end = backend.event(True)
@@ -318,8 +352,9 @@ class Runtime:
                             pool.raw(tn).copy_(pool.raw(to))
                             stats.version_bytes += g.tensors[tn].bytes
                         rerun = reruns is not None and bool(reruns[i])
-                        if call.mode == COPY:
-                            res = ops.compute(o, env, rerun)
+                        impl = self.node_impl.get(i)
+                        if call.mode == COPY or impl is not None:
+                            res = ops.compute(o, env, rerun, impl)
                             if timing:
                                 b.record(self.copy_events[i], s)
                             h0 = time.perf_counter()

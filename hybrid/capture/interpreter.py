@@ -15,11 +15,12 @@ eager step runs under `portable_kernels()` and uses torch.optim with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 from torch.utils import _pytree as pytree
 
+from hybrid.capture.conv_impls import is_default, run_impl
 from hybrid.capture.encoding import DecodeContext, decode_value, dtype_from_name, resolve_target
 from hybrid.capture.trace import portable_kernels
 from hybrid.errors import HybridError
@@ -58,14 +59,15 @@ def _copy_storage(t: torch.Tensor) -> torch.Tensor:
 
 
 def run_op(op: Op, env: dict[str, torch.Tensor], ctx: ReplayContext | None = None, graph: Graph | None = None,
-           versions_ready: bool = False) -> None:
+           versions_ready: bool = False, impl: str | None = None) -> None:
     """Run one captured op on the tensors in `env`; fresh outputs are added to `env`.
 
     An in-place op on an intermediate tensor writes into `env[new version]`,
     made as a copy of the old version; with `versions_ready` the caller has
     put that tensor in `env` already (an executor that renames a dead old
     storage, or a profiler). Pass `graph` to check outputs against the
-    recorded shapes, dtypes and strides.
+    recorded shapes, dtypes and strides. `impl` names one of the op's `impls`
+    (hybrid.capture.conv_impls); None or the default runs the recorded call.
     """
     ctx = ctx or ReplayContext()
     rec = op.extra.get("aten")
@@ -81,7 +83,12 @@ def run_op(op: Op, env: dict[str, torch.Tensor], ctx: ReplayContext | None = Non
     if rec["target"].startswith("hybrid."):
         fn(*args, step=ctx.step, **kwargs)
         return
-    out = fn(*args, **kwargs)
+    if is_default(op, impl):
+        out = fn(*args, **kwargs)
+    else:
+        if impl not in {im.name for im in op.impls}:
+            raise HybridError(f"op {op.id!r} has no implementation {impl!r}")
+        out = run_impl(op.kind, str(impl), args, kwargs)
     ret = rec.get("returns")
     if isinstance(ret, list):
         for tid, t in zip(ret, out):
@@ -116,8 +123,11 @@ def _order(graph: Graph, schedule: Sequence[str] | None) -> list[Op]:
 
 
 def run_graph(graph: Graph, env: dict[str, torch.Tensor], schedule: Sequence[str] | None = None,
-              ctx: ReplayContext | None = None, keep: Iterable[str] = ()) -> dict[str, torch.Tensor]:
-    """Run every op in order; intermediate tensors are dropped after their last use unless kept."""
+              ctx: ReplayContext | None = None, keep: Iterable[str] = (),
+              impls: Mapping[str, str] | None = None) -> dict[str, torch.Tensor]:
+    """Run every op in order; intermediate tensors are dropped after their last use unless kept. `impls`: op id
+    -> the implementation to run (the default where absent)."""
+    impls = impls or {}
     ctx = ctx or ReplayContext()
     ops = _order(graph, schedule)
     keep_set = set(keep)
@@ -130,7 +140,7 @@ def run_graph(graph: Graph, env: dict[str, torch.Tensor], schedule: Sequence[str
         raise HybridError(f"replay needs a value for persistent tensor {missing[0]!r} ({len(missing)} missing)")
     with torch.no_grad(), portable_kernels():
         for k, op in enumerate(ops):
-            run_op(op, env, ctx, graph)
+            run_op(op, env, ctx, graph, impl=impls.get(op.id))
             for t in op.inputs:
                 if last.get(t) == k and t not in keep_set and not graph.tensor(t).persistent:
                     env.pop(t, None)
@@ -288,14 +298,18 @@ def eager_step(module: torch.nn.Module, args: Any, target: Any = None, loss_fn: 
                       {n: b for n, b in module.named_buffers()}, state, [])
 
 
-def mismatches(replayed: StepResult, eager: StepResult) -> list[str]:
-    """Names of the values that differ bitwise (empty when the replay reproduces eager exactly)."""
+def mismatches(replayed: StepResult, eager: StepResult, rtol: float = 0.0, atol: float = 0.0) -> list[str]:
+    """Names of the values that differ (empty when the replay reproduces eager): bitwise by default, within
+    torch.allclose(rtol, atol) when a tolerance is given (plans running non-default impls)."""
     bad: list[str] = []
+    exact = rtol == 0.0 and atol == 0.0
 
     def same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
         if a is None or b is None:
             return a is None and b is None
-        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        return torch.equal(a, b) if exact else torch.allclose(a, b, rtol=rtol, atol=atol)
 
     if not same(replayed.loss, eager.loss):
         bad.append("loss")
@@ -313,9 +327,11 @@ def mismatches(replayed: StepResult, eager: StepResult) -> list[str]:
 
 def replay_step(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,
                 optimizer: Any = None, schedule: Sequence[str] | None = None, seed: int | None = None,
-                device: str | torch.device = "cpu", check: bool = True) -> StepResult:
+                device: str | torch.device = "cpu", check: bool = True,
+                impls: Mapping[str, str] | None = None) -> StepResult:
     """Replay one captured step for `module` on a batch; the module and optimizer are not modified.
 
+    `impls` maps op ids to the implementation to run (hybrid.capture.conv_impls; default elsewhere).
     `seed` seeds torch's generator right before the first op (do the same
     before the eager forward to compare dropout). `optimizer` is the
     torch.optim instance whose state to start from (None: fresh state).
@@ -324,5 +340,5 @@ def replay_step(graph: Graph, module: torch.nn.Module, args: Any, target: Any = 
     if seed is not None:
         torch.manual_seed(seed)
     ctx = ReplayContext(torch.device(device), step, check)
-    run_graph(graph, env, schedule, ctx, keep=_kept(graph))
+    run_graph(graph, env, schedule, ctx, keep=_kept(graph), impls=impls)
     return results(graph, module, env, device)

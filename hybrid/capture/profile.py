@@ -11,6 +11,10 @@ File format `hybrid-profile/1`:
     {"format": "hybrid-profile/1", "backend": "cuda" | "cpu", "device_name": "...",
      "torch": "2.13.0", "entries": {SIGNATURE: {"time_s": 1.2e-4, "samples": 5, "target": "aten.mm.default"}}}
 A profile with backend "cuda" supplies `time_s`; one with backend "cpu" supplies `cpu_time_s`.
+An op with alternative implementations (`impls`, hybrid.capture.conv_impls) has one more entry per
+non-default impl, keyed `SIGNATURE#impl=NAME`: a cuda profile sets those impls' `time_s` (the default impl
+takes the op's own measured time, so it stays the op's default); a cpu profile records them in the op's
+`cost.cpu_impl_time_s`.
 """
 from __future__ import annotations
 
@@ -123,7 +127,23 @@ def _materialize(graph: Graph, tid: str, dev: Any, gen: Any) -> Any:
     return x
 
 
-def _time_op(op: Op, graph: Graph, dev: Any, repeat: int, warmup: int, gen: Any) -> list[float]:
+IMPL_MARK = "#impl="   # a non-default implementation's entry: the op's signature, this mark and the impl's name
+
+
+def impl_signature(sig: str, impl: str) -> str:
+    return f"{sig}{IMPL_MARK}{impl}"
+
+
+def _alternatives(op: Op) -> list[str]:
+    """The op's impls other than its default (the default is the op's own entry)."""
+    if not op.impls:
+        return []
+    d = op.impls[op.default_impl].name
+    return [im.name for im in op.impls if im.name != d]
+
+
+def _time_op(op: Op, graph: Graph, dev: Any, repeat: int, warmup: int, gen: Any,
+             impl: str | None = None) -> list[float]:
     import torch
 
     from hybrid.capture.interpreter import ReplayContext, run_op
@@ -134,21 +154,21 @@ def _time_op(op: Op, graph: Graph, dev: Any, repeat: int, warmup: int, gen: Any)
     ctx = ReplayContext(dev, step=1, check=False)
     with torch.no_grad():
         for _ in range(warmup):
-            run_op(op, dict(env), ctx, versions_ready=True)
+            run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
         samples = []
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
             for _ in range(repeat):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                run_op(op, dict(env), ctx, versions_ready=True)
+                run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
                 end.record()
                 end.synchronize()
                 samples.append(start.elapsed_time(end) / 1e3)
         else:
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                run_op(op, dict(env), ctx, versions_ready=True)
+                run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
                 samples.append(time.perf_counter() - t0)
     return samples
 
@@ -191,26 +211,27 @@ def measure_profile(
     if max_op_bytes is None:
         max_op_bytes = int(0.8 * torch.cuda.mem_get_info(dev)[0]) if backend == "cuda" else 2 << 30
     report = MeasureReport()
-    todo: dict[str, Op] = {}
+    todo: dict[str, tuple[Op, str | None]] = {}   # signature -> (op, impl: None for the recorded call)
     for op in graph.ops:
         sig = op_signature(graph, op)
         if sig is None:
             report.skipped.append(op.id)
             report.reasons[op.id] = "no aten record"
-        elif sig in profile.entries:
             continue
-        else:
-            todo.setdefault(sig, op)
+        # Each alternative implementation (hybrid.capture.conv_impls) is measured too, under its own entry.
+        for key, impl in [(sig, None)] + [(impl_signature(sig, name), name) for name in _alternatives(op)]:
+            if key not in profile.entries:
+                todo.setdefault(key, (op, impl))
     report.reused = len({op_signature(graph, o) for o in graph.ops} & set(profile.entries))
     gen = torch.Generator().manual_seed(seed)
     start = time.monotonic()
     try:
         with portable_kernels():
-            for k, (sig, op) in enumerate(todo.items()):
+            for k, (sig, (op, impl)) in enumerate(todo.items()):
                 if progress:
                     progress(k, len(todo))
                 if time_limit_s is not None and time.monotonic() - start > time_limit_s:
-                    report.skipped.extend(o.id for o in list(todo.values())[k:])
+                    report.skipped.extend(dict.fromkeys(o.id for o, _ in list(todo.values())[k:]))
                     report.reasons.setdefault(op.id, "time limit")
                     break
                 nbytes = sum(graph.tensor(t).bytes for t in dict.fromkeys(op.inputs + op.outputs))
@@ -219,7 +240,7 @@ def measure_profile(
                     report.reasons[op.id] = f"needs {nbytes} bytes > max_op_bytes {max_op_bytes}"
                     continue
                 try:
-                    samples = _time_op(op, graph, dev, repeat, warmup, gen)
+                    samples = _time_op(op, graph, dev, repeat, warmup, gen, impl)
                 except (RuntimeError, HybridError) as e:   # out of memory, or a kernel this device lacks
                     report.skipped.append(op.id)
                     report.reasons[op.id] = str(e).splitlines()[0][:200]
@@ -227,7 +248,7 @@ def measure_profile(
                         torch.cuda.empty_cache()
                     continue
                 profile.entries[sig] = {"time_s": statistics.median(samples), "samples": len(samples),
-                                        "target": op.extra["aten"]["target"]}
+                                        "target": op.extra["aten"]["target"], **({"impl": impl} if impl else {})}
                 report.measured += 1
     except KeyboardInterrupt:
         report.reasons["interrupted"] = "Ctrl-C"
@@ -256,8 +277,25 @@ def apply_profile(graph: Graph, profile: Profile) -> Graph:
         cost = dict(extra.get("cost", {}))
         cost[f"{field_name}_source"] = "profile"
         cost[f"roofline_{field_name}"] = getattr(op, field_name)
+        new_t = float(e["time_s"])
+        impls = op.impls
+        if impls:
+            # The default impl is the op's own call: it takes the op's measured time. The others take theirs
+            # where measured (a cuda profile; a cpu profile's impl times go to cost.cpu_impl_time_s, as an
+            # impl's time is the accelerator's).
+            d = op.default_impl
+            measured = {im.name: profile.entries.get(impl_signature(sig, im.name)) for im in impls}  # type: ignore[arg-type]
+            if field_name == "time_s":
+                impls = tuple(replace(im, time_s=new_t) if v == d else
+                              replace(im, time_s=float(measured[im.name]["time_s"])) if measured[im.name] else im
+                              for v, im in enumerate(impls))
+                cost["impl_time_s_source"] = {im.name: ("profile" if v == d or measured[im.name] else "roofline")
+                                              for v, im in enumerate(op.impls)}
+            else:
+                cost["cpu_impl_time_s"] = {im.name: (new_t if v == d else float(measured[im.name]["time_s"]))
+                                           for v, im in enumerate(op.impls) if v == d or measured[im.name]}
         extra["cost"] = cost
-        ops.append(replace(op, extra=extra, **{field_name: float(e["time_s"])}))
+        ops.append(replace(op, extra=extra, impls=impls, **{field_name: new_t}))
     extra = dict(graph.extra)
     cap = dict(extra.get("capture", {}))
     cap["profiles"] = list(cap.get("profiles", [])) + [

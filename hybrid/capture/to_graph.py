@@ -32,7 +32,7 @@ from hybrid.capture.storage import StorageTable, storage_bytes, storage_key, ten
 from hybrid.capture.trace import BUFFER, FROZEN, INPUT, TARGET, TRAINABLE, Traced
 from hybrid.device import Device
 from hybrid.errors import HybridError
-from hybrid.graph import Graph, Op, Tensor
+from hybrid.graph import Graph, Impl, Op, Tensor
 
 RNG_ID = "rng"
 _aten = torch.ops.aten
@@ -413,10 +413,37 @@ def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, items: list[Any], 
     if versions:
         rec["versions"] = versions
     extra = {"phase": phase, "aten": rec, "cost": _cost(flops, nbytes, dtype, cls)}
-    b.add_op(Op(n.name, kind, tuple(inputs), tuple(out_ids),
-                costs.roofline_s(flops, nbytes, dtype, cls, b.model.gpu), 0, (), tuple(updates),
+    time_s = costs.roofline_s(flops, nbytes, dtype, cls, b.model.gpu)
+    impls = _conv_impls(n, kind, outs, dtype, time_s, b.model.gpu)
+    b.add_op(Op(n.name, kind, tuple(inputs), tuple(out_ids), time_s, 0, impls, tuple(updates),
                 costs.roofline_s(flops, nbytes, dtype, cls, b.model.cpu), extra))
     return random
+
+
+def _conv_impls(n: fx.Node, kind: str, outs: list[Any], dtype: str, time_s: float,
+                spec: costs.ComputeSpec) -> tuple[Impl, ...]:
+    """The alternatives hybrid.capture.conv_impls can run for a 2-D forward convolution (none otherwise): the
+    library call first, with the op's own time, then the rest with their rooflines (costs.conv_impls)."""
+    def pair(v: Any) -> tuple[int, int]:
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        return int(v[0]), int(v[-1])
+
+    if kind == "convolution_backward":
+        return _conv_backward_impls(n, dtype, time_s, spec, pair)
+    if kind != "convolution" or len(outs) != 1:
+        return ()
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups")
+    a = dict(zip(names, fx.node.map_arg(n.args, _val)))
+    a.update(fx.node.map_arg(dict(n.kwargs), _val))
+    x, w, out = a.get("input"), a.get("weight"), outs[0]
+    if (a.get("transposed") or not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or x.dim() != 4
+            or w.dim() != 4 or not x.is_floating_point() or not out.is_contiguous()):
+        return ()
+
+    shape = costs.ConvShape(int(x.shape[0]), int(x.shape[1]), int(x.shape[2]), int(x.shape[3]), int(w.shape[0]),
+                            int(w.shape[2]), int(w.shape[3]), pair(a["stride"]), pair(a["padding"]),
+                            pair(a["dilation"]), int(a["groups"]), x.element_size(), a.get("bias") is not None)
+    return tuple(Impl(name, t, ws) for name, t, ws in costs.conv_impls(shape, dtype, spec, time_s, 0))
 
 
 def _add_update(b: _Builder, opt: OptimizerSpec, pname: str, ptid: str, gref: Ref) -> dict[str, str]:
@@ -450,3 +477,32 @@ def _add_update(b: _Builder, opt: OptimizerSpec, pname: str, ptid: str, gref: Re
                 costs.roofline_s(flops, nbytes, dtype, "vector", b.model.cpu), extra),
              key=(after, 1, len(b.ops)))
     return state
+
+
+def _conv_backward_impls(n: fx.Node, dtype: str, time_s: float, spec: costs.ComputeSpec,
+                         pair: Any) -> tuple[Impl, ...]:
+    """A 2-D convolution's backward that computes the input gradient: the library call, or that gradient by
+    Winograd (conv_impls.conv_backward) and the weight and bias gradients by the library call, whose roofline
+    is that of half the backward's FLOPs (costs.conv_backward_impls)."""
+    names = ("grad_output", "input", "weight", "bias_sizes", "stride", "padding", "dilation", "transposed",
+             "output_padding", "groups", "output_mask")
+    a = dict(zip(names, fx.node.map_arg(n.args, _val)))
+    a.update(fx.node.map_arg(dict(n.kwargs), _val))
+    g, x, w, mask = a.get("grad_output"), a.get("input"), a.get("weight"), list(a.get("output_mask") or [])
+    if (a.get("transposed") or len(mask) != 3 or not mask[0] or not all(isinstance(t, torch.Tensor) for t in (g, x, w))
+            or g.dim() != 4 or w.dim() != 4 or not g.is_floating_point() or tuple(w.shape[2:]) != (3, 3)):
+        return ()
+    p = pair(a["padding"])
+    if max(p) > 2:
+        return ()
+    nb, co, oh, ow = (int(v) for v in g.shape)
+    c = int(x.shape[1])
+    it = g.element_size()
+    gi = costs.ConvShape(nb, co, oh, ow, c, 3, 3, pair(a["stride"]), (2 - p[0], 2 - p[1]), pair(a["dilation"]),
+                         int(a["groups"]), it, False)
+    if not gi.winograd_ok:
+        return ()
+    rest_flops = 2 * nb * co * c * 9 * oh * ow + (nb * co * oh * ow if mask[2] else 0)
+    rest_bytes = (g.numel() + x.numel() + w.numel() + (co if mask[2] else 0)) * it
+    rest_t = costs.roofline_s(rest_flops, rest_bytes, dtype, "conv", spec)
+    return tuple(Impl(name, t, ws) for name, t, ws in costs.conv_backward_impls(gi, dtype, spec, time_s, 0, rest_t))

@@ -64,7 +64,9 @@ COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s
            "refine_s", "resume_s", "final_from",
            "refine_windows", "refine_accepted", "mode", "arm_ga_makespan_s", "refined_plans", "refined_elites",
            "split_makespan_s", "rebind_makespan_s", "reorder_makespan_s", "rewalk_gain", "reorder_gain",
-           "window_gain", "plan"]
+           "window_gain", "milp_status", "milp_gap", "milp_stages", "ilp_objective_s", "plan"]
+MILP_ARM = "milp"
+MILP_STAGES = 60   # default coarsening for --with-milp: 60 stages reached gap <= 1% in 10 minutes (docs/milp.md)
 
 
 def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_path: str) -> dict:
@@ -85,7 +87,40 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
             "refine_accepted": np.nan, "mode": "", "arm_ga_makespan_s": np.nan, "refined_plans": np.nan,
             "refined_elites": np.nan, "split_makespan_s": np.nan, "rebind_makespan_s": np.nan,
             "reorder_makespan_s": np.nan, "rewalk_gain": np.nan, "reorder_gain": np.nan, "window_gain": np.nan,
+            "milp_status": "", "milp_gap": np.nan, "milp_stages": np.nan, "ilp_objective_s": np.nan,
             "plan": plan_path}
+
+
+def milp_row(graph: Graph, device: Device, time_limit_s: float, stages: int | None = None,
+             out: Path | None = None, say: Callable[[str], None] = lambda _m: None) -> dict:
+    """The MO-SOS MILP (milp/, one deterministic run, no seed) as a row of the same table: `search_s` is its
+    solve time, `wall_s` build + solve + decode; `stages` defaults to min(#ops, MILP_STAGES)."""
+    from milp.api import plan_milp
+    from milp.solve import SolveOptions
+    from hybrid.validator import validate
+
+    n = len(graph.ops) if stages is None and len(graph.ops) <= MILP_STAGES else (stages or MILP_STAGES)
+    t0 = time.monotonic()
+    run = plan_milp(graph, device, "mosos", n if n < len(graph.ops) else None,
+                    SolveOptions("highs", time_limit_s, 0.01, 1), require=False)
+    r = run.result
+    if run.plan is None:
+        raise HybridError(f"compare: the MILP found no plan for {graph.name!r} in {time_limit_s:g} s "
+                          f"({r.status}, {r.solver_status}); give --with-milp more time or --milp-stages fewer")
+    report = validate(graph, run.plan)
+    if not report.valid:
+        raise HybridError(f"compare: the milp plan failed validation ({report.violations[0].message}); please "
+                          "report this with the graph file")
+    path = ""
+    if out is not None:
+        path = str(out / f"{graph.name}-milp.json")
+        run.plan.save(path)
+    row = _row(graph, run.plan, MILP_ARM, 0, r.solve_s, path)
+    row.update(seed=pd.NA, wall_s=time.monotonic() - t0, workers=1, milp_status=r.status, milp_gap=r.gap,
+               milp_stages=run.stages, ilp_objective_s=r.objective_s, mode="mosos")
+    say(f"{graph.name}: MO-SOS MILP {run.plan.makespan_s:.6g} s ({run.stages} stages, {r.status}, gap "
+        f"{'?' if r.gap is None else f'{100 * r.gap:.2f}%'}, {r.solve_s:.1f} s)")
+    return row
 
 
 def split_gains(split_s: float, rebind_s: float, reorder_s: float, refined_s: float) -> tuple[float, float, float]:
@@ -101,7 +136,7 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
             refine_share: float = 0.2, workers: int = 1, out_dir: str | Path | None = None, ga_config=None,
             refine_options=None, patience: float | None = DEFAULT_PATIENCE, mode: str = "beside",
             elites: int | None = None, progress: Callable[[str], None] | None = None,
-            options=None) -> pd.DataFrame:
+            options=None, milp_time_s: float | None = None, milp_stages: int | None = None) -> pd.DataFrame:
     """Run both arms for every seed on `graph` (on `device`, default the graph's); the table as a DataFrame.
 
     Plans go to `out_dir` when given: `<graph>-seed<N>-ga.json`, `<graph>-seed<N>-ga+cpsat.json`, and
@@ -115,6 +150,9 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     search's plans (beside; `elites` of them are offered each generation, default
     `hybrid.refine.beside.DEFAULT_ELITES`). `workers` is the search's evaluation processes in both arms,
     except that GA-only gets one more in beside mode (the core the refiner uses in the other arm).
+    `milp_time_s` adds the MO-SOS MILP (milp/, HiGHS with that time limit, `milp_stages` stages, default
+    min(#ops, MILP_STAGES)) as one more arm, `milp`: one row (it has no seed), `gain_vs_ga` against the median
+    GA-only makespan.
     Ctrl-C (or SIGTERM under `hybrid compare`) returns the seeds completed so far, with
     `attrs["interrupted"]` set; with none completed, KeyboardInterrupt propagates.
     """
@@ -147,6 +185,12 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
         for seed in seeds:
             rows += _seed_rows(graph, device, replace(base, seed=int(seed)), time_limit_s, refine_share, workers,
                                refine_options, patience, elites, say, mode, out, options)
+        if milp_time_s is not None:
+            row = milp_row(graph, device, milp_time_s, milp_stages, out, say)
+            ga = [r["makespan_s"] for r in rows if r["arm"] == "ga"]
+            if ga:
+                row["gain_vs_ga"] = 1.0 - row["makespan_s"] / float(np.median(ga))
+            rows.append(row)
     except KeyboardInterrupt:
         if not rows:
             raise
@@ -329,6 +373,8 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                      "ga+cpsat_ratio_lower_bound": hy["ratio_lower_bound"],
                      "ga+cpsat_ratio_schedule_bound": hy.get("ratio_schedule_bound", np.nan),
                      "worst_seed_gain": w,
+                     "milp_makespan_s": (part[part["arm"] == MILP_ARM]["makespan_s"].iloc[0]
+                                         if (part["arm"] == MILP_ARM).any() else np.nan),
                      # -1e-9: equal plans re-timed by different code paths differ in the last bits.
                      "never_worse": bool(w >= -1e-9) if not np.isnan(w) else True})
     return pd.DataFrame(rows)

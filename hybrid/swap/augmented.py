@@ -64,6 +64,8 @@ class AugmentedGraph:
     resident_at_start: np.ndarray
     stats: dict = field(default_factory=dict)
     recompute: np.ndarray | None = None  # bool per node: a compute node re-running an op (plans from files)
+    impl: np.ndarray | None = None       # int per node: the impl a compute event names (index into the op's
+    #                                      implementations; plans from files, where a rerun may name another)
 
     @property
     def makespan(self) -> float:

@@ -23,10 +23,11 @@ import heapq
 
 import numpy as np
 
+from hybrid.errors import HybridError
 from hybrid.swap import kernel as K
 from hybrid.graph.liveness import occupied_bytes
 from hybrid.swap.pools import pool_from_allocation
-from hybrid.graph import Graph
+from hybrid.graph import Graph, Op
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.graph.order import from_ids
 from hybrid.swap.augmented import AugmentedGraph, PlannerOptions
@@ -210,6 +211,7 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
     start = np.empty(n, np.float64)
     end = np.empty(n, np.float64)
     recompute = np.zeros(n, np.bool_)
+    impl = np.full(n, -1, np.int32)
     dep_ptr = np.zeros(n + 1, np.int64)
     deps_flat: list[int] = []
     mat = np.full(a.n_tensors, -1, np.int64)
@@ -225,6 +227,7 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
             o = g.op_index[e.op]
             ref[k] = o
             recompute[k] = e.recompute
+            impl[k] = _impl_index(g.ops[o], e.impl)
             ins = a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]
             deps.extend(int(mat[t]) for t in ins if mat[t] >= 0)
             for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]:
@@ -262,5 +265,15 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
     return AugmentedGraph(
         g, plan.device, pool, from_ids(g, plan.schedule, "plan schedule"), op_time, op_ws, impl_choice,
         PlannerOptions(), kind, ref, start, end, dep_ptr, np.array(deps_flat, dtype=np.int32), resident,
-        {}, recompute,
+        {}, recompute, impl,
     )
+
+
+def _impl_index(op: Op, name: str | None) -> int:
+    """Index of the impl a compute event names in `op.implementations` (its default when it names none)."""
+    if name is None:
+        return op.default_impl
+    for v, im in enumerate(op.implementations):
+        if im.name == name:
+            return v
+    raise HybridError(f"plan: op {op.id!r} has no implementation {name!r}")

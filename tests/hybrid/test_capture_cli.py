@@ -60,7 +60,10 @@ def test_profile_measures_once_and_capture_reuses_it(captured: Path, tmp_path: P
     p = Profile.load(prof)
     g = Graph.load(captured)
     distinct = {op_signature(g, o) for o in g.ops}
-    assert p.backend == "cpu" and set(p.entries) == distinct and len(distinct) < len(g.ops)
+    ops_entries = {k for k in p.entries if "#impl=" not in k}   # the rest: each conv's alternative impls
+    alternatives = {f"{op_signature(g, o)}#impl={im.name}" for o in g.ops for im in o.impls if im.name != "default"}
+    assert p.backend == "cpu" and ops_entries == distinct and len(distinct) < len(g.ops)
+    assert alternatives and set(p.entries) - ops_entries == alternatives
     measured = Graph.load(out)
     assert all(o.extra["cost"]["cpu_time_s_source"] == "profile" for o in measured.ops)
     assert all(o.extra["cost"]["time_s_source"] == "roofline" for o in measured.ops)

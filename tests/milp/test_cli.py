@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+
+import pytest
 from pathlib import Path
 
 from hybrid.graph import Graph
@@ -75,3 +77,28 @@ def test_ctrl_c_keeps_the_incumbent(tmp_path: Path) -> None:
         return
     assert "interrupted" in stdout
     assert validate(g, Plan.load(out)).valid
+
+
+def test_compare_with_milp_adds_a_milp_arm_in_the_same_table(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from hybrid.report.compare import summary
+
+    g = _graph(tmp_path)
+    out = tmp_path / "c"
+    res = run("compare", "--graph", g, "--memory", "24MiB", "--time-limit", "2s", "--seeds", "1",
+              "--refine-mode", "after", "--population", "8", "--with-milp", "20s", "--out-dir", out)
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(out / "compare.csv")
+    milp = df[(df["arm"] == "milp") & (df["row"] == "seed")]
+    assert len(milp) == 1 and milp["milp_status"].iloc[0] in ("optimal", "feasible")
+    ga = df[(df["arm"] == "ga") & (df["row"] == "seed")]["makespan_s"].iloc[0]
+    assert milp["gain_vs_ga"].iloc[0] == pytest.approx(1 - milp["makespan_s"].iloc[0] / ga)
+    plan = Plan.load(out / f"{Graph.load(g).name}-milp.json")
+    assert validate(Graph.load(g), plan).valid and plan.makespan_s == milp["makespan_s"].iloc[0]
+    assert summary(df)["milp_makespan_s"].iloc[0] == milp["makespan_s"].iloc[0]
+
+
+def test_compare_milp_flags_are_checked() -> None:
+    res = run("compare", "--graph", "nowhere.json", "--milp-stages", "5")
+    assert res.exit_code != 0 and "--milp-stages needs --with-milp" in res.output

@@ -1,4 +1,5 @@
-"""`hybrid compare --graph g.json --time-limit 10m --seeds 1,2,3`: GA-only against GA + CP-SAT refinement."""
+"""`hybrid compare --graph g.json --time-limit 10m --seeds 1,2,3`: GA-only against GA + CP-SAT refinement
+(and, with --with-milp, the MO-SOS MILP)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -46,6 +47,11 @@ def _seeds(text: str) -> tuple[int, ...]:
                    "(1 where one evaluation takes under 1 ms, else every core but the refiner's).")
 @click.option("--population", type=int, default=None, help="GA population (default: the GA's, 48).")
 @recompute_option
+@click.option("--with-milp", "with_milp", default=None, metavar="TIME",
+              help="Add the MO-SOS MILP (hybrid milp, HiGHS) as a third arm with this time limit, e.g. 2m: one "
+                   "row per graph (no seed), gain_vs_ga against the median GA-only plan.")
+@click.option("--milp-stages", type=click.IntRange(1), default=None,
+              help="--with-milp: coarsen to this many stages (default: one per op up to 60 ops, else 60).")
 @click.option("--memory-fraction", type=float, default=None,
               help="Device memory as a fraction of each graph's unswapped peak (overrides --memory), e.g. 0.25.")
 @device_options
@@ -53,7 +59,8 @@ def _seeds(text: str) -> tuple[int, ...]:
               show_default=True, help="Folder for both arms' plans and the table (compare.csv/.parquet/.md).")
 def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_mode: str, refine_share: float,
             refine_patience: float, refine_elites: int, workers: int | None,
-            population: int | None, recompute: bool, memory_fraction: float | None, out_dir: Path, **kw) -> None:
+            population: int | None, recompute: bool, with_milp: str | None, milp_stages: int | None,
+            memory_fraction: float | None, out_dir: Path, **kw) -> None:
     """Does CP-SAT refinement beat spending the same time on more genetic search?
 
     For each graph and seed, with --refine-mode beside, the same search
@@ -77,6 +84,7 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     Examples:
       hybrid compare --graph g.json --time-limit 10m --seeds 1,2,3
       hybrid compare --graph a.json --graph b.json --time-limit 2m --memory-fraction 0.25 --out-dir cmp
+      hybrid compare --graph g.json --time-limit 1m --seeds 1 --with-milp 2m --memory-fraction 0.5
     """
     import pandas as pd
 
@@ -92,6 +100,11 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     if total <= 0:
         raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
     seed_list = _seeds(seeds)
+    milp_s = parse_duration(with_milp, "--with-milp") if with_milp is not None else None
+    if milp_s is not None and milp_s <= 0:
+        raise HybridError(f"--with-milp must be positive, got {with_milp!r}")
+    if milp_stages is not None and milp_s is None:
+        raise HybridError("--milp-stages needs --with-milp TIME")
     if memory_fraction is not None and not 0 < memory_fraction:
         raise HybridError(f"--memory-fraction must be positive, got {memory_fraction}")
     if workers is not None and workers < 1:
@@ -118,7 +131,8 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
             t = compare(g, dev, time_limit_s=total, seeds=seed_list, refine_share=refine_share,
                         workers=int(graph_workers or 1), out_dir=out_dir, ga_config=cfg, patience=refine_patience,
                         mode=mode, elites=refine_elites, progress=lambda msg: click.echo(msg, err=True),
-                        options=PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if recompute else 0.0))
+                        options=PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if recompute else 0.0),
+                        milp_time_s=milp_s, milp_stages=milp_stages)
             tables.append(t)
             if t.attrs.get("interrupted"):
                 interrupted = True
@@ -135,13 +149,15 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
                              f"{refine_share}, patience {refine_patience}"
                              + (f", {refine_elites} elites offered" if refine_mode == "beside" else "")
                              + "; workers: see the workers column."
+                             + (f" Arm milp: the MO-SOS MILP, HiGHS {format_seconds(milp_s)}, one run per graph "
+                                "(search_s = solve time)." if milp_s is not None else "")
                              + ("\n\nIncomplete: interrupted before every graph and seed had run." if interrupted
                                 else ""))
         s = summary(df)
         click.echo(s.to_markdown(index=False, floatfmt=".4g"))
         click.echo("wrote " + ", ".join(str(p) for p in paths))
     if interrupted:
-        runs = int((df["row"] == "seed").sum()) // 2
+        runs = int(((df["row"] == "seed") & (df["arm"] == "ga")).sum())
         click.echo(f"interrupted ({interrupted_by()}): wrote the {runs} completed run{'s' if runs != 1 else ''} "
                    f"(graph and seed, both arms) to {out_dir}", err=True)
         sys.exit(exit_status())

@@ -46,6 +46,7 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
       hybrid milp --graph g.json --memory 6GiB --no-offload --no-impl-choice --out checkmate-auto.json
     """
     from milp.api import plan_milp
+    from milp.decode import impl_names
     from milp.model import ModelOptions
     from milp.solve import SolveOptions
 
@@ -83,6 +84,14 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
         f"stall {format_seconds(m['stall_s'])}); {m['recomputes']} recomputes, {m['swaps_out']} offloads, "
         f"{m['swaps_in']} prefetches; peak {m['peak_bytes']} B of {dev.usable_bytes} B",
     ]
+    chosen = impl_names(run.plan)
+    counts: dict[str, int] = {}
+    for op_id, name in chosen.items():
+        if g.op(op_id).impls and name != g.op(op_id).impls[g.op(op_id).default_impl].name:
+            counts[name] = counts.get(name, 0) + 1
+    if counts:
+        lines.append("impls        " + ", ".join(f"{n} on {k} op{'s' if k != 1 else ''}"
+                                            for n, k in sorted(counts.items())) + " (the rest: their default)")
     if out_path is not None:
         lines.append(f"plan         {out_path} (validated)")
     click.echo("\n".join(lines))

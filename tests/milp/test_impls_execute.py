@@ -1,0 +1,65 @@
+"""Acceptance (issue 18): the CPU executor runs a MO-SOS plan that picks non-default convolution impls and
+matches eager training within the stated tolerance; with no impl chosen it stays bitwise."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from examples.convnet import make
+from executor.api import execute
+from hybrid.capture import capture
+from hybrid.capture.conv_impls import STEP_ATOL, STEP_RTOL
+from hybrid.graph.info import unswapped_peak
+from hybrid.validator import validate
+from milp.api import plan_milp
+from milp.solve import SolveOptions
+
+
+@pytest.fixture(scope="module")
+def convnet():  # noqa: ANN201
+    torch.manual_seed(0)
+    m, x, y, lf = make()
+    return capture(m, x, lf, y, optimizer="sgd"), (m, x, y, lf)
+
+
+def _plan(g, frac: float):  # noqa: ANN001, ANN202
+    peak = unswapped_peak(g, g.device.alignment_bytes)
+    dev = replace(g.device, memory_bytes=int(peak * frac))
+    run = plan_milp(g, dev, "mosos", None, SolveOptions("highs", 60, 0.01, 1))
+    assert run.plan is not None and validate(g, run.plan).valid
+    return run.plan
+
+
+def _picked(plan) -> dict[str, str]:  # noqa: ANN001
+    return {e.op: e.impl for e in plan.events if e.kind == "compute" and e.impl not in (None, "default")}
+
+
+def test_mosos_plan_with_winograd_runs_on_cpu_within_tolerance(convnet) -> None:  # noqa: ANN001
+    g, (m, x, y, lf) = convnet
+    plan = _plan(g, 4.0)                       # roomy: MO-SOS takes the fastest impl everywhere
+    picked = _picked(plan)
+    # the 256->256 3x3 layer, forward and input gradient, where the roofline favours Winograd
+    assert picked == {"convolution_1": "winograd", "convolution_backward_1": "winograd"}
+    res = execute(g, plan, m, x, y, loss_fn=lf, iters=2, device="cpu", check=True)
+    c = res.comparison
+    assert c is not None and (c.rtol, c.atol) == (STEP_RTOL, STEP_ATOL)
+    assert not c.bitwise and c.ok, c.to_json()
+    assert any("2 compute event(s) with non-default implementations (winograd)" in n for n in c.notes)
+
+
+def test_tight_memory_keeps_the_library_call_and_stays_bitwise(convnet) -> None:  # noqa: ANN001
+    g, (m, x, y, lf) = convnet
+    plan = _plan(g, 1.0)                       # no room for Winograd's workspace beside the tensors
+    assert _picked(plan) == {}
+    res = execute(g, plan, m, x, y, loss_fn=lf, iters=1, device="cpu", check=True)
+    assert res.comparison is not None and res.comparison.bitwise
+
+
+def test_a_tight_plan_whose_workspace_fits_only_beside_few_tensors_still_runs(convnet) -> None:  # noqa: ANN001
+    g, (m, x, y, lf) = convnet
+    plan = _plan(g, 2.4)           # Winograd's 36 MiB fit only where few tensors live: not beside the pool's peak
+    assert _picked(plan).get("convolution_1") == "winograd"
+    res = execute(g, plan, m, x, y, loss_fn=lf, iters=1, device="cpu", check=True)
+    assert res.comparison is not None and res.comparison.ok
