@@ -114,8 +114,10 @@ def ideal_time(graph: Graph, op_time: np.ndarray | None = None) -> float:
     return float((graph.arrays.op_time if op_time is None else op_time).sum())
 
 
-def lower_bound(graph: Graph, device: Device) -> float:
-    """No plan on this device can be faster than this.
+def persistent_bound(graph: Graph, device: Device) -> float:
+    """No plan on this device can be faster than this, counting persistent tensors only (activations:
+    `hybrid.plan.bounds.graph_bound`, which includes this figure). On every SwapAdvisor graph it equals the
+    ideal: their parameters and optimizer state fit.
 
     max(compute with the fastest impls,
         (bytes of persistent tensors any op reads - memory) / h2d,
@@ -133,3 +135,6 @@ def lower_bound(graph: Graph, device: Device) -> float:
     b_in = int(a.t_bytes[used & a.t_persistent].sum())
     b_out = int(a.t_bytes[updated].sum())
     return max(float(a.fastest_impl_times().sum()), (b_in - m) / device.h2d_bytes_per_s, (b_out - m) / device.d2h_bytes_per_s)
+
+
+lower_bound = persistent_bound  # the old name, for callers not yet renamed: it counts persistent tensors only
