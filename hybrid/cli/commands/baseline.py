@@ -59,7 +59,7 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
                 raise
             failed.append(f"{kind}: cannot run: {e}")
             continue
-        rows.append(plan_row(kind, plan))
+        rows.append(plan_row(kind, plan, g))
         target = None
         if out_path is not None:
             target = out_path / f"{kind}.json" if len(kinds) > 1 else out_path
