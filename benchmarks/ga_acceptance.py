@@ -17,8 +17,9 @@ column is ideal / bound, the most any plan (of its kind) can reach.
 A graph's row is cached under --work (plans there too) so an interrupted run can continue; --force recomputes.
 Writes results/ga_acceptance.{md,csv}.
 
-Time on this 2-core machine (alone): --quick (2 generations of 8, no Checkmate) about 5 minutes; the full run
-(--generations 20, population 48) about 45 minutes, most of it NasNet-25 and the RNNs.
+Time on this 2-core machine (alone): see the end of results/ga_acceptance.md (measured there); --quick is
+5 generations of 16, the full run 100 generations of 48 (one evaluation takes 2-30 ms, so the bounds and the
+baselines on the 11,000-14,000-op graphs take a good share).
 """
 from __future__ import annotations
 
@@ -182,20 +183,21 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=list(ZOO))
     ap.add_argument("--checkmate", action=argparse.BooleanOptionalAction, default=False)
     ap.add_argument("--fraction", type=float, default=0.25, help="Checkmate memory as a fraction of the peak")
-    ap.add_argument("--generations", type=int, default=20, help="the search's budget (deterministic)")
+    ap.add_argument("--generations", type=int, default=100, help="the search's budget (deterministic)")
     ap.add_argument("--population", type=int, default=48)
     ap.add_argument("--refine", choices=("none", "cpsat"), default="none",
                     help="none keeps the run deterministic; cpsat adds CP-SAT refinement (timing-dependent)")
     ap.add_argument("--workers", type=int, default=1, help="evaluation processes (1: serial, deterministic timing)")
     ap.add_argument("--time-limit", default="2h", help="a safety net; --generations ends the search first")
-    ap.add_argument("--quick", action="store_true", help="2 generations of 8: a few minutes")
+    ap.add_argument("--quick", action="store_true", help="5 generations of 16: a few minutes")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--force", action="store_true", help="recompute cached rows")
     ap.add_argument("--only", nargs="*", default=None, help="run just these graphs (others from the cache)")
     ap.add_argument("extra", nargs="*", help="more `hybrid optimize` flags, after --")
     args = ap.parse_args()
+    started = time.monotonic()
     if args.quick:
-        args.generations, args.population = 2, 8
+        args.generations, args.population = 5, 16
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
     tg = targets(args)
@@ -258,6 +260,8 @@ code a row was produced with (rows are cached under --work). The exact command o
         lines = ["", "Commands (from the repository root):", ""]
         lines += [f"- {r.graph}: `{r.command}`" for r in df.itertuples() if isinstance(r.command, str)]
         md.write_text(md.read_text() + "\n".join(lines) + "\n")
+    md.write_text(md.read_text() + f"\nRun time: {(time.monotonic() - started) / 60:.1f} min on this 2-core machine "
+                  "(rows read from the cache under --work not counted).\n")
 
 
 if __name__ == "__main__":
