@@ -202,7 +202,8 @@ def main() -> None:
     rows = []
     tg = targets(args)
     for name, path, dev, flags, paper in tg:
-        cache = args.work / f"{name}.row.json"
+        # rows are cached per budget and settings, so a --quick run never reuses a full run's row or vice versa
+        cache = args.work / f"{name}.g{args.generations}p{args.population}s{args.seed}-{args.refine}.row.json"
         if cache.exists() and not args.force and (args.only is None or name not in args.only):
             rows.append(json.loads(cache.read_text()))
             continue
