@@ -219,10 +219,12 @@ def main() -> None:
         df["ga_vs_best_baseline"] = df["ga"] / best
         df["speedup_vs_best_baseline"] = df["ga+refine"] / best
         df["beats_best_baseline"] = [("yes" if v > 1 + 1e-9 else "NO") if v == v else "" for v in df["ga_vs_best_baseline"]]
-        # A tie is only excusable where the best baseline has (almost) nothing left to gain.
+        # Where the search does not beat the best baseline, say by how much and how far that baseline is from
+        # the swap-only graph bound (little room left excuses a tie; much room does not)
         for i in df.index[df["beats_best_baseline"] == "NO"]:
             gap = df.at[i, "bound_graph_swap"] / best[i] - 1
-            df.loc[i, "note"] = (f"tie: the best baseline is within {100 * gap:.2f}% of the swap-only graph bound")
+            df.loc[i, "note"] = (f"GA {100 * (1 - df.at[i, 'ga_vs_best_baseline']):.2f}% below the best baseline, "
+                                 f"which is {100 * gap:.1f}% below the swap-only graph bound")
     cols = [c for c in ["graph", "ops", "memory_GiB", "ideal_s", *KINDS, "best_baseline", "ga", "ga+refine",
                         "bound_graph_swap", "bound_graph", "bound_schedule", "bounds_hold", "ga_vs_best_baseline",
                         "speedup_vs_best_baseline", "speedup_vs_odswap_paper", "beats_best_baseline", "pool",
@@ -252,7 +254,16 @@ bars are not legible in our copy). Zoo graphs were captured with `hybrid capture
 (default optimizer Adam, fp32, roofline op times; the paper: MXNet on a V100 with SGD); Checkmate graphs (with
 --checkmate) use the balanced time scale with memory at {args.fraction:.0%} of their unswapped peak. Convergence logs
 and plots (like Figure 9): results/ga_acceptance/<graph>.csv/.png. Every plan passes the validator. `commit` is the
-code a row was produced with (rows are cached under --work). The exact command of each optimize run is listed below."""
+code a row was produced with (rows are cached under --work). The exact command of each optimize run is listed below.
+
+Against the paper: its ODSwap (<1% of ideal on the RNNs, 80% on WResNet-152-10) ran in MXNet, paying what our
+simulator does not model (on-demand allocation, synchronous swap decisions, no perfect overlap); `odswap-paper`
+reproduces its rule and order, which is what costs it most on the RNNs (our re-bound program-order `odswap` is
+several times faster there), but not those overheads, so it stays well above 1%. The GA's figures exceed the
+paper's where the bounds leave room (WResNet, Inception: the paper's MXNet op times and allocator differ, and our
+search also recomputes); on NasNet-25 every swap-only plan is capped at `bound_graph_swap` (about a third of ideal),
+so the GA's lead there comes from recomputation, which SwapAdvisor does not do. `vdnn` and `tflms` are blank where
+the parameters and optimizer state (Adam) alone do not fit: they never move them."""
     paths = [p for _, p, *_ in tg if p.exists() and p.name[:-5] in set(df['graph'])]
     md = write_table(df[cols], "ga_acceptance",
                      f"`hybrid optimize` ({args.generations} generations) against the baselines, with the bounds",
