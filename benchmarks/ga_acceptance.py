@@ -100,7 +100,8 @@ def run_optimize(path: Path, dev_flags: list[str], stem: str, work: Path, args: 
 def evaluate_graph(name: str, g: Graph, path: Path, dev: Device, dev_flags: list[str], args: argparse.Namespace,
                    paper: tuple[str, str] | None) -> dict:
     ideal = float(g.arrays.op_time.sum())
-    row: dict = {"graph": name, "ops": len(g.ops), "memory_GiB": dev.memory_bytes / 2**30, "ideal_s": ideal,
+    row: dict = {"graph": name, "ops": len(g.ops), "memory_GiB": dev.memory_bytes / 2**30,
+                 "usable_GiB": dev.usable_bytes / 2**30, "ideal_s": ideal,
                  "persistent_bound_s": persistent_bound(g, dev)}
     need = largest_op(g)[1]
     if need > dev.memory_bytes:
@@ -161,7 +162,8 @@ def targets(args: argparse.Namespace) -> list[tuple[str, Path, Device, list[str]
         if not path.exists():
             print(f"skip {name}: capture it first: hybrid capture --model {name} --device v100-16gb --out {path}")
             continue
-        out.append((name, path, preset("v100-16gb"), ["--device", "v100-16gb"], PAPER_FIG6.get(name)))
+        # the device `--device v100-16gb` gives the CLI (1 GiB reserved for the CUDA context), for every planner
+        out.append((name, path, preset("v100-16gb", reserve=True), ["--device", "v100-16gb"], PAPER_FIG6.get(name)))
     if args.checkmate:
         args.work.mkdir(parents=True, exist_ok=True)
         for src in checkmate_train_files():
@@ -225,7 +227,7 @@ def main() -> None:
             gap = df.at[i, "bound_graph_swap"] / best[i] - 1
             df.loc[i, "note"] = (f"GA {100 * (1 - df.at[i, 'ga_vs_best_baseline']):.2f}% below the best baseline, "
                                  f"whose throughput the swap-only graph bound exceeds by {100 * gap:.1f}%")
-    cols = [c for c in ["graph", "ops", "memory_GiB", "ideal_s", *KINDS, "best_baseline", "ga", "ga+refine",
+    cols = [c for c in ["graph", "ops", "memory_GiB", "usable_GiB", "ideal_s", *KINDS, "best_baseline", "ga", "ga+refine",
                         "bound_graph_swap", "bound_graph", "bound_schedule", "bounds_hold", "ga_vs_best_baseline",
                         "speedup_vs_best_baseline", "speedup_vs_odswap_paper", "beats_best_baseline", "pool",
                         "generations", "evaluations", "paper_swapadvisor", "paper_odswap", "commit", "note"]
