@@ -17,9 +17,8 @@ column is ideal / bound, the most any plan (of its kind) can reach.
 A graph's row is cached under --work (plans there too) so an interrupted run can continue; --force recomputes.
 Writes results/ga_acceptance.{md,csv}.
 
-Time on this 2-core machine (alone): see the end of results/ga_acceptance.md (measured there); --quick is
-5 generations of 16, the full run 100 generations of 48 (one evaluation takes 2-30 ms, so the bounds and the
-baselines on the 11,000-14,000-op graphs take a good share).
+Time on this 2-core machine (measured 2026-11-25, under the shared CPU lock): --quick (5 generations of 16) 1.0 min;
+the full run (100 generations of 48, one worker) 3.9 min for the five graphs (also stated at the end of the table).
 """
 from __future__ import annotations
 
