@@ -14,7 +14,7 @@ from hybrid.swap.baselines import run_baseline
 from hybrid.device import preset
 from hybrid.errors import InfeasibleError
 from hybrid.graph.info import largest_op, unswapped_peak
-from hybrid.graph.info import lower_bound
+from hybrid.graph.info import persistent_bound
 from hybrid.validator import validate
 
 KINDS = ("naive", "odswap", "vdnn", "belady")
@@ -33,7 +33,7 @@ def main() -> None:
         for frac in (float(x) for x in args.fractions.split(",")):
             dev = replace(preset("v100-16gb"), name=f"v100-{int(frac * 100)}%peak", memory_bytes=int(peak * frac))
             row = {"graph": g.name, "ops": len(g.ops), "peak_GiB": peak / 2**30, "memory_frac": frac,
-                   "ideal_s": ideal, "lower_bound_s": lower_bound(g, dev)}
+                   "ideal_s": ideal, "persistent_bound_s": persistent_bound(g, dev)}
             for kind in KINDS:
                 try:
                     plan = run_baseline(g, dev, kind)

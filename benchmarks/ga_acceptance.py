@@ -1,15 +1,24 @@
-"""Issue 4's acceptance: `hybrid optimize` with a fixed budget against the baselines, next to the paper's Figure 6.
+"""Issue 4's and issue 21's acceptance, beside SwapAdvisor's Figure 6: `hybrid optimize` with a fixed, deterministic
+budget against the baselines, with the lower bounds beside them.
 
 Graphs: the five SwapAdvisor models captured at the paper's batch sizes on v100-16gb (`hybrid capture --model NAME
---device v100-16gb --out DIR/NAME.json`), and the Checkmate training graphs at 25% of their unswapped peak
-(balanced time scale, as in results/checkmate_baselines.md). For each graph:
-- baselines naive, odswap, vdnn, belady (Belady on the program order) from `hybrid.swap.baselines.run_baseline`;
-- on the RNNs also odswap on a random topological order (the paper's MXNet default);
-- `hybrid optimize` run as a user would (subprocess, default settings, `--time-limit`), with its convergence log
-  and plot saved under results/ga_acceptance/.
-Every plan is validated. Normalized throughput = ideal / makespan (1 = as fast as unlimited memory).
-A graph's row is cached under --work (plans there too, they are large) so an interrupted run can continue;
---force recomputes. Writes results/ga_acceptance.{md,csv}.
+--device v100-16gb --out DIR/NAME.json`; DIR is --graphs), and optionally (--checkmate) the Checkmate training
+graphs at 25% of their unswapped peak (balanced time scale, as in results/checkmate_baselines.md). For each graph:
+- baselines (`hybrid.swap.baselines.run_baseline`, swap only): naive, odswap (ours: program order, memory
+  re-bound in time order), odswap-paper (the paper's: a random topological order, plain LRU, no re-binding),
+  vdnn (our stand-in), tflms (TensorFlow LMS's swap rules), belady (our planner on the program order);
+- `hybrid optimize` run as a user would (subprocess, default settings) with a budget of --generations
+  (deterministic: `--refine none` unless --refine cpsat, and a time limit that never binds first), its
+  convergence log and plot saved under results/ga_acceptance/;
+- the bounds: `graph_bound` (any schedule; swap only, and with recompute), and `schedule_bound` of the plan
+  optimize wrote (any plan with its schedule). Each is checked to lie below every makespan in its row.
+Every plan is validated. Normalized throughput = ideal / makespan (1 = as fast as unlimited memory); a bound's
+column is ideal / bound, the most any plan (of its kind) can reach.
+A graph's row is cached under --work (plans there too) so an interrupted run can continue; --force recomputes.
+Writes results/ga_acceptance.{md,csv}.
+
+Time on this 2-core machine (measured 2026-11-25, under the shared CPU lock): --quick (5 generations of 16) 1.0 min;
+the full run (100 generations of 48, one worker) 3.9 min for the five graphs (also stated at the end of the table).
 """
 from __future__ import annotations
 
@@ -30,14 +39,13 @@ from hybrid.swap.baselines import run_baseline
 from hybrid.device import Device, preset
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
-from hybrid.graph.info import fraction_of_peak, largest_op
-from hybrid.graph.info import lower_bound
+from hybrid.graph.info import fraction_of_peak, largest_op, persistent_bound
 from hybrid.plan import Plan
-from hybrid.graph.order import random_order
+from hybrid.plan.bounds import graph_bound, schedule_bound
 from hybrid.validator import validate
 
 ZOO = ("rnn-8-8k", "brnn-4-8k", "wresnet-152-10", "inception-v4-4", "nasnet-25")
-KINDS = ("naive", "odswap", "vdnn", "belady")
+KINDS = ("naive", "odswap", "odswap-paper", "vdnn", "tflms", "belady")
 # Figure 6's bars are unreadable in our copy of the paper; these are the values its §6.2 text states for the
 # largest batch (the one used here). SwapAdvisor / ODSwap, as a share of ideal throughput.
 PAPER_FIG6 = {
@@ -53,9 +61,9 @@ def normalized(ideal: float, makespan: float) -> float:
     return ideal / makespan if np.isfinite(makespan) and makespan > 0 else float("nan")
 
 
-def baseline_makespan(g: Graph, dev: Device, kind: str, schedule: np.ndarray | None = None) -> float:
+def baseline_makespan(g: Graph, dev: Device, kind: str, seed: int = 0) -> float:
     try:
-        plan = run_baseline(g, dev, kind, schedule)
+        plan = run_baseline(g, dev, kind, seed=seed)
     except InfeasibleError:
         return float("nan")
     report = validate(g, plan)
@@ -72,13 +80,14 @@ def thin_log(path: Path, max_rows: int = 1000) -> None:
         df.iloc[keep].to_csv(path, index=False)
 
 
-def run_optimize(path: Path, dev_flags: list[str], stem: str, work: Path, time_limit: str, seed: int,
-                 extra: list[str]) -> tuple[list[str], str, Plan]:
+def run_optimize(path: Path, dev_flags: list[str], stem: str, work: Path, args: argparse.Namespace) -> tuple[list[str], str, Plan]:
     (RESULTS / "ga_acceptance").mkdir(parents=True, exist_ok=True)
     plan_path = work / f"{stem}.plan.json"
-    cmd = ["hybrid", "optimize", "--graph", str(path), *dev_flags, "--time-limit", time_limit, "--seed", str(seed),
+    cmd = ["hybrid", "optimize", "--graph", str(path), *dev_flags, "--generations", str(args.generations),
+           "--population", str(args.population), "--time-limit", args.time_limit, "--seed", str(args.seed),
+           "--refine", args.refine, "--workers", str(args.workers),
            "--out", str(plan_path), "--log", f"results/ga_acceptance/{stem}.csv",
-           "--plot", f"results/ga_acceptance/{stem}.png", *extra]
+           "--plot", f"results/ga_acceptance/{stem}.png", *args.extra]
     exe = [sys.executable, "-c", "from hybrid.cli.main import main; main()"]
     proc = subprocess.run(exe + cmd[1:], cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -90,24 +99,29 @@ def run_optimize(path: Path, dev_flags: list[str], stem: str, work: Path, time_l
 def evaluate_graph(name: str, g: Graph, path: Path, dev: Device, dev_flags: list[str], args: argparse.Namespace,
                    paper: tuple[str, str] | None) -> dict:
     ideal = float(g.arrays.op_time.sum())
-    row: dict = {"graph": name, "ops": len(g.ops), "memory_GiB": dev.memory_bytes / 2**30, "ideal_s": ideal,
-                 "lower_bound_s": lower_bound(g, dev)}
+    row: dict = {"graph": name, "ops": len(g.ops), "memory_GiB": dev.memory_bytes / 2**30,
+                 "usable_GiB": dev.usable_bytes / 2**30, "ideal_s": ideal,
+                 "persistent_bound_s": persistent_bound(g, dev)}
     need = largest_op(g)[1]
     if need > dev.memory_bytes:
         row["note"] = f"infeasible for every planner: one op needs {need / 2**30:.2f} GiB at once"
         return row
     t0 = time.monotonic()
-    base = {k: baseline_makespan(g, dev, k) for k in KINDS}
+    gb_swap, gb = graph_bound(g, dev, recompute=False), graph_bound(g, dev, recompute=True)
+    row["graph_bound_swap_s"], row["graph_bound_s"] = gb_swap, gb
+    row["bound_graph_swap"], row["bound_graph"] = normalized(ideal, gb_swap), normalized(ideal, gb)
+    print(f"{name}: graph bounds in {time.monotonic() - t0:.0f} s: swap {gb_swap / ideal:.4f}, "
+          f"swap+recompute {gb / ideal:.4f} x ideal", flush=True)
+    t0 = time.monotonic()
+    base = {k: baseline_makespan(g, dev, k, args.seed) for k in KINDS}
     for k in KINDS:
         row[k] = normalized(ideal, base[k])
-    best_kind = min((k for k in KINDS if np.isfinite(base[k])), key=lambda k: base[k])
-    row["best_baseline"] = f"{best_kind} {row[best_kind]:.4f}"
-    if g.name.startswith(("rnn", "brnn")):
-        order = random_order(g, np.random.default_rng(args.seed))
-        row["odswap_random_order"] = normalized(ideal, baseline_makespan(g, dev, "odswap", order))
+    finite = [k for k in KINDS if np.isfinite(base[k])]
+    best_kind = min(finite, key=lambda k: base[k]) if finite else None
+    row["best_baseline"] = f"{best_kind} {row[best_kind]:.4f}" if best_kind else "none fits"
     print(f"{name}: baselines in {time.monotonic() - t0:.0f} s: "
           f"{ {k: round(row[k], 4) for k in KINDS} }", flush=True)
-    cmd, out, plan = run_optimize(path, dev_flags, name, args.work, args.time_limit, args.seed, args.extra)
+    cmd, out, plan = run_optimize(path, dev_flags, name, args.work, args)
     report = validate(g, plan)
     if not report.valid:
         raise SystemExit(f"invalid optimize plan on {name}: {report.violations[0].message}")
@@ -115,17 +129,27 @@ def evaluate_graph(name: str, g: Graph, path: Path, dev: Device, dev_flags: list
     refine = info.get("refine") or {}
     # beside the search, the refined plan may come from an elite; its metadata then names the search's own best
     ga_only = float(info.get("search_best_makespan_s", refine.get("from_makespan_s", plan.makespan_s)))
+    sb = schedule_bound(g, plan)
+    makespans = [m for m in [*base.values(), ga_only, plan.makespan_s] if np.isfinite(m)]
+    swap_only = [m for m in base.values() if np.isfinite(m)]
     row.update({
         "ga": normalized(ideal, ga_only),
         "ga+refine": normalized(ideal, plan.makespan_s),
-        "speedup_vs_best_baseline": base[best_kind] / plan.makespan_s,
-        "beats_best_baseline": bool(plan.makespan_s < base[best_kind] * (1 - 1e-9)),
+        "bound_schedule": normalized(ideal, sb),
+        "schedule_bound_s": sb,
+        "bounds_hold": bool(all(gb <= m * (1 + 1e-9) for m in makespans)
+                            and all(gb_swap <= m * (1 + 1e-9) for m in swap_only)
+                            and sb <= plan.makespan_s * (1 + 1e-9)),
+        "speedup_vs_best_baseline": base[best_kind] / plan.makespan_s if best_kind else float("nan"),
+        "speedup_vs_odswap_paper": base["odswap-paper"] / plan.makespan_s,
         "pool": plan.allocation.kind, "generations": info.get("generations"), "evaluations": info.get("evaluations"),
         "paper_swapadvisor": paper[0] if paper else "", "paper_odswap": paper[1] if paper else "",
         "command": " ".join(shlex.quote(c) for c in cmd),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                  text=True).stdout.strip(),
     })
+    if not row["bounds_hold"]:
+        raise SystemExit(f"{name}: a bound lies above a makespan: {row}")
     print(out, flush=True)
     return row
 
@@ -133,11 +157,12 @@ def evaluate_graph(name: str, g: Graph, path: Path, dev: Device, dev_flags: list
 def targets(args: argparse.Namespace) -> list[tuple[str, Path, Device, list[str], tuple[str, str] | None]]:
     out = []
     for name in args.models:
-        path = args.zoo_dir / f"{name}.json"
+        path = args.graphs / f"{name}.json"
         if not path.exists():
             print(f"skip {name}: capture it first: hybrid capture --model {name} --device v100-16gb --out {path}")
             continue
-        out.append((name, path, preset("v100-16gb"), ["--device", "v100-16gb"], PAPER_FIG6.get(name)))
+        # the device `--device v100-16gb` gives the CLI (1 GiB reserved for the CUDA context), for every planner
+        out.append((name, path, preset("v100-16gb", reserve=True), ["--device", "v100-16gb"], PAPER_FIG6.get(name)))
     if args.checkmate:
         args.work.mkdir(parents=True, exist_ok=True)
         for src in checkmate_train_files():
@@ -153,21 +178,33 @@ def targets(args: argparse.Namespace) -> list[tuple[str, Path, Device, list[str]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--zoo-dir", type=Path, default=Path("/work/graphs"))
-    ap.add_argument("--work", type=Path, default=Path("/work/graphs/ga_runs"), help="plans and cached rows")
+    ap.add_argument("--graphs", "--zoo-dir", dest="graphs", type=Path, default=Path("/work/graphs-fresh"),
+                    help="folder of the captured SwapAdvisor graphs (NAME.json)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/hybrid-ga-acceptance"), help="plans and cached rows")
     ap.add_argument("--models", nargs="*", default=list(ZOO))
-    ap.add_argument("--checkmate", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--checkmate", action=argparse.BooleanOptionalAction, default=False)
     ap.add_argument("--fraction", type=float, default=0.25, help="Checkmate memory as a fraction of the peak")
-    ap.add_argument("--time-limit", default="5m")
+    ap.add_argument("--generations", type=int, default=100, help="the search's budget (deterministic)")
+    ap.add_argument("--population", type=int, default=48)
+    ap.add_argument("--refine", choices=("none", "cpsat"), default="none",
+                    help="none keeps the run deterministic; cpsat adds CP-SAT refinement (timing-dependent)")
+    ap.add_argument("--workers", type=int, default=1, help="evaluation processes (1: serial, deterministic timing)")
+    ap.add_argument("--time-limit", default="2h", help="a safety net; --generations ends the search first")
+    ap.add_argument("--quick", action="store_true", help="5 generations of 16: a few minutes")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--force", action="store_true", help="recompute cached rows")
     ap.add_argument("--only", nargs="*", default=None, help="run just these graphs (others from the cache)")
     ap.add_argument("extra", nargs="*", help="more `hybrid optimize` flags, after --")
     args = ap.parse_args()
+    started = time.monotonic()
+    if args.quick:
+        args.generations, args.population = 5, 16
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, path, dev, flags, paper in targets(args):
-        cache = args.work / f"{name}.row.json"
+    tg = targets(args)
+    for name, path, dev, flags, paper in tg:
+        # rows are cached per budget and settings, so a --quick run never reuses a full run's row or vice versa
+        cache = args.work / f"{name}.g{args.generations}p{args.population}s{args.seed}-{args.refine}.row.json"
         if cache.exists() and not args.force and (args.only is None or name not in args.only):
             rows.append(json.loads(cache.read_text()))
             continue
@@ -183,44 +220,61 @@ def main() -> None:
         df["ga_vs_best_baseline"] = df["ga"] / best
         df["speedup_vs_best_baseline"] = df["ga+refine"] / best
         df["beats_best_baseline"] = [("yes" if v > 1 + 1e-9 else "NO") if v == v else "" for v in df["ga_vs_best_baseline"]]
-        # A tie is only excusable where the best baseline has (almost) nothing left to gain.
-        bound = df["ideal_s"] / df["lower_bound_s"]  # throughput of a plan at the lower bound
+        # Where the search does not beat the best baseline, say by how much and how far that baseline is from
+        # the swap-only graph bound (little room left excuses a tie; much room does not)
         for i in df.index[df["beats_best_baseline"] == "NO"]:
-            gap = bound[i] / best[i] - 1
-            df.loc[i, "note"] = (f"tie: the best baseline is already within {100 * gap:.2f}% of the lower bound "
-                                 "(makespan / lower bound); see the notes")
-    cols = [c for c in ["graph", "ops", "memory_GiB", "ideal_s", *KINDS, "best_baseline",
-                        "odswap_random_order", "ga", "ga+refine", "ga_vs_best_baseline", "speedup_vs_best_baseline",
-                        "beats_best_baseline", "pool", "generations", "evaluations", "paper_swapadvisor",
-                        "paper_odswap", "commit", "note"]
+            gap = df.at[i, "bound_graph_swap"] / best[i] - 1
+            df.loc[i, "note"] = (f"GA {100 * (1 - df.at[i, 'ga_vs_best_baseline']):.2f}% below the best baseline, "
+                                 f"whose throughput the swap-only graph bound exceeds by {100 * gap:.1f}%")
+    cols = [c for c in ["graph", "ops", "memory_GiB", "usable_GiB", "ideal_s", *KINDS, "best_baseline", "ga", "ga+refine",
+                        "bound_graph_swap", "bound_graph", "bound_schedule", "bounds_hold", "ga_vs_best_baseline",
+                        "speedup_vs_best_baseline", "speedup_vs_odswap_paper", "beats_best_baseline", "pool",
+                        "generations", "evaluations", "paper_swapadvisor", "paper_odswap", "commit", "note"]
             if c in df.columns]
-    notes = f"""Run it as `python -m benchmarks.ga_acceptance ...` from the repository root (the script imports
-the `benchmarks` package). Normalized throughput (ideal / makespan; 1 = unlimited memory) of the baselines and of `hybrid optimize`
-with a {args.time_limit} budget (seed {args.seed}, default settings: population 48, `--pool both`, all policies and planner knobs, `--refine` its
-default: CP-SAT, `--refine-mode auto`, i.e. beside the search where one evaluation takes under 1 ms, else after it
-with 20% of the budget), on this 2-core machine shared with other jobs.
-`ga` is the search's own best, `ga+refine` the written plan; `ga_vs_best_baseline` and
-`speedup_vs_best_baseline` = best baseline makespan / GA (resp. final) makespan; `beats_best_baseline` judges the GA
-alone. The lower bound equals the ideal on all these graphs. `odswap_random_order` is ODSwap on a random topological order (seed {args.seed}).
+    refine_text = ("`--refine none` (deterministic: the same seed and generations give the same plan)"
+                   if args.refine == "none" else "`--refine cpsat` (refinement's reach depends on timing)")
+    notes = f"""Normalized throughput (ideal / makespan; 1 = unlimited memory) of the baselines and of `hybrid optimize`
+with {args.generations} generations of population {args.population} (seed {args.seed}, {args.workers} worker(s), {refine_text},
+otherwise default settings: `--pool both`, all policies and planner knobs, recompute on), on this 2-core machine.
+Baselines (swap only): `odswap` is ours (program order, memory re-bound in time order, LRU skipping the last 2 ops'
+tensors); `odswap-paper` is ODSwap as the paper ran it (a random topological order, MXNet's default, seed {args.seed}; plain
+LRU; no re-binding); `vdnn` our stand-in (persistent tensors pinned, Belady); `tflms` TensorFlow LMS's rules (forward
+activations read by the backward pass out after their last forward reader, in one op before their first backward
+reader; parameters and optimizer state never move; nothing memory-aware: blank where that does not fit). An empty
+cell: that planner cannot run at this memory.
+`ga` is the search's own best, `ga+refine` the written plan (equal with `--refine none`); `ga_vs_best_baseline` and
+`speedup_vs_best_baseline` = best baseline makespan / GA (resp. final) makespan; `speedup_vs_odswap_paper` = the
+paper's comparison (SwapAdvisor over ODSwap).
+Bounds, as throughputs (ideal / bound: no plan of that kind is faster): `bound_graph_swap` = `graph_bound` without
+recompute (any schedule, any residents; bounds every swap-only plan, the baselines), `bound_graph` = with recompute
+(bounds every plan, the GA's included), `bound_schedule` = `schedule_bound` of the plan optimize wrote (any plan with
+its schedule, memory and residents). `bounds_hold`: each lies below every makespan of its kind in the row. The old
+`lower_bound` (persistent tensors only, now `persistent_bound`) equals the ideal on every one of these graphs.
 Paper columns: the SwapAdvisor and ODSwap figures stated in the paper's §6.2 text for the largest batch (Figure 6's
 bars are not legible in our copy). Zoo graphs were captured with `hybrid capture --model NAME --device v100-16gb`
-(default optimizer Adam, fp32, roofline op times); Checkmate graphs use the balanced time scale with memory at
-{args.fraction:.0%} of their unswapped peak (most cannot run at 25%: one op alone needs more). Convergence logs and
-plots (like Figure 9): results/ga_acceptance/<graph>.csv/.png (logs thinned to at most 1000 generations). Every plan passes the validator. The exact command of
-each optimize run is listed below.
+(default optimizer Adam, fp32, roofline op times; the paper: MXNet on a V100 with SGD); Checkmate graphs (with
+--checkmate) use the balanced time scale with memory at {args.fraction:.0%} of their unswapped peak. Convergence logs
+and plots (like Figure 9): results/ga_acceptance/<graph>.csv/.png. Every plan passes the validator. `commit` is the
+code a row was produced with (rows are cached under --work). The exact command of each optimize run is listed below.
 
-Where the GA only ties the best baseline, the `note` column gives that baseline's distance to the lower bound: on
-brnn-4-8k ODSwap and Belady on the capture's layer-by-layer order reach it (the planner re-binds memory in time
-order and carries the first op's weights across the iteration boundary), so no plan can be faster.
-`commit` is the code a row was produced with (rows are cached). The SwapAdvisor rows were re-run after the planner's
-write-back (34921eb: a persistent tensor not resident at the start leaves right after its last use, and the GA's
-planner gene can switch that off). The Checkmate rows predate it: those graphs have no optimizer state, the
-planner's plans for them are unchanged (same Belady makespans), and only the GA's random stream would differ."""
-    md = write_table(df[cols], "ga_acceptance", f"`hybrid optimize` ({args.time_limit}) against the baselines", notes)
+Against the paper: its ODSwap (<1% of ideal on the RNNs, 80% on WResNet-152-10) ran in MXNet, paying what our
+simulator does not model (on-demand allocation, synchronous swap decisions, no perfect overlap); `odswap-paper`
+reproduces its rule and order, which is what costs it most on the RNNs (our re-bound program-order `odswap` is
+several times faster there), but not those overheads, so it stays well above 1%. The GA's figures exceed the
+paper's where the bounds leave room (WResNet, Inception: the paper's MXNet op times and allocator differ, and our
+search also recomputes); on NasNet-25 every swap-only plan is capped at `bound_graph_swap` (about a third of ideal),
+so the GA's lead there comes from recomputation, which SwapAdvisor does not do. `vdnn` and `tflms` are blank where
+the parameters and optimizer state (Adam) alone do not fit: they never move them."""
+    paths = [p for _, p, *_ in tg if p.exists() and p.name[:-5] in set(df['graph'])]
+    md = write_table(df[cols], "ga_acceptance",
+                     f"`hybrid optimize` ({args.generations} generations) against the baselines, with the bounds",
+                     notes, graphs=paths, paper="SwapAdvisor Fig. 6 (normalized throughput, largest batch)")
     if "command" in df.columns:
         lines = ["", "Commands (from the repository root):", ""]
         lines += [f"- {r.graph}: `{r.command}`" for r in df.itertuples() if isinstance(r.command, str)]
         md.write_text(md.read_text() + "\n".join(lines) + "\n")
+    md.write_text(md.read_text() + f"\nRun time: {(time.monotonic() - started) / 60:.1f} min on this 2-core machine "
+                  "(rows read from the cache under --work not counted).\n")
 
 
 if __name__ == "__main__":

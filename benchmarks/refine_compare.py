@@ -277,7 +277,7 @@ def main() -> None:
                      out_dir=ROOT / "out" / stem(args.mode) / label.replace("@", "_"))
         df.insert(1, "label", label)
         df.to_parquet(parts / f"{label}.parquet", index=False)
-        print(df[df["row"] == "median"][["label", "arm", "makespan_s", "gain_vs_ga", "ratio_lower_bound"]], flush=True)
+        print(df[df["row"] == "median"][["label", "arm", "makespan_s", "gain_vs_ga", "ratio_graph_bound"]], flush=True)
     print(merge(args.graph_dir, args.mode).to_markdown(index=False, floatfmt=".4g"))
 
 

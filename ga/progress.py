@@ -91,7 +91,7 @@ class ConvergenceLog:
         if ideal_s is not None:
             ax.axhline(ideal_s, color="grey", lw=0.8, label="ideal (infinite memory)")
         if lower_bound_s is not None and (ideal_s is None or lower_bound_s > ideal_s * (1 + 1e-9)):
-            ax.axhline(lower_bound_s, color="grey", lw=0.8, ls="-.", label="lower bound")
+            ax.axhline(lower_bound_s, color="grey", lw=0.8, ls="-.", label="lower bound (graph_bound)")
         ax.set_xlabel("search time (s)")
         ax.set_ylabel("time per iteration (s)")
         ax.set_title(title)

@@ -92,17 +92,24 @@ def prepare_output(path: Path | None, flag: str, *, folder: bool = False) -> Pat
 def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) -> dict[str, Any]:
     """A plan's figures for `--json` (optimize, baseline, simulate, refine): one flat object a script can read.
 
-    Times in seconds, sizes in bytes; `ratio` is makespan / ideal (1.0: no stall), `ratio_lower_bound`
-    makespan / lower bound; `plan` is the file written (null if none).
+    Times in seconds, sizes in bytes; `ratio` is makespan / ideal (1.0: no stall); `graph_bound_s` the lower
+    bound for any schedule counting activations (hybrid.plan.bounds.plan_graph_bound: with recompute when the plan
+    reruns ops, else swap only) and `ratio_graph_bound` makespan / it; `persistent_bound_s` the bound counting
+    persistent tensors only, `ratio_persistent_bound` makespan / it; `plan` is the file written (null if none).
     """
+    from hybrid.plan.bounds import plan_graph_bound
+    from hybrid.plan.metrics import persistent_bound_of
+
     m = plan.metrics
     ideal = float(m.get("ideal_s", 0.0))
-    lb = float(m.get("lower_bound_s", ideal))
+    lb = persistent_bound_of(m)
+    gb = plan_graph_bound(graph, plan)
     return {"graph": graph.name, "graph_sha256": plan.graph_sha256, "device": device.name,
             "memory_bytes": int(plan.device.memory_bytes), "planner": str(plan.planner.get("name", "")),
             "plan": str(path) if path is not None else None, "makespan_s": plan.makespan_s, "ideal_s": ideal,
-            "lower_bound_s": lb, "ratio": plan.makespan_s / ideal if ideal > 0 else None,
-            "ratio_lower_bound": plan.makespan_s / lb if lb > 0 else None,
+            "ratio": plan.makespan_s / ideal if ideal > 0 else None,
+            "graph_bound_s": gb, "ratio_graph_bound": plan.makespan_s / gb if gb > 0 else None,
+            "persistent_bound_s": lb, "ratio_persistent_bound": plan.makespan_s / lb if lb > 0 else None,
             "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)),
             "bytes_h2d": int(m.get("bytes_h2d", 0)), "bytes_d2h": int(m.get("bytes_d2h", 0)),
             "peak_bytes": int(m.get("peak_bytes", 0)), "pool": plan.allocation.kind}

@@ -1,9 +1,16 @@
-"""Figures every plan reports: ideal time, lower bound, stall, bytes moved, peak device bytes."""
+"""Figures every plan reports: ideal time, persistent-tensor bound, stall, bytes moved, peak device bytes."""
 from __future__ import annotations
 
 import numpy as np
 
 from hybrid.graph import Graph
+
+
+def persistent_bound_of(metrics: dict) -> float:
+    """The plan's persistent-tensor bound (`hybrid.graph.info.persistent_bound`); files written before the
+    rename call it `lower_bound_s`. Falls back to the ideal."""
+    ideal = float(metrics.get("ideal_s", 0.0))
+    return float(metrics.get("persistent_bound_s", metrics.get("lower_bound_s", ideal)))
 
 
 def peak_from_intervals(alloc_t: np.ndarray, release_t: np.ndarray, nbytes: np.ndarray) -> int:

@@ -7,7 +7,7 @@ import numpy as np
 
 from hybrid.swap import kernel as K
 from hybrid.swap.pools import allocation_of
-from hybrid.graph.info import ideal_time, lower_bound
+from hybrid.graph.info import ideal_time, persistent_bound
 from hybrid.plan.metrics import peak_from_intervals
 from hybrid.plan import Allocation, Event, Plan
 from hybrid.swap.augmented import AugmentedGraph
@@ -73,7 +73,7 @@ def plan_metrics(aug: AugmentedGraph) -> dict[str, Any]:
     ideal = ideal_time(aug.graph, aug.op_time)
     m: dict[str, Any] = {
         "ideal_s": ideal,
-        "lower_bound_s": lower_bound(aug.graph, aug.device),
+        "persistent_bound_s": persistent_bound(aug.graph, aug.device),
         "stall_s": max(0.0, makespan - ideal),
         "peak_bytes": peak_from_intervals(*device_intervals(aug)),
     }

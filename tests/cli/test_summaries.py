@@ -9,7 +9,7 @@ import pytest
 
 from ga.termination import Termination
 from hybrid.graph import Graph
-from hybrid.graph.info import lower_bound
+from hybrid.plan.bounds import graph_bound
 from hybrid.plan import Plan
 from tests.cli.helpers import foreign_graph_file, run
 
@@ -34,7 +34,7 @@ def test_optimize_stops_when_the_best_plan_reaches_the_lower_bound(tmp_path, mod
     assert "stopped: reached the lower bound (no plan can be faster)" in r.output
     plan = Plan.load(out)
     g = Graph.load(path)
-    assert plan.makespan_s <= lower_bound(g, plan.device) * (1 + 1e-9)
+    assert plan.makespan_s <= graph_bound(g, plan.device) * (1 + 1e-9)
 
 
 def test_optimize_json_summary(tmp_path) -> None:
@@ -47,6 +47,9 @@ def test_optimize_json_summary(tmp_path) -> None:
     assert s["plan"] == str(out) and s["memory_bytes"] == 12 << 20 and s["planner"] == "ga"
     assert s["makespan_s"] == Plan.load(out).makespan_s and s["ratio"] == pytest.approx(s["makespan_s"] / s["ideal_s"])
     assert s["generations"] == 3 and s["stop_reason"] == "generations" and s["wall_s"] > 0 and not s["interrupted"]
+    assert s["ideal_s"] <= s["graph_bound_s"] <= s["makespan_s"] * (1 + 1e-9)
+    assert s["ratio_graph_bound"] == pytest.approx(s["makespan_s"] / s["graph_bound_s"])
+    assert s["persistent_bound_s"] <= s["graph_bound_s"]
 
 
 def test_baseline_simulate_refine_json_summaries(tmp_path) -> None:

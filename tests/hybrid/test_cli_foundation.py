@@ -28,9 +28,12 @@ def run(*args):
 def test_info_shows_peak_and_lower_bound(graph_file):
     r = run("info", "--graph", graph_file, "--memory", "64MiB")
     assert r.exit_code == 0
-    assert "peak, unswapped program order" in r.output and "lower bound at this memory" in r.output
+    assert "peak, unswapped program order" in r.output and "lower bound, persistent tensors only" in r.output
+    assert "lower bound, any schedule, swap + recompute" in r.output
     r = run("info", "--graph", graph_file, "--json")
-    assert json.loads(r.output)["ops"] == 40 * 2 + 1 + 10
+    d = json.loads(r.output)
+    assert d["ops"] == 40 * 2 + 1 + 10
+    assert d["ideal_s"] <= d["persistent_bound_s"] <= d["graph_bound_s"] <= d["graph_swap_bound_s"] * (1 + 1e-12)
 
 
 def test_baselines_write_valid_plans(graph_file, tmp_path):

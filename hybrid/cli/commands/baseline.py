@@ -1,4 +1,4 @@
-"""`hybrid baseline --kind naive|odswap|vdnn|belady|ideal --graph G --out P`."""
+"""`hybrid baseline --kind naive|odswap|odswap-paper|vdnn|tflms|belady|recompute-only|ideal --graph G --out P`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,8 +28,15 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
 
     \b
     naive   schedule order, copies on demand, LRU eviction, nothing overlapped
-    odswap  LRU on demand, then replayed with prefetch (its 2nd iteration)
+    odswap  LRU on demand, then replayed with prefetch (its 2nd iteration),
+            on the program order, memory re-bound in time order
+    odswap-paper
+            ODSwap as SwapAdvisor's paper ran it: a random topological order
+            (MXNet's default), plain LRU, no re-binding
     vdnn    persistent tensors stay resident; activations swap (Belady), prefetch
+    tflms   TensorFlow LMS's rewrite: forward activations the backward pass
+            reads go out after their last forward use and come back one op
+            before their first backward use; nothing else moves
     belady  this project's swap planner on the program order; with --recompute
             (the default) it may also drop and recompute, where that is faster
     recompute-only
@@ -52,7 +59,7 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
                 raise
             failed.append(f"{kind}: cannot run: {e}")
             continue
-        rows.append(plan_row(kind, plan))
+        rows.append(plan_row(kind, plan, g))
         target = None
         if out_path is not None:
             target = out_path / f"{kind}.json" if len(kinds) > 1 else out_path

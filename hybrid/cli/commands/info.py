@@ -15,8 +15,9 @@ from hybrid.graph.info import graph_info
 @device_options
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def command(graph_path: Path, as_json: bool, **kw) -> None:
-    """What a graph holds: ops, tensors, distinct sizes, bytes by kind, the unswapped peak, and the
-    lower bound on any plan's makespan at the given device memory."""
+    """What a graph holds: ops, tensors, distinct sizes, bytes by kind, the unswapped peak, and lower bounds on
+    any plan's makespan at the given device memory: persistent tensors only, any schedule with activations
+    counted (swap only, and with recompute), and the program order's."""
     g = load_graph(graph_path)
     dev = device_from(g, kw)
     info = graph_info(g, dev)

@@ -124,7 +124,7 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
                                    "stop": res.stop, "search_s": res.search_s, "wall_s": time.monotonic() - t_start,
                                    "timeline": str(timeline_path) if timeline_path else None}, indent=1))
         else:
-            click.echo(table([plan_row("input", plan), plan_row("refined", res.plan)]))
+            click.echo(table([plan_row("input", plan, graph), plan_row("refined", res.plan, graph)]))
             what = (f"{gain:.2f}% faster" if res.improved else "no faster timing found; wrote the input plan unchanged")
             click.echo(f"{what}: re-walked {format_seconds(res.rebind_makespan)}, copy streams re-ordered "
                        f"{format_seconds(res.reorder_makespan)}, then {res.windows} windows solved, "

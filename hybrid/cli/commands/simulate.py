@@ -59,4 +59,4 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
 
         click.echo(json.dumps(json_summary(g, dev, plan, out_path), indent=1))
     else:
-        click.echo(table([plan_row("simulate", plan)]))
+        click.echo(table([plan_row("simulate", plan, g)]))

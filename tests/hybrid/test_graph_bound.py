@@ -1,0 +1,125 @@
+"""graph_bound (hybrid.plan.bounds): below the makespan of every plan of a graph, whatever its schedule, memory
+use, residents or reruns; above the ideal where activations cannot all fit; exact on small hand examples."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ga import GAConfig, optimize
+from hybrid.device import Device
+from hybrid.errors import InfeasibleError
+from hybrid.graph import Graph, Op, Tensor
+from hybrid.graph.info import largest_op, persistent_bound, unswapped_peak
+from hybrid.graph.order import program_order, random_order
+from hybrid.graph.synthetic import random_dag, training_graph
+from hybrid.plan.bounds import graph_bound, schedule_bound
+from hybrid.refine import RefineOptions, refine
+from hybrid.swap.augmented import PlannerOptions
+from hybrid.swap.baselines import BASELINES, run_baseline
+from hybrid.validator import check
+
+MIB, MS = 1 << 20, 1e-3
+BW = 3 * MIB / (2 * MS)  # 1.5 MiB per ms
+
+
+def _graph(memory_mib: int, a_reader_first: bool = False) -> Graph:
+    """op0 writes a (4 MiB) and x (1 MiB); op1 reads x (or nothing) and needs 9 MiB more; op2 reads a and b."""
+    ins1 = () if a_reader_first else ("x",)
+    return Graph("bound", [Tensor("a", 4 * MIB), Tensor("x", MIB), Tensor("b", MIB), Tensor("c", MIB)],
+                 [Op("op0", "forward", (), ("a", "x"), MS), Op("op1", "forward", ins1, ("b",), MS, workspace_bytes=8 * MIB),
+                  Op("op2", "forward", ("a", "b", "x"), ("c",), MS)], Device("d", memory_mib * MIB, BW, BW, 0.0))
+
+
+def test_bytes_an_ancestor_wrote_for_a_descendant_must_move():
+    """At op1 (after op0 in every order) a and x are live and op1 needs x + b + 8 MiB of 11 MiB: 3 MiB of a are
+    off the device, copied out after op0 (1 ms) and back before op2 (1 ms of compute after it):
+    (1 + 2) + max(2, 2 + 1) ms; by rerunning op0 instead (1 ms for a's 4 MiB) some of it: 3 + 6/11 ms."""
+    g = _graph(11)
+    assert graph_bound(g, g.device, recompute=False) == pytest.approx(6 * MS)
+    assert graph_bound(g, g.device, recompute=True) == pytest.approx((3 + 6 / 11) * MS)
+    roomy = replace(g.device, memory_bytes=1 << 40)
+    assert graph_bound(g, roomy) == pytest.approx(3 * MS)  # nothing has to move: compute alone
+
+
+def test_an_order_that_avoids_the_overlap_is_allowed_for():
+    """With op1 independent of op0 it can run first, before a exists: no bytes must move, whatever the
+    program order's schedule bound says."""
+    g = _graph(10, a_reader_first=True)
+    plan = run_baseline(g, g.device, "belady")
+    assert schedule_bound(g, plan) > 4 * MS   # the program order runs op0 first: a must move
+    assert graph_bound(g, g.device, recompute=False) == pytest.approx(3 * MS)
+    swapped = run_baseline(g, g.device, "belady", schedule=np.array([1, 0, 2]))
+    check(g, swapped)
+    assert swapped.makespan_s == pytest.approx(3 * MS)  # and a plan reaches it
+
+
+def _plans(g: Graph, dev: Device, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    plans = []
+    for order in (None, random_order(g, rng)):
+        for kind in BASELINES:
+            for rc in (False, True) if kind == "belady" else (False,):
+                try:
+                    plans.append(run_baseline(g, dev, kind, order, recompute=rc))
+                except InfeasibleError:
+                    pass
+    try:
+        for rc in (False, True):
+            r = optimize(g, dev, GAConfig(population=6, children=6, seed=seed), generations=2,
+                         options=PlannerOptions(recompute_ratio=1.0 if rc else 0.0))
+            plans.append(r.to_plan())
+    except InfeasibleError:
+        pass
+    return plans
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 40), frac=st.floats(0.15, 1.0),
+       kind=st.sampled_from(["random", "training"]), link=st.sampled_from([1e8, 1e9, 1e10]))
+def test_below_every_plan_on_random_graphs(seed, n, frac, kind, link):
+    g = random_dag(n, seed=seed) if kind == "random" else training_graph(max(1, n // 3), seed=seed,
+                                                                          workspace_prob=0.3, impls_prob=0.3)
+    # at least what the hungriest op needs (aligned), so most examples have plans to check
+    dev = Device("d", max(int(unswapped_peak(g) * frac), int(largest_op(g, 256)[1] * 1.2)), link, link * 0.7, 0.0,
+                 alignment_bytes=256)
+    b_swap, b_rc = graph_bound(g, dev, recompute=False), graph_bound(g, dev, recompute=True)
+    assert persistent_bound(g, dev) <= b_rc <= b_swap * (1 + 1e-12)
+    plans = _plans(g, dev, seed)
+    assert any(p.device == dev for p in plans)  # belady always fits this memory
+    for plan in plans:
+        check(g, plan)
+        if plan.device != dev:  # the ideal baseline's unlimited device
+            assert graph_bound(g, plan.device) <= plan.makespan_s * (1 + 1e-9)
+            continue
+        assert b_rc <= plan.makespan_s * (1 + 1e-9), plan.planner.get("name")
+        if not any(e.kind == "compute" and e.recompute for e in plan.events):
+            assert b_swap <= plan.makespan_s * (1 + 1e-9), plan.planner.get("name")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_below_refined_plans(seed):
+    rng = np.random.default_rng(seed)
+    g = training_graph(int(rng.integers(4, 12)), seed=seed, workspace_prob=0.3,
+                       device=Device("s", int(rng.integers(14, 48)) << 20, 12e9, float(rng.choice([6e9, 12e9])), 0.0))
+    try:
+        plan = run_baseline(g, g.device, "belady", random_order(g, rng))
+    except InfeasibleError:
+        return
+    res = refine(g, plan, time_limit_s=20, seed=seed, options=RefineOptions(window_time_s=0.2, max_windows=4))
+    check(g, res.plan)
+    assert graph_bound(g, g.device, recompute=False) <= res.plan.makespan_s * (1 + 1e-9)
+
+
+def test_activations_raise_it_above_the_ideal_on_a_long_chain():
+    g = training_graph(24, seed=1)
+    dev = replace(g.device, memory_bytes=unswapped_peak(g) // 4, reserve_bytes=0,
+                  h2d_bytes_per_s=g.device.h2d_bytes_per_s / 50, d2h_bytes_per_s=g.device.d2h_bytes_per_s / 50)
+    ideal = float(g.arrays.op_time.sum())
+    assert persistent_bound(g, dev) == pytest.approx(ideal)
+    assert graph_bound(g, dev, recompute=False) > ideal * 1.05
+    assert graph_bound(g, dev) >= ideal
