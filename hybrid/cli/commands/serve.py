@@ -94,7 +94,7 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
 
     \b
     Examples:
-      hybrid serve --graph resnet152-b16.json --models 16 --memory 2GiB --rate 100,200,300 --plot fig8.png
+      hybrid serve --graph resnet152-b16.json --models 16 --memory 3GiB --rate 100,200,300 --plot fig8.png
       hybrid serve --graph a.json --graph b.json --memory 1GiB --rate 20 --policy swapping --json
     """
     rate_values = parse_rates(rates)
