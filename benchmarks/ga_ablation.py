@@ -9,8 +9,8 @@ Figure 9c: Inception-V4-4 searched with size classes only, the monotone mapping 
 paper's) against the unrestricted one (`--class-mapping free`), 3 seeds, with best/mean/worst per generation.
 
 Every run is `hybrid optimize --refine none --workers 1 --generations G --seed S` (run in-process through
-`ga.optimize`, the same search): deterministic for a seed. `--quick`: 3 generations, 3 seeds, no tau=1 runs;
-the full run (`--generations 40`, with tau=1) takes about 13 times as long (times measured: see the report).
+`ga.optimize`, the same search): deterministic for a seed. `--quick`: 10 generations, 3 seeds, no tau=1 runs;
+the full run (`--generations 60`, with tau=1) takes about 8 times as long.
 Writes results/ga_ablation.{md,csv}, results/fig9c.{md,csv,png} and convergence logs under results/ga_ablation/.
 """
 from __future__ import annotations
@@ -126,13 +126,13 @@ def plot_fig9c(logs: list[pd.DataFrame], out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graphs", type=Path, default=FRESH, help="folder with rnn-8-8k.json and inception-v4-4.json")
-    ap.add_argument("--generations", type=int, default=40)
+    ap.add_argument("--generations", type=int, default=60)
     ap.add_argument("--seeds", default="1,2,3")
-    ap.add_argument("--quick", action="store_true", help="3 generations, no tau=1 runs")
+    ap.add_argument("--quick", action="store_true", help="10 generations, no tau=1 runs")
     ap.add_argument("--only", choices=["fig10", "fig9c"], default=None)
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    gens = 3 if args.quick else args.generations
+    gens = 10 if args.quick else args.generations
     graphs = {m: args.graphs / f"{m}.json" for m in ("rnn-8-8k", "inception-v4-4")}
     for p in graphs.values():
         if not p.exists():
