@@ -8,8 +8,8 @@ share of memory). Two setups: batch 16 with 192 MiB per model (the paper's 400 r
 batch 16 at its 0.040 s per batch; 192 MiB is Table 2's smallest memory where our batch-16 graph runs), and batch 1
 with 64 MiB per model (Table 2's smallest), where swapping costs more than compute.
 
-Full run (120 s of arrivals per rate, 30 GA generations): about 2 minutes; `--quick` (30 s, 10 generations):
-under a minute. Writes results/fig8.{md,csv,png}.
+Full run (120 s of arrivals per rate, 30 GA generations): 7 s measured once the graphs are captured (about 5 s
+more the first time); `--quick` (30 s, 10 generations): a few seconds. Writes results/fig8.{md,csv,png}.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ paper's) against the unrestricted one (`--class-mapping free`), 3 seeds, with be
 
 Every run is `hybrid optimize --refine none --workers 1 --generations G --seed S` (run in-process through
 `ga.optimize`, the same search): deterministic for a seed. `--quick`: 10 generations, 3 seeds, no tau=1 runs;
-the full run (`--generations 60`, with tau=1) takes about 8 times as long.
+measured 121 s on the shared 2-core machine; the full run (`--generations 60`, with tau=1) about 8 times as long
+(not run yet).
 Writes results/ga_ablation.{md,csv}, results/fig9c.{md,csv,png} and convergence logs under results/ga_ablation/.
 """
 from __future__ import annotations

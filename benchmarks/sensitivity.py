@@ -10,8 +10,8 @@ Halved and doubled times bracket a cost model that is off by 2x either way (a fa
 PCIe link). Scaling compute changes the compute-to-link ratio, which is what swapping planners are sensitive to.
 
 Each cell: the plan's ideal/makespan (throughput relative to the ideal at that scale). GA: `hybrid optimize --refine
-none --workers 1 --generations G --seed 1` (in-process). Full run (`--generations 8`): about 40 minutes on the
-shared 2-core machine; `--quick` (2 generations, roofline and paper-calibrated times only): see the report.
+none --workers 1 --generations G --seed 1` (in-process). Full run (`--generations 8`): 118 s measured on the
+shared 2-core machine; `--quick` (2 generations, roofline and paper-calibrated times only): 35 s.
 Writes results/sensitivity.{md,csv}.
 """
 from __future__ import annotations

@@ -5,8 +5,8 @@ inference graph (`hybrid capture --model resnet-152 --optimizer none --batch B -
 gradients or optimizer state) with `--memory M` (MiB: what the plan may fill, no reserve), in simulated seconds per
 batch beside the paper's. NA where no plan fits, with the reason (the largest op alone needs more than M).
 
-Full run (`--generations 60`): about 5 minutes on the shared 2-core machine; `--quick` (10 generations): about
-2 minutes. Writes results/table2.{md,csv}.
+Full run (`--generations 60`) and `--quick` (10 generations): about a minute each on the shared 2-core machine
+(one search per feasible cell, a second or two each, plus the captures). Writes results/table2.{md,csv}.
 """
 from __future__ import annotations
 
