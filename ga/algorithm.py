@@ -27,7 +27,7 @@ import numpy as np
 from ga.crossover import cross_allocations, cross_schedules
 from ga.encoding import POLICIES, Individual, SearchSpace
 from ga.evaluation import Candidate, Evaluator
-from ga.mutation import mutate_cls, mutate_cnt, mutate_planner, mutate_schedule
+from ga.mutation import mutate_cls, mutate_cnt, mutate_planner, mutate_schedule, random_schedule
 from ga.population import PoolMode, SearchMode, random_individuals, seeded
 from ga.progress import ConvergenceLog, GenerationStats
 from ga.repair import repair
@@ -91,6 +91,9 @@ the best itself came out the same within noise, see ga.selection); the schedule
     policies: tuple[str, ...] = POLICIES  # eviction policies the search may pick (encoding.POLICIES)
     planner_knobs: bool = True            # also search the planner's recency window and lookahead
     seed: int = 1
+    class_mapping: str = "monotone"       # size -> class: the paper's monotone CLS, or "free" (its Figure 9c)
+    start: str = "program"                # seeded schedules: the program and depth-first orders, or "random" (one
+                                          # random topological order, MXNet's default: the paper's Figure 10)
 
     def __post_init__(self) -> None:
         if self.population < 2:
@@ -106,6 +109,10 @@ the best itself came out the same within noise, see ga.selection); the schedule
             raise HybridError(f"--search must be schedule, allocation or both, not {self.search!r}")
         if self.pool not in ("both", "classes", "bytes"):
             raise HybridError(f"--pool must be classes, bytes or both, not {self.pool!r}")
+        if self.class_mapping not in ("monotone", "free"):
+            raise HybridError(f"--class-mapping must be monotone or free, not {self.class_mapping!r}")
+        if self.start not in ("program", "random"):
+            raise HybridError(f"--start must be program or random, not {self.start!r}")
         bad = [p for p in self.policies if p not in POLICIES]
         if bad or not self.policies:
             raise HybridError(f"--policy must name some of {', '.join(POLICIES)}, not {', '.join(bad) or 'none'}")
@@ -186,7 +193,10 @@ class GeneticSearch:
         cfg = self.config
         rng = np.random.default_rng(cfg.seed)
         t0 = time.monotonic()
-        seeds = seeded(self.space, cfg.pool, cfg.policy_ids)
+        start = None
+        if cfg.start == "random":  # its own generator, so the rest of the search draws as it would
+            start = random_schedule(self.space, np.random.default_rng([cfg.seed, 10]))
+        seeds = seeded(self.space, cfg.pool, cfg.policy_ids, start)
         self.state = SearchState(seeds, seeds[0], 0, 0, 0.0, rng)
         self._run_start = t0
         self._evaluate(seeds, None)
@@ -206,7 +216,7 @@ class GeneticSearch:
             seeds = [fixed] + extra
         seeds = seeds[:cfg.population]
         rest = random_individuals(self.space, cfg.population - len(seeds), cfg.search, cfg.pool, cfg.policy_ids,
-                                  rng, fixed, cfg.planner_knobs)
+                                  rng, fixed, cfg.planner_knobs, cfg.class_mapping == "free")
         self._evaluate(rest, stop)
         pop = seeds + [ind for ind in rest if not np.isnan(ind.makespan)]
         self.state.population = pop
@@ -290,7 +300,8 @@ class GeneticSearch:
             else:
                 scheds = (a.schedule, b.schedule)
             if cfg.search != "schedule" and sp.n_sizes > 1:
-                (c1, n1), (c2, n2) = cross_allocations(a.cls, a.cnt, b.cls, b.cnt, int(rng.integers(1, sp.n_sizes)))
+                (c1, n1), (c2, n2) = cross_allocations(a.cls, a.cnt, b.cls, b.cnt, int(rng.integers(1, sp.n_sizes)),
+                                                         cfg.class_mapping == "free")
                 # pool kind and planner settings travel with the prefix
                 allocs = ((c1, n1, b.by_bytes, b.planner), (c2, n2, a.by_bytes, a.planner))
             else:
@@ -319,9 +330,10 @@ class GeneticSearch:
             if cfg.pool == "both" and rng.random() < p:
                 by_bytes = not by_bytes
             gene = mutate_planner(gene, cfg.policy_ids, cfg.planner_knobs, p, rng, self.space.options.recomputes)
-            cls, cnt = mutate_cls(cls, cnt, p, rng)
+            free = cfg.class_mapping == "free"
+            cls, cnt = mutate_cls(cls, cnt, p, rng, free)
             cnt = mutate_cnt(cnt, p, cfg.count_sigma, rng)
-            cls, cnt, ok = repair(self.space, cls, cnt)
+            cls, cnt, ok = repair(self.space, cls, cnt, free)
             if not ok and not by_bytes:
                 return Individual(s, cls, cnt, by_bytes, gene, float("inf"))
         return Individual(s, cls, cnt, by_bytes, gene)

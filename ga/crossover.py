@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ga.encoding import canonical_cls, collapse_cnt, extend_cnt
+from ga.encoding import canonical, collapse_cnt, extend_cnt
 
 
 def cross_schedules(s1: np.ndarray, s2: np.ndarray, cr: int) -> tuple[np.ndarray, np.ndarray]:
@@ -27,13 +27,14 @@ def _prefix_then_rest(head: np.ndarray, tail: np.ndarray, cr: int) -> np.ndarray
 
 
 def cross_allocations(cls1: np.ndarray, cnt1: np.ndarray, cls2: np.ndarray, cnt2: np.ndarray,
-                      cr: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-    """((cls_c1, cnt_c1), (cls_c2, cnt_c2)): child 1 = parent 2's first CR sizes + parent 1's rest (as in Figure 5)."""
+                      cr: int, free: bool = False) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """((cls_c1, cnt_c1), (cls_c2, cnt_c2)): child 1 = parent 2's first CR sizes + parent 1's rest (as in Figure 5).
+    `free`: the unrestricted mapping, glued as is (no monotone repair), classes renumbered."""
     ext1 = extend_cnt(cls1, cnt1)
     ext2 = extend_cnt(cls2, cnt2)
     out = []
     for (ca, ea), (cb, eb) in (((cls2, ext2), (cls1, ext1)), ((cls1, ext1), (cls2, ext2))):
-        cls = canonical_cls(np.concatenate([ca[:cr], cb[cr:]]))
+        cls = canonical(np.concatenate([ca[:cr], cb[cr:]]), free)
         ext = np.concatenate([ea[:cr], eb[cr:]])
         out.append((cls, collapse_cnt(cls, ext)))
     return out[0], out[1]

@@ -6,6 +6,8 @@
   Kept canonical: cls[0] = 0 and each step is 0 or 1, so classes are numbered
   0..C-1 without gaps. That is the paper's monotone restriction (O(2^N)
   mappings instead of O(N^N)); a class's object size is its largest member.
+  `GAConfig.class_mapping = "free"` lifts it (the paper's Figure 9c): any size
+  in any class, numbered by first appearance (`canonical_free`).
 - cnt: int64 [C], objects per class.
 - by_bytes: when set, the individual's pool is the plain byte budget (the
   `unconstrained` allocation, as the Belady baseline uses) and CLS/CNT are
@@ -165,15 +167,15 @@ class SearchSpace:
         return len(self.ts)
 
     def class_bytes(self, cls: np.ndarray) -> np.ndarray:
-        """Object size per class: the largest size mapped to it, aligned (cls is canonical, so sizes are sorted)."""
-        n = int(cls[-1]) + 1 if len(cls) else 0
+        """Object size per class: the largest size mapped to it, aligned (any mapping, monotone or free)."""
+        n = int(cls.max()) + 1 if len(cls) else 0
         out = np.zeros(n, dtype=np.int64)
-        out[cls] = self.ts_mem  # later (larger) sizes overwrite earlier ones in the same class
+        np.maximum.at(out, cls, self.ts_mem)
         return out
 
     def class_need(self, cls: np.ndarray) -> np.ndarray:
         """Per class, the most objects of it one op holds at once (inputs and outputs): a smaller count cannot run."""
-        n = int(cls[-1]) + 1 if len(cls) else 0
+        n = int(cls.max()) + 1 if len(cls) else 0
         return _class_need(self.use_ptr, self.use_size, self.use_count, np.ascontiguousarray(cls, dtype=np.int64), n)
 
     def options_for(self, ind: Individual) -> PlannerOptions:
@@ -197,6 +199,23 @@ def canonical_cls(cls: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
 
 
+def canonical_free(cls: np.ndarray) -> np.ndarray:
+    """An unrestricted class list (Figure 9c: any size in any class) numbered by first appearance, without gaps,
+    so equal mappings compare equal. A class's object size is still its largest member."""
+    c = np.asarray(cls, dtype=np.int64)
+    if len(c) == 0:
+        return c
+    _, first, inverse = np.unique(c, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inverse].astype(np.int64)
+
+
+def canonical(cls: np.ndarray, free: bool = False) -> np.ndarray:
+    """`canonical_free` for the unrestricted mapping, else the paper's monotone `canonical_cls`."""
+    return canonical_free(cls) if free else canonical_cls(cls)
+
+
 def extend_cnt(cls: np.ndarray, cnt: np.ndarray) -> np.ndarray:
     """CNT_EXT: per distinct size, the object count of its class (same length as CLS and TS)."""
     return np.asarray(cnt, dtype=np.int64)[cls]
@@ -204,7 +223,7 @@ def extend_cnt(cls: np.ndarray, cnt: np.ndarray) -> np.ndarray:
 
 def collapse_cnt(cls: np.ndarray, cnt_ext: np.ndarray) -> np.ndarray:
     """Back from CNT_EXT to CNT: each class gets the mean of its sizes' counts, rounded to nearest."""
-    n = int(cls[-1]) + 1 if len(cls) else 0
+    n = int(cls.max()) + 1 if len(cls) else 0
     sums = np.bincount(cls, weights=cnt_ext.astype(np.float64), minlength=n)
     members = np.bincount(cls, minlength=n)
     return np.floor(sums / np.maximum(members, 1) + 0.5).astype(np.int64)

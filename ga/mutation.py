@@ -11,6 +11,8 @@ CLS: each boundary i >= 1 flips with probability P — a size that shares its
 predecessor's class starts a new one, or one that starts a class joins the
 previous — and the rest of the list shifts with it, staying monotone. Counts
 follow through CNT_EXT (a size keeps its count, classes average their sizes').
+With the unrestricted mapping (Figure 9c) each size instead moves with
+probability P to any class or a new one.
 
 CNT: each class count is redrawn with probability P from a Gaussian around
 its value (sigma = `sigma_rel` times the value, at least one object).
@@ -25,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ga.encoding import LOOKAHEAD, RECENCY, RECOMPUTE, PlannerGene, SearchSpace, collapse_cnt, extend_cnt
+from ga.encoding import (LOOKAHEAD, RECENCY, RECOMPUTE, PlannerGene, SearchSpace, canonical_free, collapse_cnt,
+                         extend_cnt)
 
 
 def mutate_schedule(space: SearchSpace, parent: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
@@ -40,9 +43,19 @@ def random_schedule(space: SearchSpace, rng: np.random.Generator) -> np.ndarray:
     return mutate_schedule(space, ident, 1.0, rng)
 
 
-def mutate_cls(cls: np.ndarray, cnt: np.ndarray, p: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def mutate_cls(cls: np.ndarray, cnt: np.ndarray, p: float, rng: np.random.Generator,
+               free: bool = False) -> tuple[np.ndarray, np.ndarray]:
     if len(cls) < 2:
         return cls, cnt
+    if free:  # unrestricted mapping: each size moves, with probability P, to any class or a new one
+        hit = np.nonzero(rng.random(len(cls)) < p)[0]
+        if len(hit) == 0:
+            return cls, cnt
+        ext = extend_cnt(cls, cnt)
+        new = cls.copy()
+        new[hit] = rng.integers(0, int(cls.max()) + 2, size=len(hit))
+        new = canonical_free(new)
+        return new, collapse_cnt(new, ext)
     flips = np.nonzero(rng.random(len(cls) - 1) < p)[0] + 1
     if len(flips) == 0:
         return cls, cnt

@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from ga.encoding import LOOKAHEAD, RECENCY, RECOMPUTE, Individual, PlannerGene, SearchSpace
+from ga.encoding import LOOKAHEAD, RECENCY, RECOMPUTE, Individual, PlannerGene, SearchSpace, canonical_free
 from ga.mutation import random_schedule
 from ga.repair import fit_counts, floor_bytes, min_floor_cls, repair
 from hybrid.graph.liveness import unswapped_lifetimes
@@ -41,7 +41,7 @@ def class_peak_counts(space: SearchSpace, order: np.ndarray, cls: np.ndarray) ->
     n = space.graph.arrays.n_ops
     first, last = unswapped_lifetimes(space.graph, order)
     tcls = cls[space.size_idx]
-    n_classes = int(cls[-1]) + 1
+    n_classes = int(cls.max()) + 1
     delta = np.zeros((n_classes, n + 1), dtype=np.int64)
     np.add.at(delta, (tcls, first), 1)
     np.add.at(delta, (tcls, last + 1), -1)
@@ -60,8 +60,11 @@ def peak_allocation(space: SearchSpace, order: np.ndarray, cls: np.ndarray) -> t
     return cls, cnt
 
 
-def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...] = (0,)) -> list[Individual]:
-    """The seeds, with the base planner options' recency and lookahead (so they reproduce the baselines)."""
+def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...] = (0,),
+           order: np.ndarray | None = None) -> list[Individual]:
+    """The seeds, with the base planner options' recency and lookahead (so they reproduce the baselines).
+    `order`: seed this one schedule instead of the program and depth-first orders (`GAConfig.start = "random"`,
+    a random topological order as MXNet's default, the paper's Figure 10)."""
     per_size = np.arange(space.n_sizes, dtype=np.int64)
     lowest, _ = min_floor_cls(space)
     class_choices = [c for c in (per_size, lowest) if floor_bytes(space, c) <= space.budget]
@@ -70,7 +73,8 @@ def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...
     out: list[Individual] = []
     prog = program_order(space.graph)
     dfs = depth_first_order(space.graph)
-    for k, order in enumerate([prog] if np.array_equal(prog, dfs) else [prog, dfs]):
+    orders = [order] if order is not None else [prog] if np.array_equal(prog, dfs) else [prog, dfs]
+    for k, order in enumerate(orders):
         allocs = [peak_allocation(space, order, c) for c in class_choices]
         # With recompute allowed, each seed also comes swap-only, so the search starts from the swap-only plans.
         for policy in policies if k == 0 else policies[:1]:
@@ -85,30 +89,35 @@ def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...
 
 
 def random_allocation(space: SearchSpace, order: np.ndarray, rng: np.random.Generator,
-                      noise: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-    boundary_rate = rng.random()
-    steps = (rng.random(space.n_sizes - 1) < boundary_rate).astype(np.int64)
-    cls = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
+                      noise: float = 0.5, free: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    if free:  # unrestricted: a random number of classes, each size in any of them
+        k = int(rng.integers(1, space.n_sizes + 1))
+        cls = canonical_free(rng.integers(0, k, size=space.n_sizes))
+    else:
+        boundary_rate = rng.random()
+        steps = (rng.random(space.n_sizes - 1) < boundary_rate).astype(np.int64)
+        cls = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
     cnt = class_peak_counts(space, order, cls)
     cnt = np.rint(cnt * rng.lognormal(0.0, noise, size=len(cnt))).astype(np.int64)
     nbytes = space.class_bytes(cls)
     total = float((nbytes * cnt).sum())
     if total > space.budget:  # scale to fit first, so repair's equal-bytes cut only trims
         cnt = np.floor(cnt * (space.budget / total)).astype(np.int64)
-    cls, cnt, _ = repair(space, cls, cnt)
+    cls, cnt, _ = repair(space, cls, cnt, free)
     return cls, cnt
 
 
 def random_individuals(space: SearchSpace, n: int, mode: SearchMode, pool: PoolMode, policies: tuple[int, ...],
-                       rng: np.random.Generator, fixed: Individual, knobs: bool = True) -> list[Individual]:
-    """`n` random individuals; `fixed` supplies what the search mode keeps fixed."""
+                       rng: np.random.Generator, fixed: Individual, knobs: bool = True,
+                       free: bool = False) -> list[Individual]:
+    """`n` random individuals; `fixed` supplies what the search mode keeps fixed; `free`: unrestricted CLS."""
     out = []
     for _ in range(n):
         sched = fixed.schedule if mode == "allocation" else random_schedule(space, rng)
         if mode == "schedule":
             out.append(Individual(sched, fixed.cls, fixed.cnt, fixed.by_bytes, fixed.planner))
             continue
-        cls, cnt = random_allocation(space, sched, rng)
+        cls, cnt = random_allocation(space, sched, rng, free=free)
         by_bytes = pool == "bytes" or (pool == "both" and bool(rng.random() < 0.5))
         gene = PlannerGene.of(space.options, policies[int(rng.integers(len(policies)))])
         if knobs:

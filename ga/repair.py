@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ga.encoding import SearchSpace, canonical_cls, class_need_into, collapse_cnt, extend_cnt
+from ga.encoding import SearchSpace, canonical, class_need_into, collapse_cnt, extend_cnt
 from hybrid.errors import InfeasibleError
 from hybrid.units import format_bytes
 
@@ -56,13 +56,15 @@ def fit_counts(space: SearchSpace, cls: np.ndarray, cnt: np.ndarray) -> tuple[np
     return cnt, True
 
 
-def repair(space: SearchSpace, cls: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-    """A feasible (CLS, CNT) close to the given one; False only when no size-class pool fits at all."""
-    cls = canonical_cls(cls)
+def repair(space: SearchSpace, cls: np.ndarray, cnt: np.ndarray,
+           free: bool = False) -> tuple[np.ndarray, np.ndarray, bool]:
+    """A feasible (CLS, CNT) close to the given one; False only when no size-class pool fits at all.
+    `free` (the unrestricted mapping): a CLS whose floor does not fit becomes the lowest-floor monotone one."""
+    cls = canonical(cls, free)
     cnt = np.asarray(cnt, dtype=np.int64)
     if floor_bytes(space, cls) > space.budget:
         ext = extend_cnt(cls, cnt)
-        cls = _lower_floor(space, cls)
+        cls = min_floor_cls(space)[0] if free else _lower_floor(space, cls)
         cnt = collapse_cnt(cls, ext)
     fixed, ok = fit_counts(space, cls, cnt)
     return cls, fixed, ok

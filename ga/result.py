@@ -49,7 +49,9 @@ class SearchResult:
                 "stop_reason": self.stop_reason, "evaluator": self.evaluator, "workers": self.workers,
                 "policy": POLICIES[PlannerGene.unpack(self.best.planner).policy],
                 "planner_gene": PlannerGene.unpack(self.best.planner).describe(),
-                "planner_options": self.space.options_for(self.best).describe()}
+                "planner_options": self.space.options_for(self.best).describe(),
+                **({"class_mapping": c.class_mapping} if c.class_mapping != "monotone" else {}),
+                **({"start": c.start} if c.start != "program" else {})}
 
     def to_plan(self, **planner_extra: Any) -> Plan:
         """The best individual as a plan (its makespan equals the search's fitness for it)."""

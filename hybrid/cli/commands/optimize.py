@@ -50,6 +50,12 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
               help="What the search may change; the other part stays at its best seed (the paper's Figure 10).")
 @click.option("--pool", type=click.Choice(["both", "classes", "bytes"]), default="both", show_default=True,
               help="Pool kinds to search: size classes (the paper's allocator), the plain byte budget, or both.")
+@click.option("--class-mapping", type=click.Choice(["monotone", "free"]), default="monotone", show_default=True,
+              help="How tensor sizes map to size classes: monotone (the paper's restriction: each class a run of "
+                   "consecutive sizes) or free (any size in any class, its Figure 9c).")
+@click.option("--start", "start_order", type=click.Choice(["program", "random"]), default="program", show_default=True,
+              help="Seed the search with the program and depth-first orders, or with one random topological order "
+                   "(MXNet's default; with --search allocation the schedule stays there: the paper's Figure 10).")
 @click.option("--policy", "policies", multiple=True, type=click.Choice(["belady", "lru", "pinned"]),
               help="Eviction policies the search may pick (repeatable) [default: all]: belady (farthest next use), "
                    "lru (as ODSwap), pinned (belady, persistent tensors kept on the device, as vDNN).")
@@ -103,6 +109,7 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
                    "baselines (outside the time limit) and print one table with them and the optimized plan.")
 def command(graph_path: Path, time_limit: str, generations: int | None, seed: int, population: int,
             children: int | None, workers: int | None, scheduler: str | None, search: str, pool: str,
+            class_mapping: str, start_order: str,
             policies: tuple[str, ...], recompute: bool, planner_knobs: bool, mutation_rate: float, temperature: float, refine: str,
             refine_mode: str, refine_share: float, refine_patience: float, refine_elites: int,
             checkpoint_path: Path | None, checkpoint_every: int, resume_path: Path | None, out_path: Path,
@@ -192,7 +199,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     ga_time = total * (1.0 - refine_share) if refine == "cpsat" and not beside else total
     config = GAConfig(population=population, children=children or population, mutation_rate=mutation_rate,
                       schedule_mutation_rate=mutation_rate, temperature=temperature, search=search,  # type: ignore[arg-type]
-                      pool=pool, seed=seed, planner_knobs=planner_knobs,
+                      pool=pool, seed=seed, planner_knobs=planner_knobs, class_mapping=class_mapping, start=start_order,
                       **({"policies": policies} if policies else {}))  # type: ignore[arg-type]
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
