@@ -82,10 +82,11 @@ class Layout:
 
 def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_classes: bool = False,
                     order: np.ndarray | None = None, options: PlannerOptions | None = None,
-                    info: dict | None = None) -> Plan:
+                    info: dict | None = None, recompute: bool = True) -> Plan:
     """The plan's schedule (or `order`) planned again with a byte budget of `memory_bytes` (or per-size
-    classes): by the Belady planner, the faster of swap-only and swap + recompute, or with `options` (the
-    search's genes); the result names the original device. InfeasibleError when it cannot fit."""
+    classes): by the Belady planner, the faster of swap-only and swap + recompute (swap-only when `recompute`
+    is False, as `hybrid optimize --no-recompute` asks), or with `options` (the search's genes); the result
+    names the original device. InfeasibleError when it cannot fit."""
     from hybrid.graph.order import from_ids
     from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import SwapPlanner
@@ -98,7 +99,8 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
     pool = per_size_pool(graph, order, dev) if size_classes else byte_pool(graph, dev)
     planner = SwapPlanner(graph, dev)
     if options is None:
-        options = planner.faster_options(order, pool, PlannerOptions(recompute_ratio=RECOMPUTE_RATIO))
+        options = (planner.faster_options(order, pool, PlannerOptions(recompute_ratio=RECOMPUTE_RATIO))
+                   if recompute else PlannerOptions(recompute_ratio=0.0))
     aug = planner.plan(order, pool, options)
     name = dict(info if info is not None else plan.planner if isinstance(plan.planner, dict) else {})
     name["fallback"] = "size classes" if size_classes else f"byte budget {memory_bytes}"
@@ -121,7 +123,7 @@ class _Tried:
 
 def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[Plan] | tuple[Plan, ...] = (),
             replans: list[Replan] | tuple[Replan, ...] | None = None, bisect_steps: int = 4,
-            rounds: int | None = None) -> Layout:
+            rounds: int | None = None, recompute: bool = True) -> Layout:
     """`plan` with arena offsets (see the module docstring); plans that are not byte budgets pass through.
 
     `others`: slower candidates (e.g. the search's own plan before refinement) tried before any re-plan;
@@ -178,7 +180,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[P
         who = other.planner.get("name", "") if isinstance(other.planner, dict) else ""
         fit(other, f"candidate {k + 1}" + (f", {who}'s" if who else ""), 0.0, "slower candidate")
     if replans is None:
-        replans = (Replan("belady", lambda budget: replan_schedule(graph, plan, budget)),)
+        replans = (Replan("belady", lambda budget: replan_schedule(graph, plan, budget, recompute=recompute)),)
     steps = SHRINK_STEPS if rounds is None else SHRINK_STEPS[:max(rounds, 1)]
     sweep_end = t0 + 0.6 * (deadline - t0)    # the rest is for the exact search on the fastest near misses
     for rp in replans:
@@ -232,7 +234,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[P
         tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}", 0.0,
                            "size classes"))
     try:
-        classes = replan_schedule(graph, plan, None, size_classes=True)
+        classes = replan_schedule(graph, plan, None, size_classes=True, recompute=recompute)
         tried.fits.append((classes.makespan_s, len(tried.fits), classes, "per-size classes", 0.0, "size classes"))
     except InfeasibleError:
         pass

@@ -257,7 +257,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                     plan, refined = _beside_outcome(report, plan)
                     plan = _valid_or(graph, plan, ga_plan, "the plan refined beside the search", failures)
                 # written now, so an interrupted refinement still leaves the best so far
-                written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan], result, last_population)
+                written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan], result, last_population,
+                                         recompute=recompute)
             interrupted = result.stop_reason == "interrupted" or bool(hits)
             done = result.stop_reason in ("interrupted", "lower bound") or hits
             if refine == "cpsat" and not beside and not done:
@@ -276,7 +277,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                         plan = _valid_or(graph, plan, before, "the refined plan", failures)
                         if plan is not before:
                             written = _save_laid_out(graph, plan, out_path, arena_s, [before, ga_plan], result,
-                                                     last_population)
+                                                     last_population, recompute=recompute)
                 interrupted = interrupted or bool(hits)
     finally:
         evaluator.close()
@@ -293,7 +294,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
 
 def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=(),  # noqa: ANN001, ANN202
-                   result=None, population=()):
+                   result=None, population=(), recompute: bool = True):
     """Write `plan`; with `arena_s`, with exact arena offsets (or its fallback, hybrid.arena.layout), checked by
     the validator. `population`: the search's last population, whose next best byte-budget individuals are
     re-planned too. Returns the Layout written."""
@@ -314,7 +315,7 @@ def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()
             if round(ind.makespan, 12) not in seen:
                 seen.add(round(ind.makespan, 12))
                 replans.append(Replan(f"population {len(replans) + 1}", _genes_replan(graph, plan, result, ind)))
-    replans.append(Replan("belady", lambda budget: replan_schedule(graph, plan, budget)))
+    replans.append(Replan("belady", lambda budget: replan_schedule(graph, plan, budget, recompute=recompute)))
     classes = []              # the search's fastest size-class plan: a fallback that needs no offsets
     if result is not None:
         from hybrid.swap.planner import SwapPlanner
@@ -327,7 +328,7 @@ def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()
             classes.append(dataclasses.replace(to_plan(aug, result.planner_info()), device=plan.device))
     try:
         layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes,
-                         replans=replans)
+                         replans=replans, recompute=recompute)
     except InfeasibleError as e:
         raise InfeasibleError(f"{e}, or --no-arena to write the byte budget as searched (the executor then "
                               "compacts at run time)") from None
