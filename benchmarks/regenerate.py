@@ -44,7 +44,7 @@ class Job:
     outputs: tuple[str, ...]           # files or folders under results/ this job rewrites
     paper: str = ""
     needs: str = ""                    # "cuda" for jobs that only run on a GPU
-    clean: tuple[str, ...] = field(default=())  # folders under results/ emptied first (stale parts)
+    clean: tuple[str, ...] = field(default=())  # folders under results/ (or out/...) emptied first: stale parts
     fresh: str = ""                    # a subfolder of --graphs the job captures into: emptied first
 
     def argv(self, quick: bool, graphs: Path) -> list[str]:
@@ -73,15 +73,15 @@ JOBS: tuple[Job, ...] = (
          "inception-v4-4,segnet_32_416_608_3_train"),
         ("--graph-dir", G, "--mode", "after", "--time-limit", "120", "--seeds", "1,2,3"),
         ("refine_compare.md", "refine_compare_summary.md"), "SwapAdvisor §6 (GA) with CP-SAT refinement",
-        clean=("refine_compare_parts",)),
+        clean=("refine_compare_parts", "out/refine_compare")),
     Job("refine_compare_beside", "benchmarks.refine_compare",
         ("--graph-dir", G, "--mode", "beside", "--time-limit", "10", "--seeds", "1", "--only", "inception-v4-4"),
         ("--graph-dir", G, "--mode", "beside", "--time-limit", "120", "--seeds", "1,2,3"),
-        ("refine_compare_beside.md", "refine_compare_beside_summary.md"), clean=("refine_compare_beside_parts",)),
+        ("refine_compare_beside.md", "refine_compare_beside_summary.md"), clean=("refine_compare_beside_parts", "out/refine_compare_beside")),
     Job("refine_compare_auto", "benchmarks.refine_compare",
         ("--graph-dir", G, "--mode", "auto", "--time-limit", "10", "--seeds", "1", "--only", "inception-v4-4"),
         ("--graph-dir", G, "--mode", "auto", "--time-limit", "120", "--seeds", "1,2,3"),
-        ("refine_compare_auto.md", "refine_compare_auto_summary.md"), clean=("refine_compare_auto_parts",)),
+        ("refine_compare_auto.md", "refine_compare_auto_summary.md"), clean=("refine_compare_auto_parts", "out/refine_compare_auto")),
     Job("refine_gap", "benchmarks.refine_gap", ("--graph-dir", G, "--stem", "refine_compare"),
         ("--graph-dir", G, "--stem", "refine_compare"), ("refine_gap.md",)),
     Job("refine_timeline", "benchmarks.refine_timeline", ("--graph-dir", G, "--label", "inception-v4-4"),
@@ -206,7 +206,7 @@ def main() -> None:
         if j.fresh and not args.no_capture:
             shutil.rmtree(args.graphs / j.fresh, ignore_errors=True)
         for c in j.clean:
-            shutil.rmtree(RESULTS / c, ignore_errors=True)
+            shutil.rmtree(ROOT / c if c.startswith("out/") else RESULTS / c, ignore_errors=True)
         print(f"[{j.name}] {cmd}", flush=True)
         t0 = time.perf_counter()
         with open(logs / f"{j.name}.log", "w") as log:

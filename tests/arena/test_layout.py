@@ -55,7 +55,7 @@ def test_optimize_with_arena_writes_offsets(tmp_path):
     assert "pool: " in r.output
 
 
-def test_optimize_lays_out_by_default_and_no_arena_opts_out(tmp_path):
+def test_optimize_lays_out_with_arena_and_not_by_default(tmp_path):
     import json
 
     from hybrid.graph import Graph
@@ -64,7 +64,7 @@ def test_optimize_lays_out_by_default_and_no_arena_opts_out(tmp_path):
 
     out = tmp_path / "p.json"
     r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--generations", "3", "--time-limit", "20s",
-            "--refine", "none", "--quiet", "--json", "--out", out)
+            "--refine", "none", "--quiet", "--json", "--arena", "10s", "--out", out)
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output[r.output.index("{"):])
     plan = Plan.load(out)
@@ -73,7 +73,7 @@ def test_optimize_lays_out_by_default_and_no_arena_opts_out(tmp_path):
     if plan.allocation.kind == "arena":
         assert summary["arena"]["describe"] and "cost" in summary["arena"]
     r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--generations", "3", "--time-limit", "20s",
-            "--refine", "none", "--quiet", "--no-arena", "--out", out)
+            "--refine", "none", "--quiet", "--out", out)
     assert r.exit_code == 0, r.output
     assert Plan.load(out).allocation.kind != "arena"
     r = run("optimize", "--graph", RESNET, "--time-limit", "5s", "--arena", "-3s", "--out", out)
