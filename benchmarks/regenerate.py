@@ -217,11 +217,24 @@ def main() -> None:
         rows.append({"job": j.name, "status": status, "seconds": secs, "command": cmd, "writes": ", ".join(j.outputs)})
     total = time.perf_counter() - t_all
     df = pd.DataFrame(rows)
+    df.insert(2, "commit", commit())
+    title = f"Every table regenerated ({'quick' if args.quick else 'full'} budgets)"
     if not only and not skip:
-        write_table(df, "regenerate", f"Every table regenerated ({'quick' if args.quick else 'full'} budgets)",
+        write_table(df, "regenerate", title,
                     f"Code {commit()}; {total / 60:.1f} minutes in all on this machine "
                     f"({'--quick' if args.quick else 'full budgets'}). Each table's own header names its command, "
                     "the commit and its graphs.")
+    elif (RESULTS / "regenerate.csv").exists():  # a partial run replaces its jobs' rows in the last whole run's table
+        old = pd.read_csv(RESULTS / "regenerate.csv")
+        old = old[~old["job"].isin(df["job"])]
+        merged = pd.concat([old, df], ignore_index=True)
+        note = (RESULTS / "regenerate.md").read_text().split("\n\n")
+        notes = next((n for n in note if n.startswith("Code ")), "")
+        notes += f" Re-run afterwards with --only (their rows' commit): {', '.join(df['job'])}."
+        path = write_table(merged, "regenerate", title, notes)
+        text = path.read_text().replace("Regenerate: `python -m benchmarks.regenerate --only",
+                                        "Last partial run: `python -m benchmarks.regenerate --only")
+        path.write_text(text)
     print(f"done in {total / 60:.1f} min; {sum(r['status'] != 'ok' and not r['status'].startswith('skipped') for r in rows)} failed")
     if any(r["status"].startswith("failed") for r in rows):
         sys.exit(1)
