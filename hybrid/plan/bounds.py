@@ -204,17 +204,7 @@ def _bound(graph: Graph, order: np.ndarray, impl_choice, dev, resident: np.ndarr
             return link(need_k)
         fin = np.isfinite(rerun_cost[cand])
         cum_b, cum_t = _least_rerun(rerun_cost[cand][fin], b[fin])
-        x_min = max(0.0, need_k - float(cum_b[-1]))  # at least this much cannot be regenerated
-        lo, hi = x_min, need_k   # bisect on the bytes moved: the rerun term falls, the link term rises
-        if link(lo) >= total + _rerun_time(cum_b, cum_t, need_k - lo):
-            return link(lo)
-        for _ in range(40):
-            mid = 0.5 * (lo + hi)
-            if link(mid) < total + _rerun_time(cum_b, cum_t, need_k - mid):
-                lo = mid
-            else:
-                hi = mid
-        return min(link(hi), total + _rerun_time(cum_b, cum_t, need_k - lo))
+        return _split(link, total, cum_b, cum_t, need_k)
 
     bound = total
     # Any op gives a valid bound. The ones where the simple bound (no copy waits for its value or its next use)
