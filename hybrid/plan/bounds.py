@@ -199,12 +199,7 @@ def _bound(graph: Graph, order: np.ndarray, impl_choice, dev, resident: np.ndarr
             h2d = _completion(total - before[next_use], b, x, h2d_bw)
             return max(before[k], d2h) + max(total - before[k], h2d)
 
-        need_k = float(out[k])
-        if not recompute:
-            return link(need_k)
-        fin = np.isfinite(rerun_cost[cand])
-        cum_b, cum_t = _least_rerun(rerun_cost[cand][fin], b[fin])
-        return _split(link, total, cum_b, cum_t, need_k)
+        return _split(link, total, float(out[k]), rerun_cost[cand] if recompute else None, b)
 
     bound = total
     # Any op gives a valid bound. The ones where the simple bound (no copy waits for its value or its next use)
@@ -275,9 +270,15 @@ def _col_sums(bits: np.ndarray, weights: np.ndarray, n: int, chunk: int = 1024) 
     return out
 
 
-def _split(link, total: float, cum_b: np.ndarray, cum_t: np.ndarray, need_k: float) -> float:  # noqa: ANN001
-    """min over x (bytes over the link; the other need_k - x regenerated) of
+def _split(link, total: float, need_k: float, rerun_cost: np.ndarray | None,  # noqa: ANN001
+           nbytes: np.ndarray) -> float:
+    """The least time to have need_k bytes off the device: all over the link (`rerun_cost` None: swap only),
+    else min over x (bytes over the link; the other need_k - x regenerated at `rerun_cost`) of
     max(link(x), total + least rerun time of need_k - x): both monotone in x, bisected."""
+    if rerun_cost is None:
+        return link(need_k)
+    fin = np.isfinite(rerun_cost)
+    cum_b, cum_t = _least_rerun(rerun_cost[fin], nbytes[fin])
     x_min = max(0.0, need_k - float(cum_b[-1]))  # at least this much cannot be regenerated
     lo, hi = x_min, need_k
     if link(lo) >= total + _rerun_time(cum_b, cum_t, need_k - lo):
@@ -394,12 +395,7 @@ def graph_bound(graph: Graph, device, recompute: bool = True) -> float:  # noqa:
         def link(x: float) -> float:
             return max(h_k, d2h(x - free)) + max(t_k, h2d(x))
 
-        need_k = float(out[k])
-        if not recompute:
-            return link(need_k)
-        fin = np.isfinite(rerun_cost[cand])
-        cum_b, cum_t = _least_rerun(rerun_cost[cand][fin], b[fin])
-        return _split(link, total, cum_b, cum_t, need_k)
+        return _split(link, total, float(out[k]), rerun_cost[cand] if recompute else None, b)
 
     bound = base
     simple = np.maximum(head, out / d2h_bw) + np.maximum(tail, out / h2d_bw)
