@@ -9,9 +9,9 @@ Figure 9c: Inception-V4-4 searched with size classes only, the monotone mapping 
 paper's) against the unrestricted one (`--class-mapping free`), 3 seeds, with best/mean/worst per generation.
 
 Every run is `hybrid optimize --refine none --workers 1 --generations G --seed S` (run in-process through
-`ga.optimize`, the same search): deterministic for a seed. `--quick`: 10 generations, 3 seeds, no tau=1 runs;
-measured 121 s on the shared 2-core machine; the full run (`--generations 60`, with tau=1) about 8 times as long
-(not run yet).
+`ga.optimize`, the same search): deterministic for a seed. `--quick`: 6 generations, 3 seeds, no tau=1 runs,
+about 75 s on the 2-core machine, written as results/ga_ablation_quick.*, fig9c_quick.* (never over the full run's);
+the full run (`--generations 60`, with tau=1) about 8 times as long per run.
 Writes results/ga_ablation.{md,csv}, results/fig9c.{md,csv,png} and convergence logs under results/ga_ablation/.
 """
 from __future__ import annotations
@@ -41,6 +41,11 @@ PAPER_FIG10 = {("rnn-8-8k", "allocation only"): "7% (no schedule search)",
                ("inception-v4-4", "allocation only"): "93% (no schedule search)"}
 
 
+def _sfx(quick: bool) -> str:
+    """Quick runs write beside the full run's tables, never over them."""
+    return "_quick" if quick else ""
+
+
 def run(g: Graph, seed: int, generations: int, **fields) -> tuple[dict, "pd.DataFrame"]:
     """One search; its figures and its convergence log. The plan must validate."""
     from ga import GAConfig, optimize
@@ -59,7 +64,8 @@ def run(g: Graph, seed: int, generations: int, **fields) -> tuple[dict, "pd.Data
 
 def fig10(graphs: dict[str, Path], seeds: list[int], generations: int, quick: bool = False) -> pd.DataFrame:
     rows = []
-    (RESULTS / "ga_ablation").mkdir(parents=True, exist_ok=True)
+    logs = RESULTS / f"ga_ablation{_sfx(quick)}"
+    logs.mkdir(parents=True, exist_ok=True)
     for name, path in graphs.items():
         g = Graph.load(path)
         for pool_label, pool in POOLS.items():
@@ -70,7 +76,7 @@ def fig10(graphs: dict[str, Path], seeds: list[int], generations: int, quick: bo
                     figs, log = run(g, seed, generations, pool=pool, start="random", **fields)
                     stem = f"{name}-{pool}-{label.split(',')[0].replace(' ', '_')}" + \
                         ("-tau1" if "tau" in label else "") + f"-s{seed}"
-                    log.to_csv(RESULTS / "ga_ablation" / f"{stem}.csv", index=False)
+                    log.to_csv(logs / f"{stem}.csv", index=False)
                     rows.append({"graph": name, "pool": pool_label, "run": label, "seed": seed, **figs})
                     print(name, pool_label, label, seed, round(figs["ideal/makespan"], 4), flush=True)
     df = pd.DataFrame(rows)
@@ -129,11 +135,12 @@ def main() -> None:
     ap.add_argument("--graphs", type=Path, default=FRESH, help="folder with rnn-8-8k.json and inception-v4-4.json")
     ap.add_argument("--generations", type=int, default=60)
     ap.add_argument("--seeds", default="1,2,3")
-    ap.add_argument("--quick", action="store_true", help="10 generations, no tau=1 runs")
+    ap.add_argument("--quick", action="store_true", help="6 generations, no tau=1 runs; writes the *_quick tables beside the full run's")
     ap.add_argument("--only", choices=["fig10", "fig9c"], default=None)
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    gens = 10 if args.quick else args.generations
+    gens = 6 if args.quick else args.generations
+    sfx = _sfx(args.quick)
     graphs = {m: args.graphs / f"{m}.json" for m in ("rnn-8-8k", "inception-v4-4")}
     for p in graphs.values():
         if not p.exists():
@@ -149,8 +156,8 @@ def main() -> None:
 --seed S --start random --pool classes|bytes [--search schedule|allocation] [--temperature 1]` (in-process). `start
 random`: the first generation's seeded schedule is one random topological order (MXNet's default, as in the paper)
 instead of the program order, and `--search allocation` keeps it. `vs_both` = throughput relative to the full search
-with the same pool kind (mean over seeds). Per-run rows: results/ga_ablation.csv; convergence logs:
-results/ga_ablation/.
+with the same pool kind (mean over seeds). Per-run rows: results/ga_ablation{sfx}.csv; convergence logs:
+results/ga_ablation{sfx}/.
 
 The paper (§6.4, Figure 10): without searching the schedule the RNN reaches 7% of the full search, Inception-V4 93%;
 the allocation matters more for Inception. Measured here (mean over seeds, relative to `both` with the same pool):
@@ -174,12 +181,12 @@ Why ours differ:
 Summary (mean, min and max of ideal/makespan over seeds):
 
 {s.to_markdown(index=False, floatfmt=".4g")}"""
-        write_table(df, "ga_ablation", "GA ablations from random topological orders (Figure 10)", notes,
+        write_table(df, f"ga_ablation{sfx}", "GA ablations from random topological orders (Figure 10)", notes,
                     graphs=list(graphs.values()), paper="SwapAdvisor (ASPLOS'20) Figure 10, §6.4")
     if args.only in (None, "fig9c"):
         df9, logs = fig9c(graphs["inception-v4-4"], seeds, gens)
-        plot_fig9c(logs, RESULTS / "fig9c.png")
-        pd.concat(logs, ignore_index=True).to_csv(RESULTS / "ga_ablation" / "fig9c_logs.csv", index=False)
+        plot_fig9c(logs, RESULTS / f"fig9c{sfx}.png")
+        pd.concat(logs, ignore_index=True).to_csv(RESULTS / f"ga_ablation{sfx}" / "fig9c_logs.csv", index=False)
         means = df9.groupby("mapping")[["makespan_s", "final_mean_s", "final_worst_s"]].mean()
 
         def rel(col: str) -> str:
@@ -192,8 +199,8 @@ Summary (mean, min and max of ideal/makespan over seeds):
 --generations {gens} --seed S --start random --pool classes --class-mapping monotone|free` (in-process). `free`
 lets any tensor size join any class (a class's objects are its largest member), the paper's Figure 9c; `monotone`
 is the paper's restriction (classes are runs of consecutive sizes). Best, mean and worst of the final population:
-columns `makespan_s`, `final_mean_s`, `final_worst_s`; per generation in results/ga_ablation/fig9c_logs.csv and
-results/fig9c.png.
+columns `makespan_s`, `final_mean_s`, `final_worst_s`; per generation in results/ga_ablation{sfx}/fig9c_logs.csv and
+results/fig9c{sfx}.png.
 
 Means over seeds (seconds per iteration):
 
@@ -209,7 +216,7 @@ mappings start from the same seeded individuals (one class per size and the lowe
 so the free mapping only enters through the random individuals and the children; in a short search the best is
 usually still a seeded or monotone-reachable pool, and the differences in the population's mean and worst are of
 the size seeds differ by."""
-        write_table(df9, "fig9c", "Figure 9c: unrestricted against monotone size-class mapping (Inception-V4-4)",
+        write_table(df9, f"fig9c{sfx}", "Figure 9c: unrestricted against monotone size-class mapping (Inception-V4-4)",
                     notes, graphs=[graphs["inception-v4-4"]], paper="SwapAdvisor (ASPLOS'20) Figure 9b/9c, §6.4")
 
 

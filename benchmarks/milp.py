@@ -11,7 +11,8 @@ Checkmate-Auto and STR-Auto from the same model on the coarsened graph, and `hyb
 the ones capture emits (hybrid.capture.conv_impls: the library call, im2col + GEMM, Winograd F(2x2,3x3) whole
 and in 4 batch pieces, roofline time and workspace). Writes results/milp.{md,csv}. Full run (5 fractions x 2
 graphs x 3 solves of up to --time-limit, plus the searches): about 20 minutes at 60 s per solve on this
-2-core machine; `--quick` (VGG19 at 0.8 and 0.6, 30 stages, 20 s, 3 generations): about 3 minutes.
+2-core machine; `--quick` (VGG19 at 0.8 and 0.6, 30 stages, 300 branch-and-bound nodes per solve, 3 generations): about a minute,
+the same figures every run.
 
 `--part execute`: examples/convnet captured, a MO-SOS plan on a roomy memory (it picks Winograd where the
 roofline says it is faster), run by the CPU executor and compared with eager training. Writes
@@ -71,7 +72,7 @@ def _row(run, graph: Graph, frac: float | None) -> dict:
 
 
 def part_scale(args: argparse.Namespace) -> None:
-    so = SolveOptions("highs", args.time_limit, 0.01, 1)
+    so = SolveOptions("highs", args.time_limit, 0.01, 1, node_limit=args.node_limit)
     rows = []
     cases: list[tuple[Graph, int | None]] = []
     for n_layers in (int(x) for x in args.layers.split(",") if x):
@@ -97,7 +98,7 @@ def _write_scale(rows: list[dict], args: argparse.Namespace, so: SolveOptions) -
     df = pd.DataFrame(rows)
     ok = df[(df["gap"].fillna(1.0) <= 0.01) & df["status"].isin(["optimal", "feasible"])]
     best = int(ok["stages"].max()) if len(ok) else 0
-    notes = f"""Commit {commit()}. HiGHS {so.threads} thread, time limit {args.time_limit:.0f} s, MIP gap 1%, on this
+    notes = f"""Commit {commit()}. HiGHS {so.threads} thread, time limit {args.time_limit:.0f} s{_nodes(args)}, MIP gap 1%, on this
 2-core machine shared with other jobs (solve times are wall clock). Synthetic graphs: `training_graph(n, seed=1,
 impls_prob=0.5, workspace_prob=0.3)`, one stage per op, memory {args.scale_fraction} x unswapped peak, their own
 device. VGG19: captured (SGD, batch 144, 227x227) with capture's convolution impls, P40 link, memory {args.scale_fraction} x peak, coarsened to `stages` segments.
@@ -138,7 +139,7 @@ def optimize_row(g: Graph, dev: Device, frac: float, generations: int, seed: int
 
 
 def part_paper(args: argparse.Namespace) -> None:
-    so = SolveOptions("highs", args.time_limit, 0.01, 1)
+    so = SolveOptions("highs", args.time_limit, 0.01, 1, node_limit=args.node_limit)
     rows = []
     paths = []
     for model in args.models.split(","):
@@ -215,7 +216,7 @@ launches); backward convolutions computing an input gradient of a 3x3 stride-1 c
 `winograd`/`winograd_chunk4` for that gradient (weight gradients: the library call). No assumed trade-off. Device: P40 preset (24 GiB,
 d2h 12 GB/s, h2d 11 GB/s), memory = fraction x unswapped peak (capped at 24 GiB). MILPs solved on
 {args.paper_stages} stages (segments of consecutive ops; docs/milp.md), HiGHS 1 thread, {args.time_limit:.0f} s
-limit, gap 1%; STR-Auto and MO-SOS start from Checkmate-Auto's solution with Auto's impls (a HiGHS MIP start).
+limit{_nodes(args)}, gap 1%; STR-Auto and MO-SOS start from Checkmate-Auto's solution with Auto's impls (a HiGHS MIP start).
 `optimize`: `hybrid optimize`'s GA search, {args.generations} generations, seed {args.seed}, recompute on,
 default impls. makespan_s is the simulator's time of the decoded (or searched), validated plan; ideal/makespan =
 sum of the chosen impls' times / makespan; `impls` counts first runs of non-default impls; vs_X = makespan / X's
@@ -266,12 +267,19 @@ parameter and optimizer state."""
                 "plan with non-default implementations")
 
 
+def _nodes(args: argparse.Namespace) -> str:
+    return "" if args.node_limit is None else f" and {args.node_limit} branch-and-bound nodes (what stops it: the figures repeat)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--part", choices=("scale", "paper", "execute"), required=True)
-    ap.add_argument("--quick", action="store_true", help="paper: VGG19 at 0.8 and 0.6, 30 stages, 20 s, 3 "
-                    "generations; scale: 10 layers and 30 stages at 60 s; execute: unchanged (already quick).")
+    ap.add_argument("--quick", action="store_true", help="paper: VGG19 at 0.8 and 0.6, 30 stages, 300 nodes per "
+                    "solve, 3 generations; scale: 10 layers and 30 stages, 300 nodes; execute: unchanged (already quick).")
     ap.add_argument("--time-limit", type=float, default=600.0)
+    ap.add_argument("--node-limit", type=int, default=None,
+                    help="HiGHS branch-and-bound nodes per solve: a work budget, so figures repeat whatever the load "
+                         "(--quick: 300; the time limit then only guards)")
     ap.add_argument("--graphs", default="/tmp/milp-graphs", help="Folder for captured graphs (made if missing).")
     ap.add_argument("--layers", default="10,20", help="scale: synthetic training graphs, layers each (~3 ops/layer).")
     ap.add_argument("--stages", default="30,60,90", help="scale: VGG19 coarsened to these stage counts.")
@@ -289,10 +297,12 @@ def main() -> None:
     if args.quick:
         if args.part == "paper":
             args.models, args.fractions, args.paper_stages = "vgg19", "0.8,0.6", 30
-            args.time_limit, args.generations = min(args.time_limit, 20.0), min(args.generations, 3)
+            args.time_limit, args.generations = min(args.time_limit, 120.0), min(args.generations, 3)
+            args.node_limit = args.node_limit or 300
             args.stem = args.stem or "milp_quick"
         elif args.part == "scale":
-            args.layers, args.stages, args.time_limit = "10", "30", min(args.time_limit, 60.0)
+            args.layers, args.stages, args.time_limit = "10", "30", min(args.time_limit, 120.0)
+            args.node_limit = args.node_limit or 300
             args.stem = args.stem or "milp_scale_quick"
     Path(args.graphs).mkdir(parents=True, exist_ok=True)
     {"scale": part_scale, "paper": part_paper, "execute": part_execute}[args.part](args)

@@ -46,6 +46,12 @@ class Job:
     needs: str = ""                    # "cuda" for jobs that only run on a GPU
     clean: tuple[str, ...] = field(default=())  # folders under results/ (or out/...) emptied first: stale parts
     fresh: str = ""                    # a subfolder of --graphs the job captures into: emptied first
+    quick_outputs: tuple[str, ...] = field(default=())  # where --quick writes instead, beside the full run's tables
+
+    def written(self, quick: bool) -> tuple[str, ...]:
+        """The files this job rewrites: a job whose full-budget tables are committed writes its quick tables beside
+        them (`*_quick`), so a quick run never replaces a full run's figures."""
+        return self.quick_outputs if quick and self.quick_outputs else self.outputs
 
     def argv(self, quick: bool, graphs: Path) -> list[str]:
         args = self.quick if quick else self.full
@@ -104,18 +110,20 @@ JOBS: tuple[Job, ...] = (
         "MegEngine static memory planning (seed 001)"),
     Job("milp_paper", "benchmarks.milp", ("--part", "paper", "--quick", "--graphs", f"{G}/milp"),
         ("--part", "paper", "--time-limit", "60", "--paper-stages", "60", "--generations", "20", "--graphs",
-         f"{G}/milp"), ("milp.md", "milp_quick.md"), "MO-SOS (seed 002) §3", fresh="milp"),
+         f"{G}/milp"), ("milp.md",), "MO-SOS (seed 002) §3", fresh="milp", quick_outputs=("milp_quick.md",)),
     Job("milp_execute", "benchmarks.milp", ("--part", "execute", "--graphs", f"{G}/milp"),
         ("--part", "execute", "--graphs", f"{G}/milp"), ("milp_execute.md",)),
     Job("milp_scale", "benchmarks.milp",
-        ("--part", "scale", "--time-limit", "10", "--layers", "10", "--stages", "30", "--graphs", f"{G}/milp"),
+        ("--part", "scale", "--time-limit", "120", "--node-limit", "300", "--layers", "10", "--stages", "",
+         "--graphs", f"{G}/milp"),
         ("--part", "scale", "--time-limit", "600", "--layers", "10,20,30", "--stages", "30,60,90,145",
          "--graphs", f"{G}/milp"), ("milp_scale.md",)),
     Job("milp_scale_vgg", "benchmarks.milp",
-        ("--part", "scale", "--time-limit", "10", "--layers", "", "--stages", "30", "--stem", "milp_scale_vgg",
+        ("--part", "scale", "--time-limit", "120", "--node-limit", "300", "--layers", "", "--stages", "30",
+         "--stem", "milp_scale_vgg_quick",
          "--graphs", f"{G}/milp"),
         ("--part", "scale", "--time-limit", "600", "--layers", "", "--stages", "60,90", "--stem", "milp_scale_vgg",
-         "--graphs", f"{G}/milp"), ("milp_scale_vgg.md",)),
+         "--graphs", f"{G}/milp"), ("milp_scale_vgg.md",), quick_outputs=("milp_scale_vgg_quick.md",)),
     Job("placement", "benchmarks.placement", ("--graphs", f"{G}/placement", "--time-limit", "5", "--quick"),
         ("--graphs", f"{G}/placement", "--time-limit", "30"), ("placement_latency.md", "placement_parts.md"),
         "placement (seed 004) Tables 4-5, Fig. 9", fresh="placement"),
@@ -129,7 +137,8 @@ JOBS: tuple[Job, ...] = (
     Job("fig8", "benchmarks.fig8", ("--work", f"{G}/fig8", "--quick"), ("--work", f"{G}/fig8"),
         ("fig8.md", "fig8.png"), "SwapAdvisor Fig. 8", fresh="fig8"),
     Job("ga_ablation", "benchmarks.ga_ablation", ("--graphs", G, "--quick"), ("--graphs", G),
-        ("ga_ablation.md", "fig9c.md", "fig9c.png"), "SwapAdvisor Fig. 9c, Fig. 10", clean=("ga_ablation",)),
+        ("ga_ablation.md", "fig9c.md", "fig9c.png"), "SwapAdvisor Fig. 9c, Fig. 10", clean=("ga_ablation",),
+        quick_outputs=("ga_ablation_quick.md", "fig9c_quick.md", "fig9c_quick.png")),
     Job("sensitivity", "benchmarks.sensitivity", ("--graphs", G, "--quick"), ("--graphs", G), ("sensitivity.md",)),
     Job("executor_cpu", "benchmarks.executor_cpu", ("--fractions", "0.5", "--iters", "1"), (),
         ("executor_cpu.md",)),
@@ -180,7 +189,7 @@ def main() -> None:
     jobs = [j for j in JOBS if (not only or j.name in only) and j.name not in skip]
     if args.list:
         for j in jobs:
-            print(f"{j.name:24s} {shlex.join(j.argv(args.quick, args.graphs)[1:])}  -> {', '.join(j.outputs)}")
+            print(f"{j.name:24s} {shlex.join(j.argv(args.quick, args.graphs)[1:])}  -> {', '.join(j.written(args.quick))}")
         return
     logs = ROOT / "out" / "regenerate"
     logs.mkdir(parents=True, exist_ok=True)
@@ -195,17 +204,19 @@ def main() -> None:
                          "command": f"hybrid capture --model NAME --device v100-16gb --out {args.graphs}/NAME.json",
                          "writes": "graphs (not in git)"})
     cuda = has_cuda()
+    budget = "quick" if args.quick else "full"
     for j in jobs:
         argv = j.argv(args.quick, args.graphs)
         cmd = "python " + shlex.join(argv[1:])
         if j.needs == "cuda" and not cuda:
             print(f"[{j.name}] skipped: no CUDA device on this machine", flush=True)
             rows.append({"job": j.name, "status": "skipped: needs a CUDA device", "seconds": 0.0, "command": cmd,
-                         "writes": ", ".join(j.outputs)})
+                         "writes": ", ".join(j.written(args.quick)), "budget": budget})
             continue
         if j.fresh and not args.no_capture:
             shutil.rmtree(args.graphs / j.fresh, ignore_errors=True)
         for c in j.clean:
+            c = f"{c}_quick" if args.quick and j.quick_outputs and not c.startswith("out/") else c
             shutil.rmtree(ROOT / c if c.startswith("out/") else RESULTS / c, ignore_errors=True)
         print(f"[{j.name}] {cmd}", flush=True)
         t0 = time.perf_counter()
@@ -214,11 +225,12 @@ def main() -> None:
         secs = time.perf_counter() - t0
         status = "ok" if rc == 0 else f"failed (exit {rc}; see out/regenerate/{j.name}.log)"
         print(f"[{j.name}] {status} in {secs:.0f} s", flush=True)
-        rows.append({"job": j.name, "status": status, "seconds": secs, "command": cmd, "writes": ", ".join(j.outputs)})
+        rows.append({"job": j.name, "status": status, "seconds": secs, "command": cmd,
+                     "writes": ", ".join(j.written(args.quick)), "budget": budget})
     total = time.perf_counter() - t_all
     df = pd.DataFrame(rows)
     df.insert(2, "commit", commit())
-    title = f"Every table regenerated ({'quick' if args.quick else 'full'} budgets)"
+    title = "Every table under results/ and the run that made it"
     if not only and not skip:
         write_table(df, "regenerate", title,
                     f"Code {commit()}; {total / 60:.1f} minutes in all on this machine "

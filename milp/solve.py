@@ -29,6 +29,8 @@ class SolveOptions:
     gap: float = 0.01          # relative MIP gap at which the solver may stop
     threads: int = 1
     verbose: bool = False
+    node_limit: int | None = None  # branch-and-bound nodes (HiGHS mip_max_nodes, CBC maxNodes): with one thread a
+    #                               work budget, so a run that stops on it gives the same incumbent whatever the load
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,14 @@ class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
         h.HandleKeyboardInterrupt = True
         h.solve()
 
+    def findSolutionValues(self, lp: pulp.LpProblem):  # noqa: ANN201
+        # PuLP's status table lacks kSolutionLimit (a node limit's stop); it has assigned the values by then, and
+        # `_solve_highs` reads the real status from HiGHS itself.
+        try:
+            return super().findSolutionValues(lp)
+        except KeyError:
+            return pulp.constants.LpStatusNotSolved, pulp.constants.LpSolutionIntegerFeasible
+
 
 def start_of(model: MilpModel, values: Values) -> dict[str, float]:
     """A MIP start for `model` from another model's solution (e.g. Checkmate-Auto's for MO-SOS): its ones
@@ -105,7 +115,8 @@ def _with_time(r: SolveResult, s: float) -> SolveResult:
 def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None) -> SolveResult:
     import highspy
 
-    solver = _HiGHS(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap, threads=opts.threads)
+    extra = {} if opts.node_limit is None else {"mip_max_nodes": int(opts.node_limit)}
+    solver = _HiGHS(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap, threads=opts.threads, **extra)
     solver.start = start
     t0 = time.perf_counter()
     model.lp.solve(solver)
@@ -144,8 +155,9 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions) -> SolveResult:
     fd, log = tempfile.mkstemp(suffix=".cbc.log")
     os.close(fd)
     try:
+        extra = [] if opts.node_limit is None else [f"maxNodes {int(opts.node_limit)}"]
         solver = pulp.PULP_CBC_CMD(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap,
-                                   threads=opts.threads, logPath=log)
+                                   threads=opts.threads, logPath=log, options=extra)
         t0 = time.perf_counter()
         model.lp.solve(solver)
         solve_s = time.perf_counter() - t0

@@ -51,11 +51,14 @@ def _status(solver, st) -> str:  # noqa: ANN001
 
 
 def _solve(m, time_limit_s: float, workers: int, seed: int):  # noqa: ANN001, ANN202
-    """(solver, status); one worker by default, so the same seed and budget give the same placement."""
+    """(solver, status). The limit is CP-SAT's deterministic time (its work counter, about a second each on a
+    desktop core), with one worker by default: the same seed and budget give the same placement whatever the
+    machine's load. Wall-clock time is capped too, generously, so a slow machine still returns."""
     from ortools.sat.python import cp_model
 
     s = cp_model.CpSolver()
-    s.parameters.max_time_in_seconds = float(time_limit_s)
+    s.parameters.max_deterministic_time = float(time_limit_s)
+    s.parameters.max_time_in_seconds = 4.0 * float(time_limit_s) + 10.0
     s.parameters.num_workers = int(workers)
     s.parameters.random_seed = int(seed)
     status = _status(s, s.Solve(m))

@@ -274,6 +274,19 @@ def test_time_limited_run_is_not_called_optimal() -> None:
         assert r.status in ("feasible", "no_solution") and "time" in r.solver_status.lower()
 
 
+def test_node_limited_run_repeats_and_is_not_called_optimal() -> None:
+    """A node budget is a work budget: the same incumbent every run (what makes --quick tables repeat)."""
+    g = training_graph(14, seed=5, impls_prob=0.6, workspace_prob=0.3)
+    dev = _device(g, 0.5)
+    so = SolveOptions(time_limit_s=120, gap=0.0, node_limit=3)
+    runs = [_solve(g, dev, so=so)[1] for _ in range(2)]
+    assert runs[0].status == runs[1].status and runs[0].objective_s == runs[1].objective_s
+    if runs[0].status != "optimal":
+        assert runs[0].status in ("feasible", "no_solution") and "limit" in runs[0].solver_status.lower()
+    else:
+        assert runs[0].gap is not None and runs[0].gap <= 1e-9
+
+
 def test_unknown_solver() -> None:
     g = training_graph(1, seed=0)
     m = build_model(build_problem(g, g.device))

@@ -40,7 +40,7 @@ SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faste
 @click.option("--branches/--no-branches", default=True, show_default=True,
               help="Split stretches of independent branches (Inception modules, downsample paths) into one "
                    "part per branch and a join, so branches may run on both devices at once.")
-@click.option("--time-limit", default="60s", show_default=True, help="CP-SAT's time limit, e.g. 30s, 5m.")
+@click.option("--time-limit", default="60s", show_default=True, help="CP-SAT's budget in its deterministic seconds (reproducible whatever the load; wall clock is capped at 4x + 10 s), e.g. 30s, 5m.")
 @click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT's random seed.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the placement as a plan (hybrid-plan/1 with a cpu stream).")
