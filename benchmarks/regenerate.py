@@ -149,6 +149,46 @@ JOBS: tuple[Job, ...] = (
 )
 
 
+# Minutes each job takes at full budgets on this 2-core machine: measured where the job was run at full budgets
+# (stated in its table), otherwise its budgets added up (time limits x runs). The full run has not been run whole.
+FULL_MINUTES: dict[str, tuple[float, str]] = {
+    "table1": (0.7, "same as --quick"),
+    "capture_scale": (10, "8 models, each captured in a child process (up to 2 min each)"),
+    "capture_replay": (3, "every small model replayed"),
+    "checkmate_baselines": (0.1, "same as --quick"),
+    "planner_speed": (1, "20 evaluations x 5 batches"),
+    "ga_evals_per_second": (1, "every suite graph"),
+    "ga_second_core": (5, "45 s x (1 and 2 workers) x 3 graphs"),
+    "recompute": (20, "60 s per suite search, 20 s per Checkmate search"),
+    "refine_compare": (110, "120 s x 2 arms x 3 seeds x 9 graphs"),
+    "refine_compare_beside": (110, "120 s x 2 arms x 3 seeds x 9 graphs"),
+    "refine_compare_auto": (110, "120 s x 2 arms x 3 seeds x 9 graphs"),
+    "refine_gap": (0.5, "reads refine_compare's plans"),
+    "refine_timeline": (0.1, "one plot"),
+    "refine_baselines": (9, "60 s x 9 graphs"),
+    "arena": (3.6, "measured (results/arena.md)"),
+    "arena_cpsat": (6, "6 instances x 2 solvers x 30 s"),
+    "arena_plans": (2, "Belady plans, 10 s of layout each"),
+    "arena_plans_ga": (4, "30 generations per Checkmate plan"),
+    "arena_plans_ga_suite": (15, "30 generations per suite graph"),
+    "arena_static": (2, "stated in its docstring"),
+    "milp_paper": (20, "measured (results/milp.md)"),
+    "milp_execute": (1, "same as --quick"),
+    "milp_scale": (70, "600 s x 7 models at most"),
+    "milp_scale_vgg": (6, "measured: 60 stages optimal in 256 s, 90 stages up to 600 s"),
+    "placement": (8, "11 models, VGG16 at 5 batches, 3 profiling runs"),
+    "ga_acceptance": (3.9, "measured (results/ga_acceptance.md)"),
+    "fig7": (1.5, "measured"),
+    "table2": (1, "measured"),
+    "fig8": (0.2, "measured"),
+    "ga_ablation": (25, "measured (results/ga_ablation.md)"),
+    "sensitivity": (2, "measured: 118 s"),
+    "executor_cpu": (4, "2 memory fractions x 3 iterations per model"),
+    "eager_reproducibility": (2, "24 runs"),
+    "executor_gpu": (30, "on an H100, in parts of 10 minutes"),
+}
+
+
 def capture_suite(graphs: Path, log) -> list[str]:  # noqa: ANN001
     """Capture the suite afresh (a stale file from older code would make every table that reads it stale)."""
     graphs.mkdir(parents=True, exist_ok=True)
@@ -160,6 +200,10 @@ def capture_suite(graphs: Path, log) -> list[str]:  # noqa: ANN001
                         str(graphs / f"{name}.json")], check=True, stdout=log, stderr=subprocess.STDOUT)
         done.append(f"{name} ({time.perf_counter() - t0:.0f} s)")
     return done
+
+
+def full_hours(jobs) -> float:  # noqa: ANN001
+    return sum(FULL_MINUTES[j.name][0] for j in jobs) / 60
 
 
 def has_cuda() -> bool:
@@ -189,7 +233,11 @@ def main() -> None:
     jobs = [j for j in JOBS if (not only or j.name in only) and j.name not in skip]
     if args.list:
         for j in jobs:
-            print(f"{j.name:24s} {shlex.join(j.argv(args.quick, args.graphs)[1:])}  -> {', '.join(j.written(args.quick))}")
+            full = "" if args.quick else f"  (~{FULL_MINUTES[j.name][0]:g} min: {FULL_MINUTES[j.name][1]})"
+            print(f"{j.name:24s} {shlex.join(j.argv(args.quick, args.graphs)[1:])}  -> "
+                  f"{', '.join(j.written(args.quick))}{full}")
+        if not args.quick:
+            print(f"full budgets: about {full_hours(jobs):.1f} hours in all (estimates above)")
         return
     logs = ROOT / "out" / "regenerate"
     logs.mkdir(parents=True, exist_ok=True)
@@ -235,7 +283,11 @@ def main() -> None:
         write_table(df, "regenerate", title,
                     f"Code {commit()}; {total / 60:.1f} minutes in all on this machine "
                     f"({'--quick' if args.quick else 'full budgets'}). Each table's own header names its command, "
-                    "the commit and its graphs.")
+                    "the commit and its graphs. The full budgets take about "
+                    f"{full_hours(JOBS):.1f} hours on this machine by the jobs' estimates (`--list`), most of it the "
+                    "three refine_compare tables (120 s per arm, seed and graph); tables committed at full budgets are "
+                    "kept beside their quick twins (`*_quick`), so a quick run never replaces them. Check that a "
+                    "second run changes no figure: `python -m benchmarks.compare_runs results/ OTHER/results/`.")
     elif (RESULTS / "regenerate.csv").exists():  # a partial run replaces its jobs' rows in the last whole run's table
         old = pd.read_csv(RESULTS / "regenerate.csv")
         old = old[~old["job"].isin(df["job"])]

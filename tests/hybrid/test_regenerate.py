@@ -36,3 +36,24 @@ def test_list_prints_each_job_with_its_command() -> None:
     lines = r.stdout.strip().splitlines()
     assert len(lines) == len(JOBS)
     assert all(line.split()[1] == "-m" for line in lines)
+
+
+def test_compare_runs_tells_timings_from_figures() -> None:
+    import pandas as pd
+
+    from benchmarks.compare_runs import compare_table
+
+    a = pd.DataFrame({"graph": ["g", "h"], "makespan_s": [1.0, 2.0], "solve_s": [0.5, 0.7]})
+    b = a.assign(solve_s=[0.9, 0.1])
+    assert compare_table(a, b, "t") == ([], ["solve_s (row 0: np.float64(0.5) against np.float64(0.9))"])
+    moved, _ = compare_table(a, b.assign(makespan_s=[1.0, 2.5]), "t")
+    assert moved and moved[0].startswith("makespan_s (row 1")
+    c = pd.DataFrame({"costs": ["roofline", "measured here"], "exact_ms": [1.0, 2.0]})
+    assert compare_table(c, c.assign(exact_ms=[1.0, 3.0]), "placement_latency")[0] == []
+    assert compare_table(c, c.assign(exact_ms=[1.5, 2.0]), "placement_latency")[0]
+
+
+def test_every_job_states_its_full_run_time() -> None:
+    from benchmarks.regenerate import FULL_MINUTES
+
+    assert {j.name for j in JOBS} == set(FULL_MINUTES)
