@@ -19,6 +19,8 @@ Writes results/regenerate.md: each job's command, status and time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import shlex
 import shutil
 import subprocess
@@ -47,6 +49,8 @@ class Job:
     clean: tuple[str, ...] = field(default=())  # folders under results/ (or out/...) emptied first: stale parts
     fresh: str = ""                    # a subfolder of --graphs the job captures into: emptied first
     quick_outputs: tuple[str, ...] = field(default=())  # where --quick writes instead, beside the full run's tables
+    alone: bool = False                # measures this machine (times, rates) or uses both cores: runs by itself
+    after: tuple[str, ...] = field(default=())  # jobs whose output it reads
 
     def written(self, quick: bool) -> tuple[str, ...]:
         """The files this job rewrites: a job whose full-budget tables are committed writes its quick tables beside
@@ -148,6 +152,13 @@ JOBS: tuple[Job, ...] = (
         "SwapAdvisor Fig. 11", needs="cuda"),
 )
 
+# Jobs that measure this machine (their tables report seconds or rates, or they use both cores) run alone.
+ALONE = {"capture_scale", "planner_speed", "ga_evals_per_second", "ga_second_core", "refine_compare_beside",
+         "refine_compare_auto", "arena", "arena_cpsat", "placement", "executor_cpu", "eager_reproducibility"}
+# Jobs that read another job's output, or share its capture folder (milp_paper empties out/graphs/milp first).
+AFTER = {"refine_gap": ("refine_compare",), "refine_timeline": ("refine_compare",),
+         "milp_execute": ("milp_paper",), "milp_scale": ("milp_paper",), "milp_scale_vgg": ("milp_paper",)}
+JOBS = tuple(dataclasses.replace(j, alone=j.name in ALONE, after=AFTER.get(j.name, ())) for j in JOBS)
 
 # Minutes each job takes at full budgets on this 2-core machine: measured where the job was run at full budgets
 # (stated in its table), otherwise its budgets added up (time limits x runs). The full run has not been run whole.
@@ -202,6 +213,27 @@ def capture_suite(graphs: Path, log) -> list[str]:  # noqa: ANN001
     return done
 
 
+def ready(pending: list[Job], running: dict, in_run: set[str], slots: int) -> list[Job]:
+    """Jobs to start now, in table order: a job waits for the jobs it reads (`after`); a job that measures
+    this machine (`alone`) waits for an empty machine and keeps it; the rest share `slots` cores. Their
+    figures do not depend on the company they keep (work budgets), only their measured seconds do."""
+    out: list[Job] = []
+    busy = len(running)
+    if any(r[0].alone for r in running.values()):
+        return out
+    waiting = {j.name for j in pending}
+    for j in pending:
+        if any(d in in_run and (d in waiting or d in running) for d in j.after):
+            continue
+        if j.alone:
+            if busy == 0 and not out:
+                return [j]
+            continue
+        if busy + len(out) < slots:
+            out.append(j)
+    return out
+
+
 def full_hours(jobs) -> float:  # noqa: ANN001
     return sum(FULL_MINUTES[j.name][0] for j in jobs) / 60
 
@@ -223,6 +255,9 @@ def main() -> None:
     ap.add_argument("--graphs", type=Path, default=ROOT / "out" / "graphs", help="where graphs are captured")
     ap.add_argument("--no-capture", action="store_true", help="reuse the suite graphs already in --graphs")
     ap.add_argument("--list", action="store_true", help="print the jobs and exit")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                    help="jobs run side by side (default: 2, or 1 on a 1-core machine); jobs that measure this "
+                         "machine always run alone")
     args = ap.parse_args()
     names = {j.name for j in JOBS}
     only = {s for s in args.only.split(",") if s}
@@ -253,28 +288,44 @@ def main() -> None:
                          "writes": "graphs (not in git)"})
     cuda = has_cuda()
     budget = "quick" if args.quick else "full"
+    pending = []
     for j in jobs:
-        argv = j.argv(args.quick, args.graphs)
-        cmd = "python " + shlex.join(argv[1:])
         if j.needs == "cuda" and not cuda:
             print(f"[{j.name}] skipped: no CUDA device on this machine", flush=True)
-            rows.append({"job": j.name, "status": "skipped: needs a CUDA device", "seconds": 0.0, "command": cmd,
+            rows.append({"job": j.name, "status": "skipped: needs a CUDA device", "seconds": 0.0,
+                         "command": "python " + shlex.join(j.argv(args.quick, args.graphs)[1:]),
                          "writes": ", ".join(j.written(args.quick)), "budget": budget})
-            continue
-        if j.fresh and not args.no_capture:
-            shutil.rmtree(args.graphs / j.fresh, ignore_errors=True)
-        for c in j.clean:
-            c = f"{c}_quick" if args.quick and j.quick_outputs and not c.startswith("out/") else c
-            shutil.rmtree(ROOT / c if c.startswith("out/") else RESULTS / c, ignore_errors=True)
-        print(f"[{j.name}] {cmd}", flush=True)
-        t0 = time.perf_counter()
-        with open(logs / f"{j.name}.log", "w") as log:
-            rc = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
-        secs = time.perf_counter() - t0
-        status = "ok" if rc == 0 else f"failed (exit {rc}; see out/regenerate/{j.name}.log)"
-        print(f"[{j.name}] {status} in {secs:.0f} s", flush=True)
-        rows.append({"job": j.name, "status": status, "seconds": secs, "command": cmd,
-                     "writes": ", ".join(j.written(args.quick)), "budget": budget})
+        else:
+            pending.append(j)
+    running: dict[str, tuple[Job, subprocess.Popen, float, object]] = {}
+    in_run = {j.name for j in pending}
+    while pending or running:
+        for j in ready(pending, running, in_run, args.jobs):
+            pending.remove(j)
+            argv = j.argv(args.quick, args.graphs)
+            if j.fresh and not args.no_capture:
+                shutil.rmtree(args.graphs / j.fresh, ignore_errors=True)
+            for c in j.clean:
+                c = f"{c}_quick" if args.quick and j.quick_outputs and not c.startswith("out/") else c
+                shutil.rmtree(ROOT / c if c.startswith("out/") else RESULTS / c, ignore_errors=True)
+            print(f"[{j.name}] python {shlex.join(argv[1:])}", flush=True)
+            log = open(logs / f"{j.name}.log", "w")
+            running[j.name] = (j, subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT),
+                               time.perf_counter(), log)
+        time.sleep(0.2)
+        for name, (j, proc, t0, log) in list(running.items()):
+            rc = proc.poll()
+            if rc is None:
+                continue
+            log.close()
+            del running[name]
+            secs = time.perf_counter() - t0
+            status = "ok" if rc == 0 else f"failed (exit {rc}; see out/regenerate/{j.name}.log)"
+            print(f"[{j.name}] {status} in {secs:.0f} s", flush=True)
+            rows.append({"job": j.name, "status": status, "seconds": secs,
+                         "command": "python " + shlex.join(j.argv(args.quick, args.graphs)[1:]),
+                         "writes": ", ".join(j.written(args.quick)), "budget": budget,
+                         "ran": "alone" if j.alone else f"beside others (--jobs {args.jobs})"})
     total = time.perf_counter() - t_all
     df = pd.DataFrame(rows)
     df.insert(2, "commit", commit())

@@ -57,3 +57,18 @@ def test_every_job_states_its_full_run_time() -> None:
     from benchmarks.regenerate import FULL_MINUTES
 
     assert {j.name for j in JOBS} == set(FULL_MINUTES)
+
+
+def test_side_by_side_jobs_wait_for_what_they_read_and_measuring_jobs_run_alone() -> None:
+    from benchmarks.regenerate import Job, ready
+
+    a, b = Job("a", "m", (), (), ()), Job("b", "m", (), (), (), after=("a",))
+    c, m = Job("c", "m", (), (), ()), Job("m", "m", (), (), (), alone=True)
+    names = {"a", "b", "c", "m"}
+    assert ready([a, b, c, m], {}, names, 2) == [a, c]           # b reads a's output; two slots
+    assert ready([b, m], {"a": (a,), "c": (c,)}, names, 2) == []  # full
+    assert ready([b, m], {"a": (a,)}, names, 2) == []              # b waits for a; m for an empty machine
+    assert ready([b, m], {"c": (c,)}, names, 2) == [b]             # a done: b goes beside c; m waits
+    assert ready([b, m], {}, names, 2) == [b]                      # m never starts beside another job
+    assert ready([m], {}, names, 2) == [m]
+    assert ready([c], {"m": (m,)}, names, 2) == []                 # nothing beside a measuring job
