@@ -274,6 +274,9 @@ def main() -> None:
         if not args.quick:
             print(f"full budgets: about {full_hours(jobs):.1f} hours in all (estimates above)")
         return
+    if commit().endswith("+dirty"):
+        print("warning: the code has uncommitted changes; every table will name its commit with +dirty (commit "
+              "first for tables a reader can trace)", file=sys.stderr, flush=True)
     logs = ROOT / "out" / "regenerate"
     logs.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
