@@ -234,6 +234,20 @@ def ready(pending: list[Job], running: dict, in_run: set[str], slots: int) -> li
     return out
 
 
+def kept_full_tables() -> str:
+    """The full-budget tables a quick run leaves alone, each with the commit its header names."""
+    import re
+
+    out = []
+    for j in JOBS:
+        for name in (o for o in (j.outputs if j.quick_outputs else ()) if o.endswith(".md")):
+            path = RESULTS / name
+            if path.exists():
+                m = re.search(r"code ([0-9a-f]{7,}(?:\+dirty)?)\)", path.read_text())
+                out.append(f"`{name}` (code {m.group(1) if m else 'unknown'})")
+    return ", ".join(out)
+
+
 def full_hours(jobs) -> float:  # noqa: ANN001
     return sum(FULL_MINUTES[j.name][0] for j in jobs) / 60
 
@@ -340,7 +354,8 @@ def main() -> None:
                     "the commit and its graphs. The full budgets take about "
                     f"{full_hours(JOBS):.1f} hours on this machine by the jobs' estimates (`--list`), most of it the "
                     "three refine_compare tables (120 s per arm, seed and graph); tables committed at full budgets are "
-                    "kept beside their quick twins (`*_quick`), so a quick run never replaces them. Check that a "
+                    f"kept beside their quick twins (`*_quick`), so a quick run never replaces them: {kept_full_tables()}. "
+                    "Check that a "
                     "second run changes no figure: `python -m benchmarks.compare_runs results/ OTHER/results/`.")
     elif (RESULTS / "regenerate.csv").exists():  # a partial run replaces its jobs' rows in the last whole run's table
         old = pd.read_csv(RESULTS / "regenerate.csv")
