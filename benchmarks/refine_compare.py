@@ -81,6 +81,31 @@ def graph_files(graph_dir: Path, labels) -> list[Path]:  # noqa: ANN001
     return files + [p for p in checkmate_train_files() if short_name(p) in names]
 
 
+def per_graph(spec: str | None, label: str, flag: str) -> int | None:
+    """A count from a per-graph flag value: `N` for every graph, or `N,NAME=M,...` (NAME: a label or its graph
+    name before the @) so that one quick run gives a 77-op graph and a 1,618-op one comparable work."""
+    if spec is None:
+        return None
+    default: int | None = None
+    named: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, eq, value = part.rpartition("=")
+        try:
+            n = int(value)
+        except ValueError:
+            raise SystemExit(f"{flag}: {part!r} is not a count (give N or NAME=N)") from None
+        if n < 0:
+            raise SystemExit(f"{flag}: {part!r} must not be negative")
+        if eq:
+            named[key] = n
+        else:
+            default = n
+    n = named.get(label, named.get(label.split("@")[0], default))
+    if n is None:
+        raise SystemExit(f"{flag}: no count for graph {label!r} (give a default N or {label.split('@')[0]}=N)")
+    return n
+
+
 def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
     """(mode, evaluation processes) that `hybrid optimize` picks by default for this graph on this machine."""
     from hybrid.refine.beside import placement
@@ -104,7 +129,7 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
             df[col] = float("nan")
     for col in COLUMNS:  # parts made before a column existed
         if col not in df:
-            df[col] = "" if col == "final_from" else float("nan")
+            df[col] = {"final_from": "", "budget": "time"}.get(col, float("nan"))
     if mode != "auto":  # parts made before the mode column existed
         df["mode"] = df["mode"].where(df["mode"].isin(["beside", "after"]), mode).astype(object)
     for i in df.index[(df["arm"] == "ga+cpsat") & df["split_makespan_s"].isna()]:
@@ -258,8 +283,20 @@ def main() -> None:
                     help="how GA+CP-SAT refines: beside the search (a second process) or after it (a share); auto: "
                          "per graph as `hybrid optimize` does by default, with its default evaluation processes")
     ap.add_argument("--elites", type=int, default=None, help="plans offered to the refiner per generation (beside)")
+    ap.add_argument("--generations", default=None,
+                    help="work budget (after mode, and graphs auto runs after): the GA's generations per arm, "
+                         "(1 - refine share) of them before the split; N, or N,NAME=M,... per graph; with "
+                         "--windows. --time-limit is then only a safety net per phase")
+    ap.add_argument("--windows", default=None,
+                    help="work budget: CP-SAT windows refinement may solve after the split (N or N,NAME=M,...; "
+                         "with --generations)")
     ap.add_argument("--merge", action="store_true", help="only merge results/<stem>_parts/ into the tables")
     args = ap.parse_args()
+    if (args.generations is None) != (args.windows is None):
+        raise SystemExit("refine_compare: give --generations and --windows together, or neither")
+    if args.generations is not None and args.mode == "beside":
+        raise SystemExit("refine_compare: --generations/--windows budget --mode after (and auto's after graphs); "
+                         "beside races a process against the search on wall time")
     if args.merge:
         print(merge(args.graph_dir, args.mode).to_markdown(index=False, floatfmt=".4g"))
         return
@@ -272,6 +309,9 @@ def main() -> None:
     for label, g, dev in graphs(args.graph_dir, only):
         extra = {} if args.patience is None else {"patience": args.patience}
         mode, workers = auto_mode(g, dev) if args.mode == "auto" else (args.mode, 1)
+        if mode == "after" and args.generations is not None:
+            extra.update(generations=per_graph(args.generations, label, "--generations"),
+                         windows=per_graph(args.windows, label, "--windows"))
         df = compare(g, dev, time_limit_s=args.time_limit, seeds=seeds, refine_share=args.refine_share, **extra,
                      mode=mode, workers=workers, elites=args.elites, progress=print,
                      out_dir=ROOT / "out" / stem(args.mode) / label.replace("@", "_"))
