@@ -290,13 +290,22 @@ def main() -> None:
     ap.add_argument("--windows", default=None,
                     help="work budget: CP-SAT windows refinement may solve after the split (N or N,NAME=M,...; "
                          "with --generations)")
+    ap.add_argument("--lockstep", default=None,
+                    help="beside on a work budget (and auto's beside graphs): the refiner takes an offer every N "
+                         "generations and refines it with --windows windows, in this process after the search "
+                         "(hybrid.refine.beside.Lockstep); N or N,NAME=M,...")
+    ap.add_argument("--second-core-ratio", type=float, default=1.0,
+                    help="with --lockstep: GA-only runs this times --generations (what its extra evaluation "
+                         "process buys; gen_ratio in results/ga_second_core.md), a fixed input")
     ap.add_argument("--merge", action="store_true", help="only merge results/<stem>_parts/ into the tables")
     args = ap.parse_args()
     if (args.generations is None) != (args.windows is None):
         raise SystemExit("refine_compare: give --generations and --windows together, or neither")
-    if args.generations is not None and args.mode == "beside":
-        raise SystemExit("refine_compare: --generations/--windows budget --mode after (and auto's after graphs); "
-                         "beside races a process against the search on wall time")
+    if args.lockstep is not None and args.generations is None:
+        raise SystemExit("refine_compare: --lockstep needs a work budget (--generations, --windows)")
+    if args.generations is not None and args.mode == "beside" and args.lockstep is None:
+        raise SystemExit("refine_compare: a work budget in beside mode needs --lockstep N (generations between the "
+                         "refiner's offers); without it beside races a process against the search on wall time")
     if args.merge:
         print(merge(args.graph_dir, args.mode).to_markdown(index=False, floatfmt=".4g"))
         return
@@ -309,9 +318,12 @@ def main() -> None:
     for label, g, dev in graphs(args.graph_dir, only):
         extra = {} if args.patience is None else {"patience": args.patience}
         mode, workers = auto_mode(g, dev) if args.mode == "auto" else (args.mode, 1)
-        if mode == "after" and args.generations is not None:
+        if args.generations is not None and (mode == "after" or args.lockstep is not None):
             extra.update(generations=per_graph(args.generations, label, "--generations"),
                          windows=per_graph(args.windows, label, "--windows"))
+            if mode == "beside":
+                extra.update(lockstep=per_graph(args.lockstep, label, "--lockstep"),
+                             second_core_ratio=args.second_core_ratio)
         df = compare(g, dev, time_limit_s=args.time_limit, seeds=seeds, refine_share=args.refine_share, **extra,
                      mode=mode, workers=workers, elites=args.elites, progress=print,
                      out_dir=ROOT / "out" / stem(args.mode) / label.replace("@", "_"))

@@ -141,7 +141,8 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
             refine_options=None, patience: float | None = DEFAULT_PATIENCE, mode: str = "beside",
             elites: int | None = None, progress: Callable[[str], None] | None = None,
             options=None, milp_time_s: float | None = None, milp_stages: int | None = None,
-            generations: int | None = None, windows: int | None = None) -> pd.DataFrame:
+            generations: int | None = None, windows: int | None = None, lockstep: int | None = None,
+            second_core_ratio: float = 1.0) -> pd.DataFrame:
     """Run both arms for every seed on `graph` (on `device`, default the graph's); the table as a DataFrame.
 
     Plans go to `out_dir` when given: `<graph>-seed<N>-ga.json`, `<graph>-seed<N>-ga+cpsat.json`, and
@@ -165,6 +166,11 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     and the windows it leaves unused hand back their share of the resumed generations
     (`hybrid.refine.handoff.WorkBudget`). `time_limit_s` is then only a safety net for each phase (the
     `budget` column says "work, cut by the time limit" if one ever stopped there).
+    In beside mode they need `lockstep` (generations between the refiner's offers,
+    `hybrid.refine.beside.Lockstep`): the GA+CP-SAT arm's search runs `generations` and the refiner
+    refines one offer per `lockstep` generations with `windows` windows each; GA-only runs
+    round(`second_core_ratio` x `generations`), the generations its extra evaluation process would buy
+    (a fixed input, e.g. `gen_ratio` of results/ga_second_core.md, so that no figure depends on timing).
     Ctrl-C (or SIGTERM under `hybrid compare`) returns the seeds completed so far, with
     `attrs["interrupted"]` set; with none completed, KeyboardInterrupt propagates.
     """
@@ -179,9 +185,19 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     work = None
     if (generations is None) != (windows is None):
         raise HybridError("give --generations and --windows together (a work budget for both arms), or neither")
-    if generations is not None:
-        if mode != "after":
-            raise HybridError(f"--generations/--windows budget the after mode only, not --refine-mode {mode}")
+    if lockstep is not None and (mode != "beside" or generations is None):
+        raise HybridError("--lockstep needs --refine-mode beside and a work budget (--generations, --windows)")
+    if second_core_ratio <= 0:
+        raise HybridError(f"--second-core-ratio must be positive, got {second_core_ratio}")
+    if generations is not None and mode == "beside":
+        if lockstep is None:
+            raise HybridError("a work budget in beside mode needs --lockstep N (generations between offers)")
+        from hybrid.refine.beside import DEFAULT_ELITES, Lockstep
+        from hybrid.refine.handoff import WorkBudget
+
+        work = Lockstep(lockstep, int(windows), elites or DEFAULT_ELITES,  # type: ignore[arg-type]
+                        WorkBudget.patience_of(int(windows), patience)), generations, second_core_ratio
+    elif generations is not None:
         from hybrid.refine.handoff import WorkBudget
 
         split_at = round((1.0 - refine_share) * generations)
@@ -229,7 +245,10 @@ def _seed_rows(graph, device, cfg, time_limit_s, refine_share, workers, refine_o
     from hybrid.validator import validate
 
     seed = cfg.seed
-    if work is not None:
+    if work is not None and mode == "beside":
+        ga_plan, r_ga, hybrid_plan, r_h, split_plan = _beside_lockstep(graph, device, cfg, options, time_limit_s,
+                                                                       workers, refine_options, work, say)
+    elif work is not None:
         ga_plan, r_ga, hybrid_plan, r_h, split_plan = _after_work(graph, device, cfg, options, time_limit_s, workers,
                                                                   refine_options, work, say)
     else:
@@ -296,6 +315,53 @@ def _beside(graph, device, cfg, options, time_limit_s, refine_share, workers, re
     say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
         f"{rep.refined} plans refined beside it, {rep.elites} of them elites, {rep.windows} windows, "
         f"{rep.accepted} accepted; final from {r_h['final_from']}; {r_h['wall_s']:.1f} s)"
+        + (f"; {rep.error}" if rep.error else ""))
+    return ga_plan, r_ga, hybrid_plan, r_h, rep.from_plan
+
+
+def _beside_lockstep(graph, device, cfg, options, time_limit_s, workers, refine_options, work,  # noqa: ANN001
+                     say) -> tuple[Plan, dict, Plan, dict, Plan | None]:
+    """Beside on counted work: `work` = (a fresh `Lockstep`, generations, GA-only's generation ratio)."""
+    from dataclasses import replace as copy
+
+    from ga import optimize
+
+    proto, generations, ratio = work
+    lock = copy(proto, offers=[], _done=set())  # the offers of this seed only
+    ga_gens = max(0, round(ratio * generations))
+    t0 = time.monotonic()
+    alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=ga_gens, workers=workers + 1,
+                     options=options)
+    ga_plan = alone.to_plan(generations=ga_gens)
+    r_ga = {"search_s": alone.search_time_s, "wall_s": time.monotonic() - t0, "ga_generations": alone.generations,
+            "workers": workers + 1}
+    say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({alone.generations} generations, "
+        f"{workers + 1} workers, {r_ga['wall_s']:.1f} s)")
+    t1 = time.monotonic()
+    res = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=generations, workers=workers,
+                   observe=lock.offer, options=options)
+    rep = lock.refine(graph, device, options, seed=cfg.seed, refine_options=refine_options,
+                      plan_info={"generations": generations}, time_limit_s=time_limit_s)
+    cut = "time limit" in (alone.stop_reason, res.stop_reason) or any(e["stop"] == "time limit" for e in rep.log)
+    label = "work, cut by the time limit" if cut else "work"
+    if cut:
+        say(f"{graph.name} seed {cfg.seed}: WARNING a phase stopped at the --time-limit safety net; its figures "
+            "depend on this machine's load (raise --time-limit)")
+    own = res.to_plan(generations=generations)
+    hybrid_plan = rep.pick(own)
+    r_ga["budget"] = label
+    r_h = {"search_s": res.search_time_s, "wall_s": time.monotonic() - t1, "ga_generations": res.generations,
+           "workers": workers, "refine_s": rep.busy_s, "final_from": "ga" if hybrid_plan is own else "cpsat",
+           "refine_windows": rep.windows, "refine_accepted": rep.accepted, "arm_ga_makespan_s": own.makespan_s,
+           "refined_plans": rep.refined, "refined_elites": rep.elites, "budget": label}
+    if rep.plan is not None:
+        r_h.update(split_makespan_s=rep.from_makespan_s, rebind_makespan_s=rep.rebind_makespan_s,
+                   reorder_makespan_s=rep.reorder_makespan_s)
+        r_h["rewalk_gain"], r_h["reorder_gain"], r_h["window_gain"] = split_gains(
+            rep.from_makespan_s, rep.rebind_makespan_s, rep.reorder_makespan_s, rep.plan.makespan_s)
+    say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
+        f"{rep.refined} plans refined in lockstep, every {lock.every} generations, {rep.elites} of them elites, "
+        f"{rep.windows} windows, {rep.accepted} accepted; final from {r_h['final_from']}; {r_h['wall_s']:.1f} s)"
         + (f"; {rep.error}" if rep.error else ""))
     return ga_plan, r_ga, hybrid_plan, r_h, rep.from_plan
 
