@@ -19,10 +19,25 @@ results/refine_compare[_beside|_auto]_summary.{csv,md} (one line per graph), and
 out/refine_compare[_beside|_auto]/ (no suffix: the after mode, whose tables came first). Merging recomputes
 `hybrid.plan.bounds.schedule_bound` for every saved plan.
 
-Examples (what produced the committed tables):
-    python -m benchmarks.refine_compare --time-limit 60 --seeds 1,2,3 --graph-dir out/graphs
+Budgets. By default (the full runs) each arm gets --time-limit seconds: the comparison is at equal wall time,
+so generations, windows and makespans depend on the machine's load. With --generations and --windows (quick
+runs; N, or N,NAME=M,... per graph) the arms run counted work instead (`hybrid.report.compare.compare`):
+after mode splits the generations and counts refinement's budget and patience in CP-SAT windows; beside
+mode also needs --lockstep N (`hybrid.refine.beside.Lockstep`: an offer every N generations, refined in
+this process; GA-only gets --second-core-ratio times the generations). Every figure but the measured seconds
+is then fixed by the seeds; --time-limit is only a safety net (the `budget` column flags a row it cut).
+
+Full runs (time budgets, the nine graphs, 3 seeds; about 65 min after, 110 min beside, 90 min auto):
+    python -m benchmarks.refine_compare --time-limit 120 --seeds 1,2,3 --graph-dir out/graphs
     python -m benchmarks.refine_compare --mode after --time-limit 120 --seeds 1,2,3 --graph-dir out/graphs
-    python -m benchmarks.refine_compare --mode auto --time-limit 60 --seeds 1,2,3 --only rnn-8-8k,...
+    python -m benchmarks.refine_compare --mode auto --time-limit 120 --seeds 1,2,3 --graph-dir out/graphs
+Quick, deterministic runs (about 20 s each):
+    python -m benchmarks.refine_compare --mode after --time-limit 300 --seeds 1 \
+        --generations 60,segnet_32_416_608_3_train=300 --windows 12,segnet_32_416_608_3_train=100 \
+        --only inception-v4-4,segnet_32_416_608_3_train
+    python -m benchmarks.refine_compare --mode beside --time-limit 300 --seeds 1 --generations 40 --windows 4 \
+        --lockstep 10 --second-core-ratio 1.5 --only inception-v4-4
+    python -m benchmarks.refine_compare --mode auto (the beside flags) --generations 60 --windows 12
 """
 from __future__ import annotations
 
@@ -148,7 +163,7 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     df["seed"] = df["seed"].astype("Int64")
     df = with_medians(df[COLUMNS])
     df.insert(1, "label", [labels[(g, m)] for g, m in zip(df["graph"], df["memory_bytes"])])
-    notes = NOTES[mode]
+    notes = NOTES[mode] + "\n\n" + budget_note(df)
     files = graph_files(graph_dir, set(df["label"]))
     paper = "SwapAdvisor §6 (the GA) with this project's CP-SAT refinement (no paper counterpart)"
     write_table(df, stem(mode), f"GA-only vs GA + CP-SAT refinement ({mode}) at equal wall time", notes,
@@ -176,7 +191,11 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
         for lab, g, mem, w in zip(worse["label"], worse["graph"], worse["memory_bytes"], worse["worst_seed_gain"]):
             r = seeds[(seeds["graph"] == g) & (seeds["memory_bytes"] == mem)].sort_values("gain_vs_ga").iloc[0]
             modes.add(r["mode"])
-            if r["mode"] == "after":
+            if r["mode"] == "after" and str(r.get("budget", "time")).startswith("work"):
+                parts.append(f"{lab} (seed {r['seed']}: {100 * w:.2g}%, refinement {int(r['refine_windows'])} "
+                             f"windows, then the search {int(r['resumed_generations'])} generations; final plan "
+                             f"from {r['final_from'] or 'cpsat'})")
+            elif r["mode"] == "after":
                 parts.append(f"{lab} (seed {r['seed']}: {100 * w:.2g}%, refinement {r['refine_s']:.1f} s, then "
                              f"the search {r['resume_s']:.1f} s; final plan from {r['final_from'] or 'cpsat'})")
             else:
@@ -228,8 +247,32 @@ GRAPHS_NOTE = """\
 SwapAdvisor graphs: captured afresh for v100-16gb (`hybrid capture --model NAME --device v100-16gb`, the paper's
 batch sizes, the capture's default Adam step; 16 GiB, 12 GB/s each way). Checkmate graphs: imported with the balanced
 time scale, v100-16gb's link, memory at 25% (else 50%) of the unswapped peak; graphs whose largest op alone needs
-more than 50% of the peak are skipped. All plans pass `hybrid validate`. The searches run on wall-clock budgets
-(the comparison is at equal wall time), so generations per budget depend on this machine's load."""
+more than 50% of the peak are skipped. All plans pass `hybrid validate`."""
+
+
+def budget_note(df: pd.DataFrame) -> str:
+    """Which figures are fixed by the seeds and which are timings, from the rows' `budget` column."""
+    kinds = set(df.loc[df["row"] == "seed", "budget"].astype(str))
+    timing = "`search_s`, `wall_s`, `refine_s`, `resume_s`"
+    work = ("Work budget (--generations, --windows; beside: --lockstep, --second-core-ratio): the arms run counted "
+            "generations and CP-SAT windows (each on deterministic time), with the wall-clock limit only a safety "
+            f"net, so every figure but the measured seconds ({timing}) is fixed by the seeds. After mode: "
+            "(1 - refine share) of the generations before the split; refinement's patience and hand-back count "
+            "windows (`hybrid.refine.handoff.WorkBudget`: unused windows hand back their share of the resumed "
+            "generations). Beside mode runs `hybrid.refine.beside.Lockstep`: the refiner takes an offer every N "
+            "generations and refines it with the window budget, in one process, and GA-only runs the "
+            "--second-core-ratio times the generations (the second process's speed-up, a fixed input): it measures "
+            "what refining the elites gains, not how two processes share the machine.")
+    time_ = ("Figures depend on timing: the arms run on wall-clock budgets (the comparison is at equal wall time), "
+             "so generations, windows and every makespan depend on this machine's load.")
+    if any(k.startswith("work, cut") for k in kinds):
+        work += (" WARNING: some phase stopped at the wall-clock safety net (`budget` says which rows); those "
+                 "rows depend on timing.")
+    if kinds <= {"work", "work, cut by the time limit"}:
+        return work
+    if "time" in kinds and len(kinds) == 1:
+        return time_
+    return (f"Mixed budgets (`budget` column): rows marked work as follows. {work} Rows marked time: {time_}")
 
 NOTES_AFTER = """\
 Mode after (`--mode after`). Per (graph, seed): the GA (`ga.optimize`, default settings) runs for 80% of the
