@@ -163,7 +163,7 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     df["seed"] = df["seed"].astype("Int64")
     df = with_medians(df[COLUMNS])
     df.insert(1, "label", [labels[(g, m)] for g, m in zip(df["graph"], df["memory_bytes"])])
-    notes = NOTES[mode] + "\n\n" + budget_note(df)
+    notes = budget_note(df) + "\n\n" + NOTES[mode]  # first: it says how to read the protocol below
     files = graph_files(graph_dir, set(df["label"]))
     paper = "SwapAdvisor §6 (the GA) with this project's CP-SAT refinement (no paper counterpart)"
     write_table(df, stem(mode), f"GA-only vs GA + CP-SAT refinement ({mode}) at equal wall time", notes,
@@ -259,8 +259,9 @@ def budget_note(df: pd.DataFrame) -> str:
             f"net, so every figure but the measured seconds ({timing}) is fixed by the seeds. After mode: "
             "(1 - refine share) of the generations before the split; refinement's patience and hand-back count "
             "windows (`hybrid.refine.handoff.WorkBudget`: unused windows hand back their share of the resumed "
-            "generations). Beside mode runs `hybrid.refine.beside.Lockstep`: the refiner takes an offer every N "
-            "generations and refines it with the window budget, in one process, and GA-only runs the "
+            "generations). Beside mode runs `hybrid.refine.beside.Lockstep` instead of a refiner process racing the "
+            "search: the refiner takes an offer every N generations and refines it with the window budget, in the "
+            "same process after the search (the offers do not depend on what refinement finds), and GA-only runs "
             "--second-core-ratio times the generations (the second process's speed-up, a fixed input): it measures "
             "what refining the elites gains, not how two processes share the machine.")
     time_ = ("Figures depend on timing: the arms run on wall-clock budgets (the comparison is at equal wall time), "
