@@ -262,7 +262,7 @@ def budget_note(df: pd.DataFrame) -> str:
             "generations). Beside mode runs `hybrid.refine.beside.Lockstep` instead of a refiner process racing the "
             "search: the refiner takes an offer every N generations and refines it with the window budget, in the "
             "same process after the search (the offers do not depend on what refinement finds), and GA-only runs "
-            "--second-core-ratio times the generations (the second process's speed-up, a fixed input): it measures "
+            "--second-core-ratio times as many generations (the second process's speed-up, a fixed input): it measures "
             "what refining the elites gains, not how two processes share the machine.")
     time_ = ("Figures depend on timing: the arms run on wall-clock budgets (the comparison is at equal wall time), "
              "so generations, windows and every makespan depend on this machine's load.")
