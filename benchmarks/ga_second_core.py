@@ -17,8 +17,8 @@ candidates to the pool costs more than it saves.
 
 Writes results/ga_second_core.{md,csv}. The full run (about 5 minutes: 45 s x 2 runs x 3 graphs):
     python -m benchmarks.ga_second_core --time-limit 45 --only inception-v4-4,segnet_32_416_608_3_train,rnn-8-8k
-The quick run (about 12 s; rnn-8-8k evaluates in about 0.3 s, so 15 generations of 50 evaluations):
-    python -m benchmarks.ga_second_core --generations 15 --only rnn-8-8k
+The quick run (about 10 s; 10 generations of about 50 evaluations each on rnn-8-8k):
+    python -m benchmarks.ga_second_core --generations 10 --only rnn-8-8k
 """
 from __future__ import annotations
 
