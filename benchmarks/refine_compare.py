@@ -32,7 +32,7 @@ Full runs (time budgets, the nine graphs, 3 seeds; about 65 min after, 110 min b
     python -m benchmarks.refine_compare --mode after --time-limit 120 --seeds 1,2,3 --graph-dir out/graphs
     python -m benchmarks.refine_compare --mode auto --time-limit 120 --seeds 1,2,3 --graph-dir out/graphs
 Quick, deterministic runs (about 16, 17 and 8 s here; --second-core-ratio 1.5: what a second evaluation
-process bought the search on Inception-v4 in results/ga_second_core.md's full run):
+process bought the search on the bigger graphs in ga_second_core's full run, per hybrid.refine.beside):
     python -m benchmarks.refine_compare --mode after --time-limit 300 --seeds 1 \
         --generations 40,segnet_32_416_608_3_train=300 --windows 12,segnet_32_416_608_3_train=100 \
         --only inception-v4-4,segnet_32_416_608_3_train
