@@ -19,10 +19,26 @@ results/refine_compare[_beside|_auto]_summary.{csv,md} (one line per graph), and
 out/refine_compare[_beside|_auto]/ (no suffix: the after mode, whose tables came first). Merging recomputes
 `hybrid.plan.bounds.schedule_bound` for every saved plan.
 
-Examples (what produced the committed tables):
-    python -m benchmarks.refine_compare --time-limit 60 --seeds 1,2,3 --graph-dir out/graphs
+Budgets. By default (the full runs) each arm gets --time-limit seconds: the comparison is at equal wall time,
+so generations, windows and makespans depend on the machine's load. With --generations and --windows (quick
+runs; N, or N,NAME=M,... per graph) the arms run counted work instead (`hybrid.report.compare.compare`):
+after mode splits the generations and counts refinement's budget and patience in CP-SAT windows; beside
+mode also needs --lockstep N (`hybrid.refine.beside.Lockstep`: an offer every N generations, refined in
+this process; GA-only gets --second-core-ratio times the generations). Every figure but the measured seconds
+is then fixed by the seeds; --time-limit is only a safety net (the `budget` column flags a row it cut).
+
+Full runs (time budgets, the nine graphs, 3 seeds; about 65 min after, 110 min beside, 90 min auto):
+    python -m benchmarks.refine_compare --time-limit 120 --seeds 1,2,3 --graph-dir out/graphs
     python -m benchmarks.refine_compare --mode after --time-limit 120 --seeds 1,2,3 --graph-dir out/graphs
-    python -m benchmarks.refine_compare --mode auto --time-limit 60 --seeds 1,2,3 --only rnn-8-8k,...
+    python -m benchmarks.refine_compare --mode auto --time-limit 120 --seeds 1,2,3 --graph-dir out/graphs
+Quick, deterministic runs (about 16, 17 and 8 s here; --second-core-ratio 1.5: what a second evaluation
+process bought the search on the bigger graphs in ga_second_core's full run, per hybrid.refine.beside):
+    python -m benchmarks.refine_compare --mode after --time-limit 300 --seeds 1 \
+        --generations 40,segnet_32_416_608_3_train=300 --windows 12,segnet_32_416_608_3_train=100 \
+        --only inception-v4-4,segnet_32_416_608_3_train
+    python -m benchmarks.refine_compare --mode beside --time-limit 300 --seeds 1 --generations 30 --windows 4 \
+        --lockstep 10 --second-core-ratio 1.5 --only inception-v4-4
+    python -m benchmarks.refine_compare --mode auto (the beside run's other flags)
 """
 from __future__ import annotations
 
@@ -81,6 +97,31 @@ def graph_files(graph_dir: Path, labels) -> list[Path]:  # noqa: ANN001
     return files + [p for p in checkmate_train_files() if short_name(p) in names]
 
 
+def per_graph(spec: str | None, label: str, flag: str) -> int | None:
+    """A count from a per-graph flag value: `N` for every graph, or `N,NAME=M,...` (NAME: a label or its graph
+    name before the @) so that one quick run gives a 77-op graph and a 1,618-op one comparable work."""
+    if spec is None:
+        return None
+    default: int | None = None
+    named: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, eq, value = part.rpartition("=")
+        try:
+            n = int(value)
+        except ValueError:
+            raise SystemExit(f"{flag}: {part!r} is not a count (give N or NAME=N)") from None
+        if n < 0:
+            raise SystemExit(f"{flag}: {part!r} must not be negative")
+        if eq:
+            named[key] = n
+        else:
+            default = n
+    n = named.get(label, named.get(label.split("@")[0], default))
+    if n is None:
+        raise SystemExit(f"{flag}: no count for graph {label!r} (give a default N or {label.split('@')[0]}=N)")
+    return n
+
+
 def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
     """(mode, evaluation processes) that `hybrid optimize` picks by default for this graph on this machine."""
     from hybrid.refine.beside import placement
@@ -104,7 +145,7 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
             df[col] = float("nan")
     for col in COLUMNS:  # parts made before a column existed
         if col not in df:
-            df[col] = "" if col == "final_from" else float("nan")
+            df[col] = {"final_from": "", "budget": "time"}.get(col, float("nan"))
     if mode != "auto":  # parts made before the mode column existed
         df["mode"] = df["mode"].where(df["mode"].isin(["beside", "after"]), mode).astype(object)
     for i in df.index[(df["arm"] == "ga+cpsat") & df["split_makespan_s"].isna()]:
@@ -123,7 +164,7 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     df["seed"] = df["seed"].astype("Int64")
     df = with_medians(df[COLUMNS])
     df.insert(1, "label", [labels[(g, m)] for g, m in zip(df["graph"], df["memory_bytes"])])
-    notes = NOTES[mode]
+    notes = budget_note(df) + "\n\n" + NOTES[mode]  # first: it says how to read the protocol below
     files = graph_files(graph_dir, set(df["label"]))
     paper = "SwapAdvisor §6 (the GA) with this project's CP-SAT refinement (no paper counterpart)"
     write_table(df, stem(mode), f"GA-only vs GA + CP-SAT refinement ({mode}) at equal wall time", notes,
@@ -151,7 +192,11 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
         for lab, g, mem, w in zip(worse["label"], worse["graph"], worse["memory_bytes"], worse["worst_seed_gain"]):
             r = seeds[(seeds["graph"] == g) & (seeds["memory_bytes"] == mem)].sort_values("gain_vs_ga").iloc[0]
             modes.add(r["mode"])
-            if r["mode"] == "after":
+            if r["mode"] == "after" and str(r.get("budget", "time")).startswith("work"):
+                parts.append(f"{lab} (seed {r['seed']}: {100 * w:.2g}%, refinement {int(r['refine_windows'])} "
+                             f"windows, then the search {int(r['resumed_generations'])} generations; final plan "
+                             f"from {r['final_from'] or 'cpsat'})")
+            elif r["mode"] == "after":
                 parts.append(f"{lab} (seed {r['seed']}: {100 * w:.2g}%, refinement {r['refine_s']:.1f} s, then "
                              f"the search {r['resume_s']:.1f} s; final plan from {r['final_from'] or 'cpsat'})")
             else:
@@ -203,8 +248,33 @@ GRAPHS_NOTE = """\
 SwapAdvisor graphs: captured afresh for v100-16gb (`hybrid capture --model NAME --device v100-16gb`, the paper's
 batch sizes, the capture's default Adam step; 16 GiB, 12 GB/s each way). Checkmate graphs: imported with the balanced
 time scale, v100-16gb's link, memory at 25% (else 50%) of the unswapped peak; graphs whose largest op alone needs
-more than 50% of the peak are skipped. All plans pass `hybrid validate`. The searches run on wall-clock budgets
-(the comparison is at equal wall time), so generations per budget depend on this machine's load."""
+more than 50% of the peak are skipped. All plans pass `hybrid validate`."""
+
+
+def budget_note(df: pd.DataFrame) -> str:
+    """Which figures are fixed by the seeds and which are timings, from the rows' `budget` column."""
+    kinds = set(df.loc[df["row"] == "seed", "budget"].astype(str))
+    timing = "`search_s`, `wall_s`, `refine_s`, `resume_s`"
+    work = ("Work budget (--generations, --windows; beside: --lockstep, --second-core-ratio): the arms run counted "
+            "generations and CP-SAT windows (each on deterministic time), with the wall-clock limit only a safety "
+            f"net, so every figure but the measured seconds ({timing}) is fixed by the seeds. After mode: "
+            "(1 - refine share) of the generations before the split; refinement's patience and hand-back count "
+            "windows (`hybrid.refine.handoff.WorkBudget`: unused windows hand back their share of the resumed "
+            "generations). Beside mode runs `hybrid.refine.beside.Lockstep` instead of a refiner process racing the "
+            "search: the refiner takes an offer every N generations and refines it with the window budget, in the "
+            "same process after the search (the offers do not depend on what refinement finds), and GA-only runs "
+            "--second-core-ratio times as many generations (the second process's speed-up, a fixed input): it measures "
+            "what refining the elites gains, not how two processes share the machine.")
+    time_ = ("Figures depend on timing: the arms run on wall-clock budgets (the comparison is at equal wall time), "
+             "so generations, windows and every makespan depend on this machine's load.")
+    if any(k.startswith("work, cut") for k in kinds):
+        work += (" WARNING: some phase stopped at the wall-clock safety net (`budget` says which rows); those "
+                 "rows depend on timing.")
+    if kinds <= {"work", "work, cut by the time limit"}:
+        return work
+    if "time" in kinds and len(kinds) == 1:
+        return time_
+    return (f"Mixed budgets (`budget` column): rows marked work as follows. {work} Rows marked time: {time_}")
 
 NOTES_AFTER = """\
 Mode after (`--mode after`). Per (graph, seed): the GA (`ga.optimize`, default settings) runs for 80% of the
@@ -258,8 +328,29 @@ def main() -> None:
                     help="how GA+CP-SAT refines: beside the search (a second process) or after it (a share); auto: "
                          "per graph as `hybrid optimize` does by default, with its default evaluation processes")
     ap.add_argument("--elites", type=int, default=None, help="plans offered to the refiner per generation (beside)")
+    ap.add_argument("--generations", default=None,
+                    help="work budget (after mode, and graphs auto runs after): the GA's generations per arm, "
+                         "(1 - refine share) of them before the split; N, or N,NAME=M,... per graph; with "
+                         "--windows. --time-limit is then only a safety net per phase")
+    ap.add_argument("--windows", default=None,
+                    help="work budget: CP-SAT windows refinement may solve after the split (N or N,NAME=M,...; "
+                         "with --generations)")
+    ap.add_argument("--lockstep", default=None,
+                    help="beside on a work budget (and auto's beside graphs): the refiner takes an offer every N "
+                         "generations and refines it with --windows windows, in this process after the search "
+                         "(hybrid.refine.beside.Lockstep); N or N,NAME=M,...")
+    ap.add_argument("--second-core-ratio", type=float, default=1.0,
+                    help="with --lockstep: GA-only runs this times --generations (what its extra evaluation "
+                         "process buys; gen_ratio in results/ga_second_core.md), a fixed input")
     ap.add_argument("--merge", action="store_true", help="only merge results/<stem>_parts/ into the tables")
     args = ap.parse_args()
+    if (args.generations is None) != (args.windows is None):
+        raise SystemExit("refine_compare: give --generations and --windows together, or neither")
+    if args.lockstep is not None and args.generations is None:
+        raise SystemExit("refine_compare: --lockstep needs a work budget (--generations, --windows)")
+    if args.generations is not None and args.mode == "beside" and args.lockstep is None:
+        raise SystemExit("refine_compare: a work budget in beside mode needs --lockstep N (generations between the "
+                         "refiner's offers); without it beside races a process against the search on wall time")
     if args.merge:
         print(merge(args.graph_dir, args.mode).to_markdown(index=False, floatfmt=".4g"))
         return
@@ -272,6 +363,12 @@ def main() -> None:
     for label, g, dev in graphs(args.graph_dir, only):
         extra = {} if args.patience is None else {"patience": args.patience}
         mode, workers = auto_mode(g, dev) if args.mode == "auto" else (args.mode, 1)
+        if args.generations is not None and (mode == "after" or args.lockstep is not None):
+            extra.update(generations=per_graph(args.generations, label, "--generations"),
+                         windows=per_graph(args.windows, label, "--windows"))
+            if mode == "beside":
+                extra.update(lockstep=per_graph(args.lockstep, label, "--lockstep"),
+                             second_core_ratio=args.second_core_ratio)
         df = compare(g, dev, time_limit_s=args.time_limit, seeds=seeds, refine_share=args.refine_share, **extra,
                      mode=mode, workers=workers, elites=args.elites, progress=print,
                      out_dir=ROOT / "out" / stem(args.mode) / label.replace("@", "_"))

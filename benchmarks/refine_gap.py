@@ -9,6 +9,10 @@ comparison saved (out/<stem>/<label>/, --stem) and reports:
   (d2h) and by swap_ins (h2d) running back to back, and the longest such copy stretch. Time on a
   saturated copy stream can only shrink by moving fewer bytes then.
 
+No search here: its figures are as deterministic as the plans it reads (every figure of a work-budget
+refine_compare run; see that module). A few seconds for the quick run's two graphs, about a minute for the
+full run's plans.
+
 Writes results/refine_gap.{md,csv}. What produced the committed table (after
 `python -m benchmarks.refine_compare --mode after ...` saved its plans):
     python -m benchmarks.refine_gap --stem refine_compare

@@ -9,6 +9,9 @@ refined, and the GA-only run's plan; writes results/refine_timeline_beside_<labe
 (results/refine_compare_auto.md), as whichever of the two that run used for the graph;
 results/refine_timeline_auto_<label>.png.
 
+No search here (a second or two per figure): the pictures are as deterministic as the plans they draw (those
+of a work-budget refine_compare run are fixed by its seeds).
+
 What produced the committed figures:
     python -m benchmarks.refine_timeline --label segnet_32_416_608_3_train@0.5 --seed 1
     python -m benchmarks.refine_timeline --label inception-v4-4 --seed 2

@@ -20,6 +20,14 @@ The search itself runs the same generations as without the refiner, so the
 result is never worse than that search's own best. Which plans the refiner
 saw depends on timing, so unlike the search (and `hybrid.refine.refine`) the
 outcome is not fixed by the seed alone.
+
+`Lockstep` replays the same protocol on counted work, for benchmarks that must give the same figures on
+every run: the refiner takes an offer every `every` generations (the best if not refined yet, else the next
+elite) and refines it with at most `windows` CP-SAT windows, as if W windows took as long as `every`
+generations. Nothing a refinement finds goes back to the search, so the offers can be collected during the
+search and refined after it, in one process; only its "leave a plan when the search has overtaken it" rule
+is dropped (it depends on timing). The figures then measure what refining those elites gains, not how
+the two processes share the machine.
 """
 from __future__ import annotations
 
@@ -187,24 +195,10 @@ class BesideRefiner:
             except KeyboardInterrupt:  # a second Ctrl-C: keep what has arrived
                 r.error = r.error or "interrupted while waiting for the refiner; its last refinement was dropped"
                 break
-            if kind == "plan":
-                plan = Plan.from_json(json.loads(body["plan"]))
-                if r.plan is None or plan.makespan_s < r.plan.makespan_s:
-                    r.plan, r.from_makespan_s, r.from_rank = plan, body["from_makespan_s"], body["rank"]
-                    r.rebind_makespan_s, r.reorder_makespan_s = body["rebind_makespan_s"], body["reorder_makespan_s"]
-                    r.from_plan = Plan.from_json(json.loads(body["from_plan"]))
-            elif kind == "run":
-                r.log.append(body)
-                r.refined += 1
-                r.elites += int(body["rank"] > 0)
-                r.improved += int(body["improved"])
-                r.windows += body["windows"]
-                r.accepted += body["accepted"]
-                r.busy_s += body["seconds"]
-            elif kind == "error":
-                r.error = body
-            elif kind == "done":
+            if kind == "done":
                 done = True
+            else:
+                _take(r, kind, body)
         r.overrun_s = max(0.0, time.monotonic() - self.deadline)
         self.close()
         return r
@@ -224,6 +218,92 @@ class BesideRefiner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class Lockstep:
+    """Deterministic stand-in for `BesideRefiner` (see the module's docstring): pass `offer` as the search's
+    `observe`, then call `refine` once the search has ended."""
+
+    every: int                             # an offer is taken at generations 0, every, 2*every, ...
+    windows: int                           # CP-SAT windows per refined plan
+    elites: int = DEFAULT_ELITES
+    patience_windows: int | None = None    # windows without a gain before leaving a plan (None: all of them)
+    offers: list[tuple[int, Offer]] = field(default_factory=list)  # (rank, offer) in the order taken
+    _done: set[bytes] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        from hybrid.errors import HybridError
+
+        if self.every < 1:
+            raise HybridError(f"--lockstep must be at least 1 generation, got {self.every}")
+        if self.windows < 1:
+            raise HybridError(f"--windows must be at least 1, got {self.windows}")
+        if self.elites < 1:
+            raise HybridError(f"--refine-elites must be at least 1, got {self.elites}")
+
+    def offer(self, state: "SearchState") -> None:
+        """At every `every`-th generation take the best, or the next elite, not taken before."""
+        if state.generation % self.every:
+            return
+        for rank, (key, ind) in enumerate(pick_elites(state, self.elites)):
+            if key not in self._done:
+                self._done.add(key)
+                self.offers.append((rank, (key, ind.schedule.copy(), ind.cls.copy(), ind.cnt.copy(),
+                                           bool(ind.by_bytes), int(ind.planner), float(ind.makespan))))
+                return
+
+    def refine(self, graph: Graph, device: Device, options: PlannerOptions = PlannerOptions(), *, seed: int = 1,
+               refine_options: "RefineOptions | None" = None, plan_info: dict[str, Any] | None = None,
+               time_limit_s: float = 3600.0) -> BesideReport:
+        """Refine the offers in order, in this process, as the refiner process would; its report."""
+        from dataclasses import replace
+
+        from hybrid.refine.lns import RefineOptions
+
+        opts = replace(refine_options or RefineOptions(), max_windows=self.windows,
+                       patience_windows=self.patience_windows)
+        outbox: queue.Queue = queue.Queue()
+        stop = _Flag()
+        never = _Value(float("inf"))  # the search's best never overtakes a plan here (no timing)
+        worker = _Refiner(graph, device, options, seed, time.monotonic() + time_limit_s, None, opts,
+                          plan_info or {}, queue.Queue(), outbox, stop, never)
+        for rank, offer in self.offers:
+            worker.refine_one(rank, offer)
+        report = BesideReport()
+        while not outbox.empty():
+            _take(report, *outbox.get_nowait())
+        return report
+
+
+class _Flag:
+    def is_set(self) -> bool:
+        return False
+
+
+@dataclass
+class _Value:
+    value: float
+
+
+def _take(r: BesideReport, kind: str, body: Any) -> None:
+    """Fold one of the refiner's messages into the report."""
+    if kind == "plan":
+        plan = Plan.from_json(json.loads(body["plan"]))
+        if r.plan is None or plan.makespan_s < r.plan.makespan_s:
+            r.plan, r.from_makespan_s, r.from_rank = plan, body["from_makespan_s"], body["rank"]
+            r.rebind_makespan_s, r.reorder_makespan_s = body["rebind_makespan_s"], body["reorder_makespan_s"]
+            r.from_plan = Plan.from_json(json.loads(body["from_plan"]))
+    elif kind == "run":
+        r.log.append(body)
+        r.refined += 1
+        r.elites += int(body["rank"] > 0)
+        r.improved += int(body["improved"])
+        r.windows += body["windows"]
+        r.accepted += body["accepted"]
+        r.busy_s += body["seconds"]
+    elif kind == "error":
+        r.error = body
 
 
 def pick_elites(state: "SearchState", n: int) -> list[tuple[bytes, "Individual"]]:

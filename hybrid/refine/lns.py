@@ -21,11 +21,12 @@ the last op for the final window); windows are tried in decreasing score, and
 only once until something before or inside them changes. When none is left
 the next configuration (window size, offset) starts; a full round of
 configurations without an improvement ends the search early, and so does
-`patience_s` without one (then `hybrid.refine.handoff` gives the rest of the budget
+`patience_s` (or `patience_windows`) without one (then `hybrid.refine.handoff` gives the rest of the budget
 back to the genetic search). The order of
 configurations and every CP-SAT seed derive from `seed`, and CP-SAT runs on a
 deterministic time budget, so a seed gives the same plan whenever the search
-is not cut short by the wall-clock limit (`max_windows` bounds it exactly).
+is not cut short by the wall-clock limit (`max_windows` bounds it exactly, and `patience_windows` is the
+patience that does not depend on the machine's speed; `patience_s` does).
 """
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ class RefineOptions:
     stall_windows: bool = False       # also windows ending at each stalled op (measured: no better)
     patience_s: float | None = None   # stop ("stalled") after this long without a lower makespan ...
     patience_gain: float = 1e-4       # ... lower by at least this fraction (smaller gains do not reset the clock)
+    patience_windows: int | None = None  # stop ("stalled") after this many windows without such a gain: the
+    #                                      work-budget twin of patience_s, so a seed fixes where refinement stops
     reorder: bool = True              # first re-order the copy streams earliest-deadline-first (stream_order)
 
 
@@ -144,6 +147,7 @@ class _Search:
         self.best: Timeline | None = None
         self.best_ms = reference
         self.mark = (0.0, reference)  # (time, makespan) of the last gain that counts for the patience
+        self.mark_windows = 0         # windows solved at that gain (for patience_windows)
         if options.reorder:  # copies queued behind one that cannot start yet: no window is picked there
             tl = reorder_streams(prob, tl)
         self.res.reorder_makespan = tl.makespan
@@ -162,7 +166,9 @@ class _Search:
 
     def stalled(self) -> bool:
         """No lower makespan for `patience_s` (so the caller can spend the rest of its budget elsewhere)."""
-        p = self.options.patience_s
+        p, pw = self.options.patience_s, self.options.patience_windows
+        if pw is not None and self.res.windows - self.mark_windows >= pw:
+            return True
         return p is not None and self.elapsed() - self.mark[0] >= p
 
     def configs(self) -> list[tuple[int, int]]:
@@ -220,6 +226,7 @@ class _Search:
         self.best, self.best_ms = tl, tl.makespan
         if self.best_ms <= self.mark[1] * (1.0 - self.options.patience_gain):
             self.mark = (self.elapsed(), self.best_ms)
+            self.mark_windows = self.res.windows
         self.res.accepted += int(counted)
         self.res.history.append(HistoryPoint(self.elapsed(), self.best_ms))
 

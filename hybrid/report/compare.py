@@ -65,7 +65,8 @@ COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s
            "refine_s", "resume_s", "final_from",
            "refine_windows", "refine_accepted", "mode", "arm_ga_makespan_s", "refined_plans", "refined_elites",
            "split_makespan_s", "rebind_makespan_s", "reorder_makespan_s", "rewalk_gain", "reorder_gain",
-           "window_gain", "milp_status", "milp_gap", "milp_stages", "ilp_objective_s", "plan"]
+           "window_gain", "milp_status", "milp_gap", "milp_stages", "ilp_objective_s", "budget", "plan"]
+TEXT_COLUMNS = ("final_from", "mode", "milp_status", "budget")  # the text columns among the figures
 MILP_ARM = "milp"
 MILP_STAGES = 60   # default coarsening for --with-milp: 60 stages reached gap <= 1% in 10 minutes (docs/milp.md)
 
@@ -91,7 +92,7 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
             "refined_elites": np.nan, "split_makespan_s": np.nan, "rebind_makespan_s": np.nan,
             "reorder_makespan_s": np.nan, "rewalk_gain": np.nan, "reorder_gain": np.nan, "window_gain": np.nan,
             "milp_status": "", "milp_gap": np.nan, "milp_stages": np.nan, "ilp_objective_s": np.nan,
-            "plan": plan_path}
+            "budget": "", "plan": plan_path}
 
 
 def milp_row(graph: Graph, device: Device, time_limit_s: float, stages: int | None = None,
@@ -120,7 +121,7 @@ def milp_row(graph: Graph, device: Device, time_limit_s: float, stages: int | No
         run.plan.save(path)
     row = _row(graph, run.plan, MILP_ARM, 0, r.solve_s, path)
     row.update(seed=pd.NA, wall_s=time.monotonic() - t0, workers=1, milp_status=r.status, milp_gap=r.gap,
-               milp_stages=run.stages, ilp_objective_s=r.objective_s, mode="mosos")
+               milp_stages=run.stages, ilp_objective_s=r.objective_s, mode="mosos", budget="time")
     say(f"{graph.name}: MO-SOS MILP {run.plan.makespan_s:.6g} s ({run.stages} stages, {r.status}, gap "
         f"{'?' if r.gap is None else f'{100 * r.gap:.2f}%'}, {r.solve_s:.1f} s)")
     return row
@@ -139,7 +140,9 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
             refine_share: float = 0.2, workers: int = 1, out_dir: str | Path | None = None, ga_config=None,
             refine_options=None, patience: float | None = DEFAULT_PATIENCE, mode: str = "beside",
             elites: int | None = None, progress: Callable[[str], None] | None = None,
-            options=None, milp_time_s: float | None = None, milp_stages: int | None = None) -> pd.DataFrame:
+            options=None, milp_time_s: float | None = None, milp_stages: int | None = None,
+            generations: int | None = None, windows: int | None = None, lockstep: int | None = None,
+            second_core_ratio: float = 1.0) -> pd.DataFrame:
     """Run both arms for every seed on `graph` (on `device`, default the graph's); the table as a DataFrame.
 
     Plans go to `out_dir` when given: `<graph>-seed<N>-ga.json`, `<graph>-seed<N>-ga+cpsat.json`, and
@@ -156,6 +159,18 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     `milp_time_s` adds the MO-SOS MILP (milp/, HiGHS with that time limit, `milp_stages` stages, default
     min(#ops, MILP_STAGES)) as one more arm, `milp`: one row (it has no seed), `gain_vs_ga` against the median
     GA-only makespan.
+    `generations` and `windows` (after mode only, both or neither) budget the arms in counted work instead of
+    seconds, so that a seed fixes every makespan whatever the machine's load: the search runs
+    (1 - refine_share) of `generations` to the split; GA-only resumes it to `generations`; GA+CP-SAT refines
+    with at most `windows` CP-SAT windows (each on deterministic time) and a patience of `patience` of them,
+    and the windows it leaves unused hand back their share of the resumed generations
+    (`hybrid.refine.handoff.WorkBudget`). `time_limit_s` is then only a safety net for each phase (the
+    `budget` column says "work, cut by the time limit" if one ever stopped there).
+    In beside mode they need `lockstep` (generations between the refiner's offers,
+    `hybrid.refine.beside.Lockstep`): the GA+CP-SAT arm's search runs `generations` and the refiner
+    refines one offer per `lockstep` generations with `windows` windows each; GA-only runs
+    round(`second_core_ratio` x `generations`), the generations its extra evaluation process would buy
+    (a fixed input, e.g. `gen_ratio` of results/ga_second_core.md, so that no figure depends on timing).
     Ctrl-C (or SIGTERM under `hybrid compare`) returns the seeds completed so far, with
     `attrs["interrupted"]` set; with none completed, KeyboardInterrupt propagates.
     """
@@ -167,6 +182,27 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
         raise HybridError("give at least one seed, e.g. --seeds 1,2,3")
     if mode not in MODES:
         raise HybridError(f"--refine-mode must be one of {', '.join(MODES)}, got {mode!r}")
+    work = None
+    if (generations is None) != (windows is None):
+        raise HybridError("give --generations and --windows together (a work budget for both arms), or neither")
+    if lockstep is not None and (mode != "beside" or generations is None):
+        raise HybridError("--lockstep needs --refine-mode beside and a work budget (--generations, --windows)")
+    if second_core_ratio <= 0:
+        raise HybridError(f"--second-core-ratio must be positive, got {second_core_ratio}")
+    if generations is not None and mode == "beside":
+        if lockstep is None:
+            raise HybridError("a work budget in beside mode needs --lockstep N (generations between offers)")
+        from hybrid.refine.beside import DEFAULT_ELITES, Lockstep
+        from hybrid.refine.handoff import WorkBudget
+
+        work = Lockstep(lockstep, int(windows), elites or DEFAULT_ELITES,  # type: ignore[arg-type]
+                        WorkBudget.patience_of(int(windows), patience)), generations, second_core_ratio
+    elif generations is not None:
+        from hybrid.refine.handoff import WorkBudget
+
+        split_at = round((1.0 - refine_share) * generations)
+        work = (split_at, WorkBudget(int(windows), generations - split_at,  # type: ignore[arg-type]
+                                     WorkBudget.patience_of(int(windows), patience)))
     device = device or graph.device
     if device is None:
         from hybrid.device import PRESETS
@@ -187,7 +223,7 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     try:
         for seed in seeds:
             rows += _seed_rows(graph, device, replace(base, seed=int(seed)), time_limit_s, refine_share, workers,
-                               refine_options, patience, elites, say, mode, out, options)
+                               refine_options, patience, elites, say, mode, out, options, work)
         if milp_time_s is not None:
             row = milp_row(graph, device, milp_time_s, milp_stages, out, say)
             ga = [r["makespan_s"] for r in rows if r["arm"] == "ga"]
@@ -204,14 +240,22 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
 
 
 def _seed_rows(graph, device, cfg, time_limit_s, refine_share, workers, refine_options, patience,  # noqa: ANN001
-               elites, say, mode: str, out: Path | None, options) -> list[dict]:
+               elites, say, mode: str, out: Path | None, options, work=None) -> list[dict]:  # noqa: ANN001
     """Both arms for one seed: validated, written to `out`, as two table rows."""
     from hybrid.validator import validate
 
     seed = cfg.seed
-    run = _beside if mode == "beside" else _after
-    ga_plan, r_ga, hybrid_plan, r_h, split_plan = run(graph, device, cfg, options, time_limit_s, refine_share, workers,
-                                                       refine_options, patience, elites, say)
+    if work is not None and mode == "beside":
+        ga_plan, r_ga, hybrid_plan, r_h, split_plan = _beside_lockstep(graph, device, cfg, options, time_limit_s,
+                                                                       workers, refine_options, work, say)
+    elif work is not None:
+        ga_plan, r_ga, hybrid_plan, r_h, split_plan = _after_work(graph, device, cfg, options, time_limit_s, workers,
+                                                                  refine_options, work, say)
+    else:
+        run = _beside if mode == "beside" else _after
+        ga_plan, r_ga, hybrid_plan, r_h, split_plan = run(graph, device, cfg, options, time_limit_s, refine_share,
+                                                           workers, refine_options, patience, elites, say)
+        r_ga["budget"] = r_h["budget"] = "time"
     for arm, plan in (("ga", ga_plan), ("ga+cpsat", hybrid_plan)):
         report = validate(graph, plan)
         if not report.valid:
@@ -271,6 +315,53 @@ def _beside(graph, device, cfg, options, time_limit_s, refine_share, workers, re
     say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
         f"{rep.refined} plans refined beside it, {rep.elites} of them elites, {rep.windows} windows, "
         f"{rep.accepted} accepted; final from {r_h['final_from']}; {r_h['wall_s']:.1f} s)"
+        + (f"; {rep.error}" if rep.error else ""))
+    return ga_plan, r_ga, hybrid_plan, r_h, rep.from_plan
+
+
+def _beside_lockstep(graph, device, cfg, options, time_limit_s, workers, refine_options, work,  # noqa: ANN001
+                     say) -> tuple[Plan, dict, Plan, dict, Plan | None]:
+    """Beside on counted work: `work` = (a fresh `Lockstep`, generations, GA-only's generation ratio)."""
+    from dataclasses import replace as copy
+
+    from ga import optimize
+
+    proto, generations, ratio = work
+    lock = copy(proto, offers=[], _done=set())  # the offers of this seed only
+    ga_gens = max(0, round(ratio * generations))
+    t0 = time.monotonic()
+    alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=ga_gens, workers=workers + 1,
+                     options=options)
+    ga_plan = alone.to_plan(generations=ga_gens)
+    r_ga = {"search_s": alone.search_time_s, "wall_s": time.monotonic() - t0, "ga_generations": alone.generations,
+            "workers": workers + 1}
+    say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({alone.generations} generations, "
+        f"{workers + 1} workers, {r_ga['wall_s']:.1f} s)")
+    t1 = time.monotonic()
+    res = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=generations, workers=workers,
+                   observe=lock.offer, options=options)
+    rep = lock.refine(graph, device, options, seed=cfg.seed, refine_options=refine_options,
+                      plan_info={"generations": generations}, time_limit_s=time_limit_s)
+    cut = "time limit" in (alone.stop_reason, res.stop_reason) or any(e["stop"] == "time limit" for e in rep.log)
+    label = "work, cut by the time limit" if cut else "work"
+    if cut:
+        say(f"{graph.name} seed {cfg.seed}: WARNING a phase stopped at the --time-limit safety net; its figures "
+            "depend on this machine's load (raise --time-limit)")
+    own = res.to_plan(generations=generations)
+    hybrid_plan = rep.pick(own)
+    r_ga["budget"] = label
+    r_h = {"search_s": res.search_time_s, "wall_s": time.monotonic() - t1, "ga_generations": res.generations,
+           "workers": workers, "refine_s": rep.busy_s, "final_from": "ga" if hybrid_plan is own else "cpsat",
+           "refine_windows": rep.windows, "refine_accepted": rep.accepted, "arm_ga_makespan_s": own.makespan_s,
+           "refined_plans": rep.refined, "refined_elites": rep.elites, "budget": label}
+    if rep.plan is not None:
+        r_h.update(split_makespan_s=rep.from_makespan_s, rebind_makespan_s=rep.rebind_makespan_s,
+                   reorder_makespan_s=rep.reorder_makespan_s)
+        r_h["rewalk_gain"], r_h["reorder_gain"], r_h["window_gain"] = split_gains(
+            rep.from_makespan_s, rep.rebind_makespan_s, rep.reorder_makespan_s, rep.plan.makespan_s)
+    say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
+        f"{rep.refined} plans refined in lockstep, every {lock.every} generations, {rep.elites} of them elites, "
+        f"{rep.windows} windows, {rep.accepted} accepted; final from {r_h['final_from']}; {r_h['wall_s']:.1f} s)"
         + (f"; {rep.error}" if rep.error else ""))
     return ga_plan, r_ga, hybrid_plan, r_h, rep.from_plan
 
@@ -335,6 +426,71 @@ def _after(graph, device, cfg, options, time_limit_s, refine_share, workers, ref
     return ga_plan, r_ga, hybrid_plan, r_h, split_plan
 
 
+def _after_work(graph, device, cfg, options, time_limit_s, workers, refine_options, work,  # noqa: ANN001
+                say) -> tuple[Plan, dict, Plan, dict, Plan | None]:
+    """The after protocol on a work budget: `work` = (generations to the split, `WorkBudget` of the rest).
+
+    Every figure but the seconds is fixed by the seed: the search is deterministic for a generation count
+    (whatever its evaluation processes), the refiner for a window count. `time_limit_s` guards each phase.
+    """
+    from ga import optimize
+    from ga.evaluation import make_evaluator
+
+    split_at, budget = work
+    total = split_at + budget.generations
+    cut = False
+    ev = make_evaluator(graph, device, options, workers)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = Path(tmp) / "split.ckpt"
+            t0 = time.monotonic()
+            first = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=split_at, evaluator=ev,
+                             options=options, checkpoint=ckpt, checkpoint_every=0)
+            cut |= first.stop_reason == "time limit"
+            split_plan = first.to_plan(generations=total)
+            spent = time.monotonic() - t0
+            say(f"{graph.name} seed {cfg.seed}: GA {first.generations} generations in {spent:.1f} s, "
+                f"makespan {split_plan.makespan_s:.6g} s")
+            t1 = time.monotonic()
+            hand = refine_then_resume(graph, device, split_plan, ckpt, deadline=t1 + time_limit_s, seed=cfg.seed,
+                                      refine_options=refine_options, plan_info={"generations": total},
+                                      evaluator=ev, options=options, work=budget)
+            ref, hybrid_plan = hand.refine, hand.plan
+            cut |= ref.stop == "time limit" or (hand.resumed is not None and hand.resumed.stop_reason == "time limit")
+            hybrid_s = spent + (time.monotonic() - t1)
+            resumed_h = hand.resumed.generations - first.generations if hand.resumed is not None else 0
+            say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({ref.windows} of "
+                f"{budget.windows} windows, {ref.accepted} accepted, stop {ref.stop}; then {resumed_h} of "
+                f"{budget.generations} generations; {hybrid_s:.1f} s)")
+            t2 = time.monotonic()
+            second = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=total, evaluator=ev,
+                              resume=ckpt, options=options)
+            cut |= second.stop_reason == "time limit"
+            ga_plan = second.to_plan(generations=total)
+            ga_s = spent + (time.monotonic() - t2)
+            say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} "
+                f"generations; {ga_s:.1f} s)")
+    finally:
+        ev.close()
+    label = "work, cut by the time limit" if cut else "work"
+    if cut:
+        say(f"{graph.name} seed {cfg.seed}: WARNING a phase stopped at the --time-limit safety net; its figures "
+            "depend on this machine's load (raise --time-limit)")
+    r_ga = {"search_s": second.search_time_s, "wall_s": ga_s, "ga_generations": second.generations,
+            "resumed_generations": second.generations - first.generations, "workers": ev.workers, "budget": label}
+    rewalk, reorder, window = split_gains(split_plan.makespan_s, ref.rebind_makespan, ref.reorder_makespan,
+                                          ref.plan.makespan_s)
+    r_h = {"search_s": hand.resumed.search_time_s if hand.resumed is not None else first.search_time_s,
+           "wall_s": hybrid_s, "workers": ev.workers,
+           "ga_generations": hand.resumed.generations if hand.resumed is not None else first.generations,
+           "resumed_generations": resumed_h,
+           "refine_s": hand.refine_s, "resume_s": hand.resume_s, "final_from": hand.source,
+           "refine_windows": ref.windows, "refine_accepted": ref.accepted, "split_makespan_s": split_plan.makespan_s,
+           "rebind_makespan_s": ref.rebind_makespan, "reorder_makespan_s": ref.reorder_makespan,
+           "rewalk_gain": rewalk, "reorder_gain": reorder, "window_gain": window, "budget": label}
+    return ga_plan, r_ga, hybrid_plan, r_h, split_plan
+
+
 def with_medians(df: pd.DataFrame) -> pd.DataFrame:
     """Append a median row per (graph, memory, arm) over its seed rows (gain: median of per-seed gains)."""
     seeds = df[df["row"] == "seed"]
@@ -351,6 +507,7 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
         r = {c: part[c].median() for c in num}
         r.update({"graph": g, "memory_bytes": mem, "arm": arm, "row": "median", "seed": pd.NA, "plan": "",
                   "mode": "/".join(sorted(set(part["mode"].dropna().astype(str)) - {""})),
+                  "budget": "/".join(sorted(set(part["budget"].dropna().astype(str)) - {""})),
                   "final_from": "/".join(sorted(set(part["final_from"].dropna().astype(str)) - {""}))})
         med.append(r)
     out = pd.concat([seeds, pd.DataFrame(med, columns=COLUMNS)], ignore_index=True)
