@@ -1,20 +1,25 @@
 """Regenerate every table and figure under results/ from today's code, in one command.
 
-    python -m benchmarks.regenerate --quick          # every table, small budgets (19 minutes measured, 2 cores)
-    python -m benchmarks.regenerate                  # the budgets the committed tables state (hours: see below)
+    python -m benchmarks.regenerate --quick          # every table, small budgets (MEASURED minutes on 2 cores)
+    python -m benchmarks.regenerate                  # the budgets the full tables state (hours: --list)
     python -m benchmarks.regenerate --only arena,milp_paper --quick
     python -m benchmarks.regenerate --list           # the jobs, their commands and outputs
+    python -m benchmarks.compare_runs results/ OTHER/results/   # did a second run change a figure?
 
 First the SwapAdvisor suite is captured afresh (`hybrid capture --model NAME --device v100-16gb`, the
 capture's defaults) into --graphs (default out/graphs, kept out of git); then each job runs its benchmark
-script in a child process, one after another (the machine's cores are the budget), its output logged under
-out/regenerate/. A job that fails is reported and the rest go on; a job that needs what this machine lacks
-(a CUDA device) says so and is skipped. Every table names the command, the code's commit, and each graph's
-sha256 and capture settings (`benchmarks.common.write_table`). Searches use generation budgets where the
-script offers them, so a second run changes no figure but measured timings; tables that compare at equal
-wall time (refine_compare*, ga_second_core) or measure this machine (capture_scale, planner_speed,
-ga_evals_per_second, executor_cpu, placement's measured rows) move from run to run by design.
-Writes results/regenerate.md: each job's command, status and time.
+script in a child process, its output logged under out/regenerate/. A job that fails is reported and the rest
+go on; a job that needs what this machine lacks (a CUDA device) says so and is skipped. Every table names the
+command, the code's commit, and each graph's sha256 and capture settings (`benchmarks.common.write_table`).
+
+Quick runs give every search a work budget (GA generations, CP-SAT deterministic time or windows, MILP nodes,
+exact-search nodes), so a second run changes no figure but measured timings, whatever the load: that is what
+lets two jobs run side by side (`--jobs`, default 2). Jobs that measure this machine (capture_scale,
+planner_speed, ga_evals_per_second, ga_second_core, the arena solve times, placement's measured rows,
+executor_cpu, eager_reproducibility) run alone, and their measurements move from run to run by design.
+Full runs keep the papers' protocols (time limits), so their figures depend on the machine. Tables committed
+at full budgets are kept beside their quick twins (`*_quick`). Writes results/regenerate.md: each job's
+command, budget, status and time.
 """
 from __future__ import annotations
 
@@ -74,22 +79,25 @@ JOBS: tuple[Job, ...] = (
         ("planner_speed.md",)),
     Job("ga_evals_per_second", "benchmarks.ga_evals_per_second", ("--zoo-dir", G, "--children", "6"),
         ("--zoo-dir", G), ("ga_evals_per_second.md",)),
-    Job("ga_second_core", "benchmarks.ga_second_core", ("--graph-dir", G, "--time-limit", "8", "--only", "rnn-8-8k"),
+    Job("ga_second_core", "benchmarks.ga_second_core", ("--graph-dir", G, "--generations", "10", "--only", "rnn-8-8k"),
         ("--graph-dir", G, "--time-limit", "45"), ("ga_second_core.md",)),
     Job("recompute", "benchmarks.recompute", ("--graphs", G, "--generations", "2"),
         ("--graphs", G), ("recompute.md",)),
     Job("refine_compare", "benchmarks.refine_compare",
-        ("--graph-dir", G, "--mode", "after", "--time-limit", "10", "--seeds", "1", "--only",
+        ("--graph-dir", G, "--mode", "after", "--time-limit", "300", "--seeds", "1", "--generations",
+         "40,segnet_32_416_608_3_train=300", "--windows", "12,segnet_32_416_608_3_train=100", "--only",
          "inception-v4-4,segnet_32_416_608_3_train"),
         ("--graph-dir", G, "--mode", "after", "--time-limit", "120", "--seeds", "1,2,3"),
         ("refine_compare.md", "refine_compare_summary.md"), "SwapAdvisor §6 (GA) with CP-SAT refinement",
         clean=("refine_compare_parts", "out/refine_compare")),
     Job("refine_compare_beside", "benchmarks.refine_compare",
-        ("--graph-dir", G, "--mode", "beside", "--time-limit", "10", "--seeds", "1", "--only", "inception-v4-4"),
+        ("--graph-dir", G, "--mode", "beside", "--time-limit", "300", "--seeds", "1", "--generations", "30", "--windows",
+         "4", "--lockstep", "10", "--second-core-ratio", "1.5", "--only", "inception-v4-4"),
         ("--graph-dir", G, "--mode", "beside", "--time-limit", "120", "--seeds", "1,2,3"),
         ("refine_compare_beside.md", "refine_compare_beside_summary.md"), clean=("refine_compare_beside_parts", "out/refine_compare_beside")),
     Job("refine_compare_auto", "benchmarks.refine_compare",
-        ("--graph-dir", G, "--mode", "auto", "--time-limit", "10", "--seeds", "1", "--only", "inception-v4-4"),
+        ("--graph-dir", G, "--mode", "auto", "--time-limit", "300", "--seeds", "1", "--generations", "30", "--windows",
+         "4", "--lockstep", "10", "--second-core-ratio", "1.5", "--only", "inception-v4-4"),
         ("--graph-dir", G, "--mode", "auto", "--time-limit", "120", "--seeds", "1,2,3"),
         ("refine_compare_auto.md", "refine_compare_auto_summary.md"), clean=("refine_compare_auto_parts", "out/refine_compare_auto")),
     Job("refine_gap", "benchmarks.refine_gap", ("--graph-dir", G, "--stem", "refine_compare"),
@@ -97,8 +105,8 @@ JOBS: tuple[Job, ...] = (
     Job("refine_timeline", "benchmarks.refine_timeline", ("--graph-dir", G, "--label", "inception-v4-4"),
         ("--graph-dir", G, "--label", "inception-v4-4"), ("refine_timeline_inception-v4-4.png",)),
     Job("refine_baselines", "benchmarks.refine_baselines",
-        ("--graph-dir", G, "--time-limit", "5", "--only", "inception-v4-4,segnet_32_416_608_3_train",
-         "--plot", "inception-v4-4"),
+        ("--graph-dir", G, "--windows", "6,segnet_32_416_608_3_train=100", "--time-limit", "300", "--only",
+         "inception-v4-4,segnet_32_416_608_3_train", "--plot", "inception-v4-4"),
         ("--graph-dir", G, "--time-limit", "60", "--plot", "inception-v4-4"),
         ("refine_baselines.md", "refine_timeline_belady_inception-v4-4.png")),
     Job("arena", "benchmarks.arena", ("--limit", "1", "--dj-limit", "1", "--real-limit", "1"), (),
@@ -153,8 +161,8 @@ JOBS: tuple[Job, ...] = (
 )
 
 # Jobs that measure this machine (their tables report seconds or rates, or they use both cores) run alone.
-ALONE = {"capture_scale", "planner_speed", "ga_evals_per_second", "ga_second_core", "refine_compare_beside",
-         "refine_compare_auto", "arena", "arena_cpsat", "placement", "executor_cpu", "eager_reproducibility"}
+ALONE = {"capture_scale", "planner_speed", "ga_evals_per_second", "ga_second_core", "arena", "arena_cpsat",
+         "placement", "executor_cpu", "eager_reproducibility"}
 # Jobs that read another job's output, or share its capture folder (milp_paper empties out/graphs/milp first).
 AFTER = {"refine_gap": ("refine_compare",), "refine_timeline": ("refine_compare",),
          "milp_execute": ("milp_paper",), "milp_scale": ("milp_paper",), "milp_scale_vgg": ("milp_paper",)}
@@ -171,12 +179,12 @@ FULL_MINUTES: dict[str, tuple[float, str]] = {
     "ga_evals_per_second": (1, "every suite graph"),
     "ga_second_core": (5, "45 s x (1 and 2 workers) x 3 graphs"),
     "recompute": (20, "60 s per suite search, 20 s per Checkmate search"),
-    "refine_compare": (110, "120 s x 2 arms x 3 seeds x 9 graphs"),
-    "refine_compare_beside": (110, "120 s x 2 arms x 3 seeds x 9 graphs"),
-    "refine_compare_auto": (110, "120 s x 2 arms x 3 seeds x 9 graphs"),
+    "refine_compare": (65, "120 s per arm and seed, 3 seeds, every graph"),
+    "refine_compare_beside": (110, "120 s per arm and seed (two processes), 3 seeds, every graph"),
+    "refine_compare_auto": (90, "120 s per arm and seed, 3 seeds, every graph"),
     "refine_gap": (0.5, "reads refine_compare's plans"),
     "refine_timeline": (0.1, "one plot"),
-    "refine_baselines": (9, "60 s x 9 graphs"),
+    "refine_baselines": (12, "60 s per graph"),
     "arena": (3.6, "measured (results/arena.md)"),
     "arena_cpsat": (6, "6 instances x 2 solvers x 30 s"),
     "arena_plans": (2, "Belady plans, 10 s of layout each"),
