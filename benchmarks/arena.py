@@ -27,7 +27,7 @@ from hybrid.arena.validate import check_offsets
 
 MEMPLAN = SHARED / "benchmarks" / "memplan"
 CAPACITY = 1048576
-QUICK_NODES = 300_000        # --quick budgets (exact-search nodes): a node costs ~1-5 us on the challenging set,
+QUICK_NODES = 2_000_000      # --quick budgets (exact-search nodes): a node costs ~1-5 us on the challenging set,
 QUICK_DJ_NODES = 100_000      # milliseconds on the largest real networks (24 M overlap pairs on pangu_2.6B)
 QUICK_REAL_WORK = 5_000_000  # real networks: nodes x buffers (a node's cost grows with n), e.g. 4,798 nodes on resnet50
 
