@@ -13,12 +13,13 @@ from hybrid.arena.problem import Problem
 
 
 def decide_cpsat(problem: Problem, capacity: int, time_limit_s: float | None, workers: int = 1,
-                 deterministic_time: float | None = None, seed: int = 0) -> Outcome:
+                 deterministic_time: float | None = None, seed: int | None = None) -> Outcome:
     """Is there an assignment within `capacity`? One rectangle per live segment, a buffer's segments sharing
     its offset variable (a multiple of its alignment).
 
     `deterministic_time` (CP-SAT's work measure) with one worker and a fixed `seed` gives the same answer
-    whatever the machine's load; `time_limit_s=None` then leaves the clock out."""
+    whatever the machine's load; `time_limit_s=None` then leaves the clock out. `seed` None keeps CP-SAT's
+    own fixed default (random_seed 1)."""
     a = problem.arrays
     m = cp_model.CpModel()
     xs, ys = [], []
@@ -48,7 +49,8 @@ def decide_cpsat(problem: Problem, capacity: int, time_limit_s: float | None, wo
     if deterministic_time is not None:
         solver.parameters.max_deterministic_time = deterministic_time
     solver.parameters.num_workers = workers
-    solver.parameters.random_seed = seed
+    if seed is not None:
+        solver.parameters.random_seed = seed
     st = solver.Solve(m)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         out = np.array([solver.Value(k) for k in offs], np.int64) * a.align
