@@ -5,6 +5,11 @@
 - MindSpore SOMAS dumps of real networks: minimise the arena in at most --real-limit seconds each.
 Every assignment is checked by `hybrid.arena.validate` (independent of the solvers). Data is read in place
 from ../shared/benchmarks/memplan (HYBRID_SHARED overrides). Writes results/arena.{md,csv}.
+
+The full run (time limits: 60 s per challenging instance, 60 s for D and J, 10 s per real network, the
+issue's question) takes about 4 minutes. `--quick` (about 1 minute) replaces every time limit by a node
+budget (`--nodes`, `--dj-nodes`, `--real-work`), so its figures do not depend on the machine's load: two
+runs give the same table but for the seconds columns.
 """
 from __future__ import annotations
 
@@ -22,6 +27,9 @@ from hybrid.arena.validate import check_offsets
 
 MEMPLAN = SHARED / "benchmarks" / "memplan"
 CAPACITY = 1048576
+QUICK_NODES = 2_000_000      # --quick budgets (exact-search nodes): a node costs ~1-5 us on the challenging set,
+QUICK_DJ_NODES = 100_000      # milliseconds on the largest real networks (24 M overlap pairs on pangu_2.6B)
+QUICK_REAL_WORK = 5_000_000  # real networks: nodes x buffers (a node's cost grows with n), e.g. 4,798 nodes on resnet50
 
 
 def _warm_up() -> float:
@@ -35,23 +43,29 @@ def _warm_up() -> float:
     return time.perf_counter() - t0
 
 
-def _row(kind: str, name: str, p: Problem, cap: int | None, limit: float, first_fit: bool) -> dict:
+def _row(kind: str, name: str, p: Problem, cap: int | None, limit: float | None, first_fit: bool,
+         nodes: int | None = None) -> dict:
+    """One instance: each heuristic's arena, then the exact search within `limit` seconds or `nodes` nodes."""
     lb = p.peak_live()
     row: dict = {"set": kind, "instance": name, "buffers": len(p), "capacity": cap if cap is not None else "",
                  "peak_live": lb}
+    t0 = time.perf_counter()
+    sols = []
     for h, fn in HEURISTICS.items():
         s = fn(p)
         assert check_offsets(p, s.offsets).valid, (name, h)
         row[f"{h} /peak"] = s.arena_bytes / lb
-    t0 = time.perf_counter()
-    s = exact.solve(p, limit, capacity=cap, first_fit=first_fit)
+        sols.append(s)
+    best = min(sols, key=lambda x: x.arena_bytes)      # what exact.solve would compute first: timed with it
+    left = None if limit is None else max(0.0, limit - (time.perf_counter() - t0))   # the limit covers both
+    s = exact.solve(p, left, capacity=cap, first_fit=first_fit, node_budget=nodes, start=best)
     secs = time.perf_counter() - t0
     chk = check_offsets(p, s.offsets, capacity=None)
     assert chk.valid, chk.problems
     row.update({"exact arena": s.arena_bytes, "exact /peak": s.arena_bytes / lb,
                 "fits capacity": "" if cap is None else s.arena_bytes <= cap,
                 "proven optimal": s.proven_optimal, "proven lower bound": s.lower_bound, "by": s.solver,
-                "seconds": round(secs, 2)})
+                "nodes": s.nodes, "seconds": round(secs, 2)})
     print(f"{kind} {name}: arena {s.arena_bytes} peak {lb} ({s.arena_bytes / lb:.4f}) by {s.solver} in {secs:.2f} s"
           f"{' proven optimal' if s.proven_optimal else ''}", flush=True)
     return row
@@ -63,7 +77,18 @@ def main() -> None:
     ap.add_argument("--dj-limit", type=float, default=60.0, help="Seconds to minimise D and J.")
     ap.add_argument("--real-limit", type=float, default=10.0, help="Seconds per real network.")
     ap.add_argument("--only", default="", help="Comma-separated instance names (default: all).")
+    ap.add_argument("--quick", action="store_true",
+                    help="Node budgets instead of time limits (deterministic; about 1 minute).")
+    ap.add_argument("--nodes", type=int, default=QUICK_NODES, help="--quick: nodes per challenging instance.")
+    ap.add_argument("--dj-nodes", type=int, default=QUICK_DJ_NODES, help="--quick: nodes to minimise D and J.")
+    ap.add_argument("--real-work", type=int, default=QUICK_REAL_WORK,
+                    help="--quick: nodes x buffers per real network (its node budget is this over its buffers).")
     args = ap.parse_args()
+    lim = {"chal": args.limit, "dj": args.dj_limit, "real": args.real_limit}
+    budget: dict[str, int | None] = {"chal": None, "dj": None, "real": None}
+    if args.quick:
+        lim = {"chal": None, "dj": None, "real": None}
+        budget = {"chal": args.nodes, "dj": args.dj_nodes, "real": args.real_work}
     only = set(filter(None, args.only.split(",")))
     compile_s = _warm_up()
     rows = []
@@ -73,25 +98,26 @@ def main() -> None:
         if only and name not in only:
             continue
         p, _ = read_csv(f)
-        rows.append(_row("challenging @1048576", name, p, CAPACITY, args.limit, True))
+        rows.append(_row("challenging @1048576", name, p, CAPACITY, lim["chal"], True, budget["chal"]))
     for f in chal:
         name = f.name.split(".")[0]
         if name != "C" or (only and name not in only):
             continue
         p, _ = read_csv(f)
-        rows.append(_row("challenging @peak", name, p, p.peak_live(), args.limit, True))
+        rows.append(_row("challenging @peak", name, p, p.peak_live(), lim["chal"], True, budget["chal"]))
     for f in chal:
         name = f.name.split(".")[0]
         if name not in ("D", "J") or (only and name not in only):
             continue
         p, _ = read_csv(f)
-        rows.append(_row("challenging, minimise", name, p, None, args.dj_limit, False))
+        rows.append(_row("challenging, minimise", name, p, None, lim["dj"], False, budget["dj"]))
     for f in sorted((MEMPLAN / "real-networks").glob("*.csv")):
         name = f.stem
         if only and name not in only:
             continue
         p, _ = read_csv(f)
-        rows.append(_row("real networks, minimise", name, p, None, args.real_limit, False))
+        nodes = None if budget["real"] is None else max(1, budget["real"] // len(p))
+        rows.append(_row("real networks, minimise", name, p, None, lim["real"], False, nodes))
     df = pd.DataFrame(rows)
     at = df[df["set"] == "challenging @1048576"]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -101,7 +127,14 @@ def main() -> None:
              "heuristic's arena over the peak of live bytes. MiniMalloc: published 0.63-5.36 s each, 29.4 s "
              "for all 11; built from source on a machine like this one, 51.6 s in total (0.83-10.65 s each). "
              f"Here: {int(at['fits capacity'].sum())} of {len(at)} solved within 1,048,576, total "
-             f"{at['seconds'].sum():.1f} s (unsolved instances count their full time limit of {args.limit:.0f} s).")
+             f"{at['seconds'].sum():.1f} s")
+    if args.quick:
+        notes += (f". --quick: node budgets instead of time limits ({args.nodes:,} nodes per challenging instance, "
+                  f"{args.dj_nodes:,} to minimise D and J, {args.real_work:,} / buffers per real network), so every "
+                  "figure but the seconds is the same on every run; the issue's questions (60 s and 10 s limits) "
+                  "are the full run's.")
+    else:
+        notes += f" (unsolved instances count their full time limit of {args.limit:.0f} s)."
     print(write_table(df, "arena", "Static arena offsets: heuristics and the exact search", notes))
 
 

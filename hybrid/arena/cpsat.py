@@ -12,9 +12,14 @@ from hybrid.arena.exact import FOUND, INFEASIBLE, TIMEOUT, Outcome
 from hybrid.arena.problem import Problem
 
 
-def decide_cpsat(problem: Problem, capacity: int, time_limit_s: float, workers: int = 1) -> Outcome:
+def decide_cpsat(problem: Problem, capacity: int, time_limit_s: float | None, workers: int = 1,
+                 deterministic_time: float | None = None, seed: int | None = None) -> Outcome:
     """Is there an assignment within `capacity`? One rectangle per live segment, a buffer's segments sharing
-    its offset variable (a multiple of its alignment)."""
+    its offset variable (a multiple of its alignment).
+
+    `deterministic_time` (CP-SAT's work measure) with one worker and a fixed `seed` gives the same answer
+    whatever the machine's load; `time_limit_s=None` then leaves the clock out. `seed` None keeps CP-SAT's
+    own fixed default (random_seed 1)."""
     a = problem.arrays
     m = cp_model.CpModel()
     xs, ys = [], []
@@ -39,8 +44,13 @@ def decide_cpsat(problem: Problem, capacity: int, time_limit_s: float, workers: 
             ys.append(y)
     m.AddNoOverlap2D(xs, ys)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
+    if time_limit_s is not None:
+        solver.parameters.max_time_in_seconds = time_limit_s
+    if deterministic_time is not None:
+        solver.parameters.max_deterministic_time = deterministic_time
     solver.parameters.num_workers = workers
+    if seed is not None:
+        solver.parameters.random_seed = seed
     st = solver.Solve(m)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         out = np.array([solver.Value(k) for k in offs], np.int64) * a.align

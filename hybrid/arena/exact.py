@@ -17,6 +17,7 @@ The whole depth-first search runs compiled (numba), recursing once per placed bu
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -184,9 +185,12 @@ class Outcome:
 
 
 def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared | None = None,
-           orders: tuple[str, ...] = HEURISTIC_ORDERS) -> Outcome:
+           orders: tuple[str, ...] = HEURISTIC_ORDERS, node_budget: int | None = None) -> Outcome:
     """Is there an assignment within `capacity`? Round-robin over preorderings with a doubling node limit
-    (MiniMalloc's RoundRobin); any complete run that finds nothing proves infeasibility."""
+    (MiniMalloc's RoundRobin); any complete run that finds nothing proves infeasibility.
+
+    `node_budget` caps the nodes of all runs together: the answer then depends on the work done, not on the
+    machine's load (TIMEOUT when it runs out; pass deadline=math.inf for a purely deterministic search)."""
     p = prepare(problem) if prepared is None else prepared
     ranks = [preorder(p, h) for h in orders]
     hcodes = [np.array(["WAT".index(c) for c in h], np.int64) for h in orders]
@@ -211,6 +215,12 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
         nonlocal limit, nodes
         while True:
             for hcode, rank in zip(hcodes, ranks):
+                run_limit = limit
+                if node_budget is not None:
+                    if nodes >= node_budget:
+                        result.append(Outcome(TIMEOUT, None, nodes))
+                        return
+                    run_limit = min(limit, node_budget - nodes)
                 rank = rank.copy()
                 if np.any(p.total > capacity):
                     result.append(Outcome(INFEASIBLE, None, nodes))
@@ -222,7 +232,7 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                           p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov,
                           p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64), np.zeros(n_sec, np.int64),
                           p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64),
-                          counters, limit, deadline, mask)
+                          counters, run_limit, deadline, mask)
                 nodes += int(counters[0])
                 if st == FOUND:
                     full = np.zeros(len(problem), np.int64)
@@ -232,7 +242,7 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                 if st == NOT_FOUND:
                     result.append(Outcome(INFEASIBLE, None, nodes))
                     return
-                if st == TIMEOUT or time.perf_counter() > deadline:
+                if st == TIMEOUT or (st == NODE_LIMIT and run_limit < limit) or time.perf_counter() > deadline:
                     result.append(Outcome(TIMEOUT, None, nodes))
                     return
             limit *= 2
@@ -262,43 +272,59 @@ def _in_big_stack(fn: Callable[[], None]) -> None:
         raise err[0]
 
 
-def solve(problem: Problem, time_limit_s: float = 60.0, capacity: int | None = None,
-          first_fit: bool = False) -> Solution:
+def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | None = None,
+          first_fit: bool = False, node_budget: int | None = None, start: Solution | None = None) -> Solution:
     """The smallest arena found within the time limit (never larger than the best heuristic's).
 
     `capacity` caps the arena (default: the problem's, else none). `first_fit`: stop at the first assignment
     within the capacity (MiniMalloc's benchmark question) instead of minimising below it.
+    `node_budget` caps the search's nodes over all its decisions (the peak gets half, each later target a
+    third of what is left): with `time_limit_s=None` the result no longer depends on the machine's load.
+    `start`: the best heuristic's solution when the caller has it already (default: computed here).
     Raises nothing on infeasibility: the result's arena then exceeds the capacity, which callers check.
     """
+    if time_limit_s is None and node_budget is None:
+        raise ValueError("exact.solve needs a time limit or a node budget")
     t0 = time.perf_counter()
-    deadline = t0 + 0.98 * time_limit_s      # leave room to hand the result back within the limit
+    # leave room to hand the result back within the limit
+    deadline = math.inf if time_limit_s is None else t0 + 0.98 * time_limit_s
+    nodes_left = math.inf if node_budget is None else node_budget
+    used = 0
     cap = problem.capacity if capacity is None else capacity
-    heur = best_heuristic(problem)
+    heur = best_heuristic(problem) if start is None else start
     lb = heur.lower_bound
     best_off, best = heur.offsets, heur.arena_bytes
     solver = heur.solver
+
+    def done(off: np.ndarray, arena: int, by: str, optimal: bool, bound: int) -> Solution:
+        return Solution(off, arena, by, time.perf_counter() - t0, optimal, bound, used)
+
     if best == lb or (first_fit and cap is not None and best <= cap):
-        return Solution(best_off, best, solver, time.perf_counter() - t0, best == lb, lb)
+        return done(best_off, best, solver, best == lb, lb)
     p = prepare(problem)
     proven_lb = lb
     if time.perf_counter() >= deadline:
-        return Solution(best_off, best, solver, time.perf_counter() - t0, False, lb)
+        return done(best_off, best, solver, False, lb)
     if first_fit and cap is not None:
-        out = decide(problem, cap, deadline, p)
+        out = decide(problem, cap, deadline, p, node_budget=node_budget)
+        used = out.nodes
         if out.status == FOUND:
             assert out.offsets is not None
             arena = int((out.offsets + problem.arrays.size).max())
-            return Solution(out.offsets, arena, "exact", time.perf_counter() - t0, arena == lb, lb)
+            return done(out.offsets, arena, "exact", arena == lb, lb)
         if out.status == INFEASIBLE:
             proven_lb = cap + 1
-        return Solution(best_off, best, solver, time.perf_counter() - t0, False, proven_lb)
+        return done(best_off, best, solver, False, proven_lb)
     hi = best - 1 if cap is None else min(best - 1, cap)
     soft = lb            # targets below this timed out: not proven, but not worth retrying
     target = lb
     share = 0.5          # the peak gets half the time: success there proves optimality
-    while max(proven_lb, soft) <= hi and time.perf_counter() < deadline:
+    while max(proven_lb, soft) <= hi and time.perf_counter() < deadline and nodes_left >= 1:
         left = deadline - time.perf_counter()
-        out = decide(problem, target, time.perf_counter() + left * share, p)
+        budget = None if node_budget is None else max(1, int(nodes_left * share))
+        out = decide(problem, target, time.perf_counter() + left * share, p, node_budget=budget)
+        used += out.nodes
+        nodes_left -= out.nodes
         share = 0.34
         if out.status == FOUND:
             assert out.offsets is not None
@@ -311,7 +337,7 @@ def solve(problem: Problem, time_limit_s: float = 60.0, capacity: int | None = N
         else:
             soft = target + 1
         target = (max(proven_lb, soft) + hi) // 2
-    return Solution(best_off, best, solver, time.perf_counter() - t0, best <= max(proven_lb, lb), proven_lb)
+    return done(best_off, best, solver, best <= max(proven_lb, lb), proven_lb)
 
 
 # --- dynamic temporal decomposition (MiniMalloc's DynamicallyDecompose) -------------------------------------

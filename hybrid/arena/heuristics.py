@@ -30,6 +30,7 @@ class Solution:
     seconds: float
     proven_optimal: bool = False
     lower_bound: int = 0
+    nodes: int = 0               # exact-search nodes spent (0 for the heuristics)
 
 
 @nb.njit(cache=True)

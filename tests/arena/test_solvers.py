@@ -136,3 +136,50 @@ def test_cpsat_model_agrees_with_brute_force(seed: int) -> None:
     assert found.status == exact.FOUND and found.offsets is not None
     assert check_offsets(p, found.offsets, capacity=best).valid
     assert decide_cpsat(p, best - 1, 20.0).status == exact.INFEASIBLE
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_node_budget_makes_the_search_repeatable(seed: int) -> None:
+    """With a node budget and no clock, two runs give the same offsets; the budget is never overspent and
+    a budget too small to finish is reported as such (not as infeasible)."""
+    rng = np.random.default_rng(200 + seed)
+    p = _random_problem(rng, 30, 50, 25, align=int(rng.choice([1, 4])))
+    a = exact.solve(p, None, node_budget=500)
+    b = exact.solve(p, None, node_budget=500)
+    assert check_offsets(p, a.offsets).valid
+    assert (a.offsets == b.offsets).all() and a.arena_bytes == b.arena_bytes and a.nodes == b.nodes
+    assert a.nodes <= 500
+    assert a.arena_bytes <= best_heuristic(p).arena_bytes
+    lb = p.peak_live()
+    out = exact.decide(p, lb, float("inf"), node_budget=1)
+    assert out.nodes <= 1 and out.status in (exact.FOUND, exact.TIMEOUT, exact.INFEASIBLE)
+
+
+def test_node_budget_runs_out_on_a_hard_instance() -> None:
+    """MiniMalloc's B (170 buffers) needs over a million nodes at 1,048,576: 1,000 nodes end in TIMEOUT."""
+    from benchmarks.arena import CAPACITY, MEMPLAN
+
+    f = MEMPLAN / "minimalloc-challenging" / f"B.{CAPACITY}.csv"
+    if not f.exists():
+        pytest.skip(f"{f} not present")
+    p, _ = read_csv(f)
+    out = exact.decide(p, CAPACITY, float("inf"), node_budget=1000)
+    assert out.status == exact.TIMEOUT and out.offsets is None and out.nodes == 1000
+
+
+def test_exact_solve_needs_a_limit() -> None:
+    with pytest.raises(ValueError, match="time limit or a node budget"):
+        exact.solve(Problem([Buffer("a", 0, 1, 1)]), None)
+
+
+def test_cpsat_deterministic_time_gives_the_same_answer() -> None:
+    from hybrid.arena.cpsat import decide_cpsat
+
+    rng = np.random.default_rng(7)
+    p = _random_problem(rng, 12, 20, 10)
+    cap = best_heuristic(p).arena_bytes
+    a = decide_cpsat(p, cap, None, deterministic_time=2.0, seed=0)
+    b = decide_cpsat(p, cap, None, deterministic_time=2.0, seed=0)
+    assert a.status == b.status == exact.FOUND and a.offsets is not None and b.offsets is not None
+    assert (a.offsets == b.offsets).all() and a.nodes == b.nodes
+    assert check_offsets(p, a.offsets, capacity=cap).valid
