@@ -61,7 +61,7 @@ class LayoutBudget:
 
 
 DEFAULT_BUDGET = LayoutBudget()
-QUICK_BUDGET = LayoutBudget(sources=2, per_source=4, work=100_000, exact_tries=2, exact_nodes=50_000,
+QUICK_BUDGET = LayoutBudget(sources=2, per_source=4, work=120_000, exact_tries=2, exact_nodes=50_000,
                             exact_max_buffers=3_000, fast_above=5_000)
 
 
@@ -262,9 +262,9 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         return capped
 
     def spent() -> bool:
-        """One more candidate would go past the work budget (counted: reproducible), or the safety cap fired
-        (timed: not)."""
-        return tried.work + tried.last > budget.work or out_of_time()
+        """One more candidate would go past the work budget once something fits (counted: reproducible; until
+        then only `per_source` bounds the re-plans), or the safety cap fired (timed: not)."""
+        return (bool(tried.fits) and tried.work + tried.last > budget.work) or out_of_time()
 
     def fit(p: Plan, source: str, shrink: float, kind: str, pb=None) -> float:  # noqa: ANN001
         """Lay `p` out by the heuristics; record it as a fit or a near miss. Its arena over the capacity."""
