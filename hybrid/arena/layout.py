@@ -53,8 +53,8 @@ class LayoutBudget:
     work: int = 500_000              # buffer placements by the heuristics in all (`heuristic_passes` per buffer,
                                      # the plan's own included): no new candidate that would go past it
                                      # (NasNet-25's plans: 28k buffers x 2 passes, 5 s a candidate here)
-    exact_tries: int = 4             # near misses given to the exact search, fastest first (the plan's own first)
-    exact_nodes: int = 200_000       # per exact try
+    exact_tries: int = 3             # near misses given to the exact search, fastest first (the plan's own first)
+    exact_nodes: int = 50_000        # per exact try (ResNet-18's 490 buffers: 3 s at 60 us a node here)
     exact_max_buffers: int = 5_000   # larger problems: heuristics only (a node costs milliseconds there)
     fast_above: int = 10_000         # larger problems: only best fit by size and MegEngine's simulation (all
                                      # five best-fit orders and greedy-by-size take 15 s on NasNet-25's 28k)
@@ -352,7 +352,7 @@ def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> I
     at shrink s that lays out r over, the next is 1 - (1 - s) / r (its fragmentation, assumed to scale with the
     budget), a little more so as not to creep up on it; once one fits, regula falsi between the last failure
     and the first fit (where their ratios' line crosses 1, safeguarded). At most `steps` re-plans."""
-    failed, fitted = 0.0, None
+    failed, fitted, ceiling = 0.0, None, MAX_SHRINK + RESOLUTION   # ceiling: the least shrink the planner refused
     r_failed, r_fitted = max(ratio0, 1.0), 1.0
     s = min(MAX_SHRINK, max(RESOLUTION, 1.0 - 1.0 / max(ratio0, 1.0)))
     for _ in range(steps):
@@ -362,17 +362,20 @@ def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> I
             cand = None
         r = None if cand is None else fit(cand, rp.name, s, "re-planned")
         yield None
-        if r is not None and r <= 1.0:
+        if r is None:
+            ceiling = s                  # the planner cannot run with this little memory
+        elif r <= 1.0:
             fitted, r_fitted = s, r
-        elif r is None and fitted is None:
-            return                   # the planner cannot run with this little memory, and nothing fits above
         else:
-            failed, r_failed = s, (r if r is not None else r_failed)
+            failed, r_failed = s, r
         if fitted is None:
-            if s >= MAX_SHRINK:
+            if r is not None:            # a miss: shrink by what its overflow says, a little more
+                s = max(s + RESOLUTION, 1.0 - (1.0 - s) / (r * (1.0 + 0.25 * (r - 1.0))))
+            if s >= ceiling or r is None:
+                s = 0.5 * (failed + ceiling)     # below what the planner refused
+            s = min(s, MAX_SHRINK)
+            if ceiling - failed < RESOLUTION or s <= failed:
                 return
-            assert r is not None
-            s = min(MAX_SHRINK, max(s + RESOLUTION, 1.0 - (1.0 - s) / (r * (1.0 + 0.25 * (r - 1.0)))))
         else:
             gap = fitted - failed
             if gap < RESOLUTION:
