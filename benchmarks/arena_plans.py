@@ -10,8 +10,8 @@ device's memory. For each plan: the peak of live copy bytes, the best first layo
 which (re-plan source and the memory it gave up), and the makespan cost against the fragmentation-free plan.
 Writes results/arena_plans[_ga][_suite].{md,csv}. The layout's work is counted (`LayoutBudget`), so the
 figures do not depend on the machine's load (only `layout s` does). `--quick` (5 generations, the quick budget) on
-2 cores: the suite with `--planner ga` about 60 s wall (41 s CPU; NasNet-25's layout 12 s), the Checkmate graphs
-about 11 s (Belady) and 40 s (GA). Full runs (30 generations, the default budget) were not timed on this
+2 cores: the suite with `--planner ga` 41 s wall (41 s CPU; NasNet-25's layout 8 s; up to 62 s under load), the Checkmate graphs
+about 11 s (Belady) and 10 s (GA). Full runs (30 generations, the default budget) were not timed on this
 branch; expect several minutes for the suite (NasNet-25's candidates take about 5 s each to lay out).
 """
 from __future__ import annotations
