@@ -7,13 +7,14 @@ So the best plan rarely lays out as found, and giving memory up is steep there (
 search's genes 3% makespan, 10% less 15%): the fallback must give up as little memory as it can.
 
 `lay_out` tries, cheapest first, and keeps the fastest plan that fits:
-1. the plan itself: the heuristics (milliseconds), then the exact search (first fit, a share of the time);
+1. the plan itself: the heuristics (milliseconds), then the exact search (first fit, a node budget) when they
+   miss by at most 6%;
 2. its other candidates (the search's plan before refinement, the population's next best plans);
 3. re-plans (`Replan`: the search's genes, the population's, the Belady planner) with a smaller byte
    budget: the first shrink is what the plan's own overflow says (arena / capacity = 1.2: 1/6 less memory),
-   the next ones re-estimate from the last re-plan's overflow until one lays out, then a bisection between
+   the next ones re-estimate from the last re-plan's overflow until one lays out, then regula falsi between
    the last budget that failed and the first that fit (the largest budget that lays out loses the least),
-   laid out by the heuristics; the exact search then tries the fastest near misses (within 6% of fitting),
+   laid out by the heuristics; the sources take turns, one re-plan each; the exact search then tries the fastest near misses (within 6% of fitting),
    which is what usually wins: a re-plan with 2% less memory that the heuristics lay out 0.7% over;
 4. size classes (no offsets needed): the search's fastest size-class plans, and per-size classes.
 `Layout` says which fired, how much memory it gave up and what it cost.
