@@ -56,7 +56,8 @@ class LayoutBudget:
                                      # (NasNet-25's plans: 28k buffers x 2 passes, 5 s a candidate here)
     exact_tries: int = 3             # near misses given to the exact search, fastest first (the plan's own first)
     exact_nodes: int = 50_000        # per exact try (ResNet-18's 490 buffers: 3 s at 60 us a node here)
-    exact_max_buffers: int = 5_000   # larger problems: heuristics only (a node costs milliseconds there)
+    exact_max_buffers: int = 2_000   # larger problems: heuristics only (a node costs milliseconds there: 50k
+                                     # nodes would take a minute)
     fast_above: int = 10_000         # larger problems: only best fit by size and MegEngine's simulation (all
                                      # five best-fit orders and greedy-by-size take 15 s on NasNet-25's 28k)
 
