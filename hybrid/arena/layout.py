@@ -7,33 +7,64 @@ So the best plan rarely lays out as found, and giving memory up is steep there (
 search's genes 3% makespan, 10% less 15%): the fallback must give up as little memory as it can.
 
 `lay_out` tries, cheapest first, and keeps the fastest plan that fits:
-1. the plan itself: the heuristics (milliseconds), then the exact search (first fit, a share of the time);
+1. the plan itself: the heuristics (milliseconds), then the exact search (first fit, a node budget) when they
+   miss by at most 6%;
 2. its other candidates (the search's plan before refinement, the population's next best plans);
 3. re-plans (`Replan`: the search's genes, the population's, the Belady planner) with a smaller byte
-   budget: 0.5%, 1%, 2%, ..., 50% less memory until one lays out, then a bisection between the last budget that
-   failed and the first that fit (the largest budget that lays out loses the least), laid out by the
-   heuristics; the exact search then gets the time left for the fastest near misses (within 6% of fitting),
+   budget: the first shrink is what the plan's own overflow says (arena / capacity = 1.2: 1/6 less memory),
+   the next ones re-estimate from the last re-plan's overflow until one lays out, then regula falsi between
+   the last budget that failed and the first that fit (the largest budget that lays out loses the least),
+   laid out by the heuristics; the sources take turns, one re-plan each; the exact search then tries the fastest near misses (within 6% of fitting),
    which is what usually wins: a re-plan with 2% less memory that the heuristics lay out 0.7% over;
 4. size classes (no offsets needed): the search's fastest size-class plans, and per-size classes.
 `Layout` says which fired, how much memory it gave up and what it cost.
+
+The work is counted, not timed (`LayoutBudget`: re-plans per source, exact-search nodes per try), so one
+plan and budget give one layout whatever the load; the time limit is a safety cap checked between steps
+(`Layout.capped` says when it fired). Every plan returned passes `hybrid.validator.validate`.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
-from hybrid.errors import InfeasibleError
+from hybrid.arena.heuristics import Solution
+from hybrid.arena.problem import Problem
+from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.swap.augmented import PlannerOptions
 
-SHRINK_STEPS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.5)   # memory given up, tried in turn until a re-plan lays out
-NEAR_MISS = 0.06                                  # heuristic arena at most this far over: worth the exact search
-EXACT_TRIES = 4                                   # near misses given to the exact search, fastest first
+NEAR_MISS = 0.06           # heuristic arena at most this far over the capacity: worth the exact search
+MAX_SHRINK = 0.5           # re-plans give up at most this share of the memory
+RESOLUTION = 0.002         # the shrink search stops when the last failure and the first fit are this close
+
+
+@dataclass(frozen=True)
+class LayoutBudget:
+    """The work `lay_out` may do, in counts: the same plan and budget give the same layout on any load (the
+    time limit is only a safety cap). A node is one buffer placed by the exact search (exact.decide's unit)."""
+
+    sources: int = 5                 # re-plan sources tried (search genes, population, belady), taking turns
+    per_source: int = 8              # re-plans laid out per source: ratio-guided shrink, then bisection
+    work: int = 500_000              # buffer placements by the heuristics in all (`heuristic_passes` per buffer,
+                                     # the plan's own included): no new candidate that would go past it
+                                     # (NasNet-25's plans: 28k buffers x 2 passes, 5 s a candidate here)
+    exact_tries: int = 3             # near misses given to the exact search, fastest first (the plan's own first)
+    exact_nodes: int = 50_000        # per exact try (ResNet-18's 490 buffers: 3 s at 60 us a node here)
+    exact_max_buffers: int = 2_000   # larger problems: heuristics only (a node costs milliseconds there: 50k
+                                     # nodes would take a minute)
+    fast_above: int = 10_000         # larger problems: only best fit by size and MegEngine's simulation (all
+                                     # five best-fit orders and greedy-by-size take 15 s on NasNet-25's 28k)
+
+
+DEFAULT_BUDGET = LayoutBudget()
+QUICK_BUDGET = LayoutBudget(sources=2, per_source=4, work=120_000, exact_tries=2, exact_nodes=50_000,
+                            exact_max_buffers=3_000, fast_above=5_000)
 
 
 @dataclass(frozen=True)
@@ -58,6 +89,7 @@ class Layout:
     overflow: float = 0.0      # the plan's own best layout over the capacity, minus 1 (0 when it fit)
     solver: str = ""           # who laid the written plan out
     trials: tuple[tuple[str, float, float, float], ...] = ()   # (source, memory given up, makespan, arena / cap)
+    capped: bool = False       # the time limit (a safety cap) stopped the work budget early: not reproducible
 
     @property
     def cost(self) -> float:
@@ -65,19 +97,20 @@ class Layout:
         return self.plan.makespan_s / self.makespan_before_s - 1.0
 
     def describe(self) -> str:
+        cap = "; stopped by the time limit" if self.capped else ""
         if not self.fallback:
-            return "laid out in the arena as planned" if self.plan.allocation.kind == "arena" else ""
+            return ("laid out in the arena as planned" + cap) if self.plan.allocation.kind == "arena" else ""
         how = {"re-planned": f"re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less memory",
                "size classes": "re-planned with per-size classes",
                "slower candidate": f"laid out a slower candidate ({self.source})"}[self.fallback]
         return (f"no arena layout within memory (best {100 * self.overflow:+.1f}% over): {how} "
-                f"({100 * self.cost:+.2f}% makespan)")
+                f"({100 * self.cost:+.2f}% makespan){cap}")
 
     def to_json(self) -> dict:
         return {"fallback": self.fallback, "source": self.source, "rounds": self.rounds,
                 "memory_given_up": self.memory_given_up, "overflow": self.overflow, "cost": self.cost,
                 "makespan_before_s": self.makespan_before_s, "solve_s": self.solve_s, "solver": self.solver,
-                "describe": self.describe()}
+                "capped": self.capped, "describe": self.describe()}
 
 
 def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_classes: bool = False,
@@ -107,6 +140,83 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
     return dataclasses.replace(to_plan(aug, name), device=plan.device)
 
 
+def heuristic_passes(n: int, budget: LayoutBudget) -> int:
+    """Placement passes `heuristic_layout` makes over n buffers: greedy by size, five best-fit orders and
+    MegEngine's simulation, or above `budget.fast_above` the two cheap ones (the unit of `budget.work`)."""
+    return 2 if n > budget.fast_above else 7
+
+
+def heuristic_layout(problem: Problem, budget: LayoutBudget = DEFAULT_BUDGET) -> Solution:
+    """The best heuristic layout; above `budget.fast_above` buffers only the two cheap ones (best fit in
+    decreasing size then duration, XLA's first order, and MegEngine's simulation)."""
+    from hybrid.arena.heuristics import best_heuristic, megengine, placed_in_order
+
+    if len(problem) <= budget.fast_above:
+        return best_heuristic(problem)
+    a = problem.arrays
+    dur = np.bincount(a.seg_buf, weights=(a.seg_hi - a.seg_lo), minlength=len(a.size)).astype(np.int64)
+    order = np.lexsort((np.arange(len(a.size)), -dur, -a.size))
+    sols = [placed_in_order(problem, order, True, "best-fit-size"), megengine(problem)]
+    return min(sols, key=lambda s: s.arena_bytes)
+
+
+def exact_fit(problem: Problem, capacity: int, nodes: int, deadline: float) -> np.ndarray | None:
+    """Offsets within `capacity` found by the exact search in at most `nodes` nodes (None: not found, or the
+    deadline, a safety cap, came first). `exact.decide` with a total node budget instead of a deadline: its
+    round robin over preorderings with a node limit doubling from 2n, each run capped by what is left."""
+    from hybrid.arena import exact
+
+    p = exact.prepare(problem)
+    if np.any(p.total > capacity):
+        return None
+    orders = exact.HEURISTIC_ORDERS
+    ranks = [exact.preorder(p, h) for h in orders]
+    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) for h in orders]
+    n = len(p.size)
+    n_sec = len(p.total)
+    bs_lo = np.full(n, n_sec, np.int64)
+    bs_hi = np.zeros(n, np.int64)
+    rb = np.repeat(np.arange(n), np.diff(p.br_first))
+    np.minimum.at(bs_lo, rb, p.br_lo)
+    np.maximum.at(bs_hi, rb, p.br_hi)
+    long_ = bs_hi - bs_lo >= 2
+    diff = np.zeros(n_sec + 1, np.int64)
+    np.add.at(diff, bs_lo[long_], 1)
+    np.add.at(diff, bs_hi[long_] - 1, -1)
+    cuts0 = np.cumsum(diff)[:max(n_sec, 0)]
+    mask = 63 if n <= 2000 else 0
+    found: list[np.ndarray | None] = [None]
+
+    def run() -> None:
+        used, limit = 0, max(2 * n, 64)
+        while used < nodes:
+            for hcode, rank in zip(hcodes, ranks):
+                cap_nodes = min(limit, nodes - used)
+                if cap_nodes <= 0:
+                    return
+                off = np.full(n, -1, np.int64)
+                sol = np.zeros(n, np.int64)
+                counters = np.zeros(2, np.int64)
+                st = exact._rec(np.arange(n, dtype=np.int64), 0, n_sec, np.int64(0), np.int64(-1), True, hcode,
+                                p.width, p.size, p.align, rank.copy(), p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi,
+                                p.ov_first, p.ov, p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64),
+                                np.zeros(n_sec, np.int64), p.total.copy(), cuts0.copy(), sol,
+                                np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64), counters, cap_nodes, deadline,
+                                mask)
+                used += int(counters[0])
+                if st == exact.FOUND:
+                    full = np.zeros(len(problem), np.int64)
+                    full[p.idx] = sol
+                    found[0] = full
+                    return
+                if st in (exact.INFEASIBLE, exact.TIMEOUT) or time.perf_counter() > deadline:
+                    return
+            limit *= 2
+
+    exact._in_big_stack(run)
+    return found[0]
+
+
 @dataclass
 class _Tried:
     """Candidates laid out so far: the fastest that fits, and the near misses worth an exact search."""
@@ -115,26 +225,28 @@ class _Tried:
     fits: list[tuple[float, int, Plan, str, float, str]] = field(default_factory=list)
     near: list[tuple[float, int, Plan, str, float, object, float]] = field(default_factory=list)
     count: int = 0
+    work: int = 0              # buffer placements by the heuristics so far
+    last: int = 0              # ... by the last candidate (the next is assumed to cost as much)
     log: list[tuple[str, float, float, float]] = field(default_factory=list)
 
     def best_s(self) -> float:
         return min((f[0] for f in self.fits), default=float("inf"))
 
 
-def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[Plan] | tuple[Plan, ...] = (),
-            replans: list[Replan] | tuple[Replan, ...] | None = None, bisect_steps: int = 4,
-            rounds: int | None = None, recompute: bool = True) -> Layout:
+def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[Plan] | tuple[Plan, ...] = (),
+            replans: list[Replan] | tuple[Replan, ...] | None = None, budget: LayoutBudget = DEFAULT_BUDGET,
+            recompute: bool = True) -> Layout:
     """`plan` with arena offsets (see the module docstring); plans that are not byte budgets pass through.
 
     `others`: slower candidates (e.g. the search's own plan before refinement) tried before any re-plan;
     size-class plans among them (the search's best size-class individuals) are kept as they are.
     `replans`: ways to plan again for a smaller byte budget (default: the Belady planner on the plan's
-    schedule); each is tried with 1%, 2%, 4%, ... less memory, then bisected `bisect_steps` times. Of
-    everything that fits, the fastest is kept. `rounds` (legacy) caps the shrink steps tried per re-plan.
-    The time limit bounds the search; a candidate is always laid out by the heuristics, whatever the time."""
+    schedule), the first `budget.sources` of them tried. Of everything that fits, the fastest is written.
+    `budget` counts the work; `time_limit_s` is a safety cap checked between steps (a candidate started is
+    laid out by the heuristics whatever the time). HybridError if the layout chosen fails validation (a bug)."""
     from hybrid.arena import exact
-    from hybrid.arena.heuristics import best_heuristic
     from hybrid.arena.lifetimes import arena_plan, plan_buffers
+    from hybrid.validator import validate
 
     t0 = time.perf_counter()
     deadline = t0 + time_limit_s
@@ -144,102 +256,133 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 10.0, others: list[P
     usable = plan.device.usable_bytes
     first = plan_buffers(graph, plan)
     tried = _Tried(int(first.problem.capacity or 0))
+    capped = False
 
-    def fit(p: Plan, source: str, shrink: float, kind: str, pb=None) -> bool:  # noqa: ANN001
-        """Lay `p` out by the heuristics; record it as a fit or a near miss. Whether it fits."""
+    def out_of_time() -> bool:
+        nonlocal capped
+        capped = capped or time.perf_counter() > deadline
+        return capped
+
+    def spent() -> bool:
+        """One more candidate would go past the work budget once something fits (counted: reproducible; until
+        then only `per_source` bounds the re-plans), or the safety cap fired (timed: not)."""
+        return (bool(tried.fits) and tried.work + tried.last > budget.work) or out_of_time()
+
+    def fit(p: Plan, source: str, shrink: float, kind: str, pb=None) -> float:  # noqa: ANN001
+        """Lay `p` out by the heuristics; record it as a fit or a near miss. Its arena over the capacity."""
         pb = pb or plan_buffers(graph, p)
-        sol = best_heuristic(pb.problem)
+        sol = heuristic_layout(pb.problem, budget)
         tried.count += 1
+        tried.last = len(pb.problem) * heuristic_passes(len(pb.problem), budget)
+        tried.work += tried.last
         cap = pb.problem.capacity or 0
-        over = sol.arena_bytes / max(cap, 1) - 1.0
-        tried.log.append((source, shrink, p.makespan_s, over + 1.0))
+        ratio = sol.arena_bytes / max(cap, 1)
+        tried.log.append((source, shrink, p.makespan_s, ratio))
         if sol.arena_bytes <= cap:
             tried.fits.append((p.makespan_s, len(tried.fits), arena_plan(p, pb, sol), source, shrink, kind))
-            return True
-        if over <= NEAR_MISS:
-            tried.near.append((p.makespan_s, len(tried.near), p, source, shrink, pb, over))
-        return False
+        elif ratio - 1.0 <= NEAR_MISS:
+            tried.near.append((p.makespan_s, len(tried.near), p, source, shrink, pb, ratio - 1.0))
+        return ratio
 
-    def done(how: str, source: str, shrink: float, laid: Plan) -> Layout:
-        solver = str(laid.planner.get("arena", {}).get("solver", "")) if isinstance(laid.planner, dict) else ""
-        return Layout(laid, how, tried.count, before, time.perf_counter() - t0, source, shrink, overflow, solver,
-                      tuple(tried.log))
-
-    if fit(plan, "the plan", 0.0, "", first):
-        overflow = 0.0
-        return done("", "the plan", 0.0, tried.fits[0][2])
-    overflow = tried.log[0][3] - 1.0
-    if tried.near:        # a near miss: the exact search on the plan itself, for a quarter of the time
-        deadline += exact.warm_up()       # its one-off compile is not search time
-        sol = exact.solve(first.problem, 0.25 * time_limit_s, first_fit=True)
+    def try_exact(pb, ms: float, cand: Plan, source: str, shrink: float, kind: str) -> bool:  # noqa: ANN001
+        if len(pb.problem) > budget.exact_max_buffers or out_of_time():
+            return False
+        exact.warm_up()
+        offs = exact_fit(pb.problem, int(pb.problem.capacity or 0), budget.exact_nodes, deadline)
         tried.count += 1
-        if sol.arena_bytes <= tried.capacity:
-            return done("", "the plan", 0.0, arena_plan(plan, first, sol))
+        if offs is None:
+            out_of_time()        # a search the deadline stopped is not reproducible: say so
+            return False
+        a = pb.problem.arrays
+        sol = Solution(offs, int((offs + a.size).max()) if len(offs) else 0, "exact", 0.0, False,
+                       pb.problem.peak_live())
+        tried.fits.append((ms, len(tried.fits), arena_plan(cand, pb, sol), source, shrink, kind))
+        return True
+
+    ratio0 = fit(plan, "the plan", 0.0, "", first)
+    overflow = max(ratio0 - 1.0, 0.0)
+    if not tried.fits and tried.near and budget.exact_tries > 0:
+        try_exact(first, plan.makespan_s, plan, "the plan", 0.0, "")
         tried.near.clear()
-    for k, other in enumerate(o for o in others if o.allocation.kind == "unconstrained"):
-        who = other.planner.get("name", "") if isinstance(other.planner, dict) else ""
-        fit(other, f"candidate {k + 1}" + (f", {who}'s" if who else ""), 0.0, "slower candidate")
-    if replans is None:
-        replans = (Replan("belady", lambda budget: replan_schedule(graph, plan, budget, recompute=recompute)),)
-    steps = SHRINK_STEPS if rounds is None else SHRINK_STEPS[:max(rounds, 1)]
-    sweep_end = t0 + 0.6 * (deadline - t0)    # the rest is for the exact search on the fastest near misses
-    for rp in replans:
-        if time.perf_counter() > sweep_end and tried.fits:
-            break
-
-        def attempt(shrink: float) -> bool | None:
-            """Whether the re-plan at this shrink lays out (None: the planner cannot fit the budget)."""
-            try:
-                cand = rp.make(int(usable * (1.0 - shrink)))
-            except InfeasibleError:
-                return None
-            return fit(cand, rp.name, shrink, "re-planned")
-
-        failed, fitted = 0.0, None
-        for s in steps:
-            ok = attempt(s)
-            if ok is None:
+    if not tried.fits:
+        for k, other in enumerate(o for o in others if o.allocation.kind == "unconstrained"):
+            if spent():
                 break
-            if ok:
-                fitted = s
+            who = other.planner.get("name", "") if isinstance(other.planner, dict) else ""
+            fit(other, f"candidate {k + 1}" + (f", {who}'s" if who else ""), 0.0, "slower candidate")
+        if replans is None:
+            replans = (Replan("belady", lambda b: replan_schedule(graph, plan, b, recompute=recompute)),)
+        # the sources take turns, one re-plan each, so a small budget still tries each of them
+        searches = [_shrink_search(rp, usable, ratio0, budget.per_source, fit) for rp in list(replans)[:budget.sources]]
+        while searches and not spent():
+            searches = [sr for sr in searches if not spent() and next(sr, True) is None]
+        # the exact search for the fastest near misses that would beat every fit found
+        near = sorted(n for n in tried.near if n[0] < tried.best_s())[:budget.exact_tries]
+        for ms, _, cand, source, shrink, pb, _ in near:
+            if ms >= tried.best_s():
                 break
-            failed = s
-        if fitted is None:
-            continue
-        for _ in range(bisect_steps):        # the largest budget that lays out: it loses the least
-            if time.perf_counter() > sweep_end:
-                break
-            mid = 0.5 * (failed + fitted)
-            if fitted - failed < 0.001:
-                break
-            ok = attempt(mid)
-            if ok:
-                fitted = mid
-            else:
-                failed = mid
-    # the exact search for the fastest near misses that would beat every fit found
-    near = sorted(n for n in tried.near if n[0] < tried.best_s())[:EXACT_TRIES]
-    if near:
-        deadline += exact.warm_up()
-    for k, (ms, _, cand, source, shrink, pb, _) in enumerate(near):
-        left = deadline - time.perf_counter()
-        if left <= 0.2 or ms >= tried.best_s():
-            break
-        sol = exact.solve(pb.problem, left / (len(near) - k), first_fit=True)
-        tried.count += 1
-        if sol.arena_bytes <= (pb.problem.capacity or 0):
-            kind = "slower candidate" if shrink == 0.0 else "re-planned"
-            tried.fits.append((ms, len(tried.fits), arena_plan(cand, pb, sol), source, shrink, kind))
-    for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
-        tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}", 0.0,
-                           "size classes"))
-    try:
-        classes = replan_schedule(graph, plan, None, size_classes=True, recompute=recompute)
-        tried.fits.append((classes.makespan_s, len(tried.fits), classes, "per-size classes", 0.0, "size classes"))
-    except InfeasibleError:
-        pass
+            try_exact(pb, ms, cand, source, shrink, "slower candidate" if shrink == 0.0 else "re-planned")
+        for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
+            tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}",
+                               0.0, "size classes"))
+        try:
+            classes = replan_schedule(graph, plan, None, size_classes=True, recompute=recompute)
+            tried.fits.append((classes.makespan_s, len(tried.fits), classes, "per-size classes", 0.0,
+                               "size classes"))
+        except InfeasibleError:
+            pass
     if not tried.fits:
         raise InfeasibleError("no arena layout of the plan fits the memory, and neither a re-plan with up to "
-                              f"{100 * steps[-1]:.0f}% less memory nor per-size classes do; give a little more memory")
+                              f"{100 * MAX_SHRINK:.0f}% less memory nor per-size classes do; give a little more memory")
     _, _, best, source, shrink, how = min(tried.fits, key=lambda x: x[:2])
-    return done(how, source, shrink, best)
+    report = validate(graph, best)
+    if not report.valid:       # a bug in the lifetimes or a solver: never hand back a broken layout
+        raise HybridError(f"the layout of {source} failed validation ({report.violations[0]}); please report "
+                          "this with the graph file")
+    solver = str(best.planner.get("arena", {}).get("solver", "")) if isinstance(best.planner, dict) else ""
+    if source == "the plan":
+        how, overflow = "", 0.0
+    return Layout(best, how, tried.count, before, time.perf_counter() - t0, source, shrink, overflow, solver,
+                  tuple(tried.log), capped)
+
+
+def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> Iterator[None]:  # noqa: ANN001
+    """Re-plan with less memory until one lays out, then bisect towards the largest budget that does; yields
+    after each re-plan (the caller interleaves sources and checks its budget), returns when done.
+
+    The first shrink is the plan's own overflow (arena / capacity = r: 1 - 1/r less memory); after a re-plan
+    at shrink s that lays out r over, the next is 1 - (1 - s) / r (its fragmentation, assumed to scale with the
+    budget), a little more so as not to creep up on it; once one fits, regula falsi between the last failure
+    and the first fit (where their ratios' line crosses 1, safeguarded). At most `steps` re-plans."""
+    failed, fitted, ceiling = 0.0, None, MAX_SHRINK + RESOLUTION   # ceiling: the least shrink the planner refused
+    r_failed, r_fitted = max(ratio0, 1.0), 1.0
+    s = min(MAX_SHRINK, max(RESOLUTION, 1.0 - 1.0 / max(ratio0, 1.0)))
+    for _ in range(steps):
+        try:
+            cand = rp.make(int(usable * (1.0 - s)))
+        except InfeasibleError:
+            cand = None
+        r = None if cand is None else fit(cand, rp.name, s, "re-planned")
+        yield None
+        if r is None:
+            ceiling = s                  # the planner cannot run with this little memory
+        elif r <= 1.0:
+            fitted, r_fitted = s, r
+        else:
+            failed, r_failed = s, r
+        if fitted is None:
+            if r is not None:            # a miss: shrink by what its overflow says, a little more
+                s = max(s + RESOLUTION, 1.0 - (1.0 - s) / (r * (1.0 + 0.25 * (r - 1.0))))
+            if s >= ceiling or r is None:
+                s = 0.5 * (failed + ceiling)     # below what the planner refused
+            s = min(s, MAX_SHRINK)
+            if ceiling - failed < RESOLUTION or s <= failed:
+                return
+        else:
+            gap = fitted - failed
+            if gap < RESOLUTION:
+                return
+            # where the line through (failed, its ratio) and (fitted, its ratio) crosses 1, kept inside the
+            # middle 80% of the bracket (the ratios are heuristic layouts: noisy)
+            cross = (r_failed - 1.0) / max(r_failed - r_fitted, 1e-12)
+            s = failed + gap * min(0.9, max(0.1, cross))

@@ -4,8 +4,8 @@ Lifetimes are read exactly as the validator reads them (`hybrid.validator.lifeti
 device copy lives from its allocation (its producing compute, recomputes included, or its swap-in) to its
 release (its swap-out's end or its free). FORMATS gives one offset per tensor, so a tensor with several
 copies is one buffer with one segment per copy (as `executor/placement.py` places it). Times are floats;
-they are ranked with the plan's tolerance, a release and an allocation at one instant not overlapping
-(the validator's order), a copy shorter than the tolerance overlapping what starts with it.
+they become integers in exactly the order rule 5's sweep puts them (`sweep_ranks`): a release at its end
+less the tolerance, before allocations at that key; a copy no longer than the tolerance after them.
 """
 from __future__ import annotations
 
@@ -44,21 +44,7 @@ def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     if bad:
         raise HybridError(f"cannot read the plan's lifetimes: rule 2: {bad[0].violation.message} (run hybrid validate)")
     align = plan.device.alignment_bytes
-    alloc = np.asarray(c.alloc, np.float64)
-    release = np.asarray(c.release, np.float64)
-    finite = np.isfinite(release)
-    times = np.unique(np.concatenate([alloc, release[finite]]))
-    # cluster times closer than the tolerance into one rank
-    rank_of = np.zeros(len(times), np.int64)
-    if len(times):
-        rank_of[1:] = np.cumsum(np.diff(times) > ctx.eps)
-    end_rank = 2 * (int(rank_of[-1]) + 2) if len(times) else 2
-    a_rank = 2 * rank_of[np.searchsorted(times, alloc)]
-    r_rank = np.full(len(alloc), end_rank, np.int64)
-    r_rank[finite] = 2 * rank_of[np.searchsorted(times, release[finite])]
-    short = finite & (release - alloc <= ctx.eps)
-    r_rank[short] = a_rank[short] + 1
-    r_rank = np.maximum(r_rank, a_rank + 1)
+    a_rank, r_rank = sweep_ranks(np.asarray(c.alloc, np.float64), np.asarray(c.release, np.float64), ctx.eps)
     bufs: list[Buffer] = []
     names: list[str] = []
     for t, ids in enumerate(c.by_tensor):
@@ -78,6 +64,39 @@ def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     max_ws = max((ctx.impl_ws[i] for i in range(ctx.n) if ctx.kind[i] == COMPUTE), default=0)
     cap = (ctx.memory - int(max_ws)) // align * align
     return PlanBuffers(Problem(bufs, cap), names)
+
+
+def sweep_ranks(alloc: np.ndarray, release: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Integer times for copies [alloc, release) that order exactly as rule 5's sweep orders them.
+
+    The validator (`hybrid.validator.memory._points`) sorts points by (key, rank): an allocation at its
+    start (rank 1); a release at its end less eps (rank 0) or, for a copy no longer than eps, at its start
+    after the allocations there (rank 2); a copy live at the end is never released. Two copies clash when
+    one is allocated while the other is live. Each distinct (key, rank) becomes one integer time here, so a
+    half-open [alloc, release) overlap is exactly the validator's clash. (Clustering times within eps, as
+    before, chained near-ties into one instant: a release and an allocation more than eps apart could land
+    on one rank and share bytes that the validator saw live together.)"""
+    n = len(alloc)
+    finite = np.isfinite(release)
+    short = finite & (release - alloc <= eps)
+    rel_key = np.where(short, alloc, release - eps)          # the validator's arithmetic, bit for bit
+    rel_cls = np.where(short, 2, 0)
+    keys = np.concatenate([alloc, rel_key[finite]])
+    cls = np.concatenate([np.ones(n, np.int64), rel_cls[finite]])
+    order = np.lexsort((cls, keys))
+    k_s, c_s = keys[order], cls[order]
+    new = np.ones(len(order), bool)
+    new[1:] = (k_s[1:] != k_s[:-1]) | (c_s[1:] != c_s[:-1])
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.cumsum(new) - 1
+    a_rank = rank[:n]
+    end = int(rank.max()) + 2 if len(rank) else 1
+    r_rank = np.full(n, end, np.int64)
+    r_rank[finite] = rank[n:]
+    # a long copy whose release key rounds to its start sorts before its allocation: the validator then
+    # never removes it (it stays live to the end); so does this
+    r_rank[r_rank <= a_rank] = end
+    return a_rank, r_rank
 
 
 def with_arena(graph: Graph, plan: Plan, time_limit_s: float = 10.0, first_fit: bool = False) -> tuple[Plan, Solution]:

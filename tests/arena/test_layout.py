@@ -55,7 +55,7 @@ def test_optimize_with_arena_writes_offsets(tmp_path):
     assert "pool: " in r.output
 
 
-def test_optimize_lays_out_with_arena_and_not_by_default(tmp_path):
+def test_optimize_lays_out_by_default_and_not_with_no_arena(tmp_path):
     import json
 
     from hybrid.graph import Graph
@@ -64,7 +64,7 @@ def test_optimize_lays_out_with_arena_and_not_by_default(tmp_path):
 
     out = tmp_path / "p.json"
     r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--generations", "3", "--time-limit", "20s",
-            "--refine", "none", "--quiet", "--json", "--arena", "10s", "--out", out)
+            "--refine", "none", "--quiet", "--json", "--out", out)
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output[r.output.index("{"):])
     plan = Plan.load(out)
@@ -73,11 +73,12 @@ def test_optimize_lays_out_with_arena_and_not_by_default(tmp_path):
     if plan.allocation.kind == "arena":
         assert summary["arena"]["describe"] and "cost" in summary["arena"]
     r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--generations", "3", "--time-limit", "20s",
-            "--refine", "none", "--quiet", "--out", out)
+            "--refine", "none", "--quiet", "--no-arena", "--out", out)
     assert r.exit_code == 0, r.output
     assert Plan.load(out).allocation.kind != "arena"
     r = run("optimize", "--graph", RESNET, "--time-limit", "5s", "--arena", "-3s", "--out", out)
     assert r.exit_code == 2 and "--arena" in r.output
+    assert "--no-arena" in run("optimize", "--help").output
 
 
 def test_fallback_on_a_plan_that_fills_its_memory_reports_what_it_gave_up():
@@ -94,3 +95,24 @@ def test_fallback_on_a_plan_that_fills_its_memory_reports_what_it_gave_up():
     assert 0.0 < out.memory_given_up <= 0.5 and out.source == "belady"
     assert "less memory" in out.describe() and "makespan" in out.describe()
     assert out.plan.allocation.kind == "arena"
+
+
+def test_lay_out_is_deterministic_and_capped_only_by_its_time_limit():
+    """The work is counted, not timed: twice on one plan gives the same plan, offsets and fallback. A time
+    limit too short to finish says so (`capped`) and still returns a valid plan."""
+    from hybrid.arena.layout import QUICK_BUDGET
+
+    g = training_graph(14, seed=3)
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.5), reserve_bytes=0,
+                  alignment_bytes=512)
+    plan = run_baseline(g, dev, "belady")
+    for budget in (QUICK_BUDGET, None):
+        kw = {} if budget is None else {"budget": budget}
+        a = lay_out(g, plan, time_limit_s=600.0, **kw)
+        b = lay_out(g, plan, time_limit_s=600.0, **kw)
+        assert not a.capped and not b.capped
+        assert (a.fallback, a.source, a.memory_given_up, a.rounds, a.trials) == \
+            (b.fallback, b.source, b.memory_given_up, b.rounds, b.trials)
+        assert a.plan.allocation == b.plan.allocation and a.plan.makespan_s == b.plan.makespan_s
+    c = lay_out(g, plan, time_limit_s=0.0)
+    assert c.capped and validate(g, c.plan).valid

@@ -25,6 +25,7 @@ def _refine_available() -> bool:
 
 
 DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
+ARENA_AUTO_S = 60.0     # `--arena auto`: the safety cap on the layout's counted work (hybrid.arena.layout.LayoutBudget)
 
 
 @click.command("optimize")
@@ -95,16 +96,17 @@ DEFAULT_REFINE = "cpsat" if _refine_available() else "none"
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ratio, plan, memory_bytes, "
                    "planner, generations, search_s, wall_s, stop_reason, ...) instead of the text.")
-@click.option("--arena", "arena_time", default="0", show_default=True, metavar="TIME",
-              help="Write a byte-budget plan with exact arena offsets (hybrid.arena), searched for up to TIME (e.g. "
-                   "10s) after --time-limit; 0 (the default, as --no-arena) writes the byte budget as searched. Off "
-                   "by default because the fallback can cost a lot (BRNN-4-8K: +57% makespan; docs/arena.md). Where the plan does not lay out within the memory, "
-                   "its other candidates and re-plans with 1%-50% less memory (the search's genes, its population's "
-                   "next best, the Belady planner; bisected to the largest budget that lays out) are laid out, and "
-                   "per-size classes; the fastest that fits is written and the summary says which and what it cost.")
+@click.option("--arena", "arena_time", default="auto", show_default=True, metavar="auto|TIME|0",
+              help="A byte-budget plan is written with exact arena offsets (hybrid.arena), so the executor never "
+                   "compacts. Where it does not lay out within the memory, its other candidates and re-plans with "
+                   "less memory (the search's genes, its population's next best, the Belady planner; bisected to "
+                   "the largest budget that lays out) are laid out, then per-size classes; the fastest that fits is "
+                   "written and the summary's pool line says which fallback fired and its makespan cost. The work "
+                   "is counted (re-plans, exact-search nodes), so one seed gives one plan; TIME (e.g. 60s) is only "
+                   "a safety cap on it after --time-limit (auto: 60s). 0, as --no-arena: no offsets.")
 @click.option("--no-arena", "no_arena", is_flag=True,
-              help="Write the byte budget as searched, without offsets (the executor places it, compacting if it "
-                   "must); the default, same as --arena 0.")
+              help="Write the byte budget as searched, without offsets (the executor places it, compacting at run "
+                   "time if it must): the search's own makespan, no layout fallback. Same as --arena 0.")
 @click.option("--compare-baselines", is_flag=True,
               help="At the end, also plan the naive, odswap, vdnn, belady (with recompute) and recompute-only "
                    "baselines (outside the time limit) and print one table with them and the optimized plan.")
@@ -123,8 +125,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     plain byte budget) and the planner's eviction policy; the swap planner
     and simulator score each one. The first generation includes the program
     order with every policy and a depth-first order, so the result is never
-    slower than the belady, odswap and vdnn baselines. With --arena TIME, a byte-budget winner is then given exact arena
-    offsets; where it does not lay out within the memory, the fallback written may be slower
+    slower than the belady, odswap and vdnn baselines. A byte-budget winner is then given exact arena
+    offsets (--no-arena: not); where it does not lay out within the memory, the fallback written may be slower
     (the summary's pool line says which fallback fired and its makespan cost). With --refine cpsat, CP-SAT re-times the copies of
     the search's plans: in a second process while the search runs (its best plan, and in turn its next-best
     ones when that stalls) where the search could not use that core (see --refine-mode), else after the search,
@@ -165,9 +167,10 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
     start = wall0 = time.monotonic()
     total = parse_duration(time_limit, "--time-limit")
-    arena_s: float | None = None if no_arena else parse_duration(arena_time, "--arena")
+    arena_s: float | None = (None if no_arena else ARENA_AUTO_S if arena_time.strip().lower() == "auto"
+                             else parse_duration(arena_time, "--arena"))
     if arena_s is not None and arena_s < 0:
-        raise HybridError(f"--arena must be a duration such as 10s, or 0 to write no offsets; got {arena_time!r}")
+        raise HybridError(f"--arena must be auto, a duration such as 60s, or 0 to write no offsets; got {arena_time!r}")
     arena_s = arena_s or None
     if total <= 0:
         raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
