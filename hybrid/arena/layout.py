@@ -162,59 +162,11 @@ def heuristic_layout(problem: Problem, budget: LayoutBudget = DEFAULT_BUDGET) ->
 
 def exact_fit(problem: Problem, capacity: int, nodes: int, deadline: float) -> np.ndarray | None:
     """Offsets within `capacity` found by the exact search in at most `nodes` nodes (None: not found, or the
-    deadline, a safety cap, came first). `exact.decide` with a total node budget instead of a deadline: its
-    round robin over preorderings with a node limit doubling from 2n, each run capped by what is left."""
+    deadline, a safety cap, came first): a work budget, so the same plan lays out the same way under any load."""
     from hybrid.arena import exact
 
-    p = exact.prepare(problem)
-    if np.any(p.total > capacity):
-        return None
-    orders = exact.HEURISTIC_ORDERS
-    ranks = [exact.preorder(p, h) for h in orders]
-    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) for h in orders]
-    n = len(p.size)
-    n_sec = len(p.total)
-    bs_lo = np.full(n, n_sec, np.int64)
-    bs_hi = np.zeros(n, np.int64)
-    rb = np.repeat(np.arange(n), np.diff(p.br_first))
-    np.minimum.at(bs_lo, rb, p.br_lo)
-    np.maximum.at(bs_hi, rb, p.br_hi)
-    long_ = bs_hi - bs_lo >= 2
-    diff = np.zeros(n_sec + 1, np.int64)
-    np.add.at(diff, bs_lo[long_], 1)
-    np.add.at(diff, bs_hi[long_] - 1, -1)
-    cuts0 = np.cumsum(diff)[:max(n_sec, 0)]
-    mask = 63 if n <= 2000 else 0
-    found: list[np.ndarray | None] = [None]
-
-    def run() -> None:
-        used, limit = 0, max(2 * n, 64)
-        while used < nodes:
-            for hcode, rank in zip(hcodes, ranks):
-                cap_nodes = min(limit, nodes - used)
-                if cap_nodes <= 0:
-                    return
-                off = np.full(n, -1, np.int64)
-                sol = np.zeros(n, np.int64)
-                counters = np.zeros(2, np.int64)
-                st = exact._rec(np.arange(n, dtype=np.int64), 0, n_sec, np.int64(0), np.int64(-1), True, hcode,
-                                p.width, p.size, p.align, rank.copy(), p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi,
-                                p.ov_first, p.ov, p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64),
-                                np.zeros(n_sec, np.int64), p.total.copy(), cuts0.copy(), sol,
-                                np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64), counters, cap_nodes, deadline,
-                                mask)
-                used += int(counters[0])
-                if st == exact.FOUND:
-                    full = np.zeros(len(problem), np.int64)
-                    full[p.idx] = sol
-                    found[0] = full
-                    return
-                if st in (exact.INFEASIBLE, exact.TIMEOUT) or time.perf_counter() > deadline:
-                    return
-            limit *= 2
-
-    exact._in_big_stack(run)
-    return found[0]
+    out = exact.decide(problem, capacity, deadline, node_budget=nodes)
+    return out.offsets if out.status == exact.FOUND else None
 
 
 @dataclass
