@@ -142,6 +142,7 @@ def main() -> None:
     notes = f"""Normalized throughput (ideal / makespan, 1 = unlimited memory) of each planner, samples per second
 (`*_samples_s`, batch / makespan under the roofline op times), and each planner as a multiple of TFLMS
 (`*_vs_tflms`, TFLMS makespan / its makespan), on v100-16gb (16 GiB, 1 GiB reserved, 12 GB/s each way).
+`hybrid optimize` writes its plans with exact arena offsets by default (one offset per tensor; where the byte-budget winner does not lay out, it re-plans with less memory: docs/arena.md), so its written plan is one the executor places without compaction, while the baselines are byte budgets that assume memory never fragments (optimistic for them).
 `optimize-swap` = `hybrid optimize --no-recompute` (SwapAdvisor's setting: swapping only) and `optimize` = with
 recompute (our default; `optimize_uses_recompute` says whether its plan reruns ops), each {args.generations} generations
 of {args.population} (seed {args.seed}, `--refine none`: deterministic).

@@ -241,7 +241,7 @@ tensors); `odswap-paper` is ODSwap as the paper ran it (a random topological ord
 LRU; no re-binding); `vdnn` our stand-in (persistent tensors pinned, Belady); `tflms` TensorFlow LMS's rules (forward
 activations read by the backward pass out after their last forward reader, in one op before their first backward
 reader; parameters and optimizer state never move; nothing memory-aware: blank where that does not fit). An empty
-cell: that planner cannot run at this memory.
+cell: that planner cannot run at this memory. `hybrid optimize` writes its plans with exact arena offsets by default (one offset per tensor; where the byte-budget winner does not lay out, it re-plans with less memory: docs/arena.md), so `ga+refine` is one the executor places without compaction, while the baselines are byte budgets that assume memory never fragments (optimistic for them).
 `ga` is the search's own best, `ga+refine` the written plan (equal with `--refine none`); `ga_vs_best_baseline` and
 `speedup_vs_best_baseline` = best baseline makespan / GA (resp. final) makespan; `speedup_vs_odswap_paper` = the
 paper's comparison (SwapAdvisor over ODSwap).
