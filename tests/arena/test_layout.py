@@ -116,3 +116,18 @@ def test_lay_out_is_deterministic_and_capped_only_by_its_time_limit():
         assert a.plan.allocation == b.plan.allocation and a.plan.makespan_s == b.plan.makespan_s
     c = lay_out(g, plan, time_limit_s=0.0)
     assert c.capped and validate(g, c.plan).valid
+
+
+def test_baseline_table_shows_the_byte_budget_plan_beside_the_laid_out_one():
+    """Baselines are byte budgets: the comparison keeps the search's byte-budget plan and adds the written one."""
+    from hybrid.cli.commands.optimize import _baseline_rows
+
+    g = training_graph(10, seed=3)
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.5), reserve_bytes=0,
+                  alignment_bytes=512)
+    searched = run_baseline(g, dev, "belady")
+    laid = replace(searched, allocation=lay_out(g, searched, time_limit_s=2.0).plan.allocation)
+    names = [r["plan"] for r in _baseline_rows(g, dev, searched, laid, searched)[0]]
+    assert names[-2:] == ["optimize", "optimize, written (exact offsets)"]
+    names = [r["plan"] for r in _baseline_rows(g, dev, searched, searched, searched)[0]]
+    assert names[-1] == "optimize" and "optimize, written (exact offsets)" not in names

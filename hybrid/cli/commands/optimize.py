@@ -287,7 +287,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         evaluator.close()
     with deferred_interrupts():
         _finish(graph, device, result, written.plan, ga_plan, refined, out_path, log_path, plot_path, as_json,
-                compare_baselines, time.monotonic() - wall0, interrupted, written)
+                compare_baselines, time.monotonic() - wall0, interrupted, written, searched=plan)
     if interrupted:
         click.echo(f"interrupted ({interrupted_by()}): wrote the best plan so far to {out_path}", err=True)
     for f in failures:
@@ -355,8 +355,9 @@ def _genes_replan(graph, plan, result, ind):  # noqa: ANN001, ANN202 - -> (budge
 
 def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, log_path: Path | None,  # noqa: ANN001
             plot_path: Path | None, as_json: bool, compare_baselines: bool, wall_s: float, interrupted: bool,
-            layout=None) -> None:  # noqa: ANN001
-    """Write the log and plot, then the summary (text, or one JSON object with --json)."""
+            layout=None, searched=None) -> None:  # noqa: ANN001
+    """Write the log and plot, then the summary (text, or one JSON object with --json). `searched`: the plan
+    before it was laid out (a byte budget), shown beside the baselines, which are byte budgets too."""
     from hybrid.plan.bounds import plan_graph_bound
     from hybrid.plan.metrics import persistent_bound_of
 
@@ -384,7 +385,7 @@ def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, 
                    else layout.to_json(),
                    "log": str(log_path) if log_path else None, "plot": str(plot_path) if plot_path else None}
         if compare_baselines:
-            summary["baselines"] = _baseline_rows(graph, device, ga_plan, plan)[0]
+            summary["baselines"] = _baseline_rows(graph, device, ga_plan, plan, searched)[0]
         click.echo(json.dumps(summary, indent=1))
         return
     why = "reached the lower bound (no plan can be faster)" if stop == "lower bound" else stop
@@ -399,11 +400,13 @@ def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, 
                f"pool: {pool_text}")
     click.echo(f"wrote {out_path}" + (f", {log_path}" if log_path else "") + (f", {plot_path}" if plot_path else ""))
     if compare_baselines:
-        click.echo(_baseline_table(graph, device, ga_plan, plan))
+        click.echo(_baseline_table(graph, device, ga_plan, plan, searched))
 
 
-def _baseline_rows(graph, device, ga_plan, plan) -> tuple[list[dict], list[str]]:  # noqa: ANN001
-    """The optimized plan next to the obvious alternatives (each validated): summary rows and notes."""
+def _baseline_rows(graph, device, ga_plan, plan, searched=None) -> tuple[list[dict], list[str]]:  # noqa: ANN001
+    """The optimized plan next to the obvious alternatives (each validated): summary rows and notes. The
+    baselines are byte budgets (memory never fragments), so where the written plan was laid out with exact
+    offsets, the search's byte-budget plan is shown too: that pair compares like with like."""
     from hybrid.swap.baselines import run_baseline
     from hybrid.errors import InfeasibleError
     from hybrid.report.summary import plan_row
@@ -418,17 +421,23 @@ def _baseline_rows(graph, device, ga_plan, plan) -> tuple[list[dict], list[str]]
             continue
         check(graph, p)
         rows.append(plan_row(kind, p, graph))
-    if ga_plan is not plan:
+    laid_out = searched is not None and searched is not plan and plan.allocation.kind == "arena"
+    best = searched if laid_out else plan
+    if ga_plan is not best:
         rows.append(plan_row("optimize (GA)", ga_plan, graph))
-    rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if ga_plan is not plan else ""), plan, graph))
+    rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if ga_plan is not best else ""), best, graph))
+    if laid_out:
+        rows.append(plan_row("optimize, written (exact offsets)", plan, graph))
+        notes.append("The baselines and the optimize rows above the last are byte budgets (memory never fragments); "
+                     "the written plan gives every tensor an arena offset (--no-arena: write the byte budget).")
     return rows, notes
 
 
-def _baseline_table(graph, device, ga_plan, plan) -> str:  # noqa: ANN001
+def _baseline_table(graph, device, ga_plan, plan, searched=None) -> str:  # noqa: ANN001
     """The optimized plan next to the obvious alternatives (each validated), as one table."""
     from hybrid.report.summary import table
 
-    rows, notes = _baseline_rows(graph, device, ga_plan, plan)
+    rows, notes = _baseline_rows(graph, device, ga_plan, plan, searched)
     return "\n" + table(rows) + "".join(f"\n{n}" for n in notes)
 
 
