@@ -3,7 +3,8 @@
     python -m benchmarks.compare_runs results/ /tmp/fresh/results/     # exit 1 if a figure differs
 
 Issue 21 asks that running `python -m benchmarks.regenerate --quick` twice changes no figure except measured
-timings. Each table's CSV twin is compared column by column (numbers to a relative 1e-9). A column is a
+timings. Each table's CSV twin is compared column by column (numbers to a relative 1e-9; paths inside either
+checkout read as `<repo>`, and the `commit` column is provenance). A column is a
 measured timing when its name says so (`TIMING`: wall, solve, search and layout seconds, evaluations per second,
 ...), and some tables measure this machine as a whole (`MEASURED`: capture speed, the executor's seconds per
 iteration, placement's rows costed with this machine's profiled op times): their differences are listed but do
@@ -39,6 +40,9 @@ MEASURED_ROWS: dict[str, tuple[str, str]] = {  # table -> (column, value): rows 
 }
 
 
+PROVENANCE = {"commit"}  # which code made a row: differs between two checkouts by design
+
+
 def _same(a: pd.Series, b: pd.Series) -> bool:
     if pd.api.types.is_numeric_dtype(a) and pd.api.types.is_numeric_dtype(b):
         x, y = a.to_numpy(dtype=float), b.to_numpy(dtype=float)
@@ -60,11 +64,20 @@ def compare_table(a: pd.DataFrame, b: pd.DataFrame, name: str) -> tuple[list[str
             continue
         rows = [i for i in range(len(a)) if not _same(a[c].iloc[i:i + 1], b[c].iloc[i:i + 1])]
         where = f"{c} (row {rows[0]}: {a[c].iloc[rows[0]]!r} against {b[c].iloc[rows[0]]!r})"
-        if TIMING.search(str(c)) or name in MEASURED or not any(keep[i] for i in rows):
+        if TIMING.search(str(c)) or c in PROVENANCE or name in MEASURED or not any(keep[i] for i in rows):
             timed.append(where)
         else:
             moved.append(where)
     return moved, timed
+
+
+def _at(df: pd.DataFrame, results: Path) -> pd.DataFrame:
+    """Paths under the checkout that made the table (plan files, commands) read the same from any clone."""
+    root = str(results.resolve().parent)
+    def fix(v: object) -> object:
+        return v.replace(root, "<repo>") if isinstance(v, str) else v
+
+    return df.apply(lambda col: col.map(fix) if not pd.api.types.is_numeric_dtype(col) else col)
 
 
 def main() -> None:
@@ -79,7 +92,7 @@ def main() -> None:
         if not (pa.exists() and pb.exists()):
             print(f"{name}: only in {args.a if pa.exists() else args.b}")
             continue
-        moved, timed = compare_table(pd.read_csv(pa), pd.read_csv(pb), name)
+        moved, timed = compare_table(_at(pd.read_csv(pa), args.a), _at(pd.read_csv(pb), args.b), name)
         if moved:
             moved_any = True
             print(f"{name}: FIGURES MOVED: {'; '.join(moved)}")

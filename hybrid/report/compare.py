@@ -302,21 +302,26 @@ def _beside(graph, device, cfg, options, time_limit_s, refine_share, workers, re
         rep = refiner.finish()
     own = res.to_plan(time_limit_s=time_limit_s)
     hybrid_plan = rep.pick(own)
-    won = hybrid_plan is not own
-    r_h = {"search_s": res.search_time_s, "wall_s": time.monotonic() - t1, "ga_generations": res.generations,
-           "workers": workers, "refine_s": rep.busy_s,
-           "final_from": "cpsat" if won else "ga", "refine_windows": rep.windows, "refine_accepted": rep.accepted,
-           "arm_ga_makespan_s": own.makespan_s, "refined_plans": rep.refined, "refined_elites": rep.elites}
-    if rep.plan is not None:
-        r_h.update(split_makespan_s=rep.from_makespan_s, rebind_makespan_s=rep.rebind_makespan_s,
-                   reorder_makespan_s=rep.reorder_makespan_s)
-        r_h["rewalk_gain"], r_h["reorder_gain"], r_h["window_gain"] = split_gains(
-            rep.from_makespan_s, rep.rebind_makespan_s, rep.reorder_makespan_s, rep.plan.makespan_s)
+    r_h = _beside_row(res, rep, own, hybrid_plan, workers, time.monotonic() - t1)
     say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
         f"{rep.refined} plans refined beside it, {rep.elites} of them elites, {rep.windows} windows, "
         f"{rep.accepted} accepted; final from {r_h['final_from']}; {r_h['wall_s']:.1f} s)"
         + (f"; {rep.error}" if rep.error else ""))
     return ga_plan, r_ga, hybrid_plan, r_h, rep.from_plan
+
+
+def _beside_row(res, rep, own: Plan, hybrid_plan: Plan, workers: int, wall_s: float, **extra) -> dict:  # noqa: ANN001
+    """The GA+CP-SAT arm's row, refined beside the search (as a process or in lockstep)."""
+    r_h = {"search_s": res.search_time_s, "wall_s": wall_s, "ga_generations": res.generations,
+           "workers": workers, "refine_s": rep.busy_s, "final_from": "ga" if hybrid_plan is own else "cpsat",
+           "refine_windows": rep.windows, "refine_accepted": rep.accepted, "arm_ga_makespan_s": own.makespan_s,
+           "refined_plans": rep.refined, "refined_elites": rep.elites, **extra}
+    if rep.plan is not None:
+        r_h.update(split_makespan_s=rep.from_makespan_s, rebind_makespan_s=rep.rebind_makespan_s,
+                   reorder_makespan_s=rep.reorder_makespan_s)
+        r_h["rewalk_gain"], r_h["reorder_gain"], r_h["window_gain"] = split_gains(
+            rep.from_makespan_s, rep.rebind_makespan_s, rep.reorder_makespan_s, rep.plan.makespan_s)
+    return r_h
 
 
 def _beside_lockstep(graph, device, cfg, options, time_limit_s, workers, refine_options, work,  # noqa: ANN001
@@ -350,15 +355,7 @@ def _beside_lockstep(graph, device, cfg, options, time_limit_s, workers, refine_
     own = res.to_plan(generations=generations)
     hybrid_plan = rep.pick(own)
     r_ga["budget"] = label
-    r_h = {"search_s": res.search_time_s, "wall_s": time.monotonic() - t1, "ga_generations": res.generations,
-           "workers": workers, "refine_s": rep.busy_s, "final_from": "ga" if hybrid_plan is own else "cpsat",
-           "refine_windows": rep.windows, "refine_accepted": rep.accepted, "arm_ga_makespan_s": own.makespan_s,
-           "refined_plans": rep.refined, "refined_elites": rep.elites, "budget": label}
-    if rep.plan is not None:
-        r_h.update(split_makespan_s=rep.from_makespan_s, rebind_makespan_s=rep.rebind_makespan_s,
-                   reorder_makespan_s=rep.reorder_makespan_s)
-        r_h["rewalk_gain"], r_h["reorder_gain"], r_h["window_gain"] = split_gains(
-            rep.from_makespan_s, rep.rebind_makespan_s, rep.reorder_makespan_s, rep.plan.makespan_s)
+    r_h = _beside_row(res, rep, own, hybrid_plan, workers, time.monotonic() - t1, budget=label)
     say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
         f"{rep.refined} plans refined in lockstep, every {lock.every} generations, {rep.elites} of them elites, "
         f"{rep.windows} windows, {rep.accepted} accepted; final from {r_h['final_from']}; {r_h['wall_s']:.1f} s)"
@@ -413,17 +410,24 @@ def _after(graph, device, cfg, options, time_limit_s, refine_share, workers, ref
         ev.close()
     r_ga = {"search_s": second.search_time_s, "wall_s": ga_s, "ga_generations": second.generations,
             "resumed_generations": second.generations - first.generations, "workers": ev.workers}
+    r_h = _after_row(first, hand, split_plan, hybrid_s, resumed_h, ev.workers)
+    return ga_plan, r_ga, hybrid_plan, r_h, split_plan
+
+
+def _after_row(first, hand, split_plan: Plan, hybrid_s: float, resumed_h: int, workers: int,  # noqa: ANN001
+               **extra) -> dict:
+    """The GA+CP-SAT arm's row after the split: refinement, then the search resumed with what it handed back."""
+    ref = hand.refine
     rewalk, reorder, window = split_gains(split_plan.makespan_s, ref.rebind_makespan, ref.reorder_makespan,
                                           ref.plan.makespan_s)
-    r_h = {"search_s": hand.resumed.search_time_s if hand.resumed is not None else first.search_time_s,
-           "wall_s": hybrid_s, "workers": ev.workers,
-           "ga_generations": hand.resumed.generations if hand.resumed is not None else first.generations,
-           "resumed_generations": resumed_h,
-           "refine_s": hand.refine_s, "resume_s": hand.resume_s, "final_from": hand.source,
-           "refine_windows": ref.windows, "refine_accepted": ref.accepted, "split_makespan_s": split_plan.makespan_s,
-           "rebind_makespan_s": ref.rebind_makespan, "reorder_makespan_s": ref.reorder_makespan,
-           "rewalk_gain": rewalk, "reorder_gain": reorder, "window_gain": window}
-    return ga_plan, r_ga, hybrid_plan, r_h, split_plan
+    return {"search_s": hand.resumed.search_time_s if hand.resumed is not None else first.search_time_s,
+            "wall_s": hybrid_s, "workers": workers,
+            "ga_generations": hand.resumed.generations if hand.resumed is not None else first.generations,
+            "resumed_generations": resumed_h,
+            "refine_s": hand.refine_s, "resume_s": hand.resume_s, "final_from": hand.source,
+            "refine_windows": ref.windows, "refine_accepted": ref.accepted, "split_makespan_s": split_plan.makespan_s,
+            "rebind_makespan_s": ref.rebind_makespan, "reorder_makespan_s": ref.reorder_makespan,
+            "rewalk_gain": rewalk, "reorder_gain": reorder, "window_gain": window, **extra}
 
 
 def _after_work(graph, device, cfg, options, time_limit_s, workers, refine_options, work,  # noqa: ANN001
@@ -478,16 +482,7 @@ def _after_work(graph, device, cfg, options, time_limit_s, workers, refine_optio
             "depend on this machine's load (raise --time-limit)")
     r_ga = {"search_s": second.search_time_s, "wall_s": ga_s, "ga_generations": second.generations,
             "resumed_generations": second.generations - first.generations, "workers": ev.workers, "budget": label}
-    rewalk, reorder, window = split_gains(split_plan.makespan_s, ref.rebind_makespan, ref.reorder_makespan,
-                                          ref.plan.makespan_s)
-    r_h = {"search_s": hand.resumed.search_time_s if hand.resumed is not None else first.search_time_s,
-           "wall_s": hybrid_s, "workers": ev.workers,
-           "ga_generations": hand.resumed.generations if hand.resumed is not None else first.generations,
-           "resumed_generations": resumed_h,
-           "refine_s": hand.refine_s, "resume_s": hand.resume_s, "final_from": hand.source,
-           "refine_windows": ref.windows, "refine_accepted": ref.accepted, "split_makespan_s": split_plan.makespan_s,
-           "rebind_makespan_s": ref.rebind_makespan, "reorder_makespan_s": ref.reorder_makespan,
-           "rewalk_gain": rewalk, "reorder_gain": reorder, "window_gain": window, "budget": label}
+    r_h = _after_row(first, hand, split_plan, hybrid_s, resumed_h, ev.workers, budget=label)
     return ga_plan, r_ga, hybrid_plan, r_h, split_plan
 
 
