@@ -277,19 +277,31 @@ def _seed_rows(graph, device, cfg, time_limit_s, refine_share, workers, refine_o
     return [row_ga, row_h]
 
 
+def _ga_only(graph, device, cfg, options, time_limit_s: float, workers: int, say,  # noqa: ANN001
+             generations: int | None = None):  # noqa: ANN202 - (Plan, row, OptimizeResult)
+    """The GA-only arm of a beside comparison: the search with the refiner's core as one more worker, for the
+    time limit, or for `generations` (the time limit then a safety net)."""
+    from ga import optimize
+
+    t0 = time.monotonic()
+    alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=generations, workers=workers + 1,
+                     options=options)
+    ga_plan = (alone.to_plan(time_limit_s=time_limit_s) if generations is None
+               else alone.to_plan(generations=generations))
+    r_ga = {"search_s": alone.search_time_s, "wall_s": time.monotonic() - t0, "ga_generations": alone.generations,
+            "workers": workers + 1}
+    say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({alone.generations} generations, "
+        f"{workers + 1} workers, {r_ga['wall_s']:.1f} s)")
+    return ga_plan, r_ga, alone
+
+
 def _beside(graph, device, cfg, options, time_limit_s, refine_share, workers, refine_options, patience, elites,  # noqa: ANN001
             say) -> tuple[Plan, dict, Plan, dict, Plan | None]:  # noqa: ANN001
     """Two runs of the same search for the whole budget, the second with the refiner beside it."""
     from ga import optimize
     from hybrid.refine.beside import DEFAULT_ELITES, BesideRefiner
 
-    t0 = time.monotonic()
-    alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, workers=workers + 1, options=options)  # + the refiner's core
-    ga_plan = alone.to_plan(time_limit_s=time_limit_s)
-    r_ga = {"search_s": alone.search_time_s, "wall_s": time.monotonic() - t0, "ga_generations": alone.generations,
-            "workers": workers + 1}
-    say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({alone.generations} generations, "
-        f"{workers + 1} workers, {r_ga['wall_s']:.1f} s)")
+    ga_plan, r_ga, _ = _ga_only(graph, device, cfg, options, time_limit_s, workers, say)
     t1 = time.monotonic()
     deadline = t1 + time_limit_s
     pat = None if patience is None else patience_s(refine_share * time_limit_s, patience)
@@ -334,14 +346,7 @@ def _beside_lockstep(graph, device, cfg, options, time_limit_s, workers, refine_
     proto, generations, ratio = work
     lock = copy(proto, offers=[], _done=set())  # the offers of this seed only
     ga_gens = max(0, round(ratio * generations))
-    t0 = time.monotonic()
-    alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=ga_gens, workers=workers + 1,
-                     options=options)
-    ga_plan = alone.to_plan(generations=ga_gens)
-    r_ga = {"search_s": alone.search_time_s, "wall_s": time.monotonic() - t0, "ga_generations": alone.generations,
-            "workers": workers + 1}
-    say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({alone.generations} generations, "
-        f"{workers + 1} workers, {r_ga['wall_s']:.1f} s)")
+    ga_plan, r_ga, alone = _ga_only(graph, device, cfg, options, time_limit_s, workers, say, generations=ga_gens)
     t1 = time.monotonic()
     res = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=generations, workers=workers,
                    observe=lock.offer, options=options)
