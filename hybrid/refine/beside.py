@@ -36,8 +36,10 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -264,8 +266,8 @@ class Lockstep:
         opts = replace(refine_options or RefineOptions(), max_windows=self.windows,
                        patience_windows=self.patience_windows)
         outbox: queue.Queue = queue.Queue()
-        stop = _Flag()
-        never = _Value(float("inf"))  # the search's best never overtakes a plan here (no timing)
+        stop = threading.Event()      # never set: nothing interrupts a lockstep refinement
+        never = SimpleNamespace(value=float("inf"))  # the search's best never overtakes a plan here (no timing)
         worker = _Refiner(graph, device, options, seed, time.monotonic() + time_limit_s, None, opts,
                           plan_info or {}, queue.Queue(), outbox, stop, never)
         for rank, offer in self.offers:
@@ -274,16 +276,6 @@ class Lockstep:
         while not outbox.empty():
             _take(report, *outbox.get_nowait())
         return report
-
-
-class _Flag:
-    def is_set(self) -> bool:
-        return False
-
-
-@dataclass
-class _Value:
-    value: float
 
 
 def _take(r: BesideReport, kind: str, body: Any) -> None:
