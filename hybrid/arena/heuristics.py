@@ -124,11 +124,20 @@ def _durations(a: Arrays) -> np.ndarray:
     return np.bincount(a.seg_buf, weights=(a.seg_hi - a.seg_lo), minlength=len(a.size)).astype(np.int64)
 
 
+def _size_order(a: Arrays, dur: np.ndarray | None = None) -> np.ndarray:
+    """Size descending, longer lifetime first on ties (TFLite's order, and XLA's first)."""
+    return np.lexsort((np.arange(len(a.size)), -(_durations(a) if dur is None else dur), -a.size))
+
+
 def greedy_by_size(problem: Problem) -> Solution:
     """TFLite: size descending (longer lifetime first on ties), lowest free offset."""
-    a = problem.arrays
-    order = np.lexsort((np.arange(len(a.size)), -_durations(a), -a.size))
-    return placed_in_order(problem, order, False, "greedy-size")
+    return placed_in_order(problem, _size_order(problem.arrays), False, "greedy-size")
+
+
+def best_fit_by_size(problem: Problem) -> Solution:
+    """XLA's first order alone: best fit in decreasing size, then duration (the cheapest good one on large
+    problems)."""
+    return placed_in_order(problem, _size_order(problem.arrays), True, "best-fit-size")
 
 
 @nb.njit(cache=True)
@@ -161,7 +170,7 @@ def best_fit(problem: Problem) -> Solution:
     idx = np.arange(len(a.size))
     start = np.full(len(a.size), np.iinfo(np.int64).max, np.int64)
     np.minimum.at(start, a.seg_buf, a.seg_lo)
-    orders = {"size": np.lexsort((idx, -dur, -a.size)), "duration": np.lexsort((idx, -a.size, -dur)),
+    orders = {"size": _size_order(a, dur), "duration": np.lexsort((idx, -a.size, -dur)),
               "area": np.lexsort((idx, -a.size, -(a.size * dur))), "size-start": np.lexsort((idx, start, -a.size)),
               "total": np.lexsort((idx, -a.size, -largest_section_total(a)))}
     best: Solution | None = None

@@ -149,15 +149,11 @@ def heuristic_passes(n: int, budget: LayoutBudget) -> int:
 def heuristic_layout(problem: Problem, budget: LayoutBudget = DEFAULT_BUDGET) -> Solution:
     """The best heuristic layout; above `budget.fast_above` buffers only the two cheap ones (best fit in
     decreasing size then duration, XLA's first order, and MegEngine's simulation)."""
-    from hybrid.arena.heuristics import best_heuristic, megengine, placed_in_order
+    from hybrid.arena.heuristics import best_fit_by_size, best_heuristic, megengine
 
     if len(problem) <= budget.fast_above:
         return best_heuristic(problem)
-    a = problem.arrays
-    dur = np.bincount(a.seg_buf, weights=(a.seg_hi - a.seg_lo), minlength=len(a.size)).astype(np.int64)
-    order = np.lexsort((np.arange(len(a.size)), -dur, -a.size))
-    sols = [placed_in_order(problem, order, True, "best-fit-size"), megengine(problem)]
-    return min(sols, key=lambda s: s.arena_bytes)
+    return min((best_fit_by_size(problem), megengine(problem)), key=lambda s: s.arena_bytes)
 
 
 def exact_fit(problem: Problem, capacity: int, nodes: int, deadline: float) -> np.ndarray | None:
