@@ -36,11 +36,14 @@ def _bindings(graph: Graph) -> dict[str, Any]:
     return b
 
 
+GRAPH_AFTER = 2   # iterations issued node by node before a CUDA graph records (warm-up, optimizer's first step)
+
+
 class Executor:
     """A plan made runnable: pools allocated, program compiled. Load a module's state, then run iterations."""
 
     def __init__(self, graph: Graph, plan: Plan, device: str = "cpu", *, validate: bool = True,
-                 timing: bool = True, sanitize: bool = False) -> None:
+                 timing: bool = True, sanitize: bool = False, cuda_graph: bool = False) -> None:
         if validate:
             from hybrid.validator import check
 
@@ -51,6 +54,9 @@ class Executor:
         self.backend = make_backend(device, poison=sanitize)
         self.runtime = Runtime(graph, plan, self.backend, compile_program(graph, plan), timing=timing,
                                check_races=sanitize)
+        self.cuda_graph = cuda_graph     # from the third iteration on, replay one recorded CUDA graph
+        if cuda_graph and self.backend.name != "cuda":
+            raise HybridError("--cuda-graph needs --device cuda (a CUDA graph replays device work)")
         self.records: list[IterationRecord] = []
         self.losses: list[torch.Tensor] = []
         self._keep_grads = False
@@ -102,7 +108,8 @@ class Executor:
             if batches is not None:
                 a, t = batches(k)
                 self.set_batch(a, t)
-            rec = self.runtime.run_iteration(None if seed is None else iteration_seed(seed, k))
+            rec = self.runtime.run_iteration(None if seed is None else iteration_seed(seed, k),
+                                             graph=self.cuda_graph and k >= GRAPH_AFTER)
             loss = self.runtime.snapshots.get("loss")
             if loss is not None:
                 loss = loss.detach().to("cpu", copy=True)
@@ -165,7 +172,8 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
             loss_fn: Any = None, kwargs: dict | None = None, iters: int = 1, device: str = "cpu", seed: int = 0,
             check: bool = False, keep_grads: bool = False, batches: Batches | None = None, timing: bool = True,
             sanitize: bool = False, atol: float | None = None, rtol: float | None = None,
-            validate: bool = True, on_iteration: Callable[[IterationRecord], None] | None = None) -> ExecutionResult:
+            validate: bool = True, on_iteration: Callable[[IterationRecord], None] | None = None,
+            cuda_graph: bool = False, reference: str = "cpu") -> ExecutionResult:
     """Train `module` for `iters` iterations under `plan`; `module` itself is not modified.
 
     With `check`, the same number of eager steps from the same seed train a
@@ -176,11 +184,17 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     impls, hybrid.capture.conv_impls) is compared within conv_impls.STEP_ATOL /
     STEP_RTOL on CPU.
     The reference trains on the CPU even for a CUDA run: the models this tool
-    is for do not fit the GPU without a plan, and host memory holds them.
+    is for do not fit the GPU without a plan, and host memory holds them;
+    `reference="same"` trains it on the executor's device instead (a model
+    that fits: the check then measures the executor, not TF32 against fp32).
     `sanitize`: check every node's accesses for stream races (executor.races)
     and, on CPU, poison released device memory so a stale read shows.
+    `cuda_graph`: after two iterations issued node by node, record one as a
+    CUDA graph and replay it (no per-node host cost; no per-node times).
     """
-    ex = Executor(graph, plan, device, validate=validate, timing=timing, sanitize=sanitize)
+    if reference not in ("cpu", "same"):
+        raise HybridError(f"reference must be 'cpu' or 'same' (the executor's device), got {reference!r}")
+    ex = Executor(graph, plan, device, validate=validate, timing=timing, sanitize=sanitize, cuda_graph=cuda_graph)
     if keep_grads:
         ex.keep_grads()
     if torch.cuda.is_available() and ex.backend.name == "cuda":
@@ -190,7 +204,7 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     state = ex.state()
     comparison = None
     if check:
-        dev = torch.device("cpu")
+        dev = torch.device("cpu") if reference == "cpu" else ex.device
         ref_module = copy.deepcopy(module).to(dev)
 
         def to_dev(x: Any) -> Any:

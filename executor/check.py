@@ -8,6 +8,7 @@ must reproduce eager training bitwise; on CUDA within a tolerance.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -148,3 +149,34 @@ def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerR
         if not torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=False):
             beyond.append(name)
     return Comparison(len(pairs), worst, worst_name, mismatched, beyond, atol, rtol)
+
+
+def against_unlimited(graph: Graph, plan: Any, module: torch.nn.Module, args: Any, target: Any, iters: int,
+                      device: str, seed: int = 0, cuda_graph: bool = False, atol: float = 1e-5,
+                      rtol: float = 1e-4) -> Comparison:
+    """`plan` against the graph run with no memory limit (the ideal plan: no copies, no recomputation, no
+    reuse pressure), both by this executor on `device` from the same seed.
+
+    On a GPU the graph's recorded aten kernels differ from eager PyTorch's
+    module kernels (native against cuDNN batch norm, say), which
+    ill-conditioned layers amplify; this reference runs the same kernels, so
+    with deterministic ones any difference is the plan's copies, streams or
+    pool, and none is expected.
+    """
+    from dataclasses import replace
+
+    from executor.api import Executor
+    from hybrid.graph.info import unswapped_peak
+    from hybrid.swap.baselines import run_baseline
+
+    peak = unswapped_peak(graph)
+    ideal = run_baseline(graph, replace(plan.device, memory_bytes=int(peak * 1.05) + (1 << 20)), "ideal")
+    runs = []
+    for p, graphed in ((ideal, False), (plan, cuda_graph)):
+        ex = Executor(graph, p, device, validate=False, cuda_graph=graphed)
+        ex.load(copy.deepcopy(module), args, target)
+        ex.run(iters, seed=seed)
+        runs.append((ex.losses, ex.state()))
+        del ex
+    (ref_losses, ref_state), (losses, state) = runs
+    return compare(losses, state, EagerRun(ref_losses, ref_state), atol=atol, rtol=rtol)

@@ -48,6 +48,9 @@ class Summary:
     copy_targets: dict[str, str] = field(default_factory=dict)
     version_bytes: int = 0
     memory: dict[str, Any] = field(default_factory=dict)
+    issue_s: float = float("nan")       # median host time to issue an iteration (issued node by node)
+    graphed: int = 0                    # iterations replayed as one CUDA graph (makespan_s is theirs when > 0)
+    issued_makespan_s: float | None = None   # median makespan of the iterations issued node by node
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -86,19 +89,24 @@ def stream_times(program: Program, rec: IterationRecord) -> tuple[dict[str, floa
 def summarize(program: Program, records: list[IterationRecord], memory: dict[str, Any] | None = None) -> Summary:
     first = 1 if len(records) > 1 else 0
     use = records[first:]
-    wall = statistics.median(r.wall_s for r in use)
-    mk = statistics.median(r.makespan_s for r in use)
+    graphed = [r for r in use if r.graphed]
+    # Node times come from the iterations issued node by node (graph replays have none); past the first if any.
+    issued = [r for r in records if not r.graphed]
+    issued = issued[1:] if len(issued) > 1 else issued
+    timed = [r for r in issued if r.start is not None]
+    wall = statistics.median(r.wall_s for r in (graphed or use))
+    mk = statistics.median(r.makespan_s for r in (graphed or use))
     sim = float(program.plan.makespan_s)
     resim = None
-    if use and use[0].start is not None:
+    if timed:
         aug = program.aug
-        dur = node_durations(use, program.n_nodes)
+        dur = node_durations(timed, program.n_nodes)
         dur[aug.kind == K.FREE] = 0.0
         _, end = simulate(aug.kind, dur, aug.dep_ptr, aug.dep_idx, serialize=program.serialize)
         resim = float(end.max()) if len(end) else 0.0
     busy: dict[str, list[float]] = {}
     stall: dict[str, list[float]] = {}
-    for r in use:
+    for r in timed:
         b, s = stream_times(program, r)
         for k, v in b.items():
             busy.setdefault(k, []).append(v)
@@ -111,8 +119,10 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
         busy_s={k: statistics.median(v) for k, v in busy.items()},
         stall_s={k: statistics.median(v) for k, v in stall.items()},
         op_modes=dict(last.ops_by_mode), copy_bytes=last.copy_bytes,
-        copy_s=statistics.median(r.ops.copy_s for r in use), transient_peak_bytes=last.transient_peak_bytes,
+        copy_s=statistics.median(r.ops.copy_s for r in (issued or use)), transient_peak_bytes=last.transient_peak_bytes,
         copy_targets=dict(last.copy_targets), version_bytes=last.version_bytes, memory=dict(memory or {}),
+        issue_s=statistics.median(r.issue_s for r in issued) if issued else float("nan"), graphed=len(graphed),
+        issued_makespan_s=statistics.median(r.makespan_s for r in issued) if issued else None,
     )
 
 

@@ -156,6 +156,18 @@ class OpRunner:
         self._checked: set[int] = set()
         self._random = {o for o, op in enumerate(graph.ops) if updates_generator_only(graph, op)}
         self._rng_state: dict[int, torch.Tensor] = {}
+        self._step_counters: dict[int, torch.Tensor] = {}   # kept alive: a recorded CUDA graph reads them
+        self._recording = False
+
+    def device_steps(self, step: int | None) -> None:
+        """While a CUDA graph records (`step` = the step it records), optimizer ops that accept one take a
+        device counter instead of the host's int, so each replay is the next step; None: host ints again."""
+        self._recording = step is not None
+        if step is None:
+            return
+        for o, call in enumerate(self.calls):
+            if call.mode == OPTIMIZER and getattr(call.fn, "device_step", False):
+                self._step_counters[o] = torch.full((), float(step - 1), dtype=torch.float32, device=self.device)
 
     def _generator_state(self) -> torch.Tensor:
         if self.device.type == "cuda":
@@ -207,7 +219,8 @@ class OpRunner:
         call = self.calls[o]
         args, kwargs = self._decode(call, env)
         if call.mode == OPTIMIZER:
-            call.fn(*args, step=step, **kwargs)
+            call.fn(*args, step=self._step_counters[o] if self._recording and o in self._step_counters else step,
+                    **kwargs)
         elif call.mode == INPLACE:
             call.fn(*args, **kwargs)
         else:

@@ -17,6 +17,7 @@ iteration is timed alone, as the plan's makespan is.
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,20 @@ class IterationRecord:
     end: np.ndarray | None
     ops: OpStats = field(default_factory=OpStats)
     loss: float | None = None
+    issue_s: float = float("nan")       # host time to issue the iteration's work (before the final synchronize)
+    graphed: bool = False               # replayed as one CUDA graph (no per-node times)
+
+
+MAX_GRAPHS = 4   # iterations recorded as CUDA graphs, one per layout of the pool between iterations
+_POOL_SHARED = {"graph", "buffer", "stats", "offset_of"}   # pool attributes a saved state shares, not copies
+
+
+@dataclass
+class _Recorded:
+    graph: Any                       # torch.cuda.CUDAGraph
+    stats: OpStats
+    pool_after: dict[str, Any]       # the pool's host state after the iteration
+    snapshots: dict[str, torch.Tensor]   # watched values (the loss): tensors each replay rewrites
 
 
 class Runtime:
@@ -165,6 +180,9 @@ class Runtime:
         self.snapshots: dict[str, torch.Tensor] = {}
         self._poison = isinstance(backend, CpuBackend) and backend.poison
         self.races = RaceChecker(self.program.aug.label) if check_races else None
+        self.graphs: dict[tuple[tuple[int, int], ...], _Recorded] = {}   # layout between iterations -> graph
+        self._graph_pool: Any = None
+        self.graph_note = ""                      # why replay stopped or never started ("" while all is well)
 
     # ---- state ----------------------------------------------------------------------
     def load(self, values: dict[str, torch.Tensor], step: int = 1) -> None:
@@ -290,28 +308,150 @@ class Runtime:
             tmp.copy_(buf[old:old + n], non_blocking=True)
             buf[new:new + n].copy_(tmp, non_blocking=True)
 
-    def run_iteration(self, seed: int | None = None) -> IterationRecord:
+    def run_iteration(self, seed: int | None = None, graph: bool = False) -> IterationRecord:
+        """Replay the plan once. `graph`: record this iteration as a CUDA graph the first time (it must be
+        a steady one: the optimizer past its first step, the pool back where it started) and replay that
+        graph from then on, so the host issues one launch instead of every node."""
         if not self.loaded:
             raise HybridError("executor: load() the initial values before running")
+        if graph and not self.graph_note:
+            return self._run_graphed()
+        b = self.backend
+        b.synchronize()
+        b.begin_iteration(self.iteration)
+        if seed is not None:
+            torch.manual_seed(seed)
+        wall0 = time.perf_counter()
+        b.record(self.t0, COMPUTE)
+        stats, copy_host_s = self._issue(self.t0)
+        issue = time.perf_counter() - wall0
+        b.record(self.t_end, COMPUTE)
+        b.synchronize()
+        wall = time.perf_counter() - wall0
+        rec = IterationRecord(self.iteration, wall, b.elapsed_s(self.t0, self.t_end), None, None, stats,
+                              issue_s=issue)
+        if self.timing:
+            rec.start, rec.end = self._node_times()
+            if b.name == "cuda":
+                stats.copy_s = sum(b.elapsed_s(ev, self.events[i]) for i, ev in self.copy_events.items())
+            else:
+                stats.copy_s = copy_host_s
+        else:
+            stats.copy_s = copy_host_s if b.name == "cpu" else float("nan")
+        self.iteration += 1
+        self.step += 1
+        return rec
+
+    def graph_blocker(self) -> str:
+        """Why this plan cannot be replayed as a CUDA graph ("" when it can)."""
+        if self.backend.name != "cuda":
+            return "CUDA graphs need --device cuda"
+        if self.races is not None:
+            return "the race checker inspects every node on the host"
+        if self.ops._random:
+            op = self.graph.ops[min(self.ops._random)]
+            return f"op {op.id!r} draws random numbers, whose generator state the host keeps"
+        if any(len(v) and name != "loss" for v in self.observe.values() for name, _ in v):
+            return "watched values other than the loss are copied to the host mid-iteration"
+        if self.step < 2:
+            return "the optimizer's first step differs from the later ones: run one iteration first"
+        return ""
+
+    def _boundary(self) -> tuple[tuple[int, int], ...]:
+        """Where the device copies alive between iterations sit: what a recorded iteration assumes."""
+        return tuple(sorted(self.pool.where.items()))
+
+    def _pool_state(self) -> dict[str, Any]:
+        return {k: copy.deepcopy(v) for k, v in vars(self.pool).items() if k not in _POOL_SHARED}
+
+    def _set_pool_state(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self.pool, k, copy.deepcopy(v))
+        self.env = {self.graph.tensors[t].id: self._view_dev(t) for t in self.pool.where}
+
+    def _run_graphed(self) -> IterationRecord:
+        b = self.backend
+        rec_graph = self.graphs.get(self._boundary())
+        if rec_graph is None:
+            if not self.graphs:
+                why = self.graph_blocker()
+                if why:
+                    raise HybridError(f"cannot replay this plan as a CUDA graph: {why}; run it without --cuda-graph")
+            if len(self.graphs) >= MAX_GRAPHS:
+                # The host's pool is where the last replay left it (its whole state restored): issue from here.
+                self.graph_note = (f"the pool's layout between iterations did not repeat within {MAX_GRAPHS} "
+                                   "recorded iterations; issuing node by node from then on")
+                return self.run_iteration()
+            rec_graph = self._record_graph()
+        b.synchronize()
+        wall0 = time.perf_counter()
+        with b.on(COMPUTE):
+            b.record(self.t0, COMPUTE)
+            rec_graph.graph.replay()
+            b.record(self.t_end, COMPUTE)
+        issue = time.perf_counter() - wall0
+        b.synchronize()
+        wall = time.perf_counter() - wall0
+        self._set_pool_state(rec_graph.pool_after)
+        self.snapshots.update(rec_graph.snapshots)
+        rec = IterationRecord(self.iteration, wall, b.elapsed_s(self.t0, self.t_end), None, None,
+                              rec_graph.stats, issue_s=issue, graphed=True)
+        self.iteration += 1
+        self.step += 1
+        return rec
+
+    def _record_graph(self) -> _Recorded:
+        """Record one iteration's issue as a CUDA graph (recording runs nothing; the caller replays it).
+
+        A replay redoes the same work at the same addresses, so it is valid
+        from the layout it was recorded at; the pool's host state after it is
+        kept with it, and where a layout comes back (a cycle of at most
+        MAX_GRAPHS iterations) its graph is replayed. The optimizer's step
+        count lives in device counters that each replay advances (Adam's bias
+        correction). Events in a graph only order streams, so node times are
+        not kept.
+        """
+        b = self.backend
+        key = self._boundary()
+        saved = self.events, self.timing
+        self.events = [None if e is None else b.event(False) for e in self.events]
+        self.timing = False
+        fork = b.event(False)
+        g = torch.cuda.CUDAGraph()
+        b.synchronize()
+        self.ops.device_steps(self.step)
+        try:
+            with torch.cuda.graph(g, pool=self._graph_pool, stream=b.streams[COMPUTE]):
+                b.record(fork, COMPUTE)
+                stats, _ = self._issue(fork, join_all=True)
+        except Exception as e:  # noqa: BLE001 - whatever the capture refused, the host's state is now off
+            self.graph_note = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+            raise HybridError(f"cannot replay this plan as a CUDA graph: {self.graph_note}; run it without "
+                              "--cuda-graph") from e
+        finally:
+            self.events, self.timing = saved
+            self.ops.device_steps(None)
+        if self._graph_pool is None:
+            self._graph_pool = g.pool()     # later recordings share the first one's memory (replayed in turn)
+        rec = _Recorded(g, stats, self._pool_state(), dict(self.snapshots))
+        self.graphs[key] = rec
+        return rec
+
+    def _issue(self, start: Any, join_all: bool = False) -> tuple[OpStats, float]:
+        """Issue every node of one iteration on its stream (the copy streams first wait for `start`)."""
         b = self.backend
         g = self.graph
         env = self.env
         pool, host, ops = self.pool, self.host, self.ops
         reruns = self.program.aug.recompute  # per node: a recompute event (hybrid.graph.rerun says how it reruns)
         timing = self.timing
-        b.synchronize()
-        b.begin_iteration(self.iteration)
         pool.begin_iteration()
         stats = OpStats()
         clock = [[-1, -1, -1] for _ in range(3)]
         if self.races is not None:
             self.races.reset()
-        if seed is not None:
-            torch.manual_seed(seed)
-        wall0 = time.perf_counter()
-        b.record(self.t0, COMPUTE)
-        b.wait(H2D, self.t0)
-        b.wait(D2H, self.t0)
+        b.wait(H2D, start)
+        b.wait(D2H, start)
         copy_host_s = 0.0
         with torch.no_grad(), portable_kernels():
             for st in self.program.steps:
@@ -378,24 +518,17 @@ class Runtime:
                 self.node_clock[i] = (c[0], c[1], c[2])
             for r in self.program.final_releases:
                 self._release(r)
-        last = [p for p in (clock[H2D][H2D], clock[D2H][D2H]) if p >= 0]
-        for p in last:
-            b.wait(COMPUTE, self.events[p])
-        b.record(self.t_end, COMPUTE)
-        b.synchronize()
-        wall = time.perf_counter() - wall0
-        rec = IterationRecord(self.iteration, wall, b.elapsed_s(self.t0, self.t_end), None, None, stats)
-        if timing:
-            rec.start, rec.end = self._node_times()
-            if b.name == "cuda":
-                stats.copy_s = sum(b.elapsed_s(ev, self.events[i]) for i, ev in self.copy_events.items())
-            else:
-                stats.copy_s = copy_host_s
+        if join_all:
+            # A recorded graph must join every stream it forked, also one that issued nothing.
+            for s in (H2D, D2H):
+                ev = b.event(False)
+                b.record(ev, s)
+                b.wait(COMPUTE, ev)
         else:
-            stats.copy_s = copy_host_s if b.name == "cpu" else float("nan")
-        self.iteration += 1
-        self.step += 1
-        return rec
+            for p in (clock[H2D][H2D], clock[D2H][D2H]):
+                if p >= 0:
+                    b.wait(COMPUTE, self.events[p])
+        return stats, copy_host_s
 
     def _dev(self, t: int) -> tuple[int, int]:
         off = self.pool.where[t]

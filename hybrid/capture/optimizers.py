@@ -130,24 +130,28 @@ def from_torch(opt: Any, module: torch.nn.Module) -> OptimizerSpec:
 # ---- replay ------------------------------------------------------------------------
 
 def _adam(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
-          step: int, decoupled: bool, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
+          step: int | torch.Tensor, decoupled: bool, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
           maximize: bool) -> None:
     from torch.optim.adam import adam
 
-    step_t = torch.tensor(float(step - 1), dtype=torch.float32)   # torch increments it before use
-    adam([param], [grad], [exp_avg], [exp_avg_sq], [], [step_t], foreach=False, capturable=False,
+    if isinstance(step, torch.Tensor):
+        # A device counter (a recorded CUDA graph's): torch's capturable Adam advances it on every replay.
+        step_t, capturable = step, True
+    else:
+        step_t, capturable = torch.tensor(float(step - 1), dtype=torch.float32), False   # torch adds 1 first
+    adam([param], [grad], [exp_avg], [exp_avg_sq], [], [step_t], foreach=False, capturable=capturable,
          differentiable=False, fused=None, grad_scale=None, found_inf=None, has_complex=param.is_complex(),
          decoupled_weight_decay=decoupled, amsgrad=False, beta1=beta1, beta2=beta2, lr=lr,
          weight_decay=weight_decay, eps=eps, maximize=maximize)
 
 
 def adam_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
-              step: int, **h: Any) -> None:
+              step: int | torch.Tensor, **h: Any) -> None:
     _adam(param, grad, exp_avg, exp_avg_sq, step=step, decoupled=False, **h)
 
 
 def adamw_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
-               step: int, **h: Any) -> None:
+               step: int | torch.Tensor, **h: Any) -> None:
     _adam(param, grad, exp_avg, exp_avg_sq, step=step, decoupled=True, **h)
 
 
@@ -164,6 +168,9 @@ def sgd_step(param: torch.Tensor, grad: torch.Tensor, *state: torch.Tensor, step
     if state and step == 1:
         state[0].copy_(bufs[0])
 
+
+# Steps whose count may be a device tensor (executor.ops.OpRunner.device_steps, for CUDA graphs).
+adam_step.device_step = adamw_step.device_step = True  # type: ignore[attr-defined]
 
 _REPLAY: dict[str, Callable[..., None]] = {"hybrid.sgd": sgd_step, "hybrid.adam": adam_step,
                                            "hybrid.adamw": adamw_step}

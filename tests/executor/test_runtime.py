@@ -207,3 +207,53 @@ def test_write_back_trains_the_module(case: Case) -> None:
     st = ex.state()
     for n, p in module.named_parameters():
         assert torch.equal(p.detach(), st.params[n])
+
+
+def test_cuda_graph_needs_a_cuda_device(case: Case) -> None:
+    with pytest.raises(HybridError, match="--cuda-graph needs --device cuda"):
+        Executor(case.graph, swap_plan(case.graph, "size_classes"), "cpu", cuda_graph=True)
+    ex = Executor(case.graph, swap_plan(case.graph, "size_classes"), "cpu")
+    assert "need --device cuda" in ex.runtime.graph_blocker()
+
+
+def test_summary_reads_graph_replays_apart_from_issued_iterations(case: Case) -> None:
+    from executor.measure import summarize
+
+    ex = _run(case, swap_plan(case.graph, "unconstrained"), iters=4)
+    recs = ex.records
+    # Stand-ins for two replays: no node times, their own makespans.
+    recs[2] = dataclasses.replace(recs[2], start=None, end=None, makespan_s=1.0, graphed=True)
+    recs[3] = dataclasses.replace(recs[3], start=None, end=None, makespan_s=3.0, graphed=True)
+    s = summarize(ex.runtime.program, recs)
+    assert s.graphed == 2 and s.makespan_s == 2.0
+    assert s.issued_makespan_s == recs[1].makespan_s      # the issued iterations past the first
+    assert s.resimulated_s is not None and s.busy_s["compute"] > 0
+    assert s.issue_s == recs[1].issue_s > 0
+
+
+@pytest.mark.parametrize("kind", ["size_classes", "unconstrained"])
+def test_pool_state_saved_for_graph_replays_restores_the_same_iterations(case: Case, kind: str) -> None:
+    # What a CUDA graph replay leaves behind on the host is a saved pool state: issuing from a restored state
+    # must train exactly as issuing straight on.
+    plan = swap_plan(case.graph, kind)
+    straight = _run(case, plan, iters=3).state()
+    ex = Executor(case.graph, plan, "cpu")
+    ex.load(case.module(), case.args, case.target)
+    ex.run(2, seed=SEED)
+    rt = ex.runtime
+    where, env = dict(rt.pool.where), set(rt.env)
+    rt._set_pool_state(rt._pool_state())    # copies of every list and dict: nothing may still point at the old
+    assert rt.pool.where == where and set(rt.env) == env
+    ex.run(1, seed=SEED)
+    restored = ex.state()
+    for n, p in straight.params.items():
+        assert torch.equal(p, restored.params[n]), n
+
+
+def test_a_plan_trains_as_the_unlimited_run_bitwise_on_cpu(case: Case) -> None:
+    from executor.check import against_unlimited
+
+    c = against_unlimited(case.graph, swap_plan(case.graph, "unconstrained"), case.module(), case.args,
+                          case.target, 2, "cpu", SEED)
+    assert c.bitwise and c.values > 0
+

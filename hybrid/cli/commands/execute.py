@@ -118,6 +118,9 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
 @click.option("--atol", type=float, default=None, help="Absolute tolerance for --check (default 0 on cpu, 1e-5 on cuda).")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance for --check (default 0 on cpu, 1e-4 on cuda).")
 @click.option("--sanitize", is_flag=True, help="Check every node for stream races and poison freed memory (slower).")
+@click.option("--cuda-graph", is_flag=True,
+              help="After two iterations issued node by node, record one as a CUDA graph and replay it: the host "
+                   "no longer issues each node (the executor is otherwise host-bound on fast GPUs); no per-node times.")
 @click.option("--batch", type=int, default=None, help="Batch size when capturing --model (default: the model's).")
 @click.option("--optimizer", type=click.Choice(["adam", "adamw", "sgd"]), default="adam", show_default=True,
               help="Optimizer when capturing --model.")
@@ -135,7 +138,8 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
 @click.option("--profile-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the measured op times as a profile (hybrid-profile/1) for `hybrid capture --profile`.")
 def command(model: str | None, module_spec: str | None, graph_path: Path | None, plan_path: Path, iters: int, device: str | None, seed: int,
-            check: bool, atol: float | None, rtol: float | None, sanitize: bool, batch: int | None, optimizer: str,
+            check: bool, atol: float | None, rtol: float | None, sanitize: bool, cuda_graph: bool, batch: int | None,
+            optimizer: str,
             lr: float | None, momentum: float | None, weight_decay: float | None, dtype: str,
             overrides: tuple[str, ...], out_path: Path | None, trace_path: Path | None,
             profile_out: Path | None) -> None:
@@ -216,7 +220,7 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
     progress = _Progress(iters)
     try:
         result = execute(graph, plan, module, args, target, loss_fn=loss_fn, kwargs=kwargs, iters=iters,
-                         device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
+                         device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol, cuda_graph=cuda_graph,
                          on_iteration=lambda rec: (records.append(rec), progress.step(rec)))
     except KeyboardInterrupt:
         from hybrid.signals import exit_status, interrupted_by
