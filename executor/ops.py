@@ -167,7 +167,14 @@ class OpRunner:
             return
         for o, call in enumerate(self.calls):
             if call.mode == OPTIMIZER and getattr(call.fn, "device_step", False):
-                self._step_counters[o] = torch.full((), float(step - 1), dtype=torch.float32, device=self.device)
+                # One counter per op for good: every recorded graph reads and advances the same one, so a
+                # second recording must not replace (and free) what the first one's kernels point at.
+                c = self._step_counters.get(o)
+                if c is None:
+                    self._step_counters[o] = torch.full((), float(step - 1), dtype=torch.float32,
+                                                        device=self.device)
+                else:
+                    c.fill_(float(step - 1))
 
     def _generator_state(self) -> torch.Tensor:
         if self.device.type == "cuda":

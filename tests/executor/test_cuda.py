@@ -74,4 +74,5 @@ def test_cuda_graph_replay_trains_as_issuing_node_by_node(name: str, kind: str) 
     # Every iteration after the first two is a replay (of a recording made for that pool layout, or an
     # earlier one whose layout came back), unless the layouts kept changing past MAX_GRAPHS recordings.
     assert res.summary.graphed >= min(iters - GRAPH_AFTER, MAX_GRAPHS)
-    assert c.ok and c.max_abs_diff <= 1e-6, (c.max_abs_diff, c.worst, c.mismatched[:5])
+    # Adam's replays compute its bias correction on the device (capturable Adam): an ulp apart, not bitwise.
+    assert c.ok, (c.max_abs_diff, c.worst, c.beyond_tolerance[:5])

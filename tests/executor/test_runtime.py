@@ -257,3 +257,19 @@ def test_a_plan_trains_as_the_unlimited_run_bitwise_on_cpu(case: Case) -> None:
                           case.target, 2, "cpu", SEED)
     assert c.bitwise and c.values > 0
 
+
+def test_recordings_share_one_step_counter_per_optimizer_op() -> None:
+    # A CUDA graph's kernels hold the counter's address: a later recording must reuse it, not free it.
+    from tests.executor.cases import zoo_case
+
+    case = zoo_case("rnn-2-1k")       # Adam
+    ex = Executor(case.graph, swap_plan(case.graph, "size_classes"), "cpu")
+    ops = ex.runtime.ops
+    ops.device_steps(3)
+    first = dict(ops._step_counters)
+    ops.device_steps(None)
+    assert first and all(float(c) == 2.0 for c in first.values())
+    ops.device_steps(7)
+    assert all(ops._step_counters[o] is c and float(c) == 6.0 for o, c in first.items())
+    ops.device_steps(None)
+    assert not ops._recording
