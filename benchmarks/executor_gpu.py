@@ -465,7 +465,7 @@ def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: lis
     runs.to_csv(out.with_suffix(".csv"), index=False)
     md = [
         "# Executor on a GPU: simulator accuracy, throughput, alternatives, stream races", "",
-        f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}).", "",
+        f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}; code {args.commit}).", "",
         f"Device: {gpu}; torch {torch.__version__}. Measured host link: h2d "
         f"{link['h2d_bytes_per_s'] / 1e9:.1f} GB/s, d2h {link['d2h_bytes_per_s'] / 1e9:.1f} GB/s, latency "
         f"{link['latency_s'] * 1e6:.1f} us per copy (pinned, medians); the plans' device uses these. Op times: "
@@ -525,7 +525,14 @@ def main() -> None:
                     help="keep the rows of models not run now from the previous results (results/executor_gpu.json)")
     ap.add_argument("--sanitizer-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "executor_gpu.md")
+    ap.add_argument("--commit", default=None,
+                    help="the code's commit for the table (default: git here; a GPU machine sent a copy of the "
+                         "working tree may have no git: pass the commit of that copy)")
     a = ap.parse_args()
+    if a.commit is None:
+        from benchmarks.common import commit
+
+        a.commit = commit()
     if a.sanitizer_child:
         sanitizer_child()
         return
