@@ -88,3 +88,5 @@ def test_execute_errors_are_one_line(files: tuple[Path, Path]) -> None:
     assert res.exit_code == 2 and "captured from" in res.output
     res = CliRunner().invoke(cli, ["execute", "--plan", str(p)])
     assert res.exit_code == 2 and "--model" in res.output
+    res = CliRunner().invoke(cli, ["execute", "--graph", str(g), "--plan", str(p), "--device", "cpu", "--cuda-graph"])
+    assert res.exit_code == 2 and res.output.startswith("error: --cuda-graph needs --device cuda")

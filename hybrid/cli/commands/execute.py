@@ -2,7 +2,9 @@
 the exact CPU backend; the cheap checks (plan vs graph, device, host memory) run before the model is built."""
 from __future__ import annotations
 
+
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -72,6 +74,13 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
     out.append(f"  per iteration: {format_seconds(s.wall_s)} wall, {format_seconds(s.makespan_s)} device makespan "
                f"(median{' after the first' if s.measured_from else ''}); simulated {format_seconds(s.simulated_s)}, "
                f"measured/simulated {s.ratio:.3g}{cmp_note}")
+    if s.graphed:
+        out.append(f"  {s.graphed} iterations replayed as CUDA graphs (the makespan above is theirs); issued node by "
+                   f"node: {format_seconds(s.issued_makespan_s or float('nan'))}, of which "
+                   f"{format_seconds(s.issue_s)} for the host to issue it")
+    elif not math.isnan(s.issue_s) and s.issue_s >= 0.9 * s.wall_s and device.startswith("cuda"):
+        out.append(f"  host-bound: issuing each iteration took {format_seconds(s.issue_s)} of its "
+                   f"{format_seconds(s.wall_s)} (try --cuda-graph)")
     if s.resimulated_s is not None:
         out.append(f"  re-simulated with the measured durations: {format_seconds(s.resimulated_s)}")
     if s.busy_s:
@@ -178,6 +187,8 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
                           "--device cpu (the exact sequential backend) or on a machine with a GPU")
     if device not in ("cpu",) and not device.startswith("cuda"):
         raise HybridError(f"--device {device!r}: choose cpu or cuda (or cuda:N)")
+    if cuda_graph and not device.startswith("cuda"):
+        raise HybridError(f"--cuda-graph needs --device cuda (a CUDA graph replays GPU work); got --device {device}")
     graph = Graph.load(graph_path) if graph_path is not None else None
     if graph is not None:
         _plan_fits(graph, plan, plan_path, graph_path)
@@ -220,7 +231,8 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
     progress = _Progress(iters)
     try:
         result = execute(graph, plan, module, args, target, loss_fn=loss_fn, kwargs=kwargs, iters=iters,
-                         device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol, cuda_graph=cuda_graph,
+                         device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
+                         cuda_graph=cuda_graph,
                          on_iteration=lambda rec: (records.append(rec), progress.step(rec)))
     except KeyboardInterrupt:
         from hybrid.signals import exit_status, interrupted_by
