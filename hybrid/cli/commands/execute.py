@@ -2,7 +2,6 @@
 the exact CPU backend; the cheap checks (plan vs graph, device, host memory) run before the model is built."""
 from __future__ import annotations
 
-
 import json
 import math
 import os
