@@ -159,6 +159,11 @@ class OpRunner:
         self._step_counters: dict[int, torch.Tensor] = {}   # kept alive: a recorded CUDA graph reads them
         self._recording = False
 
+    @property
+    def random_ops(self) -> set[int]:
+        """Ops that draw random numbers (their generator state is kept on the host for reruns)."""
+        return self._random
+
     def device_steps(self, step: int | None) -> None:
         """While a CUDA graph records (`step` = the step it records), optimizer ops that accept one take a
         device counter instead of the host's int, so each replay is the next step; None: host ints again."""

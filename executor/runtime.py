@@ -14,6 +14,11 @@ a topological order every stream follows:
 A `free` issues nothing: its memory goes back to the pool with the frontier
 of its dependencies. The iteration ends with a device synchronize, so every
 iteration is timed alone, as the plan's makespan is.
+
+Issuing thousands of nodes from Python takes longer than a fast GPU takes to
+run them, so on CUDA an iteration can be recorded once as a CUDA graph and
+replayed (`run_iteration(graph=True)`): the same walk, recorded instead of
+run, valid from the pool layout it was recorded at.
 """
 from __future__ import annotations
 
@@ -315,7 +320,7 @@ class Runtime:
         if not self.loaded:
             raise HybridError("executor: load() the initial values before running")
         if graph and not self.graph_note:
-            return self._run_graphed()
+            return self._run_graphed(seed)
         b = self.backend
         b.synchronize()
         b.begin_iteration(self.iteration)
@@ -348,8 +353,8 @@ class Runtime:
             return "CUDA graphs need --device cuda"
         if self.races is not None:
             return "the race checker inspects every node on the host"
-        if self.ops._random:
-            op = self.graph.ops[min(self.ops._random)]
+        if self.ops.random_ops:
+            op = self.graph.ops[min(self.ops.random_ops)]
             return f"op {op.id!r} draws random numbers, whose generator state the host keeps"
         if any(len(v) and name != "loss" for v in self.observe.values() for name, _ in v):
             return "watched values other than the loss are copied to the host mid-iteration"
@@ -369,7 +374,7 @@ class Runtime:
             setattr(self.pool, k, copy.deepcopy(v))
         self.env = {self.graph.tensors[t].id: self._view_dev(t) for t in self.pool.where}
 
-    def _run_graphed(self) -> IterationRecord:
+    def _run_graphed(self, seed: int | None) -> IterationRecord:
         b = self.backend
         rec_graph = self.graphs.get(self._boundary())
         if rec_graph is None:
@@ -381,7 +386,7 @@ class Runtime:
                 # The host's pool is where the last replay left it (its whole state restored): issue from here.
                 self.graph_note = (f"the pool's layout between iterations did not repeat within {MAX_GRAPHS} "
                                    "recorded iterations; issuing node by node from then on")
-                return self.run_iteration()
+                return self.run_iteration(seed)
             rec_graph = self._record_graph()
         b.synchronize()
         wall0 = time.perf_counter()
