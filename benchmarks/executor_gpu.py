@@ -37,7 +37,6 @@ the other models' rows (kept in results/executor_gpu.json):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import os
@@ -49,7 +48,6 @@ import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
@@ -59,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from executor.api import Executor, execute  # noqa: E402
-from executor.check import against_unlimited, torch_optimizer  # noqa: E402
+from executor.check import against_unlimited, exact_kernels, torch_optimizer  # noqa: E402
 from executor.plans import size_class_plan  # noqa: E402
 from hybrid.swap.baselines import run_baseline
 from hybrid.capture.api import capture_model  # noqa: E402
@@ -301,18 +299,6 @@ def run_plan(graph: Graph, plan: Plan, base: torch.nn.Module, args: Any, target:
     }
     del ex
     return out
-
-
-@contextlib.contextmanager
-def exact_kernels() -> Iterator[None]:
-    """float32 products and convolutions (no TF32), deterministic cuDNN: a check that measures the executor."""
-    mm = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True, allow_tf32=False):
-            yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = mm
 
 
 # ---- 5. sanitizer child ---------------------------------------------------------------------------

@@ -8,8 +8,10 @@ must reproduce eager training bitwise; on CUDA within a tolerance.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -149,6 +151,19 @@ def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerR
         if not torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=False):
             beyond.append(name)
     return Comparison(len(pairs), worst, worst_name, mismatched, beyond, atol, rtol)
+
+
+@contextlib.contextmanager
+def exact_kernels() -> Iterator[None]:
+    """float32 products and convolutions on CUDA (no TF32), deterministic cuDNN kernels: a run that can be
+    compared value for value with another run of the same kernels."""
+    mm = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True, allow_tf32=False):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = mm
 
 
 def against_unlimited(graph: Graph, plan: Any, module: torch.nn.Module, args: Any, target: Any, iters: int,

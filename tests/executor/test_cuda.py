@@ -1,33 +1,19 @@
-"""The CUDA backend (skipped without a GPU): real streams and events, within tolerance of eager training."""
+"""The CUDA backend (skipped without a GPU): real streams and events, CUDA graph replays, each against the same graph
+run with no memory limit on the same GPU."""
 from __future__ import annotations
-
-import contextlib
-from collections.abc import Iterator
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from executor.api import GRAPH_AFTER, Executor, execute  # noqa: E402
-from executor.check import against_unlimited  # noqa: E402
+from executor.check import against_unlimited, exact_kernels  # noqa: E402
 from executor.runtime import MAX_GRAPHS  # noqa: E402
 
 from tests.executor.cases import ITERS, SEED, swap_plan, user_case, zoo_case  # noqa: E402
 
 pytestmark = [pytest.mark.torch,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-
-
-@contextlib.contextmanager
-def exact_cuda() -> Iterator[None]:
-    """float32 matrix products and convolutions (no TF32), deterministic cuDNN kernels."""
-    mm = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True, allow_tf32=False):
-            yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = mm
 
 
 @pytest.mark.parametrize("kind", ["size_classes", "unconstrained"])
@@ -38,7 +24,7 @@ def test_cuda_training_matches_the_unlimited_run(name: str, kind: str) -> None:
     # kernels, cuDNN batch norm for one, and these tiny models' batch norms over a few elements amplify it.)
     case = zoo_case(name)
     plan = swap_plan(case.graph, kind)
-    with exact_cuda():
+    with exact_kernels():
         c = against_unlimited(case.graph, plan, case.module(), case.args, case.target, ITERS, "cuda", SEED)
         res = execute(case.graph, plan, case.module(), case.args, case.target, loss_fn=case.loss_fn, iters=ITERS,
                       device="cuda", seed=SEED, sanitize=True)
@@ -66,7 +52,7 @@ def test_cuda_graph_replay_trains_as_issuing_node_by_node(name: str, kind: str) 
     case = zoo_case(name)
     plan = swap_plan(case.graph, kind)
     iters = 7
-    with exact_cuda():
+    with exact_kernels():
         c = against_unlimited(case.graph, plan, case.module(), case.args, case.target, iters, "cuda", SEED,
                               cuda_graph=True)
         res = execute(case.graph, plan, case.module(), case.args, case.target, loss_fn=case.loss_fn,
