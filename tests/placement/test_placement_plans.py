@@ -59,7 +59,7 @@ def test_cp_sat_is_at_least_as_good_as_every_device_assignment_in_program_order(
                                                 for d in itertools.product((CPU, GPU), repeat=pg.n)), abs=1e-8)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15, deadline=None, derandomize=True)   # fixed examples: CP-SAT must prove each optimal
 @given(st.integers(0, 10**6), st.integers(1, 8))
 def test_on_a_chain_dynamic_programming_equals_cp_sat_and_the_simulator(seed, stages):
     g = random_inference_graph(seed, stages, chain_only=True)
