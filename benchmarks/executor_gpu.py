@@ -22,17 +22,22 @@ What it measures (results/executor_gpu.md, and .csv next to it):
 5. TORCH_CUDA_SANITIZER=1: a child process runs a swapping plan under PyTorch's
    CUDA stream sanitizer; any race it sees fails the child.
 
-    python -m benchmarks.executor_gpu                  # on a CUDA machine; ~15-25 min on one H100
-    python -m benchmarks.executor_gpu --quick          # smaller models, 2 memories, ~5 min
+    python -m benchmarks.executor_gpu                  # on a CUDA machine; about 11 min on one H100
+    python -m benchmarks.executor_gpu --quick          # smaller models, 2 memories, ~4 min
     python -m benchmarks.executor_gpu --device cpu --quick --out /tmp/x.md   # smoke test of the script itself
 
 Where one command may run 10 minutes at most, run it in parts; `--append` keeps
-the other models' rows (kept in results/executor_gpu.json):
+the other models' rows (kept in results/executor_gpu.json). results/executor_gpu.md
+was made so, on an H100 (5.5 + 0.4 + 1.3 + 3.3 min):
 
-    python -m benchmarks.executor_gpu --models resnet-50 vgg16 --no-sanitizer
-    python -m benchmarks.executor_gpu --models unet rnn-4-2k --no-sanitizer --append
-    python -m benchmarks.executor_gpu --models inception-v4-1 --no-sanitizer --append
+    python -m benchmarks.executor_gpu --models resnet-50 rnn-4-2k vgg16 --no-sanitizer
     python -m benchmarks.executor_gpu --sanitizer-only --append
+    python -m benchmarks.executor_gpu --models unet --no-sanitizer --append
+    python -m benchmarks.executor_gpu --models inception-v4-1 --no-sanitizer --append --fractions 0.5
+
+Plans run as CUDA graphs where they can (two iterations issued node by node,
+then replays; `issued_s` keeps the node-by-node time), since issuing every node
+from Python is slower than a fast GPU runs them.
 """
 from __future__ import annotations
 
