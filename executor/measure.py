@@ -89,7 +89,9 @@ def stream_times(program: Program, rec: IterationRecord) -> tuple[dict[str, floa
 def summarize(program: Program, records: list[IterationRecord], memory: dict[str, Any] | None = None) -> Summary:
     first = 1 if len(records) > 1 else 0
     use = records[first:]
-    graphed = [r for r in use if r.graphed]
+    replayed = [r for r in use if r.graphed]
+    # A graph's first launch uploads it; leave those out where later replays exist.
+    graphed = [r for r in replayed if not r.first_replay] or replayed
     # Node times come from the iterations issued node by node (graph replays have none); past the first if any.
     issued = [r for r in records if not r.graphed]
     issued = issued[1:] if len(issued) > 1 else issued
@@ -121,7 +123,7 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
         op_modes=dict(last.ops_by_mode), copy_bytes=last.copy_bytes,
         copy_s=statistics.median(r.ops.copy_s for r in (issued or use)), transient_peak_bytes=last.transient_peak_bytes,
         copy_targets=dict(last.copy_targets), version_bytes=last.version_bytes, memory=dict(memory or {}),
-        issue_s=statistics.median(r.issue_s for r in issued) if issued else float("nan"), graphed=len(graphed),
+        issue_s=statistics.median(r.issue_s for r in issued) if issued else float("nan"), graphed=len(replayed),
         issued_makespan_s=statistics.median(r.makespan_s for r in issued) if issued else None,
     )
 

@@ -132,6 +132,7 @@ class IterationRecord:
     loss: float | None = None
     issue_s: float = float("nan")       # host time to issue the iteration's work (before the final synchronize)
     graphed: bool = False               # replayed as one CUDA graph (no per-node times)
+    first_replay: bool = False          # that graph's first launch (it uploads the graph: slower)
 
 
 MAX_GRAPHS = 4   # iterations recorded as CUDA graphs, one per layout of the pool between iterations
@@ -143,7 +144,9 @@ class _Recorded:
     graph: Any                       # torch.cuda.CUDAGraph
     stats: OpStats
     pool_after: dict[str, Any]       # the pool's host state after the iteration
-    snapshots: dict[str, torch.Tensor]   # watched values (the loss): tensors each replay rewrites
+    snapshots: dict[str, torch.Tensor]   # watched values (the loss): tensors each replay rewrites; another
+                                         # graph's replay may reuse their memory, so read them at once
+    replays: int = 0
 
 
 class Runtime:
@@ -206,6 +209,9 @@ class Runtime:
         self.backend.synchronize()
         self.step = int(step)
         self.loaded = True
+        # Recordings assume the optimizer's step count and the pool as they were: record afresh after a load.
+        self.graphs.clear()
+        self.graph_note = ""
 
     def _view_dev(self, t: int) -> torch.Tensor:
         tt = self.graph.tensors[t]
@@ -239,6 +245,9 @@ class Runtime:
 
     def watch(self, name: str, ref: dict[str, Any]) -> None:
         """Snapshot an encoded tensor reference (the loss, a gradient) right after the op that produces it."""
+        if self.graphs:
+            raise HybridError(f"cannot watch {name}: iterations are already replayed as CUDA graphs, which would "
+                              "not snapshot it; watch before the first run")
         tid = ref["t"]
         t = self.graph.tensor(tid)
         if t.persistent:
@@ -396,11 +405,12 @@ class Runtime:
             b.record(self.t_end, COMPUTE)
         issue = time.perf_counter() - wall0
         b.synchronize()
-        wall = time.perf_counter() - wall0
-        self._set_pool_state(rec_graph.pool_after)
+        self._set_pool_state(rec_graph.pool_after)    # host work of this iteration too: inside its wall time
         self.snapshots.update(rec_graph.snapshots)
+        wall = time.perf_counter() - wall0
         rec = IterationRecord(self.iteration, wall, b.elapsed_s(self.t0, self.t_end), None, None,
-                              rec_graph.stats, issue_s=issue, graphed=True)
+                              rec_graph.stats, issue_s=issue, graphed=True, first_replay=rec_graph.replays == 0)
+        rec_graph.replays += 1
         self.iteration += 1
         self.step += 1
         return rec
@@ -418,6 +428,8 @@ class Runtime:
         """
         b = self.backend
         key = self._boundary()
+        before = self._pool_state()
+        stream = torch.cuda.current_stream(b.device)
         saved = self.events, self.timing
         self.events = [None if e is None else b.event(False) for e in self.events]
         self.timing = False
@@ -429,11 +441,13 @@ class Runtime:
             with torch.cuda.graph(g, pool=self._graph_pool, stream=b.streams[COMPUTE]):
                 b.record(fork, COMPUTE)
                 stats, _ = self._issue(fork, join_all=True)
-        except Exception as e:  # noqa: BLE001 - whatever the capture refused, the host's state is now off
+        except Exception as e:  # noqa: BLE001 - whatever the capture refused: back to the state before it
+            self._set_pool_state(before)
             self.graph_note = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
             raise HybridError(f"cannot replay this plan as a CUDA graph: {self.graph_note}; run it without "
                               "--cuda-graph") from e
         finally:
+            torch.cuda.set_stream(stream)   # a capture that failed to end leaves its stream current
             self.events, self.timing = saved
             self.ops.device_steps(None)
         if self._graph_pool is None:

@@ -191,6 +191,7 @@ def _time_graphed(op: Op, env: dict, ctx: Any, dev: Any, repeat: int, impl: str 
 
     from hybrid.capture.interpreter import run_op
 
+    stream = torch.cuda.current_stream(dev)
     try:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
@@ -208,6 +209,7 @@ def _time_graphed(op: Op, env: dict, ctx: Any, dev: Any, repeat: int, impl: str 
             samples.append(start.elapsed_time(end) / 1e3 / GRAPH_RUNS)
         return samples
     except Exception:  # noqa: BLE001 - any refusal of the recording: time it launch by launch instead
+        torch.cuda.set_stream(stream)   # a capture that failed to end leaves its stream current
         torch.cuda.synchronize(dev)
         return None
 

@@ -273,3 +273,21 @@ def test_recordings_share_one_step_counter_per_optimizer_op() -> None:
     assert all(ops._step_counters[o] is c and float(c) == 6.0 for o, c in first.items())
     ops.device_steps(None)
     assert not ops._recording
+
+
+def test_summary_leaves_out_first_replays_where_later_ones_exist(case: Case) -> None:
+    from executor.measure import summarize
+
+    ex = _run(case, swap_plan(case.graph, "size_classes"), iters=4)
+    recs = ex.records
+    recs[2] = dataclasses.replace(recs[2], start=None, end=None, makespan_s=9.0, graphed=True, first_replay=True)
+    recs[3] = dataclasses.replace(recs[3], start=None, end=None, makespan_s=2.0, graphed=True)
+    s = summarize(ex.runtime.program, recs)
+    assert s.graphed == 2 and s.makespan_s == 2.0
+
+
+def test_watching_after_graphs_were_recorded_is_refused(case: Case) -> None:
+    ex = Executor(case.graph, swap_plan(case.graph, "size_classes"), "cpu")
+    ex.runtime.graphs[()] = None   # as if an iteration had been recorded
+    with pytest.raises(HybridError, match="already replayed as CUDA graphs"):
+        ex.keep_grads()

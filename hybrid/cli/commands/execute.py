@@ -329,7 +329,8 @@ def _write_trace(path: Path, graph: Any, plan: Any, result: Any, device: str) ->
 
     from executor.streams import STREAM_NAMES
 
-    rec = result.records[-1]
+    # Graph replays have no node times: the last iteration issued node by node.
+    rec = next((r for r in reversed(result.records) if r.start is not None), result.records[-1])
     program = result.program
     rows = []
     if rec.start is not None and rec.end is not None:
