@@ -138,7 +138,7 @@ def main() -> None:
              f"compile of {compile_s:.1f} s not counted per instance. Columns `<heuristic> /peak` are that "
              "heuristic's arena over the peak of live bytes. MiniMalloc: published 0.63-5.36 s each, 29.4 s "
              "for all 11; built from source on a machine like this one, 51.6 s in total (0.83-10.65 s each). "
-             f"Here: {int(at['fits capacity'].sum())} of {len(at)} solved within 1,048,576, total "
+             f"Here: {int((at['fits capacity'] == True).sum())} of {len(at)} solved within 1,048,576, total "
              f"{at['seconds'].sum():.1f} s. Real networks: `repair /peak` is the repair under a fixed top "
              f"(hybrid/arena/repair.py: best fit below {REPAIR_TARGET} x peak, then evict-and-reinsert, "
              f"{args.repair_moves} evictions at most; it runs only where the heuristics are above that) before "
