@@ -59,3 +59,14 @@ def test_repair_lowers_best_fits_arena_to_the_peak() -> None:
         assert check_offsets(p, s.offsets).valid
         hits += s.arena_bytes < bf.arena_bytes
     assert hits >= 5           # 10 of the 131 seeds where best fit is above the peak, when written
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 40))
+def test_exact_solve_with_a_repair_first_stays_valid_and_no_worse(seed: int, n: int) -> None:
+    from hybrid.arena import exact
+    p = _random(seed, n, 1, False)
+    bf = best_fit(p)
+    s = exact.solve(p, None, node_budget=2_000, start=bf, repair_moves=200)
+    assert check_offsets(p, s.offsets).valid
+    assert p.peak_live() <= s.arena_bytes <= bf.arena_bytes
