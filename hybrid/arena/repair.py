@@ -3,10 +3,12 @@
 Best fit raises the arena whenever no gap holds a buffer; on SOMAS training dumps (pangu_2.6B) a handful of
 buffers just after the peak end up above 1.001 x peak although the bytes live there are a few percent below
 it: fragmentation, not bytes. Here the top is fixed instead. A buffer that fits no gap below the capacity
-takes the offset whose conflicting buffers are cheapest to move (their bytes, weighted by how often each was
-moved already, as in negotiated-congestion routing, so the search does not cycle), those buffers are
-evicted, and each goes back by best fit below the capacity, or by the same eviction when no gap holds it.
-A move budget (evictions) bounds the work, so the result does not depend on the machine's load.
+takes the offset whose conflicting buffers are cheapest to move (by default fewest: each counts 1 plus how
+often it was moved already, as in negotiated-congestion routing, so the search does not cycle; weighting by
+bytes or area made the chains diverge on pangu_2.6B), looking one step ahead: of the cheapest windows, the
+one whose evicted buffers best fit puts back below the top. Those left over wait their turn (largest first);
+the search restarts from best fit with a new seed when an attempt diverges. An eviction budget bounds the
+work, so the result does not depend on the machine's load (seeded: the same offsets on every run).
 """
 from __future__ import annotations
 
