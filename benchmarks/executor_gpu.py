@@ -181,11 +181,12 @@ def eager_time(graph: Graph, base: torch.nn.Module, args: Any, target: Any, loss
                iters: int, mode: str) -> dict[str, Any]:
     """Time per iteration and peak device memory of eager training: plain, save_on_cpu or checkpointed."""
     model = copy.deepcopy(base).to(dev)
+    # The optimizer first: wrapping renames the parameters ("....inner.weight"), which it finds by name.
+    opt = torch_optimizer(graph, model)
     if mode == "checkpoint" and _blocks_checkpointed(model) == 0:
         return {"note": "no Sequential/ModuleList blocks to checkpoint"}
     a = tuple(x.to(dev) for x in args)
     t = target.to(dev)
-    opt = torch_optimizer(graph, model)
     times = []
     if dev.type == "cuda":
         torch.cuda.empty_cache()
