@@ -186,7 +186,7 @@ FULL_MINUTES: dict[str, tuple[float, str]] = {
     "refine_gap": (0.5, "reads refine_compare's plans"),
     "refine_timeline": (0.1, "one plot"),
     "refine_baselines": (12, "60 s per graph"),
-    "arena": (3.6, "measured (results/arena.md)"),
+    "arena": (3.0, "measured (results/arena.md)"),
     "arena_cpsat": (6, "6 instances x 2 solvers x 30 s"),
     "arena_plans": (2, "Belady plans, 10 s of layout each"),
     "arena_plans_ga": (4, "30 generations per Checkmate plan"),
