@@ -1,34 +1,20 @@
 """Repair under a fixed top: always valid, never worse than best fit, and it does lower best fit's arena."""
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybrid.arena.heuristics import best_fit
-from hybrid.arena.problem import Buffer, Problem
 from hybrid.arena.repair import repair, repair_fit
 from hybrid.arena.validate import check_offsets
 
-
-def _random(seed: int, n: int, align: int, gaps: bool) -> Problem:
-    rng = np.random.default_rng(seed)
-    bufs = []
-    for k in range(n):
-        lo = int(rng.integers(0, 30))
-        hi = int(rng.integers(lo + 1, 40))
-        g: tuple[tuple[int, int], ...] = ()
-        if gaps and hi - lo >= 3 and rng.random() < 0.5:
-            a = int(rng.integers(lo + 1, hi - 1))
-            g = ((a, int(rng.integers(a + 1, hi))),)
-        bufs.append(Buffer(str(k), lo, hi, int(rng.integers(0, 5000)), align, g))
-    return Problem(bufs)
+from tests.arena.instances import random_problem
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 60), st.sampled_from([1, 4, 512]), st.booleans())
 def test_repair_is_valid_and_never_worse_than_best_fit(seed: int, n: int, align: int, gaps: bool) -> None:
-    p = _random(seed, n, align, gaps)
+    p = random_problem(seed, n, align, gaps)
     bf = best_fit(p)
     s = repair(p, bf, max_moves=300, targets=(1.0, 1.02, 1.05, 1.1))
     chk = check_offsets(p, s.offsets)
@@ -39,7 +25,7 @@ def test_repair_is_valid_and_never_worse_than_best_fit(seed: int, n: int, align:
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 60), st.sampled_from([1, 4]))
 def test_repair_fit_stays_below_the_capacity_it_is_given(seed: int, n: int, align: int) -> None:
-    p = _random(seed, n, align, False)
+    p = random_problem(seed, n, align, False)
     cap = p.peak_live() + (p.peak_live() // 50)
     off, moves = repair_fit(p, cap, max_moves=300)
     assert moves <= 300 + 1
@@ -51,7 +37,7 @@ def test_repair_lowers_best_fits_arena_to_the_peak() -> None:
     """Found by a scan over random seeds: best fit leaves a gap above the peak, the repair closes it."""
     hits = 0
     for seed in range(200):
-        p = _random(seed, 40, 1, False)
+        p = random_problem(seed, 40, 1, False)
         bf = best_fit(p)
         if bf.arena_bytes == p.peak_live():
             continue
@@ -65,7 +51,7 @@ def test_repair_lowers_best_fits_arena_to_the_peak() -> None:
 @given(st.integers(0, 10**6), st.integers(1, 40))
 def test_exact_solve_with_a_repair_first_stays_valid_and_no_worse(seed: int, n: int) -> None:
     from hybrid.arena import exact
-    p = _random(seed, n, 1, False)
+    p = random_problem(seed, n, 1, False)
     bf = best_fit(p)
     s = exact.solve(p, None, node_budget=2_000, start=bf, repair_moves=200)
     assert check_offsets(p, s.offsets).valid

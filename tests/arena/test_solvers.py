@@ -14,6 +14,8 @@ from hybrid.arena.heuristics import HEURISTICS, best_heuristic
 from hybrid.arena.problem import Buffer, Problem, read_csv, write_csv
 from hybrid.arena.validate import check_offsets
 
+from tests.arena.instances import random_problem
+
 
 def _brute_min_arena(p: Problem) -> int:
     """The least arena over every assignment of offsets below sum(size) + n x alignment, all at once."""
@@ -66,17 +68,7 @@ def test_a_gap_in_the_peak_is_found_and_proven() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 40), st.sampled_from([1, 4, 512]), st.booleans())
 def test_every_solver_is_valid_on_random_instances(seed: int, n: int, align: int, gaps: bool) -> None:
-    rng = np.random.default_rng(seed)
-    bufs = []
-    for k in range(n):
-        lo = int(rng.integers(0, 30))
-        hi = int(rng.integers(lo + 1, 40))
-        g: tuple[tuple[int, int], ...] = ()
-        if gaps and hi - lo >= 3 and rng.random() < 0.5:
-            a = int(rng.integers(lo + 1, hi - 1))
-            g = ((a, int(rng.integers(a + 1, hi))),)
-        bufs.append(Buffer(str(k), lo, hi, int(rng.integers(0, 5000)), align, g))
-    p = Problem(bufs)
+    p = random_problem(seed, n, align, gaps)
     lb = p.peak_live()
     arenas = {}
     for name, h in HEURISTICS.items():
