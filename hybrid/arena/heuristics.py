@@ -49,8 +49,37 @@ def _overlap(seg_lo, seg_hi, seg_first, b, c) -> bool:
 
 
 @nb.njit(cache=True)
-def _place_in_order(order, size, align, seg_lo, seg_hi, seg_first, span_lo, span_hi, best_fit):
-    """Place buffers in `order`: first fit (lowest offset) or best fit (smallest gap, else the top)."""
+def _gap(s, a, b_lo, b_hi, m, best_fit, cap):
+    """Offset for `s` bytes aligned to `a` beside the occupied ranges [b_lo, b_hi)[:m]: the lowest gap that holds
+    it (first fit) or the smallest (best fit), below `cap`; else the top; -1 when that is above `cap` too."""
+    idx = np.argsort(b_lo[:m])
+    cur = 0
+    best = -1
+    best_gap = np.int64(2 ** 62)
+    for k in idx:
+        lo = b_lo[k]
+        hi = b_hi[k]
+        st = _align_up(cur, a)
+        if lo >= st + s and st + s <= cap:
+            if not best_fit:
+                return st
+            gap = lo - cur
+            if gap < best_gap:
+                best_gap = gap
+                best = st
+        if hi > cur:
+            cur = hi
+    if best < 0:
+        st = _align_up(cur, a)
+        if st + s <= cap:
+            best = st
+    return best
+
+
+@nb.njit(cache=True)
+def _place_in_order(order, size, align, seg_lo, seg_hi, seg_first, span_lo, span_hi, best_fit, cap):
+    """Place buffers in `order`: first fit (lowest offset) or best fit (smallest gap, else the top), below
+    `cap`; a buffer no place below `cap` holds is left out (offset -1)."""
     n = len(size)
     off = np.full(n, -1, np.int64)
     placed = np.empty(n, np.int64)
@@ -67,32 +96,14 @@ def _place_in_order(order, size, align, seg_lo, seg_hi, seg_first, span_lo, span
                         b_lo[m] = off[c]
                         b_hi[m] = off[c] + size[c]
                         m += 1
-        idx = np.argsort(b_lo[:m])
-        a = align[b]
-        cur = 0
-        best = -1
-        best_gap = np.int64(2 ** 62)
-        for k in idx:
-            lo = b_lo[k]
-            hi = b_hi[k]
-            st = _align_up(cur, a)
-            if lo >= st + size[b]:
-                if not best_fit:
-                    best = st
-                    break
-                gap = lo - cur
-                if gap < best_gap:
-                    best_gap = gap
-                    best = st
-            if hi > cur:
-                cur = hi
-        if best < 0:
-            best = _align_up(cur, a)
-        off[b] = best
-        if size[b] > 0:
+        off[b] = _gap(size[b], align[b], b_lo, b_hi, m, best_fit, cap)
+        if size[b] > 0 and off[b] >= 0:
             placed[n_placed] = b
             n_placed += 1
     return off
+
+
+NO_CAP = np.iinfo(np.int64).max // 2   # a cap no arena reaches: every buffer placed
 
 
 def _spans(a: Arrays) -> tuple[np.ndarray, np.ndarray]:
@@ -116,7 +127,7 @@ def placed_in_order(problem: Problem, order: np.ndarray, best_fit: bool, name: s
     a = problem.arrays
     lo, hi = _spans(a)
     off = _place_in_order(np.asarray(order, np.int64), a.size, a.align, a.seg_lo, a.seg_hi, a.seg_first, lo, hi,
-                          best_fit)
+                          best_fit, NO_CAP)
     return _finish(problem, off, name, t0)
 
 

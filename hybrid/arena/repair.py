@@ -17,7 +17,8 @@ import time
 import numba as nb
 import numpy as np
 
-from hybrid.arena.heuristics import Solution, _align_up, _overlap, _spans, largest_section_total
+from hybrid.arena.heuristics import (Solution, _align_up, _gap, _overlap, _place_in_order, _spans,
+                                     largest_section_total)
 from hybrid.arena.problem import Problem
 
 
@@ -39,26 +40,11 @@ def _conflicts(b, off, size, seg_lo, seg_hi, seg_first, span_lo, span_hi, out):
 def _best_gap(b, cs, m, off, size, align, cap):
     """Best fit (smallest gap) for `b` among the placed buffers `cs[:m]`, below `cap`; -1 if none."""
     lo = np.empty(m, np.int64)
+    hi = np.empty(m, np.int64)
     for k in range(m):
         lo[k] = off[cs[k]]
-    idx = np.argsort(lo)
-    cur = 0
-    best = -1
-    best_gap = np.int64(2 ** 62)
-    for k in idx:
-        c = cs[k]
-        st = _align_up(cur, align[b])
-        if off[c] >= st + size[b] and st + size[b] <= cap:
-            gap = off[c] - cur
-            if gap < best_gap:
-                best_gap = gap
-                best = st
-        if off[c] + size[c] > cur:
-            cur = off[c] + size[c]
-    st = _align_up(cur, align[b])
-    if best < 0 and st + size[b] <= cap:
-        best = st
-    return best
+        hi[k] = off[cs[k]] + size[cs[k]]
+    return _gap(size[b], align[b], lo, hi, m, True, cap)
 
 
 @nb.njit(cache=True)
@@ -100,28 +86,6 @@ def _try(b, x, cs, m, off, size, align, seg_lo, seg_hi, seg_first, span_lo, span
         off[ev[k]] = ev_off[k]
     off[b] = -1
     return left
-
-
-@nb.njit(cache=True)
-def _initial(order, size, align, seg_lo, seg_hi, seg_first, span_lo, span_hi, cap):
-    """Best fit in `order` below `cap`: offsets (-1 where no gap holds a buffer) and those buffers."""
-    n = len(size)
-    off = np.full(n, -1, np.int64)
-    cs = np.empty(n, np.int64)
-    pending = np.empty(n, np.int64)
-    n_pending = 0
-    for b in order:
-        if size[b] == 0:
-            off[b] = 0
-            continue
-        m = _conflicts(b, off, size, seg_lo, seg_hi, seg_first, span_lo, span_hi, cs)
-        x = _best_gap(b, cs, m, off, size, align, cap)
-        if x >= 0:
-            off[b] = x
-        else:
-            pending[n_pending] = b
-            n_pending += 1
-    return off, pending[:n_pending].copy()
 
 
 @nb.njit(cache=True)
@@ -238,7 +202,9 @@ def repair_fit(problem: Problem, capacity: int, max_moves: int = 5_000, seed: in
         order = np.lexsort((np.arange(len(a.size)), -a.size, -largest_section_total(a)))
     w = np.ones(len(a.size)) if weight is None else np.asarray(weight, np.float64)
     args = (a.size, a.align, a.seg_lo, a.seg_hi, a.seg_first, lo, hi, int(capacity))
-    off0, pending0 = _initial(np.asarray(order, np.int64), *args)
+    order = np.asarray(order, np.int64)
+    off0 = _place_in_order(order, *args[:-1], True, args[-1])     # best fit below the capacity
+    pending0 = order[off0[order] < 0]                              # left out, in placement order
     if not len(pending0):
         return off0, 0
     if (a.size > capacity).any():
