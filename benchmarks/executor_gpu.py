@@ -70,6 +70,7 @@ from hybrid.capture.profile import apply_profile, measure_profile  # noqa: E402
 from hybrid.capture.trace import portable_kernels  # noqa: E402
 from hybrid.device import Device  # noqa: E402
 from hybrid.errors import HybridError  # noqa: E402
+from hybrid.graph.rerun import updates_generator_only  # noqa: E402
 from hybrid.graph import Graph  # noqa: E402
 from hybrid.graph.info import unswapped_peak
 from hybrid.plan import Plan  # noqa: E402
@@ -272,23 +273,24 @@ def run_plan(graph: Graph, plan: Plan, base: torch.nn.Module, args: Any, target:
              iters: int, seed: int, cuda_graph: bool = True) -> dict[str, Any]:
     """Two iterations issued node by node (per-node times), then, on CUDA, the rest replayed as one recorded
     CUDA graph; where a plan cannot be recorded, every iteration is issued and `graph_note` says why."""
-    note = ""
-    graphed = cuda_graph and dev.type == "cuda" and iters > 2
-    while True:
+    def run(graphed: bool) -> Executor:
         if dev.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(dev)
         ex = Executor(graph, plan, str(dev), validate=False, timing=True, cuda_graph=graphed)
         ex.load(base, args, target)
-        try:
-            ex.run(iters, seed=seed)
-        except HybridError as e:
-            if not graphed or "CUDA graph" not in str(e):
-                raise
-            note, graphed = str(e), False
-            del ex
-            continue
-        break
+        ex.run(iters, seed=seed)
+        return ex
+
+    note = ""
+    graphed = cuda_graph and dev.type == "cuda" and iters > 2
+    try:
+        ex = run(graphed)
+    except HybridError as e:
+        if not graphed or "CUDA graph" not in str(e):
+            raise
+        note = str(e)
+        ex = run(False)
     s = ex.summary()
     note = note or ex.runtime.graph_note
     pool = s.memory["pool"]
@@ -413,7 +415,7 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
         # The reference: the same graph with no memory limit, run by the executor on this GPU with the same
         # deterministic float32 kernels (eager PyTorch's module kernels differ: cuDNN against native batch norm).
         # 5 iterations, of which the last 3 are CUDA graph replays where the plan records.
-        graphed = dev.type == "cuda" and not any("rng" in op.inputs for op in graph.ops)
+        graphed = dev.type == "cuda" and not any(updates_generator_only(graph, op) for op in graph.ops)
         with exact_kernels():
             c = against_unlimited(graph, plan, base, args, target, 5, str(dev), seed, cuda_graph=graphed)
         info.update({"check_values": c.values, "check_max_abs_diff": c.max_abs_diff, "check_worst": c.worst,

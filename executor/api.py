@@ -52,11 +52,11 @@ class Executor:
         self.graph = graph
         self.plan = plan
         self.backend = make_backend(device, poison=sanitize)
+        if cuda_graph and self.backend.name != "cuda":    # before the pools are allocated and the program built
+            raise HybridError("--cuda-graph needs --device cuda (a CUDA graph replays device work)")
         self.runtime = Runtime(graph, plan, self.backend, compile_program(graph, plan), timing=timing,
                                check_races=sanitize)
         self.cuda_graph = cuda_graph     # from the third iteration on, replay one recorded CUDA graph
-        if cuda_graph and self.backend.name != "cuda":
-            raise HybridError("--cuda-graph needs --device cuda (a CUDA graph replays device work)")
         self.records: list[IterationRecord] = []
         self.losses: list[torch.Tensor] = []
         self._keep_grads = False

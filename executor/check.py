@@ -195,8 +195,7 @@ def against_unlimited(graph: Graph, plan: Any, module: torch.nn.Module, args: An
     ideal = run_baseline(graph, replace(plan.device, memory_bytes=int(peak * 1.05) + (1 << 20)), "ideal")
     runs = []
     for p in (ideal, plan):   # both recorded as CUDA graphs or neither: graphed Adam rounds differently
-        graphed = cuda_graph
-        ex = Executor(graph, p, device, validate=False, cuda_graph=graphed)
+        ex = Executor(graph, p, device, validate=False, cuda_graph=cuda_graph)
         ex.load(copy.deepcopy(module), args, target)
         ex.run(iters, seed=seed)
         runs.append((ex.losses, ex.state()))

@@ -365,7 +365,7 @@ class Runtime:
         if self.ops.random_ops:
             op = self.graph.ops[min(self.ops.random_ops)]
             return f"op {op.id!r} draws random numbers, whose generator state the host keeps"
-        if any(len(v) and name != "loss" for v in self.observe.values() for name, _ in v):
+        if any(name != "loss" for v in self.observe.values() for name, _ in v):
             return "watched values other than the loss are copied to the host mid-iteration"
         if self.step < 2:
             return "the optimizer's first step differs from the later ones: run one iteration first"

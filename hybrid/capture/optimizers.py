@@ -130,8 +130,8 @@ def from_torch(opt: Any, module: torch.nn.Module) -> OptimizerSpec:
 # ---- replay ------------------------------------------------------------------------
 
 def _adam(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
-          step: int | torch.Tensor, decoupled: bool, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-          maximize: bool) -> None:
+          step: int | torch.Tensor, decoupled: bool, lr: float, beta1: float, beta2: float, eps: float,
+          weight_decay: float, maximize: bool) -> None:
     from torch.optim.adam import adam
 
     if isinstance(step, torch.Tensor):

@@ -161,18 +161,27 @@ def _time_op(op: Op, graph: Graph, dev: Any, repeat: int, warmup: int, gen: Any,
             if graphed is not None:
                 return graphed
             torch.cuda.synchronize(dev)
-            for _ in range(repeat):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end) / 1e3)
+            return _event_samples(lambda: run_op(op, dict(env), ctx, versions_ready=True, impl=impl), repeat)
         else:
             for _ in range(repeat):
                 t0 = time.perf_counter()
                 run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
                 samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def _event_samples(launch: Any, repeat: int, runs: int = 1) -> list[float]:
+    """Seconds per run of `launch()` (which issues `runs` runs), between CUDA events, `repeat` times."""
+    import torch
+
+    samples = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / runs)
     return samples
 
 
@@ -199,15 +208,7 @@ def _time_graphed(op: Op, env: dict, ctx: Any, dev: Any, repeat: int, impl: str 
                 run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
         g.replay()
         torch.cuda.synchronize(dev)
-        samples = []
-        for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            g.replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / GRAPH_RUNS)
-        return samples
+        return _event_samples(g.replay, repeat, GRAPH_RUNS)
     except Exception:  # noqa: BLE001 - any refusal of the recording: time it launch by launch instead
         torch.cuda.set_stream(stream)   # a capture that failed to end leaves its stream current
         torch.cuda.synchronize(dev)
