@@ -7,6 +7,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from hybrid._numba_cache import use_writable_cache  # noqa: E402
+
+use_writable_cache()  # before any module defines a cached kernel: a read-only install with a read-only HOME
+
 from hybrid.device import Device, PRESETS  # noqa: E402
 from hybrid.errors import FormatError, HybridError, InfeasibleError  # noqa: E402
 from hybrid.graph import Graph, Impl, Op, Tensor  # noqa: E402
