@@ -7,10 +7,14 @@ Modules: program (plan -> the linear program of nodes, waits, allocations),
 streams (cuda / cpu backends), device_pool and host_pool (memory), placement
 (offsets for unconstrained plans), ops (out= variants and the copy fallback),
 runtime (the iteration loop), measure (times, stalls, memory, vs simulator),
-check (eager reference and comparison), api.
+check (eager reference and comparison), preflight (the checks before a run:
+device, plan vs graph, host memory and its limits, whether a graph's module
+spec may run), model (the zoo model or module spec a graph was captured from),
+api.
 """
-from executor.api import ExecutionResult, Executor, execute
+from executor.api import ExecutionResult, Executor, PlacementRun, execute, execute_placement, is_placement
 from executor.check import Comparison, train_eager
 from executor.measure import Summary, to_profile
 
-__all__ = ["Comparison", "ExecutionResult", "Executor", "Summary", "execute", "to_profile", "train_eager"]
+__all__ = ["Comparison", "ExecutionResult", "Executor", "PlacementRun", "Summary", "execute", "execute_placement",
+           "is_placement", "to_profile", "train_eager"]

@@ -21,7 +21,7 @@ from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 
-from executor.check import Batches, Comparison, compare, iteration_seed, train_eager
+from executor.check import Batches, Comparison, OutputCheck, compare, compare_outputs, iteration_seed, train_eager
 from executor.device_pool import PoolStats
 from executor.measure import Summary, summarize
 from executor.program import Program, compile_program
@@ -231,3 +231,35 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
                 "--device cpu can check such a model exactly")
     return ExecutionResult(ex.summary(), ex.records, [float(x) for x in ex.losses], state, comparison,
                            ex.runtime.program)
+
+
+@dataclass
+class PlacementRun:
+    """A placement plan's inferences (`hybrid place`): host ops on the CPU, the rest on the device."""
+    wall_s: list[float]                     # per inference
+    median_wall_s: float                    # after the first, when there are several
+    host_ops: int                           # compute events on the host CPU
+    device_ops: int                         # compute events on the device
+    check: OutputCheck | None = None
+
+
+def is_placement(plan: Plan) -> bool:
+    """A placement plan (`hybrid place`): inference with compute events on the host's cpu stream."""
+    return any(e.on_cpu for e in plan.events) or str(plan.planner.get("name", "")).startswith("place-")
+
+
+def execute_placement(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target: Any = None, *,
+                      iters: int = 1, device: str = "cpu", check: bool = False, atol: float | None = None,
+                      rtol: float | None = None) -> PlacementRun:
+    """Run `iters` inferences of a placement plan (the module in eval mode); with `check`, compare the last
+    one's outputs with eager inference (executor.check.compare_outputs)."""
+    import statistics
+
+    from executor.placed import eager_outputs, run_placed
+
+    module = module.eval()
+    res = run_placed(graph, plan, module, args, target, device=device, iters=iters)
+    n_cpu = sum(1 for e in plan.events if e.on_cpu)
+    n_dev = sum(1 for e in plan.events if e.kind == "compute" and not e.on_cpu)
+    out = compare_outputs(res.outputs, eager_outputs(module, args), device, atol, rtol) if check else None
+    return PlacementRun(res.wall_s, statistics.median(res.wall_s[1:] or res.wall_s), n_cpu, n_dev, out)

@@ -202,3 +202,32 @@ def against_unlimited(graph: Graph, plan: Any, module: torch.nn.Module, args: An
         del ex
     (ref_losses, ref_state), (losses, state) = runs
     return compare(losses, state, EagerRun(ref_losses, ref_state), atol=atol, rtol=rtol)
+
+
+@dataclass
+class OutputCheck:
+    """An inference's outputs against eager inference's (a placement plan's check)."""
+
+    ok: bool
+    max_abs_diff: float
+    atol: float
+    rtol: float
+
+    @property
+    def bitwise(self) -> bool:
+        return self.ok and self.max_abs_diff == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "max_abs_diff": self.max_abs_diff}
+
+
+def compare_outputs(outputs: list[torch.Tensor], reference: list[torch.Tensor], device: str,
+                    atol: float | None = None, rtol: float | None = None) -> OutputCheck:
+    """Outputs against the reference: bitwise on cpu (atol = rtol = 0 by default), within atol=1e-5, rtol=1e-4
+    elsewhere."""
+    a = (0.0 if device == "cpu" else 1e-5) if atol is None else atol
+    r = (0.0 if device == "cpu" else 1e-4) if rtol is None else rtol
+    diff = max((float((o.float() - e.float()).abs().max()) for o, e in zip(outputs, reference)), default=0.0)
+    ok = all(torch.allclose(o, e, atol=a, rtol=r) if (a or r) else torch.equal(o, e)
+             for o, e in zip(outputs, reference))
+    return OutputCheck(ok, diff, a, r)

@@ -158,3 +158,20 @@ def to_profile(program: Program, records: list[IterationRecord], backend: str, d
     entries = {sig: {"time_s": statistics.median(v), "samples": len(v), "target": targets[sig],
                      "source": "hybrid execute"} for sig, v in samples.items()}
     return Profile(backend, device_name, entries, torch.__version__)
+
+
+def measured_trace_rows(program: Program, records: list[IterationRecord]) -> tuple[int, list[tuple]]:
+    """The last iteration issued node by node (CUDA graph replays have no node times) as Chrome trace rows
+    (label, lane, lane, start_s, end_s, args), with its iteration number."""
+    import math
+
+    rec = next((r for r in reversed(records) if r.start is not None), records[-1])
+    rows: list[tuple] = []
+    if rec.start is not None and rec.end is not None:
+        for st in program.steps:
+            s, e = float(rec.start[st.node]), float(rec.end[st.node])
+            if st.stream < 0 or math.isnan(s) or math.isnan(e):
+                continue
+            lane = STREAM_NAMES[st.stream]
+            rows.append((program.aug.label(st.node), lane, lane, s, e, {"node": st.node}))
+    return rec.iteration, rows

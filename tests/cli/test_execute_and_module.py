@@ -48,7 +48,7 @@ def test_host_memory_estimate_counts_what_the_run_allocates() -> None:
     from dataclasses import replace
 
     from hybrid.swap.baselines import run_baseline
-    from hybrid.cli.commands.execute import host_bytes_needed
+    from executor.preflight import host_bytes_needed
     from hybrid.graph import Graph
 
     g = Graph.load(RESNET)
@@ -90,8 +90,11 @@ def test_capture_plan_and_execute_a_users_own_module_from_the_command_line(tmp_p
     peak = json.loads(info.stdout)["unswapped_peak_bytes"]
     r = run("simulate", "--graph", "out/g.json", "--memory", str(int(peak * 0.4)), "--out", "p.json")
     assert r.returncode == 0, r.stderr
+    r = run("execute", "--graph", "out/g.json", "--plan", "p.json", "--device", "cpu", "--iters", "1")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr     # a graph file is data
+    assert "module spec 'mymodel:make'" in r.stderr and "add --module mymodel:make (or --trust-graph-module)" in r.stderr
     r = run("execute", "--graph", "out/g.json", "--plan", "p.json", "--device", "cpu", "--iters", "3", "--check",
-            "--out", "res/m.json", "--trace", "traces/run.json")
+            "--module", "mymodel:make", "--out", "res/m.json", "--trace", "traces/run.json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "equal eager training bitwise" in r.stdout
     assert "iteration 3/3" in r.stderr                      # progress, one line per iteration in a log

@@ -1,10 +1,10 @@
 """`hybrid execute`: train a zoo model (or the user's own module) for N iterations under a plan, on CUDA streams or
-the exact CPU backend; the cheap checks (plan vs graph, device, host memory) run before the model is built."""
+the exact CPU backend. The work is the library's: the cheap checks (executor.preflight), the model
+(executor.model), the run (executor.execute); this module parses, prints and writes."""
 from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,53 +13,6 @@ import click
 
 from hybrid.errors import HybridError
 from hybrid.units import format_bytes, format_seconds
-
-
-def _overrides_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The settings of a recorded model config that its family accepts as overrides."""
-    from hybrid.zoo.registry import families
-
-    key = name.strip().lower()
-    for fam in families():
-        if fam.match(key) is not None:
-            return {k: v for k, v in config.items() if k in fam.overrides}
-    return {}
-
-
-def _graph_and_spec(model: str | None, graph_path: Path | None, graph: Any, batch: int | None, optimizer: str,
-                    lr: float | None, momentum: float | None, weight_decay: float | None, dtype: str,
-                    overrides: tuple[str, ...], plan: Any = None) -> tuple[Any, Any, int]:
-    """The zoo model's spec and batch: as recorded in `graph` (loaded from `graph_path`), or captured now."""
-    from hybrid.capture.api import capture_model
-    from hybrid.cli.options import optimizer_options, parse_overrides
-    from hybrid.zoo import get_model
-
-    if graph is not None:
-        rec = graph.extra.get("model")
-        if model is None:
-            if not isinstance(rec, dict):
-                raise HybridError(f"graph {str(graph_path)!r} records no zoo model nor --module; give --model or "
-                                  "--module PKG.MODULE:FACTORY, or run your own module from Python (executor.execute)")
-            model = rec["name"]
-        if isinstance(rec, dict) and rec.get("name") != model:
-            raise HybridError(f"--model {model!r} but the graph was captured from {rec.get('name')!r}")
-        cfg = _overrides_for(model, rec.get("config", {})) if isinstance(rec, dict) else {}
-        cfg.update(parse_overrides(overrides))
-        spec = get_model(model, **cfg)
-        b = int(rec["batch"]) if isinstance(rec, dict) and batch is None else (batch or spec.default_batch)
-        return graph, spec, b
-    if model is None:
-        raise HybridError("give --model NAME (captured on the fly with the capture flags) or --graph FILE")
-    options = optimizer_options(optimizer, momentum, weight_decay)
-    ov = parse_overrides(overrides)
-    spec = get_model(model, **ov)
-    b = spec.default_batch if batch is None else batch
-    if plan is not None and plan.graph != f"{spec.name}-b{b}":   # before the capture, which can take a minute
-        raise HybridError(f"the plan was made for graph {plan.graph!r}, not for {spec.name!r} at batch {b} "
-                          f"({spec.name}-b{b}); give --graph with the graph it was made for, or plan this one")
-    graph = capture_model(model, b, optimizer=optimizer, lr=lr, optimizer_options=options or None, dtype=dtype,
-                          overrides=ov)
-    return graph, spec, b
 
 
 def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
@@ -110,7 +63,12 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
 @click.command("execute")
 @click.option("--model", default=None, help="Zoo model name (see `hybrid models`); optional with a --graph that records it.")
 @click.option("--module", "module_spec", default=None, metavar="PKG.MODULE:FACTORY",
-              help="Your own model (as for `hybrid capture --module`); optional with a --graph that records it.")
+              help="Your own model (as for `hybrid capture --module`): the code execute imports and runs. A graph "
+                   "captured with --module records its spec, but a graph file is data: name the spec here too, or "
+                   "pass --trust-graph-module.")
+@click.option("--trust-graph-module", is_flag=True,
+              help="Import and run the module spec the --graph file records (its code runs here: only for graphs "
+                   "you trust).")
 @click.option("--graph", "graph_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The captured graph the plan was made for (default: capture --model now with the flags below).")
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -145,7 +103,8 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
                    "(Perfetto JSON), to lay beside a torch.profiler trace.")
 @click.option("--profile-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the measured op times as a profile (hybrid-profile/1) for `hybrid capture --profile`.")
-def command(model: str | None, module_spec: str | None, graph_path: Path | None, plan_path: Path, iters: int, device: str | None, seed: int,
+def command(model: str | None, module_spec: str | None, trust_graph_module: bool, graph_path: Path | None,
+            plan_path: Path, iters: int, device: str | None, seed: int,
             check: bool, atol: float | None, rtol: float | None, sanitize: bool, cuda_graph: bool, batch: int | None,
             optimizer: str,
             lr: float | None, momentum: float | None, weight_decay: float | None, dtype: str,
@@ -168,7 +127,7 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
       hybrid execute --graph g.json --plan p.json --iters 20 --device cuda --check
     """
     from hybrid.capture._torch import require_torch
-    from hybrid.cli.options import prepare_output
+    from hybrid.cli.options import optimizer_options, parse_overrides, prepare_output
     from hybrid.graph import Graph
     from hybrid.plan import Plan
 
@@ -177,59 +136,44 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
     prepare_output(out_path, "--out")
     prepare_output(profile_out, "--profile-out")
     prepare_output(trace_path, "--trace")
-    torch = require_torch()
+    require_torch()
+    from executor import execute, is_placement
+    from executor.model import capture_for_plan, workload
+    from executor.preflight import UntrustedModuleError, preflight, resolve_device
+
     # Cheap checks first: building a large model takes minutes and tens of GB.
     plan = Plan.load(plan_path)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise HybridError(f"--device {device}: PyTorch {torch.__version__} sees no CUDA device here; run with "
-                          "--device cpu (the exact sequential backend) or on a machine with a GPU")
-    if device not in ("cpu",) and not device.startswith("cuda"):
-        raise HybridError(f"--device {device!r}: choose cpu or cuda (or cuda:N)")
-    if cuda_graph and not device.startswith("cuda"):
-        raise HybridError(f"--cuda-graph needs --device cuda (a CUDA graph replays GPU work); got --device {device}")
-    graph = Graph.load(graph_path) if graph_path is not None else None
-    if graph is not None:
-        _plan_fits(graph, plan, plan_path, graph_path)
-        if module_spec is None and isinstance(graph.extra.get("module"), dict) and model is None:
-            module_spec = str(graph.extra["module"]["spec"])
-        _host_memory_suffices(graph, plan, device, check)
-    from hybrid.capture.encoding import parse_dtype
-
-    from executor import execute
-
-    if module_spec is not None:
-        if model is not None:
-            raise HybridError("give --model (a zoo model) or --module (your own), not both")
-        if graph is None:
-            raise HybridError("--module needs --graph: the graph you captured with `hybrid capture --module`")
-        from hybrid.capture.user_module import load_user_model
-
-        dt = _graph_dtype(graph, torch)
-        torch.manual_seed(seed)
-        user = load_user_model(module_spec)
-        module, loss_fn = user.module.to(dt), user.loss_fn
-        args, target, kwargs = _cast_floats((user.args, user.target, user.kwargs), dt, torch)  # as capture did
+    device = resolve_device(device, cuda_graph)
+    if model is not None and module_spec is not None:
+        raise HybridError("give --model (a zoo model) or --module (your own), not both")
+    ov = parse_overrides(overrides)
+    if graph_path is not None:
+        graph = Graph.load(graph_path)
+    elif module_spec is not None:
+        raise HybridError("--module needs --graph: the graph you captured with `hybrid capture --module`")
+    elif model is None:
+        raise HybridError("give --model NAME (captured on the fly with the capture flags) or --graph FILE")
     else:
-        graph, spec, b = _graph_and_spec(model, graph_path, graph, batch, optimizer, lr, momentum, weight_decay,
-                                         dtype, overrides, plan)
-        if graph_path is None:
-            _plan_fits(graph, plan, plan_path, None)
-            _host_memory_suffices(graph, plan, device, check)
-        dt = parse_dtype(dtype) or torch.float32
-        if graph_path is not None:
-            dt = _graph_dtype(graph, torch)
-        torch.manual_seed(seed)
-        module = spec.build().to(dt)
-        args, target = spec.make_inputs(b, torch.device("cpu"), dt)
-        loss_fn, kwargs = spec.loss, None
-    if _is_placement(plan):
+        graph = capture_for_plan(model, plan, batch, optimizer=optimizer, lr=lr, dtype=dtype, overrides=ov,
+                                 optimizer_options=optimizer_options(optimizer, momentum, weight_decay))
+        model = None                   # the captured graph records it
+    try:
+        pre = preflight(graph, plan, device=device, check=check, cuda_graph=cuda_graph,
+                        model=model, module=module_spec, trust_module=trust_graph_module, plan_path=plan_path,
+                        graph_path=graph_path)
+    except UntrustedModuleError as e:
+        raise HybridError(f"graph {e.graph} names Python code to run, module spec {e.spec!r}, and a graph file is "
+                          f"data: to run it, add --module {e.spec} (or --trust-graph-module)") from None
+    w = workload(graph, model=model, module=pre.module_spec, seed=seed, batch=batch, overrides=ov,
+                 graph_path=graph_path)
+    module, args, target = w.module, w.args, w.target
+    if is_placement(plan):
         _execute_placement(graph, plan, module, args, target, iters, device, check, atol, rtol, out_path)
         return
     records: list[Any] = []
     progress = _Progress(iters)
     try:
-        result = execute(graph, plan, module, args, target, loss_fn=loss_fn, kwargs=kwargs, iters=iters,
+        result = execute(graph, plan, module, args, target, loss_fn=w.loss_fn, kwargs=w.kwargs, iters=iters,
                          device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
                          cuda_graph=cuda_graph,
                          on_iteration=lambda rec: (records.append(rec), progress.step(rec)))
@@ -277,72 +221,40 @@ def command(model: str | None, module_spec: str | None, graph_path: Path | None,
         sys.exit(1)
 
 
-def _is_placement(plan: Any) -> bool:
-    """A placement plan (`hybrid place`): inference with compute events on the host's cpu stream."""
-    return any(e.on_cpu for e in plan.events) or str(plan.planner.get("name", "")).startswith("place-")
-
-
 def _execute_placement(graph: Any, plan: Any, module: Any, args: Any, target: Any, iters: int, device: str,
                        check: bool, atol: float | None, rtol: float | None, out_path: Path | None) -> None:
-    """Run an inference placement: host ops on the CPU, the rest on `device` (the CPU stand-in on cpu)."""
-    import statistics
+    """Run an inference placement (executor.execute_placement) and print it."""
+    from executor import execute_placement
 
-    import torch
-
-    from executor.placed import eager_outputs, run_placed
-
-    module = module.eval()
-    res = run_placed(graph, plan, module, args, target, device=device, iters=iters)
-    wall = statistics.median(res.wall_s[1:] or res.wall_s)
-    n_cpu = sum(1 for e in plan.events if e.on_cpu)
-    n_gpu = sum(1 for e in plan.events if e.kind == "compute" and not e.on_cpu)
-    click.echo(f"executed {graph.name} under placement {plan.planner.get('devices', '?')} ({n_cpu} ops on the host "
-               f"CPU, {n_gpu} on {device}{' as the GPU stand-in' if device == 'cpu' else ''}): {iters} inferences")
+    run = execute_placement(graph, plan, module, args, target, iters=iters, device=device, check=check, atol=atol,
+                            rtol=rtol)
+    click.echo(f"executed {graph.name} under placement {plan.planner.get('devices', '?')} ({run.host_ops} ops on the "
+               f"host CPU, {run.device_ops} on {device}{' as the GPU stand-in' if device == 'cpu' else ''}): "
+               f"{iters} inferences")
     note = "" if device.startswith("cuda") else " (CPU stand-in: not comparable with the plan's devices)"
-    click.echo(f"  per inference: {format_seconds(wall)} wall (median{' after the first' if iters > 1 else ''}); "
-               f"simulated {format_seconds(plan.makespan_s)}{note}")
-    ok = True
-    diff = None
-    if check:
-        ref = eager_outputs(module, args)
-        a = 0.0 if device == "cpu" and atol is None else (atol if atol is not None else 1e-5)
-        r = 0.0 if device == "cpu" and rtol is None else (rtol if rtol is not None else 1e-4)
-        diff = max(float((o.float() - e.float()).abs().max()) for o, e in zip(res.outputs, ref))
-        ok = all(torch.allclose(o, e, atol=a, rtol=r) if (a or r) else torch.equal(o, e)
-                 for o, e in zip(res.outputs, ref))
-        click.echo(f"check: outputs {'equal eager inference bitwise' if ok and diff == 0 else 'within tolerance' if ok else 'MISMATCH'}"
-                   f" (largest difference {diff:.3g})")
+    click.echo(f"  per inference: {format_seconds(run.median_wall_s)} wall (median"
+               f"{' after the first' if iters > 1 else ''}); simulated {format_seconds(plan.makespan_s)}{note}")
+    c = run.check
+    if c is not None:
+        verdict = "equal eager inference bitwise" if c.bitwise else "within tolerance" if c.ok else "MISMATCH"
+        click.echo(f"check: outputs {verdict} (largest difference {c.max_abs_diff:.3g})")
     if out_path is not None:
-        _write(out_path, {"graph": graph.name, "device": device, "iters": iters, "wall_s": res.wall_s,
-                          "simulated_s": plan.makespan_s, "check": None if diff is None else
-                          {"ok": ok, "max_abs_diff": diff}})
+        _write(out_path, {"graph": graph.name, "device": device, "iters": iters, "wall_s": run.wall_s,
+                          "simulated_s": plan.makespan_s, "check": None if c is None else c.to_json()})
         click.echo(f"wrote {out_path}")
-    if not ok:
+    if c is not None and not c.ok:
         sys.exit(1)
 
 
 def _write_trace(path: Path, graph: Any, plan: Any, result: Any, device: str) -> None:
     """The plan as simulated and the last iteration as measured, two processes of one Chrome trace."""
-    import math
-
     from hybrid.report.timeline import memory_profile, plan_trace_rows, write_chrome_trace
 
-    from executor.streams import STREAM_NAMES
+    from executor.measure import measured_trace_rows
 
-    # Graph replays have no node times: the last iteration issued node by node.
-    rec = next((r for r in reversed(result.records) if r.start is not None), result.records[-1])
-    program = result.program
-    rows = []
-    if rec.start is not None and rec.end is not None:
-        for st in program.steps:
-            s, e = float(rec.start[st.node]), float(rec.end[st.node])
-            if st.stream < 0 or math.isnan(s) or math.isnan(e):
-                continue
-            label = program.aug.label(st.node)
-            lane = STREAM_NAMES[st.stream]
-            rows.append((label, lane, lane, s, e, {"node": st.node}))
+    iteration, rows = measured_trace_rows(result.program, result.records)
     write_chrome_trace(path, [("plan (simulated)", plan_trace_rows(graph, plan), memory_profile(graph, plan)),
-                              (f"iteration {rec.iteration} (measured on {device})", rows, None)])
+                              (f"iteration {iteration} (measured on {device})", rows, None)])
 
 
 def _doc(graph: Any, plan_path: Path, device: str, iters: int, seed: int, summary: Any, losses: list[float],
@@ -387,81 +299,3 @@ class _Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-
-def _cast_floats(tree: Any, dt: Any, torch: Any) -> Any:
-    """Floating tensors of a factory's inputs at the graph's dtype (`capture --dtype` cast them the same way)."""
-    from torch.utils import _pytree as pytree
-
-    return pytree.tree_map(lambda v: v.to(dt) if isinstance(v, torch.Tensor) and v.is_floating_point() else v, tree)
-
-
-def _graph_dtype(graph: Any, torch: Any) -> Any:
-    from hybrid.capture.encoding import parse_dtype
-
-    first = next((t for t in graph.tensors if t.kind == "param" and "dtype" in t.extra), None)
-    return parse_dtype(first.extra["dtype"]) if first is not None else torch.float32
-
-
-def _plan_fits(graph: Any, plan: Any, plan_path: Path, graph_path: Path | None) -> None:
-    """Rule 0's cheap part: the plan names this graph (and this version of its file)."""
-    where = f"graph file {str(graph_path)!r}" if graph_path is not None else f"the captured graph {graph.name!r}"
-    if plan.graph != graph.name:
-        raise HybridError(f"plan {str(plan_path)!r} was made for graph {plan.graph!r}, not {where} ({graph.name!r}); "
-                          "give the graph it was made for, or plan this one")
-    if graph_path is not None and plan.graph_sha256 and plan.graph_sha256 != graph.sha256:
-        raise HybridError(f"plan {str(plan_path)!r} was made for another version of {where} (sha256 "
-                          f"{plan.graph_sha256[:12]}, the file's is {graph.sha256[:12]}); plan it again")
-    known = {o.id for o in graph.ops}
-    if set(plan.schedule) != known:
-        raise HybridError(f"plan {str(plan_path)!r} schedules other ops than {where} has; plan it again")
-
-
-def _available_ram() -> int | None:
-    """Host bytes a new allocation can get without swapping: psutil if installed, else Linux's MemAvailable
-    (free memory plus reclaimable caches), else free pages (os.sysconf); None where none of them answers."""
-    try:
-        import psutil  # type: ignore[import-not-found]
-
-        return int(psutil.virtual_memory().available)
-    except Exception:  # not installed, or no answer on this platform
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def _host_memory_suffices(graph: Any, plan: Any, device: str, check: bool) -> None:
-    """Refuse up front, with the figures, a run whose host memory would not fit (instead of an OOM kill)."""
-    need = host_bytes_needed(graph, plan, device, check)
-    have = _available_ram()
-    if have is not None and need > have:
-        raise HybridError(f"this run needs about {format_bytes(need)} of host memory (the model's parameters, host "
-                          f"copies{', the CPU device pool' if device == 'cpu' else ''}"
-                          f"{', the eager reference for --check' if check else ''}) but "
-                          f"{format_bytes(have)} is available; use a machine with more memory"
-                          f"{' or drop --check' if check else ''}")
-
-
-def host_bytes_needed(graph: Any, plan: Any, device: str, check: bool) -> int:
-    """Host bytes a run allocates: the module's parameters, the host pool (persistent and swapped tensors), the
-    device pool itself on cpu, and for --check an eager step (its unswapped peak)."""
-    swapped = {e.tensor for e in plan.events if e.kind in ("swap_in", "swap_out")}
-    params = sum(t.bytes for t in graph.tensors if t.kind == "param")
-    host = sum(t.bytes for t in graph.tensors if t.persistent or t.id in swapped)
-    need = params + host
-    if device == "cpu":
-        need += plan.device.usable_bytes
-    if check:
-        from hybrid.graph.info import unswapped_peak
-
-        need += unswapped_peak(graph, align=1)
-    return need

@@ -1,0 +1,279 @@
+"""What a run checks before it builds anything: building a large model takes minutes and tens of GB, so a run
+that cannot succeed should say so at once, in one line.
+
+    from executor.preflight import preflight
+    pre = preflight(graph, plan, device="cpu", check=True)     # HybridError naming the problem, or the figures
+    print(pre.device, pre.host_needed_bytes, pre.host.available_bytes, pre.host.limited_by)
+
+Checked, in order: the device (cpu or cuda, present; a CUDA graph only on cuda), the Python code a graph names
+(a graph file is data: its `module` spec runs only when the caller names the same code or trusts the graph),
+the plan against the graph (its name, the file's sha256, the ops it schedules) and the host memory the run
+allocates against what this process may still get: free memory (MemAvailable), the cgroup's limit (v2
+`memory.max`, v1 `memory.limit_in_bytes`, of its own group and every group above it) and the address-space limit
+(`ulimit -v`, RLIMIT_AS), whichever is smallest.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hybrid.errors import HybridError
+from hybrid.units import format_bytes
+
+
+class UntrustedModuleError(HybridError):
+    """The graph names Python code to run (its `module` spec) and the caller neither named it nor trusted it."""
+
+    def __init__(self, graph: str, spec: str, message: str | None = None) -> None:
+        self.graph, self.spec = graph, spec
+        super().__init__(message or (
+            f"graph {graph} names Python code to run (module spec {spec!r}) and a graph file is data: pass "
+            f"module={spec!r} if you trust that code, or trust_module=True"))
+
+
+def graph_module_spec(graph: Any) -> str | None:
+    """The `module.spec` the graph records (`hybrid capture --module`), None for a zoo or foreign graph."""
+    rec = graph.extra.get("module")
+    return str(rec["spec"]) if isinstance(rec, dict) and "spec" in rec else None
+
+
+def module_to_run(graph: Any, module: str | None = None, trust_module: bool = False,
+                  graph_path: Path | str | None = None) -> str | None:
+    """The module spec a run may import: `module` as the caller names it, or the graph's own only with
+    `trust_module`; None when the graph names none (a zoo model). Opening a graph someone sent must not run
+    their code, so a graph's spec alone raises UntrustedModuleError."""
+    if module is not None:
+        return module
+    spec = graph_module_spec(graph)
+    if spec is None or trust_module:
+        return spec
+    raise UntrustedModuleError(repr(str(graph_path)) if graph_path is not None else repr(graph.name), spec)
+
+
+def resolve_device(device: str | None, cuda_graph: bool = False) -> str:
+    """`device` checked against this machine (default: cuda where PyTorch sees one, else cpu)."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise HybridError(f"--device {device}: PyTorch {torch.__version__} sees no CUDA device here; run with "
+                          "--device cpu (the exact sequential backend) or on a machine with a GPU")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise HybridError(f"--device {device!r}: choose cpu or cuda (or cuda:N)")
+    if cuda_graph and not device.startswith("cuda"):
+        raise HybridError(f"--cuda-graph needs --device cuda (a CUDA graph replays GPU work); got --device {device}")
+    return device
+
+
+def plan_fits(graph: Any, plan: Any, plan_path: Path | str | None = None, graph_path: Path | str | None = None) -> None:
+    """The plan names this graph (and this version of its file) and schedules exactly its ops."""
+    where = f"graph file {str(graph_path)!r}" if graph_path is not None else f"the captured graph {graph.name!r}"
+    what = f"plan {str(plan_path)!r}" if plan_path is not None else "the plan"
+    if plan.graph != graph.name:
+        raise HybridError(f"{what} was made for graph {plan.graph!r}, not {where} ({graph.name!r}); "
+                          "give the graph it was made for, or plan this one")
+    if graph_path is not None and plan.graph_sha256 and plan.graph_sha256 != graph.sha256:
+        raise HybridError(f"{what} was made for another version of {where} (sha256 "
+                          f"{plan.graph_sha256[:12]}, the file's is {graph.sha256[:12]}); plan it again")
+    if set(plan.schedule) != {o.id for o in graph.ops}:
+        raise HybridError(f"{what} schedules other ops than {where} has; plan it again")
+
+
+def host_bytes_needed(graph: Any, plan: Any, device: str, check: bool) -> int:
+    """Host bytes a run allocates: the module's parameters, the host pool (persistent and swapped tensors), the
+    device pool itself on cpu, and for `check` an eager step (its unswapped peak)."""
+    swapped = {e.tensor for e in plan.events if e.kind in ("swap_in", "swap_out")}
+    params = sum(t.bytes for t in graph.tensors if t.kind == "param")
+    host = sum(t.bytes for t in graph.tensors if t.persistent or t.id in swapped)
+    need = params + host
+    if device == "cpu":
+        need += plan.device.usable_bytes
+    if check:
+        from hybrid.graph.info import unswapped_peak
+
+        need += unswapped_peak(graph, align=1)
+    return need
+
+
+# ---------------------------------------------------------------- what this process may still allocate
+
+def available_ram() -> int | None:
+    """Host bytes a new allocation can get without swapping: psutil if installed, else Linux's MemAvailable
+    (free memory plus reclaimable caches), else free pages (os.sysconf); None where none of them answers."""
+    try:
+        import psutil  # type: ignore[import-not-found]
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # not installed, or no answer on this platform
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _read_int(path: Path) -> int | None:
+    """A cgroup file's number; None for "max", a missing file or anything unreadable."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _stat_field(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _groups(proc_cgroup: Path, root: Path) -> list[tuple[Path, str, str, str]]:
+    """(folder, limit file, usage file, reclaimable key in memory.stat) for this process's memory cgroup and each
+    group above it, v2 and v1 alike."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        if controllers == "":                               # v2: one unified hierarchy
+            base = root if (root / "cgroup.controllers").exists() else root / "unified"
+            files = ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):            # v1: the memory controller's own hierarchy
+            base = root / "memory"
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
+            continue
+        rel_parts = [p for p in rel.strip().split("/") if p]
+        # In a container the path may be relative to a namespace whose root is mounted at `base`: try both.
+        for k in range(len(rel_parts), -1, -1):
+            folder = base.joinpath(*rel_parts[:k])
+            if folder.is_dir():
+                out.append((folder, *files))
+    return out
+
+
+def cgroup_headroom(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes this process's memory cgroups still allow: the smallest limit minus usage (page cache the kernel can
+    drop, inactive_file, not counted as used) over its group and the groups above it; None without a limit."""
+    best: int | None = None
+    seen: set[Path] = set()
+    for folder, limit_file, usage_file, reclaimable in _groups(proc_cgroup, root):
+        if folder in seen:
+            continue
+        seen.add(folder)
+        limit = _read_int(folder / limit_file)
+        if limit is None or limit >= 1 << 60:                # "max", or v1's "no limit" (about 2**63)
+            continue
+        usage = _read_int(folder / usage_file) or 0
+        usage = max(0, usage - _stat_field(folder / "memory.stat", reclaimable))
+        left = max(0, limit - usage)
+        best = left if best is None else min(best, left)
+    return best
+
+
+def address_space_headroom() -> int | None:
+    """Bytes of address space `ulimit -v` (RLIMIT_AS) still allows this process: the limit minus the address
+    space it maps now (VmSize); None without a limit. Allocations past it fail however much memory is free."""
+    try:
+        import resource
+    except ImportError:                                       # not POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    mapped = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    mapped = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(0, soft - mapped)
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """What this process may still allocate on the host, and which limit says so."""
+    available_bytes: int | None                 # None: nothing answered
+    limited_by: str                             # the reading that gave available_bytes
+    readings: dict[str, int] = field(default_factory=dict)   # every reading that answered, by name
+
+
+LIMITS = {"free": "free memory (MemAvailable)", "cgroup": "the memory cgroup's limit",
+          "ulimit": "the address-space limit (ulimit -v)"}
+
+
+def host_memory() -> HostMemory:
+    """The smallest of free memory, the cgroup's headroom and the address-space headroom."""
+    readings = {k: v for k, v in (("free", available_ram()), ("cgroup", cgroup_headroom()),
+                                  ("ulimit", address_space_headroom())) if v is not None}
+    if not readings:
+        return HostMemory(None, "unknown", {})
+    key = min(readings, key=lambda k: readings[k])
+    return HostMemory(readings[key], key, readings)
+
+
+def host_memory_suffices(need: int, host: HostMemory, device: str, check: bool) -> None:
+    """Refuse, with the figures and the limit that binds, a run whose host memory would not fit (instead of an
+    OOM kill or a MemoryError mid-run)."""
+    have = host.available_bytes
+    if have is None or need <= have:
+        return
+    fix = "raise `ulimit -v` or use a machine with more memory" if host.limited_by == "ulimit" else \
+        "raise the container's memory limit or use a machine with more memory" if host.limited_by == "cgroup" \
+        else "use a machine with more memory"
+    raise HybridError(f"this run needs about {format_bytes(need)} of host memory (the model's parameters, host "
+                      f"copies{', the CPU device pool' if device == 'cpu' else ''}"
+                      f"{', the eager reference for --check' if check else ''}) but {format_bytes(have)} is "
+                      f"available (under {LIMITS[host.limited_by]}); {fix}{' or drop --check' if check else ''}")
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the checks found: the device the run uses, the module spec it may import (None: a zoo model or the
+    caller's own object), and the host memory it needs against what it may get."""
+    device: str
+    module_spec: str | None
+    host_needed_bytes: int
+    host: HostMemory
+
+
+def preflight(graph: Any, plan: Any, *, device: str | None = None, check: bool = False, cuda_graph: bool = False,
+              model: str | None = None, module: str | None = None, trust_module: bool = False,
+              plan_path: Path | str | None = None, graph_path: Path | str | None = None) -> Preflight:
+    """Every cheap check of a run of `plan` on `graph`, in the order the module docstring gives; the first
+    problem raises a one-line HybridError (UntrustedModuleError for a graph's own module spec). `model` (a zoo
+    model's name) or `module` (a module spec) say what the caller will build; neither: what the graph records."""
+    dev = resolve_device(device, cuda_graph)
+    if model is not None and module is not None:
+        raise HybridError("give --model (a zoo model) or --module (your own), not both")
+    spec = None if model is not None else module_to_run(graph, module, trust_module, graph_path)
+    plan_fits(graph, plan, plan_path, graph_path)
+    need = host_bytes_needed(graph, plan, dev, check)
+    host = host_memory()
+    host_memory_suffices(need, host, dev, check)
+    return Preflight(dev, spec, need, host)
