@@ -9,8 +9,8 @@ Checked, in order: the device (cpu or cuda, present; a CUDA graph only on cuda),
 (a graph file is data: its `module` spec runs only when the caller names the same code or trusts the graph),
 the plan against the graph (its name, the file's sha256, the ops it schedules) and the host memory the run
 allocates against what this process may still get: free memory (MemAvailable), the cgroup's limit (v2
-`memory.max`, v1 `memory.limit_in_bytes`, of its own group and every group above it) and the address-space limit
-(`ulimit -v`, RLIMIT_AS), whichever is smallest.
+`memory.max`, v1 `memory.limit_in_bytes`, of its own group and every group above it) and the process limits
+(`ulimit -v`, RLIMIT_AS, and `ulimit -d`, RLIMIT_DATA), whichever is smallest.
 """
 from __future__ import annotations
 
@@ -193,26 +193,32 @@ def cgroup_headroom(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = 
     return best
 
 
-def address_space_headroom() -> int | None:
-    """Bytes of address space `ulimit -v` (RLIMIT_AS) still allows this process: the limit minus the address
-    space it maps now (VmSize); None without a limit. Allocations past it fail however much memory is free."""
-    try:
-        import resource
-    except ImportError:                                       # not POSIX
-        return None
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY or soft < 0:
-        return None
-    mapped = 0
+def _status_bytes(key: str) -> int:
+    """A `/proc/self/status` size (VmSize, VmData) in bytes; 0 where there is none."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmSize:"):
-                    mapped = int(line.split()[1]) * 1024
-                    break
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return max(0, soft - mapped)
+    return 0
+
+
+def rlimit_headroom() -> dict[str, int]:
+    """Bytes the process limits still allow, by the shell command that sets each: `ulimit -v` (RLIMIT_AS, the
+    address space mapped now, VmSize, counts against it) and `ulimit -d` (RLIMIT_DATA, against VmData). An
+    allocation past either fails however much memory is free. Empty without limits (or off POSIX)."""
+    try:
+        import resource
+    except ImportError:
+        return {}
+    out = {}
+    for name, which, used in (("ulimit -v", "RLIMIT_AS", "VmSize"), ("ulimit -d", "RLIMIT_DATA", "VmData")):
+        soft, _ = resource.getrlimit(getattr(resource, which))
+        if soft != resource.RLIM_INFINITY and soft >= 0:
+            out[name] = max(0, soft - _status_bytes(used))
+    return out
 
 
 @dataclass(frozen=True)
@@ -224,13 +230,13 @@ class HostMemory:
 
 
 LIMITS = {"free": "free memory (MemAvailable)", "cgroup": "the memory cgroup's limit",
-          "ulimit": "the address-space limit (ulimit -v)"}
+          "ulimit -v": "the address-space limit (ulimit -v)", "ulimit -d": "the data-segment limit (ulimit -d)"}
 
 
 def host_memory() -> HostMemory:
-    """The smallest of free memory, the cgroup's headroom and the address-space headroom."""
-    readings = {k: v for k, v in (("free", available_ram()), ("cgroup", cgroup_headroom()),
-                                  ("ulimit", address_space_headroom())) if v is not None}
+    """The smallest of free memory, the cgroup's headroom and the process limits' headroom."""
+    readings = {k: v for k, v in (("free", available_ram()), ("cgroup", cgroup_headroom())) if v is not None}
+    readings.update(rlimit_headroom())
     if not readings:
         return HostMemory(None, "unknown", {})
     key = min(readings, key=lambda k: readings[k])
@@ -243,9 +249,10 @@ def host_memory_suffices(need: int, host: HostMemory, device: str, check: bool) 
     have = host.available_bytes
     if have is None or need <= have:
         return
-    fix = "raise `ulimit -v` or use a machine with more memory" if host.limited_by == "ulimit" else \
-        "raise the container's memory limit or use a machine with more memory" if host.limited_by == "cgroup" \
-        else "use a machine with more memory"
+    raise_it = {"cgroup": "raise the container's memory limit or "}.get(host.limited_by, "")
+    if host.limited_by.startswith("ulimit"):
+        raise_it = f"raise `{host.limited_by}` or "
+    fix = f"{raise_it}use a machine with more memory"
     raise HybridError(f"this run needs about {format_bytes(need)} of host memory (the model's parameters, host "
                       f"copies{', the CPU device pool' if device == 'cpu' else ''}"
                       f"{', the eager reference for --check' if check else ''}) but {format_bytes(have)} is "

@@ -131,7 +131,7 @@ def test_cgroup_headroom_v1_memory_controller(tmp_path: Path) -> None:
 def test_the_smallest_reading_binds_and_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pf, "available_ram", lambda: 20 << 30)
     monkeypatch.setattr(pf, "cgroup_headroom", lambda: 8 << 30)
-    monkeypatch.setattr(pf, "address_space_headroom", lambda: None)
+    monkeypatch.setattr(pf, "rlimit_headroom", lambda: {})
     host = pf.host_memory()
     assert host.available_bytes == 8 << 30 and host.limited_by == "cgroup"
     assert host.readings == {"free": 20 << 30, "cgroup": 8 << 30}
@@ -139,6 +139,9 @@ def test_the_smallest_reading_binds_and_is_named(monkeypatch: pytest.MonkeyPatch
                                           r"cgroup's limit\); raise the container's memory limit"):
         pf.host_memory_suffices(9 << 30, host, "cuda", check=False)
     pf.host_memory_suffices(8 << 30, host, "cuda", check=False)
+    monkeypatch.setattr(pf, "rlimit_headroom", lambda: {"ulimit -v": 5 << 30, "ulimit -d": 6 << 30})
+    host = pf.host_memory()
+    assert host.available_bytes == 5 << 30 and host.limited_by == "ulimit -v"
 
 
 def test_execute_under_ulimit_v_refuses_up_front(tmp_path: Path) -> None:
