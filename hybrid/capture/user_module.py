@@ -8,7 +8,10 @@ model and records the spec in the graph (`extra["module"]`), so `hybrid
 execute` can rebuild the same model: it seeds torch with `--seed` and calls the
 factory again, so the factory should build its weights from torch's global
 generator (the usual `nn.Module` constructors do) and its inputs
-deterministically.
+deterministically. A spec is code and a graph file is data: `execute` imports
+a graph's spec only when `--module` names it too or `--trust-graph-module` is
+given (executor.preflight.module_to_run); `load_user_model` itself imports
+whatever it is given.
 
 `pkg.module` is imported with the current folder on `sys.path`, so a file
 `mymodel.py` beside you is `--module mymodel:make`.

@@ -125,6 +125,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
       hybrid capture --model resnet-18 --batch 32 --set image_size=64 --out g.json
       hybrid baseline --graph g.json --kind belady --memory 80MiB --out p.json
       hybrid execute --graph g.json --plan p.json --iters 20 --device cuda --check
+      hybrid execute --graph mine.json --plan p.json --module mymodel:make --device cpu --check
     """
     from hybrid.capture._torch import require_torch
     from hybrid.cli.options import optimizer_options, parse_overrides, prepare_output
