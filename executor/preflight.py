@@ -81,6 +81,27 @@ def plan_fits(graph: Any, plan: Any, plan_path: Path | str | None = None, graph_
         raise HybridError(f"{what} schedules other ops than {where} has; plan it again")
 
 
+def device_pool_bytes(plan: Any) -> int:
+    """The device pool's buffer as the executor allocates it (executor.runtime.make_pool): the size classes with
+    each object rounded up to the device's alignment, the arena's size, or for an unconstrained plan (laid out at
+    run time, near its peak) the peak the plan reports, at most its usable memory: at most what the run allocates,
+    so that a refusal is right."""
+    from hybrid.plan import ArenaAllocation, SizeClassAllocation
+    from hybrid.units import round_up
+
+    alloc = plan.allocation
+    if isinstance(alloc, SizeClassAllocation):
+        align = plan.device.alignment_bytes
+        return max(16, sum(round_up(c.bytes, align) * c.count for c in alloc.classes))
+    if isinstance(alloc, ArenaAllocation):
+        return max(16, int(alloc.arena_bytes))
+    usable = int(plan.device.usable_bytes)
+    peak = plan.metrics.get("peak_bytes") if isinstance(plan.metrics, dict) else None
+    if isinstance(peak, (int, float)) and 0 < peak < usable:
+        return int(peak)
+    return usable
+
+
 def host_bytes_needed(graph: Any, plan: Any, device: str, check: bool) -> int:
     """Host bytes a run allocates: the module's parameters, the host pool (persistent and swapped tensors), the
     device pool itself on cpu, and for `check` an eager step (its unswapped peak)."""
@@ -89,7 +110,7 @@ def host_bytes_needed(graph: Any, plan: Any, device: str, check: bool) -> int:
     host = sum(t.bytes for t in graph.tensors if t.persistent or t.id in swapped)
     need = params + host
     if device == "cpu":
-        need += plan.device.usable_bytes
+        need += device_pool_bytes(plan)
     if check:
         from hybrid.graph.info import unswapped_peak
 

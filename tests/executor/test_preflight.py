@@ -146,29 +146,50 @@ def test_the_smallest_reading_binds_and_is_named(monkeypatch: pytest.MonkeyPatch
 
 def test_execute_under_ulimit_v_refuses_up_front(tmp_path: Path) -> None:
     """`execute` under a low RLIMIT_AS (set in preexec_fn, as `ulimit -v` would): one line naming the limit,
-    before the model is built (before: MemAvailable alone passed, and the run died mid-way)."""
+    before the model is built (before: free memory alone was read, and the run died mid-way). The graph is
+    ResNet-18's with every tensor 16 times larger, as a larger batch would make it: about 4.5 GiB on the host
+    for `--device cpu`, against 2 GiB of address space left."""
     import resource
 
     from hybrid.swap.baselines import run_baseline
 
-    g = Graph.load(RESNET)
-    plan = tmp_path / "p.json"
-    # no swaps in 4 GiB: on cpu the run allocates the device pool (4 GiB) on the host, which free memory holds
-    run_baseline(g, replace(g.device, memory_bytes=4 << 30, reserve_bytes=0), "belady").save(plan)
+    doc = json.loads(RESNET.read_text())
+    for t in doc["tensors"]:
+        t["bytes"] *= 16
+    graph_file, plan = tmp_path / "big.json", tmp_path / "p.json"
+    graph_file.write_text(json.dumps(doc))
+    g = Graph.load(graph_file)
+    p = run_baseline(g, replace(g.device, memory_bytes=8 << 30, reserve_bytes=0), "belady")
+    p.save(plan)
+    need = pf.host_bytes_needed(g, p, "cpu", check=False)
+    free = pf.available_ram()
+    if free is not None and free < need + (1 << 30):
+        pytest.skip("this machine's free memory alone refuses the run")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     probe = subprocess.run([sys.executable, "-c", "import torch, hybrid.cli.main, executor; "
                             "print(open('/proc/self/status').read().split('VmSize:')[1].split()[0])"],
                            capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
-    mapped = int(probe.stdout) * 1024
-    limit = mapped + (2 << 30)
+    limit = int(probe.stdout) * 1024 + (2 << 30)
+    assert need > 4 << 30
 
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    r = subprocess.run([sys.executable, "-m", "hybrid.cli.main", "execute", "--graph", str(RESNET), "--plan",
+    r = subprocess.run([sys.executable, "-m", "hybrid.cli.main", "execute", "--graph", str(graph_file), "--plan",
                         str(plan), "--device", "cpu", "--iters", "1"], capture_output=True, text=True, timeout=120,
                        env=env, cwd=ROOT, preexec_fn=low_limit)
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(err) == 1, r.stderr
-    assert err[0].startswith("error: this run needs about 4") and "(ulimit -v)" in err[0], err
+    assert err[0].startswith("error: this run needs about 4.") and "(ulimit -v)" in err[0], err
     assert "raise `ulimit -v`" in err[0]
+
+
+def test_the_device_pool_on_the_host_is_what_the_executor_allocates() -> None:
+    from hybrid.swap.baselines import run_baseline
+
+    g = Graph.load(RESNET)
+    plan = run_baseline(g, replace(g.device, memory_bytes=4 << 30, reserve_bytes=0), "belady")
+    assert plan.allocation.kind == "unconstrained"                 # laid out at run time, near its peak
+    assert pf.device_pool_bytes(plan) == plan.metrics["peak_bytes"] < plan.device.usable_bytes
+    plan.metrics = [1]                                             # a plan's figures are not trusted
+    assert pf.device_pool_bytes(plan) == plan.device.usable_bytes
