@@ -3,6 +3,15 @@
     from executor import execute, Executor
     result = execute(graph, plan, module, x, y, loss_fn=F.cross_entropy, iters=20, device="cuda", check=True)
 
+What `hybrid execute` does with files, from Python (a graph's module spec runs only when named or trusted):
+
+    from executor.model import workload
+    from executor.preflight import preflight
+    pre = preflight(graph, plan, device="cpu", check=True, module="examples.mlp:make")  # HybridError, or figures
+    w = workload(graph, module=pre.module_spec)
+    result = execute(graph, plan, w.module, w.args, w.target, loss_fn=w.loss_fn, kwargs=w.kwargs,
+                     device=pre.device, check=True)
+
 Modules: program (plan -> the linear program of nodes, waits, allocations),
 streams (cuda / cpu backends), device_pool and host_pool (memory), placement
 (offsets for unconstrained plans), ops (out= variants and the copy fallback),
