@@ -16,6 +16,19 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 
+def _plan_file(graph: Path, out: Path) -> Path:
+    """A Belady plan of `graph` in 100 MiB, made in this process (a `hybrid simulate` subprocess loads its
+    kernels again, slow on a loaded machine)."""
+    from dataclasses import replace
+
+    from hybrid.graph import Graph
+    from hybrid.swap.baselines import run_baseline
+
+    g = Graph.load(graph)
+    run_baseline(g, replace(g.device, memory_bytes=100 << 20, reserve_bytes=0), "belady").save(out)
+    return out
+
+
 def test_execute_refuses_a_plan_for_another_graph_before_building_anything(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     import executor.model
@@ -26,9 +39,7 @@ def test_execute_refuses_a_plan_for_another_graph_before_building_anything(tmp_p
 
     monkeypatch.setattr(executor.model, "workload", never)
     monkeypatch.setattr(capture_api, "capture_model", never)
-    other = foreign_graph_file(tmp_path)
-    plan = tmp_path / "p.json"
-    assert hybrid("simulate", "--graph", other, "--out", plan).returncode == 0
+    plan = _plan_file(foreign_graph_file(tmp_path), tmp_path / "p.json")
     r = run_here("execute", "--graph", RESNET, "--plan", plan, "--device", "cpu", "--iters", "1")
     err = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(err) == 1, r.output
@@ -43,10 +54,9 @@ def test_execute_on_cuda_without_a_gpu_says_so_at_once(tmp_path: Path) -> None:
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    plan = tmp_path / "p.json"
-    assert hybrid("simulate", "--graph", RESNET, "--memory", "100MiB", "--out", plan).returncode == 0
-    r = hybrid("execute", "--graph", RESNET, "--plan", plan, "--device", "cuda")
-    assert r.returncode == 2 and "sees no CUDA device" in r.stderr
+    plan = _plan_file(RESNET, tmp_path / "p.json")
+    r = run_here("execute", "--graph", RESNET, "--plan", plan, "--device", "cuda")
+    assert r.exit_code == 2 and "sees no CUDA device" in r.output
 
 
 def test_host_memory_estimate_counts_what_the_run_allocates() -> None:
