@@ -15,6 +15,7 @@ allocates against what this process may still get: free memory (MemAvailable), t
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,15 @@ class UntrustedModuleError(HybridError):
         super().__init__(message or (
             f"graph {graph} names Python code to run (module spec {spec!r}) and a graph file is data: pass "
             f"module={spec!r} if you trust that code, or trust_module=True"))
+
+
+_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+def well_formed_spec(spec: str) -> bool:
+    """`pkg.module:factory` and nothing else (a spec from a file may hold newlines or terminal escapes: such a
+    spec is shown quoted, never echoed as a flag to copy)."""
+    return _SPEC.fullmatch(spec) is not None
 
 
 def graph_module_spec(graph: Any) -> str | None:

@@ -80,6 +80,18 @@ def test_execute_does_not_run_the_code_a_graph_names(evil_graph: tuple[Path, Pat
     assert not marker.exists()
 
 
+def test_a_spec_that_is_not_one_is_shown_quoted_on_one_line(evil_graph: tuple[Path, Path, Path]) -> None:
+    g, p, marker = evil_graph
+    doc = json.loads(g.read_text())
+    doc["module"]["spec"] = "os:abort\n\x1b[2Jerror: none"
+    g.write_text(json.dumps(doc))
+    res = CliRunner().invoke(cli, ["execute", "--graph", str(g), "--plan", str(p), "--device", "cpu"])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "\x1b" not in res.output
+    assert "module spec 'os:abort\\n\\x1b[2Jerror: none'" in res.output
+    assert "add --module PKG.MODULE:FACTORY (or --trust-graph-module)" in res.output
+    assert pf.well_formed_spec("examples.mlp:make") and not pf.well_formed_spec("a:b c")
+
+
 def test_a_named_or_trusted_spec_runs(evil_graph: tuple[Path, Path, Path]) -> None:
     g, p, marker = evil_graph
     graph = Graph.load(g)

@@ -140,7 +140,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     require_torch()
     from executor import execute, is_placement
     from executor.model import capture_for_plan, workload
-    from executor.preflight import UntrustedModuleError, preflight, resolve_device
+    from executor.preflight import UntrustedModuleError, preflight, resolve_device, well_formed_spec
 
     # Cheap checks first: building a large model takes minutes and tens of GB.
     plan = Plan.load(plan_path)
@@ -163,8 +163,9 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
                         model=model, module=module_spec, trust_module=trust_graph_module, plan_path=plan_path,
                         graph_path=graph_path)
     except UntrustedModuleError as e:
+        flag = f"--module {e.spec}" if well_formed_spec(e.spec) else "--module PKG.MODULE:FACTORY"
         raise HybridError(f"graph {e.graph} names Python code to run, module spec {e.spec!r}, and a graph file is "
-                          f"data: to run it, add --module {e.spec} (or --trust-graph-module)") from None
+                          f"data: to run it, add {flag} (or --trust-graph-module)") from None
     w = workload(graph, model=model, module=pre.module_spec, seed=seed, batch=batch, overrides=ov,
                  graph_path=graph_path)
     module, args, target = w.module, w.args, w.target
