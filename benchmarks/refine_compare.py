@@ -17,7 +17,7 @@ in one of its modes (--mode):
 Writes results/refine_compare[_beside|_auto].{csv,parquet,md} (all rows) and
 results/refine_compare[_beside|_auto]_summary.{csv,md} (one line per graph), and the plans under
 out/refine_compare[_beside|_auto]/ (no suffix: the after mode, whose tables came first). Merging recomputes
-`hybrid.plan.bounds.schedule_bound` for every saved plan.
+`hybrid.bounds.schedule_bound` for every saved plan.
 
 Budgets. By default (the full runs) each arm gets --time-limit seconds: the comparison is at equal wall time,
 so generations, windows and makespans depend on the machine's load. With --generations and --windows (quick
@@ -132,7 +132,7 @@ def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
 
 def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     """Concatenate the per-graph parts; fill bounds missing from older parts (from the saved plans)."""
-    from hybrid.plan.bounds import schedule_bound
+    from hybrid.bounds import schedule_bound
     from hybrid.report.compare import COLUMNS, split_gains, summary, with_medians
     from hybrid.plan import Plan
 
@@ -227,7 +227,7 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
     if len(tight):
         parts = [f"{lab} {100 * g:.1f}% (GA-only within {100 * max(0.0, b - 1):.1f}% of the schedule bound)"
                  for lab, g, b in zip(tight["label"], tight["median_gain"], bound[tight.index])]
-        lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound (`hybrid.plan.bounds`) "
+        lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound (`hybrid.bounds`) "
                      "holds for any plan with the same schedule, memory and tensors resident at the start, all of "
                      "which refinement keeps, so re-timing copies or changing evictions cannot gain more "
                      "than that gap: these plans are bandwidth-bound (the d2h stream saturated while the forward "
@@ -288,7 +288,7 @@ makespan(GA-only) of the same seed; median rows take medians over seeds. `split_
 the split, `rebind_makespan_s` that plan re-walked (objects re-assigned best-fit), `reorder_makespan_s` with its
 copy streams re-ordered earliest-deadline-first (`hybrid.refine.stream_order`); `rewalk_gain`, `reorder_gain` and
 `window_gain` split the gain between those stages and the CP-SAT windows. Ratios: makespan / ideal (compute
-only), makespan / lower bound, and makespan / schedule bound (`hybrid.plan.bounds.schedule_bound`: what any plan
+only), makespan / lower bound, and makespan / schedule bound (`hybrid.bounds.schedule_bound`: what any plan
 with this schedule, memory and tensors resident at the start needs; near 1, only another schedule helps).
 
 """ + GRAPHS_NOTE

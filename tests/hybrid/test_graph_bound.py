@@ -1,4 +1,4 @@
-"""graph_bound (hybrid.plan.bounds): below the makespan of every plan of a graph, whatever its schedule, memory
+"""graph_bound (hybrid.bounds): below the makespan of every plan of a graph, whatever its schedule, memory
 use, residents or reruns; above the ideal where activations cannot all fit; exact on small hand examples."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hybrid.graph import Graph, Op, Tensor
 from hybrid.graph.info import largest_op, persistent_bound, unswapped_peak
 from hybrid.graph.order import program_order, random_order
 from hybrid.graph.synthetic import random_dag, training_graph
-from hybrid.plan.bounds import graph_bound, schedule_bound
+from hybrid.bounds import graph_bound, schedule_bound
 from hybrid.refine import RefineOptions, refine
 from hybrid.swap.augmented import PlannerOptions
 from hybrid.swap.baselines import BASELINES, run_baseline
