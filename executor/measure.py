@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from hybrid.swap import kernel as K
+from hybrid.plan import events as E
 from hybrid.simulator import simulate
 
 from executor.program import Program
@@ -103,7 +103,7 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
     if timed:
         aug = program.aug
         dur = node_durations(timed, program.n_nodes)
-        dur[aug.kind == K.FREE] = 0.0
+        dur[aug.kind == E.FREE] = 0.0
         _, end = simulate(aug.kind, dur, aug.dep_ptr, aug.dep_idx, serialize=program.serialize)
         resim = float(end.max()) if len(end) else 0.0
     busy: dict[str, list[float]] = {}
@@ -147,7 +147,7 @@ def to_profile(program: Program, records: list[IterationRecord], backend: str, d
         if r.start is None:
             continue
         for st in program.steps:
-            if st.kind != K.COMPUTE:
+            if st.kind != E.COMPUTE:
                 continue
             op = g.ops[st.ref]
             sig = op_signature(g, op)

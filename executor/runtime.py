@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid.swap import kernel as K
+from hybrid.plan import events as E
 from hybrid.capture.conv_impls import is_default
 from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.trace import portable_kernels
@@ -57,7 +57,7 @@ def node_impls(program: Program) -> dict[int, str]:
     g = program.graph
     for i in range(aug.n_nodes):
         v = int(aug.impl[i])
-        if v < 0 or int(aug.kind[i]) != K.COMPUTE:
+        if v < 0 or int(aug.kind[i]) != E.COMPUTE:
             continue
         op = g.ops[int(aug.ref[i])]
         if not is_default(op, op.implementations[v].name):
@@ -172,7 +172,7 @@ class Runtime:
                 self.events[st.node] = backend.event(timing)
                 if timing:
                     self.start_events[st.node] = backend.event(True)
-                    if st.kind == K.COMPUTE and (self.ops.calls[st.ref].mode == COPY or st.node in self.node_impl):
+                    if st.kind == E.COMPUTE and (self.ops.calls[st.ref].mode == COPY or st.node in self.node_impl):
                         self.copy_events[st.node] = backend.event(True)
         self.t0 = backend.event(True)
         self.t_end = backend.event(True)
@@ -502,7 +502,7 @@ class Runtime:
                 with b.on(s):
                     if timing:
                         b.record(self.start_events[i], s)
-                    if st.kind == K.COMPUTE:
+                    if st.kind == E.COMPUTE:
                         o = st.ref
                         call = ops.calls[o]
                         stats.ops_by_mode[call.mode] = stats.ops_by_mode.get(call.mode, 0) + 1
@@ -527,7 +527,7 @@ class Runtime:
                             ops.run_direct(o, env, self.step, rerun)
                         if o in self.observe:
                             self._snapshot(o)
-                    elif st.kind == K.SWAP_IN:
+                    elif st.kind == E.SWAP_IN:
                         pool.raw(st.ref).copy_(host.raw(st.ref), non_blocking=True)
                     else:
                         host.raw(st.ref).copy_(pool.raw(st.ref), non_blocking=True)
@@ -559,12 +559,12 @@ class Runtime:
 
     def _check_races(self, kind: int, ref: int, node: int, stream: int, clock: list[int]) -> None:
         assert self.races is not None
-        if kind == K.COMPUTE:
+        if kind == E.COMPUTE:
             a = self.graph.arrays
             reads = [self._dev(int(t)) for t in a.in_idx[a.in_ptr[ref]:a.in_ptr[ref + 1]]]
             writes = [self._dev(int(t)) for t in a.out_idx[a.out_ptr[ref]:a.out_ptr[ref + 1]]]
             writes += [self._dev(int(t)) for t in a.upd_idx[a.upd_ptr[ref]:a.upd_ptr[ref + 1]]]
-        elif kind == K.SWAP_IN:
+        elif kind == E.SWAP_IN:
             reads, writes = [self._host(ref)], [self._dev(ref)]
         else:
             reads, writes = [self._dev(ref)], [self._host(ref)]

@@ -33,7 +33,8 @@ class PlanBuffers:
 
 def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     """Buffers of the plan's device copies; capacity = usable memory less the largest workspace (rule 5)."""
-    from hybrid.validator.context import COMPUTE, build_context
+    from hybrid.plan.events import COMPUTE
+    from hybrid.validator.context import build_context
     from hybrid.validator.lifetimes import build_copies
 
     ctx, found = build_context(graph, plan)

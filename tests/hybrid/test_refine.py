@@ -16,7 +16,8 @@ from hybrid.swap.to_plan import to_plan
 from hybrid.refine import RefineOptions, refine
 from hybrid.refine import lns as lns_mod
 from hybrid.refine.model import WindowSolution
-from hybrid.swap.rewalk import FREE, SWAP_OUT, Problem, SequenceError, rebuild, to_augmented
+from hybrid.plan.events import FREE, SWAP_OUT
+from hybrid.swap.rewalk import Problem, SequenceError, rebuild, to_augmented
 from hybrid.graph.order import program_order, random_order
 from hybrid.simulator import simulate
 from hybrid.swap.augmented import PlannerOptions
