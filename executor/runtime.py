@@ -42,7 +42,7 @@ from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, Unconstraine
 from executor.device_pool import ArenaPool, CompactingPool, DevicePool, Fragmented, SizeClassPool
 from executor.host_pool import HostPool
 from executor.ops import COPY, OpRunner, OpStats
-from executor.placement import place_intervals
+from executor.offsets import interval_offsets
 from executor.races import HOST_BASE, RaceChecker
 from executor.program import NO_FRONTIER, Frontier, Program, Release, compile_program, merge
 from executor.streams import COMPUTE, D2H, H2D, Backend, CpuBackend
@@ -97,7 +97,7 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
     assert isinstance(alloc, UnconstrainedAllocation)
     note = ""
     try:
-        placed = place_intervals(program, cap, align)
+        layout = interval_offsets(program, cap, align)
     except InfeasibleError:
         # The plan counts an op's workspace only while that op runs (a MO-SOS plan's Winograd next to few
         # tensors); a pool that keeps the largest workspace free all the time may then not hold the plan's
@@ -105,17 +105,17 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
         # allocates outside the pool goes beyond the plan's memory by at most that much (said in the stats).
         full = int(plan.device.usable_bytes)
         try:
-            placed = place_intervals(program, full, align) if cap < full else None
+            layout = interval_offsets(program, full, align) if cap < full else None
         except InfeasibleError:
-            placed = None
-        if placed is None:
+            layout = None
+        if layout is None:
             return CompactingPool(g, cap, backend, align)
         ws = full - cap
-        beyond = max(0, placed.arena_bytes + ws - full)
+        beyond = max(0, layout.arena_bytes + ws - full)
         cap = full
         note = f"; the largest workspace ({ws} bytes, outside the pool) may exceed the plan's memory by {beyond} bytes"
-    pool = ArenaPool(g, "unconstrained", placed.arena_bytes, cap, lambda _t, k: placed.offsets[k], backend)
-    pool.stats.placement = "offline" + note
+    pool = ArenaPool(g, "unconstrained", layout.arena_bytes, cap, lambda _t, k: layout.offsets[k], backend)
+    pool.stats.offsets = "offline" + note
     return pool
 
 

@@ -3,7 +3,7 @@
 Lifetimes are read exactly as the validator reads them (`hybrid.validator.lifetimes.build_copies`): a
 device copy lives from its allocation (its producing compute, recomputes included, or its swap-in) to its
 release (its swap-out's end or its free). FORMATS gives one offset per tensor, so a tensor with several
-copies is one buffer with one segment per copy (as `executor/placement.py` places it). Times are floats;
+copies is one buffer with one segment per copy (as `executor/offsets.py` lays it out). Times are floats;
 they become integers in exactly the order rule 5's sweep puts them (`sweep_ranks`): a release at its end
 less the tolerance, before allocations at that key; a copy no longer than the tolerance after them.
 """

@@ -197,9 +197,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         if not quiet:
             click.echo(f"compiled the planner's kernels in {format_seconds(took)} (first run after an install; "
                        "cached from now on), not counted in --time-limit", err=True)
-    from hybrid.refine.beside import placement
+    from hybrid.refine.beside import split_cores
 
-    beside, workers = placement(graph, device, refine == "cpsat", refine_mode, workers, scheduler)
+    beside, workers = split_cores(graph, device, refine == "cpsat", refine_mode, workers, scheduler)
     ga_time = total * (1.0 - refine_share) if refine == "cpsat" and not beside else total
     config = GAConfig(population=population, children=children or population, mutation_rate=mutation_rate,
                       schedule_mutation_rate=mutation_rate, temperature=temperature, search=search,  # type: ignore[arg-type]
