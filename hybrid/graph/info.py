@@ -134,5 +134,3 @@ def persistent_bound(graph: Graph, device: Device) -> float:
     b_out = int(a.t_bytes[updated].sum())
     return max(float(a.fastest_impl_times().sum()), (b_in - m) / device.h2d_bytes_per_s, (b_out - m) / device.d2h_bytes_per_s)
 
-
-lower_bound = persistent_bound  # the old name, for callers not yet renamed: it counts persistent tensors only
