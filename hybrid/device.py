@@ -98,7 +98,7 @@ class Device:
 # - h100-80gb: PCIe 5.0 x16 is 63 GB/s per direction raw (PCI-SIG PCIe 5.0,
 #   32 GT/s); pinned copies sustain about 50 GB/s (NVIDIA H100 datasheet lists
 #   128 GB/s bidirectional for PCIe Gen5), which we use.
-# - p2200: the placement paper's card (seed 004: Quadro P2200 on PCIe 3.0 x16 beside a Xeon Gold 6248R),
+# - p2200: the CPU/GPU partitioning paper's card (a Quadro P2200 on PCIe 3.0 x16 beside a Xeon Gold 6248R),
 #   15.75 GB/s per direction raw; pinned copies on PCIe 3.0 sustain about 12 GB/s, as for the V100 above.
 #   Copies of small tensors cost latency first (the paper measured transfer time linear in bytes, saturating
 #   near 150 KB): 10 us per copy, an assumed figure of the usual cudaMemcpy order.
@@ -225,7 +225,7 @@ HOST_CPUS: dict[str, ComputeSpec] = {
         vector_flops={"float32": 2 * 56 * 2.0e9 * 64, "float64": 2 * 56 * 2.0e9 * 32},
         mem_bytes_per_s=2 * 8 * 4800e6 * 8, launch_s=5e-6,
         source="NVIDIA DGX H100 datasheet; Intel ARK Xeon Platinum 8480+"),
-    # Seed 004's host: one Xeon Gold 6248R (24 cores, 3.0 GHz base, AVX-512 with two FMA units), 6x DDR4-2933.
+    # The CPU/GPU partitioning paper's host: one Xeon Gold 6248R (24 cores, 3.0 GHz base, AVX-512 with two FMA units), 6x DDR4-2933.
     # Peak-rate rooflines flatter CPUs more than GPUs (the paper's measured CPU times are far slower); measured
     # times (`hybrid profile`) replace these.
     "xeon-6248r": ComputeSpec(

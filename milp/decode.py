@@ -1,6 +1,6 @@
 """Turn a MILP solution into the one plan type, timed by the project's simulator and checked by its validator.
 
-The paper's Algorithm 1 (seed 002, §2.5) walks the stages: transfers issued, then computes in order, each
+The MO-SOS paper's Algorithm 1 (§2.5) walks the stages: transfers issued, then computes in order, each
 followed by the frees Free says. Here:
 1. `actions`: the same walk, stage by stage — frees of what S drops, prefetches (P) issued at the stage's
    start, the stage's (re)computes with their impls, each followed by the frees the model's Free allows,
