@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from hybrid.device import HOST_CPUS, HOST_OF, PRESET_COMPUTE, ComputeSpec
 from hybrid.errors import HybridError
+from hybrid.graph.rerun import UNINITIALIZED_KINDS
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,7 @@ def cost_model(device: str) -> CostModel:
 MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm", "dot", "mv", "addmv", "vdot"})
 CONV_OPS = frozenset({"convolution", "convolution_backward", "_convolution", "cudnn_convolution",
                       "_slow_conv2d_forward", "_slow_conv2d_backward", "convolution_overrideable"})
-# Ops that only allocate: no kernel, no time.
-ALLOC_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+# Ops that only allocate (no kernel, no time): hybrid.graph.rerun.UNINITIALIZED_KINDS.
 
 
 def op_class(kind: str) -> str:
@@ -52,7 +52,7 @@ def op_class(kind: str) -> str:
         return "matmul"
     if kind in CONV_OPS:
         return "conv"
-    if kind in ALLOC_OPS:
+    if kind in UNINITIALIZED_KINDS:
         return "alloc"
     return "vector"
 
