@@ -223,8 +223,9 @@ sum of the chosen impls' times / makespan; `impls` counts first runs of non-defa
 makespan - 1. **Average MO-SOS vs Checkmate-Auto: {avg.get('checkmate-auto', float('nan')):+.2%} over
 {n.get('checkmate-auto', 0)} settings, vs STR-Auto: {avg.get('str-auto', float('nan')):+.2%} over
 {n.get('str-auto', 0)} (paper: -13.53% and -4.36%).**"""
-    write_table(df, args.stem or "milp", "MO-SOS against Checkmate-Auto, STR-Auto and hybrid optimize (the MO-SOS paper's setup)",
-                notes, graphs=paths, paper=PAPER)
+    write_table(df, args.stem or "milp",
+                "MO-SOS against Checkmate-Auto, STR-Auto and hybrid optimize (the MO-SOS paper's setup)", notes,
+                graphs=paths, paper=PAPER)
 
 
 def part_execute(args: argparse.Namespace) -> None:

@@ -225,7 +225,8 @@ HOST_CPUS: dict[str, ComputeSpec] = {
         vector_flops={"float32": 2 * 56 * 2.0e9 * 64, "float64": 2 * 56 * 2.0e9 * 32},
         mem_bytes_per_s=2 * 8 * 4800e6 * 8, launch_s=5e-6,
         source="NVIDIA DGX H100 datasheet; Intel ARK Xeon Platinum 8480+"),
-    # The CPU/GPU partitioning paper's host: one Xeon Gold 6248R (24 cores, 3.0 GHz base, AVX-512 with two FMA units), 6x DDR4-2933.
+    # The CPU/GPU partitioning paper's host: one Xeon Gold 6248R (24 cores, 3.0 GHz base, AVX-512 with two FMA
+    # units), 6x DDR4-2933.
     # Peak-rate rooflines flatter CPUs more than GPUs (the paper's measured CPU times are far slower); measured
     # times (`hybrid profile`) replace these.
     "xeon-6248r": ComputeSpec(

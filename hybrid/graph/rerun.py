@@ -25,7 +25,8 @@ BATCH_NORM_KINDS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "
 RANDOM_KINDS = frozenset({"bernoulli", "bernoulli_", "native_dropout", "dropout", "rand", "rand_like", "randn",
                           "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "uniform_",
                           "multinomial", "exponential_", "random_"})
-UNINITIALIZED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})  # only allocate
+# ops that only allocate (capture costs them nothing)
+UNINITIALIZED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
 
 
 def _training_batch_norm(op: Op) -> bool:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from hybrid.graph import DEFAULT_IMPL, Graph
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation
-from hybrid.plan.events import COMPUTE, FREE, KIND_CODE, SWAP_IN, SWAP_OUT  # noqa: F401 (the validator's rules import them here)
+from hybrid.plan.events import COMPUTE, FREE, KIND_CODE, SWAP_IN, SWAP_OUT  # noqa: F401 (rules import them here)
 from hybrid.validator.report import Found, Violation
 
 NO_EVENT = -1
