@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from hybrid.plan import events as E
+from hybrid.plan.events import STREAMS
 from hybrid.simulator import simulate
 
 from executor.program import Program
 from executor.runtime import IterationRecord
-from executor.streams import STREAM_NAMES
 
 
 @dataclass
@@ -74,7 +74,7 @@ def stream_times(program: Program, rec: IterationRecord) -> tuple[dict[str, floa
     if rec.start is None or rec.end is None:
         return busy, stall
     streams = _stream_of(program)
-    for s, name in enumerate(STREAM_NAMES):
+    for s, name in enumerate(STREAMS):
         idx = np.nonzero(streams == s)[0]
         if len(idx) == 0:
             busy[name] = stall[name] = 0.0

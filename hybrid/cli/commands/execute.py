@@ -327,7 +327,7 @@ def _write_trace(path: Path, graph: Any, plan: Any, result: Any, device: str) ->
 
     from hybrid.report.timeline import memory_profile, plan_trace_rows, write_chrome_trace
 
-    from executor.streams import STREAM_NAMES
+    from hybrid.plan.events import STREAMS
 
     # Graph replays have no node times: the last iteration issued node by node.
     rec = next((r for r in reversed(result.records) if r.start is not None), result.records[-1])
@@ -339,7 +339,7 @@ def _write_trace(path: Path, graph: Any, plan: Any, result: Any, device: str) ->
             if st.stream < 0 or math.isnan(s) or math.isnan(e):
                 continue
             label = program.aug.label(st.node)
-            lane = STREAM_NAMES[st.stream]
+            lane = STREAMS[st.stream]
             rows.append((label, lane, lane, s, e, {"node": st.node}))
     write_chrome_trace(path, [("plan (simulated)", plan_trace_rows(graph, plan), memory_profile(graph, plan)),
                               (f"iteration {rec.iteration} (measured on {device})", rows, None)])
