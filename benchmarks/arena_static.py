@@ -76,7 +76,7 @@ def main() -> None:
                  "`hybrid.arena.lifetimes.OVERWRITE_KINDS` (elementwise; the input read without a view, not "
                  "persistent, last read by this op; the output no larger; one overwriter per input).")
         print(write_table(df, "arena_static", "Static arena planning with and without in-place overwrite", notes,
-                          graphs=paths, paper="MegEngine's static memory planner (seed 001)"))
+                          graphs=paths, paper="MegEngine's static memory planner"))
 
 
 if __name__ == "__main__":

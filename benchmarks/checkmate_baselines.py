@@ -15,7 +15,7 @@ from hybrid.device import preset
 from hybrid.errors import InfeasibleError
 from hybrid.graph.info import largest_op, unswapped_peak
 from hybrid.graph.info import persistent_bound
-from hybrid.plan.bounds import graph_bound
+from hybrid.bounds import graph_bound
 from hybrid.validator import validate
 
 KINDS = ("naive", "odswap", "vdnn", "belady")
@@ -59,7 +59,7 @@ freed after its last use). Time scale: the files' cost units are unstated and di
 rescaled so that the iteration's compute equals moving all its tensor bytes once over the link ("balanced").
 Columns `<kind>_ideal/makespan` are normalized throughput (1 = as fast as unlimited memory). `persistent_bound_s`
 equals the ideal here (these graphs have no persistent tensors); `graph_bound_swap_s` counts activations too
-(`hybrid.plan.bounds.graph_bound`, swap only: any schedule; these baselines never rerun ops). NaN = the planner cannot run: some op's inputs and
+(`hybrid.bounds.graph_bound`, swap only: any schedule; these baselines never rerun ops). NaN = the planner cannot run: some op's inputs and
 outputs alone exceed the memory (whole tensors are the unit of swapping). All plans pass `hybrid validate`."""
     write_table(df, "checkmate_baselines", "Baselines on the Checkmate training graphs", notes,
                 graphs=checkmate_train_files())

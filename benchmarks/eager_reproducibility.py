@@ -42,7 +42,7 @@ def one(model: str, fraction: float, iters: int) -> dict:
     from benchmarks.executor_cpu import CASES, _case
     from executor.api import Executor
     from executor.check import compare, train_eager
-    from executor.plans import quick_plan
+    from hybrid.swap.quick_plans import quick_plan
 
     case = next(c for c in CASES if c[0] == model)
     graph, base, args, target, loss_fn = _case(*case)

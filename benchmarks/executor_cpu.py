@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import write_table  # noqa: E402
 from executor.api import Executor  # noqa: E402
 from executor.check import compare, train_eager  # noqa: E402
-from executor.plans import quick_plan  # noqa: E402
+from hybrid.swap.quick_plans import quick_plan  # noqa: E402
 from hybrid.capture.api import capture, capture_model  # noqa: E402
 from hybrid.graph.info import unswapped_peak
 from hybrid.validator import validate  # noqa: E402
@@ -100,7 +100,7 @@ def run(case: tuple, fractions: list[float], iters: int, seed: int) -> list[dict
                 "swaps in/out": f"{sum(e.kind == 'swap_in' for e in plan.events)}/"
                                 f"{sum(e.kind == 'swap_out' for e in plan.events)}",
                 "pool peak / plan memory": f"{st.peak_live_bytes / plan.device.memory_bytes:.3f}",
-                "placement": (st.placement or st.kind) + (f", {st.compactions} compactions "
+                "offsets": (st.offsets or st.kind) + (f", {st.compactions} compactions "
                                                          f"({st.moved_bytes / 2**20:.1f} MiB)" if st.compactions else ""),
                 "out= / copy ops": f"{last.ops_by_mode.get('out', 0)}/{last.ops_by_mode.get('copy', 0)}",
                 "copied MiB/iter": last.copy_bytes / 2**20,

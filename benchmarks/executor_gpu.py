@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from executor.api import Executor, execute  # noqa: E402
 from executor.check import against_unlimited, exact_kernels, torch_optimizer  # noqa: E402
-from executor.plans import size_class_plan  # noqa: E402
+from hybrid.swap.quick_plans import size_class_plan  # noqa: E402
 from hybrid.swap.baselines import run_baseline
 from hybrid.capture.api import capture_model  # noqa: E402
 from hybrid.capture.profile import apply_profile, measure_profile  # noqa: E402
@@ -313,7 +313,7 @@ def run_plan(graph: Graph, plan: Plan, base: torch.nn.Module, args: Any, target:
 
 def sanitizer_child() -> None:
     """Run under TORCH_CUDA_SANITIZER=1 by the parent: a swapping plan for a few iterations."""
-    from executor.plans import quick_plan
+    from hybrid.swap.quick_plans import quick_plan
 
     name, batch, ov, opt, options = ("resnet-18", 8, {"image_size": 64, "num_classes": 10}, "sgd", {"momentum": 0.9})
     graph = capture_model(name, batch, optimizer=opt, lr=0.01, optimizer_options=options, overrides=ov)

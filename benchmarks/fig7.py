@@ -33,7 +33,7 @@ from hybrid.device import preset
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.plan.bounds import graph_bound
+from hybrid.bounds import graph_bound
 from hybrid.swap.baselines import run_baseline
 from hybrid.validator import validate
 

@@ -41,7 +41,7 @@ from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.graph.info import fraction_of_peak, largest_op, persistent_bound
 from hybrid.plan import Plan
-from hybrid.plan.bounds import graph_bound, schedule_bound
+from hybrid.bounds import graph_bound, schedule_bound
 from hybrid.validator import validate
 
 ZOO = ("rnn-8-8k", "brnn-4-8k", "wresnet-152-10", "inception-v4-4", "nasnet-25")

@@ -1,4 +1,4 @@
-"""MO-SOS MILP: how far it scales, the paper's comparison (seed 002, §3), and a CPU run of a MO-SOS plan.
+"""MO-SOS MILP: how far it scales, the MO-SOS paper's comparison (§3), and a CPU run of a MO-SOS plan.
 
 `--part scale`: solve MO-SOS at growing stage counts (fine synthetic training graphs, one stage per op, and
 the captured VGG19 coarsened to N stages) with HiGHS, one thread, the given time limit and a 1% gap; one row
@@ -39,8 +39,8 @@ from milp.api import plan_milp
 from milp.solve import SolveOptions
 
 GiB = 1 << 30
-P40 = Device("p40-24gb", 24 * GiB, 11e9, 12e9, 0.0)  # seed 002 §3.1: offload >= 12 GB/s, prefetch >= 11 GB/s
-PAPER = "seed 002 (MO-SOS), §3: -13.53% vs Checkmate-Auto, -4.36% vs STR-Auto, VGG19 and UNet on a P40"
+P40 = Device("p40-24gb", 24 * GiB, 11e9, 12e9, 0.0)  # MO-SOS §3.1: offload >= 12 GB/s, prefetch >= 11 GB/s
+PAPER = "MO-SOS, §3: -13.53% vs Checkmate-Auto, -4.36% vs STR-Auto, VGG19 and UNet on a P40"
 
 
 def commit() -> str:
@@ -223,8 +223,9 @@ sum of the chosen impls' times / makespan; `impls` counts first runs of non-defa
 makespan - 1. **Average MO-SOS vs Checkmate-Auto: {avg.get('checkmate-auto', float('nan')):+.2%} over
 {n.get('checkmate-auto', 0)} settings, vs STR-Auto: {avg.get('str-auto', float('nan')):+.2%} over
 {n.get('str-auto', 0)} (paper: -13.53% and -4.36%).**"""
-    write_table(df, args.stem or "milp", "MO-SOS against Checkmate-Auto, STR-Auto and hybrid optimize (seed 002 setup)",
-                notes, graphs=paths, paper=PAPER)
+    write_table(df, args.stem or "milp",
+                "MO-SOS against Checkmate-Auto, STR-Auto and hybrid optimize (the MO-SOS paper's setup)", notes,
+                graphs=paths, paper=PAPER)
 
 
 def part_execute(args: argparse.Namespace) -> None:

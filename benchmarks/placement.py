@@ -124,15 +124,17 @@ FC CPU) come from measured times on its own pair; neither cost set reproduces th
         t = parts_table(part_graph(recost(Graph.load(graph(m, 1, args.graphs)), cpu="xeon-6248r")))
         t.insert(0, "model", m)
         tables.append(t if m != "googlenet" else t.head(8))
-    write_table(pd.concat(tables), "placement_parts", "Parts of inference graphs (seed 004's key operators)",
+    write_table(pd.concat(tables), "placement_parts",
+                "Parts of inference graphs (the CPU/GPU partitioning paper's key operators)",
                 f"""Commit {commit}. `hybrid place --show-parts` for VGG16 and AlexNet (batch 1, 224x224; the paper:
 VGG16 in 5 conv blocks + 1 FC block, AlexNet's 32 basic ops in 4: 0-3, 4-7, 8-17, 18-31; our AlexNet graph has 21
 ops, since ReLU and dropout are not separate nodes in the same way) and GoogLeNet's first 8 parts (its stem and
 first Inception module as 4 branches + join). `out_bytes`: the activation bytes the part sends on (the copy a
 device change there costs); parameters are uploaded once. GPU times: P2200 roofline; CPU: Xeon 6248R roofline.""")
-    write_table(pd.DataFrame(rows), "placement_latency", "Placement of inference graphs on CPU + GPU (seed 004)",
+    write_table(pd.DataFrame(rows), "placement_latency",
+                "Placement of inference graphs on CPU + GPU (the CPU/GPU partitioning paper)",
                 notes, graphs=sorted({graph(m, b, args.graphs) for m, b in runs}),
-                paper="placement (seed 004) Tables 4-5 and Fig. 9 (batch trend)")
+                paper="CPU/GPU partitioning paper, Tables 4-5 and Fig. 9 (batch trend)")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.graph.info import ideal_time, unswapped_peak
 from hybrid.graph.order import program_order
-from hybrid.plan.bounds import activation_bound, graph_bound
+from hybrid.bounds import activation_bound, graph_bound
 from hybrid.swap.augmented import PlannerOptions
 from hybrid.swap.baselines import RECOMPUTE_RATIO, run_baseline
 from hybrid.validator import validate
@@ -144,8 +144,8 @@ def main() -> None:
     df = pd.DataFrame(rows)
     notes = f"""Commit {commit}. Makespans are the simulator's (v100-16gb link, 12 GB/s each way). `bound_swap_s` /
 `bound_rc_s`: lower bounds on any plan in the program order, swap only / with recompute, activations only
-(`hybrid.plan.bounds.activation_bound`; valid whatever stays resident; other schedules may do better).
-`graph_bound_swap_s` / `graph_bound_rc_s`: the graph bound (`hybrid.plan.bounds.graph_bound`), valid for any
+(`hybrid.bounds.activation_bound`; valid whatever stays resident; other schedules may do better).
+`graph_bound_swap_s` / `graph_bound_rc_s`: the graph bound (`hybrid.bounds.graph_bound`), valid for any
 schedule, swap only / with recompute.
 `vs_swap_only`: the swap-only plan's makespan over swap+recompute's for the same planner (>= 1: recompute not
 slower). For Belady it is guaranteed (`SwapPlanner.faster_options` keeps the faster of the two); for the GA only

@@ -17,7 +17,7 @@ in one of its modes (--mode):
 Writes results/refine_compare[_beside|_auto].{csv,parquet,md} (all rows) and
 results/refine_compare[_beside|_auto]_summary.{csv,md} (one line per graph), and the plans under
 out/refine_compare[_beside|_auto]/ (no suffix: the after mode, whose tables came first). Merging recomputes
-`hybrid.plan.bounds.schedule_bound` for every saved plan.
+`hybrid.bounds.schedule_bound` for every saved plan.
 
 Budgets. By default (the full runs) each arm gets --time-limit seconds: the comparison is at equal wall time,
 so generations, windows and makespans depend on the machine's load. With --generations and --windows (quick
@@ -124,15 +124,15 @@ def per_graph(spec: str | None, label: str, flag: str) -> int | None:
 
 def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
     """(mode, evaluation processes) that `hybrid optimize` picks by default for this graph on this machine."""
-    from hybrid.refine.beside import placement
+    from hybrid.refine.beside import split_cores
 
-    beside, workers = placement(g, dev)
+    beside, workers = split_cores(g, dev)
     return ("beside" if beside else "after"), int(workers or 1)
 
 
 def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     """Concatenate the per-graph parts; fill bounds missing from older parts (from the saved plans)."""
-    from hybrid.plan.bounds import schedule_bound
+    from hybrid.bounds import schedule_bound
     from hybrid.report.compare import COLUMNS, split_gains, summary, with_medians
     from hybrid.plan import Plan
 
@@ -227,7 +227,7 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
     if len(tight):
         parts = [f"{lab} {100 * g:.1f}% (GA-only within {100 * max(0.0, b - 1):.1f}% of the schedule bound)"
                  for lab, g, b in zip(tight["label"], tight["median_gain"], bound[tight.index])]
-        lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound (`hybrid.plan.bounds`) "
+        lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound (`hybrid.bounds`) "
                      "holds for any plan with the same schedule, memory and tensors resident at the start, all of "
                      "which refinement keeps, so re-timing copies or changing evictions cannot gain more "
                      "than that gap: these plans are bandwidth-bound (the d2h stream saturated while the forward "
@@ -288,7 +288,7 @@ makespan(GA-only) of the same seed; median rows take medians over seeds. `split_
 the split, `rebind_makespan_s` that plan re-walked (objects re-assigned best-fit), `reorder_makespan_s` with its
 copy streams re-ordered earliest-deadline-first (`hybrid.refine.stream_order`); `rewalk_gain`, `reorder_gain` and
 `window_gain` split the gain between those stages and the CP-SAT windows. Ratios: makespan / ideal (compute
-only), makespan / lower bound, and makespan / schedule bound (`hybrid.plan.bounds.schedule_bound`: what any plan
+only), makespan / lower bound, and makespan / schedule bound (`hybrid.bounds.schedule_bound`: what any plan
 with this schedule, memory and tensors resident at the start needs; near 1, only another schedule helps).
 
 """ + GRAPHS_NOTE
@@ -306,7 +306,7 @@ search alone is in results/ga_second_core.md. Columns otherwise as in results/re
 """ + GRAPHS_NOTE
 
 NOTES_AUTO = """\
-Mode auto: what `hybrid optimize` does by default on this machine, per graph (`hybrid.refine.beside.placement`):
+Mode auto: what `hybrid optimize` does by default on this machine, per graph (`hybrid.refine.beside.split_cores`):
 beside the search where one evaluation takes under 1 ms, after it elsewhere, each with the default evaluation
 processes; the `mode` and `workers` columns say which ran. Protocols and columns as in
 results/refine_compare.md (after) and results/refine_compare_beside.md (beside).

@@ -2,7 +2,7 @@
 
 For each graph of benchmarks.refine_compare and each seed, reads the GA-only and GA+CP-SAT plans that a
 comparison saved (out/<stem>/<label>/, --stem) and reports:
-- the schedule bound (`hybrid.plan.bounds.schedule_bound`): no plan with the GA's schedule, memory and resident
+- the schedule bound (`hybrid.bounds.schedule_bound`): no plan with the GA's schedule, memory and resident
   tensors, which refinement keeps, can be faster; `room` = 1 - bound / makespan is the most refinement
   could gain;
 - the critical path (`hybrid.swap.critical_path`): seconds of the makespan decided by compute, by swap_outs
@@ -29,7 +29,7 @@ from benchmarks.refine_compare import graphs
 
 
 def _describe(graph, plan) -> dict:  # noqa: ANN001
-    from hybrid.plan.bounds import schedule_bound
+    from hybrid.bounds import schedule_bound
     from hybrid.swap.critical_path import critical_path, path_shares
 
     path = critical_path(graph, plan)

@@ -2,7 +2,7 @@
 SwapAdvisor suite graphs with the captured roofline op times, with times scaled to the paper's measured speed, and
 with times halved and doubled; says which conclusions change.
 
-The paper's Figure 6 gives the ideal throughputs only as numbers on its bars, which did not survive in the seed text,
+The paper's Figure 6 gives the ideal throughputs only as numbers on its bars, lost from the text of the paper we have,
 so the scale comes from the one measured ideal time the text keeps at a comparable batch: Table 2's ResNet-152 at
 batch 64 (0.123 s on the paper's V100 against our roofline 0.1329 s: x0.925), applied to the three CNNs (batch 64).
 The RNNs (batch 256 and 128, large GEMMs) have no measured figure in the text, so they keep the roofline times (x1).

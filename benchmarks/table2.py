@@ -23,7 +23,7 @@ from benchmarks.common import ROOT, write_table
 from hybrid.device import preset
 from hybrid.graph import Graph
 from hybrid.graph.info import graph_alignment, ideal_time, largest_op, unswapped_peak
-from hybrid.plan.bounds import graph_bound
+from hybrid.bounds import graph_bound
 from hybrid.units import format_bytes
 
 MEMORIES_MIB = (64, 128, 192, 512, 640)
@@ -110,7 +110,7 @@ def main() -> None:
     notes = f"""Each cell: `hybrid optimize --graph resnet-152-bB-infer.json --memory M --reserve 0 --refine none
 --generations {gens} --seed {args.seed} --workers 1` (run in-process through `ga.optimize`), the plan validated.
 `ours_s` is the simulated seconds per inference batch; `paper_s` Table 2 (V100, MXNet, measured). `ideal_s` is
-compute only (infinite memory), `bound_s` the graph bound at that memory (`hybrid.plan.bounds.graph_bound` with recompute, as the search may rerun ops: any schedule).
+compute only (infinite memory), `bound_s` the graph bound at that memory (`hybrid.bounds.graph_bound` with recompute, as the search may rerun ops: any schedule).
 Memory is read as MiB. Unswapped program-order peaks: {peaks}; largest single op: {bigs}.
 
 Why ours differ:

@@ -13,13 +13,14 @@ What `hybrid execute` does with files, from Python (a graph's module spec runs o
                      device=pre.device, check=True)
 
 Modules: program (plan -> the linear program of nodes, waits, allocations),
-streams (cuda / cpu backends), device_pool and host_pool (memory), placement
-(offsets for unconstrained plans), ops (out= variants and the copy fallback),
+streams (cuda / cpu backends), device_pool and host_pool (memory), offsets
+(offline offsets for unconstrained plans), ops (out= variants and the copy fallback),
 runtime (the iteration loop), measure (times, stalls, memory, vs simulator),
-check (eager reference and comparison), preflight (the checks before a run:
-device, plan vs graph, host memory and its limits, whether a graph's module
-spec may run), model (the zoo model or module spec a graph was captured from),
-api.
+check (eager reference and comparison), races (the sanitizer's overlap checks),
+placed (CPU/GPU placement plans), preflight (the checks before a run: device,
+plan vs graph, host memory and its limits, whether a graph's module spec may
+run), model (the zoo model or module spec a graph was captured from), api.
+Plans to run without a search: `hybrid.swap.quick_plans`.
 """
 from executor.api import ExecutionResult, Executor, PlacementRun, execute, execute_placement, is_placement
 from executor.check import Comparison, train_eager

@@ -6,7 +6,7 @@
   first, which waits least.
 - `arena`: one buffer of `arena_bytes`; each tensor sits at the plan's offset.
 - `unconstrained`: one buffer; each device copy sits at the offset that the
-  offline placement (`executor.placement`) gave it before the first iteration.
+  offline layout (`executor.offsets`) gave it before the first iteration.
 
 Memory that was released is written again only after everything that last
 touched it has finished: each free object (or arena byte range) keeps the
@@ -85,16 +85,16 @@ class PoolStats:
     live_bytes: int = 0
     peak_live_bytes: int = 0
     allocations: int = 0         # per iteration
-    compactions: int = 0         # per iteration (unconstrained plans placed online)
+    compactions: int = 0         # per iteration (unconstrained plans given offsets online)
     moved_bytes: int = 0         # per iteration, by compactions
-    placement: str = ""          # unconstrained plans: "offline" or "online (best fit + compaction)"
+    offsets: str = ""            # unconstrained plans: "offline" or "online (best fit + compaction)"
     classes_peak: list[int] = field(default_factory=list)   # size classes: most objects of each class held at once
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "capacity_bytes": self.capacity_bytes, "reserved_bytes": self.reserved_bytes,
                 "plan_pool_bytes": self.plan_pool_bytes, "peak_live_bytes": self.peak_live_bytes,
                 "allocations_per_iteration": self.allocations, "compactions_per_iteration": self.compactions,
-                "moved_bytes_per_iteration": self.moved_bytes, "placement": self.placement}
+                "moved_bytes_per_iteration": self.moved_bytes, "offsets": self.offsets}
 
 
 class DevicePool:
@@ -203,7 +203,7 @@ class SizeClassPool(DevicePool):
 
 
 class ArenaPool(DevicePool):
-    """One buffer; `offset_of(tensor, interval)` says where each copy goes (plan offsets or the placement)."""
+    """One buffer; `offset_of(tensor, interval)` says where each copy goes (plan offsets or the offline layout)."""
 
     def __init__(self, graph: Graph, kind: str, arena_bytes: int, capacity: int,
                  offset_of: Callable[[int, int], int], backend: Backend, plan_pool_bytes: int | None = None,
@@ -288,7 +288,7 @@ class Fragmented(Exception):
 class CompactingPool(ArenaPool):
     """A byte budget that never fragments: best fit, and compaction when no free range is large enough.
 
-    Used for `unconstrained` plans whose copies the offline placement cannot fit
+    Used for `unconstrained` plans whose copies the offline layout cannot fit
     in the plan's memory. The buffer is the plan's usable memory (minus
     workspace); each copy goes to the smallest free range that holds it, at
     the device's alignment, and when none does, `compact` slides every live
@@ -301,7 +301,7 @@ class CompactingPool(ArenaPool):
 
     def __init__(self, graph: Graph, capacity: int, backend: Backend, align: int) -> None:
         super().__init__(graph, "unconstrained", capacity, capacity, lambda t, k: 0, backend, align=align)
-        self.stats.placement = "online (best fit + compaction)"
+        self.stats.offsets = "online (best fit + compaction)"
 
     def _choose(self, tensor: int, interval: int) -> int:
         t = self.graph.tensors[tensor]

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from hybrid.swap import kernel as K
+from hybrid.plan import events as E
+from hybrid.plan.events import STREAMS
 from hybrid.simulator import simulate
 
 from executor.program import Program
 from executor.runtime import IterationRecord
-from executor.streams import STREAM_NAMES
 
 
 @dataclass
@@ -74,7 +74,7 @@ def stream_times(program: Program, rec: IterationRecord) -> tuple[dict[str, floa
     if rec.start is None or rec.end is None:
         return busy, stall
     streams = _stream_of(program)
-    for s, name in enumerate(STREAM_NAMES):
+    for s, name in enumerate(STREAMS):
         idx = np.nonzero(streams == s)[0]
         if len(idx) == 0:
             busy[name] = stall[name] = 0.0
@@ -103,7 +103,7 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
     if timed:
         aug = program.aug
         dur = node_durations(timed, program.n_nodes)
-        dur[aug.kind == K.FREE] = 0.0
+        dur[aug.kind == E.FREE] = 0.0
         _, end = simulate(aug.kind, dur, aug.dep_ptr, aug.dep_idx, serialize=program.serialize)
         resim = float(end.max()) if len(end) else 0.0
     busy: dict[str, list[float]] = {}
@@ -147,7 +147,7 @@ def to_profile(program: Program, records: list[IterationRecord], backend: str, d
         if r.start is None:
             continue
         for st in program.steps:
-            if st.kind != K.COMPUTE:
+            if st.kind != E.COMPUTE:
                 continue
             op = g.ops[st.ref]
             sig = op_signature(g, op)
@@ -172,6 +172,6 @@ def measured_trace_rows(program: Program, records: list[IterationRecord]) -> tup
             s, e = float(rec.start[st.node]), float(rec.end[st.node])
             if st.stream < 0 or math.isnan(s) or math.isnan(e):
                 continue
-            lane = STREAM_NAMES[st.stream]
+            lane = STREAMS[st.stream]
             rows.append((program.aug.label(st.node), lane, lane, s, e, {"node": st.node}))
     return rec.iteration, rows

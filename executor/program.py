@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid.swap import kernel as K
+from hybrid.plan import events as E
 from hybrid.swap.from_plan import from_plan
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
@@ -112,7 +112,7 @@ def compile_program(graph: Graph, plan: Plan, aug: AugmentedGraph | None = None)
     eps = plan.tolerance_s
     serialize = serialized(plan)
     n = aug.n_nodes
-    stream_of_kind = {K.COMPUTE: COMPUTE, K.SWAP_IN: H2D, K.SWAP_OUT: D2H, K.FREE: -1}
+    stream_of_kind = {E.COMPUTE: COMPUTE, E.SWAP_IN: H2D, E.SWAP_OUT: D2H, E.FREE: -1}
 
     resident = tuple(int(t) for t in np.nonzero(aug.resident_at_start)[0])
     live: dict[int, int] = {}           # tensor -> its open interval
@@ -160,7 +160,7 @@ def compile_program(graph: Graph, plan: Plan, aug: AugmentedGraph | None = None)
             fr = merge(fr, node_frontier[int(d)])
         releases: list[Release] = []
         allocs: list[Alloc] = []
-        if kind == K.COMPUTE:
+        if kind == E.COMPUTE:
             for t in a.in_idx[a.in_ptr[ref]:a.in_ptr[ref + 1]]:
                 if int(t) not in live:
                     raise HybridError(f"op {graph.ops[ref].id!r} reads {graph.tensors[int(t)].id!r}, which has no "
@@ -169,7 +169,7 @@ def compile_program(graph: Graph, plan: Plan, aug: AugmentedGraph | None = None)
             if len(outs):
                 releases = settle(float(aug.start[i]) + eps)
                 allocs = [allocate(int(t), i) for t in outs]
-        elif kind == K.SWAP_IN:
+        elif kind == E.SWAP_IN:
             releases = settle(float(aug.start[i]) + eps)
             allocs = [allocate(ref, i)]
             host.add(ref)
@@ -177,14 +177,14 @@ def compile_program(graph: Graph, plan: Plan, aug: AugmentedGraph | None = None)
             if ref not in live:
                 raise HybridError(f"plan releases {graph.tensors[ref].id!r} at node {aug.label(i)} but it has no "
                                   "device copy then; validate the plan")
-            if kind == K.SWAP_OUT:
+            if kind == E.SWAP_OUT:
                 host.add(ref)
         own = fr
         if stream >= 0:
             own = tuple(i if s == stream else -1 for s in range(3))  # type: ignore[assignment]
         node_frontier.append(own if stream >= 0 else fr)
-        if kind in (K.SWAP_OUT, K.FREE):
-            when = float(aug.end[i]) if kind == K.SWAP_OUT else float(aug.start[i])
+        if kind in (E.SWAP_OUT, E.FREE):
+            when = float(aug.end[i]) if kind == E.SWAP_OUT else float(aug.start[i])
             heapq.heappush(pending, (when, order, ref, node_frontier[i]))
             order += 1
         steps.append(Step(i, kind, ref, stream, fr, tuple(releases), tuple(allocs)))

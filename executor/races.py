@@ -17,7 +17,7 @@ from typing import Callable
 
 from hybrid.errors import HybridError
 
-from executor.streams import STREAM_NAMES
+from hybrid.plan.events import STREAMS
 
 HOST_BASE = 1 << 56   # host byte ranges live in their own address space
 
@@ -60,8 +60,8 @@ class RaceChecker:
     def _fail(self, prev: tuple[int, int], node: int, stream: int, what: str, lo: int, hi: int) -> None:
         space = "host" if lo >= HOST_BASE else "device"
         base = HOST_BASE if lo >= HOST_BASE else 0
-        raise RaceError(f"executor race: {self.label(node)} on {STREAM_NAMES[stream]} {what} {space} bytes "
-                        f"[{lo - base}, {hi - base}) that {self.label(prev[0])} on {STREAM_NAMES[prev[1]]} also "
+        raise RaceError(f"executor race: {self.label(node)} on {STREAMS[stream]} {what} {space} bytes "
+                        f"[{lo - base}, {hi - base}) that {self.label(prev[0])} on {STREAMS[prev[1]]} also "
                         "uses, with no wait between them; please report it")
 
     def access(self, node: int, stream: int, clock: list[int], reads: list[tuple[int, int]],

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid.swap import kernel as K
+from hybrid.plan import events as E
 from hybrid.capture.conv_impls import is_default
 from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.trace import portable_kernels
@@ -42,7 +42,7 @@ from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, Unconstraine
 from executor.device_pool import ArenaPool, CompactingPool, DevicePool, Fragmented, SizeClassPool
 from executor.host_pool import HostPool
 from executor.ops import COPY, OpRunner, OpStats
-from executor.placement import place_intervals
+from executor.offsets import interval_offsets
 from executor.races import HOST_BASE, RaceChecker
 from executor.program import NO_FRONTIER, Frontier, Program, Release, compile_program, merge
 from executor.streams import COMPUTE, D2H, H2D, Backend, CpuBackend
@@ -57,7 +57,7 @@ def node_impls(program: Program) -> dict[int, str]:
     g = program.graph
     for i in range(aug.n_nodes):
         v = int(aug.impl[i])
-        if v < 0 or int(aug.kind[i]) != K.COMPUTE:
+        if v < 0 or int(aug.kind[i]) != E.COMPUTE:
             continue
         op = g.ops[int(aug.ref[i])]
         if not is_default(op, op.implementations[v].name):
@@ -97,7 +97,7 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
     assert isinstance(alloc, UnconstrainedAllocation)
     note = ""
     try:
-        placed = place_intervals(program, cap, align)
+        layout = interval_offsets(program, cap, align)
     except InfeasibleError:
         # The plan counts an op's workspace only while that op runs (a MO-SOS plan's Winograd next to few
         # tensors); a pool that keeps the largest workspace free all the time may then not hold the plan's
@@ -105,17 +105,17 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
         # allocates outside the pool goes beyond the plan's memory by at most that much (said in the stats).
         full = int(plan.device.usable_bytes)
         try:
-            placed = place_intervals(program, full, align) if cap < full else None
+            layout = interval_offsets(program, full, align) if cap < full else None
         except InfeasibleError:
-            placed = None
-        if placed is None:
+            layout = None
+        if layout is None:
             return CompactingPool(g, cap, backend, align)
         ws = full - cap
-        beyond = max(0, placed.arena_bytes + ws - full)
+        beyond = max(0, layout.arena_bytes + ws - full)
         cap = full
         note = f"; the largest workspace ({ws} bytes, outside the pool) may exceed the plan's memory by {beyond} bytes"
-    pool = ArenaPool(g, "unconstrained", placed.arena_bytes, cap, lambda _t, k: placed.offsets[k], backend)
-    pool.stats.placement = "offline" + note
+    pool = ArenaPool(g, "unconstrained", layout.arena_bytes, cap, lambda _t, k: layout.offsets[k], backend)
+    pool.stats.offsets = "offline" + note
     return pool
 
 
@@ -172,7 +172,7 @@ class Runtime:
                 self.events[st.node] = backend.event(timing)
                 if timing:
                     self.start_events[st.node] = backend.event(True)
-                    if st.kind == K.COMPUTE and (self.ops.calls[st.ref].mode == COPY or st.node in self.node_impl):
+                    if st.kind == E.COMPUTE and (self.ops.calls[st.ref].mode == COPY or st.node in self.node_impl):
                         self.copy_events[st.node] = backend.event(True)
         self.t0 = backend.event(True)
         self.t_end = backend.event(True)
@@ -502,7 +502,7 @@ class Runtime:
                 with b.on(s):
                     if timing:
                         b.record(self.start_events[i], s)
-                    if st.kind == K.COMPUTE:
+                    if st.kind == E.COMPUTE:
                         o = st.ref
                         call = ops.calls[o]
                         stats.ops_by_mode[call.mode] = stats.ops_by_mode.get(call.mode, 0) + 1
@@ -527,7 +527,7 @@ class Runtime:
                             ops.run_direct(o, env, self.step, rerun)
                         if o in self.observe:
                             self._snapshot(o)
-                    elif st.kind == K.SWAP_IN:
+                    elif st.kind == E.SWAP_IN:
                         pool.raw(st.ref).copy_(host.raw(st.ref), non_blocking=True)
                     else:
                         host.raw(st.ref).copy_(pool.raw(st.ref), non_blocking=True)
@@ -559,12 +559,12 @@ class Runtime:
 
     def _check_races(self, kind: int, ref: int, node: int, stream: int, clock: list[int]) -> None:
         assert self.races is not None
-        if kind == K.COMPUTE:
+        if kind == E.COMPUTE:
             a = self.graph.arrays
             reads = [self._dev(int(t)) for t in a.in_idx[a.in_ptr[ref]:a.in_ptr[ref + 1]]]
             writes = [self._dev(int(t)) for t in a.out_idx[a.out_ptr[ref]:a.out_ptr[ref + 1]]]
             writes += [self._dev(int(t)) for t in a.upd_idx[a.upd_ptr[ref]:a.upd_ptr[ref + 1]]]
-        elif kind == K.SWAP_IN:
+        elif kind == E.SWAP_IN:
             reads, writes = [self._host(ref)], [self._dev(ref)]
         else:
             reads, writes = [self._dev(ref)], [self._host(ref)]

@@ -18,9 +18,9 @@ from typing import Any, Iterator
 import torch
 
 from hybrid.errors import HybridError
+from hybrid.plan.events import STREAMS
 
-COMPUTE, H2D, D2H = 0, 1, 2
-STREAM_NAMES = ("compute", "h2d", "d2h")
+COMPUTE, H2D, D2H = 0, 1, 2   # indices into STREAMS
 
 
 class OrderingError(HybridError):
@@ -79,7 +79,7 @@ class CpuBackend(Backend):
 
     def wait(self, stream: int, event: CpuEvent) -> None:
         if event.iteration != self.iteration:
-            raise OrderingError(f"executor bug: the {STREAM_NAMES[stream]} stream waits on an event that was not "
+            raise OrderingError(f"executor bug: the {STREAMS[stream]} stream waits on an event that was not "
                                 f"recorded in iteration {self.iteration}; please report it")
 
     def on(self, stream: int) -> contextlib.AbstractContextManager:
@@ -105,7 +105,7 @@ class CudaBackend(Backend):
         if self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.name = "cuda"
-        self.streams = [torch.cuda.Stream(self.device) for _ in STREAM_NAMES]
+        self.streams = [torch.cuda.Stream(self.device) for _ in STREAMS]
 
     def empty_bytes(self, nbytes: int, pinned_host: bool = False) -> torch.Tensor:
         if pinned_host:

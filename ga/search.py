@@ -39,7 +39,7 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     the search and the best so far is returned. `observe` sees the live search state after each
     generation (`hybrid.refine.beside` takes the elites to refine from it). `stop_at_s` ends the search
     (stop reason "lower bound") once its best makespan is at most this: `hybrid optimize` passes the graph
-    bound (`hybrid.plan.bounds.graph_bound`), which no plan can beat.
+    bound (`hybrid.bounds.graph_bound`), which no plan can beat.
     """
     called = time.monotonic()
     device = device or graph.device

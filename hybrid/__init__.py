@@ -1,7 +1,7 @@
 """hybrid: plan and run training iterations whose tensors do not fit in GPU memory.
 
-The public API is re-exported lazily so `import hybrid` stays fast and never
-imports torch.
+The public types are re-exported here; none of them imports torch, so `import hybrid` works without it
+(capture, the zoo and the executor load torch themselves).
 """
 from __future__ import annotations
 

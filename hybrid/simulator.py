@@ -12,9 +12,9 @@ import numpy as np
 from numba import njit
 
 from hybrid.errors import HybridError
+from hybrid.plan.events import FREE
 
-FREE = 3
-CPU = 4      # a compute node run on the host (placement): its own FIFO lane
+CPU = 4      # after the event kinds' codes: a compute node run on the host (placement), its own FIFO lane
 
 
 @njit(cache=True)

@@ -14,7 +14,7 @@ from milp.model import Values
 from milp.solve import SolveOptions, SolveResult, require_solution, solve, start_of
 from milp.stages import build_problem
 
-# The paper's three planners (seed 002, §3): MO-SOS, and the memory plans of Checkmate (recompute only) and
+# The MO-SOS paper's three planners (§3): MO-SOS, and the memory plans of Checkmate (recompute only) and
 # STR (offload + recompute) with "Auto" implementation selection afterwards.
 KINDS: dict[str, ModelOptions] = {
     "mosos": ModelOptions(offload=True, impl_choice=True),

@@ -1,6 +1,6 @@
 """Turn a MILP solution into the one plan type, timed by the project's simulator and checked by its validator.
 
-The paper's Algorithm 1 (seed 002, §2.5) walks the stages: transfers issued, then computes in order, each
+The MO-SOS paper's Algorithm 1 (§2.5) walks the stages: transfers issued, then computes in order, each
 followed by the frees Free says. Here:
 1. `actions`: the same walk, stage by stage — frees of what S drops, prefetches (P) issued at the stage's
    start, the stage's (re)computes with their impls, each followed by the frees the model's Free allows,
@@ -22,6 +22,7 @@ from typing import Any
 
 from hybrid.errors import HybridError
 from hybrid.plan import Event, Plan, UnconstrainedAllocation
+from hybrid.plan.events import EVENT_KINDS
 from hybrid.simulator import resimulate
 from hybrid.swap.from_plan import from_plan
 from hybrid.validator import validate
@@ -181,10 +182,9 @@ def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = No
     for i, e in enumerate(nominal.events):
         slots.setdefault((e.kind, e.op or e.tensor or ""), []).append(i)
     seen: dict[tuple[str, str], int] = {}
-    kinds = ("compute", "swap_in", "swap_out", "free")
     timed: list[tuple[float, int, Event]] = []
     for k in range(aug.n_nodes):
-        kind = kinds[int(aug.kind[k])]
+        kind = EVENT_KINDS[int(aug.kind[k])]
         ref = g.ops[int(aug.ref[k])].id if kind == "compute" else g.tensors[int(aug.ref[k])].id
         key = (kind, ref)
         idx = slots[key][seen.get(key, 0)]

@@ -1,4 +1,4 @@
-"""The MO-SOS integer program (seed 002, §2.3-2.4) in PuLP, and the baselines from the same code.
+"""The MO-SOS integer program (the MO-SOS paper, §2.3-2.4) in PuLP, and the baselines from the same code.
 
 Checkmate's stages (stage t computes node t, and may rerun earlier nodes) with R per implementation,
 S (kept on the device), offload O and prefetch P starts, Free and memory U that carries the chosen

@@ -1,6 +1,6 @@
 """The stage problem the MILP sees: nodes in a fixed topological order, each one op or a segment of ops.
 
-MO-SOS (seed 002) and Checkmate give stage t to node t of a topological order. On the fine graph a node is
+MO-SOS and Checkmate give stage t to node t of a topological order. On the fine graph a node is
 one op and its implementations are the op's `impls`. Big graphs are coarsened: a node is a run of
 consecutive ops of the order, so the model has one stage per segment (docs/milp.md, "Coarsening"). Only
 tensors that cross a node boundary are managed by the model (kept, freed, offloaded, prefetched,

@@ -7,7 +7,7 @@
 - MegEngine's simulation: walk time, free what ends, allocate what starts (largest first) best-fit from a
   free list of chunks in address order, growing the top chunk when nothing fits.
 
-The placement loops are compiled with numba: n reaches 18,700 and the loops are quadratic.
+The layout loops are compiled with numba: n reaches 18,700 and the loops are quadratic.
 """
 from __future__ import annotations
 

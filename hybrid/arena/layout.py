@@ -51,7 +51,7 @@ class LayoutBudget:
 
     sources: int = 5                 # re-plan sources tried (search genes, population, belady), taking turns
     per_source: int = 8              # re-plans laid out per source: ratio-guided shrink, then bisection
-    work: int = 500_000              # buffer placements by the heuristics in all (`heuristic_passes` per buffer,
+    work: int = 500_000              # buffers laid out by the heuristics in all (`heuristic_passes` per buffer,
                                      # the plan's own included): no new candidate that would go past it
                                      # (NasNet-25's plans: 28k buffers x 2 passes, 5 s a candidate here)
     exact_tries: int = 3             # near misses given to the exact search, fastest first (the plan's own first)
@@ -141,7 +141,7 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
 
 
 def heuristic_passes(n: int, budget: LayoutBudget) -> int:
-    """Placement passes `heuristic_layout` makes over n buffers: greedy by size, five best-fit orders and
+    """Passes `heuristic_layout` makes over n buffers: greedy by size, five best-fit orders and
     MegEngine's simulation, or above `budget.fast_above` the two cheap ones (the unit of `budget.work`)."""
     return 2 if n > budget.fast_above else 7
 
@@ -173,7 +173,7 @@ class _Tried:
     fits: list[tuple[float, int, Plan, str, float, str]] = field(default_factory=list)
     near: list[tuple[float, int, Plan, str, float, object, float]] = field(default_factory=list)
     count: int = 0
-    work: int = 0              # buffer placements by the heuristics so far
+    work: int = 0              # buffers laid out by the heuristics so far
     last: int = 0              # ... by the last candidate (the next is assumed to cost as much)
     log: list[tuple[str, float, float, float]] = field(default_factory=list)
 

@@ -3,7 +3,7 @@
 Lifetimes are read exactly as the validator reads them (`hybrid.validator.lifetimes.build_copies`): a
 device copy lives from its allocation (its producing compute, recomputes included, or its swap-in) to its
 release (its swap-out's end or its free). FORMATS gives one offset per tensor, so a tensor with several
-copies is one buffer with one segment per copy (as `executor/placement.py` places it). Times are floats;
+copies is one buffer with one segment per copy (as `executor/offsets.py` lays it out). Times are floats;
 they become integers in exactly the order rule 5's sweep puts them (`sweep_ranks`): a release at its end
 less the tolerance, before allocations at that key; a copy no longer than the tolerance after them.
 """
@@ -33,7 +33,8 @@ class PlanBuffers:
 
 def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     """Buffers of the plan's device copies; capacity = usable memory less the largest workspace (rule 5)."""
-    from hybrid.validator.context import COMPUTE, build_context
+    from hybrid.plan.events import COMPUTE
+    from hybrid.validator.context import build_context
     from hybrid.validator.lifetimes import build_copies
 
     ctx, found = build_context(graph, plan)

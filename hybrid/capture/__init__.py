@@ -3,7 +3,7 @@
 - `capture(module, args, loss_fn, ...)` / `capture_model(name, ...)`: trace one
   iteration (forward, backward, optimizer) on fake tensors into a Graph whose
   ops carry what is needed to replay them (docs/capture.md).
-- `hybrid.capture.costs`: FLOPs, bytes and roofline times per device preset.
+- `hybrid.capture.costs`: FLOPs, bytes and roofline times per device preset (peak rates: `hybrid.device`).
 - `hybrid.capture.profile`: measured op times, cached in a profile file.
 - `hybrid.capture.interpreter`: replays a captured graph on real tensors.
 

@@ -93,11 +93,11 @@ def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) ->
     """A plan's figures for `--json` (optimize, baseline, simulate, refine): one flat object a script can read.
 
     Times in seconds, sizes in bytes; `ratio` is makespan / ideal (1.0: no stall); `graph_bound_s` the lower
-    bound for any schedule counting activations (hybrid.plan.bounds.plan_graph_bound: with recompute when the plan
+    bound for any schedule counting activations (hybrid.bounds.plan_graph_bound: with recompute when the plan
     reruns ops, else swap only) and `ratio_graph_bound` makespan / it; `persistent_bound_s` the bound counting
     persistent tensors only, `ratio_persistent_bound` makespan / it; `plan` is the file written (null if none).
     """
-    from hybrid.plan.bounds import plan_graph_bound
+    from hybrid.bounds import plan_graph_bound
     from hybrid.plan.metrics import persistent_bound_of
 
     m = plan.metrics

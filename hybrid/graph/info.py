@@ -27,7 +27,7 @@ class GraphInfo:
     memory_bytes: int
     graph_swap_bound_s: float = 0.0  # any swap-only plan, any schedule, activations counted (graph_bound)
     graph_bound_s: float = 0.0       # any plan at all: swap + recompute, any schedule
-    swap_bound_s: float = 0.0        # any swap-only plan in the program order (activations only; hybrid.plan.bounds)
+    swap_bound_s: float = 0.0        # any swap-only plan in the program order (activations only; hybrid.bounds)
     recompute_bound_s: float = 0.0   # any swap+recompute plan in the program order
 
     def rows(self) -> list[tuple[str, str]]:
@@ -53,10 +53,9 @@ class GraphInfo:
         return out
 
 
-def graph_info(g: Graph, device: Device, bounds: bool = True) -> GraphInfo:
-    """The figures `hybrid info` prints; `bounds` adds the lower bounds counting activations, for any schedule
-    (hybrid.plan.bounds.graph_bound) and for the program order (activation_bound), each swap only and with
-    recompute: a few seconds on a 16,000-op graph."""
+def graph_info(g: Graph, device: Device) -> GraphInfo:
+    """The figures `hybrid info` prints, less the lower bounds that count activations (zero here): those need
+    the plan and recompute rules, so `hybrid.bounds.with_bounds` adds them."""
     a = g.arrays
     by_kind = {k: 0 for k in TENSOR_KINDS}
     for t in g.tensors:
@@ -65,17 +64,9 @@ def graph_info(g: Graph, device: Device, bounds: bool = True) -> GraphInfo:
     _, peak = peak_live_counts(g, program_order(g), align)
     op_i, op_bytes = largest_op(g, align)
     lb = persistent_bound(g, device)
-    swap_b = rc_b = g_swap = g_rc = 0.0
-    if bounds:
-        from hybrid.plan.bounds import activation_bound, graph_bound
-
-        order = program_order(g)
-        swap_b = max(lb, activation_bound(g, device, order, recompute=False))
-        rc_b = max(lb, activation_bound(g, device, order, recompute=True))
-        g_swap, g_rc = graph_bound(g, device, recompute=False), graph_bound(g, device, recompute=True)
     return GraphInfo(g.name, a.n_ops, a.n_tensors, len(distinct_sizes(g)), by_kind,
                      int(a.t_bytes[a.t_persistent].sum()), peak, g.ops[op_i].id if a.n_ops else "", op_bytes,
-                     ideal_time(g), lb, device.usable_bytes, g_swap, g_rc, swap_b, rc_b)
+                     ideal_time(g), lb, device.usable_bytes)
 
 
 def op_footprints(g: Graph, align: int = 1) -> np.ndarray:
@@ -123,7 +114,7 @@ def ideal_time(graph: Graph, op_time: np.ndarray | None = None) -> float:
 
 def persistent_bound(graph: Graph, device: Device) -> float:
     """No plan on this device can be faster than this, counting persistent tensors only (activations:
-    `hybrid.plan.bounds.graph_bound`, which includes this figure). On every SwapAdvisor graph it equals the
+    `hybrid.bounds.graph_bound`, which includes this figure). On every SwapAdvisor graph it equals the
     ideal: their parameters and optimizer state fit.
 
     max(compute with the fastest impls,
@@ -143,5 +134,3 @@ def persistent_bound(graph: Graph, device: Device) -> float:
     b_out = int(a.t_bytes[updated].sum())
     return max(float(a.fastest_impl_times().sum()), (b_in - m) / device.h2d_bytes_per_s, (b_out - m) / device.d2h_bytes_per_s)
 
-
-lower_bound = persistent_bound  # the old name, for callers not yet renamed: it counts persistent tensors only

@@ -25,6 +25,7 @@ BATCH_NORM_KINDS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "
 RANDOM_KINDS = frozenset({"bernoulli", "bernoulli_", "native_dropout", "dropout", "rand", "rand_like", "randn",
                           "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "uniform_",
                           "multinomial", "exponential_", "random_"})
+# ops that only allocate (capture costs them nothing)
 UNINITIALIZED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
 
 

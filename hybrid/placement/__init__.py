@@ -1,4 +1,4 @@
-"""CPU/GPU placement of inference graphs (seed 004): where each part of a graph runs.
+"""CPU/GPU placement of inference graphs (the CPU/GPU partitioning paper): where each part of a graph runs.
 
 - `partition`: cuts where one tensor alone crosses, key-operator cuts (after pooling and concatenation), and
   the part graph with branch stages (fork / branches / join): VGG16 gives its 5 conv blocks + classifier,

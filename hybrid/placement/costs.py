@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from hybrid.capture.costs import CPU, GPU, ComputeSpec, roofline_s
+from hybrid.capture.costs import roofline_s
+from hybrid.device import HOST_CPUS, PRESET_COMPUTE, ComputeSpec
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 
@@ -25,8 +26,8 @@ def recost(graph: Graph, gpu: str | None = None, cpu: str | None = None) -> Grap
     when given). Ops without a recorded cost are an error naming the op."""
     if gpu is None and cpu is None:
         return graph
-    g_spec = _spec(gpu, GPU, "--device") if gpu is not None else None
-    c_spec = _spec(cpu, CPU, "--cpu") if cpu is not None else None
+    g_spec = _spec(gpu, PRESET_COMPUTE, "--device") if gpu is not None else None
+    c_spec = _spec(cpu, HOST_CPUS, "--cpu") if cpu is not None else None
     ops = []
     for op in graph.ops:
         cost = op.extra.get("cost")

@@ -1,4 +1,4 @@
-"""Cut an inference graph into parts where a single tensor crosses (seed 004's "key operators").
+"""Cut an inference graph into parts where a single tensor crosses (the CPU/GPU partitioning paper's "key operators").
 
 In program order, a boundary between positions k-1 and k is a cut when exactly one non-persistent tensor
 is live across it — written before, read after. Parameters are uploaded once, not per inference, so they

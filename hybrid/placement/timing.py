@@ -23,10 +23,11 @@ from hybrid.graph.order import program_order
 from hybrid.placement.chain import CPU, GPU, Link
 from hybrid.placement.partition import HOST, PartGraph
 from hybrid.plan import Event, Plan, UnconstrainedAllocation
+from hybrid.plan.events import COMPUTE, SWAP_IN, SWAP_OUT
 from hybrid.simulator import CPU as CPU_LANE
 from hybrid.simulator import simulate
 
-COMPUTE_LANE, H2D_LANE, D2H_LANE = 0, 1, 2
+COMPUTE_LANE, H2D_LANE, D2H_LANE = COMPUTE, SWAP_IN, SWAP_OUT   # the simulator's lanes are the event codes
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,12 @@ import numpy as np
 
 from hybrid.device import Device
 from hybrid.errors import FormatError, HybridError
+from hybrid.plan.events import CPU_STREAM, EVENT_KINDS, STREAM_OF_KIND
 
 if TYPE_CHECKING:
     from hybrid.graph import Graph
 
 PLAN_FORMAT = "hybrid-plan/1"
-EVENT_KINDS = ("compute", "swap_in", "swap_out", "free")
-STREAM_OF_KIND = {"compute": "compute", "swap_in": "h2d", "swap_out": "d2h"}
-CPU_STREAM = "cpu"   # placement plans (docs/formats.md): a compute event run on the host
 
 
 @dataclass(frozen=True)

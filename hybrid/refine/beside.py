@@ -81,8 +81,8 @@ def refine_beside(eval_s: float, cores: int, workers: int | None = None, schedul
     return cores >= 2 and eval_s < POOL_MIN_EVAL_S
 
 
-def placement(graph: Graph, device: Device, refine: bool = True, mode: str = "auto", workers: int | None = None,
-              scheduler: str | None = None) -> tuple[bool, int | None]:
+def split_cores(graph: Graph, device: Device, refine: bool = True, mode: str = "auto", workers: int | None = None,
+                scheduler: str | None = None) -> tuple[bool, int | None]:
     """(refine beside the search?, the search's evaluation processes) for `hybrid optimize`'s flags here.
 
     Without --workers: one process where an evaluation is too cheap for a pool, else every core but the one

@@ -15,7 +15,8 @@ import heapq
 import numpy as np
 
 from hybrid.refine.model import WindowSolution
-from hybrid.swap.rewalk import FREE, Problem, Timeline, rebuild
+from hybrid.plan.events import FREE
+from hybrid.swap.rewalk import Problem, Timeline, rebuild
 from hybrid.refine.window import WindowSpec
 
 

@@ -41,7 +41,8 @@ from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.refine.decode import decode
 from hybrid.refine.model import SolveOptions, solve_window
-from hybrid.swap.rewalk import COMPUTE, Problem, SequenceError, Timeline, to_augmented
+from hybrid.plan.events import COMPUTE
+from hybrid.swap.rewalk import Problem, SequenceError, Timeline, to_augmented
 from hybrid.refine.source import starting_point
 from hybrid.refine.stream_order import reorder_streams
 from hybrid.refine.window import TensorEvents, WindowOptions, build_window

@@ -30,7 +30,8 @@ import heapq
 
 import numpy as np
 
-from hybrid.swap.rewalk import SWAP_IN, SWAP_OUT, Problem, SequenceError, Timeline, rebuild
+from hybrid.plan.events import SWAP_IN, SWAP_OUT
+from hybrid.swap.rewalk import Problem, SequenceError, Timeline, rebuild
 
 
 def _per_node_max(values: np.ndarray, ptr: np.ndarray, nodes: np.ndarray, empty: float) -> np.ndarray:

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid.swap.rewalk import COMPUTE, FREE, SWAP_IN, SWAP_OUT, PoolState, Problem, Timeline, pool_state
+from hybrid.plan.events import COMPUTE, FREE, SWAP_IN, SWAP_OUT
+from hybrid.swap.rewalk import PoolState, Problem, Timeline, pool_state
 
 STREAM_OF = {COMPUTE: 0, SWAP_IN: 1, SWAP_OUT: 2, FREE: -1}
 

@@ -49,7 +49,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from hybrid.plan.bounds import plan_graph_bound, schedule_bound
+from hybrid.bounds import plan_graph_bound, schedule_bound
 from hybrid.plan.metrics import persistent_bound_of
 from hybrid.device import Device
 from hybrid.errors import HybridError

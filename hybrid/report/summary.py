@@ -12,8 +12,8 @@ from hybrid.units import format_bytes, format_seconds
 
 def plan_row(name: str, plan: Plan, graph: Graph | None = None) -> dict:
     """A plan's summary figures; with `graph`, also its makespan over `graph_bound` (any schedule, activations
-    counted: hybrid.plan.bounds.plan_graph_bound), else over the persistent-tensor bound only."""
-    from hybrid.plan.bounds import plan_graph_bound
+    counted: hybrid.bounds.plan_graph_bound), else over the persistent-tensor bound only."""
+    from hybrid.bounds import plan_graph_bound
     from hybrid.plan.metrics import persistent_bound_of
 
     m = plan.metrics

@@ -13,8 +13,8 @@ import numpy as np
 
 from hybrid.graph import Graph
 from hybrid.plan import Plan
+from hybrid.plan.events import STREAM_OF_KIND, STREAMS
 
-LANES = ("compute", "h2d", "d2h")
 COLORS = {"compute": "#4c72b0", "h2d": "#55a868", "d2h": "#c44e52"}
 
 
@@ -74,14 +74,14 @@ def compute_stalls(plan: Plan) -> list[tuple[float, float]]:
 def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, unit_name: str) -> None:
     from hybrid.units import format_bytes, format_seconds
 
-    for i, lane in enumerate(LANES):
+    for i, lane in enumerate(STREAMS):
         bars = [(e.start_s / unit, (e.end_s - e.start_s) / unit) for e in plan.events if e.stream == lane]
         if bars:
-            ax_lanes.broken_barh(bars, (len(LANES) - 1 - i - 0.4, 0.8), facecolors=COLORS[lane], edgecolor="none")
+            ax_lanes.broken_barh(bars, (len(STREAMS) - 1 - i - 0.4, 0.8), facecolors=COLORS[lane], edgecolor="none")
     for s, e in compute_stalls(plan):
         ax_lanes.axvspan(s / unit, e / unit, ymin=2 / 3 + 0.02, ymax=0.98, color="#f0b400", alpha=0.35, lw=0)
-    ax_lanes.set_yticks(range(len(LANES)), list(reversed(LANES)))
-    ax_lanes.set_ylim(-0.6, len(LANES) - 0.4)
+    ax_lanes.set_yticks(range(len(STREAMS)), list(reversed(STREAMS)))
+    ax_lanes.set_ylim(-0.6, len(STREAMS) - 0.4)
     ideal = plan.metrics.get("ideal_s")
     extra = f", ideal/makespan {ideal / plan.makespan_s:.3f}" if ideal and plan.makespan_s > 0 else ""
     ax_lanes.set_title(f"{label}: makespan {format_seconds(plan.makespan_s)}{extra} (shaded: compute stalls)",
@@ -136,7 +136,7 @@ def plot_timeline(graph: Graph, plans: Plan | Sequence[tuple[str, Plan]], path: 
 
 # ---- Chrome trace / Perfetto ---------------------------------------------------------------------------------
 
-TRACE_THREADS = {"compute": 1, "h2d": 2, "d2h": 3}
+TRACE_THREADS = {lane: i + 1 for i, lane in enumerate(STREAMS)}   # thread ids 1, 2, 3
 
 
 def chrome_trace(rows: Sequence[tuple[str, str, str, float, float, dict]], process: str, pid: int = 1,
@@ -173,8 +173,8 @@ def plan_trace_rows(graph: Graph, plan: Plan) -> list[tuple[str, str, str, float
             name = f"{e.op} (recompute)" if e.recompute else e.op
             rows.append((name, "recompute" if e.recompute else "compute", "compute", e.start_s, e.end_s, args))
         elif e.kind in ("swap_in", "swap_out"):
-            rows.append((f"{e.kind} {e.tensor}", e.kind, "h2d" if e.kind == "swap_in" else "d2h", e.start_s,
-                         e.end_s, {"tensor": e.tensor, "bytes": size[e.tensor]}))
+            rows.append((f"{e.kind} {e.tensor}", e.kind, STREAM_OF_KIND[e.kind], e.start_s, e.end_s,
+                         {"tensor": e.tensor, "bytes": size[e.tensor]}))
     return rows
 
 

@@ -10,10 +10,9 @@ import numpy as np
 
 from hybrid.device import Device
 from hybrid.graph.types import Graph
-from hybrid.swap import kernel as K
+from hybrid.plan.events import COMPUTE, EVENT_KINDS
 from hybrid.swap.pools import PoolArrays
 
-KIND_NAMES = ("compute", "swap_in", "swap_out", "free")
 
 
 @dataclass(frozen=True)
@@ -77,9 +76,9 @@ class AugmentedGraph:
 
     def label(self, i: int) -> str:
         k = int(self.kind[i])
-        if k == K.COMPUTE:
+        if k == COMPUTE:
             return self.graph.ops[int(self.ref[i])].id
-        return f"{KIND_NAMES[k]}:{self.graph.tensors[int(self.ref[i])].id}"
+        return f"{EVENT_KINDS[k]}:{self.graph.tensors[int(self.ref[i])].id}"
 
     def deps(self, i: int) -> np.ndarray:
         return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]

@@ -121,7 +121,8 @@ def tflms_plan(graph: Graph, device: Device, schedule: np.ndarray, lb: int = TFL
     readers); a swap-in may start before its trigger op finishes when the memory it takes is already free
     (TFLMS waits for the trigger: both only favour TFLMS); `lb` counts schedule positions, not graph hops;
     TensorFlow's BFC allocator (we use the byte budget) and its `ub` / `n_tensors` (all tensors swapped)."""
-    from hybrid.swap.rewalk import COMPUTE, FREE, SWAP_IN, ERROR_TEXT, Problem, SequenceError, rebuild, to_augmented
+    from hybrid.plan.events import COMPUTE, FREE, SWAP_IN
+    from hybrid.swap.rewalk import ERROR_TEXT, Problem, SequenceError, rebuild, to_augmented
     from hybrid.errors import InfeasibleError
 
     if lb < 1:

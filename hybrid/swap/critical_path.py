@@ -15,9 +15,7 @@ import pandas as pd
 
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.swap.kernel import COMPUTE, FREE, SWAP_IN, SWAP_OUT
-
-KIND_NAMES = {COMPUTE: "compute", SWAP_IN: "swap_in", SWAP_OUT: "swap_out", FREE: "free"}
+from hybrid.plan.events import EVENT_KINDS, FREE
 
 
 def critical_chain(kind: np.ndarray, start: np.ndarray, end: np.ndarray, dep_ptr: np.ndarray,
@@ -69,7 +67,7 @@ def critical_path(graph: Graph, plan: Plan) -> pd.DataFrame:
     nbytes = graph.arrays.t_bytes
     rows: list[dict] = []
     for i in chain:
-        k = KIND_NAMES[int(aug.kind[i])]
+        k = EVENT_KINDS[int(aug.kind[i])]
         if k == "free":
             continue
         b = int(nbytes[aug.ref[i]]) if k != "compute" else 0

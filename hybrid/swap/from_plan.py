@@ -24,15 +24,14 @@ import heapq
 import numpy as np
 
 from hybrid.errors import HybridError
-from hybrid.swap import kernel as K
 from hybrid.graph.liveness import occupied_bytes
 from hybrid.swap.pools import pool_from_allocation
 from hybrid.graph import Graph, Op
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
+from hybrid.plan.events import KIND_CODE
 from hybrid.graph.order import from_ids
 from hybrid.swap.augmented import AugmentedGraph, PlannerOptions
 
-_KIND = {"compute": K.COMPUTE, "swap_in": K.SWAP_IN, "swap_out": K.SWAP_OUT, "free": K.FREE}
 # At equal (start, end) — zero-length events at one instant — copies in come first, then computes, then releases.
 _TIE = {"swap_in": 0, "compute": 1, "swap_out": 2, "free": 3}
 
@@ -220,7 +219,7 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
     readers_since: list[list[int]] = [[] for _ in range(a.n_tensors)]
     for k, i in enumerate(order):
         e = events[i]
-        kind[k] = _KIND[e.kind]
+        kind[k] = KIND_CODE[e.kind]
         start[k], end[k] = e.start_s, e.end_s
         deps: list[int] = []
         if e.kind == "compute":

@@ -26,8 +26,8 @@ from hybrid.swap._heap import heap_pop, heap_push
 from hybrid.swap import eviction as E
 from hybrid.swap import recompute as R
 
-# node kinds (also stream index for the first three)
-COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3
+# node kinds (also stream index for the first three): the plan's event kinds
+from hybrid.plan.events import COMPUTE, FREE, SWAP_IN, SWAP_OUT  # noqa: F401
 from hybrid.swap._tensor_state import CUR, DEP, DRP, EVI, HV, HVN, INIT, LNODE, LPOS, MAT, N_STATE, PIN, PROT, RELN, RES
 # status codes
 OK, INFEASIBLE, CHAIN_OVERFLOW = 0, 1, 2

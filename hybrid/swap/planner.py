@@ -28,7 +28,7 @@ import numpy as np
 from hybrid.swap import eviction as E
 from hybrid.swap import kernel as K
 from hybrid.swap import recompute as R
-from hybrid.swap.augmented import KIND_NAMES, AugmentedGraph, PlannerOptions
+from hybrid.swap.augmented import AugmentedGraph, PlannerOptions
 from hybrid.swap.pools import PoolArrays
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError

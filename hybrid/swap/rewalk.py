@@ -34,7 +34,8 @@ from hybrid.device import Device
 from hybrid.swap import free_memory as F
 from hybrid.graph import Graph
 
-COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3  # in an input sequence 2 and 3 both mean "release"
+# in an input sequence SWAP_OUT and FREE both mean "release"
+from hybrid.plan.events import COMPUTE, FREE, SWAP_IN, SWAP_OUT
 
 OK = 0
 ERR_INPUT_MISSING, ERR_OUTPUT_RESIDENT, ERR_LOAD_RESIDENT, ERR_LOAD_NO_HOST, ERR_RELEASE_ABSENT = 1, 2, 3, 4, 5

@@ -5,11 +5,11 @@ from typing import Any
 
 import numpy as np
 
-from hybrid.swap import kernel as K
 from hybrid.swap.pools import allocation_of
 from hybrid.graph.info import ideal_time, persistent_bound
 from hybrid.plan.metrics import peak_from_intervals
 from hybrid.plan import Allocation, Event, Plan
+from hybrid.plan.events import COMPUTE, EVENT_KINDS, SWAP_IN
 from hybrid.swap.augmented import AugmentedGraph
 
 
@@ -25,14 +25,14 @@ def device_intervals(aug: AugmentedGraph) -> tuple[np.ndarray, np.ndarray, np.nd
     for i in range(aug.n_nodes):
         k = int(aug.kind[i])
         r = int(aug.ref[i])
-        if k == K.COMPUTE:
+        if k == COMPUTE:
             for t in a.out_idx[a.out_ptr[r]:a.out_ptr[r + 1]]:
                 alloc_at[t] = aug.start[i]
             if aug.op_ws[r] > 0:
                 starts.append(aug.start[i])
                 ends.append(aug.end[i])
                 sizes.append(int(aug.op_ws[r]))
-        elif k == K.SWAP_IN:
+        elif k == SWAP_IN:
             alloc_at[r] = aug.start[i]
         else:
             starts.append(alloc_at[r])
@@ -55,7 +55,7 @@ def events_of(aug: AugmentedGraph) -> list[Event]:
         k = int(aug.kind[i])
         r = int(aug.ref[i])
         s, e = float(aug.start[i]), float(aug.end[i])
-        if k == K.COMPUTE:
+        if k == COMPUTE:
             op = g.ops[r]
             impl = None
             if op.impls:
@@ -64,7 +64,7 @@ def events_of(aug: AugmentedGraph) -> list[Event]:
             rec = aug.recompute is not None and bool(aug.recompute[i])
             out.append(Event("compute", s, e, op=op.id, impl=impl, recompute=rec))
         else:
-            out.append(Event(("compute", "swap_in", "swap_out", "free")[k], s, e, tensor=g.tensors[r].id))
+            out.append(Event(EVENT_KINDS[k], s, e, tensor=g.tensors[r].id))
     return out
 
 

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 from hybrid.graph import DEFAULT_IMPL, Graph
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation
+from hybrid.plan.events import COMPUTE, FREE, KIND_CODE, SWAP_IN, SWAP_OUT  # noqa: F401 (rules import them here)
 from hybrid.validator.report import Found, Violation
 
-COMPUTE, SWAP_IN, SWAP_OUT, FREE = 0, 1, 2, 3
-KIND_CODE = {"compute": COMPUTE, "swap_in": SWAP_IN, "swap_out": SWAP_OUT, "free": FREE}
 NO_EVENT = -1
 
 

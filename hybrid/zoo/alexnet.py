@@ -1,4 +1,4 @@
-"""AlexNet as in torchvision (the placement paper's PyTorch model, seed 004 Tables 4-5).
+"""AlexNet as in torchvision (the CPU/GPU partitioning paper's PyTorch model, Tables 4-5).
 
 The paper splits it into 32 basic operators at 224x224, batch 1. Five
 convolutions with ReLU and three max-pools, adaptive average pooling to 6x6,
@@ -37,7 +37,7 @@ class AlexNet(nn.Module):
 
 def _make(name: str, *, image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
     return ModelSpec(
-        name="alexnet", family="alexnet", paper="placement (seed 004) Tables 4-5",
+        name="alexnet", family="alexnet", paper="CPU/GPU partitioning paper, Tables 4-5",
         description=f"AlexNet (torchvision), dropout classifier, {image_size}x{image_size} images",
         default_batch=1, build=partial(AlexNet, num_classes),
         make_inputs=ImageBatch(image_size, num_classes), loss=losses.classification,

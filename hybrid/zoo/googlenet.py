@@ -1,6 +1,6 @@
 """GoogLeNet (Szegedy et al., CVPR'15) as torchvision's `googlenet`, without auxiliary heads.
 
-The placement paper (seed 004 Table 4, Fig. 11) runs PyTorch's pretrained
+The CPU/GPU partitioning paper (Table 4, Fig. 11) runs PyTorch's pretrained
 GoogLeNet, batch 1 at 224x224. torchvision's version adds batch norm to every
 convolution and, in the third branch of each Inception module, uses a 3x3
 convolution where the paper has 5x5; we follow torchvision, since that is the
@@ -66,7 +66,7 @@ class GoogLeNet(nn.Module):
 
 def _make(name: str, *, image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
     return ModelSpec(
-        name="googlenet", family="googlenet", paper="placement (seed 004) Table 4, Fig. 11",
+        name="googlenet", family="googlenet", paper="CPU/GPU partitioning paper, Table 4, Fig. 11",
         description=f"GoogLeNet (torchvision, no aux heads), {image_size}x{image_size} images",
         default_batch=1, build=partial(GoogLeNet, num_classes),
         make_inputs=ImageBatch(image_size, num_classes), loss=losses.classification,

@@ -1,7 +1,7 @@
 """ResNet-{18,34,50,101,152} and SwapAdvisor's wide WResNet-{depth}-X.
 
 ResNet follows torchvision's ImageNet models (v1.5: the stride sits in the 3x3
-convolution of a bottleneck), which is what the placement paper (seed 004)
+convolution of a bottleneck), which is what the CPU/GPU partitioning paper
 loads from PyTorch; parameter counts equal torchvision's (ResNet-152:
 60,192,808). SwapAdvisor uses ResNet-152 for its inference study (Table 2,
 batches 1/16/64).
@@ -109,9 +109,9 @@ def _check_depth(name: str, depth: int) -> None:
 def _resnet(name: str, *, depth: int, image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
     _check_depth(name, depth)
     if depth == 152:
-        paper, batch = "SwapAdvisor (ASPLOS'20) Table 2; placement (seed 004) Fig. 9", 64
+        paper, batch = "SwapAdvisor (ASPLOS'20) Table 2; CPU/GPU partitioning paper, Fig. 9", 64
     else:
-        paper, batch = "placement (seed 004) Fig. 9, 11", 1
+        paper, batch = "CPU/GPU partitioning paper, Fig. 9, 11", 1
     return ModelSpec(
         name=f"resnet-{depth}", family="resnet", paper=paper,
         description=f"ResNet-{depth} (torchvision v1.5), {image_size}x{image_size} images, {num_classes} classes",

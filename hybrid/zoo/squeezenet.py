@@ -1,6 +1,6 @@
 """SqueezeNet 1.0 (Iandola et al., 2016) as torchvision's `squeezenet1_0`.
 
-The placement paper (seed 004 Table 4, Fig. 11) uses PyTorch's pretrained
+The CPU/GPU partitioning paper (Table 4, Fig. 11) uses PyTorch's pretrained
 SqueezeNet without saying which version; 1.0 is the architecture of the
 SqueezeNet paper (1.1 is a cheaper revision), 1,248,424 parameters. Fire
 modules squeeze with a 1x1 convolution and expand with parallel 1x1 and 3x3
@@ -57,7 +57,7 @@ class SqueezeNet(nn.Module):
 
 def _make(name: str, *, image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
     return ModelSpec(
-        name="squeezenet", family="squeezenet", paper="placement (seed 004) Table 4, Fig. 11",
+        name="squeezenet", family="squeezenet", paper="CPU/GPU partitioning paper, Table 4, Fig. 11",
         description=f"SqueezeNet 1.0 (torchvision), {image_size}x{image_size} images",
         default_batch=1, build=partial(SqueezeNet, num_classes),
         make_inputs=ImageBatch(image_size, num_classes), loss=losses.classification,

@@ -1,6 +1,6 @@
 """GPT-2 and Llama causal language models built from configs by Hugging Face `transformers`.
 
-Not from the seed papers: they are here so plans can be made for current
+Not from the papers this project implements: they are here so plans can be made for current
 transformer workloads. `transformers` is an optional extra
 (`pip install 'hybrid-offload[transformers]'`) imported only when a model is built, so
 the zoo lists these models without it. Defaults are small (2 layers, width 256,

@@ -1,6 +1,6 @@
 """UNet (Ronneberger et al., MICCAI'15) for MO-SOS's segmentation workload.
 
-MO-SOS (seed 002 §3.1) trains UNet on Data Science Bowl (2018 nucleus
+MO-SOS (§3.1) trains UNet on Data Science Bowl (2018 nucleus
 segmentation) images at 256x256 with batch 120. It does not give the variant;
 we use the original architecture: four down steps of two 3x3 conv + ReLU and a
 2x2 max-pool (64, 128, 256, 512 channels), a 1024-channel bottom, four up steps
@@ -65,7 +65,7 @@ def _make(name: str, *, image_size: int = 256, in_channels: int = 3, out_channel
     if image_size % (2 ** depth):
         raise HybridError(f"model 'unet': image_size={image_size} must be a multiple of 2**depth = {2 ** depth}")
     return ModelSpec(
-        name="unet", family="unet", paper="MO-SOS (seed 002) §3.1",
+        name="unet", family="unet", paper="MO-SOS §3.1",
         description=f"UNet, {base}-{base * 2 ** depth} channels, {image_size}x{image_size} images, per-pixel loss",
         default_batch=120,
         build=partial(UNet, in_channels, out_channels, base, depth),

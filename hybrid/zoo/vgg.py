@@ -1,7 +1,7 @@
 """VGG-11/16/19 (Simonyan & Zisserman, configurations A, D, E) as in torchvision.
 
-VGG19 is MO-SOS's first model (seed 002 §3.1: ImageNet at 227x227, batch 144,
-Tesla P40); VGG11 and VGG16 are the placement paper's (seed 004 Table 4,
+VGG19 is MO-SOS's first model (§3.1: ImageNet at 227x227, batch 144,
+Tesla P40); VGG11 and VGG16 are the CPU/GPU partitioning paper's (Table 4,
 Fig. 2: the fully connected layers hold 89.4% of VGG16's parameters), loaded
 from PyTorch at 224x224, batch 1. The classifier keeps the original two
 dropout layers. MO-SOS's Figure 1 shows batch norm in its generic CNN but does
@@ -65,7 +65,7 @@ def _make(name: str, *, depth: int, image_size: int | None = None, num_classes: 
           batch_norm: bool = False) -> ModelSpec:
     mosos = depth == 19
     size = image_size if image_size is not None else (227 if mosos else 224)
-    paper = "MO-SOS (seed 002) §3.1" if mosos else "placement (seed 004) Table 4, Fig. 2"
+    paper = "MO-SOS §3.1" if mosos else "CPU/GPU partitioning paper, Table 4, Fig. 2"
     return ModelSpec(
         name=f"vgg{depth}", family="vgg", paper=paper,
         description=f"VGG-{depth}{' with BN' if batch_norm else ''}, dropout classifier, {size}x{size} images",

@@ -9,7 +9,7 @@ import pytest
 
 from ga.termination import Termination
 from hybrid.graph import Graph
-from hybrid.plan.bounds import graph_bound
+from hybrid.bounds import graph_bound
 from hybrid.plan import Plan
 from tests.cli.helpers import foreign_graph_file, run
 

@@ -16,7 +16,7 @@ from hybrid.validator import validate
 from hybrid.zoo import get_model
 
 from executor.check import EagerRun, train_eager
-from executor.plans import quick_plan
+from hybrid.swap.quick_plans import quick_plan
 
 ITERS = 3
 SEED = 7

@@ -2,7 +2,7 @@
 
 Planners count each device copy at the device's alignment (docs/formats.md, rule 5) and the executor places
 copies at exactly that alignment, so a byte budget that validates can always be laid out (by the offline
-placement, or best fit with compaction) and trains bitwise like eager. A planner may instead refuse a memory
+offsets, or best fit with compaction) and trains bitwise like eager. A planner may instead refuse a memory
 up front, naming what it needs.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from executor.api import Executor  # noqa: E402
 from executor.check import compare, train_eager  # noqa: E402
-from executor.plans import size_class_plan  # noqa: E402
+from hybrid.swap.quick_plans import size_class_plan  # noqa: E402
 from ga import GAConfig, optimize  # noqa: E402
 from hybrid.swap.pools import byte_pool, per_size_pool
 from hybrid.swap.baselines import run_baseline

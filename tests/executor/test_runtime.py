@@ -1,4 +1,4 @@
-"""The runtime's parts: ordering (events, race checker), pools, placement, op modes, measurements."""
+"""The runtime's parts: ordering (events, race checker), pools, offline offsets, op modes, measurements."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +13,7 @@ from executor.check import compare, train_eager  # noqa: E402
 from executor.device_pool import SizeClassPool  # noqa: E402
 from executor.measure import to_profile  # noqa: E402
 from executor.ops import COPY, OUT, compile_op, out_variant  # noqa: E402
-from executor.placement import arena_allocation  # noqa: E402
+from executor.offsets import arena_allocation  # noqa: E402
 from executor.program import NO_FRONTIER, compile_program  # noqa: E402
 from executor.races import RaceError  # noqa: E402
 from executor.streams import CpuBackend, CpuEvent, OrderingError, make_backend  # noqa: E402
@@ -91,12 +91,12 @@ def test_arena_plan_runs_at_its_offsets(case: Case) -> None:
     assert ex.runtime.pool.stats.peak_live_bytes <= memory
 
 
-def test_unconstrained_plans_place_offline_when_they_can_and_compact_otherwise(case: Case) -> None:
+def test_unconstrained_plans_get_offline_offsets_when_they_can_and_compact_otherwise(case: Case) -> None:
     plan = swap_plan(case.graph, "unconstrained")
     roomy = replace(plan, device=replace(plan.device, memory_bytes=2 * plan.device.memory_bytes))
     ex = _run(case, roomy)
     _bitwise(case, ex)
-    assert ex.runtime.pool.stats.placement == "offline" and ex.runtime.pool.stats.compactions == 0
+    assert ex.runtime.pool.stats.offsets == "offline" and ex.runtime.pool.stats.compactions == 0
     # A tight byte budget fragments: best fit plus compaction keeps it within the plan's memory.
     from tests.executor.cases import zoo_case
 
@@ -106,7 +106,7 @@ def test_unconstrained_plans_place_offline_when_they_can_and_compact_otherwise(c
     ex.load(rnn.module(), rnn.args, rnn.target)
     ex.run(2, seed=SEED)
     st = ex.runtime.pool.stats
-    assert st.placement.startswith("online") and st.peak_live_bytes <= tight.device.memory_bytes
+    assert st.offsets.startswith("online") and st.peak_live_bytes <= tight.device.memory_bytes
     ref = train_eager(rnn.graph, rnn.module(), rnn.args, rnn.target, rnn.loss_fn, 2, SEED)
     assert compare(ex.losses, ex.state(), ref).bitwise
 

@@ -8,11 +8,12 @@ import sys
 import pytest
 
 from hybrid.capture import costs
+from hybrid.device import HOST_CPUS, HOST_OF, PRESET_COMPUTE, PRESETS
 from hybrid.errors import FormatError, HybridError
 
 
 def test_roofline_is_max_of_compute_and_memory_plus_launch() -> None:
-    spec = costs.GPU["v100-16gb"]
+    spec = PRESET_COMPUTE["v100-16gb"]
     # 2 GFLOP of fp32 matmul on 1 KB: compute-bound.
     t = costs.roofline_s(2e9, 1e3, "float32", "matmul", spec)
     assert t == pytest.approx(2e9 / 15.7e12 + 5e-6)
@@ -23,20 +24,23 @@ def test_roofline_is_max_of_compute_and_memory_plus_launch() -> None:
 
 
 def test_tensor_cores_and_tf32_where_pytorch_uses_them() -> None:
-    a100 = costs.GPU["a100-40gb"]
+    a100 = PRESET_COMPUTE["a100-40gb"]
     assert a100.peak("float32", "matmul") == 19.5e12          # matmul TF32 off by default
     assert a100.peak("float32", "conv") == 156e12             # cuDNN TF32 on by default
     assert a100.peak("bfloat16", "matmul") == 312e12
     assert a100.peak("bfloat16", "vector") == 39e12
-    v100 = costs.GPU["v100-16gb"]
+    v100 = PRESET_COMPUTE["v100-16gb"]
     assert v100.peak("bfloat16", "matmul") == v100.peak("float32", "matmul")   # Volta has no bf16
     assert v100.peak("float16", "conv") == 125e12
 
 
-def test_every_device_preset_has_compute_figures() -> None:
-    from hybrid.device import PRESETS
-
+def test_every_preset_has_both_parts_memory_and_link_and_compute() -> None:
+    """A preset is defined in hybrid.device twice over: its memory and link (PRESETS) and its compute (its GPU
+    in PRESET_COMPUTE, its host CPU through HOST_OF). Neither part may exist without the other."""
+    assert set(PRESETS) == set(PRESET_COMPUTE) == set(HOST_OF)
+    assert set(HOST_OF.values()) <= set(HOST_CPUS)
     for name in PRESETS:
+        assert PRESETS[name].name == name
         m = costs.cost_model(name)
         assert m.gpu.mem_bytes_per_s > m.cpu.mem_bytes_per_s
         assert m.gpu.source and m.cpu.source

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from hybrid.capture import capture, replay_step
 from hybrid.capture import costs
+from hybrid.device import PRESET_COMPUTE
 from hybrid.capture.conv_impls import ATOL, RTOL, run_impl
 from hybrid.capture.interpreter import mismatches
 from hybrid.errors import HybridError
@@ -58,7 +59,7 @@ def _shape(n: int = 144, c: int = 512, hw: int = 28, co: int = 512) -> costs.Con
 
 
 def test_costs_give_a_real_trade_off_on_a_deep_layer() -> None:
-    spec = costs.GPU["v100-16gb"]
+    spec = PRESET_COMPUTE["v100-16gb"]
     s = _shape()
     flops = 2 * s.n * s.c_out * s.c_in * 9 * s.out_hw[0] * s.out_hw[1]
     direct = costs.roofline_s(flops, 0, "float32", "conv", spec)

@@ -1,4 +1,4 @@
-"""graph_bound (hybrid.plan.bounds): below the makespan of every plan of a graph, whatever its schedule, memory
+"""graph_bound (hybrid.bounds): below the makespan of every plan of a graph, whatever its schedule, memory
 use, residents or reruns; above the ideal where activations cannot all fit; exact on small hand examples."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hybrid.graph import Graph, Op, Tensor
 from hybrid.graph.info import largest_op, persistent_bound, unswapped_peak
 from hybrid.graph.order import program_order, random_order
 from hybrid.graph.synthetic import random_dag, training_graph
-from hybrid.plan.bounds import graph_bound, schedule_bound
+from hybrid.bounds import graph_bound, schedule_bound
 from hybrid.refine import RefineOptions, refine
 from hybrid.swap.augmented import PlannerOptions
 from hybrid.swap.baselines import BASELINES, run_baseline
@@ -123,3 +123,22 @@ def test_activations_raise_it_above_the_ideal_on_a_long_chain():
     assert persistent_bound(g, dev) == pytest.approx(ideal)
     assert graph_bound(g, dev, recompute=False) > ideal * 1.05
     assert graph_bound(g, dev) >= ideal
+
+
+def test_info_leaves_the_activation_bounds_to_hybrid_bounds():
+    """hybrid.graph.info cannot import hybrid.bounds (that would close an import cycle): graph_info leaves the
+    four bounds that count activations at zero and with_bounds fills them from graph_bound and activation_bound,
+    each at least the persistent-tensor bound."""
+    from hybrid.bounds import activation_bound, with_bounds
+    from hybrid.graph.info import graph_info
+
+    g = _graph(11)
+    info = graph_info(g, g.device)
+    assert (info.graph_swap_bound_s, info.graph_bound_s, info.swap_bound_s, info.recompute_bound_s) == (0, 0, 0, 0)
+    full = with_bounds(info, g, g.device)
+    assert full.graph_swap_bound_s == pytest.approx(6 * MS) == graph_bound(g, g.device, recompute=False)
+    assert full.graph_bound_s == pytest.approx((3 + 6 / 11) * MS) == graph_bound(g, g.device, recompute=True)
+    order = program_order(g)
+    assert full.swap_bound_s == max(info.persistent_bound_s, activation_bound(g, g.device, order, recompute=False))
+    assert full.recompute_bound_s == max(info.persistent_bound_s, activation_bound(g, g.device, order, recompute=True))
+    assert replace(full, graph_swap_bound_s=0.0, graph_bound_s=0.0, swap_bound_s=0.0, recompute_bound_s=0.0) == info

@@ -16,7 +16,7 @@ from hybrid.graph.info import unswapped_peak
 from hybrid.graph.order import program_order, random_order
 from hybrid.graph.rerun import why_not_rerunnable
 from hybrid.graph.synthetic import random_dag, training_graph
-from hybrid.plan.bounds import activation_bound, schedule_bound
+from hybrid.bounds import activation_bound, schedule_bound
 from hybrid.simulator import resimulate
 from hybrid.swap.augmented import PlannerOptions
 from hybrid.swap.baselines import run_baseline

@@ -16,7 +16,8 @@ from hybrid.swap.to_plan import to_plan
 from hybrid.refine import RefineOptions, refine
 from hybrid.refine import lns as lns_mod
 from hybrid.refine.model import WindowSolution
-from hybrid.swap.rewalk import FREE, SWAP_OUT, Problem, SequenceError, rebuild, to_augmented
+from hybrid.plan.events import FREE, SWAP_OUT
+from hybrid.swap.rewalk import Problem, SequenceError, rebuild, to_augmented
 from hybrid.graph.order import program_order, random_order
 from hybrid.simulator import simulate
 from hybrid.swap.augmented import PlannerOptions
@@ -208,7 +209,7 @@ def test_figure1_refinement_keeps_the_papers_result(order, pool_name, units):
 @given(seed=st.integers(0, 10_000), pool_kind=st.sampled_from(["bytes", "classes"]))
 def test_schedule_bound_is_a_lower_bound(seed, pool_kind):
     """Below every plan's makespan, the refined plan's included (it keeps schedule, memory and residents)."""
-    from hybrid.plan.bounds import schedule_bound
+    from hybrid.bounds import schedule_bound
 
     rng = np.random.default_rng(seed)
     g = training_graph(int(rng.integers(4, 14)), seed=seed, workspace_prob=0.3, share_params=int(rng.integers(0, 3)),
@@ -226,7 +227,7 @@ def test_schedule_bound_is_a_lower_bound(seed, pool_kind):
 def test_schedule_bound_waits_for_the_value_and_for_the_next_use():
     """a (4 MiB) is live across op1, which needs 9 MiB of 10: 3 MiB of a must be out during op1, copied no
     sooner than op0 wrote it and back before op2 reads it: (1 + 2) + max(1 + 1, 1 + 2) ms at 1.5 MiB/ms."""
-    from hybrid.plan.bounds import schedule_bound
+    from hybrid.bounds import schedule_bound
     from hybrid.graph import Graph, Op, Tensor
 
     mib, ms = 1 << 20, 1e-3

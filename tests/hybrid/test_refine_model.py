@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hybrid.refine.model import SolveOptions, WindowModel, solve_window
-from hybrid.swap.rewalk import COMPUTE, FREE, SWAP_IN, SWAP_OUT
+from hybrid.plan.events import COMPUTE, FREE, SWAP_IN, SWAP_OUT
 from hybrid.refine.window import (Pair, Precedence, Reservoir, WindowSpec, WNode, greedy_starts, violations)
 
 KINDS = (COMPUTE, SWAP_IN, SWAP_OUT, FREE)

@@ -13,7 +13,8 @@ from hybrid.swap.to_plan import to_plan
 from hybrid.refine import RefineOptions, refine
 from hybrid.refine.stream_order import edf_order, reorder_streams, resequence
 from hybrid.graph.order import program_order
-from hybrid.swap.rewalk import COMPUTE, SWAP_OUT, Problem, Timeline, rebuild, to_augmented
+from hybrid.plan.events import COMPUTE, SWAP_OUT
+from hybrid.swap.rewalk import Problem, Timeline, rebuild, to_augmented
 from hybrid.simulator import simulate
 from hybrid.swap.augmented import PlannerOptions
 from hybrid.swap.planner import SwapPlanner

@@ -44,7 +44,7 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
                  f"{format_bytes(pool['moved_bytes_per_iteration'])}")
     out.append(f"  device memory: pool peak {format_bytes(pool['peak_live_bytes'])} of the plan's "
                f"{format_bytes(plan_mem)} (buffer {format_bytes(pool['reserved_bytes'])}"
-               f"{', placement ' + pool['placement'] if pool.get('placement') else ''}{extra}); "
+               f"{', offsets ' + pool['offsets'] if pool.get('offsets') else ''}{extra}); "
                f"copy-fallback transient up to {format_bytes(s.transient_peak_bytes)}"
                + (f"; CUDA max allocated {format_bytes(mem['cuda_max_allocated_bytes'])}"
                   if "cuda_max_allocated_bytes" in mem else ""))

@@ -7,6 +7,7 @@ import click
 from tabulate import tabulate
 
 from hybrid.cli.options import device_from, device_options, graph_option, load_graph
+from hybrid.bounds import with_bounds
 from hybrid.graph.info import graph_info
 
 
@@ -20,7 +21,7 @@ def command(graph_path: Path, as_json: bool, **kw) -> None:
     counted (swap only, and with recompute), and the program order's."""
     g = load_graph(graph_path)
     dev = device_from(g, kw)
-    info = graph_info(g, dev)
+    info = with_bounds(graph_info(g, dev), g, dev)
     if as_json:
         import dataclasses
         import json

@@ -160,7 +160,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     from ga.evaluation import make_evaluator
     from ga.progress import ProgressLine
     from hybrid.signals import deferred_interrupts, interrupted_by, start_forkserver
-    from hybrid.plan.bounds import graph_bound
+    from hybrid.bounds import graph_bound
     from hybrid.swap.augmented import PlannerOptions
     from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import compile_kernels
@@ -197,9 +197,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         if not quiet:
             click.echo(f"compiled the planner's kernels in {format_seconds(took)} (first run after an install; "
                        "cached from now on), not counted in --time-limit", err=True)
-    from hybrid.refine.beside import placement
+    from hybrid.refine.beside import split_cores
 
-    beside, workers = placement(graph, device, refine == "cpsat", refine_mode, workers, scheduler)
+    beside, workers = split_cores(graph, device, refine == "cpsat", refine_mode, workers, scheduler)
     ga_time = total * (1.0 - refine_share) if refine == "cpsat" and not beside else total
     config = GAConfig(population=population, children=children or population, mutation_rate=mutation_rate,
                       schedule_mutation_rate=mutation_rate, temperature=temperature, search=search,  # type: ignore[arg-type]
@@ -358,7 +358,7 @@ def _finish(graph, device, result, plan, ga_plan, refined: str, out_path: Path, 
             layout=None, searched=None) -> None:  # noqa: ANN001
     """Write the log and plot, then the summary (text, or one JSON object with --json). `searched`: the plan
     before it was laid out (a byte budget), shown beside the baselines, which are byte budgets too."""
-    from hybrid.plan.bounds import plan_graph_bound
+    from hybrid.bounds import plan_graph_bound
     from hybrid.plan.metrics import persistent_bound_of
 
     if log_path is not None:

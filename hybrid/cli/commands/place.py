@@ -1,5 +1,5 @@
 """`hybrid place --graph G --cpu xeon-6248r --device p2200 --objective latency --out plan.json`: run the parts
-of an inference graph on the host CPU and the GPU (seed 004)."""
+of an inference graph on the host CPU and the GPU (the CPU/GPU partitioning paper)."""
 from __future__ import annotations
 
 import json

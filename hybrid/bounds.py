@@ -45,7 +45,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import replace
+
 from hybrid.graph import Graph
+from hybrid.graph.info import GraphInfo
 from hybrid.plan import Plan
 
 
@@ -421,3 +424,19 @@ def plan_graph_bound(graph: Graph, plan: Plan) -> float:
             _MEMO.clear()
         hit = _MEMO[key] = (graph, graph_bound(graph, plan.device, recompute=rc))
     return hit[1]
+
+
+def with_bounds(info: GraphInfo, graph: Graph, device) -> GraphInfo:  # noqa: ANN001
+    """`info` (`hybrid.graph.info.graph_info`) with the lower bounds that count activations, for any schedule
+    (`graph_bound`) and for the program order (`activation_bound`), each swap only and with recompute: a few
+    seconds on a 16,000-op graph. Here, not in `hybrid.graph`, because they need the plan and recompute
+    rules (a graph module importing them would close an import cycle)."""
+    from hybrid.graph.order import program_order
+
+    lb = info.persistent_bound_s
+    order = program_order(graph)
+    return replace(info,
+                   graph_swap_bound_s=graph_bound(graph, device, recompute=False),
+                   graph_bound_s=graph_bound(graph, device, recompute=True),
+                   swap_bound_s=max(lb, activation_bound(graph, device, order, recompute=False)),
+                   recompute_bound_s=max(lb, activation_bound(graph, device, order, recompute=True)))

@@ -1,4 +1,4 @@
-"""Offline placement: byte offsets for device copies whose lifetimes are known in advance.
+"""Offline offsets: where in one device buffer each device copy goes, when lifetimes are known in advance.
 
 An `unconstrained` plan only promises that live bytes fit the device memory
 (docs/formats.md); an online allocator could still fragment and need more.
@@ -6,7 +6,7 @@ But the executor knows every device copy's lifetime before the first
 iteration (the compiled program), so it places them once, offline, in one
 buffer: greedy by size (largest first, each at the lowest offset free over
 its whole lifetime), the heuristic static memory planners use. The runtime
-then never allocates: a copy always lands at its offset. If the placement
+then never allocates: a copy always lands at its offset. If the layout
 needs more than the plan's memory (fragmentation the byte count does not
 see), the executor refuses up front, naming the shortfall, instead of
 exceeding the memory at run time.
@@ -28,13 +28,13 @@ from executor.program import Program
 
 
 @dataclass(frozen=True)
-class Placement:
+class OffsetLayout:
     offsets: dict[int, int]     # item key -> byte offset
-    arena_bytes: int            # bytes the placement spans
+    arena_bytes: int            # bytes the layout spans
     align: int
 
 
-def _place(items: list[tuple[int, int, list[tuple[int, int]]]], align: int) -> Placement:
+def _lay_out(items: list[tuple[int, int, list[tuple[int, int]]]], align: int) -> OffsetLayout:
     """items: (key, bytes, [(start, end), ...] lifetime segments, half-open)."""
     order = sorted(items, key=lambda it: (-round_up(it[1], align), -sum(e - s for s, e in it[2]), it[0]))
     seg_s: list[int] = []
@@ -74,7 +74,7 @@ def _place(items: list[tuple[int, int, list[tuple[int, int]]]], align: int) -> P
             seg_lo.append(off)
             seg_hi.append(off + size)
         dirty = True
-    return Placement(offsets, top, align)
+    return OffsetLayout(offsets, top, align)
 
 
 def _interval_items(program: Program) -> list[tuple[int, int, list[tuple[int, int]]]]:
@@ -89,22 +89,22 @@ def _interval_items(program: Program) -> list[tuple[int, int, list[tuple[int, in
     return items
 
 
-def place_intervals(program: Program, capacity: int, align: int) -> Placement:
+def interval_offsets(program: Program, capacity: int, align: int) -> OffsetLayout:
     """An offset (a multiple of `align`, the device's alignment) for every device copy of the program within
     `capacity` bytes, or InfeasibleError."""
     items = _interval_items(program)
-    best = _place(items, align)
+    best = _lay_out(items, align)
     if best.arena_bytes > capacity:
         live_peak = _live_peak(items)
         raise InfeasibleError(
-            f"the plan's device copies need {format_bytes(best.arena_bytes)} contiguous once placed (live bytes peak "
+            f"the plan's device copies need {format_bytes(best.arena_bytes)} contiguous once laid out (live bytes peak "
             f"at {format_bytes(live_peak)}), more than the {format_bytes(capacity)} of its memory; fragmentation the byte budget does "
             "not see. Plan with a size_classes pool, or with a little less memory")
     offsets = dict(best.offsets)
     for k, iv in enumerate(program.intervals):
         if iv.end == -2:
             offsets[k] = offsets[program.resident_interval[iv.tensor]]
-    return Placement(offsets, best.arena_bytes, best.align)
+    return OffsetLayout(offsets, best.arena_bytes, best.align)
 
 
 def _live_peak(items: list[tuple[int, int, list[tuple[int, int]]]]) -> int:
@@ -137,7 +137,7 @@ def arena_allocation(program: Program, capacity: int | None = None, align: int |
         if iv.wrap_start >= 0:
             segs[iv.tensor].append((iv.wrap_start, program.total_seq + 1))
         nbytes[iv.tensor] = iv.nbytes
-    p = _place([(t, nbytes[t], s) for t, s in segs.items()], align)
+    p = _lay_out([(t, nbytes[t], s) for t, s in segs.items()], align)
     cap = program.plan.device.usable_bytes if capacity is None else capacity
     if p.arena_bytes > cap:
         raise InfeasibleError(f"an arena with one offset per tensor needs {format_bytes(p.arena_bytes)}, more than "
