@@ -83,14 +83,13 @@ class Device:
                                                hi=MAX_RATE),
                 transfer_latency_s=checked_number(d.get("transfer_latency_s", 0.0), f"{where}.transfer_latency_s",
                                                   lo=0.0, hi=MAX_SECONDS),
-                alignment_bytes=checked_number(d.get("alignment_bytes", DEFAULT_ALIGNMENT),
-                                               f"{where}.alignment_bytes", lo=1, hi=MAX_ALIGNMENT, integer=True),
+                alignment_bytes=_power_of_two(d.get("alignment_bytes", DEFAULT_ALIGNMENT), f"{where}.alignment_bytes"),
                 reserve_bytes=checked_number(d.get("reserve_bytes", 0), f"{where}.reserve_bytes", lo=0,
                                              hi=MAX_BYTES, integer=True),
             )
         except FormatError:
             raise
-        except HybridError as e:
+        except HybridError as e:   # one the fields check together (the reserve within the memory)
             raise FormatError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
 
     def h2d_time(self, nbytes: int) -> float:
@@ -98,6 +97,13 @@ class Device:
 
     def d2h_time(self, nbytes: int) -> float:
         return nbytes / self.d2h_bytes_per_s + self.transfer_latency_s
+
+
+def _power_of_two(value: Any, what: str) -> int:
+    a = checked_number(value, what, lo=1, hi=MAX_ALIGNMENT, integer=True)
+    if a & (a - 1):
+        raise FormatError(f"{what} must be a power of two (512 for CUDA), got {value!r}")
+    return a
 
 
 # Host-link rates are per direction, as sustained by pinned-memory copies, not
@@ -173,7 +179,10 @@ def resolve_device(
         if changes["reserve_bytes"] < 0:
             raise HybridError(f"--reserve must not be negative, got {reserve!r}")
     if alignment is not None:
-        changes["alignment_bytes"] = parse_bytes(alignment, "--alignment")
+        a = changes["alignment_bytes"] = parse_bytes(alignment, "--alignment")
+        if a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
+            raise HybridError(f"--alignment must be a power of two up to {format_bytes(MAX_ALIGNMENT)} (512 for CUDA), "
+                              f"got {alignment!r}")
     if h2d is not None:
         changes["h2d_bytes_per_s"] = parse_bandwidth(h2d, "--h2d")
     if d2h is not None:

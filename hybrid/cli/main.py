@@ -59,7 +59,7 @@ class _Group(click.Group):
             try:
                 return super().invoke(ctx)
             except HybridError as e:
-                _fail(str(e))
+                _fail(str(e), getattr(e, "exit_status", 2))
             except KeyboardInterrupt:
                 click.echo(f"interrupted ({interrupted_by()})", err=True)
                 sys.exit(exit_status())

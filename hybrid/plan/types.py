@@ -201,6 +201,13 @@ class Event:
                      on_cpu=kind == "compute" and d.get("stream") == CPU_STREAM)
 
 
+def _events(items: list, where: str) -> list[Event]:
+    try:
+        return [Event.from_json(e, i) for i, e in enumerate(items)]
+    except FormatError as e:
+        raise FormatError(f"{where}: {e}") from None
+
+
 @dataclass(repr=False)
 class Plan:
     graph: str
@@ -319,7 +326,7 @@ class Plan:
             planner=dict(d.get("planner") or {}), schedule=list(d["schedule"]),
             allocation=allocation_from_json(d["allocation"], f"{where}: allocation"),
             resident_at_start=list(resident),
-            events=[Event.from_json(e, i) for i, e in enumerate(d["events"])],
+            events=_events(d["events"], where),
             makespan_s=makespan, metrics=metrics,
             extra={k: v for k, v in d.items() if k not in known},
         )

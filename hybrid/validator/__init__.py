@@ -53,7 +53,9 @@ docs/formats.md):
 """
 from __future__ import annotations
 
-from hybrid.errors import HybridError
+from pathlib import Path
+
+from hybrid.errors import HybridError, InvalidPlanError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.validator.context import build_context
@@ -64,7 +66,7 @@ from hybrid.validator.order import check_order
 from hybrid.validator.report import Found, ValidationReport, Violation
 from hybrid.validator.residency import HostCopies, check_inputs, check_swaps
 
-__all__ = ["Violation", "ValidationReport", "validate", "check", "MAX_VIOLATIONS"]
+__all__ = ["Violation", "ValidationReport", "validate", "check", "require_valid", "write_plan", "MAX_VIOLATIONS"]
 
 MAX_VIOLATIONS = 100
 
@@ -111,3 +113,29 @@ def check(graph: Graph, plan: Plan) -> None:
     if not report.valid:
         v = report.violations[0]
         raise HybridError(f"invalid plan for graph {graph.name!r}: rule {v.rule}: {v.message}")
+
+
+def require_valid(graph: Graph, plan: Plan, what: str) -> ValidationReport:
+    """The report of a valid plan; InvalidPlanError (exit 1) naming `what` and the first violation otherwise.
+    For commands given a plan to act on: they say why they cannot, rather than act on a broken one."""
+    report = validate(graph, plan)
+    if not report.valid:
+        v = report.violations[0]
+        raise InvalidPlanError(f"{what} is not a valid plan for graph {graph.name!r}: rule {v.rule}: {v.message} "
+                               "(`hybrid validate --all` lists every violation)")
+    return report
+
+
+def write_plan(graph: Graph, plan: Plan, path: str | Path, what: str = "the plan") -> ValidationReport:
+    """The one way a command writes a plan: validated against `graph` first, then written whole as strict JSON.
+
+    An invalid plan writes nothing and raises InvalidPlanError (the CLI prints `error: ...` and exits 1), so
+    no command leaves a plan that `hybrid validate` rejects with exit status 0. Returns the report (its
+    peak_bytes is the validator's own figure).
+    """
+    report = validate(graph, plan)
+    if not report.valid:
+        v = report.violations[0]
+        raise InvalidPlanError(f"{what} fails validation, so {path} was not written: rule {v.rule}: {v.message}")
+    plan.save(path)
+    return report
