@@ -9,6 +9,7 @@ import click
 from hybrid.cli.options import device_from, device_options, graph_option, json_summary, load_graph, prepare_output
 from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_duration
+from hybrid.validator import write_plan
 
 
 @click.command("milp")
@@ -67,7 +68,7 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     r = run.result
     assert run.plan is not None
     if out_path is not None:
-        run.plan.save(out_path)
+        write_plan(g, run.plan, out_path, "the milp plan")
     if as_json:
         click.echo(json.dumps({**json_summary(g, dev, run.plan, out_path), **run.row()}, indent=1))
         return
