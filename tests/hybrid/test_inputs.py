@@ -129,3 +129,25 @@ def test_float_flags_refuse_nan():
 
     r = CliRunner().invoke(cli, ["milp", "--graph", "g.json", "--gap", "nan"])
     assert r.exit_code == 2 and "not a finite number" in r.output
+
+
+@pytest.mark.parametrize("edit,match", [(("events", 0, "start_s"), "start_s"), (("makespan_s",), "makespan_s"),
+                                        (("device", "h2d_bytes_per_s"), "h2d_bytes_per_s")])
+def test_large_files_refuse_overflowing_numbers_in_every_typed_field(made, tmp_path, monkeypatch, edit, match):
+    """Files above EVERY_FLOAT_BELOW are parsed at C speed; the readers' field checks catch 1e400 (inf)."""
+    import hybrid.jsonio
+
+    monkeypatch.setattr(hybrid.jsonio, "EVERY_FLOAT_BELOW", 0)
+    _, plan = made
+    d = json.loads(plan.dumps())
+    cur = d
+    for k in edit[:-1]:
+        cur = cur[k]
+    cur[edit[-1]] = 12345.5
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d).replace("12345.5", "1e400"))
+    with pytest.raises(FormatError, match=match):
+        Plan.load(path)
+    path.write_text(json.dumps(d).replace("12345.5", "NaN"))
+    with pytest.raises(FormatError, match="NaN"):
+        Plan.load(path)
