@@ -82,6 +82,7 @@ def make_files(root: Path) -> Files:
     from hybrid.graph.info import unswapped_peak
     from hybrid.graph.synthetic import training_graph
     from hybrid.swap.baselines import run_baseline
+    from hybrid.validator import validate
 
     f = Files(root)
     g = training_graph(8, seed=1)
@@ -90,6 +91,19 @@ def make_files(root: Path) -> Files:
     plan = run_baseline(g, dev, "belady")
     plan.save(root / "p.json")
     run_baseline(g, replace(dev, memory_bytes=40 << 20), "belady").save(root / "pa.json")  # room for an arena
+    # one free moved to 1e8 s with makespan_s to match (still a valid plan), then every copy made zero-length:
+    # a tolerance taken from the plan's own makespan (0.1 s here) would let that pass
+    for i, e in enumerate(plan.events):
+        if e.kind == "free":
+            padded = replace(plan, events=[*plan.events[:i], replace(e, start_s=1e8, end_s=1e8),
+                                           *plan.events[i + 1:]], makespan_s=1e8)
+            if validate(g, padded).valid:
+                zero = [replace(x, end_s=x.start_s) if x.kind in ("swap_in", "swap_out") else x
+                        for x in padded.events]
+                replace(padded, events=zero).save(root / "padded.json")
+                break
+    else:
+        raise AssertionError("no free event of the plan could be moved to the end")
     f.graph = json.loads((root / "g.json").read_text())
     f.plan = json.loads((root / "p.json").read_text())
     nodev = dict(f.graph)
@@ -245,6 +259,8 @@ def cases() -> list[Case]:
     add("validate: plan nested 100000 deep", "plan fields", REJECTED,
         lambda f: ["validate", "--graph", f.path("g.json"), "--plan",
                    f.write_text("deep.json", "{\"a\":" * 100_000 + "1" + "}" * 100_000)])
+    add("validate: plan padded to end at 1e8 s, every copy zero-length", "plan fields", REJECTED,
+        lambda f: ["validate", "--graph", f.path("g.json"), "--plan", f.path("padded.json")])
     add("validate: the plan as made", "plan fields", OK,
         lambda f: ["validate", "--graph", f.path("g.json"), "--plan", f.path("p.json")])
 

@@ -48,7 +48,10 @@ docs/formats.md):
   parameters are uploaded once and kept on both sides); a device op reading a
   cpu op's output needs a swap_in of it (rule 4). Recomputes, and ops that
   update tensors in place, cannot run on the cpu stream (rule 0).
-- Tolerance: eps = 1e-9 x max(1 s, makespan_s, last event end); metrics.ideal_s
+- Tolerance: eps = 1e-9 x max(1 s, makespan_s, last event end), capped at 1e-9 x
+  max(1 s, the busy time recomputed from the graph and device: every compute and
+  copy's duration summed), so padding a plan's end does not loosen its checks
+  (for a plan that never idles the cap changes nothing); metrics.ideal_s
   is compared with a relative tolerance of 1e-9.
 """
 from __future__ import annotations

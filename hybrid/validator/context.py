@@ -256,5 +256,11 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
     )
     finite_ends = [x for x in end if math.isfinite(x)]
     ctx.times_finite = len(finite_ends) == n and all(math.isfinite(x) for x in start)
-    ctx.eps = plan.tolerance_s
+    # The tolerance the format gives (1e-9 x the plan's makespan or last end), but never looser than 1e-9 x the
+    # busy time recomputed here: a plan that pads its makespan with one far-off event (a free at 1e8 s) would
+    # otherwise loosen every check to 0.1 s, enough to pass zero-length copies. A plan that never idles (every
+    # planner's) has makespan <= busy time, so this is the format's tolerance for it.
+    busy = math.fsum(impl_time[i] if kind[i] == COMPUTE else ctx.transfer_time(kind[i], tensor[i])
+                     for i in range(n) if kind[i] != FREE)
+    ctx.eps = min(plan.tolerance_s, 1e-9 * max(1.0, busy)) if math.isfinite(busy) else plan.tolerance_s
     return ctx, []

@@ -151,3 +151,21 @@ def test_large_files_refuse_overflowing_numbers_in_every_typed_field(made, tmp_p
     path.write_text(json.dumps(d).replace("12345.5", "NaN"))
     with pytest.raises(FormatError, match="NaN"):
         Plan.load(path)
+
+
+def test_padding_a_plan_does_not_loosen_the_validator(made):
+    """The tolerance is capped by the busy time the validator recomputes: one free moved to 1e8 s (and the
+    makespan with it) made every check 0.1 s loose at a4e4bc4, enough to pass zero-length copies."""
+    g, plan = made
+    for i, e in enumerate(plan.events):
+        if e.kind != "free":
+            continue
+        padded = replace(plan, events=[*plan.events[:i], replace(e, start_s=1e8, end_s=1e8), *plan.events[i + 1:]],
+                         makespan_s=1e8)
+        if validate(g, padded).valid:
+            break
+    else:
+        pytest.fail("no free event could be moved to the end")
+    zero = [replace(x, end_s=x.start_s) if x.kind in ("swap_in", "swap_out") else x for x in padded.events]
+    report = validate(g, replace(padded, events=zero))
+    assert not report.valid and report.violations[0].rule == 1 and "lasts 0 s" in report.violations[0].message
