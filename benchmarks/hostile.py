@@ -151,8 +151,8 @@ def cases() -> list[Case]:
     # ---- flags ------------------------------------------------------------------------------------------
     for flag, value in (("--memory", "1e400GiB"), ("--memory", "1e30"), ("--memory", "0"), ("--alignment", "1e400"),
                         ("--alignment", "3"), ("--alignment", "4TiB"), ("--reserve", "1e400"), ("--h2d", "1e400GB/s"),
-                        ("--h2d", "0.001B/s"), ("--d2h", "1e30TB/s"), ("--latency", "1e400s"), ("--latency", "1000000000000s"),
-                        ("--latency", "nan")):
+                        ("--h2d", "0.001B/s"), ("--d2h", "1e30TB/s"), ("--latency", "1e400s"),
+                        ("--latency", "1000000000000s"), ("--latency", "nan")):
         add(f"info {flag} {value}", "flags", REFUSED,
             lambda f, flag=flag, value=value: ["info", "--graph", f.path("g.json"), flag, value])
     add("simulate --memory 1e30", "flags", REFUSED,
