@@ -167,7 +167,7 @@ def cases() -> list[Case]:
 
     # ---- graph fields -----------------------------------------------------------------------------------
     graph_fields = {
-        ("tensors", 0, "bytes"): [NAN, INF, -INF, 1e30, 10**30, -1, 1.5, "12", True, None, DELETE],
+        ("tensors", 0, "bytes"): [NAN, INF, -INF, 1e30, 10**30, 10**400, -1, 1.5, "12", True, None, DELETE],
         ("ops", 0, "time_s"): [NAN, INF, -1.0, 1e30, "1", None],
         ("ops", 0, "workspace_bytes"): [INF, 1e30, -5, 0.5],
         ("ops", 0, "cpu_time_s"): [NAN, INF, -1.0],
@@ -182,7 +182,8 @@ def cases() -> list[Case]:
     }
     for path, values in graph_fields.items():
         for v in values:
-            label = "deleted" if v is DELETE else repr(v)
+            label = "deleted" if v is DELETE else f"10**{len(str(v)) - 1}" if isinstance(v, int) and v > 10**20 \
+                else repr(v)
             name = "graph " + ".".join(map(str, path)) + f" = {label}"
             add(f"info: {name}", "graph fields", REFUSED,
                 lambda f, path=path, v=v: ["info", "--graph", f.write("bad_g.json", _set(f.graph, path, v))])
@@ -230,6 +231,9 @@ def cases() -> list[Case]:
         'makespan_s "1"': lambda f: _set(f.plan, ("makespan_s",), "1"),
         "events[0].start_s NaN": lambda f: _set(f.plan, ("events", 0, "start_s"), NAN),
         "events[0].end_s Infinity": lambda f: _set(f.plan, ("events", 0, "end_s"), INF),
+        "events[0].end_s 10**400": lambda f: _set(f.plan, ("events", 0, "end_s"), 10**400),
+        "makespan_s -10**400": lambda f: _set(f.plan, ("makespan_s",), -10**400),
+        "device.memory_bytes 10**400": lambda f: _set(f.plan, ("device", "memory_bytes"), 10**400),
         'events[0].start_s "0"': lambda f: _set(f.plan, ("events", 0, "start_s"), "0"),
         "first compute's recompute \"false\"": lambda f: _set(f.plan, ("events", _first(f.plan, "compute"),
                                                                        "recompute"), "false"),

@@ -89,6 +89,8 @@ def checked_number(value: Any, what: str, *, lo: float = 0.0, hi: float = math.i
     whole); else a HybridError naming `what`. The one range check for numbers read from files and flags."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise HybridError(f"{what} must be a number, got {value!r}")
+    if isinstance(value, numbers.Integral) and abs(value) > 2**1000:   # math.isfinite overflows on these
+        raise HybridError(f"{what} is out of range: an integer of {len(str(abs(value)))} digits")
     if not math.isfinite(value):
         raise HybridError(f"{what} must be a finite number, got {value!r}")
     if integer:

@@ -42,7 +42,7 @@ GRAPH_DOC = json.loads(GRAPH.dumps())
 PLAN = run_baseline(GRAPH, replace(GRAPH.device, memory_bytes=14 << 20, reserve_bytes=0), "belady")
 PLAN_DOC = json.loads(PLAN.dumps())
 
-HOSTILE = [math.nan, math.inf, -math.inf, -1, -1e-3, 0, 1e-300, 1.5, 1e30, 10**30, 2**63, "1", "", None, True,
+HOSTILE = [math.nan, math.inf, -math.inf, -1, -1e-3, 0, 1e-300, 1.5, 1e30, 10**30, 2**63, 10**400, "1", "", None, True,
            False, [], {}, [1], {"a": 1}]
 
 
@@ -72,6 +72,8 @@ def _nearby(v: Any) -> list[Any]:
     """Values a careless edit would leave: close to the original, of the same type."""
     if isinstance(v, bool):
         return [not v]
+    if isinstance(v, int) and abs(v) > 2**60:   # beyond float range: integer edits only
+        return [v * 2, v + 1, -v]
     if isinstance(v, (int, float)):
         return [v * 2, v / 2, v + 1, v - 1e-6, -v, v * (1 + 1e-12)]
     if isinstance(v, str):
