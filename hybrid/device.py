@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hybrid.errors import FormatError, HybridError
-from hybrid.units import format_bytes, parse_bandwidth, parse_bytes, parse_duration, round_up
+from hybrid.units import (MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, checked_number, format_bytes,
+                          parse_bandwidth, parse_bytes, parse_duration, round_up)
 
 GiB = 2**30
 MiB = 2**20
@@ -31,14 +32,21 @@ class Device:
     reserve_bytes: int = 0
 
     def __post_init__(self) -> None:
+        """Every field finite and in range (hybrid.units' limits), however the device was made: a NaN or an
+        infinity here would reach every planner and the validator (NaN passes a `<= 0` check)."""
+        what = f"device {self.name!r}"
+        checked_number(self.memory_bytes, f"{what}: memory_bytes", lo=1, hi=MAX_BYTES, integer=True)
+        checked_number(self.reserve_bytes, f"{what}: reserve_bytes", lo=0, hi=MAX_BYTES, integer=True)
+        for key in ("h2d_bytes_per_s", "d2h_bytes_per_s"):
+            checked_number(getattr(self, key), f"{what}: {key}", lo=MIN_RATE, hi=MAX_RATE)
+        checked_number(self.transfer_latency_s, f"{what}: transfer_latency_s", lo=0.0, hi=MAX_SECONDS)
         a = self.alignment_bytes
-        if not isinstance(a, int) or a < 1 or a & (a - 1):
-            raise HybridError(f"device {self.name!r}: alignment_bytes must be a power of two (512 for CUDA; at least "
-                              f"{EXECUTOR_MIN_ALIGNMENT} for plans the executor runs), got {a!r}")
-        if self.reserve_bytes < 0:
-            raise HybridError(f"device {self.name!r}: reserve_bytes must not be negative, got {self.reserve_bytes}")
+        if isinstance(a, bool) or not isinstance(a, int) or a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
+            raise HybridError(f"{what}: alignment_bytes must be a power of two up to {format_bytes(MAX_ALIGNMENT)} "
+                              f"(512 for CUDA; at least {EXECUTOR_MIN_ALIGNMENT} for plans the executor runs), "
+                              f"got {a!r}")
         if self.reserve_bytes >= self.memory_bytes:
-            raise HybridError(f"device {self.name!r}: the reserve ({format_bytes(self.reserve_bytes)}) leaves nothing "
+            raise HybridError(f"{what}: the reserve ({format_bytes(self.reserve_bytes)}) leaves nothing "
                               f"of its {format_bytes(self.memory_bytes)}; give more --memory or a smaller --reserve")
 
     @property
@@ -55,37 +63,48 @@ class Device:
 
     @staticmethod
     def from_json(d: dict[str, Any], where: str = "device") -> "Device":
+        """The device a JSON object describes; every field is checked (type, finite, range) and a bad one is
+        refused naming it."""
         if not isinstance(d, dict):
             raise FormatError(f"{where}: expected an object with name, memory_bytes, h2d_bytes_per_s, d2h_bytes_per_s")
+        for key in ("memory_bytes", "h2d_bytes_per_s", "d2h_bytes_per_s"):
+            if key not in d:
+                raise FormatError(f"{where}: missing field {key!r}")
+        name = d.get("name", "custom")
+        if not isinstance(name, str):
+            raise FormatError(f"{where}: field 'name' must be a string, got {name!r}")
         try:
-            dev = Device(
-                name=str(d.get("name", "custom")),
-                memory_bytes=int(d["memory_bytes"]),
-                h2d_bytes_per_s=float(d["h2d_bytes_per_s"]),
-                d2h_bytes_per_s=float(d["d2h_bytes_per_s"]),
-                transfer_latency_s=float(d.get("transfer_latency_s", 0.0)),
-                alignment_bytes=int(d.get("alignment_bytes", DEFAULT_ALIGNMENT)),
-                reserve_bytes=int(d.get("reserve_bytes", 0)),
+            return Device(
+                name=name,
+                memory_bytes=checked_number(d["memory_bytes"], f"{where}.memory_bytes", lo=1, hi=MAX_BYTES,
+                                            integer=True),
+                h2d_bytes_per_s=checked_number(d["h2d_bytes_per_s"], f"{where}.h2d_bytes_per_s", lo=MIN_RATE,
+                                               hi=MAX_RATE),
+                d2h_bytes_per_s=checked_number(d["d2h_bytes_per_s"], f"{where}.d2h_bytes_per_s", lo=MIN_RATE,
+                                               hi=MAX_RATE),
+                transfer_latency_s=checked_number(d.get("transfer_latency_s", 0.0), f"{where}.transfer_latency_s",
+                                                  lo=0.0, hi=MAX_SECONDS),
+                alignment_bytes=_power_of_two(d.get("alignment_bytes", DEFAULT_ALIGNMENT), f"{where}.alignment_bytes"),
+                reserve_bytes=checked_number(d.get("reserve_bytes", 0), f"{where}.reserve_bytes", lo=0,
+                                             hi=MAX_BYTES, integer=True),
             )
-        except KeyError as e:
-            raise FormatError(f"{where}: missing field {e.args[0]!r}") from None
-        except (TypeError, ValueError) as e:
-            raise FormatError(f"{where}: a field is not a number ({e})") from None
-        except HybridError as e:
-            raise FormatError(f"{where}: {e}") from None
-        if dev.memory_bytes <= 0:
-            raise FormatError(f"{where}.memory_bytes must be positive, got {dev.memory_bytes}")
-        if dev.h2d_bytes_per_s <= 0 or dev.d2h_bytes_per_s <= 0:
-            raise FormatError(f"{where}: bandwidths must be positive")
-        if dev.transfer_latency_s < 0:
-            raise FormatError(f"{where}.transfer_latency_s must not be negative")
-        return dev
+        except FormatError:
+            raise
+        except HybridError as e:   # one the fields check together (the reserve within the memory)
+            raise FormatError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
 
     def h2d_time(self, nbytes: int) -> float:
         return nbytes / self.h2d_bytes_per_s + self.transfer_latency_s
 
     def d2h_time(self, nbytes: int) -> float:
         return nbytes / self.d2h_bytes_per_s + self.transfer_latency_s
+
+
+def _power_of_two(value: Any, what: str) -> int:
+    a = checked_number(value, what, lo=1, hi=MAX_ALIGNMENT, integer=True)
+    if a & (a - 1):
+        raise FormatError(f"{what} must be a power of two (512 for CUDA), got {value!r}")
+    return a
 
 
 # Host-link rates are per direction, as sustained by pinned-memory copies, not
@@ -293,7 +312,10 @@ def resolve_device(
         if changes["reserve_bytes"] < 0:
             raise HybridError(f"--reserve must not be negative, got {reserve!r}")
     if alignment is not None:
-        changes["alignment_bytes"] = parse_bytes(alignment, "--alignment")
+        a = changes["alignment_bytes"] = parse_bytes(alignment, "--alignment")
+        if a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
+            raise HybridError(f"--alignment must be a power of two up to {format_bytes(MAX_ALIGNMENT)} (512 for CUDA), "
+                              f"got {alignment!r}")
     if h2d is not None:
         changes["h2d_bytes_per_s"] = parse_bandwidth(h2d, "--h2d")
     if d2h is not None:

@@ -16,3 +16,14 @@ class FormatError(HybridError):
 
 class InfeasibleError(HybridError):
     """No plan exists under the requested memory (an op alone does not fit, a pool too small)."""
+
+
+class NothingWrittenError(HybridError):
+    """A command cannot act on its input (a plan it cannot refine, a plan that fails validation): it says why
+    in one line, writes nothing and exits 1, as `hybrid validate` does for an invalid plan."""
+
+    exit_status = 1
+
+
+class InvalidPlanError(NothingWrittenError):
+    """A plan a command was given, or was about to write, fails validation."""

@@ -1,15 +1,27 @@
 """Human units on the command line: bytes (10GiB), bandwidth (12GB/s), durations (30m)."""
 from __future__ import annotations
 
+import math
+import numbers
 import re
+from typing import Any
 
 from hybrid.errors import HybridError
 
+# The ranges every number read from a file or a flag must fall in (anything else is refused in one line naming
+# the field): byte counts up to 64 PiB, so that sums over a graph's tensors stay exact in int64 and float64
+# arithmetic never sees an infinity; durations up to 1e9 s (31 years); rates from 1 byte/s to 1 PB/s, so that
+# bytes / rate stays finite; alignments up to 1 GiB.
+MAX_BYTES = 2**56
+MAX_SECONDS = 1e9
+MIN_RATE, MAX_RATE = 1.0, 1e15
+MAX_ALIGNMENT = 2**30
+
 _BYTE_UNITS = {
     "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
+    "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15,
 }
 _TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "m": 60.0, "min": 60.0,
                "h": 3600.0}
@@ -19,17 +31,20 @@ _NUM = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
 def parse_bytes(text: str | int | float, what: str = "size") -> int:
     """'10GiB' -> 10737418240; plain numbers are bytes."""
     if isinstance(text, (int, float)):
-        return int(text)
+        return checked_bytes(text, what)
     m = re.fullmatch(_NUM + r"([A-Za-z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _BYTE_UNITS:
         raise HybridError(f"cannot read {what} {text!r}: write a number of bytes with an optional unit, e.g. 10GiB, 512MB, 1073741824")
-    return int(round(float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]))
+    value = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
+    if not value <= MAX_BYTES:   # also 1e400 (inf)
+        raise HybridError(f"{what} {text!r} is more than {format_bytes(MAX_BYTES)}, the most this tool takes")
+    return int(round(value))
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     """'12GB/s' -> 12e9 bytes per second; plain numbers are bytes per second."""
     if isinstance(text, (int, float)):
-        return float(text)
+        return checked_number(text, what, lo=MIN_RATE, hi=MAX_RATE)
     s = str(text).strip()
     if s.lower().endswith("/s"):
         s = s[:-2]
@@ -39,7 +54,7 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     value = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
     if value <= 0:
         raise HybridError(f"{what} must be positive, got {text!r}")
-    return value
+    return checked_number(value, f"{what} {text!r}", lo=MIN_RATE, hi=MAX_RATE)
 
 
 def parse_duration(text: str | int | float, what: str = "duration", short: bool = False) -> float:
@@ -50,7 +65,7 @@ def parse_duration(text: str | int | float, what: str = "duration", short: bool 
     surely a typo for ms, so both are refused (0 needs no unit). Numbers from Python are seconds.
     """
     if isinstance(text, (int, float)):
-        return float(text)
+        return checked_number(text, what, lo=0.0, hi=MAX_SECONDS)
     s = str(text).strip().lower()
     parts = re.findall(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", s)
     if not parts or "".join(a + b for a, b in parts) != s.replace(" ", ""):
@@ -66,13 +81,42 @@ def parse_duration(text: str | int | float, what: str = "duration", short: bool 
             raise HybridError(f"{what} {text} is {float(num) * _TIME_UNITS[unit]:g} seconds ({unit} is "
                               f"{'minutes' if unit != 'h' else 'hours'}); for milliseconds write {num}ms")
         total += float(num) * _TIME_UNITS[unit]
-    return total
+    return checked_number(total, f"{what} {text!r}", lo=0.0, hi=MAX_SECONDS)
+
+
+def checked_number(value: Any, what: str, *, lo: float = 0.0, hi: float = math.inf, integer: bool = False) -> Any:
+    """`value` if it is a finite number (not a bool) in [lo, hi], as an int when `integer` (then it must be
+    whole); else a HybridError naming `what`. The one range check for numbers read from files and flags."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise HybridError(f"{what} must be a number, got {value!r}")
+    if isinstance(value, numbers.Integral) and abs(value) > 2**1000:   # math.isfinite overflows on these
+        raise HybridError(f"{what} is out of range: an integer of {len(str(abs(value)))} digits")
+    if not math.isfinite(value):
+        raise HybridError(f"{what} must be a finite number, got {value!r}")
+    if integer:
+        if value != int(value):
+            raise HybridError(f"{what} must be a whole number, got {value!r}")
+        value = int(value)
+    elif not isinstance(value, float):
+        value = float(value)
+    if value < lo:
+        raise HybridError(f"{what} must be at least {lo:g}, got {value!r}" if lo else
+                          f"{what} must not be negative, got {value!r}")
+    if value > hi:
+        limit = format_bytes(hi) if integer and hi >= 2**10 else f"{hi:g}"
+        raise HybridError(f"{what} must be at most {limit}, got {value!r}")
+    return value
+
+
+def checked_bytes(value: Any, what: str, lo: int = 0) -> int:
+    """A byte count read from a file or a flag: a whole number in [lo, MAX_BYTES]."""
+    return checked_number(value, what, lo=lo, hi=MAX_BYTES, integer=True)
 
 
 def format_bytes(n: float) -> str:
     """Binary units, three significant digits: 1.50 GiB."""
     n = float(n)
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{int(n)} B"

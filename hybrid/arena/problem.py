@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from hybrid.errors import FormatError
+from hybrid.units import MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,9 @@ class Arrays:
         return int(max(0, np.cumsum(d[order]).max()))
 
 
+_MAX_TIME = 2**62   # lifetimes are int64 instants
+
+
 def read_csv(path: str | Path, alignment: int = 1) -> tuple[Problem, np.ndarray | None]:
     """MiniMalloc CSV -> (problem, offsets or None when the file has no `offset` column)."""
     p = Path(path)
@@ -124,17 +128,32 @@ def read_csv(path: str | Path, alignment: int = 1) -> tuple[Problem, np.ndarray 
     has_off = "offset" in col
     bufs: list[Buffer] = []
     offs: list[int] = []
+    line_of: dict[str, int] = {}
     for ln, r in enumerate(rows[1:], start=2):
         if not r or all(not x.strip() for x in r):
             continue
         try:
-            bufs.append(Buffer(r[col["id"]].strip(), int(r[col["lower"]]), int(r[col["upper"]]), int(r[col["size"]]),
-                               alignment))
-            if has_off:
-                offs.append(int(r[col["offset"]]))
+            bid = r[col["id"]].strip()
+            buf = Buffer(bid, int(r[col["lower"]]), int(r[col["upper"]]), int(r[col["size"]]), alignment)
+            off = int(r[col["offset"]]) if has_off else 0
         except (ValueError, IndexError):
             raise FormatError(f"{p}: line {ln}: expected integers for lower, upper, size"
                               f"{', offset' if has_off else ''}, got {','.join(r)!r}") from None
+        if bid in line_of:
+            raise FormatError(f"{p}: line {ln}: buffer id {bid!r} appears twice (lines {line_of[bid]} and {ln}); "
+                              "give every buffer its own id")
+        line_of[bid] = ln
+        if not all(abs(x) <= _MAX_TIME for x in (buf.lower, buf.upper)):
+            raise FormatError(f"{p}: line {ln}: lower and upper must lie within +-{_MAX_TIME}, got {buf.lower}, "
+                              f"{buf.upper}")
+        for name, x in (("size", buf.size), ("offset", off)):
+            if not 0 <= x <= MAX_BYTES:
+                raise FormatError(f"{p}: line {ln}: {name} must be from 0 to {MAX_BYTES}, got {x}")
+        bufs.append(buf)
+        if has_off:
+            offs.append(off)
+    if sum(b.size for b in bufs) > MAX_BYTES:
+        raise FormatError(f"{p}: the buffers' sizes add up to more than {MAX_BYTES} bytes, the most this tool takes")
     prob = Problem(bufs)
     prob.arrays            # checks every buffer now, naming the bad one
     return prob, (np.array(offs, np.int64) if has_off else None)

@@ -50,12 +50,13 @@ class Profile:
     @staticmethod
     def load(path: str | Path) -> "Profile":
         p = Path(path)
+        from hybrid.jsonio import loads_strict
+
         try:
-            d = json.loads(p.read_text())
+            data = p.read_bytes()
         except OSError as e:
             raise FormatError(f"cannot read profile file {str(p)!r}: {e.strerror}") from None
-        except json.JSONDecodeError as e:
-            raise FormatError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
+        d = loads_strict(data, str(p))   # finite numbers only: a NaN time_s passes `t < 0`
         if not isinstance(d, dict) or d.get("format") != PROFILE_FORMAT:
             raise FormatError(f"{p}: field 'format' must be {PROFILE_FORMAT!r} (is this a profile file?)")
         if d.get("backend") not in ("cuda", "cpu") or not isinstance(d.get("entries"), dict):

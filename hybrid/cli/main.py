@@ -3,7 +3,8 @@
 One error style for every command: user errors (HybridError, and click's own
 usage errors such as a missing or malformed flag) print as one line,
 `error: ...`, and exit with status 2; `hybrid validate` exits 1 for an invalid
-plan. SIGTERM behaves like Ctrl-C (`hybrid.signals`): a search stops and
+plan, and so does a command that cannot act on its plan or would write an
+invalid one (NothingWrittenError: it writes nothing and says why). SIGTERM behaves like Ctrl-C (`hybrid.signals`): a search stops and
 writes its best result; a command interrupted with nothing to write says so
 and exits 130 (Ctrl-C) or 143 (SIGTERM).
 """
@@ -59,7 +60,7 @@ class _Group(click.Group):
             try:
                 return super().invoke(ctx)
             except HybridError as e:
-                _fail(str(e))
+                _fail(str(e), getattr(e, "exit_status", 2))
             except KeyboardInterrupt:
                 click.echo(f"interrupted ({interrupted_by()})", err=True)
                 sys.exit(exit_status())

@@ -13,6 +13,24 @@ from hybrid.graph import Graph
 from hybrid.plan import Plan
 
 
+class FiniteFloat(click.FloatRange):
+    """A float flag that is finite (click's FLOAT and FloatRange take `nan` and `inf`, and NaN passes every
+    range check), optionally within [min, max]."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        rv = click.types.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(rv, param, ctx)
+
+
+FINITE = FiniteFloat()
+
+
 def device_options(f: Callable) -> Callable:
     """--device/--memory/--h2d/--d2h/--latency/--reserve/--alignment; the graph's own device (else v100-16gb)
     is the base."""
@@ -55,7 +73,7 @@ recompute_option = click.option(
          "it before its next use, where that costs less compute time than the copies cost link time. "
          "--no-recompute: swap only (SwapAdvisor).")
 patience_option = click.option(
-    "--refine-patience", "refine_patience", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.1,
+    "--refine-patience", "refine_patience", type=FiniteFloat(0.0, 1.0, min_open=True), default=0.1,
     show_default=True,
     help="When refinement has found nothing faster for this share of its budget, the GA resumes with the rest "
          "and the faster plan is kept (1: refine for the whole share).")

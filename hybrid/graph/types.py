@@ -7,15 +7,15 @@ field; planners never see an invalid graph. Array forms for the hot loops live i
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from hybrid.device import Device
-from hybrid.errors import FormatError
+from hybrid.errors import FormatError, HybridError
+from hybrid.jsonio import dumps_strict, loads_strict
+from hybrid.units import MAX_BYTES, MAX_SECONDS, checked_bytes, checked_number, format_bytes
 
 if TYPE_CHECKING:
     from hybrid.graph.arrays import GraphArrays
@@ -154,7 +154,8 @@ class Graph:
         return d
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1)
+        """Strict JSON (no NaN or Infinity, which other parsers reject)."""
+        return dumps_strict(self.to_json(), f"graph {self.name!r}", indent=1)
 
     def save(self, path: str | Path) -> str:
         """Write the file whole or not at all; returns (and remembers) the sha256 of the bytes written."""
@@ -172,10 +173,7 @@ class Graph:
             data = p.read_bytes()
         except OSError as e:
             raise FormatError(f"cannot read graph file {str(p)!r}: {e.strerror}") from None
-        try:
-            d = json.loads(data)
-        except json.JSONDecodeError as e:
-            raise FormatError(f"{p}: not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        d = loads_strict(data, str(p))
         g = Graph.from_json(d, where=str(p))
         g._sha256 = hashlib.sha256(data).hexdigest()
         return g
@@ -197,7 +195,10 @@ class Graph:
         tensors = [_tensor_from_json(t, i, where) for i, t in enumerate(d["tensors"])]
         ops = [_op_from_json(o, i, where) for i, o in enumerate(d["ops"])]
         extra = {k: v for k, v in d.items() if k not in ("format", "name", "device", "tensors", "ops")}
-        return Graph(str(d.get("name", "unnamed")), tensors, ops, device, extra, sha256)
+        name = d.get("name", "unnamed")
+        if not isinstance(name, str):
+            raise FormatError(f"{where}: field 'name' must be a string, got {name!r}")
+        return Graph(name, tensors, ops, device, extra, sha256)
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors)"
@@ -206,22 +207,18 @@ class Graph:
 # ---- parsing helpers ---------------------------------------------------------
 
 def _num(d: dict, key: str, what: str, default: Any = None, integer: bool = False) -> Any:
+    """A field that is a finite, non-negative number (a whole number of at most MAX_BYTES for bytes, at most
+    MAX_SECONDS for times); anything else is refused naming the field."""
     if key not in d:
         if default is not None:
             return default
         raise FormatError(f"{what}: missing field {key!r}")
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise FormatError(f"{what}: field {key!r} must be a number, got {v!r}")
-    if integer:
-        if float(v) != int(v):
-            raise FormatError(f"{what}: field {key!r} must be an integer number of bytes, got {v!r}")
-        v = int(v)
-    if not math.isfinite(v):
-        raise FormatError(f"{what}: field {key!r} must be finite, got {v!r}")
-    if v < 0:
-        raise FormatError(f"{what}: field {key!r} must not be negative, got {v!r}")
-    return v
+    try:
+        if integer:
+            return checked_bytes(d[key], f"{what}: field {key!r}")
+        return checked_number(d[key], f"{what}: field {key!r}", lo=0.0, hi=MAX_SECONDS)
+    except HybridError as e:
+        raise FormatError(str(e)) from None
 
 
 def _id(d: Any, what: str) -> str:
@@ -288,16 +285,22 @@ def _check(g: Graph) -> None:
     for i, t in enumerate(g.tensors):
         if t.id in g.tensor_index:
             raise FormatError(f"{where}: tensor id {t.id!r} appears twice (tensors[{g.tensor_index[t.id]}] and tensors[{i}])")
-        if t.bytes < 0:
-            raise FormatError(f"{where}: tensor {t.id!r} has negative bytes {t.bytes}")
+        if not 0 <= t.bytes <= MAX_BYTES:   # NaN fails too
+            raise FormatError(f"{where}: tensor {t.id!r}: field 'bytes' must be a whole number from 0 to "
+                              f"{MAX_BYTES}, got {t.bytes!r}")
         g.tensor_index[t.id] = i
     producer: dict[str, str] = {}
     for i, o in enumerate(g.ops):
         if o.id in g.op_index:
             raise FormatError(f"{where}: op id {o.id!r} appears twice (ops[{g.op_index[o.id]}] and ops[{i}])")
         g.op_index[o.id] = i
-        if o.time_s < 0 or o.workspace_bytes < 0:
-            raise FormatError(f"{where}: op {o.id!r} has a negative time_s or workspace_bytes")
+        for time_s, ws in ((o.time_s, o.workspace_bytes), *((im.time_s, im.workspace_bytes) for im in o.impls)):
+            if not 0 <= time_s <= MAX_SECONDS or not 0 <= ws <= MAX_BYTES:   # NaN fails these too
+                raise FormatError(f"{where}: op {o.id!r}: time_s must be finite, from 0 to {MAX_SECONDS:g} s, and "
+                                  f"workspace_bytes from 0 to {MAX_BYTES}; got {time_s!r} and {ws!r}")
+        if o.cpu_time_s is not None and not 0 <= o.cpu_time_s <= MAX_SECONDS:
+            raise FormatError(f"{where}: op {o.id!r}: cpu_time_s must be finite, from 0 to {MAX_SECONDS:g} s, got "
+                              f"{o.cpu_time_s!r}")
         names = [im.name for im in o.impls]
         if len(set(names)) != len(names):
             raise FormatError(f"{where}: op {o.id!r} lists an impl name twice")
@@ -321,6 +324,11 @@ def _check(g: Graph) -> None:
             if tid in o.inputs:
                 raise FormatError(f"{where}: op {o.id!r} reads its own output {tid!r}")
             producer[tid] = o.id
+    workspace = (ws for o in g.ops for ws in (o.workspace_bytes, *(im.workspace_bytes for im in o.impls)))
+    total = sum(t.bytes for t in g.tensors) + max(workspace, default=0)
+    if total > MAX_BYTES:
+        raise FormatError(f"{where}: its tensors and largest workspace add up to {format_bytes(total)}, more than "
+                          f"{format_bytes(MAX_BYTES)}, the most this tool takes; check the 'bytes' fields")
     for t in g.tensors:
         if not t.persistent and t.id not in producer:
             raise FormatError(f"{where}: tensor {t.id!r} is not persistent and no op outputs it; mark it persistent (an input fed each iteration) or add its producer")

@@ -6,21 +6,27 @@ index; whether the plan obeys the rules is the validator's job
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
+
+import math
 
 import numpy as np
 
 from hybrid.device import Device
 from hybrid.errors import FormatError, HybridError
+from hybrid.jsonio import dumps_strict, loads_strict
 from hybrid.plan.events import CPU_STREAM, EVENT_KINDS, STREAM_OF_KIND
+from hybrid.units import MAX_BYTES, checked_bytes, checked_number
 
 if TYPE_CHECKING:
     from hybrid.graph import Graph
 
 PLAN_FORMAT = "hybrid-plan/1"
+# Metrics other tools read back (summaries, --json): numbers when present. Other keys are carried as they are.
+NUMERIC_METRICS = ("ideal_s", "persistent_bound_s", "lower_bound_s", "stall_s", "bytes_h2d", "bytes_d2h",
+                   "peak_bytes", "pool_bytes")
 
 
 @dataclass(frozen=True)
@@ -76,18 +82,38 @@ def allocation_from_json(d: Any, where: str = "allocation") -> Allocation:
     kind = d.get("kind")
     try:
         if kind == "size_classes":
-            classes = tuple(SizeClass(int(c["bytes"]), int(c["count"])) for c in d["classes"])
-            class_of = {str(k): int(v) for k, v in d["class_of"].items()}
+            if not isinstance(d["classes"], list) or not isinstance(d["class_of"], dict):
+                raise FormatError(f"{where}: 'classes' must be a list and 'class_of' an object")
+            classes = tuple(SizeClass(checked_bytes(_field(c, "bytes", f"{where}.classes[{i}]"),
+                                                    f"{where}.classes[{i}].bytes"),
+                                      checked_bytes(_field(c, "count", f"{where}.classes[{i}]"),
+                                                    f"{where}.classes[{i}].count"))
+                            for i, c in enumerate(d["classes"]))
+            class_of = {k: checked_number(v, f"{where}.class_of.{k}", lo=0, hi=max(len(classes) - 1, 0),
+                                          integer=True) for k, v in d["class_of"].items()}
             return SizeClassAllocation(classes, class_of)
         if kind == "arena":
-            return ArenaAllocation(int(d["arena_bytes"]), {str(k): int(v) for k, v in d["offsets"].items()})
+            if not isinstance(d["offsets"], dict):
+                raise FormatError(f"{where}: 'offsets' must be an object of tensor id: byte offset")
+            return ArenaAllocation(checked_bytes(d["arena_bytes"], f"{where}.arena_bytes"),
+                                   {k: checked_bytes(v, f"{where}.offsets.{k}") for k, v in d["offsets"].items()})
         if kind == "unconstrained":
             return UnconstrainedAllocation()
     except KeyError as e:
         raise FormatError(f"{where}: missing field {e.args[0]!r} for kind {kind!r}") from None
-    except (TypeError, ValueError, AttributeError) as e:
-        raise FormatError(f"{where}: malformed {kind!r} allocation ({e})") from None
+    except FormatError:
+        raise
+    except HybridError as e:
+        raise FormatError(str(e)) from None
     raise FormatError(f"{where}: field 'kind' is {kind!r}; use size_classes, arena or unconstrained")
+
+
+def _field(d: Any, key: str, where: str) -> Any:
+    if not isinstance(d, dict):
+        raise FormatError(f"{where}: expected an object")
+    if key not in d:
+        raise FormatError(f"{where}: missing field {key!r}")
+    return d[key]
 
 
 @dataclass(frozen=True)
@@ -143,26 +169,41 @@ class Event:
         ref = d.get(ref_key)
         if not isinstance(ref, str):
             raise FormatError(f"{what} ({kind}): field {ref_key!r} must be a string id")
+        desc = f"{what} ({kind} {ref!r})"
         try:
             if kind == "free":
-                start = end = float(d["at_s"])
+                start = end = checked_number(d["at_s"], f"{desc}: at_s", lo=-math.inf)
             else:
-                start, end = float(d["start_s"]), float(d["end_s"])
+                start = checked_number(d["start_s"], f"{desc}: start_s", lo=-math.inf)
+                end = checked_number(d["end_s"], f"{desc}: end_s", lo=-math.inf)
                 allowed = (STREAM_OF_KIND[kind], CPU_STREAM) if kind == "compute" else (STREAM_OF_KIND[kind],)
                 if "stream" in d and d["stream"] not in allowed:
-                    raise FormatError(f"{what} ({kind} {ref!r}): stream is {d['stream']!r}, expected "
+                    raise FormatError(f"{desc}: stream is {d['stream']!r}, expected "
                                       f"{' or '.join(repr(x) for x in allowed)}")
         except KeyError as e:
-            raise FormatError(f"{what} ({kind} {ref!r}): missing field {e.args[0]!r}") from None
-        except (TypeError, ValueError):
-            raise FormatError(f"{what} ({kind} {ref!r}): times must be numbers") from None
+            raise FormatError(f"{desc}: missing field {e.args[0]!r}") from None
+        except FormatError:
+            raise
+        except HybridError as e:
+            raise FormatError(str(e)) from None
         known = {"kind", "op", "tensor", "impl", "recompute", "stream", "start_s", "end_s", "at_s"}
         impl = d.get("impl")
+        if impl is not None and not isinstance(impl, str):
+            raise FormatError(f"{desc}: field 'impl' must be a string, got {impl!r}")
+        recompute = d.get("recompute", False)
+        if not isinstance(recompute, bool):
+            raise FormatError(f"{desc}: field 'recompute' must be true or false, got {recompute!r}")
         return Event(kind, start, end, op=ref if kind == "compute" else None,
-                     tensor=ref if kind != "compute" else None,
-                     impl=str(impl) if impl is not None else None, recompute=bool(d.get("recompute", False)),
+                     tensor=ref if kind != "compute" else None, impl=impl, recompute=recompute,
                      extra={k: v for k, v in d.items() if k not in known},
                      on_cpu=kind == "compute" and d.get("stream") == CPU_STREAM)
+
+
+def _events(items: list, where: str) -> list[Event]:
+    try:
+        return [Event.from_json(e, i) for i, e in enumerate(items)]
+    except FormatError as e:
+        raise FormatError(f"{where}: {e}") from None
 
 
 @dataclass(repr=False)
@@ -227,7 +268,8 @@ class Plan:
         return d
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), separators=(",", ":"))
+        """Strict JSON: a NaN or infinite figure is an error naming its field, before anything is written."""
+        return dumps_strict(self.to_json(), f"plan for graph {self.graph!r}", separators=(",", ":"))
 
     def save(self, path: str | Path) -> None:
         """Write the file whole or not at all (a temporary file, then a rename), so that a job stopped while
@@ -240,12 +282,10 @@ class Plan:
     def load(path: str | Path) -> "Plan":
         p = Path(path)
         try:
-            d = json.loads(p.read_bytes())
+            data = p.read_bytes()
         except OSError as e:
             raise FormatError(f"cannot read plan file {str(p)!r}: {e.strerror}") from None
-        except json.JSONDecodeError as e:
-            raise FormatError(f"{p}: not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-        return Plan.from_json(d, where=str(p))
+        return Plan.from_json(loads_strict(data, str(p)), where=str(p))
 
     @staticmethod
     def from_json(d: Any, where: str = "plan") -> "Plan":
@@ -262,19 +302,29 @@ class Plan:
         resident = d.get("resident_at_start", [])
         if not isinstance(resident, list) or not all(isinstance(x, str) for x in resident):
             raise FormatError(f"{where}: 'resident_at_start' must be a list of tensor ids")
+        for key in ("planner", "metrics"):
+            if d.get(key) is not None and not isinstance(d[key], dict):
+                raise FormatError(f"{where}: field {key!r} must be an object, got {d[key]!r}")
+        for key in ("graph", "graph_sha256"):
+            if not isinstance(d.get(key, ""), str):
+                raise FormatError(f"{where}: field {key!r} must be a string, got {d[key]!r}")
+        metrics = dict(d.get("metrics") or {})
         try:
-            makespan = float(d.get("makespan_s", 0.0))
-        except (TypeError, ValueError):
-            raise FormatError(f"{where}: 'makespan_s' must be a number") from None
+            makespan = checked_number(d.get("makespan_s", 0.0), f"{where}: makespan_s", lo=-math.inf)
+            for key in NUMERIC_METRICS:
+                if key in metrics:
+                    checked_number(metrics[key], f"{where}: metrics.{key}", lo=-MAX_BYTES, hi=MAX_BYTES)
+        except HybridError as e:
+            raise FormatError(str(e)) from None
         known = {"format", "graph", "graph_sha256", "device", "planner", "schedule", "allocation",
                  "resident_at_start", "events", "makespan_s", "metrics"}
         return Plan(
-            graph=str(d.get("graph", "")), graph_sha256=str(d.get("graph_sha256", "")),
+            graph=d.get("graph", ""), graph_sha256=d.get("graph_sha256", ""),
             device=Device.from_json(d["device"], f"{where}: device"),
             planner=dict(d.get("planner") or {}), schedule=list(d["schedule"]),
             allocation=allocation_from_json(d["allocation"], f"{where}: allocation"),
             resident_at_start=list(resident),
-            events=[Event.from_json(e, i) for i, e in enumerate(d["events"])],
-            makespan_s=makespan, metrics=dict(d.get("metrics") or {}),
+            events=_events(d["events"], where),
+            makespan_s=makespan, metrics=metrics,
             extra={k: v for k, v in d.items() if k not in known},
         )

@@ -48,12 +48,17 @@ docs/formats.md):
   parameters are uploaded once and kept on both sides); a device op reading a
   cpu op's output needs a swap_in of it (rule 4). Recomputes, and ops that
   update tensors in place, cannot run on the cpu stream (rule 0).
-- Tolerance: eps = 1e-9 x max(1 s, makespan_s, last event end); metrics.ideal_s
+- Tolerance: eps = 1e-9 x max(1 s, makespan_s, last event end), capped at 1e-9 x
+  max(1 s, the busy time recomputed from the graph and device: every compute and
+  copy's duration summed), so padding a plan's end does not loosen its checks
+  (for a plan that never idles the cap changes nothing); metrics.ideal_s
   is compared with a relative tolerance of 1e-9.
 """
 from __future__ import annotations
 
-from hybrid.errors import HybridError
+from pathlib import Path
+
+from hybrid.errors import HybridError, InvalidPlanError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.validator.context import build_context
@@ -64,7 +69,7 @@ from hybrid.validator.order import check_order
 from hybrid.validator.report import Found, ValidationReport, Violation
 from hybrid.validator.residency import HostCopies, check_inputs, check_swaps
 
-__all__ = ["Violation", "ValidationReport", "validate", "check", "MAX_VIOLATIONS"]
+__all__ = ["Violation", "ValidationReport", "validate", "check", "require_valid", "write_plan", "MAX_VIOLATIONS"]
 
 MAX_VIOLATIONS = 100
 
@@ -111,3 +116,29 @@ def check(graph: Graph, plan: Plan) -> None:
     if not report.valid:
         v = report.violations[0]
         raise HybridError(f"invalid plan for graph {graph.name!r}: rule {v.rule}: {v.message}")
+
+
+def require_valid(graph: Graph, plan: Plan, what: str) -> ValidationReport:
+    """The report of a valid plan; InvalidPlanError (exit 1) naming `what` and the first violation otherwise.
+    For commands given a plan to act on: they say why they cannot, rather than act on a broken one."""
+    report = validate(graph, plan)
+    if not report.valid:
+        v = report.violations[0]
+        raise InvalidPlanError(f"{what} is not a valid plan for graph {graph.name!r}: rule {v.rule}: {v.message} "
+                               "(`hybrid validate --all` lists every violation)")
+    return report
+
+
+def write_plan(graph: Graph, plan: Plan, path: str | Path, what: str = "the plan") -> ValidationReport:
+    """The one way a command writes a plan: validated against `graph` first, then written whole as strict JSON.
+
+    An invalid plan writes nothing and raises InvalidPlanError (the CLI prints `error: ...` and exits 1), so
+    no command leaves a plan that `hybrid validate` rejects with exit status 0. Returns the report (its
+    peak_bytes is the validator's own figure).
+    """
+    report = validate(graph, plan)
+    if not report.valid:
+        v = report.violations[0]
+        raise InvalidPlanError(f"{what} fails validation, so {path} was not written: rule {v.rule}: {v.message}")
+    plan.save(path)
+    return report

@@ -93,6 +93,34 @@ class Context:
         return self.t_bytes[t] / bw + dev.transfer_latency_s
 
 
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def device_problems(dev: object) -> list[str]:
+    """The validator's own reading of the plan's device: what makes it unusable for timing copies or sizing
+    memory (a NaN latency would make every copy's duration check pass). Independent of Device's own checks,
+    which a plan built in Python could bypass."""
+    out = []
+    mem = getattr(dev, "memory_bytes", None)
+    if not _number(mem) or mem < 1 or mem != int(mem):
+        out.append(f"device.memory_bytes must be a positive whole number, got {mem!r}")
+    for key in ("h2d_bytes_per_s", "d2h_bytes_per_s"):
+        v = getattr(dev, key, None)
+        if not _number(v) or v <= 0:
+            out.append(f"device.{key} must be a positive finite number, got {v!r}")
+    lat = getattr(dev, "transfer_latency_s", None)
+    if not _number(lat) or lat < 0:
+        out.append(f"device.transfer_latency_s must be a finite number of seconds, at least 0, got {lat!r}")
+    a = getattr(dev, "alignment_bytes", None)
+    if not _number(a) or a != int(a) or a < 1 or int(a) & (int(a) - 1):
+        out.append(f"device.alignment_bytes must be a power of two, got {a!r}")
+    r = getattr(dev, "reserve_bytes", None)
+    if not _number(r) or r < 0 or r != int(r) or (_number(mem) and r >= mem):
+        out.append(f"device.reserve_bytes must be a whole number from 0 to below memory_bytes, got {r!r}")
+    return out
+
+
 def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]]:
     """Resolve every id of the plan against the graph; rule-0 findings stop validation."""
     bad: list[Found] = []
@@ -100,6 +128,14 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
     def plan_level(text: str) -> None:
         bad.append(Found(-math.inf, -1, Violation(0, text, None)))
 
+    for text in device_problems(plan.device):
+        plan_level(text)
+    if not _number(plan.makespan_s):
+        plan_level(f"makespan_s must be a finite number, got {plan.makespan_s!r}")
+    if not isinstance(plan.metrics, dict):
+        plan_level(f"metrics must be an object, got {plan.metrics!r}")
+    if bad:   # every later rule times copies and sizes pools with the device
+        return None, bad
     if plan.graph != graph.name:
         plan_level(f"plan is for graph {plan.graph!r}, not {graph.name!r}")
     if plan.graph_sha256 and plan.graph_sha256 != graph.sha256:
@@ -219,5 +255,11 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
     )
     finite_ends = [x for x in end if math.isfinite(x)]
     ctx.times_finite = len(finite_ends) == n and all(math.isfinite(x) for x in start)
-    ctx.eps = plan.tolerance_s
+    # The tolerance the format gives (1e-9 x the plan's makespan or last end), but never looser than 1e-9 x the
+    # busy time recomputed here: a plan that pads its makespan with one far-off event (a free at 1e8 s) would
+    # otherwise loosen every check to 0.1 s, enough to pass zero-length copies. A plan that never idles (every
+    # planner's) has makespan <= busy time, so this is the format's tolerance for it.
+    busy = math.fsum(impl_time[i] if kind[i] == COMPUTE else ctx.transfer_time(kind[i], tensor[i])
+                     for i in range(n) if kind[i] != FREE)
+    ctx.eps = min(plan.tolerance_s, 1e-9 * max(1.0, busy)) if math.isfinite(busy) else plan.tolerance_s
     return ctx, []

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.units import format_seconds, parse_bytes, parse_duration
+from hybrid.units import MAX_ALIGNMENT, format_seconds, parse_bytes, parse_duration
 
 
 def _verdict(arena: int, peak: int, proven: bool, lb: int, solver: str, secs: float) -> str:
@@ -61,13 +61,16 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str, graph_p
     from hybrid.arena.lifetimes import with_arena
     from hybrid.cli.options import load_graph, load_plan
 
+    from hybrid.validator import require_valid, write_plan
+
     graph = load_graph(graph_path)
     plan = load_plan(plan_path)
+    require_valid(graph, plan, f"--plan {plan_path}")   # offsets for a broken plan would be a broken plan
     new, sol = with_arena(graph, plan, limit)
     click.echo(_verdict(sol.arena_bytes, sol.lower_bound if sol.proven_optimal else _peak(graph, plan),
                         sol.proven_optimal, sol.lower_bound, sol.solver, sol.seconds))
     if out_path is not None:
-        new.save(out_path)
+        write_plan(graph, new, out_path, "the plan with arena offsets")
         click.echo(f"wrote {out_path}")
 
 
@@ -111,8 +114,8 @@ def _csv(path: Path, capacity: str | None, alignment: str, limit: float, out_pat
     from hybrid.arena.validate import check_offsets
 
     align = parse_bytes(alignment, "--alignment")
-    if align < 1:
-        raise HybridError(f"--alignment must be at least 1, got {alignment!r}")
+    if not 1 <= align <= MAX_ALIGNMENT:
+        raise HybridError(f"--alignment must be from 1 to {MAX_ALIGNMENT}, got {alignment!r}")
     problem, _ = read_csv(path, align)
     cap = parse_bytes(capacity, "--capacity") if capacity is not None else None
     sol = exact.solve(problem, limit, capacity=cap, first_fit=cap is not None, repair_moves=REPAIR_MOVES)

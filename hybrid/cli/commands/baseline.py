@@ -10,6 +10,7 @@ from hybrid.errors import HybridError, InfeasibleError
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, out_option,
                                 prepare_output, recompute_option)
 from hybrid.report.summary import plan_row, table
+from hybrid.validator import write_plan
 
 
 @click.command("baseline")
@@ -63,7 +64,7 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
         target = None
         if out_path is not None:
             target = out_path / f"{kind}.json" if len(kinds) > 1 else out_path
-            plan.save(target)
+            write_plan(g, plan, target, f"the {kind} plan")
         summaries.append({"kind": kind, **json_summary(g, dev, plan, target)})
     if as_json:
         import json

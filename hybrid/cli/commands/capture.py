@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_from, device_options, optimizer_options, parse_overrides, prepare_output
+from hybrid.cli.options import FINITE, device_from, device_options, optimizer_options, parse_overrides, prepare_output
 from hybrid.errors import HybridError
 from hybrid.units import format_bytes, format_seconds
 
@@ -52,9 +52,9 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
 @click.option("--batch", type=int, default=None, help="Batch size (default: the batch the model's paper uses).")
 @click.option("--optimizer", type=click.Choice(["adam", "adamw", "sgd", "none"]), default="adam", show_default=True,
               help="Optimizer step to include; none captures an inference (forward-only) graph.")
-@click.option("--lr", type=float, default=None, help="Learning rate (default: torch.optim's, 1e-3).")
-@click.option("--momentum", type=float, default=None, help="SGD momentum; non-zero adds a momentum buffer per parameter.")
-@click.option("--weight-decay", type=float, default=None, help="Weight decay (default: torch.optim's).")
+@click.option("--lr", type=FINITE, default=None, help="Learning rate (default: torch.optim's, 1e-3).")
+@click.option("--momentum", type=FINITE, default=None, help="SGD momentum; non-zero adds a momentum buffer per parameter.")
+@click.option("--weight-decay", type=FINITE, default=None, help="Weight decay (default: torch.optim's).")
 @device_options
 @click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
               help="Data type of parameters, activations and optimizer state.")

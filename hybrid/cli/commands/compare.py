@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import (device_from, device_options, load_graph, patience_option, prepare_output,
+from hybrid.cli.options import (FINITE, device_from, device_options, load_graph, patience_option, prepare_output,
                                 recompute_option)
 from hybrid.swap.augmented import PlannerOptions
 from hybrid.swap.baselines import RECOMPUTE_RATIO
@@ -35,7 +35,7 @@ def _seeds(text: str) -> tuple[int, ...]:
 @click.option("--refine-mode", type=click.Choice(["auto", "beside", "after"]), default="auto", show_default=True,
               help="How the GA+CP-SAT arm refines, as in `hybrid optimize`: beside the search in a second process, "
                    "or after it (auto: per graph, as `hybrid optimize --refine-mode auto` decides).")
-@click.option("--refine-share", type=float, default=0.2, show_default=True,
+@click.option("--refine-share", type=FINITE, default=0.2, show_default=True,
               help="after: part of the budget the GA+CP-SAT arm gives to refinement (the GA-only arm keeps "
                    "searching); beside: sets the patience's scale.")
 @patience_option
@@ -52,7 +52,7 @@ def _seeds(text: str) -> tuple[int, ...]:
                    "row per graph (no seed), gain_vs_ga against the median GA-only plan.")
 @click.option("--milp-stages", type=click.IntRange(1), default=None,
               help="--with-milp: coarsen to this many stages (default: one per op up to 60 ops, else 60).")
-@click.option("--memory-fraction", type=float, default=None,
+@click.option("--memory-fraction", type=FINITE, default=None,
               help="Device memory as a fraction of each graph's unswapped peak (overrides --memory), e.g. 0.25.")
 @device_options
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("compare"),

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_from, device_options, graph_option, json_summary, load_graph, prepare_output
+from hybrid.cli.options import (FiniteFloat, device_from, device_options, graph_option, json_summary, load_graph,
+                                prepare_output)
 from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_duration
+from hybrid.validator import write_plan
 
 
 @click.command("milp")
@@ -24,7 +26,7 @@ from hybrid.units import format_seconds, parse_duration
 @click.option("--time-limit", default="10m", show_default=True,
               help="Solver budget, e.g. 30s, 10m. With HiGHS, Ctrl-C or SIGTERM stops the search and keeps the "
                    "best plan found so far.")
-@click.option("--gap", type=click.FloatRange(0.0, 1.0), default=0.01, show_default=True,
+@click.option("--gap", type=FiniteFloat(0.0, 1.0), default=0.01, show_default=True,
               help="Relative MIP gap at which the solver stops.")
 @click.option("--threads", type=int, default=1, show_default=True, help="Solver threads.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -67,7 +69,7 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     r = run.result
     assert run.plan is not None
     if out_path is not None:
-        run.plan.save(out_path)
+        write_plan(g, run.plan, out_path, "the milp plan")
     if as_json:
         click.echo(json.dumps({**json_summary(g, dev, run.plan, out_path), **run.row()}, indent=1))
         return

@@ -72,7 +72,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     from hybrid.placement.schedulers import SCHEDULERS, place
     from hybrid.placement.timing import link_of, to_plan
     from hybrid.units import format_seconds
-    from hybrid.validator import check
+    from hybrid.validator import check, write_plan
 
     prepare_output(out_path, "--out")
     g = load_graph(graph_path)
@@ -86,6 +86,10 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
             graph_out = out_path.with_name(out_path.stem + ".graph.json")
         prepare_output(graph_out, "--graph-out")
     dev = preset(device_preset) if device_preset else g.device
+    if dev is None:   # the graph's device block is optional: the default card of every command (device_options)
+        dev = preset("v100-16gb")
+        click.echo("note: the graph names no device and no --device was given: placing for v100-16gb's PCIe link",
+                   err=True)
     if device_preset:
         g = type(g)(g.name, g.tensors, g.ops, dev, g.extra)
     link = link_of(dev)
@@ -109,7 +113,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     if recosted and graph_out is not None:
         g.save(graph_out)
     if out_path is not None:
-        plan.save(out_path)
+        write_plan(g, plan, out_path, "the placement plan")
     rows = [{"scheduler": k, "latency_s": p.latency_s, "period_s": p.period_s, "devices": p.code,
              "status": p.status} for k, p in placed.items()]
     if as_json:

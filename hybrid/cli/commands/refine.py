@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from hybrid.cli.options import graph_option, json_summary, load_graph, load_plan, prepare_output, seed_option
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, NothingWrittenError
 from hybrid.units import format_seconds, parse_duration
 
 
@@ -79,6 +79,7 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
     from hybrid.signals import deferred_interrupts, interrupted_by
     from hybrid.refine import RefineOptions, refine
     from hybrid.report.summary import plan_row, table
+    from hybrid.validator import require_valid, write_plan
 
     t_start = time.monotonic()
 
@@ -99,6 +100,11 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
     prepare_output(timeline_path, "--timeline")
     graph = load_graph(graph_path)
     plan = load_plan(plan_path)
+    require_valid(graph, plan, f"--plan {plan_path}")   # refining a broken plan would write a broken plan
+    if any(e.kind == "compute" and e.recompute for e in plan.events):
+        raise NothingWrittenError(f"--plan {plan_path} recomputes ops (recompute events), and CP-SAT refinement "
+                                  f"re-times swap-only plans; nothing written to {out_path}. Refine a plan made "
+                                  "with --no-recompute, or use this one as it is")
     opts = RefineOptions(window_ops=_window_sizes(window_ops), window_time_s=wt, candidates=candidates,
                          max_windows=max_windows, patience_s=wait)
     last = [0.0]
@@ -113,7 +119,7 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
     res = refine(graph, plan, time_limit_s=total, seed=seed, workers=workers, progress=None if quiet else progress,
                  options=opts)  # Ctrl-C or SIGTERM ends it with the best plan so far (stop "interrupted")
     with deferred_interrupts():  # the plan is written whole, even if a signal comes now
-        res.plan.save(out_path)
+        write_plan(graph, res.plan, out_path, "the refined plan")
         gain = 100 * (1 - res.plan.makespan_s / plan.makespan_s) if plan.makespan_s > 0 else 0.0
         if as_json:
             click.echo(json.dumps({**json_summary(graph, res.plan.device, res.plan, out_path),

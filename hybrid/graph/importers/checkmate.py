@@ -8,13 +8,13 @@ in random_layered graphs, else node id order).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from hybrid.device import Device
 from hybrid.errors import FormatError
 from hybrid.graph import Graph, Op, Tensor
+from hybrid.jsonio import loads_strict
 from hybrid.units import parse_duration
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -38,11 +38,10 @@ def load_checkmate(path: str | Path, time_unit: str = "us", scale_to: str | floa
     """Read a node-link file. scale_to: rescale times so that the iteration's compute totals this many seconds."""
     p = Path(path)
     try:
-        d: dict[str, Any] = json.loads(p.read_text())
+        data = p.read_bytes()
     except OSError as e:
         raise FormatError(f"cannot read {str(p)!r}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise FormatError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
+    d: dict[str, Any] = loads_strict(data, str(p))
     if not isinstance(d, dict) or "nodes" not in d or not ("links" in d or "edges" in d):
         raise FormatError(f"{p}: not a networkx node-link graph (needs 'nodes' and 'links')")
     nodes = d["nodes"]

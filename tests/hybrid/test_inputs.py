@@ -1,0 +1,171 @@
+"""Numbers from files, flags and Python are finite and in range; plans are written only when valid, as strict
+JSON (issue 30, Deliver 1 and 4)."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from hybrid.device import Device, resolve_device
+from hybrid.errors import FormatError, HybridError, InvalidPlanError
+from hybrid.graph import Graph
+from hybrid.graph.synthetic import training_graph
+from hybrid.jsonio import dumps_strict, loads_strict
+from hybrid.plan import Plan
+from hybrid.swap.baselines import run_baseline
+from hybrid.units import MAX_BYTES, parse_bandwidth, parse_bytes, parse_duration
+from hybrid.validator import validate, write_plan
+
+
+@pytest.fixture(scope="module")
+def made():
+    g = training_graph(5, seed=3)
+    plan = run_baseline(g, replace(g.device, memory_bytes=14 << 20, reserve_bytes=0), "belady")
+    assert validate(g, plan).valid and any(e.kind == "swap_in" for e in plan.events)
+    return g, plan
+
+
+@pytest.mark.parametrize("text", ["1e400GiB", "1e30", "65PiB", "1e400"])
+def test_sizes_beyond_the_range_are_refused_naming_the_flag(text):
+    with pytest.raises(HybridError, match="--memory"):
+        parse_bytes(text, "--memory")
+
+
+def test_sizes_rates_and_durations_in_range_are_read():
+    assert parse_bytes("64PiB", "--memory") == MAX_BYTES
+    assert parse_bytes(4096.0) == 4096
+    assert parse_bandwidth("12GB/s") == 12e9
+    assert parse_duration("1h30m") == 5400.0
+    for bad in (math.nan, math.inf, -1.0, 1e30):
+        with pytest.raises(HybridError, match="--x"):
+            parse_duration(bad, "--x")
+    for bad in ("0.5B/s", "1e30TB/s", math.nan, math.inf):
+        with pytest.raises(HybridError, match="--h2d"):
+            parse_bandwidth(bad, "--h2d")
+    with pytest.raises(HybridError, match="--alignment"):
+        resolve_device(None, alignment="3")
+
+
+@pytest.mark.parametrize("field,value", [("memory_bytes", math.inf), ("memory_bytes", 0),
+                                         ("h2d_bytes_per_s", math.nan), ("d2h_bytes_per_s", 0.0),
+                                         ("transfer_latency_s", math.nan), ("transfer_latency_s", -1e-6),
+                                         ("reserve_bytes", math.nan), ("alignment_bytes", 2**40)])
+def test_a_device_made_in_python_is_checked_too(field, value):
+    with pytest.raises(HybridError, match=field):
+        replace(Device("d", 1 << 30, 1e9, 1e9), **{field: value})
+
+
+def test_a_graph_made_in_python_with_a_nan_time_is_refused(made):
+    g, _ = made
+    ops = [replace(g.ops[0], time_s=math.nan), *g.ops[1:]]
+    with pytest.raises(FormatError, match=repr(g.ops[0].id)):
+        Graph(g.name, g.tensors, ops, g.device)
+
+
+def test_the_validator_reads_the_device_itself(made):
+    """issue 30: every copy zero-length and a NaN latency made `hybrid validate` say valid. A device that
+    slips past Device's checks (set on the frozen object) is still rule 0."""
+    g, plan = made
+    dev = replace(plan.device)
+    object.__setattr__(dev, "transfer_latency_s", math.nan)
+    events = [replace(e, end_s=e.start_s) if e.kind in ("swap_in", "swap_out") else e for e in plan.events]
+    bad = replace(plan, device=dev, events=events, makespan_s=max(e.end_s for e in events))
+    report = validate(g, bad)
+    assert not report.valid and report.violations[0].rule == 0
+    assert "transfer_latency_s" in report.violations[0].message
+
+
+def test_a_plan_file_with_a_nan_device_figure_is_refused_naming_it(made, tmp_path):
+    _, plan = made
+    d = json.loads(plan.dumps())
+    d["device"]["transfer_latency_s"] = math.nan
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(FormatError, match=r"device\.transfer_latency_s is NaN"):
+        Plan.load(path)
+
+
+def test_non_finite_figures_are_never_written(made, tmp_path):
+    g, plan = made
+    bad = replace(plan, metrics={**plan.metrics, "stall_s": math.inf})
+    with pytest.raises(HybridError, match="metrics.stall_s"):
+        bad.dumps()
+    with pytest.raises(HybridError, match="x.y"):
+        dumps_strict({"x": {"y": math.nan}}, "table")
+    path = tmp_path / "p.json"
+    with pytest.raises(HybridError):
+        write_plan(g, bad, path)
+    assert not path.exists()
+
+
+def test_write_plan_writes_valid_plans_and_refuses_invalid_ones(made, tmp_path):
+    g, plan = made
+    path = tmp_path / "ok.json"
+    write_plan(g, plan, path)
+    assert validate(g, Plan.load(path)).valid
+    broken = replace(plan, events=[e for e in plan.events if e.kind != "swap_in"])
+    path2 = tmp_path / "broken.json"
+    with pytest.raises(InvalidPlanError, match="not written") as info:
+        write_plan(g, broken, path2)
+    assert info.value.exit_status == 1 and not path2.exists()
+
+
+@pytest.mark.parametrize("text,match", [("[" * 50_000 + "]" * 50_000, "nested too deeply"),
+                                        ('{"a": NaN}', "field a is NaN"),
+                                        ('{"a": [1, 1e400]}', r"field a\[1\] is 1e400"),
+                                        ('{"a": -Infinity}', "field a is -Infinity"),
+                                        ('{"a": ', "not JSON")])
+def test_strict_json_reading(text, match):
+    with pytest.raises(FormatError, match=match):
+        loads_strict(text, "f.json")
+
+
+def test_float_flags_refuse_nan():
+    from click.testing import CliRunner
+
+    from hybrid.cli.main import cli
+
+    r = CliRunner().invoke(cli, ["milp", "--graph", "g.json", "--gap", "nan"])
+    assert r.exit_code == 2 and "not a finite number" in r.output
+
+
+@pytest.mark.parametrize("edit,match", [(("events", 0, "start_s"), "start_s"), (("makespan_s",), "makespan_s"),
+                                        (("device", "h2d_bytes_per_s"), "h2d_bytes_per_s")])
+def test_large_files_refuse_overflowing_numbers_in_every_typed_field(made, tmp_path, monkeypatch, edit, match):
+    """Files above EVERY_FLOAT_BELOW are parsed at C speed; the readers' field checks catch 1e400 (inf)."""
+    import hybrid.jsonio
+
+    monkeypatch.setattr(hybrid.jsonio, "EVERY_FLOAT_BELOW", 0)
+    _, plan = made
+    d = json.loads(plan.dumps())
+    cur = d
+    for k in edit[:-1]:
+        cur = cur[k]
+    cur[edit[-1]] = 12345.5
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d).replace("12345.5", "1e400"))
+    with pytest.raises(FormatError, match=match):
+        Plan.load(path)
+    path.write_text(json.dumps(d).replace("12345.5", "NaN"))
+    with pytest.raises(FormatError, match="NaN"):
+        Plan.load(path)
+
+
+def test_padding_a_plan_does_not_loosen_the_validator(made):
+    """The tolerance is capped by the busy time the validator recomputes: one free moved to 1e8 s (and the
+    makespan with it) made every check 0.1 s loose at a4e4bc4, enough to pass zero-length copies."""
+    g, plan = made
+    for i, e in enumerate(plan.events):
+        if e.kind != "free":
+            continue
+        padded = replace(plan, events=[*plan.events[:i], replace(e, start_s=1e8, end_s=1e8), *plan.events[i + 1:]],
+                         makespan_s=1e8)
+        if validate(g, padded).valid:
+            break
+    else:
+        pytest.fail("no free event could be moved to the end")
+    zero = [replace(x, end_s=x.start_s) if x.kind in ("swap_in", "swap_out") else x for x in padded.events]
+    report = validate(g, replace(padded, events=zero))
+    assert not report.valid and report.violations[0].rule == 1 and "lasts 0 s" in report.violations[0].message
