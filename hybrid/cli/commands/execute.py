@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from hybrid.cli.options import FINITE
 from hybrid.errors import HybridError
 from hybrid.units import format_bytes, format_seconds
 
@@ -81,8 +82,8 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
 @click.option("--check", is_flag=True, help="Also train eagerly on the CPU from the same seed (host memory holds what "
               "the GPU cannot); print the largest difference and exit 1 on a mismatch (bitwise on cpu, --atol/--rtol "
               "on cuda).")
-@click.option("--atol", type=float, default=None, help="Absolute tolerance for --check (default 0 on cpu, 1e-5 on cuda).")
-@click.option("--rtol", type=float, default=None, help="Relative tolerance for --check (default 0 on cpu, 1e-4 on cuda).")
+@click.option("--atol", type=FINITE, default=None, help="Absolute tolerance for --check (default 0 on cpu, 1e-5 on cuda).")
+@click.option("--rtol", type=FINITE, default=None, help="Relative tolerance for --check (default 0 on cpu, 1e-4 on cuda).")
 @click.option("--sanitize", is_flag=True, help="Check every node for stream races and poison freed memory (slower).")
 @click.option("--cuda-graph", is_flag=True,
               help="After two iterations issued node by node, record one as a CUDA graph and replay it: the host "
@@ -90,9 +91,9 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
 @click.option("--batch", type=int, default=None, help="Batch size when capturing --model (default: the model's).")
 @click.option("--optimizer", type=click.Choice(["adam", "adamw", "sgd"]), default="adam", show_default=True,
               help="Optimizer when capturing --model.")
-@click.option("--lr", type=float, default=None, help="Learning rate when capturing --model.")
-@click.option("--momentum", type=float, default=None, help="SGD momentum when capturing --model.")
-@click.option("--weight-decay", type=float, default=None, help="Weight decay when capturing --model.")
+@click.option("--lr", type=FINITE, default=None, help="Learning rate when capturing --model.")
+@click.option("--momentum", type=FINITE, default=None, help="SGD momentum when capturing --model.")
+@click.option("--weight-decay", type=FINITE, default=None, help="Weight decay when capturing --model.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
               help="Data type when capturing --model.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Model setting, as for hybrid capture.")
