@@ -50,6 +50,7 @@ BOUND_SHARE = 0.1            # the lower bound is computed where its estimate is
 # candidate about 100, a baseline (plan, simulate, validate) about 20 plus its validation.
 VALIDATE_EVALS, LAYOUT_EVALS, BASELINE_EVALS = 50.0, 100.0, 20.0
 LAYOUT_FIXED_S = 4.0
+BESIDE_MIN_S = 3.0           # a refiner process beside the search needs this much of it (a spawned interpreter)
 COMPILE_NOTE_S = 2.0         # a kernel compile longer than this is announced (a first run after an install)
 DEFAULT_PATIENCE = 0.1       # --refine-patience: a share of the refinement's budget
 
@@ -90,8 +91,11 @@ class OptimizeOptions:
     refine: str = "none"
     refine_mode: str = "auto"
     refine_share: float = 0.2
-    refine_patience: float = DEFAULT_PATIENCE
+    refine_patience: float | None = DEFAULT_PATIENCE
     refine_elites: int = 4
+    refine_options: Any = None          # hybrid.refine.RefineOptions for the refiner beside (default: its own)
+    planner: Any = None                 # hybrid.swap.augmented.PlannerOptions to search from (overrides `recompute`)
+    stop_on_interrupt: bool = True      # Ctrl-C ends the search with its best so far; False: KeyboardInterrupt
     checkpoint: Path | None = None
     checkpoint_every: int = 10
     resume: Path | None = None
@@ -208,9 +212,11 @@ def search_placement(graph: Graph, device: Device, refine: bool = True, mode: st
 
 
 def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: OptimizeOptions | None = None,
-                 progress: Progress | None = None, started_at: float | None = None) -> OptimizeResult:
+                 progress: Progress | None = None, started_at: float | None = None,
+                 after_s: float = 0.0) -> OptimizeResult:
     """Search, refine, validate and lay out a plan for `graph` on `device` within `time_limit_s` seconds of
-    `started_at` (time.monotonic(); default now), as the module docstring splits it.
+    `started_at` (time.monotonic(); default now), as the module docstring splits it. `after_s`: seconds the
+    caller needs once this returns (printing, a process's exit), kept at the end of the limit.
 
     Ctrl-C or SIGTERM stops the search (or refinement) and the best plan so far is returned and handed to
     `progress.on_plan` (`interrupted` set). HybridError: bad options, or the search's own best plan failed
@@ -233,7 +239,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     if not total > 0:
         raise HybridError(f"--time-limit must be positive, got {time_limit_s!r}")
     opts.check()
-    end = start + total
+    end = start + total - max(0.0, min(after_s, 0.2 * total))
     timings = Timings()
     skipped: list[str] = []
     bounds: dict[bool, float] = {}
@@ -247,39 +253,63 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                   "install; cached from now on), counted in the time limit")
     cpsat = opts.refine == "cpsat"
     beside, workers, eval_s = search_placement(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
-    options = PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0)  # genes set the ratio
+    options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0)  # genes set it
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
     stop_at = None
     bound_est = bound_seconds(graph)
+    rc = opts.recompute if opts.planner is None else opts.planner.recomputes
     if bound_est <= BOUND_SHARE * total:
-        bounds[opts.recompute] = any_order_bound(graph, device, opts.recompute)
-        stop_at = bounds[opts.recompute] * (1.0 + 1e-9)
+        bounds[rc] = any_order_bound(graph, device, rc)
+        stop_at = bounds[rc] * (1.0 + 1e-9)
     else:
         skipped.append(f"lower bound: not computed (about {format_seconds(bound_est)} on this graph, over "
                        f"{100 * BOUND_SHARE:.0f}% of the time limit; `hybrid info` prints it), so the search "
                        "cannot stop at it")
-    summary_bound = bound_est if bound_est <= BOUND_SHARE * total and opts.recompute else 0.0
-    reserve = reserve_for(total, eval_s, opts.arena_s is not None, opts.baselines, summary_bound)
+    summary_bound = bound_est if bound_est <= BOUND_SHARE * total and rc else 0.0
+    arena = opts.arena_s is not None
+    if arena and layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start):
+        arena = False   # it would not fit in the largest reserve: give its time to the search
+        skipped.append(f"arena layout: not run, one layout takes about {format_seconds(layout_seconds(eval_s))} "
+                       f"here, over {100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
+                       "without offsets (the executor compacts at run time if it must)")
+    reserve = reserve_for(end - start, eval_s, arena, opts.baselines, summary_bound)
+    warm = _warm_exact(timings) if arena and _exact_may_run(graph) else None
     search_end = end - reserve
     now = time.monotonic()
-    ga_end = (now + max(0.0, search_end - now) * (1.0 - opts.refine_share)) if cpsat and not beside else search_end
+    after = cpsat and not beside
+    ga_end = (now + max(0.0, search_end - now) * (1.0 - opts.refine_share)) if after else search_end
     budget = Budget(total, reserve, search_end - start, ga_end - start)
     timings.setup_s = now - start
     failures: list[str] = []
     refinement = Refinement(mode="none" if not cpsat else "beside" if beside else "after")
+    if beside and search_end - now < BESIDE_MIN_S:
+        beside = False
+        refinement.skipped = f"only {format_seconds(max(0.0, search_end - now))} left for the search"
+        refinement.note = "; no time to refine beside the search"
+        skipped.append(f"refinement: not run, {refinement.skipped} (a refiner process beside it needs about "
+                       f"{format_seconds(BESIDE_MIN_S)})")
     layout_s = [0.0]
 
     def lay_out_now(plan, others, result, population):  # noqa: ANN001, ANN202
         t = time.monotonic()
-        cap = _layout_cap(opts, end, eval_s)
+        budget = None
+        if warm is not None and warm.is_alive():   # the exact search's compile, beside the search: wait what we can
+            warm.join(max(0.0, end - t - layout_seconds(eval_s)))
+            if warm.is_alive():
+                from hybrid.arena.layout import DEFAULT_BUDGET
+
+                budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
+                skipped.append("arena layout: its exact search (for near misses) left out, its Numba compile "
+                               "(each run) had not finished; the heuristics and re-plans ran")
+        cap = _layout_cap(opts, end, eval_s) if arena else None
         if cap is not None and end - t < layout_seconds(eval_s):
             skipped.append(f"arena layout: not run, {format_seconds(max(0.0, end - t))} left of the time limit "
                            f"and one layout takes about {format_seconds(layout_seconds(eval_s))} here; the byte "
                            "budget is written without offsets (the executor compacts at run time if it must)")
             cap = None
         try:
-            lay = _lay_out(graph, plan, cap, others, result, population, opts.recompute)
+            lay = _lay_out(graph, plan, cap, others, result, population, opts.recompute, budget)
         except InfeasibleError:
             if cap is None or time.monotonic() - t < cap:
                 raise   # no layout fits, whatever the time
@@ -298,15 +328,16 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     try:
         with tempfile.TemporaryDirectory() as tmp:
             # refinement may hand its time back to the search, which then resumes from the split's checkpoint
-            split_ckpt = opts.checkpoint or (Path(tmp) / "split.ckpt" if cpsat and not beside else None)
+            split_ckpt = opts.checkpoint or (Path(tmp) / "split.ckpt" if after else None)
             refiner = None
             if beside:
                 from hybrid.refine.beside import BesideRefiner
                 from hybrid.refine.handoff import patience_s
 
+                pat = (None if opts.refine_patience is None
+                       else patience_s(opts.refine_share * total, opts.refine_patience))
                 refiner = BesideRefiner(graph, device, options, deadline=search_end, seed=opts.config.seed,
-                                        elites=opts.refine_elites,
-                                        patience_s=patience_s(opts.refine_share * total, opts.refine_patience),
+                                        elites=opts.refine_elites, patience_s=pat, refine_options=opts.refine_options,
                                         plan_info={"time_limit_s": total})
             result = report = None
             population: list = []     # the arena fallback re-plans the next best byte-budget individuals
@@ -323,7 +354,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                                   checkpoint=split_ckpt,
                                   checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
                                   resume=opts.resume, on_generation=prog.generation_hook(ga_end),
-                                  handle_sigint=True, observe=watch, stop_at_s=stop_at)
+                                  handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at)
             finally:
                 prog.phase_end()
                 if refiner is not None:
@@ -350,7 +381,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                     prog.on_plan(layout.plan)
             interrupted = result.stop_reason == "interrupted" or bool(hits)
             done = result.stop_reason in ("interrupted", "lower bound") or hits
-            if cpsat and not beside and not done:
+            if after and not done:
                 # a search that ran out of generations has nothing to resume: refine for the whole share then
                 more = result.stop_reason == "time limit"
                 before = plan
@@ -358,7 +389,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 plan, resumed, stopped = _refine_after(
                     graph, device, plan, split_ckpt if more else None, search_end, opts.config.seed,
                     opts.refine_patience if more else None, prog, {"time_limit_s": total}, refinement,
-                    generations=opts.generations, evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
+                    opts.refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
+                    evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
                     checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at)
                 timings.search_s += time.monotonic() - t_ref
                 interrupted = interrupted or stopped
@@ -403,8 +435,31 @@ def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | Non
     return max(0.0, min(opts.arena_s, end - after - time.monotonic()))
 
 
+def _exact_may_run(graph: Graph) -> bool:
+    """Whether the layout's exact search may run on this graph's plans (it takes at most
+    `LayoutBudget.exact_max_buffers` buffers; a plan has about one per tensor, more with swaps)."""
+    from hybrid.arena.layout import DEFAULT_BUDGET
+
+    return graph.arrays.n_tensors <= 2 * DEFAULT_BUDGET.exact_max_buffers
+
+
+def _warm_exact(timings: Timings):  # noqa: ANN202 - threading.Thread
+    """Compile the arena's exact search (Numba, once per process: about 6 s unloaded) in a thread beside the
+    search, whose worker processes or short kernels leave the core mostly free; its seconds go to `timings`."""
+    import threading
+
+    def run() -> None:
+        from hybrid.arena import exact
+
+        timings.exact_compile_s = exact.warm_up()
+
+    t = threading.Thread(target=run, name="hybrid-exact-warm-up", daemon=True)
+    t.start()
+    return t
+
+
 def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # noqa: ANN001, ANN202
-             result=None, population=(), recompute: bool = True):
+             result=None, population=(), recompute: bool = True, budget=None):
     """`plan` with exact arena offsets (or its fallback, hybrid.arena.layout), checked by its validator; with
     `arena_s` None, `plan` as it is. `population`: the search's last population, whose next best byte-budget
     individuals are re-planned too. Returns the Layout to write."""
@@ -437,7 +492,7 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
             classes.append(dataclasses.replace(to_plan(aug, result.planner_info()), device=plan.device))
     try:
         layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes,
-                         replans=replans, recompute=recompute)
+                         replans=replans, recompute=recompute, **({"budget": budget} if budget else {}))
     except InfeasibleError as e:
         raise InfeasibleError(f"{e}, or --no-arena to write the byte budget as searched (the executor then "
                               "compacts at run time)") from None
@@ -502,7 +557,7 @@ def _valid_or(graph: Graph, plan: "Plan", fallback: "Plan", what: str, failures:
 
 def _refine_after(graph: Graph, device: Device, plan: "Plan", split_ckpt, deadline: float, seed: int,  # noqa: ANN001
                   patience: float | None, prog: Progress, plan_info: dict, ref: Refinement,
-                  **resume_kw: Any) -> tuple["Plan", Any, bool]:
+                  refine_options: Any = None, **resume_kw: Any) -> tuple["Plan", Any, bool]:
     """CP-SAT on the search's best plan; when it stalls, the search resumes with the time left
     (`hybrid.refine.handoff`). Returns (the fastest plan, the resumed search's result or None, whether Ctrl-C
     or SIGTERM stopped it); `ref` records what happened."""
@@ -515,8 +570,8 @@ def _refine_after(graph: Graph, device: Device, plan: "Plan", split_ckpt, deadli
         return plan, None, False
     try:
         hand = refine_then_resume(graph, device, plan, split_ckpt, deadline=deadline, seed=seed,
-                                  patience=patience, refine_progress=prog.on_refine, plan_info=plan_info,
-                                  on_generation=prog.generation_hook(deadline), handle_sigint=True, **resume_kw)
+                                  patience=patience, refine_options=refine_options, refine_progress=prog.on_refine, plan_info=plan_info,
+                                  on_generation=prog.generation_hook(deadline), **resume_kw)
     except KeyboardInterrupt:
         ref.interrupted, ref.note = True, "; refinement interrupted (the GA's plan is kept)"
         return plan, None, True

@@ -107,7 +107,7 @@ def test_refinement_beside_the_search_keeps_the_faster_plan(graph_file, tmp_path
         pytest.skip("hybrid.refine is not installed")
     path, mem = graph_file
     out = tmp_path / "p.json"
-    r = run("optimize", "--graph", path, "--memory", mem, "--population", 8, "--quiet", "--time-limit", "5s",
+    r = run("optimize", "--graph", path, "--memory", mem, "--population", 8, "--quiet", "--time-limit", "10s",
             "--refine-mode", "beside", "--refine-elites", 2, "--out", out)
     assert r.exit_code == 0, r.output
     assert "CP-SAT beside the search refined" in r.output

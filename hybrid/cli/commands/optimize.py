@@ -17,6 +17,7 @@ from hybrid.report.summary import optimize_json, optimize_text
 from hybrid.units import format_seconds, parse_duration
 
 DEFAULT_REFINE = "cpsat" if refine_available() else "none"
+EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpreter's exit (about 1 s, unloaded)
 
 
 @click.command("optimize")
@@ -195,7 +196,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     progress = Progress(on_generation=None if quiet else on_generation, on_refine=None if quiet else refine_line,
                         on_note=None if quiet else (lambda text: click.echo(text, err=True)),
                         on_phase_end=None if quiet else line.close, on_plan=lambda plan: plan.save(out_path))
-    res = run_optimize(graph, device, total, opts, progress, started_at=started)
+    res = run_optimize(graph, device, total, opts, progress, started_at=started, after_s=EXIT_S)
     with deferred_interrupts():
         if log_path is not None:
             res.search.log.to_csv(log_path)
