@@ -16,7 +16,9 @@ the moment it began, so loading the graph counts too) and ends by `started_at + 
 
 After the search, the arena layout runs if its estimate fits in the time left (else the byte budget is
 written without offsets and `OptimizeResult.skipped` says so), capped by the limit less the baselines'
-estimate and by its own cap `arena_s`; a baseline not started by the limit is left out (its notes say so).
+estimate and by its own cap `arena_s`; its exact search for near misses (compiled once per process, about
+`EXACT_COMPILE_S`) only where that compile fits too. A baseline not started by the limit is left out (its
+notes say so).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import numpy as np
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.pipeline.result import Baselines, Budget, OptimizeResult, Refinement, Timings
+from hybrid.pipeline.result import Budget, OptimizeResult, Refinement, Timings
 from hybrid.units import format_seconds
 
 if TYPE_CHECKING:
@@ -50,9 +52,10 @@ BOUND_SHARE = 0.1            # the lower bound is computed where its estimate is
 # candidate about 100, a baseline (plan, simulate, validate) about 20 plus its validation.
 VALIDATE_EVALS, LAYOUT_EVALS, BASELINE_EVALS = 50.0, 100.0, 20.0
 LAYOUT_FIXED_S = 4.0
+EXACT_COMPILE_S = 15.0       # the arena's exact search, compiled once per process: about 6 s unloaded, 40 s loaded
 BESIDE_MIN_S = 3.0           # a refiner process beside the search needs this much of it (a spawned interpreter)
 COMPILE_NOTE_S = 2.0         # a kernel compile longer than this is announced (a first run after an install)
-DEFAULT_PATIENCE = 0.1       # --refine-patience: a share of the refinement's budget
+DEFAULT_PATIENCE = 0.1       # hybrid.refine.handoff.DEFAULT_PATIENCE (not imported: refinement is optional)
 
 
 def process_started_at() -> float:
@@ -274,7 +277,6 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                        f"here, over {100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
                        "without offsets (the executor compacts at run time if it must)")
     reserve = reserve_for(end - start, eval_s, arena, opts.baselines, summary_bound)
-    warm = _warm_exact(timings) if arena and _exact_may_run(graph) else None
     search_end = end - reserve
     now = time.monotonic()
     after = cpsat and not beside
@@ -294,15 +296,14 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     def lay_out_now(plan, others, result, population):  # noqa: ANN001, ANN202
         t = time.monotonic()
         budget = None
-        if warm is not None and warm.is_alive():   # the exact search's compile, beside the search: wait what we can
-            warm.join(max(0.0, end - t - layout_seconds(eval_s)))
-            if warm.is_alive():
-                from hybrid.arena.layout import DEFAULT_BUDGET
-
-                budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
-                skipped.append("arena layout: its exact search (for near misses) left out, its Numba compile "
-                               "(each run) had not finished; the heuristics and re-plans ran")
         cap = _layout_cap(opts, end, eval_s) if arena else None
+        if cap is not None and not _exact_ready() and end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
+            from hybrid.arena.layout import DEFAULT_BUDGET
+
+            budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
+            skipped.append(f"arena layout: its exact search for near misses left out (compiling it takes about "
+                           f"{format_seconds(EXACT_COMPILE_S)} each run, more than the time left allows); the "
+                           "heuristics and re-plans ran")
         if cap is not None and end - t < layout_seconds(eval_s):
             skipped.append(f"arena layout: not run, {format_seconds(max(0.0, end - t))} left of the time limit "
                            f"and one layout takes about {format_seconds(layout_seconds(eval_s))} here; the byte "
@@ -359,8 +360,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 prog.phase_end()
                 if refiner is not None:
                     with deferred_interrupts():
-                        if result is not None and result.stop_reason == "lower bound":
-                            refiner.close()  # nothing can beat the lower bound: do not wait for the refiner
+                        if result is None or result.stop_reason == "lower bound":
+                            refiner.close()  # nothing can beat the lower bound (or no search): do not wait for it
                         else:
                             report = refiner.finish()
             timings.search_s = time.monotonic() - t_search
@@ -435,27 +436,11 @@ def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | Non
     return max(0.0, min(opts.arena_s, end - after - time.monotonic()))
 
 
-def _exact_may_run(graph: Graph) -> bool:
-    """Whether the layout's exact search may run on this graph's plans (it takes at most
-    `LayoutBudget.exact_max_buffers` buffers; a plan has about one per tensor, more with swaps)."""
-    from hybrid.arena.layout import DEFAULT_BUDGET
+def _exact_ready() -> bool:
+    """Whether the arena's exact search is compiled in this process (Numba cannot cache it)."""
+    from hybrid.arena import exact
 
-    return graph.arrays.n_tensors <= 2 * DEFAULT_BUDGET.exact_max_buffers
-
-
-def _warm_exact(timings: Timings):  # noqa: ANN202 - threading.Thread
-    """Compile the arena's exact search (Numba, once per process: about 6 s unloaded) in a thread beside the
-    search, whose worker processes or short kernels leave the core mostly free; its seconds go to `timings`."""
-    import threading
-
-    def run() -> None:
-        from hybrid.arena import exact
-
-        timings.exact_compile_s = exact.warm_up()
-
-    t = threading.Thread(target=run, name="hybrid-exact-warm-up", daemon=True)
-    t.start()
-    return t
+    return bool(getattr(exact, "_warmed", False))
 
 
 def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # noqa: ANN001, ANN202

@@ -59,7 +59,7 @@ from hybrid.plan.metrics import persistent_bound_of
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.refine.handoff import DEFAULT_PATIENCE, patience_s, refine_then_resume
+from hybrid.refine.handoff import DEFAULT_PATIENCE, refine_then_resume
 from hybrid.plan import Plan
 
 ARMS = ("ga", "ga+cpsat")

@@ -149,9 +149,7 @@ def optimize_text(graph: Graph, device, res, wrote: list, wall_s: float) -> str:
     lines.append(f"  time         {format_seconds(wall_s)} of {format_seconds(res.budget.total_s)}: setup "
                  f"{format_seconds(t.setup_s)}" + (f" (compiling the planner's kernels: {format_seconds(t.compile_s)})"
                                                    if t.compile_s > 2.0 else "")
-                 + f", search {format_seconds(t.search_s)}" + (
-                     f" (beside it, compiling the arena's exact search: {format_seconds(t.exact_compile_s)})"
-                     if t.exact_compile_s > 2.0 else "") + f", layout {format_seconds(t.layout_s)}"
+                 + f", search {format_seconds(t.search_s)}, layout {format_seconds(t.layout_s)}"
                  + (f", baselines {format_seconds(t.baselines_s)}" if res.baselines is not None else "")
                  + f" (reserve {format_seconds(res.budget.reserve_s)})")
     if res.baselines is not None:
