@@ -52,6 +52,8 @@ BOUND_SHARE = 0.1            # the lower bound is computed where its estimate is
 # candidate about 100, a baseline (plan, simulate, validate) about 20 plus its validation.
 VALIDATE_EVALS, LAYOUT_EVALS, BASELINE_EVALS = 50.0, 100.0, 20.0
 LAYOUT_FIXED_S = 4.0
+LOAD_MARGIN = 1.5            # the reserve's estimates are from the fastest of 3 evaluations: a loaded machine varies
+CHUNK_ONE_S = 0.02           # evaluations slower than this go to worker processes one at a time
 EXACT_COMPILE_S = 15.0       # the arena's exact search, compiled once per process: about 6 s unloaded, 40 s loaded
 BESIDE_MIN_S = 3.0           # a refiner process beside the search needs this much of it (a spawned interpreter)
 COMPILE_NOTE_S = 2.0         # a kernel compile longer than this is announced (a first run after an install)
@@ -186,12 +188,12 @@ def baselines_seconds(eval_s: float) -> float:
 def reserve_for(total_s: float, eval_s: float, arena: bool, baselines: bool, bound_s: float = 0.0) -> float:
     """Seconds kept at the end of the limit: the search plan's validation, the layout, the baselines and the
     summary's bound (`bound_s`, 0 when it is known already), within [RESERVE_MIN_SHARE, RESERVE_MAX_SHARE]."""
-    need = validate_seconds(eval_s) + bound_s
+    need = validate_seconds(eval_s) + 2 * eval_s + bound_s     # the best plan re-planned with its events, checked
     if arena:
         need += layout_seconds(eval_s)
     if baselines:
         need += baselines_seconds(eval_s)
-    return float(min(RESERVE_MAX_SHARE * total_s, max(RESERVE_MIN_SHARE * total_s, need)))
+    return float(min(RESERVE_MAX_SHARE * total_s, max(RESERVE_MIN_SHARE * total_s, LOAD_MARGIN * need)))
 
 
 def search_placement(graph: Graph, device: Device, refine: bool = True, mode: str = "auto",
@@ -324,6 +326,10 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     # the seconds refinement hands back starting up (the resumed search then ran 0 generations)
     start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process, which stops them in order
     evaluator = make_evaluator(graph, device, options, workers, opts.scheduler)
+    if eval_s > CHUNK_ONE_S and hasattr(evaluator, "chunks_per_worker"):
+        # one candidate per task: when the time is up, at most one evaluation per worker is still running (the
+        # pool's shutdown waits for it), not a chunk of several (NasNet-25 under load: seconds each)
+        evaluator.chunks_per_worker = 1 << 16
     layout = None
     laid = False
     try:
