@@ -295,10 +295,14 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                        f"{format_seconds(BESIDE_MIN_S)})")
     layout_s = [0.0]
 
-    def lay_out_now(plan, others, result, population):  # noqa: ANN001, ANN202
+    def lay_out_now(plan, others, result, population, stopped: bool = False):  # noqa: ANN001, ANN202
         t = time.monotonic()
         budget = None
         cap = _layout_cap(opts, end, eval_s) if arena else None
+        if cap is not None and stopped:   # Ctrl-C or SIGTERM: write the best plan now, not after a layout
+            skipped.append("arena layout: not run, interrupted; the byte budget is written without offsets (the "
+                           "executor compacts at run time if it must)")
+            cap = None
         if cap is not None and not _exact_ready() and end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
             from hybrid.arena.layout import DEFAULT_BUDGET
 
@@ -383,7 +387,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                     plan = _valid_or(graph, plan, search_plan, "the plan refined beside the search", failures,
                                      refinement)
                 # handed on now, so an interrupted refinement still leaves the best so far
-                layout, laid = lay_out_now(plan, [search_plan], result, population)
+                layout, laid = lay_out_now(plan, [search_plan], result, population,
+                                           result.stop_reason == "interrupted" or bool(hits))
                 if prog.on_plan is not None:
                     prog.on_plan(layout.plan)
             interrupted = result.stop_reason == "interrupted" or bool(hits)
@@ -406,7 +411,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                     if plan is not before:
                         plan = _valid_or(graph, plan, before, "the refined plan", failures, refinement)
                         if plan is not before:
-                            layout, laid = lay_out_now(plan, [before, search_plan], result, population)
+                            layout, laid = lay_out_now(plan, [before, search_plan], result, population,
+                                                       stopped or bool(hits))
                             if prog.on_plan is not None:
                                 prog.on_plan(layout.plan)
                 interrupted = interrupted or bool(hits)
@@ -422,9 +428,11 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
         from hybrid.report.summary import recomputes
 
         for rc in [recomputes(out.plan)] + ([not recomputes(out.plan)] if opts.baselines else []):
-            if rc not in bounds and time.monotonic() + bound_est <= end:   # the baselines' table: both kinds
+            if rc not in bounds and not interrupted and time.monotonic() + bound_est <= end:   # baselines: both
                 bounds[rc] = any_order_bound(graph, device, rc)
-        if opts.baselines:
+        if opts.baselines and interrupted:
+            skipped.append("baselines: not run, interrupted")
+        elif opts.baselines:
             from hybrid.pipeline.baselines import baseline_rows
 
             t_base = time.monotonic()
