@@ -295,33 +295,38 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                        f"{format_seconds(BESIDE_MIN_S)})")
     layout_s = [0.0]
 
+    def leave(text: str) -> None:
+        """Note what the time limit (or an interrupt) left out, once."""
+        if text not in skipped:
+            skipped.append(text)
+
     def lay_out_now(plan, others, result, population, stopped: bool = False):  # noqa: ANN001, ANN202
         t = time.monotonic()
         budget = None
         cap = _layout_cap(opts, end, eval_s) if arena else None
         if cap is not None and stopped:   # Ctrl-C or SIGTERM: write the best plan now, not after a layout
-            skipped.append("arena layout: not run, interrupted; the byte budget is written without offsets (the "
-                           "executor compacts at run time if it must)")
+            leave("arena layout: not run, interrupted; the byte budget is written without offsets (the executor "
+                  "compacts at run time if it must)")
+            cap = None
+        if cap is not None and end - t < layout_seconds(eval_s):
+            leave(f"arena layout: not run, {format_seconds(max(0.0, end - t))} left of the time limit and one "
+                  f"layout takes about {format_seconds(layout_seconds(eval_s))} here; the byte budget is written "
+                  "without offsets (the executor compacts at run time if it must)")
             cap = None
         if cap is not None and not _exact_ready() and end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
             from hybrid.arena.layout import DEFAULT_BUDGET
 
             budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
-            skipped.append(f"arena layout: its exact search for near misses left out (compiling it takes about "
-                           f"{format_seconds(EXACT_COMPILE_S)} each run, more than the time left allows); the "
-                           "heuristics and re-plans ran")
-        if cap is not None and end - t < layout_seconds(eval_s):
-            skipped.append(f"arena layout: not run, {format_seconds(max(0.0, end - t))} left of the time limit "
-                           f"and one layout takes about {format_seconds(layout_seconds(eval_s))} here; the byte "
-                           "budget is written without offsets (the executor compacts at run time if it must)")
-            cap = None
+            leave(f"arena layout: its exact search for near misses left out (compiling it takes about "
+                  f"{format_seconds(EXACT_COMPILE_S)} each run, more than the time left allows); the heuristics "
+                  "and re-plans ran")
         try:
             lay = _lay_out(graph, plan, cap, others, result, population, opts.recompute, budget)
         except InfeasibleError:
             if cap is None or time.monotonic() - t < cap:
                 raise   # no layout fits, whatever the time
-            skipped.append(f"arena layout: none found in the {format_seconds(cap)} left of the time limit; the "
-                           "byte budget is written without offsets (the executor compacts at run time if it must)")
+            leave(f"arena layout: none found in the {format_seconds(cap)} left of the time limit; the byte budget "
+                  "is written without offsets (the executor compacts at run time if it must)")
             lay, cap = _lay_out(graph, plan, None), None
         layout_s[0] += time.monotonic() - t
         return lay, cap is not None
