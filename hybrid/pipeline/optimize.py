@@ -320,6 +320,13 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             leave(f"arena layout: its exact search for near misses left out (compiling it takes about "
                   f"{format_seconds(EXACT_COMPILE_S)} each run, more than the time left allows); the heuristics "
                   "and re-plans ran")
+        elif cap is not None and not _exact_ready() and _exact_may_run(graph):
+            # compiled here, outside the layout's cap, so that the compile's time (6 s unloaded, a minute on a
+            # busy machine) never cuts the layout's counted work: one seed, one layout
+            from hybrid.arena import exact
+
+            timings.exact_compile_s += exact.warm_up()
+            cap = _layout_cap(opts, end, eval_s)
         try:
             lay = _lay_out(graph, plan, cap, others, result, population, opts.recompute, budget)
         except InfeasibleError:
@@ -453,6 +460,14 @@ def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | Non
         return None
     after = baselines_seconds(eval_s) if opts.baselines else 0.0
     return max(0.0, min(opts.arena_s, end - after - time.monotonic()))
+
+
+def _exact_may_run(graph: Graph) -> bool:
+    """Whether the layout's exact search may run on this graph's plans (`LayoutBudget.exact_max_buffers`
+    buffers at most; a plan has about one per tensor)."""
+    from hybrid.arena.layout import DEFAULT_BUDGET
+
+    return graph.arrays.n_tensors <= 2 * DEFAULT_BUDGET.exact_max_buffers
 
 
 def _exact_ready() -> bool:

@@ -48,6 +48,7 @@ class Timings:
 
     setup_s: float = 0.0       # from `started_at` to the search's start: loading, imports, timing one evaluation
     compile_s: float = 0.0     # of setup_s: the planner's Numba kernels (tens of seconds only after an install)
+    exact_compile_s: float = 0.0   # of layout_s: the arena's exact search, compiled once per process (Numba)
     search_s: float = 0.0      # the genetic search (and, after, refinement and the resumed search)
     refine_s: float = 0.0
     layout_s: float = 0.0

@@ -150,6 +150,8 @@ def optimize_text(graph: Graph, device, res, wrote: list, wall_s: float) -> str:
                  f"{format_seconds(t.setup_s)}" + (f" (compiling the planner's kernels: {format_seconds(t.compile_s)})"
                                                    if t.compile_s > 2.0 else "")
                  + f", search {format_seconds(t.search_s)}, layout {format_seconds(t.layout_s)}"
+                 + (f" (compiling its exact search: {format_seconds(t.exact_compile_s)})" if t.exact_compile_s > 2.0
+                    else "")
                  + (f", baselines {format_seconds(t.baselines_s)}" if res.baselines is not None else "")
                  + f" (reserve {format_seconds(res.budget.reserve_s)})")
     if res.baselines is not None:
