@@ -330,10 +330,11 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
         try:
             lay = _lay_out(graph, plan, cap, others, result, population, opts.recompute, budget)
         except InfeasibleError:
-            if cap is None or time.monotonic() - t < cap:
+            if cap is None or (budget is None and time.monotonic() - t < cap):
                 raise   # no layout fits, whatever the time
-            leave(f"arena layout: none found in the {format_seconds(cap)} left of the time limit; the byte budget "
-                  "is written without offsets (the executor compacts at run time if it must)")
+            leave(f"arena layout: none found in the {format_seconds(cap)} left of the time limit"
+                  + (" without the exact search" if budget is not None else "") + "; the byte budget is written "
+                  "without offsets (the executor compacts at run time if it must)")
             lay, cap = _lay_out(graph, plan, None), None
         layout_s[0] += time.monotonic() - t
         return lay, cap is not None

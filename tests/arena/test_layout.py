@@ -46,8 +46,8 @@ def test_optimize_with_arena_writes_offsets(tmp_path):
     from tests.cli.helpers import RESNET
 
     out = tmp_path / "p.json"
-    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "12s", "--refine", "none",
-            "--arena", "5s", "--quiet", "--out", out)
+    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "5m", "--generations", 3,
+            "--refine", "none", "--arena", "5s", "--quiet", "--out", out)
     assert r.exit_code == 0, r.output
     plan = Plan.load(out)
     assert plan.allocation.kind in ("arena", "size_classes")
