@@ -19,9 +19,9 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
     exact offsets, the byte-budget plan it was laid out from (`refined`) is shown too: that pair compares like
     with like. `search_plan`: the search's best, shown when refinement replaced it. `deadline` (monotonic):
     baselines not started by then are left out, with a note saying so. `bounds`: the any-order bounds to divide
-    by (keyed by recompute; `hybrid.report.summary.plan_row`), default both, computed."""
+    by (keyed by recompute; `hybrid.pipeline.rows.plan_row`), default both, computed."""
     from hybrid.errors import InfeasibleError
-    from hybrid.report.summary import plan_row
+    from hybrid.pipeline.rows import plan_row
     from hybrid.swap.baselines import run_baseline
     from hybrid.validator import check
 

@@ -231,7 +231,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     from ga import optimize
     from ga.evaluation import make_evaluator
     from hybrid.errors import InfeasibleError
-    from hybrid.report.summary import any_order_bound
+    from hybrid.pipeline.rows import any_order_bound
     from hybrid.signals import deferred_interrupts, start_forkserver
     from hybrid.swap.augmented import PlannerOptions
     from hybrid.swap.baselines import RECOMPUTE_RATIO
@@ -438,7 +438,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                          interrupted=interrupted, failures=failures, bounds=bounds, skipped=skipped)
     with deferred_interrupts():
         # the bound of the written plan's kind, for the summary, if it fits in the time left
-        from hybrid.report.summary import recomputes
+        from hybrid.pipeline.rows import recomputes
 
         for rc in [recomputes(out.plan)] + ([not recomputes(out.plan)] if opts.baselines else []):
             if rc not in bounds and not interrupted and time.monotonic() + bound_est <= end:   # baselines: both

@@ -69,7 +69,7 @@ class Budget:
 
 @dataclass
 class Baselines:
-    """The written plan next to the obvious alternatives: `hybrid.report.summary.plan_row` rows, and notes
+    """The written plan next to the obvious alternatives: `hybrid.pipeline.rows.plan_row` rows, and notes
     (a baseline that cannot run, one the time limit left out, what the rows compare)."""
 
     rows: list[dict] = field(default_factory=list)
@@ -99,7 +99,7 @@ class OptimizeResult:
 
     def bound(self) -> tuple[float, str] | None:
         """The tightest computed lower bound that holds for the written plan, and its name; None if none."""
-        from hybrid.report.summary import recomputes
+        from hybrid.pipeline.rows import recomputes
 
         rc = recomputes(self.plan)
         if not rc and False in self.bounds:
