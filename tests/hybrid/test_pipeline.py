@@ -36,6 +36,7 @@ def test_the_library_writes_the_plan_the_command_writes(tmp_path, arena) -> None
         "--workers", 1, "--refine", "none", "--time-limit", "2m", "--quiet", "--out", tmp_path / "cli.json",
         *flags])), catch_exceptions=False)
     assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"wrote {tmp_path / 'cli.json'}: makespan ")   # the report leads with the written plan
     device = Plan.load(tmp_path / "cli.json").device
     written = []
     res = run_optimize(Graph.load(path), device, 120.0, OptimizeOptions(
