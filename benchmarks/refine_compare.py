@@ -124,9 +124,9 @@ def per_graph(spec: str | None, label: str, flag: str) -> int | None:
 
 def auto_mode(g: Graph, dev) -> tuple[str, int]:  # noqa: ANN001
     """(mode, evaluation processes) that `hybrid optimize` picks by default for this graph on this machine."""
-    from hybrid.refine.beside import split_cores
+    from hybrid.pipeline import split_cores
 
-    beside, workers = split_cores(g, dev)
+    beside, workers, _ = split_cores(g, dev)
     return ("beside" if beside else "after"), int(workers or 1)
 
 
@@ -306,7 +306,7 @@ search alone is in results/ga_second_core.md. Columns otherwise as in results/re
 """ + GRAPHS_NOTE
 
 NOTES_AUTO = """\
-Mode auto: what `hybrid optimize` does by default on this machine, per graph (`hybrid.refine.beside.split_cores`):
+Mode auto: what `hybrid optimize` does by default on this machine, per graph (`hybrid.pipeline.split_cores`):
 beside the search where one evaluation takes under 1 ms, after it elsewhere, each with the default evaluation
 processes; the `mode` and `workers` columns say which ran. Protocols and columns as in
 results/refine_compare.md (after) and results/refine_compare_beside.md (beside).

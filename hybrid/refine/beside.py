@@ -81,25 +81,6 @@ def refine_beside(eval_s: float, cores: int, workers: int | None = None, schedul
     return cores >= 2 and eval_s < POOL_MIN_EVAL_S
 
 
-def split_cores(graph: Graph, device: Device, refine: bool = True, mode: str = "auto", workers: int | None = None,
-                scheduler: str | None = None) -> tuple[bool, int | None]:
-    """(refine beside the search?, the search's evaluation processes) for `hybrid optimize`'s flags here.
-
-    Without --workers: one process where an evaluation is too cheap for a pool, else every core but the one
-    the refiner takes. One evaluation is timed for this (a few ms, outside the budget).
-    """
-    from ga.evaluation import POOL_MIN_EVAL_S, available_cores, evaluation_seconds
-
-    cores = available_cores()
-    eval_s = evaluation_seconds(graph, device)
-    beside = False
-    if refine:
-        beside = refine_beside(eval_s, cores, workers, scheduler) if mode == "auto" else mode == "beside"
-    if workers is None and not scheduler:
-        workers = 1 if eval_s < POOL_MIN_EVAL_S else max(1, cores - int(beside))
-    return beside, workers
-
-
 @dataclass
 class BesideReport:
     """What the refiner did; `plan` is its fastest refined plan (None if no refinement lowered a makespan)."""

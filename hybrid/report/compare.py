@@ -23,6 +23,11 @@ Two ways to add CP-SAT (`mode`), as in `hybrid optimize --refine-mode`:
   added on top (in beside mode too, for the winning refined plan).
 Both plans are validated and written.
 
+In beside mode each arm is one `hybrid.pipeline.run_optimize` (as `hybrid optimize --no-arena`, its
+`--refine none` and `--refine cpsat --refine-mode beside`), so its `time_limit_s` covers the arm's setup too.
+The after and counted-work protocols share one split between the arms, which `run_optimize` does not: they
+call the search (`ga.optimize`) and `hybrid.refine.handoff` themselves.
+
 Equal wall time: every phase of an arm takes its limit from the arm's
 deadline (start + `time_limit_s`), the search's limit counting its own setup
 (`ga.optimize`), and in after mode the split search, the hand-back and the
@@ -54,7 +59,7 @@ from hybrid.plan.metrics import persistent_bound_of
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.refine.handoff import DEFAULT_PATIENCE, patience_s, refine_then_resume
+from hybrid.refine.handoff import DEFAULT_PATIENCE, refine_then_resume
 from hybrid.plan import Plan
 
 ARMS = ("ga", "ga+cpsat")
@@ -278,16 +283,25 @@ def _seed_rows(graph, device, cfg, time_limit_s, refine_share, workers, refine_o
 
 
 def _ga_only(graph, device, cfg, options, time_limit_s: float, workers: int, say,  # noqa: ANN001
-             generations: int | None = None):  # noqa: ANN202 - (Plan, row, OptimizeResult)
-    """The GA-only arm of a beside comparison: the search with the refiner's core as one more worker, for the
-    time limit, or for `generations` (the time limit then a safety net)."""
-    from ga import optimize
-
+             generations: int | None = None):  # noqa: ANN202 - (Plan, row, SearchResult)
+    """The GA-only arm of a beside comparison: `hybrid optimize --refine none --no-arena` with the refiner's
+    core as one more worker (`hybrid.pipeline.run_optimize`), for the time limit; or the bare search for
+    `generations` (the time limit then a safety net)."""
     t0 = time.monotonic()
-    alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=generations, workers=workers + 1,
-                     options=options)
-    ga_plan = (alone.to_plan(time_limit_s=time_limit_s) if generations is None
-               else alone.to_plan(generations=generations))
+    if generations is None:
+        from hybrid.pipeline import OptimizeOptions, run_optimize
+
+        res = run_optimize(graph, device, time_limit_s, OptimizeOptions(
+            config=cfg, workers=workers + 1, refine="none", arena_s=None, planner=options, stop_on_interrupt=False))
+        if res.interrupted:
+            raise KeyboardInterrupt   # the seed is incomplete: `compare` returns the seeds before it
+        alone, ga_plan = res.search, res.plan
+    else:
+        from ga import optimize
+
+        alone = optimize(graph, device, cfg, time_limit_s=time_limit_s, generations=generations,
+                         workers=workers + 1, options=options)
+        ga_plan = alone.to_plan(generations=generations)
     r_ga = {"search_s": alone.search_time_s, "wall_s": time.monotonic() - t0, "ga_generations": alone.generations,
             "workers": workers + 1}
     say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({alone.generations} generations, "
@@ -297,23 +311,23 @@ def _ga_only(graph, device, cfg, options, time_limit_s: float, workers: int, say
 
 def _beside(graph, device, cfg, options, time_limit_s, refine_share, workers, refine_options, patience, elites,  # noqa: ANN001
             say) -> tuple[Plan, dict, Plan, dict, Plan | None]:  # noqa: ANN001
-    """Two runs of the same search for the whole budget, the second with the refiner beside it."""
-    from ga import optimize
-    from hybrid.refine.beside import DEFAULT_ELITES, BesideRefiner
+    """Two runs of `hybrid.pipeline.run_optimize` for the whole budget, the second with the refiner beside it."""
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+    from hybrid.refine.beside import DEFAULT_ELITES
 
     ga_plan, r_ga, _ = _ga_only(graph, device, cfg, options, time_limit_s, workers, say)
     t1 = time.monotonic()
-    deadline = t1 + time_limit_s
-    pat = None if patience is None else patience_s(refine_share * time_limit_s, patience)
-    refiner = BesideRefiner(graph, device, options, deadline=deadline, seed=cfg.seed, elites=elites or DEFAULT_ELITES,
-                            patience_s=pat, refine_options=refine_options, plan_info={"time_limit_s": time_limit_s})
-    try:
-        res = optimize(graph, device, cfg, time_limit_s=max(1e-3, deadline - time.monotonic()), workers=workers,
-                       observe=refiner.offer, options=options)
-    finally:
-        rep = refiner.finish()
-    own = res.to_plan(time_limit_s=time_limit_s)
-    hybrid_plan = rep.pick(own)
+    out = run_optimize(graph, device, time_limit_s, OptimizeOptions(
+        config=cfg, workers=workers, refine="cpsat", refine_mode="beside", refine_share=refine_share,
+        refine_patience=patience, refine_elites=elites or DEFAULT_ELITES, refine_options=refine_options,
+        arena_s=None, planner=options, stop_on_interrupt=False))
+    if out.interrupted:
+        raise KeyboardInterrupt
+    res, rep, own, hybrid_plan = out.search, out.refinement.report, out.search_plan, out.plan
+    if rep is None:   # the search reached the lower bound: the refiner was closed unread
+        from hybrid.refine.beside import BesideReport
+
+        rep = BesideReport()
     r_h = _beside_row(res, rep, own, hybrid_plan, workers, time.monotonic() - t1)
     say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
         f"{rep.refined} plans refined beside it, {rep.elites} of them elites, {rep.windows} windows, "

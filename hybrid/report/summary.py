@@ -6,43 +6,92 @@ from typing import Iterable
 from tabulate import tabulate
 
 from hybrid.graph import Graph
-from hybrid.plan import Plan
+from hybrid.pipeline.rows import any_order_bound, plan_row, recomputes  # noqa: F401 - re-exported for the commands
 from hybrid.units import format_bytes, format_seconds
 
-
-def plan_row(name: str, plan: Plan, graph: Graph | None = None) -> dict:
-    """A plan's summary figures; with `graph`, also its makespan over `graph_bound` (any schedule, activations
-    counted: hybrid.bounds.plan_graph_bound), else over the persistent-tensor bound only."""
-    from hybrid.bounds import plan_graph_bound
-    from hybrid.plan.metrics import persistent_bound_of
-
-    m = plan.metrics
-    ideal = float(m.get("ideal_s", 0.0))
-    lb = persistent_bound_of(m)
-    gb = plan_graph_bound(graph, plan) if graph is not None else float("nan")
-    return {
-        "plan": name,
-        "makespan_s": plan.makespan_s,
-        "ideal_s": ideal,
-        "ideal/makespan": ideal / plan.makespan_s if plan.makespan_s > 0 else 1.0,
-        "makespan/persistent_bound": plan.makespan_s / lb if lb > 0 else float("nan"),
-        "makespan/graph_bound": plan.makespan_s / gb if gb > 0 else float("nan"),
-        "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)),
-        "bytes_h2d": int(m.get("bytes_h2d", 0)),
-        "bytes_d2h": int(m.get("bytes_d2h", 0)),
-        "peak_bytes": int(m.get("peak_bytes", 0)),
-    }
+def _bound_of(rows: list[dict], key: str) -> float | None:
+    values = {r.get(key) for r in rows if r.get(key) == r.get(key) and r.get(key) is not None}
+    return values.pop() if len(values) == 1 else None
 
 
 def table(rows: Iterable[dict]) -> str:
+    """The rows as one Markdown table. Each ratio column divides by one bound, named in its header: makespan
+    over the any-order bound for swap-only plans ("-" on a row that recomputes: that bound does not hold for
+    it) and over the bound with recompute (every row); without a graph, over the persistent-tensor bound."""
+    rows = list(rows)
+    sb, rb = _bound_of(rows, "swap_bound_s"), _bound_of(rows, "recompute_bound_s")
     shown = []
     for r in rows:
-        shown.append({
-            "plan": r["plan"], "makespan": format_seconds(r["makespan_s"]), "ideal": format_seconds(r["ideal_s"]),
-            "ideal/makespan": f"{r['ideal/makespan']:.3f}",
-            "vs graph bound": f"{r['makespan/graph_bound']:.3f}x" if r["makespan/graph_bound"] == r["makespan/graph_bound"]
-            else f"{r['makespan/persistent_bound']:.3f}x (persistent only)",
-            "stall": format_seconds(r["stall_s"]), "h2d": format_bytes(r["bytes_h2d"]),
-            "d2h": format_bytes(r["bytes_d2h"]), "peak": format_bytes(r["peak_bytes"]),
-        })
+        row = {"plan": r["plan"], "makespan": format_seconds(r["makespan_s"]), "ideal": format_seconds(r["ideal_s"]),
+               "ideal/makespan": f"{r['ideal/makespan']:.3f}"}
+        if sb is not None:
+            v = r.get("makespan/swap_bound", float("nan"))
+            row[f"vs {format_seconds(sb)} (any order, swap only)"] = f"{v:.3f}x" if v == v else "-"
+        if rb is not None:
+            row[f"vs {format_seconds(rb)} (any order, with recompute)"] = f"{r['makespan/recompute_bound']:.3f}x"
+        if sb is None and rb is None:
+            v = r["makespan/persistent_bound"]
+            row["vs persistent-tensor bound"] = f"{v:.3f}x" if v == v else "-"
+        row.update({"stall": format_seconds(r["stall_s"]), "h2d": format_bytes(r["bytes_h2d"]),
+                    "d2h": format_bytes(r["bytes_d2h"]), "peak": format_bytes(r["peak_bytes"])})
+        shown.append(row)
     return tabulate(shown, headers="keys", tablefmt="github", disable_numparse=True)
+
+
+def optimize_json(res, wall_s: float) -> dict:  # noqa: ANN001 - hybrid.pipeline.OptimizeResult
+    """`hybrid optimize --json`'s figures beyond the plan's own (`hybrid.cli.options.json_summary`)."""
+    result, layout, kind = res.search, res.layout, res.plan.allocation.kind
+    out = {"wall_s": wall_s, "generations": result.generations, "evaluations": result.evaluations,
+           "search_s": result.search_time_s, "stop_reason": result.stop_reason, "interrupted": res.interrupted,
+           "evaluator": result.evaluator, "workers": result.workers,
+           "search_makespan_s": res.search_plan.makespan_s, "refinement": res.refinement.note.lstrip("; "),
+           "arena": None if layout is None or (kind != "arena" and not layout.fallback) else layout.to_json(),
+           "difference": res.difference(), "skipped": list(res.skipped), "time_limit_s": res.budget.total_s,
+           "reserve_s": res.budget.reserve_s, "timings": dict(vars(res.timings))}
+    if res.baselines is not None:
+        out["baselines"] = res.baselines.rows
+        out["baseline_notes"] = res.baselines.notes
+    return out
+
+
+def optimize_text(graph: Graph, device, res, wrote: list, wall_s: float) -> str:  # noqa: ANN001
+    """`hybrid optimize`'s summary: the written plan first (and why it is not the search's best, at what cost),
+    its bound, bytes moved, the search, what the time limit left out, where the time went, the baselines."""
+    from hybrid.plan.metrics import persistent_bound_of
+
+    result, plan, layout, t = res.search, res.plan, res.layout, res.timings
+    m = plan.metrics
+    ideal = float(m["ideal_s"])
+    h2d, d2h = int(m.get("bytes_h2d", 0)), int(m.get("bytes_d2h", 0))
+    kind = plan.allocation.kind
+    pool = (f"{len(plan.allocation.classes)} size classes" if kind == "size_classes"
+            else f"arena of {format_bytes(plan.allocation.arena_bytes)}" if kind == "arena" else "byte budget")
+    lines = [f"wrote {', '.join(map(str, wrote))}: makespan {format_seconds(plan.makespan_s)} "
+             f"({plan.makespan_s / ideal:.3f} x ideal, {100 * ideal / plan.makespan_s:.1f}% of ideal throughput); "
+             f"pool: {pool}"]
+    if res.difference():
+        lines.append("  " + res.difference())
+    elif layout is not None and layout.describe():
+        lines.append(f"  {layout.describe()}")
+    bound = res.bound()
+    lb = f"lower bound {format_seconds(bound[0])} ({bound[1]})" if bound else "lower bound not computed in time"
+    lines.append(f"  ideal        {format_seconds(ideal)}   {lb}, persistent tensors only "
+                 f"{format_seconds(persistent_bound_of(m))}")
+    lines.append(f"  bytes moved  {format_bytes(h2d + d2h)} ({format_bytes(h2d)} in, {format_bytes(d2h)} out)")
+    stop = result.stop_reason
+    why = "reached the lower bound (no plan can be faster)" if stop == "lower bound" else stop
+    lines.append(f"  search       {graph.name} on {device.name}: {result.generations} generations, "
+                 f"{result.evaluations} evaluations in {format_seconds(result.search_time_s)} ({result.evaluator}, "
+                 f"{result.workers} worker{'s' if result.workers != 1 else ''}); stopped: {why}{res.refinement.note}")
+    lines += [f"  left out     {s}" for s in res.skipped]
+    lines.append(f"  time         {format_seconds(wall_s)} of {format_seconds(res.budget.total_s)}: setup "
+                 f"{format_seconds(t.setup_s)}" + (f" (compiling the planner's kernels: {format_seconds(t.compile_s)})"
+                                                   if t.compile_s > 2.0 else "")
+                 + f", search {format_seconds(t.search_s)}, layout {format_seconds(t.layout_s)}"
+                 + (f" (compiling its exact search: {format_seconds(t.exact_compile_s)})" if t.exact_compile_s > 2.0
+                    else "")
+                 + (f", baselines {format_seconds(t.baselines_s)}" if res.baselines is not None else "")
+                 + f" (reserve {format_seconds(res.budget.reserve_s)})")
+    if res.baselines is not None:
+        lines.append("\n" + table(res.baselines.rows) + "".join(f"\n{n}" for n in res.baselines.notes))
+    return "\n".join(lines)

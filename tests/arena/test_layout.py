@@ -46,13 +46,28 @@ def test_optimize_with_arena_writes_offsets(tmp_path):
     from tests.cli.helpers import RESNET
 
     out = tmp_path / "p.json"
-    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "3s", "--refine", "none",
-            "--arena", "5s", "--quiet", "--out", out)
+    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "5m", "--generations", 3,
+            "--refine", "none", "--arena", "5s", "--quiet", "--out", out)
     assert r.exit_code == 0, r.output
     plan = Plan.load(out)
     assert plan.allocation.kind in ("arena", "size_classes")
     assert validate(Graph.load(RESNET), plan).valid
     assert "pool: " in r.output
+
+
+def test_a_time_limit_too_short_for_a_layout_writes_the_byte_budget_and_says_so(tmp_path):
+    """The limit bounds the whole command: where a layout would not fit in it, none is started."""
+    from hybrid.graph import Graph
+    from hybrid.plan import Plan
+    from tests.cli.helpers import RESNET
+
+    out = tmp_path / "p.json"
+    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "3s", "--refine", "none",
+            "--quiet", "--out", out)
+    assert r.exit_code == 0, r.output
+    plan = Plan.load(out)
+    assert plan.allocation.kind == "unconstrained" and validate(Graph.load(RESNET), plan).valid
+    assert "left out     arena layout: not run" in r.output and "without offsets" in r.output
 
 
 def test_optimize_lays_out_by_default_and_not_with_no_arena(tmp_path):
@@ -120,14 +135,14 @@ def test_lay_out_is_deterministic_and_capped_only_by_its_time_limit():
 
 def test_baseline_table_shows_the_byte_budget_plan_beside_the_laid_out_one():
     """Baselines are byte budgets: the comparison keeps the search's byte-budget plan and adds the written one."""
-    from hybrid.cli.commands.optimize import _baseline_rows
+    from hybrid.pipeline import baseline_rows
 
     g = training_graph(10, seed=3)
     dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.5), reserve_bytes=0,
                   alignment_bytes=512)
     searched = run_baseline(g, dev, "belady")
     laid = replace(searched, allocation=lay_out(g, searched, time_limit_s=2.0).plan.allocation)
-    names = [r["plan"] for r in _baseline_rows(g, dev, searched, laid, searched)[0]]
+    names = [r["plan"] for r in baseline_rows(g, dev, searched, laid, searched).rows]
     assert names[-2:] == ["optimize", "optimize, written (exact offsets)"]
-    names = [r["plan"] for r in _baseline_rows(g, dev, searched, searched, searched)[0]]
+    names = [r["plan"] for r in baseline_rows(g, dev, searched, searched, searched).rows]
     assert names[-1] == "optimize" and "optimize, written (exact offsets)" not in names

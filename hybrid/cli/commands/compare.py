@@ -123,10 +123,10 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     interrupted = False
     try:
         for g, dev in graphs:
-            from hybrid.refine.beside import split_cores
+            from hybrid.pipeline import split_cores
 
             # as `hybrid optimize` places the search and the refiner (the GA-only arm gets one more process beside)
-            beside, graph_workers = split_cores(g, dev, True, refine_mode, workers)
+            beside, graph_workers, _ = split_cores(g, dev, True, refine_mode, workers)
             mode = "beside" if beside else "after"
             t = compare(g, dev, time_limit_s=total, seeds=seed_list, refine_share=refine_share,
                         workers=int(graph_workers or 1), out_dir=out_dir, ga_config=cfg, patience=refine_patience,

@@ -1,0 +1,53 @@
+"""The optimized plan next to the obvious alternatives (`hybrid optimize --compare-baselines`)."""
+from __future__ import annotations
+
+import time
+
+from hybrid.device import Device
+from hybrid.graph import Graph
+from hybrid.pipeline.result import Baselines
+from hybrid.plan import Plan
+
+BASELINES = ("naive", "odswap", "odswap-paper", "vdnn", "tflms", "belady", "recompute-only")
+
+
+def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, refined: Plan | None = None,
+                  deadline: float | None = None, bounds: dict[bool, float] | None = None) -> Baselines:
+    """Each baseline planned and validated, then the optimize rows: summary rows (`plan_row`) and notes.
+
+    The baselines are byte budgets (memory never fragments), so where the written `plan` was laid out with
+    exact offsets, the byte-budget plan it was laid out from (`refined`) is shown too: that pair compares like
+    with like. `search_plan`: the search's best, shown when refinement replaced it. `deadline` (monotonic):
+    baselines not started by then are left out, with a note saying so. `bounds`: the any-order bounds to divide
+    by (keyed by recompute; `hybrid.pipeline.rows.plan_row`), default both, computed."""
+    from hybrid.errors import InfeasibleError
+    from hybrid.pipeline.rows import plan_row
+    from hybrid.swap.baselines import run_baseline
+    from hybrid.validator import check
+
+    out = Baselines()
+    skipped = []
+    for kind in BASELINES:
+        if deadline is not None and time.monotonic() >= deadline:
+            skipped.append(kind)
+            continue
+        try:
+            p = run_baseline(graph, device, kind, recompute=True)
+        except InfeasibleError as e:
+            out.notes.append(f"{kind}: cannot run: {e}")
+            continue
+        check(graph, p)
+        out.rows.append(plan_row(kind, p, graph, bounds))
+    if skipped:
+        out.notes.append(f"not run, the time limit was spent: {', '.join(skipped)} (give a longer --time-limit)")
+    laid_out = refined is not None and refined is not plan and plan.allocation.kind == "arena"
+    best = refined if laid_out else plan
+    if search_plan is not best:
+        out.rows.append(plan_row("optimize (GA)", search_plan, graph, bounds))
+    out.rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if search_plan is not best else ""), best, graph, bounds))
+    if laid_out:
+        out.rows.append(plan_row("optimize, written (exact offsets)", plan, graph, bounds))
+        out.notes.append("The baselines and the optimize rows above the last are byte budgets (memory never "
+                         "fragments); the written plan gives every tensor an arena offset (--no-arena: write the "
+                         "byte budget).")
+    return out

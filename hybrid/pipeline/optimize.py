@@ -1,0 +1,616 @@
+"""The optimize flow: genetic search, CP-SAT refinement beside or after it, validation, arena layout with its
+fallbacks, and the baseline rows, within one time limit. `hybrid optimize` and `hybrid compare` call it.
+
+How `time_limit_s` is split. Everything counts from `started_at` (the caller's start: `hybrid optimize` passes
+the moment it began, so loading the graph counts too) and ends by `started_at + time_limit_s`:
+
+1. setup: importing the refiner, compiling the planner's Numba kernels (tens of seconds, once after an
+   install: announced, and named in `Timings.compile_s`), timing one evaluation (it places the search's
+   processes and sizes the estimates below), and the any-order lower bound the search stops at, computed
+   only where its estimated cost (`bound_seconds`) is at most `BOUND_SHARE` of the limit;
+2. a reserve at the end (`reserve_for`, estimated from that evaluation's time, at least `RESERVE_MIN_SHARE`
+   and at most `RESERVE_MAX_SHARE` of the limit): the validation of the search's plan, the arena layout, the
+   baselines and the summary's bound;
+3. the search gets the rest. With refinement after it, the search stops at 1 - `refine_share` of that rest
+   and refinement (then the resumed search) runs to its end; beside it, the refiner runs until the same end.
+
+After the search, the arena layout runs if its estimate fits in the time left (else the byte budget is
+written without offsets and `OptimizeResult.skipped` says so), capped by the limit less the baselines'
+estimate and by its own cap `arena_s`; its exact search for near misses (compiled once per process, about
+`EXACT_COMPILE_S`) only where that compile fits too. A baseline not started by the limit is left out (its
+notes say so).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from hybrid.device import Device
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+from hybrid.pipeline.result import Budget, OptimizeResult, Refinement, Timings
+from hybrid.units import format_seconds
+
+if TYPE_CHECKING:
+    from ga import GAConfig
+    from ga.progress import GenerationStats
+    from hybrid.plan import Plan
+
+ARENA_AUTO_S = 60.0          # `--arena auto`: the safety cap on the layout's counted work (hybrid.arena.layout)
+RESERVE_MIN_SHARE = 0.05     # of the time limit, kept at the end for layout, baselines and summary
+RESERVE_MAX_SHARE = 0.5
+BOUND_SHARE = 0.1            # the lower bound is computed where its estimate is at most this share of the limit
+# Estimates in evaluations (one planner + simulator run of the program order, timed at setup), from NasNet-25,
+# RNN-8-8k and ResNet-152 on a loaded 2-core machine: a validation about 50, a heuristic arena layout of one
+# candidate about 100, a baseline (plan, simulate, validate) about 20 plus its validation.
+VALIDATE_EVALS, LAYOUT_EVALS, BASELINE_EVALS = 50.0, 100.0, 20.0
+LAYOUT_FIXED_S = 4.0
+LOAD_MARGIN = 1.5            # the reserve's estimates are from the fastest of 3 evaluations: a loaded machine varies
+CHUNK_ONE_S = 0.02           # evaluations slower than this go to worker processes one at a time
+EXACT_COMPILE_S = 15.0       # the arena's exact search, compiled once per process: about 6 s unloaded, 40 s loaded
+BESIDE_MIN_S = 3.0           # a refiner process beside the search needs this much of it (a spawned interpreter)
+COMPILE_NOTE_S = 2.0         # a kernel compile longer than this is announced (a first run after an install)
+DEFAULT_PATIENCE = 0.1       # hybrid.refine.handoff.DEFAULT_PATIENCE (not imported: refinement is optional)
+
+
+def process_started_at() -> float:
+    """When this process started, on the time.monotonic() clock (Linux: from /proc; elsewhere: now), so that a
+    command's time limit also counts the interpreter's start and its imports."""
+    import os
+
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])   # field 22: start time after boot, in clock ticks
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - age if age >= 0.0 else now
+
+
+def refine_available() -> bool:
+    """Whether the CP-SAT refinement (hybrid.refine) is installed; checked without importing it."""
+    return importlib.util.find_spec("hybrid.refine") is not None
+
+
+@dataclass
+class OptimizeOptions:
+    """Everything `hybrid optimize`'s flags set besides the graph, the device and the time limit.
+
+    `arena_s`: the layout's safety cap in seconds (None: write the byte budget as searched, no offsets).
+    `refine`: "cpsat" or "none"; `refine_mode`: "auto", "beside" or "after" (`hybrid.refine.beside.placement`).
+    """
+
+    config: "GAConfig" = field(default_factory=lambda: _ga_config())
+    generations: int | None = None
+    workers: int | None = None
+    scheduler: str | None = None
+    recompute: bool = True
+    refine: str = "none"
+    refine_mode: str = "auto"
+    refine_share: float = 0.2
+    refine_patience: float | None = DEFAULT_PATIENCE
+    refine_elites: int = 4
+    refine_options: Any = None          # hybrid.refine.RefineOptions for the refiner beside (default: its own)
+    planner: Any = None                 # hybrid.swap.augmented.PlannerOptions to search from (overrides `recompute`)
+    stop_on_interrupt: bool = True      # Ctrl-C ends the search with its best so far; False: KeyboardInterrupt
+    checkpoint: Path | None = None
+    checkpoint_every: int = 10
+    resume: Path | None = None
+    arena_s: float | None = ARENA_AUTO_S
+    baselines: bool = False
+
+    def check(self) -> None:
+        """HybridError naming the flag, for options no run could use."""
+        if self.refine not in ("cpsat", "none"):
+            raise HybridError(f"--refine must be cpsat or none, got {self.refine!r}")
+        if self.refine == "cpsat" and not refine_available():
+            raise HybridError("--refine cpsat needs the CP-SAT refinement (hybrid.refine), which is not in this "
+                              "installation; use --refine none")
+        if not 0.0 <= self.refine_share < 1.0:
+            raise HybridError(f"--refine-share must be within [0, 1), got {self.refine_share}")
+        if self.workers is not None and self.workers < 1:
+            raise HybridError(f"--workers must be at least 1, got {self.workers}")
+        if self.scheduler and self.workers is not None:
+            raise HybridError("give either --workers (processes here) or --scheduler (a Dask cluster), not both")
+        if self.arena_s is not None and self.arena_s < 0:
+            raise HybridError(f"--arena must be auto, a duration such as 60s, or 0 to write no offsets; got "
+                              f"{self.arena_s}")
+
+
+def _ga_config() -> "GAConfig":
+    from ga import GAConfig
+
+    return GAConfig()
+
+
+@dataclass
+class Progress:
+    """Callbacks through which a run reports (all optional; the library never prints).
+
+    `on_generation(stats, seconds_left)`: after each generation of the search; `on_refine(p)`: CP-SAT's
+    progress (hybrid.refine.RefineProgress); `on_note(text)`: one-off news (a first-run compile, a phase the
+    time limit cut); `on_phase_end()`: a live line may be closed; `on_plan(plan)`: a new plan to write (called
+    with interrupts deferred, so it is written whole; the first as soon as the search ends, so that an
+    interrupted refinement still leaves the best so far)."""
+
+    on_generation: Callable[["GenerationStats", float], None] | None = None
+    on_refine: Callable[[Any], None] | None = None
+    on_note: Callable[[str], None] | None = None
+    on_phase_end: Callable[[], None] | None = None
+    on_plan: Callable[["Plan"], None] | None = None
+
+    def note(self, text: str) -> None:
+        if self.on_note is not None:
+            self.on_note(text)
+
+    def phase_end(self) -> None:
+        if self.on_phase_end is not None:
+            self.on_phase_end()
+
+    def generation_hook(self, end: float) -> Callable[["GenerationStats"], None] | None:
+        if self.on_generation is None:
+            return None
+        cb = self.on_generation
+        return lambda s: cb(s, max(0.0, end - time.monotonic()))
+
+
+def bound_seconds(graph: Graph) -> float:
+    """The any-order bound's estimated cost (`hybrid.bounds.graph_bound`: bitsets over ops x tensors):
+    NasNet-25 (13,658 ops, 28,379 tensors) took 8-10 s on a loaded 2-core machine, ResNet-152 0.4 s."""
+    a = graph.arrays
+    return 0.3 + 2.5e-8 * a.n_ops * a.n_tensors
+
+
+def validate_seconds(eval_s: float) -> float:
+    return 0.3 + VALIDATE_EVALS * eval_s
+
+
+def layout_seconds(eval_s: float) -> float:
+    """One candidate laid out by the heuristics, a few re-plans and the exact search's tries (about 3 s on
+    ResNet-18, whatever the graph: a node budget), and the layout validated."""
+    return LAYOUT_FIXED_S + LAYOUT_EVALS * eval_s + validate_seconds(eval_s)
+
+
+def baselines_seconds(eval_s: float) -> float:
+    from hybrid.pipeline.baselines import BASELINES
+
+    return len(BASELINES) * (BASELINE_EVALS * eval_s + validate_seconds(eval_s))
+
+
+def reserve_for(total_s: float, eval_s: float, arena: bool, baselines: bool, bound_s: float = 0.0) -> float:
+    """Seconds kept at the end of the limit: the search plan's validation, the layout, the baselines and the
+    summary's bound (`bound_s`, 0 when it is known already), within [RESERVE_MIN_SHARE, RESERVE_MAX_SHARE]."""
+    need = validate_seconds(eval_s) + 2 * eval_s + bound_s     # the best plan re-planned with its events, checked
+    if arena:
+        need += layout_seconds(eval_s)
+    if baselines:
+        need += baselines_seconds(eval_s)
+    return float(min(RESERVE_MAX_SHARE * total_s, max(RESERVE_MIN_SHARE * total_s, LOAD_MARGIN * need)))
+
+
+def split_cores(graph: Graph, device: Device, refine: bool = True, mode: str = "auto",
+                     workers: int | None = None, scheduler: str | None = None) -> tuple[bool, int | None, float]:
+    """(refine beside the search?, the search's evaluation processes, one evaluation's seconds).
+
+    Without `workers`: one process where an evaluation is too cheap for a pool to pay
+    (`ga.evaluation.POOL_MIN_EVAL_S`), else every core but the one the refiner takes beside the search.
+    `mode` "auto" refines beside where that core would not speed up the search (`refine_beside`)."""
+    from ga.evaluation import POOL_MIN_EVAL_S, available_cores, evaluation_seconds
+    from hybrid.refine.beside import refine_beside
+
+    cores = available_cores()
+    eval_s = evaluation_seconds(graph, device)
+    beside = False
+    if refine:
+        beside = refine_beside(eval_s, cores, workers, scheduler) if mode == "auto" else mode == "beside"
+    if workers is None and not scheduler:
+        workers = 1 if eval_s < POOL_MIN_EVAL_S else max(1, cores - int(beside))
+    return beside, workers, eval_s
+
+
+def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: OptimizeOptions | None = None,
+                 progress: Progress | None = None, started_at: float | None = None,
+                 after_s: float = 0.0) -> OptimizeResult:
+    """Search, refine, validate and lay out a plan for `graph` on `device` within `time_limit_s` seconds of
+    `started_at` (time.monotonic(); default now), as the module docstring splits it. `after_s`: seconds the
+    caller needs once this returns (printing, a process's exit), kept at the end of the limit.
+
+    Ctrl-C or SIGTERM stops the search (or refinement) and the best plan so far is returned and handed to
+    `progress.on_plan` (`interrupted` set). HybridError: bad options, or the search's own best plan failed
+    validation (a bug); a refined plan that fails validation is dropped for the search's (`failures`).
+    The same `options.config.seed` and `options.generations` with `refine="none"` give the same plan.
+    """
+    from ga import optimize
+    from ga.evaluation import make_evaluator
+    from hybrid.errors import InfeasibleError
+    from hybrid.pipeline.rows import any_order_bound
+    from hybrid.signals import deferred_interrupts, start_forkserver
+    from hybrid.swap.augmented import PlannerOptions
+    from hybrid.swap.baselines import RECOMPUTE_RATIO
+    from hybrid.swap.planner import compile_kernels
+
+    opts = options or OptimizeOptions()
+    prog = progress or Progress()
+    start = time.monotonic() if started_at is None else started_at
+    total = float(time_limit_s)
+    if not total > 0:
+        raise HybridError(f"--time-limit must be positive, got {time_limit_s!r}")
+    opts.check()
+    end = start + total - max(0.0, min(after_s, 0.2 * total))
+    timings = Timings()
+    skipped: list[str] = []
+    bounds: dict[bool, float] = {}
+    if opts.refine == "cpsat":
+        import hybrid.refine  # noqa: F401 - imported now so its import time counts against the budget
+    t0 = time.monotonic()
+    compile_kernels()  # counted: right after an install this takes tens of seconds, once (cached from then on)
+    timings.compile_s = time.monotonic() - t0
+    if timings.compile_s > COMPILE_NOTE_S:
+        prog.note(f"compiled the planner's kernels in {format_seconds(timings.compile_s)} (first run after an "
+                  "install; cached from now on), counted in the time limit")
+    cpsat = opts.refine == "cpsat"
+    beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
+    options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0)  # genes set it
+    # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
+    # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
+    stop_at = None
+    bound_est = bound_seconds(graph)
+    rc = opts.recompute if opts.planner is None else opts.planner.recomputes
+    if bound_est <= BOUND_SHARE * total:
+        bounds[rc] = any_order_bound(graph, device, rc)
+        stop_at = bounds[rc] * (1.0 + 1e-9)
+    else:
+        skipped.append(f"lower bound: not computed (about {format_seconds(bound_est)} on this graph, over "
+                       f"{100 * BOUND_SHARE:.0f}% of the time limit; `hybrid info` prints it), so the search "
+                       "cannot stop at it")
+    summary_bound = bound_est if bound_est <= BOUND_SHARE * total and rc else 0.0
+    arena = opts.arena_s is not None
+    if arena and layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start):
+        arena = False   # it would not fit in the largest reserve: give its time to the search
+        skipped.append(f"arena layout: not run, one layout takes about {format_seconds(layout_seconds(eval_s))} "
+                       f"here, over {100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
+                       "without offsets (the executor compacts at run time if it must)")
+    reserve = reserve_for(end - start, eval_s, arena, opts.baselines, summary_bound)
+    search_end = end - reserve
+    now = time.monotonic()
+    after = cpsat and not beside
+    ga_end = (now + max(0.0, search_end - now) * (1.0 - opts.refine_share)) if after else search_end
+    budget = Budget(total, reserve, search_end - start, ga_end - start)
+    timings.setup_s = now - start
+    failures: list[str] = []
+    refinement = Refinement(mode="none" if not cpsat else "beside" if beside else "after")
+    if beside and search_end - now < BESIDE_MIN_S:
+        beside = False
+        refinement.skipped = f"only {format_seconds(max(0.0, search_end - now))} left for the search"
+        refinement.note = "; no time to refine beside the search"
+        skipped.append(f"refinement: not run, {refinement.skipped} (a refiner process beside it needs about "
+                       f"{format_seconds(BESIDE_MIN_S)})")
+    layout_s = [0.0]
+
+    def leave(text: str) -> None:
+        """Note what the time limit (or an interrupt) left out, once."""
+        if text not in skipped:
+            skipped.append(text)
+
+    def lay_out_now(plan, others, result, population, stopped: bool = False):  # noqa: ANN001, ANN202
+        t = time.monotonic()
+        budget = None
+        cap = _layout_cap(opts, end, eval_s) if arena else None
+        if cap is not None and stopped:   # Ctrl-C or SIGTERM: write the best plan now, not after a layout
+            leave("arena layout: not run, interrupted; the byte budget is written without offsets (the executor "
+                  "compacts at run time if it must)")
+            cap = None
+        if cap is not None and end - t < layout_seconds(eval_s):
+            leave(f"arena layout: not run, {format_seconds(max(0.0, end - t))} left of the time limit and one "
+                  f"layout takes about {format_seconds(layout_seconds(eval_s))} here; the byte budget is written "
+                  "without offsets (the executor compacts at run time if it must)")
+            cap = None
+        if cap is not None and not _exact_ready() and end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
+            from hybrid.arena.layout import DEFAULT_BUDGET
+
+            budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
+            leave(f"arena layout: its exact search for near misses left out (compiling it takes about "
+                  f"{format_seconds(EXACT_COMPILE_S)} each run, more than the time left allows); the heuristics "
+                  "and re-plans ran")
+        elif cap is not None and not _exact_ready() and _exact_may_run(graph):
+            # compiled here, outside the layout's cap, so that the compile's time (6 s unloaded, a minute on a
+            # busy machine) never cuts the layout's counted work: one seed, one layout
+            from hybrid.arena import exact
+
+            timings.exact_compile_s += exact.warm_up()
+            cap = _layout_cap(opts, end, eval_s)
+        try:
+            lay = _lay_out(graph, plan, cap, others, result, population, opts.recompute, budget)
+        except InfeasibleError:
+            if cap is None or (budget is None and time.monotonic() - t < cap):
+                raise   # no layout fits, whatever the time
+            leave(f"arena layout: none found in the {format_seconds(cap)} left of the time limit"
+                  + (" without the exact search" if budget is not None else "") + "; the byte budget is written "
+                  "without offsets (the executor compacts at run time if it must)")
+            lay, cap = _lay_out(graph, plan, None), None
+        layout_s[0] += time.monotonic() - t
+        return lay, cap is not None
+
+    # one evaluator for the search and, after refinement, its resumption: a second process pool would spend
+    # the seconds refinement hands back starting up (the resumed search then ran 0 generations)
+    start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process, which stops them in order
+    evaluator = make_evaluator(graph, device, options, workers, opts.scheduler)
+    if eval_s > CHUNK_ONE_S and hasattr(evaluator, "chunks_per_worker"):
+        # one candidate per task: when the time is up, at most one evaluation per worker is still running (the
+        # pool's shutdown waits for it), not a chunk of several (NasNet-25 under load: seconds each)
+        evaluator.chunks_per_worker = 1 << 16
+    layout = None
+    laid = False
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            # refinement may hand its time back to the search, which then resumes from the split's checkpoint
+            split_ckpt = opts.checkpoint or (Path(tmp) / "split.ckpt" if after else None)
+            refiner = None
+            if beside:
+                from hybrid.refine.beside import BesideRefiner
+                from hybrid.refine.handoff import patience_s
+
+                pat = (None if opts.refine_patience is None
+                       else patience_s(opts.refine_share * total, opts.refine_patience))
+                refiner = BesideRefiner(graph, device, options, deadline=search_end, seed=opts.config.seed,
+                                        elites=opts.refine_elites, patience_s=pat, refine_options=opts.refine_options,
+                                        plan_info={"time_limit_s": total})
+            result = report = None
+            population: list = []     # the arena fallback re-plans the next best byte-budget individuals
+
+            def watch(state) -> None:  # noqa: ANN001 - ga.algorithm.SearchState
+                population[:] = state.population
+                if refiner is not None:
+                    refiner.offer(state)
+
+            t_search = time.monotonic()
+            try:
+                result = optimize(graph, device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
+                                  generations=opts.generations, evaluator=evaluator, options=options,
+                                  checkpoint=split_ckpt,
+                                  checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
+                                  resume=opts.resume, on_generation=prog.generation_hook(ga_end),
+                                  handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at)
+            finally:
+                prog.phase_end()
+                if refiner is not None:
+                    with deferred_interrupts():
+                        if result is None or result.stop_reason == "lower bound":
+                            refiner.close()  # nothing can beat the lower bound (or no search): do not wait for it
+                        else:
+                            report = refiner.finish()
+            timings.search_s = time.monotonic() - t_search
+            with deferred_interrupts() as hits:  # the best plan is written whole, even if a signal comes now
+                plan = result.to_plan(time_limit_s=total)
+                problem = _problem(graph, plan)
+                if problem:  # a planner bug: say so rather than write a plan the executor would reject
+                    raise HybridError(f"the best plan failed validation ({problem}); please report this with "
+                                      "the graph file")
+                search_plan = plan
+                if report is not None:
+                    plan = _beside_outcome(report, plan, refinement)
+                    plan = _valid_or(graph, plan, search_plan, "the plan refined beside the search", failures,
+                                     refinement)
+                # handed on now, so an interrupted refinement still leaves the best so far
+                layout, laid = lay_out_now(plan, [search_plan], result, population,
+                                           result.stop_reason == "interrupted" or bool(hits))
+                if prog.on_plan is not None:
+                    prog.on_plan(layout.plan)
+            interrupted = result.stop_reason == "interrupted" or bool(hits)
+            done = result.stop_reason in ("interrupted", "lower bound") or hits
+            if after and not done:
+                # a search that ran out of generations has nothing to resume: refine for the whole share then
+                more = result.stop_reason == "time limit"
+                before = plan
+                t_ref = time.monotonic()
+                plan, resumed, stopped = _refine_after(
+                    graph, device, plan, split_ckpt if more else None, search_end, opts.config.seed,
+                    opts.refine_patience if more else None, prog, {"time_limit_s": total}, refinement,
+                    opts.refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
+                    evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
+                    checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at)
+                timings.search_s += time.monotonic() - t_ref
+                interrupted = interrupted or stopped
+                result = resumed or result
+                with deferred_interrupts() as hits:
+                    if plan is not before:
+                        plan = _valid_or(graph, plan, before, "the refined plan", failures, refinement)
+                        if plan is not before:
+                            layout, laid = lay_out_now(plan, [before, search_plan], result, population,
+                                                       stopped or bool(hits))
+                            if prog.on_plan is not None:
+                                prog.on_plan(layout.plan)
+                interrupted = interrupted or bool(hits)
+    finally:
+        evaluator.close()
+    timings.refine_s = refinement.seconds
+    timings.layout_s = layout_s[0]
+    out = OptimizeResult(plan=layout.plan, search_plan=search_plan, refined_plan=plan, search=result,
+                         refinement=refinement, layout=layout if laid else None, budget=budget, timings=timings,
+                         interrupted=interrupted, failures=failures, bounds=bounds, skipped=skipped)
+    with deferred_interrupts():
+        # the bound of the written plan's kind, for the summary, if it fits in the time left
+        from hybrid.pipeline.rows import recomputes
+
+        for rc in [recomputes(out.plan)] + ([not recomputes(out.plan)] if opts.baselines else []):
+            if rc not in bounds and not interrupted and time.monotonic() + bound_est <= end:   # baselines: both
+                bounds[rc] = any_order_bound(graph, device, rc)
+        if opts.baselines and interrupted:
+            skipped.append("baselines: not run, interrupted")
+        elif opts.baselines:
+            from hybrid.pipeline.baselines import baseline_rows
+
+            t_base = time.monotonic()
+            out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds)
+            timings.baselines_s = time.monotonic() - t_base
+    timings.wall_s = time.monotonic() - start
+    return out
+
+
+def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | None:
+    """The arena layout's time cap: its own (`arena_s`), and the limit less what the baselines will need."""
+    if opts.arena_s is None:
+        return None
+    after = baselines_seconds(eval_s) if opts.baselines else 0.0
+    return max(0.0, min(opts.arena_s, end - after - time.monotonic()))
+
+
+def _exact_may_run(graph: Graph) -> bool:
+    """Whether the layout's exact search may run on this graph's plans (`LayoutBudget.exact_max_buffers`
+    buffers at most; a plan has about one per tensor)."""
+    from hybrid.arena.layout import DEFAULT_BUDGET
+
+    return graph.arrays.n_tensors <= 2 * DEFAULT_BUDGET.exact_max_buffers
+
+
+def _exact_ready() -> bool:
+    """Whether the arena's exact search is compiled in this process (Numba cannot cache it)."""
+    from hybrid.arena import exact
+
+    return bool(getattr(exact, "_warmed", False))
+
+
+def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # noqa: ANN001, ANN202
+             result=None, population=(), recompute: bool = True, budget=None):
+    """`plan` with exact arena offsets (or its fallback, hybrid.arena.layout), checked by its validator; with
+    `arena_s` None, `plan` as it is. `population`: the search's last population, whose next best byte-budget
+    individuals are re-planned too. Returns the Layout to write."""
+    from hybrid.arena.layout import Layout, Replan, lay_out, replan_schedule
+    from hybrid.errors import InfeasibleError
+
+    if arena_s is None:
+        return Layout(plan, "", 0, plan.makespan_s, 0.0)
+    replans = []
+    if result is not None:
+        replans.append(Replan("search genes", _genes_replan(graph, plan, result, result.best)))
+        seen = {round(result.best.makespan, 12)}
+        for ind in sorted((i for i in population if i.by_bytes and np.isfinite(i.makespan)),
+                          key=lambda i: i.makespan):
+            if len(replans) > 3:
+                break
+            if round(ind.makespan, 12) not in seen:
+                seen.add(round(ind.makespan, 12))
+                replans.append(Replan(f"population {len(replans) + 1}", _genes_replan(graph, plan, result, ind)))
+    replans.append(Replan("belady", lambda budget: replan_schedule(graph, plan, budget, recompute=recompute)))
+    classes = []              # the search's fastest size-class plan: a fallback that needs no offsets
+    if result is not None:
+        from hybrid.swap.planner import SwapPlanner
+        from hybrid.swap.to_plan import to_plan
+
+        space = result.space
+        for ind in sorted((i for i in population if not i.by_bytes and np.isfinite(i.makespan)),
+                          key=lambda i: i.makespan)[:1]:
+            aug = SwapPlanner(graph, space.device).plan(ind.schedule, space.pool(ind), space.options_for(ind))
+            classes.append(dataclasses.replace(to_plan(aug, result.planner_info()), device=plan.device))
+    try:
+        layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes,
+                         replans=replans, recompute=recompute, **({"budget": budget} if budget else {}))
+    except InfeasibleError as e:
+        raise InfeasibleError(f"{e}, or --no-arena to write the byte budget as searched (the executor then "
+                              "compacts at run time)") from None
+    return layout     # validated by lay_out (a plan that is not a byte budget passes through, validated before)
+
+
+def _genes_replan(graph, plan, result, ind):  # noqa: ANN001, ANN202 - -> (budget bytes -> Plan)
+    """Plan an individual of the search again (its schedule, policy and recompute genes) for a smaller byte
+    budget: the arena fallback that keeps what the search found."""
+    from hybrid.arena.layout import replan_schedule
+
+    space = result.space
+    return lambda budget: replan_schedule(graph, plan, budget, order=ind.schedule,
+                                          options=space.options_for(ind), info=result.planner_info())
+
+
+def _beside_outcome(report, search_plan: "Plan", ref: Refinement) -> "Plan":  # noqa: ANN001 - BesideReport
+    """The faster of the search's best and the refiner's best; `ref` records what the refiner did."""
+    r = report
+    ref.ran, ref.report = True, r
+    ref.plans, ref.elites, ref.windows, ref.accepted = r.refined, r.elites, r.windows, r.accepted
+    ref.seconds, ref.error = r.busy_s, r.error
+    note = (f"; CP-SAT beside the search refined {r.refined} plan{'s' if r.refined != 1 else ''} ({r.elites} "
+            f"elite{'s' if r.elites != 1 else ''} after its best), {r.windows} windows, {r.accepted} accepted")
+    if r.error:
+        note += f" ({r.error})"
+    plan = r.pick(search_plan)
+    if plan is not search_plan:
+        ref.source, ref.from_makespan_s, ref.makespan_s = "cpsat", r.from_makespan_s, plan.makespan_s
+        ref.note = (note + f": {format_seconds(r.plan.makespan_s)} from a search plan of "
+                    f"{format_seconds(r.from_makespan_s)}, "
+                    f"{100 * (1 - r.plan.makespan_s / search_plan.makespan_s):.2g}% below the search's best")
+        return plan
+    ref.makespan_s = search_plan.makespan_s
+    ref.note = note + ": nothing faster than the search's best"
+    return search_plan
+
+
+def _problem(graph: Graph, plan: "Plan") -> str:
+    """The plan's first broken rule as text, or '' when it validates."""
+    from hybrid.validator import validate
+
+    report = validate(graph, plan)
+    if report.valid:
+        return ""
+    v = report.violations[0]
+    return f"rule {v.rule}: {v.message}"
+
+
+def _valid_or(graph: Graph, plan: "Plan", fallback: "Plan", what: str, failures: list[str],
+              ref: Refinement) -> "Plan":
+    """`plan` if it validates, else `fallback` (already validated), noting the failure."""
+    if plan is fallback:
+        return plan
+    problem = _problem(graph, plan)
+    if problem:
+        failures.append(f"{what} failed validation ({problem})")
+        ref.rejected, ref.source = failures[-1], "ga"
+        return fallback
+    return plan
+
+
+def _refine_after(graph: Graph, device: Device, plan: "Plan", split_ckpt, deadline: float, seed: int,  # noqa: ANN001
+                  patience: float | None, prog: Progress, plan_info: dict, ref: Refinement,
+                  refine_options: Any = None, **resume_kw: Any) -> tuple["Plan", Any, bool]:
+    """CP-SAT on the search's best plan; when it stalls, the search resumes with the time left
+    (`hybrid.refine.handoff`). Returns (the fastest plan, the resumed search's result or None, whether Ctrl-C
+    or SIGTERM stopped it); `ref` records what happened."""
+    from hybrid.refine.handoff import refine_then_resume
+
+    seconds = deadline - time.monotonic()
+    ref.from_makespan_s = ref.makespan_s = plan.makespan_s
+    if seconds <= 0.5:
+        ref.skipped, ref.note = "no time left", "; no time left to refine"
+        return plan, None, False
+    try:
+        hand = refine_then_resume(graph, device, plan, split_ckpt, deadline=deadline, seed=seed,
+                                  patience=patience, refine_options=refine_options, refine_progress=prog.on_refine, plan_info=plan_info,
+                                  on_generation=prog.generation_hook(deadline), **resume_kw)
+    except KeyboardInterrupt:
+        ref.interrupted, ref.note = True, "; refinement interrupted (the GA's plan is kept)"
+        return plan, None, True
+    finally:
+        prog.phase_end()
+    r = hand.refine
+    ref.ran, ref.report, ref.source = True, hand, hand.source
+    ref.seconds, ref.windows, ref.accepted, ref.stop = hand.refine_s, r.windows, r.accepted, r.stop
+    ref.makespan_s = hand.plan.makespan_s
+    note = (f"; CP-SAT refined {format_seconds(plan.makespan_s)} -> {format_seconds(r.plan.makespan_s)} "
+            f"({100 * (1 - r.plan.makespan_s / plan.makespan_s):.2g}% faster)"
+            if r.improved else "; CP-SAT found no faster timing")
+    note += f" in {format_seconds(hand.refine_s)} ({r.stop})"
+    if hand.resumed is not None:
+        ref.resume_s = hand.resume_s
+        ref.resumed_generations = hand.resumed.generations
+        note += (f", then the GA resumed for {format_seconds(hand.resume_s)}"
+                 + (f" and found {format_seconds(hand.plan.makespan_s)}" if hand.source == "ga" else ""))
+    ref.note = note
+    stopped = r.stop == "interrupted" or (hand.resumed is not None and hand.resumed.stop_reason == "interrupted")
+    ref.interrupted = stopped
+    return hand.plan, hand.resumed, stopped

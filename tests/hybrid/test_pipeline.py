@@ -1,0 +1,116 @@
+"""`hybrid.pipeline.run_optimize`: the optimize flow as a library, the same plan as `hybrid optimize`, its time
+limit split with a reserve, and results that say what happened."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from ga import GAConfig
+from hybrid.cli.main import cli
+from hybrid.graph import Graph
+from hybrid.pipeline import OptimizeOptions, Progress, run_optimize
+from hybrid.pipeline.optimize import RESERVE_MAX_SHARE, RESERVE_MIN_SHARE
+from hybrid.plan import Plan
+from hybrid.validator import validate
+from tests.ga.graphs import small_training
+
+
+def _without_timings(path) -> dict:  # noqa: ANN001
+    p = json.loads(open(path).read())
+    p["planner"].pop("search_time_s", None)
+    return p
+
+
+@pytest.mark.parametrize("arena", [True, False])
+def test_the_library_writes_the_plan_the_command_writes(tmp_path, arena) -> None:
+    g, dev = small_training(12, seed=4)
+    path = tmp_path / "g.json"
+    g.save(path)
+    flags = [] if arena else ["--no-arena"]
+    r = CliRunner().invoke(cli, list(map(str, [
+        "optimize", "--graph", path, "--memory", dev.memory_bytes, "--generations", 3, "--seed", 3, "--population", 8,
+        "--workers", 1, "--refine", "none", "--time-limit", "2m", "--quiet", "--out", tmp_path / "cli.json",
+        *flags])), catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"wrote {tmp_path / 'cli.json'}: makespan ")   # the report leads with the written plan
+    device = Plan.load(tmp_path / "cli.json").device
+    written = []
+    res = run_optimize(Graph.load(path), device, 120.0, OptimizeOptions(
+        config=GAConfig(population=8, children=8, seed=3), generations=3, workers=1, refine="none",
+        arena_s=60.0 if arena else None), Progress(on_plan=lambda p: (written.append(p), p.save(tmp_path / "lib.json"))))
+    assert written and written[-1] is res.plan
+    assert _without_timings(tmp_path / "lib.json") == _without_timings(tmp_path / "cli.json")
+    assert res.stop_reason == "generations" and res.search.generations == 3 and res.refinement.mode == "none"
+    assert validate(Graph.load(path), res.plan).valid
+    if not arena:
+        assert res.layout is None and res.plan is res.search_plan and res.difference() == ""
+
+
+def test_the_time_limit_counts_from_the_start_and_keeps_a_reserve() -> None:
+    g, dev = small_training(10, seed=2)
+    notes = []
+    t0 = time.monotonic()
+    res = run_optimize(g, dev, 20.0, OptimizeOptions(config=GAConfig(population=4, children=4), workers=1,
+                                                      refine="none", arena_s=None),
+                       Progress(on_note=notes.append), started_at=t0 - 5.0)   # 5 s already spent loading
+    b = res.budget
+    assert RESERVE_MIN_SHARE * 20.0 <= b.reserve_s <= RESERVE_MAX_SHARE * 20.0
+    assert b.search_until_s == pytest.approx(20.0 - b.reserve_s)
+    assert res.timings.setup_s >= 5.0                   # the seconds before the call count
+    assert res.stop_reason in ("time limit", "lower bound")
+    assert validate(g, res.plan).valid
+    assert time.monotonic() - t0 < 5 * 20.0             # hang guard only
+
+
+def test_a_spent_limit_still_returns_a_valid_plan_and_says_what_it_left_out() -> None:
+    g, dev = small_training(10, seed=2)
+    res = run_optimize(g, dev, 2.0, OptimizeOptions(config=GAConfig(population=4, children=4), workers=1,
+                                                     refine="none", baselines=True),
+                       started_at=time.monotonic() - 10.0)   # the whole limit went before the search
+    assert validate(g, res.plan).valid
+    assert any("arena layout: not run" in s for s in res.skipped)
+    assert res.baselines is not None and any("not run, the time limit was spent" in n for n in res.baselines.notes)
+    assert [r["plan"] for r in res.baselines.rows] == ["optimize"]
+
+
+def test_the_result_says_why_the_written_plan_is_not_the_searchs_best() -> None:
+    from hybrid.arena.layout import Layout
+
+    g, dev = small_training(10, seed=2)
+    res = run_optimize(g, dev, 60.0, OptimizeOptions(config=GAConfig(population=4, children=4), generations=1,
+                                                      workers=1, refine="none", arena_s=None))
+    best = res.search_plan
+    slower = replace(best, makespan_s=best.makespan_s * 1.1)
+    res.plan = slower
+    res.layout = Layout(slower, "re-planned", 3, best.makespan_s, 0.0, "belady", 0.02)
+    line = res.difference()
+    assert line.startswith("written plan differs from the search's best")
+    assert "re-plan (belady) with 2% less memory" in line and "+10.00% makespan" in line
+
+
+def test_the_baseline_table_divides_each_column_by_one_named_bound() -> None:
+    from hybrid.graph.info import unswapped_peak
+    from hybrid.report.summary import any_order_bound, plan_row, table
+    from hybrid.swap.baselines import run_baseline
+    from hybrid.units import format_seconds
+
+    g, dev = small_training(12, seed=4)
+    dev = replace(dev, memory_bytes=int(unswapped_peak(g) * 0.7), reserve_bytes=0)
+    rows = [plan_row(k, run_baseline(g, dev, k, recompute=True), g) for k in ("naive", "odswap", "belady")]
+    assert {r["recomputes"] for r in rows} == {True, False}   # both kinds of plan
+    swap, rec = any_order_bound(g, dev, False), any_order_bound(g, dev, True)
+    assert rec <= swap
+    text = table(rows)
+    header = text.splitlines()[0]
+    assert f"vs {format_seconds(swap)} (any order, swap only)" in header
+    assert f"vs {format_seconds(rec)} (any order, with recompute)" in header
+    for r in rows:
+        assert r["makespan/recompute_bound"] == pytest.approx(r["makespan_s"] / rec)
+        if r["recomputes"]:
+            assert r["makespan/swap_bound"] != r["makespan/swap_bound"]   # NaN: that bound does not hold for it
+        else:
+            assert r["makespan/swap_bound"] == pytest.approx(r["makespan_s"] / swap)
