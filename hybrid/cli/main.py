@@ -3,20 +3,29 @@
 One error style for every command: user errors (HybridError, and click's own
 usage errors such as a missing or malformed flag) print as one line,
 `error: ...`, and exit with status 2; `hybrid validate` exits 1 for an invalid
-plan. SIGTERM behaves like Ctrl-C (`hybrid.signals`): a search stops and
-writes its best result; a command interrupted with nothing to write says so
-and exits 130 (Ctrl-C) or 143 (SIGTERM).
+plan. SIGTERM behaves like Ctrl-C (`hybrid.signals`, installed before any
+thread starts): the first stops a search, which writes its best result; a
+command interrupted with nothing to write says so and exits 130 (Ctrl-C) or
+143 (SIGTERM); a second signal stops the process at once.
 """
 from __future__ import annotations
 
+import sys
+
+# Run as the program (`hybrid`, `python -m hybrid.cli.main`): handle signals before the commands' imports, which
+# take seconds; a signal then exits at once (hybrid.signals). Imported as a library (tests), nothing changes here.
+if __name__ == "__main__" or sys.argv[0].rsplit("/", 1)[-1] == "hybrid":
+    from hybrid.signals import install as _install
+
+    _install()
+
 import importlib
 import pkgutil
-import sys
 from typing import Any, NoReturn
 
 import click
 
-from hybrid.signals import exit_status, interrupted_by, sigterm_as_ctrl_c
+from hybrid.signals import exit_status, handling_stops, install, interrupted_by
 from hybrid.errors import HybridError
 
 
@@ -55,7 +64,7 @@ class _Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)  # an int is click's exit status (--help, --version: 0)
 
     def invoke(self, ctx: click.Context):  # noqa: D401 - click API
-        with sigterm_as_ctrl_c():
+        with handling_stops():
             try:
                 return super().invoke(ctx)
             except HybridError as e:
@@ -92,6 +101,7 @@ _register()
 
 
 def main() -> None:
+    install()  # SIGINT and SIGTERM handled from here on, whatever threads start later (hybrid.signals)
     cli(prog_name="hybrid")
 
 

@@ -245,8 +245,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                     line.close()
                 if refiner is not None:
                     with deferred_interrupts():
-                        if result is not None and result.stop_reason == "lower bound":
-                            refiner.close()  # nothing can beat the lower bound: do not wait for the refiner
+                        if result is None or result.stop_reason == "lower bound":
+                            refiner.close()  # nothing can beat the lower bound (or no search): do not wait for it
                         else:
                             report = refiner.finish()
             with deferred_interrupts() as hits:  # the best plan is written whole, even if a signal comes now
