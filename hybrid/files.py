@@ -60,25 +60,19 @@ def _error(path: str | Path, e: OSError) -> HybridError:
 def target_of(path: str | Path) -> Path:
     """The file that writing `path` replaces (a symlink's target); refuses folders and read-only files."""
     p = Path(path)
-    if p.is_symlink():
-        p = Path(os.path.realpath(p))  # write through the link: the link stays, its target gets the new data
     try:
+        if p.is_symlink():
+            p = Path(os.path.realpath(p))  # write through the link: the link stays, its target gets the new data
         st = p.stat()
     except FileNotFoundError:
         return p
-    except OSError as e:
+    except OSError as e:  # ENAMETOOLONG among others
         raise _error(path, e) from None
     if stat.S_ISDIR(st.st_mode):
         raise HybridError(f"cannot write {path}: it is a folder; give a file name")
     if not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(p, os.W_OK):
         raise HybridError(f"cannot write {path}: the file is read-only; make it writable (chmod u+w) or write "
                           "elsewhere")
-    try:
-        name_max = os.pathconf(p.parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    if len(os.fsencode(p.name)) > name_max:
-        raise _error(path, OSError(errno.ENAMETOOLONG, "name too long"))
     return p
 
 
