@@ -69,6 +69,9 @@ class _Group(click.Group):
                 return super().invoke(ctx)
             except HybridError as e:
                 _fail(str(e))
+            except OSError as e:  # a file the command did not check for (a safety net: one line, no traceback)
+                where = f"{e.filename}: " if e.filename else ""
+                _fail(f"{where}{e.strerror or e}")
             except KeyboardInterrupt:
                 click.echo(f"interrupted ({interrupted_by()})", err=True)
                 sys.exit(exit_status())
