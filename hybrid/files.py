@@ -64,7 +64,7 @@ def target_of(path: str | Path) -> Path:
         if p.is_symlink():
             p = Path(os.path.realpath(p))  # write through the link: the link stays, its target gets the new data
         st = p.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there yet (a missing folder fails when written)
         return p
     except OSError as e:  # ENAMETOOLONG among others
         raise _error(path, e) from None
