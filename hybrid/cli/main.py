@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import sys
 
+from hybrid.cli import clock  # noqa: F401 - first: the command's clock starts with the program (--time-limit)
+
+_PROGRAM = __name__ == "__main__" or sys.argv[0].rsplit("/", 1)[-1] == "hybrid"
 # Run as the program (`hybrid`, `python -m hybrid.cli.main`): handle signals before the commands' imports, which
 # take seconds; a signal then exits at once (hybrid.signals). Imported as a library (tests), nothing changes here.
-if __name__ == "__main__" or sys.argv[0].rsplit("/", 1)[-1] == "hybrid":
+if _PROGRAM:
     from hybrid.signals import install as _install
 
     _install()
@@ -64,6 +67,8 @@ class _Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)  # an int is click's exit status (--help, --version: 0)
 
     def invoke(self, ctx: click.Context):  # noqa: D401 - click API
+        if not _PROGRAM:
+            clock.restart()  # one of several commands in this process (tests): its time starts now
         with handling_stops():
             try:
                 return super().invoke(ctx)
@@ -104,6 +109,8 @@ _register()
 
 
 def main() -> None:
+    global _PROGRAM
+    _PROGRAM = True  # `hybrid`, or python -c "from hybrid.cli.main import main; main()": the process's clock
     install()  # SIGINT and SIGTERM handled from here on, whatever threads start later (hybrid.signals)
     cli(prog_name="hybrid")
 
