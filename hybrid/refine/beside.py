@@ -218,8 +218,10 @@ class BesideRefiner:
         return r
 
     def close(self) -> None:
+        from hybrid.signals import received
+
         self._stop.set()
-        if self._proc.is_alive():
+        if self._proc.is_alive() and not received():  # after Ctrl-C or SIGTERM nothing is waited for
             self._proc.join(timeout=1.0)
         self._kill()
         for q in (self._inbox, self._outbox):
