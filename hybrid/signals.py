@@ -222,5 +222,14 @@ def start_forkserver() -> None:
         return
     from multiprocessing import forkserver
 
+    # The fork server and the workers it forks must also survive a SIGTERM sent to the whole job (a worker killed
+    # breaks the pool): the blocked mask does not reach them (the fork server's start resets it), so they are
+    # born with the two signals ignored, the one place this process ignores them, for the fork server's start
+    # only (milliseconds, blocked meanwhile in this thread, before the search's threads exist).
     with children_ignore_stops():
-        forkserver.ensure_running()
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in STOPS}
+        try:
+            forkserver.ensure_running()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h if h is not None else signal.SIG_DFL)
