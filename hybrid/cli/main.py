@@ -112,7 +112,14 @@ def main() -> None:
     global _PROGRAM
     _PROGRAM = True  # `hybrid`, or python -c "from hybrid.cli.main import main; main()": the process's clock
     install()  # SIGINT and SIGTERM handled from here on, whatever threads start later (hybrid.signals)
-    cli(prog_name="hybrid")
+    try:
+        cli(prog_name="hybrid")
+    finally:
+        # the interpreter's last garbage collections walk every object left (graphs, plans, numba's and
+        # OR-Tools' modules): seconds under load, spent after the result was written or the job was told to stop
+        import gc
+
+        gc.freeze()
 
 
 if __name__ == "__main__":

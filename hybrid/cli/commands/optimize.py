@@ -262,7 +262,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                     plan = _valid_or(graph, plan, ga_plan, "the plan refined beside the search", failures)
                 # written now, so an interrupted refinement still leaves the best so far
                 written = _save_laid_out(graph, plan, out_path, arena_s, [ga_plan], result, last_population,
-                                         recompute=recompute)
+                                         recompute=recompute,
+                                         stop=lambda: result.stop_reason == "interrupted" or bool(hits))
             interrupted = result.stop_reason == "interrupted" or bool(hits)
             done = result.stop_reason in ("interrupted", "lower bound") or hits
             if refine == "cpsat" and not beside and not done:
@@ -281,7 +282,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                         plan = _valid_or(graph, plan, before, "the refined plan", failures)
                         if plan is not before:
                             written = _save_laid_out(graph, plan, out_path, arena_s, [before, ga_plan], result,
-                                                     last_population, recompute=recompute)
+                                                     last_population, recompute=recompute,
+                                                     stop=lambda: stopped or bool(hits))
                 interrupted = interrupted or bool(hits)
     finally:
         evaluator.close()
@@ -298,7 +300,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
 
 def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=(),  # noqa: ANN001, ANN202
-                   result=None, population=(), recompute: bool = True):
+                   result=None, population=(), recompute: bool = True, stop=None):  # noqa: ANN001
     """Write `plan`; with `arena_s`, with exact arena offsets (or its fallback, hybrid.arena.layout), checked by
     the validator. `population`: the search's last population, whose next best byte-budget individuals are
     re-planned too. Returns the Layout written."""
@@ -332,8 +334,13 @@ def _save_laid_out(graph, plan, out_path: Path, arena_s: float | None, others=()
             classes.append(dataclasses.replace(to_plan(aug, result.planner_info()), device=plan.device))
     try:
         layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes,
-                         replans=replans, recompute=recompute)
+                         replans=replans, recompute=recompute, stop=stop)  # stop: Ctrl-C/SIGTERM, write now
     except InfeasibleError as e:
+        if stop is not None and stop():  # Ctrl-C or SIGTERM cut the layout short: the plan as searched, now
+            click.echo("note: interrupted before an arena layout fitting the memory was found: wrote the byte "
+                       "budget as searched (as --no-arena; the executor compacts at run time if it must)", err=True)
+            plan.save(out_path)
+            return Layout(plan, "", 0, plan.makespan_s, 0.0)
         raise InfeasibleError(f"{e}, or --no-arena to write the byte budget as searched (the executor then "
                               "compacts at run time)") from None
     problem = _problem(graph, layout.plan)
