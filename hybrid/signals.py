@@ -30,9 +30,10 @@ import signal
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 STOPS = (signal.SIGINT, signal.SIGTERM)
+T = TypeVar("T")
 
 _received: list[int] = []             # signals received during this command, oldest first
 _soft: list[list] = []                # active first_stop_sets contexts: [callback, hits]
@@ -149,6 +150,33 @@ def first_stop_sets(callback: Callable[[int], None]) -> Iterator[list[int]]:
         _soft.remove(ctx)
         if own:
             signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
+def stoppable(work: Callable[[], T], stop: Callable[[], None]) -> T:
+    """`work()` run in a helper thread while this one waits, so that Ctrl-C or SIGTERM are handled during a long
+    native call (a CP-SAT solve holds the main thread in C++, where Python runs no signal handler): the first
+    calls `stop()` (e.g. the solver's StopSearch, which then returns its best so far), a second exits at once
+    under `install()`. Returns what `work` returned, or raises what it raised. Main thread only (elsewhere
+    `work()` is just called)."""
+    if threading.current_thread() is not threading.main_thread():
+        return work()
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append((True, work()))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            out.append((False, e))
+
+    helper = threading.Thread(target=run, name="hybrid-stoppable", daemon=True)
+    with first_stop_sets(lambda signum: stop()):
+        helper.start()
+        while helper.is_alive():
+            helper.join(timeout=0.1)
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
 
 
 def received() -> bool:

@@ -67,7 +67,9 @@ def _solve(m, time_limit_s: float, workers: int, seed: int, deadline: float | No
     s.parameters.max_time_in_seconds = wall
     s.parameters.num_workers = int(workers)
     s.parameters.random_seed = int(seed)
-    status = _status(s, s.Solve(m))
+    from hybrid.signals import stoppable
+
+    status = _status(s, stoppable(lambda: s.Solve(m), s.StopSearch))  # Ctrl-C/SIGTERM: its best so far
     if status not in ("optimal", "feasible"):
         raise HybridError(f"CP-SAT found no placement ({status}) within {time_limit_s:g} s; give a longer --time-limit")
     return s, status

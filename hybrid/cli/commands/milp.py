@@ -69,7 +69,14 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
             (False, True): "checkmate"}[(opts.offload, opts.impl_choice)]
     # --time-limit bounds the whole command: the solver stops in time for decoding, validating and writing
     deadline = clock.deadline(limit) - DECODE_S
-    run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads, deadline=deadline), opts)
+    try:
+        run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads, deadline=deadline), opts)
+    except HybridError:
+        from hybrid.signals import received
+
+        if received():  # Ctrl-C or SIGTERM before the solver had a plan: nothing to write, exit 130/143
+            raise KeyboardInterrupt from None
+        raise
     r = run.result
     assert run.plan is not None
     if out_path is not None:

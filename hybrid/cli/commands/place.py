@@ -78,6 +78,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     from hybrid.placement.schedulers import SCHEDULERS, place
     from hybrid.placement.timing import link_of, to_plan
     from hybrid.units import format_seconds
+    from hybrid.signals import interrupted_by, received
     from hybrid.validator import check
 
     prepare_output(out_path, "--out")
@@ -116,6 +117,9 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         g.save(graph_out)
     if out_path is not None:
         plan.save(out_path)
+    if received():
+        click.echo(f"interrupted ({interrupted_by()}): CP-SAT stopped with its best placement so far"
+                   + (f", written to {out_path}" if out_path is not None else ""), err=True)
     rows = [{"scheduler": k, "latency_s": p.latency_s, "period_s": p.period_s, "devices": p.code,
              "status": p.status} for k, p in placed.items()]
     if as_json:
