@@ -42,3 +42,34 @@ def test_a_second_signal_stops_at_once(tmp_path) -> None:
 def test_twenty_timed_signals_over_the_first_five_seconds_none_lost(tmp_path) -> None:
     for k in range(20):
         _check(one_try(5.0 * (k + 0.5) / 20, signal.SIGTERM, tmp_path, "10m", HANG_GUARD_S, False, []))
+
+
+def test_sigterm_stops_place_during_its_cp_sat_solve(tmp_path) -> None:
+    """CP-SAT's solve holds the main thread in C++; it runs in a helper thread so that the signal stops it."""
+    import os
+    import subprocess
+    import time
+
+    from hybrid.graph import Graph
+    from hybrid.plan import Plan
+    from hybrid.validator import validate
+    from tests.placement.random_graphs import random_inference_graph
+
+    gp, out = tmp_path / "g.json", tmp_path / "p.json"
+    random_inference_graph(3, stages=40, max_branches=4).save(gp)
+    proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", "place", "--graph", str(gp), "--parts", "fine",
+                             "--time-limit", "10m", "--out", str(out)], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    time.sleep(8.0)  # loaded, parted, solving (a 10-minute budget: without the signal it would run on)
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode in (0, 143), err
+    if proc.returncode == 0:
+        assert "interrupted (SIGTERM): CP-SAT stopped with its best placement so far" in err
+        assert validate(Graph.load(gp), Plan.load(out)).valid
+    assert "Traceback" not in err
