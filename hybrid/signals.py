@@ -74,6 +74,11 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         exit_now(signum, "interrupted ({})")
     if _hard and len(_received) > 1:
         exit_now(signum)
+    _dispatch(signum)
+
+
+def _dispatch(signum: int) -> None:
+    """A first signal: to the innermost `first_stop_sets` context, else KeyboardInterrupt."""
     if _soft:
         ctx = _soft[-1]
         if ctx[1]:                 # a second signal inside one context (library use): interrupt at once
@@ -116,7 +121,7 @@ def handling_stops() -> Iterator[None]:
     _starting = False
     old = {s: signal.getsignal(s) for s in STOPS}
     for s, h in old.items():
-        if h is not signal.SIG_IGN or s == signal.SIGTERM:
+        if h is not signal.SIG_IGN:  # ignored by whoever started this process: stays ignored, as in install()
             signal.signal(s, _on_signal)
     try:
         yield
@@ -124,9 +129,6 @@ def handling_stops() -> Iterator[None]:
         for s, h in old.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
 
-
-# the name this module's first version had (tests and callers outside the CLI may still use it)
-sigterm_as_ctrl_c = handling_stops
 
 
 @contextmanager
@@ -225,20 +227,8 @@ def children_ignore_stops() -> Iterator[None]:
             yield
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    if hits:
-        _redeliver(hits[0])
-
-
-def _redeliver(signum: int) -> None:
-    """Act on a signal that a `first_stop_sets` context noted, as `_on_signal` would have outside it."""
-    if _soft:
-        ctx = _soft[-1]
-        if ctx[1]:
-            raise KeyboardInterrupt
-        ctx[1].append(signum)
-        ctx[0](signum)
-        return
-    raise KeyboardInterrupt
+    if hits:  # acted on now, as it would have been outside
+        _dispatch(hits[0])
 
 
 def start_forkserver() -> None:
