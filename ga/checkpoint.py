@@ -1,7 +1,7 @@
 """Save and resume a search: the population, the best so far, the random generator, the log.
 
 One `.npz` file (NumPy arrays plus a JSON header), written atomically
-(temporary file, then rename) so an interrupted write never leaves a broken
+(`hybrid.files`: a uniquely named temporary file, then rename) so an interrupted write never leaves a broken
 checkpoint. The header names the graph (sha256), device and planner options;
 resuming against anything else is refused, since the stored makespans would
 no longer mean the same.
@@ -9,7 +9,6 @@ no longer mean the same.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from ga.algorithm import GAConfig, SearchState
 from ga.encoding import Individual, SearchSpace
 from ga.progress import ConvergenceLog, GenerationStats
 from hybrid.errors import HybridError
+from hybrid.files import atomic_open
 
 CHECKPOINT_FORMAT = "hybrid-ga-checkpoint/1"
 
@@ -48,10 +48,8 @@ def save_checkpoint(path: str | Path, space: SearchSpace, config: GAConfig, stat
         "by_bytes": np.array([i.by_bytes for i in pop], dtype=np.bool_),
         "planner": np.array([i.planner for i in pop], dtype=np.int16),
     }
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_open(path, "wb") as f:  # a unique temporary: two runs sharing --checkpoint never collide
         np.savez_compressed(f, **arrays)
-    os.replace(tmp, path)
 
 
 def load_checkpoint(path: str | Path, space: SearchSpace) -> tuple[GAConfig, SearchState]:

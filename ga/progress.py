@@ -63,7 +63,9 @@ class ConvergenceLog:
         return pd.DataFrame([asdict(r) for r in self.rows], columns=COLUMNS)
 
     def to_csv(self, path: str | Path) -> None:
-        with open(path, "w", newline="") as f:
+        from hybrid.files import atomic_open
+
+        with atomic_open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(COLUMNS)
             for r in self.rows:
@@ -97,7 +99,9 @@ class ConvergenceLog:
         ax.set_title(title)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        from hybrid.files import save_figure
+
+        save_figure(fig, path)
         plt.close(fig)
 
 

@@ -1,12 +1,10 @@
 """When the search stops: a time limit, a generation count, Ctrl-C, or a plan as fast as any can be.
 
-The first Ctrl-C asks the search to stop (the generation being evaluated is
-abandoned, the best plan so far is kept); a second one interrupts at once.
+The first Ctrl-C or SIGTERM asks the search to stop (the generation being evaluated is
+abandoned, the best plan so far is kept); a second one interrupts at once (`hybrid.signals`).
 """
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,18 +57,12 @@ class Termination:
 
 @contextmanager
 def stop_on_sigint(term: Termination) -> Iterator[Termination]:
-    """While inside, the first SIGINT sets `term.interrupted`; the second raises KeyboardInterrupt."""
-    if threading.current_thread() is not threading.main_thread():
-        yield term
-        return
+    """While inside, the first Ctrl-C or SIGTERM sets `term.interrupted` (the search stops after the candidates
+    being evaluated and keeps its best); a second one stops at once (`hybrid.signals.first_stop_sets`)."""
+    from hybrid.signals import first_stop_sets
 
-    def handler(signum: int, frame: object) -> None:
-        if term.interrupted:
-            raise KeyboardInterrupt
+    def stop(signum: int) -> None:
         term.interrupted = True
 
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
+    with first_stop_sets(stop):
         yield term
-    finally:
-        signal.signal(signal.SIGINT, previous)

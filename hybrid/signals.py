@@ -1,52 +1,189 @@
-"""SIGTERM behaves like Ctrl-C, so jobs stopped by `timeout`, Slurm or Kubernetes keep their best result.
+"""Ctrl-C and SIGTERM, at any moment of any command: the first stops the work and keeps its best result, a second
+one stops the process at once.
 
-Those stop a job with SIGTERM, whose default action kills Python at once: no
-plan written, worker processes and semaphores left behind. `sigterm_as_ctrl_c`
-(entered once around every command by `hybrid.cli.main`) makes SIGTERM run
-whatever currently handles SIGINT: while a search handles Ctrl-C itself
-(`ga.termination.stop_on_sigint`: the first one stops the search, which keeps
-its best plan) SIGTERM does the same; everywhere else it raises
-KeyboardInterrupt, which commands already handle as Ctrl-C (CP-SAT refinement
-keeps its best plan; `finally` blocks stop child processes).
+`timeout`, Slurm and Kubernetes stop a job with SIGTERM, whose default action kills Python at once: no result
+written, worker processes left behind. `hybrid.cli.main` therefore calls `install()` first thing, from the main
+thread and before any other thread starts: from then on SIGINT and SIGTERM both run `_on_signal` (Python runs
+signal handlers in the main thread, whichever thread the kernel picked), which
 
-Commands need nothing more than their Ctrl-C handling. `interrupted_by()`
-names the signal for their messages ("SIGTERM" or "Ctrl-C"), and
-`exit_status()` is the conventional 128 + signal number for an interrupted
-command that has nothing to show for it.
+- on the first signal: calls the innermost `first_stop_sets` callback when one is active (a search then stops
+  after the generation it is in and its best plan is written; `deferred_interrupts` lets a result being written
+  finish), else raises KeyboardInterrupt, which commands handle as Ctrl-C (refinement keeps its best plan,
+  `execute` writes the iterations it measured, a command with nothing to show exits 130/143);
+- on the second: `exit_now`: kills this process's child processes, removes the temporary files of writes in
+  flight (`hybrid.files`), prints one line and exits 130 (Ctrl-C) or 143 (SIGTERM) without unwinding.
+
+Nothing ever sets SIGINT or SIGTERM to SIG_IGN in this process: a signal ignored for a moment (while a child
+process starts, so that it inherits the disposition) is discarded when another thread (numba, OR-Tools, a queue's
+feeder) takes it, and was the cause of lost signals. Child processes are started with the two signals *blocked*
+instead (`children_ignore_stops`): a blocked signal stays pending, the mask survives fork and exec, so helpers are
+born deaf to the job's SIGTERM and leave stopping to this process.
+
+In a library (no `install()`), `first_stop_sets` handles SIGINT itself while inside, and a second signal raises
+KeyboardInterrupt instead of exiting. `interrupted_by()` names the signal for messages; `exit_status()` is the
+conventional 128 + signal number.
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
-_received: list[int] = []  # SIGTERMs received while installed
+STOPS = (signal.SIGINT, signal.SIGTERM)
+T = TypeVar("T")
+
+_received: list[int] = []             # signals received during this command, oldest first
+_soft: list[list] = []                # active first_stop_sets contexts: [callback, hits]
+_hard = False                         # install() ran: a second signal exits at once
+_starting = False                     # install() ran and no command has started yet: any signal exits at once
+_cleanups: list[Callable[[], None]] = []   # run by exit_now (hybrid.files removes its temporary files)
 
 
-def _forward(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM: do what the SIGINT handler in force does (a raise from it propagates as from Ctrl-C)."""
+def _name(signum: int) -> str:
+    return "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+
+
+def exit_now(signum: int, message: str = "interrupted again ({}): stopped at once") -> None:
+    """Stop the process now: kill child processes, run the registered cleanups, say so, exit 128 + signum."""
+    import multiprocessing as mp
+
+    try:
+        for child in mp.active_children():  # pool workers, the refiner: their signals are blocked, SIGKILL is not
+            child.kill()
+    except Exception:  # noqa: BLE001 - exiting regardless
+        pass
+    for fn in list(_cleanups):
+        try:
+            fn()
+        except Exception:  # noqa: BLE001
+            pass
+    try:  # os.write: the main thread may have been inside a write to sys.stderr when the signal came
+        os.write(2, (message.format(_name(signum)) + "\n").encode())
+    except OSError:
+        pass
+    os._exit(128 + int(signum))
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """The one handler of SIGINT and SIGTERM (see the module's docstring)."""
     _received.append(signum)
-    handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):  # signal.default_int_handler raises KeyboardInterrupt; a search's handler stops it
-        handler(signal.SIGINT, frame)
-    else:  # SIG_IGN or SIG_DFL: SIGTERM must still stop the command
-        raise KeyboardInterrupt
+    if _starting:                  # still importing: nothing to keep, and a KeyboardInterrupt would print a traceback
+        exit_now(signum, "interrupted ({})")
+    if _hard and len(_received) > 1:
+        exit_now(signum)
+    _dispatch(signum)
+
+
+def _dispatch(signum: int) -> None:
+    """A first signal: to the innermost `first_stop_sets` context, else KeyboardInterrupt."""
+    if _soft:
+        ctx = _soft[-1]
+        if ctx[1]:                 # a second signal inside one context (library use): interrupt at once
+            raise KeyboardInterrupt
+        ctx[1].append(signum)
+        ctx[0](signum)
+        return
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM to `_on_signal` for the rest of the process, second signal exiting at once.
+
+    Call from the main thread before any other thread starts (`hybrid.cli.main.main` does). A signal ignored by
+    whoever started this process (`nohup`, a shell's background job for SIGINT) stays ignored."""
+    global _hard, _starting
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in STOPS:
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, _on_signal)
+    _hard = _starting = True
+
+
+def register_cleanup(fn: Callable[[], None]) -> None:
+    """Run `fn` when a second signal stops the process at once (it must be quick and must not raise)."""
+    if fn not in _cleanups:
+        _cleanups.append(fn)
 
 
 @contextmanager
-def sigterm_as_ctrl_c() -> Iterator[None]:
-    """While inside (main thread only; elsewhere a no-op), SIGTERM acts as Ctrl-C. Restores the old handlers."""
+def handling_stops() -> Iterator[None]:
+    """Around one command: a fresh count of signals, SIGINT and SIGTERM routed to `_on_signal` (restored after).
+    Main thread only (elsewhere a no-op); `hybrid.cli.main` enters it around every command."""
+    global _starting
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _received.clear()
-    old = signal.signal(signal.SIGTERM, _forward)
+    _starting = False
+    old = {s: signal.getsignal(s) for s in STOPS}
+    for s, h in old.items():
+        if h is not signal.SIG_IGN:  # ignored by whoever started this process: stays ignored, as in install()
+            signal.signal(s, _on_signal)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+
+@contextmanager
+def first_stop_sets(callback: Callable[[int], None]) -> Iterator[list[int]]:
+    """While inside, the first Ctrl-C or SIGTERM calls `callback(signum)` instead of raising KeyboardInterrupt
+    (the yielded list records it); a second one exits at once under `install()`, else raises KeyboardInterrupt.
+    Main thread only (elsewhere a no-op). Outside the CLI (handlers not routed here) SIGINT is taken over while
+    inside and restored after."""
+    ctx: list = [callback, []]
+    if threading.current_thread() is not threading.main_thread():
+        yield ctx[1]
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    own = previous is not _on_signal
+    if own:
+        signal.signal(signal.SIGINT, _on_signal)
+    _soft.append(ctx)
+    try:
+        yield ctx[1]
+    finally:
+        _soft.remove(ctx)
+        if own:
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
+def stoppable(work: Callable[[], T], stop: Callable[[], None]) -> T:
+    """`work()` run in a helper thread while this one waits, so that Ctrl-C or SIGTERM are handled during a long
+    native call (a CP-SAT solve holds the main thread in C++, where Python runs no signal handler): the first
+    calls `stop()` (e.g. the solver's StopSearch, which then returns its best so far), a second exits at once
+    under `install()`. Returns what `work` returned, or raises what it raised. Main thread only (elsewhere
+    `work()` is just called)."""
+    if threading.current_thread() is not threading.main_thread():
+        return work()
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append((True, work()))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            out.append((False, e))
+
+    helper = threading.Thread(target=run, name="hybrid-stoppable", daemon=True)
+    with first_stop_sets(lambda signum: stop()):
+        helper.start()
+        while helper.is_alive():
+            helper.join(timeout=0.1)
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+def received() -> bool:
+    """Whether a Ctrl-C or SIGTERM has arrived during this command."""
+    return bool(_received)
 
 
 def interrupted_by() -> str:
@@ -61,60 +198,56 @@ def exit_status() -> int:
 
 @contextmanager
 def deferred_interrupts() -> Iterator[list[int]]:
-    """While inside, a Ctrl-C or SIGTERM is noted (in the yielded list) instead of raised, so that a result
-    being finished and written is written whole; a second one raises KeyboardInterrupt, as a second Ctrl-C
-    does during a search. Main thread only (elsewhere nothing changes)."""
-    hits: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    """While inside, a Ctrl-C or SIGTERM is noted (in the yielded list) instead of raised, so that a result being
+    finished and written is written whole; a second one stops at once (`first_stop_sets`)."""
+    with first_stop_sets(lambda signum: None) as hits:
         yield hits
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if hits:
-            raise KeyboardInterrupt
-        hits.append(signum)
-
-    old = signal.signal(signal.SIGINT, handler)
-    try:
-        yield hits
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 @contextmanager
 def children_ignore_stops() -> Iterator[None]:
-    """Processes started while inside ignore SIGINT and SIGTERM (an ignored disposition survives fork and exec);
-    a signal that reaches this process meanwhile is held and delivered on leaving (Linux keeps a blocked
-    signal pending even while it is ignored).
+    """Processes started while inside are born with SIGINT and SIGTERM blocked (the signal mask survives fork and
+    exec), so they leave stopping to this process; the calling thread blocks them meanwhile, and a signal that
+    arrives then is handled by this process all the same (by another thread's handler, or on leaving).
 
-    `timeout` and Slurm send SIGTERM to every process of the job, and Ctrl-C reaches the whole foreground
-    group: a worker or fork server killed that way breaks the process pool (BrokenProcessPool, the best plan
-    lost), and a worker that outlives its fork server is never told to exit. Helper processes leave stopping
-    to the main process, which then shuts them down in order. Main thread only (elsewhere a no-op).
+    `timeout` and Slurm send SIGTERM to every process of the job, and Ctrl-C reaches the whole foreground group: a
+    worker or fork server killed that way breaks the process pool (BrokenProcessPool, the best plan lost). Helper
+    processes stop when this one tells them to, or are killed (SIGKILL) by `exit_now`. Nothing is set to SIG_IGN
+    here (see the module's docstring). Main thread only (elsewhere a no-op).
     """
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    sigs = (signal.SIGINT, signal.SIGTERM)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if hasattr(signal, "pthread_sigmask") else None
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
-        if mask is not None:
+    # another thread may take the signal meanwhile, and Python then runs the handler in this thread, inside the
+    # start of a process: a KeyboardInterrupt there leaves a child half started. So the signal is only noted
+    # here and acted on once the child has started, as if it came then.
+    with first_stop_sets(lambda signum: None) as hits:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+        try:
+            yield
+        finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if hits:  # acted on now, as it would have been outside
+        _dispatch(hits[0])
 
 
 def start_forkserver() -> None:
-    """Start multiprocessing's fork server now, ignoring SIGINT and SIGTERM (`children_ignore_stops`), so the
-    evaluation workers it forks do too; call before creating a process pool (a no-op once it runs)."""
+    """Start multiprocessing's fork server now with SIGINT and SIGTERM blocked (`children_ignore_stops`), so the
+    evaluation workers it forks are too; call before creating a process pool (a no-op once it runs)."""
     import multiprocessing as mp
 
     if "forkserver" not in mp.get_all_start_methods():
         return
     from multiprocessing import forkserver
 
+    # The fork server and the workers it forks must also survive a SIGTERM sent to the whole job (a worker killed
+    # breaks the pool): the blocked mask does not reach them (the fork server's start resets it), so they are
+    # born with the two signals ignored, the one place this process ignores them, for the fork server's start
+    # only (milliseconds, blocked meanwhile in this thread, before the search's threads exist).
     with children_ignore_stops():
-        forkserver.ensure_running()
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in STOPS}
+        try:
+            forkserver.ensure_running()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h if h is not None else signal.SIG_DFL)

@@ -64,7 +64,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     opts = model_options or KINDS[kind]
     t0 = time.perf_counter()
     pb = build_problem(graph, device, stages)
-    model = build_model(pb, opts)
+    model = build_model(pb, opts, deadline=solve_options.deadline)
     build_s = time.perf_counter() - t0
     res = solve(model, solve_options, start_of(model, start) if start is not None else None)
     if start is not None and res.objective_s is not None and res.status == "optimal" and \

@@ -11,11 +11,13 @@ Units inside the model: milliseconds and MiB (keeps the coefficients near 1 for 
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from itertools import accumulate
 
 import pulp
 
+from hybrid.errors import HybridError
 from milp.stages import StageProblem
 
 MS = 1e3          # seconds -> model time unit
@@ -91,9 +93,16 @@ def windows(tau: list[float], n: int, d: float, issue_at_end: bool) -> list[int 
     return out
 
 
-def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos") -> MilpModel:
+def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos",
+                deadline: float | None = None) -> MilpModel:
+    """`deadline` (time.monotonic()): building past it raises a one-line HybridError (a caller's time limit)."""
     pb = problem
     n = pb.n
+
+    def over() -> None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise HybridError(f"milp: building the model ({n} stages) did not finish within the time limit; give a "
+                              f"longer --time-limit, or fewer --stages (e.g. --stages {max(1, n // 4)})")
     nodes = pb.nodes
     dev = pb.device
     lp = pulp.LpProblem(name, pulp.LpMinimize)
@@ -115,12 +124,14 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
                 R[t, q, v] = pulp.LpVariable(f"R_{t}_{q}_{v}", cat="Binary")
     at_stage: list[list[int]] = [[] for _ in range(n)]   # nodes that may run in stage t, ascending
     for q in range(n):
+        over()
         for t in rstages[q]:
             at_stage[t].append(q)
     for lst in at_stage:
         lst.sort()
     I: dict[tuple[int, int], pulp.LpVariable] = {}
     for q in range(n):
+        over()
         if len(allowed[q]) > 1:
             for v in allowed[q]:
                 I[q, v] = pulp.LpVariable(f"I_{q}_{v}", cat="Binary")
@@ -187,6 +198,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
 
     # ---- [2] every node computed in its own stage; [3] one implementation per node --------------------
     for q in range(n):
+        over()
         lp += rsum(q, q) == 1, f"first_{q}"
         if len(allowed[q]) > 1:
             lp += pulp.lpSum(I[q, v] for v in allowed[q]) == 1, f"impl_{q}"
@@ -195,6 +207,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
                     lp += R[t, q, v] <= I[q, v], f"impl_{t}_{q}_{v}"
     # ---- [4] what a node reads is on the device: kept, or computed earlier in the same stage ---------
     for t in range(n):
+        over()
         for q in at_stage[t]:
             for j in nodes[q].inputs:
                 lp += rsum(t, q) <= s(t, j) + rsum(t, pb.producer[j]), f"dep_{t}_{q}_{j}"
@@ -207,6 +220,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         lp += var <= rhs, f"keep_{t}_{j}"
     # A rerun allocates all its outputs: none may be on the device or in flight then.
     for q in range(n):
+        over()
         for t in rstages[q][1:]:
             for j in nodes[q].outputs:
                 busy = [O[k] for k in inflight_o.get(t, []) if k[1] == j] + \
@@ -228,6 +242,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             lp += var + S[x, j] <= 1, f"prefetch_absent_{x}_{j}"
     # ---- [10]-[13] one copy in flight per direction: at most one start per stage and no overlap -------
     for t in range(n):
+        over()
         if len(inflight_o.get(t, [])) > 1:
             lp += pulp.lpSum(O[k] for k in inflight_o[t]) <= 1, f"d2h_{t}"
         if len(inflight_p.get(t, [])) > 1:
@@ -240,6 +255,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         s_at.setdefault(tt, []).append(j)
     n_free = 0
     for t in range(n):
+        over()
         if not at_stage[t]:
             continue
         kept = [(pb.mem[j] / MIB, S[t, j]) for j in s_at.get(t, [])]

@@ -12,7 +12,7 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulp
 
@@ -20,6 +20,7 @@ from hybrid.errors import HybridError, InfeasibleError
 from milp.model import MS, MilpModel, Values, read_values
 
 SOLVERS = ("highs", "cbc")
+MIN_SOLVE_S = 0.5   # the solver's least budget when a deadline has (nearly) passed
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class SolveOptions:
     gap: float = 0.01          # relative MIP gap at which the solver may stop
     threads: int = 1
     verbose: bool = False
+    deadline: float | None = None  # time.monotonic() by which the solver must stop (also caps time_limit_s)
     node_limit: int | None = None  # branch-and-bound nodes (HiGHS mip_max_nodes, CBC maxNodes): with one thread a
     #                               work budget, so a run that stops on it gives the same incumbent whatever the load
 
@@ -101,6 +103,9 @@ def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str
     if opts.solver not in SOLVERS:
         raise HybridError(f"milp: unknown solver {opts.solver!r}; use one of {', '.join(SOLVERS)}")
     t0 = time.perf_counter()
+    if opts.deadline is not None:  # the caller's deadline (`hybrid milp --time-limit` counts the model's build)
+        left = max(MIN_SOLVE_S, opts.deadline - time.monotonic())
+        opts = replace(opts, time_limit_s=left if opts.time_limit_s is None else min(opts.time_limit_s, left))
     if opts.solver == "highs":
         res = _solve_highs(model, opts, start)
     else:

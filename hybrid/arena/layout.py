@@ -183,7 +183,7 @@ class _Tried:
 
 def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[Plan] | tuple[Plan, ...] = (),
             replans: list[Replan] | tuple[Replan, ...] | None = None, budget: LayoutBudget = DEFAULT_BUDGET,
-            recompute: bool = True) -> Layout:
+            recompute: bool = True, stop: Callable[[], bool] | None = None) -> Layout:
     """`plan` with arena offsets (see the module docstring); plans that are not byte budgets pass through.
 
     `others`: slower candidates (e.g. the search's own plan before refinement) tried before any re-plan;
@@ -191,7 +191,9 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     `replans`: ways to plan again for a smaller byte budget (default: the Belady planner on the plan's
     schedule), the first `budget.sources` of them tried. Of everything that fits, the fastest is written.
     `budget` counts the work; `time_limit_s` is a safety cap checked between steps (a candidate started is
-    laid out by the heuristics whatever the time). HybridError if the layout chosen fails validation (a bug)."""
+    laid out by the heuristics whatever the time); `stop` returning True (Ctrl-C or SIGTERM: the result must be
+    written within seconds) acts as that cap, and the exact search, whose first use in a process compiles for
+    seconds, is then not started. HybridError if the layout chosen fails validation (a bug)."""
     from hybrid.arena import exact
     from hybrid.arena.lifetimes import arena_plan, plan_buffers
     from hybrid.validator import validate
@@ -208,7 +210,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
 
     def out_of_time() -> bool:
         nonlocal capped
-        capped = capped or time.perf_counter() > deadline
+        capped = capped or time.perf_counter() > deadline or (stop is not None and stop())
         return capped
 
     def spent() -> bool:

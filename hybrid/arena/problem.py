@@ -161,7 +161,9 @@ def read_csv(path: str | Path, alignment: int = 1) -> tuple[Problem, np.ndarray 
 
 def write_csv(path: str | Path, problem: Problem, offsets: np.ndarray | None = None) -> None:
     """MiniMalloc CSV, with an `offset` column when offsets are given."""
-    with Path(path).open("w", newline="") as f:
+    from hybrid.files import atomic_open
+
+    with atomic_open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["id", "lower", "upper", "size"] + (["offset"] if offsets is not None else []))
         for k, b in enumerate(problem.buffers):

@@ -4,20 +4,33 @@ One error style for every command: user errors (HybridError, and click's own
 usage errors such as a missing or malformed flag) print as one line,
 `error: ...`, and exit with status 2; `hybrid validate` exits 1 for an invalid
 plan, and so does a command that cannot act on its plan or would write an
-invalid one (NothingWrittenError: it writes nothing and says why). SIGTERM behaves like Ctrl-C (`hybrid.signals`): a search stops and
-writes its best result; a command interrupted with nothing to write says so
-and exits 130 (Ctrl-C) or 143 (SIGTERM).
+invalid one (NothingWrittenError: it writes nothing and says why). SIGTERM
+behaves like Ctrl-C (`hybrid.signals`, installed before any thread starts):
+the first stops a search, which writes its best result; a command interrupted
+with nothing to write says so and exits 130 (Ctrl-C) or 143 (SIGTERM); a
+second signal stops the process at once.
 """
 from __future__ import annotations
 
+import sys
+
+from hybrid.cli import clock  # noqa: F401 - first: the command's clock starts with the program (--time-limit)
+
+_PROGRAM = __name__ == "__main__" or sys.argv[0].rsplit("/", 1)[-1] == "hybrid"
+# Run as the program (`hybrid`, `python -m hybrid.cli.main`): handle signals before the commands' imports, which
+# take seconds; a signal then exits at once (hybrid.signals). Imported as a library (tests), nothing changes here.
+if _PROGRAM:
+    from hybrid.signals import install as _install
+
+    _install()
+
 import importlib
 import pkgutil
-import sys
 from typing import Any, NoReturn
 
 import click
 
-from hybrid.signals import exit_status, interrupted_by, sigterm_as_ctrl_c
+from hybrid.signals import exit_status, handling_stops, install, interrupted_by
 from hybrid.errors import HybridError
 
 
@@ -56,11 +69,16 @@ class _Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)  # an int is click's exit status (--help, --version: 0)
 
     def invoke(self, ctx: click.Context):  # noqa: D401 - click API
-        with sigterm_as_ctrl_c():
+        if not _PROGRAM:
+            clock.restart()  # one of several commands in this process (tests): its time starts now
+        with handling_stops():
             try:
                 return super().invoke(ctx)
             except HybridError as e:
                 _fail(str(e), getattr(e, "exit_status", 2))
+            except OSError as e:  # a file the command did not check for (a safety net: one line, no traceback)
+                where = f"{e.filename}: " if e.filename else ""
+                _fail(f"{where}{e.strerror or e}")
             except KeyboardInterrupt:
                 click.echo(f"interrupted ({interrupted_by()})", err=True)
                 sys.exit(exit_status())
@@ -93,7 +111,17 @@ _register()
 
 
 def main() -> None:
-    cli(prog_name="hybrid")
+    global _PROGRAM
+    _PROGRAM = True  # `hybrid`, or python -c "from hybrid.cli.main import main; main()": the process's clock
+    install()  # SIGINT and SIGTERM handled from here on, whatever threads start later (hybrid.signals)
+    try:
+        cli(prog_name="hybrid")
+    finally:
+        # the interpreter's last garbage collections walk every object left (graphs, plans, numba's and
+        # OR-Tools' modules): seconds under load, spent after the result was written or the job was told to stop
+        import gc
+
+        gc.freeze()
 
 
 if __name__ == "__main__":

@@ -90,6 +90,13 @@ def prepare_output(path: Path | None, flag: str, *, folder: bool = False) -> Pat
         return None
     path = Path(path)
     where = path if folder else path.parent
+    if not folder:
+        from hybrid.files import target_of
+
+        try:
+            target_of(path)  # a folder, a read-only file, a name too long: refused now rather than after the work
+        except HybridError as e:
+            raise HybridError(f"{flag}: {e}") from None
     if not folder and path.is_dir():
         raise HybridError(f"{flag} {path} is a folder; give a file name, e.g. {flag} {path / 'plan.json'}")
     if folder and path.exists() and not path.is_dir():

@@ -60,21 +60,6 @@ COMPILE_NOTE_S = 2.0         # a kernel compile longer than this is announced (a
 DEFAULT_PATIENCE = 0.1       # hybrid.refine.handoff.DEFAULT_PATIENCE (not imported: refinement is optional)
 
 
-def process_started_at() -> float:
-    """When this process started, on the time.monotonic() clock (Linux: from /proc; elsewhere: now), so that a
-    command's time limit also counts the interpreter's start and its imports."""
-    import os
-
-    now = time.monotonic()
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])   # field 22: start time after boot, in clock ticks
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return now
-    return now - age if age >= 0.0 else now
-
-
 def refine_available() -> bool:
     """Whether the CP-SAT refinement (hybrid.refine) is installed; checked without importing it."""
     return importlib.util.find_spec("hybrid.refine") is not None

@@ -50,18 +50,26 @@ def _status(solver, st) -> str:  # noqa: ANN001
     return solver.StatusName(st).lower()
 
 
-def _solve(m, time_limit_s: float, workers: int, seed: int):  # noqa: ANN001, ANN202
+def _solve(m, time_limit_s: float, workers: int, seed: int, deadline: float | None = None):  # noqa: ANN001, ANN202
     """(solver, status). The limit is CP-SAT's deterministic time (its work counter, about a second each on a
     desktop core), with one worker by default: the same seed and budget give the same placement whatever the
-    machine's load. Wall-clock time is capped too, generously, so a slow machine still returns."""
+    machine's load. Wall-clock time is capped too, generously, so a slow machine still returns, and at
+    `deadline` (time.monotonic(); a command's --time-limit), which then decides the placement."""
+    import time
+
     from ortools.sat.python import cp_model
 
     s = cp_model.CpSolver()
     s.parameters.max_deterministic_time = float(time_limit_s)
-    s.parameters.max_time_in_seconds = 4.0 * float(time_limit_s) + 10.0
+    wall = 4.0 * float(time_limit_s) + 10.0
+    if deadline is not None:
+        wall = min(wall, max(0.5, deadline - time.monotonic()))
+    s.parameters.max_time_in_seconds = wall
     s.parameters.num_workers = int(workers)
     s.parameters.random_seed = int(seed)
-    status = _status(s, s.Solve(m))
+    from hybrid.signals import stoppable
+
+    status = _status(s, stoppable(lambda: s.Solve(m), s.StopSearch))  # Ctrl-C/SIGTERM: its best so far
     if status not in ("optimal", "feasible"):
         raise HybridError(f"CP-SAT found no placement ({status}) within {time_limit_s:g} s; give a longer --time-limit")
     return s, status
@@ -101,7 +109,7 @@ class Hint:
 
 
 def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: Hint | None = None,
-                  workers: int = 1, seed: int = 0) -> Solved:
+                  workers: int = 1, seed: int = 0, deadline: float | None = None) -> Solved:
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
@@ -183,14 +191,15 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
         for var, val in hints:
             m.AddHint(var, val)
         m.AddHint(lat, _ns(hint.latency_s))
-    solver, status = _solve(m, time_limit_s, workers, seed)
+    solver, status = _solve(m, time_limit_s, workers, seed, deadline)
     devices = tuple(GPU if solver.Value(g[p]) else CPU for p in range(n))
     starts = tuple(solver.Value(s[p]) / NS for p in range(n))
     copies = tuple((t, lane, solver.Value(st_) / NS) for on, st_, t, lane in copy_vars if solver.Value(on))
     return Solved(devices, starts, solver.ObjectiveValue() / NS, solver.BestObjectiveBound() / NS, status, copies)
 
 
-def solve_period(pg: PartGraph, link: Link, time_limit_s: float = 60.0, workers: int = 1, seed: int = 0) -> Solved:
+def solve_period(pg: PartGraph, link: Link, time_limit_s: float = 60.0, workers: int = 1, seed: int = 0,
+                 deadline: float | None = None) -> Solved:
     """Least pipeline period: the busiest of CPU, GPU, h2d and d2h, summed per input (`timing.period`)."""
     from ortools.sat.python import cp_model
 
@@ -228,7 +237,7 @@ def solve_period(pg: PartGraph, link: Link, time_limit_s: float = 60.0, workers:
         if terms:
             m.Add(per >= sum(terms))
     m.Minimize(per)
-    solver, status = _solve(m, time_limit_s, workers, seed)
+    solver, status = _solve(m, time_limit_s, workers, seed, deadline)
     devices = tuple(GPU if solver.Value(g[p]) else CPU for p in range(n))
     return Solved(devices, tuple(math.nan for _ in range(n)), solver.ObjectiveValue() / NS,
                   solver.BestObjectiveBound() / NS, status)

@@ -92,16 +92,16 @@ def chain_costs(pg: PartGraph) -> ChainCosts:
 
 
 def exact(pg: PartGraph, link: Link, objective: str = LATENCY, time_limit_s: float = 60.0,
-          hint: Placement | None = None, workers: int = 1, seed: int = 0) -> Placement:
+          hint: Placement | None = None, workers: int = 1, seed: int = 0, deadline: float | None = None) -> Placement:
     if objective == THROUGHPUT:
-        sol = solve_period(pg, link, time_limit_s, workers, seed)
+        sol = solve_period(pg, link, time_limit_s, workers, seed, deadline)
         return evaluate(pg, sol.devices, link, "exact", status=sol.status, model_s=sol.objective_s)
     if pg.is_chain and np.isfinite(pg.cpu_s).all():
         dp = chain_mod.exact(chain_costs(pg), link)
         return evaluate(pg, dp.devices, link, "exact", status="optimal", model_s=dp.latency_s,
                         extra={"method": "dynamic programming"})
     sol = solve_latency(pg, link, time_limit_s, _hint(pg, link, hint) if hint is not None else None, workers,
-                        seed)
+                        seed, deadline)
     return evaluate(pg, sol.devices, link, "exact", priority=sol.starts, copy_priority=sol.copy_starts,
                     status=sol.status,
                     model_s=sol.objective_s, extra={"method": "cp-sat", "bound_s": sol.bound_s})
@@ -117,8 +117,8 @@ def _hint(pg: PartGraph, link: Link, p: Placement) -> Hint:
 
 
 def place(pg: PartGraph, link: Link, scheduler: str, objective: str = LATENCY, time_limit_s: float = 60.0,
-          seed: int = 0) -> Placement:
-    """One scheduler by name (SCHEDULERS)."""
+          seed: int = 0, deadline: float | None = None) -> Placement:
+    """One scheduler by name (SCHEDULERS); `deadline` (time.monotonic()) caps CP-SAT's wall clock."""
     if scheduler == "all-cpu":
         return all_on(pg, link, CPU)
     if scheduler == "all-gpu":
@@ -128,7 +128,8 @@ def place(pg: PartGraph, link: Link, scheduler: str, objective: str = LATENCY, t
     if scheduler == "heft":
         return heft(pg, link)
     if scheduler == "exact":
-        return exact(pg, link, objective, time_limit_s, hint=greedy(pg, link, objective), seed=seed)
+        return exact(pg, link, objective, time_limit_s, hint=greedy(pg, link, objective), seed=seed,
+                     deadline=deadline)
     raise ValueError(f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)}")
 
 

@@ -31,6 +31,7 @@ the two processes share the machine.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import multiprocessing as mp
 import os
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 DEFAULT_ELITES = 4       # the best and three more distinct individuals of the population
 GRACE_S = 1.0            # how long `finish` waits past the deadline for the refiner's last message
 EARLY_GRACE_S = 10.0     # ... and, when the search stopped early, for the one it is in
+INTERRUPT_GRACE_S = 1.5  # ... but after Ctrl-C or SIGTERM, whose best result must be written within 5 s
 MARGIN_S = 0.3           # the refiner aims to be done this long before the deadline
 # (key, schedule, cls, cnt, by_bytes, planner gene, makespan): what the search sends for one individual
 Offer = tuple[bytes, np.ndarray, np.ndarray, np.ndarray, bool, int, float]
@@ -139,8 +141,15 @@ class BesideRefiner:
         self._proc = ctx.Process(target=_serve, args=args, name="hybrid-cpsat-beside", daemon=True)
         from hybrid.signals import children_ignore_stops
 
-        with children_ignore_stops():  # SIGTERM to the whole job, or Ctrl-C, is the search's to handle
-            self._proc.start()
+        # the refiner ignores SIGTERM, which multiprocessing's exit handler sends daemonic children before joining
+        # them: however this process ends, kill it first (atexit runs the last registered first)
+        atexit.register(self._kill)
+        try:
+            with children_ignore_stops():  # SIGTERM to the whole job, or Ctrl-C, is the search's to handle
+                self._proc.start()
+        except BaseException:  # a Ctrl-C or SIGTERM (raised as the signals are unblocked): nothing to collect
+            self._kill()
+            raise
 
     def offer(self, state: "SearchState") -> None:
         """Hand the search's best and elites over (only when they changed); call after every generation."""
@@ -162,7 +171,10 @@ class BesideRefiner:
         now = time.monotonic()
         # at the deadline the refiner is finishing by itself; stopped early (Ctrl-C, --generations) it may
         # still be building and validating the plan of the refinement it was in
-        t_end = now + (GRACE_S if now >= self.deadline - MARGIN_S else EARLY_GRACE_S)
+        from hybrid.signals import received
+
+        t_end = now + (GRACE_S if now >= self.deadline - MARGIN_S
+                       else INTERRUPT_GRACE_S if received() else EARLY_GRACE_S)
         done = False
         while not done:
             try:
@@ -187,14 +199,22 @@ class BesideRefiner:
         return r
 
     def close(self) -> None:
+        from hybrid.signals import received
+
         self._stop.set()
-        self._proc.join(timeout=1.0)
-        if self._proc.is_alive():
-            self._proc.terminate()
+        if self._proc.is_alive() and not received():  # after Ctrl-C or SIGTERM nothing is waited for
             self._proc.join(timeout=1.0)
+        self._kill()
         for q in (self._inbox, self._outbox):
             q.cancel_join_thread()
             q.close()
+
+    def _kill(self) -> None:
+        """SIGKILL the refiner if it still runs (it ignores SIGTERM: the job's signals are the search's)."""
+        atexit.unregister(self._kill)
+        if self._proc.pid is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=1.0)
 
     def __enter__(self) -> "BesideRefiner":
         return self

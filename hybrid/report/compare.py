@@ -560,12 +560,16 @@ def write_tables(df: pd.DataFrame, stem: str | Path, title: str, notes: str = ""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".csv"), stem.with_suffix(".parquet"), stem.with_suffix(".md")]
-    df.to_csv(paths[0], index=False)
-    df.to_parquet(paths[1], index=False)
+    from hybrid.files import atomic_open, write_whole
+
+    with atomic_open(paths[0], "w", newline="") as f:
+        df.to_csv(f, index=False)
+    with atomic_open(paths[1], "wb") as f:
+        df.to_parquet(f, index=False)
     cmd = " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]])
     md = [f"# {title}", "", f"Command: `{cmd}` ({time.strftime('%Y-%m-%d')}).", ""]
     if notes:
         md += [notes.strip(), ""]
     md.append(df.drop(columns=["plan"], errors="ignore").to_markdown(index=False, floatfmt=".4g"))
-    paths[2].write_text("\n".join(md) + "\n")
+    write_whole(paths[2], "\n".join(md) + "\n")
     return paths

@@ -129,7 +129,9 @@ def plot_timeline(graph: Graph, plans: Plan | Sequence[tuple[str, Plan]], path: 
     fig.tight_layout()
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        from hybrid.files import save_figure
+
+        save_figure(fig, path)
         plt.close(fig)
     return fig
 

@@ -6,11 +6,14 @@ from pathlib import Path
 
 import click
 
+from hybrid.cli import clock
 from hybrid.cli.options import (FiniteFloat, device_from, device_options, graph_option, json_summary, load_graph,
                                 prepare_output)
 from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_duration
 from hybrid.validator import write_plan
+
+DECODE_S = 1.0   # kept back from --time-limit for decoding, simulating, validating and writing the plan
 
 
 @click.command("milp")
@@ -24,7 +27,8 @@ from hybrid.validator import write_plan
               help="Coarsen to this many stages (segments of consecutive ops); default: one stage per op.")
 @click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True)
 @click.option("--time-limit", default="10m", show_default=True,
-              help="Solver budget, e.g. 30s, 10m. With HiGHS, Ctrl-C or SIGTERM stops the search and keeps the "
+              help="Budget of the whole command (loading, building the model and writing the plan included), "
+                   "e.g. 30s, 10m. With HiGHS, Ctrl-C or SIGTERM stops the search and keeps the "
                    "best plan found so far.")
 @click.option("--gap", type=FiniteFloat(0.0, 1.0), default=0.01, show_default=True,
               help="Relative MIP gap at which the solver stops.")
@@ -65,7 +69,16 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     opts = ModelOptions(offload=not no_offload, impl_choice=not no_impl_choice)
     kind = {(True, True): "mosos", (True, False): "str-auto", (False, False): "checkmate-auto",
             (False, True): "checkmate"}[(opts.offload, opts.impl_choice)]
-    run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads), opts)
+    # --time-limit bounds the whole command: the solver stops in time for decoding, validating and writing
+    deadline = clock.deadline(limit) - DECODE_S
+    try:
+        run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads, deadline=deadline), opts)
+    except HybridError:
+        from hybrid.signals import received
+
+        if received():  # Ctrl-C or SIGTERM before the solver had a plan: nothing to write, exit 130/143
+            raise KeyboardInterrupt from None
+        raise
     r = run.result
     assert run.plan is not None
     if out_path is not None:

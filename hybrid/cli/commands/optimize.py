@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from hybrid.cli import clock
 from hybrid.cli.options import (FINITE, device_from, device_options, graph_option, json_summary, load_graph,
                                 patience_option, prepare_output, recompute_option, seed_option)
 from hybrid.errors import HybridError
@@ -153,11 +154,10 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     from ga import GAConfig
     from ga.progress import ProgressLine
     from hybrid.pipeline import OptimizeOptions, Progress, run_optimize
-    from hybrid.pipeline.optimize import process_started_at
     from hybrid.signals import deferred_interrupts, interrupted_by
 
-    # the limit counts from the process's start (interpreter, imports, loading) when it was started for this command
-    started = process_started_at() if {"optimize", str(out_path)} <= set(sys.argv[1:]) else time.monotonic()
+    # the limit counts from the process's start (interpreter, imports, loading): hybrid.cli.clock
+    started = clock.started()
     total = parse_duration(time_limit, "--time-limit")
     if total <= 0:
         raise HybridError(f"--time-limit must be positive, got {time_limit!r}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from hybrid.cli import clock
 from hybrid.cli.options import load_graph, prepare_output
 from hybrid.errors import HybridError
 from hybrid.units import parse_duration
@@ -14,6 +15,8 @@ from hybrid.units import parse_duration
 SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faster device, then single flips "
                   "while they gain, 3 rounds without gain), heft, exact (dynamic programming on a chain of "
                   "parts, CP-SAT otherwise), or all (every one, a table; the plan is exact's)")
+
+WRITE_S = 1.0   # kept back from --time-limit for building, validating and writing the plan
 
 
 @click.command("place")
@@ -40,7 +43,10 @@ SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faste
 @click.option("--branches/--no-branches", default=True, show_default=True,
               help="Split stretches of independent branches (Inception modules, downsample paths) into one "
                    "part per branch and a join, so branches may run on both devices at once.")
-@click.option("--time-limit", default="60s", show_default=True, help="CP-SAT's budget in its deterministic seconds (reproducible whatever the load; wall clock is capped at 4x + 10 s), e.g. 30s, 5m.")
+@click.option("--time-limit", default="60s", show_default=True,
+              help="CP-SAT's budget in its deterministic seconds (reproducible whatever the load), e.g. 30s, 5m; "
+                   "it also bounds the whole command's wall clock (loading and writing included), which then "
+                   "decides.")
 @click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT's random seed.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the placement as a plan (hybrid-plan/1 with a cpu stream).")
@@ -72,6 +78,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     from hybrid.placement.schedulers import SCHEDULERS, place
     from hybrid.placement.timing import link_of, to_plan
     from hybrid.units import format_seconds
+    from hybrid.signals import interrupted_by, received
     from hybrid.validator import check, write_plan
 
     prepare_output(out_path, "--out")
@@ -99,7 +106,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     placed = {}
     for name in names:
         try:
-            placed[name] = place(pg, link, name, objective, limit, seed)
+            placed[name] = place(pg, link, name, objective, limit, seed, deadline=clock.deadline(limit) - WRITE_S)
         except HybridError as e:
             if scheduler != "all":
                 raise
@@ -114,6 +121,9 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         g.save(graph_out)
     if out_path is not None:
         write_plan(g, plan, out_path, "the placement plan")
+    if received():
+        click.echo(f"interrupted ({interrupted_by()}): CP-SAT stopped with its best placement so far"
+                   + (f", written to {out_path}" if out_path is not None else ""), err=True)
     rows = [{"scheduler": k, "latency_s": p.latency_s, "period_s": p.period_s, "devices": p.code,
              "status": p.status} for k, p in placed.items()]
     if as_json:

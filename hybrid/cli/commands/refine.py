@@ -6,9 +6,14 @@ from pathlib import Path
 
 import click
 
+from hybrid.cli import clock
 from hybrid.cli.options import graph_option, json_summary, load_graph, load_plan, prepare_output, seed_option
 from hybrid.errors import HybridError, NothingWrittenError
 from hybrid.units import format_seconds, parse_duration
+
+WRITE_S = 1.0      # kept back from --time-limit for writing the plan and the summary
+TIMELINE_S = 3.0   # ... and for drawing --timeline (matplotlib's import and two timelines)
+MIN_SEARCH_S = 0.5  # the search's least budget, when loading took the whole limit
 
 
 def _window_sizes(text: str) -> tuple[int, ...]:
@@ -26,8 +31,8 @@ def _window_sizes(text: str) -> tuple[int, ...]:
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Plan to refine (hybrid-plan/1), from any planner: optimize, baseline, simulate, a file.")
 @click.option("--time-limit", default="2m", show_default=True,
-              help="Search budget, e.g. 30s, 2m, 1h; a bare number is seconds. Ctrl-C or SIGTERM stops early and "
-                   "writes the best plan so far.")
+              help="Budget of the whole command (loading and writing included), e.g. 30s, 2m, 1h; a bare number "
+                   "is seconds. Ctrl-C or SIGTERM stops early and writes the best plan so far.")
 @seed_option
 @click.option("--workers", type=int, default=1, show_default=True, help="CP-SAT worker threads per window.")
 @click.option("--window-ops", default="6,12,4,20", show_default=True,
@@ -116,7 +121,10 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
             click.echo(f"refine {format_seconds(p.elapsed_s)}: makespan {format_seconds(p.makespan)} "
                        f"({gain:.2f}% faster), {p.windows} windows, {p.accepted} accepted", err=True)
 
-    res = refine(graph, plan, time_limit_s=total, seed=seed, workers=workers, progress=None if quiet else progress,
+    # --time-limit bounds the whole command (loading before, writing after): the search gets what is left
+    budget = clock.left(total) - WRITE_S - (TIMELINE_S if timeline_path is not None else 0.0)
+    res = refine(graph, plan, time_limit_s=max(MIN_SEARCH_S, budget), seed=seed, workers=workers,
+                 progress=None if quiet else progress,
                  options=opts)  # Ctrl-C or SIGTERM ends it with the best plan so far (stop "interrupted")
     with deferred_interrupts():  # the plan is written whole, even if a signal comes now
         write_plan(graph, res.plan, out_path, "the refined plan")

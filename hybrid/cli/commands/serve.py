@@ -47,7 +47,9 @@ def plot_latency(df, path: Path, title: str) -> None:  # noqa: ANN001 - a pandas
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from hybrid.files import save_figure
+
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -135,7 +137,10 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
                       policies=tuple(policies) or POLICIES, resident=resident)
     df = simulate_serving(costs, cfg)
     if csv_path is not None:
-        df.to_csv(csv_path, index=False)
+        from hybrid.files import atomic_open
+
+        with atomic_open(csv_path, "w", newline="") as f:
+            df.to_csv(f, index=False)
     if plot_path is not None:
         plot_latency(df, plot_path, f"{n} model(s), {format_bytes(dev.usable_bytes)}, batch {batch}")
     if as_json:

@@ -1,0 +1,49 @@
+"""When the running command started, so that `--time-limit` bounds its whole wall time, loading included.
+
+A program (`hybrid ...`) started when its process did: read from /proc on Linux (the interpreter's start and
+the commands' imports, seconds under load, count too), else when this module was first imported, which
+`hybrid.cli.main` does first thing. A command invoked in a process that runs several (tests through click's
+runner) starts when it is invoked (`restart`).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+
+def _process_start() -> float:
+    """time.monotonic() at this process's start (Linux /proc), else now."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat") as f:  # noqa: SIM115 - read only
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])   # field 22: start time, clock ticks after boot
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        ago = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - ago if 0.0 <= ago < 600.0 else now   # implausible (clock adjusted): from now
+
+
+_start = _process_start()
+
+
+def restart() -> None:
+    """The command starts now (a second command in one process)."""
+    global _start
+    _start = time.monotonic()
+
+
+def started() -> float:
+    """time.monotonic() when the command started."""
+    return _start
+
+
+def deadline(time_limit_s: float) -> float:
+    """time.monotonic() by which a command given `time_limit_s` must have finished."""
+    return _start + time_limit_s
+
+
+def left(time_limit_s: float) -> float:
+    """Seconds left of `time_limit_s` counted from the command's start (negative once past)."""
+    return _start + time_limit_s - time.monotonic()
