@@ -62,14 +62,15 @@ def test_refining_beside_the_search_never_loses_and_its_plans_validate(seed: int
 def test_the_refiner_stops_soon_after_a_search_that_ends_early() -> None:
     g = _graph(3)
     t0 = time.monotonic()
-    refiner = BesideRefiner(g, g.device, deadline=t0 + 300.0, seed=1, elites=2, patience_s=100.0)
+    refiner = BesideRefiner(g, g.device, deadline=t0 + 600.0, seed=1, elites=2, patience_s=600.0)
     try:
         optimize(g, g.device, GAConfig(population=8, children=8, seed=1), generations=3, workers=1,
                  observe=refiner.offer)
     finally:
         rep = refiner.finish()
-    # it did not wait for the deadline (300 s away) and left no process behind
-    assert time.monotonic() - t0 < 60.0 and not refiner._proc.is_alive()
+    # it did not wait for the deadline or its patience (600 s away; seconds are typical, this is a hang guard)
+    # and left no process behind
+    assert time.monotonic() - t0 < 300.0 and not refiner._proc.is_alive()
     assert rep.error == ""
 
 
@@ -100,7 +101,7 @@ def test_compare_beside_keeps_the_faster_of_its_search_and_the_refined_plans(tmp
     hy = df[(df["row"] == "seed") & (df["arm"] == "ga+cpsat")].iloc[0]
     assert hy["makespan_s"] <= hy["arm_ga_makespan_s"] * (1 + 1e-12)
     assert hy["final_from"] in ("cpsat", "ga") and hy["refined_plans"] >= 0
-    assert hy["search_s"] < 4.0 + 10.0  # the budget, plus at most a short wait for the refiner's last message
+    assert hy["search_s"] < 4.0 * 5  # a hang guard: the budget plus a short wait for the refiner's last message
     assert len(list(tmp_path.glob("*-seed1-ga*.json"))) == 2
     split = tmp_path / f"{g.name}-seed1-split.json"  # written when a refinement lowered a makespan
     assert split.exists() == (not np.isnan(hy["split_makespan_s"]))
