@@ -445,8 +445,9 @@ def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: lis
     out.with_suffix(".json").write_text(json.dumps({"link": link, "rows": rows, "ranks": ranks, "infos": infos,
                                                     "sanitizer": sanitizer, "commands": getattr(args, "commands", [])},
                                                    indent=1, default=str))
-    cmd = "; ".join(getattr(args, "commands", [])) or "python " + " ".join(
-        shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+    from benchmarks.common import command_line, repo_relative
+
+    cmd = repo_relative("; ".join(getattr(args, "commands", []))) or command_line()
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (smoke test, not GPU figures)"
     runs = pd.DataFrame(rows)
     first = ["model", "memory", "memory_MiB", "plan", "pool", "measured_s", "simulated_s", "measured/simulated",
@@ -518,14 +519,17 @@ def main() -> None:
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of models not run now from the previous results (results/executor_gpu.json)")
     ap.add_argument("--sanitizer-child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "executor_gpu.md")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the table (default results/executor_gpu.md; results/executor_gpu_quick.md with --quick)")
     ap.add_argument("--commit", default=None,
                     help="the code's commit for the table (default: git here; a GPU machine sent a copy of the "
                          "working tree may have no git: pass the commit of that copy)")
     a = ap.parse_args()
-    if a.commit is None:
-        from benchmarks.common import commit
+    from benchmarks.common import commit, quick_name
 
+    if a.out is None:
+        a.out = ROOT / "results" / quick_name("executor_gpu.md")   # a quick run never replaces the full table
+    if a.commit is None:
         a.commit = commit()
     if a.sanitizer_child:
         sanitizer_child()
