@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RESULTS, ROOT, balanced_checkmate, checkmate_train_files, quick_stem, repo_relative,
-                               write_table
+from benchmarks.common import (RESULTS, ROOT, balanced_checkmate, checkmate_train_files, quick_stem, repo_relative,
+                               write_table)
 from hybrid.swap.baselines import run_baseline
 from hybrid.device import Device, preset
 from hybrid.errors import InfeasibleError
