@@ -46,11 +46,18 @@ def test_refining_beside_the_search_never_loses_and_its_plans_validate(seed: int
     monkeypatch.setattr(beside, "GRACE_S", 120.0)
     monkeypatch.setattr(beside, "EARLY_GRACE_S", 120.0)
     g = _graph(seed)
-    budget = 6.0
-    refiner = BesideRefiner(g, g.device, deadline=time.monotonic() + budget, seed=seed, elites=3, patience_s=1.0)
+    # work budgets, not seconds: 20 generations, then the refiner (however long its start takes on this machine)
+    # refines what it was offered; the test waits for its first refinement, then stops it. The deadline and the
+    # waits are hang guards only.
+    refiner = BesideRefiner(g, g.device, deadline=time.monotonic() + 600.0, seed=seed, elites=3, patience_s=1.0)
     try:
-        res = optimize(g, g.device, GAConfig(population=8, children=8, seed=seed), time_limit_s=budget, workers=1,
-                       observe=refiner.offer)
+        res = optimize(g, g.device, GAConfig(population=8, children=8, seed=seed), generations=20,
+                       time_limit_s=600.0, workers=1, observe=refiner.offer)
+        while refiner._report.refined == 0:       # fold its messages in as finish() does, up to the first run
+            kind, body = refiner._outbox.get(timeout=300)
+            assert kind != "done", "the refiner stopped without refining what it was offered"
+            beside._take(refiner._report, kind, body)
+            assert refiner._report.error == "", refiner._report.error
     finally:
         rep = refiner.finish()
     refiner._proc.join(timeout=120)   # a hang guard: finish() waits 2 s, a loaded machine may need longer to exit
@@ -66,7 +73,10 @@ def test_refining_beside_the_search_never_loses_and_its_plans_validate(seed: int
     assert final <= res.makespan_s
 
 
-def test_the_refiner_stops_soon_after_a_search_that_ends_early() -> None:
+def test_the_refiner_stops_soon_after_a_search_that_ends_early(monkeypatch) -> None:
+    import hybrid.refine.beside as beside
+
+    monkeypatch.setattr(beside, "EARLY_GRACE_S", 120.0)   # a hang guard: a loaded machine may need more than 10 s
     g = _graph(3)
     t0 = time.monotonic()
     refiner = BesideRefiner(g, g.device, deadline=t0 + 600.0, seed=1, elites=2, patience_s=600.0)
