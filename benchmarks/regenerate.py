@@ -17,9 +17,10 @@ exact-search nodes), so a second run changes no figure but measured timings, wha
 lets two jobs run side by side (`--jobs`, default 2). Jobs that measure this machine (capture_scale,
 planner_speed, ga_evals_per_second, ga_second_core, the arena solve times, placement's measured rows,
 executor_cpu, eager_reproducibility) run alone, and their measurements move from run to run by design.
-Full runs keep the papers' protocols (time limits), so their figures depend on the machine. Tables committed
-at full budgets are kept beside their quick twins (`*_quick`). Writes results/regenerate.md: each job's
-command, budget, status and time.
+Full runs keep the papers' protocols (time limits), so their figures depend on the machine. A quick run writes
+every table, plot, part and log as `*_quick`, beside the full run's and never over it (each child gets
+HYBRID_QUICK=1: `benchmarks.common.quick_stem`). Writes results/regenerate.md (results/regenerate_quick.md for
+--quick): each job's command, budget, status and time; every path in it repository-relative.
 """
 from __future__ import annotations
 
