@@ -118,7 +118,7 @@ def main() -> None:
              "memory the written re-plan gave up (bisected to the largest budget that lays out).")
     stem = "arena_plans" + ("_ga" if args.planner == "ga" else "") + ("_suite" if args.graphs else "")
     print(write_table(df, stem, "Exact arena offsets for byte-budget plans, and the fallback's cost", notes,
-                      graphs=sorted(set(paths)) if args.graphs else (), paper="issue 19 (SwapAdvisor suite and Checkmate graphs)"))
+                      graphs=sorted(set(paths)), paper="issue 19 (SwapAdvisor suite and Checkmate graphs)"))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import time
 from pathlib import Path
 
 import torch
 
-from benchmarks.common import commit
+from benchmarks.common import commit, quick_name
 from hybrid.capture.api import capture_model
 from hybrid.capture.interpreter import eager_step, mismatches, replay_step
 from hybrid.graph import Graph
@@ -64,6 +65,7 @@ def check(model: str, batch: int, overrides: dict, opt_name: str, options: dict)
         graph = capture_model(model, batch, optimizer=opt_name, lr=0.01, optimizer_options=options or None,
                               overrides=overrides)
         row["capture_s"] = time.perf_counter() - t0
+        row["sha256"] = hashlib.sha256(graph.dumps().encode()).hexdigest()[:12]   # the file `capture --out` writes
         spec = get_model(model, **overrides)
         torch.manual_seed(0)
         module = spec.build()
@@ -90,7 +92,7 @@ def check(model: str, batch: int, overrides: dict, opt_name: str, options: dict)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=None, help="only these model names")
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "capture_replay.md")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / quick_name("capture_replay.md"))
     a = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows = []
@@ -113,16 +115,18 @@ def main() -> None:
         "included): eager `loss.backward(); optimizer.step()` under `portable_kernels()` versus the captured "
         "graph replayed op by op, in the graph's order and in a different valid order (*other order*). "
         "*values* counts the tensors compared bitwise: loss, each gradient, each updated parameter, buffer "
-        "and optimizer-state tensor. Learning rate 0.01.",
+        "and optimizer-state tensor. Learning rate 0.01. Each graph is captured in this process as `hybrid capture "
+        "--model NAME --batch BATCH` with the config shown (roofline costs on the capture's default device); "
+        "*graph sha256*: the first 12 hex digits of the file `capture --out` would write.",
         "",
         "| model | batch | config | optimizer | ops | random ops | values | graph order | other order | "
-        "capture s | eager s | replay s |",
-        "|---|---:|---|---|---:|---:|---:|---|---|---:|---:|---:|",
+        "capture s | eager s | replay s | graph sha256 |",
+        "|---|---:|---|---|---:|---:|---:|---|---|---:|---:|---:|---|",
     ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['batch']} | {r['config']} | {r['optimizer']} | | | | "
-                         f"not run: {r['error']} | | | | |")
+                         f"not run: {r['error']} | | | | | |")
             continue
 
         def verdict(d: list[str]) -> str:
@@ -130,7 +134,7 @@ def main() -> None:
 
         lines.append(f"| {r['model']} | {r['batch']} | {r['config']} | {r['optimizer']} | {r['ops']} | "
                      f"{r['random_ops']} | {r['values']} | {verdict(r['diff'])} | {verdict(r['diff_other'])} | "
-                     f"{r['capture_s']:.1f} | {r['eager_s']:.2f} | {r['replay_s']:.2f} |")
+                     f"{r['capture_s']:.1f} | {r['eager_s']:.2f} | {r['replay_s']:.2f} | {r.get('sha256', '')} |")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {a.out}")

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import commit
+from benchmarks.common import commit, quick_name
 
 ROOT = Path(__file__).resolve().parents[1]
 # SwapAdvisor's Table 1 models and ResNet-152 (ASPLOS'20 §6), MO-SOS's VGG19 and UNet, at the papers' batches.
@@ -42,7 +42,7 @@ t3 = time.perf_counter()
 tensors = g.tensors
 print(json.dumps({
     "import_s": t1 - t0, "capture_s": t2 - t1, "save_s": t3 - t2,
-    "ops": len(g.ops), "tensors": len(tensors),
+    "ops": len(g.ops), "tensors": len(tensors), "sha256": sha[:12],
     "total_bytes": sum(t.bytes for t in tensors),
     "param_bytes": sum(t.bytes for t in tensors if t.kind == "param"),
     "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -80,23 +80,25 @@ def table(rows: list[dict], optimizer: str, command: str) -> str:
         "",
         f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, "
         f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f} at the end (the machine is shared). "
-        f"Optimizer: {optimizer}. Each capture runs in a fresh process; "
+        f"Optimizer: {optimizer}. Each graph is `hybrid capture --model NAME --batch BATCH` with the capture's "
+        "defaults (training step, roofline costs on its default device); *graph sha256* names the file it wrote "
+        "(first 12 hex digits). Each capture runs in a fresh process; "
         "*process s* and *peak RSS* include starting Python and importing torch (*import s*); "
         "*process CPU s* is the CPU time the process used (capture is single-threaded), which is what the wall "
         "time would be on an idle machine.",
         "",
         "| model | batch | ops | tensors | sum of tensor bytes (GiB) | params (GiB) | import s | capture s | "
-        "save s | process s | process CPU s | peak RSS (MiB) | graph file (MiB) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "save s | process s | process CPU s | peak RSS (MiB) | graph file (MiB) | graph sha256 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['batch']} | error: {r['error']} |" + " |" * 10)
+            lines.append(f"| {r['model']} | {r['batch']} | error: {r['error']} |" + " |" * 11)
             continue
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['ops']:,} | {r['tensors']:,} | {gib(r['total_bytes'])} | "
             f"{gib(r['param_bytes'])} | {r['import_s']:.1f} | {r['capture_s']:.1f} | {r['save_s']:.1f} | "
-            f"{r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['maxrss_kib'] / 1024:,.0f} | {r['file_bytes'] / 2**20:,.1f} |")
+            f"{r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['maxrss_kib'] / 1024:,.0f} | {r['file_bytes'] / 2**20:,.1f} | {r.get('sha256', '')} |")
     ok = [r for r in rows if "error" not in r]
     if ok:
         worst_t = max(ok, key=lambda r: r["wall_s"])
@@ -121,7 +123,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=MODELS, help="NAME:BATCH entries")
     ap.add_argument("--optimizer", default="adam", choices=["adam", "sgd", "none"])
     ap.add_argument("--timeout", type=float, default=600.0)
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "capture_scale.md")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / quick_name("capture_scale.md"))
     a = ap.parse_args()
     rows = []
     for item in a.models:

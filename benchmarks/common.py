@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 import time
@@ -40,26 +41,86 @@ def short_name(path: Path) -> str:
     return path.name.replace("_nx.json", "").replace(".json", "")
 
 
+QUICK_ENV = "HYBRID_QUICK"   # set to 1 by `regenerate --quick` for jobs whose quick budgets are flags, not --quick
+_ABS_PATH = re.compile(r"(?<![\w.~$-])/[^\s,;:=|'\"`()\[\]]+")
+
+
+def is_quick() -> bool:
+    """This run is a quick one: the script got --quick, or regenerate --quick started it."""
+    return "--quick" in sys.argv[1:] or os.environ.get(QUICK_ENV, "") not in ("", "0")
+
+
+def quick_stem(stem: str) -> str:
+    """`stem` as this run writes it: `<stem>_quick` in a quick run, so that a quick run never replaces a full
+    run's table (nor its figures, parts or plots: name them with this too)."""
+    return stem if not is_quick() or stem.endswith("_quick") else f"{stem}_quick"
+
+
+def quick_name(filename: str) -> str:
+    """A file name as this run writes it: `fig8.png` -> `fig8_quick.png` in a quick run (`quick_stem`)."""
+    p = Path(filename)
+    return str(p.with_name(quick_stem(p.stem) + p.suffix))
+
+
+def repo_path(path: str | Path) -> str:
+    """`path` as a table names it: relative to the repository root, shared data as `../shared/...`; a path
+    elsewhere on this machine (a temporary folder) is named by its last two parts under `<elsewhere>/`, since a
+    reader could not open it anyway. Never this machine's absolute path."""
+    p = Path(os.path.abspath(path))
+    for base, shown in ((ROOT, ""), (SHARED.resolve(), "../shared/"), (SHARED, "../shared/")):
+        try:
+            rel = p.relative_to(base)
+        except ValueError:
+            continue
+        return (shown + rel.as_posix()) if str(rel) != "." else (shown.rstrip("/") or ".")
+    return "<elsewhere>/" + "/".join(p.parts[-2:])
+
+
+def repo_relative(text: str) -> str:
+    """`text` (a command line, a cell) with every absolute path in it written by `repo_path`."""
+    return _ABS_PATH.sub(lambda m: repo_path(m.group(0)), text)
+
+
+def _relative_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """The frame with absolute paths in its text cells (plan files under out/, say) made repository-relative."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
+            out[col] = out[col].map(lambda v: repo_relative(v) if isinstance(v, str) else v)
+    return out
+
+
+def command_line() -> str:
+    """The command that ran this script, as a reader reruns it from the repository root."""
+    script = Path(sys.argv[0])
+    module = f"benchmarks.{script.stem}" if script.parent.name == "benchmarks" else script.stem
+    cmd = "python -m " + " ".join(shlex.quote(repo_relative(a)) for a in [module, *sys.argv[1:]])
+    if os.environ.get(QUICK_ENV, "") not in ("", "0") and "--quick" not in sys.argv[1:]:
+        cmd = f"{QUICK_ENV}=1 {cmd}"
+    return cmd
+
+
 def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs=(), paper: str = "",
                 parquet: bool = False) -> Path:
     """results/<stem>.csv and .md, the .md carrying the command that regenerated it, the code's commit, and
     (given `graphs`, the graph files read) each graph's sha256 and capture settings; `paper` names the paper
-    figure or table the result stands beside. `parquet` also writes <stem>.parquet (with every column)."""
+    figure or table the result stands beside. `parquet` also writes <stem>.parquet (with every column).
+    A quick run writes <stem>_quick.* (`quick_stem`); every path is written repository-relative."""
     RESULTS.mkdir(exist_ok=True)
+    stem = quick_stem(stem)
+    df = _relative_cells(df)
     df.to_csv(RESULTS / f"{stem}.csv", index=False)
     if parquet:
         df.to_parquet(RESULTS / f"{stem}.parquet", index=False)
     df = df.drop(columns=["plan"], errors="ignore")  # plan paths point into out/, not part of the table
-    script = Path(sys.argv[0])
-    module = f"benchmarks.{script.stem}" if script.parent.name == "benchmarks" else script.stem
-    cmd = "python -m " + " ".join(shlex.quote(a) for a in [module, *sys.argv[1:]])
+    cmd = command_line()
     md = [f"# {title}", "",
           f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).", ""]
     prov = provenance(graphs, paper)
     if prov:
         md += [prov, ""]
     if notes:
-        md += [notes.strip(), ""]
+        md += [repo_relative(notes.strip()), ""]
     md.append(df.to_markdown(index=False, floatfmt=".4g"))
     path = RESULTS / f"{stem}.md"
     path.write_text("\n".join(md) + "\n")

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
 import shlex
@@ -358,7 +359,11 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
     args, target = spec.make_inputs(batch, torch.device("cpu"), torch.float32)
     peak = unswapped_peak(graph)
     info = {"model": name, "batch": batch, "config": ", ".join(f"{k}={v}" for k, v in ov.items()),
-            "ops": len(graph.ops), "unswapped_peak_MiB": peak / MiB, "profiled_ops": rep.measured}
+            "ops": len(graph.ops), "unswapped_peak_MiB": peak / MiB, "profiled_ops": rep.measured,
+            # the graphs read, by sha256 of the file `hybrid capture` would write (first 12 hex digits)
+            "capture": f"hybrid capture --model {name} --batch {batch} --optimizer {opt} --device {preset}",
+            "graph_sha256": hashlib.sha256(roofline.dumps().encode()).hexdigest()[:12],
+            "profiled_sha256": hashlib.sha256(graph.dumps().encode()).hexdigest()[:12]}
     base_dev = Device(f"{preset}-measured", peak, link["h2d_bytes_per_s"], link["d2h_bytes_per_s"], link["latency_s"])
 
     rows: list[dict] = []
@@ -445,8 +450,9 @@ def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: lis
     out.with_suffix(".json").write_text(json.dumps({"link": link, "rows": rows, "ranks": ranks, "infos": infos,
                                                     "sanitizer": sanitizer, "commands": getattr(args, "commands", [])},
                                                    indent=1, default=str))
-    cmd = "; ".join(getattr(args, "commands", [])) or "python " + " ".join(
-        shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+    from benchmarks.common import command_line, repo_relative
+
+    cmd = repo_relative("; ".join(getattr(args, "commands", []))) or command_line()
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (smoke test, not GPU figures)"
     runs = pd.DataFrame(rows)
     first = ["model", "memory", "memory_MiB", "plan", "pool", "measured_s", "simulated_s", "measured/simulated",
@@ -479,6 +485,9 @@ def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: lis
         "## Does the simulator rank plans as the GPU does?", "",
         rank.to_markdown(index=False, floatfmt=".3g") if len(rank) else "(none)", "",
         "## Per model: ideal, eager alternatives, correctness on the device", "",
+        "*capture*: how each graph was made (with *config* as --set overrides); *graph_sha256*: the captured graph "
+        "(roofline times), *profiled_sha256*: the same with this device's measured op times, which the plans used "
+        "(first 12 hex digits of each file's sha256).", "",
         "*eager_save_on_cpu*: `torch.autograd.graph.save_on_cpu(pin_memory=True)` around forward and loss "
         "(parameters and optimizer state stay on the device); *eager_checkpoint*: the outermost blocks held in the "
         "model's Sequential / ModuleList containers under `torch.utils.checkpoint` (use_reentrant=False). Their "
@@ -518,14 +527,17 @@ def main() -> None:
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of models not run now from the previous results (results/executor_gpu.json)")
     ap.add_argument("--sanitizer-child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "executor_gpu.md")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the table (default results/executor_gpu.md; results/executor_gpu_quick.md with --quick)")
     ap.add_argument("--commit", default=None,
                     help="the code's commit for the table (default: git here; a GPU machine sent a copy of the "
                          "working tree may have no git: pass the commit of that copy)")
     a = ap.parse_args()
-    if a.commit is None:
-        from benchmarks.common import commit
+    from benchmarks.common import commit, quick_name
 
+    if a.out is None:
+        a.out = ROOT / "results" / quick_name("executor_gpu.md")   # a quick run never replaces the full table
+    if a.commit is None:
         a.commit = commit()
     if a.sanitizer_child:
         sanitizer_child()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import RESULTS, write_table
+from benchmarks.common import RESULTS, quick_name, write_table
 from benchmarks.table2 import ensure_capture
 from hybrid.cli.commands.serve import plot_latency
 from hybrid.device import preset
@@ -105,7 +105,7 @@ def main() -> None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     RESULTS.mkdir(exist_ok=True)
-    fig.savefig(RESULTS / "fig8.png", dpi=110)
+    fig.savefig(RESULTS / quick_name("fig8.png"), dpi=110)
     plt.close(fig)
     c16 = df[(df.batch == 16)].iloc[0]
     g16 = Graph.load(graphs[0])

@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RESULTS, ROOT, balanced_checkmate, checkmate_train_files, write_table
+from benchmarks.common import (RESULTS, ROOT, balanced_checkmate, checkmate_train_files, quick_stem, repo_relative,
+                               write_table)
 from hybrid.swap.baselines import run_baseline
 from hybrid.device import Device, preset
 from hybrid.errors import InfeasibleError
@@ -81,13 +82,14 @@ def thin_log(path: Path, max_rows: int = 1000) -> None:
 
 
 def run_optimize(path: Path, dev_flags: list[str], stem: str, work: Path, args: argparse.Namespace) -> tuple[list[str], str, Plan]:
-    (RESULTS / "ga_acceptance").mkdir(parents=True, exist_ok=True)
+    logs = quick_stem("ga_acceptance")      # a quick run's logs beside the full run's, never over them
+    (RESULTS / logs).mkdir(parents=True, exist_ok=True)
     plan_path = work / f"{stem}.plan.json"
     cmd = ["hybrid", "optimize", "--graph", str(path), *dev_flags, "--generations", str(args.generations),
            "--population", str(args.population), "--time-limit", args.time_limit, "--seed", str(args.seed),
            "--refine", args.refine, "--workers", str(args.workers),
-           "--out", str(plan_path), "--log", f"results/ga_acceptance/{stem}.csv",
-           "--plot", f"results/ga_acceptance/{stem}.png", *args.extra]
+           "--out", str(plan_path), "--log", f"results/{logs}/{stem}.csv",
+           "--plot", f"results/{logs}/{stem}.png", *args.extra]
     exe = [sys.executable, "-c", "from hybrid.cli.main import main; main()"]
     proc = subprocess.run(exe + cmd[1:], cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -271,7 +273,7 @@ the parameters and optimizer state (Adam) alone do not fit: they never move them
                      notes, graphs=paths, paper="SwapAdvisor Fig. 6 (normalized throughput, largest batch)")
     if "command" in df.columns:
         lines = ["", "Commands (from the repository root):", ""]
-        lines += [f"- {r.graph}: `{r.command}`" for r in df.itertuples() if isinstance(r.command, str)]
+        lines += [f"- {r.graph}: `{repo_relative(r.command)}`" for r in df.itertuples() if isinstance(r.command, str)]
         md.write_text(md.read_text() + "\n".join(lines) + "\n")
     md.write_text(md.read_text() + f"\nRun time: {(time.monotonic() - started) / 60:.1f} min on this 2-core machine "
                   "(rows read from the cache under --work not counted).\n")

@@ -130,7 +130,8 @@ FC CPU) come from measured times on its own pair; neither cost set reproduces th
 VGG16 in 5 conv blocks + 1 FC block, AlexNet's 32 basic ops in 4: 0-3, 4-7, 8-17, 18-31; our AlexNet graph has 21
 ops, since ReLU and dropout are not separate nodes in the same way) and GoogLeNet's first 8 parts (its stem and
 first Inception module as 4 branches + join). `out_bytes`: the activation bytes the part sends on (the copy a
-device change there costs); parameters are uploaded once. GPU times: P2200 roofline; CPU: Xeon 6248R roofline.""")
+device change there costs); parameters are uploaded once. GPU times: P2200 roofline; CPU: Xeon 6248R roofline.""",
+                graphs=[graph(m, 1, args.graphs) for m in ("vgg16", "alexnet", "googlenet")])
     write_table(pd.DataFrame(rows), "placement_latency",
                 "Placement of inference graphs on CPU + GPU (the CPU/GPU partitioning paper)",
                 notes, graphs=sorted({graph(m, b, args.graphs) for m, b in runs}),

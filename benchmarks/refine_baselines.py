@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import RESULTS, ROOT, write_table
+from benchmarks.common import RESULTS, ROOT, quick_name, write_table
 from benchmarks.refine_compare import graph_files, graphs, per_graph
 from hybrid.swap.baselines import run_baseline
 from hybrid.errors import InfeasibleError
@@ -81,7 +81,7 @@ def main() -> None:
         if label in plot:
             name = label.replace("@", "_")
             plot_timeline(g, [("belady", base), ("belady + CP-SAT refinement", res.plan)],
-                          RESULTS / f"refine_timeline_belady_{name}.png",
+                          RESULTS / quick_name(f"refine_timeline_belady_{name}.png"),
                           title=f"{g.name} on {dev.name}: before and after refinement "
                                 + (f"(at most {options.max_windows} windows)" if args.windows is not None
                                    else f"({args.time_limit:.0f} s)"))

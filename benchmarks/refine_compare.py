@@ -48,7 +48,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import RESULTS, ROOT, balanced_checkmate, checkmate_train_files, short_name, write_table
+from benchmarks.common import (RESULTS, ROOT, balanced_checkmate, checkmate_train_files, quick_stem, short_name,
+                               write_table)
 from hybrid.device import preset
 from hybrid.graph import Graph
 from hybrid.graph.info import fraction_of_peak, largest_op
@@ -56,12 +57,17 @@ from hybrid.graph.info import fraction_of_peak, largest_op
 SUITE = ("rnn-8-8k", "brnn-4-8k", "wresnet-152-10", "inception-v4-4", "nasnet-25")
 
 
-def stem(mode: str) -> str:
+def base_stem(mode: str) -> str:
     return "refine_compare" if mode == "after" else f"refine_compare_{mode}"
 
 
+def stem(mode: str) -> str:
+    """The table's name, its parts' folder and the plans' folder under out/ (`_quick` in a quick run)."""
+    return quick_stem(base_stem(mode))
+
+
 def parts_dir(mode: str) -> Path:
-    return RESULTS / f"{stem(mode)}_parts"
+    return RESULTS / quick_stem(f"{base_stem(mode)}_parts")
 
 
 def graphs(graph_dir: Path, only: set[str] | None):
@@ -172,7 +178,7 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     s = summary(df)
     s.insert(1, "label", [labels[(g, m)] for g, m in zip(s["graph"], s["memory_bytes"])])
     s["gain>=5%"] = s["median_gain"] >= 0.05
-    write_table(s, f"{stem(mode)}_summary", f"GA-only vs GA + CP-SAT ({mode}): one line per graph",
+    write_table(s, f"{base_stem(mode)}_summary", f"GA-only vs GA + CP-SAT ({mode}): one line per graph",
                 notes + "\n\n" + verdict(s, df, mode), graphs=files, paper=paper, parquet=True)
     return s
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import ROOT, write_table
+from benchmarks.common import ROOT, quick_stem, write_table
 from benchmarks.refine_compare import graphs
 
 
@@ -57,7 +57,7 @@ def main() -> None:
     only = set(args.only.split(",")) if args.only else None
     rows = []
     for label, g, _dev in graphs(args.graph_dir, only):
-        folder = ROOT / "out" / args.stem / label.replace("@", "_")
+        folder = ROOT / "out" / quick_stem(args.stem) / label.replace("@", "_")   # a quick run reads the quick plans
         for ga_path in sorted(folder.glob("*-ga.json")):
             seed = int(ga_path.name.rsplit("-seed", 1)[1].split("-")[0])
             for arm, path in (("ga", ga_path), ("ga+cpsat", ga_path.with_name(ga_path.name[:-8] + "-ga+cpsat.json"))):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchmarks.common import RESULTS, ROOT
+from benchmarks.common import RESULTS, ROOT, quick_name
 from benchmarks.refine_compare import auto_mode, graphs, stem
 from hybrid.plan import Plan
 from hybrid.report.timeline import plot_timeline
@@ -64,7 +64,7 @@ def main() -> None:
                   else "GA + CP-SAT arm (refinement handed back; the search's plan)", hybrid),
                  ("GA-only, same extra time", Plan.load(folder / f"{name}-ga.json"))]
     prefix = "refine_timeline_" + ("" if args.mode == "after" else f"{args.mode}_")
-    out = RESULTS / f"{prefix}{label.replace('@', '_')}.png"
+    out = RESULTS / quick_name(f"{prefix}{label.replace('@', '_')}.png")
     plot_timeline(g, plans, out, title=f"{g.name} on {dev.name} ({dev.memory_bytes / 2**30:.1f} GiB), seed {args.seed}")
     print(f"wrote {out}")
 

@@ -17,9 +17,10 @@ exact-search nodes), so a second run changes no figure but measured timings, wha
 lets two jobs run side by side (`--jobs`, default 2). Jobs that measure this machine (capture_scale,
 planner_speed, ga_evals_per_second, ga_second_core, the arena solve times, placement's measured rows,
 executor_cpu, eager_reproducibility) run alone, and their measurements move from run to run by design.
-Full runs keep the papers' protocols (time limits), so their figures depend on the machine. Tables committed
-at full budgets are kept beside their quick twins (`*_quick`). Writes results/regenerate.md: each job's
-command, budget, status and time.
+Full runs keep the papers' protocols (time limits), so their figures depend on the machine. A quick run writes
+every table, plot, part and log as `*_quick`, beside the full run's and never over it (each child gets
+HYBRID_QUICK=1: `benchmarks.common.quick_stem`). Writes results/regenerate.md (results/regenerate_quick.md for
+--quick): each job's command, budget, status and time; every path in it repository-relative.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import RESULTS, ROOT, commit, write_table
+from benchmarks.common import QUICK_ENV, RESULTS, ROOT, commit, quick_stem, repo_path, write_table
 
 SUITE = ("rnn-8-8k", "brnn-4-8k", "wresnet-152-10", "inception-v4-4", "nasnet-25")
 G = "{graphs}"  # replaced by the --graphs folder
@@ -53,18 +54,35 @@ class Job:
     needs: str = ""                    # "cuda" for jobs that only run on a GPU
     clean: tuple[str, ...] = field(default=())  # folders under results/ (or out/...) emptied first: stale parts
     fresh: str = ""                    # a subfolder of --graphs the job captures into: emptied first
-    quick_outputs: tuple[str, ...] = field(default=())  # where --quick writes instead, beside the full run's tables
+    quick_outputs: tuple[str, ...] = field(default=())  # where --quick writes, when not `outputs` with `_quick`
     alone: bool = False                # measures this machine (times, rates) or uses both cores: runs by itself
     after: tuple[str, ...] = field(default=())  # jobs whose output it reads
 
     def written(self, quick: bool) -> tuple[str, ...]:
-        """The files this job rewrites: a job whose full-budget tables are committed writes its quick tables beside
-        them (`*_quick`), so a quick run never replaces a full run's figures."""
-        return self.quick_outputs if quick and self.quick_outputs else self.outputs
+        """The files this job rewrites: a quick run writes every table beside the full run's (`*_quick`:
+        `benchmarks.common.quick_stem`, told by --quick or HYBRID_QUICK=1), so it never replaces a full run's
+        figures."""
+        if not quick:
+            return self.outputs
+        return self.quick_outputs or tuple(_quick_file(o) for o in self.outputs)
+
+    def cleaned(self, quick: bool) -> tuple[str, ...]:
+        """The folders emptied before the job runs: the quick run's own (`*_quick`) in a quick run."""
+        return tuple(_quick_file(c) for c in self.clean) if quick else self.clean
 
     def argv(self, quick: bool, graphs: Path) -> list[str]:
         args = self.quick if quick else self.full
         return [sys.executable, "-m", self.module, *(a.replace(G, str(graphs)) for a in args)]
+
+
+def _quick_file(name: str) -> str:
+    """`fig8.png` -> `fig8_quick.png`, `out/refine_compare` -> `out/refine_compare_quick` (names already quick
+    stay)."""
+    p = Path(name)
+    stem = p.stem if p.suffix else p.name
+    if stem.endswith("_quick"):
+        return name
+    return str(p.with_name(f"{stem}_quick{p.suffix}"))
 
 
 # Order matters where one job reads another's output (refine_gap and refine_timeline read refine_compare's plans).
@@ -249,7 +267,7 @@ def kept_full_tables() -> str:
 
     out = []
     for j in JOBS:
-        for name in (o for o in (j.outputs if j.quick_outputs else ()) if o.endswith(".md")):
+        for name in (o for o in j.outputs if o.endswith(".md")):
             path = RESULTS / name
             if path.exists():
                 m = re.search(r"code ([0-9a-f]{7,}(?:\+dirty)?)\)", path.read_text())
@@ -310,7 +328,7 @@ def main() -> None:
             got = capture_suite(args.graphs.resolve(), log)
             print(f"captured {', '.join(got)}", flush=True)
             rows.append({"job": "capture suite", "status": "ok", "seconds": time.perf_counter() - t0,
-                         "command": f"hybrid capture --model NAME --device v100-16gb --out {args.graphs}/NAME.json",
+                         "command": f"hybrid capture --model NAME --device v100-16gb --out {repo_path(args.graphs)}/NAME.json",
                          "writes": "graphs (not in git)"})
     cuda = has_cuda()
     budget = "quick" if args.quick else "full"
@@ -321,7 +339,7 @@ def main() -> None:
         if j.needs == "cuda" and not cuda:
             print(f"[{j.name}] skipped: no CUDA device on this machine", flush=True)
             rows.append({"job": j.name, "status": "skipped: needs a CUDA device", "seconds": 0.0,
-                         "command": "python " + shlex.join(j.argv(args.quick, args.graphs)[1:]),
+                         "command": ("HYBRID_QUICK=1 " if args.quick else "") + "python " + shlex.join(j.argv(args.quick, args.graphs)[1:]),
                          "writes": ", ".join(j.written(args.quick)), "budget": budget})
         else:
             pending.append(j)
@@ -333,12 +351,12 @@ def main() -> None:
             argv = j.argv(args.quick, args.graphs)
             if j.fresh and not args.no_capture:
                 shutil.rmtree(args.graphs / j.fresh, ignore_errors=True)
-            for c in j.clean:
-                c = f"{c}_quick" if args.quick and j.quick_outputs and not c.startswith("out/") else c
+            for c in j.cleaned(args.quick):
                 shutil.rmtree(ROOT / c if c.startswith("out/") else RESULTS / c, ignore_errors=True)
             print(f"[{j.name}] python {shlex.join(argv[1:])}", flush=True)
             log = open(logs / f"{j.name}.log", "w")
-            running[j.name] = (j, subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT),
+            env = {**os.environ, QUICK_ENV: "1" if args.quick else "0"}   # every table it writes is then *_quick
+            running[j.name] = (j, subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env),
                                time.perf_counter(), log)
         time.sleep(0.2)
         for name, (j, proc, t0, log) in list(running.items()):
@@ -351,7 +369,7 @@ def main() -> None:
             status = "ok" if rc == 0 else f"failed (exit {rc}; see out/regenerate/{j.name}.log)"
             print(f"[{j.name}] {status} in {secs:.0f} s", flush=True)
             rows.append({"job": j.name, "status": status, "seconds": secs,
-                         "command": "python " + shlex.join(j.argv(args.quick, args.graphs)[1:]),
+                         "command": ("HYBRID_QUICK=1 " if args.quick else "") + "python " + shlex.join(j.argv(args.quick, args.graphs)[1:]),
                          "writes": ", ".join(j.written(args.quick)), "budget": budget,
                          "ran": "alone" if j.alone else f"beside others (--jobs {args.jobs})"})
     total = time.perf_counter() - t_all
@@ -368,11 +386,11 @@ def main() -> None:
                     f"kept beside their quick twins (`*_quick`), so a quick run never replaces them: {kept_full_tables()}. "
                     "Check that a "
                     "second run changes no figure: `python -m benchmarks.compare_runs results/ OTHER/results/`.")
-    elif (RESULTS / "regenerate.csv").exists():  # a partial run replaces its jobs' rows in the last whole run's table
-        old = pd.read_csv(RESULTS / "regenerate.csv")
+    elif (RESULTS / f"{quick_stem('regenerate')}.csv").exists():  # a partial run replaces its jobs' rows in the last
+        old = pd.read_csv(RESULTS / f"{quick_stem('regenerate')}.csv")       # whole run's table
         old = old[~old["job"].isin(df["job"])]
         merged = pd.concat([old, df], ignore_index=True)
-        note = (RESULTS / "regenerate.md").read_text().split("\n\n")
+        note = (RESULTS / f"{quick_stem('regenerate')}.md").read_text().split("\n\n")
         notes = next((n for n in note if n.startswith("Code ")), "")
         notes += f" Re-run afterwards with --only (their rows' commit): {', '.join(df['job'])}."
         path = write_table(merged, "regenerate", title, notes)

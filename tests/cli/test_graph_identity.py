@@ -50,10 +50,24 @@ def test_plans_refined_beside_the_search_name_the_users_file(tmp_path) -> None:
     slow = max(seeds, key=lambda i: i.makespan)
     from hybrid.refine.beside import BesideRefiner
 
-    refiner = BesideRefiner(g, dev, deadline=time.monotonic() + 5.0, seed=1, elites=1, patience_s=2.0)
+    import hybrid.refine.beside as beside
+
+    # the refiner's first refinement is waited for (its start takes seconds, more on a loaded machine), not slept
+    # for: the deadline and the waits are hang guards
+    refiner = BesideRefiner(g, dev, deadline=time.monotonic() + 600.0, seed=1, elites=1, patience_s=2.0)
     refiner.offer(SearchState([slow], slow, 0, 1, 0.0, np.random.default_rng(0)))
-    time.sleep(4.0)
-    rep = refiner.finish()
+    try:
+        while refiner._report.refined == 0:       # fold its messages in as finish() does, up to the first run
+            kind, body = refiner._outbox.get(timeout=300)
+            assert kind != "done", "the refiner stopped without refining what it was offered"
+            beside._take(refiner._report, kind, body)
+    finally:
+        old_grace = beside.EARLY_GRACE_S
+        beside.EARLY_GRACE_S = 120.0
+        try:
+            rep = refiner.finish()
+        finally:
+            beside.EARLY_GRACE_S = old_grace
     assert rep.refined >= 1 and rep.error == "", rep.error
     assert all(entry["graph_sha256"] == sha for entry in rep.log)
     if rep.plan is not None:

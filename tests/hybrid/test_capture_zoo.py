@@ -17,7 +17,7 @@ pytestmark = pytest.mark.torch
 # Small configurations of three families: convolutions + batch norm, an unrolled LSTM with shared
 # weights, and SqueezeNet (dropout before its classifier). VGG-11 (dropout classifier, 133M parameters
 # even at 32x32) takes ~25 s here, so it is marked slow; benchmarks/capture_replay.py covers it and more
-# models (results/capture_replay.md).
+# models (results/capture_replay_quick.md).
 CASES = [
     ("resnet-18", 2, {"image_size": 32, "num_classes": 10}, "adam", {}),
     ("rnn-2-1k", 3, {"hidden": 16, "embed": 12, "seq_len": 5, "vocab": 40}, "adam", {"weight_decay": 0.01}),

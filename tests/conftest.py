@@ -1,0 +1,25 @@
+"""Session set-up shared by every test folder.
+
+The Numba kernels are compiled once per pytest run, before the first test, so that no test with a time limit
+spends it on the compiler. The swap planner's kernels are cached on disk by numba (`cache=True`: seconds after
+a fresh clone, then a load); the exact arena search recurses into itself, which numba cannot cache, so it
+compiles once per process (about 6 s unloaded, 30 s with both cores busy). Subprocess tests load the cached
+kernels from disk; the commands themselves keep the exact search's compile out of their limits.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels() -> float:
+    """Seconds spent compiling (or loading) the Numba kernels before the first test."""
+    from hybrid.arena import exact
+    from hybrid.swap.planner import compile_kernels
+
+    t0 = time.perf_counter()
+    compile_kernels()
+    exact.warm_up()
+    return time.perf_counter() - t0

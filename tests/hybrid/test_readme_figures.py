@@ -1,0 +1,64 @@
+"""Every figure the README quotes from a result table is read from that table here: a rerun that moves it, or
+an edit that changes the README's sentence, fails this test until the two agree again. Figures the README does not
+quote it links (the table names, checked to exist)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results"
+README = " ".join((ROOT / "README.md").read_text().split())     # one line: sentences wrap anywhere
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms"
+
+
+def mib(v: float) -> str:
+    return f"{v:,.0f} MiB"
+
+
+def executor_gpu_figures() -> list[str]:
+    """The PyTorch comparison: each side's time and memory at 35% of the model's peak (results/executor_gpu.*)."""
+    runs = pd.read_csv(RESULTS / "executor_gpu.csv")
+    infos = {i["model"]: i for i in json.loads((RESULTS / "executor_gpu.json").read_text())["infos"]}
+    out = []
+    for model in ("resnet-50", "rnn-4-2k"):
+        r = runs[(runs.model == model) & (runs.memory == "35%") & (runs.plan == "belady (arena offsets)")].iloc[0]
+        i = infos[model]
+        out += [ms(r.measured_s), mib(r.memory_MiB), f"{mib(r.cuda_max_allocated_MiB)} measured",
+                ms(i["eager_save_on_cpu_s"]), mib(i["eager_save_on_cpu_peak_MiB"]), ms(i["eager_checkpoint_s"]),
+                mib(i["eager_checkpoint_peak_MiB"])]
+    ratio = runs.issued_s / runs.measured_s
+    rnn = ratio[runs.model == "rnn-4-2k"]
+    out.append(f"{rnn.min():.1f}-{rnn.max():.1f}x faster than issuing node by node")
+    out.append(f"resnet-50's up to {ratio[runs.model == 'resnet-50'].max():.1f}x")
+    return out
+
+
+def test_the_pytorch_comparison_quotes_executor_gpu_with_each_sides_memory() -> None:
+    missing = [f for f in executor_gpu_figures() if f not in README]
+    assert not missing, f"README's executor_gpu figures differ from results/executor_gpu.*: {missing}"
+
+
+def test_placement_model_count_matches_its_table() -> None:
+    n = pd.read_csv(RESULTS / "placement_latency.csv")["model"].nunique()
+    words = {11: "eleven", 4: "four"}
+    assert f"`results/placement_latency.md` has the paper's {words.get(n, n)} models" in README
+
+
+def test_regenerate_times_match_its_table() -> None:
+    text = (RESULTS / "regenerate_quick.md").read_text()
+    minutes = re.search(r"([0-9.]+) minutes in all on this machine \(--quick\)", text).group(1)
+    assert f"({minutes} minutes measured on 2 cores: results/regenerate_quick.md)" in README
+
+
+def test_every_table_the_readme_names_exists() -> None:
+    named = set(re.findall(r"results/([A-Za-z0-9_.-]+\.md)", README))
+    named |= {n for n in re.findall(r"`([a-z0-9_]+\.md)`", README) if (RESULTS / n).exists() or "_" in n}
+    missing = sorted(n for n in named if not (RESULTS / n).exists() and n not in ("README.md",))
+    assert not missing, f"README names tables that are not in results/: {missing}"

@@ -1,0 +1,88 @@
+"""Tables a reader can rerun: no machine path in results/, every table names its commit, and the benchmark
+helpers write repository-relative paths and keep quick runs beside full ones."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmarks import common
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results"
+# an absolute path on some machine: /work/..., /tmp/..., /home/..., C:\..., ~/...
+MACHINE_PATH = re.compile(r"(?<![\w.:/~-])(?:/(?:work|tmp|home|Users|root|mnt|scratch|var|opt|data|private)/|"
+                          r"[A-Za-z]:\\|~/)")
+
+
+def machine_paths(text: str) -> list[str]:
+    return [text[max(0, m.start() - 20):m.end() + 30] for m in MACHINE_PATH.finditer(text)]
+
+
+def result_files() -> list[Path]:
+    return sorted(p for p in RESULTS.rglob("*") if p.is_file())
+
+
+def test_no_file_under_results_names_a_machine_path() -> None:
+    found = {}
+    for p in result_files():
+        if p.suffix == ".parquet":
+            df = pd.read_parquet(p)
+            text = "\n".join(df[c].astype(str).str.cat(sep="\n") for c in df.columns
+                             if df[c].dtype == object or pd.api.types.is_string_dtype(df[c]))
+        elif p.suffix in (".png", ".pdf", ".svg"):
+            continue
+        else:
+            text = p.read_text(errors="replace")
+        if machine_paths(text):
+            found[str(p.relative_to(ROOT))] = machine_paths(text)[0]
+    assert not found, f"absolute machine paths (write them repository-relative): {found}"
+
+
+def test_every_table_names_its_commit() -> None:
+    missing = [p.name for p in RESULTS.glob("*.md")
+               if not re.search(r"\b(code|commit|parent) [0-9a-f]{7,}", p.read_text())]
+    assert not missing, f"tables that name no commit: {missing}"
+
+
+def test_the_pattern_finds_machine_paths_and_passes_relative_ones() -> None:
+    assert machine_paths("--graphs /work/main/out/graphs --quick")
+    assert machine_paths("`/tmp/milp2/graphs2`")
+    assert not machine_paths("--graphs out/graphs/milp, ../shared/benchmarks, 12 GB/s, 1/2, results/x.md")
+
+
+def test_write_table_writes_repository_relative_paths_and_quick_tables_beside_full_ones(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.delenv(common.QUICK_ENV, raising=False)
+    graphs = common.ROOT / "out" / "graphs"
+    df = pd.DataFrame({"graph": ["g"], "plan": [str(graphs / "g.plan.json")], "ms": [1.5]})
+    monkeypatch.setattr(sys, "argv", ["benchmarks/x.py", "--graphs", str(graphs), "--quick"])
+    md = common.write_table(df, "x", "X", notes=f"plans under {graphs}")
+    assert md.name == "x_quick.md" and not (tmp_path / "x.md").exists()      # a quick run never writes x.md
+    text = md.read_text() + (tmp_path / "x_quick.csv").read_text()
+    assert not machine_paths(text) and str(common.ROOT) not in text
+    assert "--graphs out/graphs --quick" in text and "out/graphs/g.plan.json" in text
+    monkeypatch.setattr(sys, "argv", ["benchmarks/x.py", "--graphs", "/tmp/elsewhere/graphs"])
+    monkeypatch.setenv(common.QUICK_ENV, "1")                                # regenerate --quick's children
+    md = common.write_table(df, "x", "X")
+    assert md.name == "x_quick.md" and "HYBRID_QUICK=1 python -m benchmarks.x" in md.read_text()
+    assert not machine_paths(md.read_text())
+    monkeypatch.setenv(common.QUICK_ENV, "0")
+    assert common.write_table(df, "x", "X").name == "x.md"
+    assert common.quick_stem("milp_scale_vgg_quick") == "milp_scale_vgg_quick"
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_regenerate_names_each_quick_output_beside_the_full_one(quick: bool) -> None:
+    from benchmarks.regenerate import JOBS
+
+    for j in JOBS:
+        written = j.written(quick)
+        if quick:
+            assert all(Path(w).stem.endswith("_quick") for w in written), (j.name, written)
+            assert not set(written) & set(j.outputs), j.name
+        else:
+            assert written == j.outputs
