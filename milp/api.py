@@ -63,7 +63,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     solution of another kind on the same stages (`MilpRun.values`), given to HiGHS as a MIP start."""
     opts = model_options or KINDS[kind]
     t0 = time.perf_counter()
-    pb = build_problem(graph, device, stages)
+    pb = build_problem(graph, device, stages, manage_persistent=opts.manages_persistent)
     model = build_model(pb, opts)
     build_s = time.perf_counter() - t0
     res = solve(model, solve_options, start_of(model, start) if start is not None else None)

@@ -51,7 +51,8 @@ def actions(model: MilpModel, values: Values, auto: bool = False,
         run_at[t].append((q, v))
     for lst in run_at:
         lst.sort()
-    on_device: set[int] = set()            # managed tensors with a complete (or landing) device copy
+    # managed tensors with a complete (or landing) device copy; managed persistent ones may start there
+    on_device: set[int] = {j for j in pb.persistent if (0, j) in values.S}
     landing: dict[int, int] = {}           # prefetched tensor -> last stage its copy is in flight
     leaving: dict[int, int] = {}           # offloaded tensor -> last stage its copy is in flight (model memory)
     chosen: dict[int, int] = {}            # node -> impl its first run took (auto)
@@ -105,7 +106,8 @@ def actions(model: MilpModel, values: Values, auto: bool = False,
                 on_device.discard(j)
                 leaving[j] = model.sf_off[x, j]
     for i in sorted(on_device):
-        free(i)
+        if (n, i) not in values.S:  # a persistent tensor resident at the end stays (periodicity)
+            free(i)
     return out
 
 
@@ -151,14 +153,23 @@ def _events(g: Any, device: Any, acts: list[Action]) -> list[Event]:
     return evs
 
 
-def _plan(model: MilpModel, events: list[Event], planner: dict[str, Any], metrics: dict[str, Any]) -> Plan:
+def resident_at_start(model: MilpModel, values: Values) -> list[int]:
+    """Persistent tensors on the device at the start (and the end): the unmanaged ones, and the managed ones
+    the solution keeps there."""
+    pb = model.problem
+    return sorted(set(pb.resident) | {j for j in pb.persistent if (0, j) in values.S})
+
+
+def _plan(model: MilpModel, events: list[Event], planner: dict[str, Any], metrics: dict[str, Any],
+          resident: list[int] | None = None) -> Plan:
     pb = model.problem
     g = pb.graph
     ideal = sum(e.end_s - e.start_s for e in events if e.kind == "compute" and not e.recompute)
     makespan = max((e.end_s for e in events), default=0.0)
     return Plan(graph=g.name, graph_sha256=g.sha256, device=pb.device, planner=dict(planner),
                 schedule=[g.ops[int(o)].id for o in pb.order], allocation=UnconstrainedAllocation(),
-                resident_at_start=[t.id for t in g.tensors if t.persistent], events=events,
+                resident_at_start=[g.tensors[t].id for t in (sorted(pb.resident) if resident is None else resident)],
+                events=events,
                 makespan_s=makespan, metrics={"ideal_s": ideal, **metrics})
 
 
@@ -169,7 +180,8 @@ def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = No
     pb = model.problem
     g = pb.graph
     acts = actions(model, values, auto)
-    nominal = _plan(model, _events(g, pb.device, acts), planner or {}, {})
+    resident = resident_at_start(model, values)
+    nominal = _plan(model, _events(g, pb.device, acts), planner or {}, {}, resident)
     rep = validate(g, nominal)
     if not rep.valid:
         v = rep.violations[0]
@@ -206,7 +218,7 @@ def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = No
     }
     if ilp_objective_s is not None:
         metrics["ilp_objective_s"] = ilp_objective_s
-    plan = _plan(model, events, planner or {}, metrics)
+    plan = _plan(model, events, planner or {}, metrics, resident)
     rep = validate(g, plan)
     if not rep.valid:
         v = rep.violations[0]

@@ -16,10 +16,11 @@ from itertools import accumulate
 
 import pulp
 
-from milp.stages import StageProblem
+from milp.stages import START, StageProblem
 
 MS = 1e3          # seconds -> model time unit
 MIB = float(1 << 20)  # bytes -> model memory unit
+COPY_WEIGHT = 1e-3    # objective weight of a copy's link time (a tie-break; reported objectives leave it out)
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,16 @@ class ModelOptions:
     offload: bool = True       # O/P variables (False: Checkmate, recompute only)
     impl_choice: bool = True   # R per implementation (False: the leanest impl; Auto picks after decoding)
     recompute: bool = True     # reruns allowed (False: offload only)
+    persistent: bool = True    # parameters, optimizer state, inputs managed too (False: the paper's
+    #                            activations only, persistent tensors resident throughout); needs offload
+
+    @property
+    def manages_persistent(self) -> bool:
+        return self.persistent and self.offload
 
     def describe(self) -> dict:
-        return {"offload": self.offload, "impl_choice": self.impl_choice, "recompute": self.recompute}
+        return {"offload": self.offload, "impl_choice": self.impl_choice, "recompute": self.recompute,
+                "persistent": self.manages_persistent}
 
 
 @dataclass
@@ -99,6 +107,26 @@ def new_var(lp: pulp.LpProblem, name: str, lowBound: float | None = None, upBoun
     return add(name, lowBound, upBound, cat=cat) if add is not None else pulp.LpVariable(name, lowBound, upBound, cat)
 
 
+def _persistent_copies(pb: StageProblem, j: int, n: int, wo: list[int | None], wp: list[int | None],
+                       lp: pulp.LpProblem, O: dict, P: dict, sf_off: dict, sf_pre: dict) -> None:
+    """Copy variables of a managed persistent tensor. Its host copy is current from the start until its first
+    in-place update if it does not start on the device (the validator holds a resident tensor's device copy
+    the only current one), and after an offload has landed until the next update; between its first and last
+    update it has none, so no copies there. An offload may run past the last stage (the tensor ends on the
+    host); a prefetch must land by the last stage's end (`prefetch_after` ties each to a current host copy)."""
+    ups = pb.updates(j)
+    for x in range(n):
+        if ups and min(ups) <= x < max(ups):
+            continue
+        O[x, j] = new_var(lp, f"O_{x}_{j}", cat="Binary")
+        sf_off[x, j] = n if wo[x] is None else int(wo[x])  # type: ignore[arg-type]
+    for x in range(n):
+        if wp[x] is None or (ups and min(ups) < x <= max(ups)):
+            continue
+        P[x, j] = new_var(lp, f"P_{x}_{j}", cat="Binary")
+        sf_pre[x, j] = int(wp[x])  # type: ignore[arg-type]
+
+
 def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos") -> MilpModel:
     pb = problem
     n = pb.n
@@ -144,6 +172,9 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             nbytes = int(pb.graph.tensors[j].bytes)
             wo = windows(tau, n, dev.d2h_time(nbytes), True)
             wp = windows(tau, n, dev.h2d_time(nbytes), False)
+            if pb.is_persistent(j):
+                _persistent_copies(pb, j, n, wo, wp, lp, O, P, sf_off, sf_pre)
+                continue
             pre_ok = [x for x in range(p + 1, need) if wp[x] is not None and wp[x] <= need - 1]
             if not pre_ok:
                 continue
@@ -160,7 +191,9 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
                     P[x, j] = new_var(lp, f"P_{x}_{j}", cat="Binary")
                     sf_pre[x, j] = int(wp[x])  # type: ignore[arg-type]
 
-    def rsum(t: int, q: int) -> pulp.LpAffineExpression:
+    def rsum(t: int, q: int) -> pulp.LpAffineExpression | int:
+        if q == START:
+            return 0  # a persistent tensor's producer: nothing runs
         return pulp.lpSum(R[t, q, v] for v in allowed[q] if (t, q, v) in R)
 
     def s(t: int, j: int) -> pulp.LpAffineExpression | int:
@@ -180,7 +213,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         pdone.setdefault((e, j), []).append(P[x, j])
     inflight_o: dict[int, list[tuple[int, int]]] = {}   # stage -> offloads in flight during it
     for (x, j), e in sf_off.items():
-        for t in range(x + 1, e + 1):
+        for t in range(x + 1, min(e, n - 1) + 1):  # e == n: a persistent tensor's copy runs past the last stage
             inflight_o.setdefault(t, []).append((x, j))
     inflight_p: dict[int, list[tuple[int, int]]] = {}
     for (x, j), e in sf_pre.items():
@@ -190,8 +223,12 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     # ---- objective [1]: compute + recompute time of the chosen implementations ----------------------
     compute = pulp.lpSum(nodes[q].impls[v].time_s * MS * var for (t, q, v), var in R.items())
     total = sum(nd.impls[a].time_s for nd, a in zip(nodes, (al[0] for al in allowed))) * MS
-    eps = 1e-6 * max(total, 1e-9) / (len(O) + len(P) + 1)  # tie-break: no copy that buys nothing
-    lp += compute + eps * pulp.lpSum(list(O.values()) + list(P.values()))
+    # Tie-break: no copy that buys nothing. Each copy costs 10^-3 of its link time (above HiGHS's absolute gap,
+    # so an idle copy of a persistent tensor is not left in: it can stall the simulated plan) plus a floor.
+    eps = 1e-6 * max(total, 1e-9) / (len(O) + len(P) + 1)
+    nb = {j: int(pb.graph.tensors[j].bytes) for j in {k[1] for k in list(O) + list(P)}}
+    lp += compute + pulp.lpSum((eps + COPY_WEIGHT * dev.d2h_time(nb[j]) * MS) * v for (x, j), v in O.items()) + \
+        pulp.lpSum((eps + COPY_WEIGHT * dev.h2d_time(nb[j]) * MS) * v for (x, j), v in P.items())
 
     # ---- [2] every node computed in its own stage; [3] one implementation per node --------------------
     for q in range(n):
@@ -210,6 +247,8 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     #          an offload issued at the end of stage t takes the device copy with it ------------------
     for (t, j), var in S.items():
         p = pb.producer[j]
+        if t == 0:
+            continue  # a persistent tensor on the device at the start: the plan's choice (periodic below)
         prev = s(t - 1, j) + rsum(t - 1, p) if t - 1 > p else rsum(t - 1, p)
         rhs = prev + pulp.lpSum(pdone.get((t - 1, j), [])) - (O[t - 1, j] if (t - 1, j) in O else 0)
         lp += var <= rhs, f"keep_{t}_{j}"
@@ -225,15 +264,34 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     #      [9] prefetch after the offload has landed, into a tensor not on the device ---------------------
     for j, xs in o_by_j.items():
         p = pb.producer[j]
-        lp += pulp.lpSum(O[x, j] for x in xs) <= 1, f"offload_once_{j}"
-        lp += pulp.lpSum(O[x, j] for x in xs) <= pulp.lpSum(P[x, j] for x in p_by_j.get(j, [])), f"no_idle_{j}"
+        ups = pb.updates(j)
+        if ups:  # a persistent tensor: at most once before its first update and once after its last
+            lp += pulp.lpSum(O[x, j] for x in xs if x < min(ups)) <= 1, f"offload_once_before_{j}"
+            lp += pulp.lpSum(O[x, j] for x in xs if x >= max(ups)) <= 1, f"offload_once_{j}"
+        else:
+            lp += pulp.lpSum(O[x, j] for x in xs) <= 1, f"offload_once_{j}"
+        if not pb.is_persistent(j):  # a persistent tensor may leave for good (off the device at the end)
+            lp += pulp.lpSum(O[x, j] for x in xs) <= pulp.lpSum(P[x, j] for x in p_by_j.get(j, [])), f"no_idle_{j}"
         for x in xs:
             lp += O[x, j] <= s(x, j) + rsum(x, p), f"offload_valid_{x}_{j}"
     for (x, j), var in P.items():
-        landed = [O[y, j] for y in o_by_j.get(j, []) if sf_off[y, j] < x]
-        lp += var <= pulp.lpSum(landed), f"prefetch_after_{x}_{j}"
+        ups = pb.updates(j)
+        # A landed copy is current unless an update came after it (an update at stage u runs during u).
+        landed = [O[y, j] for y in o_by_j.get(j, []) if sf_off[y, j] < x and not any(y < u < x for u in ups)]
+        if pb.is_persistent(j) and not any(u < x for u in ups):
+            # not yet updated: the start's host copy is current unless the tensor started on the device
+            lp += var <= 1 - S[0, j] + pulp.lpSum(landed), f"prefetch_after_{x}_{j}"
+        else:
+            lp += var <= pulp.lpSum(landed), f"prefetch_after_{x}_{j}"
         if (x, j) in S:
             lp += var + S[x, j] <= 1, f"prefetch_absent_{x}_{j}"
+    # ---- persistent tensors: periodic (on the device at the end iff at the start), and one updated in place
+    #      that ends off the device has been copied back after its last update ----------------------------
+    for j in sorted(pb.persistent):
+        lp += S[n, j] == S[0, j], f"periodic_{j}"
+        if pb.updates(j):
+            lp += S[n, j] + pulp.lpSum(O[x, j] for x in o_by_j.get(j, []) if x >= max(pb.updates(j))) >= 1, \
+                f"written_back_{j}"
     # ---- [10]-[13] one copy in flight per direction: at most one start per stage and no overlap -------
     for t in range(n):
         if len(inflight_o.get(t, [])) > 1:
