@@ -28,6 +28,7 @@ class ModelOptions:
     offload: bool = True       # O/P variables (False: Checkmate, recompute only)
     impl_choice: bool = True   # R per implementation (False: the leanest impl; Auto picks after decoding)
     recompute: bool = True     # reruns allowed (False: offload only)
+    link: str = "bandwidth"    # copies per stage: "bandwidth" (their link shares fit) or "paper" (one per direction)
     persistent: bool = True    # parameters, optimizer state, inputs managed too (False: the paper's
     #                            activations only, persistent tensors resident throughout); needs offload
 
@@ -37,7 +38,7 @@ class ModelOptions:
 
     def describe(self) -> dict:
         return {"offload": self.offload, "impl_choice": self.impl_choice, "recompute": self.recompute,
-                "persistent": self.manages_persistent}
+                "persistent": self.manages_persistent, "link": self.link}
 
 
 @dataclass
@@ -292,12 +293,30 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         if pb.updates(j):
             lp += S[n, j] + pulp.lpSum(O[x, j] for x in o_by_j.get(j, []) if x >= max(pb.updates(j))) >= 1, \
                 f"written_back_{j}"
-    # ---- [10]-[13] one copy in flight per direction: at most one start per stage and no overlap -------
+    # ---- [10]-[13] copies per stage: the paper's one in flight per direction, or (link="bandwidth") each
+    #      copy takes its share of the link in every stage of its window (its time over the window's time),
+    #      and the shares in a stage add up to at most the whole link ------------------------------------
+    pre_tau = [0.0, *accumulate(tau)]
+
+    def share(x: int, e: int, d: float, first: int) -> float:
+        w = pre_tau[min(e, n - 1) + 1] - pre_tau[first]
+        return 1.0 if w <= 0 else min(1.0, d / w)
+
     for t in range(n):
-        if len(inflight_o.get(t, [])) > 1:
-            lp += pulp.lpSum(O[k] for k in inflight_o[t]) <= 1, f"d2h_{t}"
-        if len(inflight_p.get(t, [])) > 1:
-            lp += pulp.lpSum(P[k] for k in inflight_p[t]) <= 1, f"h2d_{t}"
+        for name, fly, var, issue_at_end in (("d2h", inflight_o, O, True), ("h2d", inflight_p, P, False)):
+            keys = fly.get(t, [])
+            if len(keys) <= 1:
+                continue
+            if options.link == "paper":
+                lp += pulp.lpSum(var[k] for k in keys) <= 1, f"{name}_{t}"
+                continue
+            terms = []
+            for (x, j) in keys:
+                nbytes = int(pb.graph.tensors[j].bytes)
+                d = dev.d2h_time(nbytes) if issue_at_end else dev.h2d_time(nbytes)
+                e = (sf_off if issue_at_end else sf_pre)[x, j]
+                terms.append(share(x, e, d, x + 1 if issue_at_end else x) * var[x, j])
+            lp += pulp.lpSum(terms) <= 1, f"{name}_{t}"
 
     # ---- [14]-[18] memory: U at each node of each stage, with the chosen impl's workspace ------------
     budget = dev.usable_bytes / MIB
