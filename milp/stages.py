@@ -308,3 +308,35 @@ def _node_impls(g: Graph, device: Device, ops: tuple[int, ...], boundary: set[in
                     internal_live -= occ[t]
         out.append(NodeImpl(c, time, peak))
     return tuple(out)
+
+
+def stage_needs(pb: StageProblem) -> list[int]:
+    """Bytes node q's first run needs at once in any plan of the model: the resident persistent tensors, its
+    managed inputs and outputs, and its leanest implementation's workspace (no plan of these stages has less)."""
+    return [pb.fixed_bytes + sum(pb.mem[j] for j in dict.fromkeys(nd.inputs + nd.outputs)) +
+            nd.impls[nd.leanest].workspace for nd in pb.nodes]
+
+
+def memory_refusal(graph: Graph, device: Device, options: "ModelOptions") -> str | None:  # noqa: F821
+    """Why no plan of the model fits `device`, naming the stage, its tensors and the memory that would suffice
+    (the refusal the swap planner gives for an op that cannot fit), or None when every stage fits on its own.
+    Checked on the uncoarsened stages, before any model is built."""
+    from hybrid.units import format_bytes
+
+    pb = build_problem(graph, device, None, manage_persistent=options.manages_persistent)
+    needs = stage_needs(pb)
+    if not needs or max(needs) <= device.usable_bytes:
+        return None
+    q = int(np.argmax(needs))
+    nd = pb.nodes[q]
+    g = pb.graph
+    ts = sorted(dict.fromkeys(nd.inputs + nd.outputs), key=lambda j: -pb.mem[j])
+    names = ", ".join(f"{g.tensors[j].id} ({format_bytes(pb.mem[j])})" for j in ts[:6]) + \
+        (f" and {len(ts) - 6} more" if len(ts) > 6 else "")
+    ws = nd.impls[nd.leanest].workspace
+    resident = f" on top of {format_bytes(pb.fixed_bytes)} of persistent tensors kept resident " \
+               "(--activations-only)" if pb.fixed_bytes else ""
+    return (f"milp: stage {q} (op {g.ops[nd.ops[0]].id!r}) needs {format_bytes(needs[q])} at once: {names}"
+            + (f", workspace {format_bytes(ws)}" if ws else "") + resident
+            + f"; the device has {format_bytes(device.usable_bytes)}: give --memory of at least "
+            f"{max(needs) + device.reserve_bytes}B ({format_bytes(max(needs) + device.reserve_bytes)})")
