@@ -30,7 +30,7 @@ from hybrid.units import format_seconds, parse_duration
 @click.option("--threads", type=int, default=1, show_default=True, help="Solver threads.")
 @click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A plan of this graph to start from (its schedule becomes the stage order); default: Belady's "
-                   "plan on the program order (`hybrid simulate`'s planner). The plan written is the faster of "
+                   "plan on the program order (`hybrid simulate`'s planner; none with --no-offload). The plan written is the faster of "
                    "the MILP's and the start's: never slower than the start.")
 @click.option("--no-start", is_flag=True, help="No start plan: the MILP's own plan only (none if it finds none).")
 @click.option("--activations-only", is_flag=True,
@@ -82,7 +82,7 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     start = start_name = None
     if start_path is not None:
         start, start_name = load_plan(start_path), str(start_path)
-    elif not no_start:
+    elif not no_start and not no_offload:  # Belady copies: no start for the recompute-only kinds
         start, start_name = belady_start(g, dev), "belady"
     from milp.stages import memory_refusal
 
