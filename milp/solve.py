@@ -142,11 +142,11 @@ def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] |
     interrupted = st == S.kInterrupt
     if st == S.kInfeasible:
         return SolveResult("infeasible", words, None, None, None, solve_s, False, None)
-    if not has_sol:
-        return SolveResult("no_solution", words, None, None, None, solve_s, interrupted, None)
+    bound = float(info.mip_dual_bound) / MS if abs(info.mip_dual_bound) < 1e30 else None
+    if not has_sol:  # the dual bound is still a bound (a start plan written instead is measured against it)
+        return SolveResult("no_solution", words, None, bound, None, solve_s, interrupted, None)
     values = read_values(model)
     obj = model.compute_time(values)
-    bound = float(info.mip_dual_bound) / MS if abs(info.mip_dual_bound) < 1e30 else None
     # The gap from the incumbent and the dual bound themselves: a run stopped at its time limit has been seen
     # with model status Optimal and mip_gap 0 while its bound was far below (HiGHS 1.16 with a MIP start).
     model_obj = float(info.objective_function_value)

@@ -89,6 +89,21 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     refusal = memory_refusal(g, dev, opts)
     if refusal is not None and start is None:
         raise InfeasibleError(refusal)
+    if refusal is not None:  # no model plan can fit: the start (with Auto) is the answer, no solve
+        from milp.api import checked_start
+        from milp.decode import auto_plan
+
+        plan = auto_plan(g, checked_start(g, dev, start))
+        if out_path is not None:
+            plan.save(out_path)
+        if as_json:
+            click.echo(json.dumps({**json_summary(g, dev, plan, out_path), "start": start_name, "written": "start",
+                                   "refusal": refusal}, indent=1))
+            return
+        click.echo(f"model        not solved: {refusal.removeprefix('milp: ')}\n"
+                   f"written      the start ({start_name}, Auto impls): {format_seconds(plan.makespan_s)} simulated"
+                   + (f"\nplan         {out_path} (validated)" if out_path is not None else ""))
+        return
     run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads), opts, start_plan=start,
                     start_name=start_name or "start")
     r = run.result
