@@ -100,6 +100,12 @@ def start_of(model: MilpModel, values: Values) -> dict[str, float]:
         for key in src:
             if key in dst:
                 start[dst[key].name] = 1.0
+    # A persistent tensor this model manages and the solution's model kept resident (activations only, or no
+    # offload): resident throughout here too.
+    told = {j for (_, j) in values.S}
+    for (t, j), var in model.S.items():
+        if j in model.problem.persistent and j not in told:
+            start[var.name] = 1.0
     return start
 
 

@@ -191,3 +191,18 @@ def test_refusal_names_the_stage_and_the_memory_that_suffices() -> None:
     assert memory_refusal(g, replace(g.device, memory_bytes=need - 1), ModelOptions()) is not None
     # activations only: the persistent tensors count on top
     assert memory_refusal(g, replace(g.device, memory_bytes=need), ModelOptions(persistent=False)) is not None
+
+
+def test_checkmate_start_carries_over_to_managed_persistent_tensors() -> None:
+    """A Checkmate-Auto solution (persistent tensors resident) starts MO-SOS with persistent tensors managed
+    (resident throughout there too): stopped at its first node, HiGHS has an incumbent at least that good."""
+    from milp.solve import start_of
+
+    g = training_graph(4, seed=1, impls_prob=0.6, workspace_prob=0.3)
+    dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.9))
+    mc = build_model(build_problem(g, dev), ModelOptions(offload=False, impl_choice=False))
+    rc = solve(mc, EXACT)
+    assert rc.status == "optimal"
+    mm = build_model(build_problem(g, dev, manage_persistent=True), ModelOptions())
+    r = solve(mm, SolveOptions(time_limit_s=60, gap=0.0, node_limit=1), start_of(mm, rc.values))
+    assert r.values is not None and r.objective_s <= rc.objective_s * (1 + 1e-9)
