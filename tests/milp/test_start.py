@@ -206,3 +206,13 @@ def test_checkmate_start_carries_over_to_managed_persistent_tensors() -> None:
     mm = build_model(build_problem(g, dev, manage_persistent=True), ModelOptions())
     r = solve(mm, SolveOptions(time_limit_s=60, gap=0.0, node_limit=1), start_of(mm, rc.values))
     assert r.values is not None and r.objective_s <= rc.objective_s * (1 + 1e-9)
+
+
+def test_cbc_takes_the_start_too() -> None:
+    g = training_graph(3, seed=3, impls_prob=0.5)
+    dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.8))
+    start = belady_start(g, dev)
+    assert start is not None
+    run = plan_milp(g, dev, "mosos", None, SolveOptions("cbc", 60, 0.0), start_plan=start, start_name="belady")
+    assert run.result.status == "optimal" and run.plan is not None and validate(g, run.plan).valid
+    assert run.plan.makespan_s <= start.makespan_s * (1 + 1e-9)
