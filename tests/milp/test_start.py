@@ -233,7 +233,7 @@ def test_a_decoded_plan_reads_back_as_a_feasible_start(seed: int) -> None:
     b = binary_start(m, sm.values)
     for v in m.lp.variables():
         v.varValue = b.get(v.name)
-    bad = [n for n, c in m.lp.constraints.items()
+    bad = [c.name for c in m.lp.constraints()
            if all(v.varValue is not None for v in c.keys()) and not c.valid(1e-6)]
     assert bad == []
     again = plan_milp(g, dev, "mosos", None, SolveOptions(time_limit_s=60, gap=0.0, node_limit=1),
