@@ -55,6 +55,8 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     \b
     Examples:
       hybrid milp --graph g.json --memory 6GiB --time-limit 10m --out mosos.json
+      hybrid milp --graph g.json --memory 6GiB --start belady.json --out mosos.json
+      hybrid milp --graph g.json --memory 6GiB --activations-only --link paper --no-start --out paper.json
       hybrid milp --graph g.json --memory 6GiB --no-impl-choice --out str-auto.json
       hybrid milp --graph g.json --memory 6GiB --no-offload --no-impl-choice --out checkmate-auto.json
     """
