@@ -50,7 +50,9 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     Prints the model's size (variables, constraints), the solver's status,
     solve time and gap, the ILP objective (compute + recompute time, a lower
     bound on the makespan) and the makespan the simulator gives the decoded
-    plan, which the validator has checked.
+    plan, which the validator has checked. It starts from Belady's plan (or
+    --start) and writes the faster of the two, never slower than the start;
+    the report says which it wrote and its gap to the ILP bound.
 
     \b
     Examples:
