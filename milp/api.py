@@ -102,7 +102,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     else:
         res = solve(model, solve_options, start_of(model, start) if start is not None else None)
     if start is not None and res.objective_s is not None and res.status == "optimal" and \
-            res.objective_s > model.compute_time(start) * (1 + 1e-6):
+            res.objective_s > model.objective_time(start) * (1 + 1e-6):
         # Seen once with HiGHS 1.16 under load: "Optimal" above a feasible start. Keep the plan, not the claim.
         res = replace(res, status="feasible",
                       solver_status=res.solver_status + " (above its MIP start: optimality not trusted)")

@@ -75,6 +75,10 @@ def actions(model: MilpModel, values: Values, auto: bool = False,
                 out.append(Action("swap_in", j))
                 on_device.add(j)
                 landing[j] = model.sf_pre[x, j]
+        for (x, j) in sorted(values.Pb):  # blocking: the stage's computes wait for it (data edges)
+            if x == t:
+                out.append(Action("swap_in", j))
+                on_device.add(j)
         runs = run_at[t]
         for k, (q, v) in enumerate(runs):
             nd = nodes[q]
@@ -303,7 +307,7 @@ def auto_values(model: MilpModel, values: Values) -> Values:
         per_node.setdefault(q, set()).add(v)
     pick = {q: next(iter(vs)) if len(vs) == 1 else nodes[q].leanest for q, vs in per_node.items()}
     R = frozenset((t, q, pick[q]) for (t, q) in runs)
-    return Values(R, values.S, values.O, values.P)
+    return Values(R, values.S, values.O, values.P, values.Pb)
 
 
 def impl_names(plan: Plan) -> dict[str, str]:

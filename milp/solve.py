@@ -96,7 +96,7 @@ def start_of(model: MilpModel, values: Values) -> dict[str, float]:
             start[model.R[key].name] = 1.0
             if (key[1], key[2]) in model.I:
                 start[model.I[key[1], key[2]].name] = 1.0
-    for src, dst in ((values.S, model.S), (values.O, model.O), (values.P, model.P)):
+    for src, dst in ((values.S, model.S), (values.O, model.O), (values.P, model.P), (values.Pb, model.Pb)):
         for key in src:
             if key in dst:
                 start[dst[key].name] = 1.0
@@ -152,7 +152,7 @@ def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] |
     if not has_sol:  # the dual bound is still a bound (a start plan written instead is measured against it)
         return SolveResult("no_solution", words, None, bound, None, solve_s, interrupted, None)
     values = read_values(model)
-    obj = model.compute_time(values)
+    obj = model.objective_time(values)
     # The gap from the incumbent and the dual bound themselves: a run stopped at its time limit has been seen
     # with model status Optimal and mip_gap 0 while its bound was far below (HiGHS 1.16 with a MIP start).
     model_obj = float(info.objective_function_value)
@@ -208,7 +208,7 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
             any(v.varValue is None for v in model.R.values()):
         return SolveResult("no_solution", words, None, None, None, solve_s, False, None)
     values = read_values(model)
-    obj = model.compute_time(values)
+    obj = model.objective_time(values)
     lb = re.search(r"^Lower bound:\s*" + _FLOAT, text, re.M)
     gp = re.search(r"^Gap:\s*" + _FLOAT, text, re.M)
     bound = float(lb.group(1)) / MS if lb else None

@@ -88,6 +88,12 @@ def values_of_plan(model: MilpModel, plan: Plan) -> StartMap:
     idx = g.tensor_index
     O: set[tuple[int, int]] = set()
     P: set[tuple[int, int]] = set()
+    Pb: set[tuple[int, int]] = set()
+    read_in: set[tuple[int, int]] = set()   # (stage, tensor) read by a compute in that stage
+    for e in computes:
+        t = min(n - 1, bisect_right(first_end, e.start_s)) if e.recompute else node_of[e.op][0]  # type: ignore[index]
+        for x in g.op(e.op).inputs:  # type: ignore[arg-type]
+            read_in.add((t, idx[x]))
     copies: dict[int, list[tuple[str, float, float]]] = {}
     for e in plan.events:
         if e.kind in ("swap_in", "swap_out"):
@@ -102,8 +108,9 @@ def values_of_plan(model: MilpModel, plan: Plan) -> StartMap:
                 dst = O
             else:
                 key = (min(n - 1, bisect_right(first_end, e.start_s + 1e-12)), j)
-                target = model.P
-                dst = P
+                target, dst = model.P, P
+                if key in model.Pb and (key in read_in or key not in model.P):
+                    target, dst = model.Pb, Pb  # read in the stage it begins in: the stage waits for it
             if key in target:
                 dst.add(key)
                 mapped += 1
@@ -138,14 +145,18 @@ def values_of_plan(model: MilpModel, plan: Plan) -> StartMap:
                 S.add((t, j))
         elif present(j, first_end[t - 1]):
             S.add((t, j))
-    return StartMap(Values(frozenset(R), frozenset(S), frozenset(O), frozenset(P)), unmapped, mapped)
+    for (t, j) in Pb:
+        S.discard((t, j))  # readable through the blocking copy, not kept from before
+    return StartMap(Values(frozenset(R), frozenset(S), frozenset(O), frozenset(P), frozenset(Pb)), unmapped,
+                    mapped)
 
 
 def binary_start(model: MilpModel, values: Values) -> dict[str, float]:
     """Every binary variable's value in `values` (1 for its ones, 0 else): a MIP start the solver completes with
     the continuous variables."""
     out: dict[str, float] = {}
-    for d, ones in ((model.R, values.R), (model.S, values.S), (model.O, values.O), (model.P, values.P)):
+    for d, ones in ((model.R, values.R), (model.S, values.S), (model.O, values.O), (model.P, values.P),
+                    (model.Pb, values.Pb)):
         for k, v in d.items():
             out[v.name] = 1.0 if k in ones else 0.0
     chosen = {(q, v) for (t, q, v) in values.R if t == q}

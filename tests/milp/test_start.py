@@ -107,7 +107,7 @@ def _brute_force_persistent(model) -> float | None:
 
 def test_persistent_tensors_managed_equals_brute_force() -> None:
     g = _persistent_graph()
-    opts = ModelOptions(recompute=False)
+    opts = ModelOptions(recompute=False, stalls=False)
     m = build_model(build_problem(g, g.device, manage_persistent=True), opts)
     r = solve(m, EXACT)
     brute = _brute_force_persistent(m)
@@ -118,7 +118,7 @@ def test_persistent_tensors_managed_equals_brute_force() -> None:
     assert validate(g, plan).valid
     assert any(e.kind == "compute" and e.op == "f1" and e.impl == "fast" for e in plan.events)
     # activations only (the paper): both weights stay, the fast impl does not fit
-    m2 = build_model(build_problem(g, g.device, manage_persistent=False), ModelOptions(recompute=False))
+    m2 = build_model(build_problem(g, g.device, manage_persistent=False), ModelOptions(recompute=False, stalls=False))
     r2 = solve(m2, EXACT)
     assert r2.status == "optimal" and r2.objective_s == pytest.approx(12e-3)
 
@@ -127,7 +127,7 @@ def test_persistent_tensors_managed_equals_brute_force() -> None:
 def test_persistent_brute_force_when_weights_must_move(mem_mb: int) -> None:
     g = _persistent_graph()
     dev = replace(g.device, memory_bytes=mem_mb * MB)
-    m = build_model(build_problem(g, dev, manage_persistent=True), ModelOptions(recompute=False))
+    m = build_model(build_problem(g, dev, manage_persistent=True), ModelOptions(recompute=False, stalls=False))
     r = solve(m, EXACT)
     brute = _brute_force_persistent(m)
     if brute is None:
@@ -140,7 +140,7 @@ def test_persistent_brute_force_when_weights_must_move(mem_mb: int) -> None:
 def test_updated_parameter_is_written_back_when_it_ends_on_the_host() -> None:
     g = _persistent_graph()
     dev = replace(g.device, memory_bytes=12 * MB)
-    run = plan_milp(g, dev, "mosos", None, EXACT, ModelOptions(recompute=False))
+    run = plan_milp(g, dev, "mosos", None, EXACT, ModelOptions(recompute=False, stalls=False))
     assert run.plan is not None and validate(g, run.plan).valid
     ev = run.plan.events
     if "w1" not in run.plan.resident_at_start:
