@@ -124,6 +124,11 @@ def test_milp_starts_from_a_plan_and_is_never_slower(tmp_path: Path) -> None:
 
 def test_milp_start_flags_and_refusal(tmp_path: Path) -> None:
     g = _graph(tmp_path)
+    res = run("milp", "--graph", g, "--memory", "19MiB", "--activations-only", "--link", "paper", "--no-stalls",
+              "--no-start", "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output[res.output.index("{"):])
+    assert d["start"] is None and d["written"] == "milp"
     p = hybrid("milp", "--graph", g, "--start", g, "--no-start")
     assert p.returncode != 0 and "--no-start" in p.stderr
     # activations only: the persistent tensors stay resident, so a memory below them plus a stage is refused,

@@ -39,12 +39,14 @@ from hybrid.units import format_seconds, parse_duration
 @click.option("--link", type=click.Choice(["bandwidth", "paper"]), default="bandwidth", show_default=True,
               help="Copies per stage: as many as the link's bandwidth carries in their windows, or the paper's "
                    "one in flight per direction.")
+@click.option("--no-stalls", is_flag=True,
+              help="No blocking prefetches: no stage waits for a copy (the paper's windows only).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the plan here (hybrid-plan/1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: int | None, solver: str,
             time_limit: str, gap: float, threads: int, start_path: Path | None, no_start: bool,
-            activations_only: bool, link: str, out_path: Path | None, as_json: bool, **kw) -> None:
+            activations_only: bool, link: str, no_stalls: bool, out_path: Path | None, as_json: bool, **kw) -> None:
     """Offload, recompute and implementation choice as one integer program (MO-SOS, docs/milp.md).
 
     Prints the model's size (variables, constraints), the solver's status,
@@ -58,7 +60,7 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     Examples:
       hybrid milp --graph g.json --memory 6GiB --time-limit 10m --out mosos.json
       hybrid milp --graph g.json --memory 6GiB --start belady.json --out mosos.json
-      hybrid milp --graph g.json --memory 6GiB --activations-only --link paper --no-start --out paper.json
+      hybrid milp --graph g.json --memory 6GiB --activations-only --link paper --no-stalls --no-start --out paper.json
       hybrid milp --graph g.json --memory 6GiB --no-impl-choice --out str-auto.json
       hybrid milp --graph g.json --memory 6GiB --no-offload --no-impl-choice --out checkmate-auto.json
     """
@@ -80,7 +82,7 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if start_path is not None and no_start:
         raise HybridError("--start and --no-start exclude each other; give one")
     opts = ModelOptions(offload=not no_offload, impl_choice=not no_impl_choice, link=link,
-                        persistent=not activations_only)
+                        persistent=not activations_only, stalls=not no_stalls)
     kind = {(True, True): "mosos", (True, False): "str-auto", (False, False): "checkmate-auto",
             (False, True): "checkmate"}[(opts.offload, opts.impl_choice)]
     start = start_name = None
