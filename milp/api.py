@@ -35,6 +35,20 @@ class MilpRun:
     binaries: int
     build_s: float
     auto_values: Values | None = None   # -Auto runs: the solution with Auto's impls (a MIP start for MO-SOS)
+    start_name: str | None = None       # the plan given as a start (e.g. "belady"), None without one
+    start_makespan_s: float | None = None
+    start_mapped: tuple[int, int] | None = None   # (events mapped to variables, events the model has none for)
+    milp_makespan_s: float | None = None          # the MILP's own decoded plan (None: no incumbent)
+    written: str = "milp"                          # whose plan `plan` is: "milp" or "start" (the faster)
+
+    @property
+    def bound_gap(self) -> float | None:
+        """(makespan - ILP bound) / makespan of the plan returned: how far it may be from this model's optimum
+        (the bound is on compute + recompute time, which no plan of the model's stages can beat)."""
+        r = self.result
+        if self.plan is None or r.bound_s is None or self.plan.makespan_s <= 0:
+            return None
+        return max(0.0, (self.plan.makespan_s - r.bound_s) / self.plan.makespan_s)
 
     @property
     def values(self) -> Values | None:
@@ -49,31 +63,51 @@ class MilpRun:
                 "solve_s": r.solve_s, "status": r.status, "solver_status": r.solver_status, "gap": r.gap,
                 "ilp_objective_s": r.objective_s, "bound_s": r.bound_s,
                 "makespan_s": p.makespan_s if p else None, "ideal_s": p.metrics["ideal_s"] if p else None,
-                "compute_s": p.metrics["compute_s"] if p else None,
-                "recomputes": p.metrics["recomputes"] if p else None,
-                "swaps_out": p.metrics["swaps_out"] if p else None,
-                "peak_bytes": p.metrics["peak_bytes"] if p else None}
+                "compute_s": p.metrics.get("compute_s") if p else None,
+                "recomputes": p.metrics.get("recomputes") if p else None,
+                "swaps_out": p.metrics.get("swaps_out") if p else None,
+                "peak_bytes": p.metrics.get("peak_bytes") if p else None,
+                "start": self.start_name, "start_makespan_s": self.start_makespan_s,
+                "milp_makespan_s": self.milp_makespan_s, "written": self.written, "bound_gap": self.bound_gap}
 
 
 def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | None = None,
               solve_options: SolveOptions = SolveOptions(), model_options: ModelOptions | None = None,
-              require: bool = True, start: Values | None = None) -> MilpRun:
+              require: bool = True, start: Values | None = None, start_plan: Plan | None = None,
+              start_name: str = "start") -> MilpRun:
     """Build, solve and decode. `stages` < #ops solves a coarsened problem (segments of consecutive ops).
     With require=False a run without a solution comes back with plan None instead of raising. `start`: a
-    solution of another kind on the same stages (`MilpRun.values`), given to HiGHS as a MIP start."""
+    solution of another kind on the same stages (`MilpRun.values`), given to HiGHS as a MIP start.
+    `start_plan`: a valid plan of `graph` (e.g. Belady's, `belady_start`): the stages follow its schedule, it
+    is read into the model's variables as a MIP start (milp.start), and the faster of it and the MILP's decoded
+    plan is returned (never slower than the start; `MilpRun.written` says which)."""
     opts = model_options or KINDS[kind]
     t0 = time.perf_counter()
-    pb = build_problem(graph, device, stages)
+    order = None
+    if start_plan is not None:
+        start_plan = checked_start(graph, device, start_plan)
+        from hybrid.graph.order import from_ids
+
+        order = from_ids(graph, start_plan.schedule, "--start: schedule")
+    pb = build_problem(graph, device, stages, order=order, manage_persistent=opts.manages_persistent)
     model = build_model(pb, opts, deadline=solve_options.deadline)
     build_s = time.perf_counter() - t0
-    res = solve(model, solve_options, start_of(model, start) if start is not None else None)
+    mapped = None
+    if start_plan is not None:
+        from milp.start import binary_start, values_of_plan
+
+        sm = values_of_plan(model, start_plan)
+        mapped = (sm.mapped, sm.unmapped)
+        res = solve(model, solve_options, binary_start(model, sm.values), sparse=True)
+    else:
+        res = solve(model, solve_options, start_of(model, start) if start is not None else None)
     if start is not None and res.objective_s is not None and res.status == "optimal" and \
-            res.objective_s > model.compute_time(start) * (1 + 1e-6):
+            res.objective_s > model.objective_time(start) * (1 + 1e-6):
         # Seen once with HiGHS 1.16 under load: "Optimal" above a feasible start. Keep the plan, not the claim.
         res = replace(res, status="feasible",
                       solver_status=res.solver_status + " (above its MIP start: optimality not trusted)")
     plan = None
-    if res.values is not None or require:
+    if res.values is not None or (require and start_plan is None):
         values = require_solution(res, f"milp {kind}")
         planner = {"name": kind, "model": opts.describe(), "solver": solve_options.solver,
                    "time_limit_s": solve_options.time_limit_s, "mip_gap": solve_options.gap,
@@ -82,9 +116,48 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
                    "constraints": model.n_constraints}
         plan = decode(model, values, planner, auto=not opts.impl_choice, ilp_objective_s=res.objective_s)
     run = MilpRun(kind, plan, res, pb.n, model.n_variables, model.n_constraints, model.n_binaries, build_s)
+    run.milp_makespan_s = plan.makespan_s if plan is not None else None
+    if start_plan is not None:
+        from milp.decode import auto_plan
+
+        # Auto on the start: the fastest implementation that fits where the start ran another (Belady plans run
+        # every op's default), re-timed and validated; kept only if no slower.
+        start_plan = auto_plan(graph, start_plan)
+        run.start_name, run.start_makespan_s, run.start_mapped = start_name, start_plan.makespan_s, mapped
+        if plan is None or start_plan.makespan_s < plan.makespan_s:
+            run.plan, run.written = start_plan, "start"
     if res.values is not None and not opts.impl_choice:
         run.auto_values = auto_values(model, res.values)
     return run
+
+
+def checked_start(graph: Graph, device: Device, plan: Plan) -> Plan:
+    """`plan` on `device`, validated (a start must be a plan of this graph that fits this memory)."""
+    from hybrid.errors import HybridError
+    from hybrid.validator import validate
+
+    if plan.graph_sha256 and graph.sha256 and plan.graph_sha256 != graph.sha256:
+        raise HybridError(f"--start: the plan is for graph sha256 {plan.graph_sha256[:12]}, not this graph's "
+                          f"{graph.sha256[:12]}; give a plan of this graph")
+    p = replace(plan, device=device)
+    rep = validate(graph, p)
+    if not rep.valid:
+        v = rep.violations[0]
+        raise HybridError(f"--start: the plan is not valid on this device (rule {v.rule}: {v.message}); give a "
+                          "plan made for this --memory")
+    return p
+
+
+def belady_start(graph: Graph, device: Device) -> Plan | None:
+    """Belady's plan on the program order (the swap planner with recompute, as `hybrid simulate`), or None
+    when it finds nothing that fits."""
+    from hybrid.errors import InfeasibleError
+    from hybrid.swap.baselines import run_baseline
+
+    try:
+        return run_baseline(graph, device, "belady", recompute=True)
+    except InfeasibleError:
+        return None
 
 
 def frame(runs: list[MilpRun]) -> "pd.DataFrame":  # noqa: F821 - pandas imported lazily

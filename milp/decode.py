@@ -52,7 +52,8 @@ def actions(model: MilpModel, values: Values, auto: bool = False,
         run_at[t].append((q, v))
     for lst in run_at:
         lst.sort()
-    on_device: set[int] = set()            # managed tensors with a complete (or landing) device copy
+    # managed tensors with a complete (or landing) device copy; managed persistent ones may start there
+    on_device: set[int] = {j for j in pb.persistent if (0, j) in values.S}
     landing: dict[int, int] = {}           # prefetched tensor -> last stage its copy is in flight
     leaving: dict[int, int] = {}           # offloaded tensor -> last stage its copy is in flight (model memory)
     chosen: dict[int, int] = {}            # node -> impl its first run took (auto)
@@ -75,6 +76,10 @@ def actions(model: MilpModel, values: Values, auto: bool = False,
                 out.append(Action("swap_in", j))
                 on_device.add(j)
                 landing[j] = model.sf_pre[x, j]
+        for (x, j) in sorted(values.Pb):  # blocking: the stage's computes wait for it (data edges)
+            if x == t:
+                out.append(Action("swap_in", j))
+                on_device.add(j)
         runs = run_at[t]
         for k, (q, v) in enumerate(runs):
             nd = nodes[q]
@@ -106,7 +111,8 @@ def actions(model: MilpModel, values: Values, auto: bool = False,
                 on_device.discard(j)
                 leaving[j] = model.sf_off[x, j]
     for i in sorted(on_device):
-        free(i)
+        if (n, i) not in values.S:  # a persistent tensor resident at the end stays (periodicity)
+            free(i)
     return out
 
 
@@ -152,34 +158,35 @@ def _events(g: Any, device: Any, acts: list[Action]) -> list[Event]:
     return evs
 
 
-def _plan(model: MilpModel, events: list[Event], planner: dict[str, Any], metrics: dict[str, Any]) -> Plan:
+def resident_at_start(model: MilpModel, values: Values) -> list[int]:
+    """Persistent tensors on the device at the start (and the end): the unmanaged ones, and the managed ones
+    the solution keeps there."""
+    pb = model.problem
+    return sorted(set(pb.resident) | {j for j in pb.persistent if (0, j) in values.S})
+
+
+def _plan(model: MilpModel, events: list[Event], planner: dict[str, Any], metrics: dict[str, Any],
+          resident: list[int] | None = None) -> Plan:
     pb = model.problem
     g = pb.graph
     ideal = sum(e.end_s - e.start_s for e in events if e.kind == "compute" and not e.recompute)
     makespan = max((e.end_s for e in events), default=0.0)
     return Plan(graph=g.name, graph_sha256=g.sha256, device=pb.device, planner=dict(planner),
                 schedule=[g.ops[int(o)].id for o in pb.order], allocation=UnconstrainedAllocation(),
-                resident_at_start=[t.id for t in g.tensors if t.persistent], events=events,
+                resident_at_start=[g.tensors[t].id for t in (sorted(pb.resident) if resident is None else resident)],
+                events=events,
                 makespan_s=makespan, metrics={"ideal_s": ideal, **metrics})
 
 
-def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = None, auto: bool = False,
-           ilp_objective_s: float | None = None) -> Plan:
-    """The simulated, validated plan of a solution (module docstring). Raises HybridError naming the broken
-    rule if the nominal or the overlapped plan does not validate (a bug in the model or here)."""
-    pb = model.problem
-    g = pb.graph
-    acts = actions(model, values, auto)
-    nominal = _plan(model, _events(g, pb.device, acts), planner or {}, {})
-    rep = validate(g, nominal)
-    if not rep.valid:
-        v = rep.violations[0]
-        raise HybridError(f"milp: the decoded schedule breaks rule {v.rule}: {v.message}")
-    aug = from_plan(g, nominal)
+def retime(g: Any, plan: Plan) -> list[Event]:
+    """`plan`'s events re-timed by the simulator with the three streams overlapped, on the edges
+    `hybrid.swap.from_plan` recovers from its timeline (data, stream order, memory: each allocation waits for
+    the release it reuses, so memory that fitted in `plan`'s order fits in the new times)."""
+    aug = from_plan(g, plan)
     start, end = resimulate(aug)
     # from_plan keeps each (kind, tensor-or-op)'s events in plan order: match them back by occurrence.
     slots: dict[tuple[str, str], list[int]] = {}
-    for i, e in enumerate(nominal.events):
+    for i, e in enumerate(plan.events):
         slots.setdefault((e.kind, e.op or e.tensor or ""), []).append(i)
     seen: dict[tuple[str, str], int] = {}
     timed: list[tuple[float, int, Event]] = []
@@ -189,11 +196,83 @@ def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = No
         key = (kind, ref)
         idx = slots[key][seen.get(key, 0)]
         seen[key] = seen.get(key, 0) + 1
-        e = nominal.events[idx]
+        e = plan.events[idx]
         s, f = float(start[k]), float(end[k])
         timed.append((s, k, Event(e.kind, s, f, op=e.op, tensor=e.tensor, impl=e.impl, recompute=e.recompute)))
     timed.sort(key=lambda x: (x[0], x[1]))
-    events = [e for _, _, e in timed]
+    return [e for _, _, e in timed]
+
+
+def auto_plan(g: Any, plan: Plan) -> Plan:
+    """"Auto" on any plan: each compute takes the fastest implementation whose workspace fits beside every device
+    copy whose lifetime overlaps it in `plan` (a sum that bounds the live bytes at each instant), then the plan is
+    re-timed (`retime`) and validated. Returns the new plan when it validates and is no slower, else `plan`.
+    Shorter computes on the same edges cannot lengthen the longest path, so it is never slower in practice."""
+    dev = plan.device
+    budget = dev.usable_bytes
+    idx = g.tensor_index
+    spans: list[tuple[float, float, int]] = []   # device copies: [alloc, release), occupied bytes
+    open_at: dict[int, float] = {idx[t]: 0.0 for t in plan.resident_at_start}
+    for e in sorted(plan.events, key=lambda e: e.start_s):
+        if e.kind == "compute":
+            for t in g.op(e.op).outputs:
+                open_at.setdefault(idx[t], e.start_s)
+        elif e.kind == "swap_in":
+            open_at.setdefault(idx[e.tensor], e.start_s)
+        else:
+            j = idx[e.tensor]
+            end = e.end_s if e.kind == "swap_out" else e.start_s
+            if j in open_at:
+                spans.append((open_at.pop(j), end, dev.occupied(int(g.tensors[j].bytes))))
+    spans += [(s0, float("inf"), dev.occupied(int(g.tensors[j].bytes))) for j, s0 in open_at.items()]
+    events = []
+    changed = False
+    for e in plan.events:
+        op = g.op(e.op) if e.kind == "compute" else None
+        if op is None or len(op.implementations) < 2:
+            events.append(e)
+            continue
+        live = sum(b for s0, s1, b in spans if s0 < e.end_s and s1 > e.start_s)
+        fits = [im for im in op.implementations if live + im.workspace_bytes <= budget]
+        best = min(fits, key=lambda im: im.time_s) if fits else None
+        if best is None or best.name == (e.impl or op.implementations[op.default_impl].name) or \
+                best.time_s >= op.implementations[[im.name for im in op.implementations].index(
+                    e.impl or op.implementations[op.default_impl].name)].time_s:
+            events.append(e)
+            continue
+        events.append(Event("compute", e.start_s, e.start_s + best.time_s, op=e.op, impl=best.name,
+                            recompute=e.recompute))
+        changed = True
+    if not changed:
+        return plan
+    from dataclasses import replace as _replace
+
+    try:
+        timed = retime(g, _replace(plan, events=sorted(events, key=lambda e: e.start_s)))
+    except HybridError:
+        return plan
+    ideal = sum(e.end_s - e.start_s for e in timed if e.kind == "compute" and not e.recompute)
+    new = _replace(plan, events=timed, makespan_s=max((e.end_s for e in timed), default=0.0),
+                   planner={**plan.planner, "auto_impls": True}, metrics={**plan.metrics, "ideal_s": ideal})
+    if not validate(g, new).valid or new.makespan_s > plan.makespan_s:
+        return plan
+    return new
+
+
+def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = None, auto: bool = False,
+           ilp_objective_s: float | None = None) -> Plan:
+    """The simulated, validated plan of a solution (module docstring). Raises HybridError naming the broken
+    rule if the nominal or the overlapped plan does not validate (a bug in the model or here)."""
+    pb = model.problem
+    g = pb.graph
+    acts = actions(model, values, auto)
+    resident = resident_at_start(model, values)
+    nominal = _plan(model, _events(g, pb.device, acts), planner or {}, {}, resident)
+    rep = validate(g, nominal)
+    if not rep.valid:
+        v = rep.violations[0]
+        raise HybridError(f"milp: the decoded schedule breaks rule {v.rule}: {v.message}")
+    events = retime(g, nominal)
     compute_s = sum(e.end_s - e.start_s for e in events if e.kind == "compute")
     metrics: dict[str, Any] = {
         "compute_s": compute_s,
@@ -206,7 +285,7 @@ def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = No
     }
     if ilp_objective_s is not None:
         metrics["ilp_objective_s"] = ilp_objective_s
-    plan = _plan(model, events, planner or {}, metrics)
+    plan = _plan(model, events, planner or {}, metrics, resident)
     rep = validate(g, plan)
     if not rep.valid:
         v = rep.violations[0]
@@ -228,7 +307,7 @@ def auto_values(model: MilpModel, values: Values) -> Values:
         per_node.setdefault(q, set()).add(v)
     pick = {q: next(iter(vs)) if len(vs) == 1 else nodes[q].leanest for q, vs in per_node.items()}
     R = frozenset((t, q, pick[q]) for (t, q) in runs)
-    return Values(R, values.S, values.O, values.P)
+    return Values(R, values.S, values.O, values.P, values.Pb)
 
 
 def impl_names(plan: Plan) -> dict[str, str]:
@@ -236,4 +315,4 @@ def impl_names(plan: Plan) -> dict[str, str]:
     return {e.op: e.impl for e in plan.events if e.kind == "compute" and not e.recompute and e.impl}
 
 
-__all__ = ["Action", "actions", "auto_values", "decode", "impl_names"]
+__all__ = ["Action", "actions", "auto_plan", "auto_values", "decode", "impl_names", "retime"]

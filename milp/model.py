@@ -18,10 +18,11 @@ from itertools import accumulate
 import pulp
 
 from hybrid.errors import HybridError
-from milp.stages import StageProblem
+from milp.stages import START, StageProblem
 
 MS = 1e3          # seconds -> model time unit
 MIB = float(1 << 20)  # bytes -> model memory unit
+COPY_WEIGHT = 1e-3    # objective weight of a copy's link time (a tie-break; reported objectives leave it out)
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,19 @@ class ModelOptions:
     offload: bool = True       # O/P variables (False: Checkmate, recompute only)
     impl_choice: bool = True   # R per implementation (False: the leanest impl; Auto picks after decoding)
     recompute: bool = True     # reruns allowed (False: offload only)
+    link: str = "bandwidth"    # copies per stage: "bandwidth" (their link shares fit) or "paper" (one per direction)
+    stalls: bool = True        # blocking prefetches: a stage may wait for a copy it reads (False: the paper's
+    #                            windows only, no stage ever waits)
+    persistent: bool = True    # parameters, optimizer state, inputs managed too (False: the paper's
+    #                            activations only, persistent tensors resident throughout); needs offload
+
+    @property
+    def manages_persistent(self) -> bool:
+        return self.persistent and self.offload
 
     def describe(self) -> dict:
-        return {"offload": self.offload, "impl_choice": self.impl_choice, "recompute": self.recompute}
+        return {"offload": self.offload, "impl_choice": self.impl_choice, "recompute": self.recompute,
+                "persistent": self.manages_persistent, "link": self.link, "stalls": self.stalls}
 
 
 @dataclass
@@ -50,6 +61,16 @@ class MilpModel:
     sf_pre: dict[tuple[int, int], int]                 # (x, tensor) -> last stage a prefetch issued at x's start is in flight
     n_binaries: int = 0
     stats: dict = field(default_factory=dict)
+    Pb: dict[tuple[int, int], pulp.LpVariable] = field(default_factory=dict)  # blocking prefetch: stage x waits
+
+    def wait_time(self, values: "Values") -> float:
+        """Seconds the stages wait for blocking prefetches (serial on the link before the stage's computes)."""
+        g = self.problem.graph
+        return sum(self.problem.device.h2d_time(int(g.tensors[j].bytes)) for (x, j) in values.Pb)
+
+    def objective_time(self, values: "Values") -> float:
+        """Compute + recompute + waits: the objective without its tie-break."""
+        return self.compute_time(values) + self.wait_time(values)
 
     @property
     def n_variables(self) -> int:
@@ -73,6 +94,7 @@ class Values:
     S: frozenset[tuple[int, int]]
     O: frozenset[tuple[int, int]]
     P: frozenset[tuple[int, int]]
+    Pb: frozenset[tuple[int, int]] = frozenset()
 
 
 def windows(tau: list[float], n: int, d: float, issue_at_end: bool) -> list[int | None]:
@@ -99,6 +121,26 @@ def new_var(lp: pulp.LpProblem, name: str, lowBound: float | None = None, upBoun
     `LpVariable` directly is deprecated there and warned once per variable), else the constructor (PuLP 2.8)."""
     add = getattr(lp, "add_variable", None)
     return add(name, lowBound, upBound, cat=cat) if add is not None else pulp.LpVariable(name, lowBound, upBound, cat)
+
+
+def _persistent_copies(pb: StageProblem, j: int, n: int, wo: list[int | None], wp: list[int | None],
+                       lp: pulp.LpProblem, O: dict, P: dict, sf_off: dict, sf_pre: dict) -> None:
+    """Copy variables of a managed persistent tensor. Its host copy is current from the start until its first
+    in-place update if it does not start on the device (the validator holds a resident tensor's device copy
+    the only current one), and after an offload has landed until the next update; between its first and last
+    update it has none, so no copies there. An offload may run past the last stage (the tensor ends on the
+    host); a prefetch must land by the last stage's end (`prefetch_after` ties each to a current host copy)."""
+    ups = pb.updates(j)
+    for x in range(n):
+        if ups and min(ups) <= x < max(ups):
+            continue
+        O[x, j] = new_var(lp, f"O_{x}_{j}", cat="Binary")
+        sf_off[x, j] = n if wo[x] is None else int(wo[x])  # type: ignore[arg-type]
+    for x in range(n):
+        if wp[x] is None or (ups and min(ups) < x <= max(ups)):
+            continue
+        P[x, j] = new_var(lp, f"P_{x}_{j}", cat="Binary")
+        sf_pre[x, j] = int(wp[x])  # type: ignore[arg-type]
 
 
 def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos",
@@ -155,6 +197,9 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             nbytes = int(pb.graph.tensors[j].bytes)
             wo = windows(tau, n, dev.d2h_time(nbytes), True)
             wp = windows(tau, n, dev.h2d_time(nbytes), False)
+            if pb.is_persistent(j):
+                _persistent_copies(pb, j, n, wo, wp, lp, O, P, sf_off, sf_pre)
+                continue
             pre_ok = [x for x in range(p + 1, need) if wp[x] is not None and wp[x] <= need - 1]
             if not pre_ok:
                 continue
@@ -171,7 +216,31 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
                     P[x, j] = new_var(lp, f"P_{x}_{j}", cat="Binary")
                     sf_pre[x, j] = int(wp[x])  # type: ignore[arg-type]
 
-    def rsum(t: int, q: int) -> pulp.LpAffineExpression:
+    # Blocking prefetches (options.stalls): issued at stage x's start, x's computes wait until it lands, so the
+    # tensor is readable in x itself; the wait (its link time) is paid in the objective. Where a prefetch may
+    # be issued: after an offload has landed (or from the start's host copy of a persistent tensor).
+    Pb: dict[tuple[int, int], pulp.LpVariable] = {}
+    if options.offload and options.stalls:
+        for j in sorted(pb.offloadable):
+            p, need = pb.producer[j], pb.need[j]
+            ups = pb.updates(j)
+            if pb.is_persistent(j):
+                xs = [x for x in range(n) if not (ups and min(ups) < x <= max(ups))]
+            else:
+                done = [e for (x, jj), e in sf_off.items() if jj == j]
+                xs = [x for x in range(p + 1, need + 1) if done and x > min(done)] if done else []
+            readers = set(pb.readers.get(j, ()))
+            for x in xs:
+                if pb.is_persistent(j) and x not in readers:
+                    continue  # a persistent tensor is waited for only where it is read
+                Pb[x, j] = new_var(lp, f"Pb_{x}_{j}", cat="Binary")
+
+    def pb_(t: int, j: int) -> pulp.LpVariable | int:
+        return Pb.get((t, j), 0)
+
+    def rsum(t: int, q: int) -> pulp.LpAffineExpression | int:
+        if q == START:
+            return 0  # a persistent tensor's producer: nothing runs
         return pulp.lpSum(R[t, q, v] for v in allowed[q] if (t, q, v) in R)
 
     def s(t: int, j: int) -> pulp.LpAffineExpression | int:
@@ -191,7 +260,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         pdone.setdefault((e, j), []).append(P[x, j])
     inflight_o: dict[int, list[tuple[int, int]]] = {}   # stage -> offloads in flight during it
     for (x, j), e in sf_off.items():
-        for t in range(x + 1, e + 1):
+        for t in range(x + 1, min(e, n - 1) + 1):  # e == n: a persistent tensor's copy runs past the last stage
             inflight_o.setdefault(t, []).append((x, j))
     inflight_p: dict[int, list[tuple[int, int]]] = {}
     for (x, j), e in sf_pre.items():
@@ -201,8 +270,13 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     # ---- objective [1]: compute + recompute time of the chosen implementations ----------------------
     compute = pulp.lpSum(nodes[q].impls[v].time_s * MS * var for (t, q, v), var in R.items())
     total = sum(nd.impls[a].time_s for nd, a in zip(nodes, (al[0] for al in allowed))) * MS
-    eps = 1e-6 * max(total, 1e-9) / (len(O) + len(P) + 1)  # tie-break: no copy that buys nothing
-    lp += compute + eps * pulp.lpSum(list(O.values()) + list(P.values()))
+    # Tie-break: no copy that buys nothing. Each copy costs 10^-3 of its link time (above HiGHS's absolute gap,
+    # so an idle copy of a persistent tensor is not left in: it can stall the simulated plan) plus a floor.
+    eps = 1e-6 * max(total, 1e-9) / (len(O) + len(P) + 1)
+    nb = {j: int(pb.graph.tensors[j].bytes) for j in {k[1] for k in list(O) + list(P)}}
+    waits = pulp.lpSum(dev.h2d_time(int(pb.graph.tensors[j].bytes)) * MS * v for (x, j), v in Pb.items())
+    lp += compute + waits + pulp.lpSum((eps + COPY_WEIGHT * dev.d2h_time(nb[j]) * MS) * v for (x, j), v in O.items()) + \
+        pulp.lpSum((eps + COPY_WEIGHT * dev.h2d_time(nb[j]) * MS) * v for (x, j), v in P.items())
 
     # ---- [2] every node computed in its own stage; [3] one implementation per node --------------------
     for q in range(n):
@@ -218,13 +292,15 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         over()
         for q in at_stage[t]:
             for j in nodes[q].inputs:
-                lp += rsum(t, q) <= s(t, j) + rsum(t, pb.producer[j]), f"dep_{t}_{q}_{j}"
+                lp += rsum(t, q) <= s(t, j) + rsum(t, pb.producer[j]) + pb_(t, j), f"dep_{t}_{q}_{j}"
     # ---- [5] a tensor is kept into stage t+1 only if it was there, (re)computed, or a prefetch landed;
     #          an offload issued at the end of stage t takes the device copy with it ------------------
     for (t, j), var in S.items():
         p = pb.producer[j]
+        if t == 0:
+            continue  # a persistent tensor on the device at the start: the plan's choice (periodic below)
         prev = s(t - 1, j) + rsum(t - 1, p) if t - 1 > p else rsum(t - 1, p)
-        rhs = prev + pulp.lpSum(pdone.get((t - 1, j), [])) - (O[t - 1, j] if (t - 1, j) in O else 0)
+        rhs = prev + pulp.lpSum(pdone.get((t - 1, j), [])) + pb_(t - 1, j) - (O[t - 1, j] if (t - 1, j) in O else 0)
         lp += var <= rhs, f"keep_{t}_{j}"
     # A rerun allocates all its outputs: none may be on the device or in flight then.
     for q in range(n):
@@ -232,29 +308,67 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         for t in rstages[q][1:]:
             for j in nodes[q].outputs:
                 busy = [O[k] for k in inflight_o.get(t, []) if k[1] == j] + \
-                       [P[k] for k in inflight_p.get(t, []) if k[1] == j]
+                       [P[k] for k in inflight_p.get(t, []) if k[1] == j] + ([Pb[t, j]] if (t, j) in Pb else [])
                 if (t, j) in S or busy:
                     lp += rsum(t, q) + s(t, j) + pulp.lpSum(busy) <= 1, f"rerun_fresh_{t}_{q}_{j}"
     # ---- [6] offload at most once; [7] only valid data; [8] no offload without a prefetch;
     #      [9] prefetch after the offload has landed, into a tensor not on the device ---------------------
     for j, xs in o_by_j.items():
         p = pb.producer[j]
-        lp += pulp.lpSum(O[x, j] for x in xs) <= 1, f"offload_once_{j}"
-        lp += pulp.lpSum(O[x, j] for x in xs) <= pulp.lpSum(P[x, j] for x in p_by_j.get(j, [])), f"no_idle_{j}"
+        ups = pb.updates(j)
+        if ups:  # a persistent tensor: at most once before its first update and once after its last
+            lp += pulp.lpSum(O[x, j] for x in xs if x < min(ups)) <= 1, f"offload_once_before_{j}"
+            lp += pulp.lpSum(O[x, j] for x in xs if x >= max(ups)) <= 1, f"offload_once_{j}"
+        else:
+            lp += pulp.lpSum(O[x, j] for x in xs) <= 1, f"offload_once_{j}"
+        if not pb.is_persistent(j):  # a persistent tensor may leave for good (off the device at the end)
+            lp += pulp.lpSum(O[x, j] for x in xs) <= pulp.lpSum(P[x, j] for x in p_by_j.get(j, [])) + \
+                pulp.lpSum(v for (x, jj), v in Pb.items() if jj == j), f"no_idle_{j}"
         for x in xs:
             lp += O[x, j] <= s(x, j) + rsum(x, p), f"offload_valid_{x}_{j}"
-    for (x, j), var in P.items():
-        landed = [O[y, j] for y in o_by_j.get(j, []) if sf_off[y, j] < x]
-        lp += var <= pulp.lpSum(landed), f"prefetch_after_{x}_{j}"
+    for (x, j), var in list(P.items()) + list(Pb.items()):
+        ups = pb.updates(j)
+        # A landed copy is current unless an update came after it (an update at stage u runs during u).
+        landed = [O[y, j] for y in o_by_j.get(j, []) if sf_off[y, j] < x and not any(y < u < x for u in ups)]
+        if pb.is_persistent(j) and not any(u < x for u in ups):
+            # not yet updated: the start's host copy is current unless the tensor started on the device
+            lp += var <= 1 - S[0, j] + pulp.lpSum(landed), f"{var.name}_after"
+        else:
+            lp += var <= pulp.lpSum(landed), f"{var.name}_after"
         if (x, j) in S:
-            lp += var + S[x, j] <= 1, f"prefetch_absent_{x}_{j}"
-    # ---- [10]-[13] one copy in flight per direction: at most one start per stage and no overlap -------
+            lp += var + S[x, j] <= 1, f"{var.name}_absent"
+    # ---- persistent tensors: periodic (on the device at the end iff at the start), and one updated in place
+    #      that ends off the device has been copied back after its last update ----------------------------
+    for j in sorted(pb.persistent):
+        lp += S[n, j] == S[0, j], f"periodic_{j}"
+        if pb.updates(j):
+            lp += S[n, j] + pulp.lpSum(O[x, j] for x in o_by_j.get(j, []) if x >= max(pb.updates(j))) >= 1, \
+                f"written_back_{j}"
+    # ---- [10]-[13] copies per stage: the paper's one in flight per direction, or (link="bandwidth") each
+    #      copy takes its share of the link in every stage of its window (its time over the window's time),
+    #      and the shares in a stage add up to at most the whole link ------------------------------------
+    pre_tau = [0.0, *accumulate(tau)]
+
+    def share(x: int, e: int, d: float, first: int) -> float:
+        w = pre_tau[min(e, n - 1) + 1] - pre_tau[first]
+        return 1.0 if w <= 0 else min(1.0, d / w)
+
     for t in range(n):
         over()
-        if len(inflight_o.get(t, [])) > 1:
-            lp += pulp.lpSum(O[k] for k in inflight_o[t]) <= 1, f"d2h_{t}"
-        if len(inflight_p.get(t, [])) > 1:
-            lp += pulp.lpSum(P[k] for k in inflight_p[t]) <= 1, f"h2d_{t}"
+        for name, fly, var, issue_at_end in (("d2h", inflight_o, O, True), ("h2d", inflight_p, P, False)):
+            keys = fly.get(t, [])
+            if len(keys) <= 1:
+                continue
+            if options.link == "paper":
+                lp += pulp.lpSum(var[k] for k in keys) <= 1, f"{name}_{t}"
+                continue
+            terms = []
+            for (x, j) in keys:
+                nbytes = int(pb.graph.tensors[j].bytes)
+                d = dev.d2h_time(nbytes) if issue_at_end else dev.h2d_time(nbytes)
+                e = (sf_off if issue_at_end else sf_pre)[x, j]
+                terms.append(share(x, e, d, x + 1 if issue_at_end else x) * var[x, j])
+            lp += pulp.lpSum(terms) <= 1, f"{name}_{t}"
 
     # ---- [14]-[18] memory: U at each node of each stage, with the chosen impl's workspace ------------
     budget = dev.usable_bytes / MIB
@@ -266,7 +380,8 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         over()
         if not at_stage[t]:
             continue
-        kept = [(pb.mem[j] / MIB, S[t, j]) for j in s_at.get(t, [])]
+        kept = [(pb.mem[j] / MIB, S[t, j]) for j in s_at.get(t, [])] + \
+            [(pb.mem[j] / MIB, v) for (x, j), v in Pb.items() if x == t]
         fly = [(pb.mem[k[1]] / MIB, P[k]) for k in inflight_p.get(t, [])] + \
               [(pb.mem[k[1]] / MIB, O[k]) for k in inflight_o.get(t, [])]
         base = pb.fixed_bytes / MIB + pulp.lpSum(c * v for c, v in kept + fly)
@@ -295,10 +410,10 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
                 frees.append(pb.mem[i] / MIB * f)
             prev = u
             freed_prev = pulp.lpSum(frees)
-    m = MilpModel(pb, options, lp, R, S, O, P, I, allowed, tau, sf_off, sf_pre)
-    m.n_binaries = len(R) + len(S) + len(O) + len(P) + len(I)
+    m = MilpModel(pb, options, lp, R, S, O, P, I, allowed, tau, sf_off, sf_pre, Pb=Pb)
+    m.n_binaries = len(R) + len(S) + len(O) + len(P) + len(I) + len(Pb)
     m.stats = {"stages": n, "binaries": m.n_binaries, "R": len(R), "S": len(S), "O": len(O), "P": len(P),
-               "Free": n_free}
+               "Free": n_free, "Pb": len(Pb)}
     return m
 
 
@@ -307,4 +422,4 @@ def read_values(model: MilpModel) -> Values:
     def ones(d: dict) -> frozenset:
         return frozenset(k for k, v in d.items() if v.varValue is not None and v.varValue > 0.5)
 
-    return Values(ones(model.R), ones(model.S), ones(model.O), ones(model.P))
+    return Values(ones(model.R), ones(model.S), ones(model.O), ones(model.P), ones(model.Pb))

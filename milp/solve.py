@@ -57,12 +57,18 @@ class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
     (PuLP passes warm starts to HiGHS_CMD only)."""
 
     start: dict[str, float] | None = None
+    sparse: bool = False   # the start names only some columns (HiGHS completes the rest: a sub-MIP / LP)
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
         import highspy
+        import numpy as np
 
         h = lp.solverModel
-        if self.start:
+        if self.start and self.sparse:
+            pairs = [(var.index, self.start[var.name]) for var in lp.variables() if var.name in self.start]
+            h.setSolution(len(pairs), np.array([i for i, _ in pairs], dtype=np.int32),
+                          np.array([v for _, v in pairs], dtype=np.float64))
+        elif self.start:
             cols = [0.0] * h.getNumCol()
             for var in lp.variables():
                 cols[var.index] = self.start.get(var.name, 0.0)
@@ -92,15 +98,24 @@ def start_of(model: MilpModel, values: Values) -> dict[str, float]:
             start[model.R[key].name] = 1.0
             if (key[1], key[2]) in model.I:
                 start[model.I[key[1], key[2]].name] = 1.0
-    for src, dst in ((values.S, model.S), (values.O, model.O), (values.P, model.P)):
+    for src, dst in ((values.S, model.S), (values.O, model.O), (values.P, model.P), (values.Pb, model.Pb)):
         for key in src:
             if key in dst:
                 start[dst[key].name] = 1.0
+    # A persistent tensor this model manages and the solution's model kept resident (activations only, or no
+    # offload): resident throughout here too.
+    told = {j for (_, j) in values.S}
+    for (t, j), var in model.S.items():
+        if j in model.problem.persistent and j not in told:
+            start[var.name] = 1.0
     return start
 
 
-def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str, float] | None = None) -> SolveResult:
-    """`start`: a MIP start (HiGHS only; `start_of`)."""
+def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str, float] | None = None,
+          sparse: bool = False) -> SolveResult:
+    """`start`: a MIP start (`start_of`: the ones, every other variable 0; with `sparse`, values for the named
+    variables only, e.g. `milp.start.binary_start`, which the solver completes). HiGHS takes it through
+    highspy's setSolution; CBC through PuLP's warm start (an .mst file)."""
     if opts.solver not in SOLVERS:
         raise HybridError(f"milp: unknown solver {opts.solver!r}; use one of {', '.join(SOLVERS)}")
     t0 = time.perf_counter()
@@ -108,9 +123,9 @@ def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str
         left = max(MIN_SOLVE_S, opts.deadline - time.monotonic())
         opts = replace(opts, time_limit_s=left if opts.time_limit_s is None else min(opts.time_limit_s, left))
     if opts.solver == "highs":
-        res = _solve_highs(model, opts, start)
+        res = _solve_highs(model, opts, start, sparse)
     else:
-        res = _solve_cbc(model, opts)
+        res = _solve_cbc(model, opts, start, sparse)
     return res if res.solve_s else _with_time(res, time.perf_counter() - t0)
 
 
@@ -118,12 +133,14 @@ def _with_time(r: SolveResult, s: float) -> SolveResult:
     return SolveResult(r.status, r.solver_status, r.objective_s, r.bound_s, r.gap, s, r.interrupted, r.values)
 
 
-def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None) -> SolveResult:
+def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None,
+                 sparse: bool = False) -> SolveResult:
     import highspy
 
     extra = {} if opts.node_limit is None else {"mip_max_nodes": int(opts.node_limit)}
     solver = _HiGHS(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap, threads=opts.threads, **extra)
     solver.start = start
+    solver.sparse = sparse
     t0 = time.perf_counter()
     model.lp.solve(solver)
     solve_s = time.perf_counter() - t0
@@ -136,11 +153,11 @@ def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] |
     interrupted = st == S.kInterrupt
     if st == S.kInfeasible:
         return SolveResult("infeasible", words, None, None, None, solve_s, False, None)
-    if not has_sol:
-        return SolveResult("no_solution", words, None, None, None, solve_s, interrupted, None)
-    values = read_values(model)
-    obj = model.compute_time(values)
     bound = float(info.mip_dual_bound) / MS if abs(info.mip_dual_bound) < 1e30 else None
+    if not has_sol:  # the dual bound is still a bound (a start plan written instead is measured against it)
+        return SolveResult("no_solution", words, None, bound, None, solve_s, interrupted, None)
+    values = read_values(model)
+    obj = model.objective_time(values)
     # The gap from the incumbent and the dual bound themselves: a run stopped at its time limit has been seen
     # with model status Optimal and mip_gap 0 while its bound was far below (HiGHS 1.16 with a MIP start).
     model_obj = float(info.objective_function_value)
@@ -170,13 +187,18 @@ def _cbc_path() -> str:
     return found
 
 
-def _solve_cbc(model: MilpModel, opts: SolveOptions) -> SolveResult:
+def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None,
+               sparse: bool = False) -> SolveResult:
+    if start:
+        for var in model.lp.variables():
+            if var.name in start or not sparse:
+                var.setInitialValue(start.get(var.name, 0.0))
     fd, log = tempfile.mkstemp(suffix=".cbc.log")
     os.close(fd)
     try:
         extra = [] if opts.node_limit is None else [f"maxNodes {int(opts.node_limit)}"]
         solver = pulp.COIN_CMD(path=_cbc_path(), msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap,
-                               threads=opts.threads, logPath=log, options=extra)
+                               threads=opts.threads, logPath=log, options=extra, warmStart=bool(start))
         t0 = time.perf_counter()
         model.lp.solve(solver)
         solve_s = time.perf_counter() - t0
@@ -191,7 +213,7 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions) -> SolveResult:
             any(v.varValue is None for v in model.R.values()):
         return SolveResult("no_solution", words, None, None, None, solve_s, False, None)
     values = read_values(model)
-    obj = model.compute_time(values)
+    obj = model.objective_time(values)
     lb = re.search(r"^Lower bound:\s*" + _FLOAT, text, re.M)
     gp = re.search(r"^Gap:\s*" + _FLOAT, text, re.M)
     bound = float(lb.group(1)) / MS if lb else None

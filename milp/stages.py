@@ -5,8 +5,11 @@ one op and its implementations are the op's `impls`. Big graphs are coarsened: a
 consecutive ops of the order, so the model has one stage per segment (docs/milp.md, "Coarsening"). Only
 tensors that cross a node boundary are managed by the model (kept, freed, offloaded, prefetched,
 regenerated); tensors born and dead inside a segment are freed inside it, and their peak is charged to the
-segment as workspace. Persistent tensors stay resident for the whole iteration (the paper's fixed
-M_input + M_param + M_grad).
+segment as workspace. Persistent tensors (parameters, optimizer state, inputs) stay resident for the whole
+iteration (the paper's fixed M_input + M_param + M_grad) unless `manage_persistent`: then each read one is
+managed too, with no producer (`producer == START`, a host copy valid at the start) and the stages that update
+it in place (`updated_at`): it may start on the device or not, be dropped while its host copy is current,
+offloaded after its last update and prefetched (docs/milp.md, "Persistent tensors").
 """
 from __future__ import annotations
 
@@ -66,11 +69,23 @@ class StageProblem:
     readers: dict[int, tuple[int, ...]]  # managed tensor -> reader nodes (ascending)
     need: dict[int, int]              # managed tensor -> last stage that may read it (reruns included)
     offloadable: frozenset[int]       # managed tensors with a host copy possible (bytes > 0, never updated)
-    fixed_bytes: int                  # persistent tensors, resident throughout
+    fixed_bytes: int                  # persistent tensors not managed, resident throughout
+    persistent: frozenset[int] = frozenset()   # managed persistent tensors (producer START, need n)
+    updated_at: dict[int, tuple[int, ...]] | None = None  # managed persistent tensor -> stages updating it
+    resident: frozenset[int] = frozenset()     # persistent tensors not managed that stay on the device
+
+    def is_persistent(self, j: int) -> bool:
+        return j in self.persistent
+
+    def updates(self, j: int) -> tuple[int, ...]:
+        return (self.updated_at or {}).get(j, ())
 
     @property
     def n(self) -> int:
         return len(self.nodes)
+
+
+START = -1  # the producer of a managed persistent tensor: it exists before stage 0
 
 
 def segments_even(n_ops: int, n_stages: int) -> list[tuple[int, int]]:
@@ -143,9 +158,11 @@ def segments_by_footprint(g: Graph, device: Device, order: np.ndarray, n_stages:
 
 
 def build_problem(graph: Graph, device: Device, stages: int | None = None,
-                  order: np.ndarray | None = None, segmentation: str = "footprint") -> StageProblem:
+                  order: np.ndarray | None = None, segmentation: str = "footprint",
+                  manage_persistent: bool = False) -> StageProblem:
     """The stage problem of `graph` in `order` (default: program order); `stages` < #ops coarsens into that
-    many segments of consecutive ops (`segmentation`: "footprint", see segments_by_footprint, or "even")."""
+    many segments of consecutive ops (`segmentation`: "footprint", see segments_by_footprint, or "even").
+    `manage_persistent`: persistent tensors that an op reads are managed too (module docstring)."""
     g = graph
     a = g.arrays
     if order is None:
@@ -171,15 +188,20 @@ def build_problem(graph: Graph, device: Device, stages: int | None = None,
     reader_nodes: dict[int, set[int]] = {}
     for o in range(a.n_ops):
         for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]:
-            if not persistent[t]:
+            if not persistent[t] or manage_persistent:
                 reader_nodes.setdefault(int(t), set()).add(int(node_of_op[o]))
     updated = {int(t) for t in a.upd_idx}
     # A tensor crossing no node boundary (read only in its own segment, or dead in a segment of several ops)
     # stays inside; a dead output of a single-op node is managed (the op allocates it; the model frees it).
     managed: list[int] = []
     producer: dict[int, int] = {}
+    pers: set[int] = set()
     for t in range(a.n_tensors):
         if persistent[t]:
+            if manage_persistent and t in reader_nodes:
+                managed.append(t)
+                producer[t] = START
+                pers.add(t)
             continue
         p = int(node_of_op[a.t_producer[t]])
         rs = reader_nodes.get(t, set())
@@ -219,19 +241,25 @@ def build_problem(graph: Graph, device: Device, stages: int | None = None,
         impls = _node_impls(g, device, ops, set(outs) | set(ins), occ)
         nodes.append(Node(ops, impls, tuple(ins), tuple(outs), rerunnable, until if rerunnable else q))
     readers = {t: tuple(sorted(r for r in reader_nodes.get(t, ()) if r != producer[t])) for t in managed}
+    updated_at = {t: tuple(sorted({s for s, _ in upd_at.get(t, ())})) for t in pers}
     # need[t]: the last stage a read of t may happen in, counting reads by reruns of its readers.
     need: dict[int, int] = {}
     node_need = [q for q in range(len(nodes))]
+    for t in pers:
+        need[t] = len(nodes)  # through the end: whether it is resident then is part of the plan
     for q in reversed(range(len(nodes))):
         nd = nodes[q]
         for t in nd.outputs:  # readers come later: their needs are known
             need[t] = max([producer[t]] + [node_need[r] for r in readers[t]])
         if nd.rerunnable:
             node_need[q] = max([q] + [min(need[t], nd.rerun_until) for t in nd.outputs])
-    offloadable = frozenset(t for t in managed if a.t_bytes[t] > 0 and t not in updated)
-    fixed = sum(occ[t] for t in range(a.n_tensors) if persistent[t])
+    # A persistent tensor's host copy is current after an update only once it is copied back: offloadable.
+    offloadable = frozenset(t for t in managed if a.t_bytes[t] > 0 and (t not in updated or t in pers))
+    # Not managed: resident throughout; with manage_persistent only the ones no op reads, which stay on the host.
+    resident = frozenset(t for t in range(a.n_tensors) if persistent[t] and not manage_persistent)
+    fixed = sum(occ[t] for t in resident)
     return StageProblem(g, device, order, tuple(nodes), tuple(managed), {t: occ[t] for t in managed}, producer,
-                        readers, need, offloadable, int(fixed))
+                        readers, need, offloadable, int(fixed), frozenset(pers), updated_at, resident)
 
 
 def _node_impls(g: Graph, device: Device, ops: tuple[int, ...], boundary: set[int],
@@ -280,3 +308,35 @@ def _node_impls(g: Graph, device: Device, ops: tuple[int, ...], boundary: set[in
                     internal_live -= occ[t]
         out.append(NodeImpl(c, time, peak))
     return tuple(out)
+
+
+def stage_needs(pb: StageProblem) -> list[int]:
+    """Bytes node q's first run needs at once in any plan of the model: the resident persistent tensors, its
+    managed inputs and outputs, and its leanest implementation's workspace (no plan of these stages has less)."""
+    return [pb.fixed_bytes + sum(pb.mem[j] for j in dict.fromkeys(nd.inputs + nd.outputs)) +
+            nd.impls[nd.leanest].workspace for nd in pb.nodes]
+
+
+def memory_refusal(graph: Graph, device: Device, options: "ModelOptions") -> str | None:  # noqa: F821
+    """Why no plan of the model fits `device`, naming the stage, its tensors and the memory that would suffice
+    (the refusal the swap planner gives for an op that cannot fit), or None when every stage fits on its own.
+    Checked on the uncoarsened stages, before any model is built."""
+    from hybrid.units import format_bytes
+
+    pb = build_problem(graph, device, None, manage_persistent=options.manages_persistent)
+    needs = stage_needs(pb)
+    if not needs or max(needs) <= device.usable_bytes:
+        return None
+    q = int(np.argmax(needs))
+    nd = pb.nodes[q]
+    g = pb.graph
+    ts = sorted(dict.fromkeys(nd.inputs + nd.outputs), key=lambda j: -pb.mem[j])
+    names = ", ".join(f"{g.tensors[j].id} ({format_bytes(pb.mem[j])})" for j in ts[:6]) + \
+        (f" and {len(ts) - 6} more" if len(ts) > 6 else "")
+    ws = nd.impls[nd.leanest].workspace
+    resident = f" on top of {format_bytes(pb.fixed_bytes)} of persistent tensors kept resident " \
+               "(--activations-only)" if pb.fixed_bytes else ""
+    return (f"milp: stage {q} (op {g.ops[nd.ops[0]].id!r}) needs {format_bytes(needs[q])} at once: {names}"
+            + (f", workspace {format_bytes(ws)}" if ws else "") + resident
+            + f"; the device has {format_bytes(device.usable_bytes)}: give --memory of at least "
+            f"{max(needs) + device.reserve_bytes}B ({format_bytes(max(needs) + device.reserve_bytes)})")

@@ -8,8 +8,8 @@ import click
 
 from hybrid.cli import clock
 from hybrid.cli.options import (FiniteFloat, device_from, device_options, graph_option, json_summary, load_graph,
-                                prepare_output)
-from hybrid.errors import HybridError
+                                load_plan, prepare_output)
+from hybrid.errors import HybridError, InfeasibleError
 from hybrid.units import format_seconds, parse_duration
 from hybrid.validator import write_plan
 
@@ -33,25 +33,43 @@ DECODE_S = 1.0   # kept back from --time-limit for decoding, simulating, validat
 @click.option("--gap", type=FiniteFloat(0.0, 1.0), default=0.01, show_default=True,
               help="Relative MIP gap at which the solver stops.")
 @click.option("--threads", type=int, default=1, show_default=True, help="Solver threads.")
+@click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A plan of this graph to start from (its schedule becomes the stage order); default: Belady's "
+                   "plan on the program order (`hybrid simulate`'s planner; none with --no-offload). The plan written is the faster of "
+                   "the MILP's and the start's: never slower than the start.")
+@click.option("--no-start", is_flag=True, help="No start plan: the MILP's own plan only (none if it finds none).")
+@click.option("--activations-only", is_flag=True,
+              help="The paper's setting: parameters, optimizer state and inputs stay on the device all iteration "
+                   "(default: they may be offloaded and prefetched like activations).")
+@click.option("--link", type=click.Choice(["bandwidth", "paper"]), default="bandwidth", show_default=True,
+              help="Copies per stage: as many as the link's bandwidth carries in their windows, or the paper's "
+                   "one in flight per direction.")
+@click.option("--no-stalls", is_flag=True,
+              help="No blocking prefetches: no stage waits for a copy (the paper's windows only).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the plan here (hybrid-plan/1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: int | None, solver: str,
-            time_limit: str, gap: float, threads: int, out_path: Path | None, as_json: bool, **kw) -> None:
+            time_limit: str, gap: float, threads: int, start_path: Path | None, no_start: bool,
+            activations_only: bool, link: str, no_stalls: bool, out_path: Path | None, as_json: bool, **kw) -> None:
     """Offload, recompute and implementation choice as one integer program (MO-SOS, docs/milp.md).
 
     Prints the model's size (variables, constraints), the solver's status,
     solve time and gap, the ILP objective (compute + recompute time, a lower
     bound on the makespan) and the makespan the simulator gives the decoded
-    plan, which the validator has checked.
+    plan, which the validator has checked. It starts from Belady's plan (or
+    --start) and writes the faster of the two, never slower than the start;
+    the report says which it wrote and its gap to the ILP bound.
 
     \b
     Examples:
       hybrid milp --graph g.json --memory 6GiB --time-limit 10m --out mosos.json
+      hybrid milp --graph g.json --memory 6GiB --start belady.json --out mosos.json
+      hybrid milp --graph g.json --memory 6GiB --activations-only --link paper --no-stalls --no-start --out paper.json
       hybrid milp --graph g.json --memory 6GiB --no-impl-choice --out str-auto.json
       hybrid milp --graph g.json --memory 6GiB --no-offload --no-impl-choice --out checkmate-auto.json
     """
-    from milp.api import plan_milp
+    from milp.api import belady_start, plan_milp
     from milp.decode import impl_names
     from milp.model import ModelOptions
     from milp.solve import SolveOptions
@@ -66,20 +84,48 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     prepare_output(out_path, "--out")
     g = load_graph(graph_path)
     dev = device_from(g, kw)
-    opts = ModelOptions(offload=not no_offload, impl_choice=not no_impl_choice)
+    if start_path is not None and no_start:
+        raise HybridError("--start and --no-start exclude each other; give one")
+    opts = ModelOptions(offload=not no_offload, impl_choice=not no_impl_choice, link=link,
+                        persistent=not activations_only, stalls=not no_stalls)
     kind = {(True, True): "mosos", (True, False): "str-auto", (False, False): "checkmate-auto",
             (False, True): "checkmate"}[(opts.offload, opts.impl_choice)]
+    start = start_name = None
+    if start_path is not None:
+        start, start_name = load_plan(start_path), str(start_path)
+    elif not no_start and not no_offload:  # Belady copies: no start for the recompute-only kinds
+        start, start_name = belady_start(g, dev), "belady"
+    from milp.stages import memory_refusal
+
+    refusal = memory_refusal(g, dev, opts)
+    if refusal is not None and start is None:
+        raise InfeasibleError(refusal)
+    if refusal is not None:  # no model plan can fit: the start (with Auto) is the answer, no solve
+        from milp.api import checked_start
+        from milp.decode import auto_plan
+
+        plan = auto_plan(g, checked_start(g, dev, start))
+        if out_path is not None:
+            write_plan(g, plan, out_path, "the start plan")
+        if as_json:
+            click.echo(json.dumps({**json_summary(g, dev, plan, out_path), "start": start_name, "written": "start",
+                                   "refusal": refusal}, indent=1))
+            return
+        click.echo(f"model        not solved: {refusal.removeprefix('milp: ')}\n"
+                   f"written      the start ({start_name}, Auto impls): {format_seconds(plan.makespan_s)} simulated"
+                   + (f"\nplan         {out_path} (validated)" if out_path is not None else ""))
+        return
     # --time-limit bounds the whole command: the solver stops in time for decoding, validating and writing
     deadline = clock.deadline(limit) - DECODE_S
     try:
-        run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads, deadline=deadline), opts)
+        run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads, deadline=deadline), opts,
+                        start_plan=start, start_name=start_name or "start")
     except HybridError:
         from hybrid.signals import received
 
         if received():  # Ctrl-C or SIGTERM before the solver had a plan: nothing to write, exit 130/143
             raise KeyboardInterrupt from None
         raise
-    r = run.result
     assert run.plan is not None
     if out_path is not None:
         write_plan(g, run.plan, out_path, "the milp plan")
@@ -87,18 +133,7 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
         click.echo(json.dumps({**json_summary(g, dev, run.plan, out_path), **run.row()}, indent=1))
         return
     m = run.plan.metrics
-    lines = [
-        f"planner      {kind}  ({run.stages} stages, {run.variables} variables of which {run.binaries} binary, "
-        f"{run.constraints} constraints; built in {format_seconds(run.build_s)})",
-        f"solver       {solver}: {r.status} ({r.solver_status}), {format_seconds(r.solve_s)}, gap "
-        + (f"{100 * r.gap:.2f}%" if r.gap is not None else "unknown")
-        + (" — interrupted, best plan so far" if r.interrupted else ""),
-        f"ILP objective {format_seconds(r.objective_s or 0.0)} (compute + recompute)"
-        + (f", bound {format_seconds(r.bound_s)}" if r.bound_s is not None else ""),
-        f"makespan     {format_seconds(run.plan.makespan_s)} simulated (ideal {format_seconds(m['ideal_s'])}, "
-        f"stall {format_seconds(m['stall_s'])}); {m['recomputes']} recomputes, {m['swaps_out']} offloads, "
-        f"{m['swaps_in']} prefetches; peak {m['peak_bytes']} B of {dev.usable_bytes} B",
-    ]
+    lines = _report(run, kind, solver, dev, m)
     chosen = impl_names(run.plan)
     counts: dict[str, int] = {}
     for op_id, name in chosen.items():
@@ -110,3 +145,37 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if out_path is not None:
         lines.append(f"plan         {out_path} (validated)")
     click.echo("\n".join(lines))
+
+
+def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: ANN001 - MilpRun, Device
+    r = run.result
+    lines = [
+        f"planner      {kind}  ({run.stages} stages, {run.variables} variables of which {run.binaries} binary, "
+        f"{run.constraints} constraints; built in {format_seconds(run.build_s)})",
+        f"solver       {solver}: {r.status} ({r.solver_status}), {format_seconds(r.solve_s)}, gap "
+        + (f"{100 * r.gap:.2f}%" if r.gap is not None else "unknown")
+        + (" — interrupted, best plan so far" if r.interrupted else ""),
+        (f"ILP objective {format_seconds(r.objective_s)} (compute + recompute)" if r.objective_s is not None
+         else "ILP objective none (no incumbent)")
+        + (f", bound {format_seconds(r.bound_s)}" if r.bound_s is not None else ", no bound"),
+    ]
+    if run.start_name is not None:
+        mapped, unmapped = run.start_mapped or (0, 0)
+        milp_s = format_seconds(run.milp_makespan_s) if run.milp_makespan_s is not None else "none"
+        lines.append(f"start        {run.start_name}: {format_seconds(run.start_makespan_s)} simulated; MILP's own "
+                     f"plan {milp_s}; written: the {'start' if run.written == 'start' else 'MILP'}'s "
+                     f"({mapped} of its events given as a MIP start, {unmapped} outside the model's variables)")
+    if run.bound_gap is not None:
+        lines.append(f"bound gap    {100 * run.bound_gap:.2f}% (written plan's makespan over the ILP bound; the bound "
+                     "holds for this model's stages, not for every plan)")
+    ev = run.plan.events
+    n_re = sum(1 for e in ev if e.kind == "compute" and e.recompute)
+    n_out = sum(1 for e in ev if e.kind == "swap_out")
+    n_in = sum(1 for e in ev if e.kind == "swap_in")
+    stall = max(0.0, run.plan.makespan_s - sum(e.end_s - e.start_s for e in ev if e.kind == "compute"))
+    peak = m.get("peak_bytes")
+    lines.append(
+        f"makespan     {format_seconds(run.plan.makespan_s)} simulated (ideal {format_seconds(m.get('ideal_s', 0.0))}, "
+        f"stall {format_seconds(stall)}); {n_re} recomputes, {n_out} offloads, {n_in} prefetches"
+        + (f"; peak {peak} B of {dev.usable_bytes} B" if peak is not None else f"; {dev.usable_bytes} B usable"))
+    return lines
