@@ -43,6 +43,7 @@ it for the program order.
 """
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from hybrid.graph import Graph
@@ -233,41 +234,230 @@ def _bound(graph: Graph, order: np.ndarray, impl_choice, dev, resident: np.ndarr
 # --- graph_bound: any schedule, any memory use, any tensors resident at the start --------------------------------
 
 GRAPH_BOUND_MAX_OPS = 512  # ops examined in full (the most promising first); fewer give a lower, still valid, bound
+_BLOCK = 2048              # columns (ops) of the reachability bitsets held at once: memory n * _BLOCK / 8 bytes
 
 
-def _bitsets(n: int, ptr: np.ndarray, idx: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Packed (little-endian bits) transitive closure: row v = every op reachable from v along the CSR edges
-    (`ptr`/`idx`: v's direct neighbours), sweeping `order`, in which every neighbour comes before v."""
-    nb = (n + 7) // 8
-    rows = np.zeros((n, nb), np.uint8)
-    bit = (1 << (np.arange(n) & 7)).astype(np.uint8)
-    byte = np.arange(n) >> 3
-    for v in order:
-        nbr = idx[ptr[v]:ptr[v + 1]]
-        if len(nbr) == 0:
+@nb.njit(cache=True)
+def _byte_table(w: np.ndarray, c0: int, c1: int) -> np.ndarray:
+    """tab[g, v]: the sum of w[c0 + 8g + b] over the bits b set in the byte v (a row sum 8 columns per lookup)."""
+    ng = (c1 - c0 + 7) // 8
+    tab = np.zeros((ng, 256))
+    for g in range(ng):
+        for v in range(1, 256):
+            b = 0
+            while not (v >> b) & 1:
+                b += 1
+            c = c0 + 8 * g + b
+            tab[g, v] = tab[g, v & (v - 1)] + (w[c] if c < c1 else 0.0)
+    return tab
+
+
+@nb.njit(cache=True)
+def _or_into(row: np.ndarray, other: np.ndarray) -> None:
+    for q in range(len(row)):
+        row[q] |= other[q]
+
+
+@nb.njit(cache=True)
+def _row_sum(row: np.ndarray, tab: np.ndarray) -> float:
+    s = 0.0
+    for i in range(len(row)):
+        x = row[i]
+        if x == 0:
             continue
-        row = np.bitwise_or.reduce(rows[nbr], axis=0) if len(nbr) > 1 else rows[nbr[0]].copy()
-        np.bitwise_or.at(row, byte[nbr], bit[nbr])
-        rows[v] = row
-    return rows
+        for j in range(8):
+            byte = (x >> np.uint64(8 * j)) & np.uint64(255)
+            if byte:
+                g = 8 * i + j
+                if g < tab.shape[0]:
+                    s += tab[g, byte]
+    return s
 
 
-def _row_sums(bits: np.ndarray, weights: np.ndarray, n: int, chunk: int = 1024) -> np.ndarray:
-    """bits (packed rows over n columns) @ weights, unpacking `chunk` rows at a time."""
-    out = np.zeros(len(bits), np.float64)
-    for s in range(0, len(bits), chunk):
-        m = np.unpackbits(bits[s:s + chunk], axis=1, count=n, bitorder="little")
-        out[s:s + chunk] = m @ weights
-    return out
+@nb.njit(cache=True)
+def _reach_sums(n: int, pptr: np.ndarray, pidx: np.ndarray, sptr: np.ndarray, sidx: np.ndarray, w: np.ndarray,
+                prod: np.ndarray, rptr: np.ndarray, rpos: np.ndarray, tbytes: np.ndarray, block: int):
+    """In positions of a topological order (pred/succ CSR over positions): per op, the weight `w` of its
+    ancestors (head) and of its descendants (tail), and the bytes of the tensors live at it (need: tensor i,
+    produced at prod[i] (-1: none) and read at rpos[rptr[i]:rptr[i+1]], is live at every descendant of its
+    producer that is a reader or an ancestor of one). Bit-parallel over `block` columns at a time: time
+    O((n + m + readers) * n / 64) word operations, memory O(n * block / 8) bytes."""
+    head = np.zeros(n)
+    tail = np.zeros(n)
+    need = np.zeros(n)
+    n_t = len(tbytes)
+    one = np.uint64(1)
+    for c0 in range(0, n, block):
+        c1 = min(n, c0 + block)
+        nw = (c1 - c0 + 63) // 64
+        tab = _byte_table(w, c0, c1)
+        anc = np.zeros((n - c0, nw), np.uint64)      # anc[v - c0]: ancestors of v among columns c0..c1-1
+        for v in range(c0, n):
+            row = anc[v - c0]
+            for e in range(pptr[v], pptr[v + 1]):
+                p = pidx[e]
+                if p >= c0:
+                    _or_into(row, anc[p - c0])
+                    if p < c1:
+                        row[(p - c0) >> 6] |= one << np.uint64((p - c0) & 63)
+            head[v] += _row_sum(row, tab)
+        desc = np.zeros((c1, nw), np.uint64)         # desc[v]: descendants of v among columns c0..c1-1
+        for v in range(c1 - 1, -1, -1):
+            row = desc[v]
+            for e in range(sptr[v], sptr[v + 1]):
+                s = sidx[e]
+                if s < c1:
+                    _or_into(row, desc[s])
+                    if s >= c0:
+                        row[(s - c0) >> 6] |= one << np.uint64((s - c0) & 63)
+            tail[v] += _row_sum(row, tab)
+        ng = (c1 - c0 + 7) // 8
+        hist = np.zeros((ng, 256))
+        live = np.zeros(nw, np.uint64)
+        for i in range(n_t):
+            pr = prod[i]
+            if pr >= c1:
+                continue
+            live[:] = 0
+            hit = False
+            for e in range(rptr[i], rptr[i + 1]):
+                r = rpos[e]
+                if r >= c0:
+                    hit = True
+                    _or_into(live, anc[r - c0])
+                    if r < c1:
+                        live[(r - c0) >> 6] |= one << np.uint64((r - c0) & 63)
+            if not hit:
+                continue
+            if pr >= 0:
+                for q in range(nw):
+                    live[q] &= desc[pr, q]
+            for q in range(nw):
+                x = live[q]
+                if x == 0:
+                    continue
+                for j in range(8):
+                    byte = (x >> np.uint64(8 * j)) & np.uint64(255)
+                    if byte and 8 * q + j < ng:
+                        hist[8 * q + j, byte] += tbytes[i]
+        for g in range(ng):
+            for b in range(8):
+                c = c0 + 8 * g + b
+                if c >= c1:
+                    break
+                acc = 0.0
+                for v in range(256):
+                    if (v >> b) & 1:
+                        acc += hist[g, v]
+                need[c] += acc
+    return head, tail, need
 
 
-def _col_sums(bits: np.ndarray, weights: np.ndarray, n: int, chunk: int = 1024) -> np.ndarray:
-    """weights @ bits (packed rows over n columns): per column, the weights of the rows holding it."""
-    out = np.zeros(n, np.float64)
-    for s in range(0, len(bits), chunk):
-        m = np.unpackbits(bits[s:s + chunk], axis=1, count=n, bitorder="little")
-        out += weights[s:s + chunk].astype(np.float64) @ m
-    return out
+@nb.njit(cache=True)
+def _marks(k: int, ptr: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:
+    """Ops reachable from op k along the CSR edges (k itself excluded unless on a cycle): O(n + m)."""
+    seen = np.zeros(n, np.bool_)
+    stack = np.empty(n, np.int64)
+    top = 0
+    for e in range(ptr[k], ptr[k + 1]):
+        j = idx[e]
+        if not seen[j]:
+            seen[j] = True
+            stack[top] = j
+            top += 1
+    while top:
+        top -= 1
+        v = stack[top]
+        for e in range(ptr[v], ptr[v + 1]):
+            j = idx[e]
+            if not seen[j]:
+                seen[j] = True
+                stack[top] = j
+                top += 1
+    return seen
+
+
+@nb.njit(cache=True)
+def _live_at(k: int, desc_k: np.ndarray, anc_k: np.ndarray, kept: np.ndarray, prod: np.ndarray,
+             r_ptr: np.ndarray, r_op: np.ndarray) -> np.ndarray:
+    """Which kept tensors are live at op k: produced by an ancestor of k (or by no op) and read by k or a
+    descendant of k. O(tensors + readers)."""
+    sel = np.zeros(len(kept), np.bool_)
+    for i in range(len(kept)):
+        t = kept[i]
+        if prod[t] >= 0 and not anc_k[prod[t]]:
+            continue
+        for e in range(r_ptr[t], r_ptr[t + 1]):
+            r = r_op[e]
+            if r == k or desc_k[r]:
+                sel[i] = True
+                break
+    return sel
+
+
+def _in_positions(ptr: np.ndarray, idx: np.ndarray, order: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR over op indices re-indexed by position in `order`: row i is op order[i]'s list, as positions."""
+    cnt = np.diff(ptr)[order]
+    new_ptr = np.concatenate([[0], np.cumsum(cnt)]).astype(np.int64)
+    rows = np.repeat(ptr[order].astype(np.int64), cnt) + (np.arange(int(new_ptr[-1])) - np.repeat(new_ptr[:-1], cnt))
+    return new_ptr, pos[idx[rows]].astype(np.int64)
+
+
+_PREP: dict[int, tuple] = {}
+
+
+def _graph_prep(graph: Graph) -> tuple:
+    """What graph_bound needs from the graph alone, whatever the device (remembered for the last few graphs):
+    O((n + m) * n / 64) time (the reachability sums) and O(n * _BLOCK / 8 + m) memory."""
+    hit = _PREP.get(id(graph))
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    from hybrid.graph.order import program_order
+
+    a = graph.arrays
+    n = a.n_ops
+    t_op = a.fastest_impl_times()
+    ws = np.minimum.reduceat(a.impl_ws, a.impl_ptr[:-1]).astype(np.int64)
+    # readers (inputs and in-place updates) of each tensor, as CSR
+    r_t = np.concatenate([a.in_idx, a.upd_idx]).astype(np.int64)
+    r_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)), np.repeat(np.arange(n), np.diff(a.upd_ptr))])
+    key = np.unique(r_t * n + r_op)
+    r_t, r_op = key // n, key % n
+    r_ptr = np.searchsorted(r_t, np.arange(a.n_tensors + 1))
+    per, prod = a.t_persistent, a.t_producer
+    # tensors that may be off the device at some op: produced ones, and persistent ones no op produces
+    kept = np.nonzero(np.diff(r_ptr) > 0)[0]
+    kept = kept[(prod[kept] >= 0) | per[kept]]
+    order = program_order(graph).astype(np.int64)
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    pptr, pidx = _in_positions(a.pred_ptr, a.pred_idx, order, pos)
+    sptr, sidx = _in_positions(a.succ_ptr, a.succ_idx, order, pos)
+    k_cnt = r_ptr[kept + 1] - r_ptr[kept]
+    k_ptr = np.concatenate([[0], np.cumsum(k_cnt)]).astype(np.int64)
+    k_rows = np.repeat(r_ptr[kept], k_cnt) + (np.arange(int(k_ptr[-1])) - np.repeat(k_ptr[:-1], k_cnt))
+    k_prod = np.where(prod[kept] >= 0, pos[np.maximum(prod[kept], 0)], -1).astype(np.int64)
+    head_p, tail_p, need_p = _reach_sums(n, pptr, pidx, sptr, sidx, t_op[order].astype(np.float64), k_prod, k_ptr,
+                                         pos[r_op[k_rows]], a.t_bytes[kept].astype(np.float64), _BLOCK)
+    head, tail, need = np.empty(n), np.empty(n), np.empty(n)
+    head[order], tail[order], need[order] = head_p, tail_p + t_op[order], need_p
+    # k's own tensors (inputs, updates, outputs) not counted yet: its outputs, and inputs no kept set covers
+    is_kept = np.zeros(a.n_tensors, np.bool_)
+    is_kept[kept] = True
+    o_t = np.concatenate([a.in_idx, a.upd_idx, a.out_idx]).astype(np.int64)
+    o_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)), np.repeat(np.arange(n), np.diff(a.upd_ptr)),
+                           np.repeat(np.arange(n), np.diff(a.out_ptr))])
+    okey = np.unique(o_op * max(a.n_tensors, 1) + o_t)
+    o_op, o_t = okey // max(a.n_tensors, 1), okey % max(a.n_tensors, 1)
+    own_ptr = np.searchsorted(o_op, np.arange(n + 1))
+    extra = ~is_kept[o_t] | (prod[o_t] == o_op)
+    need += np.bincount(o_op[extra], weights=a.t_bytes[o_t[extra]].astype(np.float64), minlength=n)
+    need += ws
+    prep = (t_op, float(t_op.sum()), head, tail, need, kept, r_ptr, r_op, own_ptr, o_t)
+    if len(_PREP) >= 2:
+        _PREP.clear()
+    _PREP[id(graph)] = (graph, prep)
+    return prep
 
 
 def _split(link, total: float, need_k: float, rerun_cost: np.ndarray | None,  # noqa: ANN001
@@ -306,77 +496,40 @@ def graph_bound(graph: Graph, device, recompute: bool = True) -> float:  # noqa:
     schedule_bound's max(...) + max(...) form. The bound is the max over ops, the ideal (fastest impls) and
     the persistent-tensor bound (`hybrid.graph.info.persistent_bound`).
 
-    Cost: ancestor and descendant bitsets (n^2/8 bytes each, 23 MB apiece at 13,658 ops) by topological
-    sweeps, one bitset per tensor that may be live, and at most GRAPH_BOUND_MAX_OPS ops examined in full:
-    on NasNet-25 (13,658 ops, 28,379 tensors) about 3 s with recompute and 1.5 s without on this machine's
-    CPU; 0.3-0.5 s on WResNet-152 (1,657 ops)."""
+    Cost, n ops, m dependency edges, r tensor reads: the per-op sums over ancestors, descendants and live
+    tensors need reachability, which no known algorithm gives in near-linear time on every DAG; they are
+    computed bit-parallel, _BLOCK columns at a time, in O((n + m + r) * n / 64) word operations and
+    O(n * _BLOCK / 8 + m + r) memory (0.3 GB at 10^6 ops), once per graph and device-independent (remembered
+    for the next call). Then at most GRAPH_BOUND_MAX_OPS ops are examined in full at O(n + m + r) each (a
+    reachability search from the op)."""
     from hybrid.graph.info import persistent_bound
-    from hybrid.graph.order import program_order
 
     a = graph.arrays
     n = a.n_ops
-    t_op = a.fastest_impl_times()
-    total = float(t_op.sum())
-    base = max(total, persistent_bound(graph, device))
+    base = max(float(a.fastest_impl_times().sum()), persistent_bound(graph, device))
     if n == 0 or a.n_tensors == 0:
         return base
-    ws = np.minimum.reduceat(a.impl_ws, a.impl_ptr[:-1]).astype(np.int64)
-    order = program_order(graph)
-    anc = _bitsets(n, a.pred_ptr, a.pred_idx, order)
-    desc = _bitsets(n, a.succ_ptr, a.succ_idx, order[::-1])
-    head = _row_sums(anc, t_op, n)           # compute of each op's ancestors
-    tail = _row_sums(desc, t_op, n) + t_op   # compute of each op and its descendants
-    # readers (inputs and in-place updates) of each tensor, as CSR
-    r_t = np.concatenate([a.in_idx, a.upd_idx]).astype(np.int64)
-    r_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)), np.repeat(np.arange(n), np.diff(a.upd_ptr))])
-    key = np.unique(r_t * n + r_op)
-    r_t, r_op = key // n, key % n
-    r_ptr = np.searchsorted(r_t, np.arange(a.n_tensors + 1))
-    per, prod = a.t_persistent, a.t_producer
-    # tensors that may be off the device at some op: produced ones, and persistent ones no op produces
-    kept = np.nonzero(np.diff(r_ptr) > 0)[0]
-    kept = kept[(prod[kept] >= 0) | per[kept]]
-    bit = (1 << (np.arange(n) & 7)).astype(np.uint8)
-    live = np.zeros((len(kept), anc.shape[1]), np.uint8)  # ops at which each kept tensor must exist
-    for i, t in enumerate(kept):
-        rd = r_op[r_ptr[t]:r_ptr[t + 1]]
-        row = np.bitwise_or.reduce(anc[rd], axis=0) if len(rd) > 1 else anc[rd[0]].copy()
-        np.bitwise_or.at(row, rd >> 3, bit[rd])   # a reader, or an ancestor of one
-        if prod[t] >= 0:
-            row &= desc[prod[t]]                   # ... and a descendant of the producer
-        live[i] = row
-    b_kept = a.t_bytes[kept]
-    need = _col_sums(live, b_kept, n)
-    # k's own tensors (inputs, updates, outputs) not counted yet: its outputs, and inputs no kept set covers
-    own_ptr = np.zeros(n + 1, np.int64)
-    own_lists = []
-    is_kept = np.zeros(a.n_tensors, np.bool_)
-    is_kept[kept] = True
-    for k in range(n):
-        ts = np.unique(np.concatenate([a.in_idx[a.in_ptr[k]:a.in_ptr[k + 1]], a.upd_idx[a.upd_ptr[k]:a.upd_ptr[k + 1]],
-                                       a.out_idx[a.out_ptr[k]:a.out_ptr[k + 1]]]))
-        own_lists.append(ts)
-        own_ptr[k + 1] = own_ptr[k] + len(ts)
-        extra = ts[~is_kept[ts] | (prod[ts] == k)]
-        need[k] += float(a.t_bytes[extra].sum())
-    need += ws
+    t_op, total, head, tail, need, kept, r_ptr, r_op, own_ptr, own_t = _graph_prep(graph)
+    prod = a.t_producer
     out = need - float(device.usable_bytes)
     d2h_bw, h2d_bw = device.d2h_bytes_per_s, device.h2d_bytes_per_s
     rerun_cost = np.full(a.n_tensors, np.inf)
     if recompute:
         from hybrid.swap.recompute import recomputable_ops
 
-        ok = (prod >= 0) & ~per
+        ok = (prod >= 0) & ~a.t_persistent
         ok[ok] = recomputable_ops(graph)[prod[ok]]
         rerun_cost[ok] = t_op[prod[ok]]
     release = np.where(prod >= 0, head[np.maximum(prod, 0)] + t_op[np.maximum(prod, 0)], -np.inf)
-    pos_in_kept = np.full(a.n_tensors, -1, np.int64)
-    pos_in_kept[kept] = np.arange(len(kept))
+    s_ptr, s_idx = a.succ_ptr.astype(np.int64), a.succ_idx.astype(np.int64)
+    p_ptr, p_idx = a.pred_ptr.astype(np.int64), a.pred_idx.astype(np.int64)
+    kept64, r_ptr64, r_op64 = kept.astype(np.int64), r_ptr.astype(np.int64), r_op.astype(np.int64)
+    prod64 = prod.astype(np.int64)
 
     def at(k: int) -> float:
-        sel = (live[:, k >> 3] & bit[k]) != 0
-        cand = kept[sel]
-        own = own_lists[k]
+        desc_k = _marks(k, s_ptr, s_idx, n)
+        cand = kept[_live_at(k, desc_k, _marks(k, p_ptr, p_idx, n), kept64, prod64, r_ptr64, r_op64)]
+        own = own_t[own_ptr[k]:own_ptr[k + 1]]
         cand = cand[~np.isin(cand, own)]
         b = a.t_bytes[cand].astype(np.float64)
         # a copy back finishes before every reader among k's descendants starts: in reversed time it is released
@@ -384,7 +537,7 @@ def graph_bound(graph: Graph, device, recompute: bool = True) -> float:  # noqa:
         cnt = r_ptr[cand + 1] - r_ptr[cand]
         rows = np.repeat(r_ptr[cand], cnt) + (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt))
         rd = r_op[rows]
-        is_desc = (desc[k, rd >> 3] & bit[rd]) != 0
+        is_desc = desc_k[rd]
         back = np.zeros(len(cand))
         np.maximum.at(back, np.repeat(np.arange(len(cand)), cnt)[is_desc], tail[rd[is_desc]])
         act = prod[cand] >= 0
