@@ -395,6 +395,129 @@ def _live_at(k: int, desc_k: np.ndarray, anc_k: np.ndarray, kept: np.ndarray, pr
     return sel
 
 
+@nb.njit(cache=True)
+def _mover_arrays(rel: np.ndarray, b: np.ndarray, bw: float) -> tuple[np.ndarray, np.ndarray]:
+    """_Mover's cum and peak for items already sorted by release."""
+    cum = np.cumsum(b)
+    peak = np.empty(len(b))
+    best = -np.inf
+    for i in range(len(b)):
+        best = max(best, rel[i] - (cum[i] - b[i]) / bw)
+        peak[i] = best
+    return cum, peak
+
+
+@nb.njit(cache=True)
+def _move(cum: np.ndarray, peak: np.ndarray, bw: float, need: float) -> float:
+    if need <= 0:
+        return 0.0
+    cut = np.searchsorted(cum, need)
+    if cut >= len(cum):
+        return np.inf
+    return peak[cut] + need / bw
+
+
+@nb.njit(cache=True)
+def _rerun_nb(cum_b: np.ndarray, cum_t: np.ndarray, need: float) -> float:
+    if need <= 0:
+        return 0.0
+    i = np.searchsorted(cum_b, need)
+    if i >= len(cum_b):
+        return np.inf
+    frac = (need - cum_b[i - 1]) / max(cum_b[i] - cum_b[i - 1], 1.0)
+    return cum_t[i - 1] + frac * (cum_t[i] - cum_t[i - 1])
+
+
+@nb.njit(cache=True)
+def _at_op(k: int, n: int, s_ptr: np.ndarray, s_idx: np.ndarray, p_ptr: np.ndarray, p_idx: np.ndarray,
+           is_kept: np.ndarray, prod: np.ndarray, r_ptr: np.ndarray, r_op: np.ndarray, own_ptr: np.ndarray,
+           own_t: np.ndarray, t_bytes: np.ndarray, release: np.ndarray, rel_order: np.ndarray, tail_key: np.ndarray,
+           key_vals: np.ndarray, zero_key: int, rerun_cost: np.ndarray, rc_order: np.ndarray, recompute: bool,
+           h_k: float, t_k: float, total: float, need_k: float, d2h_bw: float, h2d_bw: float) -> float:
+    """graph_bound at op k: the tensors live at k (not its own) move out over d2h after they exist and back
+    over h2d before their next reader after k, or are regenerated; the same figure as the former numpy form,
+    in O(n + m + tensors + readers): every order it needs is a global one filtered (releases, rerun cost per
+    byte) or a counting sort (the latest a copy back may finish, one of the per-op tail values)."""
+    desc = _marks(k, s_ptr, s_idx, n)
+    anc = _marks(k, p_ptr, p_idx, n)
+    n_t = len(prod)
+    live = np.zeros(n_t, np.bool_)
+    own = np.zeros(n_t, np.bool_)
+    for e in range(own_ptr[k], own_ptr[k + 1]):
+        own[own_t[e]] = True
+    bkey = np.empty(n_t, np.int64)
+    free = 0.0
+    n_live = 0
+    for t in range(n_t):
+        if not is_kept[t] or own[t] or (prod[t] >= 0 and not anc[prod[t]]):
+            continue
+        hit = False
+        key = -1
+        for e in range(r_ptr[t], r_ptr[t + 1]):
+            r = r_op[e]
+            if r == k:
+                hit = True
+            elif desc[r]:
+                hit = True
+                key = max(key, tail_key[r])
+        if hit:
+            live[t] = True
+            bkey[t] = key if key >= 0 else zero_key
+            n_live += 1
+            if prod[t] < 0:
+                free += t_bytes[t]
+    # d2h: live activations in release order
+    rel = np.empty(n_live)
+    b = np.empty(n_live)
+    m = 0
+    for t in rel_order:
+        if live[t]:
+            rel[m] = release[t]
+            b[m] = t_bytes[t]
+            m += 1
+    d_cum, d_peak = _mover_arrays(rel[:m], b[:m], d2h_bw)
+    # h2d: every live tensor, by the latest its copy back may finish (a counting sort, stable in tensor index)
+    cnt = np.zeros(len(key_vals) + 1, np.int64)
+    for t in range(n_t):
+        if live[t]:
+            cnt[bkey[t] + 1] += 1
+    for i in range(1, len(cnt)):
+        cnt[i] += cnt[i - 1]
+    for t in range(n_t):
+        if live[t]:
+            i = cnt[bkey[t]]
+            rel[i] = key_vals[bkey[t]]
+            b[i] = t_bytes[t]
+            cnt[bkey[t]] += 1
+    h_cum, h_peak = _mover_arrays(rel, b, h2d_bw)
+
+    def link(x: float) -> float:
+        return max(h_k, _move(d_cum, d_peak, d2h_bw, x - free)) + max(t_k, _move(h_cum, h_peak, h2d_bw, x))
+
+    if not recompute:
+        return link(need_k)
+    cum_b = np.zeros(n_live + 1)
+    cum_t = np.zeros(n_live + 1)
+    m = 0
+    for t in rc_order:
+        if live[t]:
+            cum_b[m + 1] = cum_b[m] + t_bytes[t]
+            cum_t[m + 1] = cum_t[m] + rerun_cost[t]
+            m += 1
+    cum_b, cum_t = cum_b[:m + 1], cum_t[:m + 1]
+    x_min = max(0.0, need_k - cum_b[-1])
+    lo, hi = x_min, need_k
+    if link(lo) >= total + _rerun_nb(cum_b, cum_t, need_k - lo):
+        return link(lo)
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if link(mid) < total + _rerun_nb(cum_b, cum_t, need_k - mid):
+            lo = mid
+        else:
+            hi = mid
+    return min(link(hi), total + _rerun_nb(cum_b, cum_t, need_k - lo))
+
+
 def _in_positions(ptr: np.ndarray, idx: np.ndarray, order: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CSR over op indices re-indexed by position in `order`: row i is op order[i]'s list, as positions."""
     cnt = np.diff(ptr)[order]
@@ -520,35 +643,24 @@ def graph_bound(graph: Graph, device, recompute: bool = True) -> float:  # noqa:
         ok = (prod >= 0) & ~a.t_persistent
         ok[ok] = recomputable_ops(graph)[prod[ok]]
         rerun_cost[ok] = t_op[prod[ok]]
+    t_bytes = a.t_bytes.astype(np.float64)
     release = np.where(prod >= 0, head[np.maximum(prod, 0)] + t_op[np.maximum(prod, 0)], -np.inf)
-    s_ptr, s_idx = a.succ_ptr.astype(np.int64), a.succ_idx.astype(np.int64)
-    p_ptr, p_idx = a.pred_ptr.astype(np.int64), a.pred_idx.astype(np.int64)
-    kept64, r_ptr64, r_op64 = kept.astype(np.int64), r_ptr.astype(np.int64), r_op.astype(np.int64)
+    act = np.nonzero(prod >= 0)[0]
+    rel_order = act[np.argsort(release[act], kind="stable")]
+    fin = np.nonzero(np.isfinite(rerun_cost))[0]
+    rc_order = fin[np.argsort(rerun_cost[fin] / np.maximum(t_bytes[fin], 1), kind="stable")]
+    key_vals, tail_key = np.unique(np.concatenate([tail, [0.0]]), return_inverse=True)
+    zero_key, tail_key = int(tail_key[-1]), tail_key[:-1].astype(np.int64)
+    is_kept = np.zeros(a.n_tensors, np.bool_)
+    is_kept[kept] = True
+    i64 = (a.succ_ptr, a.succ_idx, a.pred_ptr, a.pred_idx)
+    s_ptr, s_idx, p_ptr, p_idx = (np.asarray(x, np.int64) for x in i64)
     prod64 = prod.astype(np.int64)
 
     def at(k: int) -> float:
-        desc_k = _marks(k, s_ptr, s_idx, n)
-        cand = kept[_live_at(k, desc_k, _marks(k, p_ptr, p_idx, n), kept64, prod64, r_ptr64, r_op64)]
-        own = own_t[own_ptr[k]:own_ptr[k + 1]]
-        cand = cand[~np.isin(cand, own)]
-        b = a.t_bytes[cand].astype(np.float64)
-        # a copy back finishes before every reader among k's descendants starts: in reversed time it is released
-        # at the largest compute from such a reader's start to the end
-        cnt = r_ptr[cand + 1] - r_ptr[cand]
-        rows = np.repeat(r_ptr[cand], cnt) + (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-        rd = r_op[rows]
-        is_desc = desc_k[rd]
-        back = np.zeros(len(cand))
-        np.maximum.at(back, np.repeat(np.arange(len(cand)), cnt)[is_desc], tail[rd[is_desc]])
-        act = prod[cand] >= 0
-        free = float(b[~act].sum())  # persistent: may have been on the host all along (no d2h)
-        h_k, t_k = float(head[k]), float(tail[k])
-        d2h, h2d = _Mover(release[cand[act]], b[act], d2h_bw), _Mover(back, b, h2d_bw)
-
-        def link(x: float) -> float:
-            return max(h_k, d2h(x - free)) + max(t_k, h2d(x))
-
-        return _split(link, total, float(out[k]), rerun_cost[cand] if recompute else None, b)
+        return _at_op(k, n, s_ptr, s_idx, p_ptr, p_idx, is_kept, prod64, r_ptr, r_op, own_ptr, own_t, t_bytes,
+                      release, rel_order, tail_key, key_vals, zero_key, rerun_cost, rc_order,
+                      recompute, float(head[k]), float(tail[k]), total, float(out[k]), d2h_bw, h2d_bw)
 
     bound = base
     simple = np.maximum(head, out / d2h_bw) + np.maximum(tail, out / h2d_bw)
