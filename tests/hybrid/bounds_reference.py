@@ -1,4 +1,7 @@
-"""How fast any plan with a given schedule can be: the bound that says when re-timing copies cannot help.
+"""The bounds of hybrid.plan.bounds as they were before they were made near-linear (a4e4bc4), kept as the
+reference the property tests compare the present implementation with on small graphs.
+
+The original module docstring follows.
 
 CP-SAT refinement (`hybrid.refine`) keeps a plan's schedule, its memory and the
 tensors resident at the start; so does any re-timing of its copies or change

@@ -16,8 +16,9 @@ from hybrid.graph.info import graph_info
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def command(graph_path: Path, as_json: bool, **kw) -> None:
     """What a graph holds: ops, tensors, distinct sizes, bytes by kind, the unswapped peak, and lower bounds on
-    any plan's makespan at the given device memory: persistent tensors only, any schedule with activations
-    counted (swap only, and with recompute), and the program order's."""
+    the makespan at the given device memory, each named by the plans it bounds: every plan counting persistent
+    tensors only; then, counting activations, plans in any order or in this (program) order, with recompute
+    or swap only (a narrower set's figure includes the wider one's, so it is never below it)."""
     g = load_graph(graph_path)
     dev = device_from(g, kw)
     info = graph_info(g, dev)
