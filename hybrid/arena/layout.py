@@ -267,10 +267,6 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     def try_exact(pb, ms: float, cand: Plan, source: str, shrink: float, kind: str) -> bool:  # noqa: ANN001
         if len(pb.problem) > budget.exact_max_buffers or out_of_time():
             return False
-        if not exact_ready(deadline):
-            nonlocal capped
-            capped = True        # no time to compile the search in this process: a timed decision, say so
-            return False
         exact.warm_up()
         offs = exact_fit(pb.problem, int(pb.problem.capacity or 0), budget.exact_nodes, deadline)
         tried.count += 1

@@ -74,11 +74,13 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
     byte-budget plan whose copies do not lay out within its memory is re-planned (hybrid.arena.layout.lay_out:
     a little less memory, else per-size classes), and the command says so; it never fails for want of a fit
     when a re-plan fits. The exact search then shrinks the arena while time is left (up to EXACT_MAX_BUFFERS)."""
+    import dataclasses
+
     import numpy as np
 
     from hybrid.arena import exact
     from hybrid.arena.heuristics import Solution
-    from hybrid.arena.layout import exact_ready, heuristic_layout, lay_out
+    from hybrid.arena.layout import DEFAULT_BUDGET, exact_ready, heuristic_layout, lay_out
     from hybrid.arena.lifetimes import arena_plan, plan_buffers
     from hybrid.cli.options import load_graph, load_plan
 
@@ -90,7 +92,9 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
         return max(0.0, work_end - time.perf_counter())
 
     if plan.allocation.kind == "unconstrained":
-        layout = lay_out(graph, plan, left())
+        # the exact search for near misses only where it can compile in time (lay_out's limit is a safety cap)
+        budget = DEFAULT_BUDGET if exact_ready(work_end) else dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
+        layout = lay_out(graph, plan, left(), budget=budget)
         new = layout.plan
         if layout.describe() and layout.fallback:
             click.echo(layout.describe())
