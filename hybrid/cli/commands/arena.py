@@ -91,11 +91,12 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
     def left() -> float:
         return max(0.0, work_end - time.perf_counter())
 
+    solve_s = 0.0
     if plan.allocation.kind == "unconstrained":
         # the exact search for near misses only where it can compile in time (lay_out's limit is a safety cap)
         budget = DEFAULT_BUDGET if exact_ready(work_end) else dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
         layout = lay_out(graph, plan, left(), budget=budget)
-        new = layout.plan
+        new, solve_s = layout.plan, layout.solve_s
         if layout.describe() and layout.fallback:
             click.echo(layout.describe())
         if new.allocation.kind != "arena":
@@ -109,7 +110,7 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
         offs = np.array([new.allocation.offsets[t] for t in pb.tensors], np.int64)
         info = new.planner.get("arena", {}) if isinstance(new.planner, dict) else {}
         sol = Solution(offs, int((offs + pb.problem.arrays.size).max()) if len(offs) else 0,
-                       str(info.get("solver", "")), 0.0, False, pb.problem.peak_live())
+                       str(info.get("solver", "")), solve_s, False, pb.problem.peak_live())
     if len(pb.problem) <= EXACT_MAX_BUFFERS and sol.arena_bytes > sol.lower_bound and exact_ready(work_end):
         if exact.warm_up() > 1.0:
             click.echo("compiled the exact search (once per process)", err=True)
