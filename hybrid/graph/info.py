@@ -138,7 +138,7 @@ def persistent_bound(graph: Graph, device: Device) -> float:
         (bytes of persistent tensors any op updates - memory) / d2h):
     at most `memory` bytes of persistent tensors can stay resident across
     iterations; every other one read must come in, and every other one
-    updated must go back out, each iteration.
+    updated must go back out, each iteration. Cost: O(T + r), linear in the tensors and their uses.
     """
     a = graph.arrays
     used = np.zeros(a.n_tensors, dtype=bool)
