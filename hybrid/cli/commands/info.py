@@ -13,7 +13,8 @@ from hybrid.graph.info import graph_info
 @click.command("info")
 @graph_option
 @device_options
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the figures as JSON (a bound no plan of its set can meet, infinite, is null).")
 def command(graph_path: Path, as_json: bool, **kw) -> None:
     """What a graph holds: ops, tensors, distinct sizes, bytes by kind, the unswapped peak, and lower bounds on
     the makespan at the given device memory, each named by the plans it bounds: every plan counting persistent
@@ -26,6 +27,11 @@ def command(graph_path: Path, as_json: bool, **kw) -> None:
         import dataclasses
         import json
 
-        click.echo(json.dumps(dataclasses.asdict(info), indent=1))
+        import math
+
+        # strict JSON: an infinite bound (no plan of that set fits the memory) is null
+        d = {k: None if isinstance(v, float) and not math.isfinite(v) else v
+             for k, v in dataclasses.asdict(info).items()}
+        click.echo(json.dumps(d, indent=1, allow_nan=False))
     else:
         click.echo(tabulate(info.rows(), tablefmt="plain"))
