@@ -34,7 +34,11 @@ class GraphInfo:
     swap_bound_s: float = 0.0        # plans in this (program) order, swap only
 
     def rows(self) -> list[tuple[str, str]]:
-        from hybrid.units import format_bytes, format_seconds
+        from hybrid.units import format_bytes
+        from hybrid.units import format_seconds as _fs
+
+        def format_seconds(v: float) -> str:
+            return _fs(v) if v < float("inf") else "none of these plans fits the memory"
 
         out = [("graph", self.name), ("ops", str(self.ops)), ("tensors", str(self.tensors)),
                ("distinct tensor sizes", str(self.distinct_sizes))]
