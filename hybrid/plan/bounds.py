@@ -77,26 +77,6 @@ def _completion(release: np.ndarray, nbytes: np.ndarray, need: float, bandwidth:
     return float(np.max(rel[:cut + 1] + after / bandwidth))
 
 
-class _Mover:
-    """`_completion` for one item set at many `need`s: sorted once, then O(log n) a query
-    (max over i <= cut of rel_i + (need - bytes before i) / bandwidth, a prefix maximum)."""
-
-    def __init__(self, release: np.ndarray, nbytes: np.ndarray, bandwidth: float) -> None:
-        o = np.argsort(release, kind="stable")
-        b = nbytes[o].astype(np.float64)
-        self.cum = np.cumsum(b)
-        self.peak = np.maximum.accumulate(release[o] - (self.cum - b) / bandwidth) if len(b) else b
-        self.bw = bandwidth
-
-    def __call__(self, need: float) -> float:
-        if need <= 0:
-            return 0.0
-        cut = int(np.searchsorted(self.cum, need))
-        if cut >= len(self.cum):
-            return float("inf")
-        return float(self.peak[cut] + need / self.bw)
-
-
 def _unique(x: np.ndarray) -> np.ndarray:
     """np.unique of an integer array by one sort (numpy's hash-based unique is ~100x slower on 10^5 keys)."""
     x = np.sort(x)
@@ -435,7 +415,9 @@ def _live_at(k: int, desc_k: np.ndarray, anc_k: np.ndarray, kept: np.ndarray, pr
 
 @nb.njit(cache=True)
 def _mover_arrays(rel: np.ndarray, b: np.ndarray, bw: float) -> tuple[np.ndarray, np.ndarray]:
-    """_Mover's cum and peak for items already sorted by release."""
+    """For items sorted by release: cumulative bytes, and the prefix maximum of release_i - (bytes before i) / bw,
+    so that the least time to move `need` bytes (fractions allowed) is peak[cut] + need / bw at the first item
+    `cut` whose cumulative bytes reach `need` (`_move`; `_completion` computes the same from scratch)."""
     cum = np.cumsum(b)
     peak = np.empty(len(b))
     best = -np.inf
