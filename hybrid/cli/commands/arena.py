@@ -70,6 +70,7 @@ EXACT_MAX_BUFFERS = 5_000
 # is in, re-plans with per-size classes when nothing laid out, and validates what it returns (each about as
 # long as one step: 2 s on rnn-8-8k's 11,512 ops here), then the plan is written.
 LAYOUT_SHARE = 0.5
+WRITE_SHARE = 0.15   # ... and what is kept for writing the plan; the exact search may use what lies between
 
 
 def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | None) -> None:
@@ -89,10 +90,12 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
 
     graph = load_graph(graph_path)
     plan = load_plan(plan_path)
-    work_end = time.perf_counter() + LAYOUT_SHARE * max(0.0, deadline - time.perf_counter())
+    after_load = max(0.0, deadline - time.perf_counter())
+    work_end = time.perf_counter() + LAYOUT_SHARE * after_load
+    exact_end = deadline - WRITE_SHARE * after_load
 
-    def left() -> float:
-        return max(0.0, work_end - time.perf_counter())
+    def left(end: float | None = None) -> float:
+        return max(0.0, (work_end if end is None else end) - time.perf_counter())
 
     solve_s = 0.0
     if plan.allocation.kind == "unconstrained":
@@ -114,11 +117,11 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
         info = new.planner.get("arena", {}) if isinstance(new.planner, dict) else {}
         sol = Solution(offs, int((offs + pb.problem.arrays.size).max()) if len(offs) else 0,
                        str(info.get("solver", "")), solve_s, False, pb.problem.peak_live())
-    if len(pb.problem) <= EXACT_MAX_BUFFERS and sol.arena_bytes > sol.lower_bound and exact_ready(work_end):
+    if len(pb.problem) <= EXACT_MAX_BUFFERS and sol.arena_bytes > sol.lower_bound and exact_ready(exact_end):
         if exact.warm_up() > 1.0:
             click.echo("compiled the exact search (once per process)", err=True)
-        if left() > 0:
-            sol = exact.solve(pb.problem, left(), start=sol)
+        if left(exact_end) > 0:
+            sol = exact.solve(pb.problem, left(exact_end), start=sol)
     new = arena_plan(new, pb, sol)
     click.echo(_verdict(sol.arena_bytes, pb.problem.peak_live(), sol.proven_optimal, sol.lower_bound, sol.solver,
                         sol.seconds))
