@@ -174,12 +174,13 @@ JOBS: tuple[Job, ...] = (
         ("executor_cpu.md",)),
     Job("eager_reproducibility", "benchmarks.eager_reproducibility", ("--runs", "2"), ("--runs", "24"),
         ("eager_reproducibility.md",)),
+    Job("scale", "benchmarks.scale", ("--quick",), (), ("scale.md",), quick_outputs=("scale_quick.md",)),
     Job("executor_gpu", "benchmarks.executor_gpu", ("--quick", "--out", "results/executor_gpu_quick.md"), (),
         ("executor_gpu.md",), "SwapAdvisor Fig. 11", needs="cuda", quick_outputs=("executor_gpu_quick.md",)),
 )
 
 # Jobs that measure this machine (their tables report seconds or rates, or they use both cores) run alone.
-ALONE = {"capture_scale", "planner_speed", "ga_evals_per_second", "ga_second_core", "arena", "arena_cpsat",
+ALONE = {"capture_scale", "scale", "planner_speed", "ga_evals_per_second", "ga_second_core", "arena", "arena_cpsat",
          "placement", "executor_cpu", "eager_reproducibility"}
 ALONE_IN_FULL_RUNS_ONLY = {"arena", "arena_cpsat"}   # their quick runs count nodes; their full runs time solvers
 # Jobs that read another job's output, or share its capture folder (milp_paper empties out/graphs/milp first).
@@ -191,6 +192,7 @@ JOBS = tuple(dataclasses.replace(j, alone=j.name in ALONE, after=AFTER.get(j.nam
 # (stated in its table), otherwise its budgets added up (time limits x runs). The full run has not been run whole.
 FULL_MINUTES: dict[str, tuple[float, str]] = {
     "table1": (0.7, "same as --quick"),
+    "scale": (40, "six commands at 10k, 30k and 100k ops, measured in parts on a loaded machine"),
     "capture_scale": (10, "8 models, each captured in a child process (up to 2 min each)"),
     "capture_replay": (3, "every small model replayed"),
     "checkmate_baselines": (0.1, "same as --quick"),

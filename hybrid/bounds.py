@@ -40,9 +40,21 @@ and the minimum is found by bisection. `activation_bound` drops the persistent
 tensors altogether (fewer bytes to fit only lowers every term), which makes it
 valid for any choice of tensors resident at the start: `hybrid info` prints
 it for the program order.
+
+Cost (n ops, m dependency edges, T tensors, r tensor reads and writes):
+- schedule_bound, activation_bound: near-linear, O((n + T + r) log(n + T + r)) and O(T log T) for each of at
+  most `max_ops` ops examined.
+- graph_bound: its per-op sums over ancestors, descendants and live tensors need reachability, which no known
+  algorithm gives in near-linear time on every DAG; they take O((n + m + r) n / 64) word operations
+  (bit-parallel, 2,048 ops a block: memory O(n + m + r) plus 256 bytes an op), about 2 s of CPU at 10^5 ops
+  here, once per graph; then O(n + m + T + r) for each of at most GRAPH_BOUND_MAX_OPS ops examined.
+- plan_graph_bound: graph_bound's, once per graph, device and kind.
+The figures are those of the former quadratic implementation (tests/hybrid/bounds_reference.py; the property
+test compares them).
 """
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from dataclasses import replace
@@ -68,29 +80,15 @@ def _completion(release: np.ndarray, nbytes: np.ndarray, need: float, bandwidth:
     return float(np.max(rel[:cut + 1] + after / bandwidth))
 
 
-class _Mover:
-    """`_completion` for one item set at many `need`s: sorted once, then O(log n) a query
-    (max over i <= cut of rel_i + (need - bytes before i) / bandwidth, a prefix maximum)."""
-
-    def __init__(self, release: np.ndarray, nbytes: np.ndarray, bandwidth: float) -> None:
-        o = np.argsort(release, kind="stable")
-        b = nbytes[o].astype(np.float64)
-        self.cum = np.cumsum(b)
-        self.peak = np.maximum.accumulate(release[o] - (self.cum - b) / bandwidth) if len(b) else b
-        self.bw = bandwidth
-
-    def __call__(self, need: float) -> float:
-        if need <= 0:
-            return 0.0
-        cut = int(np.searchsorted(self.cum, need))
-        if cut >= len(self.cum):
-            return float("inf")
-        return float(self.peak[cut] + need / self.bw)
+def _unique(x: np.ndarray) -> np.ndarray:
+    """np.unique of an integer array by one sort (numpy's hash-based unique is ~100x slower on 10^5 keys)."""
+    x = np.sort(x)
+    return x[np.concatenate([[True], x[1:] != x[:-1]])] if len(x) else x
 
 
 def _keyed(tensors: np.ndarray, positions: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sorted unique (tensor, position) pairs as keys tensor * (n + 2) + position + 1, and the pairs."""
-    key = np.unique(tensors.astype(np.int64) * (n + 2) + (positions.astype(np.int64) + 1))
+    key = _unique(tensors.astype(np.int64) * (n + 2) + (positions.astype(np.int64) + 1))
     return key, key // (n + 2), key % (n + 2) - 1
 
 
@@ -115,7 +113,10 @@ def schedule_bound(graph: Graph, plan: Plan, max_ops: int | None = 512, recomput
     """A lower bound on the makespan of any plan with this plan's schedule, memory, op implementations and
     tensors resident at the start (see the module docstring). `max_ops` caps the ops examined (None: all),
     which keeps a 16,000-op graph at about two seconds; fewer ops give a lower, still valid, bound.
-    `recompute` (default: whether the plan recomputes) lets off-device bytes be regenerated too."""
+    `recompute` (default: whether the plan recomputes) lets off-device bytes be regenerated too.
+
+    Cost, n ops, T tensors, r tensor reads and writes: O((n + T + r) log(n + T + r)) to set up (sorts of the
+    use lists), then O(T log T) per examined op (at most `max_ops`, 40 bisection steps with recompute)."""
     from hybrid.graph.order import from_ids
 
     if recompute is None:
@@ -129,7 +130,7 @@ def schedule_bound(graph: Graph, plan: Plan, max_ops: int | None = 512, recomput
 def activation_bound(graph: Graph, device, schedule: np.ndarray, recompute: bool = True,  # noqa: ANN001
                      max_ops: int | None = 512) -> float:
     """A lower bound on the makespan of any plan with this schedule on `device`, whatever it keeps resident:
-    the schedule bound counting activations only (and reruns, with `recompute`)."""
+    the schedule bound counting activations only (and reruns, with `recompute`). Cost: schedule_bound's."""
     return _bound(graph, np.asarray(schedule), None, device, np.zeros(graph.arrays.n_tensors, np.bool_), max_ops,
                   recompute, persistent=False)
 
@@ -166,12 +167,15 @@ def _bound(graph: Graph, order: np.ndarray, impl_choice, dev, resident: np.ndarr
     np.add.at(delta, np.maximum(first[moves], 0), a.t_bytes[moves])
     np.add.at(delta, np.minimum(last[moves], n - 1) + 1, -a.t_bytes[moves])
     need = np.cumsum(delta)[:n] + ws[order]
-    own: list[np.ndarray] = []
-    for k, o in enumerate(order):
-        ts = np.unique(np.concatenate([a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]], a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]]))
-        own.append(ts)
-        if persistent:
-            need[k] += int(a.t_bytes[ts[per[ts] & ~resident[ts]]].sum())
+    # each op's own tensors (distinct inputs and outputs), by position: one sort of all (position, tensor) pairs
+    nt = max(a.n_tensors, 1)
+    okey = _unique(np.concatenate([reads, writes]).astype(np.int64) * nt
+                     + np.concatenate([a.in_idx, a.out_idx]).astype(np.int64))
+    own_pos, own_t = okey // nt, okey % nt
+    own_ptr = np.searchsorted(own_pos, np.arange(n + 1))
+    if persistent:
+        sel = per[own_t] & ~resident[own_t]
+        np.add.at(need, own_pos[sel], a.t_bytes[own_t[sel]].astype(np.int64))
     out = (need - int(dev.usable_bytes)).astype(np.float64)   # raw bytes against usable memory: never above aligned
     d2h_bw, h2d_bw = dev.d2h_bytes_per_s, dev.h2d_bytes_per_s
     rerun_cost = np.full(a.n_tensors, np.inf)
@@ -186,7 +190,7 @@ def _bound(graph: Graph, order: np.ndarray, impl_choice, dev, resident: np.ndarr
 
     def at(k: int) -> float:
         mask = moves & (first <= k) & (last >= k)
-        mask[own[k]] = False
+        mask[own_t[own_ptr[k]:own_ptr[k + 1]]] = False
         cand = np.nonzero(mask)[0]
         base = cand * (n + 2)
         next_use = use_pos[np.searchsorted(use_key, base + k + 2)]  # first use after k
@@ -236,41 +240,371 @@ def _bound(graph: Graph, order: np.ndarray, impl_choice, dev, resident: np.ndarr
 # --- graph_bound: any schedule, any memory use, any tensors resident at the start --------------------------------
 
 GRAPH_BOUND_MAX_OPS = 512  # ops examined in full (the most promising first); fewer give a lower, still valid, bound
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_BLOCK = 2048              # columns (ops) of the reachability bitsets held at once: memory n * _BLOCK / 8 bytes
 
 
-def _bitsets(n: int, ptr: np.ndarray, idx: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Packed (little-endian bits) transitive closure: row v = every op reachable from v along the CSR edges
-    (`ptr`/`idx`: v's direct neighbours), sweeping `order`, in which every neighbour comes before v."""
-    nb = (n + 7) // 8
-    rows = np.zeros((n, nb), np.uint8)
-    bit = (1 << (np.arange(n) & 7)).astype(np.uint8)
-    byte = np.arange(n) >> 3
-    for v in order:
-        nbr = idx[ptr[v]:ptr[v + 1]]
-        if len(nbr) == 0:
+@nb.njit(cache=True)
+def _byte_table(w: np.ndarray, c0: int, c1: int) -> np.ndarray:
+    """tab[g, v]: the sum of w[c0 + 8g + b] over the bits b set in the byte v (a row sum 8 columns per lookup)."""
+    ng = (c1 - c0 + 7) // 8
+    tab = np.zeros((ng, 256))
+    for g in range(ng):
+        for v in range(1, 256):
+            b = 0
+            while not (v >> b) & 1:
+                b += 1
+            c = c0 + 8 * g + b
+            tab[g, v] = tab[g, v & (v - 1)] + (w[c] if c < c1 else 0.0)
+    return tab
+
+
+@nb.njit(cache=True)
+def _or_into(row: np.ndarray, other: np.ndarray) -> None:
+    for q in range(len(row)):
+        row[q] |= other[q]
+
+
+@nb.njit(cache=True)
+def _row_sum(row: np.ndarray, tab: np.ndarray, full: np.ndarray) -> float:
+    """Sum of the weights of the columns set in `row`: 8 byte lookups a word, one for a full word (`full`:
+    each word's total), which is what most words of a nearly sequential graph's closure are."""
+    s = 0.0
+    for i in range(len(row)):
+        x = row[i]
+        if x == 0:
             continue
-        row = np.bitwise_or.reduce(rows[nbr], axis=0) if len(nbr) > 1 else rows[nbr[0]].copy()
-        np.bitwise_or.at(row, byte[nbr], bit[nbr])
-        rows[v] = row
-    return rows
+        if x == _ALL:
+            s += full[i]
+            continue
+        for j in range(8):
+            byte = (x >> np.uint64(8 * j)) & np.uint64(255)
+            if byte:
+                g = 8 * i + j
+                if g < tab.shape[0]:
+                    s += tab[g, byte]
+    return s
 
 
-def _row_sums(bits: np.ndarray, weights: np.ndarray, n: int, chunk: int = 1024) -> np.ndarray:
-    """bits (packed rows over n columns) @ weights, unpacking `chunk` rows at a time."""
-    out = np.zeros(len(bits), np.float64)
-    for s in range(0, len(bits), chunk):
-        m = np.unpackbits(bits[s:s + chunk], axis=1, count=n, bitorder="little")
-        out[s:s + chunk] = m @ weights
-    return out
+@nb.njit(cache=True)
+def _reach_sums(n: int, pptr: np.ndarray, pidx: np.ndarray, sptr: np.ndarray, sidx: np.ndarray, w: np.ndarray,
+                prod: np.ndarray, rptr: np.ndarray, rpos: np.ndarray, tbytes: np.ndarray, block: int):
+    """In positions of a topological order (pred/succ CSR over positions): per op, the weight `w` of its
+    ancestors (head) and of its descendants (tail), and the bytes of the tensors live at it (need: tensor i,
+    produced at prod[i] (-1: none) and read at rpos[rptr[i]:rptr[i+1]], is live at every descendant of its
+    producer that is a reader or an ancestor of one). Bit-parallel over `block` columns at a time: time
+    O((n + m + readers) * n / 64) word operations, memory O(n * block / 8) bytes."""
+    head = np.zeros(n)
+    tail = np.zeros(n)
+    need = np.zeros(n)
+    n_t = len(tbytes)
+    one = np.uint64(1)
+    for c0 in range(0, n, block):
+        c1 = min(n, c0 + block)
+        nw = (c1 - c0 + 63) // 64
+        tab = _byte_table(w, c0, c1)
+        full = np.zeros(nw)
+        for q in range(nw):
+            for j in range(8):
+                if 8 * q + j < tab.shape[0]:
+                    full[q] += tab[8 * q + j, 255]
+        anc = np.zeros((n - c0, nw), np.uint64)      # anc[v - c0]: ancestors of v among columns c0..c1-1
+        for v in range(c0, n):
+            row = anc[v - c0]
+            for e in range(pptr[v], pptr[v + 1]):
+                p = pidx[e]
+                if p >= c0:
+                    _or_into(row, anc[p - c0])
+                    if p < c1:
+                        row[(p - c0) >> 6] |= one << np.uint64((p - c0) & 63)
+            head[v] += _row_sum(row, tab, full)
+        desc = np.zeros((c1, nw), np.uint64)         # desc[v]: descendants of v among columns c0..c1-1
+        for v in range(c1 - 1, -1, -1):
+            row = desc[v]
+            for e in range(sptr[v], sptr[v + 1]):
+                s = sidx[e]
+                if s < c1:
+                    _or_into(row, desc[s])
+                    if s >= c0:
+                        row[(s - c0) >> 6] |= one << np.uint64((s - c0) & 63)
+            tail[v] += _row_sum(row, tab, full)
+        ng = (c1 - c0 + 7) // 8
+        hist = np.zeros((ng, 256))
+        whole = np.zeros(nw)                          # bytes of the tensors live at every column of word q
+        live = np.zeros(nw, np.uint64)
+        for i in range(n_t):
+            pr = prod[i]
+            if pr >= c1:
+                continue
+            live[:] = 0
+            hit = False
+            for e in range(rptr[i], rptr[i + 1]):
+                r = rpos[e]
+                if r >= c0:
+                    hit = True
+                    _or_into(live, anc[r - c0])
+                    if r < c1:
+                        live[(r - c0) >> 6] |= one << np.uint64((r - c0) & 63)
+            if not hit:
+                continue
+            if pr >= 0:
+                for q in range(nw):
+                    live[q] &= desc[pr, q]
+            for q in range(nw):
+                x = live[q]
+                if x == 0:
+                    continue
+                if x == _ALL:
+                    whole[q] += tbytes[i]
+                    continue
+                for j in range(8):
+                    byte = (x >> np.uint64(8 * j)) & np.uint64(255)
+                    if byte and 8 * q + j < ng:
+                        hist[8 * q + j, byte] += tbytes[i]
+        for g in range(ng):
+            for b in range(8):
+                c = c0 + 8 * g + b
+                if c >= c1:
+                    break
+                acc = whole[(c - c0) >> 6]
+                for v in range(256):
+                    if (v >> b) & 1:
+                        acc += hist[g, v]
+                need[c] += acc
+    return head, tail, need
 
 
-def _col_sums(bits: np.ndarray, weights: np.ndarray, n: int, chunk: int = 1024) -> np.ndarray:
-    """weights @ bits (packed rows over n columns): per column, the weights of the rows holding it."""
-    out = np.zeros(n, np.float64)
-    for s in range(0, len(bits), chunk):
-        m = np.unpackbits(bits[s:s + chunk], axis=1, count=n, bitorder="little")
-        out += weights[s:s + chunk].astype(np.float64) @ m
-    return out
+@nb.njit(cache=True)
+def _marks(k: int, ptr: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:
+    """Ops reachable from op k along the CSR edges (k itself excluded unless on a cycle): O(n + m)."""
+    seen = np.zeros(n, np.bool_)
+    stack = np.empty(n, np.int64)
+    top = 0
+    for e in range(ptr[k], ptr[k + 1]):
+        j = idx[e]
+        if not seen[j]:
+            seen[j] = True
+            stack[top] = j
+            top += 1
+    while top:
+        top -= 1
+        v = stack[top]
+        for e in range(ptr[v], ptr[v + 1]):
+            j = idx[e]
+            if not seen[j]:
+                seen[j] = True
+                stack[top] = j
+                top += 1
+    return seen
+
+
+@nb.njit(cache=True)
+def _live_at(k: int, desc_k: np.ndarray, anc_k: np.ndarray, kept: np.ndarray, prod: np.ndarray,
+             r_ptr: np.ndarray, r_op: np.ndarray) -> np.ndarray:
+    """Which kept tensors are live at op k: produced by an ancestor of k (or by no op) and read by k or a
+    descendant of k. O(tensors + readers)."""
+    sel = np.zeros(len(kept), np.bool_)
+    for i in range(len(kept)):
+        t = kept[i]
+        if prod[t] >= 0 and not anc_k[prod[t]]:
+            continue
+        for e in range(r_ptr[t], r_ptr[t + 1]):
+            r = r_op[e]
+            if r == k or desc_k[r]:
+                sel[i] = True
+                break
+    return sel
+
+
+@nb.njit(cache=True)
+def _mover_arrays(rel: np.ndarray, b: np.ndarray, bw: float) -> tuple[np.ndarray, np.ndarray]:
+    """For items sorted by release: cumulative bytes, and the prefix maximum of release_i - (bytes before i) / bw,
+    so that the least time to move `need` bytes (fractions allowed) is peak[cut] + need / bw at the first item
+    `cut` whose cumulative bytes reach `need` (`_move`; `_completion` computes the same from scratch)."""
+    cum = np.cumsum(b)
+    peak = np.empty(len(b))
+    best = -np.inf
+    for i in range(len(b)):
+        best = max(best, rel[i] - (cum[i] - b[i]) / bw)
+        peak[i] = best
+    return cum, peak
+
+
+@nb.njit(cache=True)
+def _move(cum: np.ndarray, peak: np.ndarray, bw: float, need: float) -> float:
+    if need <= 0:
+        return 0.0
+    cut = np.searchsorted(cum, need)
+    if cut >= len(cum):
+        return np.inf
+    return peak[cut] + need / bw
+
+
+@nb.njit(cache=True)
+def _rerun_nb(cum_b: np.ndarray, cum_t: np.ndarray, need: float) -> float:
+    if need <= 0:
+        return 0.0
+    i = np.searchsorted(cum_b, need)
+    if i >= len(cum_b):
+        return np.inf
+    frac = (need - cum_b[i - 1]) / max(cum_b[i] - cum_b[i - 1], 1.0)
+    return cum_t[i - 1] + frac * (cum_t[i] - cum_t[i - 1])
+
+
+@nb.njit(cache=True)
+def _at_op(k: int, n: int, s_ptr: np.ndarray, s_idx: np.ndarray, p_ptr: np.ndarray, p_idx: np.ndarray,
+           is_kept: np.ndarray, prod: np.ndarray, r_ptr: np.ndarray, r_op: np.ndarray, own_ptr: np.ndarray,
+           own_t: np.ndarray, t_bytes: np.ndarray, release: np.ndarray, rel_order: np.ndarray, tail_key: np.ndarray,
+           key_vals: np.ndarray, zero_key: int, rerun_cost: np.ndarray, rc_order: np.ndarray, recompute: bool,
+           h_k: float, t_k: float, total: float, need_k: float, d2h_bw: float, h2d_bw: float) -> float:
+    """graph_bound at op k: the tensors live at k (not its own) move out over d2h after they exist and back
+    over h2d before their next reader after k, or are regenerated; the same figure as the former numpy form,
+    in O(n + m + tensors + readers): every order it needs is a global one filtered (releases, rerun cost per
+    byte) or a counting sort (the latest a copy back may finish, one of the per-op tail values)."""
+    desc = _marks(k, s_ptr, s_idx, n)
+    anc = _marks(k, p_ptr, p_idx, n)
+    n_t = len(prod)
+    live = np.zeros(n_t, np.bool_)
+    own = np.zeros(n_t, np.bool_)
+    for e in range(own_ptr[k], own_ptr[k + 1]):
+        own[own_t[e]] = True
+    bkey = np.empty(n_t, np.int64)
+    free = 0.0
+    n_live = 0
+    for t in range(n_t):
+        if not is_kept[t] or own[t] or (prod[t] >= 0 and not anc[prod[t]]):
+            continue
+        hit = False
+        key = -1
+        for e in range(r_ptr[t], r_ptr[t + 1]):
+            r = r_op[e]
+            if r == k:
+                hit = True
+            elif desc[r]:
+                hit = True
+                key = max(key, tail_key[r])
+        if hit:
+            live[t] = True
+            bkey[t] = key if key >= 0 else zero_key
+            n_live += 1
+            if prod[t] < 0:
+                free += t_bytes[t]
+    # d2h: live activations in release order
+    rel = np.empty(n_live)
+    b = np.empty(n_live)
+    m = 0
+    for t in rel_order:
+        if live[t]:
+            rel[m] = release[t]
+            b[m] = t_bytes[t]
+            m += 1
+    d_cum, d_peak = _mover_arrays(rel[:m], b[:m], d2h_bw)
+    # h2d: every live tensor, by the latest its copy back may finish (a counting sort, stable in tensor index)
+    cnt = np.zeros(len(key_vals) + 1, np.int64)
+    for t in range(n_t):
+        if live[t]:
+            cnt[bkey[t] + 1] += 1
+    for i in range(1, len(cnt)):
+        cnt[i] += cnt[i - 1]
+    for t in range(n_t):
+        if live[t]:
+            i = cnt[bkey[t]]
+            rel[i] = key_vals[bkey[t]]
+            b[i] = t_bytes[t]
+            cnt[bkey[t]] += 1
+    h_cum, h_peak = _mover_arrays(rel, b, h2d_bw)
+
+    def link(x: float) -> float:
+        return max(h_k, _move(d_cum, d_peak, d2h_bw, x - free)) + max(t_k, _move(h_cum, h_peak, h2d_bw, x))
+
+    if not recompute:
+        return link(need_k)
+    cum_b = np.zeros(n_live + 1)
+    cum_t = np.zeros(n_live + 1)
+    m = 0
+    for t in rc_order:
+        if live[t]:
+            cum_b[m + 1] = cum_b[m] + t_bytes[t]
+            cum_t[m + 1] = cum_t[m] + rerun_cost[t]
+            m += 1
+    cum_b, cum_t = cum_b[:m + 1], cum_t[:m + 1]
+    x_min = max(0.0, need_k - cum_b[-1])
+    lo, hi = x_min, need_k
+    if link(lo) >= total + _rerun_nb(cum_b, cum_t, need_k - lo):
+        return link(lo)
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if link(mid) < total + _rerun_nb(cum_b, cum_t, need_k - mid):
+            lo = mid
+        else:
+            hi = mid
+    return min(link(hi), total + _rerun_nb(cum_b, cum_t, need_k - lo))
+
+
+def _in_positions(ptr: np.ndarray, idx: np.ndarray, order: np.ndarray,
+                  pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR over op indices re-indexed by position in `order`: row i is op order[i]'s list, as positions."""
+    cnt = np.diff(ptr)[order]
+    new_ptr = np.concatenate([[0], np.cumsum(cnt)]).astype(np.int64)
+    rows = np.repeat(ptr[order].astype(np.int64), cnt) + (np.arange(int(new_ptr[-1])) - np.repeat(new_ptr[:-1], cnt))
+    return new_ptr, pos[idx[rows]].astype(np.int64)
+
+
+_PREP: dict[int, tuple] = {}
+
+
+def _graph_prep(graph: Graph) -> tuple:
+    """What graph_bound needs from the graph alone, whatever the device (remembered for the last few graphs):
+    O((n + m) * n / 64) time (the reachability sums) and O(n * _BLOCK / 8 + m) memory."""
+    hit = _PREP.get(id(graph))
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    from hybrid.graph.order import program_order
+
+    a = graph.arrays
+    n = a.n_ops
+    t_op = a.fastest_impl_times()
+    ws = np.minimum.reduceat(a.impl_ws, a.impl_ptr[:-1]).astype(np.int64)
+    # readers (inputs and in-place updates) of each tensor, as CSR
+    r_t = np.concatenate([a.in_idx, a.upd_idx]).astype(np.int64)
+    r_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)), np.repeat(np.arange(n), np.diff(a.upd_ptr))])
+    key = _unique(r_t * n + r_op)
+    r_t, r_op = key // n, key % n
+    r_ptr = np.searchsorted(r_t, np.arange(a.n_tensors + 1))
+    per, prod = a.t_persistent, a.t_producer
+    # tensors that may be off the device at some op: produced ones, and persistent ones no op produces
+    kept = np.nonzero(np.diff(r_ptr) > 0)[0]
+    kept = kept[(prod[kept] >= 0) | per[kept]]
+    order = program_order(graph).astype(np.int64)
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    pptr, pidx = _in_positions(a.pred_ptr, a.pred_idx, order, pos)
+    sptr, sidx = _in_positions(a.succ_ptr, a.succ_idx, order, pos)
+    k_cnt = r_ptr[kept + 1] - r_ptr[kept]
+    k_ptr = np.concatenate([[0], np.cumsum(k_cnt)]).astype(np.int64)
+    k_rows = np.repeat(r_ptr[kept], k_cnt) + (np.arange(int(k_ptr[-1])) - np.repeat(k_ptr[:-1], k_cnt))
+    k_prod = np.where(prod[kept] >= 0, pos[np.maximum(prod[kept], 0)], -1).astype(np.int64)
+    head_p, tail_p, need_p = _reach_sums(n, pptr, pidx, sptr, sidx, t_op[order].astype(np.float64), k_prod, k_ptr,
+                                         pos[r_op[k_rows]], a.t_bytes[kept].astype(np.float64), _BLOCK)
+    head, tail, need = np.empty(n), np.empty(n), np.empty(n)
+    head[order], tail[order], need[order] = head_p, tail_p + t_op[order], need_p
+    # k's own tensors (inputs, updates, outputs) not counted yet: its outputs, and inputs no kept set covers
+    is_kept = np.zeros(a.n_tensors, np.bool_)
+    is_kept[kept] = True
+    o_t = np.concatenate([a.in_idx, a.upd_idx, a.out_idx]).astype(np.int64)
+    o_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)), np.repeat(np.arange(n), np.diff(a.upd_ptr)),
+                           np.repeat(np.arange(n), np.diff(a.out_ptr))])
+    okey = _unique(o_op * max(a.n_tensors, 1) + o_t)
+    o_op, o_t = okey // max(a.n_tensors, 1), okey % max(a.n_tensors, 1)
+    own_ptr = np.searchsorted(o_op, np.arange(n + 1))
+    extra = ~is_kept[o_t] | (prod[o_t] == o_op)
+    need += np.bincount(o_op[extra], weights=a.t_bytes[o_t[extra]].astype(np.float64), minlength=n)
+    need += ws
+    prep = (t_op, float(t_op.sum()), head, tail, need, kept, r_ptr, r_op, own_ptr, o_t)
+    if len(_PREP) >= 2:
+        _PREP.clear()
+    _PREP[id(graph)] = (graph, prep)
+    return prep
 
 
 def _split(link, total: float, need_k: float, rerun_cost: np.ndarray | None,  # noqa: ANN001
@@ -309,96 +643,48 @@ def graph_bound(graph: Graph, device, recompute: bool = True) -> float:  # noqa:
     schedule_bound's max(...) + max(...) form. The bound is the max over ops, the ideal (fastest impls) and
     the persistent-tensor bound (`hybrid.graph.info.persistent_bound`).
 
-    Cost: ancestor and descendant bitsets (n^2/8 bytes each, 23 MB apiece at 13,658 ops) by topological
-    sweeps, one bitset per tensor that may be live, and at most GRAPH_BOUND_MAX_OPS ops examined in full:
-    on NasNet-25 (13,658 ops, 28,379 tensors) about 3 s with recompute and 1.5 s without on this machine's
-    CPU; 0.3-0.5 s on WResNet-152 (1,657 ops)."""
+    Cost, n ops, m dependency edges, r tensor reads: the per-op sums over ancestors, descendants and live
+    tensors need reachability, which no known algorithm gives in near-linear time on every DAG; they are
+    computed bit-parallel, _BLOCK columns at a time, in O((n + m + r) * n / 64) word operations and
+    O(n * _BLOCK / 8 + m + r) memory (0.3 GB at 10^6 ops), once per graph and device-independent (remembered
+    for the next call). Then at most GRAPH_BOUND_MAX_OPS ops are examined in full at O(n + m + r) each (a
+    reachability search from the op)."""
     from hybrid.graph.info import persistent_bound
-    from hybrid.graph.order import program_order
 
     a = graph.arrays
     n = a.n_ops
-    t_op = a.fastest_impl_times()
-    total = float(t_op.sum())
-    base = max(total, persistent_bound(graph, device))
+    base = max(float(a.fastest_impl_times().sum()), persistent_bound(graph, device))
     if n == 0 or a.n_tensors == 0:
         return base
-    ws = np.minimum.reduceat(a.impl_ws, a.impl_ptr[:-1]).astype(np.int64)
-    order = program_order(graph)
-    anc = _bitsets(n, a.pred_ptr, a.pred_idx, order)
-    desc = _bitsets(n, a.succ_ptr, a.succ_idx, order[::-1])
-    head = _row_sums(anc, t_op, n)           # compute of each op's ancestors
-    tail = _row_sums(desc, t_op, n) + t_op   # compute of each op and its descendants
-    # readers (inputs and in-place updates) of each tensor, as CSR
-    r_t = np.concatenate([a.in_idx, a.upd_idx]).astype(np.int64)
-    r_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)), np.repeat(np.arange(n), np.diff(a.upd_ptr))])
-    key = np.unique(r_t * n + r_op)
-    r_t, r_op = key // n, key % n
-    r_ptr = np.searchsorted(r_t, np.arange(a.n_tensors + 1))
-    per, prod = a.t_persistent, a.t_producer
-    # tensors that may be off the device at some op: produced ones, and persistent ones no op produces
-    kept = np.nonzero(np.diff(r_ptr) > 0)[0]
-    kept = kept[(prod[kept] >= 0) | per[kept]]
-    bit = (1 << (np.arange(n) & 7)).astype(np.uint8)
-    live = np.zeros((len(kept), anc.shape[1]), np.uint8)  # ops at which each kept tensor must exist
-    for i, t in enumerate(kept):
-        rd = r_op[r_ptr[t]:r_ptr[t + 1]]
-        row = np.bitwise_or.reduce(anc[rd], axis=0) if len(rd) > 1 else anc[rd[0]].copy()
-        np.bitwise_or.at(row, rd >> 3, bit[rd])   # a reader, or an ancestor of one
-        if prod[t] >= 0:
-            row &= desc[prod[t]]                   # ... and a descendant of the producer
-        live[i] = row
-    b_kept = a.t_bytes[kept]
-    need = _col_sums(live, b_kept, n)
-    # k's own tensors (inputs, updates, outputs) not counted yet: its outputs, and inputs no kept set covers
-    own_ptr = np.zeros(n + 1, np.int64)
-    own_lists = []
-    is_kept = np.zeros(a.n_tensors, np.bool_)
-    is_kept[kept] = True
-    for k in range(n):
-        ts = np.unique(np.concatenate([a.in_idx[a.in_ptr[k]:a.in_ptr[k + 1]], a.upd_idx[a.upd_ptr[k]:a.upd_ptr[k + 1]],
-                                       a.out_idx[a.out_ptr[k]:a.out_ptr[k + 1]]]))
-        own_lists.append(ts)
-        own_ptr[k + 1] = own_ptr[k] + len(ts)
-        extra = ts[~is_kept[ts] | (prod[ts] == k)]
-        need[k] += float(a.t_bytes[extra].sum())
-    need += ws
+    t_op, total, head, tail, need, kept, r_ptr, r_op, own_ptr, own_t = _graph_prep(graph)
+    prod = a.t_producer
     out = need - float(device.usable_bytes)
     d2h_bw, h2d_bw = device.d2h_bytes_per_s, device.h2d_bytes_per_s
     rerun_cost = np.full(a.n_tensors, np.inf)
     if recompute:
         from hybrid.swap.recompute import recomputable_ops
 
-        ok = (prod >= 0) & ~per
+        ok = (prod >= 0) & ~a.t_persistent
         ok[ok] = recomputable_ops(graph)[prod[ok]]
         rerun_cost[ok] = t_op[prod[ok]]
+    t_bytes = a.t_bytes.astype(np.float64)
     release = np.where(prod >= 0, head[np.maximum(prod, 0)] + t_op[np.maximum(prod, 0)], -np.inf)
-    pos_in_kept = np.full(a.n_tensors, -1, np.int64)
-    pos_in_kept[kept] = np.arange(len(kept))
+    act = np.nonzero(prod >= 0)[0]
+    rel_order = act[np.argsort(release[act], kind="stable")]
+    fin = np.nonzero(np.isfinite(rerun_cost))[0]
+    rc_order = fin[np.argsort(rerun_cost[fin] / np.maximum(t_bytes[fin], 1), kind="stable")]
+    key_vals, tail_key = np.unique(np.concatenate([tail, [0.0]]), return_inverse=True)
+    zero_key, tail_key = int(tail_key[-1]), tail_key[:-1].astype(np.int64)
+    is_kept = np.zeros(a.n_tensors, np.bool_)
+    is_kept[kept] = True
+    i64 = (a.succ_ptr, a.succ_idx, a.pred_ptr, a.pred_idx)
+    s_ptr, s_idx, p_ptr, p_idx = (np.asarray(x, np.int64) for x in i64)
+    prod64 = prod.astype(np.int64)
 
     def at(k: int) -> float:
-        sel = (live[:, k >> 3] & bit[k]) != 0
-        cand = kept[sel]
-        own = own_lists[k]
-        cand = cand[~np.isin(cand, own)]
-        b = a.t_bytes[cand].astype(np.float64)
-        # a copy back finishes before every reader among k's descendants starts: in reversed time it is released
-        # at the largest compute from such a reader's start to the end
-        cnt = r_ptr[cand + 1] - r_ptr[cand]
-        rows = np.repeat(r_ptr[cand], cnt) + (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-        rd = r_op[rows]
-        is_desc = (desc[k, rd >> 3] & bit[rd]) != 0
-        back = np.zeros(len(cand))
-        np.maximum.at(back, np.repeat(np.arange(len(cand)), cnt)[is_desc], tail[rd[is_desc]])
-        act = prod[cand] >= 0
-        free = float(b[~act].sum())  # persistent: may have been on the host all along (no d2h)
-        h_k, t_k = float(head[k]), float(tail[k])
-        d2h, h2d = _Mover(release[cand[act]], b[act], d2h_bw), _Mover(back, b, h2d_bw)
-
-        def link(x: float) -> float:
-            return max(h_k, d2h(x - free)) + max(t_k, h2d(x))
-
-        return _split(link, total, float(out[k]), rerun_cost[cand] if recompute else None, b)
+        return _at_op(k, n, s_ptr, s_idx, p_ptr, p_idx, is_kept, prod64, r_ptr, r_op, own_ptr, own_t, t_bytes,
+                      release, rel_order, tail_key, key_vals, zero_key, rerun_cost, rc_order,
+                      recompute, float(head[k]), float(tail[k]), total, float(out[k]), d2h_bw, h2d_bw)
 
     bound = base
     simple = np.maximum(head, out / d2h_bw) + np.maximum(tail, out / h2d_bw)
@@ -415,7 +701,7 @@ _MEMO: dict[tuple, tuple[Graph, float]] = {}
 def plan_graph_bound(graph: Graph, plan: Plan) -> float:
     """graph_bound at the plan's device, for plans of its kind: with recompute when the plan reruns ops, else swap
     only (valid for every swap-only plan, and tighter). Remembered per graph, device and kind, so the summaries of
-    several plans of one graph compute it once (about 3 s on a 16,000-op graph)."""
+    several plans of one graph compute it once (about 2 s of CPU at 10^5 ops, 80 s at 6 x 10^5)."""
     rc = any(e.kind == "compute" and e.recompute for e in plan.events)
     key = (id(graph), plan.device, rc)
     hit = _MEMO.get(key)
@@ -427,16 +713,19 @@ def plan_graph_bound(graph: Graph, plan: Plan) -> float:
 
 
 def with_bounds(info: GraphInfo, graph: Graph, device) -> GraphInfo:  # noqa: ANN001
-    """`info` (`hybrid.graph.info.graph_info`) with the lower bounds that count activations, for any schedule
-    (`graph_bound`) and for the program order (`activation_bound`), each swap only and with recompute: a few
-    seconds on a 16,000-op graph. Here, not in `hybrid.graph`, because they need the plan and recompute
-    rules (a graph module importing them would close an import cycle)."""
+    """`info` (`hybrid.graph.info.graph_info`) with the lower bounds that count activations, for plans in any
+    order (`graph_bound`) and in the program order (`activation_bound`), each swap only and with recompute.
+    A set inside another takes the larger of its own bound and the other's (a program-order plan is one of the
+    any-order plans; a swap-only plan is one of those that may recompute), so no figure is below that of a set
+    holding its plans. Cost: near-linear but for graph_bound's reachability sums (O((n + m) n / 64)); about 3 s
+    of CPU at 10^5 ops. Here, not in `hybrid.graph`, because they need the plan and recompute rules (a graph
+    module importing them would close an import cycle)."""
     from hybrid.graph.order import program_order
 
     lb = info.persistent_bound_s
     order = program_order(graph)
-    return replace(info,
-                   graph_swap_bound_s=graph_bound(graph, device, recompute=False),
-                   graph_bound_s=graph_bound(graph, device, recompute=True),
-                   swap_bound_s=max(lb, activation_bound(graph, device, order, recompute=False)),
-                   recompute_bound_s=max(lb, activation_bound(graph, device, order, recompute=True)))
+    g_rc = max(lb, graph_bound(graph, device, recompute=True))
+    g_swap = max(g_rc, graph_bound(graph, device, recompute=False))
+    rc_b = max(g_rc, activation_bound(graph, device, order, recompute=True))
+    swap_b = max(rc_b, g_swap, activation_bound(graph, device, order, recompute=False))
+    return replace(info, graph_bound_s=g_rc, graph_swap_bound_s=g_swap, recompute_bound_s=rc_b, swap_bound_s=swap_b)

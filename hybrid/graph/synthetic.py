@@ -112,3 +112,168 @@ def random_dag(n_ops: int, seed: int = 0, n_sizes: int = 4, max_inputs: int = 3,
         ops.append(Op(f"op{i}", "random", tuple(ins), tuple(o.id for o in outs), t, ws, impls, upd))
     dev = device or Device("synthetic", 1 << 20, 1e9, 1e9, 0.0)
     return Graph(f"random-{n_ops}-{seed}", tensors, ops, dev)
+
+
+# Per transformer layer and sequence piece: 10 forward ops, 10 backward ops; per layer 12 parameter tensors, each
+# with a gradient reduction over the pieces and its own optimizer step.
+_LAYER_PARAMS = ("ln1_g", "ln1_b", "w_qkv", "b_qkv", "w_o", "b_o", "ln2_g", "ln2_b", "w_fc1", "b_fc1", "w_fc2", "b_fc2")
+
+
+def transformer_ops(n_layers: int, pieces: int) -> int:
+    """How many ops `transformer_training_graph(n_layers, pieces)` has (a reduction per parameter only with
+    several pieces)."""
+    per_param = 2 if pieces > 1 else 1
+    return n_layers * (20 * pieces + per_param * len(_LAYER_PARAMS)) + 3 * pieces + 2
+
+
+def transformer_training_graph(n_layers: int, pieces: int = 4, seed: int = 0, hidden: int = 1024,
+                               tokens_per_piece: int = 512, heads: int = 16, flops: float = 100e12,
+                               bytes_per_s: float = 1e12, device: Device | None = None,
+                               memory_fraction: float = 0.5, name: str | None = None) -> Graph:
+    """One training iteration of a pre-norm transformer (today's large models at scale, 10^5 ops at ~1,000
+    layers), deterministic given `seed`:
+
+    - the sequence split into `pieces` (sequence parallelism): every layer runs per piece, and a piece's
+      attention reads the keys and values of every earlier piece (causal), so pieces are not independent;
+    - the backward pass mirrors it, each piece making its own partial weight gradients, reduced per
+      parameter tensor once the layer's backward is done (as gradient bucketing does);
+    - per-tensor optimizer steps (Adam): each of the 12 parameter tensors of a layer is updated in place by its
+      own op, with its two persistent fp32 moments, right after its gradient exists.
+
+    bf16 activations and parameters; times from FLOPs (matmuls, attention) or bytes touched (the rest), each
+    jittered by up to 10% by the seeded generator. Without `device`: an H100-like link (25 GB/s each way) and
+    memory `memory_fraction` of the program order's unswapped peak, so that plans must swap."""
+    rng = np.random.default_rng(seed)
+    h, s = hidden, tokens_per_piece
+    act = 2 * s * h
+    tensors: list[Tensor] = []
+    ops: list[Op] = []
+    size: dict[str, int] = {}
+
+    def tensor(tid: str, nbytes: int, kind: str = "activation", persistent: bool = False) -> str:
+        tensors.append(Tensor(tid, int(nbytes), kind, persistent))
+        size[tid] = int(nbytes)
+        return tid
+
+    def op(oid: str, kind: str, ins: list[str], outs: list[tuple[str, int, str]], flop: float = 0.0,
+           updates: tuple[str, ...] = ()) -> list[str]:
+        made = [tensor(t, b, k) for t, b, k in outs]
+        touched = sum(size[t] for t in ins) + sum(size[t] for t in made)
+        t = max(flop / flops, touched / bytes_per_s) * (0.9 + 0.2 * rng.random())
+        ops.append(Op(oid, kind, tuple(dict.fromkeys(ins)), tuple(made), float(t), 0, (), updates))
+        return made
+
+    shapes = {"ln1_g": h, "ln1_b": h, "w_qkv": 3 * h * h, "b_qkv": 3 * h, "w_o": h * h, "b_o": h, "ln2_g": h,
+              "ln2_b": h, "w_fc1": 4 * h * h, "b_fc1": 4 * h, "w_fc2": 4 * h * h, "b_fc2": h}
+    for l_ in range(n_layers):
+        for p in _LAYER_PARAMS:
+            tensor(f"L{l_}.{p}", 2 * shapes[p], "param", True)
+            tensor(f"L{l_}.{p}.m", 4 * shapes[p], "optimizer_state", True)
+            tensor(f"L{l_}.{p}.v", 4 * shapes[p], "optimizer_state", True)
+    emb = tensor("embedding", 2 * 32000 * h, "param", True)
+    hs = []
+    for p in range(pieces):
+        tok = tensor(f"tokens.{p}", 4 * s, "input", True)
+        hs.append(op(f"embed.{p}", "embedding", [tok, emb], [(f"h0.{p}", act, "activation")])[0])
+    saved: list[list[dict[str, str]]] = []
+    for l_ in range(n_layers):
+        P = {p: f"L{l_}.{p}" for p in _LAYER_PARAMS}
+        layer: list[dict[str, str]] = []
+        for p in range(pieces):
+            x, pre = hs[p], f"L{l_}.{p}"
+            n1, = op(f"{pre}.ln1", "layernorm", [x, P["ln1_g"], P["ln1_b"]], [(f"{pre}.n1", act, "activation")])
+            qkv, = op(f"{pre}.qkv", "matmul", [n1, P["w_qkv"], P["b_qkv"]], [(f"{pre}.qkv", 3 * act, "activation")],
+                      2 * s * h * 3 * h)
+            earlier = [layer[q]["qkv"] for q in range(p)]
+            ctx, lse = op(f"{pre}.attn", "attention", [qkv, *earlier],
+                          [(f"{pre}.ctx", act, "activation"), (f"{pre}.lse", 4 * s * heads, "activation")],
+                          4 * s * s * (p + 1) * h)
+            o, = op(f"{pre}.proj", "matmul", [ctx, P["w_o"], P["b_o"]], [(f"{pre}.o", act, "activation")],
+                    2 * s * h * h)
+            r1, = op(f"{pre}.add1", "add", [x, o], [(f"{pre}.r1", act, "activation")])
+            n2, = op(f"{pre}.ln2", "layernorm", [r1, P["ln2_g"], P["ln2_b"]], [(f"{pre}.n2", act, "activation")])
+            u, = op(f"{pre}.fc1", "matmul", [n2, P["w_fc1"], P["b_fc1"]], [(f"{pre}.u", 4 * act, "activation")],
+                    2 * s * h * 4 * h)
+            g, = op(f"{pre}.gelu", "gelu", [u], [(f"{pre}.g", 4 * act, "activation")])
+            m, = op(f"{pre}.fc2", "matmul", [g, P["w_fc2"], P["b_fc2"]], [(f"{pre}.m", act, "activation")],
+                    2 * s * h * 4 * h)
+            y, = op(f"{pre}.add2", "add", [r1, m], [(f"h{l_ + 1}.{p}", act, "activation")])
+            layer.append({"x": x, "n1": n1, "qkv": qkv, "ctx": ctx, "lse": lse, "r1": r1, "n2": n2, "u": u, "g": g})
+            hs[p] = y
+        saved.append(layer)
+    grads = []
+    for p in range(pieces):
+        grads.append(op(f"loss.{p}", "loss", [hs[p], emb], [(f"dh{n_layers}.{p}", act, "gradient")],
+                        2 * s * h * 32000)[0])
+    for l_ in reversed(range(n_layers)):
+        P = {p: f"L{l_}.{p}" for p in _LAYER_PARAMS}
+        part: dict[str, list[str]] = {p: [] for p in _LAYER_PARAMS}
+        d_qkv, d_kv, d_r1 = [], [], []
+        for p in range(pieces):
+            sv, pre, dy = saved[l_][p], f"L{l_}.{p}", grads[p]
+
+            def bwd(name: str, ins: list[str], dx: tuple[str, int], params: tuple[str, ...], flop: float = 0.0
+                    ) -> str:
+                outs = [(f"{pre}.d{dx[0]}", dx[1], "gradient")]
+                outs += [(f"{pre}.d{q}", size[P[q]], "gradient") for q in params]
+                made = op(f"{pre}.{name}_bwd", "backward", ins, outs, flop)
+                for q, t in zip(params, made[1:]):
+                    part[q].append(t)
+                return made[0]
+
+            dg = bwd("fc2", [dy, sv["g"], P["w_fc2"]], ("g", 4 * act), ("w_fc2", "b_fc2"), 4 * s * h * 4 * h)
+            du = bwd("gelu", [dg, sv["u"]], ("u", 4 * act), ())
+            dn2 = bwd("fc1", [du, sv["n2"], P["w_fc1"]], ("n2", act), ("w_fc1", "b_fc1"), 4 * s * h * 4 * h)
+            dr1a = bwd("ln2", [dn2, sv["r1"], P["ln2_g"]], ("r1a", act), ("ln2_g", "ln2_b"))
+            dr1 = bwd("add2", [dr1a, dy], ("r1", act), ())
+            dctx = bwd("proj", [dr1, sv["ctx"], P["w_o"]], ("ctx", act), ("w_o", "b_o"), 4 * s * h * h)
+            earlier = [saved[l_][q]["qkv"] for q in range(p)]
+            made = op(f"{pre}.attn_bwd", "backward", [dctx, sv["qkv"], sv["ctx"], sv["lse"], *earlier],
+                      [(f"{pre}.dqkv", 3 * act, "gradient"), (f"{pre}.dkv", 2 * act * max(p, 1), "gradient")],
+                      8 * s * s * (p + 1) * h)
+            d_qkv.append(made[0])
+            d_kv.append(made[1])
+            d_r1.append(dr1)
+        for p in range(pieces):
+            sv, pre = saved[l_][p], f"L{l_}.{p}"
+            later = d_kv[p + 1:]  # later pieces' attention sent key/value gradients back to this piece
+            outs = [(f"{pre}.dn1", act, "gradient"), (f"{pre}.dw_qkv", size[P["w_qkv"]], "gradient"),
+                    (f"{pre}.db_qkv", size[P["b_qkv"]], "gradient")]
+            dn1, dwq, dbq = op(f"{pre}.qkv_bwd", "backward", [d_qkv[p], *later, sv["n1"], P["w_qkv"]], outs,
+                               4 * s * h * 3 * h)
+            part["w_qkv"].append(dwq)
+            part["b_qkv"].append(dbq)
+            outs = [(f"{pre}.dx1", act, "gradient"), (f"{pre}.dln1_g", size[P["ln1_g"]], "gradient"),
+                    (f"{pre}.dln1_b", size[P["ln1_b"]], "gradient")]
+            dx1, dg1, db1 = op(f"{pre}.ln1_bwd", "backward", [dn1, sv["x"], P["ln1_g"]], outs)
+            part["ln1_g"].append(dg1)
+            part["ln1_b"].append(db1)
+            grads[p] = op(f"{pre}.add1_bwd", "backward", [dx1, d_r1[p]], [(f"dh{l_}.{p}", act, "gradient")])[0]
+        for q in _LAYER_PARAMS:   # per-tensor optimizer step as soon as the layer's gradient is whole
+            gq = part[q][0]
+            if pieces > 1:
+                gq, = op(f"L{l_}.{q}.reduce", "reduce", part[q], [(f"L{l_}.{q}.grad", size[P[q]], "gradient")])
+            w = P[q]
+            op(f"L{l_}.{q}.adam", "optimizer", [w, gq, f"{w}.m", f"{w}.v"], [],
+               updates=(w, f"{w}.m", f"{w}.v"))
+    for p in range(pieces):
+        op(f"embed.{p}_bwd", "backward", [grads[p], f"tokens.{p}"], [(f"embed.{p}.d", size[emb], "gradient")])
+    op("embed.reduce", "reduce", [f"embed.{p}.d" for p in range(pieces)],
+       [("embed.grad", size[emb], "gradient")])
+    op("embed.adam", "optimizer", [emb, "embed.grad"], [], updates=(emb,))
+    name = name or f"transformer-{n_layers}x{pieces}-{seed}"
+    if device is not None:
+        return Graph(name, tensors, ops, device)
+    from hybrid.graph.info import unswapped_peak
+
+    g = Graph(name, tensors, ops, Device("synthetic", 1 << 40, 25e9, 25e9, 0.0))
+    memory = max(int(unswapped_peak(g) * memory_fraction), 1 << 20)
+    return Graph(name, g.tensors, g.ops, Device("synthetic", memory, 25e9, 25e9, 0.0))
+
+
+def transformer_of_size(n_ops: int, pieces: int = 4, seed: int = 0, **kw) -> Graph:
+    """The transformer training graph with the fewest layers giving at least `n_ops` ops."""
+    n_layers = 1
+    while transformer_ops(n_layers, pieces) < n_ops:
+        n_layers = max(n_layers + 1, int(n_layers * n_ops / transformer_ops(n_layers, pieces)))
+    return transformer_training_graph(n_layers, pieces, seed, **kw)

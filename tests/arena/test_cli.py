@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,3 +96,25 @@ def test_graph_alone_is_planned_statically(tmp_path: Path) -> None:
     from hybrid.graph.info import unswapped_peak
     assert q.peak_live() <= unswapped_peak(g)
     assert run("arena", "--graph", gp, "--csv", out).exit_code != 0
+
+
+def test_plan_that_does_not_lay_out_is_replanned_within_the_limit(tmp_path: Path) -> None:
+    """A byte-budget plan fills its memory to the brim, so its copies rarely lay out in one arena as planned:
+    the command re-plans (a little less memory, or per-size classes), says so, writes a valid plan, exits 0,
+    and keeps --time-limit (hang guard only: the whole command, 5x the limit)."""
+    g = training_graph(30, seed=5, share_params=6, skip_prob=0.4)
+    dev = replace(g.device or preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.5), reserve_bytes=0)
+    plan = run_baseline(g, dev, "belady")
+    gp, pp, out = tmp_path / "g.json", tmp_path / "p.json", tmp_path / "p2.json"
+    g.save(gp)
+    plan.save(pp)
+    t0 = time.perf_counter()
+    r = run("arena", "--graph", gp, "--plan", pp, "--time-limit", "2s", "--out", out)
+    assert time.perf_counter() - t0 < 10.0
+    assert r.exit_code == 0, r.output
+    new = Plan.load(out)
+    assert new.allocation.kind in ("arena", "size_classes")
+    if new.makespan_s != plan.makespan_s:
+        assert "re-planned" in r.output or "slower candidate" in r.output, r.output
+    v = run("validate", "--graph", gp, "--plan", out)
+    assert v.exit_code == 0 and v.output.startswith("valid"), v.output

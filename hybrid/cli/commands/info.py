@@ -14,11 +14,13 @@ from hybrid.graph.info import graph_info
 @click.command("info")
 @graph_option
 @device_options
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the figures as JSON (a bound no plan of its set can meet, infinite, is null).")
 def command(graph_path: Path, as_json: bool, **kw) -> None:
     """What a graph holds: ops, tensors, distinct sizes, bytes by kind, the unswapped peak, and lower bounds on
-    any plan's makespan at the given device memory: persistent tensors only, any schedule with activations
-    counted (swap only, and with recompute), and the program order's."""
+    the makespan at the given device memory, each named by the plans it bounds: every plan counting persistent
+    tensors only; then, counting activations, plans in any order or in this (program) order, with recompute
+    or swap only (a narrower set's figure includes the wider one's, so it is never below it)."""
     g = load_graph(graph_path)
     dev = device_from(g, kw)
     info = with_bounds(graph_info(g, dev), g, dev)
@@ -26,6 +28,11 @@ def command(graph_path: Path, as_json: bool, **kw) -> None:
         import dataclasses
         import json
 
-        click.echo(json.dumps(dataclasses.asdict(info), indent=1))
+        import math
+
+        # strict JSON: an infinite bound (no plan of that set fits the memory) is null
+        d = {k: None if isinstance(v, float) and not math.isfinite(v) else v
+             for k, v in dataclasses.asdict(info).items()}
+        click.echo(json.dumps(d, indent=1, allow_nan=False))
     else:
         click.echo(tabulate(info.rows(), tablefmt="plain"))
