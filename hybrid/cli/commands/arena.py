@@ -140,6 +140,8 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
 
 def _write(graph, plan, out_path: Path | None) -> None:  # noqa: ANN001 - a Graph and a Plan
     if out_path is not None:
+        from hybrid.validator import write_plan
+
         write_plan(graph, plan, out_path, "the plan with arena offsets")
         click.echo(f"wrote {out_path}")
 
