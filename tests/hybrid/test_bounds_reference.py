@@ -12,7 +12,7 @@ from hybrid.graph import Graph
 from hybrid.graph.info import largest_op, unswapped_peak
 from hybrid.graph.order import program_order, random_order
 from hybrid.graph.synthetic import random_dag, training_graph, transformer_training_graph
-from hybrid.plan import bounds
+from hybrid import bounds
 from hybrid.swap.baselines import run_baseline
 from tests.hybrid import bounds_reference as reference
 
