@@ -21,7 +21,6 @@ import pandas as pd
 
 from benchmarks.common import RESULTS, quick_name, write_table
 from benchmarks.table2 import ensure_capture
-from hybrid.cli.commands.serve import plot_latency
 from hybrid.device import preset
 from hybrid.graph import Graph
 from hybrid.serve import ServeConfig, model_costs, simulate_serving

@@ -29,30 +29,6 @@ def parse_rates(items: tuple[str, ...]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def plot_latency(df, path: Path, title: str) -> None:  # noqa: ANN001 - a pandas DataFrame
-    """p99 latency against throughput, a line per policy (and model count), like the paper's Figure 8."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for (policy, n), part in df.groupby(["policy", "models"], sort=False):
-        part = part.sort_values("throughput")
-        ax.plot(part["throughput"], part["p99_s"] * 1e3, marker="o", label=f"{policy} ({n})")
-    ax.set_xlabel("throughput (requests/s)")
-    ax.set_ylabel("p99 latency (ms)")
-    ax.set_yscale("log")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    from hybrid.files import save_figure
-
-    save_figure(fig, path)
-    plt.close(fig)
-
-
 @click.command("serve")
 @click.option("--graph", "graph_paths", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
               help="An inference graph to serve (repeat for several different models), e.g. from `hybrid capture "
@@ -142,6 +118,8 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
         with atomic_open(csv_path, "w", newline="") as f:
             df.to_csv(f, index=False)
     if plot_path is not None:
+        from hybrid.serve.plot import plot_latency
+
         plot_latency(df, plot_path, f"{n} model(s), {format_bytes(dev.usable_bytes)}, batch {batch}")
     if as_json:
         import json
