@@ -182,7 +182,7 @@ def reserve_for(total_s: float, eval_s: float, arena: bool, baselines: bool, bou
 
 
 def split_cores(graph: Graph, device: Device, refine: bool = True, mode: str = "auto",
-                     workers: int | None = None, scheduler: str | None = None) -> tuple[bool, int | None, float]:
+                workers: int | None = None, scheduler: str | None = None) -> tuple[bool, int | None, float]:
     """(refine beside the search?, the search's evaluation processes, one evaluation's seconds).
 
     Without `workers`: one process where an evaluation is too cheap for a pool to pay
