@@ -36,7 +36,7 @@ def test_the_solver_gets_what_is_left_before_the_deadline(monkeypatch) -> None:
 
     seen: list[float | None] = []
 
-    def fake(model, opts, start=None):  # noqa: ANN001, ANN202 - records the budget HiGHS would get
+    def fake(model, opts, start=None, sparse=False):  # noqa: ANN001, ANN202 - records the budget HiGHS would get
         seen.append(opts.time_limit_s)
         return ms.SolveResult("no_solution", "not run", None, None, None, 0.0, False, None)
 
