@@ -228,12 +228,11 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                     return
                 off = np.full(n, -1, np.int64)
                 sol = np.zeros(n, np.int64)
-                counters = np.zeros(2, np.int64)
-                st = _rec(np.arange(n, dtype=np.int64), 0, n_sec, np.int64(0), np.int64(-1), True, hcode, p.width,
-                          p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov,
-                          p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64), np.zeros(n_sec, np.int64),
-                          p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64),
-                          counters, run_limit, deadline, mask)
+                counters = np.zeros(3, np.int64)
+                st = _search(hcode, p.width, p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi,
+                             p.ov_first, p.ov, p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64),
+                             np.zeros(n_sec, np.int64), p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64),
+                             np.empty(n_sec, np.int64), counters, run_limit, deadline, mask)
                 nodes += int(counters[0])
                 if st == FOUND:
                     full = np.zeros(len(problem), np.int64)
@@ -378,151 +377,314 @@ def _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank):
         rank[sub[order[i]]] = i
 
 
-@nb.njit(cache=False)    # numba's cache of a self-recursive function segfaults on reload: compile per process
-def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align, rank, br_first, br_lo, br_hi,
-         bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts, sol, aff_mark,
-         aff_list, counters, node_limit, deadline, mask):
-    """Search the buffers of `part` over sections [s_lo, s_hi); FOUND leaves offsets in `sol`. `split`: first
-    cut the range at zero-cut boundaries and solve each piece on its own (the first failure fails all)."""
-    big = np.int64(2) ** 62
-    if split:
-        start = s_lo
-        for s in range(s_lo, s_hi):
-            if s + 1 < s_hi and cuts[s] != 0:
-                continue
-            end = s + 1
-            m = 0
-            for b in part:
-                if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
-                    m += 1
-            if m > 0:
-                sub = np.empty(m, np.int64)
-                m = 0
-                for b in part:
-                    if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
-                        sub[m] = b
-                        m += 1
-                saved = rank[sub].copy()
-                _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank)
-                st = _rec(sub, start, end, np.int64(0), np.int64(-1), False, hcode, width, size, align, rank,
-                          br_first, br_lo, br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off,
-                          minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
-                rank[sub] = saved
-                if st != FOUND:
-                    return st
-            start = end
-        return FOUND
+@nb.njit(cache=True)
+def _grow(a, need):
+    """`a`, or a copy twice as long (or more) when `need` entries do not fit."""
+    if need <= len(a):
+        return a
+    m = max(len(a), 16)
+    while m < need:
+        m *= 2
+    out = np.empty(m, a.dtype)
+    out[:len(a)] = a
+    return out
+
+
+SPLIT, SEARCH = 1, 0
+
+
+@nb.njit(cache=True)
+def _search(hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf,
+            capacity, off, minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask):
+    """The depth-first search over all buffers and sections; FOUND leaves offsets in `sol`. counters: [nodes,
+    stamp, backtracks]. An explicit stack of frames instead of recursion, so numba caches it (a self-recursive
+    function's cache segfaults on reload, and compiling it took 6-26 s per process on this machine).
+
+    Two kinds of frame. SEARCH: the canonical search of one part over sections [lo, hi): try each candidate
+    (unplaced, lowest offset at or above the frame's monotone offset, not dominated) in (offset, rank) order,
+    place it, check the sections, then descend; a failed candidate whose buffer has no unplaced buffer over
+    it in time ("hatless", MiniMalloc) ends the frame, since its offset is then fixed whatever comes next.
+    SPLIT (MiniMalloc's dynamic decomposition): once no unplaced buffer crosses a section boundary, each piece
+    between zero-cut boundaries is searched on its own with a fresh rank from the current section totals; the
+    first piece that fails fails the frame."""
     n = len(size)
-    min_h = big
-    m = 0
-    for b in part:
-        if off[b] < 0:
-            m += 1
-            h = minoff[b] + size[b]
-            if h < min_h:
-                min_h = h
-    if m == 0:
-        return FOUND
-    cand = np.empty(m, np.int64)
-    key = np.empty(m, np.int64)
-    k = 0
-    for b in part:
-        if off[b] < 0:
-            o = minoff[b]
-            if o < node_off or (o == node_off and rank[b] < node_rank) or o >= min_h:
-                continue
-            cand[k] = b
-            key[k] = o * n + rank[b]
-            k += 1
-    order = np.argsort(key[:k])
-    for ci in range(k):
-        b = cand[order[ci]]
-        counters[0] += 1
-        if counters[0] >= node_limit:
-            return NODE_LIMIT
-        if (counters[0] & mask) == 0 and _now() > deadline:
-            return TIMEOUT
-        o = minoff[b]
-        off[b] = o
-        sol[b] = o
-        height = o + size[b]
-        n_ov = ov_first[b + 1] - ov_first[b]
-        olog_b = np.empty(n_ov, np.int64)
-        olog_v = np.empty(n_ov, np.int64)
-        o_len = 0
-        counters[1] += 1
-        stamp = counters[1]
-        n_aff = 0
-        for j in range(ov_first[b], ov_first[b + 1]):
-            c = ov[j]
-            if off[c] < 0 and minoff[c] < height:
-                olog_b[o_len] = c
-                olog_v[o_len] = minoff[c]
-                o_len += 1
-                r = height % align[c]
-                minoff[c] = height if r == 0 else height + align[c] - r
-                for q in range(br_first[c], br_first[c + 1]):
+    n_sec = len(total)
+    big = np.int64(2) ** 62
+    cap_d = 2 * n + 4
+    f_type = np.zeros(cap_d, np.int64)
+    f_pstart = np.zeros(cap_d, np.int64)
+    f_plen = np.zeros(cap_d, np.int64)
+    f_lo = np.zeros(cap_d, np.int64)
+    f_hi = np.zeros(cap_d, np.int64)
+    f_noff = np.zeros(cap_d, np.int64)
+    f_nrank = np.zeros(cap_d, np.int64)
+    f_cstart = np.zeros(cap_d, np.int64)
+    f_ck = np.zeros(cap_d, np.int64)
+    f_ci = np.zeros(cap_d, np.int64)
+    f_b = np.zeros(cap_d, np.int64)
+    f_hat = np.zeros(cap_d, np.int64)
+    f_olog = np.zeros(cap_d, np.int64)
+    f_slog = np.zeros(cap_d, np.int64)
+    f_s = np.zeros(cap_d, np.int64)        # SPLIT: the next section to look at
+    f_start = np.zeros(cap_d, np.int64)    # SPLIT: where the current piece starts
+    pstack = np.empty(max(4 * n, 16), np.int64)   # parts (each SPLIT child's buffers)
+    psave = np.empty(len(pstack), np.int64)       # their ranks before the child's re-rank
+    pstack[:n] = np.arange(n)
+    ptop = n
+    cstack = np.empty(max(4 * n, 16), np.int64)   # candidates of each SEARCH frame, in order
+    ckey = np.empty(n, np.int64)
+    cbuf = np.empty(n, np.int64)
+    ctop = 0
+    olog_b = np.empty(max(4 * n, 16), np.int64)   # trail of lowest-offset changes (buffer, old value)
+    olog_v = np.empty(len(olog_b), np.int64)
+    otop = 0
+    slog_s = np.empty(max(4 * n, 16), np.int64)   # trail of section-floor changes (section, old value)
+    slog_v = np.empty(len(slog_s), np.int64)
+    stop = 0
+    d = 0
+    f_type[0] = SPLIT
+    f_plen[0] = n
+    f_hi[0] = n_sec
+    fresh = True
+    ret = NOT_FOUND
+    while True:
+        finish = False
+        if f_type[d] == SPLIT:
+            if not fresh:
+                c0 = f_pstart[d + 1]
+                for i in range(c0, c0 + f_plen[d + 1]):
+                    rank[pstack[i]] = psave[i]
+                ptop = c0
+                if ret != FOUND:
+                    finish = True
+                else:
+                    f_start[d] = f_hi[d + 1]
+            if not finish:
+                pushed = False
+                p0 = f_pstart[d]
+                p1 = p0 + f_plen[d]
+                s = f_s[d]
+                while s < f_hi[d]:
+                    if s + 1 < f_hi[d] and cuts[s] != 0:
+                        s += 1
+                        continue
+                    end = s + 1
+                    start = f_start[d]
+                    m = 0
+                    for i in range(p0, p1):
+                        b = pstack[i]
+                        if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
+                            m += 1
+                    if m > 0:
+                        pstack = _grow(pstack, ptop + m)
+                        psave = _grow(psave, ptop + m)
+                        q = ptop
+                        for i in range(p0, p1):
+                            b = pstack[i]
+                            if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
+                                pstack[q] = b
+                                psave[q] = rank[b]
+                                q += 1
+                        _rerank(pstack[ptop:ptop + m], hcode, width, size, br_first, br_lo, br_hi, total, rank)
+                        f_s[d] = s + 1
+                        e = d + 1
+                        f_type[e] = SEARCH
+                        f_pstart[e] = ptop
+                        f_plen[e] = m
+                        f_lo[e] = start
+                        f_hi[e] = end
+                        f_noff[e] = 0
+                        f_nrank[e] = -1
+                        ptop += m
+                        pushed = True
+                        break
+                    f_start[d] = end
+                    s += 1
+                if pushed:
+                    d += 1
+                    fresh = True
+                    continue
+                ret = FOUND
+                finish = True
+        else:
+            p0 = f_pstart[d]
+            p1 = p0 + f_plen[d]
+            s_lo = f_lo[d]
+            s_hi = f_hi[d]
+            if fresh:
+                f_cstart[d] = ctop
+                f_ck[d] = 0
+                f_ci[d] = 0
+                min_h = big
+                m = 0
+                for i in range(p0, p1):
+                    b = pstack[i]
+                    if off[b] < 0:
+                        m += 1
+                        h = minoff[b] + size[b]
+                        if h < min_h:
+                            min_h = h
+                if m == 0:
+                    ret = FOUND
+                    finish = True
+                else:
+                    k = 0
+                    node_off = f_noff[d]
+                    node_rank = f_nrank[d]
+                    for i in range(p0, p1):
+                        b = pstack[i]
+                        if off[b] < 0:
+                            o = minoff[b]
+                            if o < node_off or (o == node_off and rank[b] < node_rank) or o >= min_h:
+                                continue
+                            cbuf[k] = b
+                            ckey[k] = o * n + rank[b]
+                            k += 1
+                    order = np.argsort(ckey[:k])
+                    cstack = _grow(cstack, ctop + k)
+                    for i in range(k):
+                        cstack[ctop + i] = cbuf[order[i]]
+                    ctop += k
+                    f_ck[d] = k
+            else:
+                b = f_b[d]
+                for s in range(bs_lo[b], bs_hi[b] - 1):
+                    cuts[s] += 1
+                while stop > f_slog[d]:
+                    stop -= 1
+                    floor[slog_s[stop]] = slog_v[stop]
+                while otop > f_olog[d]:
+                    otop -= 1
+                    minoff[olog_b[otop]] = olog_v[otop]
+                for q in range(br_first[b], br_first[b + 1]):
                     for s in range(br_lo[q], br_hi[q]):
-                        if aff_mark[s] != stamp:
-                            aff_mark[s] = stamp
-                            aff_list[n_aff] = s
-                            n_aff += 1
-        n_own = 0
-        for q in range(br_first[b], br_first[b + 1]):
-            n_own += br_hi[q] - br_lo[q]
-        slog_s = np.empty(n_own + n_aff, np.int64)
-        slog_v = np.empty(n_own + n_aff, np.int64)
-        s_len = 0
-        for q in range(br_first[b], br_first[b + 1]):
-            for s in range(br_lo[q], br_hi[q]):
-                slog_s[s_len] = s
-                slog_v[s_len] = floor[s]
-                s_len += 1
-                floor[s] = height
-                total[s] -= size[b]
-        for j in range(n_aff):
-            s = aff_list[j]
-            lo = big
-            for q in range(sec_first[s], sec_first[s + 1]):
-                c = sec_buf[q]
-                if off[c] < 0 and minoff[c] < lo:
-                    lo = minoff[c]
-            if lo != big and floor[s] < lo:
-                slog_s[s_len] = s
-                slog_v[s_len] = floor[s]
-                s_len += 1
-                floor[s] = lo
-        ok = True
-        for s in range(s_lo, s_hi):
-            f = floor[s]
-            if f < o:
-                f = o
-            if f + total[s] > capacity:
-                ok = False
-                break
-        status = NOT_FOUND
-        if ok:
-            n_cut = 0
-            for s in range(bs_lo[b], bs_hi[b] - 1):
-                cuts[s] -= 1
-                if cuts[s] == 0 and s_lo < s + 1 < s_hi:
-                    n_cut += 1
-            status = _rec(part, s_lo, s_hi, o, rank[b], n_cut > 0, hcode, width, size, align, rank, br_first, br_lo,
-                          br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total,
-                          cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
-            for s in range(bs_lo[b], bs_hi[b] - 1):
-                cuts[s] += 1
-        for j in range(s_len - 1, -1, -1):
-            floor[slog_s[j]] = slog_v[j]
-        for j in range(o_len - 1, -1, -1):
-            minoff[olog_b[j]] = olog_v[j]
-        for q in range(br_first[b], br_first[b + 1]):
-            for s in range(br_lo[q], br_hi[q]):
-                total[s] += size[b]
-        off[b] = -1
-        if status != NOT_FOUND:
-            return status
-    return NOT_FOUND
+                        total[s] += size[b]
+                off[b] = -1
+                if ret != NOT_FOUND:
+                    finish = True
+                elif f_hat[d] == 0:
+                    counters[2] += 1
+                    finish = True
+            if not finish:
+                pushed = False
+                ret = NOT_FOUND
+                while f_ci[d] < f_ck[d]:
+                    b = cstack[f_cstart[d] + f_ci[d]]
+                    f_ci[d] += 1
+                    counters[0] += 1
+                    if counters[0] >= node_limit:
+                        ret = NODE_LIMIT
+                        break
+                    if (counters[0] & mask) == 0 and _now() > deadline:
+                        ret = TIMEOUT
+                        break
+                    o = minoff[b]
+                    off[b] = o
+                    sol[b] = o
+                    height = o + size[b]
+                    f_olog[d] = otop
+                    f_slog[d] = stop
+                    counters[1] += 1
+                    stamp = counters[1]
+                    n_aff = 0
+                    hat = 0
+                    olog_b = _grow(olog_b, otop + ov_first[b + 1] - ov_first[b])
+                    olog_v = _grow(olog_v, len(olog_b))
+                    for j in range(ov_first[b], ov_first[b + 1]):
+                        c = ov[j]
+                        if off[c] >= 0:
+                            continue
+                        hat = 1
+                        if minoff[c] < height:
+                            olog_b[otop] = c
+                            olog_v[otop] = minoff[c]
+                            otop += 1
+                            r = height % align[c]
+                            minoff[c] = height if r == 0 else height + align[c] - r
+                            for q in range(br_first[c], br_first[c + 1]):
+                                for s in range(br_lo[q], br_hi[q]):
+                                    if aff_mark[s] != stamp:
+                                        aff_mark[s] = stamp
+                                        aff_list[n_aff] = s
+                                        n_aff += 1
+                    n_own = 0
+                    for q in range(br_first[b], br_first[b + 1]):
+                        n_own += br_hi[q] - br_lo[q]
+                    slog_s = _grow(slog_s, stop + n_own + n_aff)
+                    slog_v = _grow(slog_v, len(slog_s))
+                    for q in range(br_first[b], br_first[b + 1]):
+                        for s in range(br_lo[q], br_hi[q]):
+                            slog_s[stop] = s
+                            slog_v[stop] = floor[s]
+                            stop += 1
+                            floor[s] = height
+                            total[s] -= size[b]
+                    for j in range(n_aff):
+                        s = aff_list[j]
+                        lo = big
+                        for q in range(sec_first[s], sec_first[s + 1]):
+                            c = sec_buf[q]
+                            if off[c] < 0 and minoff[c] < lo:
+                                lo = minoff[c]
+                        if lo != big and floor[s] < lo:
+                            slog_s[stop] = s
+                            slog_v[stop] = floor[s]
+                            stop += 1
+                            floor[s] = lo
+                    ok = True
+                    for s in range(s_lo, s_hi):
+                        f = floor[s]
+                        if f < o:
+                            f = o
+                        if f + total[s] > capacity:
+                            ok = False
+                            break
+                    if ok:
+                        n_cut = 0
+                        for s in range(bs_lo[b], bs_hi[b] - 1):
+                            cuts[s] -= 1
+                            if cuts[s] == 0 and s_lo < s + 1 < s_hi:
+                                n_cut += 1
+                        f_b[d] = b
+                        f_hat[d] = hat
+                        e = d + 1
+                        f_type[e] = SPLIT if n_cut > 0 else SEARCH
+                        f_pstart[e] = p0
+                        f_plen[e] = p1 - p0
+                        f_lo[e] = s_lo
+                        f_hi[e] = s_hi
+                        f_noff[e] = o
+                        f_nrank[e] = rank[b]
+                        f_s[e] = s_lo
+                        f_start[e] = s_lo
+                        pushed = True
+                        break
+                    while stop > f_slog[d]:
+                        stop -= 1
+                        floor[slog_s[stop]] = slog_v[stop]
+                    while otop > f_olog[d]:
+                        otop -= 1
+                        minoff[olog_b[otop]] = olog_v[otop]
+                    for q in range(br_first[b], br_first[b + 1]):
+                        for s in range(br_lo[q], br_hi[q]):
+                            total[s] += size[b]
+                    off[b] = -1
+                    if hat == 0:
+                        break
+                if pushed:
+                    d += 1
+                    fresh = True
+                    continue
+                if ret == NOT_FOUND:
+                    counters[2] += 1
+                finish = True
+        # the frame is done with `ret`: hand it to the parent
+        if f_type[d] == SEARCH:
+            ctop = f_cstart[d]
+        if d == 0:
+            return ret
+        d -= 1
+        fresh = False
 
 
 _warmed = False

@@ -141,9 +141,10 @@ def read_csv(path: str | Path, alignment: int = 1) -> tuple[Problem, np.ndarray 
 
 
 def write_csv(path: str | Path, problem: Problem, offsets: np.ndarray | None = None) -> None:
-    """MiniMalloc CSV, with an `offset` column when offsets are given."""
+    """MiniMalloc CSV, with an `offset` column when offsets are given. Lines end in a bare newline: MiniMalloc
+    splits on it, and a header ending in `size\r` lacks its `size` column there."""
     with Path(path).open("w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         w.writerow(["id", "lower", "upper", "size"] + (["offset"] if offsets is not None else []))
         for k, b in enumerate(problem.buffers):
             w.writerow([b.id, b.lower, b.upper, b.size] + ([int(offsets[k])] if offsets is not None else []))
