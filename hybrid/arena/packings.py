@@ -28,9 +28,11 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class Packing:
-    """A generated instance: the problem (capacity = the optimum) and the tiling's offsets (a witness)."""
+    """A generated instance: the problem, its optimal arena (`capacity`, the strip's height; the problem itself
+    has no capacity, so heuristics' larger arenas stay valid) and the tiling's offsets (a witness)."""
 
     problem: Problem
+    capacity: int
     offsets: np.ndarray
     seed: int
     kind: str
@@ -104,7 +106,7 @@ def perfect_packing(n: int, seed: int, kind: str = "mixed", capacity: int = MIB,
         t0, t1, o0, o1 = pieces[j]
         bufs.append(Buffer(str(k), t0, t1, o1 - o0))
         offs[k] = o0
-    return Packing(Problem(bufs, capacity), offs, seed, kind)
+    return Packing(Problem(bufs), capacity, offs, seed, kind)
 
 
 def packing_set(sizes: tuple[int, ...], per_size: int, seed: int = 0, kinds: tuple[str, ...] = KINDS) -> list[Packing]:

@@ -15,13 +15,13 @@ def _tiles(pk) -> bool:  # noqa: ANN001 - a Packing
     p = pk.problem
     a = p.arrays
     ts = np.unique(np.concatenate([a.seg_lo, a.seg_hi]))
-    os_ = np.unique(np.concatenate([pk.offsets, pk.offsets + a.size, [0, p.capacity]]))
+    os_ = np.unique(np.concatenate([pk.offsets, pk.offsets + a.size, [0, pk.capacity]]))
     cover = np.zeros((len(ts) - 1, len(os_) - 1), np.int64)
     for b in range(len(p)):
         t0, t1 = np.searchsorted(ts, [a.seg_lo[b], a.seg_hi[b]])
         o0, o1 = np.searchsorted(os_, [pk.offsets[b], pk.offsets[b] + a.size[b]])
         cover[t0:t1, o0:o1] += 1
-    return ts[0] == 0 and os_[-1] == p.capacity and bool(np.all(cover == 1))
+    return ts[0] == 0 and os_[-1] == pk.capacity and bool(np.all(cover == 1))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -32,8 +32,8 @@ def test_packing_tiles_the_strip(kind: str, n: int, seed: int) -> None:
     p = pk.problem
     assert len(p) == n
     assert _tiles(pk)
-    assert p.peak_live() == p.capacity                     # every instant is full: the optimum is the capacity
-    assert check_offsets(p, pk.offsets, capacity=p.capacity).valid
+    assert p.peak_live() == pk.capacity                     # every instant is full: the optimum is the capacity
+    assert check_offsets(p, pk.offsets, capacity=pk.capacity).valid
     assert np.all(p.arrays.size % 16 == 0)
 
 
@@ -73,11 +73,13 @@ def test_exact_search_reaches_the_known_optimum(kind: str, seed: int) -> None:
     """Small packings (12-30 buffers): the search finds an assignment at the capacity, proven optimal, whatever
     the heuristics' start; asking for one byte less is proven infeasible (the peak is the capacity)."""
     n = 12 + 3 * seed
-    p = perfect_packing(n, seed, kind, capacity=1 << 14, grain=16).problem
+    pk = perfect_packing(n, seed, kind, capacity=1 << 14, grain=16)
+    p = pk.problem
     s = exact.solve(p, 60.0)
-    assert check_offsets(p, s.offsets, capacity=p.capacity).valid
-    assert s.arena_bytes == p.capacity and s.proven_optimal
-    out = exact.decide(p, p.capacity, np.inf)
+    assert s.lower_bound == pk.capacity
+    assert check_offsets(p, s.offsets, capacity=pk.capacity).valid
+    assert s.arena_bytes == pk.capacity and s.proven_optimal
+    out = exact.decide(p, pk.capacity, np.inf)
     assert out.status == exact.FOUND
-    assert check_offsets(p, out.offsets, capacity=p.capacity).valid
-    assert exact.decide(p, p.capacity - 1, np.inf).status == exact.INFEASIBLE
+    assert check_offsets(p, out.offsets, capacity=pk.capacity).valid
+    assert exact.decide(p, pk.capacity - 1, np.inf).status == exact.INFEASIBLE
