@@ -35,6 +35,8 @@ from hybrid.arena.problem import Buffer, Problem
 
 FOUND, INFEASIBLE, NODE_LIMIT, TIMEOUT = 1, 0, 2, 3
 HEURISTIC_ORDERS = ("WAT", "TAW", "TWA")
+TIGHT = "tight"            # decide's zero-slack search (`_search_tight`) in its round robin ...
+TIGHT_SHARE = 3           # ... with this many times the node limit of each preordering's run
 QUICK_FIRST_NODES = 4     # solve(first_fit): nodes per buffer the search gets before the heuristics run ...
 QUICK_FIRST_MAX = 2000    # ... on problems this small (above, a node costs milliseconds)
 
@@ -198,10 +200,15 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     `node_budget` caps the nodes of all runs together: the answer then depends on the work done, not on the
     machine's load (TIMEOUT when it runs out; pass deadline=math.inf for a purely deterministic search)."""
     p = prepare(problem) if prepared is None else prepared
-    ranks = [preorder(p, h) for h in orders]
-    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) for h in orders]
     n = len(p.size)
     n_sec = len(p.total)
+    # zero slack (every section's live bytes equal the capacity: a perfect packing asked at its peak): the
+    # lowest-cell search runs first in the round robin, with TIGHT_SHARE times the others' node limit
+    runs = ((TIGHT,) if n_sec > 0 and np.all(p.total == capacity) else ()) + tuple(orders)
+    if not runs:
+        raise ValueError("exact.decide: no search to run (orders is empty and the problem has slack)")
+    ranks = [preorder(p, h) if h != TIGHT else None for h in runs]
+    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) if h != TIGHT else None for h in runs]
     bs_lo = np.full(n, n_sec, np.int64)
     bs_hi = np.zeros(n, np.int64)
     rb = np.repeat(np.arange(n), np.diff(p.br_first))
@@ -221,23 +228,27 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
         nonlocal limit, nodes
         while True:
             for hcode, rank in zip(hcodes, ranks):
-                run_limit = limit
+                run_limit = limit if hcode is not None else TIGHT_SHARE * limit
                 if node_budget is not None:
                     if nodes >= node_budget:
                         result.append(Outcome(TIMEOUT, None, nodes))
                         return
-                    run_limit = min(limit, node_budget - nodes)
-                rank = rank.copy()
+                    run_limit = min(run_limit, node_budget - nodes)
                 if np.any(p.total > capacity):
                     result.append(Outcome(INFEASIBLE, None, nodes))
                     return
                 off = np.full(n, -1, np.int64)
                 sol = np.zeros(n, np.int64)
                 counters = np.zeros(3, np.int64)
-                st = _search(hcode, p.width, p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi,
-                             p.ov_first, p.ov, p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64),
-                             np.zeros(n_sec, np.int64), p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64),
-                             np.empty(n_sec, np.int64), counters, run_limit, deadline, mask)
+                if hcode is None:
+                    st = _search_tight(p.size, p.align, p.width, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi,
+                                       p.sec_first, p.sec_buf, capacity, cuts0.copy(), sol, counters, run_limit,
+                                       deadline, mask)
+                else:
+                    st = _search(hcode, p.width, p.size, p.align, rank.copy(), p.br_first, p.br_lo, p.br_hi, bs_lo,
+                                 bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64),
+                                 np.zeros(n_sec, np.int64), p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64),
+                                 np.empty(n_sec, np.int64), counters, run_limit, deadline, mask)
                 nodes += int(counters[0])
                 if st == FOUND:
                     full = np.zeros(len(problem), np.int64)
@@ -247,7 +258,8 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                 if st == NOT_FOUND:
                     result.append(Outcome(INFEASIBLE, None, nodes))
                     return
-                if st == TIMEOUT or (st == NODE_LIMIT and run_limit < limit) or time.perf_counter() > deadline:
+                if st == TIMEOUT or (st == NODE_LIMIT and node_budget is not None and nodes >= node_budget) \
+                        or time.perf_counter() > deadline:
                     result.append(Outcome(TIMEOUT, None, nodes))
                     return
             limit *= 2
@@ -677,6 +689,253 @@ def _search(hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_h
                     counters[2] += 1
                 finish = True
         # the frame is done with `ret`: hand it to the parent
+        if f_type[d] == SEARCH:
+            ctop = f_cstart[d]
+        if d == 0:
+            return ret
+        d -= 1
+        fresh = False
+
+
+# --- zero slack: every section's live bytes equal the capacity (a perfect packing asked at its peak) --------
+# No byte may be wasted anywhere, so the buffers placed in each section always form one stack [0, level). The
+# lowest cell of the strip, (s, level[s]) at the least level, must be the bottom of some unplaced buffer
+# whose sections all stand at that level; branching on those (for the lowest section with the fewest of
+# them) is complete and far narrower than the canonical order, which also tries buffers at every other
+# section of that level and only learns much later that a skipped one cannot fit.
+
+
+@nb.njit(cache=True)
+def _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align, capacity):
+    if L + size[c] > capacity or L % align[c] != 0:
+        return False
+    for q in range(br_first[c], br_first[c + 1]):
+        for s in range(br_lo[q], br_hi[q]):
+            if level[s] != L:
+                return False
+    return True
+
+
+@nb.njit(cache=True)
+def _tight_fillable(b, h, level, placed, br_first, br_lo, br_hi, sec_first, sec_buf, size, align, capacity):
+    """Each section under b's new top h still has an unplaced buffer that could start there: one whose
+    sections all stand at most at h (levels only rise) and that fits below the capacity."""
+    for q in range(br_first[b], br_first[b + 1]):
+        for s in range(br_lo[q], br_hi[q]):
+            ok = False
+            for r in range(sec_first[s], sec_first[s + 1]):
+                c = sec_buf[r]
+                if placed[c] or h + size[c] > capacity or h % align[c] != 0:
+                    continue
+                ok = True
+                for q2 in range(br_first[c], br_first[c + 1]):
+                    for s2 in range(br_lo[q2], br_hi[q2]):
+                        if level[s2] > h:
+                            ok = False
+                            break
+                    if not ok:
+                        break
+                if ok:
+                    break
+            if not ok:
+                return False
+    return True
+
+
+@nb.njit(cache=True)
+def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_first, sec_buf, capacity, cuts, sol,
+                  counters, node_limit, deadline, mask):
+    """Depth-first search of the zero-slack problem (see above); FOUND leaves offsets in `sol`. counters:
+    [nodes, unused, backtracks]. Candidates are tried widest first, then largest; a buffer the same as one
+    already tried at the node (same sections and size) is skipped; a placement that leaves a cell on its top
+    no unplaced buffer can start at is undone at once. Once no unplaced buffer crosses a section boundary,
+    each side is searched on its own and the first that fails fails the node (SPLIT frames, as in `_search`).
+    `cuts[s]`: unplaced buffers crossing the boundary after section s."""
+    n = len(size)
+    n_sec = len(sec_first) - 1
+    level = np.zeros(n_sec, np.int64)
+    placed = np.zeros(n, np.bool_)
+    cap_d = 2 * n + 4
+    f_type = np.zeros(cap_d, np.int64)
+    f_lo = np.zeros(cap_d, np.int64)
+    f_hi = np.zeros(cap_d, np.int64)
+    f_s = np.zeros(cap_d, np.int64)
+    f_start = np.zeros(cap_d, np.int64)
+    f_cstart = np.zeros(cap_d, np.int64)
+    f_ck = np.zeros(cap_d, np.int64)
+    f_ci = np.zeros(cap_d, np.int64)
+    f_b = np.zeros(cap_d, np.int64)
+    cstack = np.empty(max(4 * n, 16), np.int64)
+    ctop = 0
+    cbuf = np.empty(n, np.int64)
+    big = np.int64(2) ** 62
+    d = 0
+    f_type[0] = SPLIT
+    f_hi[0] = n_sec
+    fresh = True
+    ret = NOT_FOUND
+    while True:
+        finish = False
+        lo = f_lo[d]
+        hi = f_hi[d]
+        if f_type[d] == SPLIT:
+            if not fresh:
+                if ret != FOUND:
+                    finish = True
+                else:
+                    f_start[d] = f_hi[d + 1]
+            if not finish:
+                pushed = False
+                s = f_s[d]
+                while s < hi:
+                    if s + 1 < hi and cuts[s] != 0:
+                        s += 1
+                        continue
+                    end = s + 1
+                    start = f_start[d]
+                    open_ = False
+                    for t in range(start, end):
+                        if level[t] < capacity:
+                            open_ = True
+                            break
+                    if open_:
+                        f_s[d] = s + 1
+                        e = d + 1
+                        f_type[e] = SEARCH
+                        f_lo[e] = start
+                        f_hi[e] = end
+                        pushed = True
+                        break
+                    f_start[d] = end
+                    s += 1
+                if pushed:
+                    d += 1
+                    fresh = True
+                    continue
+                ret = FOUND
+                finish = True
+        else:
+            if fresh:
+                f_cstart[d] = ctop
+                f_ck[d] = 0
+                f_ci[d] = 0
+                L = big
+                for s in range(lo, hi):
+                    if level[s] < L:
+                        L = level[s]
+                if L >= capacity:
+                    ret = FOUND
+                    finish = True
+                else:
+                    best_s = -1
+                    best_k = big
+                    for s in range(lo, hi):
+                        if level[s] != L:
+                            continue
+                        k = 0
+                        for q in range(sec_first[s], sec_first[s + 1]):
+                            c = sec_buf[q]
+                            if not placed[c] and _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align, capacity):
+                                k += 1
+                                if k >= best_k:
+                                    break
+                        if k < best_k:
+                            best_k = k
+                            best_s = s
+                            if k == 0:
+                                break
+                    if best_k > 0:
+                        k = 0
+                        for q in range(sec_first[best_s], sec_first[best_s + 1]):
+                            c = sec_buf[q]
+                            if not placed[c] and _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align, capacity):
+                                cbuf[k] = c
+                                k += 1
+                        key = np.empty(k, np.int64)
+                        for i in range(k):
+                            key[i] = -(width[cbuf[i]] * (capacity + 1) + size[cbuf[i]])
+                        order = np.argsort(key, kind="mergesort")
+                        cstack = _grow(cstack, ctop + k)
+                        m = 0
+                        for i in range(k):
+                            c = cbuf[order[i]]
+                            dup = False
+                            for j in range(ctop, ctop + m):
+                                e = cstack[j]
+                                if size[e] == size[c] and br_first[e + 1] - br_first[e] == br_first[c + 1] - br_first[c]:
+                                    same = True
+                                    for t in range(br_first[c + 1] - br_first[c]):
+                                        if br_lo[br_first[e] + t] != br_lo[br_first[c] + t] or \
+                                                br_hi[br_first[e] + t] != br_hi[br_first[c] + t]:
+                                            same = False
+                                            break
+                                    if same:
+                                        dup = True
+                                        break
+                            if not dup:
+                                cstack[ctop + m] = c
+                                m += 1
+                        ctop += m
+                        f_ck[d] = m
+            else:
+                b = f_b[d]
+                L = sol[b]
+                for q in range(br_first[b], br_first[b + 1]):
+                    for s in range(br_lo[q], br_hi[q]):
+                        level[s] = L
+                for s in range(bs_lo[b], bs_hi[b] - 1):
+                    cuts[s] += 1
+                placed[b] = False
+                if ret != NOT_FOUND:
+                    finish = True
+            if not finish:
+                pushed = False
+                ret = NOT_FOUND
+                while f_ci[d] < f_ck[d]:
+                    b = cstack[f_cstart[d] + f_ci[d]]
+                    f_ci[d] += 1
+                    counters[0] += 1
+                    if counters[0] >= node_limit:
+                        ret = NODE_LIMIT
+                        break
+                    if (counters[0] & mask) == 0 and _now() > deadline:
+                        ret = TIMEOUT
+                        break
+                    L = level[br_lo[br_first[b]]]
+                    h = L + size[b]
+                    placed[b] = True
+                    for q in range(br_first[b], br_first[b + 1]):
+                        for s in range(br_lo[q], br_hi[q]):
+                            level[s] = h
+                    if h < capacity and not _tight_fillable(b, h, level, placed, br_first, br_lo, br_hi, sec_first,
+                                                             sec_buf, size, align, capacity):
+                        for q in range(br_first[b], br_first[b + 1]):
+                            for s in range(br_lo[q], br_hi[q]):
+                                level[s] = L
+                        placed[b] = False
+                        continue
+                    sol[b] = L
+                    n_cut = 0
+                    for s in range(bs_lo[b], bs_hi[b] - 1):
+                        cuts[s] -= 1
+                        if cuts[s] == 0 and lo < s + 1 < hi:
+                            n_cut += 1
+                    f_b[d] = b
+                    e = d + 1
+                    f_type[e] = SPLIT if n_cut > 0 else SEARCH
+                    f_lo[e] = lo
+                    f_hi[e] = hi
+                    f_s[e] = lo
+                    f_start[e] = lo
+                    pushed = True
+                    break
+                if pushed:
+                    d += 1
+                    fresh = True
+                    continue
+                if ret == NOT_FOUND:
+                    counters[2] += 1
+                finish = True
         if f_type[d] == SEARCH:
             ctop = f_cstart[d]
         if d == 0:

@@ -7,6 +7,7 @@ import pytest
 
 from hybrid.arena import exact
 from hybrid.arena.packings import KINDS, perfect_packing
+from hybrid.arena.problem import Buffer, Problem
 from hybrid.arena.validate import check_offsets
 
 
@@ -83,3 +84,23 @@ def test_exact_search_reaches_the_known_optimum(kind: str, seed: int) -> None:
     assert out.status == exact.FOUND
     assert check_offsets(p, out.offsets, capacity=pk.capacity).valid
     assert exact.decide(p, pk.capacity - 1, np.inf).status == exact.INFEASIBLE
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_zero_slack_search_alone_finds_the_packing(kind: str) -> None:
+    """decide with no preordering runs only the zero-slack search (every section is full at the capacity)."""
+    for seed in range(8):
+        pk = perfect_packing(60, seed, kind, capacity=1 << 16, grain=16)
+        out = exact.decide(pk.problem, pk.capacity, np.inf, orders=())
+        assert out.status == exact.FOUND
+        assert check_offsets(pk.problem, out.offsets, capacity=pk.capacity).valid
+
+
+def test_zero_slack_search_proves_infeasibility_and_needs_zero_slack() -> None:
+    """Both buffers need an even offset: the 3-byte one at 0 leaves byte 3 for the 1-byte one, which is odd."""
+    p = Problem([Buffer("a", 0, 1, 1, 2), Buffer("b", 0, 1, 3, 2)])
+    assert exact.decide(p, 4, np.inf, orders=()).status == exact.INFEASIBLE
+    assert exact.decide(p, 4, np.inf).status == exact.INFEASIBLE          # the round robin agrees
+    assert exact.decide(p, 6, np.inf).status == exact.FOUND
+    with pytest.raises(ValueError, match="slack"):
+        exact.decide(p, 6, np.inf, orders=())
