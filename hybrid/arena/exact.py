@@ -35,8 +35,10 @@ from hybrid.arena.problem import Buffer, Problem
 
 FOUND, INFEASIBLE, NODE_LIMIT, TIMEOUT = 1, 0, 2, 3
 HEURISTIC_ORDERS = ("WAT", "TAW", "TWA")
-TIGHT = "tight"            # decide's zero-slack search (`_search_tight`) in its round robin ...
-TIGHT_SHARE = 3           # ... with this many times the node limit of each preordering's run
+# decide's zero-slack searches (`_search_tight`) in its round robin, by their branching cell: the lowest section
+# whose candidate is the widest, or the one with the fewest candidates (each solves instances the other does not)
+TIGHT = {"tight-wide": 1, "tight-few": 0}
+TIGHT_SHARE = 2           # ... each with this many times the node limit of a preordering's run
 QUICK_FIRST_NODES = 4     # solve(first_fit): nodes per buffer the search gets before the heuristics run ...
 QUICK_FIRST_MAX = 2000    # ... on problems this small (above, a node costs milliseconds)
 
@@ -203,12 +205,12 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     n = len(p.size)
     n_sec = len(p.total)
     # zero slack (every section's live bytes equal the capacity: a perfect packing asked at its peak): the
-    # lowest-cell search runs first in the round robin, with TIGHT_SHARE times the others' node limit
-    runs = ((TIGHT,) if n_sec > 0 and np.all(p.total == capacity) else ()) + tuple(orders)
+    # lowest-cell searches run first in the round robin, with TIGHT_SHARE times the others' node limit
+    runs = (tuple(TIGHT) if n_sec > 0 and np.all(p.total == capacity) else ()) + tuple(orders)
     if not runs:
         raise ValueError("exact.decide: no search to run (orders is empty and the problem has slack)")
-    ranks = [preorder(p, h) if h != TIGHT else None for h in runs]
-    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) if h != TIGHT else None for h in runs]
+    ranks = [preorder(p, h) if h not in TIGHT else None for h in runs]
+    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) if h not in TIGHT else None for h in runs]
     bs_lo = np.full(n, n_sec, np.int64)
     bs_hi = np.zeros(n, np.int64)
     rb = np.repeat(np.arange(n), np.diff(p.br_first))
@@ -227,7 +229,7 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     def run() -> None:
         nonlocal limit, nodes
         while True:
-            for hcode, rank in zip(hcodes, ranks):
+            for run_name, hcode, rank in zip(runs, hcodes, ranks):
                 run_limit = limit if hcode is not None else TIGHT_SHARE * limit
                 if node_budget is not None:
                     if nodes >= node_budget:
@@ -243,7 +245,7 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                 if hcode is None:
                     st = _search_tight(p.size, p.align, p.width, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi,
                                        p.sec_first, p.sec_buf, capacity, cuts0.copy(), sol, counters, run_limit,
-                                       deadline, mask)
+                                       deadline, mask, TIGHT[run_name])
                 else:
                     st = _search(hcode, p.width, p.size, p.align, rank.copy(), p.br_first, p.br_lo, p.br_hi, bs_lo,
                                  bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64),
@@ -276,7 +278,8 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
     `capacity` caps the arena (default: the problem's, else none). `first_fit`: stop at the first assignment
     within the capacity (MiniMalloc's benchmark question) instead of minimising below it; the search then gets
     `QUICK_FIRST_NODES` per buffer before any heuristic runs (a perfect fit is often found in a few hundred
-    nodes, faster than the heuristics' 15 ms), unless `start` is given.
+    nodes, faster than the heuristics' 15 ms), unless `start` is given; at zero slack (every section full at
+    the capacity) it gets 90% of the limit (all of `node_budget`), the heuristics only what is left.
     `node_budget` caps the search's nodes over all its decisions (the peak gets half, each later target a
     third of what is left): with `time_limit_s=None` the result no longer depends on the machine's load.
     `start`: the best heuristic's solution when the caller has it already (default: computed here).
@@ -293,17 +296,26 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
     used = 0
     cap = problem.capacity if capacity is None else capacity
     p: Prepared | None = None
+    searched: Outcome | None = None      # the zero-slack search's answer, made before the heuristics
     if first_fit and cap is not None and start is None and 0 < len(problem) <= QUICK_FIRST_MAX:
-        # a tight fit (a perfect packing) is often found in a few hundred nodes: before the heuristics
+        # a tight fit (a perfect packing) is often found in a few hundred nodes: before the heuristics, which
+        # cost more (15-50 ms with the repair) and cannot prove anything; at zero slack (every section full
+        # at the capacity) they cannot reach it unless the search does, so the search gets 90% of the time
         p = prepare(problem)
-        out = decide(problem, cap, deadline, p, node_budget=min(QUICK_FIRST_NODES * len(problem),
-                                                                   node_budget or math.inf))
+        zero_slack = bool(len(p.total)) and bool(np.all(p.total == cap))
+        if zero_slack:
+            budget, until = node_budget, (deadline if time_limit_s is None else t0 + 0.9 * time_limit_s)
+        else:
+            budget, until = min(QUICK_FIRST_NODES * len(problem), node_budget or math.inf), deadline
+        out = decide(problem, cap, until, p, node_budget=budget)
         used = out.nodes
         if out.status == FOUND:
             assert out.offsets is not None
             arena = int((out.offsets + problem.arrays.size).max())
             lb0 = problem.peak_live()
             return Solution(out.offsets, arena, "exact", time.perf_counter() - t0, arena == lb0, lb0, used)
+        if zero_slack:
+            searched = out
     heur = best_heuristic(problem) if start is None else start
     if repair_moves > 0:
         heur = repair(problem, heur, max_moves=repair_moves, targets=(1.001,))
@@ -316,6 +328,8 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
 
     if best == lb or (first_fit and cap is not None and best <= cap):
         return done(best_off, best, solver, best == lb, lb)
+    if searched is not None:             # the zero-slack search ran out or proved the capacity out of reach
+        return done(best_off, best, solver, False, cap + 1 if searched.status == INFEASIBLE else lb)
     p = prepare(problem) if p is None else p
     proven_lb = lb
     if time.perf_counter() >= deadline:
@@ -744,7 +758,7 @@ def _tight_fillable(b, h, level, placed, br_first, br_lo, br_hi, sec_first, sec_
 
 @nb.njit(cache=True)
 def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_first, sec_buf, capacity, cuts, sol,
-                  counters, node_limit, deadline, mask):
+                  counters, node_limit, deadline, mask, select):
     """Depth-first search of the zero-slack problem (see above); FOUND leaves offsets in `sol`. counters:
     [nodes, unused, backtracks]. Candidates are tried widest first, then largest; a buffer the same as one
     already tried at the node (same sections and size) is skipped; a placement that leaves a cell on its top
@@ -829,21 +843,30 @@ def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_
                 else:
                     best_s = -1
                     best_k = big
+                    best_top = -1
                     for s in range(lo, hi):
                         if level[s] != L:
                             continue
                         k = 0
+                        top = -1
                         for q in range(sec_first[s], sec_first[s + 1]):
                             c = sec_buf[q]
                             if not placed[c] and _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align, capacity):
                                 k += 1
-                                if k >= best_k:
+                                key_c = width[c] * (capacity + 1) + size[c]
+                                if key_c > top:
+                                    top = key_c
+                                if select == 0 and k >= best_k:
                                     break
-                        if k < best_k:
+                        if k <= 1:
                             best_k = k
                             best_s = s
-                            if k == 0:
-                                break
+                            break
+                        if (select == 0 and k < best_k) or (select == 1 and (top > best_top or (
+                                top == best_top and k < best_k))):
+                            best_k = k
+                            best_s = s
+                            best_top = top
                     if best_k > 0:
                         k = 0
                         for q in range(sec_first[best_s], sec_first[best_s + 1]):

@@ -104,3 +104,30 @@ def test_zero_slack_search_proves_infeasibility_and_needs_zero_slack() -> None:
     assert exact.decide(p, 6, np.inf).status == exact.FOUND
     with pytest.raises(ValueError, match="slack"):
         exact.decide(p, 6, np.inf, orders=())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lowest_fill_is_valid_and_reaches_simple_packings(seed: int) -> None:
+    """The lowest-cell heuristic is valid on random instances (gaps, alignment) and on perfect packings."""
+    from hybrid.arena.heuristics import best_fit, lowest_fill
+    from tests.arena.instances import random_problem
+
+    p = random_problem(seed, 60, 1 + seed % 3 * 4, gaps=seed % 2 == 1)
+    s = lowest_fill(p)
+    assert check_offsets(p, s.offsets).valid and s.arena_bytes >= p.peak_live()
+    pk = perfect_packing(150, seed, KINDS[seed % 2])
+    lf = lowest_fill(pk.problem)
+    assert check_offsets(pk.problem, lf.offsets).valid
+    assert lf.arena_bytes >= pk.capacity
+    assert best_fit(pk.problem).arena_bytes > pk.capacity       # the packings are not trivial for best fit
+
+
+def test_lowest_fill_reaches_a_guillotine_stack() -> None:
+    """Three buffers stacked over [0, 4) and two after them: the lowest cell is filled widest first, exactly."""
+    p = Problem([Buffer("a", 0, 4, 2), Buffer("b", 0, 2, 3), Buffer("c", 2, 4, 1), Buffer("d", 2, 4, 2),
+                 Buffer("e", 0, 2, 0)])
+    from hybrid.arena.heuristics import lowest_fill
+
+    s = lowest_fill(p)
+    assert check_offsets(p, s.offsets).valid
+    assert s.arena_bytes == 5 == p.peak_live()
