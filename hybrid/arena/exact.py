@@ -34,6 +34,7 @@ from hybrid.arena.repair import repair
 from hybrid.arena.problem import Buffer, Problem
 
 FOUND, INFEASIBLE, NODE_LIMIT, TIMEOUT = 1, 0, 2, 3
+NO_LIMIT = 2 ** 62
 HEURISTIC_ORDERS = ("WAT", "TAW", "TWA")
 # decide's zero-slack searches (`_search_tight`) in its round robin, by their branching cell: the lowest section
 # whose candidate is the widest, or the one with the fewest candidates (each solves instances the other does not)
@@ -206,7 +207,8 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     n_sec = len(p.total)
     # zero slack (every section's live bytes equal the capacity: a perfect packing asked at its peak): the
     # lowest-cell searches run first in the round robin, with TIGHT_SHARE times the others' node limit
-    runs = (tuple(TIGHT) if n_sec > 0 and np.all(p.total == capacity) else ()) + tuple(orders)
+    tight = n_sec > 0 and bool(np.all(p.total == capacity))
+    runs = (tuple(TIGHT) if tight else ()) + tuple(orders)
     if not runs:
         raise ValueError("exact.decide: no search to run (orders is empty and the problem has slack)")
     ranks = [preorder(p, h) if h not in TIGHT else None for h in runs]
@@ -230,27 +232,34 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
         nonlocal limit, nodes
         while True:
             for run_name, hcode, rank in zip(runs, hcodes, ranks):
+                # at zero slack a run's limit counts descents (placements that pass the checks: MiniMalloc's
+                # node), elsewhere placements tried (measured on the challenging set: descents there solve F
+                # in 2 M nodes no more, A, G, I, J, K take 1.3-14x the nodes); the budget counts placements
+                # tried, as `Outcome.nodes` does
                 run_limit = limit if hcode is not None else TIGHT_SHARE * limit
+                left = NO_LIMIT
                 if node_budget is not None:
                     if nodes >= node_budget:
                         result.append(Outcome(TIMEOUT, None, nodes))
                         return
-                    run_limit = min(run_limit, node_budget - nodes)
+                    left = node_budget - nodes
+                if not tight:
+                    left, run_limit = min(left, run_limit), NO_LIMIT
                 if np.any(p.total > capacity):
                     result.append(Outcome(INFEASIBLE, None, nodes))
                     return
                 off = np.full(n, -1, np.int64)
                 sol = np.zeros(n, np.int64)
-                counters = np.zeros(3, np.int64)
+                counters = np.zeros(4, np.int64)
                 if hcode is None:
                     st = _search_tight(p.size, p.align, p.width, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi,
-                                       p.sec_first, p.sec_buf, capacity, cuts0.copy(), sol, counters, run_limit,
-                                       deadline, mask, TIGHT[run_name])
+                                       p.sec_first, p.sec_buf, capacity, cuts0.copy(), sol, counters, left,
+                                       deadline, mask, TIGHT[run_name], run_limit)
                 else:
                     st = _search(hcode, p.width, p.size, p.align, rank.copy(), p.br_first, p.br_lo, p.br_hi, bs_lo,
                                  bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64),
                                  np.zeros(n_sec, np.int64), p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64),
-                                 np.empty(n_sec, np.int64), counters, run_limit, deadline, mask)
+                                 np.empty(n_sec, np.int64), counters, left, deadline, mask, run_limit)
                 nodes += int(counters[0])
                 if st == FOUND:
                     full = np.zeros(len(problem), np.int64)
@@ -419,9 +428,11 @@ SPLIT, SEARCH = 1, 0
 
 @nb.njit(cache=True)
 def _search(hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf,
-            capacity, off, minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask):
-    """The depth-first search over all buffers and sections; FOUND leaves offsets in `sol`. counters: [nodes,
-    stamp, backtracks]. An explicit stack of frames instead of recursion, so numba caches it (a self-recursive
+            capacity, off, minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask,
+            descent_limit):
+    """The depth-first search over all buffers and sections; FOUND leaves offsets in `sol`. counters: [nodes
+    (placements tried), stamp, backtracks, descents (placements that pass the checks)]; NODE_LIMIT when nodes
+    reach `node_limit` or descents `descent_limit`. An explicit stack of frames instead of recursion, so numba caches it (a self-recursive
     function's cache segfaults on reload, and compiling it took 6-26 s per process on this machine).
 
     Two kinds of frame. SEARCH: the canonical search of one part over sections [lo, hi): try each candidate
@@ -596,7 +607,7 @@ def _search(hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_h
                     b = cstack[f_cstart[d] + f_ci[d]]
                     f_ci[d] += 1
                     counters[0] += 1
-                    if counters[0] >= node_limit:
+                    if counters[0] >= node_limit or counters[3] >= descent_limit:
                         ret = NODE_LIMIT
                         break
                     if (counters[0] & mask) == 0 and _now() > deadline:
@@ -671,6 +682,7 @@ def _search(hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_h
                                 n_cut += 1
                         f_b[d] = b
                         f_hat[d] = hat
+                        counters[3] += 1
                         e = d + 1
                         f_type[e] = SPLIT if n_cut > 0 else SEARCH
                         f_pstart[e] = p0
@@ -758,9 +770,9 @@ def _tight_fillable(b, h, level, placed, br_first, br_lo, br_hi, sec_first, sec_
 
 @nb.njit(cache=True)
 def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_first, sec_buf, capacity, cuts, sol,
-                  counters, node_limit, deadline, mask, select):
+                  counters, node_limit, deadline, mask, select, descent_limit):
     """Depth-first search of the zero-slack problem (see above); FOUND leaves offsets in `sol`. counters:
-    [nodes, unused, backtracks]. Candidates are tried widest first, then largest; a buffer the same as one
+    [nodes, unused, backtracks, descents], limits as in `_search`. Candidates are tried widest first, then largest; a buffer the same as one
     already tried at the node (same sections and size) is skipped; a placement that leaves a cell on its top
     no unplaced buffer can start at is undone at once. Once no unplaced buffer crosses a section boundary,
     each side is searched on its own and the first that fails fails the node (SPLIT frames, as in `_search`).
@@ -918,7 +930,7 @@ def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_
                     b = cstack[f_cstart[d] + f_ci[d]]
                     f_ci[d] += 1
                     counters[0] += 1
-                    if counters[0] >= node_limit:
+                    if counters[0] >= node_limit or counters[3] >= descent_limit:
                         ret = NODE_LIMIT
                         break
                     if (counters[0] & mask) == 0 and _now() > deadline:
@@ -944,6 +956,7 @@ def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_
                         if cuts[s] == 0 and lo < s + 1 < hi:
                             n_cut += 1
                     f_b[d] = b
+                    counters[3] += 1
                     e = d + 1
                     f_type[e] = SPLIT if n_cut > 0 else SEARCH
                     f_lo[e] = lo
