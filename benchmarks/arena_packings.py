@@ -24,7 +24,7 @@ import pandas as pd
 
 from benchmarks.common import write_table
 from hybrid.arena import exact
-from hybrid.arena.heuristics import best_heuristic
+from hybrid.arena.heuristics import LOWEST_FILL_MAX, best_heuristic
 from hybrid.arena.packings import KINDS, perfect_packing
 from hybrid.arena.problem import read_csv, write_csv
 from hybrid.arena.validate import check_offsets
@@ -81,7 +81,7 @@ def main() -> None:
     exact.warm_up()                   # loads the cached kernels (compiles them on a first run)
     warm = perfect_packing(20, 0)
     exact.solve(warm.problem, 10.0, capacity=warm.capacity, first_fit=True, repair_moves=REPAIR_MOVES)
-    best_heuristic(warm.problem)
+    best_heuristic(warm.problem, LOWEST_FILL_MAX)
     warm_s = time.perf_counter() - t0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,7 +96,7 @@ def main() -> None:
                 t1 = time.perf_counter()
                 s = exact.solve(p, args.limit, capacity=cap, first_fit=True, repair_moves=REPAIR_MOVES)
                 secs = time.perf_counter() - t1
-                heur = best_heuristic(p)
+                heur = best_heuristic(p, LOWEST_FILL_MAX)      # as exact.solve computes it
                 assert check_offsets(p, s.offsets).valid
                 row = {"buffers": n, "seed": seed, "kind": kind, "heuristic /opt": heur.arena_bytes / cap,
                        "solved": bool(s.arena_bytes <= cap), "seconds": round(secs, 3), "by": s.solver,
@@ -111,11 +111,13 @@ def main() -> None:
                "abseil 20220623, -O3), run right after hybrid on the same CSV; `mm s` is its own elapsed time, "
                "`mm backtracks` its backtrack count (hybrid's `nodes` counts placements tried, a different unit)."
                if with_mm else "MiniMalloc's column left out: no binary given (--minimalloc PATH).")
-    notes = (f"Instances: `hybrid.arena.packings.perfect_packing(n, seed, kind)`, seeds {args.seed}..{args.seed + args.per_size - 1} "
-             f"per size, kinds {' and '.join(KINDS)} taking turns; capacity 1,048,576 = the optimum (each tiles "
-             f"1 MiB x 4n exactly). Limit {args.limit:.0f} s per instance and solver; hybrid's time is "
-             "`exact.solve(F, limit, capacity=C, first_fit=True, repair_moves=400)` in-process (as `hybrid arena --csv "
-             f"F --capacity C` runs it) after loading its cached kernels once ({warm_s:.1f} s, not counted). {mm_note} Solved = an assignment "
+    seeds = f"{args.seed}..{args.seed + args.per_size - 1}"
+    notes = (f"Instances: `hybrid.arena.packings.perfect_packing(n, seed, kind)`, seeds {seeds} per size, kinds "
+             f"{' and '.join(KINDS)} taking turns; capacity 1,048,576 = the optimum (each tiles 1 MiB x 4n "
+             f"exactly). Limit {args.limit:.0f} s per instance and solver; hybrid's time is `exact.solve(F, limit, "
+             "capacity=C, first_fit=True, repair_moves=400)` in-process (as `hybrid arena --csv F --capacity C` "
+             f"runs it) after loading its cached kernels once ({warm_s:.1f} s, not counted). {mm_note} Solved = "
+             "an assignment "
              "within the capacity, checked by hybrid.arena.validate. The machine was loaded: 2 cores shared with "
              "8 other sessions, run under `nice -n 10`, one solver at a time; compare the solvers only on the same "
              "instance (the ratio column), not across runs. Unsolved instances count the full limit in the medians."

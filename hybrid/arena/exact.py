@@ -14,6 +14,10 @@ tried round-robin with a node limit that doubles, so one bad ordering does not e
 Hatless pruning (MiniMalloc): a buffer with no unplaced buffer over it in time has its offset fixed whatever
 comes next, so when the search below it fails, no other choice at that node can succeed.
 
+At zero slack (every section's live bytes equal the capacity: a perfect packing asked at its peak) two
+lowest-cell searches (`_search_tight`) run first in the round robin: no byte may be wasted, so the lowest
+cell must be the bottom of a buffer whose sections all stand at that level, and only those are branched on.
+
 `solve` minimises: the best heuristic is the first upper bound, the peak of live bytes the lower bound; it
 asks for the peak first (success proves optimality), then bisects between what is proven and what is found.
 The whole depth-first search runs compiled (numba) on an explicit stack of frames, so numba caches it: the
@@ -26,10 +30,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+
 import numba as nb
 import numpy as np
 
-from hybrid.arena.heuristics import Solution, best_heuristic
+from hybrid.arena.heuristics import LOWEST_FILL_MAX, Solution, best_heuristic
 from hybrid.arena.repair import repair
 from hybrid.arena.problem import Buffer, Problem
 
@@ -39,7 +44,7 @@ HEURISTIC_ORDERS = ("WAT", "TAW", "TWA")
 # decide's zero-slack searches (`_search_tight`) in its round robin, by their branching cell: the lowest section
 # whose candidate is the widest, or the one with the fewest candidates (each solves instances the other does not)
 TIGHT = {"tight-wide": 1, "tight-few": 0}
-TIGHT_SHARE = 2           # ... each with this many times the node limit of a preordering's run
+TIGHT_SHARE = 2           # each gets this many times the node limit of a preordering's run
 QUICK_FIRST_NODES = 4     # solve(first_fit): nodes per buffer the search gets before the heuristics run ...
 QUICK_FIRST_MAX = 2000    # ... on problems this small (above, a node costs milliseconds)
 
@@ -258,8 +263,9 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                 else:
                     st = _search(hcode, p.width, p.size, p.align, rank.copy(), p.br_first, p.br_lo, p.br_hi, bs_lo,
                                  bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64),
-                                 np.zeros(n_sec, np.int64), p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64),
-                                 np.empty(n_sec, np.int64), counters, left, deadline, mask, run_limit)
+                                 np.zeros(n_sec, np.int64), p.total.copy(), cuts0.copy(), sol,
+                                 np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64), counters, left, deadline, mask,
+                                 run_limit)
                 nodes += int(counters[0])
                 if st == FOUND:
                     full = np.zeros(len(problem), np.int64)
@@ -325,7 +331,7 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
             return Solution(out.offsets, arena, "exact", time.perf_counter() - t0, arena == lb0, lb0, used)
         if zero_slack:
             searched = out
-    heur = best_heuristic(problem) if start is None else start
+    heur = best_heuristic(problem, LOWEST_FILL_MAX) if start is None else start
     if repair_moves > 0:
         heur = repair(problem, heur, max_moves=repair_moves, targets=(1.001,))
     lb = heur.lower_bound
@@ -432,8 +438,8 @@ def _search(hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_h
             descent_limit):
     """The depth-first search over all buffers and sections; FOUND leaves offsets in `sol`. counters: [nodes
     (placements tried), stamp, backtracks, descents (placements that pass the checks)]; NODE_LIMIT when nodes
-    reach `node_limit` or descents `descent_limit`. An explicit stack of frames instead of recursion, so numba caches it (a self-recursive
-    function's cache segfaults on reload, and compiling it took 6-26 s per process on this machine).
+    reach `node_limit` or descents `descent_limit`. An explicit stack of frames instead of recursion, so numba
+    caches it (a self-recursive function's cache segfaults on reload; compiling it took 6-26 s per process).
 
     Two kinds of frame. SEARCH: the canonical search of one part over sections [lo, hi): try each candidate
     (unplaced, lowest offset at or above the frame's monotone offset, not dominated) in (offset, rank) order,
@@ -772,10 +778,11 @@ def _tight_fillable(b, h, level, placed, br_first, br_lo, br_hi, sec_first, sec_
 def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_first, sec_buf, capacity, cuts, sol,
                   counters, node_limit, deadline, mask, select, descent_limit):
     """Depth-first search of the zero-slack problem (see above); FOUND leaves offsets in `sol`. counters:
-    [nodes, unused, backtracks, descents], limits as in `_search`. Candidates are tried widest first, then largest; a buffer the same as one
-    already tried at the node (same sections and size) is skipped; a placement that leaves a cell on its top
-    no unplaced buffer can start at is undone at once. Once no unplaced buffer crosses a section boundary,
-    each side is searched on its own and the first that fails fails the node (SPLIT frames, as in `_search`).
+    [nodes, unused, backtracks, descents], limits as in `_search`. Candidates are tried widest first, then
+    largest; a buffer the same as one already tried at the node (same sections and size) is skipped; a
+    placement that leaves a cell on its top no unplaced buffer can start at is undone at once. Once no
+    unplaced buffer crosses a section boundary, each side is searched on its own and the first that fails
+    fails the node (SPLIT frames, as in `_search`).
     `cuts[s]`: unplaced buffers crossing the boundary after section s."""
     n = len(size)
     n_sec = len(sec_first) - 1
@@ -863,7 +870,8 @@ def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_
                         top = -1
                         for q in range(sec_first[s], sec_first[s + 1]):
                             c = sec_buf[q]
-                            if not placed[c] and _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align, capacity):
+                            if not placed[c] and _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align,
+                                                             capacity):
                                 k += 1
                                 key_c = width[c] * (capacity + 1) + size[c]
                                 if key_c > top:
@@ -883,7 +891,8 @@ def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_
                         k = 0
                         for q in range(sec_first[best_s], sec_first[best_s + 1]):
                             c = sec_buf[q]
-                            if not placed[c] and _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align, capacity):
+                            if not placed[c] and _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align,
+                                                             capacity):
                                 cbuf[k] = c
                                 k += 1
                         key = np.empty(k, np.int64)
@@ -897,7 +906,8 @@ def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_
                             dup = False
                             for j in range(ctop, ctop + m):
                                 e = cstack[j]
-                                if size[e] == size[c] and br_first[e + 1] - br_first[e] == br_first[c + 1] - br_first[c]:
+                                if size[e] == size[c] and \
+                                        br_first[e + 1] - br_first[e] == br_first[c + 1] - br_first[c]:
                                     same = True
                                     for t in range(br_first[c + 1] - br_first[c]):
                                         if br_lo[br_first[e] + t] != br_lo[br_first[c] + t] or \

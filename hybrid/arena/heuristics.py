@@ -365,7 +365,7 @@ def _lowest_fill(size, align, width, br_first, br_lo, br_hi, sec_first, sec_buf)
     return off
 
 
-LOWEST_FILL_MAX = 5000      # best_heuristic runs lowest_fill up to this many buffers (it is O(n x sections))
+LOWEST_FILL_MAX = 5000      # exact.solve runs lowest_fill up to this many buffers (it is O(n x sections))
 
 
 def lowest_fill(problem: Problem) -> Solution:
@@ -387,11 +387,13 @@ def lowest_fill(problem: Problem) -> Solution:
 HEURISTICS = {"greedy-size": greedy_by_size, "best-fit": best_fit, "megengine": megengine}
 
 
-def best_heuristic(problem: Problem) -> Solution:
-    """The smallest arena among all heuristics (the exact search's first upper bound)."""
+def best_heuristic(problem: Problem, fill_up_to: int = 0) -> Solution:
+    """The smallest arena among all heuristics (the exact search's first upper bound); `lowest_fill` too when
+    the problem has at most `fill_up_to` buffers (`exact.solve` passes LOWEST_FILL_MAX; the default leaves
+    `hybrid optimize`'s layouts and their counted work as they were)."""
     t0 = time.perf_counter()
     sols = [h(problem) for h in HEURISTICS.values()]
-    if len(problem) <= LOWEST_FILL_MAX:
+    if len(problem) <= fill_up_to:
         sols.append(lowest_fill(problem))
     best = min(sols, key=lambda s: s.arena_bytes)
     return Solution(best.offsets, best.arena_bytes, best.solver, time.perf_counter() - t0, best.proven_optimal,
