@@ -11,27 +11,42 @@ top of the highest placed buffer it meets in time, aligned). Pruning:
 The static rank comes from MiniMalloc's preorderings (by width, area, and the largest section total),
 tried round-robin with a node limit that doubles, so one bad ordering does not eat the time.
 
+Hatless pruning (MiniMalloc): a buffer with no unplaced buffer over it in time has its offset fixed whatever
+comes next, so when the search below it fails, no other choice at that node can succeed.
+
+At zero slack (every section's live bytes equal the capacity: a perfect packing asked at its peak) two
+lowest-cell searches (`_search_tight`) run first in the round robin: no byte may be wasted, so the lowest
+cell must be the bottom of a buffer whose sections all stand at that level, and only those are branched on.
+
 `solve` minimises: the best heuristic is the first upper bound, the peak of live bytes the lower bound; it
 asks for the peak first (success proves optimality), then bisects between what is proven and what is found.
-The whole depth-first search runs compiled (numba), recursing once per placed buffer.
+The whole depth-first search runs compiled (numba) on an explicit stack of frames, so numba caches it: the
+recursive version could not be cached and was compiled in every process (6 s on a quiet machine, 26 s on
+this loaded one: all of `hybrid arena --csv`'s 20 s on a 150-buffer perfect packing the search solves in
+0.01 s).
 """
 from __future__ import annotations
 
 import math
-import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import numba as nb
 import numpy as np
 
-from hybrid.arena.heuristics import Solution, best_heuristic
+from hybrid.arena.heuristics import LOWEST_FILL_MAX, Solution, best_heuristic
 from hybrid.arena.repair import repair
 from hybrid.arena.problem import Buffer, Problem
 
 FOUND, INFEASIBLE, NODE_LIMIT, TIMEOUT = 1, 0, 2, 3
+NO_LIMIT = 2 ** 62
 HEURISTIC_ORDERS = ("WAT", "TAW", "TWA")
+# decide's zero-slack searches (`_search_tight`) in its round robin, by their branching cell: the lowest section
+# whose candidate is the widest, or the one with the fewest candidates (each solves instances the other does not)
+TIGHT = {"tight-wide": 1, "tight-few": 0}
+TIGHT_SHARE = 2           # each gets this many times the node limit of a preordering's run
+QUICK_FIRST_NODES = 4     # solve(first_fit): nodes per buffer the search gets before the heuristics run ...
+QUICK_FIRST_MAX = 2000    # ... on problems this small (above, a node costs milliseconds)
 
 
 @dataclass(frozen=True)
@@ -193,10 +208,16 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     `node_budget` caps the nodes of all runs together: the answer then depends on the work done, not on the
     machine's load (TIMEOUT when it runs out; pass deadline=math.inf for a purely deterministic search)."""
     p = prepare(problem) if prepared is None else prepared
-    ranks = [preorder(p, h) for h in orders]
-    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) for h in orders]
     n = len(p.size)
     n_sec = len(p.total)
+    # zero slack (every section's live bytes equal the capacity: a perfect packing asked at its peak): the
+    # lowest-cell searches run first in the round robin, with TIGHT_SHARE times the others' node limit
+    tight = n_sec > 0 and bool(np.all(p.total == capacity))
+    runs = (tuple(TIGHT) if tight else ()) + tuple(orders)
+    if not runs:
+        raise ValueError("exact.decide: no search to run (orders is empty and the problem has slack)")
+    ranks = [preorder(p, h) if h not in TIGHT else None for h in runs]
+    hcodes = [np.array(["WAT".index(c) for c in h], np.int64) if h not in TIGHT else None for h in runs]
     bs_lo = np.full(n, n_sec, np.int64)
     bs_hi = np.zeros(n, np.int64)
     rb = np.repeat(np.arange(n), np.diff(p.br_first))
@@ -215,25 +236,36 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
     def run() -> None:
         nonlocal limit, nodes
         while True:
-            for hcode, rank in zip(hcodes, ranks):
-                run_limit = limit
+            for run_name, hcode, rank in zip(runs, hcodes, ranks):
+                # at zero slack a run's limit counts descents (placements that pass the checks: MiniMalloc's
+                # node), elsewhere placements tried (measured on the challenging set: descents there solve F
+                # in 2 M nodes no more, A, G, I, J, K take 1.3-14x the nodes); the budget counts placements
+                # tried, as `Outcome.nodes` does
+                run_limit = limit if hcode is not None else TIGHT_SHARE * limit
+                left = NO_LIMIT
                 if node_budget is not None:
                     if nodes >= node_budget:
                         result.append(Outcome(TIMEOUT, None, nodes))
                         return
-                    run_limit = min(limit, node_budget - nodes)
-                rank = rank.copy()
+                    left = node_budget - nodes
+                if not tight:
+                    left, run_limit = min(left, run_limit), NO_LIMIT
                 if np.any(p.total > capacity):
                     result.append(Outcome(INFEASIBLE, None, nodes))
                     return
                 off = np.full(n, -1, np.int64)
                 sol = np.zeros(n, np.int64)
-                counters = np.zeros(2, np.int64)
-                st = _rec(np.arange(n, dtype=np.int64), 0, n_sec, np.int64(0), np.int64(-1), True, hcode, p.width,
-                          p.size, p.align, rank, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi, p.ov_first, p.ov,
-                          p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64), np.zeros(n_sec, np.int64),
-                          p.total.copy(), cuts0.copy(), sol, np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64),
-                          counters, run_limit, deadline, mask)
+                counters = np.zeros(4, np.int64)
+                if hcode is None:
+                    st = _search_tight(p.size, p.align, p.width, p.br_first, p.br_lo, p.br_hi, bs_lo, bs_hi,
+                                       p.sec_first, p.sec_buf, capacity, cuts0.copy(), sol, counters, left,
+                                       deadline, mask, TIGHT[run_name], run_limit)
+                else:
+                    st = _search(hcode, p.width, p.size, p.align, rank.copy(), p.br_first, p.br_lo, p.br_hi, bs_lo,
+                                 bs_hi, p.ov_first, p.ov, p.sec_first, p.sec_buf, capacity, off, np.zeros(n, np.int64),
+                                 np.zeros(n_sec, np.int64), p.total.copy(), cuts0.copy(), sol,
+                                 np.zeros(n_sec, np.int64), np.empty(n_sec, np.int64), counters, left, deadline, mask,
+                                 run_limit)
                 nodes += int(counters[0])
                 if st == FOUND:
                     full = np.zeros(len(problem), np.int64)
@@ -243,34 +275,14 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                 if st == NOT_FOUND:
                     result.append(Outcome(INFEASIBLE, None, nodes))
                     return
-                if st == TIMEOUT or (st == NODE_LIMIT and run_limit < limit) or time.perf_counter() > deadline:
+                if st == TIMEOUT or (st == NODE_LIMIT and node_budget is not None and nodes >= node_budget) \
+                        or time.perf_counter() > deadline:
                     result.append(Outcome(TIMEOUT, None, nodes))
                     return
             limit *= 2
 
-    _in_big_stack(run)
+    run()
     return result[0]
-
-
-def _in_big_stack(fn: Callable[[], None]) -> None:
-    """The search recurses once per placed buffer (18,700 deep at most): give it a 1 GiB stack."""
-    err: list[BaseException] = []
-
-    def guarded() -> None:
-        try:
-            fn()
-        except BaseException as e:   # noqa: BLE001 - re-raised in the caller's thread
-            err.append(e)
-
-    old = threading.stack_size(1 << 30)
-    try:
-        t = threading.Thread(target=guarded)
-        t.start()
-    finally:
-        threading.stack_size(old)
-    t.join()
-    if err:
-        raise err[0]
 
 
 def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | None = None,
@@ -279,7 +291,10 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
     """The smallest arena found within the time limit (never larger than the best heuristic's).
 
     `capacity` caps the arena (default: the problem's, else none). `first_fit`: stop at the first assignment
-    within the capacity (MiniMalloc's benchmark question) instead of minimising below it.
+    within the capacity (MiniMalloc's benchmark question) instead of minimising below it; the search then gets
+    `QUICK_FIRST_NODES` per buffer before any heuristic runs (a perfect fit is often found in a few hundred
+    nodes, faster than the heuristics' 15 ms), unless `start` is given; at zero slack (every section full at
+    the capacity) it gets 90% of the limit (all of `node_budget`), the heuristics only what is left.
     `node_budget` caps the search's nodes over all its decisions (the peak gets half, each later target a
     third of what is left): with `time_limit_s=None` the result no longer depends on the machine's load.
     `start`: the best heuristic's solution when the caller has it already (default: computed here).
@@ -295,7 +310,28 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
     nodes_left = math.inf if node_budget is None else node_budget
     used = 0
     cap = problem.capacity if capacity is None else capacity
-    heur = best_heuristic(problem) if start is None else start
+    p: Prepared | None = None
+    searched: Outcome | None = None      # the zero-slack search's answer, made before the heuristics
+    if first_fit and cap is not None and start is None and 0 < len(problem) <= QUICK_FIRST_MAX:
+        # a tight fit (a perfect packing) is often found in a few hundred nodes: before the heuristics, which
+        # cost more (15-50 ms with the repair) and cannot prove anything; at zero slack (every section full
+        # at the capacity) they cannot reach it unless the search does, so the search gets 90% of the time
+        p = prepare(problem)
+        zero_slack = bool(len(p.total)) and bool(np.all(p.total == cap))
+        if zero_slack:
+            budget, until = node_budget, (deadline if time_limit_s is None else t0 + 0.9 * time_limit_s)
+        else:
+            budget, until = min(QUICK_FIRST_NODES * len(problem), node_budget or math.inf), deadline
+        out = decide(problem, cap, until, p, node_budget=budget)
+        used = out.nodes
+        if out.status == FOUND:
+            assert out.offsets is not None
+            arena = int((out.offsets + problem.arrays.size).max())
+            lb0 = problem.peak_live()
+            return Solution(out.offsets, arena, "exact", time.perf_counter() - t0, arena == lb0, lb0, used)
+        if zero_slack:
+            searched = out
+    heur = best_heuristic(problem, LOWEST_FILL_MAX) if start is None else start
     if repair_moves > 0:
         heur = repair(problem, heur, max_moves=repair_moves, targets=(1.001,))
     lb = heur.lower_bound
@@ -307,13 +343,15 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
 
     if best == lb or (first_fit and cap is not None and best <= cap):
         return done(best_off, best, solver, best == lb, lb)
-    p = prepare(problem)
+    if searched is not None:             # the zero-slack search ran out or proved the capacity out of reach
+        return done(best_off, best, solver, False, cap + 1 if searched.status == INFEASIBLE else lb)
+    p = prepare(problem) if p is None else p
     proven_lb = lb
     if time.perf_counter() >= deadline:
         return done(best_off, best, solver, False, lb)
     if first_fit and cap is not None:
-        out = decide(problem, cap, deadline, p, node_budget=node_budget)
-        used = out.nodes
+        out = decide(problem, cap, deadline, p, node_budget=None if node_budget is None else node_budget - used)
+        used += out.nodes
         if out.status == FOUND:
             assert out.offsets is not None
             arena = int((out.offsets + problem.arrays.size).max())
@@ -378,164 +416,594 @@ def _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank):
         rank[sub[order[i]]] = i
 
 
-@nb.njit(cache=False)    # numba's cache of a self-recursive function segfaults on reload: compile per process
-def _rec(part, s_lo, s_hi, node_off, node_rank, split, hcode, width, size, align, rank, br_first, br_lo, br_hi,
-         bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total, cuts, sol, aff_mark,
-         aff_list, counters, node_limit, deadline, mask):
-    """Search the buffers of `part` over sections [s_lo, s_hi); FOUND leaves offsets in `sol`. `split`: first
-    cut the range at zero-cut boundaries and solve each piece on its own (the first failure fails all)."""
-    big = np.int64(2) ** 62
-    if split:
-        start = s_lo
-        for s in range(s_lo, s_hi):
-            if s + 1 < s_hi and cuts[s] != 0:
-                continue
-            end = s + 1
-            m = 0
-            for b in part:
-                if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
-                    m += 1
-            if m > 0:
-                sub = np.empty(m, np.int64)
-                m = 0
-                for b in part:
-                    if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
-                        sub[m] = b
-                        m += 1
-                saved = rank[sub].copy()
-                _rerank(sub, hcode, width, size, br_first, br_lo, br_hi, total, rank)
-                st = _rec(sub, start, end, np.int64(0), np.int64(-1), False, hcode, width, size, align, rank,
-                          br_first, br_lo, br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off,
-                          minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
-                rank[sub] = saved
-                if st != FOUND:
-                    return st
-            start = end
-        return FOUND
+@nb.njit(cache=True)
+def _grow(a, need):
+    """`a`, or a copy twice as long (or more) when `need` entries do not fit."""
+    if need <= len(a):
+        return a
+    m = max(len(a), 16)
+    while m < need:
+        m *= 2
+    out = np.empty(m, a.dtype)
+    out[:len(a)] = a
+    return out
+
+
+SPLIT, SEARCH = 1, 0
+
+
+@nb.njit(cache=True)
+def _search(hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf,
+            capacity, off, minoff, floor, total, cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask,
+            descent_limit):
+    """The depth-first search over all buffers and sections; FOUND leaves offsets in `sol`. counters: [nodes
+    (placements tried), stamp, backtracks, descents (placements that pass the checks)]; NODE_LIMIT when nodes
+    reach `node_limit` or descents `descent_limit`. An explicit stack of frames instead of recursion, so numba
+    caches it (a self-recursive function's cache segfaults on reload; compiling it took 6-26 s per process).
+
+    Two kinds of frame. SEARCH: the canonical search of one part over sections [lo, hi): try each candidate
+    (unplaced, lowest offset at or above the frame's monotone offset, not dominated) in (offset, rank) order,
+    place it, check the sections, then descend; a failed candidate whose buffer has no unplaced buffer over
+    it in time ("hatless", MiniMalloc) ends the frame, since its offset is then fixed whatever comes next.
+    SPLIT (MiniMalloc's dynamic decomposition): once no unplaced buffer crosses a section boundary, each piece
+    between zero-cut boundaries is searched on its own with a fresh rank from the current section totals; the
+    first piece that fails fails the frame."""
     n = len(size)
-    min_h = big
-    m = 0
-    for b in part:
-        if off[b] < 0:
-            m += 1
-            h = minoff[b] + size[b]
-            if h < min_h:
-                min_h = h
-    if m == 0:
-        return FOUND
-    cand = np.empty(m, np.int64)
-    key = np.empty(m, np.int64)
-    k = 0
-    for b in part:
-        if off[b] < 0:
-            o = minoff[b]
-            if o < node_off or (o == node_off and rank[b] < node_rank) or o >= min_h:
-                continue
-            cand[k] = b
-            key[k] = o * n + rank[b]
-            k += 1
-    order = np.argsort(key[:k])
-    for ci in range(k):
-        b = cand[order[ci]]
-        counters[0] += 1
-        if counters[0] >= node_limit:
-            return NODE_LIMIT
-        if (counters[0] & mask) == 0 and _now() > deadline:
-            return TIMEOUT
-        o = minoff[b]
-        off[b] = o
-        sol[b] = o
-        height = o + size[b]
-        n_ov = ov_first[b + 1] - ov_first[b]
-        olog_b = np.empty(n_ov, np.int64)
-        olog_v = np.empty(n_ov, np.int64)
-        o_len = 0
-        counters[1] += 1
-        stamp = counters[1]
-        n_aff = 0
-        for j in range(ov_first[b], ov_first[b + 1]):
-            c = ov[j]
-            if off[c] < 0 and minoff[c] < height:
-                olog_b[o_len] = c
-                olog_v[o_len] = minoff[c]
-                o_len += 1
-                r = height % align[c]
-                minoff[c] = height if r == 0 else height + align[c] - r
-                for q in range(br_first[c], br_first[c + 1]):
+    n_sec = len(total)
+    big = np.int64(2) ** 62
+    cap_d = 2 * n + 4
+    f_type = np.zeros(cap_d, np.int64)
+    f_pstart = np.zeros(cap_d, np.int64)
+    f_plen = np.zeros(cap_d, np.int64)
+    f_lo = np.zeros(cap_d, np.int64)
+    f_hi = np.zeros(cap_d, np.int64)
+    f_noff = np.zeros(cap_d, np.int64)
+    f_nrank = np.zeros(cap_d, np.int64)
+    f_cstart = np.zeros(cap_d, np.int64)
+    f_ck = np.zeros(cap_d, np.int64)
+    f_ci = np.zeros(cap_d, np.int64)
+    f_b = np.zeros(cap_d, np.int64)
+    f_hat = np.zeros(cap_d, np.int64)
+    f_olog = np.zeros(cap_d, np.int64)
+    f_slog = np.zeros(cap_d, np.int64)
+    f_s = np.zeros(cap_d, np.int64)        # SPLIT: the next section to look at
+    f_start = np.zeros(cap_d, np.int64)    # SPLIT: where the current piece starts
+    pstack = np.empty(max(4 * n, 16), np.int64)   # parts (each SPLIT child's buffers)
+    psave = np.empty(len(pstack), np.int64)       # their ranks before the child's re-rank
+    pstack[:n] = np.arange(n)
+    ptop = n
+    cstack = np.empty(max(4 * n, 16), np.int64)   # candidates of each SEARCH frame, in order
+    ckey = np.empty(n, np.int64)
+    cbuf = np.empty(n, np.int64)
+    ctop = 0
+    olog_b = np.empty(max(4 * n, 16), np.int64)   # trail of lowest-offset changes (buffer, old value)
+    olog_v = np.empty(len(olog_b), np.int64)
+    otop = 0
+    slog_s = np.empty(max(4 * n, 16), np.int64)   # trail of section-floor changes (section, old value)
+    slog_v = np.empty(len(slog_s), np.int64)
+    stop = 0
+    d = 0
+    f_type[0] = SPLIT
+    f_plen[0] = n
+    f_hi[0] = n_sec
+    fresh = True
+    ret = NOT_FOUND
+    while True:
+        finish = False
+        if f_type[d] == SPLIT:
+            if not fresh:
+                c0 = f_pstart[d + 1]
+                for i in range(c0, c0 + f_plen[d + 1]):
+                    rank[pstack[i]] = psave[i]
+                ptop = c0
+                if ret != FOUND:
+                    finish = True
+                else:
+                    f_start[d] = f_hi[d + 1]
+            if not finish:
+                pushed = False
+                p0 = f_pstart[d]
+                p1 = p0 + f_plen[d]
+                s = f_s[d]
+                while s < f_hi[d]:
+                    if s + 1 < f_hi[d] and cuts[s] != 0:
+                        s += 1
+                        continue
+                    end = s + 1
+                    start = f_start[d]
+                    m = 0
+                    for i in range(p0, p1):
+                        b = pstack[i]
+                        if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
+                            m += 1
+                    if m > 0:
+                        pstack = _grow(pstack, ptop + m)
+                        psave = _grow(psave, ptop + m)
+                        q = ptop
+                        for i in range(p0, p1):
+                            b = pstack[i]
+                            if off[b] < 0 and bs_lo[b] < end and start < bs_hi[b]:
+                                pstack[q] = b
+                                psave[q] = rank[b]
+                                q += 1
+                        _rerank(pstack[ptop:ptop + m], hcode, width, size, br_first, br_lo, br_hi, total, rank)
+                        f_s[d] = s + 1
+                        e = d + 1
+                        f_type[e] = SEARCH
+                        f_pstart[e] = ptop
+                        f_plen[e] = m
+                        f_lo[e] = start
+                        f_hi[e] = end
+                        f_noff[e] = 0
+                        f_nrank[e] = -1
+                        ptop += m
+                        pushed = True
+                        break
+                    f_start[d] = end
+                    s += 1
+                if pushed:
+                    d += 1
+                    fresh = True
+                    continue
+                ret = FOUND
+                finish = True
+        else:
+            p0 = f_pstart[d]
+            p1 = p0 + f_plen[d]
+            s_lo = f_lo[d]
+            s_hi = f_hi[d]
+            if fresh:
+                f_cstart[d] = ctop
+                f_ck[d] = 0
+                f_ci[d] = 0
+                min_h = big
+                m = 0
+                for i in range(p0, p1):
+                    b = pstack[i]
+                    if off[b] < 0:
+                        m += 1
+                        h = minoff[b] + size[b]
+                        if h < min_h:
+                            min_h = h
+                if m == 0:
+                    ret = FOUND
+                    finish = True
+                else:
+                    k = 0
+                    node_off = f_noff[d]
+                    node_rank = f_nrank[d]
+                    for i in range(p0, p1):
+                        b = pstack[i]
+                        if off[b] < 0:
+                            o = minoff[b]
+                            if o < node_off or (o == node_off and rank[b] < node_rank) or o >= min_h:
+                                continue
+                            cbuf[k] = b
+                            ckey[k] = o * n + rank[b]
+                            k += 1
+                    order = np.argsort(ckey[:k])
+                    cstack = _grow(cstack, ctop + k)
+                    for i in range(k):
+                        cstack[ctop + i] = cbuf[order[i]]
+                    ctop += k
+                    f_ck[d] = k
+            else:
+                b = f_b[d]
+                for s in range(bs_lo[b], bs_hi[b] - 1):
+                    cuts[s] += 1
+                while stop > f_slog[d]:
+                    stop -= 1
+                    floor[slog_s[stop]] = slog_v[stop]
+                while otop > f_olog[d]:
+                    otop -= 1
+                    minoff[olog_b[otop]] = olog_v[otop]
+                for q in range(br_first[b], br_first[b + 1]):
                     for s in range(br_lo[q], br_hi[q]):
-                        if aff_mark[s] != stamp:
-                            aff_mark[s] = stamp
-                            aff_list[n_aff] = s
-                            n_aff += 1
-        n_own = 0
-        for q in range(br_first[b], br_first[b + 1]):
-            n_own += br_hi[q] - br_lo[q]
-        slog_s = np.empty(n_own + n_aff, np.int64)
-        slog_v = np.empty(n_own + n_aff, np.int64)
-        s_len = 0
-        for q in range(br_first[b], br_first[b + 1]):
-            for s in range(br_lo[q], br_hi[q]):
-                slog_s[s_len] = s
-                slog_v[s_len] = floor[s]
-                s_len += 1
-                floor[s] = height
-                total[s] -= size[b]
-        for j in range(n_aff):
-            s = aff_list[j]
-            lo = big
-            for q in range(sec_first[s], sec_first[s + 1]):
-                c = sec_buf[q]
-                if off[c] < 0 and minoff[c] < lo:
-                    lo = minoff[c]
-            if lo != big and floor[s] < lo:
-                slog_s[s_len] = s
-                slog_v[s_len] = floor[s]
-                s_len += 1
-                floor[s] = lo
-        ok = True
-        for s in range(s_lo, s_hi):
-            f = floor[s]
-            if f < o:
-                f = o
-            if f + total[s] > capacity:
-                ok = False
-                break
-        status = NOT_FOUND
-        if ok:
-            n_cut = 0
-            for s in range(bs_lo[b], bs_hi[b] - 1):
-                cuts[s] -= 1
-                if cuts[s] == 0 and s_lo < s + 1 < s_hi:
-                    n_cut += 1
-            status = _rec(part, s_lo, s_hi, o, rank[b], n_cut > 0, hcode, width, size, align, rank, br_first, br_lo,
-                          br_hi, bs_lo, bs_hi, ov_first, ov, sec_first, sec_buf, capacity, off, minoff, floor, total,
-                          cuts, sol, aff_mark, aff_list, counters, node_limit, deadline, mask)
-            for s in range(bs_lo[b], bs_hi[b] - 1):
-                cuts[s] += 1
-        for j in range(s_len - 1, -1, -1):
-            floor[slog_s[j]] = slog_v[j]
-        for j in range(o_len - 1, -1, -1):
-            minoff[olog_b[j]] = olog_v[j]
-        for q in range(br_first[b], br_first[b + 1]):
-            for s in range(br_lo[q], br_hi[q]):
-                total[s] += size[b]
-        off[b] = -1
-        if status != NOT_FOUND:
-            return status
-    return NOT_FOUND
+                        total[s] += size[b]
+                off[b] = -1
+                if ret != NOT_FOUND:
+                    finish = True
+                elif f_hat[d] == 0:
+                    counters[2] += 1
+                    finish = True
+            if not finish:
+                pushed = False
+                ret = NOT_FOUND
+                while f_ci[d] < f_ck[d]:
+                    b = cstack[f_cstart[d] + f_ci[d]]
+                    f_ci[d] += 1
+                    counters[0] += 1
+                    if counters[0] >= node_limit or counters[3] >= descent_limit:
+                        ret = NODE_LIMIT
+                        break
+                    if (counters[0] & mask) == 0 and _now() > deadline:
+                        ret = TIMEOUT
+                        break
+                    o = minoff[b]
+                    off[b] = o
+                    sol[b] = o
+                    height = o + size[b]
+                    f_olog[d] = otop
+                    f_slog[d] = stop
+                    counters[1] += 1
+                    stamp = counters[1]
+                    n_aff = 0
+                    hat = 0
+                    olog_b = _grow(olog_b, otop + ov_first[b + 1] - ov_first[b])
+                    olog_v = _grow(olog_v, len(olog_b))
+                    for j in range(ov_first[b], ov_first[b + 1]):
+                        c = ov[j]
+                        if off[c] >= 0:
+                            continue
+                        hat = 1
+                        if minoff[c] < height:
+                            olog_b[otop] = c
+                            olog_v[otop] = minoff[c]
+                            otop += 1
+                            r = height % align[c]
+                            minoff[c] = height if r == 0 else height + align[c] - r
+                            for q in range(br_first[c], br_first[c + 1]):
+                                for s in range(br_lo[q], br_hi[q]):
+                                    if aff_mark[s] != stamp:
+                                        aff_mark[s] = stamp
+                                        aff_list[n_aff] = s
+                                        n_aff += 1
+                    n_own = 0
+                    for q in range(br_first[b], br_first[b + 1]):
+                        n_own += br_hi[q] - br_lo[q]
+                    slog_s = _grow(slog_s, stop + n_own + n_aff)
+                    slog_v = _grow(slog_v, len(slog_s))
+                    for q in range(br_first[b], br_first[b + 1]):
+                        for s in range(br_lo[q], br_hi[q]):
+                            slog_s[stop] = s
+                            slog_v[stop] = floor[s]
+                            stop += 1
+                            floor[s] = height
+                            total[s] -= size[b]
+                    for j in range(n_aff):
+                        s = aff_list[j]
+                        lo = big
+                        for q in range(sec_first[s], sec_first[s + 1]):
+                            c = sec_buf[q]
+                            if off[c] < 0 and minoff[c] < lo:
+                                lo = minoff[c]
+                        if lo != big and floor[s] < lo:
+                            slog_s[stop] = s
+                            slog_v[stop] = floor[s]
+                            stop += 1
+                            floor[s] = lo
+                    ok = True
+                    for s in range(s_lo, s_hi):
+                        f = floor[s]
+                        if f < o:
+                            f = o
+                        if f + total[s] > capacity:
+                            ok = False
+                            break
+                    if ok:
+                        n_cut = 0
+                        for s in range(bs_lo[b], bs_hi[b] - 1):
+                            cuts[s] -= 1
+                            if cuts[s] == 0 and s_lo < s + 1 < s_hi:
+                                n_cut += 1
+                        f_b[d] = b
+                        f_hat[d] = hat
+                        counters[3] += 1
+                        e = d + 1
+                        f_type[e] = SPLIT if n_cut > 0 else SEARCH
+                        f_pstart[e] = p0
+                        f_plen[e] = p1 - p0
+                        f_lo[e] = s_lo
+                        f_hi[e] = s_hi
+                        f_noff[e] = o
+                        f_nrank[e] = rank[b]
+                        f_s[e] = s_lo
+                        f_start[e] = s_lo
+                        pushed = True
+                        break
+                    while stop > f_slog[d]:
+                        stop -= 1
+                        floor[slog_s[stop]] = slog_v[stop]
+                    while otop > f_olog[d]:
+                        otop -= 1
+                        minoff[olog_b[otop]] = olog_v[otop]
+                    for q in range(br_first[b], br_first[b + 1]):
+                        for s in range(br_lo[q], br_hi[q]):
+                            total[s] += size[b]
+                    off[b] = -1
+                    if hat == 0:
+                        break
+                if pushed:
+                    d += 1
+                    fresh = True
+                    continue
+                if ret == NOT_FOUND:
+                    counters[2] += 1
+                finish = True
+        # the frame is done with `ret`: hand it to the parent
+        if f_type[d] == SEARCH:
+            ctop = f_cstart[d]
+        if d == 0:
+            return ret
+        d -= 1
+        fresh = False
+
+
+# --- zero slack: every section's live bytes equal the capacity (a perfect packing asked at its peak) --------
+# No byte may be wasted anywhere, so the buffers placed in each section always form one stack [0, level). The
+# lowest cell of the strip, (s, level[s]) at the least level, must be the bottom of some unplaced buffer
+# whose sections all stand at that level; branching on those (for the lowest section with the fewest of
+# them) is complete and far narrower than the canonical order, which also tries buffers at every other
+# section of that level and only learns much later that a skipped one cannot fit.
+
+
+@nb.njit(cache=True)
+def _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align, capacity):
+    if L + size[c] > capacity or L % align[c] != 0:
+        return False
+    for q in range(br_first[c], br_first[c + 1]):
+        for s in range(br_lo[q], br_hi[q]):
+            if level[s] != L:
+                return False
+    return True
+
+
+@nb.njit(cache=True)
+def _tight_fillable(b, h, level, placed, br_first, br_lo, br_hi, sec_first, sec_buf, size, align, capacity):
+    """Each section under b's new top h still has an unplaced buffer that could start there: one whose
+    sections all stand at most at h (levels only rise) and that fits below the capacity."""
+    for q in range(br_first[b], br_first[b + 1]):
+        for s in range(br_lo[q], br_hi[q]):
+            ok = False
+            for r in range(sec_first[s], sec_first[s + 1]):
+                c = sec_buf[r]
+                if placed[c] or h + size[c] > capacity or h % align[c] != 0:
+                    continue
+                ok = True
+                for q2 in range(br_first[c], br_first[c + 1]):
+                    for s2 in range(br_lo[q2], br_hi[q2]):
+                        if level[s2] > h:
+                            ok = False
+                            break
+                    if not ok:
+                        break
+                if ok:
+                    break
+            if not ok:
+                return False
+    return True
+
+
+@nb.njit(cache=True)
+def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_first, sec_buf, capacity, cuts, sol,
+                  counters, node_limit, deadline, mask, select, descent_limit):
+    """Depth-first search of the zero-slack problem (see above); FOUND leaves offsets in `sol`. counters:
+    [nodes, unused, backtracks, descents], limits as in `_search`. Candidates are tried widest first, then
+    largest; a buffer the same as one already tried at the node (same sections and size) is skipped; a
+    placement that leaves a cell on its top no unplaced buffer can start at is undone at once. Once no
+    unplaced buffer crosses a section boundary, each side is searched on its own and the first that fails
+    fails the node (SPLIT frames, as in `_search`).
+    `cuts[s]`: unplaced buffers crossing the boundary after section s."""
+    n = len(size)
+    n_sec = len(sec_first) - 1
+    level = np.zeros(n_sec, np.int64)
+    placed = np.zeros(n, np.bool_)
+    cap_d = 2 * n + 4
+    f_type = np.zeros(cap_d, np.int64)
+    f_lo = np.zeros(cap_d, np.int64)
+    f_hi = np.zeros(cap_d, np.int64)
+    f_s = np.zeros(cap_d, np.int64)
+    f_start = np.zeros(cap_d, np.int64)
+    f_cstart = np.zeros(cap_d, np.int64)
+    f_ck = np.zeros(cap_d, np.int64)
+    f_ci = np.zeros(cap_d, np.int64)
+    f_b = np.zeros(cap_d, np.int64)
+    cstack = np.empty(max(4 * n, 16), np.int64)
+    ctop = 0
+    cbuf = np.empty(n, np.int64)
+    big = np.int64(2) ** 62
+    d = 0
+    f_type[0] = SPLIT
+    f_hi[0] = n_sec
+    fresh = True
+    ret = NOT_FOUND
+    while True:
+        finish = False
+        lo = f_lo[d]
+        hi = f_hi[d]
+        if f_type[d] == SPLIT:
+            if not fresh:
+                if ret != FOUND:
+                    finish = True
+                else:
+                    f_start[d] = f_hi[d + 1]
+            if not finish:
+                pushed = False
+                s = f_s[d]
+                while s < hi:
+                    if s + 1 < hi and cuts[s] != 0:
+                        s += 1
+                        continue
+                    end = s + 1
+                    start = f_start[d]
+                    open_ = False
+                    for t in range(start, end):
+                        if level[t] < capacity:
+                            open_ = True
+                            break
+                    if open_:
+                        f_s[d] = s + 1
+                        e = d + 1
+                        f_type[e] = SEARCH
+                        f_lo[e] = start
+                        f_hi[e] = end
+                        pushed = True
+                        break
+                    f_start[d] = end
+                    s += 1
+                if pushed:
+                    d += 1
+                    fresh = True
+                    continue
+                ret = FOUND
+                finish = True
+        else:
+            if fresh:
+                f_cstart[d] = ctop
+                f_ck[d] = 0
+                f_ci[d] = 0
+                L = big
+                for s in range(lo, hi):
+                    if level[s] < L:
+                        L = level[s]
+                if L >= capacity:
+                    ret = FOUND
+                    finish = True
+                else:
+                    best_s = -1
+                    best_k = big
+                    best_top = -1
+                    for s in range(lo, hi):
+                        if level[s] != L:
+                            continue
+                        k = 0
+                        top = -1
+                        for q in range(sec_first[s], sec_first[s + 1]):
+                            c = sec_buf[q]
+                            if not placed[c] and _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align,
+                                                             capacity):
+                                k += 1
+                                key_c = width[c] * (capacity + 1) + size[c]
+                                if key_c > top:
+                                    top = key_c
+                                if select == 0 and k >= best_k:
+                                    break
+                        if k <= 1:
+                            best_k = k
+                            best_s = s
+                            break
+                        if (select == 0 and k < best_k) or (select == 1 and (top > best_top or (
+                                top == best_top and k < best_k))):
+                            best_k = k
+                            best_s = s
+                            best_top = top
+                    if best_k > 0:
+                        k = 0
+                        for q in range(sec_first[best_s], sec_first[best_s + 1]):
+                            c = sec_buf[q]
+                            if not placed[c] and _tight_fits(c, L, level, br_first, br_lo, br_hi, size, align,
+                                                             capacity):
+                                cbuf[k] = c
+                                k += 1
+                        key = np.empty(k, np.int64)
+                        for i in range(k):
+                            key[i] = -(width[cbuf[i]] * (capacity + 1) + size[cbuf[i]])
+                        order = np.argsort(key, kind="mergesort")
+                        cstack = _grow(cstack, ctop + k)
+                        m = 0
+                        for i in range(k):
+                            c = cbuf[order[i]]
+                            dup = False
+                            for j in range(ctop, ctop + m):
+                                e = cstack[j]
+                                if size[e] == size[c] and \
+                                        br_first[e + 1] - br_first[e] == br_first[c + 1] - br_first[c]:
+                                    same = True
+                                    for t in range(br_first[c + 1] - br_first[c]):
+                                        if br_lo[br_first[e] + t] != br_lo[br_first[c] + t] or \
+                                                br_hi[br_first[e] + t] != br_hi[br_first[c] + t]:
+                                            same = False
+                                            break
+                                    if same:
+                                        dup = True
+                                        break
+                            if not dup:
+                                cstack[ctop + m] = c
+                                m += 1
+                        ctop += m
+                        f_ck[d] = m
+            else:
+                b = f_b[d]
+                L = sol[b]
+                for q in range(br_first[b], br_first[b + 1]):
+                    for s in range(br_lo[q], br_hi[q]):
+                        level[s] = L
+                for s in range(bs_lo[b], bs_hi[b] - 1):
+                    cuts[s] += 1
+                placed[b] = False
+                if ret != NOT_FOUND:
+                    finish = True
+            if not finish:
+                pushed = False
+                ret = NOT_FOUND
+                while f_ci[d] < f_ck[d]:
+                    b = cstack[f_cstart[d] + f_ci[d]]
+                    f_ci[d] += 1
+                    counters[0] += 1
+                    if counters[0] >= node_limit or counters[3] >= descent_limit:
+                        ret = NODE_LIMIT
+                        break
+                    if (counters[0] & mask) == 0 and _now() > deadline:
+                        ret = TIMEOUT
+                        break
+                    L = level[br_lo[br_first[b]]]
+                    h = L + size[b]
+                    placed[b] = True
+                    for q in range(br_first[b], br_first[b + 1]):
+                        for s in range(br_lo[q], br_hi[q]):
+                            level[s] = h
+                    if h < capacity and not _tight_fillable(b, h, level, placed, br_first, br_lo, br_hi, sec_first,
+                                                             sec_buf, size, align, capacity):
+                        for q in range(br_first[b], br_first[b + 1]):
+                            for s in range(br_lo[q], br_hi[q]):
+                                level[s] = L
+                        placed[b] = False
+                        continue
+                    sol[b] = L
+                    n_cut = 0
+                    for s in range(bs_lo[b], bs_hi[b] - 1):
+                        cuts[s] -= 1
+                        if cuts[s] == 0 and lo < s + 1 < hi:
+                            n_cut += 1
+                    f_b[d] = b
+                    counters[3] += 1
+                    e = d + 1
+                    f_type[e] = SPLIT if n_cut > 0 else SEARCH
+                    f_lo[e] = lo
+                    f_hi[e] = hi
+                    f_s[e] = lo
+                    f_start[e] = lo
+                    pushed = True
+                    break
+                if pushed:
+                    d += 1
+                    fresh = True
+                    continue
+                if ret == NOT_FOUND:
+                    counters[2] += 1
+                finish = True
+        if f_type[d] == SEARCH:
+            ctop = f_cstart[d]
+        if d == 0:
+            return ret
+        d -= 1
+        fresh = False
 
 
 _warmed = False
 
 
 def warm_up() -> float:
-    """Compile the search once in this process (numba cannot cache it; about 6 s) on a 4-buffer instance, so
-    that a caller's time limit buys search, not compilation. Seconds spent (0 once warm)."""
+    """Load the search kernels (numba's cache; compiled on a first run, about 30 s on this loaded machine) on two
+    tiny instances, one of them at zero slack, so that a caller's time limit buys search, not loading (about
+    0.5 s, 0.05 s of it the zero-slack kernel). Seconds spent (0 once warm)."""
     global _warmed
     if _warmed:
         return 0.0
     t0 = time.perf_counter()
     p = Problem([Buffer("a", 0, 2, 3), Buffer("b", 1, 3, 2), Buffer("c", 2, 4, 3), Buffer("d", 0, 4, 1)])
     decide(p, 7, time.perf_counter() + 60.0)
+    tight = Problem([Buffer("a", 0, 2, 2), Buffer("b", 0, 1, 1), Buffer("c", 1, 2, 1)])   # zero slack at 3
+    decide(tight, 3, time.perf_counter() + 60.0)
     _warmed = True
     return time.perf_counter() - t0
