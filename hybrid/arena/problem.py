@@ -161,8 +161,7 @@ def read_csv(path: str | Path, alignment: int = 1) -> tuple[Problem, np.ndarray 
 
 def write_csv(path: str | Path, problem: Problem, offsets: np.ndarray | None = None) -> None:
     """MiniMalloc CSV, with an `offset` column when offsets are given. Lines end in a bare newline: MiniMalloc
-    splits on it, and a header ending in `size
-` lacks its `size` column there."""
+    splits on it, and a header ending in `size\r` lacks its `size` column there."""
     from hybrid.files import atomic_open
 
     with atomic_open(path, "w", newline="") as f:
