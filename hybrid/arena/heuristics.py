@@ -77,17 +77,25 @@ def _gap(s, a, b_lo, b_hi, m, best_fit, cap):
 
 
 @nb.njit(cache=True)
-def _place_in_order(order, size, align, seg_lo, seg_hi, seg_first, span_lo, span_hi, best_fit, cap):
+def _place_in_order(order, size, align, seg_lo, seg_hi, seg_first, span_lo, span_hi, best_fit, cap,
+                    max_work=-1):
     """Place buffers in `order`: first fit (lowest offset) or best fit (smallest gap, else the top), below
-    `cap`; a buffer no place below `cap` holds is left out (offset -1)."""
+    `cap`; a buffer no place below `cap` holds is left out (offset -1). `max_work` > 0: stop once that many
+    placed buffers have been compared (a work budget, so a caller's time limit holds whatever the overlaps);
+    returns (offsets, whether every buffer was placed or left out)."""
     n = len(size)
     off = np.full(n, -1, np.int64)
     placed = np.empty(n, np.int64)
     n_placed = 0
     b_lo = np.empty(n, np.int64)
     b_hi = np.empty(n, np.int64)
+    work = 0
     for b in order:
         m = 0
+        if max_work > 0:
+            work += n_placed + 1
+            if work > max_work:
+                return off, False
         if size[b] > 0:
             for k in range(n_placed):
                 c = placed[k]
@@ -96,11 +104,12 @@ def _place_in_order(order, size, align, seg_lo, seg_hi, seg_first, span_lo, span
                         b_lo[m] = off[c]
                         b_hi[m] = off[c] + size[c]
                         m += 1
+        work += m                       # the gap search sorts what overlaps
         off[b] = _gap(size[b], align[b], b_lo, b_hi, m, best_fit, cap)
         if size[b] > 0 and off[b] >= 0:
             placed[n_placed] = b
             n_placed += 1
-    return off
+    return off, True
 
 
 NO_CAP = np.iinfo(np.int64).max // 2   # a cap no arena reaches: every buffer placed
@@ -122,13 +131,15 @@ def _finish(problem: Problem, off: np.ndarray, name: str, t0: float) -> Solution
     return Solution(off, arena, name, time.perf_counter() - t0, arena == lb, lb)
 
 
-def placed_in_order(problem: Problem, order: np.ndarray, best_fit: bool, name: str) -> Solution:
+def placed_in_order(problem: Problem, order: np.ndarray, best_fit: bool, name: str, max_work: int = -1
+                    ) -> Solution | None:
+    """The buffers placed in `order`; None when `max_work` (buffer comparisons, > 0) ran out first."""
     t0 = time.perf_counter()
     a = problem.arrays
     lo, hi = _spans(a)
-    off = _place_in_order(np.asarray(order, np.int64), a.size, a.align, a.seg_lo, a.seg_hi, a.seg_first, lo, hi,
-                          best_fit, NO_CAP)
-    return _finish(problem, off, name, t0)
+    off, done = _place_in_order(np.asarray(order, np.int64), a.size, a.align, a.seg_lo, a.seg_hi, a.seg_first,
+                                lo, hi, best_fit, NO_CAP, max_work)
+    return _finish(problem, off, name, t0) if done else None
 
 
 def _durations(a: Arrays) -> np.ndarray:
@@ -145,10 +156,10 @@ def greedy_by_size(problem: Problem) -> Solution:
     return placed_in_order(problem, _size_order(problem.arrays), False, "greedy-size")
 
 
-def best_fit_by_size(problem: Problem) -> Solution:
+def best_fit_by_size(problem: Problem, max_work: int = -1) -> Solution | None:
     """XLA's first order alone: best fit in decreasing size, then duration (the cheapest good one on large
-    problems)."""
-    return placed_in_order(problem, _size_order(problem.arrays), True, "best-fit-size")
+    problems). None when `max_work` (> 0: buffer comparisons) ran out first."""
+    return placed_in_order(problem, _size_order(problem.arrays), True, "best-fit-size", max_work)
 
 
 @nb.njit(cache=True)

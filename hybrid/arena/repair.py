@@ -203,7 +203,7 @@ def repair_fit(problem: Problem, capacity: int, max_moves: int = 5_000, seed: in
     w = np.ones(len(a.size)) if weight is None else np.asarray(weight, np.float64)
     args = (a.size, a.align, a.seg_lo, a.seg_hi, a.seg_first, lo, hi, int(capacity))
     order = np.asarray(order, np.int64)
-    off0 = _place_in_order(order, *args[:-1], True, args[-1])     # best fit below the capacity
+    off0, _ = _place_in_order(order, *args[:-1], True, args[-1])  # best fit below the capacity
     pending0 = order[off0[order] < 0]                              # left out, in layout order
     if not len(pending0):
         return off0, 0
