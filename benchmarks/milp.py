@@ -35,8 +35,15 @@ from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.graph.info import largest_op, unswapped_peak
 from hybrid.graph.synthetic import training_graph
-from milp.api import plan_milp
+from milp.api import KINDS, plan_milp
 from milp.solve import SolveOptions
+
+
+def paper(kind: str):  # noqa: ANN201 - milp.model.ModelOptions
+    """The paper's model of `kind`: activations only, one copy in flight per direction, no blocking prefetch
+    (`hybrid milp --activations-only --link paper --no-stalls`); today's defaults manage persistent tensors too."""
+    return replace(KINDS[kind], persistent=False, link="paper", stalls=False)
+
 
 GiB = 1 << 30
 P40 = Device("p40-24gb", 24 * GiB, 11e9, 12e9, 0.0)  # MO-SOS §3.1: offload >= 12 GB/s, prefetch >= 11 GB/s
@@ -84,17 +91,17 @@ def part_scale(args: argparse.Namespace) -> None:
     for g, stages in cases:
         dev = replace(P40 if stages else g.device, memory_bytes=int(unswapped_peak(g) * args.scale_fraction))
         try:
-            run = plan_milp(g, dev, "mosos", stages, so, require=False)
+            run = plan_milp(g, dev, "mosos", stages, so, require=False, model_options=paper("mosos"))
             row = _row(run, g, args.scale_fraction)
         except HybridError as e:
             row = {"graph": g.name, "ops": len(g.ops), "stages": stages, "status": f"error: {e}"}
         rows.append(row)
         print({k: row.get(k) for k in ("graph", "stages", "variables", "constraints", "solve_s", "status", "gap")},
               flush=True)
-        _write_scale(rows, args, so)
+        _write_scale(rows, args, so, vgg_path)
 
 
-def _write_scale(rows: list[dict], args: argparse.Namespace, so: SolveOptions) -> None:
+def _write_scale(rows: list[dict], args: argparse.Namespace, so: SolveOptions, vgg_path: Path) -> None:
     """Rewritten after every run, so a stopped sweep still leaves its table."""
     df = pd.DataFrame(rows)
     ok = df[(df["gap"].fillna(1.0) <= 0.01) & df["status"].isin(["optimal", "feasible"])]
@@ -160,7 +167,8 @@ def part_paper(args: argparse.Namespace) -> None:
                 try:
                     # Checkmate-Auto's solution is feasible for the other two: their MIP start (MO-SOS's with
                     # the impls Auto picked).
-                    run = plan_milp(g, dev, kind, args.paper_stages, so, require=False, start=starts.get(kind))
+                    run = plan_milp(g, dev, kind, args.paper_stages, so, require=False, start=starts.get(kind),
+                                    model_options=paper(kind))
                     if kind == "checkmate-auto":
                         starts = {"str-auto": run.values, "mosos": run.auto_values}
                     row = _row(run, g, frac)
