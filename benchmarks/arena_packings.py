@@ -13,6 +13,8 @@ is checked by `hybrid.arena.validate`. Writes results/arena_packings.{md,csv} (`
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import re
 import subprocess
 import tempfile
@@ -70,7 +72,9 @@ def main() -> None:
     ap.add_argument("--per-size", type=int, default=20, help="Instances per size (kinds take turns).")
     ap.add_argument("--limit", type=float, default=60.0, help="Seconds per instance and solver.")
     ap.add_argument("--seed", type=int, default=0, help="Instance k of size n has seed SEED + k.")
-    ap.add_argument("--minimalloc", default="", help="MiniMalloc's binary (built from github.com/google/minimalloc).")
+    ap.add_argument("--minimalloc", default=os.environ.get("HYBRID_MINIMALLOC", ""),
+                    help="MiniMalloc's binary, built from github.com/google/minimalloc outside the repository "
+                         "[default: $HYBRID_MINIMALLOC, as regenerate passes it].")
     ap.add_argument("--quick", action="store_true", help="5 instances per size, 20 s each; writes *_quick.*")
     args = ap.parse_args()
     if args.quick:
@@ -123,6 +127,8 @@ def main() -> None:
              "instance (the ratio column), not across runs. Unsolved instances count the full limit in the medians."
              "\n\nPer size:\n\n" + _summary(df, args.limit, with_mm))
     stem = "arena_packings_quick" if args.quick else "arena_packings"
+    # the binary lies outside the repository: the table names it by the variable that gives it
+    sys.argv[:] = ["$HYBRID_MINIMALLOC" if a == args.minimalloc and a else a for a in sys.argv]
     print(write_table(df, stem, "Perfect packings: the exact search against MiniMalloc", notes,
                       paper="MiniMalloc (ASPLOS'23); issue 34"))
 

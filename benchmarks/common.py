@@ -81,7 +81,7 @@ def repo_relative(text: str) -> str:
     return _ABS_PATH.sub(lambda m: repo_path(m.group(0)), text)
 
 
-def _relative_cells(df: pd.DataFrame) -> pd.DataFrame:
+def relative_cells(df: pd.DataFrame) -> pd.DataFrame:
     """The frame with absolute paths in its text cells (plan files under out/, say) made repository-relative."""
     out = df.copy()
     for col in out.columns:
@@ -108,7 +108,7 @@ def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs
     A quick run writes <stem>_quick.* (`quick_stem`); every path is written repository-relative."""
     RESULTS.mkdir(exist_ok=True)
     stem = quick_stem(stem)
-    df = _relative_cells(df)
+    df = relative_cells(df)
     df.to_csv(RESULTS / f"{stem}.csv", index=False)
     if parquet:
         df.to_parquet(RESULTS / f"{stem}.parquet", index=False)

@@ -48,8 +48,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import (RESULTS, ROOT, balanced_checkmate, checkmate_train_files, quick_stem, short_name,
-                               write_table)
+from benchmarks.common import (RESULTS, ROOT, balanced_checkmate, checkmate_train_files, quick_stem, relative_cells,
+                               short_name, write_table)
 from hybrid.device import preset
 from hybrid.graph import Graph
 from hybrid.graph.info import fraction_of_peak, largest_op
@@ -157,14 +157,14 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     for i in df.index[(df["arm"] == "ga+cpsat") & df["split_makespan_s"].isna()]:
         split = Path(str(df.at[i, "plan"]).replace("-ga+cpsat.json", "-split.json"))
         if split.exists():
-            df.at[i, "split_makespan_s"] = Plan.load(split).makespan_s
+            df.at[i, "split_makespan_s"] = Plan.load(ROOT / split).makespan_s
             df.at[i, "rewalk_gain"], df.at[i, "reorder_gain"], df.at[i, "window_gain"] = split_gains(
                 df.at[i, "split_makespan_s"], df.at[i, "rebind_makespan_s"], df.at[i, "reorder_makespan_s"],
                 df.at[i, "makespan_s"])
     # the bound is recomputed for every saved plan, so parts made with an older bound read the current one
     for label, g, _dev in graphs(graph_dir, {lab.split("@")[0] for lab in set(df["label"])}):
         for i in df.index[df["label"] == label]:
-            sb = schedule_bound(g, Plan.load(df.at[i, "plan"]))
+            sb = schedule_bound(g, Plan.load(ROOT / df.at[i, "plan"]))
             df.at[i, "schedule_bound_s"] = sb
             df.at[i, "ratio_schedule_bound"] = df.at[i, "makespan_s"] / sb
     df["seed"] = df["seed"].astype("Int64")
@@ -379,7 +379,7 @@ def main() -> None:
                      mode=mode, workers=workers, elites=args.elites, progress=print,
                      out_dir=ROOT / "out" / stem(args.mode) / label.replace("@", "_"))
         df.insert(1, "label", label)
-        df.to_parquet(parts / f"{label}.parquet", index=False)
+        relative_cells(df).to_parquet(parts / f"{label}.parquet", index=False)  # plan paths under out/
         print(df[df["row"] == "median"][["label", "arm", "makespan_s", "gain_vs_ga", "ratio_graph_bound"]], flush=True)
     print(merge(args.graph_dir, args.mode).to_markdown(index=False, floatfmt=".4g"))
 
