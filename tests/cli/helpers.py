@@ -8,6 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
+from benchmarks.signals import session_processes  # noqa: F401 - one reading of /proc for the tests and the benchmark
 from hybrid.cli.main import cli
 from hybrid.graph.synthetic import training_graph
 
@@ -36,17 +37,3 @@ def hybrid(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
     """`hybrid ARGS` as a user runs it: a fresh process, so exit statuses and stderr are the real ones."""
     return subprocess.run([sys.executable, "-m", "hybrid.cli.main", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT)
-
-
-def session_processes(sid: int) -> list[int]:
-    """Live (non-zombie) processes of session `sid` (Linux /proc; empty elsewhere): what an interrupted command
-    left running."""
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: session id; Z: a zombie, already dead
-            alive.append(int(stat.parent.name))
-    return alive
