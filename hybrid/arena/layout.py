@@ -373,3 +373,79 @@ def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> I
             # middle 80% of the bracket (the ratios are heuristic layouts: noisy)
             cross = (r_failed - 1.0) / max(r_failed - r_fitted, 1e-12)
             s = failed + gap * min(0.9, max(0.1, cross))
+
+
+def fit_offsets(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: LayoutBudget = DEFAULT_BUDGET
+                ) -> Plan | None:
+    """`plan` with arena offsets within its memory, or None where none is found: the best heuristic layout,
+    then the exact search (`budget.exact_nodes`) when that misses by at most `NEAR_MISS`. One plan, as it is:
+    no fallback and no re-plan, for planners whose plan must stay their own (recompute, the MILP, placement,
+    refinement's re-laid-out plans); `lay_out` adds the fallbacks. `time_limit_s` is a safety cap. The plan
+    returned passes `hybrid.validator.validate` (HybridError otherwise: a bug)."""
+    from hybrid.arena.lifetimes import arena_plan, plan_buffers
+    from hybrid.validator import validate
+
+    deadline = time.perf_counter() + time_limit_s
+    pb = plan_buffers(graph, plan)
+    cap = int(pb.problem.capacity or 0)
+    sol = heuristic_layout(pb.problem, budget, deadline)
+    if sol.arena_bytes > cap:
+        if (sol.arena_bytes > cap * (1.0 + NEAR_MISS) or budget.exact_tries <= 0
+                or len(pb.problem) > budget.exact_max_buffers or not exact_ready(deadline)):
+            return None
+        from hybrid.arena import exact
+
+        exact.warm_up()
+        offs = exact_fit(pb.problem, cap, budget.exact_nodes, deadline)
+        if offs is None:
+            return None
+        a = pb.problem.arrays
+        sol = Solution(offs, int((offs + a.size).max()) if len(offs) else 0, "exact", 0.0, False,
+                       pb.problem.peak_live())
+    out = arena_plan(plan, pb, sol)
+    report = validate(graph, out)
+    if not report.valid:
+        raise HybridError(f"the arena layout of the plan failed validation ({report.violations[0]}); please "
+                          "report this with the graph file")
+    return out
+
+
+@dataclass(frozen=True)
+class Tightened:
+    """What the exact post-pass did to a laid-out plan."""
+
+    plan: Plan                 # the tighter layout, or the input unchanged
+    freed_bytes: int           # arena bytes given back (0: the input was kept)
+    proven_optimal: bool       # the exact search proved the arena it returned the smallest
+
+    def describe(self) -> str:
+        if not self.freed_bytes:
+            return "exact arena post-pass: the layout was already as tight as it found"
+        from hybrid.units import format_bytes
+
+        return f"exact arena post-pass: {format_bytes(self.freed_bytes)} freed"
+
+
+def tighten(graph: Graph, plan: Plan, time_limit_s: float = 10.0, node_budget: int | None = None) -> Tightened:
+    """The exact arena search as a post-pass on a laid-out plan: the same events, offsets with a smaller
+    `arena_bytes` where it finds them, else the input (never worse). Plans without offsets pass through.
+    Turning the freed bytes into fewer copies needs the planner to plan with them (not done here)."""
+    from hybrid.arena import exact
+    from hybrid.arena.lifetimes import arena_plan, plan_buffers
+    from hybrid.plan import ArenaAllocation
+    from hybrid.validator import validate
+
+    alloc = plan.allocation
+    if not isinstance(alloc, ArenaAllocation):
+        return Tightened(plan, 0, False)
+    pb = plan_buffers(graph, plan)
+    if not len(pb.problem):
+        return Tightened(plan, 0, False)
+    sol = exact.solve(pb.problem, time_limit_s, capacity=min(int(alloc.arena_bytes), int(pb.problem.capacity or 0)),
+                      node_budget=node_budget)
+    if sol.arena_bytes >= alloc.arena_bytes:
+        return Tightened(plan, 0, bool(sol.proven_optimal and sol.arena_bytes == alloc.arena_bytes))
+    out = arena_plan(plan, pb, sol)
+    if not validate(graph, out).valid:      # never hand back a broken layout: keep the input
+        return Tightened(plan, 0, False)
+    return Tightened(out, int(alloc.arena_bytes - sol.arena_bytes), bool(sol.proven_optimal))

@@ -16,7 +16,8 @@ import numpy as np
 
 from hybrid.refine.model import WindowSolution
 from hybrid.plan.events import FREE
-from hybrid.swap.rewalk import Problem, Timeline, rebuild
+from hybrid.refine.offsets import rebuild
+from hybrid.swap.rewalk import Problem, Timeline
 from hybrid.refine.window import WindowSpec
 
 

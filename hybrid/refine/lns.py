@@ -38,7 +38,7 @@ import numpy as np
 
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.plan import Plan
+from hybrid.plan import ArenaAllocation, Plan
 from hybrid.refine.decode import decode
 from hybrid.refine.model import SolveOptions, solve_window
 from hybrid.plan.events import COMPUTE
@@ -71,6 +71,8 @@ class RefineOptions:
     patience_windows: int | None = None  # stop ("stalled") after this many windows without such a gain: the
     #                                      work-budget twin of patience_s, so a seed fixes where refinement stops
     reorder: bool = True              # first re-order the copy streams earliest-deadline-first (stream_order)
+    relayout: bool = True             # an arena plan: also refine it as a byte budget and lay it out again
+    relayout_share: float = 0.5       # ... with this share of the time; the faster laid-out plan is kept
 
 
 @dataclass
@@ -290,8 +292,8 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
            stop: Callable[[], bool] | None = None) -> RefineResult:
     """Refine any plan's swap timing and evictions with CP-SAT on windows; never returns a worse plan.
 
-    `plan` may come from any planner or file (size_classes or unconstrained
-    allocation). A plan that recomputes is returned unchanged (stop "recomputes kept"): the windows model
+    `plan` may come from any planner or file (size_classes, unconstrained or arena
+    allocation; an arena plan keeps every offset, `hybrid.refine.offsets`). A plan that recomputes is returned unchanged (stop "recomputes kept"): the windows model
     each op's single run. The result's plan keeps the schedule, the
     allocation and the initially resident tensors; `improved` says whether the
     makespan went down, and `history` lists (time_s, best makespan) points.
@@ -315,7 +317,9 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     reference = float(plan.makespan_s)
     # keep back about what building and validating the final plan will take (of the order of the setup)
     reserve = 2.5 * setup if options.validate else 0.5 * setup
-    best, res = refine_timeline(prob, tl, reference, time_limit_s=time_limit_s - setup - reserve,
+    arena = isinstance(plan.allocation, ArenaAllocation)
+    share = min(max(options.relayout_share, 0.0), 1.0) if arena and options.relayout else 0.0
+    best, res = refine_timeline(prob, tl, reference, time_limit_s=(time_limit_s - setup - reserve) * (1.0 - share),
                                 seed=seed, workers=workers, progress=progress, options=options, stop=stop)
     res.plan = plan
     if best is not None:
@@ -325,7 +329,9 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
         info["refine"] = {"seed": seed, "time_limit_s": time_limit_s, "workers": workers, "windows": res.windows,
                           "accepted": res.accepted, "from_makespan_s": reference,
                           "reordered_makespan_s": res.reorder_makespan}  # before any window
-        new = to_plan(to_augmented(prob, best), info)
+        # an arena plan keeps its allocation: the offsets and arena_bytes it came with (hybrid.refine.offsets)
+        new = to_plan(to_augmented(prob, best), info,
+                      plan.allocation if isinstance(plan.allocation, ArenaAllocation) else None)
         ok = True
         if options.validate:
             from hybrid.validator import validate
@@ -337,6 +343,20 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
         if ok and new.makespan_s < reference:
             res.plan = new
             res.improved = True
+    left = time_limit_s - (time.perf_counter() - t0)
+    if share > 0.0 and left > 1.0 and res.stop not in ("interrupted", "stopped") and not (stop and stop()):
+        from hybrid.refine.offsets import relaid
+
+        kept = res.plan.makespan_s
+        other = relaid(graph, plan, time_limit_s=left, seed=seed, workers=workers, options=options, stop=stop)
+        if other is not None and other.makespan_s < kept:
+            res.plan, res.improved = other, True
+            res.history.append(HistoryPoint(time.perf_counter() - t0, other.makespan_s))
+            res.notes.append(f"re-laid out: refined as a byte budget and laid out again, {other.makespan_s:.6g} s "
+                             f"(offsets kept: {kept:.6g} s)")
+        else:
+            res.notes.append("offsets kept: refining as a byte budget and laying out again was "
+                             + ("not faster" if other is not None else "no gain or did not lay out"))
     if not res.improved:
         res.history = [h for h in res.history if h.makespan >= reference] or [HistoryPoint(0.0, reference)]
     res.search_s = time.perf_counter() - t0

@@ -6,14 +6,17 @@ timeline, so baselines' plans and plans from files work too. Its issue order
 that order is not a valid sequence (zero-length events tied at one instant in
 an order the walk cannot follow), the swap planner is re-run with the plan's
 schedule, allocation and recorded planner options, which reproduces plans
-the planner made.
+the planner made. An arena plan keeps its offsets (`hybrid.refine.offsets`): its
+events in time order must walk, as those of any valid arena plan do.
 """
 from __future__ import annotations
 
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.swap.rewalk import Problem, SequenceError, Timeline, rebuild
+from hybrid.plan import ArenaAllocation
+from hybrid.refine.offsets import arena_problem, rebuild
+from hybrid.swap.rewalk import Problem, SequenceError, Timeline
 
 
 def _planner_options(plan: Plan):
@@ -31,9 +34,6 @@ def _planner_options(plan: Plan):
 
 
 def _check_supported(graph: Graph, plan: Plan) -> None:
-    if plan.allocation.kind == "arena":
-        raise HybridError("refine: plans with an 'arena' allocation are not supported; CP-SAT refinement works on "
-                          "size_classes and unconstrained allocations")
     if any(e.kind == "compute" and e.recompute for e in plan.events):
         raise HybridError("refine: the plan recomputes ops (recompute events); CP-SAT refinement re-times swap-only "
                           "plans")
@@ -49,12 +49,13 @@ def starting_point(graph: Graph, plan: Plan) -> tuple[Problem, Timeline]:
         from_plan = None
     if from_plan is not None:
         aug = from_plan(graph, plan)
-        prob = Problem.from_augmented(aug)
+        prob = (arena_problem(aug, plan.allocation) if isinstance(plan.allocation, ArenaAllocation)
+                else Problem.from_augmented(aug))
         try:
             return prob, rebuild(prob, aug.kind, aug.ref)
         except SequenceError as e:
             errors.append(f"its events in time order: {e}")
-    opts = _planner_options(plan)
+    opts = _planner_options(plan) if not isinstance(plan.allocation, ArenaAllocation) else None
     if opts is not None:
         from hybrid.swap.pools import pool_from_allocation
         from hybrid.graph.order import from_ids

@@ -31,7 +31,8 @@ import heapq
 import numpy as np
 
 from hybrid.plan.events import SWAP_IN, SWAP_OUT
-from hybrid.swap.rewalk import Problem, SequenceError, Timeline, rebuild
+from hybrid.refine.offsets import rebuild
+from hybrid.swap.rewalk import Problem, SequenceError, Timeline
 
 
 def _per_node_max(values: np.ndarray, ptr: np.ndarray, nodes: np.ndarray, empty: float) -> np.ndarray:

@@ -315,6 +315,7 @@ class _Builder:
     def keep_pairs(self) -> None:
         """In-window evict/reload pairs that could be dropped (the tensor then simply stays resident)."""
         tl, lo, hi = self.tl, self.lo, self.hi
+        stay = getattr(self.p, "may_stay", None)
         for t in np.unique(tl.ref[lo:hi][(tl.kind[lo:hi] == SWAP_OUT) | (tl.kind[lo:hi] == FREE)]):
             t = int(t)
             nd, ty = self.ev.of(t)
@@ -328,6 +329,9 @@ class _Builder:
             # ordered after the old copy by the compute chain when the pair is dropped
             before = nd[(nd < r) & (ty != TensorEvents.UPDATE)]
             if len(before) == 0 or tl.kind[int(before[-1])] != COMPUTE:
+                continue
+            # an arena plan: staying resident must not hold bytes another copy takes in between
+            if stay is not None and not stay(tl, t, r, ld):
                 continue
             self.pairs.append(Pair(t, self.index[r], self.index[ld], True))
             self.nodes[self.index[r]].pair = self.nodes[self.index[ld]].pair = len(self.pairs) - 1
