@@ -80,7 +80,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     solution of another kind on the same stages (`MilpRun.values`), given to HiGHS as a MIP start.
     `start_plan`: a valid plan of `graph` (e.g. Belady's, `belady_start`): the stages follow its schedule, it
     is read into the model's variables as a MIP start (milp.start), and the faster of it and the MILP's decoded
-    plan is returned (never slower than the start; `MilpRun.written` says which)."""
+    plan is returned (never slower than the start; `MilpRun.written` says which), laid out in an arena where it
+    fits the memory (`hybrid.arena.layout.laid_out`)."""
     opts = model_options or KINDS[kind]
     t0 = time.perf_counter()
     order = None
@@ -128,6 +129,10 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             run.plan, run.written = start_plan, "start"
     if res.values is not None and not opts.impl_choice:
         run.auto_values = auto_values(model, res.values)
+    if run.plan is not None:     # offsets for the plan written (same events and times: the comparison holds)
+        from hybrid.arena.layout import laid_out
+
+        run.plan = laid_out(graph, run.plan)
     return run
 
 

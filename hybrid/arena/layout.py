@@ -449,3 +449,18 @@ def tighten(graph: Graph, plan: Plan, time_limit_s: float = 10.0, node_budget: i
     if not validate(graph, out).valid:      # never hand back a broken layout: keep the input
         return Tightened(plan, 0, False)
     return Tightened(out, int(alloc.arena_bytes - sol.arena_bytes), bool(sol.proven_optimal))
+
+
+def laid_out(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: LayoutBudget = QUICK_BUDGET) -> Plan:
+    """The one way a planner's own plan gets offsets (the MILP's, placement's): an arena plan as it is, else
+    `fit_offsets`; where no layout fits, the plan as it is (a byte budget: the executor then places it online),
+    with `planner["arena"]["laid_out"] = False` saying so. Same times, same events: only the allocation
+    changes, so comparisons of makespans hold either way."""
+    if plan.allocation.kind == "arena":
+        return plan
+    out = fit_offsets(graph, plan, time_limit_s, budget)
+    if out is not None:
+        return out
+    info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
+    info["arena"] = {"laid_out": False, "why": "no arena layout of its device copies fits the memory"}
+    return dataclasses.replace(plan, planner=info)

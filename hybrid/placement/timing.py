@@ -209,7 +209,8 @@ def evaluate(pg: PartGraph, devices: tuple[str, ...] | list[str], link: Link, sc
 
 
 def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | None = None) -> Plan:
-    """The placement as a `hybrid-plan/1` plan: compute events on `compute` or `cpu`, copies on h2d/d2h."""
+    """The placement as a `hybrid-plan/1` plan: compute events on `compute` or `cpu`, copies on h2d/d2h; the
+    GPU's device copies laid out in an arena (`hybrid.arena.layout.laid_out`)."""
     g = pg.graph
     a = g.arrays
     link = link_of(device) if link is None else link
@@ -251,7 +252,7 @@ def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | No
     events.sort(key=lambda ev: (ev.start_s, ev.kind == "free", ev.end_s))
     makespan = max((ev.end_s for ev in events), default=0.0)
     ideal = math.fsum(ev.end_s - ev.start_s for ev in events if ev.kind == "compute")
-    return Plan(
+    plan = Plan(
         graph=g.name, graph_sha256=g.sha256, device=device,
         planner={"name": f"place-{placement.scheduler}", "devices": placement.code,
                  "parts": pg.describe(), "status": placement.status},
@@ -261,4 +262,7 @@ def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | No
                  "gpu_ops": int(on_gpu.sum()), "cpu_ops": int((~on_gpu).sum()),
                  "bytes_h2d": int(sum(a.t_bytes[int(tm.ref[v])] for v in np.nonzero(tm.kind == H2D_LANE)[0])),
                  "bytes_d2h": int(sum(a.t_bytes[int(tm.ref[v])] for v in np.nonzero(tm.kind == D2H_LANE)[0]))})
+    from hybrid.arena.layout import laid_out
+
+    return laid_out(g, plan)    # the GPU's copies at offsets, where they fit its memory
 
