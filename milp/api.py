@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+
+from hybrid.errors import HybridError
 from typing import Any
 
 from hybrid.device import Device
@@ -71,17 +73,16 @@ class MilpRun:
                 "milp_makespan_s": self.milp_makespan_s, "written": self.written, "bound_gap": self.bound_gap}
 
 
-def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | None = None,
-              solve_options: SolveOptions = SolveOptions(), model_options: ModelOptions | None = None,
-              require: bool = True, start: Values | None = None, start_plan: Plan | None = None,
-              start_name: str = "start") -> MilpRun:
-    """Build, solve and decode. `stages` < #ops solves a coarsened problem (segments of consecutive ops).
+def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | None = None,
+               solve_options: SolveOptions = SolveOptions(), model_options: ModelOptions | None = None,
+               require: bool = True, start: Values | None = None, start_plan: Plan | None = None,
+               start_name: str = "start") -> MilpRun:
+    """Build, solve and decode (a byte-budget plan; `plan_milp` lays it out). `stages` < #ops solves a coarsened problem (segments of consecutive ops).
     With require=False a run without a solution comes back with plan None instead of raising. `start`: a
     solution of another kind on the same stages (`MilpRun.values`), given to HiGHS as a MIP start.
     `start_plan`: a valid plan of `graph` (e.g. Belady's, `belady_start`): the stages follow its schedule, it
     is read into the model's variables as a MIP start (milp.start), and the faster of it and the MILP's decoded
-    plan is returned (never slower than the start; `MilpRun.written` says which), laid out in an arena where it
-    fits the memory (`hybrid.arena.layout.laid_out`)."""
+    plan is returned (never slower than the start; `MilpRun.written` says which)."""
     opts = model_options or KINDS[kind]
     t0 = time.perf_counter()
     order = None
@@ -129,10 +130,49 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             run.plan, run.written = start_plan, "start"
     if res.values is not None and not opts.impl_choice:
         run.auto_values = auto_values(model, res.values)
-    if run.plan is not None:     # offsets for the plan written (same events and times: the comparison holds)
-        from hybrid.arena.layout import laid_out
+    return run
 
-        run.plan = laid_out(graph, run.plan)
+
+RELAYOUT_TRIES = 3      # MILP solves with less memory where the plan's copies do not lay out in the arena
+
+
+def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | None = None,
+              solve_options: SolveOptions = SolveOptions(), model_options: ModelOptions | None = None,
+              require: bool = True, start: Values | None = None, start_plan: Plan | None = None,
+              start_name: str = "start") -> MilpRun:
+    """Build, solve and decode (`solve_milp`), and lay the plan out in an arena (`hybrid.arena.layout.laid_out`:
+    same events and times, offsets added). The MILP counts bytes, not addresses: where its plan does not lay
+    out within the memory it is solved again with the memory less the layout's overflow, up to
+    `RELAYOUT_TRIES` times (each within `solve_options`' time limit), and the plan of the last solve is written
+    for the full device; where none lays out, the byte-budget plan is written and `plan.planner["arena"]` says
+    so."""
+    from hybrid.arena.layout import laid_out
+
+    run = solve_milp(graph, device, kind, stages, solve_options, model_options, require, start, start_plan,
+                     start_name)
+    if run.plan is None:
+        return run
+    run.plan = laid_out(graph, run.plan)
+    dev = device
+    for _ in range(RELAYOUT_TRIES):
+        info = run.plan.planner.get("arena", {}) if isinstance(run.plan.planner, dict) else {}
+        if run.plan.allocation.kind == "arena" or "overflow" not in info:
+            break
+        usable = int(dev.usable_bytes / (1.0 + float(info["overflow"])) * 0.99)
+        dev = replace(dev, memory_bytes=usable + dev.reserve_bytes)
+        try:
+            again = solve_milp(graph, dev, kind, stages, solve_options, model_options, False, None, None,
+                               start_name)
+        except HybridError:
+            break
+        if again.plan is None:
+            break
+        shrunk = replace(again.plan, device=device,
+                         planner={**again.plan.planner, "memory_given_up": 1.0 - usable / device.usable_bytes})
+        shrunk = laid_out(graph, shrunk)
+        if shrunk.allocation.kind == "arena":
+            run.plan, run.written = shrunk, "milp"
+            break
     return run
 
 

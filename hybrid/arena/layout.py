@@ -382,6 +382,11 @@ def fit_offsets(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: La
     no fallback and no re-plan, for planners whose plan must stay their own (recompute, the MILP, placement,
     refinement's re-laid-out plans); `lay_out` adds the fallbacks. `time_limit_s` is a safety cap. The plan
     returned passes `hybrid.validator.validate` (HybridError otherwise: a bug)."""
+    return _fit(graph, plan, time_limit_s, budget)[0]
+
+
+def _fit(graph: Graph, plan: Plan, time_limit_s: float, budget: LayoutBudget) -> tuple[Plan | None, float]:
+    """(`fit_offsets`'s answer, the best heuristic arena over the capacity: above 1 where none fit)."""
     from hybrid.arena.lifetimes import arena_plan, plan_buffers
     from hybrid.validator import validate
 
@@ -389,16 +394,17 @@ def fit_offsets(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: La
     pb = plan_buffers(graph, plan)
     cap = int(pb.problem.capacity or 0)
     sol = heuristic_layout(pb.problem, budget, deadline)
+    ratio = sol.arena_bytes / max(cap, 1)
     if sol.arena_bytes > cap:
         if (sol.arena_bytes > cap * (1.0 + NEAR_MISS) or budget.exact_tries <= 0
                 or len(pb.problem) > budget.exact_max_buffers or not exact_ready(deadline)):
-            return None
+            return None, ratio
         from hybrid.arena import exact
 
         exact.warm_up()
         offs = exact_fit(pb.problem, cap, budget.exact_nodes, deadline)
         if offs is None:
-            return None
+            return None, ratio
         a = pb.problem.arrays
         sol = Solution(offs, int((offs + a.size).max()) if len(offs) else 0, "exact", 0.0, False,
                        pb.problem.peak_live())
@@ -407,7 +413,7 @@ def fit_offsets(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: La
     if not report.valid:
         raise HybridError(f"the arena layout of the plan failed validation ({report.violations[0]}); please "
                           "report this with the graph file")
-    return out
+    return out, ratio
 
 
 @dataclass(frozen=True)
@@ -458,9 +464,10 @@ def laid_out(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: Layou
     changes, so comparisons of makespans hold either way."""
     if plan.allocation.kind == "arena":
         return plan
-    out = fit_offsets(graph, plan, time_limit_s, budget)
+    out, ratio = _fit(graph, plan, time_limit_s, budget)
     if out is not None:
         return out
     info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
-    info["arena"] = {"laid_out": False, "why": "no arena layout of its device copies fits the memory"}
+    info["arena"] = {"laid_out": False, "overflow": ratio - 1.0,
+                     "why": f"no arena layout of its device copies fits the memory (best {100 * (ratio - 1):+.1f}%)"}
     return dataclasses.replace(plan, planner=info)
