@@ -133,7 +133,13 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
     return run
 
 
-RELAYOUT_TRIES = 3      # MILP solves with less memory where the plan's copies do not lay out in the arena
+RELAYOUT_TRIES = 4      # MILP solves with less memory where the plan's copies do not lay out in the arena
+
+
+def _overflow(plan: Plan) -> float | None:
+    """How far the plan's best layout went over the memory (None: it is laid out, or nothing was tried)."""
+    info = plan.planner.get("arena", {}) if isinstance(plan.planner, dict) else {}
+    return None if plan.allocation.kind == "arena" or "overflow" not in info else float(info["overflow"])
 
 
 def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | None = None,
@@ -142,10 +148,10 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
               start_name: str = "start") -> MilpRun:
     """Build, solve and decode (`solve_milp`), and lay the plan out in an arena (`hybrid.arena.layout.laid_out`:
     same events and times, offsets added). The MILP counts bytes, not addresses: where its plan does not lay
-    out within the memory it is solved again with the memory less the layout's overflow, up to
-    `RELAYOUT_TRIES` times (each within `solve_options`' time limit), and the plan of the last solve is written
-    for the full device; where none lays out, the byte-budget plan is written and `plan.planner["arena"]` says
-    so."""
+    out within the memory it is solved again with the memory less the layout's overflow (half way back where
+    the model has no solution with that little), up to `RELAYOUT_TRIES` times, each within `solve_options`'
+    limits; the first that lays out is written for the full device (`planner["memory_given_up"]`). Where none
+    does, the byte-budget plan is written and `plan.planner["arena"]` says so."""
     from hybrid.arena.layout import laid_out
 
     run = solve_milp(graph, device, kind, stages, solve_options, model_options, require, start, start_plan,
@@ -153,26 +159,27 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     if run.plan is None:
         return run
     run.plan = laid_out(graph, run.plan)
-    dev = device
+    failed, refused = 0.0, 1.0          # shares of the memory given up: last that did not lay out, first infeasible
+    over: float | None = _overflow(run.plan)     # the last layout's overflow; 0.0 after a refused solve
     for _ in range(RELAYOUT_TRIES):
-        info = run.plan.planner.get("arena", {}) if isinstance(run.plan.planner, dict) else {}
-        if run.plan.allocation.kind == "arena" or "overflow" not in info:
+        if over is None:
             break
-        usable = int(dev.usable_bytes / (1.0 + float(info["overflow"])) * 0.99)
-        dev = replace(dev, memory_bytes=usable + dev.reserve_bytes)
+        give = 0.5 * (failed + refused) if over == 0.0 else \
+            min(1.0 - (1.0 - failed) / (1.0 + over) + 0.005, 0.5 * (failed + refused))
+        dev = replace(device, memory_bytes=int(device.usable_bytes * (1.0 - give)) + device.reserve_bytes)
         try:
-            again = solve_milp(graph, dev, kind, stages, solve_options, model_options, False, None, None,
-                               start_name)
+            again = solve_milp(graph, dev, kind, stages, solve_options, model_options, False, None, None, start_name)
         except HybridError:
-            break
-        if again.plan is None:
-            break
-        shrunk = replace(again.plan, device=device,
-                         planner={**again.plan.planner, "memory_given_up": 1.0 - usable / device.usable_bytes})
-        shrunk = laid_out(graph, shrunk)
+            again = None
+        if again is None or again.plan is None:
+            refused, over = give, 0.0       # too little memory for the model: back half way
+            continue
+        shrunk = laid_out(graph, replace(again.plan, device=device,
+                                         planner={**again.plan.planner, "memory_given_up": give}))
         if shrunk.allocation.kind == "arena":
             run.plan, run.written = shrunk, "milp"
             break
+        failed, over = give, _overflow(shrunk)
     return run
 
 

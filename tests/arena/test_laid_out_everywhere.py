@@ -81,10 +81,12 @@ def _plans(graph, dev, seed: int) -> dict[str, Plan]:  # noqa: ANN001
                      options=RefineOptions(max_windows=6, window_time_s=0.2))
         assert res.plan.makespan_s <= plans["belady"].makespan_s
         plans["refine"] = res.plan
-    run = plan_milp(graph, dev, "mosos", stages=min(16, len(graph.ops)),
-                    solve_options=SolveOptions(time_limit_s=10), require=False)
-    if run.plan is not None:
-        plans["milp"] = run.plan
+    for stages in (8, 12):     # coarse stages: HiGHS solves them in a second (8 can be infeasible when tight)
+        run = plan_milp(graph, dev, "mosos", stages=min(stages, len(graph.ops)),
+                        solve_options=SolveOptions(time_limit_s=30, gap=0.05), require=False)
+        if run.plan is not None:
+            plans["milp"] = run.plan
+            break
     return plans
 
 
@@ -105,7 +107,7 @@ def test_every_planners_plan_runs_at_its_offsets_bitwise_like_eager(depth, width
     dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(graph) * fraction), reserve_bytes=0)
     eager = train_eager(graph, copy.deepcopy(base), (x,), y, F.cross_entropy, ITERS, SEED)
     plans = _plans(graph, dev, seed)
-    assert {"belady", "ga"} <= set(plans)
+    assert {"belady", "ga", "refine", "milp"} <= set(plans)
     for name, plan in plans.items():
         assert plan.allocation.kind == "arena", (name, plan.planner.get("arena"))
         assert plan.device.memory_bytes == dev.memory_bytes, name
