@@ -8,7 +8,8 @@ node sequence -> re-walked augmented graph, by `hybrid.swap.rewalk`), `lns`
 streams, before any window), `source` (the augmented graph of any plan),
 `handoff` (the GA, then refinement, then the GA again with the time refinement
 could not use), `beside` (a refiner process that takes the genetic search's
-best plan and elites while it runs).
+best plan and elites while it runs), `offsets` (arena plans: every offset kept,
+copies that share bytes kept in order; or re-laid out, the faster kept).
 """
 from hybrid.refine.lns import HistoryPoint, RefineOptions, RefineProgress, RefineResult, refine
 
