@@ -2,6 +2,7 @@
 the exact post-pass only ever shrinks the arena, and `laid_out` says when a plan does not fit."""
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -122,3 +123,13 @@ def test_laid_out_passes_arena_plans_and_names_the_overflow_where_none_fits() ->
     else:
         assert out.events == tight.events and out.planner["arena"]["laid_out"] is False
         assert out.planner["arena"]["overflow"] > 0 and fit_offsets(g, tight) is None
+
+
+def test_the_pipelines_refine_step_passes_arena_plans_through() -> None:
+    from hybrid.refine.handoff import refine_then_resume
+
+    g, plan = _arena_plan(4)
+    out = refine_then_resume(g, plan.device, plan, None, deadline=time.monotonic() + 300, seed=1,
+                             refine_options=RefineOptions(max_windows=4, window_time_s=0.2))
+    assert out.source == "cpsat" and out.plan.allocation.kind == "arena"
+    assert validate(g, out.plan).valid and out.plan.makespan_s <= plan.makespan_s
