@@ -71,8 +71,9 @@ class RefineOptions:
     patience_windows: int | None = None  # stop ("stalled") after this many windows without such a gain: the
     #                                      work-budget twin of patience_s, so a seed fixes where refinement stops
     reorder: bool = True              # first re-order the copy streams earliest-deadline-first (stream_order)
-    relayout: bool = True             # an arena plan: also refine it as a byte budget and lay it out again
+    relayout: bool = False            # an arena plan: also refine it as a byte budget and lay it out again
     relayout_share: float = 0.5       # ... with this share of the time; the faster laid-out plan is kept
+    #                                   (off by default: it lost to the offsets kept, hybrid.refine.offsets.relaid)
 
 
 @dataclass
