@@ -42,6 +42,7 @@ class MilpRun:
     start_mapped: tuple[int, int] | None = None   # (events mapped to variables, events the model has none for)
     milp_makespan_s: float | None = None          # the MILP's own decoded plan (None: no incumbent)
     written: str = "milp"                          # whose plan `plan` is: "milp" or "start" (the faster)
+    start_plan: Plan | None = None                 # the start as compared (Auto's impls on it)
 
     @property
     def bound_gap(self) -> float | None:
@@ -126,6 +127,7 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
         # every op's default), re-timed and validated; kept only if no slower.
         start_plan = auto_plan(graph, start_plan)
         run.start_name, run.start_makespan_s, run.start_mapped = start_name, start_plan.makespan_s, mapped
+        run.start_plan = start_plan
         if plan is None or start_plan.makespan_s < plan.makespan_s:
             run.plan, run.written = start_plan, "start"
     if res.values is not None and not opts.impl_choice:
@@ -149,26 +151,33 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     """Build, solve and decode (`solve_milp`), and lay the plan out in an arena (`hybrid.arena.layout.laid_out`:
     same events and times, offsets added). The MILP counts bytes, not addresses: where its plan does not lay
     out within the memory it is solved again with the memory less the layout's overflow (half way back where
-    the model has no solution with that little), up to `RELAYOUT_TRIES` times, each within `solve_options`'
-    limits; the first that lays out is written for the full device (`planner["memory_given_up"]`). Where none
+    the model has no solution with that little), up to `RELAYOUT_TRIES` times, all within what is left of
+    `solve_options`' limits (none after Ctrl-C or SIGTERM); the first that lays out is written for the full device (`planner["memory_given_up"]`). Where none
     does, the byte-budget plan is written and `plan.planner["arena"]` says so."""
     from hybrid.arena.layout import laid_out
+    from hybrid.signals import received
 
+    t0 = time.monotonic()
     run = solve_milp(graph, device, kind, stages, solve_options, model_options, require, start, start_plan,
                      start_name)
     if run.plan is None:
         return run
     run.plan = laid_out(graph, run.plan)
+    # the re-solves share what is left of the first solve's limits (a deadline, else its time limit)
+    deadline = solve_options.deadline
+    if solve_options.time_limit_s is not None:
+        deadline = min(deadline if deadline is not None else float("inf"), t0 + solve_options.time_limit_s)
     failed, refused = 0.0, 1.0          # shares of the memory given up: last that did not lay out, first infeasible
     over: float | None = _overflow(run.plan)     # the last layout's overflow; 0.0 after a refused solve
     for _ in range(RELAYOUT_TRIES):
-        if over is None:
-            break
+        if over is None or received() or (deadline is not None and deadline - time.monotonic() < 1.0):
+            break       # laid out; or Ctrl-C / SIGTERM (write what there is), or no time left
         give = 0.5 * (failed + refused) if over == 0.0 else \
             min(1.0 - (1.0 - failed) / (1.0 + over) + 0.005, 0.5 * (failed + refused))
         dev = replace(device, memory_bytes=int(device.usable_bytes * (1.0 - give)) + device.reserve_bytes)
         try:
-            again = solve_milp(graph, dev, kind, stages, solve_options, model_options, False, None, None, start_name)
+            again = solve_milp(graph, dev, kind, stages, replace(solve_options, deadline=deadline), model_options,
+                               False, None, None, start_name)
         except HybridError:
             again = None
         if again is None or again.plan is None:
@@ -180,6 +189,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             run.plan, run.written = shrunk, "milp"
             break
         failed, over = give, _overflow(shrunk)
+    if run.start_plan is not None and run.start_plan.makespan_s < run.plan.makespan_s:
+        run.plan, run.written = laid_out(graph, run.start_plan), "start"    # never slower than the start
     return run
 
 
