@@ -29,7 +29,8 @@ def _window_sizes(text: str) -> tuple[int, ...]:
 @click.command("refine")
 @graph_option
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Plan to refine (hybrid-plan/1), from any planner: optimize, baseline, simulate, a file.")
+              help="Plan to refine (hybrid-plan/1), from any planner: optimize, baseline, simulate, a file. An arena "
+                   "plan keeps every offset.")
 @click.option("--time-limit", default="2m", show_default=True,
               help="Budget of the whole command (loading and writing included), e.g. 30s, 2m, 1h; a bare number "
                    "is seconds. Ctrl-C or SIGTERM stops early and writes the best plan so far.")
