@@ -150,7 +150,8 @@ class Executor:
         out: dict[str, Any] = {"plan_memory_bytes": self.plan.device.memory_bytes, "pool": p.to_json(),
                                "host_pool_bytes": self.runtime.host.nbytes, "pinned": self.runtime.host.pinned}
         if self.backend.name == "cuda":
-            out["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.backend.device))
+            counted = self.runtime.allocator.max_allocated if self.runtime.allocator is not None else 0
+            out["cuda_max_allocated_bytes"] = max(counted, int(torch.cuda.max_memory_allocated(self.backend.device)))
         return out
 
     def summary(self) -> Summary:

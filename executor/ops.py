@@ -14,6 +14,12 @@ mode:
   of the op's outputs are not graph tensors. Its cost is counted per
   iteration: ops, bytes copied, time spent copying, and the largest transient
   (result bytes briefly held outside the pool).
+- `slot`: no native out= overload, but an equivalent call that computes the same bits with one writes
+  straight into the slots (`SLOT_WRITERS`: relu as `clamp_min.out`, which is how ATen computes relu;
+  `div.Scalar` as `div.out` with the number wrapped as ATen wraps it; `embedding` as `index_select.out`, its
+  ATen implementation; `embedding_dense_backward` as zero + `index_add_` in index order, as ATen accumulates;
+  `ones_like`, `new_zeros` and the like as a fill of the slot). Bitwise equal to eager on the CPU
+  (tests/executor/test_exactness.py).
 - `inplace`: the op only updates its inputs (buffer `copy_`s); `optimizer`:
   the per-parameter optimizer step (hybrid.capture.optimizers), in place.
 
@@ -36,10 +42,109 @@ from hybrid.errors import HybridError
 from hybrid.graph import Graph, Op
 from hybrid.graph.rerun import updates_generator_only
 
-OUT, COPY, INPLACE, OPTIMIZER = "out", "copy", "inplace", "optimizer"
+from executor.outside import OutsideStats
+
+OUT, COPY, INPLACE, OPTIMIZER, SLOT = "out", "copy", "inplace", "optimizer", "slot"
 
 # Ops whose out= overload exists but must not be used (none known; add with the reason if one is found).
 DENY_OUT: dict[str, str] = {}
+
+
+SlotWriter = Callable[[list, dict, list], None]   # (decoded args, kwargs, output slots): writes the slots
+EMBEDDING_INDEX_ADD_MAX = 3000   # ATen's CPU embedding backward accumulates in index order up to this many indices
+
+
+def _fill(value: float | None) -> SlotWriter:
+    """A factory op (`ones_like`, `new_zeros`, `empty_like`, ...): its slot filled (None: left as it is, like
+    the uninitialized memory eager's `empty` returns)."""
+    def write(args: list, kwargs: dict, slots: list) -> None:
+        if value is not None:
+            slots[0].fill_(value)
+    return write
+
+
+def _full(position: int) -> SlotWriter:
+    """`full_like(self, fill_value)` (position 1), `new_full(self, size, fill_value)` (position 2)."""
+    def write(args: list, kwargs: dict, slots: list) -> None:
+        slots[0].fill_(kwargs["fill_value"] if "fill_value" in kwargs else args[position])
+    return write
+
+
+def _relu(args: list, kwargs: dict, slots: list) -> None:
+    torch.clamp_min(args[0], 0, out=slots[0])   # ATen's relu is clamp_min(self, 0)
+
+
+def _div_scalar(args: list, kwargs: dict, slots: list) -> None:
+    torch.div(args[0], args[1], out=slots[0])   # the number wrapped as div.Scalar wraps it: same kernel, same bits
+
+
+def _embedding(args: list, kwargs: dict, slots: list) -> None:
+    weight, indices = args[0], args[1]
+    # ATen: weight.index_select(0, indices.reshape(-1)).view(indices.shape + weight.shape[1:])
+    torch.index_select(weight, 0, indices.reshape(-1), out=slots[0].view(-1, *weight.shape[1:]))
+
+
+def _embedding_backward(args: list, kwargs: dict, slots: list) -> None:
+    grad, indices = args[0], args[1]
+    padding_idx = int(kwargs.get("padding_idx", args[3] if len(args) > 3 else -1))
+    out = slots[0]
+    out.zero_()
+    out.index_add_(0, indices.reshape(-1), grad.reshape(-1, out.shape[-1]))   # row by row in index order
+    if padding_idx >= 0:
+        out[padding_idx].zero_()   # eager skips that row's indices: it stays zero
+
+
+def _slot_writer(graph: Graph, op: Op, target: str, args: Any, kwargs: dict) -> SlotWriter | None:
+    """The equivalent out= path of a functional op without a native out= overload, or None (copy fallback)."""
+    outs = [graph.tensor(t) for t in op.outputs]
+    contiguous = len(outs) == 1 and _is_contiguous(outs[0])
+    if target in _FILLS:
+        return _fill(_FILLS[target])
+    if target in ("aten.full_like.default", "aten.new_full.default"):
+        return _full(1 if target == "aten.full_like.default" else 2)
+    if target == "aten.relu.default":
+        return _relu
+    if target == "aten.div.Scalar":
+        return _div_scalar
+    if target == "aten.embedding.default" and contiguous:
+        return _embedding
+    if target == "aten.embedding_dense_backward.default" and contiguous:
+        scale = kwargs.get("scale_grad_by_freq", args[4] if len(args) > 4 else False)
+        n_idx = _numel(graph, args[1])
+        if scale is False and n_idx is not None and n_idx <= EMBEDDING_INDEX_ADD_MAX:
+            return _embedding_backward
+    return None
+
+
+_FILLS: dict[str, float | None] = {
+    "aten.ones_like.default": 1, "aten.new_ones.default": 1, "aten.zeros_like.default": 0,
+    "aten.new_zeros.default": 0, "aten.empty_like.default": None, "aten.new_empty.default": None,
+}
+
+
+def _is_contiguous(t: Any) -> bool:
+    shape, stride = t.extra.get("shape"), t.extra.get("stride")
+    if shape is None or stride is None:
+        return False
+    expect = 1
+    for n, st in reversed(list(zip(shape, stride))):
+        if n != 1 and st != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _numel(graph: Graph, ref: Any) -> int | None:
+    """Elements of an encoded graph-tensor argument ({"t": id}), or None."""
+    if not isinstance(ref, dict) or "t" not in ref:
+        return None
+    shape = graph.tensor(ref["t"]).extra.get("shape")
+    if shape is None:
+        return None
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 @dataclass(frozen=True)
@@ -54,6 +159,7 @@ class OpCall:
     out_names: tuple[str, ...] = ()
     out_ids: tuple[str | None, ...] = ()   # returned graph tensors, in return order (None: not a graph tensor)
     copy_bytes: int = 0               # bytes the copy fallback copies per run
+    slot_fn: SlotWriter | None = None  # mode slot: the equivalent call writing the slots
     versions: tuple[tuple[str, str], ...] = ()   # in-place op on an intermediate: (new version, old version)
 
 
@@ -67,11 +173,12 @@ class OpStats:
     transient_peak_bytes: int = 0     # largest functional result held outside the pool (copy fallback)
     copy_targets: dict[str, str] = field(default_factory=dict)   # aten target -> reason, for the report
     version_bytes: int = 0            # bytes copied to start new versions of intermediates (in-place ops)
+    outside: OutsideStats = field(default_factory=OutsideStats)   # allocated outside the pool (executor.outside)
 
     def to_json(self) -> dict[str, Any]:
         return {"ops_by_mode": dict(self.ops_by_mode), "copy_bytes": self.copy_bytes, "copy_s": self.copy_s,
                 "transient_peak_bytes": self.transient_peak_bytes, "copy_targets": dict(self.copy_targets),
-                "version_bytes": self.version_bytes}
+                "version_bytes": self.version_bytes, "outside": self.outside.to_json()}
 
 
 def _writes_arguments(schema: Any) -> bool:
@@ -136,6 +243,10 @@ def compile_op(graph: Graph, op: Op) -> OpCall:
         out_fn, why = None, "out= overload returns a different number of tensors"
     if out_fn is not None:
         return OpCall(op, fn, OUT, "native out= overload", args, kwargs, out_fn, names, ids, versions=versions)
+    writer = _slot_writer(graph, op, target, args, kwargs) if None not in ids else None
+    if writer is not None:
+        return OpCall(op, fn, SLOT, f"an equivalent call writes its slot ({why})", args, kwargs, None, (), ids,
+                      versions=versions, slot_fn=writer)
     nbytes = sum(graph.tensor(t).bytes for t in ids if t is not None)
     return OpCall(op, fn, COPY, why, args, kwargs, None, (), ids, nbytes, versions)
 
@@ -223,7 +334,7 @@ class OpRunner:
         return decode_value(call.args, ctx), {k: decode_value(v, ctx) for k, v in call.kwargs.items()}
 
     def run_direct(self, o: int, env: dict[str, torch.Tensor], step: int, rerun: bool = False) -> None:
-        """Modes out, inplace and optimizer: nothing to copy afterwards."""
+        """Modes out, slot, inplace and optimizer: nothing to copy afterwards."""
         with self._run_context(o, env, rerun) as env:
             self._run_direct(o, env, step)
 
@@ -235,6 +346,8 @@ class OpRunner:
                     **kwargs)
         elif call.mode == INPLACE:
             call.fn(*args, **kwargs)
+        elif call.mode == SLOT:
+            call.slot_fn(args, kwargs, [env[t] for t in call.out_ids])  # type: ignore[misc, index]
         else:
             slots = [env[t] for t in call.out_ids]  # type: ignore[index]
             res = call.out_fn(*args, **kwargs, **dict(zip(call.out_names, slots)))  # type: ignore[misc]

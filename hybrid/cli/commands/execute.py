@@ -49,9 +49,17 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
                f"copy-fallback transient up to {format_bytes(s.transient_peak_bytes)}"
                + (f"; CUDA max allocated {format_bytes(mem['cuda_max_allocated_bytes'])}"
                   if "cuda_max_allocated_bytes" in mem else ""))
+    if s.outside_counted_by:
+        how = "aten calls' results" if s.outside_counted_by == "dispatch" else "CUDA allocator statistics"
+        out.append(f"  outside the pool: {format_bytes(s.outside_bytes)} allocated per iteration (at most "
+                   f"{format_bytes(s.outside_peak_bytes)} by one op), {format_bytes(s.outside_beyond_workspace_bytes)} "
+                   f"beyond the graph's stated workspaces ({how})"
+                   + ("; most by " + ", ".join(f"{t} {format_bytes(b)}" for t, b in sorted(
+                       s.outside_by_target.items(), key=lambda kv: -kv[1])[:3]) if s.outside_by_target else ""))
     out.append(f"  host memory: {format_bytes(mem['host_pool_bytes'])} in one {'pinned ' if mem['pinned'] else ''}buffer")
     modes = s.op_modes
-    out.append(f"  ops: {modes.get('out', 0)} write through out=, {modes.get('copy', 0)} via the copy fallback "
+    out.append(f"  ops: {modes.get('out', 0)} write through out=, {modes.get('slot', 0)} through an equivalent out= "
+               f"call, {modes.get('copy', 0)} via the copy fallback "
                f"({format_bytes(s.copy_bytes)}, {format_seconds(s.copy_s)} per iteration), "
                f"{modes.get('inplace', 0)} in place, {modes.get('optimizer', 0)} optimizer steps"
                + (f"; {format_bytes(s.version_bytes)} copied to start new versions of in-place intermediates"
