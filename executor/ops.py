@@ -256,23 +256,34 @@ class OpRunner:
 
     A rerun (a plan's recompute event, `rerun=True`) must reproduce the first run's outputs
     (hybrid.graph.rerun): an op that updates tensors in place (batch norm's running statistics) reruns on
-    copies of them, which are then dropped; a random op reruns from the generator state recorded just
-    before its first run in this iteration.
+    copies of them, which are then dropped; a random op reruns drawing what its first run drew in this
+    iteration (executor.random_state: the generator state recorded before the first run, or the op's own
+    seed for the step).
     """
 
-    def __init__(self, graph: Graph, device: torch.device) -> None:
+    def __init__(self, graph: Graph, device: torch.device, random: str = "replay",
+                 runs: dict[int, int] | None = None) -> None:
+        """`random`: where random ops' numbers come from (executor.random_state): "replay" (the global generator,
+        replayed for reruns: eager's numbers) or "op_seeds" (graph-safe: per op and step); `runs`: how many times
+        each op runs in an iteration (op_seeds on CUDA makes a generator state per run)."""
+        from executor.random_state import HostReplay, OpSeeds
+
         self.graph = graph
         self.device = device
         self.calls = [compile_op(graph, op) for op in graph.ops]
         self._checked: set[int] = set()
         self._random = {o for o, op in enumerate(graph.ops) if updates_generator_only(graph, op)}
-        self._rng_state: dict[int, torch.Tensor] = {}
+        if random not in ("replay", "op_seeds"):
+            raise HybridError(f"random must be 'replay' or 'op_seeds', got {random!r}")
+        self.random: HostReplay | OpSeeds = (
+            HostReplay(device) if random == "replay"
+            else OpSeeds(device, {o: max(1, (runs or {}).get(o, 1)) for o in self._random}))
         self._step_counters: dict[int, torch.Tensor] = {}   # kept alive: a recorded CUDA graph reads them
         self._recording = False
 
     @property
     def random_ops(self) -> set[int]:
-        """Ops that draw random numbers (their generator state is kept on the host for reruns)."""
+        """Ops that draw random numbers and may rerun (`self.random` says where their numbers come from)."""
         return self._random
 
     def device_steps(self, step: int | None) -> None:
@@ -292,42 +303,24 @@ class OpRunner:
                 else:
                     c.fill_(float(step - 1))
 
-    def _generator_state(self) -> torch.Tensor:
-        if self.device.type == "cuda":
-            return torch.cuda.get_rng_state(self.device)
-        return torch.get_rng_state()
-
-    def _set_generator_state(self, state: torch.Tensor) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.set_rng_state(state, self.device)
-        else:
-            torch.set_rng_state(state)
-
     @contextmanager
     def _run_context(self, o: int, env: dict[str, torch.Tensor], rerun: bool) -> Iterator[dict[str, torch.Tensor]]:
-        """The env a run reads: for a rerun, copies of the tensors the op updates, and the generator replayed."""
+        """The env a run reads: for a rerun, copies of the tensors the op updates; a random op's numbers from
+        `self.random` (a rerun draws what the first run drew)."""
         if o not in self._random and not (rerun and self.calls[o].op.updates):
             yield env
             return
-        if not rerun:
-            self._rng_state[o] = self._generator_state()
-            yield env
-            return
-        own = dict(env)
-        for t in self.calls[o].op.updates:
-            if t in own:
-                own[t] = own[t].clone()
+        own = env
+        if rerun:
+            own = dict(env)
+            for t in self.calls[o].op.updates:
+                if t in own:
+                    own[t] = own[t].clone()
         if o not in self._random:
             yield own
             return
-        if o not in self._rng_state:
-            raise HybridError(f"op {self.calls[o].op.id!r} is recomputed before its first run in this iteration")
-        now = self._generator_state()
-        self._set_generator_state(self._rng_state[o])
-        try:
+        with self.random.run(o, rerun, self.calls[o].op.id):
             yield own
-        finally:
-            self._set_generator_state(now)
 
     def _decode(self, call: OpCall, env: dict[str, torch.Tensor]) -> tuple[list, dict]:
         ctx = DecodeContext(env, self.device)

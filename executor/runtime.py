@@ -74,6 +74,17 @@ def _no_counting() -> Any:
     return _disable_current_modes()
 
 
+def op_runs(program: Program) -> dict[int, int]:
+    """Op index -> how many times it runs in one iteration (its first run and its reruns)."""
+    aug = program.aug
+    out: dict[int, int] = {}
+    for i in range(aug.n_nodes):
+        if int(aug.kind[i]) == E.COMPUTE:
+            o = int(aug.ref[i])
+            out[o] = out.get(o, 0) + 1
+    return out
+
+
 def node_workspaces(program: Program) -> dict[int, int]:
     """Compute node -> the workspace its op states for the implementation it runs (the plan counts it while the
     node runs)."""
@@ -176,14 +187,16 @@ class Runtime:
     """Holds the pools and the tensors' homes across iterations; `run_iteration` replays the plan once."""
 
     def __init__(self, graph: Graph, plan: Plan, backend: Backend, program: Program | None = None,
-                 timing: bool = True, check_races: bool = False) -> None:
+                 timing: bool = True, check_races: bool = False, random: str = "replay") -> None:
+        """`random`: where random ops' numbers come from (executor.random_state): "replay" (eager's numbers;
+        no CUDA graph can record it) or "op_seeds" (graph-safe)."""
         self.graph = graph
         self.plan = plan
         self.backend = backend
         self.program = program if program is not None else compile_program(graph, plan)
         self.pool = make_pool(self.program, backend)
         self.host = HostPool(graph, self.program.host_tensors, backend)
-        self.ops = OpRunner(graph, backend.device)
+        self.ops = OpRunner(graph, backend.device, random, op_runs(self.program))
         self.timing = timing
         n = self.program.n_nodes
         self.node_impl = node_impls(self.program)
@@ -371,6 +384,7 @@ class Runtime:
         b.begin_iteration(self.iteration)
         if seed is not None:
             torch.manual_seed(seed)
+        self.ops.random.begin_iteration(seed)
         if self.allocator is not None and self.count_outside:
             self.allocator.begin()
         wall0 = time.perf_counter()
@@ -404,7 +418,14 @@ class Runtime:
             return "the race checker inspects every node on the host"
         if self.ops.random_ops:
             op = self.graph.ops[min(self.ops.random_ops)]
-            return f"op {op.id!r} draws random numbers, whose generator state the host keeps"
+            if not self.ops.random.graph_safe:
+                return (f"op {op.id!r} draws random numbers from the global generator, whose state the host keeps "
+                        "for its reruns (random='op_seeds' makes them graph-safe; --cuda-graph does)")
+            from executor.random_state import graph_safe_available
+
+            why = graph_safe_available()
+            if why:
+                return f"op {op.id!r} draws random numbers and {why}"
         if any(name != "loss" for v in self.observe.values() for name, _ in v):
             return "watched values other than the loss are copied to the host mid-iteration"
         if self.step < 2:
@@ -438,6 +459,7 @@ class Runtime:
                 return self.run_iteration(seed)
             rec_graph = self._record_graph()
         b.synchronize()
+        self.ops.random.begin_iteration(seed)    # the random ops' states reseeded for this step (host work)
         if self.allocator is not None and self.count_outside:
             self.allocator.begin()
         wall0 = time.perf_counter()
@@ -482,6 +504,8 @@ class Runtime:
         g = torch.cuda.CUDAGraph()
         b.synchronize()
         self.ops.device_steps(self.step)
+        if self.ops.random_ops and self.ops.random.graph_safe:
+            self.ops.random.register(g)     # each replay reads the seeds begin_iteration gives the states
         self._recording = True
         try:
             with torch.cuda.graph(g, pool=self._graph_pool, stream=b.streams[COMPUTE]):
@@ -512,6 +536,7 @@ class Runtime:
         reruns = self.program.aug.recompute  # per node: a recompute event (hybrid.graph.rerun says how it reruns)
         timing = self.timing
         pool.begin_iteration()
+        ops.random.start()
         stats = OpStats()
         clock = [[-1, -1, -1] for _ in range(3)]
         if self.races is not None:
