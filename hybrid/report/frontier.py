@@ -116,8 +116,7 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline import OptimizeOptions, Progress, run_optimize
 
-    opts = options or OptimizeOptions()
-    opts.stop_on_interrupt = True
+    opts = dataclasses.replace(options or OptimizeOptions(), stop_on_interrupt=True)
     tell = say or (lambda _m: None)
     out = Sweep()
     try:
