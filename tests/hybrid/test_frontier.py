@@ -124,3 +124,10 @@ def test_bad_flags_give_one_line(tmp_path, flags, needle) -> None:
     assert r.exit_code == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
+
+
+def test_help_explains_the_table() -> None:
+    r = CliRunner().invoke(cli, ["frontier", "--help"])
+    assert r.exit_code == 0
+    for word in ("--time-limit-per-point", "--memories", "--points", "best_s", "bound", "Ctrl-C"):
+        assert word in r.output
