@@ -44,10 +44,11 @@ class Executor:
 
     def __init__(self, graph: Graph, plan: Plan, device: str = "cpu", *, validate: bool = True,
                  timing: bool = True, sanitize: bool = False, cuda_graph: bool = False,
-                 random: str | None = None) -> None:
+                 random: str | None = None, count_outside: bool = True) -> None:
         """`random` (executor.random_state): "replay" draws eager's numbers (the CPU's default: bitwise equal to
         eager); "op_seeds" gives each random op its own seed per step, graph-safe (the default with
-        `cuda_graph`, so plans with dropout are recorded too)."""
+        `cuda_graph`, so plans with dropout are recorded too). `count_outside`: count the bytes allocated outside
+        the pool (executor.outside; on the CPU a dispatch mode, 1.5-2.5x slower per iteration)."""
         if validate:
             from hybrid.validator import check
 
@@ -60,6 +61,7 @@ class Executor:
             raise HybridError("--cuda-graph needs --device cuda (a CUDA graph replays device work)")
         self.runtime = Runtime(graph, plan, self.backend, compile_program(graph, plan), timing=timing,
                                check_races=sanitize, random=random or ("op_seeds" if cuda_graph else "replay"))
+        self.runtime.count_outside = count_outside
         self.cuda_graph = cuda_graph     # from the third iteration on, replay one recorded CUDA graph
         self.records: list[IterationRecord] = []
         self.losses: list[torch.Tensor] = []
@@ -178,7 +180,8 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
             check: bool = False, keep_grads: bool = False, batches: Batches | None = None, timing: bool = True,
             sanitize: bool = False, atol: float | None = None, rtol: float | None = None,
             validate: bool = True, on_iteration: Callable[[IterationRecord], None] | None = None,
-            cuda_graph: bool = False, reference: str = "cpu", random: str | None = None) -> ExecutionResult:
+            cuda_graph: bool = False, reference: str = "cpu", random: str | None = None,
+            count_outside: bool = True) -> ExecutionResult:
     """Train `module` for `iters` iterations under `plan`; `module` itself is not modified.
 
     With `check`, the same number of eager steps from the same seed train a
@@ -201,7 +204,7 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     if reference not in ("cpu", "same"):
         raise HybridError(f"reference must be 'cpu' or 'same' (the executor's device), got {reference!r}")
     ex = Executor(graph, plan, device, validate=validate, timing=timing, sanitize=sanitize, cuda_graph=cuda_graph,
-                  random=random)
+                  random=random, count_outside=count_outside)
     if keep_grads:
         ex.keep_grads()
     if torch.cuda.is_available() and ex.backend.name == "cuda":
