@@ -123,7 +123,9 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
         for i, mem in enumerate(sorted(memories)):
             dev = at_memory(device, mem)
             t0 = time.monotonic()
-            tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: planning for {format_seconds(time_limit_s)} ...")
+            tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: planning, time limit {format_seconds(time_limit_s)} "
+                 "(the first point may take longer: one-time compiles) ..." if i == 0 else
+                 f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: planning, time limit {format_seconds(time_limit_s)} ...")
             try:
                 res = run_optimize(graph, dev, time_limit_s, opts, Progress(on_note=lambda t: tell(f"  {t}")))
             except InfeasibleError as e:
