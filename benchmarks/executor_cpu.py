@@ -84,7 +84,7 @@ def run(case: tuple, fractions: list[float], iters: int, seed: int) -> list[dict
             try:
                 plan = quick_plan(graph, frac, kind)
                 assert validate(graph, plan).valid
-                ex = Executor(graph, plan, "cpu", sanitize=True)
+                ex = Executor(graph, plan, "cpu", sanitize=True, count_outside=False)   # times: no dispatch mode
                 ex.load(copy.deepcopy(base), args, target)
                 recs = ex.run(iters, seed=seed)
                 cmp = compare(ex.losses, ex.state(), ref)

@@ -302,7 +302,8 @@ def run_plan(graph: Graph, plan: Plan, base: torch.nn.Module, args: Any, target:
         "compute_stall_s": s.stall_s.get("compute"), "compute_busy_s": s.busy_s.get("compute"),
         "pool_peak/memory": pool["peak_live_bytes"] / plan.device.memory_bytes,
         "cuda_max_allocated_MiB": s.memory.get("cuda_max_allocated_bytes", 0) / MiB,
-        "copy_fallback_MiB": s.copy_bytes / MiB, "compactions": pool["compactions_per_iteration"],
+        "copy_fallback_MiB": s.copy_bytes / MiB, "outside_pool_MiB": s.outside_bytes / MiB,
+        "compactions": pool["compactions_per_iteration"],
         "loss_last": ex.losses[-1].item() if ex.losses else None,
         "graph_note": note,
     }

@@ -14,8 +14,9 @@ What `hybrid execute` does with files, from Python (a graph's module spec runs o
 
 Modules: program (plan -> the linear program of nodes, waits, allocations),
 streams (cuda / cpu backends), device_pool and host_pool (memory), offsets
-(offline offsets for unconstrained plans), ops (out= variants and the copy fallback),
-runtime (the iteration loop), measure (times, stalls, memory, vs simulator),
+(offline offsets for unconstrained plans), ops (out= variants, equivalent out= calls and the copy
+fallback), outside (bytes allocated outside the pool), random_state (where random ops' numbers come from,
+graph-safe for CUDA graphs), runtime (the iteration loop), measure (times, stalls, memory, vs simulator),
 check (eager reference and comparison), races (the sanitizer's overlap checks),
 placed (CPU/GPU placement plans), preflight (the checks before a run: device,
 plan vs graph, host memory and its limits, whether a graph's module spec may

@@ -43,7 +43,12 @@ class Executor:
     """A plan made runnable: pools allocated, program compiled. Load a module's state, then run iterations."""
 
     def __init__(self, graph: Graph, plan: Plan, device: str = "cpu", *, validate: bool = True,
-                 timing: bool = True, sanitize: bool = False, cuda_graph: bool = False) -> None:
+                 timing: bool = True, sanitize: bool = False, cuda_graph: bool = False,
+                 random: str | None = None, count_outside: bool = True) -> None:
+        """`random` (executor.random_state): "replay" draws eager's numbers (the CPU's default: bitwise equal to
+        eager); "op_seeds" gives each random op its own seed per step, graph-safe (the default with
+        `cuda_graph`, so plans with dropout are recorded too). `count_outside`: count the bytes allocated outside
+        the pool (executor.outside; on the CPU a dispatch mode, 1.5-2.5x slower per iteration)."""
         if validate:
             from hybrid.validator import check
 
@@ -55,7 +60,8 @@ class Executor:
         if cuda_graph and self.backend.name != "cuda":    # before the pools are allocated and the program built
             raise HybridError("--cuda-graph needs --device cuda (a CUDA graph replays device work)")
         self.runtime = Runtime(graph, plan, self.backend, compile_program(graph, plan), timing=timing,
-                               check_races=sanitize)
+                               check_races=sanitize, random=random or ("op_seeds" if cuda_graph else "replay"))
+        self.runtime.count_outside = count_outside
         self.cuda_graph = cuda_graph     # from the third iteration on, replay one recorded CUDA graph
         self.records: list[IterationRecord] = []
         self.losses: list[torch.Tensor] = []
@@ -150,7 +156,8 @@ class Executor:
         out: dict[str, Any] = {"plan_memory_bytes": self.plan.device.memory_bytes, "pool": p.to_json(),
                                "host_pool_bytes": self.runtime.host.nbytes, "pinned": self.runtime.host.pinned}
         if self.backend.name == "cuda":
-            out["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.backend.device))
+            counted = self.runtime.allocator.max_allocated if self.runtime.allocator is not None else 0
+            out["cuda_max_allocated_bytes"] = max(counted, int(torch.cuda.max_memory_allocated(self.backend.device)))
         return out
 
     def summary(self) -> Summary:
@@ -173,7 +180,8 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
             check: bool = False, keep_grads: bool = False, batches: Batches | None = None, timing: bool = True,
             sanitize: bool = False, atol: float | None = None, rtol: float | None = None,
             validate: bool = True, on_iteration: Callable[[IterationRecord], None] | None = None,
-            cuda_graph: bool = False, reference: str = "cpu") -> ExecutionResult:
+            cuda_graph: bool = False, reference: str = "cpu", random: str | None = None,
+            count_outside: bool = True) -> ExecutionResult:
     """Train `module` for `iters` iterations under `plan`; `module` itself is not modified.
 
     With `check`, the same number of eager steps from the same seed train a
@@ -190,11 +198,13 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     `sanitize`: check every node's accesses for stream races (executor.races)
     and, on CPU, poison released device memory so a stale read shows.
     `cuda_graph`: after two iterations issued node by node, record one as a
-    CUDA graph and replay it (no per-node host cost; no per-node times).
+    CUDA graph and replay it (no per-node host cost; no per-node times); random ops then draw from their own
+    seed per step (`random="op_seeds"`, executor.random_state), so their numbers differ from eager's.
     """
     if reference not in ("cpu", "same"):
         raise HybridError(f"reference must be 'cpu' or 'same' (the executor's device), got {reference!r}")
-    ex = Executor(graph, plan, device, validate=validate, timing=timing, sanitize=sanitize, cuda_graph=cuda_graph)
+    ex = Executor(graph, plan, device, validate=validate, timing=timing, sanitize=sanitize, cuda_graph=cuda_graph,
+                  random=random, count_outside=count_outside)
     if keep_grads:
         ex.keep_grads()
     if torch.cuda.is_available() and ex.backend.name == "cuda":

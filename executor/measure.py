@@ -10,9 +10,10 @@
   with the *measured* node durations, which separates errors in the op-time
   model from errors in the stream model.
 - Peak device memory: the pool's own accounting (live device copies), its
-  buffer, the copy fallback's largest transient, and on CUDA
-  torch.cuda.max_memory_allocated (everything PyTorch allocated, kernels'
-  scratch included).
+  buffer, the copy fallback's largest transient, the bytes allocated outside
+  the pool (executor.outside: a dispatch-mode counter on the CPU, the caching
+  allocator's counters on CUDA), and on CUDA torch.cuda.max_memory_allocated
+  (everything PyTorch allocated, kernels' scratch included).
 """
 from __future__ import annotations
 
@@ -51,6 +52,13 @@ class Summary:
     issue_s: float = float("nan")       # median host time to issue an iteration (issued node by node)
     graphed: int = 0                    # iterations replayed as one CUDA graph (makespan_s is theirs when > 0)
     issued_makespan_s: float | None = None   # median makespan of the iterations issued node by node
+    # allocated outside the pool in the last iteration (executor.outside): the copy fallback's results, constants,
+    # on CUDA kernels' scratch too; `outside_beyond_workspace_bytes` is what the plan's memory did not allow for
+    outside_counted_by: str = ""
+    outside_bytes: int = 0
+    outside_peak_bytes: int = 0
+    outside_beyond_workspace_bytes: int = 0
+    outside_by_target: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -126,6 +134,9 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
         copy_targets=dict(last.copy_targets), version_bytes=last.version_bytes, memory=dict(memory or {}),
         issue_s=statistics.median(r.issue_s for r in issued) if issued else float("nan"), graphed=len(replayed),
         issued_makespan_s=statistics.median(r.makespan_s for r in issued) if issued else None,
+        outside_counted_by=last.outside.counted_by, outside_bytes=last.outside.bytes,
+        outside_peak_bytes=last.outside.peak_bytes, outside_beyond_workspace_bytes=last.outside.beyond_workspace_bytes,
+        outside_by_target=dict(last.outside.by_target),
     )
 
 

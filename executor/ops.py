@@ -14,6 +14,12 @@ mode:
   of the op's outputs are not graph tensors. Its cost is counted per
   iteration: ops, bytes copied, time spent copying, and the largest transient
   (result bytes briefly held outside the pool).
+- `slot`: no native out= overload, but an equivalent call that computes the same bits with one writes
+  straight into the slots (`SLOT_WRITERS`: relu as `clamp_min.out`, which is how ATen computes relu;
+  `div.Scalar` as `div.out` with the number wrapped as ATen wraps it; `embedding` as `index_select.out`, its
+  ATen implementation; `embedding_dense_backward` as zero + `index_add_` in index order, as ATen accumulates;
+  `ones_like`, `new_zeros` and the like as a fill of the slot). Bitwise equal to eager on the CPU
+  (tests/executor/test_exactness.py).
 - `inplace`: the op only updates its inputs (buffer `copy_`s); `optimizer`:
   the per-parameter optimizer step (hybrid.capture.optimizers), in place.
 
@@ -36,10 +42,109 @@ from hybrid.errors import HybridError
 from hybrid.graph import Graph, Op
 from hybrid.graph.rerun import updates_generator_only
 
-OUT, COPY, INPLACE, OPTIMIZER = "out", "copy", "inplace", "optimizer"
+from executor.outside import OutsideStats
+
+OUT, COPY, INPLACE, OPTIMIZER, SLOT = "out", "copy", "inplace", "optimizer", "slot"
 
 # Ops whose out= overload exists but must not be used (none known; add with the reason if one is found).
 DENY_OUT: dict[str, str] = {}
+
+
+SlotWriter = Callable[[list, dict, list], None]   # (decoded args, kwargs, output slots): writes the slots
+EMBEDDING_INDEX_ADD_MAX = 3000   # ATen's CPU embedding backward accumulates in index order up to this many indices
+
+
+def _fill(value: float | None) -> SlotWriter:
+    """A factory op (`ones_like`, `new_zeros`, `empty_like`, ...): its slot filled (None: left as it is, like
+    the uninitialized memory eager's `empty` returns)."""
+    def write(args: list, kwargs: dict, slots: list) -> None:
+        if value is not None:
+            slots[0].fill_(value)
+    return write
+
+
+def _full(position: int) -> SlotWriter:
+    """`full_like(self, fill_value)` (position 1), `new_full(self, size, fill_value)` (position 2)."""
+    def write(args: list, kwargs: dict, slots: list) -> None:
+        slots[0].fill_(kwargs["fill_value"] if "fill_value" in kwargs else args[position])
+    return write
+
+
+def _relu(args: list, kwargs: dict, slots: list) -> None:
+    torch.clamp_min(args[0], 0, out=slots[0])   # ATen's relu is clamp_min(self, 0)
+
+
+def _div_scalar(args: list, kwargs: dict, slots: list) -> None:
+    torch.div(args[0], args[1], out=slots[0])   # the number wrapped as div.Scalar wraps it: same kernel, same bits
+
+
+def _embedding(args: list, kwargs: dict, slots: list) -> None:
+    weight, indices = args[0], args[1]
+    # ATen: weight.index_select(0, indices.reshape(-1)).view(indices.shape + weight.shape[1:])
+    torch.index_select(weight, 0, indices.reshape(-1), out=slots[0].view(-1, *weight.shape[1:]))
+
+
+def _embedding_backward(args: list, kwargs: dict, slots: list) -> None:
+    grad, indices = args[0], args[1]
+    padding_idx = int(kwargs.get("padding_idx", args[3] if len(args) > 3 else -1))
+    out = slots[0]
+    out.zero_()
+    out.index_add_(0, indices.reshape(-1), grad.reshape(-1, out.shape[-1]))   # row by row in index order
+    if padding_idx >= 0:
+        out[padding_idx].zero_()   # eager skips that row's indices: it stays zero
+
+
+def _slot_writer(graph: Graph, op: Op, target: str, args: Any, kwargs: dict) -> SlotWriter | None:
+    """The equivalent out= path of a functional op without a native out= overload, or None (copy fallback)."""
+    outs = [graph.tensor(t) for t in op.outputs]
+    contiguous = len(outs) == 1 and _is_contiguous(outs[0])
+    if target in _FILLS:
+        return _fill(_FILLS[target])
+    if target in ("aten.full_like.default", "aten.new_full.default"):
+        return _full(1 if target == "aten.full_like.default" else 2)
+    if target == "aten.relu.default":
+        return _relu
+    if target == "aten.div.Scalar":
+        return _div_scalar
+    if target == "aten.embedding.default" and contiguous:
+        return _embedding
+    if target == "aten.embedding_dense_backward.default" and contiguous:
+        scale = kwargs.get("scale_grad_by_freq", args[4] if len(args) > 4 else False)
+        n_idx = _numel(graph, args[1])
+        if scale is False and n_idx is not None and n_idx <= EMBEDDING_INDEX_ADD_MAX:
+            return _embedding_backward
+    return None
+
+
+_FILLS: dict[str, float | None] = {
+    "aten.ones_like.default": 1, "aten.new_ones.default": 1, "aten.zeros_like.default": 0,
+    "aten.new_zeros.default": 0, "aten.empty_like.default": None, "aten.new_empty.default": None,
+}
+
+
+def _is_contiguous(t: Any) -> bool:
+    shape, stride = t.extra.get("shape"), t.extra.get("stride")
+    if shape is None or stride is None:
+        return False
+    expect = 1
+    for n, st in reversed(list(zip(shape, stride))):
+        if n != 1 and st != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _numel(graph: Graph, ref: Any) -> int | None:
+    """Elements of an encoded graph-tensor argument ({"t": id}), or None."""
+    if not isinstance(ref, dict) or "t" not in ref:
+        return None
+    shape = graph.tensor(ref["t"]).extra.get("shape")
+    if shape is None:
+        return None
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 @dataclass(frozen=True)
@@ -54,6 +159,7 @@ class OpCall:
     out_names: tuple[str, ...] = ()
     out_ids: tuple[str | None, ...] = ()   # returned graph tensors, in return order (None: not a graph tensor)
     copy_bytes: int = 0               # bytes the copy fallback copies per run
+    slot_fn: SlotWriter | None = None  # mode slot: the equivalent call writing the slots
     versions: tuple[tuple[str, str], ...] = ()   # in-place op on an intermediate: (new version, old version)
 
 
@@ -67,11 +173,12 @@ class OpStats:
     transient_peak_bytes: int = 0     # largest functional result held outside the pool (copy fallback)
     copy_targets: dict[str, str] = field(default_factory=dict)   # aten target -> reason, for the report
     version_bytes: int = 0            # bytes copied to start new versions of intermediates (in-place ops)
+    outside: OutsideStats = field(default_factory=OutsideStats)   # allocated outside the pool (executor.outside)
 
     def to_json(self) -> dict[str, Any]:
         return {"ops_by_mode": dict(self.ops_by_mode), "copy_bytes": self.copy_bytes, "copy_s": self.copy_s,
                 "transient_peak_bytes": self.transient_peak_bytes, "copy_targets": dict(self.copy_targets),
-                "version_bytes": self.version_bytes}
+                "version_bytes": self.version_bytes, "outside": self.outside.to_json()}
 
 
 def _writes_arguments(schema: Any) -> bool:
@@ -136,6 +243,10 @@ def compile_op(graph: Graph, op: Op) -> OpCall:
         out_fn, why = None, "out= overload returns a different number of tensors"
     if out_fn is not None:
         return OpCall(op, fn, OUT, "native out= overload", args, kwargs, out_fn, names, ids, versions=versions)
+    writer = _slot_writer(graph, op, target, args, kwargs) if None not in ids else None
+    if writer is not None:
+        return OpCall(op, fn, SLOT, f"an equivalent call writes its slot ({why})", args, kwargs, None, (), ids,
+                      versions=versions, slot_fn=writer)
     nbytes = sum(graph.tensor(t).bytes for t in ids if t is not None)
     return OpCall(op, fn, COPY, why, args, kwargs, None, (), ids, nbytes, versions)
 
@@ -145,23 +256,34 @@ class OpRunner:
 
     A rerun (a plan's recompute event, `rerun=True`) must reproduce the first run's outputs
     (hybrid.graph.rerun): an op that updates tensors in place (batch norm's running statistics) reruns on
-    copies of them, which are then dropped; a random op reruns from the generator state recorded just
-    before its first run in this iteration.
+    copies of them, which are then dropped; a random op reruns drawing what its first run drew in this
+    iteration (executor.random_state: the generator state recorded before the first run, or the op's own
+    seed for the step).
     """
 
-    def __init__(self, graph: Graph, device: torch.device) -> None:
+    def __init__(self, graph: Graph, device: torch.device, random: str = "replay",
+                 runs: dict[int, int] | None = None) -> None:
+        """`random`: where random ops' numbers come from (executor.random_state): "replay" (the global generator,
+        replayed for reruns: eager's numbers) or "op_seeds" (graph-safe: per op and step); `runs`: how many times
+        each op runs in an iteration (op_seeds on CUDA makes a generator state per run)."""
+        from executor.random_state import HostReplay, OpSeeds
+
         self.graph = graph
         self.device = device
         self.calls = [compile_op(graph, op) for op in graph.ops]
         self._checked: set[int] = set()
         self._random = {o for o, op in enumerate(graph.ops) if updates_generator_only(graph, op)}
-        self._rng_state: dict[int, torch.Tensor] = {}
+        if random not in ("replay", "op_seeds"):
+            raise HybridError(f"random must be 'replay' or 'op_seeds', got {random!r}")
+        self.random: HostReplay | OpSeeds = (
+            HostReplay(device) if random == "replay"
+            else OpSeeds(device, {o: max(1, (runs or {}).get(o, 1)) for o in self._random}))
         self._step_counters: dict[int, torch.Tensor] = {}   # kept alive: a recorded CUDA graph reads them
         self._recording = False
 
     @property
     def random_ops(self) -> set[int]:
-        """Ops that draw random numbers (their generator state is kept on the host for reruns)."""
+        """Ops that draw random numbers and may rerun (`self.random` says where their numbers come from)."""
         return self._random
 
     def device_steps(self, step: int | None) -> None:
@@ -181,49 +303,31 @@ class OpRunner:
                 else:
                     c.fill_(float(step - 1))
 
-    def _generator_state(self) -> torch.Tensor:
-        if self.device.type == "cuda":
-            return torch.cuda.get_rng_state(self.device)
-        return torch.get_rng_state()
-
-    def _set_generator_state(self, state: torch.Tensor) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.set_rng_state(state, self.device)
-        else:
-            torch.set_rng_state(state)
-
     @contextmanager
     def _run_context(self, o: int, env: dict[str, torch.Tensor], rerun: bool) -> Iterator[dict[str, torch.Tensor]]:
-        """The env a run reads: for a rerun, copies of the tensors the op updates, and the generator replayed."""
+        """The env a run reads: for a rerun, copies of the tensors the op updates; a random op's numbers from
+        `self.random` (a rerun draws what the first run drew)."""
         if o not in self._random and not (rerun and self.calls[o].op.updates):
             yield env
             return
-        if not rerun:
-            self._rng_state[o] = self._generator_state()
-            yield env
-            return
-        own = dict(env)
-        for t in self.calls[o].op.updates:
-            if t in own:
-                own[t] = own[t].clone()
+        own = env
+        if rerun:
+            own = dict(env)
+            for t in self.calls[o].op.updates:
+                if t in own:
+                    own[t] = own[t].clone()
         if o not in self._random:
             yield own
             return
-        if o not in self._rng_state:
-            raise HybridError(f"op {self.calls[o].op.id!r} is recomputed before its first run in this iteration")
-        now = self._generator_state()
-        self._set_generator_state(self._rng_state[o])
-        try:
+        with self.random.run(o, rerun, self.calls[o].op.id):
             yield own
-        finally:
-            self._set_generator_state(now)
 
     def _decode(self, call: OpCall, env: dict[str, torch.Tensor]) -> tuple[list, dict]:
         ctx = DecodeContext(env, self.device)
         return decode_value(call.args, ctx), {k: decode_value(v, ctx) for k, v in call.kwargs.items()}
 
     def run_direct(self, o: int, env: dict[str, torch.Tensor], step: int, rerun: bool = False) -> None:
-        """Modes out, inplace and optimizer: nothing to copy afterwards."""
+        """Modes out, slot, inplace and optimizer: nothing to copy afterwards."""
         with self._run_context(o, env, rerun) as env:
             self._run_direct(o, env, step)
 
@@ -235,6 +339,8 @@ class OpRunner:
                     **kwargs)
         elif call.mode == INPLACE:
             call.fn(*args, **kwargs)
+        elif call.mode == SLOT:
+            call.slot_fn(args, kwargs, [env[t] for t in call.out_ids])  # type: ignore[misc, index]
         else:
             slots = [env[t] for t in call.out_ids]  # type: ignore[index]
             res = call.out_fn(*args, **kwargs, **dict(zip(call.out_names, slots)))  # type: ignore[misc]

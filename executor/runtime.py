@@ -22,6 +22,7 @@ run, valid from the pool layout it was recorded at.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from executor.device_pool import ArenaPool, CompactingPool, DevicePool, Fragment
 from executor.host_pool import HostPool
 from executor.ops import COPY, OpRunner, OpStats
 from executor.offsets import interval_offsets
+from executor.outside import AllocatorCounter, DispatchCounter, OutsideStats
 from executor.races import HOST_BASE, RaceChecker
 from executor.program import NO_FRONTIER, Frontier, Program, Release, compile_program, merge
 from executor.streams import COMPUTE, D2H, H2D, Backend, CpuBackend
@@ -62,6 +64,38 @@ def node_impls(program: Program) -> dict[int, str]:
         op = g.ops[int(aug.ref[i])]
         if not is_default(op, op.implementations[v].name):
             out[i] = op.impls[v].name
+    return out
+
+
+def _no_counting() -> Any:
+    """Inside: no TorchDispatchMode sees the calls (the executor's own buffers, allocated mid-iteration)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
+
+
+def op_runs(program: Program) -> dict[int, int]:
+    """Op index -> how many times it runs in one iteration (its first run and its reruns)."""
+    aug = program.aug
+    out: dict[int, int] = {}
+    for i in range(aug.n_nodes):
+        if int(aug.kind[i]) == E.COMPUTE:
+            o = int(aug.ref[i])
+            out[o] = out.get(o, 0) + 1
+    return out
+
+
+def node_workspaces(program: Program) -> dict[int, int]:
+    """Compute node -> the workspace its op states for the implementation it runs (the plan counts it while the
+    node runs)."""
+    aug, g = program.aug, program.graph
+    out: dict[int, int] = {}
+    for i in range(aug.n_nodes):
+        if int(aug.kind[i]) != E.COMPUTE:
+            continue
+        op = g.ops[int(aug.ref[i])]
+        v = int(aug.impl[i]) if aug.impl is not None else -1
+        out[i] = int(op.implementations[v].workspace_bytes) if v >= 0 else int(op.workspace_bytes)
     return out
 
 
@@ -153,14 +187,16 @@ class Runtime:
     """Holds the pools and the tensors' homes across iterations; `run_iteration` replays the plan once."""
 
     def __init__(self, graph: Graph, plan: Plan, backend: Backend, program: Program | None = None,
-                 timing: bool = True, check_races: bool = False) -> None:
+                 timing: bool = True, check_races: bool = False, random: str = "replay") -> None:
+        """`random`: where random ops' numbers come from (executor.random_state): "replay" (eager's numbers;
+        no CUDA graph can record it) or "op_seeds" (graph-safe)."""
         self.graph = graph
         self.plan = plan
         self.backend = backend
         self.program = program if program is not None else compile_program(graph, plan)
         self.pool = make_pool(self.program, backend)
         self.host = HostPool(graph, self.program.host_tensors, backend)
-        self.ops = OpRunner(graph, backend.device)
+        self.ops = OpRunner(graph, backend.device, random, op_runs(self.program))
         self.timing = timing
         n = self.program.n_nodes
         self.node_impl = node_impls(self.program)
@@ -186,11 +222,20 @@ class Runtime:
         self.iteration = 0
         self.observe: dict[int, list[tuple[str, Any]]] = {}     # op index -> (name, encoded ref) to snapshot
         self.snapshots: dict[str, torch.Tensor] = {}
+        self._watch_buffers: dict[str, torch.Tensor] = {}   # small watched values' buffers, reused per iteration
+        self._recording = False
         self._poison = isinstance(backend, CpuBackend) and backend.poison
         self.races = RaceChecker(self.program.aug.label) if check_races else None
         self.graphs: dict[tuple[tuple[int, int], ...], _Recorded] = {}   # layout between iterations -> graph
         self._graph_pool: Any = None
         self.graph_note = ""                      # why replay stopped or never started ("" while all is well)
+        # bytes allocated outside the pool (executor.outside): every aten call's results on the CPU, the caching
+        # allocator's counters on CUDA; each compute node may use its implementation's stated workspace
+        self.node_ws = node_workspaces(self.program)
+        self._counter: DispatchCounter | None = None
+        self.count_outside = True
+        self.allocator = (AllocatorCounter(backend.device, max(self.node_ws.values(), default=0))
+                          if backend.name == "cuda" else None)
 
     # ---- state ----------------------------------------------------------------------
     def load(self, values: dict[str, torch.Tensor], step: int = 1) -> None:
@@ -317,7 +362,11 @@ class Runtime:
                 buf[new + k:new + k + m].copy_(buf[old + k:old + k + m])
         else:
             if self.bounce is None or self.bounce.numel() < n:
-                self.bounce = self.backend.empty_bytes(max(t.bytes for t in self.graph.tensors), pinned_host=True)
+                # host memory (pinned on CUDA), the executor's own: not counted as allocated outside the pool
+                with _no_counting():
+                    self.bounce = self.backend.empty_bytes(max(t.bytes for t in self.graph.tensors), pinned_host=True)
+                if self._counter is not None:
+                    self._counter.known.add(self.bounce.untyped_storage().data_ptr())
             tmp = self.bounce[:n]
             tmp.copy_(buf[old:old + n], non_blocking=True)
             buf[new:new + n].copy_(tmp, non_blocking=True)
@@ -335,6 +384,9 @@ class Runtime:
         b.begin_iteration(self.iteration)
         if seed is not None:
             torch.manual_seed(seed)
+        self.ops.random.begin_iteration(seed)
+        if self.allocator is not None and self.count_outside:
+            self.allocator.begin()
         wall0 = time.perf_counter()
         b.record(self.t0, COMPUTE)
         stats, copy_host_s = self._issue(self.t0)
@@ -342,6 +394,8 @@ class Runtime:
         b.record(self.t_end, COMPUTE)
         b.synchronize()
         wall = time.perf_counter() - wall0
+        if self.allocator is not None and self.count_outside:
+            stats.outside = self.allocator.finish()
         rec = IterationRecord(self.iteration, wall, b.elapsed_s(self.t0, self.t_end), None, None, stats,
                               issue_s=issue)
         if self.timing:
@@ -364,7 +418,14 @@ class Runtime:
             return "the race checker inspects every node on the host"
         if self.ops.random_ops:
             op = self.graph.ops[min(self.ops.random_ops)]
-            return f"op {op.id!r} draws random numbers, whose generator state the host keeps"
+            if not self.ops.random.graph_safe:
+                return (f"op {op.id!r} draws random numbers from the global generator, whose state the host keeps "
+                        "for its reruns (random='op_seeds' makes them graph-safe; --cuda-graph does)")
+            from executor.random_state import graph_safe_available
+
+            why = graph_safe_available()
+            if why:
+                return f"op {op.id!r} draws random numbers and {why}"
         if any(name != "loss" for v in self.observe.values() for name, _ in v):
             return "watched values other than the loss are copied to the host mid-iteration"
         if self.step < 2:
@@ -398,6 +459,9 @@ class Runtime:
                 return self.run_iteration(seed)
             rec_graph = self._record_graph()
         b.synchronize()
+        self.ops.random.begin_iteration(seed)    # the random ops' states reseeded for this step (host work)
+        if self.allocator is not None and self.count_outside:
+            self.allocator.begin()
         wall0 = time.perf_counter()
         with b.on(COMPUTE):
             b.record(self.t0, COMPUTE)
@@ -408,8 +472,11 @@ class Runtime:
         self._set_pool_state(rec_graph.pool_after)    # host work of this iteration too: inside its wall time
         self.snapshots.update(rec_graph.snapshots)
         wall = time.perf_counter() - wall0
+        stats = copy.copy(rec_graph.stats)
+        stats.outside = self.allocator.finish() if self.allocator is not None and self.count_outside else \
+            OutsideStats()
         rec = IterationRecord(self.iteration, wall, b.elapsed_s(self.t0, self.t_end), None, None,
-                              rec_graph.stats, issue_s=issue, graphed=True, first_replay=rec_graph.replays == 0)
+                              stats, issue_s=issue, graphed=True, first_replay=rec_graph.replays == 0)
         rec_graph.replays += 1
         self.iteration += 1
         self.step += 1
@@ -437,6 +504,9 @@ class Runtime:
         g = torch.cuda.CUDAGraph()
         b.synchronize()
         self.ops.device_steps(self.step)
+        if self.ops.random_ops and self.ops.random.graph_safe:
+            self.ops.random.register(g)     # each replay reads the seeds begin_iteration gives the states
+        self._recording = True
         try:
             with torch.cuda.graph(g, pool=self._graph_pool, stream=b.streams[COMPUTE]):
                 b.record(fork, COMPUTE)
@@ -450,6 +520,7 @@ class Runtime:
             torch.cuda.set_stream(stream)   # a capture that failed to end leaves its stream current
             self.events, self.timing = saved
             self.ops.device_steps(None)
+            self._recording = False
         if self._graph_pool is None:
             self._graph_pool = g.pool()     # later recordings share the first one's memory (replayed in turn)
         rec = _Recorded(g, stats, self._pool_state(), dict(self.snapshots))
@@ -465,6 +536,7 @@ class Runtime:
         reruns = self.program.aug.recompute  # per node: a recompute event (hybrid.graph.rerun says how it reruns)
         timing = self.timing
         pool.begin_iteration()
+        ops.random.start()
         stats = OpStats()
         clock = [[-1, -1, -1] for _ in range(3)]
         if self.races is not None:
@@ -472,7 +544,10 @@ class Runtime:
         b.wait(H2D, start)
         b.wait(D2H, start)
         copy_host_s = 0.0
-        with torch.no_grad(), portable_kernels():
+        counter = DispatchCounter(self._own_storages()) if b.name == "cpu" and self.count_outside else None
+        self._counter = counter
+        node_ws = self.node_ws
+        with torch.no_grad(), portable_kernels(), (counter if counter is not None else contextlib.nullcontext()):
             for st in self.program.steps:
                 for r in st.releases:
                     self._release(r)
@@ -499,6 +574,9 @@ class Runtime:
                 self._wait(s, fr, clock)
                 if self.races is not None:
                     self._check_races(st.kind, st.ref, i, s, clock[s])
+                if counter is not None:
+                    label = ops.calls[st.ref].op.extra["aten"]["target"] if st.kind == E.COMPUTE else "runtime"
+                    counter.node(label, node_ws.get(i, 0))
                 with b.on(s):
                     if timing:
                         b.record(self.start_events[i], s)
@@ -535,8 +613,12 @@ class Runtime:
                 c = clock[s]
                 c[s] = i
                 self.node_clock[i] = (c[0], c[1], c[2])
+            if counter is not None:
+                counter.node("runtime", 0)
             for r in self.program.final_releases:
                 self._release(r)
+        if counter is not None:
+            stats.outside = counter.finish()
         if join_all:
             # A recorded graph must join every stream it forked, also one that issued nothing.
             for s in (H2D, D2H):
@@ -548,6 +630,14 @@ class Runtime:
                 if p >= 0:
                     b.wait(COMPUTE, self.events[p])
         return stats, copy_host_s
+
+    def _own_storages(self) -> set[int]:
+        """Data pointers of the executor's own buffers: a tensor in one of them is not allocated outside the pool."""
+        own = {self.pool.buffer.data.untyped_storage().data_ptr(), self.host.buffer.data.untyped_storage().data_ptr()}
+        for t in [self.bounce, *self._watch_buffers.values()]:
+            if t is not None:
+                own.add(t.untyped_storage().data_ptr())
+        return own
 
     def _dev(self, t: int) -> tuple[int, int]:
         off = self.pool.where[t]
@@ -585,5 +675,19 @@ class Runtime:
         ctx = DecodeContext(self.env, self.backend.device)
         for name, ref in self.observe[o]:
             v = decode_value(ref, ctx)
-            # Small values (the loss) stay on the device until the iteration ends; larger ones go to the host now.
-            self.snapshots[name] = v.detach().clone() if v.numel() <= 16 else v.detach().to("cpu", copy=True)
+            if v.numel() > 16:   # larger ones (gradients, for checks) go to the host now
+                self.snapshots[name] = v.detach().to("cpu", copy=True)
+                continue
+            # Small values (the loss) stay on the device until the iteration ends, in a buffer of the executor's
+            # own kept from one iteration to the next (not counted as allocated outside the pool)
+            if self._recording:   # a CUDA graph's own copy, from its memory pool (each graph keeps its own)
+                self.snapshots[name] = v.detach().clone()
+                continue
+            buf = self._watch_buffers.get(name)
+            if buf is None or buf.shape != v.shape or buf.dtype != v.dtype:
+                with _no_counting():
+                    buf = self._watch_buffers[name] = torch.empty_like(v, memory_format=torch.contiguous_format)
+                if self._counter is not None:
+                    self._counter.known.add(buf.untyped_storage().data_ptr())
+            buf.copy_(v.detach())
+            self.snapshots[name] = buf

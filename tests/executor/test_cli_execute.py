@@ -50,6 +50,9 @@ def test_execute_checks_against_eager_and_writes_results(files: tuple[Path, Path
     assert doc["check"]["bitwise"] and len(doc["losses"]) == 3 and len(doc["iterations"]) == 3
     assert doc["summary"]["memory"]["pool"]["peak_live_bytes"] <= doc["summary"]["memory"]["plan_memory_bytes"]
     assert json.loads(prof.read_text())["format"] == "hybrid-profile/1"
+    # what was allocated outside the pool: counted, printed, and here only the optimizer's (torch Adam's temporaries)
+    assert "outside the pool:" in res.output and doc["summary"]["outside_counted_by"] == "dispatch"
+    assert all(t.startswith("hybrid.") for t in doc["summary"]["outside_by_target"])
 
 
 def test_execute_captures_the_model_itself(files: tuple[Path, Path]) -> None:

@@ -62,3 +62,27 @@ def test_cuda_graph_replay_trains_as_issuing_node_by_node(name: str, kind: str) 
     assert res.summary.graphed >= min(iters - GRAPH_AFTER, MAX_GRAPHS)
     # Adam's replays compute its bias correction on the device (capturable Adam): an ulp apart, not bitwise.
     assert c.ok, (c.max_abs_diff, c.worst, c.beyond_tolerance[:5])
+
+
+def test_a_plan_that_reruns_dropout_is_recorded_as_a_cuda_graph_and_trains_as_issued() -> None:
+    """Graph-safe random ops (executor.random_state.OpSeeds): the recorded replays draw, per step and op, what
+    issuing node by node with the same seeds draws, reruns included."""
+    from tests.executor.test_random_state import _plan, mask_case
+
+    case = mask_case()
+    plan = _plan(case, 0.5, recompute=True)
+    iters = 6
+    runs = []
+    with exact_kernels():
+        for graphed in (False, True):
+            ex = Executor(case.graph, plan, "cuda", cuda_graph=graphed, random="op_seeds")
+            ex.load(case.module(), case.args, case.target)
+            ex.run(iters, seed=SEED)
+            runs.append(ex)
+    issued, replayed = runs
+    assert replayed.summary().graphed >= 1 and replayed.runtime.graph_note == ""
+    assert replayed.runtime.graph_blocker() == ""
+    for a, b in zip(issued.losses, replayed.losses):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (a, b)
+    for n, p in issued.state().params.items():
+        assert torch.allclose(p, replayed.state().params[n], rtol=1e-4, atol=1e-5), n

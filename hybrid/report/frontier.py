@@ -1,0 +1,241 @@
+"""Step time against memory: `hybrid optimize`'s written plan at each memory of a sweep, the lower bounds as a
+curve, and other graphs' plans as points (`hybrid frontier`) — the picture to look at before choosing a memory.
+
+One table (a pandas DataFrame, one row per point) with a `kind` column:
+
+- `plan`: `hybrid.pipeline.run_optimize` at one memory (the bytes a plan may fill, the device's reserve kept
+  aside), within `time_limit_s` per point; its makespan, and `best_s`, the fastest plan of the sweep that fits
+  this memory (a plan made for less memory fits more too, so `best_s` never rises with memory; where the
+  point's own plan is slower, its `note` says which plan is faster and why the search missed it). A memory no
+  plan fits has an empty makespan and says so in `note`.
+- `bound`: the any-order lower bounds (`hybrid.bounds.graph_bound`, with recompute and swap only) at each memory
+  of the sweep and between: no plan of the graph at that memory is faster.
+- `point`: another graph or plan file given as a point, e.g. the graph of the same step with
+  `torch.utils.checkpoint` captured: a graph at its own unswapped peak and compute-only time (the simulator's
+  time of its program order when nothing is swapped), a plan at its peak bytes and makespan.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from hybrid.device import Device
+from hybrid.errors import HybridError
+from hybrid.graph import Graph
+from hybrid.units import format_bytes, format_seconds
+
+DEFAULT_STEPS = 10        # memories in the default sweep, both ends included
+BOUND_STEPS = 33          # memories of the bound curve (the sweep's are added)
+COLUMNS = ["kind", "label", "memory_bytes", "memory_MiB", "makespan_s", "best_s", "ideal_s", "ratio_ideal",
+           "bound_s", "peak_bytes", "planner", "interrupted", "seconds", "note", "plan"]
+
+
+def memory_range(graph: Graph, device: Device) -> tuple[int, int]:
+    """(least, most) memory worth sweeping: the largest single op's bytes (no plan runs with less:
+    `hybrid.graph.info.largest_op`) and the unswapped peak of the program order (every plan fits there),
+    both counted at the device's alignment."""
+    from hybrid.graph.info import largest_op, unswapped_peak
+
+    align = device.alignment_bytes
+    peak = int(unswapped_peak(graph, align))
+    return min(int(largest_op(graph, align)[1]), peak), peak
+
+
+def default_memories(graph: Graph, device: Device, steps: int = DEFAULT_STEPS) -> list[int]:
+    """`steps` memories evenly spaced from `memory_range`'s least to its most, both included."""
+    lo, hi = memory_range(graph, device)
+    if steps < 2 or hi <= lo:
+        return [hi]
+    return sorted({int(round(v)) for v in np.linspace(lo, hi, steps)})
+
+
+def parse_memories(items: tuple[str, ...] | list[str], peak: int) -> list[int]:
+    """`--memories 64MiB,128MiB --memories 50%`: sizes, or percentages of the unswapped `peak`; sorted, unique."""
+    from hybrid.units import parse_bytes
+
+    out: set[int] = set()
+    for item in items:
+        for part in str(item).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if part.endswith("%"):
+                try:
+                    share = float(part[:-1]) / 100.0
+                except ValueError:
+                    raise HybridError(f"--memories {part!r}: write a size (e.g. 64MiB) or a percentage of the "
+                                      "unswapped peak (e.g. 40%)") from None
+                if not 0.0 < share <= 10.0:
+                    raise HybridError(f"--memories {part!r}: a percentage of the peak must be within (0%, 1000%]")
+                value = int(round(share * peak))
+            else:
+                value = parse_bytes(part, "--memories")
+            if value <= 0:
+                raise HybridError(f"--memories {part!r}: must be positive")
+            out.add(value)
+    return sorted(out)
+
+
+def at_memory(device: Device, memory: int) -> Device:
+    """`device` whose plans may fill `memory` bytes (its reserve kept aside, as every planner counts)."""
+    return dataclasses.replace(device, memory_bytes=int(memory) + int(device.reserve_bytes))
+
+
+@dataclass
+class Sweep:
+    """What `sweep` did: the rows (`COLUMNS`), whether a Ctrl-C or SIGTERM cut it short, and the plans."""
+
+    rows: list[dict] = field(default_factory=list)
+    interrupted: bool = False
+    plans: dict[int, object] = field(default_factory=dict)   # memory -> hybrid.plan.Plan written there
+
+
+def _row(kind: str, label: str, memory: int, makespan: float = float("nan"), ideal: float = float("nan"),
+         **extra: object) -> dict:
+    row = {c: None for c in COLUMNS}
+    row.update(kind=kind, label=label, memory_bytes=int(memory), memory_MiB=memory / 2**20, makespan_s=makespan,
+               ideal_s=ideal, ratio_ideal=makespan / ideal if ideal and ideal > 0 else float("nan"),
+               interrupted=False, note="")
+    row.update(extra)
+    return row
+
+
+def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float, options=None,  # noqa: ANN001
+          say: Callable[[str], None] | None = None, plan_dir: Path | None = None) -> Sweep:
+    """`run_optimize(graph, at_memory(device, m), time_limit_s, options)` for each memory m, smallest first;
+    each written plan saved under `plan_dir` (when given) as `plan-<bytes>.json`. A memory no plan fits gives
+    a row that says so. Ctrl-C or SIGTERM: the point being searched keeps its best plan so far (marked
+    `interrupted`) and the sweep stops there, returning the points done (with none done, KeyboardInterrupt)."""
+    from hybrid.errors import InfeasibleError
+    from hybrid.pipeline import OptimizeOptions, Progress, run_optimize
+
+    opts = dataclasses.replace(options or OptimizeOptions(), stop_on_interrupt=True)
+    tell = say or (lambda _m: None)
+    out = Sweep()
+    try:
+        for i, mem in enumerate(sorted(memories)):
+            dev = at_memory(device, mem)
+            t0 = time.monotonic()
+            tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: planning, time limit {format_seconds(time_limit_s)} "
+                 "(the first point may take longer: one-time compiles) ..." if i == 0 else
+                 f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: planning, time limit {format_seconds(time_limit_s)} ...")
+            try:
+                res = run_optimize(graph, dev, time_limit_s, opts, Progress(on_note=lambda t: tell(f"  {t}")))
+            except InfeasibleError as e:
+                row = _row("plan", "optimize", mem, seconds=time.monotonic() - t0,
+                           note=f"no plan fits: {str(e).splitlines()[0]}")
+                out.rows.append(row)
+                tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: no plan fits")
+                continue
+            plan = res.plan
+            path = ""
+            if plan_dir is not None:
+                from hybrid.signals import deferred_interrupts
+
+                p = Path(plan_dir) / f"plan-{mem}.json"
+                with deferred_interrupts():
+                    plan.save(p)
+                path = str(p)
+            ideal = float(plan.metrics.get("ideal_s", 0.0))
+            row = _row("plan", "optimize", mem, plan.makespan_s, ideal, peak_bytes=int(plan.metrics.get("peak_bytes", 0)),
+                       planner=str(plan.planner.get("name", "")), interrupted=bool(res.interrupted),
+                       seconds=time.monotonic() - t0, plan=path,
+                       note="interrupted: the best plan found before the stop" if res.interrupted else "")
+            out.rows.append(row)
+            out.plans[mem] = plan
+            tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: makespan {format_seconds(plan.makespan_s)} "
+                 f"({plan.makespan_s / ideal:.3f}x ideal) in {format_seconds(row['seconds'])}"
+                 if ideal > 0 else f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: makespan "
+                 f"{format_seconds(plan.makespan_s)}")
+            if res.interrupted:
+                out.interrupted = True
+                break
+    except KeyboardInterrupt:
+        if not out.rows:
+            raise
+        out.interrupted = True
+    return out
+
+
+def monotone(rows: list[dict]) -> list[dict]:
+    """Sets each plan row's `best_s`: the fastest plan at this memory or less (it fits here too). Where the row's
+    own plan is slower than that, its note names the faster plan: more memory is never slower in the table, or
+    the row says why."""
+    best, best_mem = float("inf"), None
+    for row in sorted((r for r in rows if r["kind"] == "plan"), key=lambda r: r["memory_bytes"]):
+        t = row["makespan_s"]
+        if t is not None and np.isfinite(t) and t < best:
+            best, best_mem = float(t), row["memory_bytes"]
+        row["best_s"] = best if np.isfinite(best) else float("nan")
+        if t is not None and np.isfinite(t) and t > best:
+            why = (f"slower than the plan at {format_bytes(best_mem)} ({format_seconds(best)}), which fits this "
+                   "memory too: the search's time per point did not find as fast a plan here; best_s is that plan's")
+            row["note"] = f"{row['note']}; {why}" if row["note"] else why
+    return rows
+
+
+def bound_rows(graph: Graph, device: Device, memories: list[int]) -> list[dict]:
+    """The any-order lower bounds at each memory (the sweep's and BOUND_STEPS between its ends): `graph_bound`
+    with recompute (holds for every plan) and swap only. An infinite bound (no plan of that kind fits) is NaN."""
+    from hybrid.bounds import graph_bound
+    from hybrid.graph.info import ideal_time
+
+    ideal = ideal_time(graph)
+    grid = sorted(set(int(m) for m in memories) | {int(round(v)) for v in np.linspace(min(memories), max(memories),
+                                                                                       BOUND_STEPS)})
+    rows = []
+    for rc, label in ((True, "lower bound, any order, with recompute"), (False, "lower bound, any order, swap only")):
+        for mem in grid:
+            b = graph_bound(graph, at_memory(device, mem), recompute=rc)
+            rows.append(_row("bound", label, mem, b if np.isfinite(b) else float("nan"), ideal))
+    return rows
+
+
+def point_row(path: Path, device: Device) -> dict:
+    """Another graph or plan file as one point: a graph at its own unswapped peak (at `device`'s alignment) and
+    its compute-only time; a plan at its peak device bytes and its makespan."""
+    from hybrid.graph.info import ideal_time, unswapped_peak
+    from hybrid.plan import Plan
+
+    path = Path(path)
+    try:
+        fmt = str(json.loads(path.read_text()).get("format", ""))
+    except (OSError, ValueError, AttributeError) as e:
+        raise HybridError(f"--points {path}: cannot read it as a graph or plan file ({e})") from None
+    if fmt.startswith("hybrid-plan"):
+        plan = Plan.load(path)
+        peak = int(plan.metrics.get("peak_bytes", 0)) or int(plan.device.usable_bytes)
+        ideal = float(plan.metrics.get("ideal_s", 0.0))
+        return _row("point", path.stem, peak, float(plan.makespan_s), ideal, peak_bytes=peak,
+                    planner=str(plan.planner.get("name", "")), plan=str(path),
+                    note=f"plan of {plan.graph}: its peak device bytes and makespan")
+    if fmt.startswith("hybrid-graph"):
+        g = Graph.load(path)
+        peak = int(unswapped_peak(g, device.alignment_bytes))
+        ideal = ideal_time(g)
+        return _row("point", path.stem, peak, ideal, ideal, peak_bytes=peak, planner="unswapped",
+                    plan=str(path), note=f"graph {g.name}: its unswapped peak and compute time (program order)")
+    raise HybridError(f"--points {path}: neither a graph (hybrid-graph/1) nor a plan (hybrid-plan/1) file "
+                      f"(format {fmt!r})")
+
+
+def frame(rows: list[dict], graph: Graph) -> pd.DataFrame:
+    """The rows as the table: plans, then points, then bounds, each by memory; `bound_s` on plan and point rows is
+    the with-recompute bound at that memory where the sweep computed it."""
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    bounds = {r["memory_bytes"]: r["makespan_s"] for r in rows
+              if r["kind"] == "bound" and r["label"].endswith("with recompute")}
+    df["bound_s"] = [bounds.get(m, np.nan) if k != "bound" else np.nan for k, m in zip(df["kind"], df["memory_bytes"])]
+    df["kind"] = pd.Categorical(df["kind"], ["plan", "point", "bound"])
+    df = df.sort_values(["kind", "label", "memory_bytes"], kind="stable").reset_index(drop=True)
+    df["kind"] = df["kind"].astype(str)
+    df["interrupted"] = df["interrupted"].astype(bool)
+    df.insert(0, "graph", graph.name)
+    return df
