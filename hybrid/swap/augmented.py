@@ -65,6 +65,7 @@ class AugmentedGraph:
     recompute: np.ndarray | None = None  # bool per node: a compute node re-running an op (plans from files)
     impl: np.ndarray | None = None       # int per node: the impl a compute event names (index into the op's
     #                                      implementations; plans from files, where a rerun may name another)
+    offsets: np.ndarray | None = None    # int64 per tensor: its arena offset (-1: never on the device); arena pools
 
     @property
     def makespan(self) -> float:

@@ -1,0 +1,284 @@
+"""Addresses in the swap planner's walk: one offset per tensor for the whole iteration (FORMATS rule 5's arena).
+
+The arena is a doubly linked list of address-ordered segments covering [0, capacity). Each segment records
+its last occupant (a tensor, or -1 for bytes never used): the segment is taken while that tensor is resident
+(`ts[occ, RES]`), and an allocation over it depends on the occupant's latest release node (`ts[occ, RELN]`),
+so the executor can rely on edges alone. A tensor's first allocation chooses its home (`choose`); every
+later copy of it (swap-in, rerun, the reload at the iteration's end) returns there, evicting whatever is
+resident in the range then. Segment boundaries are home edges, so there are at most 2 x tensors + 1.
+
+`choose` slides a window over the segments (two pointers, Coop-style: address-adjacent resident tensors and
+holes) and takes the cheapest window that holds the tensor: cost = what evicting its residents costs (a
+copy out when there is no valid host copy, and the copy back, weighted by how soon it is needed) plus, for
+the homes of evicted tensors it covers that come back while the new tensor is still live, the copies that
+clash will cost. Ties go to the window that wastes fewest bytes (best fit), then the lowest address.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from hybrid.swap._tensor_state import CUR, HV, INIT, PIN, RELN, RES
+
+NEAR = 8.0       # a copy back needed this many ops from now weighs half (1 / (1 + distance / NEAR))
+CLASH = 1.0      # weight of a clash with an evicted tensor's home (its return would evict the new tensor)
+
+
+def scratch(n_t: int) -> tuple:
+    """Segment arrays for `walk`: lo, hi, last occupant, claim, next, previous, free slots, meta (head, free
+    slots, live segments). Boundaries are home edges, so at most 2 x n_t + 1 segments live."""
+    cap = 2 * n_t + 8
+    return (np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64),
+            np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(4, np.int64))
+
+
+@njit(cache=True, _nrt=False)
+def reset(capacity, ar):
+    """One free segment [0, capacity)."""
+    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    n = lo.shape[0]
+    for i in range(n):
+        stack[i] = n - 1 - i
+    meta[1] = n
+    s = _new(0, capacity, -1, -1, ar)
+    nx[s] = -1
+    pv[s] = -1
+    meta[0] = s
+    meta[2] = 1   # live segments
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _new(a, b, who, claim, ar):
+    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    meta[1] -= 1
+    s = stack[meta[1]]
+    lo[s] = a
+    hi[s] = b
+    occ[s] = who
+    cl[s] = claim
+    meta[2] += 1
+    return s
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _split(k, at, ar):
+    """Split segment k at byte `at` (inside it): k keeps [at, hi); the new segment before it [lo, at)."""
+    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    s = _new(lo[k], at, occ[k], cl[k], ar)
+    p = pv[k]
+    pv[s] = p
+    nx[s] = k
+    if p >= 0:
+        nx[p] = s
+    else:
+        meta[0] = s
+    pv[k] = s
+    lo[k] = at
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _merge_next(k, ar):
+    """Absorb k's successor when both have the same occupant and claim."""
+    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    j = nx[k]
+    if j >= 0 and occ[j] == occ[k] and cl[j] == cl[k]:
+        hi[k] = hi[j]
+        nj = nx[j]
+        nx[k] = nj
+        if nj >= 0:
+            pv[nj] = k
+        stack[meta[1]] = j
+        meta[1] += 1
+        meta[2] -= 1
+
+
+@njit(cache=True, _nrt=False)
+def find(a, ar):
+    """The segment holding byte a."""
+    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    k = meta[0]
+    while k >= 0 and hi[k] <= a:
+        k = nx[k]
+    return k
+
+
+@njit(cache=True, _nrt=False)
+def occupy(h, sz, m, ts, ar, pend, n_pend, use_ptr, use_pos, n_ops, t_persist):
+    """Make [h, h + sz) occupied by m (its residents already evicted); each earlier occupant's release node is
+    appended to pend (returns the new pend length). Each piece keeps a claim: the tensor overwritten there
+    if it is needed again (it returns to these bytes), else the older claim while that one is."""
+    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    end = h + sz
+    k = find(h, ar)
+    if lo[k] < h:
+        _split(k, h, ar)
+    before = pv[k]
+    while k >= 0 and lo[k] < end:
+        if hi[k] > end:
+            _split(k, end, ar)
+            k = pv[k]
+        u = occ[k]
+        if u >= 0 and u != m:
+            if ts[u, RELN] >= 0:
+                pend[n_pend] = ts[u, RELN]
+                n_pend += 1
+            if next_need(u, ts, use_ptr, use_pos, n_ops, t_persist) >= 0:
+                cl[k] = u
+        c = cl[k]
+        if c >= 0 and (c == m or next_need(c, ts, use_ptr, use_pos, n_ops, t_persist) < 0):
+            cl[k] = -1
+        occ[k] = m
+        k = nx[k]
+    # merge equal neighbours from the one before the range to the end of it
+    k = before if before >= 0 else meta[0]
+    while k >= 0 and lo[k] < end:
+        j = nx[k]
+        if j >= 0 and occ[j] == occ[k] and cl[j] == cl[k]:
+            _merge_next(k, ar)
+        else:
+            k = j
+    return n_pend
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def next_need(u, ts, use_ptr, use_pos, n_ops, t_persist):
+    """Schedule position where u is next needed on the device (n_ops: the iteration's end; -1: never)."""
+    i = use_ptr[u] + ts[u, CUR]
+    if i < use_ptr[u + 1]:
+        return use_pos[i]
+    if t_persist[u] and ts[u, INIT] == 1:
+        return n_ops
+    return -1
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def evictable(u, stamp, keep_persistent, rc_only, ts, t_persist):
+    """May resident u be evicted for the current op? (rc_only: only what has a host copy, or is persistent)."""
+    if ts[u, PIN] == stamp or (keep_persistent and t_persist[u]):
+        return False
+    if rc_only and not t_persist[u] and ts[u, HV] == 0:
+        return False
+    return True
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _co_used(u, m, last_m, ts, use_ptr, use_pos):
+    """Whether an op from u's next use up to last_m reads both u and m (use positions are sorted)."""
+    i = use_ptr[u] + ts[u, CUR]
+    iu = use_ptr[u + 1]
+    j = use_ptr[m] + ts[m, CUR]
+    jm = use_ptr[m + 1]
+    while i < iu and j < jm:
+        a = use_pos[i]
+        if a > last_m:
+            return False
+        b = use_pos[j]
+        if a == b:
+            return True
+        if a < b:
+            i += 1
+        else:
+            j += 1
+    return False
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _tensor_cost(u, m, p, last_m, m_copy, ts, use_ptr, use_pos, n_ops, t_persist, t_bytes, h2d_bw, d2h_bw,
+                 latency):
+    """What putting m over u's home costs (seconds of copies, weighted): evicting u if resident, and m's
+    copies out and back when u returns while m is live; inf when an op needs both (one offset each)."""
+    q = next_need(u, ts, use_ptr, use_pos, n_ops, t_persist)
+    c = 0.0
+    if q >= 0 and q <= last_m:
+        if _co_used(u, m, last_m, ts, use_ptr, use_pos):
+            return np.inf
+        c += CLASH * m_copy
+    if ts[u, RES] == 1:
+        if ts[u, HV] == 0 and (q >= 0 or t_persist[u]):
+            c += t_bytes[u] / d2h_bw + latency
+        if q >= 0:
+            c += (t_bytes[u] / h2d_bw + latency) / (1.0 + (q - p) / NEAR)
+    return c
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _seg_cost(k, m, p, last_m, m_copy, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes, t_mem, h2d_bw,
+              d2h_bw, latency):
+    """What putting m over segment k costs: its occupant's and its claim's costs, each in proportion to the
+    share of their home the segment is (a home may span several segments)."""
+    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    c = 0.0
+    w = hi[k] - lo[k]
+    u = occ[k]
+    if u >= 0 and u != m:
+        x = _tensor_cost(u, m, p, last_m, m_copy, ts, use_ptr, use_pos, n_ops, t_persist, t_bytes, h2d_bw, d2h_bw,
+                         latency)
+        if x == np.inf:
+            return x
+        c += x * w / t_mem[u]
+    u = cl[k]
+    if u >= 0 and u != m and ts[u, RES] == 0:
+        x = _tensor_cost(u, m, p, last_m, m_copy, ts, use_ptr, use_pos, n_ops, t_persist, t_bytes, h2d_bw, d2h_bw,
+                         latency)
+        if x == np.inf:
+            return x
+        c += x * w / t_mem[u]
+    return c
+
+
+@njit(cache=True, _nrt=False)
+def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes,
+           t_mem, h2d_bw, d2h_bw, latency):
+    """The home for m (sz bytes), first allocated at schedule position p: the start of the cheapest window
+    of address-adjacent segments holding sz bytes (see the module docstring), or -1 when every window holds
+    a tensor that cannot be evicted now."""
+    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    nu = use_ptr[m + 1] - use_ptr[m]
+    last_m = use_pos[use_ptr[m + 1] - 1] if nu > 0 else p
+    if t_persist[m] and keep_persistent:
+        last_m = n_ops
+    m_copy = t_bytes[m] / d2h_bw + t_bytes[m] / h2d_bw + 2.0 * latency
+    best = -1
+    best_c = np.inf
+    best_w = 0
+    i = meta[0]
+    j = i
+    cost = 0.0
+    length = 0
+    while i >= 0:
+        while length < sz and j >= 0:
+            u = occ[j]
+            if u >= 0 and u != m and ts[u, RES] == 1 and not evictable(u, stamp, keep_persistent, rc_only, ts,
+                                                                        t_persist):
+                break
+            cj = _seg_cost(j, m, p, last_m, m_copy, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes, t_mem,
+                           h2d_bw, d2h_bw, latency)
+            if cj == np.inf:
+                break
+            cost += cj
+            length += hi[j] - lo[j]
+            j = nx[j]
+        if length >= sz:
+            waste = length - sz
+            if cost < best_c or (cost == best_c and waste < best_w):
+                best, best_c, best_w = lo[i], cost, waste
+                if cost == 0.0 and waste == 0:
+                    return best
+            cost -= _seg_cost(i, m, p, last_m, m_copy, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes, t_mem,
+                              h2d_bw, d2h_bw, latency)
+            if cost < 1e-15:
+                cost = 0.0     # rounding left by the subtraction
+            length -= hi[i] - lo[i]
+            i = nx[i]
+            if length <= 0:
+                cost = 0.0
+                length = 0
+                j = i
+        else:
+            if j < 0:
+                break
+            i = nx[j]      # j holds a tensor that must stay: restart past it
+            j = i
+            cost = 0.0
+            length = 0
+    return best
