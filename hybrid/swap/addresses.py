@@ -18,29 +18,32 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hybrid.swap._tensor_state import CUR, HV, INIT, PIN, RELN, RES
+from hybrid.swap._tensor_state import CUR, HV, INIT, LNODE, PIN, RELN, RES
 
 NEAR = 8.0       # a copy back needed this many ops from now weighs half (1 / (1 + distance / NEAR))
 CLASH = 1.0      # weight of a clash with an evicted tensor's home (its return would evict the new tensor)
 
 
-def scratch(n_t: int) -> tuple:
+def scratch(n_t: int, n_in: int) -> tuple:
     """Segment arrays for `walk`: lo, hi, last occupant, claim, next, previous, free slots, meta (head, free
-    slots, live segments). Boundaries are home edges, so at most 2 x n_t + 1 segments live."""
+    slots, live segments), `choose`'s sliding-maximum queue and its forbidden ranges. Boundaries are home edges, so at most 2 x n_t + 1 segments live."""
     cap = 2 * n_t + 8
     return (np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64),
-            np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(4, np.int64))
+            np.zeros(cap, np.int64),
+            np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(4, np.int64),
+            np.zeros(cap, np.int64), np.zeros(cap, np.float64), np.zeros(n_in + 8, np.int64),
+            np.zeros(n_in + 8, np.int64))
 
 
 @njit(cache=True, _nrt=False)
 def reset(capacity, ar):
     """One free segment [0, capacity)."""
-    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
     n = lo.shape[0]
     for i in range(n):
         stack[i] = n - 1 - i
     meta[1] = n
-    s = _new(0, capacity, -1, -1, ar)
+    s = _new(0, capacity, -1, -1, -1, ar)
     nx[s] = -1
     pv[s] = -1
     meta[0] = s
@@ -48,14 +51,15 @@ def reset(capacity, ar):
 
 
 @njit(cache=True, inline="always", _nrt=False)
-def _new(a, b, who, claim, ar):
-    lo, hi, occ, cl, nx, pv, stack, meta = ar
+def _new(a, b, who, claim, claim2, ar):
+    lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
     meta[1] -= 1
     s = stack[meta[1]]
     lo[s] = a
     hi[s] = b
     occ[s] = who
     cl[s] = claim
+    c2[s] = claim2
     meta[2] += 1
     return s
 
@@ -63,8 +67,8 @@ def _new(a, b, who, claim, ar):
 @njit(cache=True, inline="always", _nrt=False)
 def _split(k, at, ar):
     """Split segment k at byte `at` (inside it): k keeps [at, hi); the new segment before it [lo, at)."""
-    lo, hi, occ, cl, nx, pv, stack, meta = ar
-    s = _new(lo[k], at, occ[k], cl[k], ar)
+    lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
+    s = _new(lo[k], at, occ[k], cl[k], c2[k], ar)
     p = pv[k]
     pv[s] = p
     nx[s] = k
@@ -79,9 +83,9 @@ def _split(k, at, ar):
 @njit(cache=True, inline="always", _nrt=False)
 def _merge_next(k, ar):
     """Absorb k's successor when both have the same occupant and claim."""
-    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
     j = nx[k]
-    if j >= 0 and occ[j] == occ[k] and cl[j] == cl[k]:
+    if j >= 0 and occ[j] == occ[k] and cl[j] == cl[k] and c2[j] == c2[k]:
         hi[k] = hi[j]
         nj = nx[j]
         nx[k] = nj
@@ -95,7 +99,7 @@ def _merge_next(k, ar):
 @njit(cache=True, _nrt=False)
 def find(a, ar):
     """The segment holding byte a."""
-    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
     k = meta[0]
     while k >= 0 and hi[k] <= a:
         k = nx[k]
@@ -107,7 +111,7 @@ def occupy(h, sz, m, ts, ar, pend, n_pend, use_ptr, use_pos, n_ops, t_persist):
     """Make [h, h + sz) occupied by m (its residents already evicted); each earlier occupant's release node is
     appended to pend (returns the new pend length). Each piece keeps a claim: the tensor overwritten there
     if it is needed again (it returns to these bytes), else the older claim while that one is."""
-    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
     end = h + sz
     k = find(h, ar)
     if lo[k] < h:
@@ -118,22 +122,31 @@ def occupy(h, sz, m, ts, ar, pend, n_pend, use_ptr, use_pos, n_ops, t_persist):
             _split(k, end, ar)
             k = pv[k]
         u = occ[k]
-        if u >= 0 and u != m:
-            if ts[u, RELN] >= 0:
-                pend[n_pend] = ts[u, RELN]
-                n_pend += 1
-            if next_need(u, ts, use_ptr, use_pos, n_ops, t_persist) >= 0:
-                cl[k] = u
-        c = cl[k]
-        if c >= 0 and (c == m or next_need(c, ts, use_ptr, use_pos, n_ops, t_persist) < 0):
-            cl[k] = -1
+        if u >= 0 and u != m and ts[u, RELN] >= 0:
+            pend[n_pend] = ts[u, RELN]
+            n_pend += 1
+        # claims: of the old occupant and the two old claims, the two needed again soonest (not m)
+        a1 = -1
+        q1 = n_ops + 1
+        a2 = -1
+        q2 = n_ops + 1
+        for x in (u, cl[k], c2[k]):
+            if x >= 0 and x != m and x != a1:
+                q = next_need(x, ts, use_ptr, use_pos, n_ops, t_persist)
+                if q >= 0:
+                    if q < q1:
+                        a2, q2, a1, q1 = a1, q1, x, q
+                    elif q < q2 and x != a1:
+                        a2, q2 = x, q
+        cl[k] = a1
+        c2[k] = a2
         occ[k] = m
         k = nx[k]
     # merge equal neighbours from the one before the range to the end of it
     k = before if before >= 0 else meta[0]
     while k >= 0 and lo[k] < end:
         j = nx[k]
-        if j >= 0 and occ[j] == occ[k] and cl[j] == cl[k]:
+        if j >= 0 and occ[j] == occ[k] and cl[j] == cl[k] and c2[j] == c2[k]:
             _merge_next(k, ar)
         else:
             k = j
@@ -206,7 +219,7 @@ def _seg_cost(k, m, p, last_m, m_copy, ts, ar, use_ptr, use_pos, n_ops, t_persis
               d2h_bw, latency):
     """What putting m over segment k costs: its occupant's and its claim's costs, each in proportion to the
     share of their home the segment is (a home may span several segments)."""
-    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
     c = 0.0
     w = hi[k] - lo[k]
     u = occ[k]
@@ -216,28 +229,56 @@ def _seg_cost(k, m, p, last_m, m_copy, ts, ar, use_ptr, use_pos, n_ops, t_persis
         if x == np.inf:
             return x
         c += x * w / t_mem[u]
-    u = cl[k]
-    if u >= 0 and u != m and ts[u, RES] == 0:
-        x = _tensor_cost(u, m, p, last_m, m_copy, ts, use_ptr, use_pos, n_ops, t_persist, t_bytes, h2d_bw, d2h_bw,
-                         latency)
-        if x == np.inf:
-            return x
-        c += x * w / t_mem[u]
+    for u in (cl[k], c2[k]):
+        if u >= 0 and u != m and u != occ[k] and ts[u, RES] == 0:
+            x = _tensor_cost(u, m, p, last_m, m_copy, ts, use_ptr, use_pos, n_ops, t_persist, t_bytes, h2d_bw,
+                             d2h_bw, latency)
+            if x == np.inf:
+                return x
+            c += x * w / t_mem[u]
     return c
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _seg_ready(k, ts, ar, node_end, d2h_clock, t_bytes, d2h_bw, latency):
+    """When segment k's bytes are free (a resident occupant would be evicted now: freed after its last
+    reader, or copied out after it on the d2h stream)."""
+    lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
+    u = occ[k]
+    if u < 0:
+        return 0.0
+    if ts[u, RES] == 1:
+        last = node_end[ts[u, LNODE]] if ts[u, LNODE] >= 0 else 0.0
+        if ts[u, HV] == 1:
+            return last
+        return max(d2h_clock, last) + t_bytes[u] / d2h_bw + latency
+    return node_end[ts[u, RELN]] if ts[u, RELN] >= 0 else 0.0
 
 
 @njit(cache=True, _nrt=False)
 def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes,
-           t_mem, h2d_bw, d2h_bw, latency):
+           t_mem, h2d_bw, d2h_bw, latency, node_end, now, d2h_clock, sched, in_ptr, in_idx, home):
     """The home for m (sz bytes), first allocated at schedule position p: the start of the cheapest window
     of address-adjacent segments holding sz bytes (see the module docstring), or -1 when every window holds
-    a tensor that cannot be evicted now."""
-    lo, hi, occ, cl, nx, pv, stack, meta = ar
+    a tensor that cannot be evicted now. A window's score is its copies' cost plus how long after `now`
+    (the compute stream's clock) its last bytes are free (a sliding maximum over the window). Forbidden: the
+    homes of the other inputs of every op that reads m (they must be on the device with it then), so a
+    copy never has to return where a tensor its op needs lies."""
+    lo, hi, occ, cl, c2, nx, pv, stack, meta, dq, dv, f_lo, f_hi = ar
     nu = use_ptr[m + 1] - use_ptr[m]
     last_m = use_pos[use_ptr[m + 1] - 1] if nu > 0 else p
     if t_persist[m] and keep_persistent:
         last_m = n_ops
     m_copy = t_bytes[m] / d2h_bw + t_bytes[m] / h2d_bw + 2.0 * latency
+    nf = 0
+    for k in range(use_ptr[m], use_ptr[m + 1]):
+        o = sched[use_pos[k]]
+        for kk in range(in_ptr[o], in_ptr[o + 1]):
+            u = in_idx[kk]
+            if u != m and home[u] >= 0 and t_mem[u] > 0:
+                f_lo[nf] = home[u]
+                f_hi[nf] = home[u] + t_mem[u]
+                nf += 1
     best = -1
     best_c = np.inf
     best_w = 0
@@ -245,6 +286,8 @@ def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, 
     j = i
     cost = 0.0
     length = 0
+    qh = 0      # sliding maximum of ready times: dq[qh:qt] segments, dv their times, decreasing
+    qt = 0
     while i >= 0:
         while length < sz and j >= 0:
             u = occ[j]
@@ -255,25 +298,43 @@ def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, 
                            h2d_bw, d2h_bw, latency)
             if cj == np.inf:
                 break
+            clash = False
+            for f in range(nf):
+                if f_lo[f] < hi[j] and f_hi[f] > lo[j]:
+                    clash = True
+                    break
+            if clash:
+                break
             cost += cj
             length += hi[j] - lo[j]
+            r = _seg_ready(j, ts, ar, node_end, d2h_clock, t_bytes, d2h_bw, latency)
+            while qt > qh and dv[qt - 1] <= r:
+                qt -= 1
+            dq[qt] = j
+            dv[qt] = r
+            qt += 1
             j = nx[j]
         if length >= sz:
             waste = length - sz
-            if cost < best_c or (cost == best_c and waste < best_w):
-                best, best_c, best_w = lo[i], cost, waste
-                if cost == 0.0 and waste == 0:
+            score = cost + max(0.0, dv[qh] - now)
+            if score < best_c or (score == best_c and waste < best_w):
+                best, best_c, best_w = lo[i], score, waste
+                if score == 0.0 and waste == 0:
                     return best
             cost -= _seg_cost(i, m, p, last_m, m_copy, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes, t_mem,
                               h2d_bw, d2h_bw, latency)
             if cost < 1e-15:
                 cost = 0.0     # rounding left by the subtraction
+            if dq[qh] == i:
+                qh += 1
             length -= hi[i] - lo[i]
             i = nx[i]
             if length <= 0:
                 cost = 0.0
                 length = 0
                 j = i
+                qh = 0
+                qt = 0
         else:
             if j < 0:
                 break
@@ -281,4 +342,6 @@ def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, 
             j = i
             cost = 0.0
             length = 0
+            qh = 0
+            qt = 0
     return best

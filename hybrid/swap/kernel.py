@@ -429,7 +429,8 @@ def walk(
                 if nbytes > 0:
                     if h < 0:
                         h = A.choose(nbytes, m, p, stamp, keep_persistent, rc_only, ts, ar_scr, use_ptr, use_pos,
-                                     n_ops, t_persist, t_bytes, t_mem, h2d_bw, d2h_bw, latency)
+                                     n_ops, t_persist, t_bytes, t_mem, h2d_bw, d2h_bw, latency, node_end, clk[0],
+                                     clk[0] if serialize else clk[SWAP_OUT], sched, in_ptr, in_idx, home)
                         if h < 0:
                             return INFEASIBLE, ctr[0], o, nbytes
                     kk = A.find(h, ar_scr)
@@ -437,12 +438,12 @@ def walk(
                         v = ar_scr[2][kk]
                         if v >= 0 and v != m and ts[v, RES] == 1:
                             if final or not A.evictable(v, stamp, keep_persistent, rc_only, ts, t_persist):
-                                return INFEASIBLE, ctr[0], o, nbytes
+                                return INFEASIBLE, ctr[0], o, -2 - m * n_t - v   # m's offset holds v
                             _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_own,
                                    t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops,
                                    op_time, rc_cost, stk_t, stk_k, t_bytes, h2d_bw, d2h_bw, latency, ctr, node_kind,
                                    node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
-                        kk = ar_scr[4][kk]
+                        kk = ar_scr[5][kk]
                     n_pend = A.occupy(h, nbytes, m, ts, ar_scr, pend, n_pend, use_ptr, use_pos, n_ops, t_persist)
                 home[m] = h if h >= 0 else 0
             # Make room: evict until the class has an object / the pool has the bytes.

@@ -74,7 +74,7 @@ class SwapPlanner:
         self.op_own = R.own_updates_exempt_ops(graph)
         fan = int(max(np.diff(a.in_ptr).max(initial=0), np.diff(a.out_ptr).max(initial=0)))
         self._rc_scr = R.scratch(a.n_tensors, 16 * (fan + 1))
-        self._ar_scr = A.scratch(a.n_tensors)
+        self._ar_scr = A.scratch(a.n_tensors, n_in)
         self._n_uses = n_in
         self._uses_per_tensor = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
         self._seq_scr: tuple | None = None
@@ -329,6 +329,10 @@ class SwapPlanner:
                     "in this mode, swapped; give more --memory, or allow swapping (the belady baseline)")
         ts_ = list(dict.fromkeys(op.inputs)) + list(op.outputs)
         need = sum(int(pool.t_mem[g.tensor_index[t]]) for t in ts_) + int(self.op_ws[err_op])
+        if pool.arena and err_need < -1:
+            m, v = divmod(-2 - err_need, a.n_tensors)
+            return (f"op {op.id!r} needs {g.tensors[m].id!r} back at its offset, where {g.tensors[v].id!r} lies, which "
+                    "the op needs too (one offset per tensor); give more --memory or another schedule")
         if pool.arena:
             return (f"op {op.id!r} finds no contiguous range of {format_bytes(err_need)} in the arena "
                     f"({format_bytes(self._capacity(pool))} beside the largest workspace) that it can take: the tensors "
