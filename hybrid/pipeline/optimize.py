@@ -91,6 +91,9 @@ class OptimizeOptions:
     resume: Path | None = None
     arena_s: float | None = ARENA_AUTO_S
     baselines: bool = False
+    addresses: bool = True              # the search plans byte pools as arenas (offsets as planned: its fitness is
+    #                                     the laid-out makespan); False: the byte budget, laid out afterwards (a
+    #                                     research option, `--byte-budget`)
 
     def check(self) -> None:
         """HybridError naming the flag, for options no run could use."""
@@ -243,7 +246,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                   "install; cached from now on), counted in the time limit")
     cpsat = opts.refine == "cpsat"
     beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
-    options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0)  # genes set it
+    options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0,
+                                             addresses=opts.addresses)  # genes set the ratio
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
     stop_at = None
@@ -287,6 +291,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
 
     def lay_out_now(plan, others, result, population, stopped: bool = False):  # noqa: ANN001, ANN202
         t = time.monotonic()
+        if plan.allocation.kind != "unconstrained":   # laid out as planned (an arena) or size classes
+            return _lay_out(graph, plan, None), False
         budget = None
         cap = _layout_cap(opts, end, eval_s) if arena else None
         if cap is not None and stopped:   # Ctrl-C or SIGTERM: write the best plan now, not after a layout
@@ -434,10 +440,30 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             from hybrid.pipeline.baselines import baseline_rows
 
             t_base = time.monotonic()
-            out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds)
+            out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds,
+                                          relaxation=_relaxation(graph, result))
             timings.baselines_s = time.monotonic() - t_base
     timings.wall_s = time.monotonic() - start
     return out
+
+
+def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.SearchResult
+    """The search's best individual planned on the byte budget (memory that never fragments): the bound row
+    of an address-aware search; None when the search planned byte budgets already or could not re-plan."""
+    from hybrid.errors import InfeasibleError
+    from hybrid.swap.planner import SwapPlanner
+    from hybrid.swap.to_plan import to_plan
+
+    space, best = result.space, result.best
+    opt = space.options_for(best)
+    if not best.by_bytes or not opt.addresses:
+        return None
+    try:
+        aug = SwapPlanner(graph, space.device).plan(best.schedule, space.pool(best),
+                                                    dataclasses.replace(opt, addresses=False))
+    except InfeasibleError:
+        return None
+    return to_plan(aug, {**result.planner_info(), "relaxation": "byte budget"})
 
 
 def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | None:
@@ -580,6 +606,12 @@ def _refine_after(graph: Graph, device: Device, plan: "Plan", split_ckpt, deadli
     except KeyboardInterrupt:
         ref.interrupted, ref.note = True, "; refinement interrupted (the GA's plan is kept)"
         return plan, None, True
+    except HybridError as e:
+        if plan.allocation.kind != "arena":
+            raise
+        # a refiner that cannot keep offsets yet refuses arena plans: the search's laid-out plan stands
+        ref.skipped, ref.note = str(e), f"; refinement not run ({e})"
+        return plan, None, False
     finally:
         prog.phase_end()
     r = hand.refine

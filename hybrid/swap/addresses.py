@@ -166,12 +166,8 @@ def next_need(u, ts, use_ptr, use_pos, n_ops, t_persist):
 
 @njit(cache=True, inline="always", _nrt=False)
 def evictable(u, stamp, keep_persistent, rc_only, ts, t_persist):
-    """May resident u be evicted for the current op? (rc_only: only what has a host copy, or is persistent)."""
-    if ts[u, PIN] == stamp or (keep_persistent and t_persist[u]):
-        return False
-    if rc_only and not t_persist[u] and ts[u, HV] == 0:
-        return False
-    return True
+    """May resident u be evicted for the current op? (recompute-only: the walk pins what it may not drop.)"""
+    return not (ts[u, PIN] == stamp or (keep_persistent and t_persist[u]))
 
 
 @njit(cache=True, inline="always", _nrt=False)

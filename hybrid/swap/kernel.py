@@ -428,16 +428,32 @@ def walk(
                 h = home[m]
                 if nbytes > 0:
                     if h < 0:
+                        n_skip = 0
+                        if rc_only:   # activations that can be neither dropped nor swapped stay: pinned for now
+                            for v in range(n_t):
+                                if (ts[v, RES] == 1 and ts[v, PIN] != stamp and not t_persist[v] and ts[v, HV] == 0
+                                        and not _droppable(v, p, ts, t_prod, op_rc, op_own, t_persist, in_ptr,
+                                                           in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos,
+                                                           n_ops, op_time, rc_cost, rc_depth, stk_t, stk_k)):
+                                    ts[v, PIN] = stamp
+                                    skipped[n_skip] = v
+                                    n_skip += 1
                         h = A.choose(nbytes, m, p, stamp, keep_persistent, rc_only, ts, ar_scr, use_ptr, use_pos,
                                      n_ops, t_persist, t_bytes, t_mem, h2d_bw, d2h_bw, latency, node_end, clk[0],
                                      clk[0] if serialize else clk[SWAP_OUT], sched, in_ptr, in_idx, home)
+                        for j in range(n_skip):
+                            ts[skipped[j], PIN] = 0
                         if h < 0:
                             return INFEASIBLE, ctr[0], o, nbytes
                     kk = A.find(h, ar_scr)
                     while kk >= 0 and ar_scr[0][kk] < h + nbytes:
                         v = ar_scr[2][kk]
                         if v >= 0 and v != m and ts[v, RES] == 1:
-                            if final or not A.evictable(v, stamp, keep_persistent, rc_only, ts, t_persist):
+                            if final or not A.evictable(v, stamp, keep_persistent, rc_only, ts, t_persist) or (
+                                    rc_only and not t_persist[v] and ts[v, HV] == 0 and not _droppable(
+                                        v, p, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr, upd_idx,
+                                        use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth, stk_t,
+                                        stk_k)):
                                 return INFEASIBLE, ctr[0], o, -2 - m * n_t - v   # m's offset holds v
                             _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_own,
                                    t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops,

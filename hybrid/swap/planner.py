@@ -75,6 +75,7 @@ class SwapPlanner:
         fan = int(max(np.diff(a.in_ptr).max(initial=0), np.diff(a.out_ptr).max(initial=0)))
         self._rc_scr = R.scratch(a.n_tensors, 16 * (fan + 1))
         self._ar_scr = A.scratch(a.n_tensors, n_in)
+        self._arenas: dict[int, tuple[PoolArrays, PoolArrays]] = {}
         self._n_uses = n_in
         self._uses_per_tensor = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
         self._seq_scr: tuple | None = None
@@ -270,9 +271,23 @@ class SwapPlanner:
                              out.buf[6].copy(), opt, self._uses_per_tensor)
             out.timeline = (prob, tl)
 
+    def pool_for(self, pool: PoolArrays, options: PlannerOptions) -> PoolArrays:
+        """The pool the walk plans: with `options.addresses` a byte budget becomes an arena of the same memory
+        (less the largest workspace), built once per pool."""
+        if not (options.addresses and pool.by_bytes and not pool.arena):
+            return pool
+        cached = self._arenas.get(id(pool))
+        if cached is None or cached[0] is not pool:
+            align = self.device.alignment_bytes
+            room = (self.device.usable_bytes - int(self.op_ws.max(initial=0))) // align * align
+            cached = (pool, replace(pool, arena=True, capacity=max(0, min(int(pool.capacity), room)),
+                                    class_bytes=np.array([max(0, min(int(pool.capacity), room))], np.int64)))
+            self._arenas[id(pool)] = cached
+        return cached[1]
+
     def makespan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> float:
         """Fitness: the simulated iteration time, or inf when the pool cannot run some op."""
-        return float(self._run_grown(schedule, pool, options, False).makespan)
+        return float(self._run_grown(schedule, self.pool_for(pool, options), options, False).makespan)
 
     def faster_options(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions) -> PlannerOptions:
         """`options`, or the same without recompute where swapping only gives the faster plan (the walk without
@@ -285,6 +300,7 @@ class SwapPlanner:
         return swap_only if faster else options
 
     def plan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> AugmentedGraph:
+        pool = self.pool_for(pool, options)
         out = self._run_grown(schedule, pool, options, True, want_timeline=True)
         if out.status != K.OK:
             raise InfeasibleError(self._explain(pool, out.err_op, out.err_need, options))

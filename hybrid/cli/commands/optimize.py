@@ -106,6 +106,11 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
 @click.option("--no-arena", "no_arena", is_flag=True,
               help="Write the byte budget as searched, without offsets (the executor places it, compacting at run "
                    "time if it must): the search's own makespan, no layout fallback. Same as --arena 0.")
+@click.option("--byte-budget", "byte_budget", is_flag=True,
+              help="Research option: the search scores byte budgets (memory that never fragments, a relaxation) and "
+                   "the winner is laid out afterwards (--arena), re-planned with less memory where it does not fit. "
+                   "Default: the planner gives every tensor its arena offset as it plans, so the plan scored is the "
+                   "plan written.")
 @click.option("--compare-baselines", is_flag=True,
               help="At the end, also plan the naive, odswap, vdnn, belady (with recompute) and recompute-only "
                    "baselines (within the time limit: one not started by then is named as left out) and print one "
@@ -116,7 +121,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             mutation_rate: float, temperature: float, refine: str, refine_mode: str, refine_share: float,
             refine_patience: float, refine_elites: int, checkpoint_path: Path | None, checkpoint_every: int,
             resume_path: Path | None, out_path: Path, log_path: Path | None, plot_path: Path | None, quiet: bool,
-            as_json: bool, compare_baselines: bool, arena_time: str, no_arena: bool, **kw: object) -> None:
+            as_json: bool, compare_baselines: bool, arena_time: str, no_arena: bool, byte_budget: bool,
+            **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a schedule (a topological order), a pool
@@ -173,7 +179,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                            recompute=recompute, refine=refine, refine_mode=refine_mode, refine_share=refine_share,
                            refine_patience=refine_patience, refine_elites=refine_elites, checkpoint=checkpoint_path,
                            checkpoint_every=checkpoint_every, resume=resume_path, arena_s=arena_s or None,
-                           baselines=compare_baselines)
+                           baselines=compare_baselines, addresses=not byte_budget)
     opts.check()
     for path, flag in ((out_path, "--out"), (log_path, "--log"), (plot_path, "--plot"),
                        (checkpoint_path, "--checkpoint")):
