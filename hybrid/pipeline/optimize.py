@@ -363,13 +363,28 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                     refiner.offer(state)
 
             t_search = time.monotonic()
+
+            def search():  # noqa: ANN202
+                return optimize(graph, device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
+                                generations=opts.generations, evaluator=evaluator, options=options,
+                                checkpoint=split_ckpt, checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
+                                resume=opts.resume, on_generation=prog.generation_hook(ga_end),
+                                handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at)
             try:
-                result = optimize(graph, device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
-                                  generations=opts.generations, evaluator=evaluator, options=options,
-                                  checkpoint=split_ckpt,
-                                  checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
-                                  resume=opts.resume, on_generation=prog.generation_hook(ga_end),
-                                  handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at)
+                try:
+                    result = search()
+                except InfeasibleError as e:
+                    if not options.addresses:
+                        raise
+                    # the last resort: no individual the search tried has offsets within the memory; search the
+                    # byte budget and lay its best out afterwards (hybrid.arena.layout's fallbacks, reported)
+                    why = f"address-aware search: no plan with offsets within the memory ({e})"
+                    leave(why + "; searched the byte budget and laid it out afterwards")
+                    prog.note(why + "; searching the byte budget instead")
+                    options = dataclasses.replace(options, addresses=False)
+                    evaluator.close()
+                    evaluator = make_evaluator(graph, device, options, workers, opts.scheduler)
+                    result = search()
             finally:
                 prog.phase_end()
                 if refiner is not None:

@@ -128,3 +128,24 @@ def test_arena_plans_run_in_the_executor_without_compaction(fraction: float) -> 
         assert cmp.bitwise, (cmp.mismatched[:5], cmp.max_abs_diff)
         ran += 1
     assert ran >= 1
+
+
+def test_optimize_writes_the_plan_it_scored_and_compares_laid_out_baselines() -> None:
+    """The search's fitness is the arena walk: the written plan is the search's best as scored (no layout step,
+    no fallback), and the baselines beside it are arenas too, with the byte budget as the relaxation row."""
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+
+    g = training_graph(10, seed=3)
+    device = dataclasses.replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.7), reserve_bytes=0)
+    res = run_optimize(g, device, 120.0, OptimizeOptions(config=GAConfig(population=6, children=6, seed=2),
+                                                         generations=2, workers=1, refine="none", baselines=True))
+    assert res.plan.allocation.kind == "arena" and res.layout is None
+    assert res.plan.makespan_s == pytest.approx(res.search.best.makespan)
+    assert validate(g, res.plan).valid
+    rows = {r["plan"]: r for r in res.baselines.rows}
+    assert "byte budget, fragmentation-free (relaxation)" in rows and "optimize" in rows
+    assert rows["belady"]["makespan_s"] >= res.plan.makespan_s * (1 - 1e-9)   # its genes are among the seeds
+    from hybrid.swap.baselines import run_baseline
+
+    assert run_baseline(g, device, "belady", addresses=True).allocation.kind == "arena"
