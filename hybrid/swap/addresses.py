@@ -22,6 +22,8 @@ from hybrid.swap._tensor_state import CUR, HV, INIT, LNODE, PIN, RELN, RES
 
 NEAR = 8.0       # a copy back needed this many ops from now weighs half (1 / (1 + distance / NEAR))
 CLASH = 1.0      # weight of a clash with an evicted tensor's home (its return would evict the new tensor)
+SCAN = 16        # segments a window scan visits once it has a window: next fit from the last home, then best of
+                 # what it saw (a full scan is O(segments) per new tensor: 200x the byte budget on 10k ops)
 
 
 def scratch(n_t: int, n_in: int) -> tuple:
@@ -32,7 +34,7 @@ def scratch(n_t: int, n_in: int) -> tuple:
             np.zeros(cap, np.int64),
             np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(4, np.int64),
             np.zeros(cap, np.int64), np.zeros(cap, np.float64), np.zeros(n_in + 8, np.int64),
-            np.zeros(n_in + 8, np.int64))
+            np.zeros(n_in + 8, np.int64), np.zeros(cap, np.float64), np.full(n_t, -1, np.int64))
 
 
 @njit(cache=True, _nrt=False)
@@ -43,11 +45,18 @@ def reset(capacity, ar):
     for i in range(n):
         stack[i] = n - 1 - i
     meta[1] = n
+    for i in range(n):
+        lo[i] = -1
+        hi[i] = -1
+    hint = ar[14]
+    for i in range(hint.shape[0]):
+        hint[i] = -1
     s = _new(0, capacity, -1, -1, -1, ar)
     nx[s] = -1
     pv[s] = -1
     meta[0] = s
     meta[2] = 1   # live segments
+    meta[3] = s   # where the next window scan starts (the last home chosen)
 
 
 @njit(cache=True, inline="always", _nrt=False)
@@ -94,13 +103,16 @@ def _merge_next(k, ar):
         stack[meta[1]] = j
         meta[1] += 1
         meta[2] -= 1
+        lo[j] = -1
+        hi[j] = -1
 
 
 @njit(cache=True, _nrt=False)
-def find(a, ar):
-    """The segment holding byte a."""
+def find(a, s, ar):
+    """The segment holding byte a, searched from segment s when it is live and starts at or before a (a
+    tensor's hint: the segment its home began at when it last took it), else from the lowest address."""
     lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
-    k = meta[0]
+    k = s if (s >= 0 and lo[s] >= 0 and lo[s] <= a) else meta[0]
     while k >= 0 and hi[k] <= a:
         k = nx[k]
     return k
@@ -112,8 +124,9 @@ def occupy(h, sz, m, ts, ar, pend, n_pend, use_ptr, use_pos, n_ops, t_persist):
     appended to pend (returns the new pend length). Each piece keeps a claim: the tensor overwritten there
     if it is needed again (it returns to these bytes), else the older claim while that one is."""
     lo, hi, occ, cl, c2, nx, pv, stack, meta = ar[:9]
+    hint = ar[14]
     end = h + sz
-    k = find(h, ar)
+    k = find(h, hint[m], ar)
     if lo[k] < h:
         _split(k, h, ar)
     before = pv[k]
@@ -150,6 +163,7 @@ def occupy(h, sz, m, ts, ar, pend, n_pend, use_ptr, use_pos, n_ops, t_persist):
             _merge_next(k, ar)
         else:
             k = j
+    hint[m] = find(h, before, ar)
     return n_pend
 
 
@@ -260,7 +274,7 @@ def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, 
     (the compute stream's clock) its last bytes are free (a sliding maximum over the window). Forbidden: the
     homes of the other inputs of every op that reads m (they must be on the device with it then), so a
     copy never has to return where a tensor its op needs lies."""
-    lo, hi, occ, cl, c2, nx, pv, stack, meta, dq, dv, f_lo, f_hi = ar
+    lo, hi, occ, cl, c2, nx, pv, stack, meta, dq, dv, f_lo, f_hi, sc, hint = ar
     nu = use_ptr[m + 1] - use_ptr[m]
     last_m = use_pos[use_ptr[m + 1] - 1] if nu > 0 else p
     if t_persist[m] and keep_persistent:
@@ -278,66 +292,81 @@ def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, 
     best = -1
     best_c = np.inf
     best_w = 0
-    i = meta[0]
-    j = i
-    cost = 0.0
-    length = 0
-    qh = 0      # sliding maximum of ready times: dq[qh:qt] segments, dv their times, decreasing
-    qt = 0
-    while i >= 0:
-        while length < sz and j >= 0:
-            u = occ[j]
-            if u >= 0 and u != m and ts[u, RES] == 1 and not evictable(u, stamp, keep_persistent, rc_only, ts,
-                                                                        t_persist):
+    best_s = -1
+    visits = 0
+    rover = meta[3] if (meta[3] >= 0 and lo[meta[3]] >= 0) else meta[0]
+    for attempt in range(2):     # from the last home chosen to the top, then from the bottom
+        i = rover if attempt == 0 else meta[0]
+        j = i
+        cost = 0.0
+        length = 0
+        qh = 0      # sliding maximum of ready times: dq[qh:qt] segments, dv their times, decreasing
+        qt = 0
+        while i >= 0 and not (best >= 0 and visits > SCAN):
+            if attempt == 1 and i == rover:
                 break
-            cj = _seg_cost(j, m, p, last_m, m_copy, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes, t_mem,
-                           h2d_bw, d2h_bw, latency)
-            if cj == np.inf:
-                break
-            clash = False
-            for f in range(nf):
-                if f_lo[f] < hi[j] and f_hi[f] > lo[j]:
-                    clash = True
+            while length < sz and j >= 0:
+                u = occ[j]
+                if u >= 0 and u != m and ts[u, RES] == 1 and not evictable(u, stamp, keep_persistent, rc_only, ts,
+                                                                            t_persist):
                     break
-            if clash:
-                break
-            cost += cj
-            length += hi[j] - lo[j]
-            r = _seg_ready(j, ts, ar, node_end, d2h_clock, t_bytes, d2h_bw, latency)
-            while qt > qh and dv[qt - 1] <= r:
-                qt -= 1
-            dq[qt] = j
-            dv[qt] = r
-            qt += 1
-            j = nx[j]
-        if length >= sz:
-            waste = length - sz
-            score = cost + max(0.0, dv[qh] - now)
-            if score < best_c or (score == best_c and waste < best_w):
-                best, best_c, best_w = lo[i], score, waste
-                if score == 0.0 and waste == 0:
-                    return best
-            cost -= _seg_cost(i, m, p, last_m, m_copy, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes, t_mem,
-                              h2d_bw, d2h_bw, latency)
-            if cost < 1e-15:
-                cost = 0.0     # rounding left by the subtraction
-            if dq[qh] == i:
-                qh += 1
-            length -= hi[i] - lo[i]
-            i = nx[i]
-            if length <= 0:
+                cj = _seg_cost(j, m, p, last_m, m_copy, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes, t_mem,
+                               h2d_bw, d2h_bw, latency)
+                if cj == np.inf:
+                    break
+                clash = False
+                for f in range(nf):
+                    if f_lo[f] < hi[j] and f_hi[f] > lo[j]:
+                        clash = True
+                        break
+                if clash:
+                    break
+                visits += 1
+                sc[j] = cj
+                cost += cj
+                length += hi[j] - lo[j]
+                r = _seg_ready(j, ts, ar, node_end, d2h_clock, t_bytes, d2h_bw, latency)
+                while qt > qh and dv[qt - 1] <= r:
+                    qt -= 1
+                dq[qt] = j
+                dv[qt] = r
+                qt += 1
+                j = nx[j]
+            if length >= sz:
+                waste = length - sz
+                score = cost + max(0.0, dv[qh] - now)
+                if score < best_c or (score == best_c and waste < best_w):
+                    best, best_c, best_w, best_s = lo[i], score, waste, i
+                    if score == 0.0 and waste == 0:
+                        meta[3] = i
+                        hint[m] = i
+                        return best
+                cost -= sc[i]
+                if cost < 1e-15:
+                    cost = 0.0     # rounding left by the subtraction
+                if dq[qh] == i:
+                    qh += 1
+                length -= hi[i] - lo[i]
+                i = nx[i]
+                if length <= 0:
+                    cost = 0.0
+                    length = 0
+                    j = i
+                    qh = 0
+                    qt = 0
+            else:
+                visits += 1
+                if j < 0:
+                    break
+                i = nx[j]      # j holds a tensor that must stay: restart past it
+                j = i
                 cost = 0.0
                 length = 0
-                j = i
                 qh = 0
                 qt = 0
-        else:
-            if j < 0:
-                break
-            i = nx[j]      # j holds a tensor that must stay: restart past it
-            j = i
-            cost = 0.0
-            length = 0
-            qh = 0
-            qt = 0
+        if best >= 0 and visits > SCAN or rover == meta[0]:
+            break
+    if best_s >= 0:
+        meta[3] = best_s
+        hint[m] = best_s
     return best

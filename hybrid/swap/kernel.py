@@ -445,7 +445,7 @@ def walk(
                             ts[skipped[j], PIN] = 0
                         if h < 0:
                             return INFEASIBLE, ctr[0], o, nbytes
-                    kk = A.find(h, ar_scr)
+                    kk = A.find(h, ar_scr[14][m], ar_scr)
                     while kk >= 0 and ar_scr[0][kk] < h + nbytes:
                         v = ar_scr[2][kk]
                         if v >= 0 and v != m and ts[v, RES] == 1:
