@@ -1,6 +1,12 @@
 """The optimize flow: genetic search, CP-SAT refinement beside or after it, validation, arena layout with its
 fallbacks, and the baseline rows, within one time limit. `hybrid optimize` and `hybrid compare` call it.
 
+The search plans byte pools as arenas (`PlannerOptions.addresses`, `OptimizeOptions.addresses`): each plan
+has its offsets as planned, so its plan needs no layout step and the re-plan-with-less-memory fallback does
+not fire. The layout step below runs for byte-budget plans only: `addresses=False` (`--byte-budget`, the
+fragmentation-free relaxation, a research option), a refined plan that lost its offsets, or the last resort
+when no individual of the address-aware search fits (then the byte budget is searched; `skipped` says so).
+
 How `time_limit_s` is split. Everything counts from `started_at` (the caller's start: `hybrid optimize` passes
 the moment it began, so loading the graph counts too) and ends by `started_at + time_limit_s`:
 

@@ -94,7 +94,7 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
               help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ratio, plan, memory_bytes, "
                    "planner, generations, search_s, wall_s, stop_reason, ...) instead of the text.")
 @click.option("--arena", "arena_time", default="auto", show_default=True, metavar="auto|TIME|0",
-              help="A byte-budget plan is written with exact arena offsets (hybrid.arena), so the executor never "
+              help="With --byte-budget (or when no plan with offsets fits): a byte-budget plan is written with exact arena offsets (hybrid.arena), so the executor never "
                    "compacts. Where it does not lay out within the memory, its other candidates and re-plans with "
                    "less memory (the search's genes, its population's next best, the Belady planner; bisected to "
                    "the largest budget that lays out) are laid out, then per-size classes; the fastest that fits is "
@@ -128,9 +128,12 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a schedule (a topological order), a pool
     (size classes CLS/CNT, or the plain byte budget) and the planner's eviction policy; the swap planner and
     simulator score each one. The first generation includes the program order with every policy and a
-    depth-first order, so the result is never slower than the belady, odswap and vdnn baselines. A byte-budget
-    winner is then given exact arena offsets (--no-arena: not); where it does not lay out within the memory, the
-    fallback written may be slower (the summary says which fallback fired and its makespan cost). With --refine
+    depth-first order, so the result is never slower than the belady, odswap and vdnn baselines. The planner
+    gives every tensor its arena offset as it plans (the plan scored is the plan written); with --byte-budget
+    the search scores the fragmentation-free relaxation and the winner is given exact arena offsets afterwards
+    (--no-arena: not); where it does not lay out within the memory, the fallback written may be slower (the
+    summary says which fallback fired and its makespan cost). That layout step is also the last resort when no
+    plan the address-aware search tried fits (the summary says so). With --refine
     cpsat, CP-SAT re-times the copies of the search's plans: in a second process while the search runs (its
     best plan, and in turn its next-best ones when that stalls) where the search could not use that core (see
     --refine-mode), else after the search, whose best plan is refined until that stops finding anything faster
