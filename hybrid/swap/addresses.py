@@ -23,8 +23,9 @@ the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured si
 - full best-window scan over all segments: 21.0 ms (byte budget 15.4 ms re-bound in time order, 19.1 ms
   without), but 100-330x the byte-budget walk per evaluation on 10k ops (20k window scans of thousands of
   segments each).
-- next fit from the last home chosen, then the best of `SCAN` more segments (what won): 23.4 ms on that
-  plan, 4.5-6.4x the byte-budget walk on the 10k-op training graph and 2.6-3.0x on the random DAG: over the
+- next fit from the last home chosen, then the best of `SCAN` more segments: 23.4 ms on that plan; with
+  the scan's length scaled up on small graphs (`SCAN_WORK` / tensors: ResNet-18's 490 tensors, 408
+  segments, what won) 20.6 ms; 4.5-6.4x the byte-budget walk on the 10k-op training graph and 2.6-3.0x on the random DAG: over the
   1.5x goal. The search does better than either walk alone: on the README command it writes a laid-out
   plan faster than every laid-out baseline (README, results quoted in the branch's report).
 - the byte budget's time-order re-binding (hybrid.swap.rewalk) has no counterpart here: an allocation's
@@ -39,8 +40,10 @@ from hybrid.swap._tensor_state import CUR, HV, INIT, LNODE, PIN, RELN, RES
 
 NEAR = 8.0       # a copy back needed this many ops from now weighs half (1 / (1 + distance / NEAR))
 CLASH = 1.0      # weight of a clash with an evicted tensor's home (its return would evict the new tensor)
-SCAN = 16        # segments a window scan visits once it has a window: next fit from the last home, then best of
-                 # what it saw (a full scan is O(segments) per new tensor: 200x the byte budget on 10k ops)
+SCAN = 16        # segments a window scan visits at least once it has a window: next fit from the last home,
+                 # then the best of what it saw (a full scan is O(segments) per new tensor: 200x the byte budget
+                 # on 10k ops)
+SCAN_WORK = 200_000   # ... and up to this many over the graph's tensors (small graphs: nearly a full scan)
 
 
 def scratch(n_t: int, n_in: int) -> tuple:
@@ -284,7 +287,7 @@ def _seg_ready(k, ts, ar, node_end, d2h_clock, t_bytes, d2h_bw, latency):
 
 @njit(cache=True, _nrt=False)
 def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, n_ops, t_persist, t_bytes,
-           t_mem, h2d_bw, d2h_bw, latency, node_end, now, d2h_clock, sched, in_ptr, in_idx, home):
+           t_mem, h2d_bw, d2h_bw, latency, node_end, now, d2h_clock, sched, in_ptr, in_idx, home, scan):
     """The home for m (sz bytes), first allocated at schedule position p: the start of the cheapest window
     of address-adjacent segments holding sz bytes (see the module docstring), or -1 when every window holds
     a tensor that cannot be evicted now. A window's score is its copies' cost plus how long after `now`
@@ -319,7 +322,7 @@ def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, 
         length = 0
         qh = 0      # sliding maximum of ready times: dq[qh:qt] segments, dv their times, decreasing
         qt = 0
-        while i >= 0 and not (best >= 0 and visits > SCAN):
+        while i >= 0 and not (best >= 0 and visits > scan):
             if attempt == 1 and i == rover:
                 break
             while length < sz and j >= 0:
@@ -381,7 +384,7 @@ def choose(sz, m, p, stamp, keep_persistent, rc_only, ts, ar, use_ptr, use_pos, 
                 length = 0
                 qh = 0
                 qt = 0
-        if best >= 0 and visits > SCAN or rover == meta[0]:
+        if best >= 0 and visits > scan or rover == meta[0]:
             break
     if best_s >= 0:
         meta[3] = best_s

@@ -440,7 +440,8 @@ def walk(
                                     n_skip += 1
                         h = A.choose(nbytes, m, p, stamp, keep_persistent, rc_only, ts, ar_scr, use_ptr, use_pos,
                                      n_ops, t_persist, t_bytes, t_mem, h2d_bw, d2h_bw, latency, node_end, clk[0],
-                                     clk[0] if serialize else clk[SWAP_OUT], sched, in_ptr, in_idx, home)
+                                     clk[0] if serialize else clk[SWAP_OUT], sched, in_ptr, in_idx, home,
+                                     max(A.SCAN, A.SCAN_WORK // max(n_t, 1)))
                         for j in range(n_skip):
                             ts[skipped[j], PIN] = 0
                         if h < 0:
