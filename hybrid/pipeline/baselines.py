@@ -13,10 +13,10 @@ BASELINES = ("naive", "odswap", "odswap-paper", "vdnn", "tflms", "belady", "reco
 
 def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, refined: Plan | None = None,
                   deadline: float | None = None, bounds: dict[bool, float] | None = None,
-                  relaxation: Plan | None = None) -> Baselines:
+                  relaxation: Plan | None = None, addresses: bool | None = None) -> Baselines:
     """Each baseline planned and validated, then the optimize rows: summary rows (`plan_row`) and notes.
 
-    Where the written `plan` is an arena, the baselines are arenas too, planned by the same address-aware walk
+    Where the search planned with addresses (`addresses`; default: its plan is an arena), the baselines are arenas too, planned by the same address-aware walk
     (`run_baseline(addresses=True)`): like with like. `relaxation`: the search's best re-planned on the byte
     budget (memory that never fragments), shown as a bound row. Where the written plan is a byte budget laid
     out afterwards (`--byte-budget`), the baselines are byte budgets and the byte-budget plan it was laid out
@@ -30,7 +30,8 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
 
     out = Baselines()
     skipped = []
-    addresses = search_plan.allocation.kind == "arena"
+    if addresses is None:
+        addresses = search_plan.allocation.kind == "arena"
     for kind in BASELINES:
         if deadline is not None and time.monotonic() >= deadline:
             skipped.append(kind)
@@ -58,8 +59,9 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
     if addresses:
         if relaxation is not None:
             out.rows.append(plan_row("byte budget, fragmentation-free (relaxation)", relaxation, graph, bounds))
-        out.notes.append("Every row but the relaxation is an arena plan, offsets given as planned (the address-aware "
-                         "walk; tflms, and a baseline the walk cannot fit, laid out by the arena heuristics); the "
-                         "relaxation is the search's best schedule and genes on a byte budget that never fragments "
-                         "(--byte-budget searches that way).")
+        out.notes.append("The baselines are arena plans, offsets given as planned (the address-aware walk; tflms, "
+                         "and a baseline the walk cannot fit, laid out by the arena heuristics), as the search's "
+                         "(an arena, or size classes where those won); the relaxation is the search's best "
+                         "schedule and genes on a byte budget that never fragments (--byte-budget searches that "
+                         "way).")
     return out

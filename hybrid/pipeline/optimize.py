@@ -462,25 +462,27 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
 
             t_base = time.monotonic()
             out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds,
-                                          relaxation=_relaxation(graph, result))
+                                          relaxation=_relaxation(graph, result), addresses=options.addresses)
             timings.baselines_s = time.monotonic() - t_base
     timings.wall_s = time.monotonic() - start
     return out
 
 
 def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.SearchResult
-    """The search's best individual planned on the byte budget (memory that never fragments): the bound row
-    of an address-aware search; None when the search planned byte budgets already or could not re-plan."""
+    """The search's best individual planned on the byte budget (memory that never fragments): the relaxation
+    row of an address-aware search; None when the search planned byte budgets already or could not re-plan."""
     from hybrid.errors import InfeasibleError
     from hybrid.swap.planner import SwapPlanner
     from hybrid.swap.to_plan import to_plan
 
+    from hybrid.swap.pools import byte_pool
+
     space, best = result.space, result.best
     opt = space.options_for(best)
-    if not best.by_bytes or not opt.addresses:
+    if not opt.addresses:
         return None
-    try:
-        aug = SwapPlanner(graph, space.device).plan(best.schedule, space.pool(best),
+    try:   # the best individual's schedule and genes (a size-class winner's too) on the byte budget
+        aug = SwapPlanner(graph, space.device).plan(best.schedule, byte_pool(graph, space.device),
                                                     dataclasses.replace(opt, addresses=False))
     except InfeasibleError:
         return None

@@ -205,37 +205,48 @@ def evictable(u, stamp, keep_persistent, rc_only, ts, t_persist):
 
 
 @njit(cache=True, inline="always", _nrt=False)
-def _co_used(u, m, last_m, ts, use_ptr, use_pos):
-    """Whether an op from u's next use up to last_m reads both u and m (use positions are sorted)."""
+def _alternations(u, m, last_m, ts, use_ptr, use_pos):
+    """How many times the device must switch between u and m (their uses interleaved, from their next uses up
+    to last_m), or -1 when an op reads both (they must be on the device together)."""
     i = use_ptr[u] + ts[u, CUR]
     iu = use_ptr[u + 1]
     j = use_ptr[m] + ts[m, CUR]
     jm = use_ptr[m + 1]
-    while i < iu and j < jm:
-        a = use_pos[i]
-        if a > last_m:
-            return False
-        b = use_pos[j]
+    last = -1          # whose use came last: 0 u, 1 m
+    n = 0
+    while i < iu or j < jm:
+        a = use_pos[i] if i < iu else last_m + 1
+        b = use_pos[j] if j < jm else last_m + 1
+        if a > last_m and b > last_m:
+            break
         if a == b:
-            return True
-        if a < b:
+            return -1
+        who = 0 if a < b else 1
+        if last >= 0 and who != last:
+            n += 1
+        last = who
+        if who == 0:
             i += 1
         else:
             j += 1
-    return False
+    return n
 
 
 @njit(cache=True, inline="always", _nrt=False)
 def _tensor_cost(u, m, p, last_m, m_copy, ts, use_ptr, use_pos, n_ops, t_persist, t_bytes, h2d_bw, d2h_bw,
                  latency):
     """What putting m over u's home costs (seconds of copies, weighted): evicting u if resident, and m's
-    copies out and back when u returns while m is live; inf when an op needs both (one offset each)."""
+    and u's copies out and back each time the device switches between them while m is live (their uses
+    interleave); inf when an op needs both (one offset each)."""
     q = next_need(u, ts, use_ptr, use_pos, n_ops, t_persist)
     c = 0.0
     if q >= 0 and q <= last_m:
-        if _co_used(u, m, last_m, ts, use_ptr, use_pos):
+        n = _alternations(u, m, last_m, ts, use_ptr, use_pos)
+        if n < 0:
             return np.inf
-        c += CLASH * m_copy
+        # each switch between them moves one out and the other back in
+        u_copy = t_bytes[u] / d2h_bw + t_bytes[u] / h2d_bw + 2.0 * latency
+        c += CLASH * max(n, 1) * 0.5 * (m_copy + u_copy)
     if ts[u, RES] == 1:
         if ts[u, HV] == 0 and (q >= 0 or t_persist[u]):
             c += t_bytes[u] / d2h_bw + latency
