@@ -17,6 +17,10 @@ tensor are forbidden: the two must be on the device together then, and one offse
 
 What was tried, and what won (ResNet-18 at 64 MiB, Belady on the program order; per-evaluation time against
 the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured side by side, loaded 2 cores):
+- a clash costed once (the new tensor moved out and back once): RNN-8-8k's weights (51 GB in 15 GB) took
+  turns at the same offsets, 18x the byte budget's bytes moved (192 s against 20.6 s); costing each switch
+  between interleaved uses (`_alternations`) only got it to 187 s. Such graphs get size-class plans from the
+  search (the pool option), 1% over the byte budget there.
 - claims from the last occupant only: plans failed (an op needing a tensor back at an offset where another
   input of that op lay). Two claims per segment still failed (9 MiB weights moving over many activations'
   homes dropped their claims); the forbidden ranges of co-read tensors' homes made every plan tried feasible.
@@ -25,9 +29,12 @@ the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured si
   segments each).
 - next fit from the last home chosen, then the best of `SCAN` more segments: 23.4 ms on that plan; with
   the scan's length scaled up on small graphs (`SCAN_WORK` / tensors: ResNet-18's 490 tensors, 408
-  segments, what won) 20.6 ms; 4.5-6.4x the byte-budget walk on the 10k-op training graph and 2.6-3.0x on the random DAG: over the
-  1.5x goal. The search does better than either walk alone: on the README command it writes a laid-out
-  plan faster than every laid-out baseline (README, results quoted in the branch's report).
+  segments, what won) 20.6 ms; 4.2-5.9x the byte-budget walk per evaluation on the 10k-op training graph and
+  3.3-3.9x on the random DAG at half its peak (at a quarter the walk finds no offsets): over the 1.5x goal.
+  Most of it is the cost of each segment the scan visits (next uses, how the new tensor's uses interleave with
+  the occupant's and the claims', when its bytes are free), about 20 visits per new tensor there. The search
+  does better than either walk alone: on the README command it writes a plan faster than every laid-out
+  baseline.
 - the byte budget's time-order re-binding (hybrid.swap.rewalk) has no counterpart here: an allocation's
   bytes are its home's, fixed; the ready-time term in the score is what stands in for it.
 """
@@ -39,7 +46,7 @@ from numba import njit
 from hybrid.swap._tensor_state import CUR, HV, INIT, LNODE, PIN, RELN, RES
 
 NEAR = 8.0       # a copy back needed this many ops from now weighs half (1 / (1 + distance / NEAR))
-CLASH = 1.0      # weight of a clash with an evicted tensor's home (its return would evict the new tensor)
+CLASH = 1.0      # weight of a clash with another tensor's home: per switch between their interleaved uses
 SCAN = 16        # segments a window scan visits at least once it has a window: next fit from the last home,
                  # then the best of what it saw (a full scan is O(segments) per new tensor: 200x the byte budget
                  # on 10k ops)
