@@ -28,8 +28,8 @@ the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured si
   without), but 100-330x the byte-budget walk per evaluation on 10k ops (20k window scans of thousands of
   segments each).
 - next fit from the last home chosen, then the best of `SCAN` more segments: 23.4 ms on that plan; with
-  the scan's length scaled up on small graphs (`SCAN_WORK` / tensors, what won) 20.6 ms; 4.2-5.9x the byte-budget walk per evaluation on the 10k-op training graph and
-  3.3-3.9x on the random DAG at half its peak (at a quarter the walk finds no offsets): over the 1.5x goal.
+  the scan's length scaled up on small graphs (`SCAN_WORK` / tensors, what won) 20.6 ms; 4.2-5.9x the
+  byte-budget walk per evaluation on the 10k-op training graph and 3.3-3.9x on the random DAG at half its peak (at a quarter the walk finds no offsets): over the 1.5x goal.
   Most of it is the cost of each segment the scan visits (next uses, how the new tensor's uses interleave with
   the occupant's and the claims', when its bytes are free), about 20 visits per new tensor there. The search
   does better than either walk alone: on the README command it writes a plan faster than every laid-out
