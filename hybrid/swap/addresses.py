@@ -16,7 +16,7 @@ wastes fewest bytes (best fit). Windows that overlap the home of another input o
 tensor are forbidden: the two must be on the device together then, and one offset each cannot move.
 
 What was tried, and what won (ResNet-18 at 64 MiB, Belady on the program order; per-evaluation time against
-the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured side by side, loaded 2 cores):
+the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured side by side in the timed slot):
 - a clash costed once (the new tensor moved out and back once): RNN-8-8k's weights (51 GB in 15 GB) took
   turns at the same offsets, 18x the byte budget's bytes moved (192 s against 20.6 s); costing each switch
   between interleaved uses (`_alternations`) only got it to 187 s. Such graphs get size-class plans from the
@@ -28,8 +28,8 @@ the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured si
   without), but 100-330x the byte-budget walk per evaluation on 10k ops (20k window scans of thousands of
   segments each).
 - next fit from the last home chosen, then the best of `SCAN` more segments: 23.4 ms on that plan; with
-  the scan's length scaled up on small graphs (`SCAN_WORK` / tensors, what won) 20.6 ms; 4.2-5.9x the
-  byte-budget walk per evaluation on the 10k-op training graph and 3.3-3.9x on the random DAG at half its peak (at a quarter the walk finds no offsets): over the 1.5x goal.
+  the scan's length scaled up on small graphs (`SCAN_WORK` / tensors, what won) 20.6 ms; 4.1-5.5x the
+  byte-budget walk per evaluation on the 10k-op training graph and 3.3-3.5x on the random DAG at half its peak (at a quarter the walk finds no offsets): over the 1.5x goal.
   Most of it is the cost of each segment the scan visits (next uses, how the new tensor's uses interleave with
   the occupant's and the claims', when its bytes are free), about 20 visits per new tensor there. The search
   does better than either walk alone: on the README command it writes a plan faster than every laid-out
