@@ -12,14 +12,17 @@ BASELINES = ("naive", "odswap", "odswap-paper", "vdnn", "tflms", "belady", "reco
 
 
 def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, refined: Plan | None = None,
-                  deadline: float | None = None, bounds: dict[bool, float] | None = None) -> Baselines:
+                  deadline: float | None = None, bounds: dict[bool, float] | None = None,
+                  relaxation: Plan | None = None, addresses: bool | None = None) -> Baselines:
     """Each baseline planned and validated, then the optimize rows: summary rows (`plan_row`) and notes.
 
-    The baselines are byte budgets (memory never fragments), so where the written `plan` was laid out with
-    exact offsets, the byte-budget plan it was laid out from (`refined`) is shown too: that pair compares like
-    with like. `search_plan`: the search's best, shown when refinement replaced it. `deadline` (monotonic):
-    baselines not started by then are left out, with a note saying so. `bounds`: the any-order bounds to divide
-    by (keyed by recompute; `hybrid.pipeline.rows.plan_row`), default both, computed."""
+    Where the search planned with addresses (`addresses`; default: its plan is an arena), the baselines are arenas too, planned by the same address-aware walk
+    (`run_baseline(addresses=True)`): like with like. `relaxation`: the search's best re-planned on the byte
+    budget (memory that never fragments), shown as a bound row. Where the written plan is a byte budget laid
+    out afterwards (`--byte-budget`), the baselines are byte budgets and the byte-budget plan it was laid out
+    from (`refined`) is shown too. `search_plan`: the search's best, shown when refinement replaced it.
+    `deadline` (monotonic): baselines not started by then are left out, with a note saying so. `bounds`: the
+    any-order bounds to divide by (keyed by recompute; `hybrid.pipeline.rows.plan_row`), default both, computed."""
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline.rows import plan_row
     from hybrid.swap.baselines import run_baseline
@@ -27,12 +30,14 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
 
     out = Baselines()
     skipped = []
+    if addresses is None:
+        addresses = search_plan.allocation.kind == "arena"
     for kind in BASELINES:
         if deadline is not None and time.monotonic() >= deadline:
             skipped.append(kind)
             continue
         try:
-            p = run_baseline(graph, device, kind, recompute=True)
+            p = run_baseline(graph, device, kind, recompute=True, addresses=addresses)
         except InfeasibleError as e:
             out.notes.append(f"{kind}: cannot run: {e}")
             continue
@@ -40,7 +45,8 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
         out.rows.append(plan_row(kind, p, graph, bounds))
     if skipped:
         out.notes.append(f"not run, the time limit was spent: {', '.join(skipped)} (give a longer --time-limit)")
-    laid_out = refined is not None and refined is not plan and plan.allocation.kind == "arena"
+    laid_out = (not addresses and refined is not None and refined is not plan
+                and plan.allocation.kind == "arena")
     best = refined if laid_out else plan
     if search_plan is not best:
         out.rows.append(plan_row("optimize (GA)", search_plan, graph, bounds))
@@ -50,4 +56,12 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
         out.notes.append("The baselines and the optimize rows above the last are byte budgets (memory never "
                          "fragments); the written plan gives every tensor an arena offset (--no-arena: write the "
                          "byte budget).")
+    if addresses:
+        if relaxation is not None:
+            out.rows.append(plan_row("byte budget, fragmentation-free (relaxation)", relaxation, graph, bounds))
+        out.notes.append("The baselines are arena plans, offsets given as planned (the address-aware walk; tflms, "
+                         "and a baseline the walk cannot fit, laid out by the arena heuristics), as the search's "
+                         "(an arena, or size classes where those won); the relaxation is the search's best "
+                         "schedule and genes on a byte budget that never fragments (--byte-budget searches that "
+                         "way).")
     return out

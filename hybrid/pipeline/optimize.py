@@ -1,6 +1,12 @@
 """The optimize flow: genetic search, CP-SAT refinement beside or after it, validation, arena layout with its
 fallbacks, and the baseline rows, within one time limit. `hybrid optimize` and `hybrid compare` call it.
 
+The search plans byte pools as arenas (`PlannerOptions.addresses`, `OptimizeOptions.addresses`): each plan
+has its offsets as planned, so its plan needs no layout step and the re-plan-with-less-memory fallback does
+not fire. The layout step below runs for byte-budget plans only: `addresses=False` (`--byte-budget`, the
+fragmentation-free relaxation, a research option), a refined plan that lost its offsets, or the last resort
+when no individual of the address-aware search fits (then the byte budget is searched; `skipped` says so).
+
 How `time_limit_s` is split. Everything counts from `started_at` (the caller's start: `hybrid optimize` passes
 the moment it began, so loading the graph counts too) and ends by `started_at + time_limit_s`:
 
@@ -91,6 +97,9 @@ class OptimizeOptions:
     resume: Path | None = None
     arena_s: float | None = ARENA_AUTO_S
     baselines: bool = False
+    addresses: bool = True              # the search plans byte pools as arenas (offsets as planned: its fitness is
+    #                                     the laid-out makespan); False: the byte budget, laid out afterwards (a
+    #                                     research option, `--byte-budget`)
 
     def check(self) -> None:
         """HybridError naming the flag, for options no run could use."""
@@ -243,7 +252,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                   "install; cached from now on), counted in the time limit")
     cpsat = opts.refine == "cpsat"
     beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
-    options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0)  # genes set it
+    options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0,
+                                             addresses=opts.addresses)  # genes set the ratio
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
     stop_at = None
@@ -287,6 +297,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
 
     def lay_out_now(plan, others, result, population, stopped: bool = False):  # noqa: ANN001, ANN202
         t = time.monotonic()
+        if plan.allocation.kind != "unconstrained":   # laid out as planned (an arena) or size classes
+            return _lay_out(graph, plan, None), False
         budget = None
         cap = _layout_cap(opts, end, eval_s) if arena else None
         if cap is not None and stopped:   # Ctrl-C or SIGTERM: write the best plan now, not after a layout
@@ -357,13 +369,28 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                     refiner.offer(state)
 
             t_search = time.monotonic()
+
+            def search():  # noqa: ANN202
+                return optimize(graph, device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
+                                generations=opts.generations, evaluator=evaluator, options=options,
+                                checkpoint=split_ckpt, checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
+                                resume=opts.resume, on_generation=prog.generation_hook(ga_end),
+                                handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at)
             try:
-                result = optimize(graph, device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
-                                  generations=opts.generations, evaluator=evaluator, options=options,
-                                  checkpoint=split_ckpt,
-                                  checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
-                                  resume=opts.resume, on_generation=prog.generation_hook(ga_end),
-                                  handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at)
+                try:
+                    result = search()
+                except InfeasibleError as e:
+                    if not options.addresses:
+                        raise
+                    # the last resort: no individual the search tried has offsets within the memory; search the
+                    # byte budget and lay its best out afterwards (hybrid.arena.layout's fallbacks, reported)
+                    why = f"address-aware search: no plan with offsets within the memory ({e})"
+                    leave(why + "; searched the byte budget and laid it out afterwards")
+                    prog.note(why + "; searching the byte budget instead")
+                    options = dataclasses.replace(options, addresses=False)
+                    evaluator.close()
+                    evaluator = make_evaluator(graph, device, options, workers, opts.scheduler)
+                    result = search()
             finally:
                 prog.phase_end()
                 if refiner is not None:
@@ -434,10 +461,32 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             from hybrid.pipeline.baselines import baseline_rows
 
             t_base = time.monotonic()
-            out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds)
+            out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds,
+                                          relaxation=_relaxation(graph, result), addresses=options.addresses)
             timings.baselines_s = time.monotonic() - t_base
     timings.wall_s = time.monotonic() - start
     return out
+
+
+def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.SearchResult
+    """The search's best individual planned on the byte budget (memory that never fragments): the relaxation
+    row of an address-aware search; None when the search planned byte budgets already or could not re-plan."""
+    from hybrid.errors import InfeasibleError
+    from hybrid.swap.planner import SwapPlanner
+    from hybrid.swap.to_plan import to_plan
+
+    from hybrid.swap.pools import byte_pool
+
+    space, best = result.space, result.best
+    opt = space.options_for(best)
+    if not opt.addresses:
+        return None
+    try:   # the best individual's schedule and genes (a size-class winner's too) on the byte budget
+        aug = SwapPlanner(graph, space.device).plan(best.schedule, byte_pool(graph, space.device),
+                                                    dataclasses.replace(opt, addresses=False))
+    except InfeasibleError:
+        return None
+    return to_plan(aug, {**result.planner_info(), "relaxation": "byte budget"})
 
 
 def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | None:
@@ -580,6 +629,12 @@ def _refine_after(graph: Graph, device: Device, plan: "Plan", split_ckpt, deadli
     except KeyboardInterrupt:
         ref.interrupted, ref.note = True, "; refinement interrupted (the GA's plan is kept)"
         return plan, None, True
+    except HybridError as e:
+        if plan.allocation.kind != "arena":
+            raise
+        # a refiner that cannot keep offsets yet refuses arena plans: the search's laid-out plan stands
+        ref.skipped, ref.note = str(e), f"; refinement not run ({e})"
+        return plan, None, False
     finally:
         prog.phase_end()
     r = hand.refine

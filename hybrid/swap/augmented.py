@@ -29,13 +29,16 @@ class PlannerOptions:
     recompute_ratio: float = 0.0  # drop a victim, rerun its producer when that costs <= ratio x its copies (0: no)
     recompute_depth: int = 6      # producers one rerun chain may hold (hybrid.swap.recompute); 6 best on NasNet-25
     recompute_only: bool = False  # activations are rerun or kept, never swapped (the Checkmate-style baseline)
+    addresses: bool = False       # a byte pool is planned as an arena (hybrid.swap.addresses): the plan comes out
+    #                               with one offset per tensor, laid out as planned; False: the byte budget (a
+    #                               relaxation: memory that never fragments)
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
                 "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
                 "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back,
                 "recompute_ratio": self.recompute_ratio, "recompute_depth": self.recompute_depth,
-                "recompute_only": self.recompute_only}
+                "recompute_only": self.recompute_only, "addresses": self.addresses}
 
     @property
     def recomputes(self) -> bool:
@@ -65,6 +68,7 @@ class AugmentedGraph:
     recompute: np.ndarray | None = None  # bool per node: a compute node re-running an op (plans from files)
     impl: np.ndarray | None = None       # int per node: the impl a compute event names (index into the op's
     #                                      implementations; plans from files, where a rerun may name another)
+    offsets: np.ndarray | None = None    # int64 per tensor: its arena offset (-1: never on the device); arena pools
 
     @property
     def makespan(self) -> float:

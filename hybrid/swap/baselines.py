@@ -22,7 +22,10 @@
   ops before its first backward reader; parameters and optimizer state stay on the device; no memory-aware
   eviction (a plan that does not fit is infeasible, as TFLMS runs out of memory).
 - ideal: unlimited memory, no copies at all: the compute time alone.
-All but ideal use a byte budget (an allocator without size classes), as frameworks do.
+All but ideal use a byte budget (an allocator without size classes), as frameworks do; with `addresses` (what
+`hybrid optimize --compare-baselines` asks) that budget is an arena planned with offsets by the same walk as the
+search's plans (hybrid.swap.addresses), and tflms's fixed rewrite is laid out by the arena heuristics (it has
+no eviction to adapt: where no layout fits, it runs out of memory, as TFLMS would with a fragmenting allocator).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ import numpy as np
 from hybrid.swap.pools import byte_pool
 from hybrid.graph.liveness import peak_live_counts
 from hybrid.device import Device
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
 from hybrid.graph.arrays import KIND_CODES
 from hybrid.plan import Plan
@@ -59,20 +62,23 @@ RECOMPUTE_RATIO = 1.0  # `hybrid optimize`'s and the belady baseline's default: 
 
 
 def run_baseline(graph: Graph, device: Device, kind: str, schedule: np.ndarray | None = None,
-                 recompute: bool = False, seed: int = 0) -> Plan:
+                 recompute: bool = False, seed: int = 0, addresses: bool = False) -> Plan:
     """Plan `graph` on `device` the way baseline `kind` would; raises InfeasibleError if it cannot run.
     `recompute` lets belady drop and recompute too (the other kinds model systems that only swap); `seed`
-    draws odswap-paper's random topological order when no `schedule` is given."""
+    draws odswap-paper's random topological order when no `schedule` is given; `addresses`: an arena plan with
+    offsets (module docstring), else the byte budget."""
     if kind not in BASELINE_OPTIONS:
         raise HybridError(f"unknown baseline {kind!r}: choose one of {', '.join(BASELINES)}")
     if kind == "odswap-paper" and schedule is None:
-        plan = run_baseline(graph, device, kind, random_order(graph, np.random.default_rng(seed)))
+        plan = run_baseline(graph, device, kind, random_order(graph, np.random.default_rng(seed)),
+                            addresses=addresses)
         plan.planner["schedule"] = f"random topological order (seed {seed})"
         return plan
     order = program_order(graph) if schedule is None else np.asarray(schedule, dtype=np.int32)
     if kind == "tflms":
-        return tflms_plan(graph, device, order, given=schedule is not None)
-    opt = BASELINE_OPTIONS[kind]
+        plan = tflms_plan(graph, device, order, given=schedule is not None)
+        return laid_out(graph, plan) if addresses else plan
+    opt = replace(BASELINE_OPTIONS[kind], addresses=addresses and kind != "ideal")
     if kind == "ideal":
         _, peak = peak_live_counts(graph, order)
         room = peak + device.alignment_bytes * graph.arrays.n_tensors + device.reserve_bytes  # aligned copies fit
@@ -81,11 +87,29 @@ def run_baseline(graph: Graph, device: Device, kind: str, schedule: np.ndarray |
     pool = byte_pool(graph, device)
     if recompute and kind == "belady":
         opt = planner.faster_options(order, pool, replace(opt, recompute_ratio=RECOMPUTE_RATIO))
-    aug = planner.plan(order, pool, opt)
+    try:
+        aug = planner.plan(order, pool, opt)
+    except InfeasibleError:
+        if not opt.addresses:
+            raise
+        # the walk found no offsets (a home it cannot return to): the byte budget's plan, laid out afterwards
+        plan = laid_out(graph, run_baseline(graph, device, kind, schedule, recompute, seed, addresses=False))
+        plan.planner["arena"]["laid_out"] = "after planning (the address-aware walk found no offsets)"
+        return plan
     info = {"name": kind, "options": opt.describe()}
     if schedule is not None:
         info["schedule"] = "given"
     return to_plan(aug, info)
+
+
+def laid_out(graph: Graph, plan: Plan) -> Plan:
+    """A plan whose copies are fixed (tflms) with arena offsets from the heuristics (hybrid.arena.layout's
+    `heuristic_layout`); InfeasibleError when none fits beside the largest workspace."""
+    from hybrid.arena.layout import heuristic_layout
+    from hybrid.arena.lifetimes import arena_plan, plan_buffers
+
+    pb = plan_buffers(graph, plan)
+    return arena_plan(plan, pb, heuristic_layout(pb.problem))
 
 
 TFLMS_LB = 1  # TFLMS's `lb` (its default): a swap-in is triggered this many ops before the tensor's consumer

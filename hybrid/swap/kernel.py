@@ -25,6 +25,7 @@ from numba import njit
 from hybrid.swap._heap import heap_pop, heap_push
 from hybrid.swap import eviction as E
 from hybrid.swap import recompute as R
+from hybrid.swap import addresses as A
 
 # node kinds (also stream index for the first three): the plan's event kinds
 from hybrid.plan.events import COMPUTE, FREE, SWAP_IN, SWAP_OUT  # noqa: F401
@@ -119,10 +120,13 @@ def _release(t, drop, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref, no
 
 @njit(cache=True, inline="always", _nrt=False)
 def _release_into_pool(t, rel_t, rel_node, by_bytes, t_mem, t_class, chunk_bytes, chunk_node, ckeys, cvals,
-                       nc, fresh, hkeys, hvals, hoff, hsize):
+                       nc, fresh, hkeys, hvals, hoff, hsize, arena):
     """Return t's memory to the pool as released at rel_t by rel_node (-1: free since time 0).
 
-    nc = [number of chunks, chunk heap size, free bytes]. Returns nothing; updates in place."""
+    nc = [number of chunks, chunk heap size, free bytes]. Returns nothing; updates in place. In an arena the
+    address segments keep t as their last occupant (its release node is ts[t, RELN]): nothing to do."""
+    if arena:
+        return
     if by_bytes:
         nc[2] += t_mem[t]
         if t_mem[t] > 0:
@@ -165,6 +169,45 @@ def _droppable(v, p, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_p
 
 
 @njit(cache=True, _nrt=False)
+def _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx,
+           upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, stk_t, stk_k, t_bytes, h2d_bw,
+           d2h_bw, latency, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats):
+    """Evict resident v: a free when its host copy is valid, a drop (rerun later) when that is cheaper than
+    the copies, else a swap-out. Returns (release time, release node; -1: free since time 0)."""
+    ts[v, RES] = 0
+    rel_t = 0.0
+    rel_node = -1
+    if ts[v, INIT] == 1 and ts[v, LPOS] < 0 and allow_drop:
+        # An initial resident not yet used: it simply starts on the host instead.
+        ts[v, INIT] = 0
+        ts[v, HV] = 1
+    else:
+        drop = ts[v, HV] == 1
+        if not drop and rc_depth > 0 and not t_persist[v] and ts[v, PROT] < p:
+            # No host copy: drop it and rerun its producer later, when that costs less than the copies.
+            qn = R.next_use(v, ts, use_ptr, use_pos)
+            if qn > p:
+                ok, cost, dep = R.drop_check(v, qn, False, ts, t_prod, op_rc, op_own, t_persist, in_ptr,
+                                             in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops,
+                                             op_time, rc_cost, rc_depth, stk_t, stk_k)
+                if ok and (rc_only or cost <= rc_ratio * (t_bytes[v] / d2h_bw + t_bytes[v] / h2d_bw
+                                                          + 2.0 * latency)):
+                    R.drop_check(v, qn, True, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr,
+                                 upd_idx, use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth,
+                                 stk_t, stk_k)
+                    ts[v, DRP] = 1
+                    ts[v, DEP] = dep
+                    rc_cost[v] = cost
+                    drop = True
+        rel_node = _release(v, drop, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref,
+                            node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
+        rel_t = node_end[rel_node]
+        if ts[v, INIT] == 1:
+            ts[v, EVI] = 1
+    return rel_t, rel_node
+
+
+@njit(cache=True, _nrt=False)
 def walk(
     # graph
     t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
@@ -172,6 +215,9 @@ def walk(
     sched, use_ptr, use_pos,
     # pool (t_mem: bytes a device copy occupies, aligned; t_bytes above times the copies)
     by_bytes, t_class, class_count, capacity, t_mem,
+    # arena (hybrid.swap.addresses): every device copy at its tensor's one offset in [0, capacity); workspaces
+    # lie outside the arena (capacity is the usable memory less the largest workspace)
+    arena,
     # device
     h2d_bw, d2h_bw, latency,
     # policy
@@ -181,9 +227,10 @@ def walk(
     t_prod, op_rc, op_own, rc_ratio, rc_depth, rc_only,
     # outputs
     node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, init_out, evicted_out, resident_end, stats,
-    node_rc,
-    # scratch (hybrid.swap.kernel.scratch, hybrid.swap.recompute.scratch), reused so pages stay warm
-    scr, cand_scr, rc_scr,
+    node_rc, home,
+    # scratch (hybrid.swap.kernel.scratch, hybrid.swap.recompute.scratch, hybrid.swap.addresses.scratch),
+    # reused so pages stay warm
+    scr, cand_scr, rc_scr, ar_scr,
 ):
     """One pass over the schedule. Returns (status, n_nodes, err_op, err_need)."""
     n_t = t_bytes.shape[0]
@@ -192,6 +239,7 @@ def walk(
     ts, cand_cap, obj_cap, obj_off, hkeys, hvals, hsize, fresh, chunk_bytes, chunk_node, ckeys, cvals, pend, nc, clk, ctr = scr
     bits, summ, q_off, q_t, q_v, q_head, q_tail, ver, cand, group = cand_scr
     t_updpos, rc_cost, mark, nd_t, nd_a, tr, stk_t, stk_k, skipped = rc_scr
+    ws_in_pool = by_bytes and not arena   # a byte budget holds the workspaces; an arena leaves them outside
     if rc_depth > 0:
         R.first_updates(sched, upd_ptr, upd_idx, t_updpos)
         for t in range(n_t):
@@ -241,7 +289,20 @@ def walk(
     for i in range(node_rc.shape[0]):
         node_rc[i] = False
 
-    # Initially resident tensors occupy their objects/bytes from time 0.
+    # Initially resident tensors occupy their objects/bytes from time 0 (in an arena: packed from offset 0).
+    for t in range(n_t):
+        home[t] = -1
+    if arena:
+        A.reset(capacity, ar_scr)
+        top = 0
+        for t in range(n_t):
+            if initial[t]:
+                home[t] = top
+                if t_mem[t] > 0:
+                    if top + t_mem[t] > capacity:
+                        return INFEASIBLE, 0, -1, top + t_mem[t]
+                    A.occupy(top, t_mem[t], t, ts, ar_scr, pend, 0, use_ptr, use_pos, n_ops, t_persist)
+                    top += t_mem[t]
     for t in range(n_t):
         if initial[t]:
             c = t_class[t]
@@ -283,7 +344,7 @@ def walk(
                     k = _release(t, ts[t, HV] == 1 or not t_persist[t], t_bytes, d2h_bw, latency, ts, ctr, node_kind,
                                  node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
                     _release_into_pool(t, node_end[k], k, by_bytes, t_mem, t_class, chunk_bytes, chunk_node,
-                                       ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
+                                       ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize, arena)
         n_pend = 0
         n_nd = 0
         if not final:
@@ -294,7 +355,7 @@ def walk(
                 t = in_idx[k]
                 if rc_depth > 0 and ts[t, RES] == 0 and ts[t, DRP] == 1 and mark[t] != stamp:
                     n_nd, n_tr = R.expand_chain(t, stamp, ts, t_prod, t_persist, in_ptr, in_idx, out_ptr, out_idx,
-                                                use_ptr, by_bytes, op_ws, mark, nd_t, nd_a, n_nd, tr, n_tr, stk_t,
+                                                use_ptr, ws_in_pool, op_ws, mark, nd_t, nd_a, n_nd, tr, n_tr, stk_t,
                                                 stk_k)
                     if n_nd < 0:
                         return CHAIN_OVERFLOW, ctr[0], o, 0
@@ -312,7 +373,7 @@ def walk(
                 nd_t[n_nd] = out_idx[k]
                 nd_a[n_nd] = R.A_ALLOC
                 n_nd += 1
-            if by_bytes and op_ws[o] > 0:
+            if ws_in_pool and op_ws[o] > 0:
                 nd_t[n_nd] = -1
                 nd_a[n_nd] = R.A_WS
                 n_nd += 1
@@ -341,7 +402,7 @@ def walk(
                         f = _release(t, True, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref, node_start,
                                      node_end, dep_ptr, dep_idx, clk, serialize, stats)
                         _release_into_pool(t, node_end[f], f, by_bytes, t_mem, t_class, chunk_bytes, chunk_node,
-                                           ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
+                                           ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize, arena)
                     continue
             else:
                 # Initial residents evicted during the iteration come back for the next one.
@@ -360,9 +421,51 @@ def walk(
             else:
                 nbytes = t_mem[t]
             c = t_class[m] if m >= 0 else 0
+            first_dep = n_pend
+            if arena:
+                # The tensor's home: chosen at its first allocation, where every later copy returns; what is
+                # resident there now is evicted (a tensor the op needs too cannot be: the plan fails).
+                h = home[m]
+                if nbytes > 0:
+                    if h < 0:
+                        n_skip = 0
+                        if rc_only:   # activations that can be neither dropped nor swapped stay: pinned for now
+                            for v in range(n_t):
+                                if (ts[v, RES] == 1 and ts[v, PIN] != stamp and not t_persist[v] and ts[v, HV] == 0
+                                        and not _droppable(v, p, ts, t_prod, op_rc, op_own, t_persist, in_ptr,
+                                                           in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos,
+                                                           n_ops, op_time, rc_cost, rc_depth, stk_t, stk_k)):
+                                    ts[v, PIN] = stamp
+                                    skipped[n_skip] = v
+                                    n_skip += 1
+                        h = A.choose(nbytes, m, p, stamp, keep_persistent, rc_only, ts, ar_scr, use_ptr, use_pos,
+                                     n_ops, t_persist, t_bytes, t_mem, h2d_bw, d2h_bw, latency, node_end, clk[0],
+                                     clk[0] if serialize else clk[SWAP_OUT], sched, in_ptr, in_idx, home,
+                                     max(A.SCAN, A.SCAN_WORK // max(n_t, 1)))
+                        for j in range(n_skip):
+                            ts[skipped[j], PIN] = 0
+                        if h < 0:
+                            return INFEASIBLE, ctr[0], o, nbytes
+                    kk = A.find(h, ar_scr[14][m], ar_scr)
+                    while kk >= 0 and ar_scr[0][kk] < h + nbytes:
+                        v = ar_scr[2][kk]
+                        if v >= 0 and v != m and ts[v, RES] == 1:
+                            if final or not A.evictable(v, stamp, keep_persistent, rc_only, ts, t_persist) or (
+                                    rc_only and not t_persist[v] and ts[v, HV] == 0 and not _droppable(
+                                        v, p, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr, upd_idx,
+                                        use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth, stk_t,
+                                        stk_k)):
+                                return INFEASIBLE, ctr[0], o, -2 - m * n_t - v   # m's offset holds v
+                            _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_own,
+                                   t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops,
+                                   op_time, rc_cost, stk_t, stk_k, t_bytes, h2d_bw, d2h_bw, latency, ctr, node_kind,
+                                   node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
+                        kk = ar_scr[5][kk]
+                    n_pend = A.occupy(h, nbytes, m, ts, ar_scr, pend, n_pend, use_ptr, use_pos, n_ops, t_persist)
+                home[m] = h if h >= 0 else 0
             # Make room: evict until the class has an object / the pool has the bytes.
             n_skip = 0
-            while (nc[2] < nbytes) if by_bytes else (fresh[c] + hsize[c] == 0):
+            while not arena and ((nc[2] < nbytes) if by_bytes else (fresh[c] + hsize[c] == 0)):
                 v = -1
                 d2h_clock = clk[0] if serialize else clk[SWAP_OUT]
                 if not final:  # at the end only initial residents remain, and they stay
@@ -379,45 +482,21 @@ def walk(
                     skipped[n_skip] = v
                     n_skip += 1
                     continue
-                ts[v, RES] = 0
-                rel_t = 0.0
-                rel_node = -1
-                if ts[v, INIT] == 1 and ts[v, LPOS] < 0 and allow_drop:
-                    # An initial resident not yet used: it simply starts on the host instead.
-                    ts[v, INIT] = 0
-                    ts[v, HV] = 1
-                else:
-                    drop = ts[v, HV] == 1
-                    if not drop and rc_depth > 0 and not t_persist[v] and ts[v, PROT] < p:
-                        # No host copy: drop it and rerun its producer later, when that costs less than the copies.
-                        qn = R.next_use(v, ts, use_ptr, use_pos)
-                        if qn > p:
-                            ok, cost, dep = R.drop_check(v, qn, False, ts, t_prod, op_rc, op_own, t_persist, in_ptr,
-                                                         in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops,
-                                                         op_time, rc_cost, rc_depth, stk_t, stk_k)
-                            if ok and (rc_only or cost <= rc_ratio * (t_bytes[v] / d2h_bw + t_bytes[v] / h2d_bw
-                                                                      + 2.0 * latency)):
-                                R.drop_check(v, qn, True, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr,
-                                             upd_idx, use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth,
-                                             stk_t, stk_k)
-                                ts[v, DRP] = 1
-                                ts[v, DEP] = dep
-                                rc_cost[v] = cost
-                                drop = True
-                    rel_node = _release(v, drop, t_bytes, d2h_bw, latency, ts, ctr, node_kind, node_ref,
-                                        node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
-                    rel_t = node_end[rel_node]
-                    if ts[v, INIT] == 1:
-                        ts[v, EVI] = 1
+                rel_t, rel_node = _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_own,
+                                         t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos,
+                                         n_ops, op_time, rc_cost, stk_t, stk_k, t_bytes, h2d_bw, d2h_bw, latency,
+                                         ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk,
+                                         serialize, stats)
                 _release_into_pool(v, rel_t, rel_node, by_bytes, t_mem, t_class, chunk_bytes, chunk_node,
-                                   ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
+                                   ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize, arena)
             for j in range(n_skip):
                 v = skipped[j]
                 ts[v, PIN] = 0
                 E.note(v, t_class[v], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail, ver)
             # Take the room: earliest-released object / chunks; their release nodes become dependencies.
-            first_dep = n_pend
-            if by_bytes:
+            if arena:
+                pass
+            elif by_bytes:
                 nc[2] -= nbytes
                 left = nbytes
                 while left > 0:
@@ -486,7 +565,7 @@ def walk(
                     if u != t and use_ptr[u] + ts[u, CUR] < use_ptr[u + 1]:
                         E.note(u, t_class[u], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail,
                                ver)
-                if by_bytes and op_ws[o_r] > 0:
+                if ws_in_pool and op_ws[o_r] > 0:
                     _release_workspace(op_ws[o_r], k, node_end, chunk_bytes, chunk_node, ckeys, cvals, nc)
                 if use_ptr[t] + ts[t, CUR] < use_ptr[t + 1]:
                     E.note(t, t_class[t], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail, ver)
@@ -515,7 +594,7 @@ def walk(
             ts[t, MAT] = k
             ts[t, LNODE] = k
             ts[t, LPOS] = p
-        if by_bytes and op_ws[o] > 0:
+        if ws_in_pool and op_ws[o] > 0:
             _release_workspace(op_ws[o], k, node_end, chunk_bytes, chunk_node, ckeys, cvals, nc)
         # Tensors with no later use die here; the others become eviction candidates with fresh keys.
         for phase in range(2):
@@ -537,7 +616,7 @@ def walk(
                 f = _release(t, not t_persist[t] or ts[t, HV] == 1, t_bytes, d2h_bw, latency, ts, ctr, node_kind,
                              node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
                 _release_into_pool(t, node_end[f], f, by_bytes, t_mem, t_class, chunk_bytes, chunk_node,
-                                   ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize)
+                                   ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize, arena)
     makespan = 0.0
     for i in range(ctr[0]):
         if node_end[i] > makespan:

@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from hybrid.swap import addresses as A
 from hybrid.swap import eviction as E
 from hybrid.swap import kernel as K
 from hybrid.swap import recompute as R
@@ -73,6 +74,8 @@ class SwapPlanner:
         self.op_own = R.own_updates_exempt_ops(graph)
         fan = int(max(np.diff(a.in_ptr).max(initial=0), np.diff(a.out_ptr).max(initial=0)))
         self._rc_scr = R.scratch(a.n_tensors, 16 * (fan + 1))
+        self._ar_scr = A.scratch(a.n_tensors, n_in)
+        self._arenas: dict[int, tuple[PoolArrays, PoolArrays]] = {}
         self._n_uses = n_in
         self._uses_per_tensor = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
         self._seq_scr: tuple | None = None
@@ -95,7 +98,7 @@ class SwapPlanner:
                 np.empty(self.node_cap, np.float64), np.empty(self.node_cap, np.float64),
                 np.empty(self.node_cap + 1, np.int64), np.empty(self.dep_cap, np.int32),
                 np.zeros(n_t, np.bool_), np.zeros(n_t, np.bool_), np.zeros(n_t, np.bool_), np.zeros(8, np.float64),
-                np.zeros(self.node_cap, np.bool_))
+                np.zeros(self.node_cap, np.bool_), np.full(n_t, -1, np.int64))
 
     def _grow(self) -> None:
         """Reruns can emit more nodes than a swap-only walk's bound: double the buffers (the kernel asks)."""
@@ -113,14 +116,22 @@ class SwapPlanner:
         return K.walk(
             a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr, a.upd_idx,
             self.op_time, self.op_ws, sched, uses[0], uses[1],
-            pool.by_bytes, pool.t_class, pool.class_count, np.int64(pool.capacity), pool.t_mem,
+            pool.by_bytes, pool.t_class, pool.class_count, np.int64(self._capacity(pool)), pool.t_mem, pool.arena,
             float(d.h2d_bytes_per_s), float(d.d2h_bytes_per_s), float(d.transfer_latency_s),
             opt.victim == "lru", int(opt.recency), not opt.overlap, opt.keep_persistent, allow_drop,
             allow_drop and opt.write_back, initial,
             max(1, int(opt.lookahead)), a.t_producer, self.op_rc, self.op_own, float(opt.recompute_ratio),
             int(opt.recompute_depth) if opt.recomputes else 0, bool(opt.recompute_only and opt.recomputes),
-            *buf, self._scr, self._cand, self._rc_scr,
+            *buf, self._scr, self._cand, self._rc_scr, self._ar_scr,
         )
+
+    def _capacity(self, pool: PoolArrays) -> int:
+        """The pool's bytes; an arena's also leave room beside this planner's largest workspace (rule 5)."""
+        if not pool.arena:
+            return pool.capacity
+        align = self.device.alignment_bytes
+        room = (self.device.usable_bytes - int(self.op_ws.max(initial=0))) // align * align
+        return max(0, min(pool.capacity, room))
 
     def _run(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, bufs,
              want_timeline: bool = False) -> "_Outcome":
@@ -159,7 +170,7 @@ class SwapPlanner:
                 if out.makespan < best.makespan or opt.keep == "last":
                     best = out
         # The re-walk knows no reruns; a plan that recomputes keeps the walk's own timing.
-        if best.status == K.OK and opt.rebind and opt.overlap and best.buf[9][K.ST_NRC] == 0:
+        if best.status == K.OK and opt.rebind and opt.overlap and best.buf[9][K.ST_NRC] == 0 and not pool.arena:
             self._rebind(sched, pool, opt, best, want_timeline)
         return best
 
@@ -197,7 +208,7 @@ class SwapPlanner:
         trial = initial.copy()
         trial[extra] = True
         if pool.by_bytes:
-            over = np.array([int(pool.t_mem[trial].sum()) + int(self.op_ws[o]) - pool.capacity])
+            over = np.array([int(pool.t_mem[trial].sum()) + (0 if pool.arena else int(self.op_ws[o])) - self._capacity(pool)])
         else:
             over = np.bincount(pool.t_class[trial], minlength=len(pool.class_count)) - pool.class_count
         if (over <= 0).all():
@@ -260,9 +271,23 @@ class SwapPlanner:
                              out.buf[6].copy(), opt, self._uses_per_tensor)
             out.timeline = (prob, tl)
 
+    def pool_for(self, pool: PoolArrays, options: PlannerOptions) -> PoolArrays:
+        """The pool the walk plans: with `options.addresses` a byte budget becomes an arena of the same memory
+        (less the largest workspace), built once per pool."""
+        if not (options.addresses and pool.by_bytes and not pool.arena):
+            return pool
+        cached = self._arenas.get(id(pool))
+        if cached is None or cached[0] is not pool:
+            align = self.device.alignment_bytes
+            room = (self.device.usable_bytes - int(self.op_ws.max(initial=0))) // align * align
+            cached = (pool, replace(pool, arena=True, capacity=max(0, min(int(pool.capacity), room)),
+                                    class_bytes=np.array([max(0, min(int(pool.capacity), room))], np.int64)))
+            self._arenas[id(pool)] = cached
+        return cached[1]
+
     def makespan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> float:
         """Fitness: the simulated iteration time, or inf when the pool cannot run some op."""
-        return float(self._run_grown(schedule, pool, options, False).makespan)
+        return float(self._run_grown(schedule, self.pool_for(pool, options), options, False).makespan)
 
     def faster_options(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions) -> PlannerOptions:
         """`options`, or the same without recompute where swapping only gives the faster plan (the walk without
@@ -275,6 +300,7 @@ class SwapPlanner:
         return swap_only if faster else options
 
     def plan(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions = PlannerOptions()) -> AugmentedGraph:
+        pool = self.pool_for(pool, options)
         out = self._run_grown(schedule, pool, options, True, want_timeline=True)
         if out.status != K.OK:
             raise InfeasibleError(self._explain(pool, out.err_op, out.err_need, options))
@@ -286,7 +312,7 @@ class SwapPlanner:
             aug.options = options
             return aug
         n = out.n
-        kind, ref, start, end, dep_ptr, dep_idx, init_out, _ev, _re, stats, node_rc = out.buf
+        kind, ref, start, end, dep_ptr, dep_idx, init_out, _ev, _re, stats, node_rc, home = out.buf
         m = int(dep_ptr[n])
         rc = node_rc[:n].copy()
         return AugmentedGraph(
@@ -296,7 +322,7 @@ class SwapPlanner:
             {"bytes_h2d": int(stats[K.ST_H2D]), "bytes_d2h": int(stats[K.ST_D2H]), "swap_ins": int(stats[K.ST_NIN]),
              "swap_outs": int(stats[K.ST_NOUT]), "frees": int(stats[K.ST_NFREE]),
              "recomputes": int(stats[K.ST_NRC]), "recompute_s": float(stats[K.ST_RCTIME])},
-            recompute=rc if rc.any() else None,
+            recompute=rc if rc.any() else None, offsets=home.copy() if pool.arena else None,
         )
 
     def _explain(self, pool: PoolArrays, err_op: int, err_need: int, opt: PlannerOptions) -> str:
@@ -319,6 +345,14 @@ class SwapPlanner:
                     "in this mode, swapped; give more --memory, or allow swapping (the belady baseline)")
         ts_ = list(dict.fromkeys(op.inputs)) + list(op.outputs)
         need = sum(int(pool.t_mem[g.tensor_index[t]]) for t in ts_) + int(self.op_ws[err_op])
+        if pool.arena and err_need < -1:
+            m, v = divmod(-2 - err_need, a.n_tensors)
+            return (f"op {op.id!r} needs {g.tensors[m].id!r} back at its offset, where {g.tensors[v].id!r} lies, which "
+                    "the op needs too (one offset per tensor); give more --memory or another schedule")
+        if pool.arena:
+            return (f"op {op.id!r} finds no contiguous range of {format_bytes(err_need)} in the arena "
+                    f"({format_bytes(self._capacity(pool))} beside the largest workspace) that it can take: the tensors "
+                    "there are ones it needs too, or the range is some input's own offset; give more --memory")
         if pool.by_bytes:
             pinned = ""
             if opt.keep_persistent:

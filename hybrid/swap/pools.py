@@ -34,6 +34,8 @@ class PoolArrays:
     capacity: int              # bytes available to tensors (byte mode) / pool bytes (classes)
     t_mem: np.ndarray          # int64 [T]: bytes each tensor's device copy occupies (aligned)
     align: int                 # the device's alignment the pool was built with
+    arena: bool = False        # by_bytes with addresses: each tensor at one offset in [0, capacity), workspaces
+                               # outside (hybrid.swap.addresses); the plan's allocation is an arena
 
 
 def byte_pool(g: Graph, device: Device) -> PoolArrays:
@@ -42,6 +44,16 @@ def byte_pool(g: Graph, device: Device) -> PoolArrays:
     return PoolArrays(True, np.zeros(g.arrays.n_tensors, dtype=np.int32), np.ones(1, dtype=np.int64),
                       np.array([cap], dtype=np.int64), int(cap), occupied_bytes(g, device.alignment_bytes),
                       device.alignment_bytes)
+
+
+def arena_pool(g: Graph, device: Device, op_ws: np.ndarray | None = None) -> PoolArrays:
+    """An arena of the device's usable memory less the largest workspace (`op_ws`, default the graph's
+    default implementations'), rounded down to the alignment: FORMATS rule 5's arena, planned with addresses."""
+    ws = int((g.arrays.op_ws if op_ws is None else op_ws).max(initial=0))
+    align = device.alignment_bytes
+    cap = max(0, (device.usable_bytes - ws) // align * align)
+    return PoolArrays(True, np.zeros(g.arrays.n_tensors, dtype=np.int32), np.ones(1, dtype=np.int64),
+                      np.array([cap], dtype=np.int64), int(cap), occupied_bytes(g, align), align, arena=True)
 
 
 def class_pool(g: Graph, cls: np.ndarray, cnt: np.ndarray, ts: np.ndarray | None = None, *,

@@ -8,7 +8,7 @@ import numpy as np
 from hybrid.swap.pools import allocation_of
 from hybrid.graph.info import ideal_time, persistent_bound
 from hybrid.plan.metrics import peak_from_intervals
-from hybrid.plan import Allocation, Event, Plan
+from hybrid.plan import Allocation, ArenaAllocation, Event, Plan
 from hybrid.plan.events import COMPUTE, EVENT_KINDS, SWAP_IN
 from hybrid.swap.augmented import AugmentedGraph
 
@@ -83,9 +83,22 @@ def plan_metrics(aug: AugmentedGraph) -> dict[str, Any]:
     return m
 
 
+def arena_allocation(aug: AugmentedGraph) -> ArenaAllocation:
+    """The arena the walk laid out: each tensor ever on the device at its offset (`aug.offsets`)."""
+    g = aug.graph
+    off = aug.offsets
+    on = np.flatnonzero(off >= 0)
+    mem = aug.pool.t_mem
+    top = int((off[on] + mem[on]).max()) if len(on) else 0
+    return ArenaAllocation(top,
+                           {g.tensors[int(t)].id: int(off[t]) for t in on})
+
+
 def to_plan(aug: AugmentedGraph, planner: dict[str, Any], allocation: Allocation | None = None) -> Plan:
     """The plan of a timed augmented graph; `allocation` overrides the record of aug.pool (e.g. an arena)."""
     g = aug.graph
+    if allocation is None and aug.pool is not None and aug.pool.arena and aug.offsets is not None:
+        allocation = arena_allocation(aug)
     return Plan(
         graph=g.name, graph_sha256=g.sha256, device=aug.device, planner=dict(planner),
         schedule=[g.ops[int(i)].id for i in aug.schedule],

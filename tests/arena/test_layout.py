@@ -49,7 +49,7 @@ def test_optimize_with_arena_writes_offsets(tmp_path):
     # work budgets (3 generations, the layout's counted work); the limits are hang guards: with 3 s of search a
     # loaded machine's best plan could not be laid out
     r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--generations", "3", "--time-limit", "2m",
-            "--refine", "none", "--arena", "2m", "--quiet", "--out", out)
+            "--refine", "none", "--arena", "2m", "--byte-budget", "--quiet", "--out", out)
     assert r.exit_code == 0, r.output
     plan = Plan.load(out)
     assert plan.allocation.kind in ("arena", "size_classes")
@@ -58,21 +58,22 @@ def test_optimize_with_arena_writes_offsets(tmp_path):
 
 
 def test_a_time_limit_too_short_for_a_layout_writes_the_byte_budget_and_says_so(tmp_path):
-    """The limit bounds the whole command: where a layout would not fit in it, none is started."""
+    """The limit bounds the whole command: where a layout of the byte budget (--byte-budget) would not fit in
+    it, none is started."""
     from hybrid.graph import Graph
     from hybrid.plan import Plan
     from tests.cli.helpers import RESNET
 
     out = tmp_path / "p.json"
     r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "3s", "--refine", "none",
-            "--quiet", "--out", out)
+            "--byte-budget", "--quiet", "--out", out)
     assert r.exit_code == 0, r.output
     plan = Plan.load(out)
     assert plan.allocation.kind == "unconstrained" and validate(Graph.load(RESNET), plan).valid
     assert "left out     arena layout: not run" in r.output and "without offsets" in r.output
 
 
-def test_optimize_lays_out_by_default_and_not_with_no_arena(tmp_path):
+def test_the_byte_budget_search_lays_out_by_default_and_not_with_no_arena(tmp_path):
     import json
 
     from hybrid.graph import Graph
@@ -81,7 +82,7 @@ def test_optimize_lays_out_by_default_and_not_with_no_arena(tmp_path):
 
     out = tmp_path / "p.json"
     r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--generations", "3", "--time-limit", "20s",
-            "--refine", "none", "--quiet", "--json", "--out", out)
+            "--refine", "none", "--byte-budget", "--quiet", "--json", "--out", out)
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output[r.output.index("{"):])
     plan = Plan.load(out)
@@ -90,7 +91,7 @@ def test_optimize_lays_out_by_default_and_not_with_no_arena(tmp_path):
     if plan.allocation.kind == "arena":
         assert summary["arena"]["describe"] and "cost" in summary["arena"]
     r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--generations", "3", "--time-limit", "20s",
-            "--refine", "none", "--quiet", "--no-arena", "--out", out)
+            "--refine", "none", "--byte-budget", "--quiet", "--no-arena", "--out", out)
     assert r.exit_code == 0, r.output
     assert Plan.load(out).allocation.kind != "arena"
     r = run("optimize", "--graph", RESNET, "--time-limit", "5s", "--arena", "-3s", "--out", out)
