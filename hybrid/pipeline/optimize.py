@@ -1,11 +1,14 @@
 """The optimize flow: genetic search, CP-SAT refinement beside or after it, validation, arena layout with its
 fallbacks, and the baseline rows, within one time limit. `hybrid optimize` and `hybrid compare` call it.
 
-The search plans byte pools as arenas (`PlannerOptions.addresses`, `OptimizeOptions.addresses`): each plan
-has its offsets as planned, so its plan needs no layout step and the re-plan-with-less-memory fallback does
-not fire. The layout step below runs for byte-budget plans only: `addresses=False` (`--byte-budget`, the
-fragmentation-free relaxation, a research option), a refined plan that lost its offsets, or the last resort
-when no individual of the address-aware search fits (then the byte budget is searched; `skipped` says so).
+By default the search scores byte budgets (memory that never fragments) and the winner is laid out afterwards
+(`hybrid.arena.layout`), re-planned with less memory where no layout fits (reported, with its cost). With
+`OptimizeOptions.addresses` (`--addresses`) the search plans byte pools as arenas instead (`PlannerOptions.
+addresses`, `hybrid.swap.addresses`): each plan has its offsets as planned, so it needs no layout step and the
+fallback does not fire; the byte budget then appears as the relaxation row. It is not the default because it
+lost on the SwapAdvisor suite at equal generations (its written plan 1.01-2.6x the default flow's; ResNet-18 at
+64 MiB: 14.29 against 14.56 ms, docs/arena.md); the layout step also runs for a refined plan that lost its
+offsets, and as the address-aware search's last resort when no individual fits (`skipped` says so).
 
 How `time_limit_s` is split. Everything counts from `started_at` (the caller's start: `hybrid optimize` passes
 the moment it began, so loading the graph counts too) and ends by `started_at + time_limit_s`:
@@ -97,9 +100,9 @@ class OptimizeOptions:
     resume: Path | None = None
     arena_s: float | None = ARENA_AUTO_S
     baselines: bool = False
-    addresses: bool = True              # the search plans byte pools as arenas (offsets as planned: its fitness is
-    #                                     the laid-out makespan); False: the byte budget, laid out afterwards (a
-    #                                     research option, `--byte-budget`)
+    addresses: bool = False             # True: the search plans byte pools as arenas (offsets as planned: its
+    #                                     fitness is the laid-out makespan, `--addresses`); False: the byte budget,
+    #                                     laid out afterwards (the default: it wins on the suite, see above)
 
     def check(self) -> None:
         """HybridError naming the flag, for options no run could use."""

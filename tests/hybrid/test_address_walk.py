@@ -139,7 +139,8 @@ def test_optimize_writes_the_plan_it_scored_and_compares_laid_out_baselines() ->
     g = training_graph(10, seed=3)
     device = dataclasses.replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.7), reserve_bytes=0)
     res = run_optimize(g, device, 120.0, OptimizeOptions(config=GAConfig(population=6, children=6, seed=2),
-                                                         generations=2, workers=1, refine="none", baselines=True))
+                                                         generations=2, workers=1, refine="none", baselines=True,
+                                                         addresses=True))
     assert res.plan.allocation.kind == "arena" and res.layout is None
     assert res.plan.makespan_s == pytest.approx(res.search.best.makespan)
     assert validate(g, res.plan).valid

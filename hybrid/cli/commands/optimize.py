@@ -106,11 +106,12 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
 @click.option("--no-arena", "no_arena", is_flag=True,
               help="Write the byte budget as searched, without offsets (the executor places it, compacting at run "
                    "time if it must): the search's own makespan, no layout fallback. Same as --arena 0.")
-@click.option("--byte-budget", "byte_budget", is_flag=True,
-              help="Research option: the search scores byte budgets (memory that never fragments, a relaxation) and "
-                   "the winner is laid out afterwards (--arena), re-planned with less memory where it does not fit. "
-                   "Default: the planner gives every tensor its arena offset as it plans, so the plan scored is the "
-                   "plan written.")
+@click.option("--addresses/--byte-budget", "addresses", default=False, show_default=True,
+              help="--addresses: the planner gives every tensor its arena offset as it plans, so the plan scored is "
+                   "the plan written (hybrid/swap/addresses.py); today it loses to the default on most graphs "
+                   "measured (docs/arena.md). --byte-budget (the default): the search scores byte budgets (memory "
+                   "that never fragments) and the winner is laid out afterwards (--arena), re-planned with less "
+                   "memory where it does not fit (the summary says so, with its cost).")
 @click.option("--compare-baselines", is_flag=True,
               help="At the end, also plan the naive, odswap, vdnn, belady (with recompute) and recompute-only "
                    "baselines (within the time limit: one not started by then is named as left out) and print one "
@@ -121,19 +122,18 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             mutation_rate: float, temperature: float, refine: str, refine_mode: str, refine_share: float,
             refine_patience: float, refine_elites: int, checkpoint_path: Path | None, checkpoint_every: int,
             resume_path: Path | None, out_path: Path, log_path: Path | None, plot_path: Path | None, quiet: bool,
-            as_json: bool, compare_baselines: bool, arena_time: str, no_arena: bool, byte_budget: bool,
+            as_json: bool, compare_baselines: bool, arena_time: str, no_arena: bool, addresses: bool,
             **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a schedule (a topological order), a pool
     (size classes CLS/CNT, or the plain byte budget) and the planner's eviction policy; the swap planner and
     simulator score each one. The first generation includes the program order with every policy and a
-    depth-first order, so the result is never slower than the belady, odswap and vdnn baselines. The planner
-    gives every tensor its arena offset as it plans (the plan scored is the plan written); with --byte-budget
-    the search scores the fragmentation-free relaxation and the winner is given exact arena offsets afterwards
-    (--no-arena: not); where it does not lay out within the memory, the fallback written may be slower (the
-    summary says which fallback fired and its makespan cost). That layout step is also the last resort when no
-    plan the address-aware search tried fits (the summary says so). With --refine
+    depth-first order, so the result is never slower than the belady, odswap and vdnn baselines. The winner
+    is given exact arena offsets afterwards (--no-arena: not); where it does not lay out within the memory, the
+    fallback written may be slower (the summary says which fallback fired and its makespan cost). With
+    --addresses the planner gives every tensor its offset as it plans instead (the plan scored is the plan
+    written, baselines laid out the same way, the byte budget shown as the relaxation row). With --refine
     cpsat, CP-SAT re-times the copies of the search's plans: in a second process while the search runs (its
     best plan, and in turn its next-best ones when that stalls) where the search could not use that core (see
     --refine-mode), else after the search, whose best plan is refined until that stops finding anything faster
@@ -182,7 +182,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                            recompute=recompute, refine=refine, refine_mode=refine_mode, refine_share=refine_share,
                            refine_patience=refine_patience, refine_elites=refine_elites, checkpoint=checkpoint_path,
                            checkpoint_every=checkpoint_every, resume=resume_path, arena_s=arena_s or None,
-                           baselines=compare_baselines, addresses=not byte_budget)
+                           baselines=compare_baselines, addresses=addresses)
     opts.check()
     for path, flag in ((out_path, "--out"), (log_path, "--log"), (plot_path, "--plot"),
                        (checkpoint_path, "--checkpoint")):
