@@ -35,6 +35,8 @@ class ModelOptions:
     #                            windows only, no stage ever waits)
     persistent: bool = True    # parameters, optimizer state, inputs managed too (False: the paper's
     #                            activations only, persistent tensors resident throughout); needs offload
+    start_windows: bool = True  # with a start plan, transfer windows timed on its stage times (stalls
+    #                             included; milp.start.stage_times) where longer than compute (False: compute only)
 
     @property
     def manages_persistent(self) -> bool:
@@ -42,7 +44,8 @@ class ModelOptions:
 
     def describe(self) -> dict:
         return {"offload": self.offload, "impl_choice": self.impl_choice, "recompute": self.recompute,
-                "persistent": self.manages_persistent, "link": self.link, "stalls": self.stalls}
+                "persistent": self.manages_persistent, "link": self.link, "stalls": self.stalls,
+                "start_windows": self.start_windows}
 
 
 @dataclass
@@ -144,8 +147,10 @@ def _persistent_copies(pb: StageProblem, j: int, n: int, wo: list[int | None], w
 
 
 def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos",
-                deadline: float | None = None) -> MilpModel:
-    """`deadline` (time.monotonic()): building past it raises a one-line HybridError (a caller's time limit)."""
+                deadline: float | None = None, stage_times: list[float] | None = None) -> MilpModel:
+    """`deadline` (time.monotonic()): building past it raises a one-line HybridError (a caller's time limit).
+    `stage_times` (s, per stage; e.g. a start plan's, `milp.start.stage_times`): transfer windows are timed on
+    them where they are longer than the stage's fastest compute (a stage the start stalled in)."""
     pb = problem
     n = pb.n
 
@@ -159,6 +164,10 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     allowed = [tuple(range(len(nd.impls))) if options.impl_choice else (nd.leanest,) for nd in nodes]
     # Transfer windows assume the fastest implementation, as the paper says (stages can only be longer).
     tau = [min(nodes[q].impls[v].time_s for v in allowed[q]) for q in range(n)]
+    if stage_times is not None:
+        if len(stage_times) != n:
+            raise HybridError(f"milp: {len(stage_times)} stage times for {n} stages")
+        tau = [max(a, float(b)) for a, b in zip(tau, stage_times)]
 
     # ---- variables ---------------------------------------------------------------------------------
     R: dict[tuple[int, int, int], pulp.LpVariable] = {}
