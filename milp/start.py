@@ -116,6 +116,10 @@ def values_of_plan(model: MilpModel, plan: Plan) -> StartMap:
         t = min(n - 1, bisect_right(first_end, e.start_s)) if e.recompute else node_of[e.op][0]  # type: ignore[index]
         for x in g.op(e.op).inputs:  # type: ignore[arg-type]
             read_in.add((t, idx[x]))
+    reads: dict[int, list[int]] = {}
+    for (t, j) in read_in:
+        reads.setdefault(j, []).append(t)
+    late: list[tuple[int, int, int]] = []   # (stage the copy began in, stage that waits for it, tensor)
     copies: dict[int, list[tuple[str, float, float]]] = {}
     for e in plan.events:
         if e.kind in ("swap_in", "swap_out"):
@@ -131,8 +135,14 @@ def values_of_plan(model: MilpModel, plan: Plan) -> StartMap:
             else:
                 key = (min(n - 1, bisect_right(first_end, e.start_s + 1e-12)), j)
                 target, dst = model.P, P
-                if key in model.Pb and (key in read_in or key not in model.P):
+                r = min((t for t in reads.get(j, ()) if t >= key[0]), default=None)
+                if key in model.Pb and (r == key[0] or key not in model.P):
                     target, dst = model.Pb, Pb  # read in the stage it begins in: the stage waits for it
+                elif r is not None and (key not in model.P or model.sf_pre[key] >= r) and (r, j) in model.Pb:
+                    # the model's window lands after the first read (the start's stalls waited for it): the
+                    # read's stage waits for it, issued at its start
+                    late.append((key[0], r, j))
+                    key, target, dst = (r, j), model.Pb, Pb
             if key in target:
                 dst.add(key)
                 mapped += 1
@@ -169,6 +179,16 @@ def values_of_plan(model: MilpModel, plan: Plan) -> StartMap:
             S.add((t, j))
     for (t, j) in Pb:
         S.discard((t, j))  # readable through the blocking copy, not kept from before
+    for (x, r, j) in late:  # in the model it arrives at r, not before
+        for t in range(x + 1, r):
+            S.discard((t, j))
+    # An offload never prefetched (the start recomputed the tensor instead): the model has none ([8]); the
+    # tensor is dropped there instead.
+    fetched = {j for (_, j) in P | Pb}
+    idle = {(x, j) for (x, j) in O if j not in fetched and not pb.is_persistent(j)}
+    O -= idle
+    mapped -= len(idle)
+    unmapped += len(idle)
     return StartMap(Values(frozenset(R), frozenset(S), frozenset(O), frozenset(P), frozenset(Pb)), unmapped,
                     mapped)
 
@@ -193,7 +213,8 @@ FAMILIES = (("budget_", "memory budget [18]"), ("mem_", "memory budget [18]"), (
             ("rerun_fresh_", "rerun into a free slot"), ("offload_valid_", "offload of valid data [7]"),
             ("no_idle_", "no offload without a prefetch [8]"), ("offload_once", "offload at most once [6]"),
             ("first_", "first runs [2]"), ("impl_", "one implementation [3]"), ("periodic_", "periodic"),
-            ("written_back_", "written back"), ("free_", "frees [16]-[17]"))
+            ("written_back_", "written back"), ("free_", "frees [16]-[17]"),
+            ("host_", "prefetch after a current host copy [9]"))
 
 
 def family(name: str) -> str:
@@ -209,17 +230,38 @@ def family(name: str) -> str:
 
 
 def start_violations(model: MilpModel, values: Values) -> dict[str, int]:
-    """The model's constraints a start breaks, counted per family (empty: the solver can accept it).
+    """The model's constraints a start breaks, counted per family (empty: the solver can accept it);
+    `broken_constraints` says which."""
+    out: dict[str, int] = {}
+    for c in broken_constraints(model, values):
+        what = family(c.name)
+        out[what] = out.get(what, 0) + 1
+    return out
 
-    The binaries are the start's (`binary_start`); each free F takes its largest value allowed (frees only
-    lower memory) and each U follows from its memory equation, stage by stage: so a memory budget counted
+
+def repair_start(model: MilpModel, values: Values) -> dict[str, float]:
+    """`binary_start` less every variable of a constraint the start breaks: a sparse start the solver completes
+    (HiGHS fixes the values given and searches the rest as a sub-MIP), so a start a few copies off the model's
+    windows can still become its first incumbent, where the whole start would be dropped."""
+    start = binary_start(model, values)
+    for c in broken_constraints(model, values):
+        for v in c.keys():
+            start.pop(v.name, None)
+    return start
+
+
+def broken_constraints(model: MilpModel, values: Values) -> list:
+    """The model's constraints (pulp.LpConstraint) a start breaks.
+
+    The binaries are the start's (`binary_start`); each host-copy count H follows from its chain, each free F
+    takes its largest value allowed (frees only lower memory) and each U from its memory equation, stage by stage: so a memory budget counted
     here is broken by every completion of the start. Why a solver drops a start plan (e.g. Belady's copies
     queue beyond the link shares, or its memory fits only at a finer grain than the model's stages)."""
     import pulp
 
     ones = binary_start(model, values)
     val: dict[str, float] = dict(ones)
-    cons = model.lp.constraints
+    cons = {c.name: c for c in model.lp.constraints()}
     f_max: dict[str, float] = {}
     for name, c in cons.items():   # free_*: F <= expression in binaries
         if name.startswith("free_"):
@@ -227,20 +269,25 @@ def start_violations(model: MilpModel, values: Values) -> dict[str, int]:
             rest = sum(a * val.get(v.name, 0.0) for v, a in c.items() if v is not f) + c.constant
             f_max[f.name] = min(f_max.get(f.name, 1.0), max(0.0, -rest / c[f]))
     val.update(f_max)
+    for name, c in cons.items():   # host_x_j: H == previous H + landed offloads, in the order they were made
+        if name.startswith("host_"):
+            h = next(v for v in c.keys() if v.name == "H_" + name[5:])
+            rest = sum(a * val.get(v.name, 0.0) for v, a in c.items() if v is not h) + c.constant
+            val[h.name] = -rest / c[h]
     for name, c in cons.items():   # mem_t_q: U == previous U - frees + outputs, in the order they were made
         if name.startswith("mem_"):
             u = next(v for v in c.keys() if v.name == "U_" + name[4:])
             rest = sum(a * val.get(v.name, 0.0) for v, a in c.items() if v is not u) + c.constant
             val[u.name] = -rest / c[u]
-    out: dict[str, int] = {}
+    out = []
     for name, c in cons.items():
         x = sum(a * val.get(v.name, 0.0) for v, a in c.items()) + c.constant
         broken = (c.sense == pulp.LpConstraintEQ and abs(x) > 1e-6) or \
             (c.sense == pulp.LpConstraintLE and x > 1e-6) or (c.sense == pulp.LpConstraintGE and x < -1e-6)
         if broken or (name.startswith("mem_") and val["U_" + name[4:]] < -1e-6):
-            what = family(name)
-            out[what] = out.get(what, 0) + 1
+            out.append(c)
     return out
 
 
-__all__ = ["StartMap", "binary_start", "family", "start_violations", "values_of_plan"]
+__all__ = ["StartMap", "binary_start", "broken_constraints", "family", "repair_start", "start_violations",
+           "values_of_plan"]
