@@ -14,6 +14,7 @@ from hybrid.units import format_seconds, parse_duration
 from hybrid.validator import write_plan
 
 DECODE_S = 1.0   # kept back from --time-limit for decoding, simulating, validating and writing the plan
+POST_VALIDATIONS = 6   # with a start plan, also kept back: this many times the start's validation
 
 
 @click.command("milp")
@@ -107,7 +108,19 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
         _write_start(g, dev, start, start_name, refusal, out_path, as_json)
         return
     # --time-limit bounds the whole command: the solver stops in time for decoding, validating and writing
-    deadline = clock.deadline(limit) - DECODE_S
+    reserve = DECODE_S
+    if start is not None:
+        import time
+
+        from milp.api import checked_start
+
+        t0 = time.perf_counter()
+        start = checked_start(g, dev, start)
+        # after the solve: Auto on the start and the MILP plan's decoding, each re-timed and validated, then the
+        # plan written (validated again): a few validations of a plan this size (RNN-8-8k: 38 s past a 10-minute
+        # limit with 1 s kept back)
+        reserve += POST_VALIDATIONS * (time.perf_counter() - t0)
+    deadline = clock.deadline(limit) - reserve
     try:
         run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads, deadline=deadline), opts,
                         start_plan=start, start_name=start_name or "start")
