@@ -43,6 +43,8 @@ class MilpRun:
     milp_makespan_s: float | None = None          # the MILP's own decoded plan (None: no incumbent)
     written: str = "milp"                          # whose plan `plan` is: "milp" or "start" (the faster)
     start_plan: Plan | None = None                 # the start as compared (Auto's impls on it)
+    start_breaks: dict[str, int] | None = None     # constraints the start breaks, per family (milp.start.
+    #                                                start_violations; empty: the solver can take it as it is)
 
     @property
     def bound_gap(self) -> float | None:
@@ -71,7 +73,8 @@ class MilpRun:
                 "swaps_out": p.metrics.get("swaps_out") if p else None,
                 "peak_bytes": p.metrics.get("peak_bytes") if p else None,
                 "start": self.start_name, "start_makespan_s": self.start_makespan_s,
-                "milp_makespan_s": self.milp_makespan_s, "written": self.written, "bound_gap": self.bound_gap}
+                "milp_makespan_s": self.milp_makespan_s, "written": self.written, "bound_gap": self.bound_gap,
+                "start_breaks": None if self.start_breaks is None else sum(self.start_breaks.values())}
 
 
 def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | None = None,
@@ -93,14 +96,21 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
 
         order = from_ids(graph, start_plan.schedule, "--start: schedule")
     pb = build_problem(graph, device, stages, order=order, manage_persistent=opts.manages_persistent)
-    model = build_model(pb, opts, deadline=solve_options.deadline)
+    times = None
+    if start_plan is not None and opts.start_windows:
+        from milp.start import stage_times
+
+        times = stage_times(pb, start_plan)
+    model = build_model(pb, opts, deadline=solve_options.deadline, stage_times=times)
     build_s = time.perf_counter() - t0
     mapped = None
+    breaks = None
     if start_plan is not None:
-        from milp.start import binary_start, values_of_plan
+        from milp.start import binary_start, start_violations, values_of_plan
 
         sm = values_of_plan(model, start_plan)
         mapped = (sm.mapped, sm.unmapped)
+        breaks = start_violations(model, sm.values)
         res = solve(model, solve_options, binary_start(model, sm.values), sparse=True)
     else:
         res = solve(model, solve_options, start_of(model, start) if start is not None else None)
@@ -119,6 +129,7 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
                    "constraints": model.n_constraints}
         plan = decode(model, values, planner, auto=not opts.impl_choice, ilp_objective_s=res.objective_s)
     run = MilpRun(kind, plan, res, pb.n, model.n_variables, model.n_constraints, model.n_binaries, build_s)
+    run.start_breaks = breaks
     run.milp_makespan_s = plan.makespan_s if plan is not None else None
     if start_plan is not None:
         from milp.decode import auto_plan

@@ -35,6 +35,8 @@ class ModelOptions:
     #                            windows only, no stage ever waits)
     persistent: bool = True    # parameters, optimizer state, inputs managed too (False: the paper's
     #                            activations only, persistent tensors resident throughout); needs offload
+    start_windows: bool = True  # with a start plan, transfer windows timed on its stage times (stalls
+    #                             included; milp.start.stage_times) where longer than compute (False: compute only)
 
     @property
     def manages_persistent(self) -> bool:
@@ -42,7 +44,8 @@ class ModelOptions:
 
     def describe(self) -> dict:
         return {"offload": self.offload, "impl_choice": self.impl_choice, "recompute": self.recompute,
-                "persistent": self.manages_persistent, "link": self.link, "stalls": self.stalls}
+                "persistent": self.manages_persistent, "link": self.link, "stalls": self.stalls,
+                "start_windows": self.start_windows}
 
 
 @dataclass
@@ -144,8 +147,10 @@ def _persistent_copies(pb: StageProblem, j: int, n: int, wo: list[int | None], w
 
 
 def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos",
-                deadline: float | None = None) -> MilpModel:
-    """`deadline` (time.monotonic()): building past it raises a one-line HybridError (a caller's time limit)."""
+                deadline: float | None = None, stage_times: list[float] | None = None) -> MilpModel:
+    """`deadline` (time.monotonic()): building past it raises a one-line HybridError (a caller's time limit).
+    `stage_times` (s, per stage; e.g. a start plan's, `milp.start.stage_times`): transfer windows are timed on
+    them where they are longer than the stage's fastest compute (a stage the start stalled in)."""
     pb = problem
     n = pb.n
 
@@ -159,6 +164,10 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     allowed = [tuple(range(len(nd.impls))) if options.impl_choice else (nd.leanest,) for nd in nodes]
     # Transfer windows assume the fastest implementation, as the paper says (stages can only be longer).
     tau = [min(nodes[q].impls[v].time_s for v in allowed[q]) for q in range(n)]
+    if stage_times is not None:
+        if len(stage_times) != n:
+            raise HybridError(f"milp: {len(stage_times)} stage times for {n} stages")
+        tau = [max(a, float(b)) for a, b in zip(tau, stage_times)]
 
     # ---- variables ---------------------------------------------------------------------------------
     R: dict[tuple[int, int, int], pulp.LpVariable] = {}
@@ -229,9 +238,9 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             else:
                 done = [e for (x, jj), e in sf_off.items() if jj == j]
                 xs = [x for x in range(p + 1, need + 1) if done and x > min(done)] if done else []
-            readers = set(pb.readers.get(j, ()))
+            read_at = {t for r in pb.readers.get(j, ()) for t in rstages[r]}   # first runs and reruns
             for x in xs:
-                if pb.is_persistent(j) and x not in readers:
+                if pb.is_persistent(j) and x not in read_at:
                     continue  # a persistent tensor is waited for only where it is read
                 Pb[x, j] = new_var(lp, f"Pb_{x}_{j}", cat="Binary")
 
@@ -326,15 +335,38 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
                 pulp.lpSum(v for (x, jj), v in Pb.items() if jj == j), f"no_idle_{j}"
         for x in xs:
             lp += O[x, j] <= s(x, j) + rsum(x, p), f"offload_valid_{x}_{j}"
+    # A landed copy is current unless an update came after it (an update at stage u runs during u). The landed
+    # offloads of j before stage x, H[x, j], grow with x between updates: a chain H[x] = H[x'] + (offloads landing
+    # in [x', x)), not the whole sum in every prefetch's row (that sum made 60% of the LM model's nonzeros).
+    host: dict[tuple[int, int], pulp.LpAffineExpression | pulp.LpVariable | int] = {}
+    fetch_at: dict[int, list[int]] = {}
+    for (x, j) in list(P) + list(Pb):
+        fetch_at.setdefault(j, []).append(x)
+    for j, xs in fetch_at.items():
+        ups = pb.updates(j)
+        prev: tuple[int, object, set] | None = None   # (epoch, H, offloads counted)
+        for x in sorted(set(xs)):
+            epoch = max((u for u in ups if u < x), default=-1)
+            counted = {y for y in o_by_j.get(j, []) if sf_off[y, j] < x and y >= epoch}
+            if prev is not None and prev[0] == epoch and prev[2] <= counted:
+                new = counted - prev[2]
+                expr = prev[1] + pulp.lpSum(O[y, j] for y in sorted(new)) if new else prev[1]
+            else:
+                new = counted
+                expr = pulp.lpSum(O[y, j] for y in sorted(counted))
+            if new and len(counted) > 2:   # a variable, so later prefetches' rows stay short
+                h = new_var(lp, f"H_{x}_{j}", lowBound=0)
+                lp += h == expr, f"host_{x}_{j}"
+                expr = h
+            host[x, j] = expr
+            prev = (epoch, expr, counted)
     for (x, j), var in list(P.items()) + list(Pb.items()):
         ups = pb.updates(j)
-        # A landed copy is current unless an update came after it (an update at stage u runs during u).
-        landed = [O[y, j] for y in o_by_j.get(j, []) if sf_off[y, j] < x and not any(y < u < x for u in ups)]
         if pb.is_persistent(j) and not any(u < x for u in ups):
             # not yet updated: the start's host copy is current unless the tensor started on the device
-            lp += var <= 1 - S[0, j] + pulp.lpSum(landed), f"{var.name}_after"
+            lp += var <= 1 - S[0, j] + host[x, j], f"{var.name}_after"
         else:
-            lp += var <= pulp.lpSum(landed), f"{var.name}_after"
+            lp += var <= host[x, j], f"{var.name}_after"
         if (x, j) in S:
             lp += var + S[x, j] <= 1, f"{var.name}_absent"
     # ---- persistent tensors: periodic (on the device at the end iff at the start), and one updated in place

@@ -34,6 +34,7 @@ class SolveOptions:
     deadline: float | None = None  # time.monotonic() by which the solver must stop (also caps time_limit_s)
     node_limit: int | None = None  # branch-and-bound nodes (HiGHS mip_max_nodes, CBC maxNodes): with one thread a
     #                               work budget, so a run that stops on it gives the same incumbent whatever the load
+    highs: tuple[tuple[str, object], ...] = ()  # further HiGHS options (name, value), e.g. (("presolve", "off"),)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] |
     import highspy
 
     extra = {} if opts.node_limit is None else {"mip_max_nodes": int(opts.node_limit)}
+    extra.update(dict(opts.highs))
     solver = _HiGHS(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap, threads=opts.threads, **extra)
     solver.start = start
     solver.sparse = sparse

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybrid.device import Device
+from hybrid.errors import HybridError
 from hybrid.graph import Graph, Impl, Op, Tensor
 from hybrid.graph.info import unswapped_peak
 from hybrid.graph.synthetic import training_graph
@@ -240,3 +241,48 @@ def test_a_decoded_plan_reads_back_as_a_feasible_start(seed: int) -> None:
                       start_plan=first.plan)
     assert again.result.objective_s is not None
     assert again.result.objective_s <= first.result.objective_s * (1 + 1e-9)
+
+
+def test_stage_times_follow_the_start_and_only_lengthen_windows() -> None:
+    from hybrid.graph.order import from_ids
+    from milp.start import stage_times
+
+    g = training_graph(3, seed=1, impls_prob=0.5)
+    dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.8))
+    sp = belady_start(g, dev)
+    assert sp is not None
+    pb = build_problem(g, dev, order=from_ids(g, sp.schedule, "start"), manage_persistent=True)
+    times = stage_times(pb, sp)
+    assert len(times) == pb.n and min(times) >= 0
+    assert sum(times) == pytest.approx(max(e.end_s for e in sp.events if e.kind == "compute" and not e.recompute))
+    plain = build_model(pb, ModelOptions())
+    timed = build_model(pb, ModelOptions(), stage_times=times)
+    assert timed.tau == [max(a, b) for a, b in zip(plain.tau, times)]
+    with pytest.raises(HybridError, match="stage times"):
+        build_model(pb, ModelOptions(), stage_times=times[1:])
+
+
+def test_start_violations_name_what_a_start_breaks() -> None:
+    """The solver's own solution breaks nothing (memory included: U follows from the binaries); the same
+    solution with every kept tensor dropped breaks the reads that needed them."""
+    from milp.start import start_violations
+
+    g = training_graph(3, seed=2, impls_prob=0.5)
+    dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.8))
+    first = plan_milp(g, dev, "mosos", None, EXACT)
+    m = build_model(build_problem(g, dev, manage_persistent=True), ModelOptions())
+    vals = first.values
+    assert vals is not None and vals.S
+    assert start_violations(m, vals) == {}
+    broken = start_violations(m, replace(vals, S=frozenset()))
+    assert broken.get("inputs readable [4]", 0) > 0
+
+
+def test_impl_worth_is_the_fastest_against_the_default_ideal() -> None:
+    from benchmarks.milp import impl_worth
+
+    w = impl_worth(_persistent_graph())   # f1: default (lean) 4 ms, fastest 1 ms; 12 ms of ops in all
+    assert w["ops with impls"] == 1
+    assert w["ideal, default impls (s)"] == pytest.approx(12e-3)
+    assert w["ideal, fastest impls (s)"] == pytest.approx(9e-3)
+    assert w["fastest/default - 1"] == pytest.approx(-0.25)

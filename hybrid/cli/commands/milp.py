@@ -14,6 +14,7 @@ from hybrid.units import format_seconds, parse_duration
 from hybrid.validator import write_plan
 
 DECODE_S = 1.0   # kept back from --time-limit for decoding, simulating, validating and writing the plan
+POST_VALIDATIONS = 6   # with a start plan, also kept back: this many times the start's validation
 
 
 @click.command("milp")
@@ -46,12 +47,15 @@ DECODE_S = 1.0   # kept back from --time-limit for decoding, simulating, validat
                    "one in flight per direction.")
 @click.option("--no-stalls", is_flag=True,
               help="No blocking prefetches: no stage waits for a copy (the paper's windows only).")
+@click.option("--compute-windows", is_flag=True,
+              help="Time transfer windows on each stage's fastest compute only (the paper's), not on the start "
+                   "plan's stage times, which include its stalls.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the plan here (hybrid-plan/1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: int | None, solver: str,
             time_limit: str, gap: float, threads: int, start_path: Path | None, no_start: bool,
-            activations_only: bool, link: str, no_stalls: bool, out_path: Path | None, as_json: bool, **kw) -> None:
+            activations_only: bool, link: str, no_stalls: bool, compute_windows: bool, out_path: Path | None, as_json: bool, **kw) -> None:
     """Offload, recompute and implementation choice as one integer program (MO-SOS, docs/milp.md).
 
     Prints the model's size (variables, constraints), the solver's status,
@@ -87,7 +91,7 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if start_path is not None and no_start:
         raise HybridError("--start and --no-start exclude each other; give one")
     opts = ModelOptions(offload=not no_offload, impl_choice=not no_impl_choice, link=link,
-                        persistent=not activations_only, stalls=not no_stalls)
+                        persistent=not activations_only, stalls=not no_stalls, start_windows=not compute_windows)
     kind = {(True, True): "mosos", (True, False): "str-auto", (False, False): "checkmate-auto",
             (False, True): "checkmate"}[(opts.offload, opts.impl_choice)]
     start = start_name = None
@@ -101,31 +105,35 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if refusal is not None and start is None:
         raise InfeasibleError(refusal)
     if refusal is not None:  # no model plan can fit: the start (with Auto) is the answer, no solve
-        from milp.api import checked_start
-        from milp.decode import auto_plan
-
-        plan = auto_plan(g, checked_start(g, dev, start))
-        if out_path is not None:
-            write_plan(g, plan, out_path, "the start plan")
-        if as_json:
-            click.echo(json.dumps({**json_summary(g, dev, plan, out_path), "start": start_name, "written": "start",
-                                   "refusal": refusal}, indent=1))
-            return
-        click.echo(f"model        not solved: {refusal.removeprefix('milp: ')}\n"
-                   f"written      the start ({start_name}, Auto impls): {format_seconds(plan.makespan_s)} simulated"
-                   + (f"\nplan         {out_path} (validated)" if out_path is not None else ""))
+        _write_start(g, dev, start, start_name, refusal, out_path, as_json)
         return
     # --time-limit bounds the whole command: the solver stops in time for decoding, validating and writing
-    deadline = clock.deadline(limit) - DECODE_S
+    reserve = DECODE_S
+    if start is not None:
+        import time
+
+        from milp.api import checked_start
+
+        t0 = time.perf_counter()
+        start = checked_start(g, dev, start)
+        # after the solve: Auto on the start and the MILP plan's decoding, each re-timed and validated, then the
+        # plan written (validated again): a few validations of a plan this size (RNN-8-8k: 38 s past a 10-minute
+        # limit with 1 s kept back)
+        reserve += POST_VALIDATIONS * (time.perf_counter() - t0)
+    deadline = clock.deadline(limit) - reserve
     try:
         run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads, deadline=deadline), opts,
                         start_plan=start, start_name=start_name or "start")
-    except HybridError:
+    except HybridError as e:
         from hybrid.signals import received
 
         if received():  # Ctrl-C or SIGTERM before the solver had a plan: nothing to write, exit 130/143
             raise KeyboardInterrupt from None
-        raise
+        if start is None or isinstance(e, InfeasibleError) or "did not finish within the time limit" not in str(e):
+            raise
+        # the model's build ran past --time-limit: the start is still a plan, never worse than itself
+        _write_start(g, dev, start, start_name, str(e), out_path, as_json)
+        return
     assert run.plan is not None
     if out_path is not None:
         write_plan(g, run.plan, out_path, "the milp plan")
@@ -147,6 +155,24 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     click.echo("\n".join(lines))
 
 
+def _write_start(g, dev, start, start_name: str | None, why: str, out_path: Path | None,  # noqa: ANN001
+                 as_json: bool) -> None:
+    """No model to solve (refused, or its build ran past the time limit): write the start with Auto's impls."""
+    from milp.api import checked_start
+    from milp.decode import auto_plan
+
+    plan = auto_plan(g, checked_start(g, dev, start))
+    if out_path is not None:
+        write_plan(g, plan, out_path, "the start plan")
+    if as_json:
+        click.echo(json.dumps({**json_summary(g, dev, plan, out_path), "start": start_name, "written": "start",
+                               "refusal": why}, indent=1))
+        return
+    click.echo(f"model        not solved: {why.removeprefix('error: ').removeprefix('milp: ')}\n"
+               f"written      the start ({start_name}, Auto impls): {format_seconds(plan.makespan_s)} simulated"
+               + (f"\nplan         {out_path} (validated)" if out_path is not None else ""))
+
+
 def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: ANN001 - MilpRun, Device
     r = run.result
     lines = [
@@ -165,6 +191,12 @@ def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: AN
         lines.append(f"start        {run.start_name}: {format_seconds(run.start_makespan_s)} simulated; MILP's own "
                      f"plan {milp_s}; written: the {'start' if run.written == 'start' else 'MILP'}'s "
                      f"({mapped} of its events given as a MIP start, {unmapped} outside the model's variables)")
+    if run.start_breaks:
+        what = ", ".join(f"{k} {v}" for k, v in sorted(run.start_breaks.items(), key=lambda kv: -kv[1]))
+        lines.append(f"start breaks {sum(run.start_breaks.values())} of the model's constraints ({what}): the solver "
+                     "drops it and searches without it")
+    elif run.start_breaks is not None:
+        lines.append("start breaks none of the model's constraints: the solver's first incumbent")
     if run.bound_gap is not None:
         lines.append(f"bound gap    {100 * run.bound_gap:.2f}% (written plan's makespan over the ILP bound; the bound "
                      "holds for this model's stages, not for every plan)")
