@@ -25,6 +25,8 @@ BATCH_NORM_KINDS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "
 RANDOM_KINDS = frozenset({"bernoulli", "bernoulli_", "native_dropout", "dropout", "rand", "rand_like", "randn",
                           "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "uniform_",
                           "multinomial", "exponential_", "random_"})
+# ops that read the generator's state (hybrid.capture.rng: a checkpointed region's stash)
+GENERATOR_STATE_KINDS = frozenset({"save_state"})
 # ops that only allocate (capture costs them nothing)
 UNINITIALIZED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
 
@@ -54,6 +56,8 @@ def why_not_rerunnable(graph: Graph, op: Op) -> str:
         return "updates " + ", ".join(op.updates) + " in place (a rerun would apply the update twice)"
     if not op.outputs:
         return "has no outputs"
+    if op.kind in GENERATOR_STATE_KINDS:
+        return f"reads the generator's state ({op.kind}); a rerun would read a later one"
     if op.kind in UNINITIALIZED_KINDS:
         return f"returns uninitialized memory ({op.kind})"
     if any(graph.tensor(t).persistent for t in op.outputs):
