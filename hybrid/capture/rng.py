@@ -30,7 +30,6 @@ from hybrid.errors import HybridError
 
 NAMESPACE = "hybrid_rng"
 STATE_BYTES = 5056          # torch.get_rng_state().numel(): the CPU (mt19937) generator's state
-_CUDA_STATE_BYTES = 16      # seed and offset of the Philox generator
 
 _lib = torch.library.Library(NAMESPACE, "DEF")
 _lib.define("save_state(Device device) -> Tensor")
@@ -40,6 +39,9 @@ _lib.define("restore_state(Tensor state, Device device) -> ()")
 def _save_state(device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         s = torch.cuda.get_rng_state(device)
+        if s.numel() > STATE_BYTES:
+            raise HybridError(f"the CUDA generator's state has {s.numel()} bytes, more than the graph's "
+                              f"{STATE_BYTES}; capture again with this torch")
         out = torch.zeros(STATE_BYTES, dtype=torch.uint8)
         out[:s.numel()] = s
         return out.to(device)
@@ -50,7 +52,8 @@ def _save_state(device: torch.device) -> torch.Tensor:
 
 def _restore_state(state: torch.Tensor, device: torch.device) -> None:
     if device.type == "cuda":
-        torch.cuda.set_rng_state(state[:_CUDA_STATE_BYTES].cpu(), device)
+        n = torch.cuda.get_rng_state(device).numel()
+        torch.cuda.set_rng_state(state[:n].cpu(), device)
     else:
         torch.default_generator.set_state(state.to("cpu", copy=True))   # a tensor of its own, not a pool view
 
