@@ -347,7 +347,7 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny models, writes results/vs_torch_quick.*")
-    ap.add_argument("--time-limit", type=float, default=None, help="hybrid's seconds per model (60; quick 10)")
+    ap.add_argument("--time-limit", type=float, default=None, help="hybrid's seconds per model (60; quick 30)")
     ap.add_argument("--generations", type=int, default=None, help="GA generations instead of a time limit")
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--part", default="", help="write this model set to out/vs_torch_parts/PART.json only")
@@ -359,7 +359,7 @@ def main() -> None:
         import os
 
         os.environ["HYBRID_QUICK"] = "1"
-    seconds = a.time_limit or (10.0 if quick else 60.0)
+    seconds = a.time_limit or (30.0 if quick else 60.0)   # quick: a bound; --generations is its budget
     parts = Path("out") / quick_stem("vs_torch_parts")
     rows: list[dict] = []
     if a.join:
