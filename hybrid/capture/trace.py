@@ -1,8 +1,11 @@
 """Trace one training step of an nn.Module into an FX graph of aten ops, on fake tensors.
 
 Parameters, buffers and inputs are replaced by FakeTensors (shape, dtype and
-strides, no data) and the step — `torch.func.functional_call` of the module,
-the loss, `torch.autograd.grad` — runs once under `make_fx`. The autograd
+strides, no data) and the step — the module's forward with those tensors in
+place of its own (for the whole step: a checkpointed region recomputes in the
+backward), the loss, `torch.autograd.grad` (`loss.backward()` when reentrant
+checkpointing needs it) — runs once under `make_fx`; generator save/restore
+calls become ops (hybrid.capture.rng). The autograd
 engine runs exactly as in eager training, so the recorded backward is eager's
 op for op; a model of any size traces in little memory and the user's module
 is not touched. Parameters, buffers and inputs become placeholders in a known
@@ -20,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 import torch
 import torch.fx as fx
@@ -84,7 +87,7 @@ def _first_line(e: BaseException) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def _refuse(e: BaseException, stage: str) -> None:
+def _refuse(e: BaseException, stage: str) -> NoReturn:
     """The user's code failed under capture: one line naming where and why."""
     name = type(e).__name__
     if "DataDependent" in name or "data-dependent" in str(e).lower() or "data dependent" in str(e).lower():
