@@ -145,3 +145,15 @@ def test_reseeding_inside_the_step_is_refused() -> None:
     assert "torch.manual_seed" in msg
     torch.manual_seed(0)
     assert torch.rand(1).item() == pytest.approx(0.4962566)    # the real generator was left alone
+
+
+def test_capture_leaves_the_module_and_the_generator_as_they_were() -> None:
+    m, args, tgt, loss = build("transformer", "reentrant")
+    before = {n: (p, p.detach().clone()) for n, p in m.named_parameters()}
+    torch.manual_seed(5)
+    state = torch.get_rng_state()
+    capture(m, args, loss, tgt, optimizer="sgd")
+    assert torch.equal(torch.get_rng_state(), state)
+    for n, p in m.named_parameters():
+        assert p is before[n][0] and torch.equal(p, before[n][1]) and p.grad is None
+    assert torch.get_rng_state is torch.random.get_rng_state and "hybrid" not in torch.get_rng_state.__module__
