@@ -239,16 +239,18 @@ def simulated_rows(name: str, plain: Graph, ck: Graph, seconds: float, generatio
     """The simulated table's rows for one model (also the held-out check's entry point)."""
     dev = plain.device or preset(DEVICE)
     e_peak, e_time = own_time(plain, dev)
-    rows = [{"model": name, "alternative": "eager", "peak_MiB": e_peak / MiB, "time_ms": e_time * 1e3,
+    rows = [{"model": name, "alternative": "eager", "source": "simulated", "peak_MiB": e_peak / MiB,
+             "time_ms": e_time * 1e3,
              "peak/eager": 1.0, "hybrid_ms": float("nan"), "speedup": float("nan"), "hybrid_variant": "",
              "ops": len(plain.ops), "note": ""}]
     c_peak, c_time = own_time(ck, dev)
     h_time, variant, note = hybrid_at(plain, dev, c_peak, seconds, generations)
-    rows.append({"model": name, "alternative": "checkpoint", "peak_MiB": c_peak / MiB, "time_ms": c_time * 1e3,
+    rows.append({"model": name, "alternative": "checkpoint", "source": "simulated", "peak_MiB": c_peak / MiB,
+                 "time_ms": c_time * 1e3,
                  "peak/eager": c_peak / e_peak, "hybrid_ms": h_time * 1e3, "speedup": c_time / h_time,
                  "hybrid_variant": variant, "ops": len(ck.ops), "note": note})
     for alt, why in NOT_CAPTURED.items():
-        rows.append({"model": name, "alternative": alt, "note": f"not simulated: {why}"})
+        rows.append({"model": name, "alternative": alt, "source": "simulated", "note": f"not simulated: {why}"})
     return rows
 
 
@@ -257,14 +259,10 @@ def measured_rows(model: Model, iters: int) -> list[dict]:
     benchmarks/executor_gpu's, at these peaks)."""
     import statistics
 
-    from executor.check import exact_kernels  # noqa: F401 - the same kernel settings as the executor's runs
-
     rows = []
     dev = torch.device("cuda")
 
-    def step_fn(alt: str) -> Callable[[], None] | None:
-        with torch.device("meta"):
-            pass
+    def step_fn(alt: str) -> Callable[[], None]:
         m, args, target, loss = model.build()
         m = m.to_empty(device=dev)
         for p in m.parameters():
@@ -306,10 +304,11 @@ def measured_rows(model: Model, iters: int) -> list[dict]:
                 step()
                 torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
-            rows.append({"model": model.name, "alternative": alt, "measured_peak_MiB":
+            rows.append({"model": model.name, "alternative": alt, "source": "measured", "measured_peak_MiB":
                          torch.cuda.max_memory_allocated() / MiB, "measured_ms": statistics.median(times) * 1e3})
         except Exception as e:  # noqa: BLE001 - an alternative that fails on this backend is reported, not fatal
-            rows.append({"model": model.name, "alternative": alt, "note": f"failed: {type(e).__name__}: "
+            rows.append({"model": model.name, "alternative": alt, "source": "measured",
+                         "note": f"failed: {type(e).__name__}: "
                          f"{str(e).splitlines()[0][:80]}"})
         torch.cuda.empty_cache()
     return rows
@@ -383,16 +382,18 @@ def main() -> None:
             (parts / f"{a.part}.json").write_text(json.dumps(rows))
             return
     df = pd.DataFrame(rows)
-    sim = df[df["alternative"] == "checkpoint"]
+    df["source"] = df.get("source", pd.Series(index=df.index, dtype=object)).fillna("simulated")   # older parts
+    sim = df[(df["alternative"] == "checkpoint") & (df["source"] == "simulated")]
     worst = float(sim["speedup"].min()) if len(sim) else float("nan")
-    notes = (f"Simulated ({'no GPU on this machine' if not torch.cuda.is_available() else 'beside the measured'}"
-             f" rows): cost model {DEVICE}'s roofline times and link; hybrid = run_optimize (GA, seed 1, one "
-             f"worker, no reserve) within {seconds:g} s per model at exactly the checkpointed step's peak (no reserve). "
-             f"`speedup` = checkpoint's time / hybrid's; hybrid's plan is the fastest of {len(VARIANTS)} planner settings "
-             f"({', '.join(VARIANTS)}; benchmarks/vs_torch.py VARIANTS), the time limit split evenly. Worst speedup over checkpoint: {worst:.3f}x. "
+    gpu = "beside the measured rows" if torch.cuda.is_available() else "no GPU on this machine"
+    notes = (f"Simulated ({gpu}): cost model {DEVICE}'s roofline times and link; hybrid = run_optimize (GA, "
+             f"seed 1, one worker, no reserve) within {seconds:g} s per model at exactly the checkpointed step's "
+             f"peak; its plan is the fastest of {len(VARIANTS)} planner settings ({', '.join(VARIANTS)}; "
+             "benchmarks/vs_torch.py VARIANTS), the time limit split evenly. `speedup` = checkpoint's time / "
+             f"hybrid's. Worst speedup over checkpoint: {worst:.3f}x. "
              + ("" if _has_transformers() else "The zoo's gpt2 and llama need Hugging Face transformers, not "
                 "installed here: transformer-lm (examples/transformer_lm.py, a GPT-style encoder LM) stands in. ")
-             + "Rows 'not simulated' wait for a GPU (torch.cuda.is_available(): measured columns).")
+             + "Rows 'not simulated' wait for a GPU (torch.cuda.is_available(): measured rows).")
     write_table(df, "vs_torch", "hybrid against PyTorch's memory tools at the same peak", notes)
     plot(df, RESULTS / f"{quick_stem('vs_torch')}.png", "simulated step time against peak")
     print(f"wrote results/{quick_stem('vs_torch')}.md (worst speedup over checkpoint {worst:.3f}x)")
