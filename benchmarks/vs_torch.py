@@ -393,7 +393,9 @@ def main() -> None:
              f"hybrid's. Worst speedup over checkpoint: {worst:.3f}x. "
              + ("" if _has_transformers() else "The zoo's gpt2 and llama need Hugging Face transformers, not "
                 "installed here: transformer-lm (examples/transformer_lm.py, a GPT-style encoder LM) stands in. ")
-             + "Rows 'not simulated' wait for a GPU (torch.cuda.is_available(): measured rows).")
+             + "Rows 'not simulated' wait for a GPU (torch.cuda.is_available(): measured rows)."
+             + (f" Joined from the parts under {parts} (each written by `--only MODELS --part N` in the timed slot)."
+                if a.join else ""))
     write_table(df, "vs_torch", "hybrid against PyTorch's memory tools at the same peak", notes)
     plot(df, RESULTS / f"{quick_stem('vs_torch')}.png", "simulated step time against peak")
     print(f"wrote results/{quick_stem('vs_torch')}.md (worst speedup over checkpoint {worst:.3f}x)")
