@@ -360,6 +360,7 @@ def main() -> None:
         os.environ["HYBRID_QUICK"] = "1"
     seconds = a.time_limit or (30.0 if quick else 60.0)   # quick: a bound; --generations is its budget
     parts = Path("out") / quick_stem("vs_torch_parts")
+    saved = Path("out") / quick_stem("vs_torch_graphs")     # the graphs compared, named in the table by sha256
     rows: list[dict] = []
     if a.join:
         for p in sorted(parts.glob("*.json")):
@@ -371,6 +372,9 @@ def main() -> None:
                 continue
             t0 = time.monotonic()
             plain, ck = graphs(model)
+            saved.mkdir(parents=True, exist_ok=True)
+            plain.save(saved / f"{model.name}.json")
+            ck.save(saved / f"{model.name}-checkpoint.json")
             got = simulated_rows(model.name, plain, ck, seconds, a.generations)
             if torch.cuda.is_available():
                 got += measured_rows(model, a.iters)
@@ -396,7 +400,9 @@ def main() -> None:
              + "Rows 'not simulated' wait for a GPU (torch.cuda.is_available(): measured rows)."
              + (f" Joined from the parts under {parts} (each written by `--only MODELS --part N` in the timed slot)."
                 if a.join else ""))
-    write_table(df, "vs_torch", "hybrid against PyTorch's memory tools at the same peak", notes)
+    names = set(df["model"])
+    read = sorted(p for p in saved.glob("*.json") if p.stem.removesuffix("-checkpoint") in names)
+    write_table(df, "vs_torch", "hybrid against PyTorch's memory tools at the same peak", notes, graphs=read)
     plot(df, RESULTS / f"{quick_stem('vs_torch')}.png", "simulated step time against peak")
     print(f"wrote results/{quick_stem('vs_torch')}.md (worst speedup over checkpoint {worst:.3f}x)")
 
