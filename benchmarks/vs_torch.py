@@ -130,6 +130,7 @@ def zoo(name: str, batch: int, overrides: dict[str, Any]) -> Callable[[], tuple[
             m = spec.build()
         args, target = spec.make_inputs(batch, torch.device("meta"), torch.float32)
         return m, args, target, spec.loss
+    build.model_info = {"name": name, "batch": batch, "config": dict(overrides)}  # type: ignore[attr-defined]
     return build
 
 
@@ -143,6 +144,8 @@ def transformer(layers: int, d: int, batch: int, seq: int, vocab: int) -> Callab
             m = TransformerLM(vocab, d, layers)
         tokens = torch.zeros(batch, seq, dtype=torch.long, device="meta")
         return m, (tokens,), tokens, lm_loss
+    build.model_info = {"name": "examples.transformer_lm", "batch": batch,  # type: ignore[attr-defined]
+                        "config": {"layers": layers, "d": d, "seq": seq, "vocab": vocab}}
     return build
 
 
@@ -184,6 +187,9 @@ def graphs(model: Model) -> tuple[Graph, Graph]:
     plain = capture(m, args, loss, target, optimizer=model.optimizer, lr=0.01, device=DEVICE, name=model.name)
     ck = capture(model.checkpointed(copy.deepcopy(m)), args, loss, target, optimizer=model.optimizer, lr=0.01,
                  device=DEVICE, name=f"{model.name}-checkpoint")
+    info = getattr(model.build, "model_info", {"name": model.name})
+    plain.extra["model"] = dict(info)
+    ck.extra["model"] = {**info, "checkpoint": "torch.utils.checkpoint per block (benchmarks.vs_torch)"}
     return plain, ck
 
 
