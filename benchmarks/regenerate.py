@@ -178,6 +178,8 @@ JOBS: tuple[Job, ...] = (
     Job("eager_reproducibility", "benchmarks.eager_reproducibility", ("--runs", "2"), ("--runs", "24"),
         ("eager_reproducibility.md",)),
     Job("scale", "benchmarks.scale", ("--quick",), (), ("scale.md",), quick_outputs=("scale_quick.md",)),
+    Job("vs_torch", "benchmarks.vs_torch", ("--quick", "--generations", "5"), (), ("vs_torch.md", "vs_torch.png"),
+        "issue 32: PyTorch's memory tools at the same peak"),
     Job("executor_gpu", "benchmarks.executor_gpu", ("--quick", "--out", "results/executor_gpu_quick.md"), (),
         ("executor_gpu.md",), "SwapAdvisor Fig. 11", needs="cuda", quick_outputs=("executor_gpu_quick.md",)),
 )
@@ -229,6 +231,7 @@ FULL_MINUTES: dict[str, tuple[float, str]] = {
     "sensitivity": (2, "measured: 118 s"),
     "executor_cpu": (4, "2 memory fractions x 3 iterations per model"),
     "eager_reproducibility": (2, "24 runs"),
+    "vs_torch": (6, "4 models: 2 captures each, 60 s of search at the checkpointed peak (simulated without a GPU)"),
     "executor_gpu": (12, "measured on an H100 (results/executor_gpu.md), in parts of 10 minutes at most"),
 }
 

@@ -72,6 +72,8 @@ def resolve_target(name: str) -> Callable:
         fn = replay_function(name)
     else:
         parts = name.split(".")
+        if parts[0] == "hybrid_rng":
+            import hybrid.capture.rng  # noqa: F401 - defines the generator-state ops
         if len(parts) != 3:
             raise HybridError(f"cannot replay op target {name!r}: expected namespace.op.overload")
         try:

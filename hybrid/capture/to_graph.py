@@ -4,7 +4,9 @@ The mapping (docs/capture.md has the full encoding):
 - placeholders -> persistent tensors: `param:NAME` (kind param), `buffer:NAME`
   (other), `input:I` and `target:I` (input); optimizer state `state:NAME:KEY`
   (optimizer_state); `rng`, a 0-byte tensor (other) that every random op reads
-  and updates, so random ops keep their relative order in any valid schedule.
+  and updates, so random ops keep their relative order in any valid schedule;
+  a checkpointed region's generator fork is `hybrid_rng` save/restore ops on it
+  (hybrid.capture.rng).
 - every other storage -> one tensor named after the value that allocated it,
   kind activation (forward) or gradient (backward), bytes = storage bytes.
 - every call of a real kernel -> one op, with `aten` (how to replay it),
@@ -25,7 +27,7 @@ import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
-from hybrid.capture import costs
+from hybrid.capture import costs, rng
 from hybrid.capture.encoding import Ref, dtype_name, encode_ref, encode_value, target_name
 from hybrid.capture.optimizers import OptimizerSpec
 from hybrid.capture.storage import StorageTable, storage_bytes, storage_key, tensor_meta, view_bytes
@@ -142,7 +144,8 @@ def _live(nodes: list[fx.Node], roots: list[fx.Node]) -> set[fx.Node]:
             continue
         if n.op != "call_function":
             continue
-        side = isinstance(n.target, torch._ops.OpOverload) and (_is_random(n.target) or bool(_written(n)))
+        side = isinstance(n.target, torch._ops.OpOverload) and (_is_random(n.target) or n.target is rng.RESTORE
+                                                                or bool(_written(n)))
         if n in root_set or side or any(u in live for u in n.users):
             live.add(n)
     return live
@@ -326,7 +329,7 @@ def _fold_view(b: _Builder, n: fx.Node, tname: str, items: list[Any], multi: boo
 
 def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, items: list[Any], multi: bool,
             written: list[tuple[int | str, Any]], item_name: dict[tuple[fx.Node, int], str]) -> bool:
-    """Record one kernel call; returns whether it draws random numbers."""
+    """Record one kernel call; returns whether it uses the generator (draws, saves or restores its state)."""
     tname = target_name(n.target)
     phase = "forward" if pos <= loss_pos else "backward"
     act_kind = "activation" if phase == "forward" else "gradient"
@@ -395,10 +398,13 @@ def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, items: list[Any], 
                               "write; this op cannot be represented")
     b.refs[n] = out_refs if multi else out_refs[0]
 
-    random = _is_random(n.target)
+    random = _is_random(n.target) or n.target is rng.RESTORE
     if random:
         inputs.append(RNG_ID)
         updates.append(RNG_ID)
+    elif n.target is rng.SAVE:   # reads the generator: ordered against every draw, never updates it
+        inputs.append(RNG_ID)
+        random = True
 
     in_vals = [_val(x) for x in in_nodes]
     outs = [t for t in items if isinstance(t, torch.Tensor)]

@@ -1,8 +1,11 @@
 """Trace one training step of an nn.Module into an FX graph of aten ops, on fake tensors.
 
 Parameters, buffers and inputs are replaced by FakeTensors (shape, dtype and
-strides, no data) and the step — `torch.func.functional_call` of the module,
-the loss, `torch.autograd.grad` — runs once under `make_fx`. The autograd
+strides, no data) and the step — the module's forward with those tensors in
+place of its own (for the whole step: a checkpointed region recomputes in the
+backward), the loss, `torch.autograd.grad` (`loss.backward()` when reentrant
+checkpointing needs it) — runs once under `make_fx`; generator save/restore
+calls become ops (hybrid.capture.rng). The autograd
 engine runs exactly as in eager training, so the recorded backward is eager's
 op for op; a model of any size traces in little memory and the user's module
 is not touched. Parameters, buffers and inputs become placeholders in a known
@@ -20,13 +23,15 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils import _pytree as pytree
 
+from hybrid.capture.rng import prune_forks, rng_ops
 from hybrid.errors import HybridError
 
 # Placeholder roles, in placeholder order.
@@ -66,6 +71,9 @@ class Traced:
     outputs: list[fx.Node | None] = field(default_factory=list)   # forward outputs (inference)
 
 
+_REENTRANT_GRAD = "use_reentrant=True, torch.utils.checkpoint is incompatible with .grad()"
+
+
 class _Stage:
     """Which part of the user's code is running, for error messages."""
 
@@ -77,6 +85,16 @@ def _first_line(e: BaseException) -> str:
     text = str(e).strip() or type(e).__name__
     line = text.splitlines()[0].strip()
     return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _refuse(e: BaseException, stage: str) -> NoReturn:
+    """The user's code failed under capture: one line naming where and why."""
+    name = type(e).__name__
+    if "DataDependent" in name or "data-dependent" in str(e).lower() or "data dependent" in str(e).lower():
+        raise HybridError(f"the module's {stage} depends on tensor values ({_first_line(e)}); "
+                          "capture needs control flow and shapes that do not depend on data") from None
+    where = {"forward": "the module's forward", "loss": "the loss function", "backward": "the backward pass"}
+    raise HybridError(f"{where[stage]} failed under capture: {name}: {_first_line(e)}") from None
 
 
 def trace_step(
@@ -148,11 +166,17 @@ def trace_step(
             raise HybridError(f"{what} returned a {loss.dtype} tensor; the loss must be floating point")
 
     def step(params: list, buffers: list, inputs: list, targets: list) -> list:
+        # The module holds the traced parameters for the whole step, not only its forward: a checkpointed
+        # region recomputes in the backward and must read them there too (not the module's own tensors).
         state = {**dict(zip(pnames, params)), **dict(zip(bnames, buffers))}
+        with _reparametrize_module(module, state, tie_weights=True, strict=False), rng_ops():
+            return run(params, inputs, targets)
+
+    def run(params: list, inputs: list, targets: list) -> list:
         a, kw = rebuild(in_leaves, in_is_tensor, inputs, input_spec)
         stage.name = "forward"
         with torch.set_grad_enabled(training):
-            out = torch.func.functional_call(module, state, tuple(a), kw)
+            out = module(*a, **kw)
             loss = None
             if loss_fn is not None:
                 stage.name = "loss"
@@ -170,21 +194,33 @@ def trace_step(
         if not loss.requires_grad:
             raise HybridError("the loss does not depend on any trainable parameter; nothing to train "
                               "(capture with optimizer=None for an inference graph)")
-        grads = torch.autograd.grad(loss, [params[i] for i in trainable_idx], allow_unused=True)
+        if accumulate[0]:
+            # Reentrant checkpointing runs its own backward inside the engine and accumulates into .grad;
+            # it refuses torch.autograd.grad, so this step uses backward() as eager training does.
+            loss.backward()
+            grads = [params[i].grad for i in trainable_idx]
+        else:
+            grads = list(torch.autograd.grad(loss, [params[i] for i in trainable_idx], allow_unused=True))
         return [loss, *grads]
 
-    try:
-        with mode, portable_kernels():
-            gm = make_fx(step)(fparams, fbuffers, finputs, ftargets)
-    except HybridError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the user's code can raise anything; report it in one line
-        name = type(e).__name__
-        if "DataDependent" in name or "data-dependent" in str(e).lower() or "data dependent" in str(e).lower():
-            raise HybridError(f"the module's {stage.name} depends on tensor values ({_first_line(e)}); "
-                              "capture needs control flow and shapes that do not depend on data") from None
-        where = {"forward": "the module's forward", "loss": "the loss function", "backward": "the backward pass"}
-        raise HybridError(f"{where[stage.name]} failed under capture: {name}: {_first_line(e)}") from None
+    accumulate = [False]
+    gm = None
+    for attempt in range(2):
+        try:
+            with mode, portable_kernels():
+                if attempt:
+                    fparams = [fake(p, r.kind == TRAINABLE) for p, r in zip(module.parameters(), roles)]
+                gm = make_fx(step)(fparams, fbuffers, finputs, ftargets)
+            break
+        except HybridError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's code can raise anything; report it in one line
+            if not attempt and _REENTRANT_GRAD in str(e):
+                accumulate[0] = True
+                continue
+            _refuse(e, stage.name)
+    assert gm is not None
+    prune_forks(gm)
 
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     flat = list(out_node.args[0])

@@ -25,8 +25,47 @@ BATCH_NORM_KINDS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "
 RANDOM_KINDS = frozenset({"bernoulli", "bernoulli_", "native_dropout", "dropout", "rand", "rand_like", "randn",
                           "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "uniform_",
                           "multinomial", "exponential_", "random_"})
+# ops that read the generator's state (hybrid.capture.rng: a checkpointed region's stash)
+GENERATOR_STATE_KINDS = frozenset({"save_state"})
 # ops that only allocate (capture costs them nothing)
 UNINITIALIZED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
+
+
+# in-place ops that write every element of their first argument without reading it (dropout's mask draw)
+OVERWRITE_KINDS = frozenset({"bernoulli_", "uniform_", "normal_", "random_", "exponential_", "fill_", "zero_"})
+
+
+def overwritten_whole(graph: Graph, op: Op) -> bool:
+    """An allocation (`empty_like`) whose every reader overwrites it whole, in place, as a new version (the
+    aten record's `versions`): a rerun's uninitialized bytes are never read, so it reproduces what matters."""
+    if len(op.outputs) != 1:
+        return False
+    out = op.outputs[0]
+    readers = _readers(graph).get(out, ())
+    return bool(readers) and all(_overwrites(r, out) for r in readers)
+
+
+def _readers(graph: Graph) -> dict[str, list[Op]]:
+    cached = graph.__dict__.get("_rerun_readers")
+    if cached is None:
+        cached = {}
+        for o in graph.ops:
+            for t in dict.fromkeys(o.inputs):
+                cached.setdefault(t, []).append(o)
+        graph.__dict__["_rerun_readers"] = cached
+    return cached
+
+
+def _overwrites(op: Op, tensor: str) -> bool:
+    rec = op.extra.get("aten") if isinstance(op.extra.get("aten"), dict) else None
+    if op.kind not in OVERWRITE_KINDS or rec is None:
+        return False
+    args = rec.get("args") or []
+    first = args[0] if args else None
+    # Its first argument is the new version of the tensor itself (no view: every element).
+    versions = rec.get("versions") or {}
+    return (isinstance(first, dict) and not first.get("view") and versions.get(first.get("t")) == tensor
+            and list(op.inputs).count(tensor) == 1)
 
 
 def _training_batch_norm(op: Op) -> bool:
@@ -54,7 +93,9 @@ def why_not_rerunnable(graph: Graph, op: Op) -> str:
         return "updates " + ", ".join(op.updates) + " in place (a rerun would apply the update twice)"
     if not op.outputs:
         return "has no outputs"
-    if op.kind in UNINITIALIZED_KINDS:
+    if op.kind in GENERATOR_STATE_KINDS:
+        return f"reads the generator's state ({op.kind}); a rerun would read a later one"
+    if op.kind in UNINITIALIZED_KINDS and not overwritten_whole(graph, op):
         return f"returns uninitialized memory ({op.kind})"
     if any(graph.tensor(t).persistent for t in op.outputs):
         return "writes a persistent tensor"

@@ -126,10 +126,23 @@ def test_which_ops_may_rerun():
     assert why["bn"] == ""                       # its running statistics: rerun on copies
     assert why["drop"] == ""                     # its generator state: replayed
     assert why["relu"] == ""
-    assert "uninitialized" in why["empty"]
+    assert "uninitialized" in why["empty"]      # its reader records no new version: it may read the bytes
     assert "twice" in why["step"]
     eval_bn = replace(ops[0], extra={"aten": {**bn["aten"], "args": bn["aten"]["args"][:5] + [False, 0.1, 1e-5]}})
     assert "twice" in why_not_rerunnable(g, eval_bn)   # eval mode reads the statistics it would update
+
+
+def test_an_allocation_overwritten_whole_may_rerun():
+    ts = [Tensor("x", 64, "input", True), Tensor("rng", 0, "other", True), Tensor("e", 64, "activation"),
+          Tensor("mask", 64, "activation"), Tensor("e2", 64, "activation"), Tensor("y", 64, "activation")]
+    draw = {"aten": {"target": "aten.bernoulli_.float", "args": [{"t": "mask"}, 0.5], "versions": {"mask": "e"}}}
+    part = {"aten": {"target": "aten.bernoulli_.float", "args": [{"t": "y", "view": [{"op": "aten.slice.Tensor"}]},
+                                                                 0.5], "versions": {"y": "e2"}}}
+    ops = [_op("empty", "empty_like", ["x"], ["e"]), _op("drop", "bernoulli_", ["e", "rng"], ["mask"], ["rng"], draw),
+           _op("empty2", "empty_like", ["x"], ["e2"]), _op("half", "bernoulli_", ["e2", "rng"], ["y"], ["rng"], part)]
+    g = Graph("g", ts, ops)
+    assert why_not_rerunnable(g, g.op("empty")) == ""                     # every element redrawn before a read
+    assert "uninitialized" in why_not_rerunnable(g, g.op("empty2"))       # a view: some bytes may stay as they were
 
 
 def test_recompute_only_baseline_swaps_no_activation():

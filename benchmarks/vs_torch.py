@@ -1,0 +1,417 @@
+"""hybrid against PyTorch's own memory tools at the same bytes (issue 32): results/vs_torch.{md,csv,png}.
+
+Per model, PyTorch's alternatives and hybrid planned at exactly each alternative's peak:
+- eager (the reference: its peak and time);
+- full checkpointing per block (`torch.utils.checkpoint`, use_reentrant=False, around every residual/transformer
+  block, VGG stage, UNet block);
+- torch.compile with activation_memory_budget 0.5 and 0.2, save_on_cpu, checkpoint + save_on_cpu.
+
+Without a GPU (this path, CI) the table runs in simulation with one cost model (the graph's roofline times):
+the checkpointed module is captured (hybrid.capture represents its recomputation, reading the parameters and
+the forward's generator state), its time is the program-order plan of that graph at its own unswapped peak,
+and hybrid's plan of the plain graph at exactly that peak comes from `run_optimize` within --time-limit
+(ratio column: checkpoint time / hybrid time). Eager is the plain graph's program order at its own peak.
+torch.compile's partitioned graph and saved-tensor hooks (save_on_cpu) are not captured: those rows say so
+and wait for a GPU. With a GPU (`torch.cuda.is_available()`), every alternative is run and measured (peak
+from torch.cuda.max_memory_allocated, median step time) beside the simulation.
+
+    python -m benchmarks.vs_torch                 # the full table
+    python -m benchmarks.vs_torch --quick         # tiny models, writes results/vs_torch_quick.*
+    python -m benchmarks.vs_torch --only resnet-50 --part 1   # one model (the parts are joined by --join)
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+from benchmarks.common import RESULTS, is_quick, quick_stem, write_table
+from hybrid.capture import capture
+from hybrid.device import Device, preset
+from hybrid.errors import InfeasibleError
+from hybrid.graph import Graph
+from hybrid.graph.info import unswapped_peak
+from hybrid.swap.baselines import run_baseline
+from hybrid.validator import validate
+
+DEVICE = "v100-16gb"     # the cost model (roofline times) and the link the plans are made for
+MiB = 1 << 20
+NOT_CAPTURED = {
+    "compile_budget_0.5": "torch.compile's partitioned graph is not captured; GPU only",
+    "compile_budget_0.2": "torch.compile's partitioned graph is not captured; GPU only",
+    "save_on_cpu": "capture refuses saved-tensor hooks (host copies are hybrid's to plan); GPU only",
+    "checkpoint+save_on_cpu": "capture refuses saved-tensor hooks (host copies are hybrid's to plan); GPU only",
+}
+
+
+class Checkpoint(nn.Module):
+    """`block` run under torch.utils.checkpoint (non-reentrant), as a user wraps a block."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+
+
+def checkpoint_forward(block: nn.Module) -> nn.Module:
+    """`block` (modified) whose forward runs under torch.utils.checkpoint; its attributes stay where its
+    container looks for them (nn.TransformerEncoder reads its layers' `self_attn`)."""
+    inner = block.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+
+    block.forward = forward  # type: ignore[method-assign]
+    return block
+
+
+def checkpoint_blocks(module: nn.Module, is_block: Callable[[nn.Module], bool]) -> nn.Module:
+    """`module` (modified) with every submodule `is_block` accepts checkpointed (`checkpoint_forward`)."""
+    for child in module.children():
+        if is_block(child):
+            checkpoint_forward(child)
+        else:
+            checkpoint_blocks(child, is_block)
+    return module
+
+
+def checkpoint_vgg(m: nn.Module) -> nn.Module:
+    """VGG's features as one checkpointed segment per stage (the layers up to each max pool)."""
+    stages, cur = [], []
+    for layer in m.features:
+        cur.append(layer)
+        if isinstance(layer, nn.MaxPool2d):
+            stages.append(Checkpoint(nn.Sequential(*cur)))
+            cur = []
+    m.features = nn.Sequential(*stages, *cur)
+    return m
+
+
+def checkpoint_unet(m: nn.Module) -> nn.Module:
+    for lst in (m.down, m.merge):
+        for i in range(len(lst)):
+            lst[i] = Checkpoint(lst[i])
+    m.bottom = Checkpoint(m.bottom)
+    return m
+
+
+def _is_class(*names: str) -> Callable[[nn.Module], bool]:
+    return lambda mod: type(mod).__name__ in names
+
+
+@dataclass(frozen=True)
+class Model:
+    """A training step: build() -> (module, args, target, loss_fn); checkpointed(module) wraps its blocks."""
+
+    name: str
+    build: Callable[[], tuple[nn.Module, tuple, Any, Any]]
+    checkpointed: Callable[[nn.Module], nn.Module]
+    optimizer: str = "sgd"
+
+
+def zoo(name: str, batch: int, overrides: dict[str, Any]) -> Callable[[], tuple[nn.Module, tuple, Any, Any]]:
+    def build() -> tuple[nn.Module, tuple, Any, Any]:
+        from hybrid.zoo import get_model
+
+        spec = get_model(name, **overrides)
+        with torch.device("meta"):
+            m = spec.build()
+        args, target = spec.make_inputs(batch, torch.device("meta"), torch.float32)
+        return m, args, target, spec.loss
+    build.model_info = {"name": name, "batch": batch, "config": dict(overrides)}  # type: ignore[attr-defined]
+    return build
+
+
+def transformer(layers: int, d: int, batch: int, seq: int, vocab: int) -> Callable[[], tuple]:
+    """A GPT-style LM (examples.transformer_lm): the stand-in for the zoo's gpt2/llama where Hugging Face
+    transformers is not installed."""
+    def build() -> tuple[nn.Module, tuple, Any, Any]:
+        from examples.transformer_lm import TransformerLM, lm_loss
+
+        with torch.device("meta"):
+            m = TransformerLM(vocab, d, layers)
+        tokens = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+        return m, (tokens,), tokens, lm_loss
+    build.model_info = {"name": "examples.transformer_lm", "batch": batch,  # type: ignore[attr-defined]
+                        "config": {"layers": layers, "d": d, "seq": seq, "vocab": vocab}}
+    return build
+
+
+def _has_transformers() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def models(quick: bool) -> list[Model]:
+    """Sizes where memory binds: activations many times the weights (full); tiny versions for --quick."""
+    res = _is_class("Bottleneck", "BasicBlock")
+    enc = _is_class("TransformerEncoderLayer")
+    hf = _is_class("GPT2Block", "LlamaDecoderLayer")
+    if quick:
+        out = [Model("resnet-50", zoo("resnet-50", 2, {"image_size": 32, "num_classes": 10}),
+                     lambda m: checkpoint_blocks(m, res)),
+               Model("vgg16", zoo("vgg16", 2, {"image_size": 32, "num_classes": 10}), checkpoint_vgg),
+               Model("unet", zoo("unet", 2, {"image_size": 32, "base": 8}), checkpoint_unet),
+               Model("transformer-lm", transformer(2, 64, 4, 64, 100), lambda m: checkpoint_blocks(m, enc))]
+    else:
+        out = [Model("resnet-50", zoo("resnet-50", 32, {}), lambda m: checkpoint_blocks(m, res)),
+               Model("vgg16", zoo("vgg16", 32, {}), checkpoint_vgg),
+               Model("unet", zoo("unet", 8, {}), checkpoint_unet),
+               Model("transformer-lm", transformer(6, 512, 8, 512, 8000), lambda m: checkpoint_blocks(m, enc))]
+    if _has_transformers():
+        out += [Model("gpt2", zoo("gpt2", 8 if not quick else 2, {} if not quick else {"n_layer": 2}),
+                      lambda m: checkpoint_blocks(m, hf)),
+                Model("llama", zoo("llama", 4 if not quick else 2, {} if not quick else {"num_hidden_layers": 2}),
+                      lambda m: checkpoint_blocks(m, hf))]
+    return out
+
+
+def graphs(model: Model) -> tuple[Graph, Graph]:
+    """The plain step's graph and the checkpointed step's (the same weights and batch)."""
+    m, args, target, loss = model.build()
+    plain = capture(m, args, loss, target, optimizer=model.optimizer, lr=0.01, device=DEVICE, name=model.name)
+    ck = capture(model.checkpointed(copy.deepcopy(m)), args, loss, target, optimizer=model.optimizer, lr=0.01,
+                 device=DEVICE, name=f"{model.name}-checkpoint")
+    info = getattr(model.build, "model_info", {"name": model.name})
+    plain.extra["model"] = dict(info)
+    ck.extra["model"] = {**info, "checkpoint": "torch.utils.checkpoint per block (benchmarks.vs_torch)"}
+    return plain, ck
+
+
+def at_memory(base: Device, nbytes: int) -> Device:
+    """`base` with exactly `nbytes` for the plan (no reserve: the bytes the alternative used)."""
+    return dataclasses.replace(base, memory_bytes=int(nbytes), reserve_bytes=0)
+
+
+def own_time(g: Graph, dev: Device) -> tuple[int, float]:
+    """(peak, time): the program-order plan of `g` at its own unswapped peak."""
+    peak = unswapped_peak(g)
+    plan = run_baseline(g, at_memory(dev, peak), "belady")
+    if not validate(g, plan).valid:
+        raise AssertionError(f"{g.name}: the program-order plan does not validate")
+    return peak, plan.makespan_s
+
+
+# hybrid's planner settings tried at each memory, the time limit split evenly: the search's default (swap and
+# recompute chains of up to 6 producers), recompute only (Checkmate-style: activations rerun or kept), and long
+# chains with reruns allowed up to 4x their copies' time (whole blocks, as checkpointing reruns them).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "swap+recompute": {"recompute_ratio": 1.0},
+    "recompute-only": {"recompute_ratio": 1.0, "recompute_only": True},
+    "long-chains": {"recompute_ratio": 4.0, "recompute_depth": 40},
+}
+
+
+def hybrid_at(g: Graph, dev: Device, memory: int, seconds: float,
+              generations: int | None) -> tuple[float, str, str]:
+    """hybrid's best plan of `g` at exactly `memory` bytes over VARIANTS, `seconds` in all: (makespan, the
+    variant, note). Every plan is validated."""
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+    from hybrid.swap.augmented import PlannerOptions
+
+    best, which, notes = float("nan"), "", []
+    for name, kw in VARIANTS.items():
+        opts = OptimizeOptions(config=GAConfig(seed=1), generations=generations, workers=1,
+                               planner=PlannerOptions(**kw))
+        try:
+            plan = run_optimize(g, at_memory(dev, memory), seconds / len(VARIANTS), opts).plan
+        except InfeasibleError as e:
+            notes.append(f"{name} infeasible: {str(e)[:60]}")
+            continue
+        if not validate(g, plan).valid:
+            raise AssertionError(f"{g.name}: hybrid's plan ({name}) does not validate")
+        if not plan.makespan_s >= best:    # the first, or a faster one
+            best, which = plan.makespan_s, name
+    return best, which, "; ".join(notes)
+
+
+def simulated_rows(name: str, plain: Graph, ck: Graph, seconds: float, generations: int | None) -> list[dict]:
+    """The simulated table's rows for one model (also the held-out check's entry point)."""
+    dev = plain.device or preset(DEVICE)
+    e_peak, e_time = own_time(plain, dev)
+    rows = [{"model": name, "alternative": "eager", "source": "simulated", "peak_MiB": e_peak / MiB,
+             "time_ms": e_time * 1e3,
+             "peak/eager": 1.0, "hybrid_ms": float("nan"), "speedup": float("nan"), "hybrid_variant": "",
+             "ops": len(plain.ops), "note": ""}]
+    c_peak, c_time = own_time(ck, dev)
+    h_time, variant, note = hybrid_at(plain, dev, c_peak, seconds, generations)
+    rows.append({"model": name, "alternative": "checkpoint", "source": "simulated", "peak_MiB": c_peak / MiB,
+                 "time_ms": c_time * 1e3,
+                 "peak/eager": c_peak / e_peak, "hybrid_ms": h_time * 1e3, "speedup": c_time / h_time,
+                 "hybrid_variant": variant, "ops": len(ck.ops), "note": note})
+    for alt, why in NOT_CAPTURED.items():
+        rows.append({"model": name, "alternative": alt, "source": "simulated", "note": f"not simulated: {why}"})
+    return rows
+
+
+def measured_rows(model: Model, iters: int) -> list[dict]:
+    """On a GPU: each alternative's measured peak and median step time (hybrid's executed rows are
+    benchmarks/executor_gpu's, at these peaks)."""
+    import statistics
+
+    rows = []
+    dev = torch.device("cuda")
+
+    def step_fn(alt: str) -> Callable[[], None]:
+        m, args, target, loss = model.build()
+        m = m.to_empty(device=dev)
+        for p in m.parameters():
+            nn.init.normal_(p, std=0.02)
+        args = tuple(a.to_empty(device=dev) if hasattr(a, "to_empty") else torch.zeros_like(a, device=dev)
+                     for a in args)
+        target = torch.zeros_like(target, device=dev)
+        if alt.startswith("checkpoint"):
+            m = model.checkpointed(m)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        fwd = m
+        if alt.startswith("compile"):
+            import torch._functorch.config as fconf
+
+            fconf.activation_memory_budget = float(alt.rsplit("_", 1)[1])
+            fwd = torch.compile(m)
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            ctx = torch.autograd.graph.save_on_cpu(pin_memory=True) if alt.endswith("save_on_cpu") else None
+            if ctx is None:
+                loss(fwd(*args), target).backward()
+            else:
+                with ctx:
+                    out = loss(fwd(*args), target)
+                out.backward()
+            opt.step()
+        return step
+
+    for alt in ("eager", "checkpoint", *NOT_CAPTURED):
+        try:
+            step = step_fn(alt)
+            step()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            times = []
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                step()
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            rows.append({"model": model.name, "alternative": alt, "source": "measured", "measured_peak_MiB":
+                         torch.cuda.max_memory_allocated() / MiB, "measured_ms": statistics.median(times) * 1e3})
+        except Exception as e:  # noqa: BLE001 - an alternative that fails on this backend is reported, not fatal
+            rows.append({"model": model.name, "alternative": alt, "source": "measured",
+                         "note": f"failed: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:80]}"})
+        torch.cuda.empty_cache()
+    return rows
+
+
+def plot(df: pd.DataFrame, path: Path, title: str) -> None:
+    """Step time against peak memory, per model: eager, checkpoint, and hybrid at checkpoint's peak."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hybrid.files import save_figure
+
+    names = list(dict.fromkeys(df["model"]))
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        part = df[(df["model"] == name) & df["time_ms"].notna()]
+        for _, r in part.iterrows():
+            ax.scatter(r["peak_MiB"], r["time_ms"], marker="o", label=r["alternative"])
+        ck = part[part["alternative"] == "checkpoint"]
+        if len(ck):
+            ax.scatter(ck["peak_MiB"], ck["hybrid_ms"], marker="*", s=120, label="hybrid at checkpoint's peak")
+        ax.set_title(name)
+        ax.set_xlabel("peak (MiB)")
+        ax.set_ylabel("simulated step (ms)")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny models, writes results/vs_torch_quick.*")
+    ap.add_argument("--time-limit", type=float, default=None, help="hybrid's seconds per model (60; quick 30)")
+    ap.add_argument("--generations", type=int, default=None, help="GA generations instead of a time limit")
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--part", default="", help="write this model set to out/vs_torch_parts/PART.json only")
+    ap.add_argument("--join", action="store_true", help="write the table from every saved part")
+    ap.add_argument("--iters", type=int, default=10, help="measured steps per alternative (GPU)")
+    a = ap.parse_args()
+    quick = a.quick or is_quick()
+    if quick:
+        import os
+
+        os.environ["HYBRID_QUICK"] = "1"
+    seconds = a.time_limit or (30.0 if quick else 60.0)   # quick: a bound; --generations is its budget
+    parts = Path("out") / quick_stem("vs_torch_parts")
+    saved = Path("out") / quick_stem("vs_torch_graphs")     # the graphs compared, named in the table by sha256
+    rows: list[dict] = []
+    if a.join:
+        for p in sorted(parts.glob("*.json")):
+            rows += json.loads(p.read_text())
+    else:
+        only = {s for s in a.only.split(",") if s}
+        for model in models(quick):
+            if only and model.name not in only:
+                continue
+            t0 = time.monotonic()
+            plain, ck = graphs(model)
+            saved.mkdir(parents=True, exist_ok=True)
+            plain.save(saved / f"{model.name}.json")
+            ck.save(saved / f"{model.name}-checkpoint.json")
+            got = simulated_rows(model.name, plain, ck, seconds, a.generations)
+            if torch.cuda.is_available():
+                got += measured_rows(model, a.iters)
+            rows += got
+            print(f"{model.name}: {got[1].get('speedup', float('nan')):.3f}x over checkpoint "
+                  f"({time.monotonic() - t0:.0f} s)", flush=True)
+        if a.part:
+            parts.mkdir(parents=True, exist_ok=True)
+            (parts / f"{a.part}.json").write_text(json.dumps(rows))
+            return
+    df = pd.DataFrame(rows)
+    df["source"] = df.get("source", pd.Series(index=df.index, dtype=object)).fillna("simulated")   # older parts
+    sim = df[(df["alternative"] == "checkpoint") & (df["source"] == "simulated")]
+    worst = float(sim["speedup"].min()) if len(sim) else float("nan")
+    gpu = "beside the measured rows" if torch.cuda.is_available() else "no GPU on this machine"
+    notes = (f"Simulated ({gpu}): cost model {DEVICE}'s roofline times and link; hybrid = run_optimize (GA, "
+             f"seed 1, one worker, no reserve) within {seconds:g} s per model at exactly the checkpointed step's "
+             f"peak; its plan is the fastest of {len(VARIANTS)} planner settings ({', '.join(VARIANTS)}; "
+             "benchmarks/vs_torch.py VARIANTS), the time limit split evenly. `speedup` = checkpoint's time / "
+             f"hybrid's. Worst speedup over checkpoint: {worst:.3f}x. "
+             + ("" if _has_transformers() else "The zoo's gpt2 and llama need Hugging Face transformers, not "
+                "installed here: transformer-lm (examples/transformer_lm.py, a GPT-style encoder LM) stands in. ")
+             + "Rows 'not simulated' wait for a GPU (torch.cuda.is_available(): measured rows)."
+             + (f" Joined from the parts under {parts} (each written by `--only MODELS --part N` in the timed slot)."
+                if a.join else ""))
+    names = set(df["model"])
+    read = sorted(p for p in saved.glob("*.json") if p.stem.removesuffix("-checkpoint") in names)
+    write_table(df, "vs_torch", "hybrid against PyTorch's memory tools at the same peak", notes, graphs=read)
+    plot(df, RESULTS / f"{quick_stem('vs_torch')}.png", "simulated step time against peak")
+    print(f"wrote results/{quick_stem('vs_torch')}.md (worst speedup over checkpoint {worst:.3f}x)")
+
+
+if __name__ == "__main__":
+    main()
