@@ -52,7 +52,7 @@ def _setting() -> str:
     cores, nice = sorted(os.sched_getaffinity(0)), os.nice(0)
     if len(cores) == 1:
         return (f"Both solvers ran one after the other pinned to one core (core {cores[0]}, nice {nice}: the "
-                "project's timed slot, no other timed run beside them), so their times on an instance compare")
+                "project's timed slot, a core of its own), so their times on an instance compare")
     return (f"Run on {len(cores)} shared cores at nice {nice}, one solver at a time; the machine may have been "
             "loaded, so compare the solvers only on the same instance (the ratio column)")
 
