@@ -10,7 +10,7 @@ is its time (the process start and CSV parse are not counted, nor hybrid's). Eve
 is checked by `hybrid.arena.validate`. Writes results/arena_packings.{md,csv} (`--quick`: 5 instances per size,
 20 s each, results/arena_packings_quick.*).
 
-The full run (100 instances, up to 60 s per instance and solver) takes about an hour; to run it in parts (one
+The full run (100 instances, up to 60 s per instance and solver) takes about 45 minutes; to run it in parts (one
 size, or a range of instances, per call), give `--instances A:B` (instances A..B-1 of each size in --sizes):
 each part writes its rows and its own command and commit to results/arena_packings_parts/, and `--merge`
 writes the table from the parts once they cover every instance (the same rows a single run writes).
