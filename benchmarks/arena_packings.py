@@ -138,7 +138,16 @@ def _merge(args: argparse.Namespace) -> None:
             raise SystemExit(f"error: --merge: size {n} has seeds {sorted(g['seed'])}, expected {seed}.."
                              f"{seed + per_size - 1} once each; run the missing parts")
     settings = {m["setting"] for m, _ in parts}
-    setting = settings.pop() if len(settings) == 1 else "; ".join(sorted(settings))
+    pinned = [re.search(r"pinned to one core \(core (\d+), nice (-?\d+)", s) for s in settings]
+    if len(settings) == 1:
+        setting = settings.pop()
+    elif all(pinned):                   # parts on different cores of the timed slot
+        cores = ", ".join(sorted({m.group(1) for m in pinned}))
+        nices = ", ".join(sorted({m.group(2) for m in pinned}))
+        setting = (f"Both solvers ran one after the other pinned to one core (each part on one of cores {cores}, "
+                   f"nice {nices}: the project's timed slot), so their times on an instance compare")
+    else:
+        setting = "; ".join(sorted(settings))
     warm = ", ".join(sorted({f"{m['warm_s']:.1f} s" for m, _ in parts}))
     lines = "".join(f"\n- `{m['command']}` (code {m['commit']}, {m['date']}, {m['wall_s'] / 60:.1f} min)"
                     for m, _ in parts)
