@@ -77,8 +77,9 @@ def repo_path(path: str | Path) -> str:
 
 
 def repo_relative(text: str) -> str:
-    """`text` (a command line, a cell) with every absolute path in it written by `repo_path`."""
-    return _ABS_PATH.sub(lambda m: repo_path(m.group(0)), text)
+    """`text` (a command line, a cell) with every absolute path in it written by `repo_path`. A single
+    component after a space is prose, not a path: a column named `greedy-size /peak` stays as it is."""
+    return _ABS_PATH.sub(lambda m: repo_path(m.group(0)) if m.group(0).count("/") > 1 else m.group(0), text)
 
 
 def relative_cells(df: pd.DataFrame) -> pd.DataFrame:

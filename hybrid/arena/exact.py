@@ -387,7 +387,7 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
 # --- dynamic temporal decomposition (MiniMalloc's DynamicallyDecompose) -------------------------------------
 # Once no unplaced buffer crosses a section boundary, the buffers on either side are independent: each side
 # is searched on its own (fresh canonical order), and a side that fails fails the node without thrashing
-# through the other side's choices. The recursion is depth n, so it runs in a thread with a large stack.
+# through the other side's choices (SPLIT frames).
 
 NOT_FOUND = 0
 
@@ -430,6 +430,30 @@ def _grow(a, need):
 
 
 SPLIT, SEARCH = 1, 0
+
+
+# What `_search` and `_search_tight` share: each explicit-stack frame tries candidates (`_tick` counts each
+# and stops the search at a limit) and, once done, hands its result to the parent (`_pop`).
+
+@nb.njit(cache=True)
+def _tick(counters, node_limit, descent_limit, mask, deadline):
+    """Count one placement tried (counters[0]): NODE_LIMIT when the nodes reach `node_limit` or the descents
+    (counters[3]) `descent_limit`, TIMEOUT past `deadline` (read every mask + 1 nodes), else NOT_FOUND (go on)."""
+    counters[0] += 1
+    if counters[0] >= node_limit or counters[3] >= descent_limit:
+        return NODE_LIMIT
+    if (counters[0] & mask) == 0 and _now() > deadline:
+        return TIMEOUT
+    return NOT_FOUND
+
+
+@nb.njit(cache=True)
+def _pop(d, f_type, f_cstart, ctop):
+    """Frame d is done: its parent's depth (-1 past the root) and the candidate stack's top without the
+    frame's candidates (a SEARCH frame's)."""
+    if f_type[d] == SEARCH:
+        ctop = f_cstart[d]
+    return d - 1, ctop
 
 
 @nb.njit(cache=True)
@@ -612,12 +636,8 @@ def _search(hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_h
                 while f_ci[d] < f_ck[d]:
                     b = cstack[f_cstart[d] + f_ci[d]]
                     f_ci[d] += 1
-                    counters[0] += 1
-                    if counters[0] >= node_limit or counters[3] >= descent_limit:
-                        ret = NODE_LIMIT
-                        break
-                    if (counters[0] & mask) == 0 and _now() > deadline:
-                        ret = TIMEOUT
+                    ret = _tick(counters, node_limit, descent_limit, mask, deadline)
+                    if ret != NOT_FOUND:
                         break
                     o = minoff[b]
                     off[b] = o
@@ -720,12 +740,9 @@ def _search(hcode, width, size, align, rank, br_first, br_lo, br_hi, bs_lo, bs_h
                 if ret == NOT_FOUND:
                     counters[2] += 1
                 finish = True
-        # the frame is done with `ret`: hand it to the parent
-        if f_type[d] == SEARCH:
-            ctop = f_cstart[d]
-        if d == 0:
+        d, ctop = _pop(d, f_type, f_cstart, ctop)     # the frame is done with `ret`: hand it to the parent
+        if d < 0:
             return ret
-        d -= 1
         fresh = False
 
 
@@ -939,12 +956,8 @@ def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_
                 while f_ci[d] < f_ck[d]:
                     b = cstack[f_cstart[d] + f_ci[d]]
                     f_ci[d] += 1
-                    counters[0] += 1
-                    if counters[0] >= node_limit or counters[3] >= descent_limit:
-                        ret = NODE_LIMIT
-                        break
-                    if (counters[0] & mask) == 0 and _now() > deadline:
-                        ret = TIMEOUT
+                    ret = _tick(counters, node_limit, descent_limit, mask, deadline)
+                    if ret != NOT_FOUND:
                         break
                     L = level[br_lo[br_first[b]]]
                     h = L + size[b]
@@ -982,11 +995,9 @@ def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_
                 if ret == NOT_FOUND:
                     counters[2] += 1
                 finish = True
-        if f_type[d] == SEARCH:
-            ctop = f_cstart[d]
-        if d == 0:
+        d, ctop = _pop(d, f_type, f_cstart, ctop)     # the frame is done with `ret`: hand it to the parent
+        if d < 0:
             return ret
-        d -= 1
         fresh = False
 
 

@@ -75,6 +75,13 @@ def test_write_table_writes_repository_relative_paths_and_quick_tables_beside_fu
     assert common.quick_stem("milp_scale_vgg_quick") == "milp_scale_vgg_quick"
 
 
+def test_repo_relative_rewrites_paths_but_not_ratio_column_names() -> None:
+    text = "Columns `<heuristic> /peak` and `repair /peak`; plans under /tmp/elsewhere/plans"
+    out = common.repo_relative(text)
+    assert "`<heuristic> /peak` and `repair /peak`" in out and not machine_paths(out)
+    assert "<elsewhere>/elsewhere/plans" in out
+
+
 @pytest.mark.parametrize("quick", [False, True])
 def test_regenerate_names_each_quick_output_beside_the_full_one(quick: bool) -> None:
     from benchmarks.regenerate import JOBS
