@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from executor.api import execute  # noqa: E402
 from hybrid.capture import capture  # noqa: E402
-from hybrid.errors import HybridError  # noqa: E402
+from tests.hybrid.test_capture import one_line_error  # noqa: E402
 from hybrid.graph.rerun import why_not_rerunnable  # noqa: E402
 from hybrid.swap.quick_plans import quick_plan  # noqa: E402
 from hybrid.validator import validate  # noqa: E402
@@ -106,14 +106,6 @@ def test_preserve_rng_state_false_redraws_as_eager_does() -> None:
     plan = quick_plan(g, 1.0, "unconstrained")
     r = execute(g, plan, copy.deepcopy(m), x, None, iters=3, device="cpu", check=True, seed=3)
     assert r.comparison is not None and r.comparison.bitwise
-
-
-def one_line_error(fn, *args, **kwargs) -> str:
-    with pytest.raises(HybridError) as info:
-        fn(*args, **kwargs)
-    msg = str(info.value)
-    assert "\n" not in msg
-    return msg
 
 
 def test_save_on_cpu_is_refused_naming_it() -> None:
