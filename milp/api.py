@@ -180,8 +180,9 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
         deadline = min(deadline if deadline is not None else float("inf"), t0 + solve_options.time_limit_s)
     failed, refused = 0.0, 1.0          # shares of the memory given up: last that did not lay out, first infeasible
     over: float | None = _overflow(run.plan)     # the last layout's overflow; 0.0 after a refused solve
+    stopped = run.result.interrupted    # HiGHS takes the Ctrl-C itself, so `received()` alone does not see it
     for _ in range(RELAYOUT_TRIES):
-        if over is None or received() or (deadline is not None and deadline - time.monotonic() < 1.0):
+        if over is None or stopped or received() or (deadline is not None and deadline - time.monotonic() < 1.0):
             break       # laid out; or Ctrl-C / SIGTERM (write what there is), or no time left
         give = 0.5 * (failed + refused) if over == 0.0 else \
             min(1.0 - (1.0 - failed) / (1.0 + over) + 0.005, 0.5 * (failed + refused))
@@ -191,6 +192,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
                                False, None, None, start_name)
         except HybridError:
             again = None
+        stopped = again is not None and again.result.interrupted
         if again is None or again.plan is None:
             refused, over = give, 0.0       # too little memory for the model: back half way
             continue
