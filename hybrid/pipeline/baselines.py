@@ -16,15 +16,17 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
                   relaxation: Plan | None = None, addresses: bool | None = None) -> Baselines:
     """Each baseline planned and validated, then the optimize rows: summary rows (`plan_row`) and notes.
 
-    Where the search planned with addresses (`addresses`; default: its plan is an arena), the baselines are arenas too, planned by the same address-aware walk
-    (`run_baseline(addresses=True)`): like with like. `relaxation`: the search's best re-planned on the byte
+    Where the search planned with addresses (`addresses`, `--addresses`; default: whether its plan is an arena), the
+    baselines are arenas too, planned by the same address-aware walk (`run_baseline(addresses=True)`, laid out
+    afterwards where the walk gives none): like with like. `relaxation`: the search's best re-planned on the byte
     budget (memory that never fragments), shown as a bound row. Where the written plan is a byte budget laid
-    out afterwards (`--byte-budget`), the baselines are byte budgets and the byte-budget plan it was laid out
+    out afterwards (the default, `--byte-budget`), the baselines are byte budgets and the byte-budget plan it was laid out
     from (`refined`) is shown too. `search_plan`: the search's best, shown when refinement replaced it.
     `deadline` (monotonic): baselines not started by then are left out, with a note saying so. `bounds`: the
     any-order bounds to divide by (keyed by recompute; `hybrid.pipeline.rows.plan_row`), default both, computed."""
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline.rows import plan_row
+    from hybrid.arena.layout import laid_out
     from hybrid.swap.baselines import run_baseline
     from hybrid.validator import check
 
@@ -41,17 +43,23 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
         except InfeasibleError as e:
             out.notes.append(f"{kind}: cannot run: {e}")
             continue
+        if addresses and p.allocation.kind != "arena":   # tflms, or no offsets from the walk: laid out after
+            left = 10.0 if deadline is None else max(0.5, min(10.0, deadline - time.monotonic()))
+            p = laid_out(graph, p, time_limit_s=left)
+            if p.allocation.kind != "arena":
+                out.notes.append(f"{kind}: cannot run: {p.planner['arena']['why']}")
+                continue
         check(graph, p)
         out.rows.append(plan_row(kind, p, graph, bounds))
     if skipped:
         out.notes.append(f"not run, the time limit was spent: {', '.join(skipped)} (give a longer --time-limit)")
-    laid_out = (not addresses and refined is not None and refined is not plan
-                and plan.allocation.kind == "arena")
-    best = refined if laid_out else plan
+    written_laid_out = (not addresses and refined is not None and refined is not plan
+                        and plan.allocation.kind == "arena")
+    best = refined if written_laid_out else plan
     if search_plan is not best:
         out.rows.append(plan_row("optimize (GA)", search_plan, graph, bounds))
     out.rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if search_plan is not best else ""), best, graph, bounds))
-    if laid_out:
+    if written_laid_out:
         out.rows.append(plan_row("optimize, written (exact offsets)", plan, graph, bounds))
         out.notes.append("The baselines and the optimize rows above the last are byte budgets (memory never "
                          "fragments); the written plan gives every tensor an arena offset (--no-arena: write the "
@@ -60,7 +68,7 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
         if relaxation is not None:
             out.rows.append(plan_row("byte budget, fragmentation-free (relaxation)", relaxation, graph, bounds))
         out.notes.append("The baselines are arena plans, offsets given as planned (the address-aware walk; tflms, "
-                         "and a baseline the walk cannot fit, laid out by the arena heuristics), as the search's "
+                         "and a baseline the walk cannot fit, laid out afterwards by hybrid.arena.layout.laid_out), as the search's "
                          "(an arena, or size classes where those won); the relaxation is the search's best "
                          "schedule and genes on a byte budget that never fragments (--byte-budget searches that "
                          "way).")

@@ -24,8 +24,9 @@
 - ideal: unlimited memory, no copies at all: the compute time alone.
 All but ideal use a byte budget (an allocator without size classes), as frameworks do; with `addresses` (what
 `hybrid optimize --compare-baselines` asks) that budget is an arena planned with offsets by the same walk as the
-search's plans (hybrid.swap.addresses), and tflms's fixed rewrite is laid out by the arena heuristics (it has
-no eviction to adapt: where no layout fits, it runs out of memory, as TFLMS would with a fragmenting allocator).
+search's plans (hybrid.swap.addresses); tflms's fixed rewrite (it has no eviction to adapt), and a plan the walk
+found no offsets for, come back as byte budgets for the caller to lay out (`hybrid.pipeline.baselines`: where no
+layout fits, the baseline cannot run, as TFLMS runs out of memory with a fragmenting allocator).
 """
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def run_baseline(graph: Graph, device: Device, kind: str, schedule: np.ndarray |
     """Plan `graph` on `device` the way baseline `kind` would; raises InfeasibleError if it cannot run.
     `recompute` lets belady drop and recompute too (the other kinds model systems that only swap); `seed`
     draws odswap-paper's random topological order when no `schedule` is given; `addresses`: an arena plan with
-    offsets (module docstring), else the byte budget."""
+    offsets where the walk finds them (module docstring), else the byte budget."""
     if kind not in BASELINE_OPTIONS:
         raise HybridError(f"unknown baseline {kind!r}: choose one of {', '.join(BASELINES)}")
     if kind == "odswap-paper" and schedule is None:
@@ -76,8 +77,7 @@ def run_baseline(graph: Graph, device: Device, kind: str, schedule: np.ndarray |
         return plan
     order = program_order(graph) if schedule is None else np.asarray(schedule, dtype=np.int32)
     if kind == "tflms":
-        plan = tflms_plan(graph, device, order, given=schedule is not None)
-        return laid_out(graph, plan) if addresses else plan
+        return tflms_plan(graph, device, order, given=schedule is not None)   # fixed copies: laid out by the caller
     opt = replace(BASELINE_OPTIONS[kind], addresses=addresses and kind != "ideal")
     if kind == "ideal":
         _, peak = peak_live_counts(graph, order)
@@ -92,24 +92,14 @@ def run_baseline(graph: Graph, device: Device, kind: str, schedule: np.ndarray |
     except InfeasibleError:
         if not opt.addresses:
             raise
-        # the walk found no offsets (a home it cannot return to): the byte budget's plan, laid out afterwards
-        plan = laid_out(graph, run_baseline(graph, device, kind, schedule, recompute, seed, addresses=False))
-        plan.planner["arena"]["laid_out"] = "after planning (the address-aware walk found no offsets)"
+        # the walk found no offsets (a home it cannot return to): the byte budget's plan, for the caller to lay out
+        plan = run_baseline(graph, device, kind, schedule, recompute, seed, addresses=False)
+        plan.planner["arena"] = {"laid_out": "after planning (the address-aware walk found no offsets)"}
         return plan
     info = {"name": kind, "options": opt.describe()}
     if schedule is not None:
         info["schedule"] = "given"
     return to_plan(aug, info)
-
-
-def laid_out(graph: Graph, plan: Plan) -> Plan:
-    """A plan whose copies are fixed (tflms) with arena offsets from the heuristics (hybrid.arena.layout's
-    `heuristic_layout`); InfeasibleError when none fits beside the largest workspace."""
-    from hybrid.arena.layout import heuristic_layout
-    from hybrid.arena.lifetimes import arena_plan, plan_buffers
-
-    pb = plan_buffers(graph, plan)
-    return arena_plan(plan, pb, heuristic_layout(pb.problem))
 
 
 TFLMS_LB = 1  # TFLMS's `lb` (its default): a swap-in is triggered this many ops before the tensor's consumer
