@@ -68,7 +68,9 @@ def test_ctrl_c_keeps_the_incumbent(tmp_path: Path) -> None:
     mem = int(unswapped_peak(g) * 0.6)
     p = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", "milp", "--graph", str(path), "--memory",
                           str(mem), "--gap", "0", "--time-limit", "10m", "--out", str(out)],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         # a test run started in the background inherits SIGINT ignored: give the child Ctrl-C back
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(25)
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=120)
