@@ -191,13 +191,17 @@ def best_fit_in_time(n: int, passes: int, deadline: float | None) -> bool:
     return deadline is None or time.perf_counter() + passes * BEST_FIT_S_PER_PAIR * n * n <= deadline
 
 
-def exact_fit(problem: Problem, capacity: int, nodes: int, deadline: float) -> np.ndarray | None:
-    """Offsets within `capacity` found by the exact search in at most `nodes` nodes (None: not found, or the
+def exact_fit(problem: Problem, capacity: int, nodes: int, deadline: float) -> Solution | None:
+    """A layout within `capacity` found by the exact search in at most `nodes` nodes (None: not found, or the
     deadline, a safety cap, came first): a work budget, so the same plan lays out the same way under any load."""
     from hybrid.arena import exact
 
     out = exact.decide(problem, capacity, deadline, node_budget=nodes)
-    return out.offsets if out.status == exact.FOUND else None
+    if out.status != exact.FOUND:
+        return None
+    offs = out.offsets
+    end = int((offs + problem.arrays.size).max()) if len(offs) else 0
+    return Solution(offs, end, "exact", 0.0, False, problem.peak_live())
 
 
 @dataclass
@@ -275,14 +279,11 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         if len(pb.problem) > budget.exact_max_buffers or out_of_time():
             return False
         exact.warm_up()
-        offs = exact_fit(pb.problem, int(pb.problem.capacity or 0), budget.exact_nodes, deadline)
+        sol = exact_fit(pb.problem, int(pb.problem.capacity or 0), budget.exact_nodes, deadline)
         tried.count += 1
-        if offs is None:
+        if sol is None:
             out_of_time()        # a search the deadline stopped is not reproducible: say so
             return False
-        a = pb.problem.arrays
-        sol = Solution(offs, int((offs + a.size).max()) if len(offs) else 0, "exact", 0.0, False,
-                       pb.problem.peak_live())
         tried.fits.append((ms, len(tried.fits), arena_plan(cand, pb, sol), source, shrink, kind))
         return True
 
@@ -402,12 +403,9 @@ def _fit(graph: Graph, plan: Plan, time_limit_s: float, budget: LayoutBudget) ->
         from hybrid.arena import exact
 
         exact.warm_up()
-        offs = exact_fit(pb.problem, cap, budget.exact_nodes, deadline)
-        if offs is None:
+        sol = exact_fit(pb.problem, cap, budget.exact_nodes, deadline)
+        if sol is None:
             return None, ratio
-        a = pb.problem.arrays
-        sol = Solution(offs, int((offs + a.size).max()) if len(offs) else 0, "exact", 0.0, False,
-                       pb.problem.peak_live())
     out = arena_plan(plan, pb, sol)
     report = validate(graph, out)
     if not report.valid:
