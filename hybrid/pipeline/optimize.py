@@ -635,7 +635,7 @@ def _refine_after(graph: Graph, device: Device, plan: "Plan", split_ckpt, deadli
     except HybridError as e:
         if plan.allocation.kind != "arena":
             raise
-        # a refiner that cannot keep offsets yet refuses arena plans: the search's laid-out plan stands
+        # an arena plan the refiner cannot re-time (reruns; events whose offsets do not walk): the plan stands
         ref.skipped, ref.note = str(e), f"; refinement not run ({e})"
         return plan, None, False
     finally:
