@@ -276,7 +276,9 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
         skipped.append(f"arena layout: not run, one layout takes about {format_seconds(layout_seconds(eval_s))} "
                        f"here, over {100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
                        "without offsets (the executor compacts at run time if it must)")
-    reserve = reserve_for(end - start, eval_s, arena, opts.baselines, summary_bound)
+    # an address-aware search writes its plan with offsets as planned: no layout to keep time for (its last
+    # resort, a byte-budget search laid out afterwards, gets what is left of the limit)
+    reserve = reserve_for(end - start, eval_s, arena and not opts.addresses, opts.baselines, summary_bound)
     search_end = end - reserve
     now = time.monotonic()
     after = cpsat and not beside
