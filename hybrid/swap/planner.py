@@ -77,7 +77,6 @@ class SwapPlanner:
         self._ar_scr = A.scratch(a.n_tensors, n_in)
         self._arenas: dict[int, tuple[PoolArrays, PoolArrays]] = {}
         self._n_uses = n_in
-        self._uses_per_tensor = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
         self._seq_scr: tuple | None = None
         self._scratch_classes = 0
         self._ensure_scratch(max(1, len(np.unique(a.t_bytes))))
@@ -251,7 +250,7 @@ class SwapPlanner:
         d = self.device
         status, _err, nd, _nch = S.walk_into(
             kind, ref, n, a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr,
-            a.upd_idx, self.op_time, self.op_ws, self._uses_per_tensor, pool.by_bytes, pool.t_class,
+            a.upd_idx, self.op_time, self.op_ws, pool.by_bytes, pool.t_class,
             pool.class_count, np.int64(pool.capacity), pool.t_mem, float(d.h2d_bytes_per_s),
             float(d.d2h_bytes_per_s), float(d.transfer_latency_s), out.buf[6], -1, *scr)
         if status != S.OK:  # never seen; the walk's own timing stands
@@ -268,7 +267,7 @@ class SwapPlanner:
                              "swap_ins": int(stats[S.S_NIN]), "swap_outs": int(stats[S.S_NOUT]),
                              "frees": int(stats[S.S_NFREE])})
             prob = S.Problem(self.graph, self.device, pool, sched, self.op_time, self.op_ws, self.impl_choice,
-                             out.buf[6].copy(), opt, self._uses_per_tensor)
+                             out.buf[6].copy(), opt)
             out.timeline = (prob, tl)
 
     def pool_for(self, pool: PoolArrays, options: PlannerOptions) -> PoolArrays:
