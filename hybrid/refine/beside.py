@@ -396,8 +396,6 @@ class _Refiner:
                 "planner_options": self.space.options_for(ind).describe(),
                 "refined_beside_search": {"rank": rank, "run": self.runs}}
         plan = to_plan(aug, info)
-        if aug.recompute is not None and aug.recompute.any():
-            return  # CP-SAT windows do not model reruns (hybrid.refine.lns.refine keeps such plans as they are)
         current = [plan.makespan_s]
 
         def progress(p: RefineProgress) -> None:

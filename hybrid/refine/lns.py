@@ -184,7 +184,7 @@ class _Search:
     def pick(self, w: int, off: int, tried: set[tuple[int, int]]) -> tuple[int, int] | None:
         """The untried window of this round with the most compute stall in it (None: no stall left)."""
         gap, tail = _stalls(self.cur)
-        n_ops = len(self.prob.schedule)
+        n_ops = len(gap)  # computes in the stream, reruns included (their order never changes)
         floor = 1e-7 * max(self.cur.makespan, 1e-30)
         cands = _windows(n_ops, w, off)
         if self.options.stall_windows:  # also windows ending at a stalled op: its delay was issued before it
@@ -294,8 +294,9 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     """Refine any plan's swap timing and evictions with CP-SAT on windows; never returns a worse plan.
 
     `plan` may come from any planner or file (size_classes, unconstrained or arena
-    allocation; an arena plan keeps every offset, `hybrid.refine.offsets`). A plan that recomputes is returned unchanged (stop "recomputes kept"): the windows model
-    each op's single run. The result's plan keeps the schedule, the
+    allocation; an arena plan keeps every offset, `hybrid.refine.offsets`). Reruns (recompute events) keep
+    their places in the compute stream's order, as every compute does; the copies around them are re-timed.
+    The result's plan keeps the schedule, the
     allocation and the initially resident tensors; `improved` says whether the
     makespan went down, and `history` lists (time_s, best makespan) points.
     `stop`, asked between windows, ends the search early (stop "stopped") with the best plan so far.
@@ -306,13 +307,6 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     t0 = time.perf_counter()
     if graph.name != plan.graph:
         raise HybridError(f"refine: the plan is for graph {plan.graph!r}, not {graph.name!r}")
-    if any(e.kind == "compute" and e.recompute for e in plan.events):
-        # The windows and the re-walk model each op's single run; a plan with reruns is kept as it is (never
-        # worse), so `hybrid optimize` and the refiner beside it pass over such plans rather than fail.
-        return RefineResult(plan, False, [HistoryPoint(0.0, plan.makespan_s)], plan.makespan_s,
-                            stop="recomputes kept", search_s=time.perf_counter() - t0,
-                            notes=["the plan recomputes ops: CP-SAT windows do not model reruns, so it is kept as "
-                                   "it is"])
     prob, tl = starting_point(graph, plan)
     setup = time.perf_counter() - t0
     reference = float(plan.makespan_s)

@@ -86,10 +86,9 @@ def arena_problem(aug, allocation: ArenaAllocation) -> ArenaProblem:  # noqa: AN
     seg_hi = np.zeros(a.n_tensors, np.int64)
     seg_lo[has] = np.searchsorted(bounds, off[has])
     seg_hi[has] = np.searchsorted(bounds, off[has] + mem[has])
-    n_uses = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
     return ArenaProblem(g, aug.device, per_tensor_pool(g, aug.device), np.asarray(aug.schedule, np.int32),
                         aug.op_time, aug.op_ws, aug.impl_choice, np.asarray(aug.resident_at_start, np.bool_),
-                        aug.options, n_uses, allocation, off, seg_lo, seg_hi, max(0, len(bounds) - 1))
+                        aug.options, allocation, off, seg_lo, seg_hi, max(0, len(bounds) - 1))
 
 
 @njit(cache=True)

@@ -7,7 +7,8 @@ that order is not a valid sequence (zero-length events tied at one instant in
 an order the walk cannot follow), the swap planner is re-run with the plan's
 schedule, allocation and recorded planner options, which reproduces plans
 the planner made. An arena plan keeps its offsets (`hybrid.refine.offsets`): its
-events in time order must walk, as those of any valid arena plan do.
+events in time order must walk, as those of any valid arena plan do. Reruns (recompute events) are compute
+nodes like any other: the walk tells them from an op's first run by their place in the sequence.
 """
 from __future__ import annotations
 
@@ -34,9 +35,18 @@ def _planner_options(plan: Plan):
 
 
 def _check_supported(graph: Graph, plan: Plan) -> None:
-    if any(e.kind == "compute" and e.recompute for e in plan.events):
-        raise HybridError("refine: the plan recomputes ops (recompute events); CP-SAT refinement re-times swap-only "
-                          "plans")
+    """The walk times every run of an op with one implementation (its first run's): a rerun that names another
+    cannot be re-timed."""
+    def impl_name(op_id: str, impl: str | None) -> str | None:
+        op = graph.op(op_id)
+        return impl if impl is not None or not op.implementations else op.implementations[op.default_impl].name
+
+    first = {e.op: impl_name(e.op, e.impl) for e in plan.events if e.kind == "compute" and not e.recompute}
+    for e in plan.events:
+        if e.kind == "compute" and e.recompute and impl_name(e.op, e.impl) != first.get(e.op):
+            raise HybridError(f"refine: the recompute of op {e.op!r} at {e.start_s:.6g} s uses implementation "
+                              f"{impl_name(e.op, e.impl)!r}, its first run {first.get(e.op)!r}; CP-SAT refinement "
+                              "times every run of an op with one implementation: use this plan as it is")
 
 
 def starting_point(graph: Graph, plan: Plan) -> tuple[Problem, Timeline]:

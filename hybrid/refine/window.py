@@ -124,19 +124,24 @@ class WindowOptions:
 
 
 class TensorEvents:
-    """Per-tensor touches of a timeline, by node index: reads, writes, loads, releases, updates."""
+    """Per-tensor touches of a timeline, by node index: reads, writes, loads, releases, updates, and rerun
+    writes (REGEN: the value comes back as it was, so a host copy stays valid; a rerun updates nothing)."""
 
-    READ, WRITE, LOAD, RELEASE, UPDATE = 0, 1, 2, 3, 4
+    READ, WRITE, LOAD, RELEASE, UPDATE, REGEN = 0, 1, 2, 3, 4, 5
 
     def __init__(self, p: Problem, tl: Timeline) -> None:
         a = p.graph.arrays
         nodes: list[np.ndarray] = []
         tens: list[np.ndarray] = []
         typ: list[np.ndarray] = []
-        comp = np.nonzero(tl.kind == COMPUTE)[0]
-        ops = tl.ref[comp].astype(np.int64)
-        for ptr, idx, code in ((a.in_ptr, a.in_idx, self.READ), (a.out_ptr, a.out_idx, self.WRITE),
-                               (a.upd_ptr, a.upd_idx, self.UPDATE)):
+        rerun = tl.reruns()
+        first = np.nonzero((tl.kind == COMPUTE) & ~rerun)[0]
+        again = np.nonzero(rerun)[0]
+        for comp, ptr, idx, code in ((np.nonzero(tl.kind == COMPUTE)[0], a.in_ptr, a.in_idx, self.READ),
+                                     (first, a.out_ptr, a.out_idx, self.WRITE),
+                                     (again, a.out_ptr, a.out_idx, self.REGEN),
+                                     (first, a.upd_ptr, a.upd_idx, self.UPDATE)):
+            ops = tl.ref[comp].astype(np.int64)
             cnt = ptr[ops + 1] - ptr[ops]
             if cnt.sum() == 0:
                 continue
@@ -358,8 +363,8 @@ class _Builder:
             if pool.by_bytes and a.t_bytes[t] == 0:
                 continue
             nd, ty = self.ev.of(t)
-            if np.any((nd >= lo) & (nd < hi) & (ty == TensorEvents.WRITE)):
-                continue  # produced inside the window
+            if np.any((nd >= lo) & (nd < hi) & ((ty == TensorEvents.WRITE) | (ty == TensorEvents.REGEN))):
+                continue  # produced (or regenerated) inside the window
             prev_nodes = nd[nd < lo]
             if len(prev_nodes) == 0 and not p.resident[t]:
                 continue

@@ -184,8 +184,7 @@ def tflms_plan(graph: Graph, device: Device, schedule: np.ndarray, lb: int = TFL
     used = np.zeros(a.n_tensors, np.bool_)
     used[rd_t] = True
     opts = BASELINE_OPTIONS["tflms"]
-    prob = Problem(graph, device, byte_pool(graph, device), order, a.op_time, a.op_ws, None, per & used, opts,
-                   np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64))
+    prob = Problem(graph, device, byte_pool(graph, device), order, a.op_time, a.op_ws, None, per & used, opts)
     try:
         tl = rebuild(prob, np.array(kind), np.array(ref))
     except SequenceError as e:

@@ -77,7 +77,6 @@ class SwapPlanner:
         self._ar_scr = A.scratch(a.n_tensors, n_in)
         self._arenas: dict[int, tuple[PoolArrays, PoolArrays]] = {}
         self._n_uses = n_in
-        self._uses_per_tensor = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
         self._seq_scr: tuple | None = None
         self._scratch_classes = 0
         self._ensure_scratch(max(1, len(np.unique(a.t_bytes))))
@@ -169,8 +168,7 @@ class SwapPlanner:
                     return out
                 if out.makespan < best.makespan or opt.keep == "last":
                     best = out
-        # The re-walk knows no reruns; a plan that recomputes keeps the walk's own timing.
-        if best.status == K.OK and opt.rebind and opt.overlap and best.buf[9][K.ST_NRC] == 0 and not pool.arena:
+        if best.status == K.OK and opt.rebind and opt.overlap and not pool.arena:
             self._rebind(sched, pool, opt, best, want_timeline)
         return best
 
@@ -244,14 +242,19 @@ class SwapPlanner:
         kind = out.buf[0][:n][order]
         ref = out.buf[1][:n][order].astype(np.int64)
         n_c = len(pool.class_count)
-        if self._seq_scr is None or len(self._seq_scr[14]) < n_c:
-            self._seq_scr = S.walk_scratch(self.node_cap, a.n_tensors, max(n_c, self._scratch_classes),
-                                           int(a.in_ptr[-1]) + int(a.out_ptr[-1]) + 4 * self.node_cap + 8)
+        # the edges `rewalk` makes room for (reruns read their inputs again and wait for their outputs' releases)
+        comp = ref[kind == S.COMPUTE]
+        n_in = int((a.in_ptr[comp + 1] - a.in_ptr[comp]).sum())
+        n_out = int((a.out_ptr[comp + 1] - a.out_ptr[comp]).sum())
+        dep_cap = n_in + 2 * n_out + 4 * self.node_cap + 8
+        if (self._seq_scr is None or len(self._seq_scr[14]) < n_c or len(self._seq_scr[0]) < self.node_cap
+                or len(self._seq_scr[3]) < dep_cap):
+            self._seq_scr = S.walk_scratch(self.node_cap, a.n_tensors, max(n_c, self._scratch_classes), dep_cap)
         scr = self._seq_scr
         d = self.device
         status, _err, nd, _nch = S.walk_into(
             kind, ref, n, a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr,
-            a.upd_idx, self.op_time, self.op_ws, self._uses_per_tensor, pool.by_bytes, pool.t_class,
+            a.upd_idx, self.op_time, self.op_ws, pool.by_bytes, pool.t_class,
             pool.class_count, np.int64(pool.capacity), pool.t_mem, float(d.h2d_bytes_per_s),
             float(d.d2h_bytes_per_s), float(d.transfer_latency_s), out.buf[6], -1, *scr)
         if status != S.OK:  # never seen; the walk's own timing stands
@@ -268,7 +271,7 @@ class SwapPlanner:
                              "swap_ins": int(stats[S.S_NIN]), "swap_outs": int(stats[S.S_NOUT]),
                              "frees": int(stats[S.S_NFREE])})
             prob = S.Problem(self.graph, self.device, pool, sched, self.op_time, self.op_ws, self.impl_choice,
-                             out.buf[6].copy(), opt, self._uses_per_tensor)
+                             out.buf[6].copy(), opt)
             out.timeline = (prob, tl)
 
     def pool_for(self, pool: PoolArrays, options: PlannerOptions) -> PoolArrays:
@@ -290,8 +293,8 @@ class SwapPlanner:
         return float(self._run_grown(schedule, self.pool_for(pool, options), options, False).makespan)
 
     def faster_options(self, schedule: np.ndarray, pool: PoolArrays, options: PlannerOptions) -> PlannerOptions:
-        """`options`, or the same without recompute where swapping only gives the faster plan (the walk without
-        reruns is also re-bound in time order, which can win). One-shot planners use this; the search has the
+        """`options`, or the same without recompute where swapping only gives the faster plan (both walks are
+        re-bound in time order, and either can win). One-shot planners use this; the search has the
         recompute ratio in its genes instead."""
         if not options.recomputes or options.recompute_only:
             return options

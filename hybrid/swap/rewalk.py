@@ -7,9 +7,13 @@ edit is either a valid augmented graph or rejected with a reason:
 - data edges: a compute waits for the swap_in that brought each input; a
   release (swap_out or free) waits for the last node that touched the copy; a
   swap_in waits for the tensor's previous release and for the swap_out that made
-  its host copy valid;
+  its host copy valid; a rerun waits for the release of each output's previous copy;
+- reruns: a compute of an op that already ran in the sequence is a rerun (a plan's
+  `"recompute": true` event). As the validator reads it, it regenerates its
+  outputs' values (a host copy of them stays valid) and updates nothing;
 - release kinds: a release is a `free` when the tensor is dead (non-persistent,
-  no later read) or its host copy is valid, else a `swap_out`;
+  and no compute reads it later before a rerun writes it again: a drop) or its
+  host copy is valid, else a `swap_out`;
 - ownership edges (memory safety, as in `hybrid.swap.kernel`): every
   allocation takes size-class objects (or byte chunks) released earlier in the
   sequence and depends on their release nodes. The walk picks, among objects
@@ -24,7 +28,7 @@ edit is either a valid augmented graph or rejected with a reason:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit
@@ -85,13 +89,13 @@ def _take_bytes(need, est, ch_bytes, ch_time, ch_node, n_ch, deps, n_deps, ch_de
 
 @njit(cache=True, _nrt=False)
 def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
-              n_uses, by_bytes, t_class, class_count, capacity, t_mem, h2d_bw, d2h_bw, latency, resident, stop,
-              start, end, dep_ptr, dep_idx, dep_own, stats, res, mat, last, hv, hvn, reln, left, updated,
+              by_bytes, t_class, class_count, capacity, t_mem, h2d_bw, d2h_bw, latency, resident, stop,
+              start, end, dep_ptr, dep_idx, dep_own, stats, res, mat, last, hv, hvn, reln, made, updated,
               fresh, tok_off, tok_n, tok_time, tok_node, tok_amt, pend1, ch_bytes, ch_time, ch_node, clk, tmp,
               tok_dead, ch_dead):
     """The walk over caller-provided arrays (no allocation, no reference counting: it runs once per GA
-    evaluation). kind (a copy of the input sequence, releases resolved in place) and the other outputs are
-    written; sizes: nodes >= n, dep arrays >= the dependency count, tokens/chunks >= n + 2.
+    evaluation). kind (a copy of the whole input sequence, releases resolved in place) and the other outputs
+    are written; nodes [0, n) are walked; sizes: nodes >= n, dep arrays >= the dependency count, tokens/chunks >= n + 2.
     Memory is counted in t_mem (each copy's aligned footprint); copies take t_bytes / bandwidth.
     Returns (status, err_node, n_deps, n_chunks)."""
     n_t = t_bytes.shape[0]
@@ -101,6 +105,20 @@ def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx
         end[i] = 0.0
     for i in range(5):
         stats[i] = 0.0
+    # Which releases drop a copy still read later: one backward pass, with res[t] meaning "a compute reads t
+    # after this point before one writes it". A release is marked in kind (FREE: no such read, SWAP_OUT: read
+    # later) until the forward pass resolves it.
+    for t in range(n_t):
+        res[t] = False
+    for i in range(kind.shape[0] - 1, -1, -1):  # the whole sequence, also when only a prefix is walked
+        r = ref[i]
+        if kind[i] == COMPUTE:
+            for j in range(out_ptr[r], out_ptr[r + 1]):
+                res[out_idx[j]] = False
+            for j in range(in_ptr[r], in_ptr[r + 1]):
+                res[in_idx[j]] = True
+        elif kind[i] != SWAP_IN:
+            kind[i] = SWAP_OUT if res[r] else FREE
     for t in range(n_t):
         res[t] = False
         mat[t] = -1       # node that made the current device copy
@@ -108,7 +126,7 @@ def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx
         hv[t] = t_persist[t]  # host copy valid
         hvn[t] = -1       # swap_out that made it valid
         reln[t] = -1      # release of the previous copy
-        left[t] = n_uses[t]  # reads still to come
+        made[t] = 0       # a compute has written t (a later compute writing it is a rerun)
         updated[t] = False
     # Released objects per class (sorted runs sized by the releases the sequence holds) and byte chunks.
     for c in range(n_c):
@@ -165,6 +183,17 @@ def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx
                     nd += 1
                     if end[m] > s:
                         s = end[m]
+            rerun = False
+            for j in range(out_ptr[r], out_ptr[r + 1]):
+                t = out_idx[j]
+                if made[t] != 0:
+                    rerun = True
+                    d = reln[t]
+                    if d >= 0:  # the copy it regenerates is gone before it starts (validator rule 2)
+                        dep_idx[nd] = d
+                        nd += 1
+                        if end[d] > s:
+                            s = end[d]
             n_tmp = 0
             if by_bytes:
                 need = op_ws[r]
@@ -195,22 +224,23 @@ def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx
             start[i] = s
             end[i] = s + op_time[r]
             clk[0] = end[i]
-            for j in range(upd_ptr[r], upd_ptr[r + 1]):
-                t = upd_idx[j]
-                hv[t] = False
-                hvn[t] = -1
-                updated[t] = True
+            if not rerun:
+                for j in range(upd_ptr[r], upd_ptr[r + 1]):
+                    t = upd_idx[j]
+                    hv[t] = False
+                    hvn[t] = -1
+                    updated[t] = True
             for j in range(in_ptr[r], in_ptr[r + 1]):
-                t = in_idx[j]
-                last[t] = i
-                left[t] -= 1
+                last[in_idx[j]] = i
             for j in range(out_ptr[r], out_ptr[r + 1]):
                 t = out_idx[j]
                 res[t] = True
                 mat[t] = i
                 last[t] = i
-                hv[t] = False
-                hvn[t] = -1
+                made[t] = 1
+                if not rerun:
+                    hv[t] = False
+                    hvn[t] = -1
             if by_bytes and op_ws[r] > 0:
                 n_ch = F.insert(ch_time, ch_node, ch_bytes, 0, n_ch, end[i], i, op_ws[r])
         elif k == SWAP_IN:
@@ -258,7 +288,7 @@ def walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx
             t = r
             if not res[t]:
                 return ERR_RELEASE_ABSENT, i, 0, 0
-            dead = (not t_persist[t]) and left[t] == 0
+            dead = (not t_persist[t]) and k == FREE  # marked by the backward pass
             s = 0.0
             d = last[t]
             if d >= 0:
@@ -320,23 +350,23 @@ def walk_scratch(n: int, n_t: int, n_c: int, dep_cap: int) -> tuple:
 
 
 def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr, upd_idx, op_time, op_ws,
-         n_uses, by_bytes, t_class, class_count, capacity, t_mem, h2d_bw, d2h_bw, latency, resident, dep_cap, stop):
+         by_bytes, t_class, class_count, capacity, t_mem, h2d_bw, d2h_bw, latency, resident, dep_cap, stop):
     """Returns (status, err_node, kind, start, end, dep_ptr, dep_idx, dep_own, stats, pool state).
 
     With stop < len(kind_in) only nodes [0, stop) are walked, the end-of-iteration checks are skipped and
     the pool state (free objects and byte chunks with their release times) is the one at that point.
     """
     n = kind_in.shape[0] if stop < 0 else stop
-    kind = np.array(kind_in[:n], dtype=np.int8)
+    kind = np.array(kind_in, dtype=np.int8)  # whole: the release kinds of a prefix depend on what follows it
     scr = walk_scratch(n, t_bytes.shape[0], class_count.shape[0], dep_cap)
     status, err, nd, n_ch = walk_into(kind, ref, n, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd_ptr,
-                                      upd_idx, op_time, op_ws, n_uses, by_bytes, t_class, class_count, capacity,
+                                      upd_idx, op_time, op_ws, by_bytes, t_class, class_count, capacity,
                                       t_mem, h2d_bw, d2h_bw, latency, resident, stop, *scr)
     start, end, dep_ptr, dep_idx, dep_own, stats = scr[:6]
     fresh, tok_off, tok_n, tok_time, _tok_node, tok_amt = scr[14:20]
     ch_bytes, ch_time = scr[21], scr[22]
     state = (fresh, tok_off, tok_n, tok_time, tok_amt, ch_bytes, ch_time, n_ch if status == OK else 0)
-    return status, err, kind, start, end, dep_ptr, dep_idx[:nd], dep_own[:nd], stats, state
+    return status, err, kind[:n], start, end, dep_ptr, dep_idx[:nd], dep_own[:nd], stats, state
 
 
 @dataclass(frozen=True)
@@ -352,14 +382,11 @@ class Problem:
     impl_choice: np.ndarray | None
     resident: np.ndarray
     options: object = None   # the PlannerOptions the plan was made with (carried into the AugmentedGraph)
-    n_uses: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
 
     @staticmethod
     def from_augmented(aug) -> "Problem":
-        a = aug.graph.arrays
-        n_uses = np.bincount(a.in_idx, minlength=a.n_tensors).astype(np.int64)
         return Problem(aug.graph, aug.device, aug.pool, np.asarray(aug.schedule, np.int32), aug.op_time, aug.op_ws,
-                       aug.impl_choice, np.asarray(aug.resident_at_start, np.bool_), aug.options, n_uses)
+                       aug.impl_choice, np.asarray(aug.resident_at_start, np.bool_), aug.options)
 
 
 @dataclass
@@ -386,6 +413,15 @@ class Timeline:
     def durations(self) -> np.ndarray:
         return self.end - self.start
 
+    def reruns(self) -> np.ndarray:
+        """Per node: a compute of an op that ran earlier in the sequence (a recompute event)."""
+        out = np.zeros(self.n, np.bool_)
+        comp = np.flatnonzero(self.kind == COMPUTE)
+        _, first = np.unique(self.ref[comp], return_index=True)
+        out[comp] = True
+        out[comp[first]] = False
+        return out
+
     def confirmed_makespan(self, atol: float) -> float | None:
         """The makespan `hybrid.simulator.simulate` gives from this timeline's own edges, or None where its end
         times differ from ours by more than `atol`: the check every refinement edit must pass to count."""
@@ -411,11 +447,11 @@ def _walk(p: Problem, kind: np.ndarray, ref: np.ndarray, stop: int):
     comp = ref[kind == COMPUTE]
     n_in = int((a.in_ptr[comp + 1] - a.in_ptr[comp]).sum()) if len(comp) else 0
     n_out = int((a.out_ptr[comp + 1] - a.out_ptr[comp]).sum()) if len(comp) else 0
-    dep_cap = n_in + n_out + 4 * len(kind) + 8
+    dep_cap = n_in + 2 * n_out + 4 * len(kind) + 8  # a rerun also waits for each output's previous release
     d = p.device
     return walk(
         kind, ref, a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr, a.upd_idx,
-        np.asarray(p.op_time, np.float64), np.asarray(p.op_ws, np.int64), p.n_uses, p.pool.by_bytes,
+        np.asarray(p.op_time, np.float64), np.asarray(p.op_ws, np.int64), p.pool.by_bytes,
         p.pool.t_class, p.pool.class_count, np.int64(p.pool.capacity), p.pool.t_mem, float(d.h2d_bytes_per_s),
         float(d.d2h_bytes_per_s), float(d.transfer_latency_s), p.resident, dep_cap, stop)
 
@@ -464,6 +500,7 @@ def to_augmented(p: Problem, tl: Timeline):
     opts = p.options if p.options is not None else PlannerOptions()
     if not getattr(opts, "overlap", True):
         opts = replace(opts, overlap=True)
+    rerun = tl.reruns()
     return AugmentedGraph(p.graph, p.device, p.pool, p.schedule, p.op_time, p.op_ws, p.impl_choice, opts,
                           tl.kind.copy(), tl.ref.copy(), tl.start.copy(), tl.end.copy(), tl.dep_ptr.copy(),
-                          tl.dep_idx.copy(), p.resident.copy(), dict(tl.stats))
+                          tl.dep_idx.copy(), p.resident.copy(), dict(tl.stats), rerun if rerun.any() else None)

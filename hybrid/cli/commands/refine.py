@@ -8,7 +8,7 @@ import click
 
 from hybrid.cli import clock
 from hybrid.cli.options import graph_option, json_summary, load_graph, load_plan, prepare_output, seed_option
-from hybrid.errors import HybridError, NothingWrittenError
+from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_duration
 
 WRITE_S = 1.0      # kept back from --time-limit for writing the plan and the summary
@@ -107,10 +107,6 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
     graph = load_graph(graph_path)
     plan = load_plan(plan_path)
     require_valid(graph, plan, f"--plan {plan_path}")   # refining a broken plan would write a broken plan
-    if any(e.kind == "compute" and e.recompute for e in plan.events):
-        raise NothingWrittenError(f"--plan {plan_path} recomputes ops (recompute events), and CP-SAT refinement "
-                                  f"re-times swap-only plans; nothing written to {out_path}. Refine a plan made "
-                                  "with --no-recompute, or use this one as it is")
     opts = RefineOptions(window_ops=_window_sizes(window_ops), window_time_s=wt, candidates=candidates,
                          max_windows=max_windows, patience_s=wait)
     last = [0.0]
