@@ -255,8 +255,15 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                   "install; cached from now on), counted in the time limit")
     cpsat = opts.refine == "cpsat"
     beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
+    # genes set the ratio; the address-aware flow (its output is in no table yet) also takes what waits for the
+    # byte-budget flow's tables to be regenerated: plans with reruns re-bound in time order and refined
     options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0,
-                                             addresses=opts.addresses)  # genes set the ratio
+                                             addresses=opts.addresses, rebind_reruns=opts.addresses)
+    refine_options = opts.refine_options
+    if refine_options is None and opts.refine == "cpsat":
+        from hybrid.refine import RefineOptions
+
+        refine_options = RefineOptions(reruns=opts.addresses)
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
     stop_at = None
@@ -363,7 +370,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 pat = (None if opts.refine_patience is None
                        else patience_s(opts.refine_share * total, opts.refine_patience))
                 refiner = BesideRefiner(graph, device, options, deadline=search_end, seed=opts.config.seed,
-                                        elites=opts.refine_elites, patience_s=pat, refine_options=opts.refine_options,
+                                        elites=opts.refine_elites, patience_s=pat, refine_options=refine_options,
                                         plan_info={"time_limit_s": total})
             result = report = None
             population: list = []     # the arena fallback re-plans the next best byte-budget individuals
@@ -431,7 +438,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 plan, resumed, stopped = _refine_after(
                     graph, device, plan, split_ckpt if more else None, search_end, opts.config.seed,
                     opts.refine_patience if more else None, prog, {"time_limit_s": total}, refinement,
-                    opts.refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
+                    refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
                     evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
                     checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at)
                 timings.search_s += time.monotonic() - t_ref

@@ -396,6 +396,8 @@ class _Refiner:
                 "planner_options": self.space.options_for(ind).describe(),
                 "refined_beside_search": {"rank": rank, "run": self.runs}}
         plan = to_plan(aug, info)
+        if not self.options.reruns and aug.recompute is not None and aug.recompute.any():
+            return  # RefineOptions.reruns off: such plans are kept as they are
         current = [plan.makespan_s]
 
         def progress(p: RefineProgress) -> None:

@@ -71,6 +71,9 @@ class RefineOptions:
     patience_windows: int | None = None  # stop ("stalled") after this many windows without such a gain: the
     #                                      work-budget twin of patience_s, so a seed fixes where refinement stops
     reorder: bool = True              # first re-order the copy streams earliest-deadline-first (stream_order)
+    reruns: bool = True               # refine plans that rerun ops (reruns keep their places); False keeps such
+    #                                   plans as they are (stop "recomputes kept"): what `hybrid optimize` does on
+    #                                   its byte-budget flow until the tables made with it are regenerated
     relayout: bool = False            # an arena plan: also refine it as a byte budget and lay it out again
     relayout_share: float = 0.5       # ... with this share of the time; the faster laid-out plan is kept
     #                                   (off by default: it lost to the offsets kept, hybrid.refine.offsets.relaid)
@@ -307,6 +310,10 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     t0 = time.perf_counter()
     if graph.name != plan.graph:
         raise HybridError(f"refine: the plan is for graph {plan.graph!r}, not {graph.name!r}")
+    if not options.reruns and any(e.kind == "compute" and e.recompute for e in plan.events):
+        return RefineResult(plan, False, [HistoryPoint(0.0, plan.makespan_s)], plan.makespan_s,
+                            stop="recomputes kept", search_s=time.perf_counter() - t0,
+                            notes=["the plan recomputes ops and RefineOptions.reruns is off: kept as it is"])
     prob, tl = starting_point(graph, plan)
     setup = time.perf_counter() - t0
     reference = float(plan.makespan_s)

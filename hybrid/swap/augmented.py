@@ -32,13 +32,17 @@ class PlannerOptions:
     addresses: bool = False       # a byte pool is planned as an arena (hybrid.swap.addresses): the plan comes out
     #                               with one offset per tensor, laid out as planned; False: the byte budget (a
     #                               relaxation: memory that never fragments)
+    rebind_reruns: bool = False   # also re-bind plans that rerun ops (hybrid.swap.rewalk reads reruns; kept when
+    #                               faster: Belady on ResNet-18 at 64 MiB 13.87 -> 10.99 ms). Off by default until
+    #                               the tables made with the byte-budget flow are regenerated; --addresses sets it
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
                 "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
                 "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back,
                 "recompute_ratio": self.recompute_ratio, "recompute_depth": self.recompute_depth,
-                "recompute_only": self.recompute_only, "addresses": self.addresses}
+                "recompute_only": self.recompute_only, "addresses": self.addresses,
+                "rebind_reruns": self.rebind_reruns}
 
     @property
     def recomputes(self) -> bool:

@@ -168,7 +168,8 @@ class SwapPlanner:
                     return out
                 if out.makespan < best.makespan or opt.keep == "last":
                     best = out
-        if best.status == K.OK and opt.rebind and opt.overlap and not pool.arena:
+        if (best.status == K.OK and opt.rebind and opt.overlap and not pool.arena
+                and (opt.rebind_reruns or best.buf[9][K.ST_NRC] == 0)):
             self._rebind(sched, pool, opt, best, want_timeline)
         return best
 

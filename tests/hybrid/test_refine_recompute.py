@@ -154,7 +154,8 @@ def test_the_planner_rebinds_plans_that_rerun(pool_kind: str) -> None:
     pool = per_size_pool(g, order, g.device) if pool_kind == "classes" else byte_pool(g, g.device)
     planner = SwapPlanner(g, g.device)
     bound = planner.plan(order, pool, replace(RERUN, rebind=False))
-    rebound = planner.plan(order, pool, RERUN)
+    rebound = planner.plan(order, pool, replace(RERUN, rebind_reruns=True))
+    assert planner.plan(order, pool, RERUN).makespan == bound.makespan   # off by default (tables wait for it)
     assert bound.recompute is not None and rebound.recompute is not None
     assert int(rebound.recompute.sum()) == int(bound.recompute.sum())
     assert rebound.makespan < bound.makespan  # measured: -1.4% (bytes), -2.9% (classes)
