@@ -80,7 +80,8 @@ class Layout:
     """What `lay_out` wrote and why."""
 
     plan: Plan                 # what to write: an arena plan, or a size-class plan (the last fallback)
-    fallback: str              # "" (laid out as found), "slower candidate", "re-planned", or "size classes"
+    fallback: str              # "" (laid out as found), "slower candidate", "re-planned", "size classes", or
+    #                            "more memory" (a headroom search's plan re-planned with some of the memory it left)
     rounds: int                # candidate plans laid out (heuristics or exact search) to get here
     makespan_before_s: float   # the byte-budget plan's makespan, before any fallback
     solve_s: float
@@ -100,6 +101,9 @@ class Layout:
         cap = "; stopped by the time limit" if self.capped else ""
         if not self.fallback:
             return ("laid out in the arena as planned" + cap) if self.plan.allocation.kind == "arena" else ""
+        if self.fallback == "more memory":
+            return (f"laid out in the arena: re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less "
+                    f"memory, up from the headroom search's plan ({100 * self.cost:+.2f}% makespan){cap}")
         how = {"re-planned": f"re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less memory",
                "size classes": "re-planned with per-size classes",
                "slower candidate": f"laid out a slower candidate ({self.source})"}[self.fallback]
@@ -289,6 +293,12 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
 
     ratio0 = fit(plan, "the plan", 0.0, "", first)
     overflow = max(ratio0 - 1.0, 0.0)
+    head = float(plan.planner.get("headroom", {}).get("shrink", 0.0)) if isinstance(plan.planner, dict) else 0.0
+    if tried.fits and head > 0.0 and replans:
+        # planned with memory given up (hybrid.arena.headroom): the memory it left unused may buy a faster plan
+        for _ in _grow_search(list(replans)[0], usable, head, budget.per_source, fit, "more memory"):
+            if spent():
+                break
     if not tried.fits and tried.near and budget.exact_tries > 0:
         try_exact(first, plan.makespan_s, plan, "the plan", 0.0, "")
         tried.near.clear()
@@ -374,6 +384,28 @@ def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> I
             # middle 80% of the bracket (the ratios are heuristic layouts: noisy)
             cross = (r_failed - 1.0) / max(r_failed - r_fitted, 1e-12)
             s = failed + gap * min(0.9, max(0.1, cross))
+
+
+def _grow_search(rp: Replan, usable: int, fitted: float, steps: int, fit, kind: str  # noqa: ANN001
+                 ) -> Iterator[None]:
+    """Re-plan a plan that laid out at shrink `fitted` with more memory: the full memory first, then regula
+    falsi between the largest shrink that failed and the smallest that fit (at most `steps` re-plans)."""
+    failed, r_failed, r_fitted, s = None, 1.0, 1.0, 0.0
+    for _ in range(steps):
+        try:
+            cand = rp.make(int(usable * (1.0 - s)))
+        except InfeasibleError:
+            cand = None
+        r = None if cand is None else fit(cand, rp.name, s, kind)
+        yield None
+        if r is not None and r <= 1.0:
+            fitted, r_fitted = s, r
+        else:
+            failed, r_failed = s, (r if r is not None else r_failed)
+        if failed is None or fitted - failed < RESOLUTION:
+            return
+        cross = (r_failed - 1.0) / max(r_failed - r_fitted, 1e-12)
+        s = failed + (fitted - failed) * min(0.9, max(0.1, cross))
 
 
 def fit_offsets(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: LayoutBudget = DEFAULT_BUDGET

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 ARENA_AUTO_S = 60.0          # `--arena auto`: the safety cap on the layout's counted work (hybrid.arena.layout)
 RESERVE_MIN_SHARE = 0.05     # of the time limit, kept at the end for layout, baselines and summary
 RESERVE_MAX_SHARE = 0.5
+HEADROOM_SHARE = 0.25       # of the time left, for `--headroom`'s calibration layouts (hybrid.arena.headroom)
 BOUND_SHARE = 0.1            # the lower bound is computed where its estimate is at most this share of the limit
 # Estimates in evaluations (one planner + simulator run of the program order, timed at setup), from NasNet-25,
 # RNN-8-8k and ResNet-152 on a loaded 2-core machine: a validation about 50, a heuristic arena layout of one
@@ -103,6 +104,8 @@ class OptimizeOptions:
     addresses: bool = False             # True: the search plans byte pools as arenas (offsets as planned: its
     #                                     fitness is the laid-out makespan, `--addresses`); False: the byte budget,
     #                                     laid out afterwards (the default: it wins on the suite, see above)
+    headroom: bool = False              # True: the search plans byte budgets with the memory its plans need to lay
+    #                                     out given up (hybrid.arena.headroom, `--headroom`)
 
     def check(self) -> None:
         """HybridError naming the flag, for options no run could use."""
@@ -117,6 +120,9 @@ class OptimizeOptions:
             raise HybridError(f"--workers must be at least 1, got {self.workers}")
         if self.scheduler and self.workers is not None:
             raise HybridError("give either --workers (processes here) or --scheduler (a Dask cluster), not both")
+        if self.headroom and (self.addresses or self.arena_s is None):
+            raise HybridError("--headroom lays its plan out after the search: give it without --addresses and "
+                              "without --no-arena")
         if self.arena_s is not None and self.arena_s < 0:
             raise HybridError(f"--arena must be auto, a duration such as 60s, or 0 to write no offsets; got "
                               f"{self.arena_s}")
@@ -257,6 +263,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
     options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0,
                                              addresses=opts.addresses)  # genes set the ratio
+    head = _headroom(graph, device, opts, prog, end)   # None, or the memory the search gives up so its plans lay out
+    search_device = device if head is None else head.device(device)
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
     stop_at = None
@@ -342,7 +350,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     # one evaluator for the search and, after refinement, its resumption: a second process pool would spend
     # the seconds refinement hands back starting up (the resumed search then ran 0 generations)
     start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process, which stops them in order
-    evaluator = make_evaluator(graph, device, options, workers, opts.scheduler)
+    evaluator = make_evaluator(graph, search_device, options, workers, opts.scheduler)
     if eval_s > CHUNK_ONE_S and hasattr(evaluator, "chunks_per_worker"):
         # one candidate per task: when the time is up, at most one evaluation per worker is still running (the
         # pool's shutdown waits for it), not a chunk of several (NasNet-25 under load: seconds each)
@@ -374,7 +382,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             t_search = time.monotonic()
 
             def search():  # noqa: ANN202
-                return optimize(graph, device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
+                return optimize(graph, search_device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
                                 generations=opts.generations, evaluator=evaluator, options=options,
                                 checkpoint=split_ckpt, checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
                                 resume=opts.resume, on_generation=prog.generation_hook(ga_end),
@@ -404,7 +412,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                             report = refiner.finish()
             timings.search_s = time.monotonic() - t_search
             with deferred_interrupts() as hits:  # the best plan is written whole, even if a signal comes now
-                plan = result.to_plan(time_limit_s=total)
+                plan = result.to_plan(time_limit_s=total, **({} if head is None else {"headroom": head.to_json()}))
+                plan = dataclasses.replace(plan, device=device)   # the headroom search's plans run on the real one
                 problem = _problem(graph, plan)
                 if problem:  # a planner bug: say so rather than write a plan the executor would reject
                     raise HybridError(f"the best plan failed validation ({problem}); please report this with "
@@ -490,6 +499,19 @@ def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.Sea
     except InfeasibleError:
         return None
     return to_plan(aug, {**result.planner_info(), "relaxation": "byte budget"})
+
+
+def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progress, end: float):  # noqa: ANN202
+    """With `opts.headroom`, the share of the memory the search gives up (hybrid.arena.headroom), noted; its
+    layouts stop at HEADROOM_SHARE of the time left (the one started is finished)."""
+    if not opts.headroom:
+        return None
+    from hybrid.arena.headroom import calibrate
+
+    left = max(0.0, end - time.monotonic())
+    head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left)
+    prog.note(head.describe())
+    return head
 
 
 def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | None:
