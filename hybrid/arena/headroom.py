@@ -25,6 +25,7 @@ from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 
+STEPS = 0         # re-plans of a shrink search after the first layout (0: its overflow alone, what won)
 MARGIN = 0.01     # given up beyond the calibrated shrink: other schedules fragment a little differently
 
 
@@ -55,7 +56,7 @@ class Headroom:
                 f"{self.seconds:.1f} s)")
 
 
-def calibrate(graph: Graph, device: Device, recompute: bool = True, steps: int = 6,
+def calibrate(graph: Graph, device: Device, recompute: bool = True, steps: int | None = None,
               budget: LayoutBudget = QUICK_BUDGET, deadline: float | None = None) -> Headroom:
     """The smallest shrink found (at most `steps` re-plans) at which the Belady plan of the program order lays
     out within `device`'s memory by the heuristics, plus MARGIN (0 where it lays out at full memory)."""
@@ -68,6 +69,7 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, steps: int =
     from hybrid.swap.to_plan import to_plan
 
     t0 = time.perf_counter()
+    steps = STEPS if steps is None else steps
     order = program_order(graph)
     trials: list[tuple[float, float]] = []
 
@@ -88,6 +90,8 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, steps: int =
     ratio0 = ratio_of(first, 0.0)
     if ratio0 <= 1.0:
         return Headroom(0.0, ratio0, 1, time.perf_counter() - t0, tuple(trials))
+    if steps <= 0:     # the overflow alone: an arena r x the capacity needs 1 - 1/r of the memory given up
+        return Headroom(min(1.0 - 1.0 / ratio0 + MARGIN, 0.5), ratio0, 1, time.perf_counter() - t0, tuple(trials))
     rp = Replan("belady", lambda b: replan_schedule(graph, first, b, order=order, options=opt))
     fitted = [s for s, r in trials if r <= 1.0]
 
