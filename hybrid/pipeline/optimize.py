@@ -368,7 +368,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
 
                 pat = (None if opts.refine_patience is None
                        else patience_s(opts.refine_share * total, opts.refine_patience))
-                refiner = BesideRefiner(graph, device, options, deadline=search_end, seed=opts.config.seed,
+                refiner = BesideRefiner(graph, search_device, options, deadline=search_end, seed=opts.config.seed,
                                         elites=opts.refine_elites, patience_s=pat, refine_options=opts.refine_options,
                                         plan_info={"time_limit_s": total})
             result = report = None
@@ -412,8 +412,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                             report = refiner.finish()
             timings.search_s = time.monotonic() - t_search
             with deferred_interrupts() as hits:  # the best plan is written whole, even if a signal comes now
-                plan = result.to_plan(time_limit_s=total, **({} if head is None else {"headroom": head.to_json()}))
-                plan = dataclasses.replace(plan, device=device)   # the headroom search's plans run on the real one
+                plan = _on_device(result.to_plan(time_limit_s=total), device, head)
                 problem = _problem(graph, plan)
                 if problem:  # a planner bug: say so rather than write a plan the executor would reject
                     raise HybridError(f"the best plan failed validation ({problem}); please report this with "
@@ -421,6 +420,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 search_plan = plan
                 if report is not None:
                     plan = _beside_outcome(report, plan, refinement)
+                    plan = plan if plan is search_plan else _on_device(plan, device, head)
                     plan = _valid_or(graph, plan, search_plan, "the plan refined beside the search", failures,
                                      refinement)
                 # handed on now, so an interrupted refinement still leaves the best so far
@@ -435,13 +435,15 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 more = result.stop_reason == "time limit"
                 before = plan
                 t_ref = time.monotonic()
+                ref_in = plan if head is None else dataclasses.replace(plan, device=search_device)
                 plan, resumed, stopped = _refine_after(
-                    graph, device, plan, split_ckpt if more else None, search_end, opts.config.seed,
+                    graph, search_device, ref_in, split_ckpt if more else None, search_end, opts.config.seed,
                     opts.refine_patience if more else None, prog, {"time_limit_s": total}, refinement,
                     opts.refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
                     evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
                     checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at)
                 timings.search_s += time.monotonic() - t_ref
+                plan = before if plan is ref_in else _on_device(plan, device, head)
                 interrupted = interrupted or stopped
                 result = resumed or result
                 with deferred_interrupts() as hits:
@@ -512,6 +514,15 @@ def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progres
     head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left)
     prog.note(head.describe())
     return head
+
+
+def _on_device(plan: "Plan", device: Device, head) -> "Plan":  # noqa: ANN001 - Headroom | None
+    """A plan the headroom search (or its refiner) made on its smaller device, on the real one, saying how much
+    memory it gave up (hybrid.arena.layout's grow step reads it); without `head`, `plan` itself."""
+    if head is None:
+        return plan
+    info = {**plan.planner, "headroom": head.to_json()} if isinstance(plan.planner, dict) else plan.planner
+    return dataclasses.replace(plan, device=device, planner=info)
 
 
 def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | None:

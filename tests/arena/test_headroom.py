@@ -91,3 +91,20 @@ def test_headroom_refuses_options_it_cannot_use(kw: dict) -> None:
 
     with pytest.raises(HybridError, match="--headroom"):
         OptimizeOptions(headroom=True, **kw).check()
+
+
+def test_headroom_search_refined_after_resumes_on_its_own_device() -> None:
+    """Refinement after the search, then the search resumed from its checkpoint: both on the headroom's smaller
+    device (a checkpoint names its device), the written plan on the real one."""
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, refine_available, run_optimize
+
+    if not refine_available():
+        pytest.skip("no CP-SAT refinement in this installation")
+    g = training_graph(8, seed=4)
+    device = _device(g, 0.55)
+    res = run_optimize(g, device, 12.0, OptimizeOptions(config=GAConfig(population=6, children=6, seed=1),
+                                                        workers=1, refine="cpsat", refine_mode="after",
+                                                        headroom=True))
+    assert res.plan.device == device and res.refined_plan.device == device
+    assert validate(g, res.plan).valid
