@@ -19,14 +19,16 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from hybrid.arena.layout import QUICK_BUDGET, LayoutBudget, Replan, _shrink_search, heuristic_layout
+import numpy as np
+
+from hybrid.arena.layout import QUICK_BUDGET, LayoutBudget, heuristic_layout
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 
-STEPS = 0         # re-plans of a shrink search after the first layout (0: its overflow alone, what won)
 MARGIN = 0.01     # given up beyond the calibrated shrink: other schedules fragment a little differently
+MAX_SHRINK = 0.5  # at most this share of the memory given up (hybrid.arena.layout.MAX_SHRINK)
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Headroom:
     ratio: float                   # the calibration plan's heuristic arena over the capacity at full memory
     layouts: int                   # plans laid out to find it
     seconds: float
-    trials: tuple[tuple[float, float], ...] = ()   # (shrink, arena / capacity) per layout
+    trials: tuple[float, ...] = ()  # arena / capacity of each seed plan laid out
 
     def device(self, device: Device) -> Device:
         """`device` with `shrink` of its usable memory given up (the search's device)."""
@@ -48,64 +50,49 @@ class Headroom:
 
     def to_json(self) -> dict:
         return {"shrink": self.shrink, "ratio": self.ratio, "layouts": self.layouts, "seconds": round(self.seconds, 3),
-                "trials": [list(t) for t in self.trials]}
+                "trials": list(self.trials)}
 
     def describe(self) -> str:
-        return (f"headroom: searched with {100 * self.shrink:.3g}% less memory (the program order's Belady plan "
-                f"laid out {100 * (self.ratio - 1):+.1f}% over at full memory; {self.layouts} layouts, "
-                f"{self.seconds:.1f} s)")
+        return (f"headroom: searched with {100 * self.shrink:.3g}% less memory (the seeds' best layout "
+                f"{100 * (self.ratio - 1):+.1f}% over at full memory; {self.layouts} layouts, {self.seconds:.1f} s)")
 
 
-def calibrate(graph: Graph, device: Device, recompute: bool = True, steps: int | None = None,
-              budget: LayoutBudget = QUICK_BUDGET, deadline: float | None = None) -> Headroom:
-    """The smallest shrink found (at most `steps` re-plans) at which the Belady plan of the program order lays
-    out within `device`'s memory by the heuristics, plus MARGIN (0 where it lays out at full memory)."""
-    from hybrid.arena.layout import replan_schedule
+def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: LayoutBudget = QUICK_BUDGET,
+              deadline: float | None = None) -> Headroom:
+    """From the seed plans' heuristic layouts at full memory (the Belady planner, swap + recompute where faster,
+    on the program order and the depth-first order: the search's seeds), the least overflow r: the search then
+    gives up 1 - 1/r of the memory plus MARGIN (0 where a seed lays out), but never so much that the largest
+    op no longer fits. `deadline` (time.perf_counter): no second layout starts after it."""
     from hybrid.arena.lifetimes import plan_buffers
-    from hybrid.graph.order import program_order
+    from hybrid.graph.info import largest_op
+    from hybrid.graph.order import depth_first_order, program_order
     from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import SwapPlanner
     from hybrid.swap.pools import byte_pool
     from hybrid.swap.to_plan import to_plan
 
     t0 = time.perf_counter()
-    steps = STEPS if steps is None else steps
-    order = program_order(graph)
-    trials: list[tuple[float, float]] = []
-
-    def ratio_of(p: Plan, shrink: float) -> float:
-        pb = plan_buffers(graph, p)
-        sol = heuristic_layout(pb.problem, budget, deadline)
-        r = sol.arena_bytes / max(int(pb.problem.capacity or 0), 1)
-        trials.append((shrink, r))
-        return r
-
     planner = SwapPlanner(graph, device)
     pool = byte_pool(graph, device)
-    opt = (planner.faster_options(order, pool, _options(RECOMPUTE_RATIO)) if recompute else _options(0.0))
-    try:
-        first = dataclasses.replace(to_plan(planner.plan(order, pool, opt), {"name": "belady"}), device=device)
-    except InfeasibleError:
-        return Headroom(0.0, 1.0, 0, time.perf_counter() - t0)
-    ratio0 = ratio_of(first, 0.0)
-    if ratio0 <= 1.0:
-        return Headroom(0.0, ratio0, 1, time.perf_counter() - t0, tuple(trials))
-    if steps <= 0:     # the overflow alone: an arena r x the capacity needs 1 - 1/r of the memory given up
-        return Headroom(min(1.0 - 1.0 / ratio0 + MARGIN, 0.5), ratio0, 1, time.perf_counter() - t0, tuple(trials))
-    rp = Replan("belady", lambda b: replan_schedule(graph, first, b, order=order, options=opt))
-    fitted = [s for s, r in trials if r <= 1.0]
-
-    def fit(p: Plan, source: str, shrink: float, kind: str) -> float:  # noqa: ARG001 - _shrink_search's callback
-        r = ratio_of(p, shrink)
-        if r <= 1.0:
-            fitted.append(shrink)
-        return r
-
-    for _ in _shrink_search(rp, device.usable_bytes, ratio0, steps, fit):
-        if deadline is not None and time.perf_counter() > deadline:
+    base = _options(RECOMPUTE_RATIO if recompute else 0.0)
+    prog, dfs = program_order(graph), depth_first_order(graph)
+    ratios: list[float] = []
+    for order in [prog] if np.array_equal(prog, dfs) else [prog, dfs]:
+        if ratios and (min(ratios) <= 1.0 or (deadline is not None and time.perf_counter() > deadline)):
             break
-    shrink = min(fitted) + MARGIN if fitted else max(s for s, _ in trials) + MARGIN
-    return Headroom(min(shrink, 0.5), ratio0, len(trials), time.perf_counter() - t0, tuple(trials))
+        opt = planner.faster_options(order, pool, base)
+        try:
+            plan = dataclasses.replace(to_plan(planner.plan(order, pool, opt), {"name": "belady"}), device=device)
+        except InfeasibleError:
+            continue
+        pb = plan_buffers(graph, plan)
+        sol = heuristic_layout(pb.problem, budget, deadline)
+        ratios.append(sol.arena_bytes / max(int(pb.problem.capacity or 0), 1))
+    ratio = min(ratios, default=1.0)
+    shrink = 0.0 if ratio <= 1.0 else 1.0 - 1.0 / ratio + MARGIN
+    room = 1.0 - largest_op(graph, device.alignment_bytes)[1] / max(device.usable_bytes, 1) - MARGIN
+    shrink = max(0.0, min(shrink, MAX_SHRINK, room))
+    return Headroom(shrink, ratio, len(ratios), time.perf_counter() - t0, tuple(ratios))
 
 
 def _options(ratio: float):  # noqa: ANN202 - PlannerOptions
