@@ -17,6 +17,9 @@ search's genes 3% makespan, 10% less 15%): the fallback must give up as little m
    laid out by the heuristics; the sources take turns, one re-plan each; the exact search then tries the fastest near misses (within 6% of fitting),
    which is what usually wins: a re-plan with 2% less memory that the heuristics lay out 0.7% over;
 4. size classes (no offsets needed): the search's fastest size-class plans, and per-size classes.
+A plan from the headroom search (`hybrid.arena.headroom`: its planner record says how much memory it gave up)
+that lays out as found is also re-planned with more of the memory (the first re-plan source, the full memory
+first, then regula falsi towards the largest budget that lays out: `_grow_search`); the fastest that fits wins.
 `Layout` says which fired, how much memory it gave up and what it cost.
 
 The work is counted, not timed (`LayoutBudget`: re-plans per source, exact-search nodes per try), so one
@@ -102,8 +105,9 @@ class Layout:
         if not self.fallback:
             return ("laid out in the arena as planned" + cap) if self.plan.allocation.kind == "arena" else ""
         if self.fallback == "more memory":
-            return (f"laid out in the arena: re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less "
-                    f"memory, up from the headroom search's plan ({100 * self.cost:+.2f}% makespan){cap}")
+            missed = f"the plan missed by {100 * self.overflow:+.1f}%; " if self.overflow > 0 else ""
+            return (f"laid out in the arena: {missed}re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% "
+                    f"less memory, up from the headroom search's ({100 * self.cost:+.2f}% makespan){cap}")
         how = {"re-planned": f"re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less memory",
                "size classes": "re-planned with per-size classes",
                "slower candidate": f"laid out a slower candidate ({self.source})"}[self.fallback]
@@ -214,7 +218,7 @@ class _Tried:
 
     capacity: int
     fits: list[tuple[float, int, Plan, str, float, str]] = field(default_factory=list)
-    near: list[tuple[float, int, Plan, str, float, object, float]] = field(default_factory=list)
+    near: list[tuple[float, int, Plan, str, float, object, float, str]] = field(default_factory=list)
     count: int = 0
     work: int = 0              # buffers laid out by the heuristics so far
     last: int = 0              # ... by the last candidate (the next is assumed to cost as much)
@@ -276,7 +280,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         if sol.arena_bytes <= cap:
             tried.fits.append((p.makespan_s, len(tried.fits), arena_plan(p, pb, sol), source, shrink, kind))
         elif ratio - 1.0 <= NEAR_MISS:
-            tried.near.append((p.makespan_s, len(tried.near), p, source, shrink, pb, ratio - 1.0))
+            tried.near.append((p.makespan_s, len(tried.near), p, source, shrink, pb, ratio - 1.0, kind))
         return ratio
 
     def try_exact(pb, ms: float, cand: Plan, source: str, shrink: float, kind: str) -> bool:  # noqa: ANN001
@@ -294,11 +298,16 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     ratio0 = fit(plan, "the plan", 0.0, "", first)
     overflow = max(ratio0 - 1.0, 0.0)
     head = float(plan.planner.get("headroom", {}).get("shrink", 0.0)) if isinstance(plan.planner, dict) else 0.0
-    if tried.fits and head > 0.0 and replans:
-        # planned with memory given up (hybrid.arena.headroom): the memory it left unused may buy a faster plan
-        for _ in _grow_search(list(replans)[0], usable, head, budget.per_source, fit, "more memory"):
-            if spent():
-                break
+
+    def grow(steps: int) -> None:
+        """A plan planned with memory given up (hybrid.arena.headroom): the memory it left unused may buy a
+        faster plan; the re-plan sources take turns, `steps` re-plans each."""
+        grows = [_grow_search(rp, usable, head, steps, fit, "more memory") for rp in list(replans or ())[:budget.sources]]
+        while grows and not spent():
+            grows = [gr for gr in grows if not spent() and next(gr, True) is None]
+
+    if tried.fits and head > 0.0:
+        grow(budget.per_source)
     if not tried.fits and tried.near and budget.exact_tries > 0:
         try_exact(first, plan.makespan_s, plan, "the plan", 0.0, "")
         tried.near.clear()
@@ -314,12 +323,14 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         searches = [_shrink_search(rp, usable, ratio0, budget.per_source, fit) for rp in list(replans)[:budget.sources]]
         while searches and not spent():
             searches = [sr for sr in searches if not spent() and next(sr, True) is None]
+        if head > 0.0:
+            grow(1)      # the full memory, which the shrink searches above do not try
         # the exact search for the fastest near misses that would beat every fit found
         near = sorted(n for n in tried.near if n[0] < tried.best_s())[:budget.exact_tries]
-        for ms, _, cand, source, shrink, pb, _ in near:
+        for ms, _, cand, source, shrink, pb, _, kind in near:
             if ms >= tried.best_s():
                 break
-            try_exact(pb, ms, cand, source, shrink, "slower candidate" if shrink == 0.0 else "re-planned")
+            try_exact(pb, ms, cand, source, shrink, kind or ("slower candidate" if shrink == 0.0 else "re-planned"))
         for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
             tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}",
                                0.0, "size classes"))

@@ -119,3 +119,36 @@ def test_headroom_search_refined_after_resumes_on_its_own_device() -> None:
                                                         headroom=True))
     assert res.plan.device == device and res.refined_plan.device == device
     assert validate(g, res.plan).valid
+
+
+def test_lay_out_grows_a_headroom_plan_into_the_memory_it_left() -> None:
+    """A plan made with 30% of the memory given up (as the headroom search's) and saying so: lay_out also
+    re-plans it with more memory, keeps the fastest that fits (never slower than the plan where it fits)."""
+    from hybrid.arena.layout import lay_out, replan_schedule
+    from hybrid.graph.order import program_order
+    from hybrid.swap.augmented import PlannerOptions
+
+    g = training_graph(10, seed=3)
+    device = _device(g, 0.6)
+    order = program_order(g)
+    base = dataclasses.replace(replan_schedule(g, _belady(g, device, order), int(device.usable_bytes * 0.7),
+                                               order=order, options=PlannerOptions()), device=device)
+    plan = dataclasses.replace(base, planner={**base.planner, "headroom": {"shrink": 0.3}})
+    rp = Replan("genes", lambda b: replan_schedule(g, plan, b, order=order, options=PlannerOptions()))
+    out = lay_out(g, plan, replans=[rp])
+    assert validate(g, out.plan).valid and out.plan.allocation.kind in ("arena", "size_classes")
+    assert any(src == "genes" and s < 0.3 for src, s, _, _ in out.trials)     # it tried more memory
+    if not out.fallback:
+        assert out.plan.makespan_s == pytest.approx(plan.makespan_s)
+    if out.fallback == "more memory":
+        assert out.plan.makespan_s < plan.makespan_s and out.memory_given_up < 0.3
+        assert "re-planned (genes)" in out.describe()
+
+
+def _belady(g, device, order):  # noqa: ANN001, ANN202
+    from hybrid.swap.augmented import PlannerOptions
+    from hybrid.swap.planner import SwapPlanner
+    from hybrid.swap.pools import byte_pool
+    from hybrid.swap.to_plan import to_plan
+
+    return to_plan(SwapPlanner(g, device).plan(order, byte_pool(g, device), PlannerOptions()), {"name": "belady"})
