@@ -15,19 +15,19 @@ two layouts once (1-6 s there, 30 s on NasNet-25). Fitness is not the laid-out m
 and a best-fit layout cost 50-300x a walk on the 10k-op suite graphs, too much per evaluation.
 
 What was tried (SwapAdvisor suite, 5 generations of 16, seed 1, refine none, timed slot; written plan over
-the byte-budget search's best at full memory, the relaxation):
+the byte-budget search's best at full memory, the relaxation; docs/arena.md has the table):
 - calibrating by the layout fallback's own shrink search (re-plans until the program order's plan lays out):
   BRNN-4-8k 1.257 (31% given up where the search's plans need 18-20%), WResNet 1.018; the overflow alone
-  (1 - 1/r, one layout) won: BRNN 1.148, WResNet 1.012, RNN 0.991, Inception 1.001, NasNet 1.0002 (the default
-  flow: 1.135, 1.015, 0.998, 1.001, 1.0002).
+  (1 - 1/r, one layout) won: BRNN 1.148, WResNet 1.012, RNN 0.991 (the default flow: 1.135, 1.015, 0.998).
 - the program order alone: NasNet's program order overflows where its depth-first order lays out; the least
-  overflow of both seeds is what runs. The largest op's footprint caps the shrink (vgg_unet at 50% of peak
+  overflow of both seeds is what runs. The largest op's footprint caps the shrink (VGG-UNet at 50% of peak
   was infeasible without the cap).
+- growing only the winner's genes, only where it laid out: MobileNet (Checkmate) at 25% of peak 1.252, its
+  seeds overflowing by 20% where the default search's winner lays out as found; every re-plan source (the
+  population's next best too) at the full memory, also where the winner missed, made it 1.006 and BRNN 1.125.
 - a fixed 18% on BRNN (what the default flow's fallback gave up): 21.64 s written against 21.35 s; the memory
-  BRNN's layouts need (its 1-2 GiB tensors, 97% of the bytes, in 15 GiB) costs the search 13-15% whatever
+  BRNN's layouts need (its 1-2 GiB tensors, 97% of the bytes, in 15 GiB) costs the search 12-15% whatever
   the order of search and layout.
-Known miss: MobileNet (Checkmate) at 25% of peak, whose seeds overflow by 20% while the default search's winner
-lays out as found: the headroom search gives up 18% of the memory it did not need (docs/arena.md).
 """
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ from hybrid.arena.layout import QUICK_BUDGET, LayoutBudget, heuristic_layout
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
-from hybrid.plan import Plan
 
 MARGIN = 0.01     # given up beyond the calibrated shrink: other schedules fragment a little differently
 MAX_SHRINK = 0.5  # at most this share of the memory given up (hybrid.arena.layout.MAX_SHRINK)
