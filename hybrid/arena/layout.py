@@ -17,6 +17,9 @@ search's genes 3% makespan, 10% less 15%): the fallback must give up as little m
    laid out by the heuristics; the sources take turns, one re-plan each; the exact search then tries the fastest near misses (within 6% of fitting),
    which is what usually wins: a re-plan with 2% less memory that the heuristics lay out 0.7% over;
 4. size classes (no offsets needed): the search's fastest size-class plans, and per-size classes.
+A plan from the headroom search (`hybrid.arena.headroom`: its planner record says how much memory it gave up)
+that lays out as found is also re-planned with more of the memory (the first re-plan source, the full memory
+first, then regula falsi towards the largest budget that lays out: `_grow_search`); the fastest that fits wins.
 `Layout` says which fired, how much memory it gave up and what it cost.
 
 The work is counted, not timed (`LayoutBudget`: re-plans per source, exact-search nodes per try), so one
@@ -80,7 +83,8 @@ class Layout:
     """What `lay_out` wrote and why."""
 
     plan: Plan                 # what to write: an arena plan, or a size-class plan (the last fallback)
-    fallback: str              # "" (laid out as found), "slower candidate", "re-planned", or "size classes"
+    fallback: str              # "" (laid out as found), "slower candidate", "re-planned", "size classes", or
+    #                            "more memory" (a headroom search's plan re-planned with some of the memory it left)
     rounds: int                # candidate plans laid out (heuristics or exact search) to get here
     makespan_before_s: float   # the byte-budget plan's makespan, before any fallback
     solve_s: float
@@ -100,6 +104,10 @@ class Layout:
         cap = "; stopped by the time limit" if self.capped else ""
         if not self.fallback:
             return ("laid out in the arena as planned" + cap) if self.plan.allocation.kind == "arena" else ""
+        if self.fallback == "more memory":
+            missed = f"the plan missed by {100 * self.overflow:+.1f}%; " if self.overflow > 0 else ""
+            return (f"laid out in the arena: {missed}re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% "
+                    f"less memory, up from the headroom search's ({100 * self.cost:+.2f}% makespan){cap}")
         how = {"re-planned": f"re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less memory",
                "size classes": "re-planned with per-size classes",
                "slower candidate": f"laid out a slower candidate ({self.source})"}[self.fallback]
@@ -210,7 +218,7 @@ class _Tried:
 
     capacity: int
     fits: list[tuple[float, int, Plan, str, float, str]] = field(default_factory=list)
-    near: list[tuple[float, int, Plan, str, float, object, float]] = field(default_factory=list)
+    near: list[tuple[float, int, Plan, str, float, object, float, str]] = field(default_factory=list)
     count: int = 0
     work: int = 0              # buffers laid out by the heuristics so far
     last: int = 0              # ... by the last candidate (the next is assumed to cost as much)
@@ -272,7 +280,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         if sol.arena_bytes <= cap:
             tried.fits.append((p.makespan_s, len(tried.fits), arena_plan(p, pb, sol), source, shrink, kind))
         elif ratio - 1.0 <= NEAR_MISS:
-            tried.near.append((p.makespan_s, len(tried.near), p, source, shrink, pb, ratio - 1.0))
+            tried.near.append((p.makespan_s, len(tried.near), p, source, shrink, pb, ratio - 1.0, kind))
         return ratio
 
     def try_exact(pb, ms: float, cand: Plan, source: str, shrink: float, kind: str) -> bool:  # noqa: ANN001
@@ -289,6 +297,17 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
 
     ratio0 = fit(plan, "the plan", 0.0, "", first)
     overflow = max(ratio0 - 1.0, 0.0)
+    head = float(plan.planner.get("headroom", {}).get("shrink", 0.0)) if isinstance(plan.planner, dict) else 0.0
+
+    def grow(steps: int) -> None:
+        """A plan planned with memory given up (hybrid.arena.headroom): the memory it left unused may buy a
+        faster plan; the re-plan sources take turns, `steps` re-plans each."""
+        grows = [_grow_search(rp, usable, head, steps, fit, "more memory") for rp in list(replans or ())[:budget.sources]]
+        while grows and not spent():
+            grows = [gr for gr in grows if not spent() and next(gr, True) is None]
+
+    if tried.fits and head > 0.0:
+        grow(budget.per_source)
     if not tried.fits and tried.near and budget.exact_tries > 0:
         try_exact(first, plan.makespan_s, plan, "the plan", 0.0, "")
         tried.near.clear()
@@ -304,12 +323,14 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         searches = [_shrink_search(rp, usable, ratio0, budget.per_source, fit) for rp in list(replans)[:budget.sources]]
         while searches and not spent():
             searches = [sr for sr in searches if not spent() and next(sr, True) is None]
+        if head > 0.0:
+            grow(1)      # the full memory, which the shrink searches above do not try
         # the exact search for the fastest near misses that would beat every fit found
         near = sorted(n for n in tried.near if n[0] < tried.best_s())[:budget.exact_tries]
-        for ms, _, cand, source, shrink, pb, _ in near:
+        for ms, _, cand, source, shrink, pb, _, kind in near:
             if ms >= tried.best_s():
                 break
-            try_exact(pb, ms, cand, source, shrink, "slower candidate" if shrink == 0.0 else "re-planned")
+            try_exact(pb, ms, cand, source, shrink, kind or ("slower candidate" if shrink == 0.0 else "re-planned"))
         for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
             tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}",
                                0.0, "size classes"))
@@ -374,6 +395,28 @@ def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> I
             # middle 80% of the bracket (the ratios are heuristic layouts: noisy)
             cross = (r_failed - 1.0) / max(r_failed - r_fitted, 1e-12)
             s = failed + gap * min(0.9, max(0.1, cross))
+
+
+def _grow_search(rp: Replan, usable: int, fitted: float, steps: int, fit, kind: str  # noqa: ANN001
+                 ) -> Iterator[None]:
+    """Re-plan a plan that laid out at shrink `fitted` with more memory: the full memory first, then regula
+    falsi between the largest shrink that failed and the smallest that fit (at most `steps` re-plans)."""
+    failed, r_failed, r_fitted, s = None, 1.0, 1.0, 0.0
+    for _ in range(steps):
+        try:
+            cand = rp.make(int(usable * (1.0 - s)))
+        except InfeasibleError:
+            cand = None
+        r = None if cand is None else fit(cand, rp.name, s, kind)
+        yield None
+        if r is not None and r <= 1.0:
+            fitted, r_fitted = s, r
+        else:
+            failed, r_failed = s, (r if r is not None else r_failed)
+        if failed is None or fitted - failed < RESOLUTION:
+            return
+        cross = (r_failed - 1.0) / max(r_failed - r_fitted, 1e-12)
+        s = failed + (fitted - failed) * min(0.9, max(0.1, cross))
 
 
 def fit_offsets(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: LayoutBudget = DEFAULT_BUDGET

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 ARENA_AUTO_S = 60.0          # `--arena auto`: the safety cap on the layout's counted work (hybrid.arena.layout)
 RESERVE_MIN_SHARE = 0.05     # of the time limit, kept at the end for layout, baselines and summary
 RESERVE_MAX_SHARE = 0.5
+HEADROOM_SHARE = 0.25       # of the time left, for `--headroom`'s calibration layouts (hybrid.arena.headroom)
 BOUND_SHARE = 0.1            # the lower bound is computed where its estimate is at most this share of the limit
 # Estimates in evaluations (one planner + simulator run of the program order, timed at setup), from NasNet-25,
 # RNN-8-8k and ResNet-152 on a loaded 2-core machine: a validation about 50, a heuristic arena layout of one
@@ -103,6 +104,8 @@ class OptimizeOptions:
     addresses: bool = False             # True: the search plans byte pools as arenas (offsets as planned: its
     #                                     fitness is the laid-out makespan, `--addresses`); False: the byte budget,
     #                                     laid out afterwards (the default: it wins on the suite, see above)
+    headroom: bool = False              # True: the search plans byte budgets with the memory its plans need to lay
+    #                                     out given up (hybrid.arena.headroom, `--headroom`)
 
     def check(self) -> None:
         """HybridError naming the flag, for options no run could use."""
@@ -117,6 +120,9 @@ class OptimizeOptions:
             raise HybridError(f"--workers must be at least 1, got {self.workers}")
         if self.scheduler and self.workers is not None:
             raise HybridError("give either --workers (processes here) or --scheduler (a Dask cluster), not both")
+        if self.headroom and (self.addresses or self.arena_s is None):
+            raise HybridError("--headroom lays its plan out after the search: give it without --addresses and "
+                              "without --no-arena")
         if self.arena_s is not None and self.arena_s < 0:
             raise HybridError(f"--arena must be auto, a duration such as 60s, or 0 to write no offsets; got "
                               f"{self.arena_s}")
@@ -255,15 +261,18 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                   "install; cached from now on), counted in the time limit")
     cpsat = opts.refine == "cpsat"
     beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
-    # genes set the ratio; the address-aware flow (its output is in no table yet) also takes what waits for the
-    # byte-budget flow's tables to be regenerated: plans with reruns re-bound in time order and refined
+    # genes set the ratio; the address-aware and headroom flows (their output is in no table yet) also take what
+    # waits for the byte-budget flow's tables to be regenerated: plans with reruns re-bound in time order, refined
+    newer = opts.addresses or opts.headroom
     options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0,
-                                             addresses=opts.addresses, rebind_reruns=opts.addresses)
+                                             addresses=opts.addresses, rebind_reruns=newer)
     refine_options = opts.refine_options
     if refine_options is None and opts.refine == "cpsat":
         from hybrid.refine import RefineOptions
 
-        refine_options = RefineOptions(reruns=opts.addresses)
+        refine_options = RefineOptions(reruns=newer)
+    head = _headroom(graph, device, opts, prog, end)   # None, or the memory the search gives up so its plans lay out
+    search_device = device if head is None else head.device(device)
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
     stop_at = None
@@ -351,7 +360,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     # one evaluator for the search and, after refinement, its resumption: a second process pool would spend
     # the seconds refinement hands back starting up (the resumed search then ran 0 generations)
     start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process, which stops them in order
-    evaluator = make_evaluator(graph, device, options, workers, opts.scheduler)
+    evaluator = make_evaluator(graph, search_device, options, workers, opts.scheduler)
     if eval_s > CHUNK_ONE_S and hasattr(evaluator, "chunks_per_worker"):
         # one candidate per task: when the time is up, at most one evaluation per worker is still running (the
         # pool's shutdown waits for it), not a chunk of several (NasNet-25 under load: seconds each)
@@ -369,7 +378,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
 
                 pat = (None if opts.refine_patience is None
                        else patience_s(opts.refine_share * total, opts.refine_patience))
-                refiner = BesideRefiner(graph, device, options, deadline=search_end, seed=opts.config.seed,
+                refiner = BesideRefiner(graph, search_device, options, deadline=search_end, seed=opts.config.seed,
                                         elites=opts.refine_elites, patience_s=pat, refine_options=refine_options,
                                         plan_info={"time_limit_s": total})
             result = report = None
@@ -383,7 +392,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             t_search = time.monotonic()
 
             def search():  # noqa: ANN202
-                return optimize(graph, device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
+                return optimize(graph, search_device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
                                 generations=opts.generations, evaluator=evaluator, options=options,
                                 checkpoint=split_ckpt, checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
                                 resume=opts.resume, on_generation=prog.generation_hook(ga_end),
@@ -413,7 +422,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                             report = refiner.finish()
             timings.search_s = time.monotonic() - t_search
             with deferred_interrupts() as hits:  # the best plan is written whole, even if a signal comes now
-                plan = result.to_plan(time_limit_s=total)
+                plan = _on_device(result.to_plan(time_limit_s=total), device, head)
                 problem = _problem(graph, plan)
                 if problem:  # a planner bug: say so rather than write a plan the executor would reject
                     raise HybridError(f"the best plan failed validation ({problem}); please report this with "
@@ -421,6 +430,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 search_plan = plan
                 if report is not None:
                     plan = _beside_outcome(report, plan, refinement)
+                    plan = plan if plan is search_plan else _on_device(plan, device, head)
                     plan = _valid_or(graph, plan, search_plan, "the plan refined beside the search", failures,
                                      refinement)
                 # handed on now, so an interrupted refinement still leaves the best so far
@@ -435,13 +445,15 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 more = result.stop_reason == "time limit"
                 before = plan
                 t_ref = time.monotonic()
+                ref_in = plan if head is None else dataclasses.replace(plan, device=search_device)
                 plan, resumed, stopped = _refine_after(
-                    graph, device, plan, split_ckpt if more else None, search_end, opts.config.seed,
+                    graph, search_device, ref_in, split_ckpt if more else None, search_end, opts.config.seed,
                     opts.refine_patience if more else None, prog, {"time_limit_s": total}, refinement,
                     refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
                     evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
                     checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at)
                 timings.search_s += time.monotonic() - t_ref
+                plan = before if plan is ref_in else _on_device(plan, device, head)
                 interrupted = interrupted or stopped
                 result = resumed or result
                 with deferred_interrupts() as hits:
@@ -499,6 +511,28 @@ def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.Sea
     except InfeasibleError:
         return None
     return to_plan(aug, {**result.planner_info(), "relaxation": "byte budget"})
+
+
+def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progress, end: float):  # noqa: ANN202
+    """With `opts.headroom`, the share of the memory the search gives up (hybrid.arena.headroom), noted; its
+    layouts stop at HEADROOM_SHARE of the time left (the one started is finished)."""
+    if not opts.headroom:
+        return None
+    from hybrid.arena.headroom import calibrate
+
+    left = max(0.0, end - time.monotonic())
+    head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left)
+    prog.note(head.describe())
+    return head
+
+
+def _on_device(plan: "Plan", device: Device, head) -> "Plan":  # noqa: ANN001 - Headroom | None
+    """A plan the headroom search (or its refiner) made on its smaller device, on the real one, saying how much
+    memory it gave up (hybrid.arena.layout's grow step reads it); without `head`, `plan` itself."""
+    if head is None:
+        return plan
+    info = {**plan.planner, "headroom": head.to_json()} if isinstance(plan.planner, dict) else plan.planner
+    return dataclasses.replace(plan, device=device, planner=info)
 
 
 def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | None:

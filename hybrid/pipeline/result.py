@@ -125,7 +125,9 @@ class OptimizeResult:
             why.append(f"the search resumed after refinement and found a faster plan ({_change(self.refined_plan, best)})")
         lay = self.layout
         if lay is not None and plan is not self.refined_plan:
-            if lay.fallback:
+            if lay.fallback == "more memory":
+                why.append(f"{lay.describe()} ({_change(plan, self.refined_plan)})")
+            elif lay.fallback:
                 why.append(f"the byte budget did not lay out in the arena, so {_fallback(lay)} was written "
                            f"({_change(plan, self.refined_plan)})")
             elif plan.allocation.kind == "arena":

@@ -36,6 +36,21 @@ the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured si
   baseline.
 - the byte budget's time-order re-binding (hybrid.swap.rewalk) has no counterpart here: an allocation's
   bytes are its home's, fixed; the ready-time term in the score is what stands in for it.
+
+Why it loses on the SwapAdvisor suite (diagnosed on the program order at the suite's memory, Belady; issue 31):
+- NasNet-25: with reruns (the genes the byte-budget search wins with: recompute ratio 1, depth 6; 12.07 s as a
+  byte budget, 3,772 reruns) the walk stops at op 417 of 13,658: `relu_72` needs a weight back at its home,
+  where `getitem_179`, which it also reads, lies (err_need < -1: a co-read clash the forbidden ranges did not
+  foresee, as the rerun's inputs were placed before the clash existed). `SwapPlanner._run_grown` then plans
+  swap-only: 34.61 s, 221 GB moved against 35 GB; so every arena individual loses to the size classes (28.9 s).
+  BRNN-4-8k with reruns stops the same way (op 1,639 of 11,828).
+- BRNN-4-8k swap-only: 252 s against the byte budget's 18.99 s, 1,818 GiB copied in against 89 GiB (5,221
+  swap-ins against 2,071): its 1-2 GiB weights and activations (97% of the bytes, 15 GiB of memory) take turns
+  at shared homes, each reload evicting the tensor the next op needs. Less memory barely moves it (10% less:
+  264 s; the byte budget 19.60 s): the homes, not the bytes, are what is short.
+- What won instead is outside the walk: `hybrid.arena.headroom` (`hybrid optimize --headroom`): byte budgets
+  searched with the memory their layout needs given up, the winner laid out and re-planned with what the
+  layout leaves (its docstring has the suite figures).
 """
 from __future__ import annotations
 

@@ -112,6 +112,11 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
                    "measured (docs/arena.md). --byte-budget (the default): the search scores byte budgets (memory "
                    "that never fragments) and the winner is laid out afterwards (--arena), re-planned with less "
                    "memory where it does not fit (the summary says so, with its cost).")
+@click.option("--headroom", "headroom", is_flag=True,
+              help="Address-aware search, second design (hybrid/arena/headroom.py): measure up front how much memory "
+                   "one plan needs given up to lay out, search byte budgets with that much less, lay the winner out "
+                   "within the full memory and re-plan it with what the layout leaves. Not with --addresses or "
+                   "--no-arena.")
 @click.option("--compare-baselines", is_flag=True,
               help="At the end, also plan the naive, odswap, vdnn, belady (with recompute) and recompute-only "
                    "baselines (within the time limit: one not started by then is named as left out) and print one "
@@ -123,7 +128,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             refine_patience: float, refine_elites: int, checkpoint_path: Path | None, checkpoint_every: int,
             resume_path: Path | None, out_path: Path, log_path: Path | None, plot_path: Path | None, quiet: bool,
             as_json: bool, compare_baselines: bool, arena_time: str, no_arena: bool, addresses: bool,
-            **kw: object) -> None:
+            headroom: bool, **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a schedule (a topological order), a pool
@@ -182,7 +187,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                            recompute=recompute, refine=refine, refine_mode=refine_mode, refine_share=refine_share,
                            refine_patience=refine_patience, refine_elites=refine_elites, checkpoint=checkpoint_path,
                            checkpoint_every=checkpoint_every, resume=resume_path, arena_s=arena_s or None,
-                           baselines=compare_baselines, addresses=addresses)
+                           baselines=compare_baselines, addresses=addresses, headroom=headroom)
     opts.check()
     for path, flag in ((out_path, "--out"), (log_path, "--log"), (plot_path, "--plot"),
                        (checkpoint_path, "--checkpoint")):

@@ -1,0 +1,116 @@
+"""Headroom: the byte budget the search plans so that its plans lay out within the real memory (issue 31).
+
+A byte-budget plan fills its budget to the brim; one offset per tensor needs 2-60% more than the live peak
+(NasNet-25's plans 1.59x). Laid out after the search, the winner then misses and is re-planned with less
+memory, with genes the search tuned for the memory it no longer has. `calibrate` measures the shrink up front
+instead, on the search's seed plans (the Belady planner on the program and depth-first orders): their least
+heuristic-layout overflow r says give up 1 - 1/r of the memory, plus MARGIN. The search
+(`OptimizeOptions.headroom`, `hybrid optimize --headroom`) scores every individual on that smaller byte budget;
+its winner is laid out within the full memory by `hybrid.arena.layout.lay_out`, which re-plans it with more of
+the memory where it fits (`_grow_search`), or falls back as usual where it does not (reported).
+
+One evaluation is the byte-budget walk (at less memory: 1.10-1.27x the walk at the full memory on
+benchmarks/planner_speed.py's 10k-op graphs, against 3.4-6.1x for the arena walk); the calibration is one or
+two layouts once (1.2-3.6 s there, 30 s on NasNet-25). Fitness is not the laid-out makespan: the Python lifetimes
+and a best-fit layout cost 50-300x a walk on the 10k-op suite graphs, too much per evaluation.
+
+What was tried (SwapAdvisor suite, 5 generations of 16, seed 1, refine none, timed slot; written plan over
+the byte-budget search's best at full memory, the relaxation; docs/arena.md has the table):
+- calibrating by the layout fallback's own shrink search (re-plans until the program order's plan lays out):
+  BRNN-4-8k 1.257 (31% given up where the search's plans need 18-20%), WResNet 1.018; the overflow alone
+  (1 - 1/r, one layout) won: BRNN 1.148, WResNet 1.012, RNN 0.991 (the default flow: 1.135, 1.015, 0.998).
+- the program order alone: NasNet's program order overflows where its depth-first order lays out; the least
+  overflow of both seeds is what runs. The largest op's footprint caps the shrink (VGG-UNet at 50% of peak
+  was infeasible without the cap).
+- growing only the winner's genes, only where it laid out: MobileNet (Checkmate) at 25% of peak 1.252, its
+  seeds overflowing by 20% where the default search's winner lays out as found; every re-plan source (the
+  population's next best too) at the full memory, also where the winner missed, made it 1.006 and BRNN 1.125.
+- a fixed 18% on BRNN (what the default flow's fallback gave up): 21.64 s written against 21.35 s; the memory
+  BRNN's layouts need (its 1-2 GiB tensors, 97% of the bytes, in 15 GiB) costs the search 12-15% whatever
+  the order of search and layout.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybrid.arena.layout import QUICK_BUDGET, LayoutBudget, heuristic_layout
+from hybrid.device import Device
+from hybrid.errors import InfeasibleError
+from hybrid.graph import Graph
+
+MARGIN = 0.01     # given up beyond the calibrated shrink: other schedules fragment a little differently
+MAX_SHRINK = 0.5  # at most this share of the memory given up (hybrid.arena.layout.MAX_SHRINK)
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """The share of the usable memory the search gives up, and how it was measured."""
+
+    shrink: float                  # 0: the plan laid out within the full memory
+    ratio: float                   # the calibration plan's heuristic arena over the capacity at full memory
+    layouts: int                   # plans laid out to find it
+    seconds: float
+    trials: tuple[float, ...] = ()  # arena / capacity of each seed plan laid out
+
+    def device(self, device: Device) -> Device:
+        """`device` with `shrink` of its usable memory given up (the search's device)."""
+        if self.shrink <= 0.0:
+            return device
+        usable = int(device.usable_bytes * (1.0 - self.shrink))
+        return dataclasses.replace(device, memory_bytes=usable + device.reserve_bytes)
+
+    def to_json(self) -> dict:
+        return {"shrink": self.shrink, "ratio": self.ratio, "layouts": self.layouts, "seconds": round(self.seconds, 3),
+                "trials": list(self.trials)}
+
+    def describe(self) -> str:
+        return (f"headroom: searched with {100 * self.shrink:.3g}% less memory (the seeds' best layout "
+                f"{100 * (self.ratio - 1):+.1f}% over at full memory; {self.layouts} layouts, {self.seconds:.1f} s)")
+
+
+def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: LayoutBudget = QUICK_BUDGET,
+              deadline: float | None = None) -> Headroom:
+    """From the seed plans' heuristic layouts at full memory (the Belady planner, swap + recompute where faster,
+    on the program order and the depth-first order: the search's seeds), the least overflow r: the search then
+    gives up 1 - 1/r of the memory plus MARGIN (0 where a seed lays out), but never so much that the largest
+    op no longer fits. `deadline` (time.perf_counter): no second layout starts after it."""
+    from hybrid.arena.lifetimes import plan_buffers
+    from hybrid.graph.info import largest_op
+    from hybrid.graph.order import depth_first_order, program_order
+    from hybrid.swap.baselines import RECOMPUTE_RATIO
+    from hybrid.swap.planner import SwapPlanner
+    from hybrid.swap.pools import byte_pool
+    from hybrid.swap.to_plan import to_plan
+
+    t0 = time.perf_counter()
+    planner = SwapPlanner(graph, device)
+    pool = byte_pool(graph, device)
+    base = _options(RECOMPUTE_RATIO if recompute else 0.0)
+    prog, dfs = program_order(graph), depth_first_order(graph)
+    ratios: list[float] = []
+    for order in [prog] if np.array_equal(prog, dfs) else [prog, dfs]:
+        if ratios and (min(ratios) <= 1.0 or (deadline is not None and time.perf_counter() > deadline)):
+            break
+        opt = planner.faster_options(order, pool, base)
+        try:
+            plan = dataclasses.replace(to_plan(planner.plan(order, pool, opt), {"name": "belady"}), device=device)
+        except InfeasibleError:
+            continue
+        pb = plan_buffers(graph, plan)
+        sol = heuristic_layout(pb.problem, budget, deadline)
+        ratios.append(sol.arena_bytes / max(int(pb.problem.capacity or 0), 1))
+    ratio = min(ratios, default=1.0)
+    shrink = 0.0 if ratio <= 1.0 else 1.0 - 1.0 / ratio + MARGIN
+    room = 1.0 - largest_op(graph, device.alignment_bytes)[1] / max(device.usable_bytes, 1) - MARGIN
+    shrink = max(0.0, min(shrink, MAX_SHRINK, room))
+    return Headroom(shrink, ratio, len(ratios), time.perf_counter() - t0, tuple(ratios))
+
+
+def _options(ratio: float):  # noqa: ANN202 - PlannerOptions
+    from hybrid.swap.augmented import PlannerOptions
+
+    return PlannerOptions(recompute_ratio=ratio)

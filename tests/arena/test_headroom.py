@@ -1,0 +1,154 @@
+"""The headroom search (hybrid.arena.headroom, `hybrid optimize --headroom`): byte budgets searched with the
+memory their layout needs given up, the winner laid out within the full memory and grown back into it."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hybrid.arena.headroom import calibrate
+from hybrid.arena.layout import Replan, _grow_search
+from hybrid.errors import HybridError, InfeasibleError
+from hybrid.graph.info import unswapped_peak
+from hybrid.graph.synthetic import training_graph
+from hybrid.validator import validate
+
+
+def _device(g, fraction: float):  # noqa: ANN001, ANN202
+    return dataclasses.replace(g.device, memory_bytes=int(unswapped_peak(g) * fraction), reserve_bytes=0)
+
+
+def test_calibrate_gives_up_what_the_seeds_best_layout_overflows_by() -> None:
+    from hybrid.arena.headroom import MARGIN
+
+    g = training_graph(12, seed=5)
+    device = _device(g, 0.6)
+    head = calibrate(g, device)
+    assert 1 <= head.layouts == len(head.trials) <= 2 and head.ratio == min(head.trials)
+    if head.ratio <= 1.0:
+        assert head.shrink == 0.0
+    else:
+        assert 0.0 < head.shrink <= 1.0 - 1.0 / head.ratio + MARGIN + 1e-12
+    small = head.device(device)
+    assert small.usable_bytes == pytest.approx(device.usable_bytes * (1 - head.shrink), abs=1)
+    assert small.reserve_bytes == device.reserve_bytes
+
+
+def test_calibrate_leaves_the_largest_op_room_to_run() -> None:
+    """Where the largest op needs nearly all the memory, the search's device still holds it."""
+    from hybrid.graph.info import largest_op
+
+    g = training_graph(12, seed=5)
+    need = largest_op(g, g.device.alignment_bytes)[1]
+    device = dataclasses.replace(g.device, memory_bytes=int(need * 1.05), reserve_bytes=0)
+    head = calibrate(g, device)
+    assert head.device(device).usable_bytes >= need
+
+
+def test_grow_search_tries_the_full_memory_first_then_closes_in_on_the_largest_budget_that_fits() -> None:
+    usable = 1_000_000
+    asked: list[float] = []
+
+    def make(budget: int):  # noqa: ANN202 - stands for a plan: its budget
+        return budget
+
+    def fit(cand, source, shrink, kind):  # noqa: ANN001, ANN202 - lays out when 12% or more is given up
+        asked.append(shrink)
+        assert kind == "more memory" and source == "genes"
+        return 1.0 if shrink >= 0.12 else 1.0 + (0.12 - shrink)
+
+    list(_grow_search(Replan("genes", make), usable, 0.3, 12, fit, "more memory"))
+    assert asked[0] == 0.0
+    assert all(0.0 <= s <= 0.3 for s in asked)
+    fitted = [s for s in asked if s >= 0.12]
+    assert fitted and min(fitted) - 0.12 < 0.01
+
+
+def test_grow_search_stops_at_once_when_the_full_memory_lays_out() -> None:
+    asked: list[float] = []
+    list(_grow_search(Replan("genes", lambda b: b), 100, 0.2, 8,
+                      lambda c, so, s, k: asked.append(s) or 0.9, "more memory"))
+    assert asked == [0.0]
+
+
+def test_grow_search_survives_a_planner_that_cannot_run() -> None:
+    def make(budget: int):  # noqa: ANN202
+        raise InfeasibleError("no")
+
+    # a budget the planner refuses counts as a miss: the search goes on within its steps, and never raises
+    assert len(list(_grow_search(Replan("genes", make), 100, 0.2, 8, lambda *a: 1.0, "more memory"))) <= 8
+
+
+def test_headroom_search_writes_a_laid_out_plan_on_the_real_device_never_slower_than_its_best() -> None:
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+
+    g = training_graph(10, seed=3)
+    device = _device(g, 0.55)
+    res = run_optimize(g, device, 120.0, OptimizeOptions(config=GAConfig(population=6, children=6, seed=2),
+                                                         generations=2, workers=1, refine="none", headroom=True))
+    assert res.plan.device == device and res.search_plan.device == device
+    assert validate(g, res.plan).valid
+    assert "headroom" in res.search_plan.planner
+    assert res.plan.allocation.kind in ("arena", "size_classes")
+    if res.layout is not None and res.layout.fallback in ("", "more memory"):
+        # the search's own plan laid out (or a re-plan with more of the memory, kept only when faster)
+        assert res.plan.makespan_s <= res.search.best.makespan * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("kw", [{"addresses": True}, {"arena_s": None}])
+def test_headroom_refuses_options_it_cannot_use(kw: dict) -> None:
+    from hybrid.pipeline import OptimizeOptions
+
+    with pytest.raises(HybridError, match="--headroom"):
+        OptimizeOptions(headroom=True, **kw).check()
+
+
+def test_headroom_search_refined_after_resumes_on_its_own_device() -> None:
+    """Refinement after the search, then the search resumed from its checkpoint: both on the headroom's smaller
+    device (a checkpoint names its device), the written plan on the real one."""
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, refine_available, run_optimize
+
+    if not refine_available():
+        pytest.skip("no CP-SAT refinement in this installation")
+    g = training_graph(8, seed=4)
+    device = _device(g, 0.55)
+    res = run_optimize(g, device, 12.0, OptimizeOptions(config=GAConfig(population=6, children=6, seed=1),
+                                                        workers=1, refine="cpsat", refine_mode="after",
+                                                        headroom=True))
+    assert res.plan.device == device and res.refined_plan.device == device
+    assert validate(g, res.plan).valid
+
+
+def test_lay_out_grows_a_headroom_plan_into_the_memory_it_left() -> None:
+    """A plan made with 30% of the memory given up (as the headroom search's) and saying so: lay_out also
+    re-plans it with more memory, keeps the fastest that fits (never slower than the plan where it fits)."""
+    from hybrid.arena.layout import lay_out, replan_schedule
+    from hybrid.graph.order import program_order
+    from hybrid.swap.augmented import PlannerOptions
+
+    g = training_graph(10, seed=3)
+    device = _device(g, 0.6)
+    order = program_order(g)
+    base = dataclasses.replace(replan_schedule(g, _belady(g, device, order), int(device.usable_bytes * 0.7),
+                                               order=order, options=PlannerOptions()), device=device)
+    plan = dataclasses.replace(base, planner={**base.planner, "headroom": {"shrink": 0.3}})
+    rp = Replan("genes", lambda b: replan_schedule(g, plan, b, order=order, options=PlannerOptions()))
+    out = lay_out(g, plan, replans=[rp])
+    assert validate(g, out.plan).valid and out.plan.allocation.kind in ("arena", "size_classes")
+    assert any(src == "genes" and s < 0.3 for src, s, _, _ in out.trials)     # it tried more memory
+    if not out.fallback:
+        assert out.plan.makespan_s == pytest.approx(plan.makespan_s)
+    if out.fallback == "more memory":
+        assert out.plan.makespan_s < plan.makespan_s and out.memory_given_up < 0.3
+        assert "re-planned (genes)" in out.describe()
+
+
+def _belady(g, device, order):  # noqa: ANN001, ANN202
+    from hybrid.swap.augmented import PlannerOptions
+    from hybrid.swap.planner import SwapPlanner
+    from hybrid.swap.pools import byte_pool
+    from hybrid.swap.to_plan import to_plan
+
+    return to_plan(SwapPlanner(g, device).plan(order, byte_pool(g, device), PlannerOptions()), {"name": "belady"})
