@@ -23,7 +23,9 @@ mode:
   `_slow_conv2d_backward`, when it picks that one). Bitwise equal to eager on the CPU
   (tests/executor/test_exactness.py, tests/executor/test_outside.py).
 - `inplace`: the op only updates its inputs (buffer `copy_`s); `optimizer`:
-  the per-parameter optimizer step (hybrid.capture.optimizers), in place.
+  the per-parameter optimizer step (hybrid.capture.optimizers), in place. Where the step is its gradient's
+  last reader (`consumable_grad`), the temporary torch would allocate (Adam's denominator; the gradient with
+  weight decay) is computed in the gradient's slot instead, which nothing reads afterwards.
 
 An in-place op on an intermediate tensor (dropout's `bernoulli_` and `div_`,
 `relu_`, `+=`) writes a new *version*, a graph tensor of its own (docs/capture.md):
@@ -230,6 +232,24 @@ def _numel(graph: Graph, ref: Any) -> int | None:
     return n
 
 
+def consumable_grad(graph: Graph, op: Op, args: Any, readers: dict[str, int]) -> str | None:
+    """The gradient an optimizer op may overwrite as its step's buffer, or None: a graph tensor (or a view of
+    all of it) of its parameter's bytes, not persistent, read by no other op (`readers`: tensor id -> ops
+    reading it) and updated by none. At run time the view must also have the parameter's geometry
+    (`OpRunner._run_direct`), and the plan must not copy it to the host (Runtime checks)."""
+    if not isinstance(args, list) or len(args) < 2:
+        return None
+    p, g = args[0], args[1]
+    if not (isinstance(g, dict) and "t" in g and isinstance(p, dict) and "t" in p):
+        return None
+    gt, pt = graph.tensor(g["t"]), graph.tensor(p["t"])
+    if gt.persistent or readers.get(gt.id, 0) != 1 or gt.bytes != pt.bytes or gt.id == pt.id:
+        return None
+    if any(gt.id in o.updates for o in graph.ops if o is not op):
+        return None
+    return gt.id
+
+
 @dataclass(frozen=True)
 class OpCall:
     op: Op
@@ -355,6 +375,17 @@ class OpRunner:
         self.graph = graph
         self.device = device
         self.calls = [compile_op(graph, op, device) for op in graph.ops]
+        readers: dict[str, int] = {}
+        for op in graph.ops:
+            for t in set(op.inputs):
+                readers[t] = readers.get(t, 0) + 1
+        # optimizer op -> the gradient it may overwrite (its last reader); Runtime drops those the plan swaps out
+        self.consume_grad: dict[int, str] = {}
+        for o, call in enumerate(self.calls):
+            if call.mode == OPTIMIZER:
+                g = consumable_grad(graph, call.op, call.args, readers)
+                if g is not None:
+                    self.consume_grad[o] = g
         self._checked: set[int] = set()
         self._random = {o for o, op in enumerate(graph.ops) if updates_generator_only(graph, op)}
         if random not in ("replay", "op_seeds"):
@@ -419,8 +450,11 @@ class OpRunner:
         call = self.calls[o]
         args, kwargs = self._decode(call, env)
         if call.mode == OPTIMIZER:
+            p, g, gid = args[0], args[1], self.consume_grad.get(o)
+            work = g if (gid is not None and g.shape == p.shape and g.stride() == p.stride() and g.dtype == p.dtype
+                         and g.numel() * g.element_size() == self.graph.tensor(gid).bytes) else None
             call.fn(*args, step=self._step_counters[o] if self._recording and o in self._step_counters else step,
-                    **kwargs)
+                    work=work, **kwargs)
         elif call.mode == INPLACE:
             call.fn(*args, **kwargs)
         elif call.mode == SLOT:

@@ -197,6 +197,10 @@ class Runtime:
         self.pool = make_pool(self.program, backend)
         self.host = HostPool(graph, self.program.host_tensors, backend)
         self.ops = OpRunner(graph, backend.device, random, op_runs(self.program))
+        # An optimizer step overwrites its gradient only if no host copy of it is made (a copy in flight would
+        # read the overwritten bytes)
+        copied = {graph.tensors[int(st.ref)].id for st in self.program.steps if st.kind == E.SWAP_OUT}
+        self.ops.consume_grad = {o: t for o, t in self.ops.consume_grad.items() if t not in copied}
         self.timing = timing
         n = self.program.n_nodes
         self.node_impl = node_impls(self.program)
