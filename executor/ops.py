@@ -355,6 +355,22 @@ def compile_op(graph: Graph, op: Op, device: torch.device | None = None) -> OpCa
     return OpCall(op, fn, COPY, why, args, kwargs, None, (), ids, nbytes, versions)
 
 
+def copy_workspaces(graph: Graph) -> dict[str, int]:
+    """Op id -> bytes of the results it computes outside the pool and then copies into its slots, for every op
+    the executor can run only through the copy fallback even on the CPU (where it has the most out= paths):
+    those results are the op's workspace, which the graph must state for a plan to count them
+    (hybrid.capture states them). Ops with another path are absent."""
+    out: dict[str, int] = {}
+    for op in graph.ops:
+        rec = op.extra.get("aten")
+        if not isinstance(rec, dict) or "target" not in rec:
+            continue
+        call = compile_op(graph, op)
+        if call.mode == COPY and call.copy_bytes > 0:
+            out[op.id] = call.copy_bytes
+    return out
+
+
 class OpRunner:
     """Decodes and runs compiled ops against `env` (graph tensor id -> device tensor).
 

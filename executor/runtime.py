@@ -143,7 +143,12 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
         except InfeasibleError:
             layout = None
         if layout is None:
-            return CompactingPool(g, cap, backend, align)
+            # Compacting online within the whole memory: the same bound on what the workspace may add.
+            pool_c = CompactingPool(g, full, backend, align)
+            if cap < full:
+                pool_c.stats.offsets += (f"; the largest workspace ({full - cap} bytes, outside the pool) may exceed "
+                                         f"the plan's memory by up to that much")
+            return pool_c
         ws = full - cap
         beyond = max(0, layout.arena_bytes + ws - full)
         cap = full
