@@ -232,10 +232,10 @@ def _numel(graph: Graph, ref: Any) -> int | None:
     return n
 
 
-def consumable_grad(graph: Graph, op: Op, args: Any, readers: dict[str, int]) -> str | None:
+def consumable_grad(graph: Graph, args: Any, readers: dict[str, int], updated: set[str]) -> str | None:
     """The gradient an optimizer op may overwrite as its step's buffer, or None: a graph tensor (or a view of
     all of it) of its parameter's bytes, not persistent, read by no other op (`readers`: tensor id -> ops
-    reading it) and updated by none. At run time the view must also have the parameter's geometry
+    reading it) and updated by none (`updated`). At run time the view must also have the parameter's geometry
     (`OpRunner._run_direct`), and the plan must not copy it to the host (Runtime checks)."""
     if not isinstance(args, list) or len(args) < 2:
         return None
@@ -243,9 +243,7 @@ def consumable_grad(graph: Graph, op: Op, args: Any, readers: dict[str, int]) ->
     if not (isinstance(g, dict) and "t" in g and isinstance(p, dict) and "t" in p):
         return None
     gt, pt = graph.tensor(g["t"]), graph.tensor(p["t"])
-    if gt.persistent or readers.get(gt.id, 0) != 1 or gt.bytes != pt.bytes or gt.id == pt.id:
-        return None
-    if any(gt.id in o.updates for o in graph.ops if o is not op):
+    if gt.persistent or readers.get(gt.id, 0) != 1 or gt.bytes != pt.bytes or gt.id == pt.id or gt.id in updated:
         return None
     return gt.id
 
@@ -392,14 +390,16 @@ class OpRunner:
         self.device = device
         self.calls = [compile_op(graph, op, device) for op in graph.ops]
         readers: dict[str, int] = {}
+        updated: set[str] = set()
         for op in graph.ops:
             for t in set(op.inputs):
                 readers[t] = readers.get(t, 0) + 1
+            updated.update(op.updates)
         # optimizer op -> the gradient it may overwrite (its last reader); Runtime drops those the plan swaps out
         self.consume_grad: dict[int, str] = {}
         for o, call in enumerate(self.calls):
             if call.mode == OPTIMIZER:
-                g = consumable_grad(graph, call.op, call.args, readers)
+                g = consumable_grad(graph, call.args, readers, updated)
                 if g is not None:
                     self.consume_grad[o] = g
         self._checked: set[int] = set()
