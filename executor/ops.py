@@ -141,9 +141,11 @@ def _stand_in(t: Any) -> torch.Tensor:
     return torch.as_strided(flat, meta["shape"], meta["stride"], int(meta.get("storage_offset", 0)))
 
 
-def _conv_backend(graph: Graph, args: Any, kwargs: dict, names: tuple[str, ...]) -> str | None:
+def _conv_backend(graph: Graph, args: Any, kwargs: dict, names: tuple[str, ...]) -> tuple[str | None, int]:
     """The backend ATen selects on the CPU for this convolution (its recorded geometry, the kernels the
-    executor runs under: hybrid.capture.trace.portable_kernels), or None when the arguments are not plain."""
+    executor runs under: hybrid.capture.trace.portable_kernels), or None when the arguments are not plain;
+    and the bytes of the contiguous copies the slot writer makes of a non-contiguous input (or output
+    gradient), as ATen does too: they are allocated outside the pool."""
     from hybrid.capture.trace import portable_kernels
 
     refs = [v for v in [*args, *kwargs.values()] if isinstance(v, dict) and "t" in v]
@@ -153,7 +155,9 @@ def _conv_backend(graph: Graph, args: Any, kwargs: dict, names: tuple[str, ...])
                    {k: decode_value(v, DecodeContext(env, torch.device("cpu"))) for k, v in kwargs.items()})
         x, w = a["input"], a["weight"]
         if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
-            return None
+            return None, 0
+        copies = sum(t.numel() * t.element_size() for t in (x, a.get("grad_output"))
+                     if isinstance(t, torch.Tensor) and not t.is_contiguous())
         bias = a.get("bias")
         bias_sizes = a.get("bias_sizes")
         with portable_kernels():
@@ -161,13 +165,22 @@ def _conv_backend(graph: Graph, args: Any, kwargs: dict, names: tuple[str, ...])
                                                     a["stride"], a["padding"], a["dilation"], a["transposed"],
                                                     a["output_padding"], a["groups"], bias_sizes)
     except (KeyError, RuntimeError, TypeError, ValueError, HybridError):
-        return None
-    return backend.name
+        return None, 0
+    return backend.name, copies
 
 
 def _slot_writer(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, ids: tuple[str | None, ...],
-                 device: torch.device) -> SlotWriter | None:
-    """The equivalent out= path of a functional op without a native out= overload, or None (copy fallback)."""
+                 device: torch.device) -> tuple[SlotWriter | None, int]:
+    """The equivalent out= path of a functional op without a native out= overload, or None (copy fallback); and
+    the bytes it allocates outside the pool per run (its scratch: contiguous copies of a convolution's input)."""
+    writer = _slot_writer_fn(graph, op, target, args, kwargs, ids, device)
+    if writer in (_conv, _conv_backward):
+        return writer, _conv_backend(graph, args, kwargs, _CONV_BACKWARD if writer is _conv_backward else _CONV)[1]
+    return writer, 0
+
+
+def _slot_writer_fn(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, ids: tuple[str | None, ...],
+                    device: torch.device) -> SlotWriter | None:
     if target in ("aten.convolution.default", "aten.convolution_backward.default") and device.type == "cpu":
         backward = target == "aten.convolution_backward.default"
         names = _CONV_BACKWARD if backward else _CONV
@@ -176,7 +189,7 @@ def _slot_writer(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, ids
         if backward and any(t is not None and not m for t, m in zip(ids, mask)):
             return None
         if (int(a.get("groups", 0)) == 1 and all(_is_contiguous(graph.tensor(t)) for t in ids if t is not None)
-                and _conv_backend(graph, args, kwargs, names) == "Slow2d"):
+                and _conv_backend(graph, args, kwargs, names)[0] == "Slow2d"):
             return _conv_backward if backward else _conv
         return None
     if None in ids:
@@ -260,6 +273,7 @@ class OpCall:
     out_names: tuple[str, ...] = ()
     out_ids: tuple[str | None, ...] = ()   # returned graph tensors, in return order (None: not a graph tensor)
     copy_bytes: int = 0               # bytes the copy fallback copies per run
+    scratch_bytes: int = 0            # mode slot: bytes the writer allocates outside the pool per run
     slot_fn: SlotWriter | None = None  # mode slot: the equivalent call writing the slots
     versions: tuple[tuple[str, str], ...] = ()   # in-place op on an intermediate: (new version, old version)
 
@@ -345,27 +359,29 @@ def compile_op(graph: Graph, op: Op, device: torch.device | None = None) -> OpCa
         out_fn, why = None, "out= overload returns a different number of tensors"
     if out_fn is not None:
         return OpCall(op, fn, OUT, "native out= overload", args, kwargs, out_fn, names, ids, versions=versions)
-    writer = _slot_writer(graph, op, target, args, kwargs, ids, device or torch.device("cpu"))
+    writer, scratch = _slot_writer(graph, op, target, args, kwargs, ids, device or torch.device("cpu"))
     if writer is not None:
         return OpCall(op, fn, SLOT, f"an equivalent call writes its slot ({why})", args, kwargs, None, (), ids,
-                      versions=versions, slot_fn=writer)
+                      versions=versions, slot_fn=writer, scratch_bytes=scratch)
     nbytes = sum(graph.tensor(t).bytes for t in ids if t is not None)
     return OpCall(op, fn, COPY, why, args, kwargs, None, (), ids, nbytes, versions)
 
 
 def copy_workspaces(graph: Graph) -> dict[str, int]:
-    """Op id -> bytes of the results it computes outside the pool and then copies into its slots, for every op
-    the executor can run only through the copy fallback even on the CPU (where it has the most out= paths):
-    those results are the op's workspace, which the graph must state for a plan to count them
-    (hybrid.capture states them). Ops with another path are absent."""
+    """Op id -> bytes the executor allocates outside the pool while the op runs, for every op it can run only
+    through the copy fallback even on the CPU (where it has the most out= paths: the results it computes
+    and then copies into their slots), or whose slot writer needs scratch (contiguous copies of a
+    convolution's non-contiguous input): the op's workspace, which the graph must state for a plan to count
+    it (hybrid.capture states it). Ops that allocate nothing are absent."""
     out: dict[str, int] = {}
     for op in graph.ops:
         rec = op.extra.get("aten")
         if not isinstance(rec, dict) or "target" not in rec:
             continue
         call = compile_op(graph, op)
-        if call.mode == COPY and call.copy_bytes > 0:
-            out[op.id] = call.copy_bytes
+        nbytes = call.copy_bytes if call.mode == COPY else call.scratch_bytes if call.mode == SLOT else 0
+        if nbytes > 0:
+            out[op.id] = nbytes
     return out
 
 
