@@ -283,3 +283,38 @@ def test_optimizer_steps_match_torch_bitwise_and_allocate_nothing_when_they_cons
     assert _eq(p, ref_p)
     for key, st in zip(keys, state):
         assert _eq(st, ref_state[key]), key
+
+
+def test_a_convolution_of_a_non_contiguous_input_states_the_copy_its_slot_writer_makes() -> None:
+    from executor.ops import copy_workspaces
+    from hybrid.graph import Graph, Op, Tensor
+
+    def t(tid: str, shape: list[int], kind: str, persistent: bool) -> Tensor:
+        stride, acc = [], 1
+        for d in reversed(shape):
+            stride.insert(0, acc)
+            acc *= d
+        return Tensor(tid, 4 * acc, kind, persistent, extra={"dtype": "float32", "shape": shape, "stride": stride})
+
+    half = {"t": "x", "view": [{"op": "aten.slice.Tensor", "args": [1, 0, 4]}]}    # x[:, :4]: not contiguous
+    conv = [half, {"t": "w"}, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1]
+    g = Graph("c", [t("x", [2, 8, 6, 6], "input", True), t("w", [5, 4, 3, 3], "param", True),
+                    t("y", [2, 5, 6, 6], "activation", False)],
+              [Op("conv", "convolution", ("x", "w"), ("y",), 1e-6,
+                  extra={"aten": _aten("aten.convolution.default", conv, {}, ["y"])})])
+    call = compile_op(g, g.ops[0])
+    assert call.mode == SLOT and call.scratch_bytes == 2 * 4 * 6 * 6 * 4
+    assert copy_workspaces(g) == {"conv": call.scratch_bytes}
+    x, w = torch.randn(2, 8, 6, 6), torch.randn(5, 4, 3, 3)
+    counter = DispatchCounter({x.untyped_storage().data_ptr()})
+    y = torch.empty(2, 5, 6, 6)
+    counter.known.add(y.untyped_storage().data_ptr())
+    with counter:
+        counter.node("conv", call.scratch_bytes)
+        call.slot_fn([x[:, :4], w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1], {}, [y])
+    s = counter.finish()
+    assert s.bytes == call.scratch_bytes and s.beyond_workspace_bytes == 0
+    from hybrid.capture.trace import portable_kernels
+
+    with portable_kernels():
+        assert _eq(y, torch.ops.aten.convolution.default(x[:, :4], w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
