@@ -177,6 +177,11 @@ JOBS: tuple[Job, ...] = (
         ("executor_cpu.md",)),
     Job("eager_reproducibility", "benchmarks.eager_reproducibility", ("--runs", "2"), ("--runs", "24"),
         ("eager_reproducibility.md",)),
+    Job("executor_outside", "benchmarks.executor_outside", ("--quick",), (), ("executor_outside.md",),
+        "issue 32: executor memory = plan memory", quick_outputs=("executor_outside_quick.md",)),
+    Job("executor_outside_wide", "benchmarks.executor_outside", ("--wide", "--quick"), ("--wide", "--reps", "1"),
+        ("executor_outside_wide.md",), "issue 32: executor memory = plan memory",
+        quick_outputs=("executor_outside_wide_quick.md",)),
     Job("scale", "benchmarks.scale", ("--quick",), (), ("scale.md",), quick_outputs=("scale_quick.md",)),
     Job("vs_torch", "benchmarks.vs_torch", ("--quick", "--generations", "5"), (), ("vs_torch.md", "vs_torch.png"),
         "issue 32: PyTorch's memory tools at the same peak"),
@@ -186,7 +191,8 @@ JOBS: tuple[Job, ...] = (
 
 # Jobs that measure this machine (their tables report seconds or rates, or they use both cores) run alone.
 ALONE = {"capture_scale", "scale", "planner_speed", "ga_evals_per_second", "ga_second_core", "arena", "arena_cpsat",
-         "placement", "executor_cpu", "eager_reproducibility"}
+         "placement", "executor_cpu", "eager_reproducibility", "executor_outside",
+         "executor_outside_wide"}
 ALONE_IN_FULL_RUNS_ONLY = {"arena", "arena_cpsat"}   # their quick runs count nodes; their full runs time solvers
 # Jobs that read another job's output, or share its capture folder (milp_paper empties out/graphs/milp first).
 AFTER = {"refine_gap": ("refine_compare",), "refine_timeline": ("refine_compare",),
@@ -232,6 +238,8 @@ FULL_MINUTES: dict[str, tuple[float, str]] = {
     "sensitivity": (2, "measured: 118 s"),
     "executor_cpu": (4, "2 memory fractions x 3 iterations per model"),
     "eager_reproducibility": (2, "24 runs"),
+    "executor_outside": (1.5, "measured: 4 models, 3 counted iterations and 2 x 3 timed runs of 10 each"),
+    "executor_outside_wide": (3, "measured: 9 models, 3 counted iterations and 2 timed runs of 10 each"),
     "vs_torch": (6, "4 models: 2 captures each, 60 s of search at the checkpointed peak (simulated without a GPU)"),
     "executor_gpu": (12, "measured on an H100 (results/executor_gpu.md), in parts of 10 minutes at most"),
 }

@@ -18,10 +18,14 @@ mode:
   straight into the slots (`SLOT_WRITERS`: relu as `clamp_min.out`, which is how ATen computes relu;
   `div.Scalar` as `div.out` with the number wrapped as ATen wraps it; `embedding` as `index_select.out`, its
   ATen implementation; `embedding_dense_backward` as zero + `index_add_` in index order, as ATen accumulates;
-  `ones_like`, `new_zeros` and the like as a fill of the slot). Bitwise equal to eager on the CPU
-  (tests/executor/test_exactness.py).
+  `ones_like`, `new_zeros` and the like as a fill of the slot; on the CPU, `convolution` and
+  `convolution_backward` as the out= overloads of the kernel ATen picks for them there, `_slow_conv2d_forward` and
+  `_slow_conv2d_backward`, when it picks that one). Bitwise equal to eager on the CPU
+  (tests/executor/test_exactness.py, tests/executor/test_outside.py).
 - `inplace`: the op only updates its inputs (buffer `copy_`s); `optimizer`:
-  the per-parameter optimizer step (hybrid.capture.optimizers), in place.
+  the per-parameter optimizer step (hybrid.capture.optimizers), in place. Where the step is its gradient's
+  last reader (`consumable_grad`), the temporary torch would allocate (Adam's denominator; the gradient with
+  weight decay) is computed in the gradient's slot instead, which nothing reads afterwards.
 
 An in-place op on an intermediate tensor (dropout's `bernoulli_` and `div_`,
 `relu_`, `+=`) writes a new *version*, a graph tensor of its own (docs/capture.md):
@@ -37,7 +41,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from hybrid.capture.conv_impls import run_impl
-from hybrid.capture.encoding import DecodeContext, decode_value, resolve_target
+from hybrid.capture.encoding import DecodeContext, decode_value, dtype_from_name, resolve_target
 from hybrid.errors import HybridError
 from hybrid.graph import Graph, Op
 from hybrid.graph.rerun import updates_generator_only
@@ -94,8 +98,102 @@ def _embedding_backward(args: list, kwargs: dict, slots: list) -> None:
         out[padding_idx].zero_()   # eager skips that row's indices: it stays zero
 
 
-def _slot_writer(graph: Graph, op: Op, target: str, args: Any, kwargs: dict) -> SlotWriter | None:
-    """The equivalent out= path of a functional op without a native out= overload, or None (copy fallback)."""
+_CONV = ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups")
+_CONV_BACKWARD = ("grad_output", "input", "weight", "bias_sizes", "stride", "padding", "dilation", "transposed",
+                  "output_padding", "groups", "output_mask")
+
+
+def _named(names: tuple[str, ...], args: list, kwargs: dict) -> dict[str, Any]:
+    a = dict(zip(names, args))
+    a.update(kwargs)
+    return a
+
+
+def _conv(args: list, kwargs: dict, slots: list) -> None:
+    """aten.convolution where ATen's CPU backend is Slow2d: `_convolution` calls `_slow_conv2d_forward` on the
+    contiguous input; its out= overload writes the slot (its column buffer is the kernel's own scratch)."""
+    a = _named(_CONV, args, kwargs)
+    w = a["weight"]
+    torch.ops.aten._slow_conv2d_forward.output(a["input"].contiguous(), w, list(w.shape[2:]), a.get("bias"),
+                                               a["stride"], a["padding"], output=slots[0])
+
+
+def _conv_backward(args: list, kwargs: dict, slots: list) -> None:
+    """aten.convolution_backward where the CPU backend is Slow2d: `_slow_conv2d_backward`'s out= overload
+    computes exactly the gradients whose slot is given (an undefined output is skipped, as the output mask
+    skips it). Called below the ADInplaceOrView key, which would bump the version of the undefined outputs."""
+    a = _named(_CONV_BACKWARD, args, kwargs)
+    w = a["weight"]
+    mask = a["output_mask"]
+    outs = [s if m else None for s, m in zip(slots, mask)]
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        torch.ops.aten._slow_conv2d_backward.grad_input(
+            a["grad_output"].contiguous(), a["input"].contiguous(), w, list(w.shape[2:]), a["stride"],
+            a["padding"], grad_input=outs[0], grad_weight=outs[1], grad_bias=outs[2])
+
+
+def _stand_in(t: Any) -> torch.Tensor:
+    """A host tensor with graph tensor `t`'s recorded geometry (its memory is never touched)."""
+    meta = t.extra
+    dt = dtype_from_name(meta["dtype"])
+    size = torch.empty((), dtype=dt).element_size()
+    flat = torch.empty(max(1, -(-int(t.bytes) // size)), dtype=dt)
+    return torch.as_strided(flat, meta["shape"], meta["stride"], int(meta.get("storage_offset", 0)))
+
+
+def _conv_backend(graph: Graph, args: Any, kwargs: dict, names: tuple[str, ...]) -> tuple[str | None, int]:
+    """The backend ATen selects on the CPU for this convolution (its recorded geometry, the kernels the
+    executor runs under: hybrid.capture.trace.portable_kernels), or None when the arguments are not plain;
+    and the bytes of the contiguous copies the slot writer makes of a non-contiguous input (or output
+    gradient), as ATen does too: they are allocated outside the pool."""
+    from hybrid.capture.trace import portable_kernels
+
+    refs = [v for v in [*args, *kwargs.values()] if isinstance(v, dict) and "t" in v]
+    try:
+        env = {r["t"]: _stand_in(graph.tensor(r["t"])) for r in refs}
+        a = _named(names, decode_value(args, DecodeContext(env, torch.device("cpu"))),
+                   {k: decode_value(v, DecodeContext(env, torch.device("cpu"))) for k, v in kwargs.items()})
+        x, w = a["input"], a["weight"]
+        if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
+            return None, 0
+        copies = sum(t.numel() * t.element_size() for t in (x, a.get("grad_output"))
+                     if isinstance(t, torch.Tensor) and not t.is_contiguous())
+        bias = a.get("bias")
+        bias_sizes = a.get("bias_sizes")
+        with portable_kernels():
+            backend = torch._C._select_conv_backend(x, w, bias if isinstance(bias, torch.Tensor) else None,
+                                                    a["stride"], a["padding"], a["dilation"], a["transposed"],
+                                                    a["output_padding"], a["groups"], bias_sizes)
+    except (KeyError, RuntimeError, TypeError, ValueError, HybridError):
+        return None, 0
+    return backend.name, copies
+
+
+def _slot_writer(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, ids: tuple[str | None, ...],
+                 device: torch.device) -> tuple[SlotWriter | None, int]:
+    """The equivalent out= path of a functional op without a native out= overload, or None (copy fallback); and
+    the bytes it allocates outside the pool per run (its scratch: contiguous copies of a convolution's input)."""
+    writer = _slot_writer_fn(graph, op, target, args, kwargs, ids, device)
+    if writer in (_conv, _conv_backward):
+        return writer, _conv_backend(graph, args, kwargs, _CONV_BACKWARD if writer is _conv_backward else _CONV)[1]
+    return writer, 0
+
+
+def _slot_writer_fn(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, ids: tuple[str | None, ...],
+                    device: torch.device) -> SlotWriter | None:
+    if target in ("aten.convolution.default", "aten.convolution_backward.default") and device.type == "cpu":
+        backward = target == "aten.convolution_backward.default"
+        names = _CONV_BACKWARD if backward else _CONV
+        a = _named(names, args, kwargs)
+        mask = a.get("output_mask", [True])
+        if backward and any(t is not None and not m for t, m in zip(ids, mask)):
+            return None
+        if (int(a.get("groups", 0)) == 1 and all(_is_contiguous(graph.tensor(t)) for t in ids if t is not None)
+                and _conv_backend(graph, args, kwargs, names)[0] == "Slow2d"):
+            return _conv_backward if backward else _conv
+        return None
+    if None in ids:
+        return None
     outs = [graph.tensor(t) for t in op.outputs]
     contiguous = len(outs) == 1 and _is_contiguous(outs[0])
     if target in _FILLS:
@@ -147,6 +245,22 @@ def _numel(graph: Graph, ref: Any) -> int | None:
     return n
 
 
+def consumable_grad(graph: Graph, args: Any, readers: dict[str, int], updated: set[str]) -> str | None:
+    """The gradient an optimizer op may overwrite as its step's buffer, or None: a graph tensor (or a view of
+    all of it) of its parameter's bytes, not persistent, read by no other op (`readers`: tensor id -> ops
+    reading it) and updated by none (`updated`). At run time the view must also have the parameter's geometry
+    (`OpRunner._run_direct`), and the plan must not copy it to the host (Runtime checks)."""
+    if not isinstance(args, list) or len(args) < 2:
+        return None
+    p, g = args[0], args[1]
+    if not (isinstance(g, dict) and "t" in g and isinstance(p, dict) and "t" in p):
+        return None
+    gt, pt = graph.tensor(g["t"]), graph.tensor(p["t"])
+    if gt.persistent or readers.get(gt.id, 0) != 1 or gt.bytes != pt.bytes or gt.id == pt.id or gt.id in updated:
+        return None
+    return gt.id
+
+
 @dataclass(frozen=True)
 class OpCall:
     op: Op
@@ -159,6 +273,7 @@ class OpCall:
     out_names: tuple[str, ...] = ()
     out_ids: tuple[str | None, ...] = ()   # returned graph tensors, in return order (None: not a graph tensor)
     copy_bytes: int = 0               # bytes the copy fallback copies per run
+    scratch_bytes: int = 0            # mode slot: bytes the writer allocates outside the pool per run
     slot_fn: SlotWriter | None = None  # mode slot: the equivalent call writing the slots
     versions: tuple[tuple[str, str], ...] = ()   # in-place op on an intermediate: (new version, old version)
 
@@ -217,7 +332,8 @@ def out_variant(fn: Any) -> tuple[Any, tuple[str, ...], str]:
     return None, (), "no out= overload"
 
 
-def compile_op(graph: Graph, op: Op) -> OpCall:
+def compile_op(graph: Graph, op: Op, device: torch.device | None = None) -> OpCall:
+    """How `op` writes its outputs on `device` (default the CPU)."""
     rec = op.extra.get("aten")
     if not isinstance(rec, dict) or "target" not in rec:
         raise HybridError(f"op {op.id!r} has no 'aten' record; only graphs from hybrid capture can be executed")
@@ -243,12 +359,30 @@ def compile_op(graph: Graph, op: Op) -> OpCall:
         out_fn, why = None, "out= overload returns a different number of tensors"
     if out_fn is not None:
         return OpCall(op, fn, OUT, "native out= overload", args, kwargs, out_fn, names, ids, versions=versions)
-    writer = _slot_writer(graph, op, target, args, kwargs) if None not in ids else None
+    writer, scratch = _slot_writer(graph, op, target, args, kwargs, ids, device or torch.device("cpu"))
     if writer is not None:
         return OpCall(op, fn, SLOT, f"an equivalent call writes its slot ({why})", args, kwargs, None, (), ids,
-                      versions=versions, slot_fn=writer)
+                      versions=versions, slot_fn=writer, scratch_bytes=scratch)
     nbytes = sum(graph.tensor(t).bytes for t in ids if t is not None)
     return OpCall(op, fn, COPY, why, args, kwargs, None, (), ids, nbytes, versions)
+
+
+def copy_workspaces(graph: Graph) -> dict[str, int]:
+    """Op id -> bytes the executor allocates outside the pool while the op runs, for every op it can run only
+    through the copy fallback even on the CPU (where it has the most out= paths: the results it computes
+    and then copies into their slots), or whose slot writer needs scratch (contiguous copies of a
+    convolution's non-contiguous input): the op's workspace, which the graph must state for a plan to count
+    it (hybrid.capture states it). Ops that allocate nothing are absent."""
+    out: dict[str, int] = {}
+    for op in graph.ops:
+        rec = op.extra.get("aten")
+        if not isinstance(rec, dict) or "target" not in rec:
+            continue
+        call = compile_op(graph, op)
+        nbytes = call.copy_bytes if call.mode == COPY else call.scratch_bytes if call.mode == SLOT else 0
+        if nbytes > 0:
+            out[op.id] = nbytes
+    return out
 
 
 class OpRunner:
@@ -270,7 +404,20 @@ class OpRunner:
 
         self.graph = graph
         self.device = device
-        self.calls = [compile_op(graph, op) for op in graph.ops]
+        self.calls = [compile_op(graph, op, device) for op in graph.ops]
+        readers: dict[str, int] = {}
+        updated: set[str] = set()
+        for op in graph.ops:
+            for t in set(op.inputs):
+                readers[t] = readers.get(t, 0) + 1
+            updated.update(op.updates)
+        # optimizer op -> the gradient it may overwrite (its last reader); Runtime drops those the plan swaps out
+        self.consume_grad: dict[int, str] = {}
+        for o, call in enumerate(self.calls):
+            if call.mode == OPTIMIZER:
+                g = consumable_grad(graph, call.args, readers, updated)
+                if g is not None:
+                    self.consume_grad[o] = g
         self._checked: set[int] = set()
         self._random = {o for o, op in enumerate(graph.ops) if updates_generator_only(graph, op)}
         if random not in ("replay", "op_seeds"):
@@ -335,12 +482,15 @@ class OpRunner:
         call = self.calls[o]
         args, kwargs = self._decode(call, env)
         if call.mode == OPTIMIZER:
+            p, g, gid = args[0], args[1], self.consume_grad.get(o)
+            work = g if (gid is not None and g.shape == p.shape and g.stride() == p.stride() and g.dtype == p.dtype
+                         and g.numel() * g.element_size() == self.graph.tensor(gid).bytes) else None
             call.fn(*args, step=self._step_counters[o] if self._recording and o in self._step_counters else step,
-                    **kwargs)
+                    work=work, **kwargs)
         elif call.mode == INPLACE:
             call.fn(*args, **kwargs)
         elif call.mode == SLOT:
-            call.slot_fn(args, kwargs, [env[t] for t in call.out_ids])  # type: ignore[misc, index]
+            call.slot_fn(args, kwargs, [None if t is None else env[t] for t in call.out_ids])  # type: ignore[misc]
         else:
             slots = [env[t] for t in call.out_ids]  # type: ignore[index]
             res = call.out_fn(*args, **kwargs, **dict(zip(call.out_names, slots)))  # type: ignore[misc]

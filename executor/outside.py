@@ -15,6 +15,11 @@ else a step allocates makes the real peak exceed the plan's: the copy fallback's
 
 Per node (a compute event), bytes beyond the op's stated workspace (its implementation's `workspace_bytes`)
 are what the plan did not allow for: `beyond_workspace_bytes`, 0 when executor memory equals plan memory.
+Capture states the copy fallback's results as the op's workspace (executor.ops.copy_workspaces), so on the
+CPU the zoo test models read 0 here (benchmarks/executor_outside.py). Kernel scratch stays unseen by the
+dispatch mode and unstated in the graph: on those models, torch's profiler (profile_memory) finds
+`_slow_conv2d_forward`/`_backward`'s column buffers (up to 0.3 MB per call at the tests' sizes) and batch
+norm's per-channel statistics.
 """
 from __future__ import annotations
 

@@ -143,7 +143,12 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
         except InfeasibleError:
             layout = None
         if layout is None:
-            return CompactingPool(g, cap, backend, align)
+            # Compacting online within the whole memory: the same bound on what the workspace may add.
+            pool_c = CompactingPool(g, full, backend, align)
+            if cap < full:
+                pool_c.stats.offsets += (f"; the largest workspace ({full - cap} bytes, outside the pool) may exceed "
+                                         f"the plan's memory by up to that much")
+            return pool_c
         ws = full - cap
         beyond = max(0, layout.arena_bytes + ws - full)
         cap = full
@@ -197,6 +202,10 @@ class Runtime:
         self.pool = make_pool(self.program, backend)
         self.host = HostPool(graph, self.program.host_tensors, backend)
         self.ops = OpRunner(graph, backend.device, random, op_runs(self.program))
+        # An optimizer step overwrites its gradient only if no host copy of it is made (a copy in flight would
+        # read the overwritten bytes)
+        copied = {graph.tensors[int(st.ref)].id for st in self.program.steps if st.kind == E.SWAP_OUT}
+        self.ops.consume_grad = {o: t for o, t in self.ops.consume_grad.items() if t not in copied}
         self.timing = timing
         n = self.program.n_nodes
         self.node_impl = node_impls(self.program)

@@ -1,10 +1,13 @@
 """Optimizer steps as graph ops: one op per parameter that updates it and its state in place.
 
-Each op replays through torch.optim's own functional code (single-tensor
-path), so a replay matches `torch.optim.SGD/Adam/AdamW(foreach=False)`
-bitwise. The step counter (Adam's bias correction) is host-side state, as in
-torch with `capturable=False`: it is not a graph tensor; the replaying
-executor passes the 1-based iteration number.
+Each op replays the kernels of torch.optim's single-tensor path, in its order and with its scalars, so a
+replay matches `torch.optim.SGD/Adam/AdamW(foreach=False)` bitwise. Where torch computes a temporary the size of
+the parameter (Adam's denominator; the gradient with weight decay, negated to maximize, or Nesterov's), the
+replay computes it into one buffer, `work`: a fresh one, or the gradient itself where the caller says the step
+may consume it (the executor, when the step is the gradient's last reader: executor.ops), so the step then
+allocates nothing. The step counter (Adam's bias correction) is host-side
+state, as in torch with `capturable=False`: it is not a graph tensor; the replaying executor passes the
+1-based iteration number (or, recording a CUDA graph, a device counter: then torch's capturable Adam runs).
 """
 from __future__ import annotations
 
@@ -129,44 +132,88 @@ def from_torch(opt: Any, module: torch.nn.Module) -> OptimizerSpec:
 
 # ---- replay ------------------------------------------------------------------------
 
+def _grad(param: torch.Tensor, grad: torch.Tensor, work: list[torch.Tensor], weight_decay: float,
+          maximize: bool) -> torch.Tensor:
+    """torch's `-grad` (maximize) and `grad.add(param, alpha=weight_decay)`, computed into the step's buffer
+    (`work`: empty until one is made, or the gradient itself) instead of fresh tensors: same kernels, same
+    bits."""
+    g = grad
+    if maximize:
+        g = torch.neg(grad, out=_work(param, work))
+    if weight_decay != 0:
+        g = torch.add(g, param, alpha=weight_decay, out=_work(param, work))
+    return g
+
+
+def _work(param: torch.Tensor, work: list[torch.Tensor]) -> torch.Tensor:
+    """The step's one buffer of the parameter's size: the one given, else a fresh one (allocated now)."""
+    if not work:
+        work.append(torch.empty_like(param))
+    return work[0]
+
+
 def _adam(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
           step: int | torch.Tensor, decoupled: bool, lr: float, beta1: float, beta2: float, eps: float,
-          weight_decay: float, maximize: bool) -> None:
-    from torch.optim.adam import adam
-
-    if isinstance(step, torch.Tensor):
+          weight_decay: float, maximize: bool, work: torch.Tensor | None) -> None:
+    if isinstance(step, torch.Tensor) or param.is_complex():
         # A device counter (a recorded CUDA graph's): torch's capturable Adam advances it on every replay.
-        step_t, capturable = step, True
+        # Complex parameters: torch's own code (it views them as real), with its temporaries.
+        from torch.optim.adam import adam
+
+        if isinstance(step, torch.Tensor):
+            step_t, capturable = step, True
+        else:
+            step_t, capturable = torch.tensor(float(step - 1), dtype=torch.float32), False   # torch adds 1 first
+        adam([param], [grad], [exp_avg], [exp_avg_sq], [], [step_t], foreach=False, capturable=capturable,
+             differentiable=False, fused=None, grad_scale=None, found_inf=None, has_complex=param.is_complex(),
+             decoupled_weight_decay=decoupled, amsgrad=False, beta1=beta1, beta2=beta2, lr=lr,
+             weight_decay=weight_decay, eps=eps, maximize=maximize)
+        return
+    # torch.optim.adam._single_tensor_adam, capturable=False, amsgrad=False
+    scratch = [] if work is None else [work]
+    if decoupled:
+        if weight_decay != 0:
+            param.mul_(1 - lr * weight_decay)
+        g = _grad(param, grad, scratch, 0.0, maximize)
     else:
-        step_t, capturable = torch.tensor(float(step - 1), dtype=torch.float32), False   # torch adds 1 first
-    adam([param], [grad], [exp_avg], [exp_avg_sq], [], [step_t], foreach=False, capturable=capturable,
-         differentiable=False, fused=None, grad_scale=None, found_inf=None, has_complex=param.is_complex(),
-         decoupled_weight_decay=decoupled, amsgrad=False, beta1=beta1, beta2=beta2, lr=lr,
-         weight_decay=weight_decay, eps=eps, maximize=maximize)
+        g = _grad(param, grad, scratch, weight_decay, maximize)
+    exp_avg.lerp_(g, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    t = float(step)                 # torch: the float32 step counter, read back as a Python float
+    bias_correction1 = 1 - beta1 ** t
+    bias_correction2 = 1 - beta2 ** t
+    step_size = lr / bias_correction1
+    bias_correction2_sqrt = bias_correction2 ** 0.5
+    denom = torch.sqrt(exp_avg_sq, out=_work(param, scratch))     # g, if it is that buffer, is read no more
+    torch.div(denom, bias_correction2_sqrt, out=denom).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
 def adam_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
-              step: int | torch.Tensor, **h: Any) -> None:
-    _adam(param, grad, exp_avg, exp_avg_sq, step=step, decoupled=False, **h)
+              step: int | torch.Tensor, work: torch.Tensor | None = None, **h: Any) -> None:
+    _adam(param, grad, exp_avg, exp_avg_sq, step=step, decoupled=False, work=work, **h)
 
 
 def adamw_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
-               step: int | torch.Tensor, **h: Any) -> None:
-    _adam(param, grad, exp_avg, exp_avg_sq, step=step, decoupled=True, **h)
+               step: int | torch.Tensor, work: torch.Tensor | None = None, **h: Any) -> None:
+    _adam(param, grad, exp_avg, exp_avg_sq, step=step, decoupled=True, work=work, **h)
 
 
 def sgd_step(param: torch.Tensor, grad: torch.Tensor, *state: torch.Tensor, step: int, lr: float, momentum: float,
-             dampening: float, weight_decay: float, nesterov: bool, maximize: bool) -> None:
-    """On the first step torch starts the momentum buffer as a copy of the gradient; so do we, in place."""
-    from torch.optim.sgd import sgd
-
-    bufs: list[torch.Tensor | None] = [None]
-    if state and step > 1:
-        bufs = [state[0]]
-    sgd([param], [grad], bufs, foreach=False, fused=None, weight_decay=weight_decay, momentum=momentum, lr=lr,
-        dampening=dampening, nesterov=nesterov, maximize=maximize)
-    if state and step == 1:
-        state[0].copy_(bufs[0])
+             dampening: float, weight_decay: float, nesterov: bool, maximize: bool,
+             work: torch.Tensor | None = None) -> None:
+    """torch.optim.sgd._single_tensor_sgd. On the first step torch starts the momentum buffer as a copy of the
+    gradient; so do we, into the state tensor."""
+    scratch: list[torch.Tensor] = [] if work is None else [work]
+    g = _grad(param, grad, scratch, weight_decay, maximize)
+    if momentum != 0:
+        buf = state[0]
+        if step == 1:
+            buf.copy_(g)
+        else:
+            buf.mul_(momentum).add_(g, alpha=1 - dampening)
+        g = torch.add(g, buf, alpha=momentum, out=_work(param, scratch)) if nesterov else buf
+    param.add_(g, alpha=-lr)
 
 
 # Steps whose count may be a device tensor (executor.ops.OpRunner.device_steps, for CUDA graphs).

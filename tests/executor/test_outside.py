@@ -1,6 +1,7 @@
 """Executor memory = plan memory on the CPU: every op writes its outputs into its slots (native out=, or an
-equivalent call that computes the same bits), and a dispatch-mode counter finds every byte allocated outside
-the pool (executor.outside), reported in `Summary`."""
+equivalent call that computes the same bits), a dispatch-mode counter finds every byte allocated outside
+the pool (executor.outside), reported in `Summary`, and what an op can only compute outside the pool is its
+workspace, stated in the graph (executor.ops.copy_workspaces, hybrid.capture)."""
 from __future__ import annotations
 
 import copy
@@ -11,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from executor.api import Executor  # noqa: E402
 from executor.check import compare, train_eager  # noqa: E402
-from executor.ops import COPY, SLOT, compile_op  # noqa: E402
+from executor.ops import COPY, OPTIMIZER, SLOT, compile_op  # noqa: E402
 from executor.outside import DispatchCounter  # noqa: E402
 from hybrid.capture.api import capture_model  # noqa: E402
 from hybrid.plan import events as E  # noqa: E402
@@ -45,40 +46,61 @@ def test_an_rnn_step_allocates_nothing_outside_the_pool_and_trains_like_eager(ki
     assert s.outside_counted_by == "dispatch"
     assert s.outside_bytes == 0 and s.outside_beyond_workspace_bytes == 0 and s.outside_by_target == {}
     assert s.op_modes.get(COPY, 0) == 0 and s.op_modes.get(SLOT, 0) > 0   # embedding, its backward, fills
-    # only the first step's SGD allocates (torch starts its momentum buffer as a clone of the gradient)
-    assert set(ex.records[0].ops.outside.by_target) == {"hybrid.sgd"}
-    assert all(r.ops.outside.bytes == 0 for r in ex.records[1:])
+    # the first step's SGD too: the momentum buffer starts as a copy of the gradient, in its state slot
+    assert all(r.ops.outside.bytes == 0 for r in ex.records)
     ref = train_eager(g, copy.deepcopy(base), args, target, spec.loss, ITERS, SEED)
     cmp = compare(ex.losses, ex.state(), ref)
     assert cmp.bitwise, (cmp.mismatched[:5], cmp.max_abs_diff)
 
 
+@pytest.mark.parametrize("kind", ["unconstrained", "size_classes"])
 @pytest.mark.parametrize("name", ["resnet-18", "rnn-2-1k", "squeezenet", "tinylm"])
-def test_only_ops_without_an_out_path_and_torchs_adam_allocate_outside_the_pool(name: str) -> None:
-    """What the counter finds is exactly the copy fallback's results (ops with no out= path that computes eager's
-    bits on the CPU: mkldnn convolution and its backward, batch norm backward, layer norm), and torch's Adam's
-    temporaries, which the graph does not state as the optimizer op's workspace; nothing else, in any mode."""
+def test_zoo_models_allocate_nothing_outside_the_pool_beyond_stated_workspaces(name: str, kind: str) -> None:
+    """The zoo test models (and the user module) on the CPU: every iteration allocates 0 bytes outside the pool
+    beyond the ops' stated workspaces, and trains bitwise like eager. What is allocated at all is exactly the
+    copy fallback's results (batch norm's backward, layer norm: no out= path computes eager's bits), each
+    within its op's stated workspace; convolutions, their backward and the optimizer steps allocate nothing."""
     case = get_case(name)
-    plan = swap_plan(case.graph, "unconstrained")
+    plan = swap_plan(case.graph, kind)
     ex = _run(case.graph, plan, case.module(), case.args, case.target)
     s = ex.summary()
-    program = ex.runtime.program
+    assert s.outside_counted_by == "dispatch" and s.outside_beyond_workspace_bytes == 0
+    assert all(r.ops.outside.counted_by == "dispatch" and r.ops.outside.beyond_workspace_bytes == 0
+               for r in ex.records)
+    calls = ex.runtime.ops.calls
+    copies = [calls[st.ref] for st in ex.runtime.program.steps if st.kind == E.COMPUTE and calls[st.ref].mode == COPY]
     expected: dict[str, int] = {}
-    for st in program.steps:
-        if st.kind == E.COMPUTE and ex.runtime.ops.calls[st.ref].mode == COPY:
-            call = ex.runtime.ops.calls[st.ref]
-            target = call.op.extra["aten"]["target"]
-            expected[target] = expected.get(target, 0) + call.copy_bytes
-    copies = {t: b for t, b in s.outside_by_target.items() if not t.startswith("hybrid.")}
-    assert copies == expected
-    assert set(copies) <= {"aten.convolution.default", "aten.convolution_backward.default",
-                           "aten.native_batch_norm_backward.default", "aten.native_layer_norm.default",
-                           "aten.native_layer_norm_backward.default"}
-    optimizer = {t for t in s.outside_by_target if t.startswith("hybrid.")}
-    assert optimizer <= {"hybrid.adam"}
-    assert s.outside_bytes == sum(s.outside_by_target.values())
-    assert s.outside_beyond_workspace_bytes == s.outside_bytes   # these graphs state no workspaces
-    assert 0 < s.outside_peak_bytes <= s.outside_bytes
+    for call in copies:
+        assert call.op.workspace_bytes == call.copy_bytes > 0          # stated by capture
+        target = call.op.extra["aten"]["target"]
+        expected[target] = expected.get(target, 0) + call.copy_bytes
+    assert all(r.ops.outside.by_target == expected for r in ex.records)
+    assert set(expected) <= {"aten.native_batch_norm_backward.default", "aten.native_layer_norm.default",
+                             "aten.native_layer_norm_backward.default"}
+    if name in ("rnn-2-1k", "squeezenet"):
+        assert s.outside_bytes == 0
+    if name != "rnn-2-1k":
+        assert s.op_modes.get(SLOT, 0) > 0
+    optimizer = [o for o, c in enumerate(calls) if c.mode == OPTIMIZER]
+    assert optimizer and set(ex.runtime.ops.consume_grad) == set(optimizer)
+    cmp = compare(ex.losses, ex.state(), case.reference())
+    assert cmp.bitwise, (cmp.mismatched[:5], cmp.max_abs_diff)
+
+
+def test_capture_states_the_copy_fallbacks_results_as_the_ops_workspace() -> None:
+    g = get_case("resnet-18").graph
+    by_target: dict[str, set[int]] = {}
+    for op in g.ops:
+        t = op.extra["aten"]["target"]
+        outs = sum(g.tensor(x).bytes for x in op.outputs)
+        if t == "aten.native_batch_norm_backward.default":
+            assert op.workspace_bytes == outs > 0
+        by_target.setdefault(t, set()).add(op.workspace_bytes)
+    assert by_target["aten.convolution.default"] == {0}              # Slow2d writes its slot
+    assert by_target["aten.convolution_backward.default"] == {0}
+    assert by_target["hybrid.sgd"] == {0}                            # the step computes in the gradient's slot
+    default = [op for op in g.ops if op.impls]
+    assert default and all(op.implementations[op.default_impl].workspace_bytes == op.workspace_bytes for op in default)
 
 
 def test_the_counter_counts_fresh_storage_once_per_node_and_not_the_pool() -> None:
@@ -138,3 +160,161 @@ def test_embedding_and_its_backward_write_eagers_bits_into_their_slots(padding_i
     _embedding_backward([grad, idx, 7, padding_idx, False], {}, [gw])
     ref = torch.ops.aten.embedding_dense_backward.default(grad, idx, 7, padding_idx, False)
     assert torch.equal(gw.view(torch.int32), ref.view(torch.int32))
+
+
+def _eq(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+@pytest.mark.parametrize("n, c, hw, co, k, stride, pad, bias, mask", [
+    (2, 3, 9, 8, 3, 1, 1, True, [False, True, True]),
+    (2, 3, 32, 16, 7, 2, 3, False, [False, True, False]),
+    (2, 16, 8, 16, 3, 1, 1, False, [True, True, False]),
+    (2, 16, 8, 32, 1, 2, 0, False, [True, True, False]),
+    (3, 8, 5, 10, 1, 1, 0, True, [True, True, True]),
+    (1, 5, 7, 6, 3, 2, 1, True, [True, False, True]),
+])
+def test_convolution_and_its_backward_write_eagers_bits_into_their_slots(n, c, hw, co, k, stride, pad, bias,
+                                                                          mask) -> None:
+    from executor.ops import _conv, _conv_backward
+    from hybrid.capture.trace import portable_kernels
+
+    aten = torch.ops.aten
+    gen = torch.Generator().manual_seed(n * 100 + k)
+    x = torch.randn(n, c, hw, hw, generator=gen)
+    w = torch.randn(co, c, k, k, generator=gen)
+    b = torch.randn(co, generator=gen) if bias else None
+    conv = [x, w, b, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1]
+    with portable_kernels():
+        assert torch._C._select_conv_backend(x, w, b, *conv[3:], None).name == "Slow2d"
+        ref = aten.convolution.default(*conv)
+        out = torch.full_like(ref, 7.0)
+        _conv(conv, {}, [out])
+        assert _eq(out, ref)
+        go = torch.randn(ref.shape, generator=gen)
+        back = [go, x, w, [co] if bias else None, *conv[3:], mask]
+        refs = aten.convolution_backward.default(*back)
+        slots = [torch.full_like(t, 5.0) if m else None for t, m in zip((x, w, torch.empty(co)), mask)]
+        _conv_backward(back, {}, slots)
+    for r, got, m in zip(refs, slots, mask):
+        assert (r is None and got is None) if not m else _eq(got, r)
+
+
+def _conv_graph(n: int, c: int, groups: int, mask: list[bool] | None = None):  # noqa: ANN202
+    from hybrid.graph import Graph, Op, Tensor
+
+    def t(tid: str, shape: list[int], kind: str = "activation", persistent: bool = False) -> Tensor:
+        stride, acc = [], 1
+        for d in reversed(shape):
+            stride.insert(0, acc)
+            acc *= d
+        return Tensor(tid, 4 * acc, kind, persistent, extra={"dtype": "float32", "shape": shape, "stride": stride})
+
+    x, w, y = t("x", [n, c, 8, 8], "input", True), t("w", [c, c // groups, 3, 3], "param", True), t("y", [n, c, 8, 8])
+    conv = [{"t": "x"}, {"t": "w"}, None, [1, 1], [1, 1], [1, 1], False, [0, 0], groups]
+    if mask is None:
+        return Graph("c", [x, w, y], [Op("conv", "convolution", ("x", "w"), ("y",), 1e-6,
+                                         extra={"aten": _aten("aten.convolution.default", conv, {}, ["y"])})])
+    y = t("y", [n, c, 8, 8], "input", True)                          # the output gradient, fed
+    gi, gw = t("gi", [n, c, 8, 8], "gradient"), t("gw", [c, c // groups, 3, 3], "gradient")
+    back = [{"t": "y"}, {"t": "x"}, {"t": "w"}, None, *conv[3:], mask]
+    rets = [r if m else None for r, m in zip(["gi", "gw", None], mask)]
+    outs = tuple(r for r in rets if r is not None)
+    return Graph("c", [x, w, y] + [gt for gt in (gi, gw) if gt.id in outs], [Op("convb", "convolution_backward", ("y", "x", "w"), outs, 1e-6, extra={
+        "aten": _aten("aten.convolution_backward.default", back, {}, rets)})])
+
+
+def test_convolutions_write_their_slots_only_where_aten_runs_slow2d_on_the_cpu() -> None:
+    g = _conv_graph(2, 4, 1)
+    assert compile_op(g, g.ops[0]).mode == SLOT
+    assert compile_op(g, g.ops[0], torch.device("cuda")).mode == COPY          # eager runs cuDNN there
+    g = _conv_graph(2, 4, 2)
+    assert compile_op(g, g.ops[0]).mode == COPY                                # grouped: ATen concatenates groups
+    if torch.backends.nnpack.is_available():
+        g = _conv_graph(16, 4, 1)                                              # NNPACK from a batch of 16
+        assert compile_op(g, g.ops[0]).mode == COPY
+    g = _conv_graph(2, 4, 1, [False, True, False])
+    call = compile_op(g, g.ops[0])
+    assert call.mode == SLOT and call.out_ids == (None, "gw", None)
+
+
+def _torch_steps(opt_cls, options: dict, p0: torch.Tensor, grads: list[torch.Tensor]):  # noqa: ANN001, ANN202
+    p = torch.nn.Parameter(p0.clone())
+    opt = opt_cls([p], foreach=False, **options)
+    for gr in grads:
+        p.grad = gr.clone()
+        opt.step()
+    return p.detach(), opt.state[p]
+
+
+@pytest.mark.parametrize("name, options", [
+    ("sgd", {"lr": 0.1, "momentum": 0.9}),
+    ("sgd", {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+    ("sgd", {"lr": 0.1, "momentum": 0.5, "dampening": 0.3, "maximize": True}),
+    ("sgd", {"lr": 0.1, "weight_decay": 0.1}),
+    ("adam", {"lr": 0.01}),
+    ("adam", {"lr": 0.01, "weight_decay": 0.05, "maximize": True}),
+    ("adamw", {"lr": 0.01, "weight_decay": 0.1}),
+])
+@pytest.mark.parametrize("consume", [False, True])
+def test_optimizer_steps_match_torch_bitwise_and_allocate_nothing_when_they_consume_the_gradient(
+        name: str, options: dict, consume: bool) -> None:
+    from hybrid.capture.optimizers import from_name, replay_function
+
+    gen = torch.Generator().manual_seed(5)
+    p0 = torch.randn(37, 11, generator=gen)
+    grads = [torch.randn(37, 11, generator=gen) for _ in range(3)]
+    cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[name]
+    ref_p, ref_state = _torch_steps(cls, options, p0, grads)
+
+    spec = from_name(name, ["w"], options)
+    keys = spec.state_keys("w")
+    step_fn = replay_function(f"hybrid.{name}")
+    p = p0.clone()
+    state = [torch.zeros_like(p0) for _ in keys]
+    for k, gr in enumerate(grads, start=1):
+        g = gr.clone()
+        counter = DispatchCounter({t.untyped_storage().data_ptr() for t in [p, g, *state]})
+        with counter:
+            step_fn(p, g, *state, step=k, work=g if consume else None, **spec.op_kwargs("w"))
+        allocated = counter.finish().bytes
+        needs = name != "sgd" or any(options.get(o) for o in ("weight_decay", "maximize", "nesterov"))
+        assert allocated == (0 if consume or not needs else p0.numel() * 4)
+    assert _eq(p, ref_p)
+    for key, st in zip(keys, state):
+        assert _eq(st, ref_state[key]), key
+
+
+def test_a_convolution_of_a_non_contiguous_input_states_the_copy_its_slot_writer_makes() -> None:
+    from executor.ops import copy_workspaces
+    from hybrid.graph import Graph, Op, Tensor
+
+    def t(tid: str, shape: list[int], kind: str, persistent: bool) -> Tensor:
+        stride, acc = [], 1
+        for d in reversed(shape):
+            stride.insert(0, acc)
+            acc *= d
+        return Tensor(tid, 4 * acc, kind, persistent, extra={"dtype": "float32", "shape": shape, "stride": stride})
+
+    half = {"t": "x", "view": [{"op": "aten.slice.Tensor", "args": [1, 0, 4]}]}    # x[:, :4]: not contiguous
+    conv = [half, {"t": "w"}, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1]
+    g = Graph("c", [t("x", [2, 8, 6, 6], "input", True), t("w", [5, 4, 3, 3], "param", True),
+                    t("y", [2, 5, 6, 6], "activation", False)],
+              [Op("conv", "convolution", ("x", "w"), ("y",), 1e-6,
+                  extra={"aten": _aten("aten.convolution.default", conv, {}, ["y"])})])
+    call = compile_op(g, g.ops[0])
+    assert call.mode == SLOT and call.scratch_bytes == 2 * 4 * 6 * 6 * 4
+    assert copy_workspaces(g) == {"conv": call.scratch_bytes}
+    x, w = torch.randn(2, 8, 6, 6), torch.randn(5, 4, 3, 3)
+    counter = DispatchCounter({x.untyped_storage().data_ptr()})
+    y = torch.empty(2, 5, 6, 6)
+    counter.known.add(y.untyped_storage().data_ptr())
+    with counter:
+        counter.node("conv", call.scratch_bytes)
+        call.slot_fn([x[:, :4], w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1], {}, [y])
+    s = counter.finish()
+    assert s.bytes == call.scratch_bytes and s.beyond_workspace_bytes == 0
+    from hybrid.capture.trace import portable_kernels
+
+    with portable_kernels():
+        assert _eq(y, torch.ops.aten.convolution.default(x[:, :4], w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
