@@ -50,7 +50,7 @@ def _test_models() -> list[tuple[str, Any]]:
 def _wide_models() -> list[tuple[str, Any]]:
     from benchmarks.executor_cpu import CASES, _case
 
-    return [(c[0], (lambda c=c: _case(*c))) for c in CASES]
+    return [(c[0], (lambda c=c: _case(*c, executor_workspaces=True))) for c in CASES]
 
 
 def _per_iter(ex: Executor, iters: int) -> float:

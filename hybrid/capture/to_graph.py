@@ -185,7 +185,7 @@ def _cost(flops: int, nbytes: int, dtype: str, cls: str) -> dict[str, Any]:
 
 
 def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostModel, name: str,
-            device: Device | None) -> Graph:
+            device: Device | None, executor_workspaces: bool = False) -> Graph:
     b = _Builder(model)
     gm = traced.gm
     nodes = list(gm.graph.nodes)
@@ -283,7 +283,9 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
     extra = {"capture": {"tool": "hybrid.capture", "torch": torch.__version__, "training": traced.training,
                          "costs": model.to_json()},
              "bindings": bindings}
-    return _with_copy_workspaces(Graph(name, persistent + others, ordered, device, extra))
+    graph = Graph(name, persistent + others, ordered, device, extra)
+    # off by default until the tables made from captured graphs are regenerated (their graphs would change)
+    return _with_copy_workspaces(graph) if executor_workspaces else graph
 
 
 def _with_copy_workspaces(graph: Graph) -> Graph:

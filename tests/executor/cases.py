@@ -73,7 +73,9 @@ ZOO = {
 
 def zoo_case(name: str) -> Case:
     batch, ov, opt, options = ZOO[name]
-    graph = capture_model(name, batch, optimizer=opt, lr=0.02, optimizer_options=options, overrides=ov)
+    # the executor's tests run graphs that state its copy-in workspaces (`hybrid capture --executor-workspaces`)
+    graph = capture_model(name, batch, optimizer=opt, lr=0.02, optimizer_options=options, overrides=ov,
+                          executor_workspaces=True)
     spec = get_model(name, **ov)
     torch.manual_seed(0)
     base = spec.build()
@@ -87,7 +89,7 @@ def user_case() -> Case:
     gen = torch.Generator().manual_seed(1)
     tokens = torch.randint(37, (4, 9), generator=gen)
     args, target = (tokens[:, :-1].clone(),), tokens[:, 1:].clone()
-    graph = capture(base, args, lm_loss, target, optimizer="adam", lr=0.01, name="tinylm")
+    graph = capture(base, args, lm_loss, target, optimizer="adam", lr=0.01, name="tinylm", executor_workspaces=True)
     return Case("tinylm", graph, lambda: copy.deepcopy(base), args, target, lm_loss)
 
 

@@ -18,7 +18,7 @@ from hybrid.capture.api import capture_model  # noqa: E402
 from hybrid.plan import events as E  # noqa: E402
 from hybrid.zoo import get_model  # noqa: E402
 
-from tests.executor.cases import ITERS, SEED, swap_plan  # noqa: E402
+from tests.executor.cases import ITERS, SEED, ZOO, swap_plan  # noqa: E402
 from tests.executor.cases import case as get_case  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -35,7 +35,8 @@ def _run(graph, plan, module, args, target):  # noqa: ANN001, ANN202
 
 @pytest.mark.parametrize("kind", ["size_classes", "unconstrained"])
 def test_an_rnn_step_allocates_nothing_outside_the_pool_and_trains_like_eager(kind: str) -> None:
-    g = capture_model("rnn-2-1k", 3, optimizer="sgd", lr=0.02, optimizer_options={"momentum": 0.9}, overrides=RNN)
+    g = capture_model("rnn-2-1k", 3, optimizer="sgd", lr=0.02, optimizer_options={"momentum": 0.9}, overrides=RNN,
+                      executor_workspaces=True)
     spec = get_model("rnn-2-1k", **RNN)
     torch.manual_seed(0)
     base = spec.build()
@@ -318,3 +319,14 @@ def test_a_convolution_of_a_non_contiguous_input_states_the_copy_its_slot_writer
 
     with portable_kernels():
         assert _eq(y, torch.ops.aten.convolution.default(x[:, :4], w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+
+
+def test_capture_states_no_copy_workspaces_unless_asked() -> None:
+    """Off by default (the result tables' graphs stay as they were); `executor_workspaces` or `hybrid capture
+    --executor-workspaces` turns it on."""
+    batch, ov, opt, options = ZOO["resnet-18"]
+    plain = capture_model("resnet-18", batch, optimizer=opt, lr=0.02, optimizer_options=options, overrides=ov)
+    stated = get_case("resnet-18").graph
+    assert all(op.workspace_bytes == 0 for op in plain.ops)
+    assert any(op.workspace_bytes > 0 for op in stated.ops)
+    assert [op.id for op in plain.ops] == [op.id for op in stated.ops]

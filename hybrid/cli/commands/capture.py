@@ -26,7 +26,8 @@ def summary_lines(graph, seconds: float) -> list[str]:  # noqa: ANN001 - a Graph
     ]
 
 
-def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: dict | None, device, dtype: str):  # noqa: ANN001
+def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: dict | None, device, dtype: str,  # noqa: ANN001
+                  executor_workspaces: bool = False):
     """Capture the factory's module; the graph records the spec for `hybrid execute`."""
     import torch
 
@@ -36,7 +37,8 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
     torch.manual_seed(0)
     user = load_user_model(spec)
     graph = capture(user.module, user.args, user.loss_fn, user.target, kwargs=user.kwargs, optimizer=optimizer,
-                    lr=lr, optimizer_options=options, device=device, dtype=dtype, name=spec.replace(":", "."))
+                    lr=lr, optimizer_options=options, device=device, dtype=dtype, name=spec.replace(":", "."),
+                    executor_workspaces=executor_workspaces)
     graph.extra["module"] = {"spec": spec, "dtype": dtype}
     return graph
 
@@ -64,11 +66,16 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
               help="Profile file (hybrid-profile/1, from `hybrid profile`): its measured op times replace the roofline ones.")
 @click.option("--measure", is_flag=True,
               help="Also measure ops missing from --profile on this machine (GPU if any, else CPU) and update the file.")
+@click.option("--executor-workspaces", is_flag=True,
+              help="State as each op's workspace the results `hybrid execute` can only compute outside its pool "
+                   "and copy in (batch norm backward, layer norm, random ops, convolutions ATen does not run as "
+                   "Slow2d on the CPU), so a plan's memory is what the executor allocates (docs/capture.md). Off by "
+                   "default until the result tables made from captured graphs are regenerated.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Write the graph here (hybrid-graph/1).")
 def command(model: str | None, module_spec: str | None, batch: int | None, optimizer: str, lr: float | None, momentum: float | None,
             weight_decay: float | None, dtype: str, overrides: tuple[str, ...], profile_path: Path | None,
-            measure: bool, out_path: Path, **kw: object) -> None:
+            measure: bool, out_path: Path, executor_workspaces: bool, **kw: object) -> None:
     """Capture one training iteration of a zoo model (--model) or of your own module (--module) as a graph file.
 
     Forward, backward and the optimizer step are traced on fake tensors, so
@@ -114,10 +121,11 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
     start = time.monotonic()
     try:
         if module_spec is not None:
-            graph = _capture_user(module_spec, opt, lr, options or None, device, dtype)
+            graph = _capture_user(module_spec, opt, lr, options or None, device, dtype, executor_workspaces)
         else:
             graph = capture_model(model, batch, optimizer=opt, lr=lr, optimizer_options=options or None,
-                                  device=device, dtype=dtype, overrides=parse_overrides(overrides))
+                                  device=device, dtype=dtype, overrides=parse_overrides(overrides),
+                                  executor_workspaces=executor_workspaces)
         seconds = time.monotonic() - start
         if profile_path is not None:
             from hybrid.capture.profile import Profile, apply_profile, measure_profile
