@@ -365,10 +365,8 @@ def walk(
                     n_nd += 1
             if n_nd + n_tr + (out_ptr[o + 1] - out_ptr[o]) + 1 > nd_t.shape[0]:
                 return CHAIN_OVERFLOW, ctr[0], o, 0
-            for j in range(n_tr):
-                nd_t[n_nd] = tr[j]
-                nd_a[n_nd] = R.A_FREE
-                n_nd += 1
+            if n_tr > 0:   # each dead intermediate freed after its last rerun reader (skipped is free here)
+                n_nd = R.place_frees(nd_t, nd_a, n_nd, tr, n_tr, t_prod, in_ptr, in_idx, out_ptr, out_idx, skipped)
             for k in range(out_ptr[o], out_ptr[o + 1]):
                 nd_t[n_nd] = out_idx[k]
                 nd_a[n_nd] = R.A_ALLOC

@@ -213,6 +213,43 @@ def expand_chain(t, stamp, ts, t_prod, t_persist, in_ptr, in_idx, out_ptr, out_i
     return n_nd, n_tr
 
 
+@njit(cache=True, _nrt=False)
+def place_frees(nd_t, nd_a, n_nd, tr, n_tr, t_prod, in_ptr, in_idx, out_ptr, out_idx, last):
+    """Put the free of each chain transient in `tr` right after the last rerun in the need list that reads or
+    makes it (in place; `last`: scratch of at least n_tr). Freed only after every chain, a long chain's
+    intermediates were all resident at once: at tight memory no victim was left and the walk failed.
+    Returns the need list's new length."""
+    for j in range(n_tr):
+        x = tr[j]
+        best = n_nd - 1
+        for i in range(n_nd):
+            if nd_a[i] != A_RC:
+                continue
+            o = t_prod[nd_t[i]]
+            hit = False
+            for k in range(in_ptr[o], in_ptr[o + 1]):
+                if in_idx[k] == x:
+                    hit = True
+            for k in range(out_ptr[o], out_ptr[o + 1]):
+                if out_idx[k] == x:
+                    hit = True
+            if hit:
+                best = i
+        last[j] = best
+    # Merge from the back: the write position never falls below the read position.
+    w = n_nd + n_tr - 1
+    for r in range(n_nd - 1, -1, -1):
+        for j in range(n_tr - 1, -1, -1):
+            if last[j] == r:
+                nd_t[w] = tr[j]
+                nd_a[w] = A_FREE
+                w -= 1
+        nd_t[w] = nd_t[r]
+        nd_a[w] = nd_a[r]
+        w -= 1
+    return n_nd + n_tr
+
+
 def scratch(n_t: int, max_ops_inputs: int) -> tuple[np.ndarray, ...]:
     """Reusable arrays for the kernel's recompute path: first updates, chain costs, marks, need list,
     transients, two DFS stacks, and the victims a recompute-only walk passed over."""
