@@ -173,11 +173,16 @@ def models(quick: bool) -> list[Model]:
                Model("vgg16", zoo("vgg16", 32, {}), checkpoint_vgg),
                Model("unet", zoo("unet", 8, {}), checkpoint_unet),
                Model("transformer-lm", transformer(6, 512, 8, 512, 8000), lambda m: checkpoint_blocks(m, enc))]
-    if _has_transformers():
-        out += [Model("gpt2", zoo("gpt2", 8 if not quick else 2, {} if not quick else {"n_layer": 2}),
-                      lambda m: checkpoint_blocks(m, hf)),
-                Model("llama", zoo("llama", 4 if not quick else 2, {} if not quick else {"num_hidden_layers": 2}),
-                      lambda m: checkpoint_blocks(m, hf))]
+    if _has_transformers():   # the optional extra (pip install 'hybrid-offload[transformers]')
+        # 6 blocks of width 512 over 512 tokens, an 8,000-token vocabulary (as transformer-lm): activations
+        # about 20x the weights
+        gpt2 = {"n_layer": 2, "seq_len": 64, "vocab_size": 500} if quick else {
+            "n_layer": 6, "n_embd": 512, "n_head": 8, "seq_len": 512, "vocab_size": 8000}
+        llama = {"num_hidden_layers": 2, "seq_len": 64, "vocab_size": 500} if quick else {
+            "num_hidden_layers": 6, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 1376,
+            "seq_len": 512, "vocab_size": 8000}
+        out += [Model("gpt2", zoo("gpt2", 2 if quick else 8, gpt2), lambda m: checkpoint_blocks(m, hf)),
+                Model("llama", zoo("llama", 2 if quick else 8, llama), lambda m: checkpoint_blocks(m, hf))]
     return out
 
 
