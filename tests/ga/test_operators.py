@@ -194,3 +194,22 @@ def test_copies_do_not_crowd_out_distinct_candidates() -> None:
     out = _distinct([a, a.copy(), a.copy(), b], 2)
     assert [x.makespan for x in out] == [1.0, 2.0]
     assert len(_distinct([a, a.copy(), b], 3)) == 3      # repeats return only to fill the population
+
+
+@pytest.mark.parametrize("pool", ["both", "bytes", "classes"])
+def test_seeds_walk_every_recompute_setting_where_reruns_are_allowed(pool) -> None:
+    from ga.encoding import RECOMPUTE, PlannerGene
+    from ga.population import seeded
+    from hybrid.swap.augmented import PlannerOptions
+
+    g, dev = small_training()
+    rc = SearchSpace.build(g, dev, PlannerOptions(recompute_ratio=1.0))
+    seeds = seeded(rc, pool, (0, 1))
+    got = {PlannerGene.unpack(s.planner).recompute for s in seeds if s.by_bytes}
+    # on the byte budget every chain setting starts from the program order; size classes keep their two seeds
+    assert got == (set(range(len(RECOMPUTE))) if pool != "classes" else set())
+    first = program_order(g)
+    assert all(np.array_equal(s.schedule, first) for s in seeds if s.by_bytes
+               and PlannerGene.unpack(s.planner).recompute not in (0, PlannerGene.of(rc.options, 0).recompute))
+    swap_only = seeded(SearchSpace.build(g, dev), pool, (0, 1))
+    assert {PlannerGene.unpack(s.planner).recompute for s in swap_only} == {PlannerGene.of(PlannerOptions(), 0).recompute}
