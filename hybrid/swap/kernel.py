@@ -190,8 +190,11 @@ def _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_
                 ok, cost, dep = R.drop_check(v, qn, False, ts, t_prod, op_rc, op_own, t_persist, in_ptr,
                                              in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops,
                                              op_time, rc_cost, rc_depth, stk_t, stk_k)
+                # The copy's price includes its wait behind the d2h stream's queue: while the link is behind
+                # compute, a copy frees memory late and a rerun is the cheaper way out.
+                backlog = 0.0 if serialize else max(0.0, clk[SWAP_OUT] - clk[0])
                 if ok and (rc_only or cost <= rc_ratio * (t_bytes[v] / d2h_bw + t_bytes[v] / h2d_bw
-                                                          + 2.0 * latency)):
+                                                          + 2.0 * latency + backlog)):
                     R.drop_check(v, qn, True, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr,
                                  upd_idx, use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth,
                                  stk_t, stk_k)
@@ -366,7 +369,8 @@ def walk(
             if n_nd + n_tr + (out_ptr[o + 1] - out_ptr[o]) + 1 > nd_t.shape[0]:
                 return CHAIN_OVERFLOW, ctr[0], o, 0
             if n_tr > 0:   # each dead intermediate freed after its last rerun reader (skipped is free here)
-                n_nd = R.place_frees(nd_t, nd_a, n_nd, tr, n_tr, t_prod, in_ptr, in_idx, out_ptr, out_idx, skipped)
+                n_nd = R.place_frees(nd_t, nd_a, n_nd, tr, n_tr, t_prod, in_ptr, in_idx, out_ptr, out_idx, skipped,
+                                     ts, sched, use_ptr, use_pos, mark, stamp)
             for k in range(out_ptr[o], out_ptr[o + 1]):
                 nd_t[n_nd] = out_idx[k]
                 nd_a[n_nd] = R.A_ALLOC
@@ -393,6 +397,13 @@ def walk(
                     swap_in = True
                 elif act == R.A_RCBEGIN:
                     rc_dep0 = n_pend  # the rerun waits for every allocation from here on
+                    continue
+                elif act == R.A_CACHE:
+                    if ts[t, RES] == 1:   # no later use: its eviction is a free (hybrid.swap.recompute.place_frees)
+                        ts[t, HV] = 1
+                        ts[t, HVN] = -1
+                        E.note(t, t_class[t], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail,
+                               ver)
                     continue
                 elif act == R.A_FREE or act == R.A_PREFREE:
                     if ts[t, RES] == 1:
