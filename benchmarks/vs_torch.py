@@ -214,10 +214,11 @@ def own_time(g: Graph, dev: Device) -> tuple[int, float]:
 
 # hybrid's planner settings tried at each memory, the time limit split evenly: the search's default (swap and
 # recompute; its first generation walks the program order with every recompute chain setting, ga.population) and
-# recompute only (Checkmate-style: activations rerun or kept, never swapped; the faster on resnet-50).
+# recompute only (Checkmate-style: activations rerun or kept, never swapped; the faster on resnet-50). Both with
+# the long rerun chains a transformer block needs (PlannerOptions.long_chains, off by default).
 VARIANTS: dict[str, dict[str, Any]] = {
-    "swap+recompute": {"recompute_ratio": 1.0},
-    "recompute-only": {"recompute_ratio": 1.0, "recompute_only": True},
+    "swap+recompute": {"recompute_ratio": 1.0, "long_chains": True},
+    "recompute-only": {"recompute_ratio": 1.0, "recompute_only": True, "long_chains": True},
 }
 
 

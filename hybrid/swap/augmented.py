@@ -32,13 +32,18 @@ class PlannerOptions:
     addresses: bool = False       # a byte pool is planned as an arena (hybrid.swap.addresses): the plan comes out
     #                               with one offset per tensor, laid out as planned; False: the byte budget (a
     #                               relaxation: memory that never fragments)
+    long_chains: bool = False     # rerun chains of 14 and more producers (a transformer block): each chain
+    #                               intermediate freed after its last rerun reader (hybrid.swap.recompute.place_frees),
+    #                               a copy priced with its wait behind the d2h queue, and the GA's longer RECOMPUTE
+    #                               settings seeded and drawn. Off by default: on once the byte-budget flow's tables
+    #                               are regenerated; --addresses and benchmarks/vs_torch set it
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
                 "keep_persistent": self.keep_persistent, "passes": self.passes, "keep": self.keep,
                 "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back,
                 "recompute_ratio": self.recompute_ratio, "recompute_depth": self.recompute_depth,
-                "recompute_only": self.recompute_only, "addresses": self.addresses}
+                "recompute_only": self.recompute_only, "addresses": self.addresses, "long_chains": self.long_chains}
 
     @property
     def recomputes(self) -> bool:

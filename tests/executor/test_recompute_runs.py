@@ -162,7 +162,8 @@ def test_long_chain_plans_train_exactly_like_eager() -> None:
     g = case.graph
     dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.5), reserve_bytes=0)
     aug = SwapPlanner(g, dev).plan(program_order(g), byte_pool(g, dev),
-                                   PlannerOptions(recompute_ratio=1e6, recompute_depth=24))
+                                   PlannerOptions(recompute_ratio=1e6, recompute_depth=24,
+                                                  long_chains=True))
     plan = to_plan(aug, {"name": "test-long-chains"})
     report = validate(g, plan)
     assert report.valid, report.violations[:3]

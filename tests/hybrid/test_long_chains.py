@@ -1,11 +1,13 @@
-"""Long rerun chains (hybrid.swap.recompute.place_frees): a chain's dead intermediates are freed after their last
-rerun reader, so regenerating a tensor deep in a block needs a few tensors' room, not the whole chain's."""
+"""Long rerun chains (PlannerOptions.long_chains, hybrid.swap.recompute.place_frees): a chain's dead intermediates
+are freed after their last rerun reader, so regenerating a tensor deep in a block needs a few tensors' room, not
+the whole chain's. Off (the default), the planner is the one the committed tables were made with."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from hybrid.device import Device
+from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph, Op, Tensor
 from hybrid.graph.order import program_order
 from hybrid.swap.augmented import PlannerOptions
@@ -77,7 +79,8 @@ def _fused() -> Graph:
 def test_a_fused_projection_is_rerun_once_for_its_splits():
     g = _fused()
     aug = SwapPlanner(g, g.device).plan(program_order(g), byte_pool(g, g.device),
-                                        PlannerOptions(recompute_ratio=1.0, recompute_depth=4, recompute_only=True))
+                                        PlannerOptions(recompute_ratio=1.0, recompute_depth=4, recompute_only=True,
+                                                       long_chains=True))
     plan = to_plan(aug, {"name": "test"})
     report = validate(g, plan)
     assert report.valid, report.violations[0].message
@@ -91,10 +94,26 @@ def test_a_chain_longer_than_memory_is_regenerated_in_a_few_tensors_room(n):
     g = _chain(n)
     sp = SwapPlanner(g, g.device)
     aug = sp.plan(program_order(g), byte_pool(g, g.device),
-                  PlannerOptions(recompute_ratio=1.0, recompute_depth=n + 1, recompute_only=True))
+                  PlannerOptions(recompute_ratio=1.0, recompute_depth=n + 1, recompute_only=True, long_chains=True))
     plan = to_plan(aug, {"name": "test"})
     report = validate(g, plan)
     assert report.valid, report.violations[0].message
     assert report.peak_bytes <= g.device.usable_bytes < n * MiB   # the chain never fits at once
     assert sum(1 for e in plan.events if e.kind == "compute" and e.recompute) == n
     assert not any(e.kind == "swap_out" and not g.tensor(e.tensor).persistent for e in plan.events)
+
+
+def test_without_long_chains_the_planner_is_the_one_before_them():
+    """PlannerOptions.long_chains off (the default, which the committed tables were made with): every chain's
+    intermediates stay until its last rerun, so the long chain finds no room, and the fused projection reruns
+    for each split."""
+    g = _chain(12)
+    with pytest.raises(InfeasibleError, match="'end' finds no room"):
+        SwapPlanner(g, g.device).plan(program_order(g), byte_pool(g, g.device),
+                                      PlannerOptions(recompute_ratio=1.0, recompute_depth=13, recompute_only=True))
+    g = _fused()
+    aug = SwapPlanner(g, g.device).plan(program_order(g), byte_pool(g, g.device),
+                                        PlannerOptions(recompute_ratio=1.0, recompute_depth=4, recompute_only=True))
+    plan = to_plan(aug, {"name": "test"})
+    assert validate(g, plan).valid
+    assert [e.op for e in plan.events if e.kind == "compute" and e.recompute] == ["proj", "sq", "proj", "sk"]
