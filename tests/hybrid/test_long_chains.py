@@ -117,3 +117,13 @@ def test_without_long_chains_the_planner_is_the_one_before_them():
     plan = to_plan(aug, {"name": "test"})
     assert validate(g, plan).valid
     assert [e.op for e in plan.events if e.kind == "compute" and e.recompute] == ["proj", "sq", "proj", "sk"]
+
+
+def test_the_switch_reaches_the_search_workers_and_refiner():
+    """Worker processes and the refiner rebuild the options from describe(): long_chains must travel with them."""
+    from ga.evaluation import Payload, _fitness_for
+
+    g = _fused()
+    on = PlannerOptions(recompute_ratio=1.0, long_chains=True)
+    assert PlannerOptions(**on.describe()) == on and PlannerOptions(**PlannerOptions().describe()) == PlannerOptions()
+    assert all(o.long_chains for o in _fitness_for(Payload.of(g, g.device, on)).options)

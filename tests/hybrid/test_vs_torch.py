@@ -53,3 +53,11 @@ def test_hugging_face_rows_are_checkpointed_per_decoder_block() -> None:
         extra = sum(o.kind == fwd for o in ck.ops) - sum(o.kind == fwd for o in plain.ops)
         assert extra == 2 * per_block
         assert unswapped_peak(ck) < unswapped_peak(plain)
+
+
+def test_variants_search_with_long_chains() -> None:
+    """results/vs_torch was made with the long-chain planner (PlannerOptions.long_chains, off by default)."""
+    from benchmarks.vs_torch import VARIANTS
+    from hybrid.swap.augmented import PlannerOptions
+
+    assert all(PlannerOptions(**kw).long_chains and PlannerOptions(**kw).recomputes for kw in VARIANTS.values())
