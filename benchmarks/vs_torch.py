@@ -173,11 +173,16 @@ def models(quick: bool) -> list[Model]:
                Model("vgg16", zoo("vgg16", 32, {}), checkpoint_vgg),
                Model("unet", zoo("unet", 8, {}), checkpoint_unet),
                Model("transformer-lm", transformer(6, 512, 8, 512, 8000), lambda m: checkpoint_blocks(m, enc))]
-    if _has_transformers():
-        out += [Model("gpt2", zoo("gpt2", 8 if not quick else 2, {} if not quick else {"n_layer": 2}),
-                      lambda m: checkpoint_blocks(m, hf)),
-                Model("llama", zoo("llama", 4 if not quick else 2, {} if not quick else {"num_hidden_layers": 2}),
-                      lambda m: checkpoint_blocks(m, hf))]
+    if _has_transformers():   # the optional extra (pip install 'hybrid-offload[transformers]')
+        # 6 blocks of width 512 over 512 tokens, an 8,000-token vocabulary (as transformer-lm): activations
+        # about 20x the weights
+        gpt2 = {"n_layer": 2, "seq_len": 64, "vocab_size": 500} if quick else {
+            "n_layer": 6, "n_embd": 512, "n_head": 8, "seq_len": 512, "vocab_size": 8000}
+        llama = {"num_hidden_layers": 2, "seq_len": 64, "vocab_size": 500} if quick else {
+            "num_hidden_layers": 6, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 1376,
+            "seq_len": 512, "vocab_size": 8000}
+        out += [Model("gpt2", zoo("gpt2", 2 if quick else 8, gpt2), lambda m: checkpoint_blocks(m, hf)),
+                Model("llama", zoo("llama", 2 if quick else 8, llama), lambda m: checkpoint_blocks(m, hf))]
     return out
 
 
@@ -208,12 +213,12 @@ def own_time(g: Graph, dev: Device) -> tuple[int, float]:
 
 
 # hybrid's planner settings tried at each memory, the time limit split evenly: the search's default (swap and
-# recompute chains of up to 6 producers), recompute only (Checkmate-style: activations rerun or kept), and long
-# chains with reruns allowed up to 4x their copies' time (whole blocks, as checkpointing reruns them).
+# recompute; its first generation walks the program order with every recompute chain setting, ga.population) and
+# recompute only (Checkmate-style: activations rerun or kept, never swapped; the faster on resnet-50). Both with
+# the long rerun chains a transformer block needs (PlannerOptions.long_chains, off by default).
 VARIANTS: dict[str, dict[str, Any]] = {
-    "swap+recompute": {"recompute_ratio": 1.0},
-    "recompute-only": {"recompute_ratio": 1.0, "recompute_only": True},
-    "long-chains": {"recompute_ratio": 4.0, "recompute_depth": 40},
+    "swap+recompute": {"recompute_ratio": 1.0, "long_chains": True},
+    "recompute-only": {"recompute_ratio": 1.0, "recompute_only": True, "long_chains": True},
 }
 
 

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from ga.crossover import cross_allocations, cross_schedules
-from ga.encoding import POLICIES, Individual, SearchSpace
+from ga.encoding import POLICIES, Individual, SearchSpace, recompute_settings
 from ga.evaluation import Candidate, Evaluator
 from ga.mutation import mutate_cls, mutate_cnt, mutate_planner, mutate_schedule, random_schedule
 from ga.population import PoolMode, SearchMode, random_individuals, seeded
@@ -333,7 +333,8 @@ class GeneticSearch:
         if cfg.search != "schedule":
             if cfg.pool == "both" and rng.random() < p:
                 by_bytes = not by_bytes
-            gene = mutate_planner(gene, cfg.policy_ids, cfg.planner_knobs, p, rng, self.space.options.recomputes)
+            gene = mutate_planner(gene, cfg.policy_ids, cfg.planner_knobs, p, rng,
+                                  recompute_settings(self.space.options) if self.space.options.recomputes else 0)
             free = cfg.class_mapping == "free"
             cls, cnt = mutate_cls(cls, cnt, p, rng, free)
             cnt = mutate_cnt(cnt, p, cfg.count_sigma, rng)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ga.encoding import (LOOKAHEAD, RECENCY, RECOMPUTE, PlannerGene, SearchSpace, canonical_free, collapse_cnt,
+from ga.encoding import (LOOKAHEAD, RECENCY, PlannerGene, SearchSpace, canonical_free, collapse_cnt,
                          extend_cnt)
 
 
@@ -77,7 +77,9 @@ def mutate_cnt(cnt: np.ndarray, p: float, sigma_rel: float, rng: np.random.Gener
 
 
 def mutate_planner(code: int, policies: tuple[int, ...], knobs: bool, p: float, rng: np.random.Generator,
-                   recompute: bool = False) -> int:
+                   recompute: int = 0) -> int:
+    """`code` with each of its settings stepped with probability `p`; `recompute`: how many RECOMPUTE settings
+    the recompute index steps over (ga.encoding.recompute_settings; 0: recompute off, the index kept)."""
     g = PlannerGene.unpack(code)
     policy, rec, la, wb, rc = g.policy, g.recency, g.lookahead, g.write_back, g.recompute
     if len(policies) > 1 and rng.random() < p:
@@ -91,7 +93,7 @@ def mutate_planner(code: int, policies: tuple[int, ...], knobs: bool, p: float, 
         if rng.random() < p:
             wb = 1 - wb
         if recompute and rng.random() < p:
-            rc = int(np.clip(rc + (1 if rng.random() < 0.5 else -1), 0, len(RECOMPUTE) - 1))
+            rc = int(np.clip(rc + (1 if rng.random() < 0.5 else -1), 0, recompute - 1))
     return PlannerGene(policy, rec, la, wb, rc).pack()
 
 

@@ -26,7 +26,8 @@ from typing import Literal
 
 import numpy as np
 
-from ga.encoding import LOOKAHEAD, RECENCY, RECOMPUTE, Individual, PlannerGene, SearchSpace, canonical_free
+from ga.encoding import (LOOKAHEAD, RECENCY, Individual, PlannerGene, SearchSpace, canonical_free,
+                         recompute_settings)
 from ga.mutation import random_schedule
 from ga.repair import fit_counts, floor_bytes, min_floor_cls, repair
 from hybrid.graph.liveness import unswapped_lifetimes
@@ -74,8 +75,10 @@ def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...
     prog = program_order(space.graph)
     dfs = depth_first_order(space.graph)
     orders = [order] if order is not None else [prog] if np.array_equal(prog, dfs) else [prog, dfs]
+    allocs0: list = []
     for k, order in enumerate(orders):
         allocs = [peak_allocation(space, order, c) for c in class_choices]
+        allocs0 = allocs0 if k else allocs
         # With recompute allowed, each seed also comes swap-only, so the search starts from the swap-only plans.
         for policy in policies if k == 0 else policies[:1]:
             for rc in (None, 0) if space.options.recomputes else (None,):
@@ -85,6 +88,15 @@ def seeded(space: SearchSpace, pool: PoolMode = "both", policies: tuple[int, ...
                     out.append(Individual(order, *dormant, by_bytes=True, planner=gene))
                 if pool != "bytes":
                     out.extend(Individual(order, cls, cnt, planner=gene) for cls, cnt in allocs)
+    if space.options.recomputes and space.options.long_chains and pool != "classes":
+        # The first order with every other recompute setting, on the byte budget: how long a chain pays off
+        # depends on the graph (NasNet: 6 producers; a transformer block: 14 and up), and a walk costs
+        # milliseconds, so the search starts from the best of them rather than waiting for mutation to reach it.
+        have = {PlannerGene.unpack(ind.planner).recompute for ind in out}
+        dormant = allocs0[0] if allocs0 else (lowest, space.class_need(lowest))
+        out.extend(Individual(orders[0], *dormant, by_bytes=True, planner=PlannerGene.of(space.options, policies[0],
+                                                                                          rc).pack())
+                   for rc in range(recompute_settings(space.options)) if rc not in have)
     return out
 
 
@@ -123,6 +135,7 @@ def random_individuals(space: SearchSpace, n: int, mode: SearchMode, pool: PoolM
         if knobs:
             gene = PlannerGene(gene.policy, int(rng.integers(len(RECENCY))), int(rng.integers(len(LOOKAHEAD))),
                                int(rng.integers(2)),
-                               int(rng.integers(len(RECOMPUTE))) if space.options.recomputes else gene.recompute)
+                               int(rng.integers(recompute_settings(space.options))) if space.options.recomputes
+                               else gene.recompute)
         out.append(Individual(sched, cls, cnt, by_bytes, gene.pack()))
     return out

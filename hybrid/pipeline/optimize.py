@@ -265,7 +265,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     # waits for the byte-budget flow's tables to be regenerated: plans with reruns re-bound in time order, refined
     newer = opts.addresses or opts.headroom
     options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0,
-                                             addresses=opts.addresses, rebind_reruns=newer)
+                                             addresses=opts.addresses, rebind_reruns=newer,
+                                             long_chains=newer)
     refine_options = opts.refine_options
     if refine_options is None and opts.refine == "cpsat":
         from hybrid.refine import RefineOptions

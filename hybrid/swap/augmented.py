@@ -35,6 +35,11 @@ class PlannerOptions:
     rebind_reruns: bool = False   # also re-bind plans that rerun ops (hybrid.swap.rewalk reads reruns; kept when
     #                               faster: Belady on ResNet-18 at 64 MiB 13.87 -> 10.99 ms). Off by default until
     #                               the tables made with the byte-budget flow are regenerated; --addresses sets it
+    long_chains: bool = False     # rerun chains of 14 and more producers (a transformer block): each chain
+    #                               intermediate freed after its last rerun reader (hybrid.swap.recompute.place_frees),
+    #                               a copy priced with its wait behind the d2h queue, and the GA's longer RECOMPUTE
+    #                               settings seeded and drawn. Off by default: on once the byte-budget flow's tables
+    #                               are regenerated; --addresses and benchmarks/vs_torch set it
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,
@@ -42,7 +47,7 @@ class PlannerOptions:
                 "lookahead": self.lookahead, "rebind": self.rebind, "write_back": self.write_back,
                 "recompute_ratio": self.recompute_ratio, "recompute_depth": self.recompute_depth,
                 "recompute_only": self.recompute_only, "addresses": self.addresses,
-                "rebind_reruns": self.rebind_reruns}
+                "rebind_reruns": self.rebind_reruns, "long_chains": self.long_chains}
 
     @property
     def recomputes(self) -> bool:

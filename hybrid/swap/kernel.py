@@ -169,9 +169,10 @@ def _droppable(v, p, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_p
 
 
 @njit(cache=True, _nrt=False)
-def _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx,
-           upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, stk_t, stk_k, t_bytes, h2d_bw,
-           d2h_bw, latency, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats):
+def _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, long_chains, ts, t_prod, op_rc, op_own, t_persist, in_ptr,
+           in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, stk_t, stk_k, t_bytes,
+           h2d_bw, d2h_bw, latency, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize,
+           stats):
     """Evict resident v: a free when its host copy is valid, a drop (rerun later) when that is cheaper than
     the copies, else a swap-out. Returns (release time, release node; -1: free since time 0)."""
     ts[v, RES] = 0
@@ -190,8 +191,11 @@ def _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_
                 ok, cost, dep = R.drop_check(v, qn, False, ts, t_prod, op_rc, op_own, t_persist, in_ptr,
                                              in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops,
                                              op_time, rc_cost, rc_depth, stk_t, stk_k)
+                # With long chains, the copy's price includes its wait behind the d2h stream's queue: while the
+                # link is behind compute, a copy frees memory late and a rerun is the cheaper way out.
+                backlog = max(0.0, clk[SWAP_OUT] - clk[0]) if long_chains and not serialize else 0.0
                 if ok and (rc_only or cost <= rc_ratio * (t_bytes[v] / d2h_bw + t_bytes[v] / h2d_bw
-                                                          + 2.0 * latency)):
+                                                          + 2.0 * latency + backlog)):
                     R.drop_check(v, qn, True, ts, t_prod, op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr,
                                  upd_idx, use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth,
                                  stk_t, stk_k)
@@ -223,8 +227,9 @@ def walk(
     # policy
     lru, recency, serialize, keep_persistent, allow_drop, write_back, initial, lookahead,
     # recompute (hybrid.swap.recompute): producer per tensor, may each op rerun, cost ratio, chain depth (0: off),
-    # and recompute-only (tensors without a host copy are dropped or kept, never swapped out)
-    t_prod, op_rc, op_own, rc_ratio, rc_depth, rc_only,
+    # recompute-only (tensors without a host copy are dropped or kept, never swapped out), and long chains
+    # (PlannerOptions.long_chains: chain transients freed after their last rerun reader, the d2h backlog priced)
+    t_prod, op_rc, op_own, rc_ratio, rc_depth, rc_only, long_chains,
     # outputs
     node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, init_out, evicted_out, resident_end, stats,
     node_rc, home,
@@ -365,10 +370,15 @@ def walk(
                     n_nd += 1
             if n_nd + n_tr + (out_ptr[o + 1] - out_ptr[o]) + 1 > nd_t.shape[0]:
                 return CHAIN_OVERFLOW, ctr[0], o, 0
-            for j in range(n_tr):
-                nd_t[n_nd] = tr[j]
-                nd_a[n_nd] = R.A_FREE
-                n_nd += 1
+            if long_chains and n_tr > 0:
+                # each dead intermediate freed after its last rerun reader (`skipped` is free scratch here)
+                n_nd = R.place_frees(nd_t, nd_a, n_nd, tr, n_tr, t_prod, in_ptr, in_idx, out_ptr, out_idx,
+                                     skipped, ts, sched, use_ptr, use_pos, mark, stamp)
+            else:   # every dead intermediate freed after all the need list's reruns
+                for j in range(n_tr):
+                    nd_t[n_nd] = tr[j]
+                    nd_a[n_nd] = R.A_FREE
+                    n_nd += 1
             for k in range(out_ptr[o], out_ptr[o + 1]):
                 nd_t[n_nd] = out_idx[k]
                 nd_a[n_nd] = R.A_ALLOC
@@ -395,6 +405,13 @@ def walk(
                     swap_in = True
                 elif act == R.A_RCBEGIN:
                     rc_dep0 = n_pend  # the rerun waits for every allocation from here on
+                    continue
+                elif act == R.A_CACHE:
+                    if ts[t, RES] == 1:   # no later use: its eviction is a free (hybrid.swap.recompute.place_frees)
+                        ts[t, HV] = 1
+                        ts[t, HVN] = -1
+                        E.note(t, t_class[t], ts, use_ptr, use_pos, n_ops, lru, bits, summ, w1, w2, q_t, q_v, q_tail,
+                               ver)
                     continue
                 elif act == R.A_FREE or act == R.A_PREFREE:
                     if ts[t, RES] == 1:
@@ -456,10 +473,10 @@ def walk(
                                         use_ptr, use_pos, t_updpos, n_ops, op_time, rc_cost, rc_depth, stk_t,
                                         stk_k)):
                                 return INFEASIBLE, ctr[0], o, -2 - m * n_t - v   # m's offset holds v
-                            _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_own,
-                                   t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos, n_ops,
-                                   op_time, rc_cost, stk_t, stk_k, t_bytes, h2d_bw, d2h_bw, latency, ctr, node_kind,
-                                   node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
+                            _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, long_chains, ts, t_prod, op_rc,
+                                   op_own, t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos,
+                                   n_ops, op_time, rc_cost, stk_t, stk_k, t_bytes, h2d_bw, d2h_bw, latency, ctr,
+                                   node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk, serialize, stats)
                         kk = ar_scr[5][kk]
                     n_pend = A.occupy(h, nbytes, m, ts, ar_scr, pend, n_pend, use_ptr, use_pos, n_ops, t_persist)
                 home[m] = h if h >= 0 else 0
@@ -482,11 +499,11 @@ def walk(
                     skipped[n_skip] = v
                     n_skip += 1
                     continue
-                rel_t, rel_node = _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, ts, t_prod, op_rc, op_own,
-                                         t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos, t_updpos,
-                                         n_ops, op_time, rc_cost, stk_t, stk_k, t_bytes, h2d_bw, d2h_bw, latency,
-                                         ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx, clk,
-                                         serialize, stats)
+                rel_t, rel_node = _evict(v, p, allow_drop, rc_depth, rc_only, rc_ratio, long_chains, ts, t_prod,
+                                         op_rc, op_own, t_persist, in_ptr, in_idx, upd_ptr, upd_idx, use_ptr, use_pos,
+                                         t_updpos, n_ops, op_time, rc_cost, stk_t, stk_k, t_bytes, h2d_bw, d2h_bw,
+                                         latency, ctr, node_kind, node_ref, node_start, node_end, dep_ptr, dep_idx,
+                                         clk, serialize, stats)
                 _release_into_pool(v, rel_t, rel_node, by_bytes, t_mem, t_class, chunk_bytes, chunk_node,
                                    ckeys, cvals, nc, fresh, hkeys, hvals, obj_off, hsize, arena)
             for j in range(n_skip):

@@ -121,6 +121,7 @@ class SwapPlanner:
             allow_drop and opt.write_back, initial,
             max(1, int(opt.lookahead)), a.t_producer, self.op_rc, self.op_own, float(opt.recompute_ratio),
             int(opt.recompute_depth) if opt.recomputes else 0, bool(opt.recompute_only and opt.recomputes),
+            bool(opt.long_chains),
             *buf, self._scr, self._cand, self._rc_scr, self._ar_scr,
         )
 

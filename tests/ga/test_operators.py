@@ -194,3 +194,59 @@ def test_copies_do_not_crowd_out_distinct_candidates() -> None:
     out = _distinct([a, a.copy(), a.copy(), b], 2)
     assert [x.makespan for x in out] == [1.0, 2.0]
     assert len(_distinct([a, a.copy(), b], 3)) == 3      # repeats return only to fill the population
+
+
+@pytest.mark.parametrize("pool", ["both", "bytes", "classes"])
+def test_seeds_walk_every_recompute_setting_where_reruns_are_allowed(pool) -> None:
+    from ga.encoding import RECOMPUTE, PlannerGene
+    from ga.population import seeded
+    from hybrid.swap.augmented import PlannerOptions
+
+    g, dev = small_training()
+    rc = SearchSpace.build(g, dev, PlannerOptions(recompute_ratio=1.0, long_chains=True))
+    seeds = seeded(rc, pool, (0, 1))
+    got = {PlannerGene.unpack(s.planner).recompute for s in seeds if s.by_bytes}
+    # on the byte budget every chain setting starts from the program order; size classes keep their two seeds
+    assert got == (set(range(len(RECOMPUTE))) if pool != "classes" else set())
+    first = program_order(g)
+    assert all(np.array_equal(s.schedule, first) for s in seeds if s.by_bytes
+               and PlannerGene.unpack(s.planner).recompute not in (0, PlannerGene.of(rc.options, 0).recompute))
+    swap_only = seeded(SearchSpace.build(g, dev), pool, (0, 1))
+    assert {PlannerGene.unpack(s.planner).recompute for s in swap_only} == {PlannerGene.of(PlannerOptions(), 0).recompute}
+
+
+@pytest.mark.parametrize("pool", ["both", "bytes", "classes"])
+def test_without_long_chains_the_recompute_gene_keeps_its_first_eight_settings(pool) -> None:
+    """PlannerOptions.long_chains off (the default): the seeds, random draws and mutation steps of the recompute
+    gene are those made before the longer chains were appended, so the search's streams are unchanged."""
+    from ga.encoding import RECOMPUTE, SHORT_CHAINS, PlannerGene
+    from ga.mutation import mutate_planner
+    from ga.population import random_individuals, seeded
+    from hybrid.swap.augmented import PlannerOptions
+    from dataclasses import replace
+
+    g, dev = small_training()
+    short = SearchSpace.build(g, dev, PlannerOptions(recompute_ratio=1.0))
+    long = SearchSpace.build(g, dev, PlannerOptions(recompute_ratio=1.0, long_chains=True))
+    assert SHORT_CHAINS == 8 < len(RECOMPUTE)
+    # seeds: the base setting and swap-only per seed, no extra program-order walks
+    base = PlannerGene.of(short.options, 0).recompute
+    assert {PlannerGene.unpack(s.planner).recompute for s in seeded(short, pool, (0, 1))} == {0, base}
+    assert len(seeded(long, pool, (0, 1))) - len(seeded(short, pool, (0, 1))) == (
+        0 if pool == "classes" else len(RECOMPUTE) - 2)
+    # random individuals draw only the short settings
+    fixed = seeded(short, pool, (0,))[0]
+    a = random_individuals(short, 60, "both", pool, (0, 1), np.random.default_rng(3), fixed)
+    b = random_individuals(long, 60, "both", pool, (0, 1), np.random.default_rng(3), fixed)
+    assert {PlannerGene.unpack(x.planner).recompute for x in a} == set(range(SHORT_CHAINS))
+    assert max(PlannerGene.unpack(x.planner).recompute for x in b) >= SHORT_CHAINS
+    # mutation steps stop at the last short setting; with long chains they go on
+    top = PlannerGene(0, 2, 0, 1, SHORT_CHAINS - 1).pack()
+    rng = np.random.default_rng(0)
+    off = {PlannerGene.unpack(mutate_planner(top, (0,), True, 0.9, rng, SHORT_CHAINS)).recompute for _ in range(100)}
+    on = {PlannerGene.unpack(mutate_planner(top, (0,), True, 0.9, rng, len(RECOMPUTE))).recompute for _ in range(100)}
+    assert off == {SHORT_CHAINS - 2, SHORT_CHAINS - 1} and SHORT_CHAINS in on
+    # the nearest table setting to a base depth beyond the short table's
+    deep = PlannerOptions(recompute_ratio=1.0, recompute_depth=40)
+    assert RECOMPUTE[PlannerGene.of(deep, 0).recompute] == (1.0, 12)
+    assert RECOMPUTE[PlannerGene.of(replace(deep, long_chains=True), 0).recompute] == (1.0, 24)

@@ -25,7 +25,9 @@ from hybrid.validator import validate
 
 OPTIONS = {"belady": PlannerOptions(), "lru": PlannerOptions(victim="lru", passes=3),
            "recompute": PlannerOptions(recompute_ratio=1.0), "naive": PlannerOptions(overlap=False),
-           "keep persistent": PlannerOptions(keep_persistent=True)}
+           "keep persistent": PlannerOptions(keep_persistent=True),
+           # --addresses turns the long-chain planner on (hybrid.pipeline.optimize)
+           "long chains": PlannerOptions(recompute_ratio=1.0, recompute_depth=24, long_chains=True)}
 
 
 def _arena_plan(g, device, opt: PlannerOptions):
@@ -114,7 +116,8 @@ def test_arena_plans_run_in_the_executor_without_compaction(fraction: float) -> 
     ref = train_eager(g, copy.deepcopy(base), (x,), y, F.cross_entropy, 2, 3)
     device = dataclasses.replace(g.device, memory_bytes=int(unswapped_peak(g) * fraction), reserve_bytes=0)
     ran = 0
-    for opt in (PlannerOptions(), PlannerOptions(recompute_ratio=1e6)):
+    for opt in (PlannerOptions(), PlannerOptions(recompute_ratio=1e6),
+                PlannerOptions(recompute_ratio=1e6, recompute_depth=24, long_chains=True)):
         try:
             plan = _arena_plan(g, device, opt)
         except InfeasibleError:

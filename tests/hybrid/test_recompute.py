@@ -39,13 +39,15 @@ def _rc_count(plan) -> int:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_ops=st.integers(2, 50), seed=st.integers(0, 10_000), frac=st.floats(0.2, 0.9),
-       ratio=st.sampled_from([0.3, 1.0, 1e6]), depth=st.integers(1, 8), only=st.booleans(),
-       classes=st.booleans(), shuffle=st.booleans(), kind=st.sampled_from(["random", "training"]))
-def test_swap_and_recompute_plans_validate_and_fit(n_ops, seed, frac, ratio, depth, only, classes, shuffle, kind):
+       ratio=st.sampled_from([0.3, 1.0, 1e6]), depth=st.integers(1, 40), only=st.booleans(),
+       classes=st.booleans(), shuffle=st.booleans(), kind=st.sampled_from(["random", "training"]),
+       long_chains=st.booleans())
+def test_swap_and_recompute_plans_validate_and_fit(n_ops, seed, frac, ratio, depth, only, classes, shuffle, kind,
+                                                   long_chains):
     g = random_dag(n_ops, seed=seed) if kind == "random" else training_graph(max(2, n_ops // 4), seed=seed)
     order = random_order(g, np.random.default_rng(seed)) if shuffle else program_order(g)
     dev = Device("d", max(1, int(unswapped_peak(g) * frac)), 1e9, 2e9, 0.0, alignment_bytes=256)
-    opt = PlannerOptions(recompute_ratio=ratio, recompute_depth=depth, recompute_only=only)
+    opt = PlannerOptions(recompute_ratio=ratio, recompute_depth=depth, recompute_only=only, long_chains=long_chains)
     try:
         pool = per_size_pool(g, order, dev) if classes else byte_pool(g, dev)
         aug = SwapPlanner(g, dev).plan(order, pool, opt)

@@ -36,3 +36,28 @@ def test_checkpointed_graph_is_timed_beside_hybrid_at_its_peak() -> None:
     assert cp["speedup"] == pytest.approx(cp["time_ms"] / cp["hybrid_ms"])
     assert cp["hybrid_variant"] and eager["hybrid_ms"] != eager["hybrid_ms"]    # the reference: no plan
     assert all(by[a]["note"].startswith("not simulated") for a in NOT_CAPTURED)
+
+
+def test_hugging_face_rows_are_checkpointed_per_decoder_block() -> None:
+    """gpt2 and llama (the optional `transformers` extra): each block's recomputation is captured."""
+    pytest.importorskip("transformers")
+    from benchmarks.vs_torch import models
+
+    quick = {m.name: m for m in models(True)}
+    for name, fwd, per_block in (("gpt2", "addmm", 4), ("llama", "mm", 6)):
+        plain, ck = graphs(quick[name])
+        draws = sum(o.kind == "save_state" for o in ck.ops)
+        assert draws > 0 if name == "gpt2" else draws == 0   # gpt2's dropout: the forward's generator state
+        # every projection reruns but llama's last (down_proj: nothing saves its output, and non-reentrant
+        # checkpointing stops once the saved tensors are back); 2 blocks in the quick models
+        extra = sum(o.kind == fwd for o in ck.ops) - sum(o.kind == fwd for o in plain.ops)
+        assert extra == 2 * per_block
+        assert unswapped_peak(ck) < unswapped_peak(plain)
+
+
+def test_variants_search_with_long_chains() -> None:
+    """results/vs_torch was made with the long-chain planner (PlannerOptions.long_chains, off by default)."""
+    from benchmarks.vs_torch import VARIANTS
+    from hybrid.swap.augmented import PlannerOptions
+
+    assert all(PlannerOptions(**kw).long_chains and PlannerOptions(**kw).recomputes for kw in VARIANTS.values())
