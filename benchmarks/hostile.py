@@ -281,7 +281,7 @@ def cases() -> list[Case]:
     add("refine --plan BROKEN", "plans written", INVALID,
         lambda f: ["refine", "--graph", f.path("g.json"), "--plan", broken(f), "--time-limit", "3s",
                    "--out", f.path("r.json")], "r.json")
-    add("refine --plan RECOMPUTING", "plans written", INVALID,
+    add("refine --plan RECOMPUTING (reruns keep their places)", "plans written", OK,
         lambda f: ["refine", "--graph", f.path("rg.json"), "--plan", f.path("rp.json"), "--time-limit", "3s",
                    "--out", f.path("r.json")], "r.json")
     add("refine --plan P --max-windows 1", "plans written", OK,
