@@ -52,6 +52,8 @@ CASES = [
 
 
 def _case(name: str, batch: int, overrides: dict, opt: str, options: dict, executor_workspaces: bool = False):
+    from executor.ops import with_copy_workspaces
+
     if name.startswith("tinylm"):
         from tests.executor.cases import TinyLM, lm_loss
 
@@ -59,11 +61,11 @@ def _case(name: str, batch: int, overrides: dict, opt: str, options: dict, execu
         base = TinyLM()
         tokens = torch.randint(37, (batch, 9), generator=torch.Generator().manual_seed(1))
         args, target = (tokens[:, :-1].clone(),), tokens[:, 1:].clone()
-        graph = capture(base, args, lm_loss, target, optimizer=opt, lr=0.01, name="tinylm",
-                        executor_workspaces=executor_workspaces)
-        return graph, base, args, target, lm_loss
-    graph = capture_model(name, batch, optimizer=opt, lr=0.01, optimizer_options=options or None, overrides=overrides,
-                          executor_workspaces=executor_workspaces)
+        graph = capture(base, args, lm_loss, target, optimizer=opt, lr=0.01, name="tinylm")
+        return (with_copy_workspaces(graph) if executor_workspaces else graph), base, args, target, lm_loss
+    graph = capture_model(name, batch, optimizer=opt, lr=0.01, optimizer_options=options or None, overrides=overrides)
+    if executor_workspaces:
+        graph = with_copy_workspaces(graph)
     spec = get_model(name, **overrides)
     torch.manual_seed(0)
     base = spec.build()

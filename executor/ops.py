@@ -385,6 +385,28 @@ def copy_workspaces(graph: Graph) -> dict[str, int]:
     return out
 
 
+
+def with_copy_workspaces(graph: Graph) -> Graph:
+    """`graph` with each op's workspace raised to what `copy_workspaces` says this executor allocates outside
+    its pool while the op runs (the default implementation's too), so that a plan counts those bytes: the plan's
+    memory is then what the executor allocates (`hybrid capture --executor-workspaces`). Not applied by
+    default: the result tables' graphs stay as they were until those tables are regenerated."""
+    import dataclasses
+
+    ws = copy_workspaces(graph)
+    if not ws:
+        return graph
+    ops = []
+    for op in graph.ops:
+        w = ws.get(op.id, 0)
+        if w > op.workspace_bytes:
+            default = op.default_impl if op.impls else -1
+            impls = tuple(dataclasses.replace(im, workspace_bytes=max(im.workspace_bytes, w)) if i == default else im
+                          for i, im in enumerate(op.impls))
+            op = dataclasses.replace(op, workspace_bytes=w, impls=impls)
+        ops.append(op)
+    return Graph(graph.name, list(graph.tensors), ops, graph.device, graph.extra)
+
 class OpRunner:
     """Decodes and runs compiled ops against `env` (graph tensor id -> device tensor).
 

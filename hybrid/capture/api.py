@@ -49,7 +49,6 @@ def capture(
     dtype: str | torch.dtype | None = None,
     name: str | None = None,
     profile: str | Path | None = None,
-    executor_workspaces: bool = False,
 ) -> Graph:
     """One training iteration of `module` as a graph: forward, backward and the optimizer step.
 
@@ -64,11 +63,8 @@ def capture(
     roofline times; `cost_device` names the compute preset when `device` is a
     custom Device. `dtype` ('fp32', 'bf16', 'fp16') casts floating parameters,
     buffers and inputs. `profile`: a profile file whose measured times replace
-    the roofline estimates of matching ops. `executor_workspaces`: state as each op's workspace the results
-    hybrid's executor can only compute outside its pool and copy in (executor.ops.copy_workspaces: batch norm's
-    backward, layer norm, random ops, convolutions ATen does not run as Slow2d on the CPU), so that a plan's
-    memory is what the executor allocates; off by default until the tables made from captured graphs are
-    regenerated.
+    the roofline estimates of matching ops. `executor.ops.with_copy_workspaces(graph)` states the workspaces
+    hybrid's executor needs (`hybrid capture --executor-workspaces`).
     """
     if not isinstance(module, torch.nn.Module):
         raise HybridError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
@@ -77,7 +73,7 @@ def capture(
     spec = _optimizer_spec(optimizer, module, lr, optimizer_options)
     training = spec is not None
     traced = trace_step(module, args, kwargs, loss_fn, target, training, parse_dtype(dtype))
-    graph = convert(traced, spec, model, name or type(module).__name__.lower(), dev, executor_workspaces)
+    graph = convert(traced, spec, model, name or type(module).__name__.lower(), dev)
     if profile is not None:
         from hybrid.capture.profile import Profile, apply_profile
 
@@ -97,13 +93,12 @@ def capture_model(
     dtype: str | torch.dtype | None = "fp32",
     overrides: dict[str, Any] | None = None,
     profile: str | Path | None = None,
-    executor_workspaces: bool = False,
 ) -> Graph:
     """Capture a zoo model (`hybrid models` lists them) at `batch` (default: the paper's batch).
 
     The model is built on the meta device, so even a model far larger than
     host memory captures in little RAM. Without an optimizer it is captured in
-    eval mode (inference); `capture` itself never changes a module's mode. `executor_workspaces`: as `capture`.
+    eval mode (inference); `capture` itself never changes a module's mode.
     """
     from hybrid.zoo import get_model
 
@@ -118,8 +113,7 @@ def capture_model(
         module.eval()   # an inference graph: batch norm uses its running statistics, dropout is off
     args, target = spec.make_inputs(batch, torch.device("meta"), dt)
     graph = capture(module, args, spec.loss, target, optimizer=optimizer, lr=lr, optimizer_options=optimizer_options,
-                    device=device, cost_device=cost_device, dtype=dt, name=f"{spec.name}-b{batch}", profile=profile,
-                    executor_workspaces=executor_workspaces)
+                    device=device, cost_device=cost_device, dtype=dt, name=f"{spec.name}-b{batch}", profile=profile)
     graph.extra["model"] = {"name": spec.name, "family": spec.family, "batch": batch, "paper": spec.paper,
                             "description": spec.description, "config": dict(spec.config)}
     return graph

@@ -19,8 +19,6 @@ The mapping (docs/capture.md has the full encoding):
 """
 from __future__ import annotations
 
-import dataclasses
-
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,7 +183,7 @@ def _cost(flops: int, nbytes: int, dtype: str, cls: str) -> dict[str, Any]:
 
 
 def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostModel, name: str,
-            device: Device | None, executor_workspaces: bool = False) -> Graph:
+            device: Device | None) -> Graph:
     b = _Builder(model)
     gm = traced.gm
     nodes = list(gm.graph.nodes)
@@ -283,30 +281,7 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
     extra = {"capture": {"tool": "hybrid.capture", "torch": torch.__version__, "training": traced.training,
                          "costs": model.to_json()},
              "bindings": bindings}
-    graph = Graph(name, persistent + others, ordered, device, extra)
-    # off by default until the tables made from captured graphs are regenerated (their graphs would change)
-    return _with_copy_workspaces(graph) if executor_workspaces else graph
-
-
-def _with_copy_workspaces(graph: Graph) -> Graph:
-    """The graph with each op's workspace raised to the results the executor computes outside the pool and copies
-    into their slots (executor.ops.copy_workspaces: batch norm's backward, layer norm, random ops, convolutions
-    ATen does not run as Slow2d on the CPU), so that a plan counts those bytes while the op runs."""
-    from executor.ops import copy_workspaces
-
-    ws = copy_workspaces(graph)
-    if not ws:
-        return graph
-    ops = []
-    for op in graph.ops:
-        w = ws.get(op.id, 0)
-        if w > op.workspace_bytes:
-            default = op.default_impl if op.impls else -1
-            impls = tuple(dataclasses.replace(im, workspace_bytes=max(im.workspace_bytes, w)) if i == default else im
-                          for i, im in enumerate(op.impls))
-            op = dataclasses.replace(op, workspace_bytes=w, impls=impls)
-        ops.append(op)
-    return Graph(graph.name, list(graph.tensors), ops, graph.device, graph.extra)
+    return Graph(name, persistent + others, ordered, device, extra)
 
 
 def _constant(b: _Builder, gm: fx.GraphModule, n: fx.Node, constants: dict[str, str]) -> None:

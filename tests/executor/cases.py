@@ -16,6 +16,7 @@ from hybrid.validator import validate
 from hybrid.zoo import get_model
 
 from executor.check import EagerRun, train_eager
+from executor.ops import with_copy_workspaces
 from hybrid.swap.quick_plans import quick_plan
 
 ITERS = 3
@@ -74,8 +75,8 @@ ZOO = {
 def zoo_case(name: str) -> Case:
     batch, ov, opt, options = ZOO[name]
     # the executor's tests run graphs that state its copy-in workspaces (`hybrid capture --executor-workspaces`)
-    graph = capture_model(name, batch, optimizer=opt, lr=0.02, optimizer_options=options, overrides=ov,
-                          executor_workspaces=True)
+    graph = with_copy_workspaces(capture_model(name, batch, optimizer=opt, lr=0.02, optimizer_options=options,
+                                               overrides=ov))
     spec = get_model(name, **ov)
     torch.manual_seed(0)
     base = spec.build()
@@ -89,7 +90,7 @@ def user_case() -> Case:
     gen = torch.Generator().manual_seed(1)
     tokens = torch.randint(37, (4, 9), generator=gen)
     args, target = (tokens[:, :-1].clone(),), tokens[:, 1:].clone()
-    graph = capture(base, args, lm_loss, target, optimizer="adam", lr=0.01, name="tinylm", executor_workspaces=True)
+    graph = with_copy_workspaces(capture(base, args, lm_loss, target, optimizer="adam", lr=0.01, name="tinylm"))
     return Case("tinylm", graph, lambda: copy.deepcopy(base), args, target, lm_loss)
 
 

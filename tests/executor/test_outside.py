@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from executor.api import Executor  # noqa: E402
 from executor.check import compare, train_eager  # noqa: E402
-from executor.ops import COPY, OPTIMIZER, SLOT, compile_op  # noqa: E402
+from executor.ops import COPY, OPTIMIZER, SLOT, compile_op, with_copy_workspaces  # noqa: E402
 from executor.outside import DispatchCounter  # noqa: E402
 from hybrid.capture.api import capture_model  # noqa: E402
 from hybrid.plan import events as E  # noqa: E402
@@ -35,8 +35,8 @@ def _run(graph, plan, module, args, target):  # noqa: ANN001, ANN202
 
 @pytest.mark.parametrize("kind", ["size_classes", "unconstrained"])
 def test_an_rnn_step_allocates_nothing_outside_the_pool_and_trains_like_eager(kind: str) -> None:
-    g = capture_model("rnn-2-1k", 3, optimizer="sgd", lr=0.02, optimizer_options={"momentum": 0.9}, overrides=RNN,
-                      executor_workspaces=True)
+    g = capture_model("rnn-2-1k", 3, optimizer="sgd", lr=0.02, optimizer_options={"momentum": 0.9}, overrides=RNN)
+    g = with_copy_workspaces(g)
     spec = get_model("rnn-2-1k", **RNN)
     torch.manual_seed(0)
     base = spec.build()
@@ -322,8 +322,8 @@ def test_a_convolution_of_a_non_contiguous_input_states_the_copy_its_slot_writer
 
 
 def test_capture_states_no_copy_workspaces_unless_asked() -> None:
-    """Off by default (the result tables' graphs stay as they were); `executor_workspaces` or `hybrid capture
-    --executor-workspaces` turns it on."""
+    """Off by default (the result tables' graphs stay as they were); `executor.ops.with_copy_workspaces` or
+    `hybrid capture --executor-workspaces` states them."""
     batch, ov, opt, options = ZOO["resnet-18"]
     plain = capture_model("resnet-18", batch, optimizer=opt, lr=0.02, optimizer_options=options, overrides=ov)
     stated = get_case("resnet-18").graph

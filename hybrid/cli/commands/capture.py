@@ -26,8 +26,7 @@ def summary_lines(graph, seconds: float) -> list[str]:  # noqa: ANN001 - a Graph
     ]
 
 
-def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: dict | None, device, dtype: str,  # noqa: ANN001
-                  executor_workspaces: bool = False):
+def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: dict | None, device, dtype: str):  # noqa: ANN001
     """Capture the factory's module; the graph records the spec for `hybrid execute`."""
     import torch
 
@@ -37,8 +36,7 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
     torch.manual_seed(0)
     user = load_user_model(spec)
     graph = capture(user.module, user.args, user.loss_fn, user.target, kwargs=user.kwargs, optimizer=optimizer,
-                    lr=lr, optimizer_options=options, device=device, dtype=dtype, name=spec.replace(":", "."),
-                    executor_workspaces=executor_workspaces)
+                    lr=lr, optimizer_options=options, device=device, dtype=dtype, name=spec.replace(":", "."))
     graph.extra["module"] = {"spec": spec, "dtype": dtype}
     return graph
 
@@ -121,11 +119,14 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
     start = time.monotonic()
     try:
         if module_spec is not None:
-            graph = _capture_user(module_spec, opt, lr, options or None, device, dtype, executor_workspaces)
+            graph = _capture_user(module_spec, opt, lr, options or None, device, dtype)
         else:
             graph = capture_model(model, batch, optimizer=opt, lr=lr, optimizer_options=options or None,
-                                  device=device, dtype=dtype, overrides=parse_overrides(overrides),
-                                  executor_workspaces=executor_workspaces)
+                                  device=device, dtype=dtype, overrides=parse_overrides(overrides))
+        if executor_workspaces:
+            from executor.ops import with_copy_workspaces
+
+            graph = with_copy_workspaces(graph)
         seconds = time.monotonic() - start
         if profile_path is not None:
             from hybrid.capture.profile import Profile, apply_profile, measure_profile
