@@ -139,8 +139,6 @@ def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str
 
 def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None,
                  sparse: bool = False) -> SolveResult:
-    import highspy
-
     extra = {} if opts.node_limit is None else {"mip_max_nodes": int(opts.node_limit)}
     extra.update(dict(opts.highs))
     solver = _HiGHS(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap, threads=opts.threads, **extra)
