@@ -180,8 +180,9 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
 
 
 RELAYOUT_TRIES = 4      # MILP solves with less memory where the plan's copies do not lay out in the arena
-POST_FACTOR = 2.0       # kept back after a solve: this many times what preparing the start took (its re-timing,
-#                         layout and validations: the same work a decoded plan of this graph gets), plus DECODE_S
+POST_FACTOR = 3.0       # kept back after a solve: this many times what preparing the start took (its re-timing,
+#                         layout and validations: the same work a decoded plan of this graph gets), plus DECODE_S;
+#                         RNN-8-8k at 50% (timed slot): preparing took 3.4 s, the solver's stop to the plan written 7 s
 DECODE_S = 1.0
 POST_PER_OP_S = 2e-3    # without a start to time: seconds kept back per op (RNN-8-8k, 11,512 ops: decoding, layout
 #                         and validations took about 2 ms an op on this machine)
@@ -232,9 +233,9 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             prepare_start(graph, device, start_plan)
     keep = post_solve_s(graph, prepared) if deadline is not None else 0.0
     first = solve_options if deadline is None else replace(solve_options, deadline=deadline - keep)
-    solver_limit = None if deadline is None else max(0.0, deadline - keep - time.monotonic())
+    budget_left = None if deadline is None else max(0.0, deadline - keep - time.monotonic())
     try:
-        if solver_limit is not None and solver_limit <= 0.0 and prepared is not None:
+        if budget_left is not None and budget_left <= 0.0 and prepared is not None:
             raise BuildTimeError(f"milp: no time left to build the model ({time.monotonic() - t0:.1f} s went to "
                                  "preparing the start); give a longer --time-limit")
         run = solve_milp(graph, device, kind, stages, first, model_options, require, start, prepared, start_name)
@@ -246,7 +247,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
                        start_makespan_s=prepared.auto.makespan_s, written="start", start_plan=prepared.auto,
                        not_solved=str(e), kept_back_s=keep)
     run.kept_back_s = keep if deadline is not None else None
-    run.solver_limit_s = solver_limit
+    run.solver_limit_s = run.result.limit_s
     if run.plan is None:
         return run
     run.plan = prepared.written if prepared is not None and run.written == "start" else laid_out(graph, run.plan)
@@ -258,8 +259,9 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             break       # laid out; or Ctrl-C / SIGTERM (write what there is)
         left = None if deadline is None else deadline - keep - time.monotonic()
         if left is not None and left < run.build_s + MIN_RESOLVE_S:
-            run.resolve = (f"re-solve with less memory skipped: {left:.1f} s left of the time limit, its model's "
-                           f"build took {run.build_s:.1f} s")
+            run.resolve = ("the plan does not lay out in the arena; the re-solve with less memory is skipped: "
+                           + (f"{left:.1f} s left" if left > 0 else "no time left") + " of the time limit, its "
+                           f"model's build took {run.build_s:.1f} s")
             break
         give = 0.5 * (failed + refused) if over == 0.0 else \
             min(1.0 - (1.0 - failed) / (1.0 + over) + 0.005, 0.5 * (failed + refused))

@@ -191,9 +191,9 @@ def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: AN
     elif run.start_breaks is not None:
         lines.append("start breaks none of the model's constraints: the solver's first incumbent")
     if run.solver_limit_s is not None:
-        lines.append(f"time         solver given {format_seconds(run.solver_limit_s)} of the time limit (the rest: "
-                     f"loading, the start, the model's build; {format_seconds(run.kept_back_s or 0.0)} kept back "
-                     "to decode, lay out, validate and write)")
+        lines.append(f"time         solver given {format_seconds(run.solver_limit_s)} of the time limit when it "
+                     f"started (before: loading, the start, the model's build; {format_seconds(run.kept_back_s or 0.0)}"
+                     " kept back to decode, lay out, validate and write)")
     if run.resolve is not None:
         lines.append(f"re-solve     {run.resolve}")
     if run.bound_gap is not None:
