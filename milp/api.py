@@ -236,8 +236,9 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     budget_left = None if deadline is None else max(0.0, deadline - keep - time.monotonic())
     try:
         if budget_left is not None and budget_left <= 0.0 and prepared is not None:
-            raise BuildTimeError(f"milp: no time left to build the model ({time.monotonic() - t0:.1f} s went to "
-                                 "preparing the start); give a longer --time-limit")
+            raise BuildTimeError(f"milp: no time left to build the model (loading and the start took the time "
+                                 f"limit, less the {keep:.1f} s kept back to write the plan); give a longer "
+                                 "--time-limit")
         run = solve_milp(graph, device, kind, stages, first, model_options, require, start, prepared, start_name)
     except BuildTimeError as e:
         if prepared is None:
