@@ -184,8 +184,8 @@ POST_FACTOR = 3.0       # kept back after a solve: this many times what preparin
 #                         layout and validations: the same work a decoded plan of this graph gets), plus DECODE_S;
 #                         RNN-8-8k at 50% (timed slot): preparing took 3.4 s, the solver's stop to the plan written 7 s
 DECODE_S = 1.0
-POST_PER_OP_S = 2e-3    # without a start to time: seconds kept back per op (RNN-8-8k, 11,512 ops: decoding, layout
-#                         and validations took about 2 ms an op on this machine)
+POST_PER_OP_S = 5e-4    # without a start to time: its preparation's seconds per op, as measured (RNN-8-8k, 11,512
+#                         ops, timed slot: 3.4-5.5 s to validate, re-time and lay out Belady's plan); x POST_FACTOR
 MIN_RESOLVE_S = 5.0     # a re-solve with less memory is tried only with its model's build time and this much left
 
 
