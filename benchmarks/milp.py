@@ -116,20 +116,84 @@ def part_scale(args: argparse.Namespace) -> None:
         rows.append(row)
         print({k: row.get(k) for k in ("graph", "stages", "variables", "constraints", "solve_s", "status", "gap")},
               flush=True)
-        _write_scale(rows, args, so, vgg_path)
+        if args.parts:
+            _write_scale_part(row, g, stages, args, time.monotonic() - t0)
+        else:
+            _write_scale(rows, args, so, vgg_path)
 
 
-def _write_scale(rows: list[dict], args: argparse.Namespace, so: SolveOptions, vgg_path: Path) -> None:
+def _scale_parts_dir() -> Path:
+    from benchmarks.common import RESULTS, quick_stem
+
+    return RESULTS / quick_stem("milp_scale_parts")
+
+
+def _scale_settings(args: argparse.Namespace) -> dict:
+    """What every part of one scale table must share."""
+    return {"time_limit": args.time_limit, "node_limit": args.node_limit, "scale_fraction": args.scale_fraction,
+            "warm_start": bool(args.warm_start)}
+
+
+def _write_scale_part(row: dict, g: Graph, stages: int | None, args: argparse.Namespace, wall_s: float) -> None:
+    """One run of the scale sweep as a part (results/milp_scale_parts/<case>.{csv,json}), with its command,
+    commit and wall time; `--merge-parts` writes the table from them."""
+    import json
+
+    from benchmarks.common import command_line
+    from benchmarks.common import commit as code_commit
+
+    folder = _scale_parts_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    case = f"{g.name}-s{stages}" if stages else g.name
+    pd.DataFrame([row]).to_csv(folder / f"{case}.csv", index=False)
+    meta = {"case": case, "layers": None if stages else int(g.name.split("-")[1]), "stages": stages,
+            **_scale_settings(args), "command": command_line(), "commit": code_commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": wall_s}
+    (folder / f"{case}.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def merge_scale_parts(args: argparse.Namespace) -> None:
+    """The scale table from results/milp_scale_parts/: the parts must share their settings (time limit, node
+    limit, memory fraction, warm start) and cover --layers and --stages once each; the rows come in the order a
+    single run writes them."""
+    import json
+
+    metas = {json.loads(m.read_text())["case"]: (json.loads(m.read_text()), pd.read_csv(m.with_suffix(".csv")))
+             for m in sorted(_scale_parts_dir().glob("*.json"))}
+    want = [f"synthetic-{n}-1" for n in (int(x) for x in args.layers.split(",") if x)] + \
+        [f"vgg19-b144-s{s}" for s in (int(x) for x in args.stages.split(",") if x)]
+    missing = [c for c in want if c not in metas]
+    if missing:
+        raise SystemExit(f"error: --merge-parts: no part for {', '.join(missing)} in {_scale_parts_dir()}; run "
+                         "them with --parts first")
+    parts = [metas[c] for c in want]
+    keys = {json.dumps({k: m[k] for k in _scale_settings(args)}, sort_keys=True) for m, _ in parts}
+    if len(keys) != 1:
+        raise SystemExit(f"error: --merge-parts: the parts disagree on their settings ({sorted(keys)}); rerun the "
+                         "stale ones")
+    args.time_limit, args.node_limit, args.scale_fraction, args.warm_start = (
+        parts[0][0][k] for k in ("time_limit", "node_limit", "scale_fraction", "warm_start"))
+    rows = [{k: v for k, v in r.items() if not pd.isna(v)} for _, d in parts for r in d.to_dict("records")]
+    lines = "".join(f"\n- `{m['command']}` (code {m['commit']}, {m['date']}, {m['wall_s'] / 60:.1f} min)"
+                    for m, _ in parts)
+    so = SolveOptions("highs", args.time_limit, 0.01, 1, node_limit=args.node_limit)
+    _write_scale(rows, args, so, Path(args.graphs) / "vgg19.json",
+                 f"\n\nRun in {len(parts)} parts, one run each (its command, its code and its wall time):{lines}")
+
+
+def _write_scale(rows: list[dict], args: argparse.Namespace, so: SolveOptions, vgg_path: Path,
+                 parts: str = "") -> None:
     """Rewritten after every run, so a stopped sweep still leaves its table."""
     df = pd.DataFrame(rows)
     ok = df[(df["gap"].fillna(1.0) <= 0.01) & df["status"].isin(["optimal", "feasible"])]
     best = int(ok["stages"].max()) if len(ok) else 0
-    notes = f"""Commit {commit()}. HiGHS {so.threads} thread, time limit {args.time_limit:.0f} s{_nodes(args)}, MIP gap 1%, on this
+    code = "Code: each part's, listed below" if parts else f"Commit {commit()}"
+    notes = f"""{code}. HiGHS {so.threads} thread, time limit {args.time_limit:.0f} s{_nodes(args)}, MIP gap 1%, on this
 2-core machine shared with other jobs (solve times are wall clock). Synthetic graphs: `training_graph(n, seed=1,
 impls_prob=0.5, workspace_prob=0.3)`, one stage per op, memory {args.scale_fraction} x unswapped peak, their own
 device. VGG19: captured (SGD, batch 144, 227x227) with capture's convolution impls, P40 link, memory {args.scale_fraction} x peak, coarsened to `stages` segments.
 {_warm(args)}`gap` is (incumbent - HiGHS dual bound) / incumbent; `status` optimal only when HiGHS says so and that gap is within 1%.
-**Largest stage count reaching gap <= 1% within the limit: {best}.**"""
+**Largest stage count reaching gap <= 1% within the limit: {best}.**{parts}"""
     write_table(df, args.stem or "milp_scale", "MO-SOS MILP: model size and solve time against stage count", notes,
                 graphs=[vgg_path])   # the synthetic graphs are made in code (their call is in the notes)
 
@@ -368,6 +432,11 @@ def main() -> None:
     ap.add_argument("--paper-stages", type=int, default=60)
     ap.add_argument("--generations", type=int, default=20, help="paper: the optimize column's GA generations "
                     "(0: leave it out).")
+    ap.add_argument("--parts", action="store_true", help="scale: write each run as a part under "
+                    "results/milp_scale_parts/ (its command, commit and wall time) instead of the table, so a full "
+                    "sweep can be run a row or two per call; then --merge-parts.")
+    ap.add_argument("--merge-parts", action="store_true", help="scale: run nothing; write the table from the parts "
+                    "that cover --layers and --stages (see --parts).")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--iters", type=int, default=2, help="execute: training iterations to run and compare.")
     ap.add_argument("--stem", default=None, help="Table name under results/ (default: milp_scale, milp or "
@@ -384,6 +453,11 @@ def main() -> None:
             args.node_limit = args.node_limit or 300
             args.stem = args.stem or "milp_scale_quick"
     Path(args.graphs).mkdir(parents=True, exist_ok=True)
+    if args.merge_parts:
+        if args.part != "scale":
+            raise SystemExit("error: --merge-parts is for --part scale; give --part scale")
+        merge_scale_parts(args)
+        return
     {"scale": part_scale, "paper": part_paper, "execute": part_execute}[args.part](args)
 
 

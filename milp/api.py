@@ -45,6 +45,12 @@ class MilpRun:
     start_plan: Plan | None = None                 # the start as compared (Auto's impls on it)
     start_breaks: dict[str, int] | None = None     # constraints the start breaks, per family (milp.start.
     #                                                start_violations; empty: the solver can take it as it is)
+    not_solved: str | None = None     # why no model was solved (its build ran past the time limit): `plan` is
+    #                                   the start's
+    resolve: str | None = None        # what became of the re-solve with less memory (skipped for lack of time)
+    solver_limit_s: float | None = None   # seconds the (first) solve was given: the budget less what came before
+    #                                       it (loading, the start, the build) and what is kept back after it
+    kept_back_s: float | None = None      # seconds kept back after a solve for decoding, laying out, validating
 
     @property
     def bound_gap(self) -> float | None:
@@ -77,21 +83,50 @@ class MilpRun:
                 "start_breaks": None if self.start_breaks is None else sum(self.start_breaks.values())}
 
 
+@dataclass(frozen=True)
+class PreparedStart:
+    """A start plan made ready before the solve: validated on the device, with Auto's implementations (what the
+    MILP's plan is compared with), laid out (what is written when the MILP's is not faster), and what that took:
+    the same work (re-time, lay out, validate a plan of this graph) follows each solve, so it sizes the time
+    kept back from the solver."""
+
+    plan: Plan          # the start as given, validated on the device: the MIP start and the stage order
+    auto: Plan          # Auto's implementations on it, re-timed and validated (milp.decode.auto_plan)
+    written: Plan       # `auto` laid out (hybrid.arena.layout.laid_out), or `auto` where not asked to lay out
+    post_s: float       # seconds the three took
+
+
+def prepare_start(graph: Graph, device: Device, plan: Plan, lay_out: bool = True) -> PreparedStart:
+    """`plan` checked on `device`, with Auto's impls and (`lay_out`) laid out; timed (`PreparedStart.post_s`)."""
+    from hybrid.arena.layout import laid_out
+    from milp.decode import auto_plan
+
+    t0 = time.perf_counter()
+    p = checked_start(graph, device, plan)
+    auto = auto_plan(graph, p)
+    written = laid_out(graph, auto) if lay_out else auto
+    return PreparedStart(p, auto, written, time.perf_counter() - t0)
+
+
 def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | None = None,
                solve_options: SolveOptions = SolveOptions(), model_options: ModelOptions | None = None,
-               require: bool = True, start: Values | None = None, start_plan: Plan | None = None,
+               require: bool = True, start: Values | None = None, start_plan: Plan | PreparedStart | None = None,
                start_name: str = "start") -> MilpRun:
     """Build, solve and decode (a byte-budget plan; `plan_milp` lays it out). `stages` < #ops solves a coarsened problem (segments of consecutive ops).
     With require=False a run without a solution comes back with plan None instead of raising. `start`: a
     solution of another kind on the same stages (`MilpRun.values`), given to HiGHS as a MIP start.
     `start_plan`: a valid plan of `graph` (e.g. Belady's, `belady_start`): the stages follow its schedule, it
     is read into the model's variables as a MIP start (milp.start), and the faster of it and the MILP's decoded
-    plan is returned (never slower than the start; `MilpRun.written` says which)."""
+    plan is returned (never slower than the start; `MilpRun.written` says which); a `PreparedStart` is used as
+    it is (`plan_milp` prepares it before the solve)."""
     opts = model_options or KINDS[kind]
     t0 = time.perf_counter()
     order = None
+    prepared = None
     if start_plan is not None:
-        start_plan = checked_start(graph, device, start_plan)
+        prepared = start_plan if isinstance(start_plan, PreparedStart) else \
+            prepare_start(graph, device, start_plan, lay_out=False)
+        start_plan = prepared.plan
         from hybrid.graph.order import from_ids
 
         order = from_ids(graph, start_plan.schedule, "--start: schedule")
@@ -131,12 +166,10 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
     run = MilpRun(kind, plan, res, pb.n, model.n_variables, model.n_constraints, model.n_binaries, build_s)
     run.start_breaks = breaks
     run.milp_makespan_s = plan.makespan_s if plan is not None else None
-    if start_plan is not None:
-        from milp.decode import auto_plan
-
+    if prepared is not None:
         # Auto on the start: the fastest implementation that fits where the start ran another (Belady plans run
         # every op's default), re-timed and validated; kept only if no slower.
-        start_plan = auto_plan(graph, start_plan)
+        start_plan = prepared.auto
         run.start_name, run.start_makespan_s, run.start_mapped = start_name, start_plan.makespan_s, mapped
         run.start_plan = start_plan
         if plan is None or start_plan.makespan_s < plan.makespan_s:
@@ -147,6 +180,20 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
 
 
 RELAYOUT_TRIES = 4      # MILP solves with less memory where the plan's copies do not lay out in the arena
+POST_FACTOR = 3.0       # kept back after a solve: this many times what preparing the start took (its re-timing,
+#                         layout and validations: the same work a decoded plan of this graph gets), plus DECODE_S;
+#                         RNN-8-8k at 50% (timed slot): preparing took 3.4 s, the solver's stop to the plan written 7 s
+DECODE_S = 1.0
+POST_PER_OP_S = 5e-4    # without a start to time: its preparation's seconds per op, as measured (RNN-8-8k, 11,512
+#                         ops, timed slot: 3.4-5.5 s to validate, re-time and lay out Belady's plan); x POST_FACTOR
+MIN_RESOLVE_S = 5.0     # a re-solve with less memory is tried only with its model's build time and this much left
+
+
+def post_solve_s(graph: Graph, prepared: PreparedStart | None) -> float:
+    """Seconds to keep back after a solve for decoding its plan, laying it out and validating it: measured on
+    the start where there is one (`PreparedStart.post_s`), else sized from the graph's op count."""
+    each = prepared.post_s if prepared is not None else POST_PER_OP_S * len(graph.ops)
+    return DECODE_S + POST_FACTOR * each
 
 
 def _overflow(plan: Plan) -> float | None:
@@ -157,39 +204,72 @@ def _overflow(plan: Plan) -> float | None:
 
 def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | None = None,
               solve_options: SolveOptions = SolveOptions(), model_options: ModelOptions | None = None,
-              require: bool = True, start: Values | None = None, start_plan: Plan | None = None,
+              require: bool = True, start: Values | None = None, start_plan: Plan | PreparedStart | None = None,
               start_name: str = "start") -> MilpRun:
     """Build, solve and decode (`solve_milp`), and lay the plan out in an arena (`hybrid.arena.layout.laid_out`:
     same events and times, offsets added). The MILP counts bytes, not addresses: where its plan does not lay
     out within the memory it is solved again with the memory less the layout's overflow (half way back where
-    the model has no solution with that little), up to `RELAYOUT_TRIES` times, all within what is left of
-    `solve_options`' limits (none after Ctrl-C or SIGTERM); the first that lays out is written for the full device (`planner["memory_given_up"]`). Where none
-    does, the byte-budget plan is written and `plan.planner["arena"]` says so."""
+    the model has no solution with that little), up to `RELAYOUT_TRIES` times; the first that lays out is
+    written for the full device (`planner["memory_given_up"]`). Where none does, the byte-budget plan is
+    written and `plan.planner["arena"]` says so.
+
+    Time: `solve_options.deadline` (else its time limit from now) is when this returns by, everything
+    included. Each solver gets what is left of it less `post_solve_s` (kept back to decode, lay out and
+    validate its plan; `MilpRun.solver_limit_s`, `kept_back_s`); a re-solve is skipped when less is left than
+    the first build took plus `MIN_RESOLVE_S` (`MilpRun.resolve` says so), and none runs after Ctrl-C or
+    SIGTERM. With a start, a model build that runs past its deadline returns the start's plan
+    (`MilpRun.not_solved` says why) instead of raising."""
     from hybrid.arena.layout import laid_out
     from hybrid.signals import received
+    from milp.model import BuildTimeError
 
     t0 = time.monotonic()
-    run = solve_milp(graph, device, kind, stages, solve_options, model_options, require, start, start_plan,
-                     start_name)
-    if run.plan is None:
-        return run
-    run.plan = laid_out(graph, run.plan)
-    # the re-solves share what is left of the first solve's limits (a deadline, else its time limit)
     deadline = solve_options.deadline
     if solve_options.time_limit_s is not None:
         deadline = min(deadline if deadline is not None else float("inf"), t0 + solve_options.time_limit_s)
+    prepared = None
+    if start_plan is not None:
+        prepared = start_plan if isinstance(start_plan, PreparedStart) else \
+            prepare_start(graph, device, start_plan)
+    keep = post_solve_s(graph, prepared) if deadline is not None else 0.0
+    first = solve_options if deadline is None else replace(solve_options, deadline=deadline - keep)
+    budget_left = None if deadline is None else max(0.0, deadline - keep - time.monotonic())
+    try:
+        if budget_left is not None and budget_left <= 0.0 and prepared is not None:
+            raise BuildTimeError(f"milp: no time left to build the model (loading and the start took the time "
+                                 f"limit, less the {keep:.1f} s kept back to write the plan); give a longer "
+                                 "--time-limit")
+        run = solve_milp(graph, device, kind, stages, first, model_options, require, start, prepared, start_name)
+    except BuildTimeError as e:
+        if prepared is None:
+            raise
+        res = SolveResult("no_solution", "not solved", None, None, None, 0.0, False, None)
+        return MilpRun(kind, prepared.written, res, 0, 0, 0, 0, time.monotonic() - t0, start_name=start_name,
+                       start_makespan_s=prepared.auto.makespan_s, written="start", start_plan=prepared.auto,
+                       not_solved=str(e), kept_back_s=keep)
+    run.kept_back_s = keep if deadline is not None else None
+    run.solver_limit_s = run.result.limit_s
+    if run.plan is None:
+        return run
+    run.plan = prepared.written if prepared is not None and run.written == "start" else laid_out(graph, run.plan)
     failed, refused = 0.0, 1.0          # shares of the memory given up: last that did not lay out, first infeasible
     over: float | None = _overflow(run.plan)     # the last layout's overflow; 0.0 after a refused solve
     stopped = run.result.interrupted    # HiGHS takes the Ctrl-C itself, so `received()` alone does not see it
     for _ in range(RELAYOUT_TRIES):
-        if over is None or stopped or received() or (deadline is not None and deadline - time.monotonic() < 1.0):
-            break       # laid out; or Ctrl-C / SIGTERM (write what there is), or no time left
+        if over is None or stopped or received():
+            break       # laid out; or Ctrl-C / SIGTERM (write what there is)
+        left = None if deadline is None else deadline - keep - time.monotonic()
+        if left is not None and left < run.build_s + MIN_RESOLVE_S:
+            run.resolve = ("the plan does not lay out in the arena; the re-solve with less memory is skipped: "
+                           + (f"{left:.1f} s left" if left > 0 else "no time left") + " of the time limit, its "
+                           f"model's build took {run.build_s:.1f} s")
+            break
         give = 0.5 * (failed + refused) if over == 0.0 else \
             min(1.0 - (1.0 - failed) / (1.0 + over) + 0.005, 0.5 * (failed + refused))
         dev = replace(device, memory_bytes=int(device.usable_bytes * (1.0 - give)) + device.reserve_bytes)
+        again_opts = solve_options if deadline is None else replace(solve_options, deadline=deadline - keep)
         try:
-            again = solve_milp(graph, dev, kind, stages, replace(solve_options, deadline=deadline), model_options,
-                               False, None, None, start_name)
+            again = solve_milp(graph, dev, kind, stages, again_opts, model_options, False, None, None, start_name)
         except HybridError:
             again = None
         stopped = again is not None and again.result.interrupted
@@ -203,7 +283,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             break
         failed, over = give, _overflow(shrunk)
     if run.start_plan is not None and run.start_plan.makespan_s < run.plan.makespan_s:
-        run.plan, run.written = laid_out(graph, run.start_plan), "start"    # never slower than the start
+        # never slower than the start
+        run.plan, run.written = prepared.written if prepared is not None else laid_out(graph, run.start_plan), "start"
     return run
 
 

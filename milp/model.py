@@ -146,6 +146,10 @@ def _persistent_copies(pb: StageProblem, j: int, n: int, wo: list[int | None], w
         sf_pre[x, j] = int(wp[x])  # type: ignore[arg-type]
 
 
+class BuildTimeError(HybridError):
+    """Building the model ran past its deadline (a caller's time limit): there is no model to solve."""
+
+
 def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos",
                 deadline: float | None = None, stage_times: list[float] | None = None) -> MilpModel:
     """`deadline` (time.monotonic()): building past it raises a one-line HybridError (a caller's time limit).
@@ -156,7 +160,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
 
     def over() -> None:
         if deadline is not None and time.monotonic() > deadline:
-            raise HybridError(f"milp: building the model ({n} stages) did not finish within the time limit; give a "
+            raise BuildTimeError(f"milp: building the model ({n} stages) did not finish within the time limit; give a "
                               f"longer --time-limit, or fewer --stages (e.g. --stages {max(1, n // 4)})")
     nodes = pb.nodes
     dev = pb.device

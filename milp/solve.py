@@ -47,6 +47,7 @@ class SolveResult:
     solve_s: float
     interrupted: bool
     values: Values | None
+    limit_s: float | None = None   # the time limit the solver was given (the deadline's share, set when it started)
 
     @property
     def has_solution(self) -> bool:
@@ -59,12 +60,18 @@ class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
 
     start: dict[str, float] | None = None
     sparse: bool = False   # the start names only some columns (HiGHS completes the rest: a sub-MIP / LP)
+    deadline: float | None = None   # time.monotonic() by which HiGHS must stop: its time limit is set from it
+    #                                 here, once PuLP has passed it the model (seconds on a large model)
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
         import highspy
         import numpy as np
 
         h = lp.solverModel
+        if self.deadline is not None:
+            left = max(MIN_SOLVE_S, self.deadline - time.monotonic())
+            self.timeLimit = left if self.timeLimit is None else min(float(self.timeLimit), left)
+            h.setOptionValue("time_limit", float(self.timeLimit))
         if self.start and self.sparse:
             pairs = [(var.index, self.start[var.name]) for var in lp.variables() if var.name in self.start]
             h.setSolution(len(pairs), np.array([i for i, _ in pairs], dtype=np.int32),
@@ -126,26 +133,29 @@ def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str
     if opts.solver == "highs":
         res = _solve_highs(model, opts, start, sparse)
     else:
-        res = _solve_cbc(model, opts, start, sparse)
-    return res if res.solve_s else _with_time(res, time.perf_counter() - t0)
-
-
-def _with_time(r: SolveResult, s: float) -> SolveResult:
-    return SolveResult(r.status, r.solver_status, r.objective_s, r.bound_s, r.gap, s, r.interrupted, r.values)
+        res = replace(_solve_cbc(model, opts, start, sparse), limit_s=opts.time_limit_s)
+    return res if res.solve_s else replace(res, solve_s=time.perf_counter() - t0)
 
 
 def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None,
                  sparse: bool = False) -> SolveResult:
-    import highspy
-
     extra = {} if opts.node_limit is None else {"mip_max_nodes": int(opts.node_limit)}
     extra.update(dict(opts.highs))
     solver = _HiGHS(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap, threads=opts.threads, **extra)
     solver.start = start
     solver.sparse = sparse
+    solver.deadline = opts.deadline
     t0 = time.perf_counter()
     model.lp.solve(solver)
     solve_s = time.perf_counter() - t0
+    res = _highs_result(model, opts, solve_s)
+    return replace(res, limit_s=solver.timeLimit)
+
+
+def _highs_result(model: MilpModel, opts: SolveOptions, solve_s: float) -> SolveResult:
+    """What HiGHS ended with, in its own words (module docstring)."""
+    import highspy
+
     h = model.lp.solverModel
     st = h.getModelStatus()
     info = h.getInfo()

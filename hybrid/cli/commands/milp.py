@@ -13,10 +13,6 @@ from hybrid.errors import HybridError, InfeasibleError
 from hybrid.units import format_seconds, parse_duration
 from hybrid.validator import write_plan
 
-DECODE_S = 1.0   # kept back from --time-limit for decoding, simulating, validating and writing the plan
-POST_VALIDATIONS = 6   # with a start plan, also kept back: this many times the start's validation
-
-
 @click.command("milp")
 @graph_option
 @device_options
@@ -107,34 +103,25 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if refusal is not None:  # no model plan can fit: the start (with Auto) is the answer, no solve
         _write_start(g, dev, start, start_name, refusal, out_path, as_json)
         return
-    # --time-limit bounds the whole command: the solver stops in time for decoding, validating and writing
-    reserve = DECODE_S
-    if start is not None:
-        import time
-
-        from milp.api import checked_start
-
-        t0 = time.perf_counter()
-        start = checked_start(g, dev, start)
-        # after the solve: Auto on the start and the MILP plan's decoding, each re-timed and validated, then the
-        # plan written (validated again): a few validations of a plan this size (RNN-8-8k: 38 s past a 10-minute
-        # limit with 1 s kept back)
-        reserve += POST_VALIDATIONS * (time.perf_counter() - t0)
-    deadline = clock.deadline(limit) - reserve
+    # --time-limit bounds the whole command (loading and Belady's start included): plan_milp returns by the
+    # deadline, its solver given what is left less the time kept back to decode, lay out, validate and write
+    # the plan (measured on the start); where the model's build runs past it, the start is written
     try:
-        run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads, deadline=deadline), opts,
+        run = plan_milp(g, dev, kind, stages, SolveOptions(solver, limit, gap, threads,
+                                                           deadline=clock.deadline(limit)), opts,
                         start_plan=start, start_name=start_name or "start")
-    except HybridError as e:
+    except HybridError:
         from hybrid.signals import received
 
         if received():  # Ctrl-C or SIGTERM before the solver had a plan: nothing to write, exit 130/143
             raise KeyboardInterrupt from None
-        if start is None or isinstance(e, InfeasibleError) or "did not finish within the time limit" not in str(e):
-            raise
-        # the model's build ran past --time-limit: the start is still a plan, never worse than itself
-        _write_start(g, dev, start, start_name, str(e), out_path, as_json)
-        return
+        raise
     assert run.plan is not None
+    if run.not_solved is not None:   # no time to build the model: the start is still a plan, no worse than itself
+        if out_path is not None:
+            write_plan(g, run.plan, out_path, "the start plan")
+        _say_start(g, dev, run.plan, start_name, run.not_solved, out_path, as_json)
+        return
     if out_path is not None:
         write_plan(g, run.plan, out_path, "the milp plan")
     if as_json:
@@ -164,6 +151,12 @@ def _write_start(g, dev, start, start_name: str | None, why: str, out_path: Path
     plan = auto_plan(g, checked_start(g, dev, start))
     if out_path is not None:
         write_plan(g, plan, out_path, "the start plan")
+    _say_start(g, dev, plan, start_name, why, out_path, as_json)
+
+
+def _say_start(g, dev, plan, start_name: str | None, why: str, out_path: Path | None,  # noqa: ANN001
+               as_json: bool) -> None:
+    """The report of a run that wrote the start (Auto's impls) without solving a model."""
     if as_json:
         click.echo(json.dumps({**json_summary(g, dev, plan, out_path), "start": start_name, "written": "start",
                                "refusal": why}, indent=1))
@@ -197,6 +190,12 @@ def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: AN
                      "drops it and searches without it")
     elif run.start_breaks is not None:
         lines.append("start breaks none of the model's constraints: the solver's first incumbent")
+    if run.solver_limit_s is not None:
+        lines.append(f"time         solver given {format_seconds(run.solver_limit_s)} of the time limit when it "
+                     f"started (before: loading, the start, the model's build; {format_seconds(run.kept_back_s or 0.0)}"
+                     " kept back to decode, lay out, validate and write)")
+    if run.resolve is not None:
+        lines.append(f"re-solve     {run.resolve}")
     if run.bound_gap is not None:
         lines.append(f"bound gap    {100 * run.bound_gap:.2f}% (written plan's makespan over the ILP bound; the bound "
                      "holds for this model's stages, not for every plan)")
