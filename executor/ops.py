@@ -173,25 +173,31 @@ def _slot_writer(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, ids
                  device: torch.device) -> tuple[SlotWriter | None, int]:
     """The equivalent out= path of a functional op without a native out= overload, or None (copy fallback); and
     the bytes it allocates outside the pool per run (its scratch: contiguous copies of a convolution's input)."""
-    writer = _slot_writer_fn(graph, op, target, args, kwargs, ids, device)
-    if writer in (_conv, _conv_backward):
-        return writer, _conv_backend(graph, args, kwargs, _CONV_BACKWARD if writer is _conv_backward else _CONV)[1]
-    return writer, 0
-
-
-def _slot_writer_fn(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, ids: tuple[str | None, ...],
-                    device: torch.device) -> SlotWriter | None:
     if target in ("aten.convolution.default", "aten.convolution_backward.default") and device.type == "cpu":
-        backward = target == "aten.convolution_backward.default"
-        names = _CONV_BACKWARD if backward else _CONV
-        a = _named(names, args, kwargs)
-        mask = a.get("output_mask", [True])
-        if backward and any(t is not None and not m for t, m in zip(ids, mask)):
-            return None
-        if (int(a.get("groups", 0)) == 1 and all(_is_contiguous(graph.tensor(t)) for t in ids if t is not None)
-                and _conv_backend(graph, args, kwargs, names)[0] == "Slow2d"):
-            return _conv_backward if backward else _conv
-        return None
+        return _conv_writer(graph, target, args, kwargs, ids)
+    return _slot_writer_fn(graph, op, target, args, kwargs, ids), 0
+
+
+def _conv_writer(graph: Graph, target: str, args: Any, kwargs: dict, ids: tuple[str | None, ...]
+                 ) -> tuple[SlotWriter | None, int]:
+    """A CPU convolution (or its backward) writes its slots where ATen runs it as Slow2d on one group, its
+    outputs contiguous (and, backward, every graph output asked for by the mask); with its scratch bytes."""
+    backward = target == "aten.convolution_backward.default"
+    names = _CONV_BACKWARD if backward else _CONV
+    a = _named(names, args, kwargs)
+    mask = a.get("output_mask", [True])
+    if backward and any(t is not None and not m for t, m in zip(ids, mask)):
+        return None, 0
+    if int(a.get("groups", 0)) != 1 or not all(_is_contiguous(graph.tensor(t)) for t in ids if t is not None):
+        return None, 0
+    backend, copies = _conv_backend(graph, args, kwargs, names)
+    if backend != "Slow2d":
+        return None, 0
+    return (_conv_backward if backward else _conv), copies
+
+
+def _slot_writer_fn(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, ids: tuple[str | None, ...]
+                    ) -> SlotWriter | None:
     if None in ids:
         return None
     outs = [graph.tensor(t) for t in op.outputs]
@@ -372,7 +378,7 @@ def copy_workspaces(graph: Graph) -> dict[str, int]:
     through the copy fallback even on the CPU (where it has the most out= paths: the results it computes
     and then copies into their slots), or whose slot writer needs scratch (contiguous copies of a
     convolution's non-contiguous input): the op's workspace, which the graph must state for a plan to count
-    it (hybrid.capture states it). Ops that allocate nothing are absent."""
+    it (`with_copy_workspaces` states it). Ops that allocate nothing are absent."""
     out: dict[str, int] = {}
     for op in graph.ops:
         rec = op.extra.get("aten")
@@ -383,7 +389,6 @@ def copy_workspaces(graph: Graph) -> dict[str, int]:
         if nbytes > 0:
             out[op.id] = nbytes
     return out
-
 
 
 def with_copy_workspaces(graph: Graph) -> Graph:
@@ -406,6 +411,7 @@ def with_copy_workspaces(graph: Graph) -> Graph:
             op = dataclasses.replace(op, workspace_bytes=w, impls=impls)
         ops.append(op)
     return Graph(graph.name, list(graph.tensors), ops, graph.device, graph.extra)
+
 
 class OpRunner:
     """Decodes and runs compiled ops against `env` (graph tensor id -> device tensor).
