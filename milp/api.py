@@ -267,9 +267,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
         give = 0.5 * (failed + refused) if over == 0.0 else \
             min(1.0 - (1.0 - failed) / (1.0 + over) + 0.005, 0.5 * (failed + refused))
         dev = replace(device, memory_bytes=int(device.usable_bytes * (1.0 - give)) + device.reserve_bytes)
-        again_opts = solve_options if deadline is None else replace(solve_options, deadline=deadline - keep)
-        try:
-            again = solve_milp(graph, dev, kind, stages, again_opts, model_options, False, None, None, start_name)
+        try:   # the same deadline as the first solve's (`first`): what is left of it, less what is kept back
+            again = solve_milp(graph, dev, kind, stages, first, model_options, False, None, None, start_name)
         except HybridError:
             again = None
         stopped = again is not None and again.result.interrupted

@@ -367,11 +367,7 @@ def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> I
     r_failed, r_fitted = max(ratio0, 1.0), 1.0
     s = min(MAX_SHRINK, max(RESOLUTION, 1.0 - 1.0 / max(ratio0, 1.0)))
     for _ in range(steps):
-        try:
-            cand = rp.make(int(usable * (1.0 - s)))
-        except InfeasibleError:
-            cand = None
-        r = None if cand is None else fit(cand, rp.name, s, "re-planned")
+        r = _replan_fit(rp, usable, s, fit, "re-planned")
         yield None
         if r is None:
             ceiling = s                  # the planner cannot run with this little memory
@@ -388,13 +384,9 @@ def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> I
             if ceiling - failed < RESOLUTION or s <= failed:
                 return
         else:
-            gap = fitted - failed
-            if gap < RESOLUTION:
+            if fitted - failed < RESOLUTION:
                 return
-            # where the line through (failed, its ratio) and (fitted, its ratio) crosses 1, kept inside the
-            # middle 80% of the bracket (the ratios are heuristic layouts: noisy)
-            cross = (r_failed - 1.0) / max(r_failed - r_fitted, 1e-12)
-            s = failed + gap * min(0.9, max(0.1, cross))
+            s = _falsi(failed, fitted, r_failed, r_fitted)
 
 
 def _grow_search(rp: Replan, usable: int, fitted: float, steps: int, fit, kind: str  # noqa: ANN001
@@ -403,11 +395,7 @@ def _grow_search(rp: Replan, usable: int, fitted: float, steps: int, fit, kind: 
     falsi between the largest shrink that failed and the smallest that fit (at most `steps` re-plans)."""
     failed, r_failed, r_fitted, s = None, 1.0, 1.0, 0.0
     for _ in range(steps):
-        try:
-            cand = rp.make(int(usable * (1.0 - s)))
-        except InfeasibleError:
-            cand = None
-        r = None if cand is None else fit(cand, rp.name, s, kind)
+        r = _replan_fit(rp, usable, s, fit, kind)
         yield None
         if r is not None and r <= 1.0:
             fitted, r_fitted = s, r
@@ -415,8 +403,24 @@ def _grow_search(rp: Replan, usable: int, fitted: float, steps: int, fit, kind: 
             failed, r_failed = s, (r if r is not None else r_failed)
         if failed is None or fitted - failed < RESOLUTION:
             return
-        cross = (r_failed - 1.0) / max(r_failed - r_fitted, 1e-12)
-        s = failed + (fitted - failed) * min(0.9, max(0.1, cross))
+        s = _falsi(failed, fitted, r_failed, r_fitted)
+
+
+def _replan_fit(rp: Replan, usable: int, shrink: float, fit, kind: str) -> float | None:  # noqa: ANN001
+    """`rp` re-planned with `shrink` of the usable memory given up, laid out by `fit`: its arena over the
+    capacity, or None where the planner cannot run with that little."""
+    try:
+        cand = rp.make(int(usable * (1.0 - shrink)))
+    except InfeasibleError:
+        return None
+    return fit(cand, rp.name, shrink, kind)
+
+
+def _falsi(failed: float, fitted: float, r_failed: float, r_fitted: float) -> float:
+    """The shrink where the line through (failed, its ratio) and (fitted, its ratio) crosses 1, kept inside
+    the middle 80% of the bracket (the ratios are heuristic layouts: noisy)."""
+    cross = (r_failed - 1.0) / max(r_failed - r_fitted, 1e-12)
+    return failed + (fitted - failed) * min(0.9, max(0.1, cross))
 
 
 def fit_offsets(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: LayoutBudget = DEFAULT_BUDGET

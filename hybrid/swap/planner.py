@@ -244,11 +244,7 @@ class SwapPlanner:
         kind = out.buf[0][:n][order]
         ref = out.buf[1][:n][order].astype(np.int64)
         n_c = len(pool.class_count)
-        # the edges `rewalk` makes room for (reruns read their inputs again and wait for their outputs' releases)
-        comp = ref[kind == S.COMPUTE]
-        n_in = int((a.in_ptr[comp + 1] - a.in_ptr[comp]).sum())
-        n_out = int((a.out_ptr[comp + 1] - a.out_ptr[comp]).sum())
-        dep_cap = n_in + 2 * n_out + 4 * self.node_cap + 8
+        dep_cap = S.dep_capacity(a, kind, ref, self.node_cap)
         if (self._seq_scr is None or len(self._seq_scr[14]) < n_c or len(self._seq_scr[0]) < self.node_cap
                 or len(self._seq_scr[3]) < dep_cap):
             self._seq_scr = S.walk_scratch(self.node_cap, a.n_tensors, max(n_c, self._scratch_classes), dep_cap)

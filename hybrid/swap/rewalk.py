@@ -369,6 +369,15 @@ def walk(kind_in, ref, t_bytes, t_persist, in_ptr, in_idx, out_ptr, out_idx, upd
     return status, err, kind[:n], start, end, dep_ptr, dep_idx[:nd], dep_own[:nd], stats, state
 
 
+
+def dep_capacity(arrays, kind: np.ndarray, ref: np.ndarray, n_nodes: int) -> int:  # noqa: ANN001 - GraphArrays
+    """Room for the edges `walk_into` makes on a sequence of `n_nodes` nodes: each compute waits on its inputs'
+    copies and, a rerun, on each output's previous release; each copy or allocation on a few more."""
+    comp = ref[kind == COMPUTE]
+    n_in = int((arrays.in_ptr[comp + 1] - arrays.in_ptr[comp]).sum()) if len(comp) else 0
+    n_out = int((arrays.out_ptr[comp + 1] - arrays.out_ptr[comp]).sum()) if len(comp) else 0
+    return n_in + 2 * n_out + 4 * n_nodes + 8
+
 @dataclass(frozen=True)
 class Problem:
     """What stays fixed while refining one plan: graph, device, pool, schedule, impls, initial residents."""
@@ -444,10 +453,7 @@ class SequenceError(Exception):
 
 def _walk(p: Problem, kind: np.ndarray, ref: np.ndarray, stop: int):
     a = p.graph.arrays
-    comp = ref[kind == COMPUTE]
-    n_in = int((a.in_ptr[comp + 1] - a.in_ptr[comp]).sum()) if len(comp) else 0
-    n_out = int((a.out_ptr[comp + 1] - a.out_ptr[comp]).sum()) if len(comp) else 0
-    dep_cap = n_in + 2 * n_out + 4 * len(kind) + 8  # a rerun also waits for each output's previous release
+    dep_cap = dep_capacity(a, kind, ref, len(kind))
     d = p.device
     return walk(
         kind, ref, a.t_bytes, a.t_persistent, a.in_ptr, a.in_idx, a.out_ptr, a.out_idx, a.upd_ptr, a.upd_idx,
