@@ -176,3 +176,31 @@ def test_long_chain_plans_train_exactly_like_eager() -> None:
     ex.run(ITERS, seed=SEED)
     cmp = compare(ex.losses, ex.state(), case.reference(), grads=True)
     assert cmp.bitwise, (cmp.mismatched[:5], cmp.max_abs_diff, cmp.worst)
+
+
+@pytest.mark.parametrize("name", ["resnet-18", "tinylm"])
+def test_rebound_and_refined_rerun_plans_train_exactly_like_eager(name: str) -> None:
+    """A plan with reruns re-bound in time order (PlannerOptions.rebind_reruns) and then refined by CP-SAT with
+    its reruns kept in place (RefineOptions.reruns): both validate, keep their reruns and train bitwise like
+    eager."""
+    from hybrid.refine import RefineOptions, refine
+
+    case = get_case(name)
+    g = case.graph
+    dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * (0.45 if name == "tinylm" else 0.4)),
+                  reserve_bytes=0)
+    aug = SwapPlanner(g, dev).plan(program_order(g), byte_pool(g, dev),
+                                   PlannerOptions(recompute_ratio=1e6, rebind_reruns=True))
+    rebound = to_plan(aug, {"name": "test-rebind-reruns"})
+    refined = refine(g, rebound, time_limit_s=60, seed=1, options=RefineOptions(max_windows=6)).plan
+    assert refined.makespan_s <= rebound.makespan_s
+    for plan in (rebound, refined):
+        report = validate(g, plan)
+        assert report.valid, report.violations[:3]
+        assert any(e.kind == "compute" and e.recompute for e in plan.events), "the plan recomputes nothing"
+        ex = Executor(g, plan, "cpu", sanitize=True)
+        ex.keep_grads()
+        ex.load(case.module(), case.args, case.target)
+        ex.run(ITERS, seed=SEED)
+        cmp = compare(ex.losses, ex.state(), case.reference(), grads=True)
+        assert cmp.bitwise, (plan.planner.get("name"), cmp.mismatched[:5], cmp.max_abs_diff, cmp.worst)
