@@ -230,7 +230,7 @@ class _Tried:
 
 def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[Plan] | tuple[Plan, ...] = (),
             replans: list[Replan] | tuple[Replan, ...] | None = None, budget: LayoutBudget = DEFAULT_BUDGET,
-            recompute: bool = True, stop: Callable[[], bool] | None = None) -> Layout:
+            recompute: bool = True, stop: Callable[[], bool] | None = None, classes: bool = True) -> Layout:
     """`plan` with arena offsets (see the module docstring); plans that are not byte budgets pass through.
 
     `others`: slower candidates (e.g. the search's own plan before refinement) tried before any re-plan;
@@ -240,7 +240,9 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     `budget` counts the work; `time_limit_s` is a safety cap checked between steps (a candidate started is
     laid out by the heuristics whatever the time); `stop` returning True (Ctrl-C or SIGTERM: the result must be
     written within seconds) acts as that cap, and the exact search, whose first use in a process compiles for
-    seconds, is then not started. HybridError if the layout chosen fails validation (a bug)."""
+    seconds, is then not started. `classes` False: no per-size-class fallback (the Belady planner's: a baseline
+    laid out through its own re-plans must not be replaced by another planner's plan). HybridError if the layout
+    chosen fails validation (a bug)."""
     from hybrid.arena import exact
     from hybrid.arena.lifetimes import arena_plan, plan_buffers
     from hybrid.validator import validate
@@ -335,14 +337,16 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
             tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}",
                                0.0, "size classes"))
         try:
-            classes = replan_schedule(graph, plan, None, size_classes=True, recompute=recompute)
-            tried.fits.append((classes.makespan_s, len(tried.fits), classes, "per-size classes", 0.0,
-                               "size classes"))
+            if classes:
+                by_size = replan_schedule(graph, plan, None, size_classes=True, recompute=recompute)
+                tried.fits.append((by_size.makespan_s, len(tried.fits), by_size, "per-size classes", 0.0,
+                                   "size classes"))
         except InfeasibleError:
             pass
     if not tried.fits:
         raise InfeasibleError("no arena layout of the plan fits the memory, and neither a re-plan with up to "
-                              f"{100 * MAX_SHRINK:.0f}% less memory nor per-size classes do; give a little more memory")
+                              f"{100 * MAX_SHRINK:.0f}% less memory" + (" nor per-size classes do" if classes else
+                                                                        " does") + "; give a little more memory")
     _, _, best, source, shrink, how = min(tried.fits, key=lambda x: x[:2])
     report = validate(graph, best)
     if not report.valid:       # a bug in the lifetimes or a solver: never hand back a broken layout

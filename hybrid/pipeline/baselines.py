@@ -1,6 +1,7 @@
 """The optimized plan next to the obvious alternatives (`hybrid optimize --compare-baselines`)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from hybrid.device import Device
@@ -11,19 +12,45 @@ from hybrid.plan import Plan
 BASELINES = ("naive", "odswap", "odswap-paper", "vdnn", "tflms", "belady", "recompute-only")
 
 
+def lay_out_baseline(graph: Graph, device: Device, kind: str, plan: Plan, time_limit_s: float = 10.0,  # noqa: ANN201
+                     recompute: bool = True):
+    """Baseline `kind`'s byte-budget `plan` with arena offsets, through the layout the written plan goes through
+    (`hybrid.arena.layout.lay_out`, heuristics only): where it does not fit, the same baseline planned again, on
+    its own schedule and rules, with less memory (bisected to the largest budget that lays out). Never another
+    planner's plan (no per-size-class fallback): like with like. `recompute`: as `run_baseline`'s, for the
+    re-plans (the plan's own setting). Returns `hybrid.arena.layout.Layout`; InfeasibleError where nothing lays
+    out."""
+    from hybrid.arena.layout import QUICK_BUDGET, Replan, lay_out
+    from hybrid.graph.order import from_ids
+    from hybrid.swap.baselines import run_baseline
+
+    order = from_ids(graph, plan.schedule)
+    given = order if kind == "odswap-paper" else None   # its random order is part of the baseline
+
+    def make(usable: int) -> Plan:
+        smaller = dataclasses.replace(device, memory_bytes=usable + device.reserve_bytes)
+        again = run_baseline(graph, smaller, kind, schedule=given, recompute=recompute)
+        return dataclasses.replace(again, device=device)
+
+    budget = dataclasses.replace(QUICK_BUDGET, exact_tries=0)
+    return lay_out(graph, plan, time_limit_s, replans=[Replan(kind, make)], budget=budget, classes=False)
+
+
 def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, refined: Plan | None = None,
                   deadline: float | None = None, bounds: dict[bool, float] | None = None,
                   relaxation: Plan | None = None, addresses: bool | None = None) -> Baselines:
     """Each baseline planned and validated, then the optimize rows: summary rows (`plan_row`) and notes.
 
-    Where the search planned with addresses (`addresses`, `--addresses`; default: whether its plan is an arena), the
-    baselines are arenas too, planned by the same address-aware walk (`run_baseline(addresses=True)`, laid out
-    afterwards where the walk gives none): like with like. `relaxation`: the search's best re-planned on the byte
-    budget (memory that never fragments), shown as a bound row. Where the written plan is a byte budget laid
-    out afterwards (the default, `--byte-budget`), the baselines are byte budgets and the byte-budget plan it was laid out
-    from (`refined`) is shown too. `search_plan`: the search's best, shown when refinement replaced it.
-    `deadline` (monotonic): baselines not started by then are left out, with a note saying so. `bounds`: the
-    any-order bounds to divide by (keyed by recompute; `hybrid.pipeline.rows.plan_row`), default both, computed."""
+    Like with like: where the search planned with addresses (`addresses`, `--addresses`; default: whether its plan
+    is an arena), the baselines are arenas too, planned by the same address-aware walk (`run_baseline(addresses=
+    True)`, laid out afterwards where the walk gives none). Where the written plan is a byte budget laid out
+    afterwards (the default), each baseline is laid out the same way (`lay_out_baseline`: re-planned by its own
+    rules with less memory where it does not fit), and the byte-budget plans the written one came from (`search_plan`,
+    `refined`) are shown as such. With `--no-arena` (the written plan has no offsets) the baselines are byte budgets
+    too. `relaxation`: the search's best re-planned on the byte budget of the full memory (memory that never
+    fragments), shown as a bound row. `deadline` (monotonic): baselines not started by then are left out, with a
+    note saying so. `bounds`: the any-order bounds to divide by (keyed by recompute; `hybrid.pipeline.rows.plan_row`),
+    default both, computed."""
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline.rows import plan_row
     from hybrid.arena.layout import laid_out
@@ -34,6 +61,7 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
     skipped = []
     if addresses is None:
         addresses = search_plan.allocation.kind == "arena"
+    lay_baselines = not addresses and plan.allocation.kind == "arena"
     for kind in BASELINES:
         if deadline is not None and time.monotonic() >= deadline:
             skipped.append(kind)
@@ -49,6 +77,16 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
             if p.allocation.kind != "arena":
                 out.notes.append(f"{kind}: cannot run: {p.planner['arena']['why']}")
                 continue
+        elif lay_baselines:
+            left = 10.0 if deadline is None else max(0.5, min(10.0, deadline - time.monotonic()))
+            try:
+                layout = lay_out_baseline(graph, device, kind, p, left)
+            except InfeasibleError as e:
+                out.notes.append(f"{kind}: cannot run laid out: {e}")
+                continue
+            p = layout.plan
+            if layout.fallback:
+                out.notes.append(f"{kind}: {layout.describe()}")
         check(graph, p)
         out.rows.append(plan_row(kind, p, graph, bounds))
     if skipped:
@@ -61,9 +99,12 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
     out.rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if search_plan is not best else ""), best, graph, bounds))
     if written_laid_out:
         out.rows.append(plan_row("optimize, written (exact offsets)", plan, graph, bounds))
-        out.notes.append("The baselines and the optimize rows above the last are byte budgets (memory never "
-                         "fragments); the written plan gives every tensor an arena offset (--no-arena: write the "
+        out.notes.append("The baselines and the written plan give every tensor an arena offset (a baseline that "
+                         "does not lay out is re-planned by its own rules with less memory); the optimize rows "
+                         "above the written one are the byte budgets it was laid out from (--no-arena: write the "
                          "byte budget).")
+    if not addresses and relaxation is not None:
+        out.rows.append(plan_row("byte budget, fragmentation-free (relaxation)", relaxation, graph, bounds))
     if addresses:
         if relaxation is not None:
             out.rows.append(plan_row("byte budget, fragmentation-free (relaxation)", relaxation, graph, bounds))

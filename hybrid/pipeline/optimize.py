@@ -104,8 +104,11 @@ class OptimizeOptions:
     addresses: bool = False             # True: the search plans byte pools as arenas (offsets as planned: its
     #                                     fitness is the laid-out makespan, `--addresses`); False: the byte budget,
     #                                     laid out afterwards (the default: it wins on the suite, see above)
-    headroom: bool = False              # True: the search plans byte budgets with the memory its plans need to lay
-    #                                     out given up (hybrid.arena.headroom, `--headroom`)
+    headroom: bool | None = None        # the search plans byte budgets with the memory its plans need to lay out
+    #                                     given up (hybrid.arena.headroom): None (the default) where the byte
+    #                                     budget is laid out afterwards (not with --addresses or --no-arena, nor
+    #                                     where the layout does not fit the limit); True: asked for (an error where
+    #                                     it cannot apply); False: off (`--no-headroom`, the flow before it)
 
     def check(self) -> None:
         """HybridError naming the flag, for options no run could use."""
@@ -261,18 +264,23 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                   "install; cached from now on), counted in the time limit")
     cpsat = opts.refine == "cpsat"
     beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
-    # genes set the ratio; the address-aware and headroom flows (their output is in no table yet) also take what
-    # waits for the byte-budget flow's tables to be regenerated: plans with reruns re-bound in time order, refined
-    newer = opts.addresses or opts.headroom
+    # genes set the ratio; plans with reruns re-bound in time order and long rerun chains (off in PlannerOptions'
+    # defaults, with which the planner's own tables were made)
     options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0,
-                                             addresses=opts.addresses, rebind_reruns=newer,
-                                             long_chains=newer)
+                                             addresses=opts.addresses, rebind_reruns=True, long_chains=True)
     refine_options = opts.refine_options
     if refine_options is None and opts.refine == "cpsat":
         from hybrid.refine import RefineOptions
 
-        refine_options = RefineOptions(reruns=newer)
-    head = _headroom(graph, device, opts, prog, end)   # None, or the memory the search gives up so its plans lay out
+        refine_options = RefineOptions()
+    arena = opts.arena_s is not None
+    if arena and layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start):
+        arena = False   # it would not fit in the largest reserve: give its time to the search
+        skipped.append(f"arena layout: not run, one layout takes about {format_seconds(layout_seconds(eval_s))} "
+                       f"here, over {100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
+                       "without offsets (the executor compacts at run time if it must)")
+    # None, or the memory the search gives up so its plans lay out (only where the winner is laid out afterwards)
+    head = _headroom(graph, device, opts, prog, end) if arena and not opts.addresses else None
     search_device = device if head is None else head.device(device)
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
@@ -287,12 +295,6 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                        f"{100 * BOUND_SHARE:.0f}% of the time limit; `hybrid info` prints it), so the search "
                        "cannot stop at it")
     summary_bound = bound_est if bound_est <= BOUND_SHARE * total and rc else 0.0
-    arena = opts.arena_s is not None
-    if arena and layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start):
-        arena = False   # it would not fit in the largest reserve: give its time to the search
-        skipped.append(f"arena layout: not run, one layout takes about {format_seconds(layout_seconds(eval_s))} "
-                       f"here, over {100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
-                       "without offsets (the executor compacts at run time if it must)")
     # an address-aware search writes its plan with offsets as planned: no layout to keep time for (its last
     # resort, a byte-budget search laid out afterwards, gets what is left of the limit)
     reserve = reserve_for(end - start, eval_s, arena and not opts.addresses, opts.baselines, summary_bound)
@@ -487,15 +489,16 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
 
             t_base = time.monotonic()
             out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds,
-                                          relaxation=_relaxation(graph, result), addresses=options.addresses)
+                                          relaxation=_relaxation(graph, result, device), addresses=options.addresses)
             timings.baselines_s = time.monotonic() - t_base
     timings.wall_s = time.monotonic() - start
     return out
 
 
-def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.SearchResult
-    """The search's best individual planned on the byte budget (memory that never fragments): the relaxation
-    row of an address-aware search; None when the search planned byte budgets already or could not re-plan."""
+def _relaxation(graph: Graph, result, device: Device) -> "Plan | None":  # noqa: ANN001 - ga.SearchResult
+    """The search's best individual planned on the byte budget of `device`'s memory (memory that never
+    fragments): the relaxation row of an address-aware search; None when the search planned byte budgets already
+    or could not re-plan."""
     from hybrid.errors import InfeasibleError
     from hybrid.swap.planner import SwapPlanner
     from hybrid.swap.to_plan import to_plan
@@ -505,10 +508,10 @@ def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.Sea
     space, best = result.space, result.best
     opt = space.options_for(best)
     if not opt.addresses:
-        return None
+        return None   # a headroom search's genes re-planned on the full memory are no bound: tuned for less
     try:   # the best individual's schedule and genes (a size-class winner's too) on the byte budget
-        aug = SwapPlanner(graph, space.device).plan(best.schedule, byte_pool(graph, space.device),
-                                                    dataclasses.replace(opt, addresses=False))
+        aug = SwapPlanner(graph, device).plan(best.schedule, byte_pool(graph, device),
+                                              dataclasses.replace(opt, addresses=False))
     except InfeasibleError:
         return None
     return to_plan(aug, {**result.planner_info(), "relaxation": "byte budget"})
@@ -517,7 +520,7 @@ def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.Sea
 def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progress, end: float):  # noqa: ANN202
     """With `opts.headroom`, the share of the memory the search gives up (hybrid.arena.headroom), noted; its
     layouts stop at HEADROOM_SHARE of the time left (the one started is finished)."""
-    if not opts.headroom:
+    if opts.headroom is False:
         return None
     from hybrid.arena.headroom import calibrate
 

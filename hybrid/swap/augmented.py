@@ -33,13 +33,13 @@ class PlannerOptions:
     #                               with one offset per tensor, laid out as planned; False: the byte budget (a
     #                               relaxation: memory that never fragments)
     rebind_reruns: bool = False   # also re-bind plans that rerun ops (hybrid.swap.rewalk reads reruns; kept when
-    #                               faster: Belady on ResNet-18 at 64 MiB 13.87 -> 10.99 ms). Off by default until
-    #                               the tables made with the byte-budget flow are regenerated; --addresses sets it
+    #                               faster: Belady on ResNet-18 at 64 MiB 13.87 -> 10.99 ms). On in `hybrid optimize`
+    #                               (run_optimize); off by default here, which the planner's own tables were made with
     long_chains: bool = False     # rerun chains of 14 and more producers (a transformer block): each chain
     #                               intermediate freed after its last rerun reader (hybrid.swap.recompute.place_frees),
     #                               a copy priced with its wait behind the d2h queue, and the GA's longer RECOMPUTE
-    #                               settings seeded and drawn. Off by default: on once the byte-budget flow's tables
-    #                               are regenerated; --addresses and benchmarks/vs_torch set it
+    #                               settings seeded and drawn. On in `hybrid optimize` (run_optimize); off by default
+    #                               here, which the planner's own tables were made with
 
     def describe(self) -> dict:
         return {"victim": self.victim, "recency": self.recency, "overlap": self.overlap,

@@ -96,6 +96,25 @@ def test_headroom_search_writes_a_laid_out_plan_on_the_real_device_never_slower_
         assert res.plan.makespan_s <= res.search.best.makespan * (1 + 1e-9)
 
 
+def test_headroom_is_the_default_where_the_plan_is_laid_out_and_off_where_it_is_not() -> None:
+    """`hybrid optimize`'s default: the search gives up the memory its seeds' layouts need (the search plan
+    says so); with --no-arena (no layout) or --no-headroom it plans the full memory."""
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+
+    g = training_graph(10, seed=3)
+    device = _device(g, 0.55)
+
+    def run(**kw):  # noqa: ANN202
+        return run_optimize(g, device, 120.0, OptimizeOptions(config=GAConfig(population=6, children=6, seed=2),
+                                                              generations=1, workers=1, refine="none", **kw))
+
+    assert "headroom" in run().search_plan.planner
+    for kw in ({"arena_s": None}, {"headroom": False}):
+        res = run(**kw)
+        assert "headroom" not in res.search_plan.planner and validate(g, res.plan).valid
+
+
 @pytest.mark.parametrize("kw", [{"addresses": True}, {"arena_s": None}])
 def test_headroom_refuses_options_it_cannot_use(kw: dict) -> None:
     from hybrid.pipeline import OptimizeOptions

@@ -136,8 +136,35 @@ def test_lay_out_is_deterministic_and_capped_only_by_its_time_limit():
     assert c.capped and validate(g, c.plan).valid
 
 
-def test_baseline_table_shows_the_byte_budget_plan_beside_the_laid_out_one():
-    """Baselines are byte budgets: the comparison keeps the search's byte-budget plan and adds the written one."""
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 10**6), st.floats(0.3, 0.8), st.sampled_from(["naive", "odswap", "odswap-paper", "belady"]))
+def test_a_baseline_is_laid_out_by_its_own_rules_never_by_another_planner(seed, frac, kind):
+    """Like with like (issue 31): a baseline's byte budget gets offsets through the written plan's layout; where
+    it does not fit, the same baseline is re-planned with less memory on its own schedule (never Belady's
+    per-size classes); the result validates on the real device and keeps the baseline's name."""
+    from hybrid.pipeline.baselines import lay_out_baseline
+
+    g = training_graph(10, seed=seed)
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * frac), reserve_bytes=0,
+                  alignment_bytes=512)
+    try:
+        plan = run_baseline(g, dev, kind, recompute=True)
+        out = lay_out_baseline(g, dev, kind, plan, time_limit_s=600.0)
+    except InfeasibleError:
+        return
+    assert out.plan.allocation.kind == "arena" and out.fallback in ("", "re-planned")
+    assert out.plan.device == dev and out.plan.planner["name"] == kind
+    assert out.plan.schedule == plan.schedule          # its own order (odswap-paper's random one included)
+    assert validate(g, out.plan).valid
+    if out.fallback:
+        assert out.source == kind and out.memory_given_up > 0
+    else:
+        assert out.plan.makespan_s == pytest.approx(plan.makespan_s)
+
+
+def test_baseline_table_lays_the_baselines_out_where_the_written_plan_is():
+    """Where the written plan has offsets, so has every baseline row (like with like); with a byte budget
+    written (--no-arena), the baselines stay byte budgets. The search's byte-budget plan is kept beside."""
     from hybrid.pipeline import baseline_rows
 
     g = training_graph(10, seed=3)
@@ -145,7 +172,12 @@ def test_baseline_table_shows_the_byte_budget_plan_beside_the_laid_out_one():
                   alignment_bytes=512)
     searched = run_baseline(g, dev, "belady")
     laid = replace(searched, allocation=lay_out(g, searched, time_limit_s=2.0).plan.allocation)
-    names = [r["plan"] for r in baseline_rows(g, dev, searched, laid, searched).rows]
+    table = baseline_rows(g, dev, searched, laid, searched)
+    names = [r["plan"] for r in table.rows]
     assert names[-2:] == ["optimize", "optimize, written (exact offsets)"]
+    for r in table.rows[:-2]:   # each baseline laid out: the same or a re-planned (slower) one, never faster
+        byte_budget = run_baseline(g, dev, r["plan"], recompute=True).makespan_s
+        assert r["makespan_s"] >= byte_budget * (1 - 1e-9)
+    assert any("arena offset" in n for n in table.notes)
     names = [r["plan"] for r in baseline_rows(g, dev, searched, searched, searched).rows]
     assert names[-1] == "optimize" and "optimize, written (exact offsets)" not in names

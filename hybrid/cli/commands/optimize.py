@@ -112,10 +112,12 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
                    "measured (docs/arena.md). --byte-budget (the default): the search scores byte budgets (memory "
                    "that never fragments) and the winner is laid out afterwards (--arena), re-planned with less "
                    "memory where it does not fit (the summary says so, with its cost).")
-@click.option("--headroom", "headroom", is_flag=True,
-              help="Address-aware search, second design (hybrid/arena/headroom.py): measure up front how much memory "
-                   "one plan needs given up to lay out, search byte budgets with that much less, lay the winner out "
-                   "within the full memory and re-plan it with what the layout leaves. Not with --addresses or "
+@click.option("--headroom/--no-headroom", "headroom", default=None,
+              help="--headroom (the default with --byte-budget, where the plan is laid out): measure up front how much "
+                   "memory the seed plans need given up to lay out (hybrid/arena/headroom.py), search byte budgets "
+                   "with that much less, lay the winner out within the full memory and re-plan it with what the "
+                   "layout leaves. --no-headroom: search with the full memory and lay the winner out afterwards, "
+                   "re-planned with less memory where it does not fit (the flow before it). Not with --addresses or "
                    "--no-arena.")
 @click.option("--compare-baselines", is_flag=True,
               help="At the end, also plan the naive, odswap, vdnn, belady (with recompute) and recompute-only "
@@ -128,15 +130,16 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             refine_patience: float, refine_elites: int, checkpoint_path: Path | None, checkpoint_every: int,
             resume_path: Path | None, out_path: Path, log_path: Path | None, plot_path: Path | None, quiet: bool,
             as_json: bool, compare_baselines: bool, arena_time: str, no_arena: bool, addresses: bool,
-            headroom: bool, **kw: object) -> None:
+            headroom: bool | None, **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a schedule (a topological order), a pool
     (size classes CLS/CNT, or the plain byte budget) and the planner's eviction policy; the swap planner and
     simulator score each one. The first generation includes the program order with every policy and a
-    depth-first order, so the result is never slower than the belady, odswap and vdnn baselines. The winner
-    is given exact arena offsets afterwards (--no-arena: not); where it does not lay out within the memory, the
-    fallback written may be slower (the summary says which fallback fired and its makespan cost). With
+    depth-first order. The search plans with the memory its plans need to lay out given up (--headroom) and the
+    winner is given exact arena offsets afterwards, re-planned with what the layout leaves (--no-arena: not);
+    where it does not lay out within the memory, the fallback written may be slower (the summary says which
+    fallback fired and its makespan cost). With
     --addresses the planner gives every tensor its offset as it plans instead (the plan scored is the plan
     written, baselines laid out the same way, the byte budget shown as the relaxation row). With --refine
     cpsat, CP-SAT re-times the copies of the search's plans: in a second process while the search runs (its
