@@ -73,11 +73,12 @@ class Headroom:
 
 
 def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: LayoutBudget = QUICK_BUDGET,
-              deadline: float | None = None) -> Headroom:
+              deadline: float | None = None, base=None) -> Headroom:  # noqa: ANN001 - PlannerOptions | None
     """From the seed plans' heuristic layouts at full memory (the Belady planner, swap + recompute where faster,
     on the program order and the depth-first order: the search's seeds), the least overflow r: the search then
     gives up 1 - 1/r of the memory plus MARGIN (0 where a seed lays out), but never so much that the largest
-    op no longer fits. `deadline` (time.perf_counter): no second layout starts after it."""
+    op no longer fits. `deadline` (time.perf_counter): no second layout starts after it. `base`: the search's
+    planner options (its seeds are planned with them; default: the planner's, with `recompute`'s ratio)."""
     from hybrid.arena.lifetimes import plan_buffers
     from hybrid.graph.info import largest_op
     from hybrid.graph.order import depth_first_order, program_order
@@ -89,7 +90,8 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
     t0 = time.perf_counter()
     planner = SwapPlanner(graph, device)
     pool = byte_pool(graph, device)
-    base = _options(RECOMPUTE_RATIO if recompute else 0.0)
+    base = (_options(RECOMPUTE_RATIO if recompute else 0.0) if base is None
+            else dataclasses.replace(base, addresses=False))
     prog, dfs = program_order(graph), depth_first_order(graph)
     ratios: list[float] = []
     for order in [prog] if np.array_equal(prog, dfs) else [prog, dfs]:

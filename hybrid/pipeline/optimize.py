@@ -185,10 +185,12 @@ def layout_seconds(eval_s: float) -> float:
     return LAYOUT_FIXED_S + LAYOUT_EVALS * eval_s + validate_seconds(eval_s)
 
 
-def baselines_seconds(eval_s: float) -> float:
+def baselines_seconds(eval_s: float, laid_out: bool = True) -> float:
+    """Each baseline planned and validated, and (`laid_out`) laid out by the heuristics with its re-plans."""
     from hybrid.pipeline.baselines import BASELINES
 
-    return len(BASELINES) * (BASELINE_EVALS * eval_s + validate_seconds(eval_s))
+    per = BASELINE_EVALS * eval_s + validate_seconds(eval_s) + (LAYOUT_EVALS * eval_s if laid_out else 0.0)
+    return len(BASELINES) * per
 
 
 def reserve_for(total_s: float, eval_s: float, arena: bool, baselines: bool, bound_s: float = 0.0) -> float:
@@ -280,7 +282,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                        f"here, over {100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
                        "without offsets (the executor compacts at run time if it must)")
     # None, or the memory the search gives up so its plans lay out (only where the winner is laid out afterwards)
-    head = _headroom(graph, device, opts, prog, end) if arena and not opts.addresses else None
+    head = _headroom(graph, device, opts, prog, end, options) if arena and not opts.addresses else None
     search_device = device if head is None else head.device(device)
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
@@ -472,9 +474,21 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
         evaluator.close()
     timings.refine_s = refinement.seconds
     timings.layout_s = layout_s[0]
-    out = OptimizeResult(plan=layout.plan, search_plan=search_plan, refined_plan=plan, search=result,
+    written, laid_out_plan = layout.plan, None
+    if cpsat and laid and not interrupted and written.allocation.kind == "arena":
+        # the reserve's time left (the layout and validation took less than estimated): re-time the written plan's
+        # copies with every offset kept (hybrid.refine.offsets), until the baselines' and the bound's share
+        after_polish = LOAD_MARGIN * ((baselines_seconds(eval_s) if opts.baselines else 0.0) + summary_bound)
+        polished = _polish(graph, written, end - after_polish, opts.config.seed, refine_options, failures, timings)
+        if polished is not written:
+            with deferred_interrupts():
+                written, laid_out_plan = polished, written
+                if prog.on_plan is not None:
+                    prog.on_plan(written)
+    out = OptimizeResult(plan=written, search_plan=search_plan, refined_plan=plan, search=result,
                          refinement=refinement, layout=layout if laid else None, budget=budget, timings=timings,
-                         interrupted=interrupted, failures=failures, bounds=bounds, skipped=skipped)
+                         interrupted=interrupted, failures=failures, bounds=bounds, skipped=skipped,
+                         laid_out_plan=laid_out_plan)
     with deferred_interrupts():
         # the bound of the written plan's kind, for the summary, if it fits in the time left
         from hybrid.pipeline.rows import recomputes
@@ -517,7 +531,8 @@ def _relaxation(graph: Graph, result, device: Device) -> "Plan | None":  # noqa:
     return to_plan(aug, {**result.planner_info(), "relaxation": "byte budget"})
 
 
-def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progress, end: float):  # noqa: ANN202
+def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progress, end: float,  # noqa: ANN202
+              options: Any = None):
     """With `opts.headroom`, the share of the memory the search gives up (hybrid.arena.headroom), noted; its
     layouts stop at HEADROOM_SHARE of the time left (the one started is finished)."""
     if opts.headroom is False:
@@ -525,9 +540,44 @@ def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progres
     from hybrid.arena.headroom import calibrate
 
     left = max(0.0, end - time.monotonic())
-    head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left)
+    head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left,
+                     base=options)
     prog.note(head.describe())
     return head
+
+
+POLISH_MIN_S = 1.0    # less time left than this: the laid-out plan is written as it is
+
+
+def _polish(graph: Graph, plan: "Plan", until: float, seed: int, options: Any, failures: list[str],
+            timings: Timings) -> "Plan":
+    """`plan` (laid out: an arena) with its copies re-timed by CP-SAT until `until` (monotonic), every offset
+    kept (`hybrid.refine.refine` on an arena plan); `plan` itself where there is no time, nothing faster, or the
+    result fails validation (named in `failures`: a bug). Issue 31's deliverable 3: refinement that keeps the
+    layout valid, run on what is written rather than on the byte budget it came from."""
+    from hybrid.refine import RefineOptions, refine
+
+    left = until - time.monotonic()
+    if left < POLISH_MIN_S:
+        return plan
+    t0 = time.monotonic()
+    try:
+        res = refine(graph, plan, time_limit_s=left, seed=seed, options=options or RefineOptions())
+    except (HybridError, KeyboardInterrupt):
+        return plan     # a plan it cannot re-time (or Ctrl-C): the laid-out plan stands
+    finally:
+        timings.polish_s = time.monotonic() - t0
+    if not res.improved or res.plan.makespan_s >= plan.makespan_s:
+        return plan
+    problem = _problem(graph, res.plan)
+    if problem:
+        failures.append(f"the laid-out plan re-timed with its offsets kept failed validation ({problem}); the "
+                        "laid-out plan is written")
+        return plan
+    info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
+    info["offsets_kept_refine"] = {"from_makespan_s": plan.makespan_s, "windows": res.windows,
+                                   "accepted": res.accepted, "stop": res.stop}
+    return dataclasses.replace(res.plan, planner=info)
 
 
 def _on_device(plan: "Plan", device: Device, head) -> "Plan":  # noqa: ANN001 - Headroom | None

@@ -52,6 +52,7 @@ class Timings:
     search_s: float = 0.0      # the genetic search (and, after, refinement and the resumed search)
     refine_s: float = 0.0
     layout_s: float = 0.0
+    polish_s: float = 0.0      # CP-SAT re-timing the laid-out plan, its offsets kept (the reserve's time left)
     baselines_s: float = 0.0
     wall_s: float = 0.0
 
@@ -96,6 +97,8 @@ class OptimizeResult:
     bounds: dict[bool, float] = field(default_factory=dict)   # any-order lower bounds computed within the limit,
     #                                   keyed by recompute (True: with recompute, holds for every plan; False: swap only)
     skipped: list[str] = field(default_factory=list)    # what the time limit left out, and what was done instead
+    laid_out_plan: "Plan | None" = None   # the layout's plan, where CP-SAT then re-timed it with its offsets kept
+    #                                       (`plan` is then the re-timed one: same offsets, faster)
 
     def bound(self) -> tuple[float, str] | None:
         """The tightest computed lower bound that holds for the written plan, and its name; None if none."""
@@ -123,16 +126,18 @@ class OptimizeResult:
             why.append(f"CP-SAT refinement re-timed its copies ({_change(self.refined_plan, best)})")
         elif self.refined_plan is not best:
             why.append(f"the search resumed after refinement and found a faster plan ({_change(self.refined_plan, best)})")
-        lay = self.layout
-        if lay is not None and plan is not self.refined_plan:
+        lay, laid = self.layout, self.laid_out_plan or plan
+        if lay is not None and laid is not self.refined_plan:
             if lay.fallback == "more memory":
-                why.append(f"{lay.describe()} ({_change(plan, self.refined_plan)})")
+                why.append(f"{lay.describe()} ({_change(laid, self.refined_plan)})")
             elif lay.fallback:
                 why.append(f"the byte budget did not lay out in the arena, so {_fallback(lay)} was written "
-                           f"({_change(plan, self.refined_plan)})")
-            elif plan.allocation.kind == "arena":
+                           f"({_change(laid, self.refined_plan)})")
+            elif laid.allocation.kind == "arena":
                 why.append("exact arena offsets were given to every tensor "
-                           f"({_change(plan, self.refined_plan)})")
+                           f"({_change(laid, self.refined_plan)})")
+        if self.laid_out_plan is not None:
+            why.append(f"CP-SAT re-timed the laid-out plan's copies, every offset kept ({_change(plan, laid)})")
         if not why:
             return ""
         total = plan.makespan_s / best.makespan_s - 1.0

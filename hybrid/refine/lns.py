@@ -72,8 +72,7 @@ class RefineOptions:
     #                                      work-budget twin of patience_s, so a seed fixes where refinement stops
     reorder: bool = True              # first re-order the copy streams earliest-deadline-first (stream_order)
     reruns: bool = True               # refine plans that rerun ops (reruns keep their places); False keeps such
-    #                                   plans as they are (stop "recomputes kept"): what `hybrid optimize` does on
-    #                                   its byte-budget flow until the tables made with it are regenerated
+    #                                   plans as they are (stop "recomputes kept"): the refiner before it
     relayout: bool = False            # an arena plan: also refine it as a byte budget and lay it out again
     relayout_share: float = 0.5       # ... with this share of the time; the faster laid-out plan is kept
     #                                   (off by default: it lost to the offsets kept, hybrid.refine.offsets.relaid)

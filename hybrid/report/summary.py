@@ -90,6 +90,7 @@ def optimize_text(graph: Graph, device, res, wrote: list, wall_s: float) -> str:
                  + f", search {format_seconds(t.search_s)}, layout {format_seconds(t.layout_s)}"
                  + (f" (compiling its exact search: {format_seconds(t.exact_compile_s)})" if t.exact_compile_s > 2.0
                     else "")
+                 + (f", re-timing the laid-out plan {format_seconds(t.polish_s)}" if t.polish_s > 0 else "")
                  + (f", baselines {format_seconds(t.baselines_s)}" if res.baselines is not None else "")
                  + f" (reserve {format_seconds(res.budget.reserve_s)})")
     if res.baselines is not None:

@@ -115,3 +115,29 @@ def test_the_baseline_table_divides_each_column_by_one_named_bound() -> None:
             assert r["makespan/swap_bound"] != r["makespan/swap_bound"]   # NaN: that bound does not hold for it
         else:
             assert r["makespan/swap_bound"] == pytest.approx(r["makespan_s"] / swap)
+
+
+def test_the_laid_out_plan_is_re_timed_with_every_offset_kept_and_never_slower() -> None:
+    """With the reserve's time left, `run_optimize` re-times the written (laid-out) plan's copies by CP-SAT
+    (`_polish`): kept only when faster and valid, and then with the same allocation, offsets included."""
+    from hybrid.arena.layout import lay_out
+    from hybrid.pipeline import refine_available
+    from hybrid.pipeline.optimize import _polish
+    from hybrid.pipeline.result import Timings
+    from hybrid.swap.baselines import run_baseline
+
+    if not refine_available():
+        pytest.skip("no CP-SAT refinement in this installation")
+    g, dev = small_training(12, seed=4)
+    laid = lay_out(g, run_baseline(g, dev, "odswap"), time_limit_s=5.0).plan
+    assert laid.allocation.kind == "arena"
+    failures: list[str] = []
+    timings = Timings()
+    out = _polish(g, laid, time.monotonic() + 4.0, 1, None, failures, timings)
+    assert not failures and timings.polish_s > 0
+    assert validate(g, out).valid
+    assert out.allocation == laid.allocation and out.schedule == laid.schedule
+    assert out.makespan_s <= laid.makespan_s
+    if out is not laid:
+        assert out.planner["offsets_kept_refine"]["from_makespan_s"] == laid.makespan_s
+    assert _polish(g, laid, time.monotonic() + 0.1, 1, None, failures, timings) is laid   # no time: as it is
