@@ -1,6 +1,7 @@
 """SwapAdvisor's Table 2: ResNet-152 inference at 64/128/192/512/640 MB of device memory x batch 1/16/64.
 
-Each cell is `hybrid optimize --refine none --generations G --seed 1` (the GA alone, a deterministic budget) on an
+Each cell is `hybrid optimize --refine none --generations G --seed 1`'s search (the GA alone, a deterministic budget,
+with the planner's default options) on an
 inference graph (`hybrid capture --model resnet-152 --optimizer none --batch B --device v100-16gb`: forward only, no
 gradients or optimizer state) with `--memory M` (MiB: what the plan may fill, no reserve), in simulated seconds per
 batch beside the paper's. NA where no plan fits, with the reason (the largest op alone needs more than M).
@@ -108,7 +109,8 @@ def main() -> None:
     bigs = {b: format_bytes(largest_op(Graph.load(p), graph_alignment(Graph.load(p)))[1]) for b, p in
             zip(BATCHES, graphs)}
     notes = f"""Each cell: `hybrid optimize --graph resnet-152-bB-infer.json --memory M --reserve 0 --refine none
---generations {gens} --seed {args.seed} --workers 1` (run in-process through `ga.optimize`), the plan validated.
+--generations {gens} --seed {args.seed} --workers 1`'s search, run in-process through `ga.optimize` with the planner's
+default options (without the long rerun chains and re-binding of reruns `hybrid optimize` adds), the plan validated.
 `ours_s` is the simulated seconds per inference batch; `paper_s` Table 2 (V100, MXNet, measured). `ideal_s` is
 compute only (infinite memory), `bound_s` the graph bound at that memory (`hybrid.bounds.graph_bound` with recompute, as the search may rerun ops: any schedule).
 Memory is read as MiB. Unswapped program-order peaks: {peaks}; largest single op: {bigs}.

@@ -1,8 +1,11 @@
 """The optimize flow: genetic search, CP-SAT refinement beside or after it, validation, arena layout with its
 fallbacks, and the baseline rows, within one time limit. `hybrid optimize` and `hybrid compare` call it.
 
-By default the search scores byte budgets (memory that never fragments) and the winner is laid out afterwards
-(`hybrid.arena.layout`), re-planned with less memory where no layout fits (reported, with its cost). With
+By default the search scores byte budgets (memory that never fragments) with the memory its seed plans' layouts
+need given up (`hybrid.arena.headroom`, `OptimizeOptions.headroom`), and the winner is laid out afterwards within
+the full memory (`hybrid.arena.layout`), re-planned with what the layout leaves, or with less memory where no
+layout fits (reported, with its cost); with refinement, the laid-out plan is then re-timed with every offset kept
+in the reserve's time left (`_polish`). With
 `OptimizeOptions.addresses` (`--addresses`) the search plans byte pools as arenas instead (`PlannerOptions.
 addresses`, `hybrid.swap.addresses`): each plan has its offsets as planned, so it needs no layout step and the
 fallback does not fire; the byte budget then appears as the relaxation row. It is not the default because it
