@@ -141,3 +141,30 @@ def test_the_laid_out_plan_is_re_timed_with_every_offset_kept_and_never_slower()
     if out is not laid:
         assert out.planner["offsets_kept_refine"]["from_makespan_s"] == laid.makespan_s
     assert _polish(g, laid, time.monotonic() + 0.1, 1, None, failures, timings) is laid   # no time: as it is
+
+
+def test_the_layout_also_re_plans_each_individual_without_re_binding_its_reruns() -> None:
+    """Re-binding reruns in time order packs a byte budget tighter than offsets follow, so the layout's re-plan
+    sources come in twins: an individual's genes as searched, and the same genes with `rebind_reruns` off, the
+    twin refusing (InfeasibleError, no layout spent) a plan that reruns nothing, its first twin's plan."""
+    from ga import optimize
+    from hybrid.errors import InfeasibleError
+    from hybrid.pipeline.optimize import _genes_replan
+    from hybrid.pipeline.rows import recomputes
+    from hybrid.swap.augmented import PlannerOptions
+
+    g, dev = small_training(12, seed=4)
+    base = PlannerOptions(recompute_ratio=1e6, recompute_depth=6, rebind_reruns=True, long_chains=True)
+    res = optimize(g, dev, GAConfig(population=6, children=6, seed=1), generations=1, workers=1, options=base)
+    plan = res.to_plan()
+    twins = 0
+    for budget in (dev.usable_bytes, int(dev.usable_bytes * 0.9)):
+        searched = _genes_replan(g, plan, res, res.best)(budget)
+        try:
+            twin = _genes_replan(g, plan, res, res.best, reruns_only=True, rebind_reruns=False)(budget)
+        except InfeasibleError:
+            assert not recomputes(searched)    # refused only where the plan reruns nothing
+            continue
+        assert recomputes(twin) and validate(g, twin).valid
+        twins += 1
+    assert twins   # at the full memory this graph's plan reruns ops
