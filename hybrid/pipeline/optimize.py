@@ -59,6 +59,7 @@ ARENA_AUTO_S = 60.0          # `--arena auto`: the safety cap on the layout's co
 RESERVE_MIN_SHARE = 0.05     # of the time limit, kept at the end for layout, baselines and summary
 RESERVE_MAX_SHARE = 0.5
 HEADROOM_SHARE = 0.25       # of the time left, for `--headroom`'s calibration layouts (hybrid.arena.headroom)
+HEADROOM_MIN_LAYOUTS = 3.0   # layouts' worth of time left (`layout_seconds`) below which the default skips headroom
 BOUND_SHARE = 0.1            # the lower bound is computed where its estimate is at most this share of the limit
 # Estimates in evaluations (one planner + simulator run of the program order, timed at setup), from NasNet-25,
 # RNN-8-8k and ResNet-152 on a loaded 2-core machine: a validation about 50, a heuristic arena layout of one
@@ -285,7 +286,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                        f"here, over {100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
                        "without offsets (the executor compacts at run time if it must)")
     # None, or the memory the search gives up so its plans lay out (only where the winner is laid out afterwards)
-    head = _headroom(graph, device, opts, prog, end, options) if arena and not opts.addresses else None
+    head = (_headroom(graph, device, opts, prog, end, options, eval_s, skipped) if arena and not opts.addresses
+            else None)
     search_device = device if head is None else head.device(device)
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
@@ -535,14 +537,22 @@ def _relaxation(graph: Graph, result, device: Device) -> "Plan | None":  # noqa:
 
 
 def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progress, end: float,  # noqa: ANN202
-              options: Any = None):
+              options: Any = None, eval_s: float = 0.0, skipped: list[str] | None = None):
     """With `opts.headroom`, the share of the memory the search gives up (hybrid.arena.headroom), noted; its
-    layouts stop at HEADROOM_SHARE of the time left (the one started is finished)."""
+    layouts stop at HEADROOM_SHARE of the time left (the one started is finished). None where the time left
+    would not also fit the layout that gives the memory back (a first run whose kernels compiled for most of
+    the limit): a search on less memory, written without that layout, would only be slower (`skipped` says so)."""
     if opts.headroom is False:
         return None
     from hybrid.arena.headroom import calibrate
 
     left = max(0.0, end - time.monotonic())
+    if opts.headroom is None and left < HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s):
+        if skipped is not None:
+            skipped.append(f"headroom: not calibrated, {format_seconds(left)} left of the time limit (it needs "
+                           f"about {format_seconds(HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s))}: its own "
+                           "layouts and the one after the search); the search plans the full memory")
+        return None
     head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left,
                      base=options)
     prog.note(head.describe())
