@@ -95,7 +95,8 @@ def test_stalled_refinement_hands_its_time_back_to_the_search(graph_file, tmp_pa
     from hybrid.swap.baselines import RECOMPUTE_RATIO
 
     g = Graph.load(path)
-    options = PlannerOptions(recompute_ratio=RECOMPUTE_RATIO)  # `hybrid optimize` recomputes by default
+    # as `hybrid optimize` searches: recompute on, reruns re-bound, long rerun chains (run_optimize)
+    options = PlannerOptions(recompute_ratio=RECOMPUTE_RATIO, rebind_reruns=True, long_chains=True)
     _, state = load_checkpoint(ck, SearchSpace.build(g, replace(g.device, memory_bytes=mem), options))
     assert f"{state.generation} generations," in r.output
 
