@@ -120,7 +120,7 @@ def schedule_bound(graph: Graph, plan: Plan, max_ops: int | None = 512, recomput
     from hybrid.graph.order import from_ids
 
     if recompute is None:
-        recompute = any(e.kind == "compute" and e.recompute for e in plan.events)
+        recompute = plan.recomputes
     resident = np.zeros(graph.arrays.n_tensors, np.bool_)
     resident[[graph.tensor_index[t] for t in plan.resident_at_start if t in graph.tensor_index]] = True
     return _bound(graph, from_ids(graph, plan.schedule), plan.impl_choice(graph), plan.device, resident,
@@ -702,7 +702,7 @@ def plan_graph_bound(graph: Graph, plan: Plan) -> float:
     """graph_bound at the plan's device, for plans of its kind: with recompute when the plan reruns ops, else swap
     only (valid for every swap-only plan, and tighter). Remembered per graph, device and kind, so the summaries of
     several plans of one graph compute it once (about 2 s of CPU at 10^5 ops, 80 s at 6 x 10^5)."""
-    rc = any(e.kind == "compute" and e.recompute for e in plan.events)
+    rc = plan.recomputes
     key = (id(graph), plan.device, rc)
     hit = _MEMO.get(key)
     if hit is None or hit[0] is not graph:

@@ -78,8 +78,9 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
     on the program order and the depth-first order: the search's seeds), the least overflow r: the search then
     gives up 1 - 1/r of the memory plus MARGIN (0 where a seed lays out), but never so much that the largest
     op no longer fits. `deadline` (time.perf_counter): no second layout starts after it (a layout started is
-    finished: cut short, its arena would overstate the shrink, as a first run's +98.9% for 13% once did). `base`: the search's
-    planner options (its seeds are planned with them; default: the planner's, with `recompute`'s ratio)."""
+    finished: cut short, its arena would overstate the shrink, as a first run's +98.9% for 13% once did).
+    `base`: the search's planner options (its seeds are planned with them; default: the planner's, with
+    `recompute`'s ratio)."""
     from hybrid.arena.lifetimes import plan_buffers
     from hybrid.graph.info import largest_op
     from hybrid.graph.order import depth_first_order, program_order

@@ -304,7 +304,8 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     def grow(steps: int) -> None:
         """A plan planned with memory given up (hybrid.arena.headroom): the memory it left unused may buy a
         faster plan; the re-plan sources take turns, `steps` re-plans each."""
-        grows = [_grow_search(rp, usable, head, steps, fit, "more memory") for rp in list(replans or ())[:budget.sources]]
+        grows = [_grow_search(rp, usable, head, steps, fit, "more memory")
+                 for rp in list(replans or ())[:budget.sources]]
         while grows and not spent():
             grows = [gr for gr in grows if not spent() and next(gr, True) is None]
 
@@ -336,13 +337,13 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
             tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}",
                                0.0, "size classes"))
-        try:
-            if classes:
+        if classes:
+            try:
                 by_size = replan_schedule(graph, plan, None, size_classes=True, recompute=recompute)
                 tried.fits.append((by_size.makespan_s, len(tried.fits), by_size, "per-size classes", 0.0,
                                    "size classes"))
-        except InfeasibleError:
-            pass
+            except InfeasibleError:
+                pass
     if not tried.fits:
         raise InfeasibleError("no arena layout of the plan fits the memory, and neither a re-plan with up to "
                               f"{100 * MAX_SHRINK:.0f}% less memory" + (" nor per-size classes do" if classes else

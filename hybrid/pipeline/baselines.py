@@ -24,8 +24,7 @@ def lay_out_baseline(graph: Graph, device: Device, kind: str, plan: Plan, time_l
     from hybrid.graph.order import from_ids
     from hybrid.swap.baselines import run_baseline
 
-    order = from_ids(graph, plan.schedule)
-    given = order if kind == "odswap-paper" else None   # its random order is part of the baseline
+    given = from_ids(graph, plan.schedule) if kind == "odswap-paper" else None   # its random order is the baseline's
 
     def make(usable: int) -> Plan:
         smaller = dataclasses.replace(device, memory_bytes=usable + device.reserve_bytes)
@@ -71,14 +70,13 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
         except InfeasibleError as e:
             out.notes.append(f"{kind}: cannot run: {e}")
             continue
+        left = 10.0 if deadline is None else max(0.5, min(10.0, deadline - time.monotonic()))   # layout's cap
         if addresses and p.allocation.kind != "arena":   # tflms, or no offsets from the walk: laid out after
-            left = 10.0 if deadline is None else max(0.5, min(10.0, deadline - time.monotonic()))
             p = laid_out(graph, p, time_limit_s=left)
             if p.allocation.kind != "arena":
                 out.notes.append(f"{kind}: cannot run: {p.planner['arena']['why']}")
                 continue
         elif lay_baselines:
-            left = 10.0 if deadline is None else max(0.5, min(10.0, deadline - time.monotonic()))
             try:
                 layout = lay_out_baseline(graph, device, kind, p, left)
             except InfeasibleError as e:
@@ -103,11 +101,9 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
                          "does not lay out is re-planned by its own rules with less memory); the optimize rows "
                          "above the written one are the byte budgets it was laid out from (--no-arena: write the "
                          "byte budget).")
-    if not addresses and relaxation is not None:
+    if relaxation is not None:
         out.rows.append(plan_row("byte budget, fragmentation-free (relaxation)", relaxation, graph, bounds))
     if addresses:
-        if relaxation is not None:
-            out.rows.append(plan_row("byte budget, fragmentation-free (relaxation)", relaxation, graph, bounds))
         out.notes.append("The baselines are arena plans, offsets given as planned (the address-aware walk; tflms, "
                          "and a baseline the walk cannot fit, laid out afterwards by hybrid.arena.layout.laid_out), as the search's "
                          "(an arena, or size classes where those won); the relaxation is the search's best "

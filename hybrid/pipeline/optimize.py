@@ -189,12 +189,11 @@ def layout_seconds(eval_s: float) -> float:
     return LAYOUT_FIXED_S + LAYOUT_EVALS * eval_s + validate_seconds(eval_s)
 
 
-def baselines_seconds(eval_s: float, laid_out: bool = True) -> float:
-    """Each baseline planned and validated, and (`laid_out`) laid out by the heuristics with its re-plans."""
+def baselines_seconds(eval_s: float) -> float:
+    """Each baseline planned, validated and laid out by the heuristics with its re-plans."""
     from hybrid.pipeline.baselines import BASELINES
 
-    per = BASELINE_EVALS * eval_s + validate_seconds(eval_s) + (LAYOUT_EVALS * eval_s if laid_out else 0.0)
-    return len(BASELINES) * per
+    return len(BASELINES) * (BASELINE_EVALS * eval_s + validate_seconds(eval_s) + LAYOUT_EVALS * eval_s)
 
 
 def reserve_for(total_s: float, eval_s: float, arena: bool, baselines: bool, bound_s: float = 0.0) -> float:
@@ -274,11 +273,6 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     # defaults, with which the planner's own tables were made)
     options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0,
                                              addresses=opts.addresses, rebind_reruns=True, long_chains=True)
-    refine_options = opts.refine_options
-    if refine_options is None and opts.refine == "cpsat":
-        from hybrid.refine import RefineOptions
-
-        refine_options = RefineOptions()
     arena = opts.arena_s is not None
     if arena and layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start):
         arena = False   # it would not fit in the largest reserve: give its time to the search
@@ -389,7 +383,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 pat = (None if opts.refine_patience is None
                        else patience_s(opts.refine_share * total, opts.refine_patience))
                 refiner = BesideRefiner(graph, search_device, options, deadline=search_end, seed=opts.config.seed,
-                                        elites=opts.refine_elites, patience_s=pat, refine_options=refine_options,
+                                        elites=opts.refine_elites, patience_s=pat, refine_options=opts.refine_options,
                                         plan_info={"time_limit_s": total})
             result = report = None
             population: list = []     # the arena fallback re-plans the next best byte-budget individuals
@@ -459,7 +453,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                 plan, resumed, stopped = _refine_after(
                     graph, search_device, ref_in, split_ckpt if more else None, search_end, opts.config.seed,
                     opts.refine_patience if more else None, prog, {"time_limit_s": total}, refinement,
-                    refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
+                    opts.refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
                     evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
                     checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at)
                 timings.search_s += time.monotonic() - t_ref
@@ -484,7 +478,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
         # the reserve's time left (the layout and validation took less than estimated): re-time the written plan's
         # copies with every offset kept (hybrid.refine.offsets), until the baselines' and the bound's share
         after_polish = LOAD_MARGIN * ((baselines_seconds(eval_s) if opts.baselines else 0.0) + summary_bound)
-        polished = _polish(graph, written, end - after_polish, opts.config.seed, refine_options, failures, timings)
+        polished = _polish(graph, written, end - after_polish, opts.config.seed, opts.refine_options, failures,
+                           timings)
         if polished is not written:
             with deferred_interrupts():
                 written, laid_out_plan = polished, written
@@ -508,16 +503,16 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
 
             t_base = time.monotonic()
             out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds,
-                                          relaxation=_relaxation(graph, result, device), addresses=options.addresses)
+                                          relaxation=_relaxation(graph, result), addresses=options.addresses)
             timings.baselines_s = time.monotonic() - t_base
     timings.wall_s = time.monotonic() - start
     return out
 
 
-def _relaxation(graph: Graph, result, device: Device) -> "Plan | None":  # noqa: ANN001 - ga.SearchResult
-    """The search's best individual planned on the byte budget of `device`'s memory (memory that never
-    fragments): the relaxation row of an address-aware search; None when the search planned byte budgets already
-    or could not re-plan."""
+def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.SearchResult
+    """The search's best individual planned on the byte budget (memory that never fragments): the relaxation
+    row of an address-aware search; None when the search planned byte budgets already (a headroom search's
+    genes re-planned on the full memory would be no bound: tuned for less) or could not re-plan."""
     from hybrid.errors import InfeasibleError
     from hybrid.swap.planner import SwapPlanner
     from hybrid.swap.to_plan import to_plan
@@ -527,17 +522,17 @@ def _relaxation(graph: Graph, result, device: Device) -> "Plan | None":  # noqa:
     space, best = result.space, result.best
     opt = space.options_for(best)
     if not opt.addresses:
-        return None   # a headroom search's genes re-planned on the full memory are no bound: tuned for less
+        return None
     try:   # the best individual's schedule and genes (a size-class winner's too) on the byte budget
-        aug = SwapPlanner(graph, device).plan(best.schedule, byte_pool(graph, device),
-                                              dataclasses.replace(opt, addresses=False))
+        aug = SwapPlanner(graph, space.device).plan(best.schedule, byte_pool(graph, space.device),
+                                                    dataclasses.replace(opt, addresses=False))
     except InfeasibleError:
         return None
     return to_plan(aug, {**result.planner_info(), "relaxation": "byte budget"})
 
 
 def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progress, end: float,  # noqa: ANN202
-              options: Any = None, eval_s: float = 0.0, skipped: list[str] | None = None):
+              options: Any, eval_s: float, skipped: list[str]):
     """With `opts.headroom`, the share of the memory the search gives up (hybrid.arena.headroom), noted; its
     layouts stop at HEADROOM_SHARE of the time left (the one started is finished). None where the time left
     would not also fit the layout that gives the memory back (a first run whose kernels compiled for most of
@@ -548,10 +543,9 @@ def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progres
 
     left = max(0.0, end - time.monotonic())
     if opts.headroom is None and left < HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s):
-        if skipped is not None:
-            skipped.append(f"headroom: not calibrated, {format_seconds(left)} left of the time limit (it needs "
-                           f"about {format_seconds(HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s))}: its own "
-                           "layouts and the one after the search); the search plans the full memory")
+        skipped.append(f"headroom: not calibrated, {format_seconds(left)} left of the time limit (it needs about "
+                       f"{format_seconds(HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s))}: its own layouts and the "
+                       "one after the search); the search plans the full memory")
         return None
     head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left,
                      base=options)
@@ -568,14 +562,14 @@ def _polish(graph: Graph, plan: "Plan", until: float, seed: int, options: Any, f
     kept (`hybrid.refine.refine` on an arena plan); `plan` itself where there is no time, nothing faster, or the
     result fails validation (named in `failures`: a bug). Issue 31's deliverable 3: refinement that keeps the
     layout valid, run on what is written rather than on the byte budget it came from."""
-    from hybrid.refine import RefineOptions, refine
+    from hybrid.refine import refine
 
     left = until - time.monotonic()
     if left < POLISH_MIN_S:
         return plan
     t0 = time.monotonic()
     try:
-        res = refine(graph, plan, time_limit_s=left, seed=seed, options=options or RefineOptions())
+        res = refine(graph, plan, time_limit_s=left, seed=seed, options=options)
     except (HybridError, KeyboardInterrupt):
         return plan     # a plan it cannot re-time (or Ctrl-C): the laid-out plan stands
     finally:
@@ -630,12 +624,12 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
     """`plan` with exact arena offsets (or its fallback, hybrid.arena.layout), checked by its validator; with
     `arena_s` None, `plan` as it is. `population`: the search's last population, whose next best byte-budget
     individuals are re-planned too. Returns the Layout to write."""
-    from hybrid.arena.layout import Layout, Replan, lay_out, replan_schedule
+    from hybrid.arena.layout import DEFAULT_BUDGET, Layout, Replan, lay_out, replan_schedule
     from hybrid.errors import InfeasibleError
 
     if arena_s is None:
         return Layout(plan, "", 0, plan.makespan_s, 0.0)
-    replans = []
+    replans, twins = [], 0
     if result is not None:
         # re-binding reruns in time order packs a byte budget tighter than offsets can follow: each individual
         # re-planned is also tried without it (MobileNet at 25% of peak: 5.92 s as a byte budget, 7.71 s once laid
@@ -654,6 +648,7 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
             if twin:   # a re-plan without reruns is its twin's plan: refused at once (no layout spent on it)
                 replans.append(Replan(f"{name}, reruns not re-bound",
                                       _genes_replan(graph, plan, result, ind, rebind_reruns=False, reruns_only=True)))
+                twins += 1
     replans.append(Replan("belady", lambda budget: replan_schedule(graph, plan, budget, recompute=recompute)))
     classes = []              # the search's fastest size-class plan: a fallback that needs no offsets
     if result is not None:
@@ -665,10 +660,7 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
                           key=lambda i: i.makespan)[:1]:
             aug = SwapPlanner(graph, space.device).plan(ind.schedule, space.pool(ind), space.options_for(ind))
             classes.append(dataclasses.replace(to_plan(aug, result.planner_info()), device=plan.device))
-    from hybrid.arena.layout import DEFAULT_BUDGET
-
     budget = budget or DEFAULT_BUDGET
-    twins = sum(r.name.endswith("reruns not re-bound") for r in replans)
     if twins:   # the twins take no turn nor work away from the sources they double
         budget = dataclasses.replace(budget, sources=max(budget.sources, len(replans)),
                                      work=budget.work * len(replans) // (len(replans) - twins))
@@ -687,13 +679,12 @@ def _genes_replan(graph, plan, result, ind, reruns_only: bool = False, **changes
     `reruns_only`: a plan that reruns no op is refused (InfeasibleError: `lay_out` counts it a miss)."""
     from hybrid.arena.layout import replan_schedule
     from hybrid.errors import InfeasibleError
-    from hybrid.pipeline.rows import recomputes
 
     options = dataclasses.replace(result.space.options_for(ind), **changes)
 
     def make(budget: int) -> "Plan":
         out = replan_schedule(graph, plan, budget, order=ind.schedule, options=options, info=result.planner_info())
-        if reruns_only and not recomputes(out):
+        if reruns_only and not out.recomputes:
             raise InfeasibleError("no reruns: the plan of its twin source")
         return out
 

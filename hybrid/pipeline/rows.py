@@ -23,7 +23,7 @@ def any_order_bound(graph: Graph, device, recompute: bool) -> float:  # noqa: AN
 
 def recomputes(plan: Plan) -> bool:
     """Whether the plan reruns ops (then only the bound with recompute holds for it)."""
-    return any(e.kind == "compute" and e.recompute for e in plan.events)
+    return plan.recomputes
 
 
 def plan_row(name: str, plan: Plan, graph: Graph | None = None, bounds: dict[bool, float] | None = None) -> dict:

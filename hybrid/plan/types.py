@@ -232,6 +232,11 @@ class Plan:
                 f"{format_bytes(self.device.usable_bytes)}, device {self.device.name!r})")
 
     @property
+    def recomputes(self) -> bool:
+        """Whether the plan reruns ops (recompute events): only bounds with recompute hold for it."""
+        return any(e.kind == "compute" and e.recompute for e in self.events)
+
+    @property
     def tolerance_s(self) -> float:
         """The time tolerance every reader of this plan applies (docs/formats.md): 1e-9 x max(1 s, makespan_s,
         the last finite event end). Near-ties within it resolve in the plan's favour, in the validator and in

@@ -309,7 +309,7 @@ def refine(graph: Graph, plan: Plan, *, time_limit_s: float, seed: int = 1, work
     t0 = time.perf_counter()
     if graph.name != plan.graph:
         raise HybridError(f"refine: the plan is for graph {plan.graph!r}, not {graph.name!r}")
-    if not options.reruns and any(e.kind == "compute" and e.recompute for e in plan.events):
+    if not options.reruns and plan.recomputes:
         return RefineResult(plan, False, [HistoryPoint(0.0, plan.makespan_s)], plan.makespan_s,
                             stop="recomputes kept", search_s=time.perf_counter() - t0,
                             notes=["the plan recomputes ops and RefineOptions.reruns is off: kept as it is"])
