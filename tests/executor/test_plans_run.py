@@ -67,11 +67,23 @@ def _planners(graph: Graph, device) -> dict[str, Callable[[], Plan]]:
             return to_plan(aug, {"name": f"recompute ({pool})"})
         return plan
 
+    def optimize_flow() -> Plan:   # `hybrid optimize`'s default: headroom, laid out, re-planned with what is left
+        from hybrid.pipeline import OptimizeOptions, run_optimize
+
+        return run_optimize(graph, device, 600.0, OptimizeOptions(config=GAConfig(population=6, children=6, seed=1),
+                                                                  generations=2, workers=1, refine="none")).plan
+
+    def belady_laid_out() -> Plan:   # a baseline as `--compare-baselines` shows it: through the same layout
+        from hybrid.pipeline.baselines import lay_out_baseline
+
+        return lay_out_baseline(graph, device, "belady", run_baseline(graph, device, "belady", recompute=True)).plan
+
     out: dict[str, Callable[[], Plan]] = {k: (lambda k=k: run_baseline(graph, device, k))
                                           for k in ("naive", "odswap", "vdnn", "belady", "recompute-only")}
     out.update({"per-size classes": classes, "byte budget": belady_bytes,
                 "merged classes": lambda: size_class_plan(graph, device), "ga": ga, "ga+recompute": ga_recompute,
-                "recompute, byte budget": recompute("bytes"), "recompute, per-size classes": recompute("classes")})
+                "recompute, byte budget": recompute("bytes"), "recompute, per-size classes": recompute("classes"),
+                "optimize (default flow)": optimize_flow, "belady laid out": belady_laid_out})
     return out
 
 
