@@ -246,20 +246,34 @@ def hybrid_at(g: Graph, dev: Device, memory: int, seconds: float,
     return best, which, "; ".join(notes)
 
 
-def simulated_rows(name: str, plain: Graph, ck: Graph, seconds: float, generations: int | None) -> list[dict]:
+def ceiling(plain: Graph, dev: Device, memory: int, alt_time: float, seconds: float) -> tuple[float, float]:
+    """(bound, alt_time / bound): a lower bound on every plan of the plain step at exactly `memory` bytes (the
+    larger of hybrid.bounds' graph_bound and chain_bound, which counts rerun chains; `seconds` of CP-SAT), and
+    so the most any plan can be faster than the alternative there."""
+    from hybrid.bounds import chain_bound, graph_bound
+
+    d = at_memory(dev, memory)
+    bound = max(graph_bound(plain, d), chain_bound(plain, d, seconds=seconds) or 0.0)
+    return bound, alt_time / bound
+
+
+def simulated_rows(name: str, plain: Graph, ck: Graph, seconds: float, generations: int | None,
+                   bound_s: float = 60.0) -> list[dict]:
     """The simulated table's rows for one model (also the held-out check's entry point)."""
     dev = plain.device or preset(DEVICE)
     e_peak, e_time = own_time(plain, dev)
     rows = [{"model": name, "alternative": "eager", "source": "simulated", "peak_MiB": e_peak / MiB,
              "time_ms": e_time * 1e3,
-             "peak/eager": 1.0, "hybrid_ms": float("nan"), "speedup": float("nan"), "hybrid_variant": "",
-             "ops": len(plain.ops), "note": ""}]
+             "peak/eager": 1.0, "hybrid_ms": float("nan"), "speedup": float("nan"), "bound_ms": float("nan"),
+             "ceiling": float("nan"), "hybrid_variant": "", "ops": len(plain.ops), "note": ""}]
     c_peak, c_time = own_time(ck, dev)
     h_time, variant, note = hybrid_at(plain, dev, c_peak, seconds, generations)
+    bound, most = ceiling(plain, dev, c_peak, c_time, bound_s)
     rows.append({"model": name, "alternative": "checkpoint", "source": "simulated", "peak_MiB": c_peak / MiB,
                  "time_ms": c_time * 1e3,
                  "peak/eager": c_peak / e_peak, "hybrid_ms": h_time * 1e3, "speedup": c_time / h_time,
-                 "hybrid_variant": variant, "ops": len(ck.ops), "note": note})
+                 "bound_ms": bound * 1e3, "ceiling": most, "hybrid_variant": variant, "ops": len(ck.ops),
+                 "note": note})
     for alt, why in NOT_CAPTURED.items():
         rows.append({"model": name, "alternative": alt, "source": "simulated", "note": f"not simulated: {why}"})
     return rows
@@ -363,6 +377,8 @@ def main() -> None:
     ap.add_argument("--part", default="", help="write this model set to out/vs_torch_parts/PART.json only")
     ap.add_argument("--join", action="store_true", help="write the table from every saved part")
     ap.add_argument("--iters", type=int, default=10, help="measured steps per alternative (GPU)")
+    ap.add_argument("--bound-time", type=float, default=None,
+                    help="CP-SAT seconds per model for the rerun-chain bound (60; quick 5)")
     a = ap.parse_args()
     quick = a.quick or is_quick()
     if quick:
@@ -370,6 +386,7 @@ def main() -> None:
 
         os.environ["HYBRID_QUICK"] = "1"
     seconds = a.time_limit or (30.0 if quick else 60.0)   # quick: a bound; --generations is its budget
+    bound_s = a.bound_time or (5.0 if quick else 60.0)
     parts = Path("out") / quick_stem("vs_torch_parts")
     saved = Path("out") / quick_stem("vs_torch_graphs")     # the graphs compared, named in the table by sha256
     rows: list[dict] = []
@@ -386,7 +403,7 @@ def main() -> None:
             saved.mkdir(parents=True, exist_ok=True)
             plain.save(saved / f"{model.name}.json")
             ck.save(saved / f"{model.name}-checkpoint.json")
-            got = simulated_rows(model.name, plain, ck, seconds, a.generations)
+            got = simulated_rows(model.name, plain, ck, seconds, a.generations, bound_s)
             if torch.cuda.is_available():
                 got += measured_rows(model, a.iters)
             rows += got
@@ -405,7 +422,10 @@ def main() -> None:
              f"seed 1, one worker, no reserve) within {seconds:g} s per model at exactly the checkpointed step's "
              f"peak; its plan is the fastest of {len(VARIANTS)} planner settings ({', '.join(VARIANTS)}; "
              "benchmarks/vs_torch.py VARIANTS), the time limit split evenly. `speedup` = checkpoint's time / "
-             f"hybrid's. Worst speedup over checkpoint: {worst:.3f}x. "
+             f"hybrid's. Worst speedup over checkpoint: {worst:.3f}x. `bound_ms`: no plan of the plain step at "
+             "that peak is faster (hybrid.bounds: the larger of graph_bound and chain_bound, which counts that a "
+             f"rerun needs its producer's inputs back; {bound_s:g} s of CP-SAT); `ceiling` = checkpoint's time / "
+             "bound_ms, the most any plan could gain over checkpointing there. "
              + ("" if _has_transformers() else "The zoo's gpt2 and llama need Hugging Face transformers, not "
                 "installed here: transformer-lm (examples/transformer_lm.py, a GPT-style encoder LM) stands in. ")
              + "Rows 'not simulated' wait for a GPU (torch.cuda.is_available(): measured rows)."

@@ -729,3 +729,137 @@ def with_bounds(info: GraphInfo, graph: Graph, device) -> GraphInfo:  # noqa: AN
     rc_b = max(g_rc, activation_bound(graph, device, order, recompute=True))
     swap_b = max(rc_b, g_swap, activation_bound(graph, device, order, recompute=False))
     return replace(info, graph_bound_s=g_rc, graph_swap_bound_s=g_swap, recompute_bound_s=rc_b, swap_bound_s=swap_b)
+
+
+CHAIN_BOUND_MAX_OPS = 20_000   # larger graphs: no chain bound (its model is built in Python, op by op)
+_CHAIN_STEPS = (0.25, 0.5, 0.625, 0.75, 0.875, 1.0, 1.25, 1.5, 2.0)   # host bytes tried, x times what the d2h
+#                                                                         link moves during the ancestors' compute
+
+
+def _reach(start: int, ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Ops reachable from `start` along the CSR edges (start excluded), as a bool mask."""
+    seen = np.zeros(len(ptr) - 1, np.bool_)
+    stack = [start]
+    while stack:
+        u = stack.pop()
+        for v in idx[ptr[u]:ptr[u + 1]]:
+            if not seen[v]:
+                seen[v] = True
+                stack.append(int(v))
+    return seen
+
+
+def _least_reruns(graph: Graph, k: int, anc: np.ndarray, live: np.ndarray, free: set[int], op_rc: np.ndarray,
+                  t_op: np.ndarray, budget: float, seconds: float) -> float:
+    """A lower bound on the compute time of the reruns that regenerate every `live` tensor not kept (on the
+    device or the host) within `budget` bytes kept, each rerun's own inputs kept or regenerated in turn (each op
+    counted once: a relaxation). CP-SAT's proven objective bound; inf where no choice fits the budget."""
+    from ortools.sat.python import cp_model
+
+    if budget < 0:
+        return np.inf
+    a = graph.arrays
+    m = cp_model.CpModel()
+    keep: dict[int, object] = {}
+    rerun: dict[int, object] = {}
+    todo: list[int] = []
+
+    def kept(t: int):  # noqa: ANN202
+        if t not in keep:
+            keep[t] = m.NewBoolVar("")
+        return keep[t]
+
+    def covered(t: int) -> list:
+        p = int(a.t_producer[t])
+        terms = [kept(t)]
+        if p >= 0 and anc[p] and op_rc[p]:
+            if p not in rerun:
+                rerun[p] = m.NewBoolVar("")
+                todo.append(p)
+            terms.append(rerun[p])
+        return terms
+
+    for t in np.nonzero(live)[0]:
+        m.AddBoolOr(covered(int(t)))
+    while todo:
+        o = todo.pop()
+        for x in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]:
+            x = int(x)
+            if a.t_persistent[x] or x in free or a.t_producer[x] < 0:
+                continue
+            m.AddBoolOr(covered(x)).OnlyEnforceIf(rerun[o])
+    m.Add(sum(int(a.t_bytes[t]) * v for t, v in keep.items()) <= int(budget))
+    scale = 1e8   # 10 ns units, rounded down: the bound stays a bound
+    m.Minimize(sum(int(t_op[o] * scale) * v for o, v in rerun.items()))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    solver.parameters.num_workers = 1
+    status = solver.Solve(m)
+    if status == cp_model.INFEASIBLE:
+        return np.inf
+    return max(0.0, solver.BestObjectiveBound()) / scale
+
+
+def chain_bound(graph: Graph, device, seconds: float = 20.0, ops: int = 2) -> float | None:  # noqa: ANN001
+    """A lower bound on the makespan of every device plan of `graph` on `device` that counts rerun chains (any
+    schedule and memory use, swaps and reruns); None on graphs over CHAIN_BOUND_MAX_OPS ops.
+
+    graph_bound prices a regenerated tensor at its producer's time alone, as if the producer's inputs were at
+    hand; in a transformer block they are not (a dropout mask's rerun needs the scores, which need q and k, which
+    need the projection), so that bound sits far below what any plan reaches. Here, at an op k among the `ops`
+    that need the most memory: every activation an ancestor of k made that a descendant reads is, while k runs,
+    on the device (within the memory less k's own least footprint), on the host, or regenerated afterwards by
+    reruns whose inputs are in turn kept or regenerated (`_least_reruns`, CP-SAT). With x bytes on the host,
+    k starts no sooner than the ancestors' compute and the x bytes' d2h copies; after it come k's and its
+    descendants' compute with the reruns, and the x bytes' h2d copies; and all compute plus the reruns bound
+    the step too. Persistent tensors and k's own are free (a relaxation). x is tried on a grid: between two
+    points the bound takes the link term at the lower and the reruns at the upper, so no x in between is
+    missed. `seconds` is split over the solves; a solve cut short gives CP-SAT's proven bound, still valid."""
+    from hybrid.graph.info import occupied_bytes
+    from hybrid.swap.recompute import recomputable_ops
+
+    a = graph.arrays
+    n = a.n_ops
+    if n == 0 or n > CHAIN_BOUND_MAX_OPS:
+        return None
+    t_op, total, head, tail, need, *_ = _graph_prep(graph)
+    usable = float(device.usable_bytes)
+    t_mem = occupied_bytes(graph, device.alignment_bytes)
+    ws = np.minimum.reduceat(a.impl_ws, a.impl_ptr[:-1]).astype(np.int64)
+    op_rc = recomputable_ops(graph)
+    d2h, h2d = float(device.d2h_bytes_per_s), float(device.h2d_bytes_per_s)
+    readers = np.concatenate([a.in_idx, a.upd_idx]).astype(np.int64)
+    reader_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)), np.repeat(np.arange(n), np.diff(a.upd_ptr))])
+    cands = [int(k) for k in np.argsort(-need, kind="stable")[:max(1, ops)] if need[k] > usable]
+    per_solve = seconds / max(1, len(cands) * len(_CHAIN_STEPS))
+    best = float(total)
+    for k in cands:
+        anc = _reach(k, a.pred_ptr, a.pred_idx)
+        desc = _reach(k, a.succ_ptr, a.succ_idx)
+        own = {int(t) for t in np.concatenate([a.in_idx[a.in_ptr[k]:a.in_ptr[k + 1]], a.upd_idx[a.upd_ptr[k]:a.upd_ptr[k + 1]],
+                                               a.out_idx[a.out_ptr[k]:a.out_ptr[k + 1]]])}
+        footprint = float(sum(int(t_mem[t]) for t in own) + ws[k])
+        prod = a.t_producer
+        read_after = np.zeros(a.n_tensors, np.bool_)
+        read_after[readers[desc[reader_op]]] = True
+        live = read_after & (prod >= 0) & ~a.t_persistent
+        live[live] = anc[prod[live]]
+        for t in own:
+            live[t] = False
+        live_bytes = float(a.t_bytes[live].sum())
+        if live_bytes <= 0:
+            continue
+        room = usable - footprint
+        x_star = float(head[k]) * d2h
+        grid = sorted({0.0, live_bytes, *(min(live_bytes, f * x_star) for f in _CHAIN_STEPS)})
+        reruns = [0.0] * len(grid)          # reruns at each grid point's host bytes (all live bytes: none)
+        for i in range(len(grid) - 1):
+            reruns[i] = _least_reruns(graph, k, anc, live, own, op_rc, t_op, room + grid[i], per_solve)
+        at_k = np.inf
+        for i in range(len(grid)):
+            x = grid[i]
+            r = reruns[i + 1] if i + 1 < len(grid) else 0.0   # fewer host bytes than the next point's need more
+            t = max(total + r, max(float(head[k]), x / d2h) + max(float(tail[k]) + r, x / h2d))
+            at_k = min(at_k, t)
+        best = max(best, at_k)
+    return best

@@ -27,7 +27,7 @@ def test_checkpointed_graph_is_timed_beside_hybrid_at_its_peak() -> None:
     plain, ck = graphs(model)
     assert sum(o.kind == "addmm" for o in ck.ops) > sum(o.kind == "addmm" for o in plain.ops)   # recomputation
     assert unswapped_peak(ck) < unswapped_peak(plain)
-    rows = simulated_rows("tiny-mlp", plain, ck, seconds=20, generations=2)
+    rows = simulated_rows("tiny-mlp", plain, ck, seconds=20, generations=2, bound_s=2)
     by = {r["alternative"]: r for r in rows}
     assert set(by) == {"eager", "checkpoint", *NOT_CAPTURED}
     eager, cp = by["eager"], by["checkpoint"]
@@ -35,6 +35,8 @@ def test_checkpointed_graph_is_timed_beside_hybrid_at_its_peak() -> None:
     assert cp["hybrid_ms"] >= eager["time_ms"] * (1 - 1e-9)       # no plan beats the unconstrained step
     assert cp["speedup"] == pytest.approx(cp["time_ms"] / cp["hybrid_ms"])
     assert cp["hybrid_variant"] and eager["hybrid_ms"] != eager["hybrid_ms"]    # the reference: no plan
+    assert eager["time_ms"] * (1 - 1e-9) <= cp["bound_ms"] <= cp["hybrid_ms"] * (1 + 1e-9)   # a bound on hybrid too
+    assert cp["ceiling"] == pytest.approx(cp["time_ms"] / cp["bound_ms"]) and cp["ceiling"] >= cp["speedup"]
     assert all(by[a]["note"].startswith("not simulated") for a in NOT_CAPTURED)
 
 
