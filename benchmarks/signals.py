@@ -39,6 +39,8 @@ class Try:
     plan_valid: bool | None
     left_behind: int             # processes of the session still alive after the exit
     lost: bool
+    detail: str = ""             # where the try went wrong: the command's stderr tail (an exit not 0/130/143,
+    #                              or a lost signal), the validator's output (a plan that does not validate)
 
 
 def session_processes(sid: int) -> list[int]:
@@ -101,7 +103,12 @@ def one_try(delay_s: float, sig: int, work: Path, time_limit: str, lost_after_s:
     # a signal that stops the process counts as honoured (a status below 0: killed by it while the interpreter was
     # still starting, before any of the project's code ran); lost: ignored (exit 0 without saying so) or too late
     lost = status is None or took > lost_after_s or (status == 0 and not said)
-    return Try(delay_s, status, took, said, out.exists(), valid, len(left), lost)
+    detail = ""
+    if valid is False:
+        detail = f"validate: {(check.stdout + check.stderr).strip()[-1500:]}"
+    elif lost or status not in (0, 130, 143) and not (status is not None and status < 0):
+        detail = f"stderr: {stderr.strip()[-1500:]}"
+    return Try(delay_s, status, took, said, out.exists(), valid, len(left), lost, detail)
 
 
 def main() -> None:
@@ -126,6 +133,8 @@ def main() -> None:
                   f"plan {'written' if t.wrote_plan else 'none'}"
                   f"{'' if t.plan_valid is None else ' (valid)' if t.plan_valid else ' (INVALID)'}, "
                   f"left behind {t.left_behind}{'  LOST' if t.lost else ''}", flush=True)
+            if t.detail:
+                print(f"    {t.detail}", flush=True)
     exits = sorted(t.exit_after_s for t in tries)
     print(f"{len(tries)} tries (SIG{a.sig}{', twice' if a.second else ''}): {sum(t.lost for t in tries)} lost, "
           f"{sum(t.wrote_plan for t in tries)} wrote a plan ({sum(bool(t.plan_valid) for t in tries)} valid), "

@@ -45,6 +45,19 @@ def test_the_pytorch_comparison_quotes_executor_gpu_with_each_sides_memory() -> 
     assert not missing, f"README's executor_gpu figures differ from results/executor_gpu.*: {missing}"
 
 
+def test_the_checkpointing_comparison_quotes_vs_torch_with_its_ceilings() -> None:
+    """hybrid's speedup over checkpointing and the bound's ceiling, transformers and CNNs (results/vs_torch.csv)."""
+    df = pd.read_csv(RESULTS / "vs_torch.csv")
+    cp = df[(df.alternative == "checkpoint") & (df.source == "simulated")].set_index("model")
+    quoted = []
+    for models in (["transformer-lm", "gpt2", "llama"], ["resnet-50", "vgg16", "unet"]):
+        rows = cp.loc[models]
+        quoted += [f"{rows.speedup.min():.3f}-{rows.speedup.max():.3f}x",
+                   f"{rows.ceiling.min():.3f}-{rows.ceiling.max():.3f}x"]
+    missing = [f for f in quoted if f not in README]
+    assert not missing, f"README's vs_torch figures differ from results/vs_torch.csv: {missing}"
+
+
 def test_placement_model_count_matches_its_table() -> None:
     n = pd.read_csv(RESULTS / "placement_latency.csv")["model"].nunique()
     words = {11: "eleven", 4: "four"}
