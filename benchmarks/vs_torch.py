@@ -28,7 +28,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 import torch
@@ -43,6 +43,9 @@ from hybrid.graph import Graph
 from hybrid.graph.info import unswapped_peak
 from hybrid.swap.baselines import run_baseline
 from hybrid.validator import validate
+
+if TYPE_CHECKING:
+    from hybrid.pipeline import OptimizeOptions
 
 DEVICE = "v100-16gb"     # the cost model (roofline times) and the link the plans are made for
 MiB = 1 << 20
@@ -212,28 +215,35 @@ def own_time(g: Graph, dev: Device) -> tuple[int, float]:
     return peak, plan.makespan_s
 
 
-# hybrid's planner settings tried at each memory, the time limit split evenly: the search's default (swap and
-# recompute; its first generation walks the program order with every recompute chain setting, ga.population) and
-# recompute only (Checkmate-style: activations rerun or kept, never swapped; the faster on resnet-50). Both with
-# the long rerun chains a transformer block needs (PlannerOptions.long_chains, off by default).
+# hybrid's planner settings tried at each memory, the time limit split evenly: changes to `hybrid optimize`'s own
+# planner options (OptimizeOptions.planner_options: swap and recompute, plans with reruns re-bound in time order,
+# the long rerun chains a transformer block needs; its first generation walks the program order with every
+# recompute chain setting, ga.population). As they are, and recompute only (Checkmate-style: activations rerun or
+# kept, never swapped; the faster on resnet-50 and vgg16).
 VARIANTS: dict[str, dict[str, Any]] = {
-    "swap+recompute": {"recompute_ratio": 1.0, "long_chains": True},
-    "recompute-only": {"recompute_ratio": 1.0, "recompute_only": True, "long_chains": True},
+    "swap+recompute": {},
+    "recompute-only": {"recompute_only": True},
 }
+
+
+def variant_options(name: str) -> "OptimizeOptions":
+    """`hybrid optimize`'s options (seed 1, one worker) with VARIANTS[name]'s planner changes."""
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions
+
+    base = OptimizeOptions(config=GAConfig(seed=1), workers=1)
+    return dataclasses.replace(base, planner=dataclasses.replace(base.planner_options(), **VARIANTS[name]))
 
 
 def hybrid_at(g: Graph, dev: Device, memory: int, seconds: float,
               generations: int | None) -> tuple[float, str, str]:
     """hybrid's best plan of `g` at exactly `memory` bytes over VARIANTS, `seconds` in all: (makespan, the
     variant, note). Every plan is validated."""
-    from ga import GAConfig
-    from hybrid.pipeline import OptimizeOptions, run_optimize
-    from hybrid.swap.augmented import PlannerOptions
+    from hybrid.pipeline import run_optimize
 
     best, which, notes = float("nan"), "", []
-    for name, kw in VARIANTS.items():
-        opts = OptimizeOptions(config=GAConfig(seed=1), generations=generations, workers=1,
-                               planner=PlannerOptions(**kw))
+    for name in VARIANTS:
+        opts = dataclasses.replace(variant_options(name), generations=generations)
         try:
             plan = run_optimize(g, at_memory(dev, memory), seconds / len(VARIANTS), opts).plan
         except InfeasibleError as e:

@@ -114,6 +114,16 @@ class OptimizeOptions:
     #                                     where the layout does not fit the limit); True: asked for (an error where
     #                                     it cannot apply); False: off (`--no-headroom`, the flow before it)
 
+    def planner_options(self) -> "PlannerOptions":
+        """The options the search's planner starts from: `planner` as given, else swap with recompute (the genes
+        set the ratio), plans with reruns re-bound in time order and long rerun chains (both off in
+        PlannerOptions' own defaults, with which the planner's own tables were made)."""
+        from hybrid.swap.augmented import PlannerOptions
+        from hybrid.swap.baselines import RECOMPUTE_RATIO
+
+        return self.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if self.recompute else 0.0,
+                                              addresses=self.addresses, rebind_reruns=True, long_chains=True)
+
     def check(self) -> None:
         """HybridError naming the flag, for options no run could use."""
         if self.refine not in ("cpsat", "none"):
@@ -244,8 +254,6 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline.rows import any_order_bound
     from hybrid.signals import deferred_interrupts, start_forkserver
-    from hybrid.swap.augmented import PlannerOptions
-    from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import compile_kernels
 
     opts = options or OptimizeOptions()
@@ -269,10 +277,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                   "install; cached from now on), counted in the time limit")
     cpsat = opts.refine == "cpsat"
     beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
-    # genes set the ratio; plans with reruns re-bound in time order and long rerun chains (off in PlannerOptions'
-    # defaults, with which the planner's own tables were made)
-    options = opts.planner or PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if opts.recompute else 0.0,
-                                             addresses=opts.addresses, rebind_reruns=True, long_chains=True)
+    options = opts.planner_options()
     arena = opts.arena_s is not None
     if arena and layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start):
         arena = False   # it would not fit in the largest reserve: give its time to the search

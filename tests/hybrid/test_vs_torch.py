@@ -57,9 +57,14 @@ def test_hugging_face_rows_are_checkpointed_per_decoder_block() -> None:
         assert unswapped_peak(ck) < unswapped_peak(plain)
 
 
-def test_variants_search_with_long_chains() -> None:
-    """results/vs_torch was made with the long-chain planner (PlannerOptions.long_chains, off by default)."""
-    from benchmarks.vs_torch import VARIANTS
-    from hybrid.swap.augmented import PlannerOptions
+def test_variants_search_with_hybrid_optimizes_own_planner() -> None:
+    """hybrid's rows are `hybrid optimize`'s planner (long rerun chains, reruns re-bound in time order: both off in
+    PlannerOptions' defaults), recomputing, and one variant recompute only."""
+    from benchmarks.vs_torch import VARIANTS, variant_options
+    from hybrid.pipeline import OptimizeOptions
 
-    assert all(PlannerOptions(**kw).long_chains and PlannerOptions(**kw).recomputes for kw in VARIANTS.values())
+    default = OptimizeOptions().planner_options()
+    assert default.long_chains and default.rebind_reruns and default.recomputes
+    opts = {name: variant_options(name).planner for name in VARIANTS}
+    assert opts["swap+recompute"] == default
+    assert opts["recompute-only"].recompute_only and opts["recompute-only"].rebind_reruns
