@@ -94,6 +94,14 @@ class Layout:
     solver: str = ""           # who laid the written plan out
     trials: tuple[tuple[str, float, float, float], ...] = ()   # (source, memory given up, makespan, arena / cap)
     capped: bool = False       # the time limit (a safety cap) stopped the work budget early: not reproducible
+    search_shrink: float = 0.0     # the share of the memory the search itself planned without (its headroom)
+
+    @property
+    def gave_up_memory(self) -> bool:
+        """The fallback issue 31 counts: a re-plan with less memory than the search planned with. One within
+        the headroom (its search's best did not lay out, another plan with as much memory or more did) costs
+        no memory the search had counted on."""
+        return self.fallback == "re-planned" and self.memory_given_up > self.search_shrink
 
     @property
     def cost(self) -> float:
@@ -108,7 +116,11 @@ class Layout:
             missed = f"the plan missed by {100 * self.overflow:+.1f}%; " if self.overflow > 0 else ""
             return (f"laid out in the arena: {missed}re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% "
                     f"less memory, up from the headroom search's ({100 * self.cost:+.2f}% makespan){cap}")
-        how = {"re-planned": f"re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less memory",
+        within = ""
+        if self.fallback == "re-planned" and self.search_shrink > 0:
+            within = (f", {'beyond' if self.gave_up_memory else 'within'} the {100 * self.search_shrink:.2g}% "
+                      "the search planned without")
+        how = {"re-planned": f"re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less memory{within}",
                "size classes": "re-planned with per-size classes",
                "slower candidate": f"laid out a slower candidate ({self.source})"}[self.fallback]
         return (f"no arena layout within memory (best {100 * self.overflow:+.1f}% over): {how} "
@@ -116,7 +128,7 @@ class Layout:
 
     def to_json(self) -> dict:
         return {"fallback": self.fallback, "source": self.source, "rounds": self.rounds,
-                "memory_given_up": self.memory_given_up, "overflow": self.overflow, "cost": self.cost,
+                "memory_given_up": self.memory_given_up, "search_shrink": self.search_shrink, "overflow": self.overflow, "cost": self.cost,
                 "makespan_before_s": self.makespan_before_s, "solve_s": self.solve_s, "solver": self.solver,
                 "capped": self.capped, "describe": self.describe()}
 
@@ -357,7 +369,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     if source == "the plan":
         how, overflow = "", 0.0
     return Layout(best, how, tried.count, before, time.perf_counter() - t0, source, shrink, overflow, solver,
-                  tuple(tried.log), capped)
+                  tuple(tried.log), capped, head)
 
 
 def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> Iterator[None]:  # noqa: ANN001

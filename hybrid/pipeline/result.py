@@ -151,7 +151,11 @@ def _change(new: "Plan", old: "Plan") -> str:
 
 def _fallback(lay: "Layout") -> str:
     if lay.fallback == "re-planned":
-        return f"a re-plan ({lay.source}) with {100 * lay.memory_given_up:.2g}% less memory"
+        within = ""
+        if lay.search_shrink > 0:
+            within = (f" ({'beyond' if lay.gave_up_memory else 'within'} the {100 * lay.search_shrink:.2g}% the "
+                      "search planned without)")
+        return f"a re-plan ({lay.source}) with {100 * lay.memory_given_up:.2g}% less memory{within}"
     if lay.fallback == "size classes":
         return "a plan with per-size classes"
     return f"a slower candidate ({lay.source})"

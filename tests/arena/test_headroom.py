@@ -171,3 +171,23 @@ def _belady(g, device, order):  # noqa: ANN001, ANN202
     from hybrid.swap.to_plan import to_plan
 
     return to_plan(SwapPlanner(g, device).plan(order, byte_pool(g, device), PlannerOptions()), {"name": "belady"})
+
+
+def test_a_re_plan_within_the_headroom_gives_up_no_memory_the_search_counted_on() -> None:
+    """The fallback issue 31 counts is a re-plan with less memory than the search planned with: where the search
+    gave up 30% and the written re-plan 28%, the layout says so and does not count it; at 35% it does."""
+    from hybrid.arena.layout import Layout
+    from hybrid.pipeline.result import _fallback
+
+    g = training_graph(4, seed=1)
+    from hybrid.graph.order import program_order
+
+    plan = _belady(g, _device(g, 0.8), program_order(g))
+    within = Layout(plan, "re-planned", 3, plan.makespan_s, 0.0, "population 4", 0.28, 0.1, search_shrink=0.3)
+    beyond = dataclasses.replace(within, memory_given_up=0.35)
+    assert not within.gave_up_memory and beyond.gave_up_memory
+    assert "within the 30% the search planned without" in within.describe() and "within" in _fallback(within)
+    assert "beyond the 30% the search planned without" in beyond.describe()
+    no_headroom = dataclasses.replace(within, search_shrink=0.0)
+    assert no_headroom.gave_up_memory and "the search planned without" not in no_headroom.describe()
+    assert within.to_json()["search_shrink"] == 0.3
