@@ -749,7 +749,7 @@ def _reach(start: int, ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return seen
 
 
-def _least_reruns(graph: Graph, k: int, anc: np.ndarray, live: np.ndarray, free: set[int], op_rc: np.ndarray,
+def _least_reruns(graph: Graph, anc: np.ndarray, live: np.ndarray, free: set[int], op_rc: np.ndarray,
                   t_op: np.ndarray, budget: float, seconds: float) -> float:
     """A lower bound on the compute time of the reruns that regenerate every `live` tensor not kept (on the
     device or the host) within `budget` bytes kept, each rerun's own inputs kept or regenerated in turn (each op
@@ -829,14 +829,16 @@ def chain_bound(graph: Graph, device, seconds: float = 20.0, ops: int = 2) -> fl
     op_rc = recomputable_ops(graph)
     d2h, h2d = float(device.d2h_bytes_per_s), float(device.h2d_bytes_per_s)
     readers = np.concatenate([a.in_idx, a.upd_idx]).astype(np.int64)
-    reader_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)), np.repeat(np.arange(n), np.diff(a.upd_ptr))])
+    reader_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)),
+                                np.repeat(np.arange(n), np.diff(a.upd_ptr))])
     cands = [int(k) for k in np.argsort(-need, kind="stable")[:max(1, ops)] if need[k] > usable]
     per_solve = seconds / max(1, len(cands) * len(_CHAIN_STEPS))
     best = float(total)
     for k in cands:
         anc = _reach(k, a.pred_ptr, a.pred_idx)
         desc = _reach(k, a.succ_ptr, a.succ_idx)
-        own = {int(t) for t in np.concatenate([a.in_idx[a.in_ptr[k]:a.in_ptr[k + 1]], a.upd_idx[a.upd_ptr[k]:a.upd_ptr[k + 1]],
+        own = {int(t) for t in np.concatenate([a.in_idx[a.in_ptr[k]:a.in_ptr[k + 1]],
+                                               a.upd_idx[a.upd_ptr[k]:a.upd_ptr[k + 1]],
                                                a.out_idx[a.out_ptr[k]:a.out_ptr[k + 1]]])}
         footprint = float(sum(int(t_mem[t]) for t in own) + ws[k])
         prod = a.t_producer
@@ -854,7 +856,7 @@ def chain_bound(graph: Graph, device, seconds: float = 20.0, ops: int = 2) -> fl
         grid = sorted({0.0, live_bytes, *(min(live_bytes, f * x_star) for f in _CHAIN_STEPS)})
         reruns = [0.0] * len(grid)          # reruns at each grid point's host bytes (all live bytes: none)
         for i in range(len(grid) - 1):
-            reruns[i] = _least_reruns(graph, k, anc, live, own, op_rc, t_op, room + grid[i], per_solve)
+            reruns[i] = _least_reruns(graph, anc, live, own, op_rc, t_op, room + grid[i], per_solve)
         at_k = np.inf
         for i in range(len(grid)):
             x = grid[i]

@@ -128,7 +128,8 @@ class Layout:
 
     def to_json(self) -> dict:
         return {"fallback": self.fallback, "source": self.source, "rounds": self.rounds,
-                "memory_given_up": self.memory_given_up, "search_shrink": self.search_shrink, "overflow": self.overflow, "cost": self.cost,
+                "memory_given_up": self.memory_given_up, "search_shrink": self.search_shrink,
+                "overflow": self.overflow, "cost": self.cost,
                 "makespan_before_s": self.makespan_before_s, "solve_s": self.solve_s, "solver": self.solver,
                 "capped": self.capped, "describe": self.describe()}
 
