@@ -253,7 +253,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     from ga.evaluation import make_evaluator
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline.rows import any_order_bound
-    from hybrid.signals import deferred_interrupts, start_forkserver
+    from hybrid.signals import deferred_interrupts, interrupts_after, start_forkserver
     from hybrid.swap.planner import compile_kernels
 
     opts = options or OptimizeOptions()
@@ -267,16 +267,18 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     timings = Timings()
     skipped: list[str] = []
     bounds: dict[bool, float] = {}
-    if opts.refine == "cpsat":
-        import hybrid.refine  # noqa: F401 - imported now so its import time counts against the budget
-    t0 = time.monotonic()
-    compile_kernels()  # counted: right after an install this takes tens of seconds, once (cached from then on)
-    timings.compile_s = time.monotonic() - t0
+    with interrupts_after():   # native code calling back into Python: a signal is acted on after it
+        if opts.refine == "cpsat":
+            import hybrid.refine  # noqa: F401 - imported now so its import time counts against the budget
+        t0 = time.monotonic()
+        compile_kernels()  # counted: right after an install this takes tens of seconds, once (cached from then on)
+        timings.compile_s = time.monotonic() - t0
     if timings.compile_s > COMPILE_NOTE_S:
         prog.note(f"compiled the planner's kernels in {format_seconds(timings.compile_s)} (first run after an "
                   "install; cached from now on), counted in the time limit")
     cpsat = opts.refine == "cpsat"
-    beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
+    with interrupts_after():   # times an evaluation: the kernels' first calls load them through ctypes callbacks
+        beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
     options = opts.planner_options()
     arena = opts.arena_s is not None
     if arena and layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start):
@@ -285,8 +287,9 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                        f"here, over {100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
                        "without offsets (the executor compacts at run time if it must)")
     # None, or the memory the search gives up so its plans lay out (only where the winner is laid out afterwards)
-    head = (_headroom(graph, device, opts, prog, end, options, eval_s, skipped) if arena and not opts.addresses
-            else None)
+    with interrupts_after():   # Numba layouts (a signal is acted on after the one started)
+        head = (_headroom(graph, device, opts, prog, end, options, eval_s, skipped) if arena and not opts.addresses
+                else None)
     search_device = device if head is None else head.device(device)
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
@@ -294,7 +297,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     bound_est = bound_seconds(graph)
     rc = opts.recompute if opts.planner is None else opts.planner.recomputes
     if bound_est <= BOUND_SHARE * total:
-        bounds[rc] = any_order_bound(graph, device, rc)
+        with interrupts_after():   # Numba kernels
+            bounds[rc] = any_order_bound(graph, device, rc)
         stop_at = bounds[rc] * (1.0 + 1e-9)
     else:
         skipped.append(f"lower bound: not computed (about {format_seconds(bound_est)} on this graph, over "

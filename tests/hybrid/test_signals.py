@@ -52,3 +52,27 @@ def test_stoppable_stops_a_call_that_holds_its_thread() -> None:
         timer.cancel()
     with pytest.raises(ValueError, match="raised inside"):
         stoppable(lambda: (_ for _ in ()).throw(ValueError("raised inside")), lambda: None)
+
+
+def test_a_signal_inside_a_ctypes_callback_is_acted_on_after_the_block() -> None:
+    """Native code calling back into Python (llvmlite's object cache while Numba loads kernels): a KeyboardInterrupt
+    raised in the callback is printed and dropped by ctypes, so the signal would be lost; inside
+    `interrupts_after` it is noted there and raised once the block ends."""
+    import ctypes
+
+    from hybrid.signals import interrupts_after
+
+    calls: list[int] = []
+
+    @ctypes.CFUNCTYPE(None)
+    def callback() -> None:   # what llvmlite's _raw_object_cache_notify is to Numba
+        calls.append(1)
+        _ctrl_c()
+
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_after():
+            callback()   # ctypes calls it from C, as a native library would
+            assert calls == [1]   # the block went on: nothing was raised in the callback
+    with interrupts_after():   # no signal: nothing raised
+        calls.append(2)
+    assert calls == [1, 2]
