@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 import click
 
-from hybrid.signals import exit_status, handling_stops, install, interrupted_by
+from hybrid.signals import exit_status, handling_stops, install, interrupted_by, received
 from hybrid.errors import HybridError
 
 
@@ -81,6 +81,13 @@ class _Group(click.Group):
                 _fail(f"{where}{e.strerror or e}")
             except KeyboardInterrupt:
                 click.echo(f"interrupted ({interrupted_by()})", err=True)
+                sys.exit(exit_status())
+            except Exception as e:
+                if not received():
+                    raise
+                # the stop's KeyboardInterrupt, changed by native code it passed through (a C extension's module
+                # initialisation gives "ImportError: initialization failed"): an interrupt, said with what broke
+                click.echo(f"interrupted ({interrupted_by()}; it broke off {type(e).__name__}: {e})", err=True)
                 sys.exit(exit_status())
 
 

@@ -76,3 +76,33 @@ def test_a_signal_inside_a_ctypes_callback_is_acted_on_after_the_block() -> None
     with interrupts_after():   # no signal: nothing raised
         calls.append(2)
     assert calls == [1, 2]
+
+
+def test_an_exception_a_stop_turned_into_is_reported_as_the_interrupt() -> None:
+    """A KeyboardInterrupt that native code changed on its way (cp_model's module initialisation raises
+    "ImportError: initialization failed") ends the command as interrupted (143 after SIGTERM), saying what broke;
+    the same exception without a signal is a bug and propagates."""
+    import click
+
+    from hybrid.cli.main import _Group
+
+    @click.group(cls=_Group)
+    def group() -> None:
+        pass
+
+    @group.command()
+    @click.option("--signal/--no-signal", "send", default=True)
+    def native(send: bool) -> None:
+        try:
+            if send:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass
+        raise ImportError("initialization failed")
+
+    with pytest.raises(SystemExit) as stop:
+        group.main(["native"], prog_name="hybrid")
+    assert stop.value.code == 128 + signal.SIGTERM
+    with pytest.raises(ImportError):
+        group.main(["native", "--no-signal"], prog_name="hybrid")
