@@ -1011,10 +1011,13 @@ def warm_up() -> float:
     global _warmed
     if _warmed:
         return 0.0
+    from hybrid.signals import interrupts_after
+
     t0 = time.perf_counter()
-    p = Problem([Buffer("a", 0, 2, 3), Buffer("b", 1, 3, 2), Buffer("c", 2, 4, 3), Buffer("d", 0, 4, 1)])
-    decide(p, 7, time.perf_counter() + 60.0)
-    tight = Problem([Buffer("a", 0, 2, 2), Buffer("b", 0, 1, 1), Buffer("c", 1, 2, 1)])   # zero slack at 3
-    decide(tight, 3, time.perf_counter() + 60.0)
+    with interrupts_after():   # Numba's cache goes through ctypes callbacks, which drop a KeyboardInterrupt
+        p = Problem([Buffer("a", 0, 2, 3), Buffer("b", 1, 3, 2), Buffer("c", 2, 4, 3), Buffer("d", 0, 4, 1)])
+        decide(p, 7, time.perf_counter() + 60.0)
+        tight = Problem([Buffer("a", 0, 2, 2), Buffer("b", 0, 1, 1), Buffer("c", 1, 2, 1)])   # zero slack at 3
+        decide(tight, 3, time.perf_counter() + 60.0)
     _warmed = True
     return time.perf_counter() - t0

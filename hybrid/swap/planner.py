@@ -380,8 +380,9 @@ def compile_kernels() -> None:
     """
     from dataclasses import replace
 
-    from hybrid.swap.pools import byte_pool, per_size_pool
     from hybrid.graph.info import unswapped_peak
+    from hybrid.signals import interrupts_after
+    from hybrid.swap.pools import byte_pool, per_size_pool
     from hybrid.graph.order import program_order
     from hybrid.graph.synthetic import training_graph
 
@@ -389,7 +390,10 @@ def compile_kernels() -> None:
     order = program_order(g)
     peak = unswapped_peak(g)
     # Kernels compile on their first call whatever path they take; a swapping byte budget and a roomy
-    # size-class pool cover both pool kinds.
-    for mem, make in ((int(peak * 0.8), lambda d: byte_pool(g, d)), (2 * peak, lambda d: per_size_pool(g, order, d))):
-        dev = replace(g.device, memory_bytes=mem, reserve_bytes=0)
-        SwapPlanner(g, dev).makespan(order, make(dev))
+    # size-class pool cover both pool kinds. Numba loads and saves them through ctypes callbacks, where a
+    # KeyboardInterrupt would be dropped: a Ctrl-C or SIGTERM is acted on afterwards.
+    with interrupts_after():
+        for mem, make in ((int(peak * 0.8), lambda d: byte_pool(g, d)),
+                          (2 * peak, lambda d: per_size_pool(g, order, d))):
+            dev = replace(g.device, memory_bytes=mem, reserve_bytes=0)
+            SwapPlanner(g, dev).makespan(order, make(dev))
