@@ -19,6 +19,11 @@ feeder) takes it, and was the cause of lost signals. Child processes are started
 instead (`children_ignore_stops`): a blocked signal stays pending, the mask survives fork and exec, so helpers are
 born deaf to the job's SIGTERM and leave stopping to this process.
 
+A KeyboardInterrupt raised by the handler inside native code that calls back into Python is lost or changed
+(dropped in a ctypes callback such as llvmlite's object cache while Numba loads kernels; an ImportError inside a
+C extension's module initialisation): around such code `interrupts_after` notes the signal and acts on it when
+the block ends, and `hybrid.cli.main` reports an exception raised while a stop is handled as the interrupt.
+
 In a library (no `install()`), `first_stop_sets` handles SIGINT itself while inside, and a second signal raises
 KeyboardInterrupt instead of exiting. `interrupted_by()` names the signal for messages; `exit_status()` is the
 conventional 128 + signal number.
