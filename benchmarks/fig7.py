@@ -99,7 +99,7 @@ def row_for(batch: int, path: Path, args: argparse.Namespace) -> dict:
     for k in ("optimize-swap", "optimize", "odswap-paper", "odswap", "belady"):
         row[f"{k}_vs_tflms"] = tfl / span[k] if np.isfinite(tfl) else float("nan")
     row["bound_graph_swap"], row["bound_graph"] = ideal / b_swap, ideal / b_rc
-    row["optimize_uses_recompute"] = any(e.kind == "compute" and e.recompute for e in plan.events)
+    row["optimize_uses_recompute"] = plan.recomputes
     row["paper_swapadvisor_vs_tflms"], row["paper_odswap_vs_tflms"] = PAPER["swapadvisor_vs_tflms"], PAPER["odswap_vs_tflms"]
     row["commands"] = f"{cmd_sw}; {cmd}"
     print(f"batch {batch}: {time.monotonic() - t0:.0f} s: "

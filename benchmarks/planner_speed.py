@@ -73,9 +73,8 @@ def main() -> None:
             # what `hybrid optimize` evaluates: its own planner options on the byte budget, and the same walk
             # planning every offset in an arena (--addresses), side by side (issue 31: at most 1.5x)
             base = OptimizeOptions().planner_options()
-            budget_ms = None
+            budget_ms, pool = None, pools["byte budget"]   # --addresses plans the byte budget as an arena
             for pool_name, opt in (("byte budget", base), ("arena (--addresses)", replace(base, addresses=True))):
-                pool = pools["byte budget"]
                 try:
                     aug = sp.plan(order, pool, opt)
                 except InfeasibleError as e:

@@ -822,28 +822,24 @@ def chain_bound(graph: Graph, device, seconds: float = 20.0, ops: int = 2) -> fl
     n = a.n_ops
     if n == 0 or n > CHAIN_BOUND_MAX_OPS:
         return None
-    t_op, total, head, tail, need, *_ = _graph_prep(graph)
+    t_op, total, head, tail, need, _kept, r_ptr, r_op, own_ptr, own_t = _graph_prep(graph)
     usable = float(device.usable_bytes)
     t_mem = occupied_bytes(graph, device.alignment_bytes)
     ws = np.minimum.reduceat(a.impl_ws, a.impl_ptr[:-1]).astype(np.int64)
     op_rc = recomputable_ops(graph)
     d2h, h2d = float(device.d2h_bytes_per_s), float(device.h2d_bytes_per_s)
-    readers = np.concatenate([a.in_idx, a.upd_idx]).astype(np.int64)
-    reader_op = np.concatenate([np.repeat(np.arange(n), np.diff(a.in_ptr)),
-                                np.repeat(np.arange(n), np.diff(a.upd_ptr))])
+    read_t = np.repeat(np.arange(a.n_tensors), np.diff(r_ptr))   # the tensor of each (tensor, reader) pair
     cands = [int(k) for k in np.argsort(-need, kind="stable")[:max(1, ops)] if need[k] > usable]
     per_solve = seconds / max(1, len(cands) * len(_CHAIN_STEPS))
     best = float(total)
     for k in cands:
         anc = _reach(k, a.pred_ptr, a.pred_idx)
         desc = _reach(k, a.succ_ptr, a.succ_idx)
-        own = {int(t) for t in np.concatenate([a.in_idx[a.in_ptr[k]:a.in_ptr[k + 1]],
-                                               a.upd_idx[a.upd_ptr[k]:a.upd_ptr[k + 1]],
-                                               a.out_idx[a.out_ptr[k]:a.out_ptr[k + 1]]])}
+        own = {int(t) for t in own_t[own_ptr[k]:own_ptr[k + 1]]}   # k's inputs, updates and outputs
         footprint = float(sum(int(t_mem[t]) for t in own) + ws[k])
         prod = a.t_producer
         read_after = np.zeros(a.n_tensors, np.bool_)
-        read_after[readers[desc[reader_op]]] = True
+        read_after[read_t[desc[r_op]]] = True
         live = read_after & (prod >= 0) & ~a.t_persistent
         live[live] = anc[prod[live]]
         for t in own:
@@ -854,8 +850,10 @@ def chain_bound(graph: Graph, device, seconds: float = 20.0, ops: int = 2) -> fl
         room = usable - footprint
         x_star = float(head[k]) * d2h
         grid = sorted({0.0, live_bytes, *(min(live_bytes, f * x_star) for f in _CHAIN_STEPS)})
-        reruns = [0.0] * len(grid)          # reruns at each grid point's host bytes (all live bytes: none)
-        for i in range(len(grid) - 1):
+        # reruns at each grid point's host bytes, read as the bound up to it: none at all live bytes, and the
+        # first point's never read
+        reruns = [0.0] * len(grid)
+        for i in range(1, len(grid) - 1):
             reruns[i] = _least_reruns(graph, anc, live, own, op_rc, t_op, room + grid[i], per_solve)
         at_k = np.inf
         for i in range(len(grid)):

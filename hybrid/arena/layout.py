@@ -104,6 +104,14 @@ class Layout:
         return self.fallback == "re-planned" and self.memory_given_up > self.search_shrink
 
     @property
+    def headroom_note(self) -> str:
+        """Where a re-plan stands against the memory the headroom search planned without ('' without one)."""
+        if self.fallback != "re-planned" or self.search_shrink <= 0:
+            return ""
+        return (f"{'beyond' if self.gave_up_memory else 'within'} the {100 * self.search_shrink:.2g}% the search "
+                "planned without")
+
+    @property
     def cost(self) -> float:
         """Makespan after over before, minus 1: what exact offsets cost against the fragmentation-free figure."""
         return self.plan.makespan_s / self.makespan_before_s - 1.0
@@ -116,10 +124,7 @@ class Layout:
             missed = f"the plan missed by {100 * self.overflow:+.1f}%; " if self.overflow > 0 else ""
             return (f"laid out in the arena: {missed}re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% "
                     f"less memory, up from the headroom search's ({100 * self.cost:+.2f}% makespan){cap}")
-        within = ""
-        if self.fallback == "re-planned" and self.search_shrink > 0:
-            within = (f", {'beyond' if self.gave_up_memory else 'within'} the {100 * self.search_shrink:.2g}% "
-                      "the search planned without")
+        within = f", {self.headroom_note}" if self.headroom_note else ""
         how = {"re-planned": f"re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less memory{within}",
                "size classes": "re-planned with per-size classes",
                "slower candidate": f"laid out a slower candidate ({self.source})"}[self.fallback]

@@ -500,9 +500,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                          laid_out_plan=laid_out_plan)
     with deferred_interrupts():
         # the bound of the written plan's kind, for the summary, if it fits in the time left
-        from hybrid.pipeline.rows import recomputes
-
-        for rc in [recomputes(out.plan)] + ([not recomputes(out.plan)] if opts.baselines else []):
+        for rc in [out.plan.recomputes] + ([not out.plan.recomputes] if opts.baselines else []):
             if rc not in bounds and not interrupted and time.monotonic() + bound_est <= end:   # baselines: both
                 bounds[rc] = any_order_bound(graph, device, rc)
         if opts.baselines and interrupted:
@@ -698,7 +696,6 @@ def _genes_replan(graph, plan, result, ind, reruns_only: bool = False, **changes
         return out
 
     return make
-
 
 
 def _beside_outcome(report, search_plan: "Plan", ref: Refinement) -> "Plan":  # noqa: ANN001 - BesideReport

@@ -102,9 +102,7 @@ class OptimizeResult:
 
     def bound(self) -> tuple[float, str] | None:
         """The tightest computed lower bound that holds for the written plan, and its name; None if none."""
-        from hybrid.pipeline.rows import recomputes
-
-        rc = recomputes(self.plan)
+        rc = self.plan.recomputes
         if not rc and False in self.bounds:
             return self.bounds[False], "any order, swap only"
         if True in self.bounds:
@@ -151,10 +149,7 @@ def _change(new: "Plan", old: "Plan") -> str:
 
 def _fallback(lay: "Layout") -> str:
     if lay.fallback == "re-planned":
-        within = ""
-        if lay.search_shrink > 0:
-            within = (f" ({'beyond' if lay.gave_up_memory else 'within'} the {100 * lay.search_shrink:.2g}% the "
-                      "search planned without)")
+        within = f" ({lay.headroom_note})" if lay.headroom_note else ""
         return f"a re-plan ({lay.source}) with {100 * lay.memory_given_up:.2g}% less memory{within}"
     if lay.fallback == "size classes":
         return "a plan with per-size classes"

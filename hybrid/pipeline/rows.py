@@ -21,11 +21,6 @@ def any_order_bound(graph: Graph, device, recompute: bool) -> float:  # noqa: AN
     return hit[1]
 
 
-def recomputes(plan: Plan) -> bool:
-    """Whether the plan reruns ops (then only the bound with recompute holds for it)."""
-    return plan.recomputes
-
-
 def plan_row(name: str, plan: Plan, graph: Graph | None = None, bounds: dict[bool, float] | None = None) -> dict:
     """A plan's summary figures. With `graph`, also its makespan over the any-order bounds (`any_order_bound`):
     `swap_bound_s` (swap only; NaN for a plan that recomputes, which it does not bound) and
@@ -38,7 +33,7 @@ def plan_row(name: str, plan: Plan, graph: Graph | None = None, bounds: dict[boo
     ideal = float(m.get("ideal_s", 0.0))
     lb = persistent_bound_of(m)
     nan = float("nan")
-    rc = recomputes(plan)
+    rc = plan.recomputes
     if bounds is not None:
         rb, sb = bounds.get(True, nan), (bounds.get(False, nan) if not rc else nan)
     else:

@@ -6,7 +6,7 @@ from typing import Iterable
 from tabulate import tabulate
 
 from hybrid.graph import Graph
-from hybrid.pipeline.rows import any_order_bound, plan_row, recomputes  # noqa: F401 - re-exported for the commands
+from hybrid.pipeline.rows import any_order_bound, plan_row  # noqa: F401 - re-exported for the commands
 from hybrid.units import format_bytes, format_seconds
 
 def _bound_of(rows: list[dict], key: str) -> float | None:

@@ -150,7 +150,6 @@ def test_the_layout_also_re_plans_each_individual_without_re_binding_its_reruns(
     from ga import optimize
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline.optimize import _genes_replan
-    from hybrid.pipeline.rows import recomputes
     from hybrid.swap.augmented import PlannerOptions
 
     g, dev = small_training(12, seed=4)
@@ -163,8 +162,8 @@ def test_the_layout_also_re_plans_each_individual_without_re_binding_its_reruns(
         try:
             twin = _genes_replan(g, plan, res, res.best, reruns_only=True, rebind_reruns=False)(budget)
         except InfeasibleError:
-            assert not recomputes(searched)    # refused only where the plan reruns nothing
+            assert not searched.recomputes    # refused only where the plan reruns nothing
             continue
-        assert recomputes(twin) and validate(g, twin).valid
+        assert twin.recomputes and validate(g, twin).valid
         twins += 1
     assert twins   # at the full memory this graph's plan reruns ops
