@@ -129,9 +129,12 @@ def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs
 
 
 def commit() -> str:
-    """The code's commit (with '+dirty' when the work tree differs), for a table's provenance line."""
+    """The code's commit (with '+dirty' when the work tree differs), for a table's provenance line; on a
+    machine sent a copy of the work tree without git (a lent GPU), HYBRID_COMMIT names it."""
     import subprocess
 
+    if os.environ.get("HYBRID_COMMIT"):
+        return os.environ["HYBRID_COMMIT"]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.strip()

@@ -12,12 +12,14 @@ the forward's generator state), its time is the program-order plan of that graph
 and hybrid's plan of the plain graph at exactly that peak comes from `run_optimize` within --time-limit
 (ratio column: checkpoint time / hybrid time). Eager is the plain graph's program order at its own peak.
 torch.compile's partitioned graph and saved-tensor hooks (save_on_cpu) are not captured: those rows say so
-and wait for a GPU. With a GPU (`torch.cuda.is_available()`), every alternative is run and measured (peak
-from torch.cuda.max_memory_allocated, median step time) beside the simulation.
+and wait for a GPU. With a GPU (`torch.cuda.is_available()`), every alternative is also run and measured (peak
+from torch.cuda.max_memory_allocated, median step time), and hybrid is planned at those peaks and executed:
+results/vs_torch_measured.md (benchmarks/vs_torch_measured.py).
 
     python -m benchmarks.vs_torch                 # the full table
     python -m benchmarks.vs_torch --quick         # tiny models, writes results/vs_torch_quick.*
     python -m benchmarks.vs_torch --only resnet-50 --part 1   # one model (the parts are joined by --join)
+    python -m benchmarks.vs_torch --measured-only     # on a GPU: the measured table only
 """
 from __future__ import annotations
 
@@ -124,28 +126,29 @@ class Model:
     optimizer: str = "sgd"
 
 
-def zoo(name: str, batch: int, overrides: dict[str, Any]) -> Callable[[], tuple[nn.Module, tuple, Any, Any]]:
-    def build() -> tuple[nn.Module, tuple, Any, Any]:
+def zoo(name: str, batch: int, overrides: dict[str, Any]) -> Callable[..., tuple[nn.Module, tuple, Any, Any]]:
+    def build(device: str = "meta") -> tuple[nn.Module, tuple, Any, Any]:
+        """On "meta" for capture (no memory); on "cpu" with real weights to run it."""
         from hybrid.zoo import get_model
 
         spec = get_model(name, **overrides)
-        with torch.device("meta"):
+        with torch.device(device):
             m = spec.build()
-        args, target = spec.make_inputs(batch, torch.device("meta"), torch.float32)
+        args, target = spec.make_inputs(batch, torch.device(device), torch.float32)
         return m, args, target, spec.loss
     build.model_info = {"name": name, "batch": batch, "config": dict(overrides)}  # type: ignore[attr-defined]
     return build
 
 
-def transformer(layers: int, d: int, batch: int, seq: int, vocab: int) -> Callable[[], tuple]:
+def transformer(layers: int, d: int, batch: int, seq: int, vocab: int) -> Callable[..., tuple]:
     """A GPT-style LM (examples.transformer_lm): the stand-in for the zoo's gpt2/llama where Hugging Face
     transformers is not installed."""
-    def build() -> tuple[nn.Module, tuple, Any, Any]:
+    def build(device: str = "meta") -> tuple[nn.Module, tuple, Any, Any]:
         from examples.transformer_lm import TransformerLM, lm_loss
 
-        with torch.device("meta"):
+        with torch.device(device):
             m = TransformerLM(vocab, d, layers)
-        tokens = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+        tokens = torch.zeros(batch, seq, dtype=torch.long, device=device)
         return m, (tokens,), tokens, lm_loss
     build.model_info = {"name": "examples.transformer_lm", "batch": batch,  # type: ignore[attr-defined]
                         "config": {"layers": layers, "d": d, "seq": seq, "vocab": vocab}}
@@ -289,66 +292,6 @@ def simulated_rows(name: str, plain: Graph, ck: Graph, seconds: float, generatio
     return rows
 
 
-def measured_rows(model: Model, iters: int) -> list[dict]:
-    """On a GPU: each alternative's measured peak and median step time (hybrid's executed rows are
-    benchmarks/executor_gpu's, at these peaks)."""
-    import statistics
-
-    rows = []
-    dev = torch.device("cuda")
-
-    def step_fn(alt: str) -> Callable[[], None]:
-        m, args, target, loss = model.build()
-        m = m.to_empty(device=dev)
-        for p in m.parameters():
-            nn.init.normal_(p, std=0.02)
-        args = tuple(a.to_empty(device=dev) if hasattr(a, "to_empty") else torch.zeros_like(a, device=dev)
-                     for a in args)
-        target = torch.zeros_like(target, device=dev)
-        if alt.startswith("checkpoint"):
-            m = model.checkpointed(m)
-        opt = torch.optim.SGD(m.parameters(), lr=0.01)
-        fwd = m
-        if alt.startswith("compile"):
-            import torch._functorch.config as fconf
-
-            fconf.activation_memory_budget = float(alt.rsplit("_", 1)[1])
-            fwd = torch.compile(m)
-
-        def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            ctx = torch.autograd.graph.save_on_cpu(pin_memory=True) if alt.endswith("save_on_cpu") else None
-            if ctx is None:
-                loss(fwd(*args), target).backward()
-            else:
-                with ctx:
-                    out = loss(fwd(*args), target)
-                out.backward()
-            opt.step()
-        return step
-
-    for alt in ("eager", "checkpoint", *NOT_CAPTURED):
-        try:
-            step = step_fn(alt)
-            step()
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            times = []
-            for _ in range(iters):
-                t0 = time.perf_counter()
-                step()
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-            rows.append({"model": model.name, "alternative": alt, "source": "measured", "measured_peak_MiB":
-                         torch.cuda.max_memory_allocated() / MiB, "measured_ms": statistics.median(times) * 1e3})
-        except Exception as e:  # noqa: BLE001 - an alternative that fails on this backend is reported, not fatal
-            rows.append({"model": model.name, "alternative": alt, "source": "measured",
-                         "note": f"failed: {type(e).__name__}: "
-                         f"{str(e).splitlines()[0][:80]}"})
-        torch.cuda.empty_cache()
-    return rows
-
-
 def plot(df: pd.DataFrame, path: Path, title: str) -> None:
     """Step time against peak memory, per model: eager, checkpoint, and hybrid at checkpoint's peak."""
     import matplotlib
@@ -379,6 +322,9 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
 
 
 def main() -> None:
+    from benchmarks.vs_torch_measured import ALTERNATIVES, measured_rows
+    from benchmarks.vs_torch_measured import summary as measured_summary
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny models, writes results/vs_torch_quick.*")
     ap.add_argument("--time-limit", type=float, default=None, help="hybrid's seconds per model (60; quick 30)")
@@ -386,9 +332,21 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--part", default="", help="write this model set to out/vs_torch_parts/PART.json only")
     ap.add_argument("--join", action="store_true", help="write the table from every saved part")
-    ap.add_argument("--iters", type=int, default=10, help="measured steps per alternative (GPU)")
+    ap.add_argument("--iters", type=int, default=10, help="measured steps per alternative and per hybrid plan")
     ap.add_argument("--bound-time", type=float, default=None,
                     help="CP-SAT seconds per model for the rerun-chain bound (60; quick 5)")
+    ap.add_argument("--measured-only", action="store_true",
+                    help="only the measured rows (results/vs_torch_measured.md), not the simulated table")
+    ap.add_argument("--measure-on", choices=("cuda", "cpu"), default=None,
+                    help="where the measured rows run (default: cuda when there is one, else none; cpu: a smoke "
+                         "test of the code, not figures)")
+    ap.add_argument("--alternatives", default=",".join(ALTERNATIVES),
+                    help="the PyTorch alternatives measured (comma-separated; torch.compile's take a minute each)")
+    ap.add_argument("--hybrid-at", choices=("some", "all"), default="some",
+                    help="measured peaks hybrid is planned at and run: eager's, checkpoint's and the fastest other "
+                         "memory-saving one's (some), or every one's (all)")
+    ap.add_argument("--hybrid-seconds", type=float, default=None,
+                    help="`hybrid optimize`'s time limit per measured peak (30; quick 10)")
     a = ap.parse_args()
     quick = a.quick or is_quick()
     if quick:
@@ -397,12 +355,26 @@ def main() -> None:
         os.environ["HYBRID_QUICK"] = "1"
     seconds = a.time_limit or (30.0 if quick else 60.0)   # quick: a bound; --generations is its budget
     bound_s = a.bound_time or (5.0 if quick else 60.0)
+    measure = a.measure_on or ("cuda" if torch.cuda.is_available() else None)
+    if measure == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --measure-on cuda: no CUDA device here (--measure-on cpu runs a smoke test)")
+    if a.measured_only and measure is None:
+        raise SystemExit("error: --measured-only needs a GPU, or --measure-on cpu for a smoke test of the code")
+    alts = tuple(x for x in a.alternatives.split(",") if x)
+    unknown = [x for x in alts if x not in ALTERNATIVES]
+    if unknown:
+        raise SystemExit(f"error: --alternatives: unknown {unknown[0]!r}; known: {', '.join(ALTERNATIVES)}")
+    hybrid_s = a.hybrid_seconds or (10.0 if quick else 30.0)
     parts = Path("out") / quick_stem("vs_torch_parts")
+    mparts = Path("out") / quick_stem("vs_torch_measured_parts")
     saved = Path("out") / quick_stem("vs_torch_graphs")     # the graphs compared, named in the table by sha256
     rows: list[dict] = []
+    mrows: list[dict] = []
     if a.join:
         for p in sorted(parts.glob("*.json")):
             rows += json.loads(p.read_text())
+        for p in sorted(mparts.glob("*.json")):
+            mrows += json.loads(p.read_text())
     else:
         only = {s for s in a.only.split(",") if s}
         for model in models(quick):
@@ -413,22 +385,29 @@ def main() -> None:
             saved.mkdir(parents=True, exist_ok=True)
             plain.save(saved / f"{model.name}.json")
             ck.save(saved / f"{model.name}-checkpoint.json")
-            got = simulated_rows(model.name, plain, ck, seconds, a.generations, bound_s)
-            if torch.cuda.is_available():
-                got += measured_rows(model, a.iters)
-            rows += got
-            print(f"{model.name}: {got[1].get('speedup', float('nan')):.3f}x over checkpoint "
-                  f"({time.monotonic() - t0:.0f} s)", flush=True)
+            if not a.measured_only:
+                got = simulated_rows(model.name, plain, ck, seconds, a.generations, bound_s)
+                rows += got
+                print(f"{model.name}: {got[1].get('speedup', float('nan')):.3f}x over checkpoint, simulated "
+                      f"({time.monotonic() - t0:.0f} s)", flush=True)
+            if measure is not None:
+                print(f"{model.name}: measured on {measure}", flush=True)
+                mrows += measured_rows(model, plain, ck, torch.device(measure), a.iters, hybrid_s, alts,
+                                       a.hybrid_at == "all", log=lambda m: print(m, flush=True))
         if a.part:
-            parts.mkdir(parents=True, exist_ok=True)
-            (parts / f"{a.part}.json").write_text(json.dumps(rows))
+            for folder, got_rows in ((parts, rows), (mparts, mrows)):
+                if got_rows:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    (folder / f"{a.part}.json").write_text(json.dumps(got_rows))
             return
+    if mrows:
+        write_measured(pd.DataFrame(mrows), measure, hybrid_s, saved, measured_summary(mrows), a.join, mparts)
+    if not rows:
+        return
     df = pd.DataFrame(rows)
-    df["source"] = df.get("source", pd.Series(index=df.index, dtype=object)).fillna("simulated")   # older parts
-    sim = df[(df["alternative"] == "checkpoint") & (df["source"] == "simulated")]
+    sim = df[df["alternative"] == "checkpoint"]
     worst = float(sim["speedup"].min()) if len(sim) else float("nan")
-    gpu = "beside the measured rows" if torch.cuda.is_available() else "no GPU on this machine"
-    notes = (f"Simulated ({gpu}): cost model {DEVICE}'s roofline times and link; hybrid = run_optimize (GA, "
+    notes = (f"Simulated: cost model {DEVICE}'s roofline times and link; hybrid = run_optimize (GA, "
              f"seed 1, one worker, no reserve) within {seconds:g} s per model at exactly the checkpointed step's "
              f"peak; its plan is the fastest of {len(VARIANTS)} planner settings ({', '.join(VARIANTS)}; "
              "benchmarks/vs_torch.py VARIANTS), the time limit split evenly. `speedup` = checkpoint's time / "
@@ -438,7 +417,8 @@ def main() -> None:
              "bound_ms, the most any plan could gain over checkpointing there. "
              + ("" if _has_transformers() else "The zoo's gpt2 and llama need Hugging Face transformers, not "
                 "installed here: transformer-lm (examples/transformer_lm.py, a GPT-style encoder LM) stands in. ")
-             + "Rows 'not simulated' wait for a GPU (torch.cuda.is_available(): measured rows)."
+             + "Rows 'not simulated' are measured on a GPU: `--measured-only` there writes "
+             "results/vs_torch_measured.md (benchmarks/vs_torch_measured.py)."
              + (f" Joined from the parts under {parts} (each written by `--only MODELS --part N` in the timed slot)."
                 if a.join else ""))
     names = set(df["model"])
@@ -446,6 +426,23 @@ def main() -> None:
     write_table(df, "vs_torch", "hybrid against PyTorch's memory tools at the same peak", notes, graphs=read)
     plot(df, RESULTS / f"{quick_stem('vs_torch')}.png", "simulated step time against peak")
     print(f"wrote results/{quick_stem('vs_torch')}.md (worst speedup over checkpoint {worst:.3f}x)")
+
+
+def write_measured(df: pd.DataFrame, measure: str | None, hybrid_s: float, saved: Path, summary: str, joined: bool,
+                   mparts: Path) -> None:
+    """results/vs_torch_measured.md: the rows measured on a device (benchmarks/vs_torch_measured.py)."""
+    from benchmarks import vs_torch_measured
+
+    where = (torch.cuda.get_device_name() if measure == "cuda" and torch.cuda.is_available()
+             else "the CPU: a smoke test of the code, not figures" if measure == "cpu" else "parts joined")
+    notes = (vs_torch_measured.__doc__.split("    python -m")[0].strip() + f"\n\nMeasured on {where}; torch "
+             f"{torch.__version__}; hybrid: `hybrid optimize` within {hybrid_s:g} s per peak, seed 1. {summary}"
+             + (f" Joined from the parts under {mparts}." if joined else ""))
+    names = set(df["model"])
+    read = sorted(p for p in saved.glob("*.json") if p.stem.removesuffix("-checkpoint") in names)
+    write_table(df, "vs_torch_measured", "hybrid against PyTorch's memory tools, measured on a device", notes,
+                graphs=read)
+    print(f"wrote results/{quick_stem('vs_torch_measured')}.md ({summary})")
 
 
 if __name__ == "__main__":

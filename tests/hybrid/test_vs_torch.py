@@ -68,3 +68,24 @@ def test_variants_search_with_hybrid_optimizes_own_planner() -> None:
     opts = {name: variant_options(name).planner for name in VARIANTS}
     assert opts["swap+recompute"] == default
     assert opts["recompute-only"].recompute_only and opts["recompute-only"].rebind_reruns
+
+
+def test_measured_path_plans_hybrid_at_each_peak_and_runs_it() -> None:
+    """The GPU path's code on the CPU (smoke: the graphs' peaks stand in for measured ones): eager and checkpoint
+    run, hybrid is planned at both peaks, laid out, and executed without compaction; the rest say why not."""
+    from benchmarks.vs_torch_measured import ALTERNATIVES, CPU_ALTERNATIVES, measured_rows, summary
+
+    model = Model("tiny-mlp", tiny, lambda m: checkpoint_blocks(m, _is_class("MLPBlock")))
+    plain, ck = graphs(model)
+    rows = measured_rows(model, plain, ck, torch.device("cpu"), iters=2, seconds=30, log=lambda _: None,
+                         generations=2)
+    by = {r["alternative"]: r for r in rows}
+    assert set(by) == set(ALTERNATIVES)
+    for alt in CPU_ALTERNATIVES:
+        r = by[alt]
+        assert r["measured_ms"] > 0 and r["hybrid_ms"] > 0 and r["hybrid_simulated_ms"] > 0
+        assert r["hybrid_plan_MiB"] == pytest.approx(unswapped_peak(plain if alt == "eager" else ck) / 2**20)
+        assert r["hybrid_pool"] in ("arena", "size_classes") and r["hybrid_compactions"] == 0
+        assert r["speedup"] == pytest.approx(r["measured_ms"] / r["hybrid_ms"])
+    assert all(by[a]["note"].startswith("not run") for a in ALTERNATIVES if a not in CPU_ALTERNATIVES)
+    assert "of 1 models" in summary(rows)
