@@ -1,43 +1,51 @@
 #!/usr/bin/env bash
-# The GPU checks of issues 31 and 32, prepared for a session that is lent a GPU (the workplace's `device` tool):
-# a task gets about 15 minutes of device time in all, one command at most 10, so each stage below is one call,
-# ended by `timeout` well inside the call, keeping what it finished; its tables come back under $OUT.
+# The GPU checks of issues 31 and 32, prepared for a session that is lent a GPU (the workplace's `device` tool).
+# A task gets about 15 minutes of device time in all (each machine start, 1-2 minutes, included; a machine stays
+# warm 30 s after a call) and a command at most 10 minutes, so the stages below share one deadline per call
+# (CALL_SECONDS, default 570) and every table is written to $OUT as each model finishes: a stage cut short
+# still returns the models it did.
 #
 # Here first (the GPU machine reaches no package registry), from the repository root:
 #     bash benchmarks/gpu_wheels.sh                  # OR-Tools, HiGHS and their needs into .whl/ (git-ignored)
-# Then one device call per stage (the GPU machine gets the work tree without git: name the commit):
-#     run(command="HYBRID_COMMIT=<sha> bash benchmarks/gpu_session.sh smoke executor", carry=[".whl"], timeout_s=600)
-#     run(command="HYBRID_COMMIT=<sha> bash benchmarks/gpu_session.sh vs_torch", carry=[".whl"], timeout_s=600)
-# and copy the reply's files (under files_at) into results/; `give_back` unless another call follows at once.
+# Then (the GPU machine gets the work tree without git: name the commit), two calls at most:
+#     run(command="HYBRID_COMMIT=<sha> bash benchmarks/gpu_session.sh smoke vs_torch", carry=[".whl"], timeout_s=600)
+#     run(command="HYBRID_COMMIT=<sha> bash benchmarks/gpu_session.sh executor", carry=[".whl"], timeout_s=600)
+# copy the reply's files (under files_at) into results/ (executor_gpu.{md,csv,json}: this run's models merged
+# into the committed table's other rows), then `give_back` unless another call follows at once. At most 8 files
+# come back from a call: the two calls above return 4 and 4.
 #
-# Stages (device minutes, estimated from the last H100 run of executor_gpu and the CPU timings of vs_torch):
-#   smoke     ~1: torch sees the GPU, the wheels import, the planner's kernels compile (cached for the stages
-#             after it on the same machine); executor_gpu's tiny models on cuda
-#   executor  ~8: benchmarks/executor_gpu.py on resnet-50, vgg16 and rnn-4-2k at 60% and 35% of their peak, with
+# Stages (device minutes; reviewed estimates from the last H100 run of executor_gpu and CPU timings):
+#   smoke     ~2-3: torch sees the GPU, the wheels import, the planner's kernels compile (cached for the stages
+#             after it in the same call), executor_gpu on resnet-18 at 50% with a 10 s `hybrid optimize`
+#   vs_torch  ~6-7: benchmarks/vs_torch.py --measured-only on resnet-50, vgg16, unet, gpt2, llama: eager,
+#             checkpoint, save_on_cpu and checkpoint + save_on_cpu measured, then hybrid planned at eager's,
+#             checkpoint's and the fastest other one's peak and run (issue 32: 1.10x the best alternative at its
+#             peak, torch's peak within the plan + 1%, the no-limit plan 0.95x eager or better)
+#   executor  ~6-8: benchmarks/executor_gpu.py on resnet-50 and rnn-4-2k at 60% and 35% of their peak with
 #             `hybrid optimize`'s written (laid-out) plan as a row (issue 31: zero compactions, measured within
-#             5% of simulated, the simulator's ranking kept)
-#   vs_torch  ~7: benchmarks/vs_torch.py --measured-only on resnet-50, vgg16, unet, gpt2, llama: eager, checkpoint,
-#             save_on_cpu, checkpoint + save_on_cpu measured, then hybrid planned at their peaks and run
-#             (issue 32: 1.10x the best alternative at its peak, torch's peak within the plan + 1%, the no-limit
-#             plan 0.95x eager or better)
-#   compile   ~5: the same with torch.compile's activation_memory_budget 0.5 and 0.2 (a compile a minute each)
+#             5% of simulated, the simulator's ranking kept); EXECUTOR_MODELS overrides the models
+#   compile   ~10: torch.compile's activation_memory_budget 0.5 and 0.2 (a compile a minute each) on
+#             COMPILE_MODELS (default resnet-50,gpt2): only in a task with device time to spare
 #   sanitizer ~1: executor_gpu's TORCH_CUDA_SANITIZER run (no stream races)
-# STAGE_SECONDS (default 540) bounds each stage. GPU_SESSION_DEVICE=cpu runs the stages' code on the CPU with tiny
-# models (a smoke test of this script here, not figures; its tables go to $OUT only).
+# GPU_SESSION_DEVICE=cpu runs the stages' code on the CPU with tiny models (a smoke test of this script here,
+# not figures; everything goes to $OUT).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hybrid-gpu-out}
 mkdir -p "$OUT"
 LOG="$OUT/session.log"
-limit=${STAGE_SECONDS:-540}
-export PYTHONUNBUFFERED=1 HYBRID_COMMIT=${HYBRID_COMMIT:-unknown}
+deadline=$((SECONDS + ${CALL_SECONDS:-570}))
+export PYTHONUNBUFFERED=1
+[ -n "${HYBRID_COMMIT:-}" ] && export HYBRID_COMMIT
 PY=${PYTHON:-python3}
 DEV=${GPU_SESSION_DEVICE:-cuda}
-if [ "$DEV" = cpu ]; then   # tiny models, tables under $OUT only
+if [ "$DEV" = cpu ]; then   # tiny models
     EG=(--device cpu --quick --iters 2 --fractions 0.5); VT=(--measure-on cpu --quick --iters 2)
-    EG_MAIN=(--out "$OUT/executor_gpu.md"); VT_ONLY=resnet-50,transformer-lm
+    VT_ONLY=resnet-50,transformer-lm; EX_MODELS=(); SMOKE=("${EG[@]}"); CM_ONLY=resnet-50; Q=_quick
 else
-    EG=(); VT=(); EG_MAIN=(); VT_ONLY=resnet-50,vgg16,unet,gpt2,llama
+    EG=(); VT=(--iters 8); VT_ONLY=resnet-50,vgg16,unet,gpt2,llama; Q=
+    read -r -a EX_MODELS <<< "--models ${EXECUTOR_MODELS:-resnet-50 rnn-4-2k}"
+    SMOKE=(--models resnet-18 --fractions 0.5 --iters 4); CM_ONLY=${COMPILE_MODELS:-resnet-50,gpt2}
 fi
 
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -48,18 +56,26 @@ else
     export PYTHONPATH="$PWD"
 fi
 
-keep() {   # copy the tables a stage wrote (whole or partial) to $OUT; on the CPU they are written there already
-    [ "$DEV" = cpu ] && return 0
-    for f in "$@"; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+bounded() {   # run "$@" until the call's deadline (less a margin to copy files); log how it ended
+    local left=$((deadline - SECONDS - 25))
+    if [ "$left" -lt 30 ]; then echo "skipped: $left s left of the call" | tee -a "$LOG"; return 0; fi
+    timeout -k 20 "$left" "$@" 2>&1 | tee -a "$LOG"
+    local rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || echo "exit $rc$([ "$rc" -eq 124 ] && echo ': stopped at the call deadline')" | tee -a "$LOG"
+}
+
+keep() {   # copy tables a stage wrote under results/ to $OUT
+    for f in "$@"; do [ -f "$f" ] && mv "$f" "$OUT/"; done
+    return 0
 }
 
 run_stage() {
     local stage=$1
-    echo "=== $stage ($(date -u +%H:%M:%S))" | tee -a "$LOG"
+    echo "=== $stage ($(date -u +%H:%M:%S), $((deadline - SECONDS)) s left)" | tee -a "$LOG"
     case "$stage" in
     smoke)
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$LOG"
-        "$PY" - <<'EOF' 2>&1 | tee -a "$LOG"
+        bounded "$PY" -c '
 import time, torch
 gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
 print("torch", torch.__version__, "cuda", torch.cuda.is_available(), gpu)
@@ -68,44 +84,43 @@ print("numba", numba.__version__, "ortools", ortools.__version__, "pandas", pand
 t = time.time()
 from hybrid.swap.planner import compile_kernels
 compile_kernels()
-print(f"planner kernels ready in {time.time() - t:.1f} s")
-EOF
-        smoke=(--models resnet-18 rnn-2-1k --fractions 0.5 --iters 4)
-        if [ "$DEV" = cpu ]; then smoke=("${EG[@]}"); fi
-        timeout "$limit" "$PY" -m benchmarks.executor_gpu "${smoke[@]}" --ga-seconds 20 --no-sanitizer \
-            --out "$OUT/executor_gpu_smoke.md" 2>&1 | tee -a "$LOG"
+print(f"planner kernels ready in {time.time() - t:.1f} s")'
+        bounded "$PY" -m benchmarks.executor_gpu "${SMOKE[@]}" --ga-seconds 10 --no-sanitizer \
+            --out "$OUT/executor_gpu_smoke.md"
+        rm -f "$OUT/executor_gpu_smoke.csv" "$OUT/executor_gpu_smoke.json"   # 8 files come back per call at most
+        ;;
+    vs_torch)
+        bounded "$PY" -m benchmarks.vs_torch --measured-only --only "$VT_ONLY" "${VT[@]}" \
+            --alternatives eager,checkpoint,save_on_cpu,checkpoint+save_on_cpu
+        keep "results/vs_torch_measured$Q.md" "results/vs_torch_measured$Q.csv"
         ;;
     executor)
-        if [ "$DEV" = cpu ]; then models=(); else models=(--models resnet-50 vgg16 rnn-4-2k); fi
-        timeout "$limit" "$PY" -m benchmarks.executor_gpu "${EG[@]}" "${models[@]}" --ga-seconds 30 --no-sanitizer \
-            "${EG_MAIN[@]}" 2>&1 | tee -a "$LOG"
-        keep results/executor_gpu.md results/executor_gpu.csv results/executor_gpu.json
+        # this run's models replace theirs in the committed table; its other rows (and the sanitizer's) stay
+        [ "$DEV" = cpu ] || [ -f "$OUT/executor_gpu.json" ] || cp results/executor_gpu.json "$OUT/executor_gpu.json"
+        bounded "$PY" -m benchmarks.executor_gpu "${EG[@]}" "${EX_MODELS[@]}" --ga-seconds 30 --no-sanitizer \
+            --append --out "$OUT/executor_gpu.md"
         ;;
     sanitizer)
         [ "$DEV" = cpu ] && { echo "the sanitizer needs CUDA: skipped" | tee -a "$LOG"; return 0; }
-        timeout "$limit" "$PY" -m benchmarks.executor_gpu --sanitizer-only --append 2>&1 | tee -a "$LOG"
-        keep results/executor_gpu.md results/executor_gpu.csv results/executor_gpu.json
-        ;;
-    vs_torch)
-        timeout "$limit" "$PY" -m benchmarks.vs_torch --measured-only --only "$VT_ONLY" --iters 8 "${VT[@]}" \
-            --alternatives eager,checkpoint,save_on_cpu,checkpoint+save_on_cpu 2>&1 | tee -a "$LOG"
-        keep results/vs_torch_measured.md results/vs_torch_measured.csv
-        if [ "$DEV" = cpu ]; then mv results/vs_torch_measured_quick.* "$OUT/"; fi
+        [ -f "$OUT/executor_gpu.json" ] || cp results/executor_gpu.json "$OUT/executor_gpu.json"
+        bounded "$PY" -m benchmarks.executor_gpu --sanitizer-only --append --out "$OUT/executor_gpu.md"
         ;;
     compile)
-        timeout "$limit" "$PY" -m benchmarks.vs_torch --measured-only --only "$VT_ONLY" --iters 8 "${VT[@]}" \
-            --alternatives compile_budget_0.5,compile_budget_0.2 --hybrid-at all --part compile 2>&1 | tee -a "$LOG"
-        tar -C out -cf "$OUT/vs_torch_measured_parts.tar" vs_torch_measured_parts 2>/dev/null
+        bounded "$PY" -m benchmarks.vs_torch --measured-only --only "$CM_ONLY" "${VT[@]}" --hybrid-at all \
+            --alternatives compile_budget_0.5,compile_budget_0.2 --part compile
+        [ -f "out/vs_torch_measured_parts$Q/compile.json" ] && cp "out/vs_torch_measured_parts$Q/compile.json" \
+            "$OUT/vs_torch_measured_part_compile.json"
         ;;
     *)
-        echo "error: unknown stage '$stage' (smoke, executor, sanitizer, vs_torch, compile)" | tee -a "$LOG"
+        echo "error: unknown stage '$stage' (smoke, vs_torch, executor, compile, sanitizer)" | tee -a "$LOG"
         return 2
         ;;
     esac
-    echo "=== $stage done ($(date -u +%H:%M:%S))" | tee -a "$LOG"
+    echo "=== $stage ended ($(date -u +%H:%M:%S))" | tee -a "$LOG"
 }
 
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/gpu_session.sh STAGE [STAGE ...] (see the comment at the top)"; exit 2; }
 for stage in "$@"; do
     run_stage "$stage"
 done
+ls -l "$OUT" | tee -a "$LOG"

@@ -358,7 +358,7 @@ def main() -> None:
     measure = a.measure_on or ("cuda" if torch.cuda.is_available() else None)
     if measure == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --measure-on cuda: no CUDA device here (--measure-on cpu runs a smoke test)")
-    if a.measured_only and measure is None:
+    if a.measured_only and measure is None and not a.join:
         raise SystemExit("error: --measured-only needs a GPU, or --measure-on cpu for a smoke test of the code")
     alts = tuple(x for x in a.alternatives.split(",") if x)
     unknown = [x for x in alts if x not in ALTERNATIVES]
@@ -370,8 +370,8 @@ def main() -> None:
     saved = Path("out") / quick_stem("vs_torch_graphs")     # the graphs compared, named in the table by sha256
     rows: list[dict] = []
     mrows: list[dict] = []
-    if a.join:
-        for p in sorted(parts.glob("*.json")):
+    if a.join:   # with --measured-only, the measured parts alone (the simulated table stays as it is)
+        for p in (sorted(parts.glob("*.json")) if not a.measured_only else []):
             rows += json.loads(p.read_text())
         for p in sorted(mparts.glob("*.json")):
             mrows += json.loads(p.read_text())
@@ -394,14 +394,21 @@ def main() -> None:
                 print(f"{model.name}: measured on {measure}", flush=True)
                 mrows += measured_rows(model, plain, ck, torch.device(measure), a.iters, hybrid_s, alts,
                                        a.hybrid_at == "all", log=lambda m: print(m, flush=True))
+                # written after each model: a run stopped by its time limit keeps the models done
+                if a.part:
+                    mparts.mkdir(parents=True, exist_ok=True)
+                    (mparts / f"{a.part}.json").write_text(json.dumps(mrows))
+                else:
+                    write_measured(pd.DataFrame(mrows), measure, hybrid_s, saved, measured_summary(mrows), False,
+                                   mparts)
         if a.part:
             for folder, got_rows in ((parts, rows), (mparts, mrows)):
                 if got_rows:
                     folder.mkdir(parents=True, exist_ok=True)
                     (folder / f"{a.part}.json").write_text(json.dumps(got_rows))
             return
-    if mrows:
-        write_measured(pd.DataFrame(mrows), measure, hybrid_s, saved, measured_summary(mrows), a.join, mparts)
+    if mrows and a.join:
+        write_measured(pd.DataFrame(mrows), measure, hybrid_s, saved, measured_summary(mrows), True, mparts)
     if not rows:
         return
     df = pd.DataFrame(rows)
