@@ -48,7 +48,7 @@ else
     SMOKE=(--models resnet-18 --fractions 0.5 --iters 4); CM_ONLY=${COMPILE_MODELS:-resnet-50,gpt2}
 fi
 
-if ls .whl/*.whl >/dev/null 2>&1; then
+if [ "$DEV" != cpu ] && ls .whl/*.whl >/dev/null 2>&1; then   # the GPU image's Python (3.12) takes them
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         || { echo "error: installing .whl/ failed" | tee -a "$LOG"; exit 1; }
     export PYTHONPATH="/tmp/site:$PWD"

@@ -1,0 +1,48 @@
+"""benchmarks/gpu_session.sh, the GPU checks a session lent a GPU runs in one or two device calls: it must not
+fail on the GPU machine for a reason this machine can see (its syntax, its arguments, its stages' names)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = [ROOT / "benchmarks" / "gpu_session.sh", ROOT / "benchmarks" / "gpu_wheels.sh"]
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_scripts_parse(script: Path) -> None:
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+
+
+def _session(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_SESSION_DEVICE": "cpu", "CALL_SECONDS": "120"}
+    return subprocess.run(["bash", str(SCRIPTS[0]), *args], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+
+
+def test_no_stage_prints_the_usage(tmp_path: Path) -> None:
+    p = _session(tmp_path)
+    assert p.returncode == 2 and "usage: bash benchmarks/gpu_session.sh STAGE" in p.stdout
+
+
+def test_an_unknown_stage_is_named(tmp_path: Path) -> None:
+    p = _session(tmp_path, "smok")
+    assert "error: unknown stage 'smok'" in p.stdout
+    assert "error: unknown stage 'smok'" in (tmp_path / "out" / "session.log").read_text()
+
+
+def test_every_stage_the_header_names_exists() -> None:
+    """The stages its header documents are the ones it runs (a typo there costs a device call)."""
+    text = SCRIPTS[0].read_text()
+    header = text.split("set -uo pipefail")[0]
+    cases = {line.strip().rstrip(")") for line in text.splitlines() if line.startswith("    ") and
+             line.strip().endswith(")") and line.strip()[:-1].isidentifier()}
+    named = {"smoke", "vs_torch", "executor", "compile", "sanitizer"}
+    assert named <= cases
+    assert all(f"#   {s} " in header for s in named)
