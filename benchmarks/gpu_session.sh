@@ -25,7 +25,8 @@
 #             `hybrid optimize`'s written (laid-out) plan as a row (issue 31: zero compactions, measured within
 #             5% of simulated, the simulator's ranking kept); EXECUTOR_MODELS overrides the models
 #   compile   ~10: torch.compile's activation_memory_budget 0.5 and 0.2 (a compile a minute each) on
-#             COMPILE_MODELS (default resnet-50,gpt2): only in a task with device time to spare
+#             COMPILE_MODELS (default resnet-50,gpt2), hybrid at each one's peak: results/vs_torch_measured_compile
+#             (.md, .csv); only in a task with device time to spare
 #   sanitizer ~1: executor_gpu's TORCH_CUDA_SANITIZER run (no stream races)
 # GPU_SESSION_DEVICE=cpu runs the stages' code on the CPU with tiny models (a smoke test of this script here,
 # not figures; everything goes to $OUT).
@@ -107,9 +108,8 @@ print(f"planner kernels ready in {time.time() - t:.1f} s")'
         ;;
     compile)
         bounded "$PY" -m benchmarks.vs_torch --measured-only --only "$CM_ONLY" "${VT[@]}" --hybrid-at all \
-            --alternatives compile_budget_0.5,compile_budget_0.2 --part compile
-        [ -f "out/vs_torch_measured_parts$Q/compile.json" ] && cp "out/vs_torch_measured_parts$Q/compile.json" \
-            "$OUT/vs_torch_measured_part_compile.json"
+            --alternatives compile_budget_0.5,compile_budget_0.2 --table vs_torch_measured_compile
+        keep "results/vs_torch_measured_compile$Q.md" "results/vs_torch_measured_compile$Q.csv"
         ;;
     *)
         echo "error: unknown stage '$stage' (smoke, vs_torch, executor, compile, sanitizer)" | tee -a "$LOG"

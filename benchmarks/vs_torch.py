@@ -345,6 +345,9 @@ def main() -> None:
     ap.add_argument("--hybrid-at", choices=("some", "all"), default="some",
                     help="measured peaks hybrid is planned at and run: eager's, checkpoint's and the fastest other "
                          "memory-saving one's (some), or every one's (all)")
+    ap.add_argument("--table", default="vs_torch_measured",
+                    help="the measured table's name under results/ (e.g. vs_torch_measured_compile for the "
+                         "torch.compile alternatives, run apart: a compile takes a minute)")
     ap.add_argument("--hybrid-seconds", type=float, default=None,
                     help="`hybrid optimize`'s time limit per measured peak (30; quick 10)")
     a = ap.parse_args()
@@ -400,7 +403,7 @@ def main() -> None:
                     (mparts / f"{a.part}.json").write_text(json.dumps(mrows))
                 else:
                     write_measured(pd.DataFrame(mrows), measure, hybrid_s, saved, measured_summary(mrows), False,
-                                   mparts)
+                                   mparts, a.table)
         if a.part:
             for folder, got_rows in ((parts, rows), (mparts, mrows)):
                 if got_rows:
@@ -408,7 +411,7 @@ def main() -> None:
                     (folder / f"{a.part}.json").write_text(json.dumps(got_rows))
             return
     if mrows and a.join:
-        write_measured(pd.DataFrame(mrows), measure, hybrid_s, saved, measured_summary(mrows), True, mparts)
+        write_measured(pd.DataFrame(mrows), measure, hybrid_s, saved, measured_summary(mrows), True, mparts, a.table)
     if not rows:
         return
     df = pd.DataFrame(rows)
@@ -436,8 +439,8 @@ def main() -> None:
 
 
 def write_measured(df: pd.DataFrame, measure: str | None, hybrid_s: float, saved: Path, summary: str, joined: bool,
-                   mparts: Path) -> None:
-    """results/vs_torch_measured.md: the rows measured on a device (benchmarks/vs_torch_measured.py)."""
+                   mparts: Path, table: str = "vs_torch_measured") -> None:
+    """results/<table>.md (vs_torch_measured): the rows measured on a device (benchmarks/vs_torch_measured.py)."""
     from benchmarks import vs_torch_measured
 
     where = (torch.cuda.get_device_name() if measure == "cuda" and torch.cuda.is_available()
@@ -447,9 +450,8 @@ def write_measured(df: pd.DataFrame, measure: str | None, hybrid_s: float, saved
              + (f" Joined from the parts under {mparts}." if joined else ""))
     names = set(df["model"])
     read = sorted(p for p in saved.glob("*.json") if p.stem.removesuffix("-checkpoint") in names)
-    write_table(df, "vs_torch_measured", "hybrid against PyTorch's memory tools, measured on a device", notes,
-                graphs=read)
-    print(f"wrote results/{quick_stem('vs_torch_measured')}.md ({summary})")
+    write_table(df, table, "hybrid against PyTorch's memory tools, measured on a device", notes, graphs=read)
+    print(f"wrote results/{quick_stem(table)}.md ({summary})")
 
 
 if __name__ == "__main__":
