@@ -31,6 +31,7 @@
 # GPU_SESSION_DEVICE=cpu runs the stages' code on the CPU with tiny models (a smoke test of this script here,
 # not figures; everything goes to $OUT).
 set -uo pipefail
+[ $# -gt 0 ] || { echo "usage: bash benchmarks/gpu_session.sh STAGE [STAGE ...] (see the comment at the top)"; exit 2; }
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hybrid-gpu-out}
 mkdir -p "$OUT"
@@ -51,11 +52,15 @@ fi
 
 if [ "$DEV" != cpu ] && ls .whl/*.whl >/dev/null 2>&1; then   # the GPU image's Python (3.12) takes them
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || { echo "error: installing .whl/ failed" | tee -a "$LOG"; exit 1; }
+        || { echo "error: installing .whl/ failed (wheels for the GPU image's Python: bash benchmarks/gpu_wheels.sh)" \
+             | tee -a "$LOG"; exit 1; }
     export PYTHONPATH="/tmp/site:$PWD"
 else
     export PYTHONPATH="$PWD"
 fi
+"$PY" -c "import ortools.sat.python.cp_model, highspy" 2>/dev/null || {
+    echo "error: OR-Tools or HiGHS missing for $PY: run 'bash benchmarks/gpu_wheels.sh' where the package registries" \
+         "are reachable and name .whl in the device call's carry" | tee -a "$LOG"; exit 1; }
 
 bounded() {   # run "$@" until the call's deadline (less a margin to copy files); log how it ended
     local left=$((deadline - SECONDS - 25))
@@ -119,7 +124,6 @@ print(f"planner kernels ready in {time.time() - t:.1f} s")'
     echo "=== $stage ended ($(date -u +%H:%M:%S))" | tee -a "$LOG"
 }
 
-[ $# -gt 0 ] || { echo "usage: bash benchmarks/gpu_session.sh STAGE [STAGE ...] (see the comment at the top)"; exit 2; }
 for stage in "$@"; do
     run_stage "$stage"
 done

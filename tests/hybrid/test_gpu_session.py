@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ def test_scripts_parse(script: Path) -> None:
 
 
 def _session(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_SESSION_DEVICE": "cpu", "CALL_SECONDS": "120"}
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_SESSION_DEVICE": "cpu", "CALL_SECONDS": "120",
+           "PYTHON": sys.executable}
     return subprocess.run(["bash", str(SCRIPTS[0]), *args], env=env, capture_output=True, text=True, timeout=120,
                           cwd=ROOT)
 
@@ -29,6 +31,14 @@ def _session(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_no_stage_prints_the_usage(tmp_path: Path) -> None:
     p = _session(tmp_path)
     assert p.returncode == 2 and "usage: bash benchmarks/gpu_session.sh STAGE" in p.stdout
+
+
+def test_a_missing_solver_is_named_before_any_stage(tmp_path: Path) -> None:
+    """On the GPU machine OR-Tools comes from the carried wheels: without them, one line says what to do."""
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": "false"}
+    p = subprocess.run(["bash", str(SCRIPTS[0]), "smoke"], env=env, capture_output=True, text=True, timeout=60,
+                       cwd=ROOT)
+    assert p.returncode == 1 and "gpu_wheels.sh" in p.stdout
 
 
 def test_an_unknown_stage_is_named(tmp_path: Path) -> None:
