@@ -323,7 +323,6 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
 
 def main() -> None:
     from benchmarks.vs_torch_measured import ALTERNATIVES, measured_rows
-    from benchmarks.vs_torch_measured import summary as measured_summary
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny models, writes results/vs_torch_quick.*")
@@ -402,8 +401,7 @@ def main() -> None:
                     mparts.mkdir(parents=True, exist_ok=True)
                     (mparts / f"{a.part}.json").write_text(json.dumps(mrows))
                 else:
-                    write_measured(pd.DataFrame(mrows), measure, hybrid_s, saved, measured_summary(mrows), False,
-                                   mparts, a.table)
+                    write_measured(mrows, measure, hybrid_s, saved, False, mparts, a.table)
         if a.part:
             for folder, got_rows in ((parts, rows), (mparts, mrows)):
                 if got_rows:
@@ -411,7 +409,7 @@ def main() -> None:
                     (folder / f"{a.part}.json").write_text(json.dumps(got_rows))
             return
     if mrows and a.join:
-        write_measured(pd.DataFrame(mrows), measure, hybrid_s, saved, measured_summary(mrows), True, mparts, a.table)
+        write_measured(mrows, measure, hybrid_s, saved, True, mparts, a.table)
     if not rows:
         return
     df = pd.DataFrame(rows)
@@ -431,26 +429,33 @@ def main() -> None:
              "results/vs_torch_measured.md (benchmarks/vs_torch_measured.py)."
              + (f" Joined from the parts under {parts} (each written by `--only MODELS --part N` in the timed slot)."
                 if a.join else ""))
-    names = set(df["model"])
-    read = sorted(p for p in saved.glob("*.json") if p.stem.removesuffix("-checkpoint") in names)
-    write_table(df, "vs_torch", "hybrid against PyTorch's memory tools at the same peak", notes, graphs=read)
+    write_table(df, "vs_torch", "hybrid against PyTorch's memory tools at the same peak", notes,
+                graphs=graphs_read(saved, df))
     plot(df, RESULTS / f"{quick_stem('vs_torch')}.png", "simulated step time against peak")
     print(f"wrote results/{quick_stem('vs_torch')}.md (worst speedup over checkpoint {worst:.3f}x)")
 
 
-def write_measured(df: pd.DataFrame, measure: str | None, hybrid_s: float, saved: Path, summary: str, joined: bool,
+def graphs_read(saved: Path, df: pd.DataFrame) -> list[Path]:
+    """The saved graph files (plain and checkpointed) of the table's models, for its provenance lines."""
+    names = set(df["model"])
+    return sorted(p for p in saved.glob("*.json") if p.stem.removesuffix("-checkpoint") in names)
+
+
+def write_measured(rows: list[dict], measure: str | None, hybrid_s: float, saved: Path, joined: bool,
                    mparts: Path, table: str = "vs_torch_measured") -> None:
     """results/<table>.md (vs_torch_measured): the rows measured on a device (benchmarks/vs_torch_measured.py)."""
     from benchmarks import vs_torch_measured
+
+    summary = vs_torch_measured.summary(rows)
 
     where = (torch.cuda.get_device_name() if measure == "cuda" and torch.cuda.is_available()
              else "the CPU: a smoke test of the code, not figures" if measure == "cpu" else "parts joined")
     notes = (vs_torch_measured.__doc__.split("    python -m")[0].strip() + f"\n\nMeasured on {where}; torch "
              f"{torch.__version__}; hybrid: `hybrid optimize` within {hybrid_s:g} s per peak, seed 1. {summary}"
              + (f" Joined from the parts under {mparts}." if joined else ""))
-    names = set(df["model"])
-    read = sorted(p for p in saved.glob("*.json") if p.stem.removesuffix("-checkpoint") in names)
-    write_table(df, table, "hybrid against PyTorch's memory tools, measured on a device", notes, graphs=read)
+    df = pd.DataFrame(rows)
+    write_table(df, table, "hybrid against PyTorch's memory tools, measured on a device", notes,
+                graphs=graphs_read(saved, df))
     print(f"wrote results/{quick_stem(table)}.md ({summary})")
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.nn as nn
 
+from benchmarks.executor_gpu import cost_preset, measure_link, run_plan, short, sync
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
@@ -68,9 +69,7 @@ def _step(model: "Model", alt: str, dev: torch.device) -> Callable[[], None]:
     if alt.startswith("compile"):
         import torch._functorch.config as fconf
 
-        # a new compile per budget: dynamo would reuse the last one's graph for this class (the budget is no
-        # guard of its cache); the budget is read when the backward is partitioned, at the first step
-        torch._dynamo.reset()
+        # read when the backward is partitioned, at the first step; a fresh compile per budget: `_release`
         fconf.activation_memory_budget = float(alt.rsplit("_", 1)[1])
         fwd = torch.compile(m)
 
@@ -86,13 +85,10 @@ def _step(model: "Model", alt: str, dev: torch.device) -> Callable[[], None]:
     return step
 
 
-def _sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
 def _release(dev: torch.device) -> int:
-    """Drop what earlier runs left (a compiled graph, cached blocks); the bytes still allocated after."""
+    """Drop what earlier runs left (a compiled graph, cached blocks); the bytes still allocated after. Without
+    the reset, dynamo would reuse the last compile's graph for the next budget (the budget is no guard of its
+    cache)."""
     import gc
 
     torch._dynamo.reset()
@@ -109,14 +105,14 @@ def measure_alternative(model: "Model", alt: str, dev: torch.device, iters: int)
     before = _release(dev)
     step = _step(model, alt, dev)
     step()
-    _sync(dev)
+    sync(dev)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
         step()
-        _sync(dev)
+        sync(dev)
         times.append(time.perf_counter() - t0)
     peak = (torch.cuda.max_memory_allocated(dev) - before) / MiB if dev.type == "cuda" else None
     del step
@@ -127,8 +123,7 @@ def measure_alternative(model: "Model", alt: str, dev: torch.device, iters: int)
 def hybrid_targets(rows: list[dict], every: bool) -> list[str]:
     """The alternatives hybrid is planned at: eager (no limit), checkpoint, and the fastest other one that saves
     memory (every one that ran, with `every`)."""
-    ran = {r["alternative"]: r for r in rows if r.get("measured_ms") == r.get("measured_ms")
-           and r.get("measured_peak_MiB") is not None}
+    ran = {r["alternative"]: r for r in rows if "measured_ms" in r and r.get("measured_peak_MiB") is not None}
     if every:
         return list(ran)
     out = [a for a in ("eager", "checkpoint") if a in ran]
@@ -147,7 +142,7 @@ def _plan(graph: Graph, device: Device, seconds: float, generations: int | None)
         res = run_optimize(graph, device, seconds, OptimizeOptions(config=GAConfig(seed=1), workers=1,
                                                                    generations=generations))
     except Exception as e:  # noqa: BLE001 - reported in the row
-        return None, [], f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+        return None, [], short(e)
     return res.plan, list(res.skipped), ""
 
 
@@ -179,7 +174,6 @@ def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, it
     (`hybrid_targets`), the written plan's measured and simulated time, torch's peak while it ran, and how it ran
     (pool, compactions, bytes outside the pool, recorded as a CUDA graph). `generations` ends each search
     sooner than `seconds` (tests)."""
-    from benchmarks.executor_gpu import cost_preset, measure_link, run_plan
     from hybrid.capture.profile import apply_profile, measure_profile
     from hybrid.validator import validate
 
@@ -194,7 +188,7 @@ def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, it
         try:
             row.update(measure_alternative(model, alt, dev, iters))
         except Exception as e:  # noqa: BLE001 - an alternative that fails on this backend is reported, not fatal
-            row["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+            row["note"] = f"failed: {short(e)}"
         if cpu and "measured_ms" in row:    # no peak on the CPU: the captured graphs' stand in (smoke test)
             row["measured_peak_MiB"] = unswapped_peak(plain if alt == "eager" else ck) / MiB
             row["note"] = "CPU smoke test: peak = the captured graph's unswapped peak, not measured"
@@ -228,7 +222,7 @@ def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, it
                 raise HybridError("the written plan does not validate")
             r = run_plan(graph, plan, base, args, target, dev, iters, seed=0)
         except Exception as e:  # noqa: BLE001 - reported in the row
-            row["hybrid_note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+            row["hybrid_note"] = f"failed: {short(e)}"
             log(f"  hybrid at {row['alternative']}'s peak: {row['hybrid_note']}")
             continue
         peak = r["cuda_max_allocated_MiB"] if not cpu else None

@@ -341,28 +341,24 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             cap = None
         if cap is not None and end - t < layout_seconds(eval_s) and timings.compile_s > COMPILE_NOTE_S:
             # the first run after an install spent its limit compiling the kernels: a plan without offsets is not
-            # the plan that runs (the executor would compact), so the heuristics lay it out anyway, past the
-            # limit by at most one layout's estimate; later runs load the kernels and keep the limit
-            from hybrid.arena.layout import DEFAULT_BUDGET
-
-            budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
+            # the plan that runs (the executor would compact), so it is laid out anyway, past the limit by at most
+            # one layout's estimate (without the exact search, below, unless compiled); later runs keep the limit
             cap = layout_seconds(eval_s)
-            leave(f"arena layout: by the heuristics, up to {format_seconds(cap)} past the time limit (this first "
-                  f"run after an install spent {format_seconds(timings.compile_s)} of it compiling the kernels)")
+            leave(f"arena layout: run up to {format_seconds(cap)} past the time limit (this first run after an "
+                  f"install spent {format_seconds(timings.compile_s)} of it compiling the kernels)")
         elif cap is not None and end - t < layout_seconds(eval_s):
             leave(f"arena layout: not run, {format_seconds(max(0.0, end - t))} left of the time limit and one "
                   f"layout takes about {format_seconds(layout_seconds(eval_s))} here; the byte budget is written "
                   "without offsets (the executor compacts at run time if it must)")
             cap = None
-        if budget is None and cap is not None and not _exact_ready() and \
-                end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
+        if cap is not None and not _exact_ready() and end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
             from hybrid.arena.layout import DEFAULT_BUDGET
 
             budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
             leave(f"arena layout: its exact search for near misses left out (compiling it takes about "
                   f"{format_seconds(EXACT_COMPILE_S)} each run, more than the time left allows); the heuristics "
                   "and re-plans ran")
-        elif budget is None and cap is not None and not _exact_ready() and _exact_may_run(graph):
+        elif cap is not None and not _exact_ready() and _exact_may_run(graph):
             # compiled here, outside the layout's cap, so that the compile's time (6 s unloaded, a minute on a
             # busy machine) never cuts the layout's counted work: one seed, one layout
             from hybrid.arena import exact
