@@ -267,7 +267,7 @@ def summary(rows: list[dict]) -> str:
                 peaks_ok += bool(r["peak_within_1%"])
             if r["alternative"] == "eager" and r.get("speedup") is not None:
                 nolimit.append(r["speedup"])
-    worst = f"{min(nolimit):.3f}" if nolimit else "n/a"
+    worst = f"{min(nolimit):.3f}x" if nolimit else "n/a"
     return (f"hybrid >= 1.10x the fastest memory-saving alternative at its peak on {wins} of {n} models "
             f"(issue 32: 4 of 5); torch's peak within the plan's memory + 1% on {peaks_ok} of {peaks} hybrid runs; "
-            f"the no-limit plan (at eager's peak) at worst {worst}x eager's speed (issue 32: 0.95).")
+            f"the no-limit plan (at eager's peak) at worst {worst} eager's speed (issue 32: 0.95).")
