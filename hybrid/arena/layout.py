@@ -7,19 +7,23 @@ So the best plan rarely lays out as found, and giving memory up is steep there (
 search's genes 3% makespan, 10% less 15%): the fallback must give up as little memory as it can.
 
 `lay_out` tries, cheapest first, and keeps the fastest plan that fits:
-1. the plan itself: the heuristics (milliseconds), then the exact search (first fit, a node budget) when they
-   miss by at most 6%;
+1. the plan itself: the heuristics (milliseconds); where they miss, the repair under the capacity
+   (`repaired`: evict-and-reinsert, a move budget), then the exact search (first fit, a node budget) when
+   they missed by at most 6%;
 2. its other candidates (the search's plan before refinement, the population's next best plans);
 3. re-plans (`Replan`: the search's genes, the population's, the Belady planner) with a smaller byte
    budget: the first shrink is what the plan's own overflow says (arena / capacity = 1.2: 1/6 less memory),
    the next ones re-estimate from the last re-plan's overflow until one lays out, then regula falsi between
    the last budget that failed and the first that fit (the largest budget that lays out loses the least),
-   laid out by the heuristics; the sources take turns, one re-plan each; the exact search then tries the fastest near misses (within 6% of fitting),
-   which is what usually wins: a re-plan with 2% less memory that the heuristics lay out 0.7% over;
+   laid out by the heuristics; the sources take turns, one re-plan each; the exact search then tries the
+   fastest near misses (within 6% of fitting), which is what usually wins: a re-plan with 2% less memory that
+   the heuristics lay out 0.7% over;
 4. size classes (no offsets needed): the search's fastest size-class plans, and per-size classes.
 A plan from the headroom search (`hybrid.arena.headroom`: its planner record says how much memory it gave up)
 that lays out as found is also re-planned with more of the memory (the first re-plan source, the full memory
-first, then regula falsi towards the largest budget that lays out: `_grow_search`); the fastest that fits wins.
+first, then regula falsi towards the largest budget that lays out: `_grow_search`; a re-plan the heuristics
+miss is repaired too, with a quarter of the plan's moves, when it would be the fastest fit); the fastest that
+fits wins.
 `Layout` says which fired, how much memory it gave up and what it cost.
 
 The work is counted, not timed (`LayoutBudget`: re-plans per source, exact-search nodes per try), so one
@@ -63,11 +67,13 @@ class LayoutBudget:
                                      # nodes would take a minute)
     fast_above: int = 10_000         # larger problems: only best fit by size and MegEngine's simulation (all
                                      # five best-fit orders and greedy-by-size take 15 s on NasNet-25's 28k)
+    repair_moves: int = 20_000       # evictions `repaired` may spend on the plan itself when the heuristics miss
+                                     # (1-2 ms each on the suite's 4-12k buffers; 0: no repair)
 
 
 DEFAULT_BUDGET = LayoutBudget()
 QUICK_BUDGET = LayoutBudget(sources=2, per_source=4, work=120_000, exact_tries=2, exact_nodes=50_000,
-                            exact_max_buffers=3_000, fast_above=5_000)
+                            exact_max_buffers=3_000, fast_above=5_000, repair_moves=5_000)
 
 
 @dataclass(frozen=True)
@@ -230,6 +236,43 @@ def exact_fit(problem: Problem, capacity: int, nodes: int, deadline: float) -> S
     return Solution(offs, end, "exact", 0.0, False, problem.peak_live())
 
 
+# The repair's search (hybrid.arena.repair.repair_fit). Measured on the search's winners of the SwapAdvisor
+# suite at v100-16gb that the heuristics did not lay out (5 generations of 16, seed 1; the live bytes peak at
+# 70-85% of the memory, the heuristics' arenas at 100.3-112%): with these, RNN-8-8k fits after 214 moves
+# (0.3 s), BRNN-4-8k after 2,581 (3 s), WResNet-152-10 after 7,871 (3 s); with the defaults (300 moves an
+# attempt, 8 waiting) none does, nor with a lookahead of 16-64 at 5,000 moves except WResNet's. Inception-v4-4
+# (live 89%, heuristics 107.9%) does not fit within 20,000 moves (35 s), nor by the exact search (50k nodes).
+REPAIR_LOOKAHEAD = 4
+REPAIR_ATTEMPT_MOVES = 5_000
+REPAIR_MAX_PENDING = 256
+REPAIR_MOVES_PER_BUFFER = 4    # moves beyond this many per buffer do not pay (WResNet's fit took 2.1; a tiny
+                               # graph's hopeless repair spent 20,000 moves in 0.1 s of a 0.6 s layout)
+
+
+def repaired(problem: Problem, moves: int, deadline: float | None = None) -> tuple[Solution | None, bool]:
+    """Offsets within the capacity by repairing best fit under that top (hybrid.arena.repair: a buffer that fits
+    no gap evicts the cheapest window and the evicted go back), for a plan the heuristics lay out over it:
+    fragmentation, not bytes, where the live bytes peak well below the memory. A budget of `moves` evictions,
+    seeded: the same offsets under any load. The flag: best fit's pass was predicted to end after `deadline`,
+    or the deadline (a safety cap) stopped the repair (the result then depends on the load)."""
+    from hybrid.arena.repair import repair_fit
+
+    cap = int(problem.capacity or 0)
+    moves = min(moves, REPAIR_MOVES_PER_BUFFER * len(problem))
+    if moves <= 0 or (problem.arrays.size > cap).any() or problem.peak_live() > cap:
+        return None, False
+    if not best_fit_in_time(len(problem), 1, deadline):
+        return None, True
+    t0 = time.perf_counter()
+    off, spent = repair_fit(problem, cap, moves, lookahead=REPAIR_LOOKAHEAD,
+                            attempt_moves=min(moves, REPAIR_ATTEMPT_MOVES), max_pending=REPAIR_MAX_PENDING,
+                            deadline=deadline)
+    if off is None:
+        return None, spent < moves
+    arena = int((off + problem.arrays.size).max())
+    return Solution(off, arena, "repair", time.perf_counter() - t0, nodes=spent), False
+
+
 @dataclass
 class _Tried:
     """Candidates laid out so far: the fastest that fits, and the near misses worth an exact search."""
@@ -285,16 +328,22 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         then only `per_source` bounds the re-plans), or the safety cap fired (timed: not)."""
         return (bool(tried.fits) and tried.work + tried.last > budget.work) or out_of_time()
 
-    def fit(p: Plan, source: str, shrink: float, kind: str, pb=None) -> float:  # noqa: ANN001
-        """Lay `p` out by the heuristics; record it as a fit or a near miss. Its arena over the capacity."""
+    def fit(p: Plan, source: str, shrink: float, kind: str, pb=None, moves: int = 0) -> float:  # noqa: ANN001
+        """Lay `p` out by the heuristics, and where they miss and `p` would be the fastest fit, by the repair
+        (`moves` evictions); record it as a fit or a near miss. Its arena over the capacity."""
         nonlocal capped
         pb = pb or plan_buffers(graph, p)
         capped = capped or not best_fit_in_time(len(pb.problem), 1, deadline)   # best fit left out: timed
         sol = heuristic_layout(pb.problem, budget, deadline)
         tried.count += 1
         tried.last = len(pb.problem) * heuristic_passes(len(pb.problem), budget)
-        tried.work += tried.last
         cap = pb.problem.capacity or 0
+        if sol.arena_bytes > cap and moves > 0 and p.makespan_s < tried.best_s() and not out_of_time():
+            fixed, stopped = repaired(pb.problem, moves, deadline)
+            capped = capped or stopped
+            tried.last += len(pb.problem)          # its best-fit pass (the moves are bounded on their own)
+            sol = fixed or sol
+        tried.work += tried.last
         ratio = sol.arena_bytes / max(cap, 1)
         tried.log.append((source, shrink, p.makespan_s, ratio))
         if sol.arena_bytes <= cap:
@@ -315,14 +364,17 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         tried.fits.append((ms, len(tried.fits), arena_plan(cand, pb, sol), source, shrink, kind))
         return True
 
-    ratio0 = fit(plan, "the plan", 0.0, "", first)
+    ratio0 = fit(plan, "the plan", 0.0, "", first, budget.repair_moves)
     overflow = max(ratio0 - 1.0, 0.0)
     head = float(plan.planner.get("headroom", {}).get("shrink", 0.0)) if isinstance(plan.planner, dict) else 0.0
 
     def grow(steps: int) -> None:
         """A plan planned with memory given up (hybrid.arena.headroom): the memory it left unused may buy a
         faster plan; the re-plan sources take turns, `steps` re-plans each."""
-        grows = [_grow_search(rp, usable, head, steps, fit, "more memory")
+        def fit_grown(p: Plan, source: str, shrink: float, kind: str) -> float:
+            return fit(p, source, shrink, kind, None, budget.repair_moves // 4)
+
+        grows = [_grow_search(rp, usable, head, steps, fit_grown, "more memory")
                  for rp in list(replans or ())[:budget.sources]]
         while grows and not spent():
             grows = [gr for gr in grows if not spent() and next(gr, True) is None]

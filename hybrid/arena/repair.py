@@ -189,13 +189,15 @@ def _repair(off0, pending0, size, align, seg_lo, seg_hi, seg_first, span_lo, spa
 
 def repair_fit(problem: Problem, capacity: int, max_moves: int = 5_000, seed: int = 0,
                order: np.ndarray | None = None, lookahead: int = 16, weight: np.ndarray | None = None,
-               attempt_moves: int = 300, max_pending: int = 8) -> tuple[np.ndarray | None, int]:
+               attempt_moves: int = 300, max_pending: int = 8, deadline: float | None = None
+               ) -> tuple[np.ndarray | None, int]:
     """Offsets with every buffer below `capacity`, or None when `max_moves` evictions did not get there;
     and the evictions spent. Best fit (in the busiest-instant order unless `order` is given) runs once;
     the repair then restarts from it with a new seed whenever an attempt spends `attempt_moves` or leaves
     more than `max_pending` buffers waiting (a chain that diverges rarely comes back). Each eviction is
     weighted by `weight` (default 1 per buffer: moving few buffers, whatever their size, is what works on
-    pangu_2.6B; by bytes or area the chains diverge)."""
+    pangu_2.6B; by bytes or area the chains diverge). `deadline` (time.perf_counter): a safety cap checked
+    between attempts (None when it stops the repair)."""
     a = problem.arrays
     lo, hi = _spans(a)
     if order is None:
@@ -211,7 +213,7 @@ def repair_fit(problem: Problem, capacity: int, max_moves: int = 5_000, seed: in
         return None, 0
     spent = 0
     k = 0
-    while spent < max_moves:
+    while spent < max_moves and (deadline is None or time.perf_counter() < deadline):
         off, moves = _repair(off0, pending0, *args, min(attempt_moves, max_moves - spent), seed + k, lookahead, w,
                              max_pending)
         spent += max(int(moves), 1)

@@ -115,6 +115,29 @@ def test_fallback_on_a_plan_that_fills_its_memory_reports_what_it_gave_up():
     assert out.plan.allocation.kind == "arena"
 
 
+def test_a_plan_the_heuristics_lay_out_over_the_memory_is_repaired_under_it_before_any_fallback():
+    """Fragmentation, not bytes: the heuristics lay this plan out 5.6% over the memory while its live bytes
+    peak at 91% of it. The repair (evict-and-reinsert under the capacity) lays the plan itself out, so
+    nothing is re-planned and the written plan is the plan; with neither the repair nor the exact search the
+    fallback fires."""
+    from hybrid.arena.layout import DEFAULT_BUDGET, heuristic_layout
+    from hybrid.arena.lifetimes import plan_buffers
+
+    g = training_graph(10, seed=5)
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.7), reserve_bytes=0,
+                  alignment_bytes=512)
+    plan = run_baseline(g, dev, "belady")
+    problem = plan_buffers(g, plan).problem
+    assert heuristic_layout(problem).arena_bytes > problem.capacity >= problem.peak_live()
+    out = lay_out(g, plan, time_limit_s=60.0)
+    assert out.fallback == "" and out.source == "the plan" and out.solver == "repair" and out.overflow == 0.0
+    assert out.plan.makespan_s == plan.makespan_s and out.plan.allocation.kind == "arena"
+    assert out.plan.allocation.arena_bytes <= problem.capacity and validate(g, out.plan).valid
+    assert lay_out(g, plan, time_limit_s=60.0).plan.allocation == out.plan.allocation   # seeded: reproducible
+    without = lay_out(g, plan, time_limit_s=60.0, budget=replace(DEFAULT_BUDGET, repair_moves=0, exact_tries=0))
+    assert without.fallback != "" and without.plan.makespan_s >= plan.makespan_s
+
+
 def test_lay_out_is_deterministic_and_capped_only_by_its_time_limit():
     """The work is counted, not timed: twice on one plan gives the same plan, offsets and fallback. A time
     limit too short to finish says so (`capped`) and still returns a valid plan."""
