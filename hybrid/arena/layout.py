@@ -247,21 +247,30 @@ REPAIR_ATTEMPT_MOVES = 5_000
 REPAIR_MAX_PENDING = 256
 REPAIR_MOVES_PER_BUFFER = 4    # moves beyond this many per buffer do not pay (WResNet's fit took 2.1; a tiny
                                # graph's hopeless repair spent 20,000 moves in 0.1 s of a 0.6 s layout)
+REPAIR_WORK = 100_000_000      # moves x buffers (each move scans every buffer for conflicts): NasNet-25's 28k
+                               # buffers get 3.5k moves; 20,000 moves took 48 s there and fit nothing
+REPAIR_S_PER_WORK = 5e-7       # seconds per move and buffer, the slowest measured (Inception-v4-4: 35 s for
+                               # 20,000 moves on 3,566 buffers; BRNN-4-8k 1e-7): a repair predicted to end after
+                               # the deadline is not started
+REPAIR_MISS = 0.15             # heuristic arenas further over the capacity are not repaired (fits were found
+                               # 0.3-12% over; NasNet-25's winner without headroom, 19% over, found none)
 
 
 def repaired(problem: Problem, moves: int, deadline: float | None = None) -> tuple[Solution | None, bool]:
     """Offsets within the capacity by repairing best fit under that top (hybrid.arena.repair: a buffer that fits
     no gap evicts the cheapest window and the evicted go back), for a plan the heuristics lay out over it:
     fragmentation, not bytes, where the live bytes peak well below the memory. A budget of `moves` evictions,
-    seeded: the same offsets under any load. The flag: best fit's pass was predicted to end after `deadline`,
-    or the deadline (a safety cap) stopped the repair (the result then depends on the load)."""
+    at most `REPAIR_MOVES_PER_BUFFER` per buffer and `REPAIR_WORK` / buffers, seeded: the same offsets under any
+    load. The flag: the repair was predicted to end after `deadline` (not started) or the deadline, a safety
+    cap, stopped it (the result then depends on the load)."""
     from hybrid.arena.repair import repair_fit
 
     cap = int(problem.capacity or 0)
-    moves = min(moves, REPAIR_MOVES_PER_BUFFER * len(problem))
+    n = len(problem)
+    moves = min(moves, REPAIR_MOVES_PER_BUFFER * n, REPAIR_WORK // max(n, 1))
     if moves <= 0 or (problem.arrays.size > cap).any() or problem.peak_live() > cap:
         return None, False
-    if not best_fit_in_time(len(problem), 1, deadline):
+    if deadline is not None and time.perf_counter() + REPAIR_S_PER_WORK * moves * n > deadline:
         return None, True
     t0 = time.perf_counter()
     off, spent = repair_fit(problem, cap, moves, lookahead=REPAIR_LOOKAHEAD,
@@ -284,6 +293,7 @@ class _Tried:
     work: int = 0              # buffers laid out by the heuristics so far
     last: int = 0              # ... by the last candidate (the next is assumed to cost as much)
     log: list[tuple[str, float, float, float]] = field(default_factory=list)
+    timed: bool = False        # a repair was left out or stopped by the time: the result depends on the load
 
     def best_s(self) -> float:
         return min((f[0] for f in self.fits), default=float("inf"))
@@ -338,9 +348,10 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         tried.count += 1
         tried.last = len(pb.problem) * heuristic_passes(len(pb.problem), budget)
         cap = pb.problem.capacity or 0
-        if sol.arena_bytes > cap and moves > 0 and p.makespan_s < tried.best_s() and not out_of_time():
-            fixed, stopped = repaired(pb.problem, moves, deadline)
-            capped = capped or stopped
+        if (cap < sol.arena_bytes <= cap * (1.0 + REPAIR_MISS) and moves > 0 and p.makespan_s < tried.best_s()
+                and not out_of_time()):
+            fixed, timed = repaired(pb.problem, moves, deadline)
+            tried.timed = tried.timed or timed
             tried.last += len(pb.problem)          # its best-fit pass (the moves are bounded on their own)
             sol = fixed or sol
         tried.work += tried.last
@@ -427,7 +438,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     if source == "the plan":
         how, overflow = "", 0.0
     return Layout(best, how, tried.count, before, time.perf_counter() - t0, source, shrink, overflow, solver,
-                  tuple(tried.log), capped, head)
+                  tuple(tried.log), capped or tried.timed, head)
 
 
 def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> Iterator[None]:  # noqa: ANN001
