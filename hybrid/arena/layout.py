@@ -7,9 +7,9 @@ So the best plan rarely lays out as found, and giving memory up is steep there (
 search's genes 3% makespan, 10% less 15%): the fallback must give up as little memory as it can.
 
 `lay_out` tries, cheapest first, and keeps the fastest plan that fits:
-1. the plan itself: the heuristics (milliseconds); where they miss, the repair under the capacity
-   (`repaired`: evict-and-reinsert, a move budget), then the exact search (first fit, a node budget) when
-   they missed by at most 6%;
+1. the plan itself: the heuristics (milliseconds); where they miss by at most 15%, the repair under the
+   capacity (`repaired`: evict-and-reinsert, a move budget), then the exact search (first fit, a node budget)
+   when they missed by at most 6%;
 2. its other candidates (the search's plan before refinement, the population's next best plans);
 3. re-plans (`Replan`: the search's genes, the population's, the Belady planner) with a smaller byte
    budget: the first shrink is what the plan's own overflow says (arena / capacity = 1.2: 1/6 less memory),
@@ -26,9 +26,10 @@ miss is repaired too, with a quarter of the plan's moves, when it would be the f
 fits wins.
 `Layout` says which fired, how much memory it gave up and what it cost.
 
-The work is counted, not timed (`LayoutBudget`: re-plans per source, exact-search nodes per try), so one
-plan and budget give one layout whatever the load; the time limit is a safety cap checked between steps
-(`Layout.capped` says when it fired). Every plan returned passes `hybrid.validator.validate`.
+The work is counted, not timed (`LayoutBudget`: re-plans per source, exact-search nodes per try, repair moves,
+`REPAIR_TOTAL_WORK` for all repairs), so one plan and budget give one layout whatever the load; the time limit
+is a safety cap checked between steps, and a repair predicted to end after it is not started (`Layout.capped`
+says when either happened). Every plan returned passes `hybrid.validator.validate`.
 """
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ class LayoutBudget:
     fast_above: int = 10_000         # larger problems: only best fit by size and MegEngine's simulation (all
                                      # five best-fit orders and greedy-by-size take 15 s on NasNet-25's 28k)
     repair_moves: int = 20_000       # evictions `repaired` may spend on the plan itself when the heuristics miss
-                                     # (1-2 ms each on the suite's 4-12k buffers; 0: no repair)
+                                     # (a quarter on each more-memory re-plan; 1-2 ms each on the suite's 4-12k
+                                     # buffers; 0: no repair)
 
 
 DEFAULT_BUDGET = LayoutBudget()
@@ -99,7 +101,8 @@ class Layout:
     overflow: float = 0.0      # the plan's own best layout over the capacity, minus 1 (0 when it fit)
     solver: str = ""           # who laid the written plan out
     trials: tuple[tuple[str, float, float, float], ...] = ()   # (source, memory given up, makespan, arena / cap)
-    capped: bool = False       # the time limit (a safety cap) stopped the work budget early: not reproducible
+    capped: bool = False       # the time limit (a safety cap) stopped the work budget early, or a repair was
+    #                            left out as predicted to pass it: not reproducible
     search_shrink: float = 0.0     # the share of the memory the search itself planned without (its headroom)
 
     @property
@@ -254,32 +257,36 @@ REPAIR_S_PER_WORK = 5e-7       # seconds per move and buffer, the slowest measur
                                # the deadline is not started
 REPAIR_MISS = 0.15             # heuristic arenas further over the capacity are not repaired (fits were found
                                # 0.3-12% over; NasNet-25's winner without headroom, 19% over, found none)
+REPAIR_TOTAL_WORK = 3 * REPAIR_WORK   # moves x buffers for all of one `lay_out`'s repairs (the suite's layouts
+                                      # spent at most 1.2e8: BRNN-4-8k's 4 repairs, WResNet-152-10's 6)
 
 
-def repaired(problem: Problem, moves: int, deadline: float | None = None) -> tuple[Solution | None, bool]:
+def repaired(problem: Problem, moves: int, deadline: float | None = None) -> tuple[Solution | None, bool, int]:
     """Offsets within the capacity by repairing best fit under that top (hybrid.arena.repair: a buffer that fits
     no gap evicts the cheapest window and the evicted go back), for a plan the heuristics lay out over it:
     fragmentation, not bytes, where the live bytes peak well below the memory. A budget of `moves` evictions,
     at most `REPAIR_MOVES_PER_BUFFER` per buffer and `REPAIR_WORK` / buffers, seeded: the same offsets under any
-    load. The flag: the repair was predicted to end after `deadline` (not started) or the deadline, a safety
-    cap, stopped it (the result then depends on the load)."""
+    load. Also a flag, the repair was predicted to end after `deadline` (not started) or the deadline, a safety
+    cap checked between attempts, stopped it (the result then depends on the load); and the moves spent."""
     from hybrid.arena.repair import repair_fit
 
     cap = int(problem.capacity or 0)
     n = len(problem)
     moves = min(moves, REPAIR_MOVES_PER_BUFFER * n, REPAIR_WORK // max(n, 1))
     if moves <= 0 or (problem.arrays.size > cap).any() or problem.peak_live() > cap:
-        return None, False
-    if deadline is not None and time.perf_counter() + REPAIR_S_PER_WORK * moves * n > deadline:
-        return None, True
+        return None, False, 0
+    predicted = REPAIR_S_PER_WORK * moves * n + BEST_FIT_S_PER_PAIR * n * n     # the moves, best fit's pass
+    if deadline is not None and time.perf_counter() + predicted > deadline:
+        return None, True, 0
     t0 = time.perf_counter()
     off, spent = repair_fit(problem, cap, moves, lookahead=REPAIR_LOOKAHEAD,
                             attempt_moves=min(moves, REPAIR_ATTEMPT_MOVES), max_pending=REPAIR_MAX_PENDING,
                             deadline=deadline)
     if off is None:
-        return None, spent < moves
+        return None, spent < moves and deadline is not None and time.perf_counter() >= deadline, spent
     arena = int((off + problem.arrays.size).max())
-    return Solution(off, arena, "repair", time.perf_counter() - t0, nodes=spent), False
+    return Solution(off, arena, "repair", time.perf_counter() - t0, lower_bound=problem.peak_live(),
+                    nodes=spent), False, spent
 
 
 @dataclass
@@ -290,10 +297,11 @@ class _Tried:
     fits: list[tuple[float, int, Plan, str, float, str]] = field(default_factory=list)
     near: list[tuple[float, int, Plan, str, float, object, float, str]] = field(default_factory=list)
     count: int = 0
-    work: int = 0              # buffers laid out by the heuristics so far
+    work: int = 0              # buffers laid out by the heuristics so far (and by the repairs' best-fit passes)
     last: int = 0              # ... by the last candidate (the next is assumed to cost as much)
     log: list[tuple[str, float, float, float]] = field(default_factory=list)
     timed: bool = False        # a repair was left out or stopped by the time: the result depends on the load
+    repair_work: int = 0       # moves x buffers the repairs spent (at most REPAIR_TOTAL_WORK)
 
     def best_s(self) -> float:
         return min((f[0] for f in self.fits), default=float("inf"))
@@ -348,10 +356,13 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         tried.count += 1
         tried.last = len(pb.problem) * heuristic_passes(len(pb.problem), budget)
         cap = pb.problem.capacity or 0
+        n = len(pb.problem)
+        moves = min(moves, (REPAIR_TOTAL_WORK - tried.repair_work) // max(n, 1))
         if (cap < sol.arena_bytes <= cap * (1.0 + REPAIR_MISS) and moves > 0 and p.makespan_s < tried.best_s()
                 and not out_of_time()):
-            fixed, timed = repaired(pb.problem, moves, deadline)
+            fixed, timed, spent_moves = repaired(pb.problem, moves, deadline)
             tried.timed = tried.timed or timed
+            tried.repair_work += spent_moves * n
             tried.last += len(pb.problem)          # its best-fit pass (the moves are bounded on their own)
             sol = fixed or sol
         tried.work += tried.last

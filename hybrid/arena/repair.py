@@ -8,7 +8,8 @@ often it was moved already, as in negotiated-congestion routing, so the search d
 bytes or area made the chains diverge on pangu_2.6B), looking one step ahead: of the cheapest windows, the
 one whose evicted buffers best fit puts back below the top. Those left over wait their turn (largest first);
 the search restarts from best fit with a new seed when an attempt diverges. An eviction budget bounds the
-work, so the result does not depend on the machine's load (seeded: the same offsets on every run).
+work, so the result does not depend on the machine's load (seeded: the same offsets on every run; a
+`deadline`, where given, is a safety cap checked between attempts).
 """
 from __future__ import annotations
 
@@ -209,8 +210,8 @@ def repair_fit(problem: Problem, capacity: int, max_moves: int = 5_000, seed: in
     pending0 = order[off0[order] < 0]                              # left out, in layout order
     if not len(pending0):
         return off0, 0
-    if (a.size > capacity).any():
-        return None, 0
+    if (a.size > capacity).any() or len(pending0) > max_pending:
+        return None, 0          # every attempt would stop at once: more left out than may wait
     spent = 0
     k = 0
     while spent < max_moves and (deadline is None or time.perf_counter() < deadline):

@@ -120,7 +120,9 @@ def test_a_plan_the_heuristics_lay_out_over_the_memory_is_repaired_under_it_befo
     peak at 91% of it. The repair (evict-and-reinsert under the capacity) lays the plan itself out, so
     nothing is re-planned and the written plan is the plan; with neither the repair nor the exact search the
     fallback fires."""
-    from hybrid.arena.layout import DEFAULT_BUDGET, heuristic_layout
+    import time
+
+    from hybrid.arena.layout import DEFAULT_BUDGET, heuristic_layout, repaired
     from hybrid.arena.lifetimes import plan_buffers
 
     g = training_graph(10, seed=5)
@@ -134,6 +136,8 @@ def test_a_plan_the_heuristics_lay_out_over_the_memory_is_repaired_under_it_befo
     assert out.plan.makespan_s == plan.makespan_s and out.plan.allocation.kind == "arena"
     assert out.plan.allocation.arena_bytes <= problem.capacity and validate(g, out.plan).valid
     assert lay_out(g, plan, time_limit_s=60.0).plan.allocation == out.plan.allocation   # seeded: reproducible
+    # predicted to end after the deadline: not started, and the layout is marked load-dependent
+    assert repaired(problem, 20_000, time.perf_counter() - 1.0)[:2] == (None, True)
     without = lay_out(g, plan, time_limit_s=60.0, budget=replace(DEFAULT_BUDGET, repair_moves=0, exact_tries=0))
     assert without.fallback != "" and without.plan.makespan_s >= plan.makespan_s
 
