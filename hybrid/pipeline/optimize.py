@@ -346,6 +346,13 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             cap = layout_seconds(eval_s)
             leave(f"arena layout: run up to {format_seconds(cap)} past the time limit (this first run after an "
                   f"install spent {format_seconds(timings.compile_s)} of it compiling the kernels)")
+            # nor the repair under the capacity: its kernels' first compile (seconds) would spend that estimate
+            # before any re-plan (measured on a fresh clone: the README command then wrote no offsets)
+            from hybrid.arena.layout import DEFAULT_BUDGET
+
+            budget = dataclasses.replace(DEFAULT_BUDGET, repair_moves=0)
+            leave("arena layout: its repair of a plan over the memory left out (its kernels compile on this "
+                  "first run); the heuristics and re-plans ran")
         elif cap is not None and end - t < layout_seconds(eval_s):
             leave(f"arena layout: not run, {format_seconds(max(0.0, end - t))} left of the time limit and one "
                   f"layout takes about {format_seconds(layout_seconds(eval_s))} here; the byte budget is written "
@@ -354,7 +361,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
         if cap is not None and not _exact_ready() and end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
             from hybrid.arena.layout import DEFAULT_BUDGET
 
-            budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
+            budget = dataclasses.replace(budget or DEFAULT_BUDGET, exact_tries=0)
             leave(f"arena layout: its exact search for near misses left out (compiling it takes about "
                   f"{format_seconds(EXACT_COMPILE_S)} each run, more than the time left allows); the heuristics "
                   "and re-plans ran")
@@ -371,7 +378,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             if cap is None or (budget is None and time.monotonic() - t < cap):
                 raise   # no layout fits, whatever the time
             leave(f"arena layout: none found in the {format_seconds(cap)} left of the time limit"
-                  + (" without the exact search" if budget is not None else "") + "; the byte budget is written "
+                  + (" without the exact search" if budget is not None and budget.exact_tries == 0 else "")
+                  + "; the byte budget is written "
                   "without offsets (the executor compacts at run time if it must)")
             lay, cap = _lay_out(graph, plan, None), None
         layout_s[0] += time.monotonic() - t

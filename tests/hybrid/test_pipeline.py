@@ -195,4 +195,5 @@ def test_a_first_run_whose_compile_spent_the_limit_still_lays_its_plan_out(monke
     assert res.timings.compile_s > flow.COMPILE_NOTE_S
     assert res.plan.allocation.kind in ("arena", "size_classes") and validate(g, res.plan).valid
     assert any("arena layout: run up to" in s and "compiling the kernels" in s for s in res.skipped)
+    assert any("its repair of a plan over the memory left out" in s for s in res.skipped)
     assert time.monotonic() - t0 < 5 * 20.0             # hang guard only
