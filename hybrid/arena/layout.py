@@ -221,9 +221,10 @@ def exact_ready(deadline: float | None) -> bool:
             or deadline - time.perf_counter() > EXACT_COMPILE_S)
 
 
-def best_fit_in_time(n: int, passes: int, deadline: float | None) -> bool:
-    """Whether `passes` best-fit passes over n buffers are predicted to end before `deadline` (None: no limit)."""
-    return deadline is None or time.perf_counter() + passes * BEST_FIT_S_PER_PAIR * n * n <= deadline
+def best_fit_in_time(n: int, passes: int, deadline: float | None, extra_s: float = 0.0) -> bool:
+    """Whether `passes` best-fit passes over n buffers, and `extra_s` more, are predicted to end before `deadline`
+    (None: no limit)."""
+    return deadline is None or time.perf_counter() + passes * BEST_FIT_S_PER_PAIR * n * n + extra_s <= deadline
 
 
 def exact_fit(problem: Problem, capacity: int, nodes: int, deadline: float) -> Solution | None:
@@ -275,8 +276,7 @@ def repaired(problem: Problem, moves: int, deadline: float | None = None) -> tup
     moves = min(moves, REPAIR_MOVES_PER_BUFFER * n, REPAIR_WORK // max(n, 1))
     if moves <= 0 or (problem.arrays.size > cap).any() or problem.peak_live() > cap:
         return None, False, 0
-    predicted = REPAIR_S_PER_WORK * moves * n + BEST_FIT_S_PER_PAIR * n * n     # the moves, best fit's pass
-    if deadline is not None and time.perf_counter() + predicted > deadline:
+    if not best_fit_in_time(n, 1, deadline, REPAIR_S_PER_WORK * moves * n):   # its best-fit pass, then the moves
         return None, True, 0
     t0 = time.perf_counter()
     off, spent = repair_fit(problem, cap, moves, lookahead=REPAIR_LOOKAHEAD,
@@ -351,19 +351,19 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         (`moves` evictions); record it as a fit or a near miss. Its arena over the capacity."""
         nonlocal capped
         pb = pb or plan_buffers(graph, p)
-        capped = capped or not best_fit_in_time(len(pb.problem), 1, deadline)   # best fit left out: timed
+        n = len(pb.problem)
+        capped = capped or not best_fit_in_time(n, 1, deadline)   # best fit left out: timed
         sol = heuristic_layout(pb.problem, budget, deadline)
         tried.count += 1
-        tried.last = len(pb.problem) * heuristic_passes(len(pb.problem), budget)
+        tried.last = n * heuristic_passes(n, budget)
         cap = pb.problem.capacity or 0
-        n = len(pb.problem)
         moves = min(moves, (REPAIR_TOTAL_WORK - tried.repair_work) // max(n, 1))
         if (cap < sol.arena_bytes <= cap * (1.0 + REPAIR_MISS) and moves > 0 and p.makespan_s < tried.best_s()
                 and not out_of_time()):
             fixed, timed, spent_moves = repaired(pb.problem, moves, deadline)
             tried.timed = tried.timed or timed
             tried.repair_work += spent_moves * n
-            tried.last += len(pb.problem)          # its best-fit pass (the moves are bounded on their own)
+            tried.last += n                        # its best-fit pass (the moves are bounded on their own)
             sol = fixed or sol
         tried.work += tried.last
         ratio = sol.arena_bytes / max(cap, 1)

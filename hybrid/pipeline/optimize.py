@@ -330,6 +330,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             skipped.append(text)
 
     def lay_out_now(plan, others, result, population, stopped: bool = False):  # noqa: ANN001, ANN202
+        from hybrid.arena.layout import DEFAULT_BUDGET
+
         t = time.monotonic()
         if plan.allocation.kind != "unconstrained":   # laid out as planned (an arena) or size classes
             return _lay_out(graph, plan, None), False
@@ -348,8 +350,6 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                   f"install spent {format_seconds(timings.compile_s)} of it compiling the kernels)")
             # nor the repair under the capacity: its kernels' first compile (seconds) would spend that estimate
             # before any re-plan (measured on a fresh clone: the README command then wrote no offsets)
-            from hybrid.arena.layout import DEFAULT_BUDGET
-
             budget = dataclasses.replace(DEFAULT_BUDGET, repair_moves=0)
             leave("arena layout: its repair of a plan over the memory left out (its kernels compile on this "
                   "first run); the heuristics and re-plans ran")
@@ -359,8 +359,6 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
                   "without offsets (the executor compacts at run time if it must)")
             cap = None
         if cap is not None and not _exact_ready() and end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
-            from hybrid.arena.layout import DEFAULT_BUDGET
-
             budget = dataclasses.replace(budget or DEFAULT_BUDGET, exact_tries=0)
             leave(f"arena layout: its exact search for near misses left out (compiling it takes about "
                   f"{format_seconds(EXACT_COMPILE_S)} each run, more than the time left allows); the heuristics "
