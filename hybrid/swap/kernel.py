@@ -300,14 +300,18 @@ def walk(
     if arena:
         A.reset(capacity, ar_scr)
         top = 0
+        prev = -1
         for t in range(n_t):
             if initial[t]:
                 home[t] = top
                 if t_mem[t] > 0:
                     if top + t_mem[t] > capacity:
                         return INFEASIBLE, 0, -1, top + t_mem[t]
+                    if prev >= 0:
+                        ar_scr[14][t] = ar_scr[14][prev]   # packed upwards: search from the one below
                     A.occupy(top, t_mem[t], t, ts, ar_scr, pend, 0, use_ptr, use_pos, n_ops, t_persist)
                     top += t_mem[t]
+                    prev = t
     for t in range(n_t):
         if initial[t]:
             c = t_class[t]
