@@ -10,7 +10,7 @@ its winner is laid out within the full memory by `hybrid.arena.layout.lay_out`, 
 the memory where it fits (`_grow_search`), or falls back as usual where it does not (reported).
 
 One evaluation is the byte-budget walk (at less memory: 1.10-1.27x the walk at the full memory on
-benchmarks/planner_speed.py's 10k-op graphs, against 3.4-6.1x for the arena walk); the calibration is one or
+benchmarks/planner_speed.py's 10k-op graphs, against 2.6-3.6x for the arena walk); the calibration is one or
 two layouts once (1.2-3.6 s there, 30 s on NasNet-25). Fitness is not the laid-out makespan: the Python lifetimes
 and a best-fit layout cost 50-300x a walk on the 10k-op suite graphs, too much per evaluation.
 

@@ -29,11 +29,18 @@ the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured si
   segments each).
 - next fit from the last home chosen, then the best of `SCAN` more segments: 23.4 ms on that plan; with
   the scan's length scaled up on small graphs (`SCAN_WORK` / tensors, what won) 20.6 ms; 4.1-5.5x the
-  byte-budget walk per evaluation on the 10k-op training graph and 3.3-3.5x on the random DAG at half its peak (at a quarter the walk finds no offsets): over the 1.5x goal.
+  byte-budget walk per evaluation on the 10k-op training graph and 3.3-3.5x on the random DAG at half its peak
+  (at a quarter the walk finds no offsets): over the 1.5x goal.
   Most of it is the cost of each segment the scan visits (next uses, how the new tensor's uses interleave with
   the occupant's and the claims', when its bytes are free), about 20 visits per new tensor there. The search
   does better than either walk alone: on the README command it writes a plan faster than every laid-out
   baseline.
+- segment lookups: `find` (the segment holding a byte) walked
+  the list from the lowest address whenever a tensor's hint had been split or merged away: 6.5 million steps
+  per evaluation on the training graph at half its peak; walking from the hint either way and forwarding
+  merged-away segments, 340,000, and 2.6-3.6x the byte-budget walk (results/planner_speed.md; the same plans).
+  What is left on the random DAG (3.2x): the window scans (about a third), `occupy` (a sixth), and a walk with
+  1.2x the byte budget's nodes (fragmentation: more copies), without its time-order re-binding.
 - the byte budget's time-order re-binding (hybrid.swap.rewalk) has no counterpart here: an allocation's
   bytes are its home's, fixed; the ready-time term in the score is what stands in for it.
 
