@@ -153,3 +153,43 @@ def test_optimize_writes_the_plan_it_scored_and_compares_laid_out_baselines() ->
     from hybrid.swap.baselines import run_baseline
 
     assert run_baseline(g, device, "belady", addresses=True).allocation.kind == "arena"
+
+
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_segment_search_from_any_hint_finds_the_segment_holding_the_byte(seed: int) -> None:
+    """`find` walks from a tensor's hint (a segment since split, merged away or reused) either way; whatever the
+    hint, it must land on the one segment holding the byte, as a search from the lowest address does."""
+    from hybrid.swap import addresses as A
+
+    rng = np.random.default_rng(seed)
+    ar = A.scratch(40, 4)
+    lo, hi, occ, cl, c2, nx = ar[:6]
+    capacity = 1000
+    A.reset(capacity, ar)
+
+    def segments() -> list[int]:
+        out, k = [], ar[8][0]
+        while k >= 0:
+            out.append(int(k))
+            k = nx[k]
+        return out
+
+    for _ in range(200):
+        live = segments()
+        k = live[rng.integers(len(live))]
+        if rng.random() < 0.6 and hi[k] - lo[k] > 1:
+            A._split(k, int(rng.integers(lo[k] + 1, hi[k])), ar)
+            occ[k] = int(rng.integers(-1, 5))     # the upper piece gets another occupant: merges stay possible
+        elif nx[k] >= 0:
+            j = nx[k]
+            occ[j], cl[j], c2[j] = occ[k], cl[k], c2[k]
+            A._merge_next(k, ar)
+        live = segments()
+        assert [int(lo[s]) for s in live][0] == 0 and int(hi[live[-1]]) == capacity
+        for _ in range(5):
+            a = int(rng.integers(0, capacity))
+            hint = int(rng.integers(-1, len(lo)))
+            k = A.find(a, hint, ar)
+            assert k == A.find(a, -1, ar)
+            assert lo[k] <= a < hi[k], (a, hint, int(lo[k]), int(hi[k]))
