@@ -35,12 +35,12 @@ the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured si
   the occupant's and the claims', when its bytes are free), about 20 visits per new tensor there. The search
   does better than either walk alone: on the README command it writes a plan faster than every laid-out
   baseline.
-- segment lookups: `find` (the segment holding a byte) walked
-  the list from the lowest address whenever a tensor's hint had been split or merged away: 6.5 million steps
-  per evaluation on the training graph at half its peak; walking from the hint either way and forwarding
-  merged-away segments, 340,000, and 2.6-3.6x the byte-budget walk (results/planner_speed.md; the same plans).
-  What is left on the random DAG (3.2x): the window scans (about a third), `occupy` (a sixth), and a walk with
-  1.2x the byte budget's nodes (fragmentation: more copies), without its time-order re-binding.
+- segment lookups: `find` (the segment holding a byte) walked the list from the lowest address whenever a
+  tensor's hint had been split or merged away: 6.5 million steps per evaluation on the training graph at half
+  its peak; walking from the hint either way and forwarding merged-away segments, 340,000, and 2.6-3.6x the
+  byte-budget walk (results/planner_speed.md; the same plans). What is left on the random DAG (3.2x): the
+  window scans (about a third), `occupy` (a sixth), and a walk with 1.2x the byte budget's nodes
+  (fragmentation: more copies), without its time-order re-binding.
 - the byte budget's time-order re-binding (hybrid.swap.rewalk) has no counterpart here: an allocation's
   bytes are its home's, fixed; the ready-time term in the score is what stands in for it.
 
