@@ -360,9 +360,9 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             cap = None
         if cap is not None and not _exact_ready() and end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
             budget = dataclasses.replace(budget or DEFAULT_BUDGET, exact_tries=0)
-            leave(f"arena layout: its exact search for near misses left out (compiling it takes about "
-                  f"{format_seconds(EXACT_COMPILE_S)} each run, more than the time left allows); the heuristics "
-                  "and re-plans ran")
+            leave(f"arena layout: its exact search for near misses left out (a process's first use loads or "
+                  f"compiles it: up to about {format_seconds(EXACT_COMPILE_S)}, more than the time left allows); "
+                  "the heuristics and re-plans ran")
         elif cap is not None and not _exact_ready() and _exact_may_run(graph):
             # compiled here, outside the layout's cap, so that the compile's time (6 s unloaded, a minute on a
             # busy machine) never cuts the layout's counted work: one seed, one layout
