@@ -28,6 +28,9 @@
 #             COMPILE_MODELS (default resnet-50,gpt2), hybrid at each one's peak: results/vs_torch_measured_compile
 #             (.md, .csv); only in a task with device time to spare
 #   sanitizer ~1: executor_gpu's TORCH_CUDA_SANITIZER run (no stream races)
+# Knobs (environment): CALL_SECONDS (the call's deadline), <STAGE>_SECONDS (a cap on one stage, e.g.
+# EXECUTOR_SECONDS=280 leaves the rest of the call to the stages after it), GA_SECONDS (executor's `hybrid optimize`
+# seconds, 30), HYBRID_SECONDS (vs_torch's per measured peak, 30), VS_TORCH_MODELS, EXECUTOR_MODELS.
 # GPU_SESSION_DEVICE=cpu runs the stages' code on the CPU with tiny models (a smoke test of this script here,
 # not figures; everything goes to $OUT).
 set -uo pipefail
@@ -45,7 +48,7 @@ if [ "$DEV" = cpu ]; then   # tiny models
     EG=(--device cpu --quick --iters 2 --fractions 0.5); VT=(--measure-on cpu --quick --iters 2)
     VT_ONLY=resnet-50,transformer-lm; EX_MODELS=(); SMOKE=("${EG[@]}"); CM_ONLY=resnet-50; Q=_quick
 else
-    EG=(); VT=(--iters 8); VT_ONLY=resnet-50,vgg16,unet,gpt2,llama; Q=
+    EG=(); VT=(--iters 8); VT_ONLY=${VS_TORCH_MODELS:-resnet-50,vgg16,unet,gpt2,llama}; Q=
     read -r -a EX_MODELS <<< "--models ${EXECUTOR_MODELS:-resnet-50 rnn-4-2k}"
     SMOKE=(--models resnet-18 --fractions 0.5 --iters 4); CM_ONLY=${COMPILE_MODELS:-resnet-50,gpt2}
 fi
@@ -62,8 +65,9 @@ fi
     echo "error: OR-Tools or HiGHS missing for $PY: run 'bash benchmarks/gpu_wheels.sh' where the package registries" \
          "are reachable and name .whl in the device call's carry" | tee -a "$LOG"; exit 1; }
 
-bounded() {   # run "$@" until the call's deadline (less a margin to copy files); log how it ended
+bounded() {   # run "$@" until the call's deadline (less a margin to copy files) or the stage's cap; log how it ended
     local left=$((deadline - SECONDS - 25))
+    if [ -n "${stage_end:-}" ] && [ $((stage_end - SECONDS)) -lt "$left" ]; then left=$((stage_end - SECONDS)); fi
     if [ "$left" -lt 30 ]; then echo "skipped: $left s left of the call" | tee -a "$LOG"; return 0; fi
     timeout -k 20 "$left" "$@" 2>&1 | tee -a "$LOG"
     local rc=${PIPESTATUS[0]}
@@ -76,7 +80,9 @@ keep() {   # copy tables a stage wrote under results/ to $OUT
 }
 
 run_stage() {
-    local stage=$1
+    local stage=$1 cap_var
+    cap_var="$(echo "$stage" | tr a-z A-Z)_SECONDS"   # e.g. EXECUTOR_SECONDS=280: this stage ends by then
+    stage_end=; [ -n "${!cap_var:-}" ] && stage_end=$((SECONDS + ${!cap_var}))
     echo "=== $stage ($(date -u +%H:%M:%S), $((deadline - SECONDS)) s left)" | tee -a "$LOG"
     case "$stage" in
     smoke)
@@ -97,14 +103,15 @@ print(f"planner kernels ready in {time.time() - t:.1f} s")'
         ;;
     vs_torch)
         bounded "$PY" -m benchmarks.vs_torch --measured-only --only "$VT_ONLY" "${VT[@]}" \
+            ${HYBRID_SECONDS:+--hybrid-seconds "$HYBRID_SECONDS"} \
             --alternatives eager,checkpoint,save_on_cpu,checkpoint+save_on_cpu
         keep "results/vs_torch_measured$Q.md" "results/vs_torch_measured$Q.csv"
         ;;
     executor)
         # this run's models replace theirs in the committed table; its other rows (and the sanitizer's) stay
         [ "$DEV" = cpu ] || [ -f "$OUT/executor_gpu.json" ] || cp results/executor_gpu.json "$OUT/executor_gpu.json"
-        bounded "$PY" -m benchmarks.executor_gpu "${EG[@]}" "${EX_MODELS[@]}" --ga-seconds 30 --no-sanitizer \
-            --append --out "$OUT/executor_gpu.md"
+        bounded "$PY" -m benchmarks.executor_gpu "${EG[@]}" "${EX_MODELS[@]}" --ga-seconds "${GA_SECONDS:-30}" \
+            --no-sanitizer --append --out "$OUT/executor_gpu.md"
         ;;
     sanitizer)
         [ "$DEV" = cpu ] && { echo "the sanitizer needs CUDA: skipped" | tee -a "$LOG"; return 0; }
