@@ -383,7 +383,13 @@ def main() -> None:
             if only and model.name not in only:
                 continue
             t0 = time.monotonic()
-            plain, ck = graphs(model)
+            try:
+                plain, ck = graphs(model)
+            except Exception as e:  # noqa: BLE001 - on a lent GPU's minutes, one model's failure spares the rest
+                if not a.measured_only:
+                    raise
+                print(f"{model.name}: skipped: capture failed: {type(e).__name__}: {e}", flush=True)
+                continue
             saved.mkdir(parents=True, exist_ok=True)
             plain.save(saved / f"{model.name}.json")
             ck.save(saved / f"{model.name}-checkpoint.json")

@@ -119,8 +119,10 @@ def rng_ops() -> Iterator[None]:
             setattr(torch.random, name, fn)
         torch.autograd.graph.saved_tensors_hooks.__enter__ = enter_hooks  # type: ignore[method-assign]
         # make_fx tracing of eager semantics: selective checkpointing then caches what its policy saves and
-        # recomputes the rest, as eager does (under a compiler's tracing it would cache every output).
-        with torch.compiler._non_strict_tracing_context():
+        # recomputes the rest, as eager does (under a compiler's tracing it would cache every output). PyTorch
+        # before 2.13 has no such flag: its checkpoint keeps eager semantics under make_fx without one.
+        strict_off = getattr(torch.compiler, "_non_strict_tracing_context", contextlib.nullcontext)
+        with strict_off():
             yield
     finally:
         for name, fn in saved.items():
