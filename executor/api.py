@@ -57,6 +57,9 @@ class Executor:
         self.graph = graph
         self.plan = plan
         self.backend = make_backend(device, poison=sanitize)
+        # what was allocated on the device before this executor's pool: its own peak is measured above it
+        self._allocated_before = (int(torch.cuda.memory_allocated(self.backend.device))
+                                  if self.backend.name == "cuda" else 0)
         if cuda_graph and self.backend.name != "cuda":    # before the pools are allocated and the program built
             raise HybridError("--cuda-graph needs --device cuda (a CUDA graph replays device work)")
         self.runtime = Runtime(graph, plan, self.backend, compile_program(graph, plan), timing=timing,
@@ -158,6 +161,12 @@ class Executor:
         if self.backend.name == "cuda":
             counted = self.runtime.allocator.max_allocated if self.runtime.allocator is not None else 0
             out["cuda_max_allocated_bytes"] = max(counted, int(torch.cuda.max_memory_allocated(self.backend.device)))
+            # Allocated before this executor (other tensors of the process, cuBLAS's workspaces kept since the
+            # compute stream's first product: `cuda_kernel_state_bytes`, outside any plan, for good): the
+            # executor's own peak is the max above it, which a plan's memory (with its reserve) should bound.
+            out["cuda_allocated_before_bytes"] = self._allocated_before
+            out["cuda_kernel_state_bytes"] = getattr(self.backend, "kernel_state_bytes", 0)
+            out["cuda_peak_above_before_bytes"] = out["cuda_max_allocated_bytes"] - self._allocated_before
         return out
 
     def summary(self) -> Summary:

@@ -52,8 +52,9 @@ class Summary:
     issue_s: float = float("nan")       # median host time to issue an iteration (issued node by node)
     graphed: int = 0                    # iterations replayed as one CUDA graph (makespan_s is theirs when > 0)
     issued_makespan_s: float | None = None   # median makespan of the iterations issued node by node
-    # allocated outside the pool in the last iteration (executor.outside): the copy fallback's results, constants,
-    # on CUDA kernels' scratch too; `outside_beyond_workspace_bytes` is what the plan's memory did not allow for
+    # allocated outside the pool in the iteration that allocated most there (executor.outside): the copy fallback's
+    # results, constants, on CUDA kernels' scratch too; `outside_beyond_workspace_bytes` is what the plan's memory
+    # did not allow for
     outside_counted_by: str = ""
     outside_bytes: int = 0
     outside_peak_bytes: int = 0
@@ -123,6 +124,9 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
         for k, v in s.items():
             stall.setdefault(k, []).append(v)
     last = use[-1].ops
+    # Bytes outside the pool: the iteration that allocated the most there (a replayed CUDA graph allocates
+    # nothing; its recording, or an issued iteration, did).
+    out = max((r.ops.outside for r in records), key=lambda o: (o.peak_bytes, o.bytes), default=last.outside)
     return Summary(
         iterations=len(records), measured_from=first, wall_s=wall, makespan_s=mk, simulated_s=sim,
         resimulated_s=resim, ratio=(mk / sim) if sim > 0 else float("nan"),
@@ -134,9 +138,9 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
         copy_targets=dict(last.copy_targets), version_bytes=last.version_bytes, memory=dict(memory or {}),
         issue_s=statistics.median(r.issue_s for r in issued) if issued else float("nan"), graphed=len(replayed),
         issued_makespan_s=statistics.median(r.makespan_s for r in issued) if issued else None,
-        outside_counted_by=last.outside.counted_by, outside_bytes=last.outside.bytes,
-        outside_peak_bytes=last.outside.peak_bytes, outside_beyond_workspace_bytes=last.outside.beyond_workspace_bytes,
-        outside_by_target=dict(last.outside.by_target),
+        outside_counted_by=out.counted_by, outside_bytes=out.bytes,
+        outside_peak_bytes=out.peak_bytes, outside_beyond_workspace_bytes=out.beyond_workspace_bytes,
+        outside_by_target=dict(out.by_target),
     )
 
 

@@ -373,32 +373,40 @@ def compile_op(graph: Graph, op: Op, device: torch.device | None = None) -> OpCa
     return OpCall(op, fn, COPY, why, args, kwargs, None, (), ids, nbytes, versions)
 
 
-def copy_workspaces(graph: Graph) -> dict[str, int]:
-    """Op id -> bytes the executor allocates outside the pool while the op runs, for every op it can run only
-    through the copy fallback even on the CPU (where it has the most out= paths: the results it computes
-    and then copies into their slots), or whose slot writer needs scratch (contiguous copies of a
-    convolution's non-contiguous input): the op's workspace, which the graph must state for a plan to count
-    it (`with_copy_workspaces` states it). Ops that allocate nothing are absent."""
+def copy_workspaces(graph: Graph, device: str | torch.device = "cpu") -> dict[str, int]:
+    """Op id -> bytes the executor allocates outside the pool while the op runs on `device`: the results of an op
+    it runs through the copy fallback (computed, then copied into their slots), a slot writer's scratch
+    (contiguous copies of a convolution's non-contiguous input), and on CUDA, where a profile measured the op
+    (`cost.device_peak_bytes`, hybrid.capture.profile), its kernels' scratch too. That is the op's workspace,
+    which the graph must state for a plan to count it (`with_copy_workspaces` states it). Ops that allocate
+    nothing are absent. The CPU has the most out= paths (its convolutions write their slots); on CUDA a
+    convolution and its backward go through the copy fallback."""
+    dev = torch.device(device)
     out: dict[str, int] = {}
     for op in graph.ops:
         rec = op.extra.get("aten")
         if not isinstance(rec, dict) or "target" not in rec:
             continue
-        call = compile_op(graph, op)
+        call = compile_op(graph, op, dev)
         nbytes = call.copy_bytes if call.mode == COPY else call.scratch_bytes if call.mode == SLOT else 0
+        peak = op.extra.get("cost", {}).get("device_peak_bytes") if dev.type == "cuda" else None
+        if isinstance(peak, int) and not isinstance(peak, bool):
+            # the measured call held its results and its scratch; an op writing its slots holds the scratch only
+            results = sum(graph.tensor(t).bytes for t in dict.fromkeys(op.outputs))
+            nbytes = max(nbytes, peak - results if call.mode in (OUT, SLOT) else peak)
         if nbytes > 0:
             out[op.id] = nbytes
     return out
 
 
-def with_copy_workspaces(graph: Graph) -> Graph:
+def with_copy_workspaces(graph: Graph, device: str | torch.device = "cpu") -> Graph:
     """`graph` with each op's workspace raised to what `copy_workspaces` says this executor allocates outside
-    its pool while the op runs (the default implementation's too), so that a plan counts those bytes: the plan's
-    memory is then what the executor allocates (`hybrid capture --executor-workspaces`). Not applied by
-    default: the result tables' graphs stay as they were until those tables are regenerated."""
+    its pool while the op runs on `device` (the default implementation's too), so that a plan counts those
+    bytes: the plan's memory is then what the executor allocates (`hybrid capture --executor-workspaces`). Not
+    applied by default: the result tables' graphs stay as they were until those tables are regenerated."""
     import dataclasses
 
-    ws = copy_workspaces(graph)
+    ws = copy_workspaces(graph, device)
     if not ws:
         return graph
     ops = []

@@ -10,7 +10,9 @@ time on the CPU. Inputs are random floats and zero integers (valid indices).
 File format `hybrid-profile/1`:
     {"format": "hybrid-profile/1", "backend": "cuda" | "cpu", "device_name": "...",
      "torch": "2.13.0", "entries": {SIGNATURE: {"time_s": 1.2e-4, "samples": 5, "target": "aten.mm.default"}}}
-A profile with backend "cuda" supplies `time_s`; one with backend "cpu" supplies `cpu_time_s`.
+A profile with backend "cuda" supplies `time_s`; one with backend "cpu" supplies `cpu_time_s`. A cuda entry
+may also hold `peak_bytes`: the most device bytes one run held above what was allocated before it (its results
+and its kernels' scratch), which `apply_profile` keeps as the op's `cost.device_peak_bytes`.
 An op with alternative implementations (`impls`, hybrid.capture.conv_impls) has one more entry per
 non-default impl, keyed `SIGNATURE#impl=NAME`: a cuda profile sets those impls' `time_s` (the default impl
 takes the op's own measured time, so it stays the op's default); a cpu profile records them in the op's
@@ -66,6 +68,10 @@ class Profile:
             if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
                 raise FormatError(f"{p}: entry for {e.get('target', sig[:60]) if isinstance(e, dict) else sig[:60]!r} "
                                   "needs a non-negative 'time_s'")
+            pk = e.get("peak_bytes", 0)
+            if isinstance(pk, bool) or not isinstance(pk, int) or pk < 0:
+                raise FormatError(f"{p}: entry for {e.get('target', sig[:60])!r}: 'peak_bytes' must be a "
+                                  "non-negative integer")
         return Profile(d["backend"], str(d.get("device_name", "")), d["entries"], str(d.get("torch", "")))
 
 
@@ -143,8 +149,25 @@ def _alternatives(op: Op) -> list[str]:
     return [im.name for im in op.impls if im.name != d]
 
 
+def _peak_bytes(op: Op, env: dict, ctx: Any, dev: Any, impl: str | None) -> int:
+    """CUDA: the most bytes one run of the op holds allocated above what was allocated before it (its results
+    and its kernels' scratch), after the warm-up runs allocated whatever kernels keep for good (cuBLAS's
+    workspace of the stream). Resets the device's peak counter."""
+    import torch
+
+    from hybrid.capture.interpreter import run_op
+
+    torch.cuda.synchronize(dev)
+    base = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
+    torch.cuda.synchronize(dev)
+    return max(0, int(torch.cuda.max_memory_allocated(dev)) - int(base))
+
+
 def _time_op(op: Op, graph: Graph, dev: Any, repeat: int, warmup: int, gen: Any,
-             impl: str | None = None) -> list[float]:
+             impl: str | None = None) -> tuple[list[float], int | None]:
+    """Seconds per run (`repeat` samples) and, on CUDA, the run's peak device bytes (`_peak_bytes`)."""
     import torch
 
     from hybrid.capture.interpreter import ReplayContext, run_op
@@ -154,21 +177,22 @@ def _time_op(op: Op, graph: Graph, dev: Any, repeat: int, warmup: int, gen: Any,
     env.update({new: _materialize(graph, new, dev, gen) for new in op.extra["aten"].get("versions", {})})
     ctx = ReplayContext(dev, step=1, check=False)
     with torch.no_grad():
-        for _ in range(warmup):
+        for _ in range(max(1, warmup) if dev.type == "cuda" else warmup):
             run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
         samples = []
         if dev.type == "cuda":
+            peak = _peak_bytes(op, env, ctx, dev, impl)
             graphed = _time_graphed(op, env, ctx, dev, repeat, impl)
             if graphed is not None:
-                return graphed
+                return graphed, peak
             torch.cuda.synchronize(dev)
-            return _event_samples(lambda: run_op(op, dict(env), ctx, versions_ready=True, impl=impl), repeat)
+            return _event_samples(lambda: run_op(op, dict(env), ctx, versions_ready=True, impl=impl), repeat), peak
         else:
             for _ in range(repeat):
                 t0 = time.perf_counter()
                 run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
                 samples.append(time.perf_counter() - t0)
-    return samples
+    return samples, None
 
 
 def _event_samples(launch: Any, repeat: int, runs: int = 1) -> list[float]:
@@ -283,7 +307,7 @@ def measure_profile(
                     report.reasons[op.id] = f"needs {nbytes} bytes > max_op_bytes {max_op_bytes}"
                     continue
                 try:
-                    samples = _time_op(op, graph, dev, repeat, warmup, gen, impl)
+                    samples, peak = _time_op(op, graph, dev, repeat, warmup, gen, impl)
                 except (RuntimeError, HybridError) as e:   # out of memory, or a kernel this device lacks
                     report.skipped.append(op.id)
                     report.reasons[op.id] = str(e).splitlines()[0][:200]
@@ -291,7 +315,8 @@ def measure_profile(
                         torch.cuda.empty_cache()
                     continue
                 profile.entries[sig] = {"time_s": statistics.median(samples), "samples": len(samples),
-                                        "target": op.extra["aten"]["target"], **({"impl": impl} if impl else {})}
+                                        "target": op.extra["aten"]["target"], **({"impl": impl} if impl else {}),
+                                        **({"peak_bytes": peak} if peak is not None else {})}
                 report.measured += 1
     except KeyboardInterrupt:
         report.reasons["interrupted"] = "Ctrl-C"
@@ -320,6 +345,10 @@ def apply_profile(graph: Graph, profile: Profile) -> Graph:
         cost = dict(extra.get("cost", {}))
         cost[f"{field_name}_source"] = "profile"
         cost[f"roofline_{field_name}"] = getattr(op, field_name)
+        if isinstance(e.get("peak_bytes"), int) and field_name == "time_s":
+            # the recorded call's results and scratch at its peak on this device: what an executor that runs it
+            # outside its pool holds there (executor.ops.with_copy_workspaces states it as the op's workspace)
+            cost["device_peak_bytes"] = int(e["peak_bytes"])
         new_t = float(e["time_s"])
         impls = op.impls
         if impls:

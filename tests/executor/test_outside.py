@@ -330,3 +330,35 @@ def test_capture_states_no_copy_workspaces_unless_asked() -> None:
     assert all(op.workspace_bytes == 0 for op in plain.ops)
     assert any(op.workspace_bytes > 0 for op in stated.ops)
     assert [op.id for op in plain.ops] == [op.id for op in stated.ops]
+
+
+def test_on_cuda_convolutions_state_their_results_and_a_profile_states_kernel_scratch() -> None:
+    """On CUDA the executor runs a convolution through the copy fallback (the CPU's slot writer is CPU-only), so
+    its results are its workspace there; a cuda profile's measured peak (`cost.device_peak_bytes`) adds the
+    kernels' scratch: the whole peak for a copy-fallback op, the peak less its results for one writing its slots."""
+    import dataclasses
+
+    from executor.ops import OUT, copy_workspaces
+
+    batch, ov, opt, options = ZOO["resnet-18"]
+    g = capture_model("resnet-18", batch, optimizer=opt, lr=0.02, optimizer_options=options, overrides=ov)
+    cpu, cuda = copy_workspaces(g), copy_workspaces(g, "cuda")
+    convs = [op for op in g.ops if op.extra["aten"]["target"] == "aten.convolution.default"]
+    assert convs and all(op.id not in cpu for op in convs)
+    cuda_dev = torch.device("cuda")
+    for op in convs:
+        assert compile_op(g, op, cuda_dev).mode == COPY
+        assert cuda[op.id] == sum(g.tensor(t).bytes for t in op.outputs)
+    out_op = next(op for op in g.ops if compile_op(g, op, cuda_dev).mode == OUT and op.id not in cuda)
+    results = sum(g.tensor(t).bytes for t in dict.fromkeys(out_op.outputs))
+    measured = {convs[0].id: cuda[convs[0].id] + 4096, out_op.id: results + 512}
+    ops = [dataclasses.replace(op, extra={**op.extra, "cost": {**op.extra.get("cost", {}),
+                                                                "device_peak_bytes": measured[op.id]}})
+           if op.id in measured else op for op in g.ops]
+    g2 = type(g)(g.name, list(g.tensors), ops, g.device, g.extra)
+    got = copy_workspaces(g2, "cuda")
+    assert got[convs[0].id] == measured[convs[0].id] and got[out_op.id] == 512
+    assert copy_workspaces(g2) == cpu                  # the CPU executor ignores a GPU's measurement
+    stated = with_copy_workspaces(g2, "cuda")
+    assert stated.op(out_op.id).workspace_bytes == 512
+    assert max(op.workspace_bytes for op in stated.ops) == max(got.values())
