@@ -199,6 +199,11 @@ def layout_seconds(eval_s: float) -> float:
     return LAYOUT_FIXED_S + LAYOUT_EVALS * eval_s + validate_seconds(eval_s)
 
 
+def heuristic_layout_seconds(eval_s: float) -> float:
+    """`layout_seconds` without the exact search's tries (its fixed part): the heuristics, re-plans, validation."""
+    return layout_seconds(eval_s) - LAYOUT_FIXED_S
+
+
 def baselines_seconds(eval_s: float) -> float:
     """Each baseline planned, validated and laid out by the heuristics with its re-plans."""
     from hybrid.pipeline.baselines import BASELINES
@@ -353,6 +358,12 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             budget = dataclasses.replace(DEFAULT_BUDGET, repair_moves=0)
             leave("arena layout: its repair of a plan over the memory left out (its kernels compile on this "
                   "first run); the heuristics and re-plans ran")
+        elif cap is not None and end - t < layout_seconds(eval_s) and cap >= heuristic_layout_seconds(eval_s):
+            # the search ran past its share (a process pool's start on a fresh machine): the heuristics and
+            # re-plans still fit, and a plan with offsets is the plan that runs
+            budget = dataclasses.replace(budget or DEFAULT_BUDGET, exact_tries=0)
+            leave(f"arena layout: {format_seconds(max(0.0, end - t))} left of the time limit, under one layout's "
+                  f"{format_seconds(layout_seconds(eval_s))}: laid out without its exact search for near misses")
         elif cap is not None and end - t < layout_seconds(eval_s):
             leave(f"arena layout: not run, {format_seconds(max(0.0, end - t))} left of the time limit and one "
                   f"layout takes about {format_seconds(layout_seconds(eval_s))} here; the byte budget is written "

@@ -197,3 +197,21 @@ def test_a_first_run_whose_compile_spent_the_limit_still_lays_its_plan_out(monke
     assert any("arena layout: run up to" in s and "compiling the kernels" in s for s in res.skipped)
     assert any("its repair of a plan over the memory left out" in s for s in res.skipped)
     assert time.monotonic() - t0 < 5 * 20.0             # hang guard only
+
+
+def test_a_search_that_ran_past_its_share_still_lays_its_plan_out_without_the_exact_search() -> None:
+    """Less time left than a whole layout's estimate but more than its heuristics' (a process pool's start on a
+    fresh machine ran the search long): the plan is laid out by the heuristics and re-plans, within the limit."""
+    from hybrid.pipeline.optimize import heuristic_layout_seconds, layout_seconds
+    from ga.evaluation import evaluation_seconds
+
+    g, dev = small_training(10, seed=2)
+    eval_s = evaluation_seconds(g, dev)
+    left = (heuristic_layout_seconds(eval_s) + layout_seconds(eval_s)) / 2
+    limit = 20.0
+    res = run_optimize(g, dev, limit, OptimizeOptions(config=GAConfig(population=4, children=4), workers=1,
+                                                       refine="none", baselines=False),
+                       started_at=time.monotonic() - (limit - left))
+    assert validate(g, res.plan).valid
+    assert any("laid out without its exact search" in s for s in res.skipped), res.skipped
+    assert res.plan.allocation.kind in ("arena", "size_classes"), res.skipped   # places as planned, no compaction
