@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from executor.api import Executor, execute  # noqa: E402
 from executor.check import against_unlimited, exact_kernels, torch_optimizer  # noqa: E402
-from executor.ops import with_copy_workspaces  # noqa: E402
+from executor.ops import with_copy_costs  # noqa: E402
 from executor.streams import kernel_state_bytes  # noqa: E402
 from hybrid.swap.quick_plans import size_class_plan  # noqa: E402
 from hybrid.swap.baselines import run_baseline
@@ -228,12 +228,25 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
 
 
 def make_plans(graph: Graph, roofline: Graph, device: Device, ga_seconds: float) -> dict[str, Plan]:
+    """Every plan laid out at exact offsets, as the executor runs it (issue 31: no compaction on any row): the
+    baselines' byte budgets through `lay_out_baseline` (re-planned by their own rules with less memory where they
+    do not fit, as `hybrid optimize --compare-baselines` lays them out), the size-class pool as it is."""
+    from hybrid.pipeline.baselines import lay_out_baseline
+
+    def laid(g: Graph, kind: str, name: str) -> None:
+        try:
+            bb = run_baseline(g, device, kind)
+            lay = lay_out_baseline(g, device, kind, bb, time_limit_s=60.0)
+            plans[name] = lay.plan
+            if lay.fallback:
+                log(f"  {name}: {lay.fallback}, {lay.plan.makespan_s * 1e3:.2f} ms simulated (byte budget "
+                    f"{bb.makespan_s * 1e3:.2f} ms)")
+        except Exception as e:  # noqa: BLE001 - a benchmark reports every failure
+            log(f"  {name}: no plan ({type(e).__name__}: {e})")
+
     plans: dict[str, Plan] = {}
     for kind in ("belady", "vdnn", "naive"):
-        try:
-            plans[kind] = run_baseline(graph, device, kind)
-        except Exception as e:  # noqa: BLE001 - a benchmark reports every failure
-            log(f"  {kind}: no plan ({type(e).__name__}: {e})")
+        laid(graph, kind, kind)
     try:
         plans["size-classes"] = size_class_plan(graph, device)
     except Exception as e:  # noqa: BLE001
@@ -253,23 +266,7 @@ def make_plans(graph: Graph, roofline: Graph, device: Device, ga_seconds: float)
                 log(f"  optimize (written): {why}")
         except Exception as e:  # noqa: BLE001
             log(f"  optimize (written): no plan ({type(e).__name__}: {e})")
-    if "belady" in plans:
-        # The byte-budget plan laid out at exact offsets (hybrid.arena): the pool places nothing at run time.
-        try:
-            from hybrid.arena.layout import lay_out
-
-            lay = lay_out(graph, plans["belady"], time_limit_s=60.0)
-            if lay.plan.allocation.kind == "arena":
-                plans["belady (arena offsets)"] = lay.plan
-                if lay.fallback:
-                    log(f"  belady (arena offsets): {lay.fallback}, {lay.plan.makespan_s * 1e3:.2f} ms simulated "
-                        f"(byte budget {lay.makespan_before_s * 1e3:.2f} ms)")
-        except Exception as e:  # noqa: BLE001
-            log(f"  belady (arena offsets): no layout ({type(e).__name__}: {e})")
-    try:
-        plans["belady (roofline times)"] = run_baseline(roofline, device, "belady")
-    except Exception as e:  # noqa: BLE001
-        log(f"  belady (roofline): no plan ({type(e).__name__}: {e})")
+    laid(roofline, "belady", "belady (roofline times)")
     for name, p in list(plans.items()):
         g = roofline if "roofline" in name else graph
         rep = validate(g, p)
@@ -370,9 +367,10 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
         graph = roofline
     # What the executor allocates outside its pool on this device (the copy fallback's results, kernels' scratch
     # measured by the profile) stated as the ops' workspaces, so that the plans count it (issue 32: torch's peak
-    # within the plan's memory); the roofline graph states the copy fallback's results.
-    graph = with_copy_workspaces(graph, dev.type)
-    roofline = with_copy_workspaces(roofline, dev.type)
+    # within the plan's memory), and the copy fallback's copies in the ops' times (measured by the profile: the
+    # simulator times what runs); the roofline graph states the copy fallback's results.
+    graph = with_copy_costs(graph, dev.type)
+    roofline = with_copy_costs(roofline, dev.type)
     spec = get_model(name, **ov)
     torch.manual_seed(seed)
     base = spec.build()

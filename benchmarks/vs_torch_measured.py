@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 
 from benchmarks.executor_gpu import cost_preset, measure_link, run_plan, short, sync
-from executor.ops import with_copy_workspaces
+from executor.ops import with_copy_costs
 from executor.streams import kernel_state_bytes
 from hybrid.device import Device
 from hybrid.errors import HybridError
@@ -205,8 +205,9 @@ def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, it
     if not cpu:
         prof, rep = measure_profile(plain, backend="cuda", repeat=5, warmup=2)
         # what the executor allocates outside its pool here (the copy fallback's results, the kernels' scratch
-        # the profile measured) stated as the ops' workspaces: the plan counts it (torch's peak within the plan)
-        graph = with_copy_workspaces(apply_profile(plain, prof), "cuda")
+        # the profile measured) stated as the ops' workspaces: the plan counts it (torch's peak within the plan);
+        # the copy fallback's copies (measured) in the ops' times: the simulator times what runs
+        graph = with_copy_costs(apply_profile(plain, prof), "cuda")
         timed = sum(1 for op in graph.ops if op.extra.get("cost", {}).get("time_s_source") == "profile")
         # ops the profiler skipped keep the capture's roofline times (v100-16gb): say how many
         profiled = f"{timed} of {len(graph.ops)} ops timed on this GPU ({len(rep.skipped)} skipped)"

@@ -421,6 +421,30 @@ def with_copy_workspaces(graph: Graph, device: str | torch.device = "cpu") -> Gr
     return Graph(graph.name, list(graph.tensors), ops, graph.device, graph.extra)
 
 
+def with_copy_costs(graph: Graph, device: str | torch.device = "cpu") -> Graph:
+    """`with_copy_workspaces`, and each op this executor runs through the copy fallback on `device` made slower
+    by the copy of its results into their slots, where a profile measured it (`cost.device_copy_time_s`,
+    hybrid.capture.profile; the op's default implementation's time too): what the simulator then times is what
+    the executor runs. The time added is kept as `cost.copy_time_added_s`."""
+    import dataclasses
+
+    g = with_copy_workspaces(graph, device)
+    dev = torch.device(device)
+    ops = []
+    for op in g.ops:
+        add = op.extra.get("cost", {}).get("device_copy_time_s") if dev.type == "cuda" else None
+        rec = op.extra.get("aten")
+        if (isinstance(add, (int, float)) and add > 0 and isinstance(rec, dict) and "target" in rec
+                and compile_op(g, op, dev).mode == COPY):
+            extra = {**op.extra, "cost": {**op.extra.get("cost", {}), "copy_time_added_s": float(add)}}
+            default = op.default_impl if op.impls else -1
+            impls = tuple(dataclasses.replace(im, time_s=im.time_s + float(add)) if i == default else im
+                          for i, im in enumerate(op.impls))
+            op = dataclasses.replace(op, time_s=op.time_s + float(add), impls=impls, extra=extra)
+        ops.append(op)
+    return Graph(g.name, list(g.tensors), ops, g.device, g.extra)
+
+
 class OpRunner:
     """Decodes and runs compiled ops against `env` (graph tensor id -> device tensor).
 

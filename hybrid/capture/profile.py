@@ -12,7 +12,9 @@ File format `hybrid-profile/1`:
      "torch": "2.13.0", "entries": {SIGNATURE: {"time_s": 1.2e-4, "samples": 5, "target": "aten.mm.default"}}}
 A profile with backend "cuda" supplies `time_s`; one with backend "cpu" supplies `cpu_time_s`. A cuda entry
 may also hold `peak_bytes`: the most device bytes one run held above what was allocated before it (its results
-and its kernels' scratch), which `apply_profile` keeps as the op's `cost.device_peak_bytes`.
+and its kernels' scratch), and `copy_time_s`: the seconds to copy its fresh results once, which `apply_profile`
+keeps as the op's `cost.device_peak_bytes` and `cost.device_copy_time_s` (executor.ops.with_copy_costs states
+them where the executor runs the op through its copy fallback).
 An op with alternative implementations (`impls`, hybrid.capture.conv_impls) has one more entry per
 non-default impl, keyed `SIGNATURE#impl=NAME`: a cuda profile sets those impls' `time_s` (the default impl
 takes the op's own measured time, so it stays the op's default); a cpu profile records them in the op's
@@ -72,6 +74,10 @@ class Profile:
             if isinstance(pk, bool) or not isinstance(pk, int) or pk < 0:
                 raise FormatError(f"{p}: entry for {e.get('target', sig[:60])!r}: 'peak_bytes' must be a "
                                   "non-negative integer")
+            ct = e.get("copy_time_s", 0.0)
+            if isinstance(ct, bool) or not isinstance(ct, (int, float)) or not ct >= 0:
+                raise FormatError(f"{p}: entry for {e.get('target', sig[:60])!r}: 'copy_time_s' must be a "
+                                  "non-negative number")
         return Profile(d["backend"], str(d.get("device_name", "")), d["entries"], str(d.get("torch", "")))
 
 
@@ -149,10 +155,12 @@ def _alternatives(op: Op) -> list[str]:
     return [im.name for im in op.impls if im.name != d]
 
 
-def _peak_bytes(op: Op, env: dict, ctx: Any, dev: Any, impl: str | None) -> int:
+def _peak_and_copy(op: Op, env: dict, ctx: Any, dev: Any, impl: str | None, repeat: int) -> tuple[int, float]:
     """CUDA: the most bytes one run of the op holds allocated above what was allocated before it (its results
     and its kernels' scratch), after the warm-up runs allocated whatever kernels keep for good (cuBLAS's
-    workspace of the stream). Resets the device's peak counter."""
+    workspace of the stream); and the seconds to copy its fresh results once into tensors of their own (what an
+    executor that cannot make the op write in place adds: executor.ops' copy fallback). Resets the device's peak
+    counter."""
     import torch
 
     from hybrid.capture.interpreter import run_op
@@ -160,14 +168,28 @@ def _peak_bytes(op: Op, env: dict, ctx: Any, dev: Any, impl: str | None) -> int:
     torch.cuda.synchronize(dev)
     base = torch.cuda.memory_allocated(dev)
     torch.cuda.reset_peak_memory_stats(dev)
-    run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
+    ran = dict(env)
+    run_op(op, ran, ctx, versions_ready=True, impl=impl)
     torch.cuda.synchronize(dev)
-    return max(0, int(torch.cuda.max_memory_allocated(dev)) - int(base))
+    peak = max(0, int(torch.cuda.max_memory_allocated(dev)) - int(base))
+    fresh = [ran[t] for t in dict.fromkeys(op.outputs) if t not in env and isinstance(ran.get(t), torch.Tensor)]
+    pairs = [(torch.empty_like(r), r) for r in fresh]
+    if not pairs:
+        return peak, 0.0
+
+    def copy_all() -> None:
+        for dst, src in pairs:
+            dst.copy_(src)
+
+    copy_all()
+    torch.cuda.synchronize(dev)
+    return peak, statistics.median(_event_samples(copy_all, repeat))
 
 
 def _time_op(op: Op, graph: Graph, dev: Any, repeat: int, warmup: int, gen: Any,
-             impl: str | None = None) -> tuple[list[float], int | None]:
-    """Seconds per run (`repeat` samples) and, on CUDA, the run's peak device bytes (`_peak_bytes`)."""
+             impl: str | None = None) -> tuple[list[float], int | None, float | None]:
+    """Seconds per run (`repeat` samples) and, on CUDA, the run's peak device bytes and its results' copy
+    seconds (`_peak_and_copy`)."""
     import torch
 
     from hybrid.capture.interpreter import ReplayContext, run_op
@@ -181,18 +203,19 @@ def _time_op(op: Op, graph: Graph, dev: Any, repeat: int, warmup: int, gen: Any,
             run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
         samples = []
         if dev.type == "cuda":
-            peak = _peak_bytes(op, env, ctx, dev, impl)
+            peak, copy_s = _peak_and_copy(op, env, ctx, dev, impl, repeat)
             graphed = _time_graphed(op, env, ctx, dev, repeat, impl)
             if graphed is not None:
-                return graphed, peak
+                return graphed, peak, copy_s
             torch.cuda.synchronize(dev)
-            return _event_samples(lambda: run_op(op, dict(env), ctx, versions_ready=True, impl=impl), repeat), peak
+            launch = lambda: run_op(op, dict(env), ctx, versions_ready=True, impl=impl)  # noqa: E731
+            return _event_samples(launch, repeat), peak, copy_s
         else:
             for _ in range(repeat):
                 t0 = time.perf_counter()
                 run_op(op, dict(env), ctx, versions_ready=True, impl=impl)
                 samples.append(time.perf_counter() - t0)
-    return samples, None
+    return samples, None, None
 
 
 def _event_samples(launch: Any, repeat: int, runs: int = 1) -> list[float]:
@@ -307,7 +330,7 @@ def measure_profile(
                     report.reasons[op.id] = f"needs {nbytes} bytes > max_op_bytes {max_op_bytes}"
                     continue
                 try:
-                    samples, peak = _time_op(op, graph, dev, repeat, warmup, gen, impl)
+                    samples, peak, copy_s = _time_op(op, graph, dev, repeat, warmup, gen, impl)
                 except (RuntimeError, HybridError) as e:   # out of memory, or a kernel this device lacks
                     report.skipped.append(op.id)
                     report.reasons[op.id] = str(e).splitlines()[0][:200]
@@ -316,7 +339,8 @@ def measure_profile(
                     continue
                 profile.entries[sig] = {"time_s": statistics.median(samples), "samples": len(samples),
                                         "target": op.extra["aten"]["target"], **({"impl": impl} if impl else {}),
-                                        **({"peak_bytes": peak} if peak is not None else {})}
+                                        **({"peak_bytes": peak} if peak is not None else {}),
+                                        **({"copy_time_s": copy_s} if copy_s is not None else {})}
                 report.measured += 1
     except KeyboardInterrupt:
         report.reasons["interrupted"] = "Ctrl-C"
@@ -349,6 +373,8 @@ def apply_profile(graph: Graph, profile: Profile) -> Graph:
             # the recorded call's results and scratch at its peak on this device: what an executor that runs it
             # outside its pool holds there (executor.ops.with_copy_workspaces states it as the op's workspace)
             cost["device_peak_bytes"] = int(e["peak_bytes"])
+        if isinstance(e.get("copy_time_s"), (int, float)) and field_name == "time_s":
+            cost["device_copy_time_s"] = float(e["copy_time_s"])   # its results copied once (the copy fallback)
         new_t = float(e["time_s"])
         impls = op.impls
         if impls:

@@ -362,3 +362,25 @@ def test_on_cuda_convolutions_state_their_results_and_a_profile_states_kernel_sc
     stated = with_copy_workspaces(g2, "cuda")
     assert stated.op(out_op.id).workspace_bytes == 512
     assert max(op.workspace_bytes for op in stated.ops) == max(got.values())
+
+
+def test_on_cuda_a_measured_copy_of_a_copy_fallback_ops_results_is_added_to_its_time() -> None:
+    import dataclasses
+
+    from executor.ops import OUT, with_copy_costs
+
+    batch, ov, opt, options = ZOO["resnet-18"]
+    g = capture_model("resnet-18", batch, optimizer=opt, lr=0.02, optimizer_options=options, overrides=ov)
+    cuda = torch.device("cuda")
+    conv = next(op for op in g.ops if op.extra["aten"]["target"] == "aten.convolution.default")
+    out_op = next(op for op in g.ops if compile_op(g, op, cuda).mode == OUT)
+    ops = [dataclasses.replace(op, extra={**op.extra, "cost": {**op.extra.get("cost", {}),
+                                                                "device_copy_time_s": 1e-3}})
+           if op.id in (conv.id, out_op.id) else op for op in g.ops]
+    g2 = type(g)(g.name, list(g.tensors), ops, g.device, g.extra)
+    on_gpu, on_cpu = with_copy_costs(g2, "cuda"), with_copy_costs(g2)
+    assert on_gpu.op(conv.id).time_s == pytest.approx(conv.time_s + 1e-3)      # copied into its slot there
+    assert on_gpu.op(conv.id).extra["cost"]["copy_time_added_s"] == 1e-3
+    assert on_gpu.op(out_op.id).time_s == out_op.time_s                        # writes its slot: no copy
+    assert on_cpu.op(conv.id).time_s == conv.time_s                            # the CPU writes its slots
+    assert on_gpu.op(conv.id).workspace_bytes == sum(g.tensor(t).bytes for t in conv.outputs)

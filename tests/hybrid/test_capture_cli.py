@@ -100,11 +100,16 @@ def test_a_cuda_profile_carries_each_ops_measured_peak_bytes_and_refuses_a_bad_o
     g = Graph.load(captured)
     op = next(o for o in g.ops if o.kind == "convolution")
     sig = op_signature(g, op)
-    got = apply_profile(g, Profile("cuda", "test GPU", {sig: {"time_s": 0.25, "samples": 1, "peak_bytes": 7168}}))
+    got = apply_profile(g, Profile("cuda", "test GPU", {sig: {"time_s": 0.25, "samples": 1, "peak_bytes": 7168,
+                                                             "copy_time_s": 2e-5}}))
     assert got.op(op.id).extra["cost"]["device_peak_bytes"] == 7168
+    assert got.op(op.id).extra["cost"]["device_copy_time_s"] == 2e-5
     cpu = apply_profile(g, Profile("cpu", "test CPU", {sig: {"time_s": 0.25, "samples": 1, "peak_bytes": 7168}}))
     assert "device_peak_bytes" not in cpu.op(op.id).extra["cost"]
     path = tmp_path / "p.json"
     Profile("cuda", "test GPU", {sig: {"time_s": 0.25, "samples": 1, "peak_bytes": -1}}).save(path)
     with pytest.raises(FormatError, match="peak_bytes"):
+        Profile.load(path)
+    Profile("cuda", "test GPU", {sig: {"time_s": 0.25, "samples": 1, "copy_time_s": float("inf")}}).save(path)
+    with pytest.raises(FormatError):
         Profile.load(path)
