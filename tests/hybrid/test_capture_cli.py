@@ -113,3 +113,24 @@ def test_a_cuda_profile_carries_each_ops_measured_peak_bytes_and_refuses_a_bad_o
     Profile("cuda", "test GPU", {sig: {"time_s": 0.25, "samples": 1, "copy_time_s": float("inf")}}).save(path)
     with pytest.raises(FormatError):
         Profile.load(path)
+
+
+def test_executor_workspaces_follow_the_profiles_device(captured: Path, tmp_path: Path) -> None:
+    """--executor-workspaces states what `hybrid execute` allocates outside its pool where the profile was
+    measured: on the CPU its convolutions write their slots; with a cuda profile they are copied in, and the
+    measured copy is in their time."""
+    g = Graph.load(captured)
+    conv = next(o for o in g.ops if o.kind == "convolution")
+    sig = op_signature(g, conv)
+    prof = tmp_path / "cuda.json"
+    Profile("cuda", "test GPU", {sig: {"time_s": 0.25, "samples": 1, "copy_time_s": 0.01}}).save(prof)
+    outs = {}
+    for name, extra in (("cpu", []), ("cuda", ["--profile", str(prof)])):
+        outs[name] = tmp_path / f"{name}.json"
+        r = CliRunner().invoke(cli, ["capture", *SMALL, "--optimizer", "sgd", "--momentum", "0.9",
+                                     "--executor-workspaces", *extra, "--out", str(outs[name])])
+        assert r.exit_code == 0, r.output
+    cpu, cuda = Graph.load(outs["cpu"]), Graph.load(outs["cuda"])
+    results = sum(g.tensor(t).bytes for t in conv.outputs)
+    assert cpu.op(conv.id).workspace_bytes < results <= cuda.op(conv.id).workspace_bytes
+    assert cuda.op(conv.id).time_s == pytest.approx(0.26)

@@ -67,8 +67,10 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
 @click.option("--executor-workspaces", is_flag=True,
               help="State as each op's workspace the results `hybrid execute` can only compute outside its pool "
                    "and copy in (batch norm backward, layer norm, random ops, convolutions ATen does not run as "
-                   "Slow2d on the CPU), so a plan's memory is what the executor allocates (docs/capture.md). Off by "
-                   "default until the result tables made from captured graphs are regenerated.")
+                   "Slow2d on the CPU), so a plan's memory is what the executor allocates (docs/capture.md). With "
+                   "a cuda --profile: what it does on CUDA (convolutions copied in too; the kernels' scratch and "
+                   "the copies' time that profile measured). Off by default until the result tables made from "
+                   "captured graphs are regenerated.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Write the graph here (hybrid-graph/1).")
 def command(model: str | None, module_spec: str | None, batch: int | None, optimizer: str, lr: float | None, momentum: float | None,
@@ -123,11 +125,8 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
         else:
             graph = capture_model(model, batch, optimizer=opt, lr=lr, optimizer_options=options or None,
                                   device=device, dtype=dtype, overrides=parse_overrides(overrides))
-        if executor_workspaces:
-            from executor.ops import with_copy_workspaces
-
-            graph = with_copy_workspaces(graph)
         seconds = time.monotonic() - start
+        prof = None
         if profile_path is not None:
             from hybrid.capture.profile import Profile, apply_profile, measure_profile
 
@@ -139,6 +138,12 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
                            f"reused, {len(report.skipped)} ops skipped) -> {profile_path}", err=True)
             if prof is not None:   # it exists: checked above, or just measured
                 graph = apply_profile(graph, prof)
+        if executor_workspaces:
+            from executor.ops import with_copy_costs
+
+            # what `hybrid execute` does where the profile was measured: on CUDA more ops go through the copy
+            # fallback, and the profile's measured scratch and copies count too
+            graph = with_copy_costs(graph, "cuda" if prof is not None and prof.backend == "cuda" else "cpu")
         sha = graph.save(out_path)   # whole or not at all
     except KeyboardInterrupt:
         # Ctrl-C, or SIGTERM (hybrid.signals): a half-captured graph is worth nothing, so nothing is written.
