@@ -7,21 +7,26 @@
 #
 # Here first (the GPU machine reaches no package registry), from the repository root:
 #     bash benchmarks/gpu_wheels.sh                  # OR-Tools, HiGHS and their needs into .whl/ (git-ignored)
-# Then (the GPU machine gets the work tree without git: name the commit), two calls at most:
-#     run(command="HYBRID_COMMIT=<sha> bash benchmarks/gpu_session.sh smoke vs_torch", carry=[".whl"], timeout_s=600)
-#     run(command="HYBRID_COMMIT=<sha> bash benchmarks/gpu_session.sh executor", carry=[".whl"], timeout_s=600)
-# copy the reply's files (under files_at) into results/ (executor_gpu.{md,csv,json}: this run's models merged
-# into the committed table's other rows), then `give_back` unless another call follows at once. At most 8 files
-# come back from a call: the two calls above return 4 and 4.
+# Then (the GPU machine gets the work tree without git: name the commit), one call, as on 2026-11-28 (H200:
+# 468 s of command, 63 + 578 s of device time with the first, failed, call; tables of both stages came back):
+#     run(command="HYBRID_COMMIT=<sha> CALL_SECONDS=565 EXECUTOR_SECONDS=255 GA_SECONDS=15 HYBRID_SECONDS=12 "
+#                 "bash benchmarks/gpu_session.sh executor vs_torch", carry=[".whl"], timeout_s=595)
+# copy the reply's files (under files_at) into results/ (executor_gpu.{md,csv,json} merges this run's models into
+# the committed table's other rows: where those came from another card, keep this run's models in a table of
+# its own, as results/executor_gpu_h200.md), then `give_back` unless another call follows at once. At most 8
+# files come back from a call. What is left of the 15 minutes (about 5) fits one short call on a warm machine,
+# e.g. `python3 -m benchmarks.executor_memory_probe` (where the executor's device bytes go beyond the plan's).
 #
-# Stages (device minutes; reviewed estimates from the last H100 run of executor_gpu and CPU timings):
+# Stages (device minutes; estimates from the H100 run of executor_gpu, CPU timings and, where said, the H200
+# run of 2026-11-28):
 #   smoke     ~2-3: torch sees the GPU, the wheels import, the planner's kernels compile (cached for the stages
 #             after it in the same call), executor_gpu on resnet-18 at 50% with a 10 s `hybrid optimize`
-#   vs_torch  ~6-7: benchmarks/vs_torch.py --measured-only on resnet-50, vgg16, unet, gpt2, llama: eager,
+#   vs_torch  ~6-7 (H200, HYBRID_SECONDS=12: 3.5): benchmarks/vs_torch.py --measured-only on resnet-50, vgg16, unet, gpt2, llama: eager,
 #             checkpoint, save_on_cpu and checkpoint + save_on_cpu measured, then hybrid planned at eager's,
 #             checkpoint's and the fastest other one's peak and run (issue 32: 1.10x the best alternative at its
 #             peak, torch's peak within the plan + 1%, the no-limit plan 0.95x eager or better)
-#   executor  ~6-8: benchmarks/executor_gpu.py on resnet-50 and rnn-4-2k at 60% and 35% of their peak with
+#   executor  ~6-8 (H200, GA_SECONDS=15: resnet-50 4.2, of which its profile 1.3; rnn-4-2k's 2,884-op profile
+#             did not end in the 16 s left): benchmarks/executor_gpu.py on resnet-50 and rnn-4-2k at 60% and 35% of their peak with
 #             `hybrid optimize`'s written (laid-out) plan as a row (issue 31: zero compactions, measured within
 #             5% of simulated, the simulator's ranking kept); EXECUTOR_MODELS overrides the models
 #   compile   ~10: torch.compile's activation_memory_budget 0.5 and 0.2 (a compile a minute each) on
