@@ -23,12 +23,12 @@
 #             after it in the same call), executor_gpu on resnet-18 at 50% with a 10 s `hybrid optimize`
 #   vs_torch  ~6-7 (H200, HYBRID_SECONDS=12: 3.5): benchmarks/vs_torch.py --measured-only on resnet-50, vgg16,
 #             unet, gpt2, llama: eager, checkpoint, save_on_cpu and checkpoint + save_on_cpu measured, then
-#             hybrid planned at eager's, checkpoint's and the fastest other one's peak and run (issue 32: 1.10x the best alternative at its
-#             peak, torch's peak within the plan + 1%, the no-limit plan 0.95x eager or better)
+#             hybrid planned at eager's, checkpoint's and the fastest other one's peak and run (issue 32: 1.10x
+#             the best alternative at its peak, torch's peak within the plan + 1%, the no-limit plan 0.95x eager)
 #   executor  ~6-8 (H200, GA_SECONDS=15: resnet-50 4.2, of which its profile 1.3; rnn-4-2k's 2,884-op profile
 #             did not end in the 16 s left): benchmarks/executor_gpu.py on resnet-50 and rnn-4-2k at 60% and 35%
-#             of their peak with `hybrid optimize`'s written (laid-out) plan as a row (issue 31: zero compactions, measured within
-#             5% of simulated, the simulator's ranking kept); EXECUTOR_MODELS overrides the models
+#             of their peak with `hybrid optimize`'s written (laid-out) plan as a row (issue 31: zero compactions,
+#             measured within 5% of simulated, the simulator's ranking kept); EXECUTOR_MODELS overrides the models
 #   compile   ~10: torch.compile's activation_memory_budget 0.5 and 0.2 (a compile a minute each) on
 #             COMPILE_MODELS (default resnet-50,gpt2), hybrid at each one's peak: results/vs_torch_measured_compile
 #             (.md, .csv); only in a task with device time to spare
