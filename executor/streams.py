@@ -99,10 +99,17 @@ _CUDA_STREAMS: dict[torch.device, list[Any]] = {}
 _KERNEL_STATE: dict[torch.device, int] = {}
 
 
+def _indexed(device: torch.device) -> torch.device:
+    """`cuda` as `cuda:N` (the current device): one key per device."""
+    device = torch.device(device)
+    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
 def _process_streams(device: torch.device) -> list[Any]:
     """The process's three executor streams on `device`, made once. A stream's first matrix product makes cuBLAS
     keep a workspace for that stream (33 MiB on an H200 with torch 2.11) that is never given back: fresh
     streams per executor added that much to the device's memory with every executor made."""
+    device = _indexed(device)
     got = _CUDA_STREAMS.get(device)
     if got is None:
         got = _CUDA_STREAMS[device] = [torch.cuda.Stream(device) for _ in STREAMS]
@@ -113,6 +120,7 @@ def kernel_state_bytes(device: torch.device) -> int:
     """Device bytes the libraries keep for the executor's compute stream once it has run a matrix product
     (cuBLAS's and cuBLASLt's workspaces): outside any plan's pool, for good. Measured on first call, by
     running a small product with and without a bias on that stream; 0 where they were kept already."""
+    device = _indexed(device)
     if device not in _KERNEL_STATE:
         stream = _process_streams(device)[COMPUTE]
         torch.cuda.synchronize(device)
