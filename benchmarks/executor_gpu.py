@@ -4,9 +4,12 @@ What it measures (results/executor_gpu.md, and .csv next to it):
 1. The host link: pinned host<->device bandwidth and per-copy latency, which
    become the plans' device (memory = a fraction of each model's unswapped peak).
 2. Per model: op times measured on this GPU (hybrid.capture.profile) are fed
-   back into the graph; plans are made on that graph (Belady byte budget, the
-   swap planner with a merged size-class pool, vDNN, naive, and with `--ga-seconds` > 0 `hybrid optimize`'s
-   written plan, laid out) at each memory, executed for `--iters` iterations, and their measured makespan
+   back into the graph, with what the executor does outside its pool on this device (executor.ops.with_copy_costs:
+   the copy fallback's results as workspaces, its copies in the ops' times); plans are made on that graph, every
+   one laid out at exact offsets as the executor runs it (Belady, vDNN and naive through `lay_out_baseline`, the
+   swap planner with a merged size-class pool, and with `--ga-seconds` > 0 `hybrid optimize`'s written plan) at
+   each memory (plus the pool's reserve: what cuBLAS keeps for the executor's stream), executed for `--iters`
+   iterations, and their measured makespan
    compared with the simulated one (ratio; the paper saw -12%..+4%, the goal is +-5%), including whether the
    simulator ranks the plans as the GPU does (Kendall tau over the plans of one model and memory).
    The Belady plan made from roofline op times is run too: the gain of
