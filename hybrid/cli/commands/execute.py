@@ -47,8 +47,11 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
                f"{format_bytes(plan_mem)} (buffer {format_bytes(pool['reserved_bytes'])}"
                f"{', offsets ' + pool['offsets'] if pool.get('offsets') else ''}{extra}); "
                f"copy-fallback transient up to {format_bytes(s.transient_peak_bytes)}"
-               + (f"; CUDA max allocated {format_bytes(mem['cuda_max_allocated_bytes'])}"
-                  if "cuda_max_allocated_bytes" in mem else ""))
+               + (f"; CUDA max allocated {format_bytes(mem['cuda_max_allocated_bytes'])}, this run's own "
+                  f"{format_bytes(mem['cuda_peak_above_before_bytes'] + mem['cuda_kernel_state_bytes'])} (its peak "
+                  f"above what was allocated before it, with the {format_bytes(mem['cuda_kernel_state_bytes'])} "
+                  "cuBLAS keeps for its stream: give the plan a --reserve of that)"
+                  if "cuda_peak_above_before_bytes" in mem else ""))
     if s.outside_counted_by:
         how = "aten calls' results" if s.outside_counted_by == "dispatch" else "CUDA allocator statistics"
         out.append(f"  outside the pool: {format_bytes(s.outside_bytes)} allocated per iteration (at most "
