@@ -189,6 +189,15 @@ JOBS: tuple[Job, ...] = (
         "issue 32: PyTorch's memory tools at the same peak"),
     Job("executor_gpu", "benchmarks.executor_gpu", ("--quick", "--out", "results/executor_gpu_quick.md"), (),
         ("executor_gpu.md",), "SwapAdvisor Fig. 11", needs="cuda", quick_outputs=("executor_gpu_quick.md",)),
+    # one GPU call's rows on another card than executor_gpu.md's (benchmarks/gpu_session.sh's `executor` stage)
+    Job("executor_gpu_h200", "benchmarks.executor_gpu", ("--quick", "--out", "results/executor_gpu_h200_quick.md"),
+        ("--models", "resnet-50", "rnn-4-2k", "--ga-seconds", "15", "--no-sanitizer", "--out",
+         "results/executor_gpu_h200.md"), ("executor_gpu_h200.md",), "issue 31: the written plan on a GPU",
+        needs="cuda"),
+    Job("vs_torch_measured", "benchmarks.vs_torch", ("--measured-only", "--measure-on", "cpu", "--quick"),
+        ("--measured-only", "--iters", "8", "--hybrid-seconds", "12", "--alternatives",
+         "eager,checkpoint,save_on_cpu,checkpoint+save_on_cpu"), ("vs_torch_measured.md",),
+        "issue 32: PyTorch's memory tools at the same peak, measured", needs="cuda"),
 )
 
 # Jobs that measure this machine (their tables report seconds or rates, or they use both cores) run alone.
@@ -246,6 +255,9 @@ FULL_MINUTES: dict[str, tuple[float, str]] = {
     "vs_torch": (13, "6 models: 2 captures each, 60 s of search and 60 s of the rerun-chain bound at the checkpointed "
                  "peak (simulated without a GPU)"),
     "executor_gpu": (12, "measured on an H100 (results/executor_gpu.md), in parts of 10 minutes at most"),
+    "executor_gpu_h200": (4.5, "measured on an H200: resnet-50 in 4.2 min (rnn-4-2k's profile did not end within "
+                               "the call's cap)"),
+    "vs_torch_measured": (3.5, "measured on an H200: five models, 12 s of search per peak"),
 }
 
 
