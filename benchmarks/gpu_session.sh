@@ -70,13 +70,16 @@ fi
     echo "error: OR-Tools or HiGHS missing for $PY: run 'bash benchmarks/gpu_wheels.sh' where the package registries" \
          "are reachable and name .whl in the device call's carry" | tee -a "$LOG"; exit 1; }
 
-bounded() {   # run "$@" until the call's deadline (less a margin to copy files) or the stage's cap; log how it ended
-    local left=$((deadline - SECONDS - 25))
-    if [ -n "${stage_end:-}" ] && [ $((stage_end - SECONDS)) -lt "$left" ]; then left=$((stage_end - SECONDS)); fi
-    if [ "$left" -lt 30 ]; then echo "skipped: $left s left of the call" | tee -a "$LOG"; return 0; fi
+bounded() {   # run "$@" until the call's deadline (less a margin to copy files) or the stage's cap; log how it
+              # ended
+    local left=$((deadline - SECONDS - 25)) of="the call"
+    if [ -n "${stage_end:-}" ] && [ $((stage_end - SECONDS)) -lt "$left" ]; then
+        left=$((stage_end - SECONDS)); of="the stage's cap"
+    fi
+    if [ "$left" -lt 30 ]; then echo "skipped: $left s left of $of" | tee -a "$LOG"; return 0; fi
     timeout -k 20 "$left" "$@" 2>&1 | tee -a "$LOG"
     local rc=${PIPESTATUS[0]}
-    [ "$rc" -eq 0 ] || echo "exit $rc$([ "$rc" -eq 124 ] && echo ': stopped at the call deadline')" | tee -a "$LOG"
+    [ "$rc" -eq 0 ] || echo "exit $rc$([ "$rc" -eq 124 ] && echo ": stopped at the end of $of")" | tee -a "$LOG"
 }
 
 keep() {   # copy tables a stage wrote under results/ to $OUT

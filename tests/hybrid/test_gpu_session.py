@@ -56,3 +56,14 @@ def test_every_stage_the_header_names_exists() -> None:
     named = {"smoke", "vs_torch", "executor", "compile", "sanitizer"}
     assert named <= cases
     assert all(f"#   {s} " in header for s in named)
+
+
+def test_a_stage_cap_ends_that_stage_and_leaves_the_call_to_the_next(tmp_path: Path) -> None:
+    """<STAGE>_SECONDS caps one stage (here too short to start it), the next stage still runs within the call."""
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_SESSION_DEVICE": "cpu", "CALL_SECONDS": "120",
+           "PYTHON": sys.executable, "EXECUTOR_SECONDS": "10"}
+    p = subprocess.run(["bash", str(SCRIPTS[0]), "executor", "smok"], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    log = (tmp_path / "out" / "session.log").read_text()
+    assert "=== executor" in log and "skipped: 10 s left of the stage's cap" in log
+    assert "error: unknown stage 'smok'" in p.stdout     # the stage after it was reached
