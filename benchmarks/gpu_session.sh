@@ -8,7 +8,7 @@
 # Here first (the GPU machine reaches no package registry), from the repository root:
 #     bash benchmarks/gpu_wheels.sh                  # OR-Tools, HiGHS and their needs into .whl/ (git-ignored)
 # Then (the GPU machine gets the work tree without git: name the commit), one call, as on 2026-11-28 (H200:
-# 468 s of command, 63 + 578 s of device time with the first, failed, call; tables of both stages came back):
+# 468 s of command, 517 s of device time, 66 more for a first call that failed; both stages' tables came back):
 #     run(command="HYBRID_COMMIT=<sha> CALL_SECONDS=565 EXECUTOR_SECONDS=255 GA_SECONDS=15 HYBRID_SECONDS=12 "
 #                 "bash benchmarks/gpu_session.sh executor vs_torch", carry=[".whl"], timeout_s=595)
 # copy the reply's files (under files_at) into results/ (executor_gpu.{md,csv,json} merges this run's models into
