@@ -8,6 +8,11 @@ allocated, the live blocks grouped by the Python line that allocated them: the p
 results, kernels' scratch (no Python line of ours), or something else.
 
     python -m benchmarks.executor_memory_probe --model resnet-50 --memory-mib 1304
+
+The plan is made as the GPU benchmarks make theirs: on `executor.ops.with_copy_costs(graph, "cuda")` (the copy
+fallback's results stated as workspaces; with `--profile`, the kernels' scratch and the copies' time measured on
+this GPU too) with cuBLAS's kept bytes as the device's reserve (`executor.streams.kernel_state_bytes`); `--as-captured`
+plans the graph as captured, as before those (how the H200 run of 2026-11-28 found 1.03-1.54x the plan's memory).
 """
 from __future__ import annotations
 
@@ -21,7 +26,10 @@ import torch
 from benchmarks.executor_gpu import cost_preset, run_plan
 from benchmarks.vs_torch import graphs, models
 from benchmarks.vs_torch_measured import materialize
+from executor.ops import with_copy_costs
+from executor.streams import kernel_state_bytes
 from hybrid.arena.layout import lay_out
+from hybrid.capture.profile import apply_profile, measure_profile
 from hybrid.device import Device
 from hybrid.swap.baselines import run_baseline
 from hybrid.validator import validate
@@ -77,12 +85,20 @@ def main() -> None:
     ap.add_argument("--model", default="resnet-50", help="a model of benchmarks.vs_torch (resnet-50, gpt2, ...)")
     ap.add_argument("--memory-mib", type=float, default=1304.0, help="the plan's device memory (MiB)")
     ap.add_argument("--iters", type=int, default=4)
+    ap.add_argument("--profile", action="store_true", help="measure op times, peaks and copies on this GPU first")
+    ap.add_argument("--as-captured", action="store_true", help="plan the graph as captured, no reserve")
     a = ap.parse_args()
     dev = torch.device("cuda")
     model = next(m for m in models(False) if m.name == a.model)
     t0 = time.monotonic()
     plain, _ = graphs(model)
-    device = Device(f"{cost_preset(dev)}-probe", int(a.memory_mib * MiB), 50e9, 50e9, 2e-5)
+    reserve = 0
+    if not a.as_captured:
+        if a.profile:
+            plain = apply_profile(plain, measure_profile(plain, backend="cuda", repeat=5, warmup=2)[0])
+        plain = with_copy_costs(plain, "cuda")
+        reserve = kernel_state_bytes(dev)
+    device = Device(f"{cost_preset(dev)}-probe", int(a.memory_mib * MiB), 50e9, 50e9, 2e-5, reserve_bytes=reserve)
     plan = run_baseline(plain, device, "belady")
     lay = lay_out(plain, plan, time_limit_s=30.0)
     plan = lay.plan
@@ -100,7 +116,9 @@ def main() -> None:
         torch.cuda.reset_peak_memory_stats(dev)
         r = run_plan(plain, plan, base, args, target, dev, a.iters, seed=0, cuda_graph=graphed)
         print(f"-- {'graphed' if graphed else 'issued'}: measured {r['measured_s'] * 1e3:.2f} ms, "
-              f"cuda_max_allocated {r['cuda_max_allocated_MiB']:.1f} MiB (plan {a.memory_mib:.0f}), copy fallback "
+              f"the run's own peak {r['cuda_peak_MiB']:.1f} MiB = {r['cuda_peak/memory']:.3f} of the plan's "
+              f"{a.memory_mib:.0f} (reserve {reserve / MiB:.0f}), "
+              f"cuda_max_allocated {r['cuda_max_allocated_MiB']:.1f} MiB, copy fallback "
               f"{r['copy_fallback_MiB']:.0f} MiB/iter, graphed {r['graphed']}, after the run "
               f"{torch.cuda.memory_allocated(dev) / MiB:.1f} MiB still allocated", flush=True)
         snap = torch.cuda.memory._snapshot()
