@@ -59,18 +59,35 @@ def test_optimize_with_arena_writes_offsets(tmp_path):
 
 def test_a_time_limit_too_short_for_a_layout_writes_the_byte_budget_and_says_so(tmp_path):
     """The limit bounds the whole command: where a layout of the byte budget (--byte-budget) would not fit in
-    it, none is started."""
+    it, not even its heuristics, none is started."""
     from hybrid.graph import Graph
     from hybrid.plan import Plan
     from tests.cli.helpers import RESNET
 
     out = tmp_path / "p.json"
-    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "3s", "--refine", "none",
+    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "0.5s", "--refine", "none",
             "--byte-budget", "--quiet", "--out", out)
     assert r.exit_code == 0, r.output
     plan = Plan.load(out)
     assert plan.allocation.kind == "unconstrained" and validate(Graph.load(RESNET), plan).valid
     assert "left out     arena layout: not run" in r.output and "without offsets" in r.output
+
+
+def test_a_time_limit_too_short_for_the_exact_search_still_lays_the_plan_out(tmp_path):
+    """6 s: a whole layout's estimate (its exact search's tries included, over 4 s) is over half the limit, its
+    heuristics and re-plans (about 0.4 s here) are not: the plan is laid out by them, and the summary says the
+    exact search was left out."""
+    from hybrid.graph import Graph
+    from hybrid.plan import Plan
+    from tests.cli.helpers import RESNET
+
+    out = tmp_path / "p.json"
+    r = run("optimize", "--graph", RESNET, "--memory", "96MiB", "--time-limit", "6s", "--refine", "none",
+            "--byte-budget", "--quiet", "--out", out)
+    assert r.exit_code == 0, r.output
+    plan = Plan.load(out)
+    assert plan.allocation.kind in ("arena", "size_classes") and validate(Graph.load(RESNET), plan).valid
+    assert "exact search for near misses" in r.output and "arena layout: not run" not in r.output
 
 
 def test_the_byte_budget_search_lays_out_by_default_and_not_with_no_arena(tmp_path):
