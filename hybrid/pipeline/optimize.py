@@ -286,13 +286,11 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
         beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
     options = opts.planner_options()
     arena = opts.arena_s is not None
-    short = arena and layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start)   # no time for the exact search
-    if short and heuristic_layout_seconds(eval_s) <= RESERVE_MAX_SHARE * (end - start):
-        # the heuristics and re-plans fit where the exact search's tries do not: a plan with offsets is the plan
-        # that runs (the layout below leaves the exact search out and says so)
-        short = False
-    elif short:
-        arena = False   # it would not fit in the largest reserve: give its time to the search
+    # Where a whole layout does not fit in the largest reserve, its heuristics and re-plans may: a plan with offsets
+    # is the plan that runs (the layout below then leaves the exact search out and says so). Where not even they
+    # fit, the layout's time goes to the search.
+    if arena and heuristic_layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start):
+        arena = False
         skipped.append(f"arena layout: not run, one layout takes about {format_seconds(layout_seconds(eval_s))} "
                        f"here (its heuristics alone {format_seconds(heuristic_layout_seconds(eval_s))}), over "
                        f"{100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
