@@ -93,3 +93,14 @@ def test_execute_errors_are_one_line(files: tuple[Path, Path]) -> None:
     assert res.exit_code == 2 and "--model" in res.output
     res = CliRunner().invoke(cli, ["execute", "--graph", str(g), "--plan", str(p), "--device", "cpu", "--cuda-graph"])
     assert res.exit_code == 2 and res.output.startswith("error: --cuda-graph needs --device cuda")
+
+
+def test_a_cuda_run_over_its_plans_memory_gets_one_line_saying_what_to_do() -> None:
+    from hybrid.cli.commands.execute import peak_warning
+
+    mib = 1 << 20
+    mem = {"cuda_peak_above_before_bytes": 1200 * mib, "cuda_kernel_state_bytes": 33 * mib}
+    line = peak_warning(mem, 1024 * mib)
+    assert line is not None and "over the plan's" in line and "--reserve" in line and "--executor-workspaces" in line
+    assert peak_warning(mem, 1233 * mib) is None                      # within the plan's memory
+    assert peak_warning({"plan_memory_bytes": 1}, 1) is None           # the CPU: no allocator figures

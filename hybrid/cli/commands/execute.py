@@ -16,6 +16,23 @@ from hybrid.errors import HybridError
 from hybrid.units import format_bytes, format_seconds
 
 
+PEAK_SLACK = 0.01   # the run's own device peak may exceed the plan's memory by this share before it is flagged
+
+
+def peak_warning(mem: dict[str, Any], plan_memory: int) -> str | None:
+    """On CUDA, one line where the run held more device memory than its plan allows (its own peak, with what
+    cuBLAS keeps for its stream), saying what to do; else None."""
+    if "cuda_peak_above_before_bytes" not in mem:
+        return None
+    own = int(mem["cuda_peak_above_before_bytes"]) + int(mem.get("cuda_kernel_state_bytes", 0))
+    if own <= (1.0 + PEAK_SLACK) * plan_memory:
+        return None
+    return (f"  warning: this run held {format_bytes(own)} on the device, {format_bytes(own - plan_memory)} over the "
+            f"plan's {format_bytes(plan_memory)}: capture with --executor-workspaces and a cuda --profile (what the "
+            f"executor allocates beside its pool) and plan with --reserve "
+            f"{format_bytes(int(mem.get('cuda_kernel_state_bytes', 0)))} or more (what cuBLAS keeps)")
+
+
 def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
     s = result.summary
     mem = s.memory
@@ -50,8 +67,11 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
                + (f"; CUDA max allocated {format_bytes(mem['cuda_max_allocated_bytes'])}, this run's own "
                   f"{format_bytes(mem['cuda_peak_above_before_bytes'] + mem['cuda_kernel_state_bytes'])} (its peak "
                   f"above what was allocated before it, with the {format_bytes(mem['cuda_kernel_state_bytes'])} "
-                  "cuBLAS keeps for its stream: give the plan a --reserve of that)"
+                  "cuBLAS keeps for its stream)"
                   if "cuda_peak_above_before_bytes" in mem else ""))
+    warn = peak_warning(mem, plan_mem)
+    if warn:
+        out.append(warn)
     if s.outside_counted_by:
         how = "aten calls' results" if s.outside_counted_by == "dispatch" else "CUDA allocator statistics"
         out.append(f"  outside the pool: {format_bytes(s.outside_bytes)} allocated per iteration (at most "
