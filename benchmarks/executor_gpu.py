@@ -479,11 +479,26 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
     return rows, rank_rows, info
 
 
-def load_previous(out: Path) -> dict[str, Any]:
+def device_label(dev: torch.device) -> str:
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (smoke test, not GPU figures)"
+
+
+def load_previous(out: Path, dev: torch.device) -> dict[str, Any]:
+    """The previous run's rows to keep (`--append`), where they were measured on this device: rows of another
+    card in one table would read as this one's (its name from the JSON, or else from the table's Device line)."""
     path = out.with_suffix(".json")
     if not path.exists():
         return {}
-    return json.loads(path.read_text())
+    prev = json.loads(path.read_text())
+    was = prev.get("device")
+    if was is None and out.exists():
+        line = next((x for x in out.read_text().splitlines() if x.startswith("Device: ")), "")
+        was = line.removeprefix("Device: ").split(";")[0].strip() or None
+    if was != device_label(dev):
+        log(f"--append: {path} holds rows measured on {was or 'an unnamed device'}, not {device_label(dev)}: "
+            "not kept (write this device's table elsewhere with --out to keep both)")
+        return {}
+    return prev
 
 
 def merge(old: list[dict], new: list[dict]) -> list[dict]:
@@ -496,12 +511,13 @@ def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: lis
           sanitizer: dict | None, args: argparse.Namespace) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"link": link, "rows": rows, "ranks": ranks, "infos": infos,
-                                                    "sanitizer": sanitizer, "commands": getattr(args, "commands", [])},
+                                                    "sanitizer": sanitizer, "commands": getattr(args, "commands", []),
+                                                    "device": device_label(dev)},
                                                    indent=1, default=str))
     from benchmarks.common import command_line, repo_relative
 
     cmd = repo_relative("; ".join(getattr(args, "commands", []))) or command_line()
-    gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (smoke test, not GPU figures)"
+    gpu = device_label(dev)
     runs = pd.DataFrame(rows)
     first = ["model", "memory", "memory_MiB", "plan", "pool", "measured_s", "simulated_s", "measured/simulated",
              "resimulated_s", "issued_s", "graphed", "vs_ideal", "vs_eager"]
@@ -611,7 +627,7 @@ def main() -> None:
         if unknown:
             sys.exit(f"--models: no configuration for {unknown[0]!r}; known: {', '.join(pool)}")
         cases = [pool[m] for m in a.models]
-    prev = load_previous(a.out) if a.append else {}
+    prev = load_previous(a.out, dev) if a.append else {}
     this = "python " + " ".join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
     a.commands = [c for c in prev.get("commands", []) if c != this] + [this]
     if a.sanitizer_only:

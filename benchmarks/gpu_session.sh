@@ -12,10 +12,11 @@
 #     run(command="HYBRID_COMMIT=<sha> CALL_SECONDS=565 EXECUTOR_SECONDS=255 GA_SECONDS=15 HYBRID_SECONDS=12 "
 #                 "bash benchmarks/gpu_session.sh executor vs_torch", carry=[".whl"], timeout_s=595)
 # copy the reply's files (under files_at) into results/ (executor_gpu.{md,csv,json} merges this run's models into
-# the committed table's other rows: where those came from another card, keep this run's models in a table of
-# its own, as results/executor_gpu_h200.md), then `give_back` unless another call follows at once. At most 8
-# files come back from a call. What is left of the 15 minutes (about 5) fits one short call on a warm machine,
-# e.g. `python3 -m benchmarks.executor_memory_probe` (where the executor's device bytes go beyond the plan's).
+# the committed table's other rows where that table is this card's; on another card it holds this run's rows
+# alone: copy it to a table of its own, as results/executor_gpu_h200.md), then `give_back` unless another call
+# follows at once. At most 8 files come back from a call. What is left of the 15 minutes (about 5) fits one short
+# call on a warm machine, e.g. `python3 -m benchmarks.executor_memory_probe` (where the executor's device bytes go
+# beyond the plan's).
 #
 # Stages (device minutes; estimates from the H100 run of executor_gpu, CPU timings and, where said, the H200
 # run of 2026-11-28):
@@ -116,14 +117,16 @@ print(f"planner kernels ready in {time.time() - t:.1f} s")'
         keep "results/vs_torch_measured$Q.md" "results/vs_torch_measured$Q.csv"
         ;;
     executor)
-        # this run's models replace theirs in the committed table; its other rows (and the sanitizer's) stay
-        [ "$DEV" = cpu ] || [ -f "$OUT/executor_gpu.json" ] || cp results/executor_gpu.json "$OUT/executor_gpu.json"
+        # this run's models replace theirs in the committed table, its other rows (and the sanitizer's) staying,
+        # where that table was measured on this card (its Device line); else this run's rows make a table alone
+        [ "$DEV" = cpu ] || [ -f "$OUT/executor_gpu.json" ] \
+            || cp results/executor_gpu.json results/executor_gpu.md "$OUT/"
         bounded "$PY" -m benchmarks.executor_gpu "${EG[@]}" "${EX_MODELS[@]}" --ga-seconds "${GA_SECONDS:-30}" \
             --no-sanitizer --append --out "$OUT/executor_gpu.md"
         ;;
     sanitizer)
         [ "$DEV" = cpu ] && { echo "the sanitizer needs CUDA: skipped" | tee -a "$LOG"; return 0; }
-        [ -f "$OUT/executor_gpu.json" ] || cp results/executor_gpu.json "$OUT/executor_gpu.json"
+        [ -f "$OUT/executor_gpu.json" ] || cp results/executor_gpu.json results/executor_gpu.md "$OUT/"
         bounded "$PY" -m benchmarks.executor_gpu --sanitizer-only --append --out "$OUT/executor_gpu.md"
         ;;
     compile)
