@@ -328,8 +328,7 @@ def run_plan(graph: Graph, plan: Plan, base: torch.nn.Module, args: Any, target:
     s = ex.summary()
     note = note or ex.runtime.graph_note
     pool = s.memory["pool"]
-    # the executor's own peak: above what was allocated before it, plus what cuBLAS keeps for its stream
-    own_peak = s.memory.get("cuda_peak_above_before_bytes", 0) + s.memory.get("cuda_kernel_state_bytes", 0)
+    own_peak = s.memory.get("cuda_own_peak_bytes", 0)   # above what was allocated before it, with cuBLAS's kept bytes
     out = {
         "measured_s": s.makespan_s, "wall_s": s.wall_s, "simulated_s": s.simulated_s,
         "measured/simulated": s.ratio, "resimulated_s": s.resimulated_s,

@@ -42,7 +42,7 @@ def where(frames: list[dict]) -> str:
     """The innermost frame in this repository (and its caller), else the innermost frame at all."""
     ours = [f for f in frames if any(k in f.get("filename", "") for k in OURS)]
     pick = ours[:2] or frames[:1]
-    return " <- ".join(f"{f['filename'].rsplit('/', 2)[-2:][-1]}:{f.get('line')} {f.get('name')}" for f in pick) \
+    return " <- ".join(f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line')} {f.get('name')}" for f in pick) \
         or "(no Python frame)"
 
 

@@ -167,6 +167,8 @@ class Executor:
             out["cuda_allocated_before_bytes"] = self._allocated_before
             out["cuda_kernel_state_bytes"] = getattr(self.backend, "kernel_state_bytes", 0)
             out["cuda_peak_above_before_bytes"] = out["cuda_max_allocated_bytes"] - self._allocated_before
+            # this run's own: what a plan's memory bounds
+            out["cuda_own_peak_bytes"] = out["cuda_peak_above_before_bytes"] + out["cuda_kernel_state_bytes"]
         return out
 
     def summary(self) -> Summary:

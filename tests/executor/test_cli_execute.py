@@ -99,7 +99,7 @@ def test_a_cuda_run_over_its_plans_memory_gets_one_line_saying_what_to_do() -> N
     from hybrid.cli.commands.execute import peak_warning
 
     mib = 1 << 20
-    mem = {"cuda_peak_above_before_bytes": 1200 * mib, "cuda_kernel_state_bytes": 33 * mib}
+    mem = {"cuda_own_peak_bytes": 1233 * mib, "cuda_kernel_state_bytes": 33 * mib}
     line = peak_warning(mem, 1024 * mib)
     assert line is not None and "over the plan's" in line and "--reserve" in line and "--executor-workspaces" in line
     assert peak_warning(mem, 1233 * mib) is None                      # within the plan's memory

@@ -22,9 +22,9 @@ PEAK_SLACK = 0.01   # the run's own device peak may exceed the plan's memory by 
 def peak_warning(mem: dict[str, Any], plan_memory: int) -> str | None:
     """On CUDA, one line where the run held more device memory than its plan allows (its own peak, with what
     cuBLAS keeps for its stream), saying what to do; else None."""
-    if "cuda_peak_above_before_bytes" not in mem:
+    if "cuda_own_peak_bytes" not in mem:
         return None
-    own = int(mem["cuda_peak_above_before_bytes"]) + int(mem.get("cuda_kernel_state_bytes", 0))
+    own = int(mem["cuda_own_peak_bytes"])
     if own <= (1.0 + PEAK_SLACK) * plan_memory:
         return None
     return (f"  warning: this run held {format_bytes(own)} on the device, {format_bytes(own - plan_memory)} over the "
@@ -65,10 +65,10 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
                f"{', offsets ' + pool['offsets'] if pool.get('offsets') else ''}{extra}); "
                f"copy-fallback transient up to {format_bytes(s.transient_peak_bytes)}"
                + (f"; CUDA max allocated {format_bytes(mem['cuda_max_allocated_bytes'])}, this run's own "
-                  f"{format_bytes(mem['cuda_peak_above_before_bytes'] + mem['cuda_kernel_state_bytes'])} (its peak "
+                  f"{format_bytes(mem['cuda_own_peak_bytes'])} (its peak "
                   f"above what was allocated before it, with the {format_bytes(mem['cuda_kernel_state_bytes'])} "
                   "cuBLAS keeps for its stream)"
-                  if "cuda_peak_above_before_bytes" in mem else ""))
+                  if "cuda_own_peak_bytes" in mem else ""))
     warn = peak_warning(mem, plan_mem)
     if warn:
         out.append(warn)
