@@ -239,13 +239,25 @@ def acceptance(runs: pd.DataFrame, rank: pd.DataFrame) -> str:
     makespan), the simulator's ranking kept (`ranking_kept`)."""
     if not len(runs):
         return "Issue 31's GPU items: no runs."
-    timed = runs[~runs["host_bound"] & (runs["plan"] != "belady (roofline times)")]
+    # a failed plan's row holds model, memory, plan and error only: it counts as failed, not as a run
+    done = runs[_column(runs, "measured_s").notna()]
+    failed = f" ({len(runs) - len(done)} failed: see their error)" if len(done) < len(runs) else ""
+    if not len(done):
+        return f"Issue 31's GPU items: no run finished{failed}."
+    host_bound = _column(done, "host_bound").fillna(False).astype(bool)
+    timed = done[~host_bound & (done["plan"] != "belady (roofline times)")]
     within = ((timed["measured/simulated"] - 1.0).abs() <= 0.05).sum()
     kept = int(rank["ranking_kept"].sum()) if "ranking_kept" in rank else 0
-    return (f"Issue 31's GPU items: zero compactions on {(runs['compactions'] == 0).sum()} of {len(runs)} rows; "
+    return (f"Issue 31's GPU items: zero compactions on {(done['compactions'] == 0).sum()} of {len(done)} rows "
+            f"that ran{failed}; "
             f"measured within 5% of simulated on {within} of {len(timed)} rows that are not host-bound (the "
             f"roofline-times plan left out: its simulation uses other op times); the simulator's ranking kept on "
             f"{kept} of {len(rank)} model/memory rows.")
+
+
+def _column(df: pd.DataFrame, name: str) -> pd.Series:
+    """`df[name]`, or NaN on every row where no row has it (a table of failed plans only)."""
+    return df[name] if name in df else pd.Series(float("nan"), index=df.index, dtype=float)
 
 
 def ranking_kept(names: list[str], tau: float) -> bool:
@@ -391,6 +403,8 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
     graph = apply_profile(roofline, prof)
     if dev.type != "cuda":    # a cpu profile sets cpu_time_s: keep the roofline time_s (smoke test only)
         graph = roofline
+    # the file `hybrid capture` writes (roofline times), before the executor's costs below are stated in it
+    captured_sha256 = hashlib.sha256(roofline.dumps().encode()).hexdigest()[:12]
     # What the executor allocates outside its pool on this device (the copy fallback's results, kernels' scratch
     # measured by the profile) stated as the ops' workspaces, so that the plans count it (issue 32: torch's peak
     # within the plan's memory), and the copy fallback's copies in the ops' times (measured by the profile: the
@@ -406,7 +420,7 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
             "ops": len(graph.ops), "unswapped_peak_MiB": peak / MiB, "profiled_ops": rep.measured,
             # the graphs read, by sha256 of the file `hybrid capture` would write (first 12 hex digits)
             "capture": f"hybrid capture --model {name} --batch {batch} --optimizer {opt} --device {preset}",
-            "graph_sha256": hashlib.sha256(roofline.dumps().encode()).hexdigest()[:12],
+            "graph_sha256": captured_sha256,
             "profiled_sha256": hashlib.sha256(graph.dumps().encode()).hexdigest()[:12]}
     # the reserve: what cuBLAS keeps for the executor's compute stream, outside any pool (executor.streams)
     base_dev = Device(f"{preset}-measured", peak, link["h2d_bytes_per_s"], link["d2h_bytes_per_s"], link["latency_s"],
@@ -522,8 +536,8 @@ def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: lis
              "resimulated_s", "issued_s", "graphed", "vs_ideal", "vs_eager"]
     if len(runs):
         runs = runs[[c for c in first if c in runs] + [c for c in runs if c not in first]]
-        issued_only = runs["graphed"].fillna(0) == 0
-        runs["host_bound"] = issued_only & (runs["host_issue_s"] >= HOST_BOUND * runs["measured_s"])
+        issued_only = _column(runs, "graphed").fillna(0) == 0
+        runs["host_bound"] = issued_only & (_column(runs, "host_issue_s") >= HOST_BOUND * _column(runs, "measured_s"))
     rank = pd.DataFrame(ranks)
     models = pd.DataFrame(infos)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -555,8 +569,9 @@ def write(out: Path, dev: torch.device, link: dict, rows: list[dict], ranks: lis
         rank.to_markdown(index=False, floatfmt=".3g") if len(rank) else "(none)", "",
         "## Per model: ideal, eager alternatives, correctness on the device", "",
         "*capture*: how each graph was made (with *config* as --set overrides); *graph_sha256*: the captured graph "
-        "(roofline times), *profiled_sha256*: the same with this device's measured op times, which the plans used "
-        "(first 12 hex digits of each file's sha256).", "",
+        "(roofline times), *profiled_sha256*: the same with this device's measured op times and the executor's "
+        "workspaces and copy times stated (`--executor-workspaces`), which the plans used (first 12 hex digits of "
+        "each file's sha256).", "",
         "*eager_save_on_cpu*: `torch.autograd.graph.save_on_cpu(pin_memory=True)` around forward and loss "
         "(parameters and optimizer state stay on the device); *eager_checkpoint*: the outermost blocks held in the "
         "model's Sequential / ModuleList containers under `torch.utils.checkpoint` (use_reentrant=False). Their "
@@ -600,6 +615,9 @@ def main() -> None:
     ap.add_argument("--sanitizer-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=None,
                     help="the table (default results/executor_gpu.md; results/executor_gpu_quick.md with --quick)")
+    ap.add_argument("--previous", type=Path, default=None,
+                    help="with --append: the table whose rows to keep (its .json beside it; default --out), so that "
+                         "--out holds only what this run writes")
     ap.add_argument("--commit", default=None,
                     help="the code's commit for the table (default: git here; a GPU machine sent a copy of the "
                          "working tree may have no git: pass the commit of that copy)")
@@ -626,7 +644,7 @@ def main() -> None:
         if unknown:
             sys.exit(f"--models: no configuration for {unknown[0]!r}; known: {', '.join(pool)}")
         cases = [pool[m] for m in a.models]
-    prev = load_previous(a.out, dev) if a.append else {}
+    prev = load_previous(a.previous or a.out, dev) if a.append else {}
     this = "python " + " ".join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
     a.commands = [c for c in prev.get("commands", []) if c != this] + [this]
     if a.sanitizer_only:

@@ -88,6 +88,12 @@ keep() {   # copy tables a stage wrote under results/ to $OUT
     return 0
 }
 
+previous_executor_table() {   # the rows executor_gpu's --append keeps: an earlier stage's of this call, else
+                              # (on a GPU) the committed table's, read where it is: $OUT gets only what a run wrote
+    if [ -f "$OUT/executor_gpu.json" ] || [ "$DEV" = cpu ]; then echo "$OUT/executor_gpu.md"
+    else echo results/executor_gpu.md; fi
+}
+
 run_stage() {
     local stage=$1 cap_var
     cap_var="$(echo "$stage" | tr a-z A-Z)_SECONDS"   # e.g. EXECUTOR_SECONDS=280: this stage ends by then
@@ -119,15 +125,13 @@ print(f"planner kernels ready in {time.time() - t:.1f} s")'
     executor)
         # this run's models replace theirs in the committed table, its other rows (and the sanitizer's) staying,
         # where that table was measured on this card (its Device line); else this run's rows make a table alone
-        [ "$DEV" = cpu ] || [ -f "$OUT/executor_gpu.json" ] \
-            || cp results/executor_gpu.json results/executor_gpu.md "$OUT/"
         bounded "$PY" -m benchmarks.executor_gpu "${EG[@]}" "${EX_MODELS[@]}" --ga-seconds "${GA_SECONDS:-30}" \
-            --no-sanitizer --append --out "$OUT/executor_gpu.md"
+            --no-sanitizer --append --previous "$(previous_executor_table)" --out "$OUT/executor_gpu.md"
         ;;
     sanitizer)
         [ "$DEV" = cpu ] && { echo "the sanitizer needs CUDA: skipped" | tee -a "$LOG"; return 0; }
-        [ -f "$OUT/executor_gpu.json" ] || cp results/executor_gpu.json results/executor_gpu.md "$OUT/"
-        bounded "$PY" -m benchmarks.executor_gpu --sanitizer-only --append --out "$OUT/executor_gpu.md"
+        bounded "$PY" -m benchmarks.executor_gpu --sanitizer-only --append --previous "$(previous_executor_table)" \
+            --out "$OUT/executor_gpu.md"
         ;;
     compile)
         bounded "$PY" -m benchmarks.vs_torch --measured-only --only "$CM_ONLY" "${VT[@]}" --hybrid-at all \

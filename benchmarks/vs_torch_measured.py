@@ -169,6 +169,26 @@ def plan_all(graph: Graph, devices: list[Device], seconds: float, generations: i
         return [f.result() for f in futures]
 
 
+def peak_devices(rows: list[dict], name: str, link: dict[str, float], reserve: int,
+                 log: Callable[[str], None] = print) -> tuple[list[dict], list[Device]]:
+    """The rows hybrid can be planned for and their devices: each row's measured peak as the memory, less
+    `reserve`. A peak at most the reserve leaves a plan nothing: that row gets a `hybrid_note` instead of
+    stopping the model's other rows."""
+    kept: list[dict] = []
+    devices: list[Device] = []
+    for r in rows:
+        try:
+            d = Device(name, int(r["measured_peak_MiB"] * MiB), link["h2d_bytes_per_s"], link["d2h_bytes_per_s"],
+                       link["latency_s"], reserve_bytes=reserve)
+        except HybridError as e:
+            r["hybrid_note"] = f"not planned: {short(e)}"
+            log(f"  hybrid at {r['alternative']}'s peak: {r['hybrid_note']}")
+            continue
+        kept.append(r)
+        devices.append(d)
+    return kept, devices
+
+
 def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, iters: int, seconds: float,
                   alternatives: tuple[str, ...] = ALTERNATIVES, every: bool = False,
                   log: Callable[[str], None] = print, generations: int | None = None) -> list[dict]:
@@ -217,8 +237,7 @@ def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, it
     todo = [r for r in rows if r["alternative"] in targets]
     # the reserve: what cuBLAS keeps for the executor's compute stream, outside any pool (executor.streams)
     reserve = 0 if cpu else kernel_state_bytes(dev)
-    devices = [Device(f"{cost_preset(dev)}-measured", int(r["measured_peak_MiB"] * MiB), link["h2d_bytes_per_s"],
-                      link["d2h_bytes_per_s"], link["latency_s"], reserve_bytes=reserve) for r in todo]
+    todo, devices = peak_devices(todo, f"{cost_preset(dev)}-measured", link, reserve, log)
     planned = plan_all(graph, devices, seconds, generations)
     for row, device, (plan, skipped, error) in zip(todo, devices, planned):
         plan_bytes = device.memory_bytes

@@ -42,6 +42,7 @@ import torch
 
 from hybrid.capture.conv_impls import run_impl
 from hybrid.capture.encoding import DecodeContext, decode_value, dtype_from_name, resolve_target
+from hybrid.capture.profile import ALLOCATOR_ROUNDING_BYTES
 from hybrid.errors import HybridError
 from hybrid.graph import Graph, Op
 from hybrid.graph.rerun import updates_generator_only
@@ -391,9 +392,11 @@ def copy_workspaces(graph: Graph, device: str | torch.device = "cpu") -> dict[st
         nbytes = call.copy_bytes if call.mode == COPY else call.scratch_bytes if call.mode == SLOT else 0
         peak = op.extra.get("cost", {}).get("device_peak_bytes") if dev.type == "cuda" else None
         if isinstance(peak, int) and not isinstance(peak, bool):
-            # the measured call held its results and its scratch; an op writing its slots holds the scratch only
+            # the measured call held its results and its scratch; an op writing its slots holds the scratch only,
+            # and an excess that the allocator's rounding of the results explains is no scratch
             results = sum(graph.tensor(t).bytes for t in dict.fromkeys(op.outputs))
-            nbytes = max(nbytes, peak - results if call.mode in (OUT, SLOT) else peak)
+            scratch = peak - results if peak - results > ALLOCATOR_ROUNDING_BYTES else 0
+            nbytes = max(nbytes, scratch if call.mode in (OUT, SLOT) else peak)
         if nbytes > 0:
             out[op.id] = nbytes
     return out

@@ -155,12 +155,19 @@ def _alternatives(op: Op) -> list[str]:
     return [im.name for im in op.impls if im.name != d]
 
 
+# The CUDA caching allocator counts whole blocks: sizes rounded up to 512 B, and a cached block too large to split
+# (less than 1 MiB would remain) handed out whole. A measured peak may so exceed the op's results and scratch by up
+# to about 1 MiB that no kernel allocated: executor.ops.copy_workspaces ignores an excess over the results up to
+# this much where it derives an op's scratch (the results of an op writing its slots are not allocated there).
+ALLOCATOR_ROUNDING_BYTES = 1 << 20
+
+
 def _peak_and_copy(op: Op, env: dict, ctx: Any, dev: Any, impl: str | None, repeat: int) -> tuple[int, float]:
     """CUDA: the most bytes one run of the op holds allocated above what was allocated before it (its results
-    and its kernels' scratch), after the warm-up runs allocated whatever kernels keep for good (cuBLAS's
-    workspace of the stream); and the seconds to copy its fresh results once into tensors of their own (what an
-    executor that cannot make the op write in place adds: executor.ops' copy fallback). Resets the device's peak
-    counter."""
+    and its kernels' scratch, in the allocator's rounded blocks: `ALLOCATOR_ROUNDING_BYTES`), after the warm-up
+    runs allocated whatever kernels keep for good (cuBLAS's workspace of the stream); and the seconds to copy its
+    fresh results once into tensors of their own (what an executor that cannot make the op write in place adds:
+    executor.ops' copy fallback). Resets the device's peak counter."""
     import torch
 
     from hybrid.capture.interpreter import run_op

@@ -85,6 +85,36 @@ _CHECKPOINT_HOOKS = ("_checkpoint_hook", "_recomputation_hook", "_NoopSaveInputs
 
 
 @contextlib.contextmanager
+def _eager_checkpointing() -> Iterator[None]:
+    """torch.utils.checkpoint with eager semantics while make_fx traces the step.
+
+    PyTorch 2.13 has a flag for it, under which checkpoint's `_is_compiling` answers False. Before it (2.11),
+    `_is_compiling` answers True whenever a proxy mode is active, which make_fx always has: selective checkpointing
+    would then cache every output, and the traced backward fails ("cached ... has been mutated") or differs from
+    eager. Without the flag, `_is_compiling` answers for the trace what it answers under the flag."""
+    flag = getattr(torch.compiler, "_non_strict_tracing_context", None)
+    if flag is not None:
+        with flag():
+            yield
+        return
+    import torch.utils.checkpoint as ckpt
+
+    saved = getattr(ckpt, "_is_compiling", None)
+    if saved is None:
+        yield
+        return
+
+    def not_compiling(func: object, args: object, kwargs: object) -> bool:
+        return False
+
+    ckpt._is_compiling = not_compiling
+    try:
+        yield
+    finally:
+        ckpt._is_compiling = saved
+
+
+@contextlib.contextmanager
 def rng_ops() -> Iterator[None]:
     """While the step is traced: generator save/restore become traced ops; constructs whose effect the graph
     cannot hold (re-seeding, host copies of saved tensors) are refused, naming them."""
@@ -119,10 +149,8 @@ def rng_ops() -> Iterator[None]:
             setattr(torch.random, name, fn)
         torch.autograd.graph.saved_tensors_hooks.__enter__ = enter_hooks  # type: ignore[method-assign]
         # make_fx tracing of eager semantics: selective checkpointing then caches what its policy saves and
-        # recomputes the rest, as eager does (under a compiler's tracing it would cache every output). PyTorch
-        # before 2.13 has no such flag: its checkpoint keeps eager semantics under make_fx without one.
-        strict_off = getattr(torch.compiler, "_non_strict_tracing_context", contextlib.nullcontext)
-        with strict_off():
+        # recomputes the rest, as eager does (under a compiler's tracing it would cache every output).
+        with _eager_checkpointing():
             yield
     finally:
         for name, fn in saved.items():

@@ -339,6 +339,7 @@ def test_on_cuda_convolutions_state_their_results_and_a_profile_states_kernel_sc
     import dataclasses
 
     from executor.ops import OUT, copy_workspaces
+    from hybrid.capture.profile import ALLOCATOR_ROUNDING_BYTES
 
     batch, ov, opt, options = ZOO["resnet-18"]
     g = capture_model("resnet-18", batch, optimizer=opt, lr=0.02, optimizer_options=options, overrides=ov)
@@ -351,17 +352,45 @@ def test_on_cuda_convolutions_state_their_results_and_a_profile_states_kernel_sc
         assert cuda[op.id] == sum(g.tensor(t).bytes for t in op.outputs)
     out_op = next(op for op in g.ops if compile_op(g, op, cuda_dev).mode == OUT and op.id not in cuda)
     results = sum(g.tensor(t).bytes for t in dict.fromkeys(out_op.outputs))
-    measured = {convs[0].id: cuda[convs[0].id] + 4096, out_op.id: results + 512}
+    scratch = ALLOCATOR_ROUNDING_BYTES + 512           # more than the allocator's rounding explains
+    measured = {convs[0].id: cuda[convs[0].id] + 4096, out_op.id: results + scratch}
     ops = [dataclasses.replace(op, extra={**op.extra, "cost": {**op.extra.get("cost", {}),
                                                                 "device_peak_bytes": measured[op.id]}})
            if op.id in measured else op for op in g.ops]
     g2 = type(g)(g.name, list(g.tensors), ops, g.device, g.extra)
     got = copy_workspaces(g2, "cuda")
-    assert got[convs[0].id] == measured[convs[0].id] and got[out_op.id] == 512
+    assert got[convs[0].id] == measured[convs[0].id] and got[out_op.id] == scratch
     assert copy_workspaces(g2) == cpu                  # the CPU executor ignores a GPU's measurement
     stated = with_copy_workspaces(g2, "cuda")
-    assert stated.op(out_op.id).workspace_bytes == 512
+    assert stated.op(out_op.id).workspace_bytes == scratch
     assert max(op.workspace_bytes for op in stated.ops) == max(got.values())
+
+
+def test_a_measured_excess_the_allocators_rounding_explains_is_no_scratch() -> None:
+    """CUDA's allocator counts rounded blocks (512 B steps, a cached block up to about 1 MiB larger handed out
+    whole): an op writing its slots whose measured peak exceeds its results by at most ALLOCATOR_ROUNDING_BYTES
+    states no scratch; by more, the whole excess. A copy-fallback op keeps its peak: its results are allocated."""
+    import dataclasses
+
+    from executor.ops import OUT, copy_workspaces
+    from hybrid.capture.profile import ALLOCATOR_ROUNDING_BYTES
+
+    batch, ov, opt, options = ZOO["resnet-18"]
+    g = capture_model("resnet-18", batch, optimizer=opt, lr=0.02, optimizer_options=options, overrides=ov)
+    cuda_dev = torch.device("cuda")
+    cuda = copy_workspaces(g, "cuda")
+    outs = [op for op in g.ops if compile_op(g, op, cuda_dev).mode == OUT and op.id not in cuda][:3]
+    conv = next(op for op in g.ops if compile_op(g, op, cuda_dev).mode == COPY)
+    results = {op.id: sum(g.tensor(t).bytes for t in dict.fromkeys(op.outputs)) for op in [*outs, conv]}
+    excess = {outs[0].id: 512, outs[1].id: ALLOCATOR_ROUNDING_BYTES, outs[2].id: ALLOCATOR_ROUNDING_BYTES + 512,
+              conv.id: 512}
+    ops = [dataclasses.replace(op, extra={**op.extra, "cost": {**op.extra.get("cost", {}),
+                                                                "device_peak_bytes": results[op.id] + excess[op.id]}})
+           if op.id in excess else op for op in g.ops]
+    got = copy_workspaces(type(g)(g.name, list(g.tensors), ops, g.device, g.extra), "cuda")
+    assert outs[0].id not in got and outs[1].id not in got
+    assert got[outs[2].id] == ALLOCATOR_ROUNDING_BYTES + 512
+    assert got[conv.id] == results[conv.id] + 512
 
 
 def test_on_cuda_a_measured_copy_of_a_copy_fallback_ops_results_is_added_to_its_time() -> None:

@@ -149,3 +149,26 @@ def test_capture_leaves_the_module_and_the_generator_as_they_were() -> None:
     for n, p in m.named_parameters():
         assert p is before[n][0] and torch.equal(p, before[n][1]) and p.grad is None
     assert torch.get_rng_state is torch.random.get_rng_state and "hybrid" not in torch.get_rng_state.__module__
+
+
+def test_selective_checkpointing_captures_alike_without_the_non_strict_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch before 2.13 (the GPU machine's 2.11) has no `torch.compiler._non_strict_tracing_context`, and its
+    checkpoint's `_is_compiling` is True under any proxy mode (make_fx's): capture must trace eager semantics
+    there too, the same graph as with the flag."""
+    import torch.utils.checkpoint as ckpt
+
+    with_flag, m, args, tgt, loss = graph_of("mlp", "selective")
+
+    def is_compiling_2_11(func: object, args: object, kwargs: object) -> bool:
+        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None
+
+    if hasattr(torch.compiler, "_non_strict_tracing_context"):
+        monkeypatch.delattr(torch.compiler, "_non_strict_tracing_context")
+    monkeypatch.setattr(ckpt, "_is_compiling", is_compiling_2_11)
+    without, m, args, tgt, loss = graph_of("mlp", "selective")
+    assert ckpt._is_compiling is is_compiling_2_11                 # put back after the capture
+    assert [o.kind for o in without.ops] == [o.kind for o in with_flag.ops]
+    assert without.dumps() == with_flag.dumps()
+    plan = quick_plan(without, 0.6, "unconstrained")
+    r = execute(without, plan, copy.deepcopy(m), args, tgt, loss_fn=loss, iters=3, device="cpu", check=True, seed=7)
+    assert r.comparison is not None and r.comparison.bitwise

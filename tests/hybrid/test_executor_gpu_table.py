@@ -1,6 +1,7 @@
 """benchmarks/executor_gpu.py's tables: rows of one card only (a run on another card does not merge into them)."""
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -8,7 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from benchmarks.executor_gpu import device_label, load_previous, ranking_kept  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from benchmarks.executor_gpu import acceptance, device_label, load_previous, ranking_kept, write  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -29,3 +32,26 @@ def test_ranking_kept_reads_issue_31() -> None:
     assert not ranking_kept([], float("nan"))                      # a row with no plans is not kept
     assert ranking_kept(["a"], float("nan")) and ranking_kept(["a", "b"], 1.0) and not ranking_kept(["a", "b"], -1.0)
     assert ranking_kept(list("abcd"), 0.8) and not ranking_kept(list("abc"), 1 / 3)
+
+
+def test_a_run_whose_every_plan_failed_still_writes_its_table(tmp_path: Path) -> None:
+    """A failed plan's row holds model, memory, plan and error only: with no row that ran, the table is written
+    with those rows and says that no run finished."""
+    errors = [{"model": "resnet-50", "memory": m, "plan": p, "error": "RuntimeError: CUDA out of memory"}
+              for m in ("60%", "35%") for p in ("belady", "vdnn")]
+    ranks = [{"model": "resnet-50", "memory": m, "plans": 0, "kendall_tau": float("nan"), "ranking_kept": False}
+             for m in ("60%", "35%")]
+    assert acceptance(pd.DataFrame(errors), pd.DataFrame(ranks)) == \
+        "Issue 31's GPU items: no run finished (4 failed: see their error)."
+    out = tmp_path / "executor_gpu.md"
+    link = {"h2d_bytes_per_s": 2e10, "d2h_bytes_per_s": 2e10, "latency_s": 1e-5}
+    args = argparse.Namespace(commit="abc", iters=2, commands=["python benchmarks/executor_gpu.py"])
+    write(out, torch.device("cpu"), link, errors, ranks, [{"model": "resnet-50"}], None, args)
+    md = out.read_text()
+    assert "no run finished (4 failed" in md and md.count("CUDA out of memory") == 4
+    assert len(json.loads(out.with_suffix(".json").read_text())["rows"]) == 4
+    ran = {"model": "vgg16", "memory": "60%", "plan": "belady", "measured_s": 0.0102, "simulated_s": 0.01,
+           "measured/simulated": 1.02, "graphed": 4, "host_issue_s": 0.001, "compactions": 0}
+    write(out, torch.device("cpu"), link, [ran, *errors], ranks, [], None, args)   # failed rows beside one that ran
+    assert ("zero compactions on 1 of 1 rows that ran (4 failed: see their error); measured within 5% of "
+            "simulated on 1 of 1 rows") in out.read_text()

@@ -89,3 +89,17 @@ def test_measured_path_plans_hybrid_at_each_peak_and_runs_it() -> None:
         assert r["speedup"] == pytest.approx(r["measured_ms"] / r["hybrid_ms"])
     assert all(by[a]["note"].startswith("not run") for a in ALTERNATIVES if a not in CPU_ALTERNATIVES)
     assert "of 1 models" in summary(rows)
+
+
+def test_a_measured_peak_within_the_reserve_is_noted_not_fatal() -> None:
+    """A GPU's reserve (cuBLAS's kept bytes) at least an alternative's measured peak leaves hybrid nothing to plan
+    there: that row says so, and the model's other rows are still planned."""
+    from benchmarks.vs_torch_measured import peak_devices
+
+    link = {"h2d_bytes_per_s": 2e10, "d2h_bytes_per_s": 2e10, "latency_s": 1e-5}
+    rows = [{"alternative": "eager", "measured_peak_MiB": 64.0},
+            {"alternative": "checkpoint", "measured_peak_MiB": 8.0}]
+    kept, devices = peak_devices(rows, "h100-80gb-measured", link, reserve=8 << 20, log=lambda _: None)
+    assert [r["alternative"] for r in kept] == ["eager"] and devices[0].memory_bytes == 64 << 20
+    assert devices[0].reserve_bytes == 8 << 20
+    assert rows[1]["hybrid_note"].startswith("not planned: HybridError:") and "reserve" in rows[1]["hybrid_note"]
