@@ -10,7 +10,7 @@
 # Then (the GPU machine gets the work tree without git: name the commit), one call, as on 2026-11-28 (H200:
 # 468 s of command, 517 s of device time, 66 more for a first call that failed; both stages' tables came back):
 #     run(command="HYBRID_COMMIT=<sha> CALL_SECONDS=565 EXECUTOR_SECONDS=255 GA_SECONDS=15 HYBRID_SECONDS=12 "
-#                 "bash benchmarks/gpu_session.sh executor vs_torch", carry=[".whl"], timeout_s=595)
+#                 "bash benchmarks/gpu_session.sh preflight executor vs_torch", carry=[".whl"], timeout_s=595)
 # copy the reply's files (under files_at) into results/ (executor_gpu.{md,csv,json} merges this run's models into
 # the committed table's other rows where that table is this card's; on another card it holds this run's rows
 # alone: copy it to a table of its own, as results/executor_gpu_h200.md), then `give_back` unless another call
@@ -20,6 +20,8 @@
 #
 # Stages (device minutes; estimates from the H100 run of executor_gpu, CPU timings and, where said, the H200
 # run of 2026-11-28):
+#   preflight <1: benchmarks/gpu_preflight.py: the CUDA convolution slot writer bitwise against eager on this GPU
+#             (where not, the stages after it run convolutions through the copy fallback), cuBLAS's kept bytes
 #   smoke     ~2-3: torch sees the GPU, the wheels import, the planner's kernels compile (cached for the stages
 #             after it in the same call), executor_gpu on resnet-18 at 50% with a 10 s `hybrid optimize`
 #   vs_torch  ~6-7 (H200, HYBRID_SECONDS=12: 3.5): benchmarks/vs_torch.py --measured-only on resnet-50, vgg16,
@@ -100,6 +102,14 @@ run_stage() {
     stage_end=; [ -n "${!cap_var:-}" ] && stage_end=$((SECONDS + ${!cap_var}))
     echo "=== $stage ($(date -u +%H:%M:%S), $((deadline - SECONDS)) s left)" | tee -a "$LOG"
     case "$stage" in
+    preflight)
+        # what only CUDA runs, against eager on this GPU; where the convolution slot writer is not eager's here,
+        # every later stage of this call uses the copy fallback for convolutions instead
+        if ! timeout -k 10 120 "$PY" -m benchmarks.gpu_preflight 2>&1 | tee -a "$LOG"; then
+            export HYBRID_CUDA_CONV_SLOTS=0
+            echo "preflight failed: HYBRID_CUDA_CONV_SLOTS=0 for the stages after it" | tee -a "$LOG"
+        fi
+        ;;
     smoke)
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$LOG"
         bounded "$PY" -c '
@@ -139,7 +149,8 @@ print(f"planner kernels ready in {time.time() - t:.1f} s")'
         keep "results/vs_torch_measured_compile$Q.md" "results/vs_torch_measured_compile$Q.csv"
         ;;
     *)
-        echo "error: unknown stage '$stage' (smoke, vs_torch, executor, compile, sanitizer)" | tee -a "$LOG"
+        echo "error: unknown stage '$stage' (preflight, smoke, vs_torch, executor, compile, sanitizer)" \
+            | tee -a "$LOG"
         return 2
         ;;
     esac

@@ -20,8 +20,9 @@ mode:
   ATen implementation; `embedding_dense_backward` as zero + `index_add_` in index order, as ATen accumulates;
   `ones_like`, `new_zeros` and the like as a fill of the slot; on the CPU, `convolution` and
   `convolution_backward` as the out= overloads of the kernel ATen picks for them there, `_slow_conv2d_forward` and
-  `_slow_conv2d_backward`, when it picks that one). Bitwise equal to eager on the CPU
-  (tests/executor/test_exactness.py, tests/executor/test_outside.py).
+  `_slow_conv2d_backward`, when it picks that one; on CUDA, a 2-d `convolution` as `cudnn_convolution.out`, a
+  native out= overload, and the bias added in place, as `_convolution` runs it with cuDNN). Bitwise equal to
+  eager on the CPU (tests/executor/test_exactness.py, tests/executor/test_outside.py).
 - `inplace`: the op only updates its inputs (buffer `copy_`s); `optimizer`:
   the per-parameter optimizer step (hybrid.capture.optimizers), in place. Where the step is its gradient's
   last reader (`consumable_grad`), the temporary torch would allocate (Adam's denominator; the gradient with
@@ -34,6 +35,7 @@ place on it. Those bytes are counted too (`version_bytes`).
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -133,6 +135,64 @@ def _conv_backward(args: list, kwargs: dict, slots: list) -> None:
             a["padding"], grad_input=outs[0], grad_weight=outs[1], grad_bias=outs[2])
 
 
+def cudnn_flags() -> tuple[bool, bool, bool]:
+    """(benchmark, deterministic, allow_tf32) as `_convolution` passes them to cuDNN: the context's settings."""
+    import warnings
+
+    with warnings.catch_warnings():    # allow_tf32 is read through its deprecated name (kept in torch 2.9+)
+        warnings.simplefilter("ignore")
+        tf32 = bool(torch.backends.cudnn.allow_tf32)
+    return (bool(torch.backends.cudnn.benchmark),
+            bool(torch.backends.cudnn.deterministic) or torch.are_deterministic_algorithms_enabled(), tf32)
+
+
+def _cuda_conv() -> SlotWriter:
+    """aten.convolution on CUDA where ATen runs it with cuDNN: `_convolution` calls `cudnn_convolution` on the
+    input made contiguous in cuDNN's suggested format and adds the bias in place; `cudnn_convolution.out` is
+    ATen's own out= kernel (not a generated copy), so the result is computed in the slot, with the same
+    algorithm. Where ATen would pick another backend for the real tensors (checked once per op, on its first
+    run), the functional op runs and its result is copied into the slot, as the copy fallback does."""
+    cudnn: list[bool] = []
+
+    def write(args: list, kwargs: dict, slots: list) -> None:
+        a = _named(_CONV, args, kwargs)
+        x, w, b = a["input"], a["weight"], a.get("bias")
+        if not cudnn:
+            backend = torch._C._select_conv_backend(x, w, b, a["stride"], a["padding"], a["dilation"],
+                                                    a["transposed"], a["output_padding"], a["groups"], None)
+            # cuDNN's suggested format is channels-last where either operand has channels-last strides: the
+            # slot (contiguous) would then be written through a copy; left to the functional op
+            cudnn.append(backend.name == "Cudnn" and not any(
+                t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous() for t in (x, w)))
+        out = slots[0]
+        if not cudnn[0]:
+            out.copy_(torch.ops.aten.convolution.default(*args, **kwargs))
+            return
+        torch.ops.aten.cudnn_convolution.out(x.contiguous(), w, a["padding"], a["stride"], a["dilation"],
+                                             a["groups"], *cudnn_flags(), out=out)
+        if isinstance(b, torch.Tensor):
+            out.add_(b.reshape(1, -1, 1, 1))
+    return write
+
+
+def _cuda_conv_writer(graph: Graph, args: Any, kwargs: dict, ids: tuple[str | None, ...]) -> SlotWriter | None:
+    """A CUDA 2-d convolution writes its slot (`_cuda_conv`) where cuDNN is there and ATen would run it: not
+    transposed, one group (a depthwise one has kernels of its own), its output contiguous; else None.
+    HYBRID_CUDA_CONV_SLOTS=0 turns it off (the copy fallback: benchmarks/gpu_preflight.py sets it where the
+    writer's bits differ from eager's on the GPU at hand)."""
+    if os.environ.get("HYBRID_CUDA_CONV_SLOTS", "1") == "0":
+        return None
+    if not (torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled):
+        return None
+    a = _named(_CONV, args, kwargs)
+    w = a.get("weight")
+    shape = graph.tensor(w["t"]).extra.get("shape") if isinstance(w, dict) and "t" in w else None
+    if (a.get("transposed") is not False or int(a.get("groups", 0)) != 1 or not isinstance(shape, list)
+            or len(shape) != 4 or len(ids) != 1 or ids[0] is None or not _is_contiguous(graph.tensor(ids[0]))):
+        return None
+    return _cuda_conv()
+
+
 def _stand_in(t: Any) -> torch.Tensor:
     """A host tensor with graph tensor `t`'s recorded geometry (its memory is never touched)."""
     meta = t.extra
@@ -176,6 +236,8 @@ def _slot_writer(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, ids
     the bytes it allocates outside the pool per run (its scratch: contiguous copies of a convolution's input)."""
     if target in ("aten.convolution.default", "aten.convolution_backward.default") and device.type == "cpu":
         return _conv_writer(graph, target, args, kwargs, ids)
+    if target == "aten.convolution.default" and device.type == "cuda":
+        return _cuda_conv_writer(graph, args, kwargs, ids), 0
     return _slot_writer_fn(graph, op, target, args, kwargs, ids), 0
 
 

@@ -86,3 +86,11 @@ def test_a_plan_that_reruns_dropout_is_recorded_as_a_cuda_graph_and_trains_as_is
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (a, b)
     for n, p in issued.state().params.items():
         assert torch.allclose(p, replayed.state().params[n], rtol=1e-4, atol=1e-5), n
+
+
+def test_cuda_convolutions_write_their_slots_with_eagers_bits_and_no_result_beside_them() -> None:
+    # executor.ops' CUDA slot writer (cudnn_convolution.out, bias added in place) against aten.convolution on
+    # this GPU: bitwise equal, and the result is not allocated beside the slot (benchmarks/gpu_preflight.py)
+    from benchmarks.gpu_preflight import conv_slots
+
+    assert conv_slots(torch.device("cuda")) == []

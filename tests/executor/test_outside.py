@@ -26,6 +26,19 @@ pytestmark = pytest.mark.torch
 RNN = {"hidden": 16, "embed": 12, "seq_len": 5, "vocab": 40}
 
 
+@pytest.fixture
+def no_cudnn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA's copy fallback for convolutions, as where cuDNN is missing (the CUDA slot writer needs it)."""
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: False)
+
+
+@pytest.fixture
+def with_cudnn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuDNN present and enabled, as on a GPU machine: compile_op's CUDA decisions without a GPU."""
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "enabled", True)
+
+
 def _run(graph, plan, module, args, target):  # noqa: ANN001, ANN202
     ex = Executor(graph, plan, "cpu")
     ex.load(module, args, target)
@@ -225,7 +238,7 @@ def _conv_graph(n: int, c: int, groups: int, mask: list[bool] | None = None):  #
         "aten": _aten("aten.convolution_backward.default", back, {}, rets)})])
 
 
-def test_convolutions_write_their_slots_only_where_aten_runs_slow2d_on_the_cpu() -> None:
+def test_convolutions_write_their_slots_only_where_aten_runs_slow2d_on_the_cpu(no_cudnn: None) -> None:
     g = _conv_graph(2, 4, 1)
     assert compile_op(g, g.ops[0]).mode == SLOT
     assert compile_op(g, g.ops[0], torch.device("cuda")).mode == COPY          # eager runs cuDNN there
@@ -332,9 +345,9 @@ def test_capture_states_no_copy_workspaces_unless_asked() -> None:
     assert [op.id for op in plain.ops] == [op.id for op in stated.ops]
 
 
-def test_on_cuda_convolutions_state_their_results_and_a_profile_states_kernel_scratch() -> None:
-    """On CUDA the executor runs a convolution through the copy fallback (the CPU's slot writer is CPU-only), so
-    its results are its workspace there; a cuda profile's measured peak (`cost.device_peak_bytes`) adds the
+def test_on_cuda_convolutions_state_their_results_and_a_profile_states_kernel_scratch(no_cudnn: None) -> None:
+    """Without cuDNN the executor runs a CUDA convolution through the copy fallback, so its results are its
+    workspace there; a cuda profile's measured peak (`cost.device_peak_bytes`) adds the
     kernels' scratch: the whole peak for a copy-fallback op, the peak less its results for one writing its slots."""
     import dataclasses
 
@@ -366,7 +379,7 @@ def test_on_cuda_convolutions_state_their_results_and_a_profile_states_kernel_sc
     assert max(op.workspace_bytes for op in stated.ops) == max(got.values())
 
 
-def test_a_measured_excess_the_allocators_rounding_explains_is_no_scratch() -> None:
+def test_a_measured_excess_the_allocators_rounding_explains_is_no_scratch(no_cudnn: None) -> None:
     """CUDA's allocator counts rounded blocks (512 B steps, a cached block up to about 1 MiB larger handed out
     whole): an op writing its slots whose measured peak exceeds its results by at most ALLOCATOR_ROUNDING_BYTES
     states no scratch; by more, the whole excess. A copy-fallback op keeps its peak: its results are allocated."""
@@ -393,7 +406,7 @@ def test_a_measured_excess_the_allocators_rounding_explains_is_no_scratch() -> N
     assert got[conv.id] == results[conv.id] + 512
 
 
-def test_on_cuda_a_measured_copy_of_a_copy_fallback_ops_results_is_added_to_its_time() -> None:
+def test_on_cuda_a_measured_copy_of_a_copy_fallback_ops_results_is_added_to_its_time(no_cudnn: None) -> None:
     import dataclasses
 
     from executor.ops import OUT, with_copy_costs
@@ -413,3 +426,52 @@ def test_on_cuda_a_measured_copy_of_a_copy_fallback_ops_results_is_added_to_its_
     assert on_gpu.op(out_op.id).time_s == out_op.time_s                        # writes its slot: no copy
     assert on_cpu.op(conv.id).time_s == conv.time_s                            # the CPU writes its slots
     assert on_gpu.op(conv.id).workspace_bytes == sum(g.tensor(t).bytes for t in conv.outputs)
+
+
+def test_with_cudnn_a_cuda_convolution_writes_its_slot_through_cudnn_convolution_out(
+        with_cudnn: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA a 2-d convolution of one group, not transposed, writes its slot through `cudnn_convolution.out`
+    (ATen's own out= kernel: what `_convolution` computes with cuDNN) and adds its bias in place; others stay
+    with the copy fallback. Without a GPU, the cuDNN call is stood in for by the same convolution without bias
+    (the bits on a GPU are checked there: tests/executor/test_cuda.py)."""
+    from unittest import mock
+
+    from executor.ops import copy_workspaces
+
+    cuda = torch.device("cuda")
+    g = _conv_graph(2, 4, 1)
+    assert compile_op(g, g.ops[0], cuda).mode == SLOT
+    assert compile_op(g, g.ops[0]).mode == SLOT                           # the CPU's Slow2d writer, as before
+    assert compile_op(*(lambda h: (h, h.ops[0]))(_conv_graph(2, 4, 2)), cuda).mode == COPY   # two groups
+    assert "conv" not in copy_workspaces(g, "cuda")                       # nothing allocated outside the pool
+    calls: list[tuple] = []
+
+    def cudnn_out(x, w, padding, stride, dilation, groups, benchmark, deterministic, tf32, out):  # noqa: ANN001
+        calls.append((padding, stride, dilation, groups, benchmark, deterministic, tf32, out.data_ptr()))
+        return out.copy_(torch.ops.aten.convolution.default(x, w, None, stride, padding, dilation, False, [0, 0],
+                                                            groups))
+
+    class Backend:
+        name = "Cudnn"
+
+    gen = torch.Generator().manual_seed(3)
+    x, w, b = torch.randn(2, 3, 9, 9, generator=gen), torch.randn(5, 3, 3, 3, generator=gen), torch.randn(5)
+    conv = [x, w, b, [2, 2], [1, 1], [1, 1], False, [0, 0], 1]
+    ref = torch.ops.aten.convolution.default(*conv)
+    call = compile_op(g, g.ops[0], cuda)
+    monkeypatch.setattr(torch._C, "_select_conv_backend", lambda *a: Backend())
+    with mock.patch("torch.ops.aten.cudnn_convolution", mock.Mock(out=cudnn_out)):
+        slot = torch.full_like(ref, 7.0)
+        call.slot_fn(conv, {}, [slot])
+        call.slot_fn(conv, {}, [slot])
+    assert torch.allclose(slot, ref, atol=1e-5)
+    assert len(calls) == 2 and calls[0][:4] == ([1, 1], [2, 2], [1, 1], 1) and calls[0][-1] == slot.data_ptr()
+
+    class Other:
+        name = "CudaDepthwise2d"
+
+    other = compile_op(g, g.ops[0], cuda)                                 # a fresh call decides afresh
+    monkeypatch.setattr(torch._C, "_select_conv_backend", lambda *a: Other())
+    slot = torch.full_like(ref, 7.0)
+    other.slot_fn(conv, {}, [slot])                                       # another backend: the functional op
+    assert torch.equal(slot, ref) and len(calls) == 2

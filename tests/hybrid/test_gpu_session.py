@@ -53,7 +53,7 @@ def test_every_stage_the_header_names_exists() -> None:
     header = text.split("set -uo pipefail")[0]
     cases = {line.strip().rstrip(")") for line in text.splitlines() if line.startswith("    ") and
              line.strip().endswith(")") and line.strip()[:-1].isidentifier()}
-    named = {"smoke", "vs_torch", "executor", "compile", "sanitizer"}
+    named = {"preflight", "smoke", "vs_torch", "executor", "compile", "sanitizer"}
     assert named <= cases
     assert all(f"#   {s} " in header for s in named)
 
@@ -66,4 +66,14 @@ def test_a_stage_cap_ends_that_stage_and_leaves_the_call_to_the_next(tmp_path: P
                        timeout=120, cwd=ROOT)
     log = (tmp_path / "out" / "session.log").read_text()
     assert "=== executor" in log and "skipped: 10 s left of the stage's cap" in log
+    assert "error: unknown stage 'smok'" in p.stdout     # the stage after it was reached
+
+
+def test_the_preflight_stage_runs_without_cuda_and_leaves_the_convolution_slots_on(tmp_path: Path) -> None:
+    """Without CUDA the preflight says so and passes: the stages after it keep the CUDA convolution slot writer
+    (on a GPU where its bits are not eager's, the stage exports HYBRID_CUDA_CONV_SLOTS=0 for them instead)."""
+    p = _session(tmp_path, "preflight", "smok")
+    log = (tmp_path / "out" / "session.log").read_text()
+    assert "gpu_preflight: no CUDA device: skipped" in log
+    assert "HYBRID_CUDA_CONV_SLOTS=0" not in log
     assert "error: unknown stage 'smok'" in p.stdout     # the stage after it was reached

@@ -1,0 +1,93 @@
+"""A minute's checks before a GPU session's benchmarks: what the executor does only on CUDA, against eager on
+the GPU at hand, so that a stage does not spend the session's device time on a path that is wrong there.
+
+- A 2-d convolution writes its slot through `cudnn_convolution.out` (executor.ops `_cuda_conv`): bitwise equal
+  to eager's `aten.convolution` over a few shapes, and no result-sized block allocated beside the slot. Where
+  it differs, exit 1: benchmarks/gpu_session.sh then runs its stages with HYBRID_CUDA_CONV_SLOTS=0 (the copy
+  fallback, as before).
+- What cuBLAS keeps for the executor's compute stream (executor.streams.kernel_state_bytes), printed.
+Without CUDA it says so and exits 0 (the CPU smoke test of gpu_session.sh).
+
+    python -m benchmarks.gpu_preflight
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import torch
+
+from hybrid.capture.profile import ALLOCATOR_ROUNDING_BYTES
+
+MiB = 1 << 20
+# (batch, in channels, size, out channels, kernel, stride, padding, bias): ResNet's stem, a 3x3, a 1x1 with
+# stride 2 (the downsample), a 3x3 with bias (VGG's)
+SHAPES = [(8, 3, 64, 64, 7, 2, 3, False), (8, 64, 28, 64, 3, 1, 1, False), (8, 64, 28, 128, 1, 2, 0, False),
+          (4, 32, 20, 48, 3, 1, 1, True)]
+
+
+def _peak_above(dev: torch.device, fn: Callable[[], object]) -> int:
+    """The most bytes `fn` holds allocated on `dev` above what was allocated before it."""
+    torch.cuda.synchronize(dev)
+    before = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    res = fn()
+    torch.cuda.synchronize(dev)
+    del res
+    return int(torch.cuda.max_memory_allocated(dev)) - int(before)
+
+
+def conv_slots(dev: torch.device) -> list[str]:
+    """The slot writer against eager on `dev`: one line per failed shape (none: it holds)."""
+    from executor.ops import _cuda_conv
+
+    failed = []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    for n, c, hw, co, k, stride, pad, bias in SHAPES:
+        x = torch.randn(n, c, hw, hw, device=dev, generator=gen)
+        w = torch.randn(co, c, k, k, device=dev, generator=gen)
+        b = torch.randn(co, device=dev, generator=gen) if bias else None
+        args = [x, w, b, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1]
+        ref = torch.ops.aten.convolution.default(*args)
+        slot = torch.full_like(ref, 7.0)
+        write = _cuda_conv()
+        write(args, {}, [slot])                    # first run: the backend is looked up
+        eager = _peak_above(dev, lambda: torch.ops.aten.convolution.default(*args))   # result + workspace
+        slot.fill_(7.0)
+        beside = _peak_above(dev, lambda: write(args, {}, [slot]))                    # workspace only
+        result = ref.numel() * ref.element_size()
+        shape = f"{n}x{c}x{hw}x{hw} -> {co} k{k} s{stride}{' bias' if bias else ''}"
+        if not torch.equal(slot, ref):
+            failed.append(f"{shape}: differs from eager by {(slot - ref).abs().max().item():.3g}")
+        elif beside > eager - result + ALLOCATOR_ROUNDING_BYTES:
+            failed.append(f"{shape}: {beside / MiB:.2f} MiB allocated beside the slot where eager allocates "
+                          f"{eager / MiB:.2f} MiB with its {result / MiB:.2f} MiB result: written through a copy")
+        else:
+            print(f"  conv slot {shape}: bitwise equal to eager, {beside / MiB:.2f} MiB beside the slot (eager: "
+                  f"{eager / MiB:.2f} MiB with its result)")
+    return failed
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("gpu_preflight: no CUDA device: skipped")
+        return 0
+    from executor.streams import kernel_state_bytes
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    print(f"gpu_preflight: torch {torch.__version__}, {torch.cuda.get_device_name(dev)}, cuDNN "
+          f"{torch.backends.cudnn.version()}")
+    print(f"  cuBLAS keeps {kernel_state_bytes(dev) / MiB:.1f} MiB for the executor's compute stream")
+    failed = conv_slots(dev)
+    for line in failed:
+        print(f"  FAILED conv slot {line}")
+    if failed:
+        print("gpu_preflight: the CUDA convolution slot writer is not eager's here: run with "
+              "HYBRID_CUDA_CONV_SLOTS=0")
+        return 1
+    print("gpu_preflight: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
