@@ -41,6 +41,13 @@ the byte-budget walk on benchmarks/planner_speed.py's 10k-op graphs, measured si
   byte-budget walk (results/planner_speed.md; the same plans). What is left on the random DAG (3.2x): the
   window scans (about a third), `occupy` (a sixth), and a walk with 1.2x the byte budget's nodes
   (fragmentation: more copies), without its time-order re-binding.
+- profiled (perf, the kernels' symbols mapped): the window scan is 44% of a pass and the walk's own bookkeeping
+  most of the rest; with the scan free the flow would still be about 1.8x the byte budget's. Keeping every plan,
+  passing `occupy` the segment just found and inlining `find`/`occupy`/`choose` gained nothing measurable; two
+  more arrays in the segment tuple made a pass 1.5x slower (docs/arena.md).
+- reruns that do not stop at co-read clashes (forbidden ranges taking the homes a reader's dropped inputs'
+  reruns bring back; a drop whose rerun needs two overlapping homes swapped instead): NasNet-25's program-order
+  walk 34.6 -> 22.1 s, but the README command's `--addresses` search 12.3 -> 14.3 ms; not kept (docs/arena.md).
 - the byte budget's time-order re-binding (hybrid.swap.rewalk) has no counterpart here: an allocation's
   bytes are its home's, fixed; the ready-time term in the score is what stands in for it.
 
