@@ -71,7 +71,7 @@ from executor.streams import kernel_state_bytes  # noqa: E402
 from hybrid.swap.quick_plans import size_class_plan  # noqa: E402
 from hybrid.swap.baselines import run_baseline
 from hybrid.capture.api import capture_model  # noqa: E402
-from hybrid.capture.profile import apply_profile, measure_profile  # noqa: E402
+from hybrid.capture.profile import apply_profile  # noqa: E402
 from hybrid.capture.trace import portable_kernels  # noqa: E402
 from hybrid.device import Device  # noqa: E402
 from hybrid.errors import HybridError  # noqa: E402
@@ -392,14 +392,17 @@ def run_sanitizer() -> dict[str, Any]:
 # ---- driver ------------------------------------------------------------------------------------
 
 def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fractions: list[float], iters: int,
-                ga_seconds: float, seed: int) -> tuple[list[dict], list[dict], dict]:
+                ga_seconds: float, seed: int, profile_cache: str | None = None) -> tuple[list[dict], list[dict], dict]:
+    from benchmarks.common import measured_profile
+
     name, batch, ov, opt, options = case
     preset = cost_preset(dev)
     log(f"{name}: capture (batch {batch}, {ov or 'defaults'})")
     roofline = capture_model(name, batch, optimizer=opt, lr=0.01, optimizer_options=options or None, overrides=ov,
                              device=preset)
     log(f"{name}: {len(roofline.ops)} ops; measuring op times on {dev}")
-    prof, rep = measure_profile(roofline, backend=dev.type, repeat=5, warmup=2)
+    prof, rep, reuse = measured_profile(roofline, dev.type, profile_cache, repeat=5, warmup=2)
+    log(f"{name}: profile: {reuse}")
     graph = apply_profile(roofline, prof)
     if dev.type != "cuda":    # a cpu profile sets cpu_time_s: keep the roofline time_s (smoke test only)
         graph = roofline
@@ -418,6 +421,7 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
     peak = unswapped_peak(graph)
     info = {"model": name, "batch": batch, "config": ", ".join(f"{k}={v}" for k, v in ov.items()),
             "ops": len(graph.ops), "unswapped_peak_MiB": peak / MiB, "profiled_ops": rep.measured,
+            "profile_reused": rep.reused,
             # the graphs read, by sha256 of the file `hybrid capture` would write (first 12 hex digits)
             "capture": f"hybrid capture --model {name} --batch {batch} --optimizer {opt} --device {preset}",
             "graph_sha256": captured_sha256,
@@ -621,6 +625,10 @@ def main() -> None:
     ap.add_argument("--commit", default=None,
                     help="the code's commit for the table (default: git here; a GPU machine sent a copy of the "
                          "working tree may have no git: pass the commit of that copy)")
+    ap.add_argument("--profile-cache", default=None, metavar="DIR",
+                    help="reuse and extend the op times measured on this GPU and torch in DIR (one file per "
+                         "device: benchmarks.common.measured_profile; default $HYBRID_PROFILE_CACHE, else measure "
+                         "every op)")
     a = ap.parse_args()
     from benchmarks.common import commit, quick_name
 
@@ -660,7 +668,7 @@ def main() -> None:
     sanitizer = prev.get("sanitizer")
     for case in cases:
         try:
-            r, k, info = bench_model(case, dev, link, a.fractions, a.iters, a.ga_seconds, a.seed)
+            r, k, info = bench_model(case, dev, link, a.fractions, a.iters, a.ga_seconds, a.seed, a.profile_cache)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             r, k, info = [], [], {"model": case[0], "error": short(e)}

@@ -11,7 +11,8 @@
 # 468 s of command, 517 s of device time, 66 more for a first call that failed; both stages' tables came back):
 #     run(command="HYBRID_COMMIT=<sha> CALL_SECONDS=565 EXECUTOR_SECONDS=255 GA_SECONDS=15 HYBRID_SECONDS=12 "
 #                 "bash benchmarks/gpu_session.sh preflight executor vs_torch", carry=[".whl"], timeout_s=595)
-# copy the reply's files (under files_at) into results/ (executor_gpu.{md,csv,json} merges this run's models into
+# copy the reply's files (under files_at) into results/ (profiles/*.json into benchmarks/profiles/, which the next
+# session's stages then reuse instead of measuring; executor_gpu.{md,csv,json} merges this run's models into
 # the committed table's other rows where that table is this card's; on another card it holds this run's rows
 # alone: copy it to a table of its own, as results/executor_gpu_h200.md), then `give_back` unless another call
 # follows at once. At most 8 files come back from a call. What is left of the 15 minutes (about 5) fits one short
@@ -72,6 +73,23 @@ fi
 "$PY" -c "import ortools.sat.python.cp_model, highspy" 2>/dev/null || {
     echo "error: OR-Tools or HiGHS missing for $PY: run 'bash benchmarks/gpu_wheels.sh' where the package registries" \
          "are reachable and name .whl in the device call's carry" | tee -a "$LOG"; exit 1; }
+
+# Op times measured on this card and torch in an earlier session (benchmarks/profiles/, committed from a call's
+# $OUT/profiles/) are reused, and what this call measures is added there: ResNet-50's profile took 1.3 of its 4.2
+# minutes on the H200 (benchmarks.common.measured_profile; one file per card and torch, so another's never read)
+mkdir -p "$OUT/profiles"
+export HYBRID_PROFILE_CACHE="$OUT/profiles"
+prof_name=$("$PY" -c '
+import torch
+from benchmarks.common import profile_cache_path
+from hybrid.capture.profile import _device_name
+cuda = torch.cuda.is_available() and "'"$DEV"'" != "cpu"
+dev = torch.device("cuda" if cuda else "cpu")
+print(profile_cache_path(".", dev.type, _device_name(dev), torch.__version__).name)' 2>/dev/null)
+if [ -n "$prof_name" ] && [ -f "benchmarks/profiles/$prof_name" ] && [ ! -f "$OUT/profiles/$prof_name" ]; then
+    cp "benchmarks/profiles/$prof_name" "$OUT/profiles/"
+    echo "profiles: reusing benchmarks/profiles/$prof_name" | tee -a "$LOG"
+fi
 
 bounded() {   # run "$@" until the call's deadline (less a margin to copy files) or the stage's cap; log how it
               # ended

@@ -196,7 +196,8 @@ def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, it
     (`hybrid_targets`), the written plan's measured and simulated time, torch's peak while it ran, and how it ran
     (pool, compactions, bytes outside the pool, recorded as a CUDA graph). `generations` ends each search
     sooner than `seconds` (tests)."""
-    from hybrid.capture.profile import apply_profile, measure_profile
+    from benchmarks.common import measured_profile
+    from hybrid.capture.profile import apply_profile
     from hybrid.validator import validate
 
     cpu = dev.type != "cuda"
@@ -223,14 +224,14 @@ def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, it
     graph = plain
     profiled = ""
     if not cpu:
-        prof, rep = measure_profile(plain, backend="cuda", repeat=5, warmup=2)
+        prof, rep, reuse = measured_profile(plain, "cuda", repeat=5, warmup=2)   # $HYBRID_PROFILE_CACHE
         # what the executor allocates outside its pool here (the copy fallback's results, the kernels' scratch
         # the profile measured) stated as the ops' workspaces: the plan counts it (torch's peak within the plan);
         # the copy fallback's copies (measured) in the ops' times: the simulator times what runs
         graph = with_copy_costs(apply_profile(plain, prof), "cuda")
         timed = sum(1 for op in graph.ops if op.extra.get("cost", {}).get("time_s_source") == "profile")
         # ops the profiler skipped keep the capture's roofline times (v100-16gb): say how many
-        profiled = f"{timed} of {len(graph.ops)} ops timed on this GPU ({len(rep.skipped)} skipped)"
+        profiled = f"{timed} of {len(graph.ops)} ops timed on this GPU ({len(rep.skipped)} skipped; {reuse})"
         log(f"  profile: {profiled}")
     link = measure_link(dev, 64 * MiB if cpu else 256 * MiB)
     base, args, target, _ = materialize(model)

@@ -135,41 +135,67 @@ def _conv_backward(args: list, kwargs: dict, slots: list) -> None:
             a["padding"], grad_input=outs[0], grad_weight=outs[1], grad_bias=outs[2])
 
 
+def _conv_tf32() -> bool:
+    """Whether cuDNN convolutions may use TF32, as `_convolution` reads it (`allowTF32CuDNN(conv)`): the conv
+    setting of the fp32-precision API (torch 2.9+), else cuDNN's, else the global one; before that API the
+    legacy flag. (The legacy `cudnn.allow_tf32` getter raises once conv and RNN settings differ.)"""
+    cudnn = torch.backends.cudnn
+    conv = getattr(cudnn, "conv", None)
+    if conv is None or not hasattr(conv, "fp32_precision"):
+        return bool(cudnn.allow_tf32)
+    for level in (conv, cudnn, torch.backends):
+        precision = getattr(level, "fp32_precision", "none")
+        if precision != "none":
+            return precision == "tf32"
+    try:
+        return bool(cudnn.allow_tf32)
+    except RuntimeError:
+        return False
+
+
 def cudnn_flags() -> tuple[bool, bool, bool]:
     """(benchmark, deterministic, allow_tf32) as `_convolution` passes them to cuDNN: the context's settings."""
-    import warnings
-
-    with warnings.catch_warnings():    # allow_tf32 is read through its deprecated name (kept in torch 2.9+)
-        warnings.simplefilter("ignore")
-        tf32 = bool(torch.backends.cudnn.allow_tf32)
     return (bool(torch.backends.cudnn.benchmark),
-            bool(torch.backends.cudnn.deterministic) or torch.are_deterministic_algorithms_enabled(), tf32)
+            bool(torch.backends.cudnn.deterministic) or torch.are_deterministic_algorithms_enabled(), _conv_tf32())
+
+
+def _pair(v: Any) -> Any:
+    """A 2-d convolution's stride, padding or dilation as ATen expands it (one value for both dimensions)."""
+    return [v[0], v[0]] if isinstance(v, (list, tuple)) and len(v) == 1 else v
+
+
+def _contiguous_format(x: torch.Tensor, w: torch.Tensor, backend: Any) -> bool:
+    """Does ATen run this cuDNN convolution in the contiguous (NCHW) format, the slot's?"""
+    decide = getattr(torch._C, "_conv_determine_backend_memory_format", None)
+    if decide is not None:
+        return decide(x, w, backend) == torch.contiguous_format
+    return not any(t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous() for t in (x, w))
 
 
 def _cuda_conv() -> SlotWriter:
     """aten.convolution on CUDA where ATen runs it with cuDNN: `_convolution` calls `cudnn_convolution` on the
     input made contiguous in cuDNN's suggested format and adds the bias in place; `cudnn_convolution.out` is
     ATen's own out= kernel (not a generated copy), so the result is computed in the slot, with the same
-    algorithm. Where ATen would pick another backend for the real tensors (checked once per op, on its first
-    run), the functional op runs and its result is copied into the slot, as the copy fallback does."""
-    cudnn: list[bool] = []
+    algorithm. Where ATen would pick another backend, or another memory format, for the real tensors (looked
+    up once per op and setting of `cudnn.enabled` and determinism), the functional op runs and its result is
+    copied into the slot, as the copy fallback does."""
+    decided: dict[tuple, bool] = {}
 
     def write(args: list, kwargs: dict, slots: list) -> None:
         a = _named(_CONV, args, kwargs)
         x, w, b = a["input"], a["weight"], a.get("bias")
-        if not cudnn:
+        key = (torch.backends.cudnn.enabled, torch.backends.cudnn.deterministic,
+               torch.are_deterministic_algorithms_enabled())
+        if key not in decided:
             backend = torch._C._select_conv_backend(x, w, b, a["stride"], a["padding"], a["dilation"],
                                                     a["transposed"], a["output_padding"], a["groups"], None)
-            # cuDNN's suggested format is channels-last where either operand has channels-last strides: the
-            # slot (contiguous) would then be written through a copy; left to the functional op
-            cudnn.append(backend.name == "Cudnn" and not any(
-                t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous() for t in (x, w)))
+            decided[key] = backend.name == "Cudnn" and _contiguous_format(x, w, backend)
         out = slots[0]
-        if not cudnn[0]:
+        if not decided[key]:
             out.copy_(torch.ops.aten.convolution.default(*args, **kwargs))
             return
-        torch.ops.aten.cudnn_convolution.out(x.contiguous(), w, a["padding"], a["stride"], a["dilation"],
-                                             a["groups"], *cudnn_flags(), out=out)
+        torch.ops.aten.cudnn_convolution.out(x.contiguous(), w, _pair(a["padding"]), _pair(a["stride"]),
+                                             _pair(a["dilation"]), a["groups"], *cudnn_flags(), out=out)
         if isinstance(b, torch.Tensor):
             out.add_(b.reshape(1, -1, 1, 1))
     return write

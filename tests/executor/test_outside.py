@@ -460,6 +460,8 @@ def test_with_cudnn_a_cuda_convolution_writes_its_slot_through_cudnn_convolution
     ref = torch.ops.aten.convolution.default(*conv)
     call = compile_op(g, g.ops[0], cuda)
     monkeypatch.setattr(torch._C, "_select_conv_backend", lambda *a: Backend())
+    monkeypatch.setattr(torch._C, "_conv_determine_backend_memory_format", lambda x, w, backend:
+                        torch.contiguous_format, raising=False)
     with mock.patch("torch.ops.aten.cudnn_convolution", mock.Mock(out=cudnn_out)):
         slot = torch.full_like(ref, 7.0)
         call.slot_fn(conv, {}, [slot])
@@ -475,3 +477,22 @@ def test_with_cudnn_a_cuda_convolution_writes_its_slot_through_cudnn_convolution
     slot = torch.full_like(ref, 7.0)
     other.slot_fn(conv, {}, [slot])                                       # another backend: the functional op
     assert torch.equal(slot, ref) and len(calls) == 2
+
+
+def test_cudnn_tf32_is_read_as_convolution_reads_it() -> None:
+    """`_convolution` asks for TF32 with the conv operator's setting (torch 2.9+'s fp32-precision API: conv,
+    then cuDNN's, then the global one); the legacy getter raises once conv and RNN settings differ."""
+    from executor.ops import _conv_tf32, _pair
+
+    cudnn = torch.backends.cudnn
+    if not hasattr(getattr(cudnn, "conv", None), "fp32_precision"):
+        pytest.skip("this torch predates the fp32-precision API")
+    saved = cudnn.conv.fp32_precision
+    try:
+        cudnn.conv.fp32_precision = "ieee"
+        assert _conv_tf32() is False               # where the legacy getter would raise
+        cudnn.conv.fp32_precision = "tf32"
+        assert _conv_tf32() is True
+    finally:
+        cudnn.conv.fp32_precision = saved
+    assert _pair([2]) == [2, 2] and _pair([1, 3]) == [1, 3]

@@ -77,3 +77,32 @@ def test_the_preflight_stage_runs_without_cuda_and_leaves_the_convolution_slots_
     assert "gpu_preflight: no CUDA device: skipped" in log
     assert "HYBRID_CUDA_CONV_SLOTS=0" not in log
     assert "error: unknown stage 'smok'" in p.stdout     # the stage after it was reached
+
+
+def test_a_profile_cache_measures_an_op_signature_once_per_device_and_torch(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks.common.measured_profile: the GPU benchmarks reuse op times an earlier session measured on the
+    same card and torch (a lent GPU's minutes are few), keyed so another card's or torch's are never read."""
+    pytest.importorskip("torch")
+    import torch
+
+    from benchmarks.common import PROFILE_CACHE_ENV, measured_profile, profile_cache_path
+    from hybrid.capture import capture
+
+    m = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    g = capture(m, (torch.randn(4, 6),), torch.nn.functional.cross_entropy, torch.tensor([0, 1, 0, 1]),
+                optimizer="sgd")
+    monkeypatch.delenv(PROFILE_CACHE_ENV, raising=False)
+    _, rep, note = measured_profile(g, "cpu", repeat=1, warmup=0)            # no cache: all measured
+    assert rep.measured > 0 and "reused" not in note
+    cache = tmp_path / "profiles"
+    _, first, note = measured_profile(g, "cpu", cache, repeat=1, warmup=0)
+    assert first.measured == rep.measured and "saved as" in note
+    files = list(cache.iterdir())
+    assert len(files) == 1 and files[0].name.startswith("cpu-")
+    assert f"torch{torch.__version__.split('+')[0]}" in files[0].name
+    monkeypatch.setenv(PROFILE_CACHE_ENV, str(cache))                         # as gpu_session.sh passes it
+    _, again, note = measured_profile(g, "cpu", repeat=1, warmup=0)
+    assert again.measured == 0 and again.reused == first.measured and "reused from" in note
+    other = profile_cache_path(cache, "cuda", "NVIDIA H100 80GB HBM3", "2.11.0+cu130")
+    assert other.name == "cuda-nvidia-h100-80gb-hbm3-torch2.11.0-cu130.json" and not other.exists()
