@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -106,3 +107,42 @@ def test_a_profile_cache_measures_an_op_signature_once_per_device_and_torch(tmp_
     assert again.measured == 0 and again.reused == first.measured and "reused from" in note
     other = profile_cache_path(cache, "cuda", "NVIDIA H100 80GB HBM3", "2.11.0+cu130")
     assert other.name == "cuda-nvidia-h100-80gb-hbm3-torch2.11.0-cu130.json" and not other.exists()
+
+
+def test_the_preflight_reports_a_slot_writer_that_differs_or_writes_through_a_copy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks.gpu_preflight.conv_slots on the CPU with cuDNN and the device's allocator stood in for: a writer
+    computing eager's bits into the slot passes, one whose bits differ or that allocates a result beside the slot
+    is named (then gpu_session.sh runs the session with the copy fallback)."""
+    pytest.importorskip("torch")
+    import torch
+
+    import benchmarks.gpu_preflight as pf
+
+    class Backend:
+        name = "Cudnn"
+
+    def cudnn_out(x, w, padding, stride, dilation, groups, benchmark, deterministic, tf32, out):  # noqa: ANN001
+        return out.copy_(torch.ops.aten.convolution.default(x, w, None, stride, padding, dilation, False, [0, 0],
+                                                            groups))
+
+    def peak_above(dev, fn):  # noqa: ANN001, ANN202 - a fresh result counts, a slot written in place does not
+        res = fn()
+        return res.numel() * res.element_size() if isinstance(res, torch.Tensor) else 0
+
+    monkeypatch.setattr(torch._C, "_select_conv_backend", lambda *a: Backend())
+    monkeypatch.setattr(torch._C, "_conv_determine_backend_memory_format", lambda x, w, b: torch.contiguous_format,
+                        raising=False)
+    monkeypatch.setattr(pf, "_peak_above", peak_above)
+    monkeypatch.setattr(pf, "SHAPES", [s for s in pf.SHAPES if not s[-1]][:3])   # the CPU adds a bias otherwise
+    with mock.patch("torch.ops.aten.cudnn_convolution", mock.Mock(out=cudnn_out)):
+        assert pf.conv_slots(torch.device("cpu")) == []
+    with mock.patch("torch.ops.aten.cudnn_convolution", mock.Mock(out=lambda *a, out: out.zero_())):
+        failed = pf.conv_slots(torch.device("cpu"))
+    assert len(failed) == 3 and all("differs from eager" in f for f in failed)
+    # as much beside the slot as eager holds with its result (over 1 MiB on these two): a copy's block
+    monkeypatch.setattr(pf, "_peak_above", lambda dev, fn: (fn(), 8 << 20)[1])
+    monkeypatch.setattr(pf, "SHAPES", pf.SHAPES[:2])
+    with mock.patch("torch.ops.aten.cudnn_convolution", mock.Mock(out=cudnn_out)):
+        failed = pf.conv_slots(torch.device("cpu"))
+    assert len(failed) == 2 and all("written through a copy" in f for f in failed)
