@@ -17,8 +17,8 @@
 # alone: copy it to a table of its own, as results/executor_gpu_h200.md), then `give_back` unless another call
 # follows at once. At most 8 files come back from a call (`preflight executor vs_torch` writes 7: three
 # executor_gpu files, two vs_torch_measured ones, session.log and profiles/<card>.json; `smoke` adds one,
-# `compile` two). What is left of the 15 minutes (about 5) fits one short call on a warm machine, e.g. `python3 -m benchmarks.executor_memory_probe` (where the executor's device bytes go
-# beyond the plan's).
+# `compile` two). What is left of the 15 minutes (about 5) fits one short call on a warm machine, e.g.
+# `python3 -m benchmarks.executor_memory_probe` (where the executor's device bytes go beyond the plan's).
 #
 # Stages (device minutes; estimates from the H100 run of executor_gpu, CPU timings and, where said, the H200
 # run of 2026-11-28):
