@@ -8,11 +8,16 @@ import sys
 import time
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from hybrid.device import Device, preset
 from hybrid.graph import Graph
 from hybrid.graph.importers.checkmate import load_checkmate
+
+if TYPE_CHECKING:
+    from hybrid.capture.profile import MeasureReport, Profile
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -187,13 +192,24 @@ def provenance(graphs=(), paper: str = "") -> str:
 
 
 PROFILE_CACHE_ENV = "HYBRID_PROFILE_CACHE"   # a folder of op-time profiles kept between GPU sessions
+PROFILE_CACHE_VERSION = 1   # raised when the profiler's entries change meaning: older files are then not read
 
 
 def profile_cache_path(folder: str | Path, backend: str, device_name: str, torch_version: str) -> Path:
-    """The one file in `folder` for this device and torch: a profile measured on another card or another
-    torch is never reused."""
-    slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{backend}-{device_name}-torch{torch_version}").strip("-").lower()
-    return Path(folder) / f"{slug}.json"
+    """The one file in `folder` for this device (a GPU's name; on the CPU, only the architecture: the smoke
+    test's), torch and profiler version: a profile measured on another card or torch is never reused."""
+    name = f"{backend}-{device_name}-torch{torch_version}-v{PROFILE_CACHE_VERSION}"
+    return Path(folder) / f"{re.sub(r'[^A-Za-z0-9.]+', '-', name).strip('-').lower()}.json"
+
+
+def profile_cache_file(folder: str | Path, backend: str) -> Path:
+    """`profile_cache_path` for this machine's device of `backend` (cuda: the current GPU)."""
+    import torch
+
+    from hybrid.capture.profile import _device_name
+
+    dev = torch.device("cuda" if backend == "cuda" else "cpu")
+    return profile_cache_path(folder, backend, _device_name(dev), torch.__version__)
 
 
 def measured_profile(graph: Graph, backend: str, cache: str | Path | None = None, **measure: object
@@ -211,11 +227,20 @@ def measured_profile(graph: Graph, backend: str, cache: str | Path | None = None
     if folder is None:
         prof, rep = measure_profile(graph, backend=backend, **measure)  # type: ignore[arg-type]
         return prof, rep, f"{rep.measured} op signatures measured"
-    dev = torch.device("cuda" if backend == "cuda" else "cpu")
-    path = profile_cache_path(folder, backend, _device_name(dev), torch.__version__)
-    old = Profile.load(path) if path.exists() else None
-    prof, rep = measure_profile(graph, profile=old, backend=backend, **measure)  # type: ignore[arg-type]
+    path = profile_cache_file(folder, backend)
+    old = path.exists()
+    prof = (Profile.load(path) if old else
+            Profile(backend, _device_name(torch.device("cuda" if backend == "cuda" else "cpu")), {}, torch.__version__))
     path.parent.mkdir(parents=True, exist_ok=True)
+    saved = [len(prof.entries)]
+
+    def save_as_it_goes(done: int, todo: int) -> None:   # a stage stopped at its cap keeps what it measured
+        if len(prof.entries) >= saved[0] + 16:
+            prof.save(path)
+            saved[0] = len(prof.entries)
+
+    prof, rep = measure_profile(graph, profile=prof, backend=backend, progress=save_as_it_goes,
+                                **measure)  # type: ignore[arg-type]
     prof.save(path)
     return prof, rep, (f"{rep.measured} op signatures measured, {rep.reused} reused from {path.name}"
-                       if old is not None else f"{rep.measured} op signatures measured (saved as {path.name})")
+                       if old else f"{rep.measured} op signatures measured (saved as {path.name})")

@@ -422,6 +422,9 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
     info = {"model": name, "batch": batch, "config": ", ".join(f"{k}={v}" for k, v in ov.items()),
             "ops": len(graph.ops), "unswapped_peak_MiB": peak / MiB, "profiled_ops": rep.measured,
             "profile_reused": rep.reused,
+            # forward convolutions written into their slots through cuDNN (executor.ops), or copied in: off where
+            # gpu_session.sh's preflight found the writer not eager's on this GPU
+            "conv_slots": os.environ.get("HYBRID_CUDA_CONV_SLOTS", "1") != "0",
             # the graphs read, by sha256 of the file `hybrid capture` would write (first 12 hex digits)
             "capture": f"hybrid capture --model {name} --batch {batch} --optimizer {opt} --device {preset}",
             "graph_sha256": captured_sha256,

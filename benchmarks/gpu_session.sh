@@ -81,15 +81,14 @@ fi
 mkdir -p "$OUT/profiles"
 export HYBRID_PROFILE_CACHE="$OUT/profiles"
 prof_name=$("$PY" -c '
-import torch
-from benchmarks.common import profile_cache_path
-from hybrid.capture.profile import _device_name
-cuda = torch.cuda.is_available() and "'"$DEV"'" != "cpu"
-dev = torch.device("cuda" if cuda else "cpu")
-print(profile_cache_path(".", dev.type, _device_name(dev), torch.__version__).name)' 2>/dev/null)
-if [ -n "$prof_name" ] && [ -f "benchmarks/profiles/$prof_name" ] && [ ! -f "$OUT/profiles/$prof_name" ]; then
-    cp "benchmarks/profiles/$prof_name" "$OUT/profiles/"
-    echo "profiles: reusing benchmarks/profiles/$prof_name" | tee -a "$LOG"
+import sys, torch
+from benchmarks.common import profile_cache_file
+print(profile_cache_file(".", "cuda" if torch.cuda.is_available() and sys.argv[1] != "cpu" else "cpu").name)' \
+    "$DEV" 2>>"$LOG")
+PROFILES=${HYBRID_PROFILES:-benchmarks/profiles}   # where the committed profiles are (a test names another)
+if [ -n "$prof_name" ] && [ -f "$PROFILES/$prof_name" ] && [ ! -f "$OUT/profiles/$prof_name" ]; then
+    cp "$PROFILES/$prof_name" "$OUT/profiles/"
+    echo "profiles: reusing $PROFILES/$prof_name" | tee -a "$LOG"
 fi
 
 bounded() {   # run "$@" until the call's deadline (less a margin to copy files) or the stage's cap; log how it
@@ -124,9 +123,13 @@ run_stage() {
     preflight)
         # what only CUDA runs, against eager on this GPU; where the convolution slot writer is not eager's here,
         # every later stage of this call uses the copy fallback for convolutions instead
-        if ! timeout -k 10 120 "$PY" -m benchmarks.gpu_preflight 2>&1 | tee -a "$LOG"; then
+        timeout -k 10 120 "$PY" -m benchmarks.gpu_preflight 2>&1 | tee -a "$LOG"
+        rc=${PIPESTATUS[0]}
+        if [ "$rc" -ne 0 ]; then   # 1: the writer's bits or bytes are not eager's; else it crashed or timed out
             export HYBRID_CUDA_CONV_SLOTS=0
-            echo "preflight failed: HYBRID_CUDA_CONV_SLOTS=0 for the stages after it" | tee -a "$LOG"
+            why=$([ "$rc" -eq 1 ] && echo "not eager's" || echo "crashed or timed out")
+            echo "preflight failed (exit $rc: $why): HYBRID_CUDA_CONV_SLOTS=0 for the stages after it" \
+                | tee -a "$LOG"
         fi
         ;;
     smoke)

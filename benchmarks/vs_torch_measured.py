@@ -20,6 +20,7 @@ graphs' unswapped peaks stand in, and only eager and checkpoint run.
 from __future__ import annotations
 
 import inspect
+import os
 import statistics
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -231,7 +232,9 @@ def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, it
         graph = with_copy_costs(apply_profile(plain, prof), "cuda")
         timed = sum(1 for op in graph.ops if op.extra.get("cost", {}).get("time_s_source") == "profile")
         # ops the profiler skipped keep the capture's roofline times (v100-16gb): say how many
-        profiled = f"{timed} of {len(graph.ops)} ops timed on this GPU ({len(rep.skipped)} skipped; {reuse})"
+        slots = "on" if os.environ.get("HYBRID_CUDA_CONV_SLOTS", "1") != "0" else "off (copy fallback)"
+        profiled = (f"{timed} of {len(graph.ops)} ops timed on this GPU ({len(rep.skipped)} skipped; {reuse}); "
+                    f"convolution slots {slots}")
         log(f"  profile: {profiled}")
     link = measure_link(dev, 64 * MiB if cpu else 256 * MiB)
     base, args, target, _ = materialize(model)

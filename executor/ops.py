@@ -204,8 +204,10 @@ def _cuda_conv() -> SlotWriter:
 def _cuda_conv_writer(graph: Graph, args: Any, kwargs: dict, ids: tuple[str | None, ...]) -> SlotWriter | None:
     """A CUDA 2-d convolution writes its slot (`_cuda_conv`) where cuDNN is there and ATen would run it: not
     transposed, one group (a depthwise one has kernels of its own), its output contiguous; else None.
-    HYBRID_CUDA_CONV_SLOTS=0 turns it off (the copy fallback: benchmarks/gpu_preflight.py sets it where the
-    writer's bits differ from eager's on the GPU at hand)."""
+    HYBRID_CUDA_CONV_SLOTS=0 turns it off (the copy fallback: benchmarks/gpu_session.sh sets it where
+    benchmarks/gpu_preflight.py finds the writer's bits differ from eager's on the GPU at hand). A fallback at
+    run time (ATen picking another backend or format for the real tensors) allocates the result beside the
+    pool, which the plan did not count: the GPUs' models (ResNet, VGG, UNet) take cuDNN in NCHW throughout."""
     if os.environ.get("HYBRID_CUDA_CONV_SLOTS", "1") == "0":
         return None
     if not (torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled):
@@ -468,8 +470,10 @@ def copy_workspaces(graph: Graph, device: str | torch.device = "cpu") -> dict[st
     (contiguous copies of a convolution's non-contiguous input), and on CUDA, where a profile measured the op
     (`cost.device_peak_bytes`, hybrid.capture.profile), its kernels' scratch too. That is the op's workspace,
     which the graph must state for a plan to count it (`with_copy_workspaces` states it). Ops that allocate
-    nothing are absent. The CPU has the most out= paths (its convolutions write their slots); on CUDA a
-    convolution and its backward go through the copy fallback."""
+    nothing are absent. The CPU has the most out= paths (its convolutions write their slots); on CUDA a forward
+    2-d convolution of one group writes its slot where cuDNN is there (`_cuda_conv_writer`, decided on this
+    machine: a graph stated here is run with the same decision), other convolutions and every backward one go
+    through the copy fallback."""
     dev = torch.device(device)
     out: dict[str, int] = {}
     for op in graph.ops:
