@@ -66,7 +66,7 @@ sys.path.insert(0, str(ROOT))
 
 from executor.api import Executor, execute  # noqa: E402
 from executor.check import against_unlimited, exact_kernels, torch_optimizer  # noqa: E402
-from executor.ops import with_copy_costs  # noqa: E402
+from executor.ops import cuda_conv_slots_on, with_copy_costs  # noqa: E402
 from executor.streams import kernel_state_bytes  # noqa: E402
 from hybrid.swap.quick_plans import size_class_plan  # noqa: E402
 from hybrid.swap.baselines import run_baseline
@@ -424,7 +424,7 @@ def bench_model(case: tuple, dev: torch.device, link: dict[str, float], fraction
             "profile_reused": rep.reused,
             # forward convolutions written into their slots through cuDNN (executor.ops), or copied in: off where
             # gpu_session.sh's preflight found the writer not eager's on this GPU
-            "conv_slots": os.environ.get("HYBRID_CUDA_CONV_SLOTS", "1") != "0",
+            "conv_slots": cuda_conv_slots_on(),
             # the graphs read, by sha256 of the file `hybrid capture` would write (first 12 hex digits)
             "capture": f"hybrid capture --model {name} --batch {batch} --optimizer {opt} --device {preset}",
             "graph_sha256": captured_sha256,

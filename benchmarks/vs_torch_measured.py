@@ -20,7 +20,6 @@ graphs' unswapped peaks stand in, and only eager and checkpoint run.
 from __future__ import annotations
 
 import inspect
-import os
 import statistics
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -29,7 +28,7 @@ import torch
 import torch.nn as nn
 
 from benchmarks.executor_gpu import cost_preset, measure_link, run_plan, short, sync
-from executor.ops import with_copy_costs
+from executor.ops import cuda_conv_slots_on, with_copy_costs
 from executor.streams import kernel_state_bytes
 from hybrid.device import Device
 from hybrid.errors import HybridError
@@ -232,7 +231,7 @@ def measured_rows(model: "Model", plain: Graph, ck: Graph, dev: torch.device, it
         graph = with_copy_costs(apply_profile(plain, prof), "cuda")
         timed = sum(1 for op in graph.ops if op.extra.get("cost", {}).get("time_s_source") == "profile")
         # ops the profiler skipped keep the capture's roofline times (v100-16gb): say how many
-        slots = "on" if os.environ.get("HYBRID_CUDA_CONV_SLOTS", "1") != "0" else "off (copy fallback)"
+        slots = "on" if cuda_conv_slots_on() else "off (copy fallback)"
         profiled = (f"{timed} of {len(graph.ops)} ops timed on this GPU ({len(rep.skipped)} skipped; {reuse}); "
                     f"convolution slots {slots}")
         log(f"  profile: {profiled}")

@@ -201,6 +201,15 @@ def _cuda_conv() -> SlotWriter:
     return write
 
 
+CONV_SLOTS_ENV = "HYBRID_CUDA_CONV_SLOTS"   # "0": CUDA convolutions through the copy fallback
+
+
+def cuda_conv_slots_on() -> bool:
+    """Whether CUDA convolutions may write their slots (`_cuda_conv_writer`): the one reading of CONV_SLOTS_ENV,
+    which the GPU benchmarks also report."""
+    return os.environ.get(CONV_SLOTS_ENV, "1") != "0"
+
+
 def _cuda_conv_writer(graph: Graph, args: Any, kwargs: dict, ids: tuple[str | None, ...]) -> SlotWriter | None:
     """A CUDA 2-d convolution writes its slot (`_cuda_conv`) where cuDNN is there and ATen would run it: not
     transposed, one group (a depthwise one has kernels of its own), its output contiguous; else None.
@@ -208,7 +217,7 @@ def _cuda_conv_writer(graph: Graph, args: Any, kwargs: dict, ids: tuple[str | No
     benchmarks/gpu_preflight.py finds the writer's bits differ from eager's on the GPU at hand). A fallback at
     run time (ATen picking another backend or format for the real tensors) allocates the result beside the
     pool, which the plan did not count: the GPUs' models (ResNet, VGG, UNet) take cuDNN in NCHW throughout."""
-    if os.environ.get("HYBRID_CUDA_CONV_SLOTS", "1") == "0":
+    if not cuda_conv_slots_on():
         return None
     if not (torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled):
         return None

@@ -436,7 +436,7 @@ def test_with_cudnn_a_cuda_convolution_writes_its_slot_through_cudnn_convolution
     (the bits on a GPU are checked there: tests/executor/test_cuda.py)."""
     from unittest import mock
 
-    from executor.ops import copy_workspaces
+    from executor.ops import CONV_SLOTS_ENV, copy_workspaces
 
     cuda = torch.device("cuda")
     g = _conv_graph(2, 4, 1)
@@ -444,6 +444,9 @@ def test_with_cudnn_a_cuda_convolution_writes_its_slot_through_cudnn_convolution
     assert compile_op(g, g.ops[0]).mode == SLOT                           # the CPU's Slow2d writer, as before
     assert compile_op(*(lambda h: (h, h.ops[0]))(_conv_graph(2, 4, 2)), cuda).mode == COPY   # two groups
     assert "conv" not in copy_workspaces(g, "cuda")                       # nothing allocated outside the pool
+    monkeypatch.setenv(CONV_SLOTS_ENV, "0")                               # as gpu_session.sh sets it after a
+    assert compile_op(g, g.ops[0], cuda).mode == COPY                     # failed preflight
+    monkeypatch.delenv(CONV_SLOTS_ENV)
     calls: list[tuple] = []
 
     def cudnn_out(x, w, padding, stride, dilation, groups, benchmark, deterministic, tf32, out):  # noqa: ANN001
