@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import hashlib
 import json
 import os
@@ -64,7 +65,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executor.api import Executor, execute  # noqa: E402
+from executor.api import Executor  # noqa: E402
 from executor.check import against_unlimited, exact_kernels, torch_optimizer  # noqa: E402
 from executor.ops import cuda_conv_slots_on, with_copy_costs  # noqa: E402
 from executor.streams import kernel_state_bytes  # noqa: E402
@@ -330,12 +331,20 @@ def run_plan(graph: Graph, plan: Plan, base: torch.nn.Module, args: Any, target:
 
     note = ""
     graphed = cuda_graph and dev.type == "cuda" and iters > 2
+    ex = None
     try:
         ex = run(graphed)
     except HybridError as e:
         if not graphed or "CUDA graph" not in str(e):
             raise
         note = str(e)
+    if ex is None:
+        # retried outside the handler: its traceback would keep the failed executor's pools (the plan's device
+        # memory, pinned host memory) alive beside the second one's, and a plan near the card's memory would
+        # then fail for want of memory instead of running node by node
+        gc.collect()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
         ex = run(False)
     s = ex.summary()
     note = note or ex.runtime.graph_note
@@ -357,7 +366,19 @@ def run_plan(graph: Graph, plan: Plan, base: torch.nn.Module, args: Any, target:
         "graph_note": note,
     }
     del ex
+    release_pinned()
     return out
+
+
+def release_pinned() -> None:
+    """Hand the pinned host memory of executors that are gone back to the system. Torch's pinned allocator keeps
+    freed blocks cached, each rounded up to a power of two: one host pool per plan, of another size each, would
+    pile up pinned memory over a benchmark's plans (a 33 GiB pool pins 64 GiB)."""
+    gc.collect()
+    empty = getattr(torch._C, "_host_emptyCache", None)   # CUDA builds only
+    if torch.cuda.is_available() and empty is not None:
+        torch.cuda.synchronize()
+        empty()
 
 
 # ---- 5. sanitizer child ---------------------------------------------------------------------------

@@ -106,5 +106,17 @@ def main() -> int:
     return 0
 
 
+def _main() -> int:
+    """`main`, with a crash told apart from a writer that is not eager's (exit 2, the traceback printed)."""
+    try:
+        return main()
+    except Exception:  # noqa: BLE001 - the session goes on with the copy fallback either way; the log says which
+        import traceback
+
+        traceback.print_exc()
+        print("gpu_preflight: crashed (above)")
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main())

@@ -7,10 +7,13 @@
 #
 # Here first (the GPU machine reaches no package registry), from the repository root:
 #     bash benchmarks/gpu_wheels.sh                  # OR-Tools, HiGHS and their needs into .whl/ (git-ignored)
-# Then (the GPU machine gets the work tree without git: name the commit), one call, as on 2026-11-28 (H200:
-# 468 s of command, 517 s of device time, 66 more for a first call that failed; both stages' tables came back):
-#     run(command="HYBRID_COMMIT=<sha> CALL_SECONDS=565 EXECUTOR_SECONDS=255 GA_SECONDS=15 HYBRID_SECONDS=12 "
-#                 "bash benchmarks/gpu_session.sh preflight executor vs_torch", carry=[".whl"], timeout_s=595)
+# Then (the GPU machine gets the work tree without git: name the commit), one call (on 2026-11-28, H200:
+# 468 s of command, 517 s of device time, 66 more for a first call that failed; both stages' tables came back;
+# resnet-50 ended 239 s into the executor stage, which now also lays every baseline out: give it resnet-50 alone
+# and 290 s, as rnn-4-2k's profile cannot end in what is left, and the stage's end hands the rest to vs_torch):
+#     run(command="HYBRID_COMMIT=<sha> CALL_SECONDS=565 EXECUTOR_MODELS=resnet-50 EXECUTOR_SECONDS=290 "
+#                 "GA_SECONDS=15 HYBRID_SECONDS=12 bash benchmarks/gpu_session.sh preflight executor vs_torch",
+#         carry=[".whl"], timeout_s=595)
 # copy the reply's files (under files_at) into results/ (profiles/*.json into benchmarks/profiles/, which the next
 # session's stages then reuse instead of measuring; executor_gpu.{md,csv,json} merges this run's models into
 # the committed table's other rows where that table is this card's; on another card it holds this run's rows
@@ -103,8 +106,9 @@ bounded() {   # run "$@" until the call's deadline (less a margin to copy files)
     [ "$rc" -eq 0 ] || echo "exit $rc$([ "$rc" -eq 124 ] && echo ": stopped at the end of $of")" | tee -a "$LOG"
 }
 
-keep() {   # copy tables a stage wrote under results/ to $OUT
-    for f in "$@"; do [ -f "$f" ] && mv "$f" "$OUT/"; done
+STAMP=$(mktemp)   # touched as each stage starts: `keep` takes only what the stage wrote, never a committed table
+keep() {   # move tables a stage wrote under results/ to $OUT
+    for f in "$@"; do [ -f "$f" ] && [ "$f" -nt "$STAMP" ] && mv "$f" "$OUT/"; done
     return 0
 }
 
@@ -119,15 +123,17 @@ run_stage() {
     cap_var="$(echo "$stage" | tr a-z A-Z)_SECONDS"   # e.g. EXECUTOR_SECONDS=280: this stage ends by then
     stage_end=; [ -n "${!cap_var:-}" ] && stage_end=$((SECONDS + ${!cap_var}))
     echo "=== $stage ($(date -u +%H:%M:%S), $((deadline - SECONDS)) s left)" | tee -a "$LOG"
+    touch -d "1 second ago" "$STAMP"   # a second back: file times may have one-second steps
     case "$stage" in
     preflight)
         # what only CUDA runs, against eager on this GPU; where the convolution slot writer is not eager's here,
         # every later stage of this call uses the copy fallback for convolutions instead
         timeout -k 10 120 "$PY" -m benchmarks.gpu_preflight 2>&1 | tee -a "$LOG"
         rc=${PIPESTATUS[0]}
-        if [ "$rc" -ne 0 ]; then   # 1: the writer's bits or bytes are not eager's; else it crashed or timed out
+        if [ "$rc" -ne 0 ]; then   # 1: the writer's bits or bytes are not eager's; 2: it crashed; 124: timed out
             export HYBRID_CUDA_CONV_SLOTS=0
-            why=$([ "$rc" -eq 1 ] && echo "not eager's" || echo "crashed or timed out")
+            why=$(case "$rc" in 1) echo "not eager's";; 2) echo "crashed";; 124) echo "timed out";;
+                  *) echo "exited abnormally";; esac)
             echo "preflight failed (exit $rc: $why): HYBRID_CUDA_CONV_SLOTS=0 for the stages after it" \
                 | tee -a "$LOG"
         fi

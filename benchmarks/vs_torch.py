@@ -400,8 +400,15 @@ def main() -> None:
                       f"({time.monotonic() - t0:.0f} s)", flush=True)
             if measure is not None:
                 print(f"{model.name}: measured on {measure}", flush=True)
-                mrows += measured_rows(model, plain, ck, torch.device(measure), a.iters, hybrid_s, alts,
-                                       a.hybrid_at == "all", log=lambda m: print(m, flush=True))
+                try:
+                    mrows += measured_rows(model, plain, ck, torch.device(measure), a.iters, hybrid_s, alts,
+                                           a.hybrid_at == "all", log=lambda m: print(m, flush=True))
+                except Exception as e:  # noqa: BLE001 - one model's failure (a profile, a planner process) is
+                    # its row's note: the models after it still run within the GPU session's few minutes
+                    why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+                    print(f"{model.name}: measured rows failed: {why}", flush=True)
+                    mrows.append({"model": model.name, "alternative": "all", "source": f"measured ({measure})",
+                                  "note": f"failed: {why}"})
                 # written after each model: a run stopped by its time limit keeps the models done
                 if a.part:
                     mparts.mkdir(parents=True, exist_ok=True)

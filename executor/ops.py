@@ -187,9 +187,12 @@ def _cuda_conv() -> SlotWriter:
         key = (torch.backends.cudnn.enabled, torch.backends.cudnn.deterministic,
                torch.are_deterministic_algorithms_enabled())
         if key not in decided:
-            backend = torch._C._select_conv_backend(x, w, b, a["stride"], a["padding"], a["dilation"],
-                                                    a["transposed"], a["output_padding"], a["groups"], None)
-            decided[key] = backend.name == "Cudnn" and _contiguous_format(x, w, backend)
+            try:
+                backend = torch._C._select_conv_backend(x, w, b, a["stride"], a["padding"], a["dilation"],
+                                                        a["transposed"], a["output_padding"], a["groups"], None)
+                decided[key] = backend.name == "Cudnn" and _contiguous_format(x, w, backend)
+            except (RuntimeError, TypeError, AttributeError):   # a torch without this private lookup
+                decided[key] = False
         out = slots[0]
         if not decided[key]:
             out.copy_(torch.ops.aten.convolution.default(*args, **kwargs))
@@ -225,9 +228,24 @@ def _cuda_conv_writer(graph: Graph, args: Any, kwargs: dict, ids: tuple[str | No
     w = a.get("weight")
     shape = graph.tensor(w["t"]).extra.get("shape") if isinstance(w, dict) and "t" in w else None
     if (a.get("transposed") is not False or int(a.get("groups", 0)) != 1 or not isinstance(shape, list)
-            or len(shape) != 4 or len(ids) != 1 or ids[0] is None or not _is_contiguous(graph.tensor(ids[0]))):
+            or len(shape) != 4 or len(ids) != 1 or ids[0] is None or not _strictly_contiguous(graph.tensor(ids[0]))):
         return None
     return _cuda_conv()
+
+
+def _strictly_contiguous(t: Any) -> bool:
+    """Row-major strides on every dimension, size-1 ones too: `cudnn_convolution.out` takes its memory format
+    from its output's strides (`suggest_memory_format`), and an N x C x 1 x 1 slot recorded with channels-last
+    strides, contiguous by `_is_contiguous`, would run channels-last, not eager's algorithm."""
+    shape, stride = t.extra.get("shape"), t.extra.get("stride")
+    if shape is None or stride is None or len(shape) != len(stride):
+        return False
+    expect = 1
+    for n, st in reversed(list(zip(shape, stride))):
+        if st != expect:
+            return False
+        expect *= n
+    return True
 
 
 def _stand_in(t: Any) -> torch.Tensor:

@@ -128,6 +128,7 @@ class PlacedExecutor:
                             done[t] = mark
                 elif ev.kind == "swap_in":
                     s.wait("h2d", done.get(ev.tensor))
+                    s.wait("h2d", saved.get(ev.tensor))   # a host copy this run made: its d2h copy has ended
                     with s.on("h2d"):
                         dev[ev.tensor] = host[ev.tensor].to(self.device, non_blocking=True, copy=True)
                     done[ev.tensor] = s.record("h2d")
@@ -139,6 +140,7 @@ class PlacedExecutor:
                             dst = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
                             dst.copy_(src, non_blocking=True)
                             src.record_stream(s.d2h)
+                            src.record_stream(s.compute)   # allocated on h2d (a swap-in), read by compute ops
                         else:
                             dst = src.clone()
                         host[ev.tensor] = dst

@@ -263,8 +263,13 @@ class Runtime:
         self.backend.synchronize()
         self.step = int(step)
         self.loaded = True
-        # Recordings assume the optimizer's step count and the pool as they were: record afresh after a load.
+        # Recordings assume the optimizer's step count and the pool as they were: record afresh after a load, in a
+        # fresh private pool (the old one, released by its graphs but still holding their snapshots' clones, can
+        # not be captured into again) without those snapshots
+        if self.graphs:
+            self.snapshots.clear()
         self.graphs.clear()
+        self._graph_pool = None
         self.graph_note = ""
 
     def _view_dev(self, t: int) -> torch.Tensor:

@@ -481,6 +481,29 @@ def test_with_cudnn_a_cuda_convolution_writes_its_slot_through_cudnn_convolution
     other.slot_fn(conv, {}, [slot])                                       # another backend: the functional op
     assert torch.equal(slot, ref) and len(calls) == 2
 
+    def no_lookup(*a):  # noqa: ANN002, ANN202 - a torch whose private backend lookup is missing or refuses
+        raise RuntimeError("no such lookup")
+
+    unknown = compile_op(g, g.ops[0], cuda)
+    monkeypatch.setattr(torch._C, "_select_conv_backend", no_lookup)
+    slot = torch.full_like(ref, 7.0)
+    unknown.slot_fn(conv, {}, [slot])                                     # the functional op and a copy, no crash
+    assert torch.equal(slot, ref) and len(calls) == 2
+
+
+def test_a_cuda_convolution_whose_output_slot_has_channels_last_strides_keeps_the_copy_fallback(
+        with_cudnn: None) -> None:
+    """`cudnn_convolution.out` takes its memory format from its output's strides: an N x C x 1 x 1 output
+    recorded with channels-last strides (contiguous by size-1 rules) would run channels-last, not eager's
+    algorithm, so only a row-major slot is written in place."""
+    g = _conv_graph(2, 4, 1)
+    y = g.tensor("y")
+    assert compile_op(g, g.ops[0], torch.device("cuda")).mode == SLOT
+    y.extra["shape"], y.extra["stride"] = [2, 4, 1, 1], [4, 1, 4, 4]        # channels-last strides, 1 x 1
+    assert compile_op(g, g.ops[0], torch.device("cuda")).mode == COPY
+    y.extra["stride"] = [4, 1, 1, 1]                                       # row-major
+    assert compile_op(g, g.ops[0], torch.device("cuda")).mode == SLOT
+
 
 def test_cudnn_tf32_is_read_as_convolution_reads_it() -> None:
     """`_convolution` asks for TF32 with the conv operator's setting (torch 2.9+'s fp32-precision API: conv,

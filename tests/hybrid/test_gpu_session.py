@@ -70,6 +70,26 @@ def test_a_stage_cap_ends_that_stage_and_leaves_the_call_to_the_next(tmp_path: P
     assert "error: unknown stage 'smok'" in p.stdout     # the stage after it was reached
 
 
+def test_a_stage_that_wrote_no_table_brings_back_no_earlier_one(tmp_path: Path) -> None:
+    """The stage moves the tables it wrote under results/ to $OUT; a table already there (on the GPU machine:
+    the committed one, copied with the working tree) must not come back as if this call had measured it."""
+    table = ROOT / "results" / "vs_torch_measured_quick.md"     # the CPU run's name (the GPU's: no _quick)
+    if table.exists():
+        pytest.skip(f"{table.name} exists here")
+    table.write_text("an earlier table\n")
+    os.utime(table, (1_000_000_000, 1_000_000_000))
+    try:
+        env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_SESSION_DEVICE": "cpu", "CALL_SECONDS": "120",
+               "PYTHON": sys.executable, "VS_TORCH_SECONDS": "10"}
+        subprocess.run(["bash", str(SCRIPTS[0]), "vs_torch"], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+        log = (tmp_path / "out" / "session.log").read_text()
+        assert "=== vs_torch" in log and "left of the stage's cap" in log      # it ran nothing
+        assert table.exists() and not (tmp_path / "out" / table.name).exists()
+    finally:
+        table.unlink(missing_ok=True)
+
+
 def test_the_preflight_stage_runs_without_cuda_and_leaves_the_convolution_slots_on(tmp_path: Path) -> None:
     """Without CUDA the preflight says so and passes: the stages after it keep the CUDA convolution slot writer
     (on a GPU where its bits are not eager's, the stage exports HYBRID_CUDA_CONV_SLOTS=0 for them instead)."""
@@ -164,3 +184,49 @@ def test_a_committed_profile_for_this_device_is_put_where_the_stages_reuse_it(tm
                        cwd=ROOT)
     assert f"profiles: reusing {committed}/{mine.name}" in p.stdout
     assert sorted(f.name for f in (tmp_path / "out" / "profiles").iterdir()) == [mine.name]
+
+
+def test_an_op_the_profiler_cannot_replay_keeps_its_modelled_time_and_the_rest_are_measured(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One op's failure of any kind (not only out of memory or a missing kernel) is that op's reason: a GPU
+    session's profile goes on with the other ops instead of ending the stage."""
+    pytest.importorskip("torch")
+    import torch
+
+    import hybrid.capture.profile as prof
+    from hybrid.capture import capture
+
+    m = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    g = capture(m, (torch.randn(4, 6),), torch.nn.functional.cross_entropy, torch.tensor([0, 1, 0, 1]),
+                optimizer="sgd")
+    real = prof._time_op
+    seen: list[str] = []
+
+    def flaky(op, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append(op.id)
+        if len(seen) == 1:
+            raise TypeError("an argument this profiler cannot rebuild")
+        return real(op, *a, **k)
+
+    monkeypatch.setattr(prof, "_time_op", flaky)
+    profile, rep = prof.measure_profile(g, backend="cpu", repeat=1, warmup=0)
+    assert rep.skipped == [seen[0]] and rep.reasons[seen[0]].startswith("TypeError: an argument")
+    assert rep.measured == len(seen) - 1 > 0 and len(profile.entries) == rep.measured
+
+
+def test_the_preflight_tells_a_crash_from_a_writer_that_is_not_eagers(monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """Exit 1: the writer's bits or bytes differ (gpu_session.sh then runs with the copy fallback, saying so);
+    exit 2: the preflight itself crashed (the same fallback, the log saying it crashed, with the traceback)."""
+    pytest.importorskip("torch")
+    import benchmarks.gpu_preflight as pf
+
+    def boom() -> int:
+        raise ValueError("a bug in the preflight")
+
+    monkeypatch.setattr(pf, "main", boom)
+    assert pf._main() == 2
+    err = capsys.readouterr()
+    assert "ValueError: a bug in the preflight" in err.err and "gpu_preflight: crashed" in err.out
+    monkeypatch.setattr(pf, "main", lambda: 1)
+    assert pf._main() == 1
