@@ -6,8 +6,9 @@ For each graph (the SwapAdvisor suite at v100-16gb with its 1 GiB reserve, and t
 generations, `--refine none` (deterministic):
 - `relaxation`: `--no-arena --no-headroom`, the byte-budget search's best (memory that never fragments: a bound
   on what any layout of that search can give, not a plan the executor runs without compaction);
-- `written`: the default (`--headroom`: the search gives up the memory its seeds' layouts need, the winner laid
-  out within the full memory and re-planned with what the layout leaves);
+- `written`: the default (`--headroom`: the search gives up the memory its seeds' layouts need, and halfway
+  what its incumbent's layout needs where that is more; the winner laid out within the full memory and
+  re-planned with what the layout leaves); `memory_given_up` is what the search gave up at its end;
 - `no_headroom`: `--no-headroom` (the flow before: search the full memory, lay the winner out afterwards).
 `fallback` is the default run's layout step: "" (laid out as found), "more memory" (re-planned with some of the
 memory the headroom left: not a fallback), "re-planned within headroom" (the search's best did not lay out; a

@@ -228,6 +228,23 @@ class GeneticSearch:
         self._log(time.monotonic() - t0, len(pop))
         return self.state
 
+    def rescore(self, stop: Callable[[], bool] | None = None) -> None:
+        """Score the population afresh on this search's space: a search carried over to a device with less
+        memory (`ga.optimize`'s `start`: hybrid.arena.headroom's recalibration). Size-class genes are repaired
+        to fit it (an individual whose pool cannot fit is inf); the best is the best of the rescored."""
+        st = self.state
+        assert st is not None, "a state to rescore"
+        free = self.config.class_mapping == "free"
+        inds = []
+        for ind in st.population:
+            cls, cnt, ok = repair(self.space, ind.cls.copy(), ind.cnt.copy(), free)
+            inds.append(Individual(ind.schedule, cls, cnt, ind.by_bytes, ind.planner,
+                                   float("inf") if not ok and not ind.by_bytes else float("nan")))
+        self._evaluate(inds, stop)
+        done = [i for i in inds if not np.isnan(i.makespan)] or inds[:1]
+        st.population = done
+        st.best = min(done, key=lambda i: i.makespan).copy()
+
     def step(self, stop: Callable[[], bool] | None = None) -> bool:
         """One generation; False if it was abandoned (stop() became true during evaluation)."""
         st = self.state

@@ -15,6 +15,8 @@ from hybrid.swap.planner import SwapPlanner
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ga.algorithm import SearchState
+
 
 @dataclass
 class SearchResult:
@@ -29,6 +31,7 @@ class SearchResult:
     evaluator: str = "serial"
     workers: int = 1
     cache_hits: int = 0          # children whose fitness came from the cache (not counted in evaluations)
+    state: "SearchState | None" = None   # where the search stopped: `ga.optimize(start=...)` goes on from it
 
     @property
     def makespan_s(self) -> float:

@@ -26,7 +26,8 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
              evaluator: Evaluator | None = None, checkpoint: str | Path | None = None, checkpoint_every: int = 10,
              resume: str | Path | None = None, on_generation: Callable[[GenerationStats], None] | None = None,
              handle_sigint: bool = False, observe: Callable[[SearchState], None] | None = None,
-             stop_at_s: float | None = None) -> SearchResult:
+             stop_at_s: float | None = None, start: SearchState | None = None,
+             rescore: bool = False) -> SearchResult:
     """Search schedules and size-class pools for `graph` on `device` (default: the graph's own).
 
     Budget: `time_limit_s` (wall time from this call, setup such as loading `resume` and starting worker
@@ -40,6 +41,10 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     generation (`hybrid.refine.beside` takes the elites to refine from it). `stop_at_s` ends the search
     (stop reason "lower bound") once its best makespan is at most this: `hybrid optimize` passes the graph
     bound (`hybrid.bounds.graph_bound`), which no plan can beat.
+    `start` continues a search this process ran (its last `observe`d state, with the same `config`); with
+    `rescore` (it ran on another device) its population is scored afresh here first
+    (`GeneticSearch.rescore`). The generation count, log and random generator go on from it: carried over
+    without `rescore`, a search counted in generations makes the same plan as one run through.
     """
     called = time.monotonic()
     device = device or graph.device
@@ -51,6 +56,8 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     state: SearchState | None = None
     if resume is not None:
         config, state = load_checkpoint(resume, space)
+    elif start is not None:
+        state = start
     if config.pool != "bytes":
         try:
             check_feasible(space)
@@ -63,6 +70,8 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     ev = evaluator or make_evaluator(graph, device, options, workers, scheduler)
     try:
         search = GeneticSearch(space, config, ev, state)
+        if start is not None and rescore:
+            search.rescore(term.expired)
         term.best = lambda: search.state.best.makespan if search.state is not None else float("inf")
         save = (lambda st: save_checkpoint(checkpoint, space, config, st)) if checkpoint is not None else None
         if handle_sigint:
@@ -77,4 +86,4 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
         if own:
             ev.close()
     return SearchResult(space, config, final.best.copy(), final.generation, final.evaluations, final.elapsed_s,
-                        reason, final.log, ev.name, ev.workers, search.cache_hits)
+                        reason, final.log, ev.name, ev.workers, search.cache_hits, final)

@@ -7,7 +7,10 @@ instead, on the search's seed plans (the Belady planner on the program and depth
 heuristic-layout overflow r says give up 1 - 1/r of the memory, plus MARGIN. The search
 (`OptimizeOptions.headroom`, `hybrid optimize --headroom`) scores every individual on that smaller byte budget;
 its winner is laid out within the full memory by `hybrid.arena.layout.lay_out`, which re-plans it with more of
-the memory where it fits (`_grow_search`), or falls back as usual where it does not (reported).
+the memory where it fits (`_grow_search`), or falls back as usual where it does not (reported). Halfway through
+its generations (or time), `recalibrate` lays the search's incumbent out the same way: where it misses, the rest
+of the search gives up what that layout says (its population scored afresh on the smaller device), since the
+seeds are a poor guide to what the search converges to (Inception-v4-4: seeds 11%, its winner 18.7%).
 
 One evaluation is the byte-budget walk (at less memory: 1.10-1.27x the walk at the full memory on
 benchmarks/planner_speed.py's 10k-op graphs, against 2.6-3.6x for the arena walk); the calibration is one or
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybrid.arena.layout import QUICK_BUDGET, LayoutBudget, heuristic_layout
+from hybrid.arena.layout import DEFAULT_BUDGET, QUICK_BUDGET, LayoutBudget, heuristic_layout
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
@@ -54,7 +57,9 @@ class Headroom:
     ratio: float                   # the calibration plan's heuristic arena over the capacity at full memory
     layouts: int                   # plans laid out to find it
     seconds: float
-    trials: tuple[float, ...] = ()  # arena / capacity of each seed plan laid out
+    trials: tuple[float, ...] = ()  # arena / capacity of each seed plan laid out (and of the incumbent, last,
+    #                                 where the search was recalibrated halfway: `recalibrate`)
+    seeded: float | None = None    # the shrink the seeds asked for, where the search's incumbent asked for more
 
     def device(self, device: Device) -> Device:
         """`device` with `shrink` of its usable memory given up (the search's device)."""
@@ -65,9 +70,13 @@ class Headroom:
 
     def to_json(self) -> dict:
         return {"shrink": self.shrink, "ratio": self.ratio, "layouts": self.layouts, "seconds": round(self.seconds, 3),
-                "trials": list(self.trials)}
+                "trials": list(self.trials), **({"seeded": self.seeded} if self.seeded is not None else {})}
 
     def describe(self) -> str:
+        if self.seeded is not None:
+            return (f"headroom: searched with {100 * self.seeded:.3g}% less memory, then {100 * self.shrink:.3g}% "
+                    f"from halfway (its best plan then laid out {100 * (self.trials[-1] - 1):+.1f}% over at full "
+                    f"memory; {self.layouts} layouts, {self.seconds:.1f} s)")
         return (f"headroom: searched with {100 * self.shrink:.3g}% less memory (the seeds' best layout "
                 f"{100 * (self.ratio - 1):+.1f}% over at full memory; {self.layouts} layouts, {self.seconds:.1f} s)")
 
@@ -112,6 +121,42 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
     room = 1.0 - largest_op(graph, device.alignment_bytes)[1] / max(device.usable_bytes, 1) - MARGIN
     shrink = max(0.0, min(shrink, MAX_SHRINK, room))
     return Headroom(shrink, ratio, len(ratios), time.perf_counter() - t0, tuple(ratios))
+
+
+RECALIBRATE_STEP = 0.01   # a recalibrated shrink this little above the search's is not worth a change of device
+
+
+def recalibrate(graph: Graph, device: Device, plan, head: Headroom,  # noqa: ANN001 - Plan
+                budget: LayoutBudget = DEFAULT_BUDGET, deadline: float | None = None) -> Headroom | None:
+    """Halfway through the search, its incumbent `plan` (planned with `head.shrink` of the memory given up) laid
+    out within the full memory of `device`: by the heuristics and, where they miss by at most REPAIR_MISS, the
+    repair (as `lay_out` lays out the winner). Where it does not fit, the shrink it needs, 1 - (1 - s) / r for
+    its arena r x the capacity (plus MARGIN, within MAX_SHRINK and the largest op's room), when that is at
+    least RECALIBRATE_STEP more than the search's: the search then goes on with that much given up, so its
+    winner lays out instead of falling back to a re-plan of genes tuned for another memory. None: go on as
+    is (it fits, or needs little more). The seeds `calibrate` reads are a poor guide to what the search
+    converges to: Inception-v4-4's seeds asked for 11% and its winner needed 18.7% (docs/arena.md)."""
+    from hybrid.arena.layout import REPAIR_MISS, repaired
+    from hybrid.arena.lifetimes import plan_buffers
+    from hybrid.graph.info import largest_op
+
+    t0 = time.perf_counter()
+    pb = plan_buffers(graph, dataclasses.replace(plan, device=device))
+    cap = max(int(pb.problem.capacity or 0), 1)
+    sol = heuristic_layout(pb.problem, budget, None)
+    ratio = sol.arena_bytes / cap
+    if 1.0 < ratio <= 1.0 + REPAIR_MISS and budget.repair_moves > 0:
+        fixed, _, _ = repaired(pb.problem, budget.repair_moves, deadline)
+        ratio = 1.0 if fixed is not None else ratio
+    seconds = head.seconds + time.perf_counter() - t0
+    if ratio <= 1.0:
+        return None
+    shrink = 1.0 - (1.0 - head.shrink) / ratio + MARGIN
+    room = 1.0 - largest_op(graph, device.alignment_bytes)[1] / max(device.usable_bytes, 1) - MARGIN
+    shrink = max(0.0, min(shrink, MAX_SHRINK, room))
+    if shrink < head.shrink + RECALIBRATE_STEP:
+        return None
+    return Headroom(shrink, head.ratio, head.layouts + 1, seconds, head.trials + (ratio,), head.shrink)
 
 
 def _options(ratio: float):  # noqa: ANN202 - PlannerOptions

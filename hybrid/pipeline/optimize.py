@@ -401,11 +401,16 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     # one evaluator for the search and, after refinement, its resumption: a second process pool would spend
     # the seconds refinement hands back starting up (the resumed search then ran 0 generations)
     start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process, which stops them in order
-    evaluator = make_evaluator(graph, search_device, options, workers, opts.scheduler)
-    if eval_s > CHUNK_ONE_S and hasattr(evaluator, "chunks_per_worker"):
-        # one candidate per task: when the time is up, at most one evaluation per worker is still running (the
-        # pool's shutdown waits for it), not a chunk of several (NasNet-25 under load: seconds each)
-        evaluator.chunks_per_worker = 1 << 16
+
+    def new_evaluator(dev: Device):  # noqa: ANN202 - ga.evaluation.Evaluator
+        ev = make_evaluator(graph, dev, options, workers, opts.scheduler)
+        if eval_s > CHUNK_ONE_S and hasattr(ev, "chunks_per_worker"):
+            # one candidate per task: when the time is up, at most one evaluation per worker is still running
+            # (the pool's shutdown waits for it), not a chunk of several (NasNet-25 under load: seconds each)
+            ev.chunks_per_worker = 1 << 16
+        return ev
+
+    evaluator = new_evaluator(search_device)
     layout = None
     laid = False
     try:
@@ -433,11 +438,42 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
             t_search = time.monotonic()
 
             def search():  # noqa: ANN202
-                return optimize(graph, search_device, opts.config, time_limit_s=max(1e-3, ga_end - time.monotonic()),
-                                generations=opts.generations, evaluator=evaluator, options=options,
-                                checkpoint=split_ckpt, checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
-                                resume=opts.resume, on_generation=prog.generation_hook(ga_end),
-                                handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at)
+                nonlocal head, search_device, evaluator
+
+                def run(generations: int | None, until: float, start=None,  # noqa: ANN001, ANN202
+                        rescore: bool = False):
+                    return optimize(graph, search_device, opts.config,
+                                    time_limit_s=max(1e-3, until - time.monotonic()), generations=generations,
+                                    evaluator=evaluator, options=options, checkpoint=split_ckpt,
+                                    checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
+                                    resume=opts.resume, on_generation=prog.generation_hook(ga_end),
+                                    handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at,
+                                    start=start, rescore=rescore)
+
+                # a headroom search re-calibrates halfway on its incumbent's layout (hybrid.arena.headroom.
+                # recalibrate): not with a refiner (its plans are on the first device) nor a checkpoint
+                half = (None if head is None or refiner is not None or after or opts.resume or opts.checkpoint
+                        else _halfway(opts.generations, ga_end))
+                if half is None:
+                    return run(opts.generations, ga_end)
+                first = run(*half)
+                if first.stop_reason not in ("generations", "time limit") or first.state is None:
+                    return first
+                if ga_end - time.monotonic() < HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s):
+                    leave("headroom: not re-calibrated halfway, too little of the search's time left for a layout")
+                    return run(opts.generations, ga_end, first.state)
+                from hybrid.arena.headroom import recalibrate
+
+                with interrupts_after():   # Numba layouts (a signal is acted on after the one started)
+                    new = recalibrate(graph, device, first.to_plan(), head,
+                                      deadline=time.perf_counter() + HEADROOM_SHARE * (ga_end - time.monotonic()))
+                if new is None:
+                    return run(opts.generations, ga_end, first.state)
+                prog.note(new.describe())
+                head, search_device = new, new.device(device)
+                evaluator.close()
+                evaluator = new_evaluator(search_device)
+                return run(opts.generations, ga_end, first.state, rescore=True)
             try:
                 try:
                     result = search()
@@ -564,6 +600,14 @@ def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.Sea
     except InfeasibleError:
         return None
     return to_plan(aug, {**result.planner_info(), "relaxation": "byte budget"})
+
+
+def _halfway(generations: int | None, ga_end: float) -> tuple[int | None, float] | None:
+    """Where a headroom search stops to re-calibrate: after half its generations (at least one each side), else
+    half its time; None where it is too short to split."""
+    if generations is not None:
+        return (generations // 2, ga_end) if generations >= 2 else None
+    return None, time.monotonic() + 0.5 * max(0.0, ga_end - time.monotonic())
 
 
 def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progress, end: float,  # noqa: ANN202

@@ -191,3 +191,95 @@ def test_a_re_plan_within_the_headroom_gives_up_no_memory_the_search_counted_on(
     no_headroom = dataclasses.replace(within, search_shrink=0.0)
     assert no_headroom.gave_up_memory and "the search planned without" not in no_headroom.describe()
     assert within.to_json()["search_shrink"] == 0.3
+
+
+def test_recalibrate_asks_for_what_the_incumbents_layout_overflows_by_and_nothing_where_it_fits() -> None:
+    """Halfway, the search's incumbent laid out within the full memory: where it misses (here a byte budget
+    planned at the full memory, given to `recalibrate` as if searched with no headroom), the shrink grows by
+    what it overflows; where it lays out, or needs less than RECALIBRATE_STEP more, nothing changes."""
+    from hybrid.arena.headroom import MARGIN, MAX_SHRINK, RECALIBRATE_STEP, Headroom, recalibrate
+    from hybrid.arena.layout import QUICK_BUDGET, heuristic_layout
+    from hybrid.graph.info import largest_op
+    from hybrid.arena.lifetimes import plan_buffers
+    from hybrid.swap.baselines import run_baseline
+
+    seen = {"over": False, "fits": False}
+    for seed, fraction in [(s, f) for s in range(6) for f in (0.5, 1.1)]:
+        g = training_graph(12, seed=seed)
+        device = _device(g, fraction)
+        plan = run_baseline(g, device, "belady", recompute=True)
+        head = Headroom(0.0, 1.0, 1, 0.0, (1.0,))
+        budget = dataclasses.replace(QUICK_BUDGET, repair_moves=0)     # the heuristics' verdict alone
+        problem = plan_buffers(g, plan).problem
+        ratio = heuristic_layout(problem, budget).arena_bytes / problem.capacity
+        new = recalibrate(g, device, plan, head, budget)
+        if ratio <= 1.0:
+            assert new is None
+            seen["fits"] = True
+        elif 1.0 - 1.0 / ratio + MARGIN >= RECALIBRATE_STEP:
+            assert new is not None and new.seeded == 0.0 and new.trials[-1] == pytest.approx(ratio)
+            room = 1.0 - largest_op(g, device.alignment_bytes)[1] / device.usable_bytes - MARGIN
+            assert new.shrink == pytest.approx(min(1.0 - 1.0 / ratio + MARGIN, MAX_SHRINK, room), abs=1e-9)
+            assert "from halfway" in new.describe() and new.to_json()["seeded"] == 0.0
+            seen["over"] = True
+    assert seen["over"] and seen["fits"]
+
+
+def test_a_search_carried_over_unchanged_makes_the_plan_of_one_run_through() -> None:
+    """`ga.optimize(start=...)` goes on from a state (its generations, log and random generator), so the
+    headroom search's halfway stop changes nothing where the recalibration keeps the device."""
+    from ga import GAConfig, optimize
+
+    g = training_graph(10, seed=3)
+    device = _device(g, 0.55)
+    cfg = GAConfig(population=6, children=6, seed=4)
+    whole = optimize(g, device, cfg, generations=4)
+    half = optimize(g, device, cfg, generations=2)
+    rest = optimize(g, device, cfg, generations=4, start=half.state)
+    assert rest.generations == whole.generations == 4
+    assert rest.best.makespan == whole.best.makespan
+    assert (rest.best.schedule == whole.best.schedule).all() and rest.best.planner == whole.best.planner
+    assert len(rest.log.rows) == len(whole.log.rows)
+
+
+def test_a_search_carried_over_to_less_memory_scores_its_population_there() -> None:
+    from ga import GAConfig, optimize
+
+    g = training_graph(10, seed=3)
+    device = _device(g, 0.6)
+    small = dataclasses.replace(device, memory_bytes=int(device.memory_bytes * 0.85))
+    cfg = GAConfig(population=6, children=6, seed=4)
+    half = optimize(g, device, cfg, generations=2)
+    before = sorted(i.makespan for i in half.state.population)
+    rest = optimize(g, small, cfg, generations=2, start=half.state, rescore=True)   # rescored, no generation run
+    after = sorted(i.makespan for i in rest.state.population)
+    assert rest.generations == 2 and rest.space.device == small
+    assert len(after) == len(before) and all(a >= b * (1 - 1e-9) for a, b in zip(after, before))
+    assert rest.best.makespan == after[0]
+    assert validate(g, rest.to_plan()).valid
+
+
+def test_a_headroom_search_whose_incumbent_misses_goes_on_with_more_memory_given_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline's halfway stop: a recalibrated headroom moves the rest of the search to its device, the
+    written plan says so (`planner.headroom.seeded`) and validates on the real device."""
+    import hybrid.arena.headroom as hr
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+
+    calls: list[float] = []
+
+    def more(graph, device, plan, head, budget=None, deadline=None):  # noqa: ANN001, ANN202
+        calls.append(head.shrink)
+        return hr.Headroom(head.shrink + 0.05, head.ratio, head.layouts + 1, head.seconds, head.trials + (1.1,),
+                           head.shrink)
+
+    monkeypatch.setattr(hr, "recalibrate", more)
+    g = training_graph(10, seed=3)
+    device = _device(g, 0.55)
+    res = run_optimize(g, device, 120.0, OptimizeOptions(config=GAConfig(population=6, children=6, seed=2),
+                                                         generations=4, workers=1, refine="none", headroom=True))
+    info = res.search_plan.planner["headroom"]
+    assert len(calls) == 1 and info["seeded"] == calls[0] and info["shrink"] == pytest.approx(calls[0] + 0.05)
+    assert res.search.generations == 4 and res.search.space.device.usable_bytes < device.usable_bytes
+    assert res.plan.device == device and validate(g, res.plan).valid
