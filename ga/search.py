@@ -41,7 +41,7 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     generation (`hybrid.refine.beside` takes the elites to refine from it). `stop_at_s` ends the search
     (stop reason "lower bound") once its best makespan is at most this: `hybrid optimize` passes the graph
     bound (`hybrid.bounds.graph_bound`), which no plan can beat.
-    `start` continues a search this process ran (its last `observe`d state, with the same `config`); with
+    `start` continues a search this process ran (its `SearchResult.state`, with the same `config`); with
     `rescore` (it ran on another device) its population is scored afresh here first
     (`GeneticSearch.rescore`). The generation count, log and random generator go on from it: carried over
     without `rescore`, a search counted in generations makes the same plan as one run through.
