@@ -341,10 +341,9 @@ def run_plan(graph: Graph, plan: Plan, base: torch.nn.Module, args: Any, target:
     if ex is None:
         # retried outside the handler: its traceback would keep the failed executor's pools (the plan's device
         # memory, pinned host memory) alive beside the second one's, and a plan near the card's memory would
-        # then fail for want of memory instead of running node by node
+        # then fail for want of memory instead of running node by node (`run` empties the cache once they are
+        # collected)
         gc.collect()
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
         ex = run(False)
     s = ex.summary()
     note = note or ex.runtime.graph_note

@@ -322,6 +322,7 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
 
 
 def main() -> None:
+    from benchmarks.executor_gpu import short
     from benchmarks.vs_torch_measured import ALTERNATIVES, measured_rows
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -405,10 +406,9 @@ def main() -> None:
                                            a.hybrid_at == "all", log=lambda m: print(m, flush=True))
                 except Exception as e:  # noqa: BLE001 - one model's failure (a profile, a planner process) is
                     # its row's note: the models after it still run within the GPU session's few minutes
-                    why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
-                    print(f"{model.name}: measured rows failed: {why}", flush=True)
+                    print(f"{model.name}: measured rows failed: {short(e)}", flush=True)
                     mrows.append({"model": model.name, "alternative": "all", "source": f"measured ({measure})",
-                                  "note": f"failed: {why}"})
+                                  "note": f"failed: {short(e)}"})
                 # written after each model: a run stopped by its time limit keeps the models done
                 if a.part:
                     mparts.mkdir(parents=True, exist_ok=True)

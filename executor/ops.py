@@ -228,24 +228,10 @@ def _cuda_conv_writer(graph: Graph, args: Any, kwargs: dict, ids: tuple[str | No
     w = a.get("weight")
     shape = graph.tensor(w["t"]).extra.get("shape") if isinstance(w, dict) and "t" in w else None
     if (a.get("transposed") is not False or int(a.get("groups", 0)) != 1 or not isinstance(shape, list)
-            or len(shape) != 4 or len(ids) != 1 or ids[0] is None or not _strictly_contiguous(graph.tensor(ids[0]))):
+            or len(shape) != 4 or len(ids) != 1 or ids[0] is None
+            or not _is_contiguous(graph.tensor(ids[0]), strict=True)):
         return None
     return _cuda_conv()
-
-
-def _strictly_contiguous(t: Any) -> bool:
-    """Row-major strides on every dimension, size-1 ones too: `cudnn_convolution.out` takes its memory format
-    from its output's strides (`suggest_memory_format`), and an N x C x 1 x 1 slot recorded with channels-last
-    strides, contiguous by `_is_contiguous`, would run channels-last, not eager's algorithm."""
-    shape, stride = t.extra.get("shape"), t.extra.get("stride")
-    if shape is None or stride is None or len(shape) != len(stride):
-        return False
-    expect = 1
-    for n, st in reversed(list(zip(shape, stride))):
-        if st != expect:
-            return False
-        expect *= n
-    return True
 
 
 def _stand_in(t: Any) -> torch.Tensor:
@@ -344,13 +330,16 @@ _FILLS: dict[str, float | None] = {
 }
 
 
-def _is_contiguous(t: Any) -> bool:
+def _is_contiguous(t: Any, strict: bool = False) -> bool:
+    """Row-major strides, those of size-1 dimensions aside as torch reads them; `strict`: theirs too
+    (`cudnn_convolution.out` takes its memory format from its output's strides, and an N x C x 1 x 1 slot with
+    channels-last strides would run channels-last, not eager's algorithm)."""
     shape, stride = t.extra.get("shape"), t.extra.get("stride")
-    if shape is None or stride is None:
+    if shape is None or stride is None or (strict and len(shape) != len(stride)):
         return False
     expect = 1
     for n, st in reversed(list(zip(shape, stride))):
-        if n != 1 and st != expect:
+        if (strict or n != 1) and st != expect:
             return False
         expect *= n
     return True

@@ -91,7 +91,6 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
     `base`: the search's planner options (its seeds are planned with them; default: the planner's, with
     `recompute`'s ratio)."""
     from hybrid.arena.lifetimes import plan_buffers
-    from hybrid.graph.info import largest_op
     from hybrid.graph.order import depth_first_order, program_order
     from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import SwapPlanner
@@ -118,9 +117,16 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
         ratios.append(sol.arena_bytes / max(int(pb.problem.capacity or 0), 1))
     ratio = min(ratios, default=1.0)
     shrink = 0.0 if ratio <= 1.0 else 1.0 - 1.0 / ratio + MARGIN
+    return Headroom(_within_room(graph, device, shrink), ratio, len(ratios), time.perf_counter() - t0,
+                    tuple(ratios))
+
+
+def _within_room(graph: Graph, device: Device, shrink: float) -> float:
+    """`shrink` within [0, MAX_SHRINK], and never so much that the largest op no longer fits the search's device."""
+    from hybrid.graph.info import largest_op
+
     room = 1.0 - largest_op(graph, device.alignment_bytes)[1] / max(device.usable_bytes, 1) - MARGIN
-    shrink = max(0.0, min(shrink, MAX_SHRINK, room))
-    return Headroom(shrink, ratio, len(ratios), time.perf_counter() - t0, tuple(ratios))
+    return max(0.0, min(shrink, MAX_SHRINK, room))
 
 
 RECALIBRATE_STEP = 0.01   # a recalibrated shrink this little above the search's is not worth a change of device
@@ -138,7 +144,6 @@ def recalibrate(graph: Graph, device: Device, plan, head: Headroom,  # noqa: ANN
     converges to: Inception-v4-4's seeds asked for 11% and its winner needed 18.7% (docs/arena.md)."""
     from hybrid.arena.layout import REPAIR_MISS, repaired
     from hybrid.arena.lifetimes import plan_buffers
-    from hybrid.graph.info import largest_op
 
     t0 = time.perf_counter()
     pb = plan_buffers(graph, dataclasses.replace(plan, device=device))
@@ -151,9 +156,7 @@ def recalibrate(graph: Graph, device: Device, plan, head: Headroom,  # noqa: ANN
     seconds = head.seconds + time.perf_counter() - t0
     if ratio <= 1.0:
         return None
-    shrink = 1.0 - (1.0 - head.shrink) / ratio + MARGIN
-    room = 1.0 - largest_op(graph, device.alignment_bytes)[1] / max(device.usable_bytes, 1) - MARGIN
-    shrink = max(0.0, min(shrink, MAX_SHRINK, room))
+    shrink = _within_room(graph, device, 1.0 - (1.0 - head.shrink) / ratio + MARGIN)
     if shrink < head.shrink + RECALIBRATE_STEP:
         return None
     return Headroom(shrink, head.ratio, head.layouts + 1, seconds, head.trials + (ratio,), head.shrink)
