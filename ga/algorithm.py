@@ -240,8 +240,12 @@ class GeneticSearch:
             cls, cnt, ok = repair(self.space, ind.cls.copy(), ind.cnt.copy(), free)
             inds.append(Individual(ind.schedule, cls, cnt, ind.by_bytes, ind.planner,
                                    float("inf") if not ok and not ind.by_bytes else float("nan")))
+        # the best that can fit whatever the time, as initialize() does its first seed: a stop before any other
+        # evaluation still leaves a scored population
+        order = sorted(range(len(inds)), key=lambda k: st.population[k].makespan)   # the old best first
+        self._evaluate([next((inds[k] for k in order if np.isnan(inds[k].makespan)), inds[order[0]])], None)
         self._evaluate(inds, stop)
-        done = [i for i in inds if not np.isnan(i.makespan)] or inds[:1]
+        done = [i for i in inds if not np.isnan(i.makespan)]
         st.population = done
         st.best = min(done, key=lambda i: i.makespan).copy()
 

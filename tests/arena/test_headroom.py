@@ -267,6 +267,28 @@ def test_a_search_carried_over_to_less_memory_scores_its_population_there() -> N
     assert validate(g, rest.to_plan()).valid
 
 
+def test_a_rescore_stopped_at_once_still_scores_its_old_best_there() -> None:
+    """A time limit that ends as the recalibrated search starts: the incumbent is scored on the smaller device
+    anyway (as initialize() scores its first seed), so the search's best is a makespan, never NaN."""
+    import math
+
+    from ga import GAConfig, optimize
+    from hybrid.swap.planner import SwapPlanner
+
+    g = training_graph(10, seed=3)
+    device = _device(g, 0.6)
+    small = dataclasses.replace(device, memory_bytes=int(device.memory_bytes * 0.85))
+    cfg = GAConfig(population=6, children=6, seed=4)
+    half = optimize(g, device, cfg, generations=2)
+    old_best = min(half.state.population, key=lambda i: i.makespan)
+    rest = optimize(g, small, cfg, time_limit_s=1e-9, start=half.state, rescore=True)
+    assert rest.state.population and all(not math.isnan(i.makespan) for i in rest.state.population)
+    assert (rest.best.schedule == old_best.schedule).all()
+    aug = SwapPlanner(g, small).plan(rest.best.schedule, rest.space.pool(rest.best), rest.space.options_for(rest.best))
+    assert rest.best.makespan == aug.makespan
+    assert validate(g, rest.to_plan()).valid
+
+
 def test_a_headroom_search_whose_incumbent_misses_goes_on_with_more_memory_given_up(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The pipeline's halfway stop: a recalibrated headroom moves the rest of the search to its device, the
