@@ -35,7 +35,7 @@ def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     """Buffers of the plan's device copies; capacity = usable memory less the largest workspace (rule 5)."""
     from hybrid.plan.events import COMPUTE
     from hybrid.validator.context import build_context
-    from hybrid.validator.lifetimes import build_copies
+    from hybrid.validator.lifetimes import build_copies, read_at_release
 
     ctx, found = build_context(graph, plan)
     if ctx is None or not ctx.times_finite:
@@ -45,7 +45,8 @@ def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     if bad:
         raise HybridError(f"cannot read the plan's lifetimes: rule 2: {bad[0].violation.message} (run hybrid validate)")
     align = plan.device.alignment_bytes
-    a_rank, r_rank = sweep_ranks(np.asarray(c.alloc, np.float64), np.asarray(c.release, np.float64), ctx.eps)
+    a_rank, r_rank = sweep_ranks(np.asarray(c.alloc, np.float64), np.asarray(c.release, np.float64), ctx.eps,
+                                 np.asarray(read_at_release(ctx, c), dtype=np.float64))
     bufs: list[Buffer] = []
     names: list[str] = []
     for t, ids in enumerate(c.by_tensor):
@@ -67,14 +68,17 @@ def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     return PlanBuffers(Problem(bufs, cap), names)
 
 
-def sweep_ranks(alloc: np.ndarray, release: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+def sweep_ranks(alloc: np.ndarray, release: np.ndarray, eps: float, held: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Integer times for copies [alloc, release) that order exactly as rule 5's sweep orders them.
 
     The validator (`hybrid.validator.memory._points`) sorts points by (key, rank): an allocation at its
     start (rank 1); a release at its end less eps (rank 0) or, for a copy no longer than eps, at its start
     after the allocations there (rank 2); a copy live at the end is never released. Two copies clash when
     one is allocated while the other is live. Each distinct (key, rank) becomes one integer time here, so a
-    half-open [alloc, release) overlap is exactly the validator's clash. (Clustering times within eps, as
+    half-open [alloc, release) overlap is exactly the validator's clash. A `held` copy (not NaN: read at its
+    release by a compute shorter than eps, `hybrid.validator.lifetimes.read_at_release`) is released just after
+    the allocations at that compute's start, as rule 5's arena check reads it. (Clustering times within eps, as
     before, chained near-ties into one instant: a release and an allocation more than eps apart could land
     on one rank and share bytes that the validator saw live together.)"""
     n = len(alloc)
@@ -82,6 +86,10 @@ def sweep_ranks(alloc: np.ndarray, release: np.ndarray, eps: float) -> tuple[np.
     short = finite & (release - alloc <= eps)
     rel_key = np.where(short, alloc, release - eps)          # the validator's arithmetic, bit for bit
     rel_cls = np.where(short, 2, 0)
+    if held is not None:
+        late = finite & ~np.isnan(held) & ~short
+        rel_key = np.where(late, held, rel_key)
+        rel_cls = np.where(late, 2, rel_cls)
     keys = np.concatenate([alloc, rel_key[finite]])
     cls = np.concatenate([np.ones(n, np.int64), rel_cls[finite]])
     order = np.lexsort((cls, keys))

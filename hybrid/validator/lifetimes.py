@@ -10,6 +10,7 @@ never rejected for a rounding difference smaller than the tolerance.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from hybrid.validator.context import COMPUTE, FREE, NO_EVENT, SWAP_IN, SWAP_OUT, Context, fmt_t
@@ -107,6 +108,32 @@ def build_copies(ctx: Context) -> tuple[Copies, list[Found]]:
                     c.made_by[(ev, t)] = cid
                 live = cid
     return c, out
+
+
+def read_at_release(ctx: Context, c: Copies) -> list[float]:
+    """Per copy: the start of a device compute that reads it and ends within eps of its release, where that start
+    is within eps of the release too (a compute shorter than eps: an allocation-only op such as `empty_like`),
+    else NaN.
+
+    Such a compute has its inputs and its outputs on the device at once, as the executor holds them, although
+    the release at its end less eps sorts before the allocations at its start. Arena overlaps (rule 5) and the
+    layout (`hybrid.arena.lifetimes`) therefore release such a copy just after the allocations at that start;
+    the byte count does not (the planner counts the op's inputs with its outputs anyway)."""
+    held = [math.nan] * len(c)
+    eps = ctx.eps
+    for i in range(ctx.n):
+        if ctx.kind[i] != COMPUTE or ctx.on_cpu[i] or ctx.end[i] - ctx.start[i] > eps:
+            continue
+        at = ctx.start[i]
+        for t in ctx.op_inputs[ctx.op[i]]:
+            ids = c.by_tensor[t]
+            k = bisect_right(c.alloc_times[t], at + eps) - 1
+            if k < 0:
+                continue
+            rel = c.release[ids[k]]
+            if rel - eps <= at and rel <= ctx.end[i] + eps and not at <= held[ids[k]]:
+                held[ids[k]] = at
+    return held
 
 
 def _no_copy(ctx: Context, c: Copies, t: int, ev: int) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 from hybrid.plan import ArenaAllocation, SizeClassAllocation
 from hybrid.units import format_bytes, round_up
 from hybrid.validator.context import COMPUTE, Context, fmt_t
-from hybrid.validator.lifetimes import Copies
+from hybrid.validator.lifetimes import Copies, read_at_release
 from hybrid.validator.report import Found
 
 MAX_EPISODES = 100
@@ -39,11 +39,18 @@ class Sweep:
 
 
 def _points(starts: np.ndarray, ends: np.ndarray, size: np.ndarray, item: np.ndarray, src: np.ndarray,
-            eps: float) -> tuple[np.ndarray, ...]:
+            eps: float, held: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """`held` (hybrid.validator.lifetimes.read_at_release): where not NaN, released just after the allocations at
+    that time (its reader's start)."""
     finite = np.isfinite(ends)
     short = finite & (ends - starts <= eps)
+    at = starts
+    if held is not None:
+        late = finite & ~short & ~np.isnan(held)
+        short = short | late
+        at = np.where(late, held, starts)
     long_ = finite & ~short
-    key = np.concatenate([starts, ends[long_] - eps, starts[short]])
+    key = np.concatenate([starts, ends[long_] - eps, at[short]])
     rank = np.concatenate([np.ones(len(starts), np.int8), np.zeros(int(long_.sum()), np.int8),
                            np.full(int(short.sum()), 2, np.int8)])
     delta = np.concatenate([size, -size[long_], -size[short]])
@@ -217,8 +224,10 @@ def _check_arena(ctx: Context, c: Copies, alloc: ArenaAllocation, comp: np.ndarr
     keep = np.array([t in offset and ctx.t_bytes[t] > 0 for t in c.tensor], dtype=bool)
     if not keep.any():
         return
+    held = np.asarray(read_at_release(ctx, c), dtype=np.float64)
     parts = _points(np.asarray(c.alloc)[keep], np.asarray(c.release)[keep], np.ones(int(keep.sum()), np.int64),
-                    np.flatnonzero(keep).astype(np.int64), np.asarray(c.maker, dtype=np.int64)[keep], ctx.eps)
+                    np.flatnonzero(keep).astype(np.int64), np.asarray(c.maker, dtype=np.int64)[keep], ctx.eps,
+                    held[keep])
     sw = _sorted([parts])
     lo: list[int] = []    # active byte ranges sorted by start; disjoint while the plan is valid
     hi: list[int] = []
