@@ -115,6 +115,16 @@ def _pairs(losses: list[torch.Tensor | float], final: StepResult, eager: EagerRu
     return out
 
 
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (`torch.equal` calls two NaNs of the same bits different: fp16 Adam's 0/0 then reads as
+    a mismatch where executor and eager agree bit for bit)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not (a.is_floating_point() or a.is_complex()):
+        return torch.equal(a, b)
+    return torch.equal(a.reshape(-1).contiguous().view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8))
+
+
 def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerRun, atol: float = 0.0,
             rtol: float = 0.0, grads: bool = False) -> Comparison:
     worst, worst_name = 0.0, ""
@@ -136,19 +146,22 @@ def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerR
             mismatched.append(name)
             beyond.append(name)
             continue
-        if torch.equal(a, b):
+        if same_bits(a, b):
             continue
         mismatched.append(name)
         if a.is_floating_point() or a.is_complex():
-            diff = (a.double() - b.double()).abs()
-            d = float(diff.max()) if diff.numel() else 0.0
-            if math.isnan(d) or bool(torch.isnan(diff).any()):
+            nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+            if not torch.equal(nan_a, nan_b):
                 d = float("inf")
+            else:       # NaN where both have it (payloads apart) is no difference of value
+                diff = (a.double() - b.double()).abs()[~nan_a]
+                d = float(diff.max()) if diff.numel() else 0.0
+                d = float("inf") if math.isnan(d) else d
         else:
             d = float((a.long() - b.long()).abs().max())
         if d > worst:
             worst, worst_name = d, name
-        if not torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=False):
+        if not torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True):
             beyond.append(name)
     return Comparison(len(pairs), worst, worst_name, mismatched, beyond, atol, rtol)
 
@@ -228,6 +241,6 @@ def compare_outputs(outputs: list[torch.Tensor], reference: list[torch.Tensor], 
     a = (0.0 if device == "cpu" else 1e-5) if atol is None else atol
     r = (0.0 if device == "cpu" else 1e-4) if rtol is None else rtol
     diff = max((float((o.float() - e.float()).abs().max()) for o, e in zip(outputs, reference)), default=0.0)
-    ok = all(torch.allclose(o, e, atol=a, rtol=r) if (a or r) else torch.equal(o, e)
+    ok = all(torch.allclose(o, e, atol=a, rtol=r, equal_nan=True) if (a or r) else same_bits(o, e)
              for o, e in zip(outputs, reference))
     return OutputCheck(ok, diff, a, r)

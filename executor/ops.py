@@ -53,8 +53,14 @@ from executor.outside import OutsideStats
 
 OUT, COPY, INPLACE, OPTIMIZER, SLOT = "out", "copy", "inplace", "optimizer", "slot"
 
-# Ops whose out= overload exists but must not be used (none known; add with the reason if one is found).
-DENY_OUT: dict[str, str] = {}
+# Ops whose out= overload exists but must not be used, with the reason. These losses compute their unreduced
+# result into `out` first (resized to the input's shape, then back): a 0-d slot in the pool so grows over the
+# bytes after it, and near the pool's end ATen reallocates the pool's storage (torch 2.13, CPU; probed with
+# 256 x 64 inputs and 0-d slots at the end of a buffer; nll_loss, the other losses' and the reductions' out=
+# overloads keep their slot).
+_RESIZES = "its out= overload computes the unreduced loss into the output first, growing it past its slot"
+DENY_OUT: dict[str, str] = {f"aten.{name}.default": _RESIZES for name in (
+    "mse_loss", "smooth_l1_loss", "huber_loss", "soft_margin_loss", "binary_cross_entropy")}
 
 
 SlotWriter = Callable[[list, dict, list], None]   # (decoded args, kwargs, output slots): writes the slots
@@ -316,7 +322,10 @@ def _slot_writer_fn(graph: Graph, op: Op, target: str, args: Any, kwargs: dict, 
         return _div_scalar
     if target == "aten.embedding.default" and contiguous:
         return _embedding
-    if target == "aten.embedding_dense_backward.default" and contiguous:
+    if (target == "aten.embedding_dense_backward.default" and contiguous
+            and outs[0].extra.get("dtype") in ("float32", "float64")):
+        # bf16 and fp16 gradients: ATen's CPU kernel rounds otherwise than index_add_ in that dtype (a user's
+        # bf16 embedding differed from eager in its last bits); those take the copy fallback, bit for bit
         scale = kwargs.get("scale_grad_by_freq", args[4] if len(args) > 4 else False)
         n_idx = _numel(graph, args[1])
         if scale is False and n_idx is not None and n_idx <= EMBEDDING_INDEX_ADD_MAX:
@@ -664,12 +673,19 @@ class OpRunner:
             call.slot_fn(args, kwargs, [None if t is None else env[t] for t in call.out_ids])  # type: ignore[misc]
         else:
             slots = [env[t] for t in call.out_ids]  # type: ignore[index]
+            first = o not in self._checked
+            if first:    # an out= kernel that resizes its output moves or outgrows the pool: caught on its first call
+                before = [(s.data_ptr(), tuple(s.shape), s.stride(), s.untyped_storage().data_ptr(),
+                           s.untyped_storage().nbytes()) for s in slots]
             res = call.out_fn(*args, **kwargs, **dict(zip(call.out_names, slots)))  # type: ignore[misc]
-            if o not in self._checked:
+            if first:
                 got = res if isinstance(res, (tuple, list)) else (res,)
-                for t, r, s in zip(call.out_ids, got, slots):
-                    if not isinstance(r, torch.Tensor) or r.data_ptr() != s.data_ptr() or r.shape != s.shape:
-                        raise HybridError(f"op {call.op.id!r}: {call.out_fn} did not write {t!r} into its slot")
+                for t, r, s, b in zip(call.out_ids, got, slots, before):
+                    now = (s.data_ptr(), tuple(s.shape), s.stride(), s.untyped_storage().data_ptr(),
+                           s.untyped_storage().nbytes())
+                    if not isinstance(r, torch.Tensor) or r.data_ptr() != s.data_ptr() or now != b:
+                        raise HybridError(f"op {call.op.id!r}: {call.out_fn} did not write {t!r} into its slot "
+                                          "as it was (resized or moved); please report it (executor.ops.DENY_OUT)")
                 self._checked.add(o)
 
     def compute(self, o: int, env: dict[str, torch.Tensor], rerun: bool = False,

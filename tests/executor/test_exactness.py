@@ -53,3 +53,20 @@ def test_swapping_plan_trains_exactly_like_eager(name: str, kind: str) -> None:
         assert all(peak <= c.count for peak, c in zip(stats.classes_peak, classes))
     assert ex.runtime.races is not None and ex.runtime.races.checked > 0
     assert all(r.ops.ops_by_mode.get("copy", 0) + r.ops.ops_by_mode.get("out", 0) > 0 for r in records)
+
+
+def test_the_check_compares_bits_so_equal_nans_agree_and_a_nan_against_a_number_does_not() -> None:
+    """fp16 Adam's 0/0 leaves NaN on both sides, bit for bit: that is agreement, not a mismatch."""
+    from executor.check import EagerRun
+    from hybrid.capture.interpreter import StepResult
+
+    nan = torch.tensor([1.0, float("nan"), 2.0], dtype=torch.float16)
+
+    def result(w: torch.Tensor) -> StepResult:
+        return StepResult(torch.tensor(0.5), {}, {"w": w}, {}, {}, [])
+
+    same = compare([torch.tensor(0.5)], result(nan.clone()), EagerRun([torch.tensor(0.5)], result(nan.clone())))
+    assert same.mismatched == [] and same.beyond_tolerance == []
+    other = torch.tensor([1.0, 3.0, 2.0], dtype=torch.float16)
+    diff = compare([torch.tensor(0.5)], result(other), EagerRun([torch.tensor(0.5)], result(nan.clone())))
+    assert diff.mismatched == ["params[w]"] and diff.max_abs_diff == float("inf")
