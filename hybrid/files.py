@@ -173,8 +173,21 @@ def write_whole(path: str | Path, data: str | bytes) -> None:
         f.write(data)
 
 
+FIGURE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp", "svgz")
+
+
+def figure_format(path: str | Path) -> str:
+    """A figure's format from its file's suffix (PNG where it has none); HybridError for one matplotlib does not
+    write, so that a typo fails before the work, not as a traceback after it."""
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    if fmt not in FIGURE_FORMATS:
+        raise HybridError(f"{path}: a figure's format comes from its suffix, and .{fmt} is not one it can be "
+                          f"written as; end the name in .png (or .{', .'.join(FIGURE_FORMATS[1:4])}, ...)")
+    return fmt
+
+
 def save_figure(fig: object, path: str | Path, dpi: int = 120) -> None:
     """A matplotlib figure written whole (its format from the file's suffix, PNG when it has none)."""
-    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    fmt = figure_format(path)
     with atomic_open(path, "wb") as f:
         fig.savefig(f, format=fmt, dpi=dpi)  # type: ignore[attr-defined]

@@ -79,16 +79,24 @@ patience_option = click.option(
          "and the faster plan is kept (1: refine for the whole share).")
 
 
-def prepare_output(path: Path | None, flag: str, *, folder: bool = False) -> Path | None:
+def prepare_output(path: Path | None, flag: str, *, folder: bool = False, figure: bool = False) -> Path | None:
     """Make sure an output path can be written, before any work: create its parent folder (or, with `folder`,
     the folder itself), else a one-line error naming the flag (exit 2).
 
     Call it right after reading the flags, so that a typo in --out costs nothing rather than the whole
-    search. Returns `path` (None passes through, for optional flags).
+    search. `figure`: the suffix must name a format a figure can be written as. Returns `path` (None passes
+    through, for optional flags).
     """
     if path is None:
         return None
     path = Path(path)
+    if figure:
+        from hybrid.files import figure_format
+
+        try:
+            figure_format(path)
+        except HybridError as e:
+            raise HybridError(f"{flag} {e}") from None
     where = path if folder else path.parent
     if not folder:
         from hybrid.files import target_of
@@ -111,7 +119,28 @@ def prepare_output(path: Path | None, flag: str, *, folder: bool = False) -> Pat
                           "choose a path you can write to") from None
     if not os.access(where, os.W_OK | os.X_OK):
         raise HybridError(f"{flag} {path}: the folder {where} is not writable; choose a path you can write to")
+    if not folder:
+        _distinct_output(path, flag)
     return path
+
+
+def _distinct_output(path: Path, flag: str) -> None:
+    """Two outputs of one command written to one file lose the first (a plan overwritten by the CSV log), and an
+    output on the input graph loses the graph: both refused up front. (`--checkpoint` on the `--resume` file is
+    fine: that is how a search goes on from where it left off.)"""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    key = path.resolve()
+    seen: dict[Path, str] = ctx.meta.setdefault("hybrid.outputs", {})
+    other = seen.get(key)
+    if other is not None and other != flag:
+        raise HybridError(f"{flag} {path} is also the {other} file; give each output its own file")
+    seen[key] = flag
+    graphs = ctx.params.get("graph_path") or ctx.params.get("graph_paths") or ()
+    for g in [graphs] if isinstance(graphs, (str, Path)) else graphs:
+        if Path(g).resolve() == key:
+            raise HybridError(f"{flag} {path} is the --graph file it reads; write the output to another file")
 
 
 def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) -> dict[str, Any]:

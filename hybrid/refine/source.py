@@ -36,11 +36,16 @@ def _planner_options(plan: Plan):
 
 def _check_supported(graph: Graph, plan: Plan) -> None:
     """The walk times every run of an op with one implementation (its first run's): a rerun that names another
-    cannot be re-timed."""
+    cannot be re-timed; nor can an op on the host (`cpu` stream), whose outputs have no device copy."""
     def impl_name(op_id: str, impl: str | None) -> str | None:
         op = graph.op(op_id)
         return impl if impl is not None or not op.implementations else op.implementations[op.default_impl].name
 
+    host = next((e for e in plan.events if e.kind == "compute" and e.on_cpu), None)
+    if host is not None:
+        raise HybridError(f"refine: op {host.op!r} runs on the host (a placement plan from `hybrid place`); CP-SAT "
+                          "refinement re-times the copies of plans that run every op on the device: use this "
+                          "plan as it is")
     first = {e.op: impl_name(e.op, e.impl) for e in plan.events if e.kind == "compute" and not e.recompute}
     for e in plan.events:
         if e.kind == "compute" and e.recompute and impl_name(e.op, e.impl) != first.get(e.op):

@@ -99,3 +99,25 @@ def test_info_bounds_never_below_a_wider_sets(graph_file):
                          ("graph_swap_bound_s", "swap_bound_s")]:
         assert d[wide] <= d[narrow], (wide, narrow)
     assert d["graph_swap_bound_s"] > d["persistent_bound_s"]  # activations count at this memory
+
+
+def test_outputs_that_would_overwrite_each_other_or_the_graph_are_refused_before_any_work(graph_file, tmp_path):
+    same = tmp_path / "same.json"
+    r = CliRunner().invoke(cli, ["optimize", "--graph", str(graph_file), "--memory", "40MiB", "--generations", "1",
+                                 "--out", str(same), "--log", str(same)])
+    assert r.exit_code == 2 and "is also the --out file" in r.output and not same.exists()
+    before = graph_file.read_bytes()
+    r = CliRunner().invoke(cli, ["simulate", "--graph", str(graph_file), "--memory", "40MiB", "--out", str(graph_file)])
+    assert r.exit_code == 2 and "is the --graph file" in r.output and graph_file.read_bytes() == before
+
+
+def test_a_figure_path_whose_suffix_names_no_figure_format_is_refused_before_any_work(graph_file, tmp_path):
+    p = tmp_path / "p.json"
+    assert run("simulate", "--graph", graph_file, "--memory", "40MiB", "--out", p).exit_code == 0
+    r = CliRunner().invoke(cli, ["timeline", "--graph", str(graph_file), "--plan", str(p), "--out",
+                                 str(tmp_path / "t.txt")])
+    assert r.exit_code == 2 and "--out" in r.output and ".txt is not one" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(cli, ["optimize", "--graph", str(graph_file), "--memory", "40MiB", "--generations", "1",
+                                 "--out", str(tmp_path / "o.json"), "--plot", str(tmp_path / "conv.txt")])
+    assert r.exit_code == 2 and "--plot" in r.output and not (tmp_path / "o.json").exists()
+    assert run("timeline", "--graph", graph_file, "--plan", p, "--out", tmp_path / "t.svg").exit_code == 0

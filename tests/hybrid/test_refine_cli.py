@@ -123,3 +123,20 @@ def test_timeline_command_draws_plans_and_rejects_an_invalid_one(files, tmp_path
     bad.save(bp)
     r = CliRunner().invoke(cli, ["timeline", "--graph", str(gp), "--plan", str(bp), "--out", str(png)])
     assert r.exit_code != 0 and "not a valid plan" in r.output and "hybrid validate" in r.output
+
+
+def test_compare_memory_fraction_is_what_a_plan_may_fill(files, tmp_path):
+    """As --memory says it: the preset's 1 GiB reserve is not taken out of it (it was: the plans then had 1 GiB
+    less than the table said, and a small graph none at all)."""
+    from hybrid.graph.info import fraction_of_peak
+
+    g, gp, _ = files
+    r = CliRunner().invoke(cli, ["compare", "--graph", str(gp), "--time-limit", "3s", "--seeds", "1",
+                                 "--refine-mode", "after", "--population", "8", "--memory-fraction", "0.6",
+                                 "--device", "v100-16gb", "--out-dir", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    plans = list((tmp_path / "c").glob("*-seed1-*.json"))
+    assert plans
+    for path in plans:
+        dev = Plan.load(path).device
+        assert dev.reserve_bytes == 0 and dev.memory_bytes == fraction_of_peak(g, 0.6)

@@ -176,3 +176,21 @@ def json_roundtrip(plan):
     import json
 
     return json.loads(plan.dumps())
+
+
+def test_refinement_refuses_a_plan_with_ops_on_the_host_in_one_line() -> None:
+    """CP-SAT refinement walks device plans: a placement plan (ops on the `cpu` stream) is refused naming the
+    op, not a KeyError from deep inside the walk."""
+    from hybrid.errors import HybridError
+    from hybrid.refine import refine
+
+    for seed in range(20):
+        g = random_inference_graph(seed, 3)
+        pg = part_graph(g, key_only=False)
+        plan = to_plan(pg, place(pg, link_of(g.device), "heft", "latency", time_limit_s=5), g.device)
+        host = [e.op for e in plan.events if e.kind == "compute" and e.on_cpu]
+        if host:
+            with pytest.raises(HybridError, match=f"op '{host[0]}' runs on the host"):
+                refine(g, plan, time_limit_s=5)
+            return
+    pytest.skip("no seed placed an op on the host")

@@ -53,7 +53,8 @@ def _seeds(text: str) -> tuple[int, ...]:
 @click.option("--milp-stages", type=click.IntRange(1), default=None,
               help="--with-milp: coarsen to this many stages (default: one per op up to 60 ops, else 60).")
 @click.option("--memory-fraction", type=FINITE, default=None,
-              help="Device memory as a fraction of each graph's unswapped peak (overrides --memory), e.g. 0.25.")
+              help="Device memory as a fraction of each graph's unswapped peak (overrides --memory), e.g. 0.25: "
+                   "what a plan may fill, as with --memory (a --reserve given is kept aside on top).")
 @device_options
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("compare"),
               show_default=True, help="Folder for both arms' plans and the table (compare.csv/.parquet/.md).")
@@ -115,8 +116,9 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     for path in graph_paths:  # every file and flag checked before the first run
         g = load_graph(path)
         dev = device_from(g, dict(kw))
-        if memory_fraction is not None:
-            dev = replace(dev, memory_bytes=fraction_of_peak(g, memory_fraction))
+        if memory_fraction is not None:   # what a plan may fill, as --memory says it: no reserve unless --reserve
+            reserve = dev.reserve_bytes if kw.get("reserve") is not None else 0
+            dev = replace(dev, memory_bytes=fraction_of_peak(g, memory_fraction) + reserve, reserve_bytes=reserve)
         graphs.append((g, dev))
     start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process
     tables = []

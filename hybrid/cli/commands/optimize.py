@@ -194,7 +194,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     opts.check()
     for path, flag in ((out_path, "--out"), (log_path, "--log"), (plot_path, "--plot"),
                        (checkpoint_path, "--checkpoint")):
-        prepare_output(path, flag)  # a bad folder fails now, not after the search
+        prepare_output(path, flag, figure=flag == "--plot")  # a bad folder fails now, not after the search
     graph = load_graph(graph_path)
     device = device_from(graph, kw)
     line = None if quiet else ProgressLine()

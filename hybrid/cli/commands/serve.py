@@ -91,7 +91,7 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
             raise HybridError(f"--graph {p}: no such file")
     duration_s = parse_duration(duration, "--duration")
     prepare_output(csv_path, "--csv")
-    prepare_output(plot_path, "--plot")
+    prepare_output(plot_path, "--plot", figure=True)
     graphs = [load_graph(p) for p in graph_paths]
     dev = device_from(graphs[0], kw)
     if batch is None:

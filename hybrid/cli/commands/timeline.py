@@ -38,7 +38,7 @@ def command(graph_path: Path, plan_paths: tuple[Path, ...], out_path: Path, fmt:
     from hybrid.validator import validate
 
     fmt = fmt or ("chrome" if out_path.suffix.lower() == ".json" else "png")
-    prepare_output(out_path, "--out")
+    prepare_output(out_path, "--out", figure=fmt == "png")
 
     graph = load_graph(graph_path)
     items = []
