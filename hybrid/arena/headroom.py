@@ -60,6 +60,8 @@ class Headroom:
     trials: tuple[float, ...] = ()  # arena / capacity of each seed plan laid out (and of the incumbent, last,
     #                                 where the search was recalibrated halfway: `recalibrate`)
     seeded: float | None = None    # the shrink the seeds asked for, where the search's incumbent asked for more
+    laid: tuple = dataclasses.field(default=(), compare=False, repr=False)   # seed plans that laid out within the
+    #   full memory (arena plans): candidates for the written plan (`lay_out`'s `others`), never slower to keep
 
     def device(self, device: Device) -> Device:
         """`device` with `shrink` of its usable memory given up (the search's device)."""
@@ -90,7 +92,7 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
     finished: cut short, its arena would overstate the shrink, as a first run's +98.9% for 13% once did).
     `base`: the search's planner options (its seeds are planned with them; default: the planner's, with
     `recompute`'s ratio)."""
-    from hybrid.arena.lifetimes import plan_buffers
+    from hybrid.arena.lifetimes import arena_plan, plan_buffers
     from hybrid.graph.order import depth_first_order, program_order
     from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import SwapPlanner
@@ -104,6 +106,7 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
             else dataclasses.replace(base, addresses=False))
     prog, dfs = program_order(graph), depth_first_order(graph)
     ratios: list[float] = []
+    laid: list = []
     for order in [prog] if np.array_equal(prog, dfs) else [prog, dfs]:
         if ratios and (min(ratios) <= 1.0 or (deadline is not None and time.perf_counter() > deadline)):
             break
@@ -115,10 +118,13 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
         pb = plan_buffers(graph, plan)
         sol = heuristic_layout(pb.problem, budget, None)   # whole: a layout cut short overstates the shrink
         ratios.append(sol.arena_bytes / max(int(pb.problem.capacity or 0), 1))
+        if sol.arena_bytes <= int(pb.problem.capacity or 0):
+            laid.append(dataclasses.replace(arena_plan(plan, pb, sol),
+                                            planner={**plan.planner, "name": "belady", "seed": len(ratios)}))
     ratio = min(ratios, default=1.0)
     shrink = 0.0 if ratio <= 1.0 else 1.0 - 1.0 / ratio + MARGIN
     return Headroom(_within_room(graph, device, shrink), ratio, len(ratios), time.perf_counter() - t0,
-                    tuple(ratios))
+                    tuple(ratios), laid=tuple(laid))
 
 
 def _within_room(graph: Graph, device: Device, shrink: float) -> float:
@@ -159,7 +165,8 @@ def recalibrate(graph: Graph, device: Device, plan, head: Headroom,  # noqa: ANN
     shrink = _within_room(graph, device, 1.0 - (1.0 - head.shrink) / ratio + MARGIN)
     if shrink < head.shrink + RECALIBRATE_STEP:
         return None
-    return Headroom(shrink, head.ratio, head.layouts + 1, seconds, head.trials + (ratio,), head.shrink)
+    return Headroom(shrink, head.ratio, head.layouts + 1, seconds, head.trials + (ratio,), head.shrink,
+                    laid=head.laid)
 
 
 def _options(ratio: float):  # noqa: ANN202 - PlannerOptions

@@ -91,8 +91,9 @@ class Layout:
     """What `lay_out` wrote and why."""
 
     plan: Plan                 # what to write: an arena plan, or a size-class plan (the last fallback)
-    fallback: str              # "" (laid out as found), "slower candidate", "re-planned", "size classes", or
-    #                            "more memory" (a headroom search's plan re-planned with some of the memory it left)
+    fallback: str              # "" (laid out as found), "slower candidate", "re-planned", "size classes",
+    #                            "more memory" (a headroom search's plan re-planned with some of the memory it left),
+    #                            or "laid-out candidate" (one given laid out, e.g. a seed, faster than the rest)
     rounds: int                # candidate plans laid out (heuristics or exact search) to get here
     makespan_before_s: float   # the byte-budget plan's makespan, before any fallback
     solve_s: float
@@ -133,6 +134,10 @@ class Layout:
             missed = f"the plan missed by {100 * self.overflow:+.1f}%; " if self.overflow > 0 else ""
             return (f"laid out in the arena: {missed}re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% "
                     f"less memory, up from the headroom search's ({100 * self.cost:+.2f}% makespan){cap}")
+        if self.fallback == "laid-out candidate":
+            missed = f"the plan missed by {100 * self.overflow:+.1f}%; " if self.overflow > 0 else ""
+            return (f"laid out in the arena: {missed}{self.source} plan, laid out within the memory, was the fastest "
+                    f"({100 * self.cost:+.2f}% makespan){cap}")
         within = f", {self.headroom_note}" if self.headroom_note else ""
         how = {"re-planned": f"re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less memory{within}",
                "size classes": "re-planned with per-size classes",
@@ -313,7 +318,8 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     """`plan` with arena offsets (see the module docstring); plans that are not byte budgets pass through.
 
     `others`: slower candidates (e.g. the search's own plan before refinement) tried before any re-plan;
-    size-class plans among them (the search's best size-class individuals) are kept as they are.
+    size-class plans among them (the search's best size-class individuals) are kept as they are, and so are
+    arena plans (the headroom calibration's seeds that laid out within the memory), whatever the plan's fate.
     `replans`: ways to plan again for a smaller byte budget (default: the Belady planner on the plan's
     schedule), the first `budget.sources` of them tried. Of everything that fits, the fastest is written.
     `budget` counts the work; `time_limit_s` is a safety cap checked between steps (a candidate started is
@@ -436,6 +442,10 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
                                    "size classes"))
             except InfeasibleError:
                 pass
+    for k, other in enumerate(o for o in others if o.allocation.kind == "arena"):   # laid out already: kept as is
+        who = other.planner.get("name", "") if isinstance(other.planner, dict) else ""
+        tried.fits.append((other.makespan_s, len(tried.fits), other, f"laid-out candidate {k + 1}"
+                           + (f", {who}'s" if who else ""), 0.0, "laid-out candidate"))
     if not tried.fits:
         raise InfeasibleError("no arena layout of the plan fits the memory, and neither a re-plan with up to "
                               f"{100 * MAX_SHRINK:.0f}% less memory" + (" nor per-size classes do" if classes else

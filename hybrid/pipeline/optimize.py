@@ -385,6 +385,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
 
             timings.exact_compile_s += exact.warm_up()
             cap = _layout_cap(opts, end, eval_s)
+        if head is not None:     # seeds laid out within the full memory by the calibration: never slower to write
+            others = list(others) + list(head.laid)
         try:
             lay = _lay_out(graph, plan, cap, others, result, population, opts.recompute, budget)
         except InfeasibleError:

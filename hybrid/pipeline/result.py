@@ -126,7 +126,7 @@ class OptimizeResult:
             why.append(f"the search resumed after refinement and found a faster plan ({_change(self.refined_plan, best)})")
         lay, laid = self.layout, self.laid_out_plan or plan
         if lay is not None and laid is not self.refined_plan:
-            if lay.fallback == "more memory":
+            if lay.fallback in ("more memory", "laid-out candidate"):
                 why.append(f"{lay.describe()} ({_change(laid, self.refined_plan)})")
             elif lay.fallback:
                 why.append(f"the byte budget did not lay out in the arena, so {_fallback(lay)} was written "
