@@ -147,7 +147,10 @@ def first_stop_sets(callback: Callable[[int], None]) -> Iterator[list[int]]:
         yield ctx[1]
         return
     previous = signal.getsignal(signal.SIGINT)
-    own = previous is not _on_signal
+    # taken over unless routed here already, or ignored by whoever started this process (`nohup`, a shell's
+    # background job): that stays ignored, as install() leaves it (it was acted on inside here only, so a job's
+    # Ctrl-C was dropped at one moment and stopped the search at another)
+    own = previous is not _on_signal and previous is not signal.SIG_IGN
     if own:
         signal.signal(signal.SIGINT, _on_signal)
     _soft.append(ctx)

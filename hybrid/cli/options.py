@@ -27,6 +27,13 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return super().convert(rv, param, ctx)
 
+    def _describe_range(self) -> str:
+        """No bounds: nothing to say (click's own text read `x<=None` in --help)."""
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
+    def get_metavar(self, *args: Any, **kwargs: Any) -> str | None:
+        return super().get_metavar(*args, **kwargs) if (self.min is not None or self.max is not None) else "FLOAT"
+
 
 FINITE = FiniteFloat()
 

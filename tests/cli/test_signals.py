@@ -73,3 +73,22 @@ def test_sigterm_stops_place_during_its_cp_sat_solve(tmp_path) -> None:
         assert "interrupted (SIGTERM): CP-SAT stopped with its best placement so far" in err
         assert validate(Graph.load(gp), Plan.load(out)).valid
     assert "Traceback" not in err
+
+
+def test_a_sigint_ignored_by_whoever_started_the_process_stays_ignored_inside_the_search() -> None:
+    """A shell's background job starts with SIGINT ignored; install() leaves it so, and the search's own
+    handler (first_stop_sets) must not take it over for a while (a job's Ctrl-C was dropped at one moment and
+    stopped the search at another)."""
+    from hybrid.signals import first_stop_sets
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with first_stop_sets(lambda signum: None):
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with first_stop_sets(lambda signum: None):
+            assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler   # taken over while inside
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)

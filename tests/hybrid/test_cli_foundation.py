@@ -121,3 +121,16 @@ def test_a_figure_path_whose_suffix_names_no_figure_format_is_refused_before_any
                                  "--out", str(tmp_path / "o.json"), "--plot", str(tmp_path / "conv.txt")])
     assert r.exit_code == 2 and "--plot" in r.output and not (tmp_path / "o.json").exists()
     assert run("timeline", "--graph", graph_file, "--plan", p, "--out", tmp_path / "t.svg").exit_code == 0
+
+
+def test_optimize_refuses_flags_it_would_ignore_and_its_help_shows_no_empty_bounds(graph_file, tmp_path):
+    out = str(tmp_path / "o.json")
+    r = CliRunner().invoke(cli, ["optimize", "--graph", str(graph_file), "--generations", "1", "--children", "0",
+                                 "--out", out])
+    assert r.exit_code == 2 and "--children" in r.output
+    for flags in (["--no-arena"], ["--arena", "0"]):
+        r = CliRunner().invoke(cli, ["optimize", "--graph", str(graph_file), "--generations", "1", "--addresses",
+                                     *flags, "--out", out])
+        assert r.exit_code == 2 and "--addresses" in r.output
+    for command in ("optimize", "capture", "execute", "compare"):
+        assert "None]" not in CliRunner().invoke(cli, [command, "--help"]).output

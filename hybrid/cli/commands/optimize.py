@@ -36,7 +36,7 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
 @seed_option
 @click.option("--population", type=int, default=48, show_default=True,
               help="Individuals alive after each generation (N_p).")
-@click.option("--children", type=int, default=None,
+@click.option("--children", type=click.IntRange(min=1), default=None,
               help="New individuals per generation, four per crossover [default: --population].")
 @click.option("--workers", type=int, default=None,
               help="Evaluation processes on this machine [default: all cores, one fewer when the CP-SAT refiner "
@@ -180,6 +180,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
     arena_s: float | None = (None if no_arena else ARENA_AUTO_S if arena_time.strip().lower() == "auto"
                              else parse_duration(arena_time, "--arena"))
+    if addresses and not arena_s:
+        raise HybridError("--addresses plans every offset as it walks (its plans are arenas): --no-arena (--arena 0) "
+                          "cannot write them without offsets; give one or the other")
     if arena_s is not None and arena_s < 0:
         raise HybridError(f"--arena must be auto, a duration such as 60s, or 0 to write no offsets; got {arena_time!r}")
     config = GAConfig(population=population, children=children or population, mutation_rate=mutation_rate,
