@@ -392,7 +392,11 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
         except InfeasibleError:
             if cap is None or (budget is None and time.monotonic() - t < cap):
                 raise   # no layout fits, whatever the time
-            leave(f"arena layout: none found in the {format_seconds(cap)} left of the time limit"
+            took = time.monotonic() - t
+            where = (f"in the {format_seconds(cap)} left of the time limit" if took >= cap else
+                     f"by the heuristics and re-plans ({format_seconds(took)}, within the "
+                     f"{format_seconds(cap)} left)")
+            leave(f"arena layout: none found {where}"
                   + (" without the exact search" if budget is not None and budget.exact_tries == 0 else "")
                   + "; the byte budget is written "
                   "without offsets (the executor compacts at run time if it must)")

@@ -144,10 +144,13 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
                     plan.save(p)
                 path = str(p)
             ideal = float(plan.metrics.get("ideal_s", 0.0))
+            notes = ["interrupted: the best plan found before the stop"] if res.interrupted else []
+            if plan.allocation.kind == "unconstrained":   # the executor would compact it at run time: say so
+                why = next((s.split(": ", 1)[1] for s in res.skipped if s.startswith("arena layout: ")), "")
+                notes.append("written without arena offsets" + (f" ({why})" if why else ""))
             row = _row("plan", "optimize", mem, plan.makespan_s, ideal, peak_bytes=int(plan.metrics.get("peak_bytes", 0)),
                        planner=str(plan.planner.get("name", "")), interrupted=bool(res.interrupted),
-                       seconds=time.monotonic() - t0, plan=path,
-                       note="interrupted: the best plan found before the stop" if res.interrupted else "")
+                       seconds=time.monotonic() - t0, plan=path, note="; ".join(notes))
             out.rows.append(row)
             out.plans[mem] = plan
             tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: makespan {format_seconds(plan.makespan_s)} "

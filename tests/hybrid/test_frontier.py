@@ -131,3 +131,15 @@ def test_help_explains_the_table() -> None:
     assert r.exit_code == 0
     for word in ("--time-limit-per-point", "--memories", "--points", "best_s", "bound", "Ctrl-C"):
         assert word in r.output
+
+
+def test_a_point_written_without_offsets_says_so() -> None:
+    """The executor compacts such a plan at run time: the table must not pass it off as laid out."""
+    import dataclasses
+
+    g, dev = small_training(8, seed=1)
+    lo, peak = fr.memory_range(g, dev)
+    bare = fr.sweep(g, dev, [peak], 60.0, _options())
+    assert "written without arena offsets" in bare.rows[0]["note"]
+    laid = fr.sweep(g, dev, [peak], 60.0, dataclasses.replace(_options(), arena_s=30.0))
+    assert laid.plans[peak].allocation.kind != "unconstrained" and "offsets" not in laid.rows[0]["note"]

@@ -610,6 +610,12 @@ def test_cli_valid_exit_0(files: tuple[Path, Path]) -> None:
     r = _run("--graph", str(g), "--plan", str(p))
     assert r.exit_code == 0, r.output
     assert r.output.strip() == "valid: 11 events, makespan 6.5 ms, peak 13 KiB (83.0% of 15.6 KiB)"
+    plan = Plan.load(p)     # a reserve is not the plan's to fill: the share is of what is left
+    reserved = replace(plan, device=replace(plan.device, memory_bytes=plan.device.memory_bytes + (1 << 30),
+                                            reserve_bytes=1 << 30))
+    reserved.save(p)
+    r = _run("--graph", str(g), "--plan", str(p))
+    assert "peak 13 KiB (83.0% of 15.6 KiB usable: 1 GiB less a 1 GiB reserve)" in r.output, r.output
 
 
 def test_cli_invalid_exit_1(files: tuple[Path, Path]) -> None:

@@ -31,10 +31,12 @@ def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
     plan = load_plan(plan_path)
     report = validate(graph, plan, all=show_all)
     if report.valid:
-        mem = plan.device.memory_bytes
+        dev = plan.device
+        mem = dev.usable_bytes    # what the plan may fill: rule 5's limit (a 1 GiB reserve is not the plan's)
+        of = (f"{format_bytes(mem)} usable: {format_bytes(dev.memory_bytes)} less a "
+              f"{format_bytes(dev.reserve_bytes)} reserve" if dev.reserve_bytes else format_bytes(mem))
         click.echo(f"valid: {len(plan.events)} events, makespan {format_seconds(plan.makespan_s)}, "
-                   f"peak {format_bytes(report.peak_bytes)} ({100.0 * report.peak_bytes / mem:.1f}% of "
-                   f"{format_bytes(mem)})")
+                   f"peak {format_bytes(report.peak_bytes)} ({100.0 * report.peak_bytes / max(mem, 1):.1f}% of {of})")
         return
     for v in report.violations:
         click.echo(f"invalid: rule {v.rule}: {v.message}")
