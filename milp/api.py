@@ -5,16 +5,19 @@ import time
 from dataclasses import dataclass, replace
 
 from hybrid.errors import HybridError
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hybrid.device import Device
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from milp.decode import auto_values, decode
+from milp.decode import DecodeError, auto_values, decode
 from milp.model import ModelOptions, build_model
 from milp.model import Values
 from milp.solve import SolveOptions, SolveResult, require_solution, solve, start_of
 from milp.stages import build_problem
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The MO-SOS paper's three planners (§3): MO-SOS, and the memory plans of Checkmate (recompute only) and
 # STR (offload + recompute) with "Auto" implementation selection afterwards.
@@ -51,6 +54,8 @@ class MilpRun:
     solver_limit_s: float | None = None   # seconds the (first) solve was given: the budget less what came before
     #                                       it (loading, the start, the build) and what is kept back after it
     kept_back_s: float | None = None      # seconds kept back after a solve for decoding, laying out, validating
+    refused: str | None = None        # why the MILP's plan was refused (a rule its decoding breaks, or its arena
+    #                                   layout failing): `plan` is the start's; internal, not the user's error
 
     @property
     def bound_gap(self) -> float | None:
@@ -80,7 +85,8 @@ class MilpRun:
                 "peak_bytes": p.metrics.get("peak_bytes") if p else None,
                 "start": self.start_name, "start_makespan_s": self.start_makespan_s,
                 "milp_makespan_s": self.milp_makespan_s, "written": self.written, "bound_gap": self.bound_gap,
-                "start_breaks": None if self.start_breaks is None else sum(self.start_breaks.values())}
+                "start_breaks": None if self.start_breaks is None else sum(self.start_breaks.values()),
+                "milp_refused": self.refused}
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,9 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
     `start_plan`: a valid plan of `graph` (e.g. Belady's, `belady_start`): the stages follow its schedule, it
     is read into the model's variables as a MIP start (milp.start), and the faster of it and the MILP's decoded
     plan is returned (never slower than the start; `MilpRun.written` says which); a `PreparedStart` is used as
-    it is (`plan_milp` prepares it before the solve)."""
+    it is (`plan_milp` prepares it before the solve). A decoded plan the validator refuses (milp.decode.DecodeError:
+    the model missed something, not the user's doing) gives way to the start, `MilpRun.refused` saying why;
+    without a start it raises."""
     opts = model_options or KINDS[kind]
     t0 = time.perf_counter()
     order = None
@@ -155,6 +163,7 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
         res = replace(res, status="feasible",
                       solver_status=res.solver_status + " (above its MIP start: optimality not trusted)")
     plan = None
+    refused = None
     if res.values is not None or (require and start_plan is None):
         values = require_solution(res, f"milp {kind}")
         planner = {"name": kind, "model": opts.describe(), "solver": solve_options.solver,
@@ -162,8 +171,15 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
                    "status": res.status, "solver_status": res.solver_status, "gap": res.gap,
                    "solve_s": res.solve_s, "stages": pb.n, "variables": model.n_variables,
                    "constraints": model.n_constraints}
-        plan = decode(model, values, planner, auto=not opts.impl_choice, ilp_objective_s=res.objective_s)
+        try:
+            plan = decode(model, values, planner, auto=not opts.impl_choice, ilp_objective_s=res.objective_s)
+        except DecodeError as e:
+            if prepared is None:
+                raise DecodeError(e.which, e.rule, e.detail + " (a bug in the model: its plan is refused; given a "
+                                  "start plan, --start or Belady's default, that is written instead)") from None
+            refused = f"the MILP's decoded plan was refused ({e.which} breaks rule {e.rule}: {e.detail})"
     run = MilpRun(kind, plan, res, pb.n, model.n_variables, model.n_constraints, model.n_binaries, build_s)
+    run.refused = refused
     run.start_breaks = breaks
     run.milp_makespan_s = plan.makespan_s if plan is not None else None
     if prepared is not None:
@@ -218,7 +234,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     validate its plan; `MilpRun.solver_limit_s`, `kept_back_s`); a re-solve is skipped when less is left than
     the first build took plus `MIN_RESOLVE_S` (`MilpRun.resolve` says so), and none runs after Ctrl-C or
     SIGTERM. With a start, a model build that runs past its deadline returns the start's plan
-    (`MilpRun.not_solved` says why) instead of raising."""
+    (`MilpRun.not_solved` says why) instead of raising, and so does a MILP plan that its decoding or its arena
+    layout refuses (an internal inconsistency, not the user's; `MilpRun.refused` says why)."""
     from hybrid.arena.layout import laid_out
     from hybrid.signals import received
     from milp.model import BuildTimeError
@@ -251,7 +268,13 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     run.solver_limit_s = run.result.limit_s
     if run.plan is None:
         return run
-    run.plan = prepared.written if prepared is not None and run.written == "start" else laid_out(graph, run.plan)
+    try:
+        run.plan = prepared.written if prepared is not None and run.written == "start" else laid_out(graph, run.plan)
+    except HybridError as e:    # the arena's own check refused its layout: internal, and the start is there
+        if prepared is None:
+            raise
+        run.plan, run.written = prepared.written, "start"
+        run.refused = f"the MILP's plan was refused (its arena layout failed: {e})"
     failed, refused = 0.0, 1.0          # shares of the memory given up: last that did not lay out, first infeasible
     over: float | None = _overflow(run.plan)     # the last layout's overflow; 0.0 after a refused solve
     stopped = run.result.interrupted    # HiGHS takes the Ctrl-C itself, so `received()` alone does not see it
@@ -275,8 +298,11 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
         if again is None or again.plan is None:
             refused, over = give, 0.0       # too little memory for the model: back half way
             continue
-        shrunk = laid_out(graph, replace(again.plan, device=device,
-                                         planner={**again.plan.planner, "memory_given_up": give}))
+        try:
+            shrunk = laid_out(graph, replace(again.plan, device=device,
+                                             planner={**again.plan.planner, "memory_given_up": give}))
+        except HybridError:     # its layout refused by the arena's own check (internal): keep what there is
+            break
         if shrunk.allocation.kind == "arena":
             run.plan, run.written = shrunk, "milp"
             break
@@ -316,7 +342,7 @@ def belady_start(graph: Graph, device: Device) -> Plan | None:
         return None
 
 
-def frame(runs: list[MilpRun]) -> "pd.DataFrame":  # noqa: F821 - pandas imported lazily
+def frame(runs: list[MilpRun]) -> pd.DataFrame:
     """The runs as one pandas table (a row per run, columns as `MilpRun.row`)."""
     import pandas as pd
 

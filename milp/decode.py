@@ -5,7 +5,8 @@ followed by the frees Free says. Here:
 1. `actions`: the same walk, stage by stage — frees of what S drops, prefetches (P) issued at the stage's
    start, the stage's (re)computes with their impls, each followed by the frees the model's Free allows,
    offloads (O) issued at the stage's end. On a coarsened problem a node expands to its ops, and tensors
-   inside a segment are freed after their last reader there.
+   inside a segment are freed after their last reader there. A copy freed and made again by a zero-time rerun
+   before the clock moves is kept instead (`keep_through_instants`).
 2. A nominal timeline runs these one after another (one event at a time): a valid plan whenever the
    model's memory accounting holds, and a check of that accounting.
 3. `hybrid.swap.from_plan` recovers its data, stream and memory edges, and `hybrid.simulator` re-times them
@@ -43,7 +44,6 @@ def actions(model: MilpModel, values: Values, auto: bool = False,
     each run took (Auto's choice, with auto)."""
     pb = model.problem
     g = pb.graph
-    a = g.arrays
     nodes = pb.nodes
     n = pb.n
     budget = pb.device.usable_bytes
@@ -134,6 +134,47 @@ def _expand(g: Any, ops: tuple[int, ...], choice: tuple[int, ...], managed: set[
                  and int(a.t_producer[t]) in ops and ops.index(int(a.t_producer[t])) < k]
         out.extend(Action("free", t) for t in dict.fromkeys(done))
     return out
+
+
+def _duration(g: Any, device: Any, ac: Action) -> float:
+    """Seconds an action takes on the nominal timeline (`_events`)."""
+    if ac.kind == "compute":
+        return float(g.ops[ac.ref].implementations[ac.impl].time_s)
+    if ac.kind == "free":
+        return 0.0
+    nbytes = int(g.tensors[ac.ref].bytes)
+    return float(device.h2d_time(nbytes) if ac.kind == "swap_in" else device.d2h_time(nbytes))
+
+
+def keep_through_instants(g: Any, device: Any, acts: list[Action]) -> list[Action]:
+    """`acts` less each rerun that takes no time and comes, before the clock moves, after frees of all its op's
+    outputs, and less those frees: the copies are kept. The model is indifferent (such a rerun costs nothing),
+    but the freed copy and the rerun's would meet at one instant: the validator's rule 5 counts both there, and
+    an arena (one offset per tensor) cannot hold both. A kept copy has the rerun's values: reruns come before
+    any in-place update of what they read (`Node.rerun_until`), and tensors updated in place are left alone."""
+    a = g.arrays
+    tol = 1e-9 * max(1.0, sum(_duration(g, device, ac) for ac in acts))   # the validator's eps on this timeline
+    updated = {int(t) for t in a.upd_idx}
+    out: list[Action | None] = []
+    freed: dict[int, int] = {}      # tensor -> index in `out` of its free at the current instant
+    for ac in acts:
+        d = _duration(g, device, ac)
+        if ac.kind == "compute":
+            outs = [int(t) for t in a.out_idx[a.out_ptr[ac.ref]:a.out_ptr[ac.ref + 1]]]
+            if ac.recompute and d <= tol and outs and all(t in freed and t not in updated for t in outs):
+                for t in outs:
+                    out[freed.pop(t)] = None
+                continue
+            for t in outs:
+                freed.pop(t, None)
+        elif ac.kind == "free":
+            freed[ac.ref] = len(out)
+        else:
+            freed.pop(ac.ref, None)
+        out.append(ac)
+        if d > tol:
+            freed.clear()
+    return [ac for ac in out if ac is not None]
 
 
 def _events(g: Any, device: Any, acts: list[Action]) -> list[Event]:
@@ -259,19 +300,30 @@ def auto_plan(g: Any, plan: Plan) -> Plan:
     return new
 
 
+class DecodeError(HybridError):
+    """A solution whose decoded plan the validator refuses: the model's accounting missed something (a bug in
+    the model or here), not the user's doing, so a caller with a start plan writes that instead."""
+
+    def __init__(self, which: str, rule: int, detail: str) -> None:
+        super().__init__(f"milp: the {which} breaks rule {rule}: {detail}")
+        self.which = which
+        self.rule = rule
+        self.detail = detail
+
+
 def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = None, auto: bool = False,
            ilp_objective_s: float | None = None) -> Plan:
-    """The simulated, validated plan of a solution (module docstring). Raises HybridError naming the broken
+    """The simulated, validated plan of a solution (module docstring). Raises DecodeError naming the broken
     rule if the nominal or the overlapped plan does not validate (a bug in the model or here)."""
     pb = model.problem
     g = pb.graph
-    acts = actions(model, values, auto)
+    acts = keep_through_instants(g, pb.device, actions(model, values, auto))
     resident = resident_at_start(model, values)
     nominal = _plan(model, _events(g, pb.device, acts), planner or {}, {}, resident)
     rep = validate(g, nominal)
     if not rep.valid:
         v = rep.violations[0]
-        raise HybridError(f"milp: the decoded schedule breaks rule {v.rule}: {v.message}")
+        raise DecodeError("decoded schedule", v.rule, v.message)
     events = retime(g, nominal)
     compute_s = sum(e.end_s - e.start_s for e in events if e.kind == "compute")
     metrics: dict[str, Any] = {
@@ -289,7 +341,7 @@ def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = No
     rep = validate(g, plan)
     if not rep.valid:
         v = rep.violations[0]
-        raise HybridError(f"milp: the simulated plan breaks rule {v.rule}: {v.message}")
+        raise DecodeError("simulated plan", v.rule, v.message)
     plan.metrics["peak_bytes"] = int(rep.peak_bytes)
     plan.metrics["stall_s"] = max(0.0, plan.makespan_s - compute_s)
     return plan
@@ -315,4 +367,5 @@ def impl_names(plan: Plan) -> dict[str, str]:
     return {e.op: e.impl for e in plan.events if e.kind == "compute" and not e.recompute and e.impl}
 
 
-__all__ = ["Action", "actions", "auto_plan", "auto_values", "decode", "impl_names", "retime"]
+__all__ = ["Action", "DecodeError", "actions", "auto_plan", "auto_values", "decode", "impl_names",
+           "keep_through_instants", "retime"]

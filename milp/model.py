@@ -407,11 +407,27 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             lp += pulp.lpSum(terms) <= 1, f"{name}_{t}"
 
     # ---- [14]-[18] memory: U at each node of each stage, with the chosen impl's workspace ------------
+    #      A run that takes no time (empty_like) leaves the clock where it was. The validator (rule 5) counts an
+    #      instant as a whole: copies released there go first, then everything allocated there, a copy that
+    #      lives no time and a zero-time run's workspace included. So a zero-time run has no row of its own:
+    #      what it allocates stays charged (G, a "ghost", when freed) up to the row of the next run that takes
+    #      time, and those rows are the instant's (`instant_nodes`). Read in order without G, the rows let a
+    #      zero-time output be dropped, or freed and made again, "before" the next allocation at that instant.
+    #      Where it cannot tell, G counts more, never less: only a stage's own run is sure to run, a rerun that
+    #      takes time ends the instant for the rest of its stage only, and zero-time runs after the last timed
+    #      stage keep their rows (no later row is the instant's).
     budget = dev.usable_bytes / MIB
+    instant = instant_nodes(pb, allowed, rstages, tau)
+    last_timed = max((t for t in range(n) if not instant[t]), default=-1)   # zero-time runs after: rows kept
     s_at: dict[int, list[int]] = {}
     for (tt, j) in S:
         s_at.setdefault(tt, []).append(j)
     n_free = 0
+    # ghosts as (MiB, 0-1 expression): into stage t, what was made at the instant stage t-1 ended in and is gone
+    carry: list[tuple[float, pulp.LpAffineExpression | pulp.LpVariable | int]] = []
+    run_outs: list[int] = []        # outputs of the stages' own zero-time runs since a run took time for sure
+    run_more: list[tuple[float, pulp.LpAffineExpression | pulp.LpVariable]] = []  # zero-time reruns' outputs
+    #                                 and zero-time runs' workspace since then
     for t in range(n):
         over()
         if not at_stage[t]:
@@ -423,13 +439,27 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         base = pb.fixed_bytes / MIB + pulp.lpSum(c * v for c, v in kept + fly)
         prev: pulp.LpAffineExpression | pulp.LpVariable = base
         freed_prev: pulp.LpAffineExpression | int = 0
+        carried = pulp.lpSum(c * v for c, v in carry)
+        big = sum(c for c, _ in carry)          # the most `carry` can be: gone once a run that takes time has run
+        timed: list[pulp.LpAffineExpression] = []    # runs of this stage so far that take time
+        freed_now: list[tuple[float, pulp.LpVariable]] = []   # frees after its zero-time runs, of what they made
+        ws_now: list[tuple[float, pulp.LpVariable]] = []      # its zero-time runs' workspace
+        made = set(run_outs)                    # tensors perhaps made at the current instant
         for q in at_stage[t]:
             nd = nodes[q]
             out_mib = sum(pb.mem[j] for j in nd.outputs) / MIB
             u = new_var(lp, f"U_{t}_{q}", lowBound=0)
             lp += u == prev - freed_prev + out_mib * rsum(t, q), f"mem_{t}_{q}"
-            ws = pulp.lpSum(nd.impls[v].workspace / MIB * R[t, q, v] for v in allowed[q])
-            lp += u + ws <= budget, f"budget_{t}_{q}"
+            if not instant[q] or t > last_timed:   # a zero-time run's row: the instant's, at the next timed run
+                ws = pulp.lpSum(nd.impls[v].workspace / MIB * R[t, q, v] for v in allowed[q])
+                ghost: pulp.LpVariable | int = 0
+                if big > 0 or freed_now or ws_now:
+                    ghost = new_var(lp, f"G_{t}_{q}", lowBound=0)
+                    now = pulp.lpSum(c * v for c, v in freed_now + ws_now)
+                    lp += ghost >= carried - big * pulp.lpSum(timed) + now, f"instant_{t}_{q}"
+                lp += u + ws + ghost <= budget, f"budget_{t}_{q}"
+            if instant[q]:
+                ws_now += [(nd.impls[v].workspace / MIB, R[t, q, v]) for v in allowed[q] if nd.impls[v].workspace]
             # Free_{t,i,q}: after q in stage t, i leaves unless kept, offloaded or read later in the stage.
             frees = []
             for i in dict.fromkeys(nd.inputs + nd.outputs):
@@ -444,13 +474,43 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
                     if r > q and has_r(t, r):
                         lp += f <= 1 - rsum(t, r), f"free_later_{t}_{q}_{i}_{r}"
                 frees.append(pb.mem[i] / MIB * f)
+                if instant[q] and pb.mem[i] and (i in nd.outputs or i in made):
+                    freed_now.append((pb.mem[i] / MIB, f))   # a copy that may live no time: still counted
+            if instant[q]:
+                made.update(nd.outputs)
+            else:
+                timed.append(rsum(t, q))
             prev = u
             freed_prev = pulp.lpSum(frees)
+        if not instant[t]:      # node t's first run is certain and takes time: the instant is over
+            carry, run_outs, run_more = [], [], []
+            continue
+        # Stage t ends at the instant its own node ran: what was made at it and is not on the device in stage
+        # t+1 (freed, here or at the boundary) still counts in t+1 until a run there takes time.
+        run_outs += [i for i in nodes[t].outputs if pb.mem[i]]
+        run_more += [(pb.mem[i] / MIB, rsum(t, q)) for q in at_stage[t] if q != t and instant[q]
+                     for i in nodes[q].outputs if pb.mem[i]]
+        run_more += ws_now
+        carry = [(pb.mem[i] / MIB, 1 - s(t + 1, i) - (O[t, i] if (t, i) in O else 0)) for i in run_outs] + run_more
     m = MilpModel(pb, options, lp, R, S, O, P, I, allowed, tau, sf_off, sf_pre, Pb=Pb)
     m.n_binaries = len(R) + len(S) + len(O) + len(P) + len(I) + len(Pb)
     m.stats = {"stages": n, "binaries": m.n_binaries, "R": len(R), "S": len(S), "O": len(O), "P": len(P),
                "Free": n_free, "Pb": len(Pb)}
     return m
+
+
+def instant_nodes(pb: StageProblem, allowed: list[tuple[int, ...]], rstages: list[list[int]],
+                  tau: list[float]) -> list[bool]:
+    """Per node: whether a run of it may take no longer than the validator's tolerance, 1e-9 x max(1 s, the
+    plan's busy time) (bounded here by every run the model allows and two copies per tensor): rule 5 then counts
+    what it allocates at its instant, beside everything else allocated there (`build_model`'s ghosts)."""
+    dev = pb.device
+    g = pb.graph
+    busy = sum(max(pb.nodes[q].impls[v].time_s for v in allowed[q]) * len(rstages[q]) for q in range(pb.n))
+    busy += sum(dev.d2h_time(int(g.tensors[j].bytes)) + dev.h2d_time(int(g.tensors[j].bytes))
+                for j in pb.offloadable)
+    tol = 1e-9 * max(1.0, busy, sum(tau))
+    return [min(pb.nodes[q].impls[v].time_s for v in allowed[q]) <= tol for q in range(pb.n)]
 
 
 def read_values(model: MilpModel) -> Values:

@@ -11,8 +11,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import pulp
@@ -22,6 +26,52 @@ from milp.model import MS, MilpModel, Values, read_values
 
 SOLVERS = ("highs", "cbc")
 MIN_SOLVE_S = 0.5   # the solver's least budget when a deadline has (nearly) passed
+
+_redirect_lock = threading.Lock()
+_redirect: list[int] = [0, -1]   # [solves inside `solver_output_to_stderr`, the saved stdout descriptor]
+
+
+def _flush_c_stdio() -> None:
+    """Flush C's stdio buffers (HiGHS prints through them; to a pipe they are block-buffered, so its lines would
+    otherwise reach the descriptor after it is restored)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):   # no C library to reach (not POSIX): nothing buffered to flush
+        pass
+
+
+@contextmanager
+def solver_output_to_stderr() -> Iterator[None]:
+    """File descriptor 1 points at stderr while the solver runs: HiGHS prints its banner (from the constructor,
+    before PuLP can set output_flag) and any log natively, where `sys.stdout` cannot catch it, and stdout is
+    for the command's result (`hybrid milp --json` prints one JSON object there). Nested and concurrent uses
+    share one redirect, restored when the last ends."""
+    with _redirect_lock:
+        if _redirect[0] == 0:
+            try:
+                sys.stdout.flush()
+            except (AttributeError, ValueError):   # replaced or closed: nothing of ours is buffered there
+                pass
+            _flush_c_stdio()
+            try:
+                saved = os.dup(1)
+                os.dup2(2, 1)
+            except OSError:        # no descriptor 1 or 2 (a daemon): nothing to keep clean
+                saved = -1
+            _redirect[1] = saved
+        _redirect[0] += 1
+    try:
+        yield
+    finally:
+        with _redirect_lock:
+            _redirect[0] -= 1
+            if _redirect[0] == 0 and _redirect[1] >= 0:
+                _flush_c_stdio()
+                os.dup2(_redirect[1], 1)
+                os.close(_redirect[1])
+                _redirect[1] = -1
 
 
 @dataclass(frozen=True)
@@ -130,10 +180,11 @@ def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str
     if opts.deadline is not None:  # the caller's deadline (`hybrid milp --time-limit` counts the model's build)
         left = max(MIN_SOLVE_S, opts.deadline - time.monotonic())
         opts = replace(opts, time_limit_s=left if opts.time_limit_s is None else min(opts.time_limit_s, left))
-    if opts.solver == "highs":
-        res = _solve_highs(model, opts, start, sparse)
-    else:
-        res = replace(_solve_cbc(model, opts, start, sparse), limit_s=opts.time_limit_s)
+    with solver_output_to_stderr():
+        if opts.solver == "highs":
+            res = _solve_highs(model, opts, start, sparse)
+        else:
+            res = replace(_solve_cbc(model, opts, start, sparse), limit_s=opts.time_limit_s)
     return res if res.solve_s else replace(res, solve_s=time.perf_counter() - t0)
 
 

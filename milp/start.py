@@ -214,7 +214,7 @@ FAMILIES = (("budget_", "memory budget [18]"), ("mem_", "memory budget [18]"), (
             ("no_idle_", "no offload without a prefetch [8]"), ("offload_once", "offload at most once [6]"),
             ("first_", "first runs [2]"), ("impl_", "one implementation [3]"), ("periodic_", "periodic"),
             ("written_back_", "written back"), ("free_", "frees [16]-[17]"),
-            ("host_", "prefetch after a current host copy [9]"))
+            ("host_", "prefetch after a current host copy [9]"), ("instant_", "memory budget [18]"))
 
 
 def family(name: str) -> str:
@@ -269,6 +269,11 @@ def broken_constraints(model: MilpModel, values: Values) -> list:
             rest = sum(a * val.get(v.name, 0.0) for v, a in c.items() if v is not f) + c.constant
             f_max[f.name] = min(f_max.get(f.name, 1.0), max(0.0, -rest / c[f]))
     val.update(f_max)
+    for name, c in cons.items():   # instant_t_q: G >= what copies that live no time add there (G as small)
+        if name.startswith("instant_"):
+            g = next(v for v in c.keys() if v.name == "G_" + name[8:])
+            rest = sum(a * val.get(v.name, 0.0) for v, a in c.items() if v is not g) + c.constant
+            val[g.name] = max(0.0, -rest / c[g])
     for name, c in cons.items():   # host_x_j: H == previous H + landed offloads, in the order they were made
         if name.startswith("host_"):
             h = next(v for v in c.keys() if v.name == "H_" + name[5:])
