@@ -11,6 +11,15 @@ import pytest
 from hybrid.signals import children_ignore_stops, deferred_interrupts, first_stop_sets, stoppable
 
 
+@pytest.fixture(autouse=True)
+def interactive_sigint():  # noqa: ANN201
+    """SIGINT as Python sets it in a terminal. Started in the background (`nohup`, `cmd &`) the process has it
+    ignored, and hybrid leaves an ignored SIGINT ignored (tests/cli/test_signals.py): these tests are about Ctrl-C."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def _ctrl_c() -> None:
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.05)  # the handler runs at the next bytecode of the main thread
