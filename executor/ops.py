@@ -418,6 +418,12 @@ class OpStats:
                 "version_bytes": self.version_bytes, "outside": self.outside.to_json()}
 
 
+def _placed(t: torch.Tensor) -> tuple:
+    """Where a slot lies and what it spans: its address, shape and strides, and its storage's address and size."""
+    st = t.untyped_storage()
+    return t.data_ptr(), tuple(t.shape), t.stride(), st.data_ptr(), st.nbytes()
+
+
 def _writes_arguments(schema: Any) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
@@ -675,15 +681,12 @@ class OpRunner:
             slots = [env[t] for t in call.out_ids]  # type: ignore[index]
             first = o not in self._checked
             if first:    # an out= kernel that resizes its output moves or outgrows the pool: caught on its first call
-                before = [(s.data_ptr(), tuple(s.shape), s.stride(), s.untyped_storage().data_ptr(),
-                           s.untyped_storage().nbytes()) for s in slots]
+                before = [_placed(s) for s in slots]
             res = call.out_fn(*args, **kwargs, **dict(zip(call.out_names, slots)))  # type: ignore[misc]
             if first:
                 got = res if isinstance(res, (tuple, list)) else (res,)
                 for t, r, s, b in zip(call.out_ids, got, slots, before):
-                    now = (s.data_ptr(), tuple(s.shape), s.stride(), s.untyped_storage().data_ptr(),
-                           s.untyped_storage().nbytes())
-                    if not isinstance(r, torch.Tensor) or r.data_ptr() != s.data_ptr() or now != b:
+                    if not isinstance(r, torch.Tensor) or r.data_ptr() != s.data_ptr() or _placed(s) != b:
                         raise HybridError(f"op {call.op.id!r}: {call.out_fn} did not write {t!r} into its slot "
                                           "as it was (resized or moved); please report it (executor.ops.DENY_OUT)")
                 self._checked.add(o)

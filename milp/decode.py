@@ -182,20 +182,14 @@ def _events(g: Any, device: Any, acts: list[Action]) -> list[Event]:
     cursor = 0.0
     evs: list[Event] = []
     for ac in acts:
+        d = _duration(g, device, ac)
         if ac.kind == "compute":
             op = g.ops[ac.ref]
-            im = op.implementations[ac.impl]
-            end = cursor + im.time_s
-            evs.append(Event("compute", cursor, end, op=op.id, impl=im.name if op.impls else None,
-                             recompute=ac.recompute))
-            cursor = end
-        elif ac.kind == "free":
-            evs.append(Event("free", cursor, cursor, tensor=g.tensors[ac.ref].id))
+            evs.append(Event("compute", cursor, cursor + d, op=op.id,
+                             impl=op.implementations[ac.impl].name if op.impls else None, recompute=ac.recompute))
         else:
-            nbytes = int(g.tensors[ac.ref].bytes)
-            d = device.h2d_time(nbytes) if ac.kind == "swap_in" else device.d2h_time(nbytes)
             evs.append(Event(ac.kind, cursor, cursor + d, tensor=g.tensors[ac.ref].id))
-            cursor += d
+        cursor += d
     return evs
 
 
