@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, InvalidPlanError
 
 from executor.preflight import module_to_run
 
@@ -89,7 +89,7 @@ def capture_for_plan(model: str, plan: Any, batch: int | None = None, *, optimiz
     spec = get_model(model, **(overrides or {}))
     b = spec.default_batch if batch is None else batch
     if plan is not None and plan.graph != f"{spec.name}-b{b}":
-        raise HybridError(f"the plan was made for graph {plan.graph!r}, not for {spec.name!r} at batch {b} "
+        raise InvalidPlanError(f"the plan was made for graph {plan.graph!r}, not for {spec.name!r} at batch {b} "
                           f"({spec.name}-b{b}); give --graph with the graph it was made for, or plan this one")
     return capture_model(model, b, optimizer=optimizer, lr=lr, optimizer_options=optimizer_options or None,
                          dtype=dtype, overrides=overrides)

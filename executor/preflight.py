@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, InvalidPlanError
 from hybrid.units import format_bytes
 
 
@@ -82,13 +82,13 @@ def plan_fits(graph: Any, plan: Any, plan_path: Path | str | None = None, graph_
     where = f"graph file {str(graph_path)!r}" if graph_path is not None else f"the captured graph {graph.name!r}"
     what = f"plan {str(plan_path)!r}" if plan_path is not None else "the plan"
     if plan.graph != graph.name:
-        raise HybridError(f"{what} was made for graph {plan.graph!r}, not {where} ({graph.name!r}); "
+        raise InvalidPlanError(f"{what} was made for graph {plan.graph!r}, not {where} ({graph.name!r}); "
                           "give the graph it was made for, or plan this one")
     if graph_path is not None and plan.graph_sha256 and plan.graph_sha256 != graph.sha256:
-        raise HybridError(f"{what} was made for another version of {where} (sha256 "
+        raise InvalidPlanError(f"{what} was made for another version of {where} (sha256 "
                           f"{plan.graph_sha256[:12]}, the file's is {graph.sha256[:12]}); plan it again")
     if set(plan.schedule) != {o.id for o in graph.ops}:
-        raise HybridError(f"{what} schedules other ops than {where} has; plan it again")
+        raise InvalidPlanError(f"{what} schedules other ops than {where} has; plan it again")
 
 
 def device_pool_bytes(plan: Any) -> int:

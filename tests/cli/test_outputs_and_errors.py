@@ -109,7 +109,7 @@ def test_timeline_errors_have_the_one_error_style(tmp_path) -> None:
     d["makespan_s"] *= 2
     plan.write_text(json.dumps(d))
     r = hybrid("timeline", "--graph", path, "--plan", plan, "--out", tmp_path / "t.png")
-    assert r.returncode == 2 and r.stderr.startswith("error: ") and "not a valid plan" in r.stderr
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and "not a valid plan" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
@@ -119,3 +119,17 @@ def test_validate_prints_memory_in_binary_units(tmp_path) -> None:
     assert run("simulate", "--graph", path, "--memory", "12MiB", "--out", plan).exit_code == 0
     r = run("validate", "--graph", path, "--plan", plan)
     assert r.exit_code == 0 and " MiB (" in r.output and "% of 12 MiB)" in r.output and "bytes" not in r.output
+
+
+def test_a_plan_for_another_graph_exits_1_in_every_command_given_a_plan(tmp_path) -> None:
+    """One kind of error, one exit status: the plan given cannot be acted on (as `hybrid validate` exits 1)."""
+    path = foreign_graph_file(tmp_path)
+    (tmp_path / "other").mkdir()
+    other = foreign_graph_file(tmp_path / "other", n_layers=3)
+    plan = tmp_path / "p.json"
+    assert run("simulate", "--graph", path, "--memory", "12MiB", "--out", plan).exit_code == 0
+    for args in (("validate",), ("timeline", "--out", tmp_path / "t.json"), ("refine", "--out", tmp_path / "r.json"),
+                 ("arena", "--out", tmp_path / "a.json"), ("execute", "--device", "cpu", "--iters", "1")):
+        r = run(*args, "--graph", other, "--plan", plan)
+        assert r.exit_code == 1, (args, r.output)
+        assert len(r.output.strip().splitlines()) == 1, (args, r.output)

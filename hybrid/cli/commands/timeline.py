@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.errors import HybridError
+from hybrid.errors import InvalidPlanError
 
 from hybrid.cli.options import graph_option, load_graph, load_plan, prepare_output
 
@@ -46,9 +46,9 @@ def command(graph_path: Path, plan_paths: tuple[Path, ...], out_path: Path, fmt:
         plan = load_plan(path)
         report = validate(graph, plan)
         if not report.valid:
-            raise HybridError(f"{path}: not a valid plan for {graph_path} "
-                                       f"(rule {report.violations[0].rule}: {report.violations[0].message}); "
-                                       f"run `hybrid validate --graph {graph_path} --plan {path} --all`")
+            raise InvalidPlanError(f"{path}: not a valid plan for {graph_path} "
+                                   f"(rule {report.violations[0].rule}: {report.violations[0].message}); "
+                                   f"run `hybrid validate --graph {graph_path} --plan {path} --all`")
         items.append((path.stem, plan))
     if fmt == "chrome":
         write_chrome_trace(out_path, [(f"{name} (plan, simulated)", plan_trace_rows(graph, plan),
