@@ -159,6 +159,11 @@ def get_model(name: str, **overrides: Any) -> ModelSpec:
             _check_positive(k, v, key)
             kwargs[k] = v
         return fam.make(key, **groups, **kwargs)
+    if any(c in key for c in ".:/") or key.endswith(".py"):   # a Python module given where a zoo name goes
+        mod = str(name).strip().removesuffix(".py").replace("/", ".").split(":")[0]
+        raise HybridError(f"unknown model {name!r}: --model takes a zoo name (`hybrid models`); for your own "
+                          f"nn.Module give --module {mod}:FACTORY (a function returning (module, inputs, target, "
+                          "loss_fn); docs/capture.md)")
     raise HybridError(f"unknown model {name!r}; available: {available_names()} (run `hybrid models`)")
 
 

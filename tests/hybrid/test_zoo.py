@@ -202,6 +202,15 @@ def test_unknown_name_lists_what_is_available():
         get_model("vgg20")
 
 
+@pytest.mark.parametrize("name", ["examples.MyNet", "examples/MyNet.py", "mine:make"])
+def test_a_python_module_given_as_a_zoo_name_points_to_module(name):
+    with pytest.raises(HybridError) as info:
+        get_model(name)
+    msg = str(info.value)
+    assert "--module " in msg and "\n" not in msg
+    assert ("--module examples.MyNet:FACTORY" in msg) if "MyNet" in name else ("--module mine:FACTORY" in msg)
+
+
 def test_bad_overrides_are_reported():
     with pytest.raises(HybridError, match=r"does not accept override 'image_size'.*seq_len"):
         get_model("rnn-8-8k", image_size=3)
