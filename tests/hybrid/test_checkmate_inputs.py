@@ -108,6 +108,7 @@ BAD_FLAGS = [
     ("time-unit-0", {"time_unit": "0"}, r"--time-unit must be a finite positive number"),
     ("time-unit-float-nan", {"time_unit": float("nan")}, r"--time-unit must be a finite positive number"),
     ("time-unit-word", {"time_unit": "fortnights"}, r"--time-unit 'fortnights': use s, ms, us, ns"),
+    ("time-unit-huge", {"time_unit": "1e300"}, r"--time-unit 1e300: node 9's cost_cpu/duration 20 would take .* s"),
 ]
 
 
@@ -123,6 +124,13 @@ def test_the_command_names_the_time_flag(tmp_path, flag, value) -> None:
                                  "--out", str(tmp_path / "g.json")])
     assert r.exit_code == 2 and r.output.startswith(f"error: {flag} must be"), r.output
     assert not (tmp_path / "g.json").exists()
+
+
+def test_a_file_with_no_nodes_is_refused(tmp_path) -> None:
+    d = _base()
+    d["nodes"], d["links"] = [], []
+    with pytest.raises(FormatError, match=r"field 'nodes' is empty"):
+        load_checkmate(_write(tmp_path, d))
 
 
 def test_scale_to_needs_some_compute_to_scale(tmp_path) -> None:

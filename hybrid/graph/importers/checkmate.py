@@ -19,7 +19,7 @@ from hybrid.device import Device
 from hybrid.errors import FormatError, HybridError
 from hybrid.graph import Graph, Op, Tensor
 from hybrid.jsonio import loads_strict
-from hybrid.units import MAX_BYTES, format_bytes, parse_duration
+from hybrid.units import MAX_BYTES, MAX_SECONDS, format_bytes, parse_duration
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 # A node's cost_cpu/duration, in the file's own unit, is at most this, so the iteration's total stays finite in
@@ -95,6 +95,8 @@ def _nodes(p: Path, d: dict[str, Any]) -> dict[Any, dict[str, Any]]:
     nodes = d["nodes"]
     if not isinstance(nodes, list):
         raise FormatError(f"{p}: field 'nodes' must be a list of node objects, got {_kind(nodes)}")
+    if not nodes:
+        raise FormatError(f"{p}: field 'nodes' is empty: a graph with no ops has nothing to plan")
     for i, nd in enumerate(nodes):
         if not isinstance(nd, dict):
             raise FormatError(f"{p}: nodes[{i}] must be an object with an 'id' or 'name', got {_show(nd)}")
@@ -187,6 +189,12 @@ def load_checkmate(path: str | Path, time_unit: str | float = "us", scale_to: st
             raise HybridError(f"--scale-to: {p}'s nodes' cost_cpu/duration add up to {total:g}, which cannot be "
                               "scaled; use --time-unit")
         unit = target / total
+    else:
+        k_max = max(raw, key=raw.__getitem__)
+        if not raw[k_max] * unit <= MAX_SECONDS:
+            raise HybridError(f"--time-unit {time_unit}: node {_show(k_max)}'s cost_cpu/duration {raw[k_max]:g} would "
+                              f"take {raw[k_max] * unit:.3g} s (over {MAX_SECONDS:g} s); give the file's unit "
+                              "(s, ms, us, ns) or --scale-to")
     ids: dict[Any, str] = {}
     seen: set[str] = set()
     for k in order_keys:
