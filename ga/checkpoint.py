@@ -132,6 +132,13 @@ def _differences(theirs: Any, mine: Any) -> str:
     return f"{_short(theirs)} in the checkpoint, {_short(mine)} here"
 
 
+def checkpoint_generation(path: str | Path) -> int:
+    """The generation a checkpoint was written at (`ga.optimize` counts generations across a resume), read with
+    the same checks as a resume."""
+    header, _ = _read(Path(path))
+    return int(header["generation"])
+
+
 def load_checkpoint(path: str | Path, space: SearchSpace) -> tuple[GAConfig, SearchState]:
     """The saved config and state; refuses a checkpoint made for another graph, device or planner options."""
     path = Path(path)

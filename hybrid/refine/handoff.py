@@ -101,6 +101,7 @@ def refine_then_resume(graph: Graph, device: "Device", split_plan: Plan, split_c
     the search resumes for `work.handed_back(windows used)` generations; `deadline` is only a safety net.
     """
     from ga import optimize
+    from ga.checkpoint import checkpoint_generation
     from hybrid.refine import RefineOptions, refine
 
     t0 = time.monotonic()
@@ -125,7 +126,7 @@ def refine_then_resume(graph: Graph, device: "Device", split_plan: Plan, split_c
         back = work.handed_back(ref.windows)  # 0 once refinement used its whole window budget
         if back == 0:
             return out
-        extra["generations"] = _checkpoint_generation(split_checkpoint) + back
+        extra["generations"] = checkpoint_generation(split_checkpoint) + back
     elif left < MIN_RESUME_S:
         return out
     resumed = optimize(graph, device, time_limit_s=max(1e-3, left), resume=split_checkpoint, **extra, **resume_kw)
@@ -133,13 +134,3 @@ def refine_then_resume(graph: Graph, device: "Device", split_plan: Plan, split_c
     if resumed.makespan_s < out.plan.makespan_s:
         out.plan, out.source = resumed.to_plan(**(plan_info or {})), "ga"
     return out
-
-
-def _checkpoint_generation(path: str | Path) -> int:
-    """The generation a GA checkpoint was written at (`ga.optimize` counts generations across a resume)."""
-    import json
-
-    import numpy as np
-
-    with np.load(path, allow_pickle=False) as z:
-        return int(json.loads(str(z["header"]))["generation"])
