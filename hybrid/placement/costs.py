@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from hybrid.capture.costs import roofline_s
 from hybrid.device import HOST_CPUS, PRESET_COMPUTE, ComputeSpec
@@ -47,10 +48,25 @@ def recost(graph: Graph, gpu: str | None = None, cpu: str | None = None) -> Grap
     return Graph(graph.name, graph.tensors, ops, graph.device, extra)
 
 
-def with_profiles(graph: Graph, profiles: list[Path]) -> Graph:
-    """Measured times from `hybrid profile` files, over whatever the graph has."""
+def with_profiles(graph: Graph, profiles: list[Path],
+                  report: Callable[[Path, int, int, str], None] | None = None, graph_file: str = "G") -> Graph:
+    """Measured times from `hybrid profile` files, over whatever the graph has.
+
+    A profile matches ops by kernel and shapes, so one measured on another model (or batch) changes almost
+    nothing and silently; `report(path, ops covered, ops, field)` is told each profile's coverage, and a
+    profile that covers no op at all is an error naming the file (and `graph_file`, the graph's)."""
     from hybrid.capture.profile import Profile, apply_profile
 
     for p in profiles:
-        graph = apply_profile(graph, Profile.load(p))
+        prof = Profile.load(p)
+        graph = apply_profile(graph, prof)
+        last = graph.extra["capture"]["profiles"][-1]   # apply_profile's own count of the ops it set
+        hits, n, field_name = int(last["ops_from_profile"]), int(last["ops"]), str(last["field"])
+        if hits == 0:
+            raise HybridError(f"--profile {str(p)!r} covers none of the {n} ops of graph {graph.name!r} (measured "
+                              "on another model or batch?); measure this graph with "
+                              f"`hybrid profile --graph {graph_file} --profile {p} --backend {prof.backend}`, "
+                              "or leave it out")
+        if report is not None:
+            report(p, hits, n, field_name)
     return graph

@@ -14,6 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
+from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.graph.order import program_order
 
@@ -211,6 +212,21 @@ def _branches(graph: Graph, seg: list[int], entry: int) -> tuple[list[list[int]]
         if o in label:
             groups[label[o]].append(o)
     return [g for g in groups if g], join
+
+
+def require_inference(graph: Graph, where: str) -> None:
+    """Refuse a training graph (its capture says training, or an op updates a tensor in place): such an op
+    cannot run on the host's cpu stream, so an all-CPU row would time a placement no plan can hold, and the
+    plan would fail validation only when written. `where` names the file for the message."""
+    cap = graph.extra.get("capture")
+    training = isinstance(cap, dict) and cap.get("training") is True
+    updating = next((op for op in graph.ops if op.updates), None)
+    if not training and updating is None:
+        return
+    why = ("its capture is a training step" if training else
+           f"op {updating.id!r} updates {', '.join(updating.updates)} in place")  # type: ignore[union-attr]
+    raise HybridError(f"--graph {where}: a training graph ({why}); place cuts an inference graph: capture one with "
+                      "`hybrid capture --optimizer none`")
 
 
 def part_graph(graph: Graph, order: np.ndarray | None = None, key_only: bool = True,

@@ -9,7 +9,7 @@ import click
 
 from hybrid.cli import clock
 from hybrid.cli.options import load_graph, prepare_output
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, InvalidPlanError
 from hybrid.units import parse_duration
 
 SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faster device, then single flips "
@@ -21,7 +21,8 @@ WRITE_S = 1.0   # kept back from --time-limit for building, validating and writi
 
 @click.command("place")
 @click.option("--graph", "graph_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="An inference graph (hybrid capture --optimizer none).")
+              help="An inference graph (hybrid capture --optimizer none); a training graph is refused (its update ops "
+                   "cannot run on the host).")
 @click.option("--cpu", "cpu_preset", default=None,
               help="Re-cost host times (cpu_time_s) with this CPU preset: xeon-6248r (the paper's host), epyc-2c "
                    "(this project's machines), dgx1-host, ... Default: the graph's own cpu_time_s.")
@@ -30,7 +31,8 @@ WRITE_S = 1.0   # kept back from --time-limit for building, validating and writi
                    "Quadro P2200 on PCIe 3.0). Default: the graph's own time_s and device.")
 @click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Measured times from `hybrid profile` (a cpu profile sets cpu_time_s, a cuda one time_s); "
-                   "applied after --cpu/--device. Repeatable.")
+                   "applied after --cpu/--device; says how many ops each covers (matched by kernel and shapes), "
+                   "and refuses one that covers none (another model's). Repeatable.")
 @click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
               help="latency: one input, from host memory to its output back in host memory; throughput: a "
                    "stream of inputs pipelined across the parts (the busiest of CPU, GPU and each link "
@@ -51,8 +53,9 @@ WRITE_S = 1.0   # kept back from --time-limit for building, validating and writi
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the placement as a plan (hybrid-plan/1 with a cpu stream).")
 @click.option("--graph-out", "graph_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Where to write the re-costed graph the plan belongs to (default with --cpu/--device/--profile: "
-                   "next to --out, as NAME.graph.json).")
+              help="Where to write the graph the plan belongs to: the re-costed one with --cpu/--device/--profile "
+                   "(default then: next to --out, as NAME.graph.json), else a byte-for-byte copy of --graph (the "
+                   "plan names its bytes), so that a script can always validate --out against --graph-out.")
 @click.option("--show-parts", is_flag=True,
               help="Also print the parts: kind, ops, GFLOPs, parameter bytes, GPU and CPU time, bytes sent on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
@@ -72,36 +75,47 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
       hybrid capture --model vgg16 --optimizer none --device p2200 --batch 1 --out vgg16.json
       hybrid place --graph vgg16.json --cpu xeon-6248r --device p2200 --scheduler all --out vgg16.place.json
     """
-    from hybrid.device import preset
+    from hybrid.device import resolve_device
+    from hybrid.files import write_whole
     from hybrid.placement.costs import recost, with_profiles
-    from hybrid.placement.partition import part_graph, parts_table
+    from hybrid.placement.partition import part_graph, parts_table, require_inference
     from hybrid.placement.schedulers import SCHEDULERS, place
     from hybrid.placement.timing import link_of, to_plan
     from hybrid.units import format_seconds
     from hybrid.signals import interrupted_by, received
-    from hybrid.validator import check, write_plan
+    from hybrid.validator import validate, write_plan
 
     prepare_output(out_path, "--out")
+    limit = parse_duration(time_limit, "--time-limit")
+    if limit <= 0:   # as optimize and milp: a limit of nothing is a usage error, not a solver's failure
+        raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
     g = load_graph(graph_path)
+    require_inference(g, str(graph_path))
     recosted = bool(cpu_preset or device_preset or profiles)
-    g = with_profiles(recost(g, device_preset, cpu_preset), list(profiles))
+    coverage: list[dict] = []
+
+    def covered(path: Path, hits: int, n: int, field_name: str) -> None:
+        coverage.append({"profile": str(path), "ops_from_profile": hits, "ops": n, "field": field_name})
+        click.echo(f"profile {path} covers {hits} of {n} ops ({field_name} measured, the rest as before)", err=True)
+
+    g = with_profiles(recost(g, device_preset, cpu_preset), list(profiles), covered, str(graph_path))
     if recosted:
         from hybrid.graph import Graph
 
         g = Graph.from_json(g.to_json())   # its sha256 is that of the file we write
         if graph_out is None and out_path is not None:
             graph_out = out_path.with_name(out_path.stem + ".graph.json")
-        prepare_output(graph_out, "--graph-out")
-    dev = preset(device_preset) if device_preset else g.device
-    if dev is None:   # the graph's device block is optional: the default card of every command (device_options)
-        dev = preset("v100-16gb")
+    prepare_output(graph_out, "--graph-out")   # also refuses the --graph or --out file
+    # a preset named here is a whole card, its reserve kept free for the CUDA context, as in every command
+    # (`resolve_device`); the graph's own device as it is; none: the default card
+    if g.device is None and not device_preset:
         click.echo("note: the graph names no device and no --device was given: placing for v100-16gb's PCIe link",
                    err=True)
+    dev = resolve_device(g.device, device_preset)
     if device_preset:
         g = type(g)(g.name, g.tensors, g.ops, dev, g.extra)
     link = link_of(dev)
     pg = part_graph(g, key_only=parts == "key", branches=branches)
-    limit = parse_duration(time_limit, "--time-limit")
     names = SCHEDULERS if scheduler == "all" else (scheduler,)
     placed = {}
     for name in names:
@@ -116,9 +130,15 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     chosen = placed.get("exact") or next(iter(placed.values()))
     plan = to_plan(pg, chosen, dev, link)
     plan.planner.update({"objective": objective, "parts_mode": parts, "branches": branches})
-    check(g, plan)
-    if recosted and graph_out is not None:
+    report = validate(g, plan)
+    if not report.valid:   # as `hybrid validate` reports an invalid plan: exit 1, nothing written
+        v = report.violations[0]
+        raise InvalidPlanError(f"the {chosen.scheduler} placement's plan fails validation, so nothing was written: "
+                               f"rule {v.rule}: {v.message}")
+    if graph_out is not None and recosted:
         g.save(graph_out)
+    elif graph_out is not None:
+        write_whole(graph_out, graph_path.read_bytes())   # the plan names these bytes (sha256)
     if out_path is not None:
         write_plan(g, plan, out_path, "the placement plan")
     if received():
@@ -130,7 +150,8 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         click.echo(json.dumps({"graph": g.name, "parts": pg.n, "describe": pg.describe(), "objective": objective,
                                "part_table": parts_table(pg).to_dict("records") if show_parts else None,
                                "placements": rows, "plan": str(out_path) if out_path else None,
-                               "graph_out": str(graph_out) if graph_out else None}, indent=1))
+                               "graph_out": str(graph_out) if graph_out else None,
+                               "profiles": coverage}, indent=1))
         return
     click.echo(f"{g.name}: {pg.n} parts ({parts}{', branches' if branches else ''}): {pg.describe()}")
     if show_parts:
@@ -141,4 +162,5 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
                    f"{r['devices']}{'  (' + r['status'] + ')' if r['status'] else ''}")
     if out_path is not None:
         click.echo(f"wrote {out_path} ({chosen.scheduler}, valid)" +
-                   (f" for the re-costed graph {graph_out}" if recosted and graph_out else ""))
+                   (f" for the re-costed graph {graph_out}" if recosted and graph_out else
+                    f" for {graph_out} (a copy of {graph_path})" if graph_out else ""))
