@@ -73,6 +73,7 @@ COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s
            "window_gain", "milp_status", "milp_gap", "milp_stages", "ilp_objective_s", "budget", "plan"]
 TEXT_COLUMNS = ("final_from", "mode", "milp_status", "budget")  # the text columns among the figures
 MILP_ARM = "milp"
+RUN_TIME_COLUMNS = ("search_s", "wall_s", "refine_s", "resume_s")  # seconds spent, not seconds of a plan
 MILP_STAGES = 60   # default coarsening for --with-milp: 60 stages reached gap <= 1% in 10 minutes (docs/milp.md)
 
 
@@ -132,6 +133,27 @@ def milp_row(graph: Graph, device: Device, time_limit_s: float, stages: int | No
     return row
 
 
+def planner_options(recompute: bool = True):  # noqa: ANN201 - hybrid.swap.augmented.PlannerOptions
+    """The planner options `hybrid optimize` searches from (`OptimizeOptions.planner_options`), which both arms
+    use: one definition, so the comparison's GA-only arm is that command's `--refine none` run."""
+    from hybrid.pipeline import OptimizeOptions
+
+    return OptimizeOptions(recompute=recompute).planner_options()
+
+
+def check_seeds(seeds: Sequence[int]) -> None:
+    """HybridError naming the seed for a negative one (numpy's generators refuse it mid-run) or a repeated one
+    (it would run twice and count twice in the medians)."""
+    seen: set[int] = set()
+    for seed in seeds:
+        if int(seed) < 0:
+            raise HybridError(f"--seeds must not be negative, got {seed}; give seeds such as 1,2,3")
+        if int(seed) in seen:
+            raise HybridError(f"--seeds has seed {seed} twice; give each seed once (a repeat would count twice in "
+                              "the medians)")
+        seen.add(int(seed))
+
+
 def split_gains(split_s: float, rebind_s: float, reorder_s: float, refined_s: float) -> tuple[float, float, float]:
     """Refinement's gain in its stages, as fractions: re-walking the split plan, then re-ordering its copy
     streams, then CP-SAT windows (each on what the stage before left; a stage that did not help is kept out).
@@ -155,7 +177,9 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     mode the one the winning refined plan came from).
     `ga_config` (a ga.GAConfig) sets the search's other parameters; its seed is replaced per run.
     `options` (hybrid.swap.augmented.PlannerOptions) are the planner options both arms search from (default:
-    swap only; `hybrid compare` turns recompute on unless --no-recompute).
+    `hybrid optimize`'s, `planner_options()`: the arms are that command's runs, so a weaker planner here would
+    make GA-only look worse than `hybrid optimize --refine none` is).
+    `seeds` must be distinct non-negative integers: a repeated seed would be counted twice in the medians.
     `patience` is a share of `refine_share` of the budget: how long refinement may go without a lower
     makespan before it hands the rest of its time back to the search (after), or moves on to another of the
     search's plans (beside; `elites` of them are offered each generation, default
@@ -185,6 +209,7 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
         raise HybridError(f"--refine-share must be within (0, 1), got {refine_share}")
     if not seeds:
         raise HybridError("give at least one seed, e.g. --seeds 1,2,3")
+    check_seeds(seeds)
     if mode not in MODES:
         raise HybridError(f"--refine-mode must be one of {', '.join(MODES)}, got {mode!r}")
     work = None
@@ -215,10 +240,8 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
         device = PRESETS["v100-16gb"]
     from ga import GAConfig
 
-    from hybrid.swap.augmented import PlannerOptions
-
     base = ga_config or GAConfig()
-    options = options or PlannerOptions()
+    options = options or planner_options()
     say = progress or (lambda _msg: None)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
@@ -555,8 +578,50 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def seconds_text(t: float, digits: int = 4) -> str:
+    """`t` seconds in s, ms or us with `digits` significant digits (hybrid.units.format_seconds' units, with
+    the digits a table needs); "" for NaN."""
+    if t is None or pd.isna(t):
+        return ""
+    t = float(t)
+    if np.isinf(t):
+        return "inf" if t > 0 else "-inf"
+    a = abs(t)
+    scale, unit = (1.0, "s") if a >= 1 or a == 0 else (1e3, "ms") if a >= 1e-3 else (1e6, "us")
+    return f"{t * scale:.{digits}g} {unit}"
+
+
+def time_digits(values, lo: int = 4, hi: int = 9, rel: float = 1e-9) -> int:  # noqa: ANN001
+    """The fewest significant digits (`lo` to `hi`) at which `values` that differ by more than `rel` (relative)
+    print differently: two arms' makespans a hair apart must not read the same. Differences within `rel` are
+    the same plan re-timed by another code path (see `summary`'s never_worse) and do not count."""
+    v = np.unique(np.asarray([x for x in values if x is not None and not pd.isna(x) and np.isfinite(float(x))],
+                             dtype=float))
+    for d in range(lo, hi + 1):
+        texts = [seconds_text(x, d) for x in v]
+        if not any(texts[i] == texts[i + 1] and v[i + 1] - v[i] > rel * max(abs(v[i]), abs(v[i + 1]))
+                   for i in range(len(v) - 1)):
+            return d
+    return hi
+
+
+def printable(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with its seconds columns (`*_s`) as text in human units, for the printed and Markdown tables (the
+    CSV and Parquet keep raw seconds): plan times (makespans, bounds, stall) with as many digits as tell
+    them apart (`time_digits`), the seconds spent (RUN_TIME_COLUMNS) with four."""
+    out = df.copy()
+    cols = [c for c in out.columns if str(c).endswith("_s") and pd.api.types.is_numeric_dtype(out[c])]
+    plan_cols = [c for c in cols if c not in RUN_TIME_COLUMNS]
+    digits = time_digits(np.concatenate([out[c].to_numpy(dtype=float) for c in plan_cols])) if plan_cols else 4
+    for c in cols:
+        d = 4 if c in RUN_TIME_COLUMNS else digits
+        out[c] = [seconds_text(x, d) for x in out[c]]
+    return out
+
+
 def write_tables(df: pd.DataFrame, stem: str | Path, title: str, notes: str = "") -> list[Path]:
-    """`<stem>.csv`, `.parquet` and `.md` (the Markdown names the command that made it)."""
+    """`<stem>.csv`, `.parquet` (raw seconds) and `.md` (the Markdown names the command that made it; its
+    times in human units, `printable`)."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".csv"), stem.with_suffix(".parquet"), stem.with_suffix(".md")]
@@ -570,6 +635,6 @@ def write_tables(df: pd.DataFrame, stem: str | Path, title: str, notes: str = ""
     md = [f"# {title}", "", f"Command: `{cmd}` ({time.strftime('%Y-%m-%d')}).", ""]
     if notes:
         md += [notes.strip(), ""]
-    md.append(df.drop(columns=["plan"], errors="ignore").to_markdown(index=False, floatfmt=".4g"))
+    md.append(printable(df.drop(columns=["plan"], errors="ignore")).to_markdown(index=False, floatfmt=".4g"))
     write_whole(paths[2], "\n".join(md) + "\n")
     return paths

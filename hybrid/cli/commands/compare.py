@@ -9,8 +9,6 @@ import click
 
 from hybrid.cli.options import (FINITE, device_from, device_options, load_graph, patience_option, prepare_output,
                                 recompute_option)
-from hybrid.swap.augmented import PlannerOptions
-from hybrid.swap.baselines import RECOMPUTE_RATIO
 from hybrid.errors import HybridError
 from hybrid.units import format_seconds, parse_duration
 
@@ -22,7 +20,30 @@ def _seeds(text: str) -> tuple[int, ...]:
         raise HybridError(f"--seeds must be comma-separated integers, e.g. 1,2,3, got {text!r}") from None
     if not seeds:
         raise HybridError("--seeds needs at least one seed, e.g. 1,2,3")
+    from hybrid.report.compare import check_seeds
+
+    check_seeds(seeds)   # here, before any graph is read or run
     return seeds
+
+
+def _fraction_fits(g, dev, fraction: float) -> None:  # noqa: ANN001 - Graph, Device
+    """HybridError naming --memory-fraction where it leaves less than the graph's largest op needs at once (no
+    plan runs there; a fraction rounding to 0 bytes failed as an unnamed device error)."""
+    import math
+
+    from hybrid.graph.info import fraction_of_peak, largest_op, unswapped_peak
+    from hybrid.units import format_bytes
+
+    have = fraction_of_peak(g, fraction)
+    i, need = largest_op(g, dev.alignment_bytes)
+    if have >= max(need, 1):
+        return
+    least = max(need, 1) / max(1, unswapped_peak(g))
+    step = 10.0 ** (math.floor(math.log10(least)) - 2)
+    least = math.ceil(least / step) * step   # rounded up to 3 digits: the fraction printed is enough
+    raise HybridError(f"--memory-fraction {fraction:g} leaves {format_bytes(have)} for {g.name!r}, less than its "
+                      f"largest op {g.ops[i].id!r} needs at once ({format_bytes(need)}); give --memory-fraction "
+                      f"{least:.3g} or more")
 
 
 @click.command("compare")
@@ -30,7 +51,7 @@ def _seeds(text: str) -> tuple[int, ...]:
               type=click.Path(dir_okay=False, path_type=Path), help="Graph file (repeat for several graphs).")
 @click.option("--time-limit", default="10m", show_default=True,
               help="Wall time per arm and seed, e.g. 2m, 10m; a bare number is seconds. Both arms get this budget; "
-                   "the table's wall_s column says what each used.")
+                   "the table's wall_s column says what each used. With --generations, a safety net per phase.")
 @click.option("--seeds", default="1,2,3", show_default=True, help="Seeds, comma-separated; medians over them.")
 @click.option("--refine-mode", type=click.Choice(["auto", "beside", "after"]), default="auto", show_default=True,
               help="How the GA+CP-SAT arm refines, as in `hybrid optimize`: beside the search in a second process, "
@@ -46,6 +67,14 @@ def _seeds(text: str) -> tuple[int, ...]:
                    "the core the refiner uses in the other arm. Default: as `hybrid optimize` picks per graph "
                    "(1 where one evaluation takes under 1 ms, else every core but the refiner's).")
 @click.option("--population", type=int, default=None, help="GA population (default: the GA's, 48).")
+@click.option("--generations", type=click.IntRange(1), default=None,
+              help="Budget both arms in counted work instead of wall time, with --windows (both or neither): the "
+                   "GA runs (1 - --refine-share) of N generations to the split, GA-only resumes it to N, GA+CP-SAT "
+                   "refines with at most --windows CP-SAT windows and hands unused ones back as generations. "
+                   "Makes the run reproducible: a seed fixes every figure but the seconds, whatever the load. "
+                   "Runs --refine-mode after; --time-limit is then a safety net per phase.")
+@click.option("--windows", type=click.IntRange(1), default=None,
+              help="With --generations: the CP-SAT windows the GA+CP-SAT arm may solve after the split.")
 @recompute_option
 @click.option("--with-milp", "with_milp", default=None, metavar="TIME",
               help="Add the MO-SOS MILP (hybrid milp, HiGHS) as a third arm with this time limit, e.g. 2m: one "
@@ -60,8 +89,8 @@ def _seeds(text: str) -> tuple[int, ...]:
               show_default=True, help="Folder for both arms' plans and the table (compare.csv/.parquet/.md).")
 def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_mode: str, refine_share: float,
             refine_patience: float, refine_elites: int, workers: int | None,
-            population: int | None, recompute: bool, with_milp: str | None, milp_stages: int | None,
-            memory_fraction: float | None, out_dir: Path, **kw) -> None:
+            population: int | None, generations: int | None, windows: int | None, recompute: bool,
+            with_milp: str | None, milp_stages: int | None, memory_fraction: float | None, out_dir: Path, **kw) -> None:
     """Does CP-SAT refinement beat spending the same time on more genetic search?
 
     For each graph and seed, with --refine-mode beside, the same search
@@ -77,6 +106,10 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     and search and wall time per seed, plus medians. From Python: hybrid.report.compare.compare
     returns the same table as a pandas DataFrame.
 
+    Both arms search from the planner options `hybrid optimize` uses. With
+    --generations and --windows the arms are budgeted in counted work
+    (after mode), so the same seeds give the same plans on any machine.
+
     Ctrl-C or SIGTERM stops it: the runs completed so far are written (table
     and plans) and the exit status is 130 or 143, since the comparison is
     incomplete.
@@ -86,11 +119,12 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
       hybrid compare --graph g.json --time-limit 10m --seeds 1,2,3
       hybrid compare --graph a.json --graph b.json --time-limit 2m --memory-fraction 0.25 --out-dir cmp
       hybrid compare --graph g.json --time-limit 1m --seeds 1 --with-milp 2m --memory-fraction 0.5
+      hybrid compare --graph g.json --generations 200 --windows 20 --time-limit 30m --seeds 1,2,3
     """
     import pandas as pd
 
     from ga import GAConfig
-    from hybrid.report.compare import compare, summary, write_tables
+    from hybrid.report.compare import compare, planner_options, printable, summary, write_tables
     from hybrid.graph.info import fraction_of_peak
 
     import sys
@@ -110,6 +144,12 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
         raise HybridError(f"--memory-fraction must be positive, got {memory_fraction}")
     if workers is not None and workers < 1:
         raise HybridError(f"--workers must be at least 1, got {workers}")
+    if (generations is None) != (windows is None):
+        raise HybridError("give --generations and --windows together (a work budget for both arms), or neither")
+    if generations is not None and refine_mode == "beside":
+        raise HybridError("--generations and --windows run the after protocol (beside, the refiner races the "
+                          "search on wall time); give --refine-mode after or auto, or drop the work budget")
+    work = {} if generations is None else {"generations": generations, "windows": windows}
     prepare_output(out_dir, "--out-dir", folder=True)  # a bad folder fails now, not after the runs
     cfg = GAConfig() if population is None else GAConfig(population=population, children=population)
     graphs = []
@@ -118,6 +158,7 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
         dev = device_from(g, dict(kw))
         if memory_fraction is not None:   # what a plan may fill, as --memory says it: no reserve unless --reserve
             reserve = dev.reserve_bytes if kw.get("reserve") is not None else 0
+            _fraction_fits(g, dev, memory_fraction)
             dev = replace(dev, memory_bytes=fraction_of_peak(g, memory_fraction) + reserve, reserve_bytes=reserve)
         graphs.append((g, dev))
     start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process
@@ -128,13 +169,13 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
             from hybrid.pipeline import split_cores
 
             # as `hybrid optimize` places the search and the refiner (the GA-only arm gets one more process beside)
-            beside, graph_workers, _ = split_cores(g, dev, True, refine_mode, workers)
+            beside, graph_workers, _ = split_cores(g, dev, True, "after" if work else refine_mode, workers)
             mode = "beside" if beside else "after"
             t = compare(g, dev, time_limit_s=total, seeds=seed_list, refine_share=refine_share,
                         workers=int(graph_workers or 1), out_dir=out_dir, ga_config=cfg, patience=refine_patience,
                         mode=mode, elites=refine_elites, progress=lambda msg: click.echo(msg, err=True),
-                        options=PlannerOptions(recompute_ratio=RECOMPUTE_RATIO if recompute else 0.0),
-                        milp_time_s=milp_s, milp_stages=milp_stages)
+                        options=planner_options(recompute),   # as `hybrid optimize` searches
+                        milp_time_s=milp_s, milp_stages=milp_stages, **work)
             tables.append(t)
             if t.attrs.get("interrupted"):
                 interrupted = True
@@ -145,9 +186,13 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
         interrupted = True
     with deferred_interrupts():
         df = pd.concat(tables, ignore_index=True)
-        paths = write_tables(df, out_dir / "compare", "GA-only vs GA + CP-SAT at equal wall time",
-                             f"Budget {format_seconds(total)} per arm and seed (each arm's wall_s says what it used); "
-                             f"refinement {refine_mode} (see the mode column), share "
+        budget = (f"Budget {format_seconds(total)} per arm and seed (each arm's wall_s says what it used); "
+                  if not work else
+                  f"Budget {generations} generations and {windows} CP-SAT windows per arm and seed, "
+                  f"{format_seconds(total)} per phase as a safety net (the budget column says if it cut one); ")
+        paths = write_tables(df, out_dir / "compare", "GA-only vs GA + CP-SAT at equal "
+                             + ("wall time" if not work else "work"), budget
+                             + f"refinement {refine_mode} (see the mode column), share "
                              f"{refine_share}, patience {refine_patience}"
                              + (f", {refine_elites} elites offered" if refine_mode == "beside" else "")
                              + "; workers: see the workers column."
@@ -156,7 +201,7 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
                              + ("\n\nIncomplete: interrupted before every graph and seed had run." if interrupted
                                 else ""))
         s = summary(df)
-        click.echo(s.to_markdown(index=False, floatfmt=".4g"))
+        click.echo(printable(s).to_markdown(index=False, floatfmt=".4g"))
         click.echo("wrote " + ", ".join(str(p) for p in paths))
     if interrupted:
         runs = int(((df["row"] == "seed") & (df["arm"] == "ga")).sum())
