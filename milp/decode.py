@@ -24,6 +24,7 @@ from typing import Any
 from hybrid.errors import HybridError
 from hybrid.plan import Event, Plan, UnconstrainedAllocation
 from hybrid.plan.events import EVENT_KINDS
+from hybrid.plan.metrics import stall_of
 from hybrid.simulator import resimulate
 from hybrid.swap.from_plan import from_plan
 from hybrid.validator import validate
@@ -337,7 +338,7 @@ def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = No
         v = rep.violations[0]
         raise DecodeError("simulated plan", v.rule, v.message)
     plan.metrics["peak_bytes"] = int(rep.peak_bytes)
-    plan.metrics["stall_s"] = max(0.0, plan.makespan_s - compute_s)
+    plan.metrics["stall_s"] = stall_of(plan.makespan_s, compute_s)
     return plan
 
 

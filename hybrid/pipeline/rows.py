@@ -26,10 +26,12 @@ def plan_row(name: str, plan: Plan, graph: Graph | None = None, bounds: dict[boo
     `swap_bound_s` (swap only; NaN for a plan that recomputes, which it does not bound) and
     `recompute_bound_s` (with recompute, for every plan); `graph_bound_s` is the one of the plan's own kind
     (hybrid.bounds.plan_graph_bound), kept for scripts that read it. `bounds` (keyed by recompute): use
-    these instead of computing them; one missing is NaN."""
-    from hybrid.plan.metrics import persistent_bound_of
+    these instead of computing them; one missing is NaN. With `graph`, stall, bytes moved and peak are
+    recomputed from the plan's events (`hybrid.plan.metrics.event_figures`), not read from its metrics."""
+    from hybrid.plan.metrics import event_figures, persistent_bound_of
 
     m = plan.metrics
+    fig = event_figures(graph, plan) if graph is not None else {}
     ideal = float(m.get("ideal_s", 0.0))
     lb = persistent_bound_of(m)
     nan = float("nan")
@@ -54,8 +56,8 @@ def plan_row(name: str, plan: Plan, graph: Graph | None = None, bounds: dict[boo
         "recompute_bound_s": rb,
         "makespan/recompute_bound": ms / rb if rb > 0 else nan,
         "recomputes": rc,
-        "stall_s": float(m.get("stall_s", ms - ideal)),
-        "bytes_h2d": int(m.get("bytes_h2d", 0)),
-        "bytes_d2h": int(m.get("bytes_d2h", 0)),
-        "peak_bytes": int(m.get("peak_bytes", 0)),
+        "stall_s": float(fig.get("stall_s", m.get("stall_s", ms - ideal))),
+        "bytes_h2d": int(fig.get("bytes_h2d", m.get("bytes_h2d", 0))),
+        "bytes_d2h": int(fig.get("bytes_d2h", m.get("bytes_d2h", 0))),
+        "peak_bytes": int(fig.get("peak_bytes", m.get("peak_bytes", 0))),
     }

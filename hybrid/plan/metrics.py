@@ -1,9 +1,13 @@
 """Figures every plan reports: ideal time, persistent-tensor bound, stall, bytes moved, peak device bytes."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from hybrid.graph import Graph
+if TYPE_CHECKING:
+    from hybrid.graph import Graph
+    from hybrid.plan import Plan
 
 
 def persistent_bound_of(metrics: dict) -> float:
@@ -13,12 +17,70 @@ def persistent_bound_of(metrics: dict) -> float:
     return float(metrics.get("persistent_bound_s", metrics.get("lower_bound_s", ideal)))
 
 
-def peak_from_intervals(alloc_t: np.ndarray, release_t: np.ndarray, nbytes: np.ndarray) -> int:
-    """Largest sum of bytes over half-open intervals [alloc, release) alive at one instant."""
+def sweep_points(starts: np.ndarray, ends: np.ndarray, eps: float,
+                 held: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rule 5's sweep over intervals [start, end): the one reading of "at every instant" (docs/formats.md) that
+    the validator and every plan's `peak_bytes` share. Returns per point (key, rank, interval, sign): sorted by
+    (key, rank), releases (rank 0, at end - eps) come before allocations (rank 1) at one instant, and an
+    interval no longer than eps is released after them (rank 2), so what lives no time still needs room.
+    Infinite ends are never released. `held` (hybrid.validator.lifetimes.read_at_release): where not NaN, the
+    interval is released just after the allocations at that time."""
+    starts = np.asarray(starts, dtype=np.float64)
+    ends = np.asarray(ends, dtype=np.float64)
+    finite = np.isfinite(ends)
+    short = finite & (ends - starts <= eps)
+    at = starts
+    if held is not None:
+        late = finite & ~short & ~np.isnan(held)
+        short = short | late
+        at = np.where(late, held, starts)
+    long_ = finite & ~short
+    idx = np.arange(len(starts), dtype=np.int64)
+    n_long, n_short = int(long_.sum()), int(short.sum())
+    key = np.concatenate([starts, ends[long_] - eps, at[short]])
+    rank = np.concatenate([np.ones(len(starts), np.int8), np.zeros(n_long, np.int8), np.full(n_short, 2, np.int8)])
+    which = np.concatenate([idx, idx[long_], idx[short]])
+    sign = np.concatenate([np.ones(len(starts), np.int64), -np.ones(n_long + n_short, np.int64)])
+    return key, rank, which, sign
+
+
+def peak_from_intervals(alloc_t: np.ndarray, release_t: np.ndarray, nbytes: np.ndarray, eps: float = 0.0) -> int:
+    """Largest sum of bytes alive at one instant, read as rule 5 reads it (`sweep_points`). Callers pass the bytes
+    each copy occupies (rounded up to the device's alignment) and the plan's tolerance as eps, as the validator
+    does, so a plan's `metrics.peak_bytes` is the validator's peak."""
     if len(nbytes) == 0:
         return 0
-    times = np.concatenate([alloc_t, release_t])
-    delta = np.concatenate([nbytes, -nbytes]).astype(np.int64)
-    # At equal times releases (negative) come first: intervals are half-open.
-    order = np.lexsort((delta, times))
+    key, rank, which, sign = sweep_points(alloc_t, release_t, eps)
+    delta = sign * np.asarray(nbytes, dtype=np.int64)[which]
+    order = np.lexsort((rank, key))
     return int(max(0, np.cumsum(delta[order]).max()))
+
+
+def compute_busy_s(plan: "Plan") -> float:
+    """Seconds in which some compute event runs (first runs and reruns; on a placement plan either device)."""
+    spans = sorted((e.start_s, e.end_s) for e in plan.events if e.kind == "compute")
+    busy, reach = 0.0, float("-inf")
+    for s, e in spans:
+        if e > reach:
+            busy += e - max(s, reach)
+            reach = e
+    return busy
+
+
+def stall_of(makespan_s: float, busy_s: float) -> float:
+    """`metrics.stall_s` (docs/formats.md): the makespan less the compute stream's busy time, reruns included."""
+    return max(0.0, makespan_s - busy_s)
+
+
+def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
+    """The figures a plan's `metrics` state, recomputed from its events: what summaries print (a file's metrics
+    are not bound by the format's rules, so an edited or foreign file could state anything), and what
+    `hybrid validate` compares the stated ones with. `peak_bytes` is the validator's (rule 5's reading)."""
+    from hybrid.validator import memory_over_time
+
+    size = {t.id: t.bytes for t in graph.tensors}
+    _, level = memory_over_time(graph, plan)
+    return {"stall_s": stall_of(plan.makespan_s, compute_busy_s(plan)),
+            "bytes_h2d": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_in")),
+            "bytes_d2h": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_out")),
+            "peak_bytes": int(level.max()) if len(level) else 0}

@@ -1,4 +1,5 @@
-"""A plan's timeline as a picture: the three streams as lanes and device memory over time (PNG).
+"""A plan's timeline as a picture: the three streams as lanes (a fourth, `cpu`, for a placement plan's host
+ops) and device memory over time (PNG).
 
 Stalls — stretches where the compute stream waits — are shaded, so a reader
 sees at a glance where copies hold the computation back; plotting a plan
@@ -13,53 +14,28 @@ import numpy as np
 
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.plan.events import STREAM_OF_KIND, STREAMS
+from hybrid.plan.events import CPU_STREAM, STREAM_OF_KIND, STREAMS
 
-COLORS = {"compute": "#4c72b0", "h2d": "#55a868", "d2h": "#c44e52"}
+COLORS = {"compute": "#4c72b0", "h2d": "#55a868", "d2h": "#c44e52", CPU_STREAM: "#8172b2"}
+
+
+def lanes_of(plan: Plan) -> tuple[str, ...]:
+    """The GPU's three streams, and the host's `cpu` stream when the plan runs ops there (placement plans)."""
+    return STREAMS + ((CPU_STREAM,) if any(e.on_cpu for e in plan.events) else ())
 
 
 def memory_profile(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """(times, bytes) step function of device bytes in use (tensor copies plus the running op's workspace).
+    """(times, bytes) step function of device bytes in use (tensor copies at the device's alignment plus the
+    running ops' workspace), read as the validator reads rule 5 (`hybrid.validator.memory_over_time`): its
+    highest point is `hybrid validate`'s peak."""
+    from hybrid.validator import memory_over_time
 
-    A copy is held from its producing compute's or swap_in's start to its
-    swap_out's end or its free (half-open intervals, like the validator), and
-    occupies its bytes rounded up to the device's alignment.
-    """
-    deltas: list[tuple[float, int]] = []
-    size = {t.id: plan.device.occupied(t.bytes) for t in graph.tensors}   # at the device's alignment (rule 5)
-    ws_of = {}
-    for op in graph.ops:
-        ws_of[op.id] = {im.name: im.workspace_bytes for im in op.implementations}
-    for t in plan.resident_at_start:
-        deltas.append((0.0, size[t]))
-    for e in plan.events:
-        if e.kind == "compute":
-            op = graph.op(e.op)
-            for t in op.outputs:
-                deltas.append((e.start_s, size[t]))
-            ws = ws_of[e.op].get(e.impl, op.workspace_bytes) if e.impl else op.workspace_bytes
-            if ws:
-                deltas.append((e.start_s, ws))
-                deltas.append((e.end_s, -ws))
-        elif e.kind == "swap_in":
-            deltas.append((e.start_s, size[e.tensor]))
-        elif e.kind == "swap_out":
-            deltas.append((e.end_s, -size[e.tensor]))
-        else:
-            deltas.append((e.start_s, -size[e.tensor]))
-    if not deltas:
-        return np.zeros(1), np.zeros(1, np.int64)
-    deltas.sort(key=lambda x: (x[0], x[1]))  # releases before allocations at one instant
-    times = np.array([d[0] for d in deltas])
-    level = np.cumsum([d[1] for d in deltas])
-    # keep the last level at each instant
-    last = np.r_[times[1:] != times[:-1], True]
-    return np.r_[0.0, times[last]], np.r_[0, level[last]].astype(np.int64)
+    return memory_over_time(graph, plan)
 
 
 def compute_stalls(plan: Plan) -> list[tuple[float, float]]:
-    """(start, end) of every interval where the compute stream is idle before the iteration's end."""
-    comp = sorted((e.start_s, e.end_s) for e in plan.events if e.kind == "compute")
+    """(start, end) of every interval where the (GPU's) compute stream is idle before the iteration's end."""
+    comp = sorted((e.start_s, e.end_s) for e in plan.events if e.kind == "compute" and not e.on_cpu)
     out = []
     t = 0.0
     for s, e in comp:
@@ -74,14 +50,16 @@ def compute_stalls(plan: Plan) -> list[tuple[float, float]]:
 def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, unit_name: str) -> None:
     from hybrid.units import format_bytes, format_seconds
 
-    for i, lane in enumerate(STREAMS):
+    lanes = lanes_of(plan)
+    n = len(lanes)
+    for i, lane in enumerate(lanes):
         bars = [(e.start_s / unit, (e.end_s - e.start_s) / unit) for e in plan.events if e.stream == lane]
         if bars:
-            ax_lanes.broken_barh(bars, (len(STREAMS) - 1 - i - 0.4, 0.8), facecolors=COLORS[lane], edgecolor="none")
-    for s, e in compute_stalls(plan):
-        ax_lanes.axvspan(s / unit, e / unit, ymin=2 / 3 + 0.02, ymax=0.98, color="#f0b400", alpha=0.35, lw=0)
-    ax_lanes.set_yticks(range(len(STREAMS)), list(reversed(STREAMS)))
-    ax_lanes.set_ylim(-0.6, len(STREAMS) - 0.4)
+            ax_lanes.broken_barh(bars, (n - 1 - i - 0.4, 0.8), facecolors=COLORS[lane], edgecolor="none")
+    for s, e in compute_stalls(plan):   # the compute lane is the top one: [n - 1.4, n - 0.6] of [-0.6, n - 0.4]
+        ax_lanes.axvspan(s / unit, e / unit, ymin=(n - 1) / n + 0.02, ymax=0.98, color="#f0b400", alpha=0.35, lw=0)
+    ax_lanes.set_yticks(range(n), list(reversed(lanes)))
+    ax_lanes.set_ylim(-0.6, n - 0.4)
     ideal = plan.metrics.get("ideal_s")
     extra = f", ideal/makespan {ideal / plan.makespan_s:.3f}" if ideal and plan.makespan_s > 0 else ""
     ax_lanes.set_title(f"{label}: makespan {format_seconds(plan.makespan_s)}{extra} (shaded: compute stalls)",
@@ -138,19 +116,22 @@ def plot_timeline(graph: Graph, plans: Plan | Sequence[tuple[str, Plan]], path: 
 
 # ---- Chrome trace / Perfetto ---------------------------------------------------------------------------------
 
-TRACE_THREADS = {lane: i + 1 for i, lane in enumerate(STREAMS)}   # thread ids 1, 2, 3
+TRACE_THREADS = {lane: i + 1 for i, lane in enumerate(STREAMS + (CPU_STREAM,))}   # thread ids 1-4
 
 
 def chrome_trace(rows: Sequence[tuple[str, str, str, float, float, dict]], process: str, pid: int = 1,
                  memory: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict]:
     """Trace Event Format events for one run: rows are (name, category, stream, start_s, end_s, args).
 
-    One thread per stream (compute, h2d, d2h) named by metadata events, complete ("X") events in
+    One thread per stream (compute, h2d, d2h, and cpu for a placement plan's host ops) named by metadata events, complete ("X") events in
     microseconds, and device bytes in use as a counter, so the file opens in chrome://tracing or Perfetto
     beside a torch.profiler trace.
     """
     ev: list[dict] = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": process}}]
+    used = {r[2] for r in rows}
     for lane, tid in TRACE_THREADS.items():
+        if lane == CPU_STREAM and lane not in used:
+            continue   # the host's thread only for a placement plan
         ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": lane}})
         ev.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     for name, cat, lane, s, e, args in rows:
@@ -173,7 +154,7 @@ def plan_trace_rows(graph: Graph, plan: Plan) -> list[tuple[str, str, str, float
             if e.impl:
                 args["impl"] = e.impl
             name = f"{e.op} (recompute)" if e.recompute else e.op
-            rows.append((name, "recompute" if e.recompute else "compute", "compute", e.start_s, e.end_s, args))
+            rows.append((name, "recompute" if e.recompute else "compute", e.stream, e.start_s, e.end_s, args))
         elif e.kind in ("swap_in", "swap_out"):
             rows.append((f"{e.kind} {e.tensor}", e.kind, STREAM_OF_KIND[e.kind], e.start_s, e.end_s,
                          {"tensor": e.tensor, "bytes": size[e.tensor]}))

@@ -7,16 +7,19 @@ import numpy as np
 
 from hybrid.swap.pools import allocation_of
 from hybrid.graph.info import ideal_time, persistent_bound
-from hybrid.plan.metrics import peak_from_intervals
+from hybrid.plan.metrics import peak_from_intervals, stall_of
 from hybrid.plan import Allocation, ArenaAllocation, Event, Plan
-from hybrid.plan.events import COMPUTE, EVENT_KINDS, SWAP_IN
+from hybrid.plan.events import COMPUTE, EVENT_KINDS, FREE, SWAP_IN
+from hybrid.units import round_up
 from hybrid.swap.augmented import AugmentedGraph
 
 
 def device_intervals(aug: AugmentedGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(alloc, release, bytes) of every device copy and workspace in the timeline."""
+    """(alloc, release, bytes) of every device copy and workspace in the timeline; a copy occupies its bytes
+    rounded up to the device's alignment (rule 5)."""
     g = aug.graph
     a = g.arrays
+    occupied = round_up(np.asarray(a.t_bytes, dtype=np.int64), aug.device.alignment_bytes)
     alloc_at = np.full(a.n_tensors, -1.0)
     alloc_at[aug.resident_at_start] = 0.0
     starts: list[float] = []
@@ -37,13 +40,13 @@ def device_intervals(aug: AugmentedGraph) -> tuple[np.ndarray, np.ndarray, np.nd
         else:
             starts.append(alloc_at[r])
             ends.append(aug.end[i])
-            sizes.append(int(a.t_bytes[r]))
+            sizes.append(int(occupied[r]))
             alloc_at[r] = -1.0
     makespan = aug.makespan
     for t in np.nonzero(alloc_at >= 0)[0]:  # still resident at the end (initial residents)
         starts.append(alloc_at[t])
         ends.append(makespan)
-        sizes.append(int(a.t_bytes[t]))
+        sizes.append(int(occupied[t]))
     return np.array(starts), np.array(ends), np.array(sizes, dtype=np.int64)
 
 
@@ -68,14 +71,20 @@ def events_of(aug: AugmentedGraph) -> list[Event]:
     return out
 
 
+def _tolerance(aug: AugmentedGraph) -> float:
+    """The validator's eps for this timeline (Plan.tolerance_s, never looser than 1e-9 x the busy time)."""
+    busy = float(np.sum((aug.end - aug.start)[aug.kind != FREE])) if aug.n_nodes else 0.0
+    return 1e-9 * min(max(1.0, aug.makespan), max(1.0, busy))
+
+
 def plan_metrics(aug: AugmentedGraph) -> dict[str, Any]:
     makespan = aug.makespan
     ideal = ideal_time(aug.graph, aug.op_time)
     m: dict[str, Any] = {
         "ideal_s": ideal,
         "persistent_bound_s": persistent_bound(aug.graph, aug.device),
-        "stall_s": max(0.0, makespan - ideal),
-        "peak_bytes": peak_from_intervals(*device_intervals(aug)),
+        "stall_s": stall_of(makespan, float(np.sum((aug.end - aug.start)[aug.kind == COMPUTE]))),
+        "peak_bytes": peak_from_intervals(*device_intervals(aug), eps=_tolerance(aug)),
     }
     m.update(aug.stats)
     if aug.pool is not None and not aug.pool.by_bytes:

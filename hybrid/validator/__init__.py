@@ -58,18 +58,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from hybrid.errors import HybridError, InvalidPlanError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.validator.context import build_context
 from hybrid.validator.ending import check_period, check_totals
 from hybrid.validator.lifetimes import build_copies
-from hybrid.validator.memory import check_memory
+from hybrid.validator.memory import check_memory, levels_over_time
 from hybrid.validator.order import check_order
 from hybrid.validator.report import Found, ValidationReport, Violation
 from hybrid.validator.residency import HostCopies, check_inputs, check_swaps
 
-__all__ = ["Violation", "ValidationReport", "validate", "check", "require_valid", "write_plan", "MAX_VIOLATIONS"]
+__all__ = ["Violation", "ValidationReport", "validate", "check", "require_valid", "write_plan", "memory_over_time",
+           "MAX_VIOLATIONS"]
 
 MAX_VIOLATIONS = 100
 
@@ -116,6 +119,17 @@ def check(graph: Graph, plan: Plan) -> None:
     if not report.valid:
         v = report.violations[0]
         raise HybridError(f"invalid plan for graph {graph.name!r}: rule {v.rule}: {v.message}")
+
+
+def memory_over_time(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """Device bytes in use over the plan's time as rule 5 counts them, a step function (times, bytes): the figure
+    a timeline draws, so that its highest point is the report's `peak_bytes` (a placement plan's host-side
+    outputs are not on the device). A plan whose events cannot be read gives ([0], [0])."""
+    ctx, _ = build_context(graph, plan)
+    if ctx is None or not ctx.times_finite:
+        return np.zeros(1), np.zeros(1, np.int64)
+    copies, _ = build_copies(ctx)
+    return levels_over_time(ctx, copies)
 
 
 def require_valid(graph: Graph, plan: Plan, what: str) -> ValidationReport:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybrid.plan import ArenaAllocation, SizeClassAllocation
+from hybrid.plan.metrics import sweep_points
 from hybrid.units import format_bytes, round_up
 from hybrid.validator.context import COMPUTE, Context, fmt_t
 from hybrid.validator.lifetimes import Copies, read_at_release
@@ -40,23 +41,10 @@ class Sweep:
 
 def _points(starts: np.ndarray, ends: np.ndarray, size: np.ndarray, item: np.ndarray, src: np.ndarray,
             eps: float, held: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """`held` (hybrid.validator.lifetimes.read_at_release): where not NaN, released just after the allocations at
-    that time (its reader's start)."""
-    finite = np.isfinite(ends)
-    short = finite & (ends - starts <= eps)
-    at = starts
-    if held is not None:
-        late = finite & ~short & ~np.isnan(held)
-        short = short | late
-        at = np.where(late, held, starts)
-    long_ = finite & ~short
-    key = np.concatenate([starts, ends[long_] - eps, at[short]])
-    rank = np.concatenate([np.ones(len(starts), np.int8), np.zeros(int(long_.sum()), np.int8),
-                           np.full(int(short.sum()), 2, np.int8)])
-    delta = np.concatenate([size, -size[long_], -size[short]])
-    it = np.concatenate([item, item[long_], item[short]])
-    sr = np.concatenate([src, src[long_], src[short]])
-    return key, rank, delta, it, sr
+    """The sweep's points (`hybrid.plan.metrics.sweep_points`, shared with every plan's peak_bytes) with their
+    bytes, item and source event."""
+    key, rank, which, sign = sweep_points(starts, ends, eps, held)
+    return key, rank, sign * np.asarray(size, dtype=np.int64)[which], item[which], src[which]
 
 
 def _sorted(parts: list[tuple[np.ndarray, ...]]) -> Sweep:
@@ -65,8 +53,9 @@ def _sorted(parts: list[tuple[np.ndarray, ...]]) -> Sweep:
     return Sweep(key[order], rank[order], delta[order], item[order], src[order])
 
 
-def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
-    """Returns (peak bytes incl. workspace, findings)."""
+def _level(ctx: Context, c: Copies) -> tuple[Sweep, np.ndarray, np.ndarray, np.ndarray]:
+    """The sweep over every device copy (at the alignment) and every compute's workspace: (sweep, level in use
+    after each point, the workspace share of it, the compute events)."""
     eps = ctx.eps
     align = ctx.plan.device.alignment_bytes
     nbytes = round_up(np.asarray(ctx.t_bytes, dtype=np.int64), align)
@@ -81,12 +70,39 @@ def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
     en = np.asarray(ctx.end, dtype=np.float64)
     ws_parts = _points(st[comp_ws], en[comp_ws], ws_all[comp_ws], -1 - comp_ws, comp_ws, eps)
     sw = _sorted([copy_parts, ws_parts])
-    level = np.cumsum(sw.delta)
+    return sw, np.cumsum(sw.delta), np.cumsum(np.where(sw.item < 0, sw.delta, 0)), comp
+
+
+def levels_over_time(ctx: Context, c: Copies) -> tuple[np.ndarray, np.ndarray]:
+    """Device bytes in use as rule 5 counts them, as a step function (times, bytes) from 0: at each instant its
+    highest level (what the instant needs, a copy that lives no time included), then the level it leaves
+    when lower. Its maximum is the validator's peak."""
+    sw, level, _, _ = _level(ctx, c)
+    if not len(level):
+        return np.zeros(1), np.zeros(1, np.int64)
+    key = sw.key
+    last = np.r_[key[1:] != key[:-1], True]
+    first = np.r_[True, key[1:] != key[:-1]]
+    top = np.maximum.reduceat(level, np.flatnonzero(first))
+    end = level[last]
+    t = np.repeat(key[last], 2)
+    b = np.stack([top, end], axis=1).ravel()
+    keep = np.ones(len(b), bool)
+    keep[1::2] = top != end
+    t, b = t[keep], b[keep]
+    if t[0] > 0:
+        t, b = np.r_[0.0, t], np.r_[0, b]
+    return t.astype(np.float64), b.astype(np.int64)
+
+
+def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
+    """Returns (peak bytes incl. workspace, findings)."""
+    align = ctx.plan.device.alignment_bytes
+    sw, level, ws_level, comp = _level(ctx, c)
     peak = int(level.max()) if len(level) else 0
     peak = max(peak, 0)
     out: list[Found] = []
     mem = ctx.memory
-    ws_level = np.cumsum(np.where(sw.item < 0, sw.delta, 0))
     for k in _episodes(level > mem):
         out.append(ctx.found(5, int(sw.src[k]), (
             f"device memory overflows at {fmt_t(float(sw.key[k]))}: {format_bytes(int(level[k]))} "

@@ -50,11 +50,11 @@ def _plan_or_none(g, dev, order, pool, opt):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_ops=st.integers(1, 40), seed=st.integers(0, 10_000), frac=st.floats(0.15, 1.3),
        latency=st.sampled_from([0.0, 1e-5]), opt_i=st.integers(0, len(OPTIONS) - 1),
-       classes=st.booleans(), shuffle=st.booleans())
-def test_every_plan_is_valid_and_within_memory(n_ops, seed, frac, latency, opt_i, classes, shuffle):
+       classes=st.booleans(), shuffle=st.booleans(), align=st.sampled_from([1, 64, 512, 4096]))
+def test_every_plan_is_valid_and_within_memory(n_ops, seed, frac, latency, opt_i, classes, shuffle, align):
     g = random_dag(n_ops, seed=seed)
     order = random_order(g, np.random.default_rng(seed)) if shuffle else program_order(g)
-    dev = Device("d", max(1, int(unswapped_peak(g) * frac)), 1e9, 2e9, latency)
+    dev = Device("d", max(1, int(unswapped_peak(g, align) * frac)), 1e9, 2e9, latency, alignment_bytes=align)
     try:
         pool = per_size_pool(g, order, dev) if classes else byte_pool(g, dev)
     except InfeasibleError:
@@ -66,7 +66,7 @@ def test_every_plan_is_valid_and_within_memory(n_ops, seed, frac, latency, opt_i
     report = validate(g, plan)
     assert report.valid, report.violations[0].message
     assert report.peak_bytes <= dev.memory_bytes
-    assert plan.metrics["peak_bytes"] == report.peak_bytes
+    assert plan.metrics["peak_bytes"] == report.peak_bytes   # one reading of rule 5: aligned, at every instant
     assert plan.makespan_s >= plan.metrics["persistent_bound_s"] * (1 - 1e-12)
     # The simulator re-times the augmented graph exactly as the planner timed it.
     s, e = resimulate(aug)

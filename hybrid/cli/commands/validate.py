@@ -23,7 +23,10 @@ def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
     included) and exits 0, or prints `invalid: rule N: ...` naming the first
     broken rule and the event that breaks it (every violation with --all) and
     exits 1. Unreadable or malformed files exit 2. Rule 0 means the plan was
-    made for another graph (name, graph_sha256, unknown ids or impls).
+    made for another graph (name, graph_sha256, unknown ids or impls). A
+    `note:` line follows for each figure the plan's metrics state that its
+    events do not give (stall, bytes moved, peak): the rules do not bind
+    metrics, but hybrid's summaries print the events' figures.
     """
     from hybrid.validator import validate
 
@@ -37,7 +40,27 @@ def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
               f"{format_bytes(dev.reserve_bytes)} reserve" if dev.reserve_bytes else format_bytes(mem))
         click.echo(f"valid: {len(plan.events)} events, makespan {format_seconds(plan.makespan_s)}, "
                    f"peak {format_bytes(report.peak_bytes)} ({100.0 * report.peak_bytes / max(mem, 1):.1f}% of {of})")
+        for line in _stated_differ(graph, plan):
+            click.echo(line)
         return
     for v in report.violations:
         click.echo(f"invalid: rule {v.rule}: {v.message}")
     sys.exit(1)
+
+
+def _stated_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
+    """A note per metric the file states that its events do not give (an edited file, another tool's reading)."""
+    from hybrid.plan.metrics import event_figures
+
+    got = event_figures(graph, plan)
+    out = []
+    for key, fmt in (("peak_bytes", format_bytes), ("bytes_h2d", format_bytes), ("bytes_d2h", format_bytes),
+                     ("stall_s", format_seconds)):
+        stated = plan.metrics.get(key)
+        if stated is None:
+            continue
+        close = abs(float(stated) - got[key]) <= (plan.tolerance_s if key == "stall_s" else 0)
+        if not close:
+            out.append(f"note: metrics.{key} states {fmt(stated)}; the events give {fmt(got[key])} "
+                       "(summaries print the events' figure)")
+    return out

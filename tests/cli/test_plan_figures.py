@@ -1,0 +1,53 @@
+"""A plan's figures have one definition: the stall, bytes moved and peak a planner writes in `metrics` are what
+its events give (`hybrid.plan.metrics.event_figures`, the peak as rule 5 reads it), summaries print the events'
+figures, and `hybrid validate` notes a stated figure the events do not give."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hybrid.graph import Graph
+from hybrid.plan import Plan
+from hybrid.plan.metrics import event_figures
+from hybrid.validator import validate
+from tests.cli.helpers import foreign_graph_file, run
+
+KINDS = ["naive", "odswap", "vdnn", "tflms", "belady", "recompute-only"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_baselines_metrics_are_its_events_figures(tmp_path, kind) -> None:
+    path = foreign_graph_file(tmp_path)
+    out = tmp_path / "p.json"
+    memory = "30MiB" if kind == "tflms" else "24MiB"    # TFLMS keeps every persistent tensor resident
+    r = run("baseline", "--graph", path, "--memory", memory, "--kind", kind, "--out", out)
+    assert r.exit_code == 0, r.output
+    g, plan = Graph.load(path), Plan.load(out)
+    got = event_figures(g, plan)
+    assert got["peak_bytes"] == validate(g, plan).peak_bytes == plan.metrics["peak_bytes"]
+    for key in ("bytes_h2d", "bytes_d2h"):
+        assert plan.metrics[key] == got[key], key
+    assert plan.metrics["stall_s"] == pytest.approx(got["stall_s"], abs=plan.tolerance_s)
+    v = run("validate", "--graph", path, "--plan", out)
+    assert v.exit_code == 0 and "note:" not in v.output, v.output
+
+
+def test_edited_metrics_are_noted_and_not_printed(tmp_path) -> None:
+    path = foreign_graph_file(tmp_path)
+    out = tmp_path / "p.json"
+    assert run("baseline", "--graph", path, "--memory", "12MiB", "--kind", "belady", "--out", out).exit_code == 0
+    d = json.loads(out.read_text())
+    true_peak = d["metrics"]["peak_bytes"]
+    d["metrics"].update(peak_bytes=1, bytes_h2d=5, stall_s=0.0)
+    out.write_text(json.dumps(d))
+    v = run("validate", "--graph", path, "--plan", out)
+    assert v.exit_code == 0, v.output
+    notes = [ln for ln in v.output.splitlines() if ln.startswith("note: metrics.")]
+    assert any(ln.startswith("note: metrics.peak_bytes states 1 B") for ln in notes), v.output
+    assert any(ln.startswith("note: metrics.bytes_h2d states 5 B") for ln in notes), v.output
+    ref = run("refine", "--graph", path, "--plan", out, "--out", tmp_path / "r.json", "--max-windows", "1")
+    assert ref.exit_code == 0, ref.output
+    table = ref.output[ref.output.index("| input"):]
+    assert "| 1 B" not in table and "| 5 B" not in table, ref.output   # the input row: the events' figures
+    assert true_peak > 1
