@@ -75,7 +75,7 @@ def main() -> None:
                      / min(base.makespan_s, res.rebind_makespan),
                      "gain_from_windows": 1 - res.plan.makespan_s / min(base.makespan_s, res.rebind_makespan,
                                                                         res.reorder_makespan),
-                     "belady_ratio_ideal": base.makespan_s / ideal, "refined_ratio_ideal": res.plan.makespan_s / ideal,
+                     "belady_makespan/ideal": base.makespan_s / ideal, "refined_makespan/ideal": res.plan.makespan_s / ideal,
                      "windows": res.windows, "accepted": res.accepted, "search_s": res.search_s, "stop": res.stop})
         print(rows[-1], flush=True)
         if label in plot:

@@ -146,7 +146,7 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
     df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
     labels = dict(zip(zip(df["graph"], df["memory_bytes"]), df["label"]))
     df = df[df["row"] == "seed"].copy()
-    for col in ("schedule_bound_s", "ratio_schedule_bound"):
+    for col in ("schedule_bound_s", "makespan/schedule_bound"):
         if col not in df:
             df[col] = float("nan")
     for col in COLUMNS:  # parts made before a column existed
@@ -166,7 +166,7 @@ def merge(graph_dir: Path, mode: str = "beside") -> pd.DataFrame:
         for i in df.index[df["label"] == label]:
             sb = schedule_bound(g, Plan.load(ROOT / df.at[i, "plan"]))
             df.at[i, "schedule_bound_s"] = sb
-            df.at[i, "ratio_schedule_bound"] = df.at[i, "makespan_s"] / sb
+            df.at[i, "makespan/schedule_bound"] = df.at[i, "makespan_s"] / sb
     df["seed"] = df["seed"].astype("Int64")
     df = with_medians(df[COLUMNS])
     df.insert(1, "label", [labels[(g, m)] for g, m in zip(df["graph"], df["memory_bytes"])])
@@ -227,7 +227,7 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
                          "evaluation process would not speed it up (one evaluation under 1 ms: here the Checkmate "
                          "graphs) and after it elsewhere.")
     rest = s[~s["gain>=5%"]]
-    bound = rest["ga_makespan_s"] / rest["ga+cpsat_makespan_s"] * rest["ga+cpsat_ratio_schedule_bound"]
+    bound = rest["ga_makespan_s"] / rest["ga+cpsat_makespan_s"] * rest["ga+cpsat_makespan/schedule_bound"]
     tight = rest[bound < 1.05]  # GA-only already within 5% of the schedule bound: no re-timing can gain 5%
     loose = rest[bound >= 1.05]
     if len(tight):
@@ -243,7 +243,7 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
         parts = [f"{lab} {100 * g:.1f}% (GA-only {100 * (b - 1):.1f}% above the schedule bound, GA+CP-SAT "
                  f"{100 * (r - 1):.1f}%; 5% would take a plan {100 * (0.95 * b - 1):.1f}% above it)"
                  for lab, g, b, r in zip(loose["label"], loose["median_gain"], bound[loose.index],
-                                         loose["ga+cpsat_ratio_schedule_bound"])]
+                                         loose["ga+cpsat_makespan/schedule_bound"])]
         lines.append("Below 5% although the bound leaves room: " + "; ".join(parts) + ". The bound relaxes the problem "
                      "(one op at a time, fractions of tensors, no wait for free memory), so part of that gap may not "
                      "be reachable; the rest is what larger windows or a longer refinement would have to find.")
@@ -380,7 +380,7 @@ def main() -> None:
                      out_dir=ROOT / "out" / stem(args.mode) / label.replace("@", "_"))
         df.insert(1, "label", label)
         relative_cells(df).to_parquet(parts / f"{label}.parquet", index=False)  # plan paths under out/
-        print(df[df["row"] == "median"][["label", "arm", "makespan_s", "gain_vs_ga", "ratio_graph_bound"]], flush=True)
+        print(df[df["row"] == "median"][["label", "arm", "makespan_s", "gain_vs_ga", "makespan/graph_bound"]], flush=True)
     print(merge(args.graph_dir, args.mode).to_markdown(index=False, floatfmt=".4g"))
 
 

@@ -42,14 +42,15 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
-    """'12GB/s' -> 12e9 bytes per second; plain numbers are bytes per second."""
+    """'12GB/s' -> 12e9 bytes per second; numbers from Python are bytes per second. Text needs a unit (`--h2d 12`
+    once meant 12 bytes per second, a makespan of 99 days); '12B/s' says bytes per second."""
     if isinstance(text, (int, float)):
         return checked_number(text, what, lo=MIN_RATE, hi=MAX_RATE)
     s = str(text).strip()
     if s.lower().endswith("/s"):
         s = s[:-2]
     m = re.fullmatch(_NUM + r"([A-Za-z]*)\s*", s)
-    if not m or m.group(2).lower() not in _BYTE_UNITS:
+    if not m or not m.group(2) or m.group(2).lower() not in _BYTE_UNITS:
         raise HybridError(f"cannot read {what} {text!r}: write bytes per second with a unit, e.g. 12GB/s, 25GiB/s")
     value = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
     if value <= 0:

@@ -73,7 +73,8 @@ graph_option = click.option("--graph", "graph_path", required=True, type=click.P
                             help="Graph file (hybrid-graph/1).")
 out_option = click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                           help="Write the plan here (hybrid-plan/1).")
-seed_option = click.option("--seed", type=int, default=1, show_default=True, help="Random seed.")
+seed_option = click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True,
+                           help="Random seed (0 or more): the same seed and budget give the same plan.")
 recompute_option = click.option(
     "--recompute/--no-recompute", default=True, show_default=True,
     help="Let the planner free a tensor that has no host copy without copying it, and rerun the op that made "
@@ -134,7 +135,8 @@ def prepare_output(path: Path | None, flag: str, *, folder: bool = False, figure
 def _distinct_output(path: Path, flag: str) -> None:
     """Two outputs of one command written to one file lose the first (a plan overwritten by the CSV log), and an
     output on the input graph loses the graph: both refused up front. (`--checkpoint` on the `--resume` file is
-    fine: that is how a search goes on from where it left off.)"""
+    fine: that is how a search goes on from where it left off.) So is an output on the --plan file read: a trace
+    or a result written over it loses the plan, and a refined plan over it the one it came from."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return
@@ -144,36 +146,40 @@ def _distinct_output(path: Path, flag: str) -> None:
     if other is not None and other != flag:
         raise HybridError(f"{flag} {path} is also the {other} file; give each output its own file")
     seen[key] = flag
-    graphs = ctx.params.get("graph_path") or ctx.params.get("graph_paths") or ()
-    for g in [graphs] if isinstance(graphs, (str, Path)) else graphs:
-        if Path(g).resolve() == key:
-            raise HybridError(f"{flag} {path} is the --graph file it reads; write the output to another file")
+    for param, name in (("graph_path", "--graph"), ("graph_paths", "--graph"), ("plan_path", "--plan"),
+                        ("plan_paths", "--plan")):
+        given = ctx.params.get(param) or ()
+        for g in [given] if isinstance(given, (str, Path)) else given:
+            if Path(g).resolve() == key:
+                raise HybridError(f"{flag} {path} is the {name} file it reads; write the output to another file")
 
 
 def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) -> dict[str, Any]:
     """A plan's figures for `--json` (optimize, baseline, simulate, refine): one flat object a script can read.
 
-    Times in seconds, sizes in bytes; `ratio` is makespan / ideal (1.0: no stall); `graph_bound_s` the lower
-    bound for any schedule counting activations (hybrid.bounds.plan_graph_bound: with recompute when the plan
-    reruns ops, else swap only) and `ratio_graph_bound` makespan / it; `persistent_bound_s` the bound counting
-    persistent tensors only, `ratio_persistent_bound` makespan / it; `plan` is the file written (null if none).
+    Times in seconds, sizes in bytes (`memory_bytes` the device's, `usable_bytes` what a plan may fill); a ratio's
+    key says what it divides, as the tables' columns do: `ideal/makespan` (1.0: no stall), `makespan/graph_bound`
+    over the lower bound for any schedule counting activations (`graph_bound_s`, hybrid.bounds.plan_graph_bound:
+    with recompute when the plan reruns ops, else swap only), `makespan/persistent_bound` over the bound counting
+    persistent tensors only (`persistent_bound_s`); `plan` is the file written (null if none).
     """
     from hybrid.bounds import plan_graph_bound
-    from hybrid.plan.metrics import persistent_bound_of
+    from hybrid.plan.metrics import event_figures, persistent_bound_of
 
     m = plan.metrics
+    fig = event_figures(graph, plan)   # from the events, not the file's own metrics
     ideal = float(m.get("ideal_s", 0.0))
     lb = persistent_bound_of(m)
     gb = plan_graph_bound(graph, plan)
     return {"graph": graph.name, "graph_sha256": plan.graph_sha256, "device": device.name,
-            "memory_bytes": int(plan.device.memory_bytes), "planner": str(plan.planner.get("name", "")),
+            "memory_bytes": int(plan.device.memory_bytes), "usable_bytes": int(plan.device.usable_bytes),
+            "planner": str(plan.planner.get("name", "")),
             "plan": str(path) if path is not None else None, "makespan_s": plan.makespan_s, "ideal_s": ideal,
-            "ratio": plan.makespan_s / ideal if ideal > 0 else None,
-            "graph_bound_s": gb, "ratio_graph_bound": plan.makespan_s / gb if gb > 0 else None,
-            "persistent_bound_s": lb, "ratio_persistent_bound": plan.makespan_s / lb if lb > 0 else None,
-            "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)),
-            "bytes_h2d": int(m.get("bytes_h2d", 0)), "bytes_d2h": int(m.get("bytes_d2h", 0)),
-            "peak_bytes": int(m.get("peak_bytes", 0)), "pool": plan.allocation.kind}
+            "ideal/makespan": ideal / plan.makespan_s if plan.makespan_s > 0 else None,
+            "graph_bound_s": gb, "makespan/graph_bound": plan.makespan_s / gb if gb > 0 else None,
+            "persistent_bound_s": lb, "makespan/persistent_bound": plan.makespan_s / lb if lb > 0 else None,
+            "stall_s": float(fig["stall_s"]), "bytes_h2d": int(fig["bytes_h2d"]), "bytes_d2h": int(fig["bytes_d2h"]),
+            "peak_bytes": int(fig["peak_bytes"]), "pool": plan.allocation.kind}
 
 
 def load_graph(path: Path) -> Graph:

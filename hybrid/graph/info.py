@@ -24,7 +24,7 @@ class GraphInfo:
     largest_op_bytes: int
     ideal_s: float
     persistent_bound_s: float        # persistent tensors only (parameters, optimizer state): persistent_bound
-    memory_bytes: int
+    usable_bytes: int                # what a plan may fill: the device's memory less its reserve (Device.usable_bytes)
     # What each bound bounds: every plan of its set is at least this slow. A set inside another takes the larger
     # of its own bound and the other's (a program-order plan is one of the any-order plans; a swap-only plan is
     # one of those that may recompute), so no figure is below that of a set holding its plans.
@@ -47,8 +47,8 @@ class GraphInfo:
                 ("peak, unswapped program order", f"{format_bytes(self.unswapped_peak_bytes)} ({self.unswapped_peak_bytes} B)"),
                 ("largest single op (ins+outs+workspace)", f"{format_bytes(self.largest_op_bytes)} ({self.largest_op}): "
                                                            f"no plan runs with less memory"),
-                ("device memory a plan may fill", f"{format_bytes(self.memory_bytes)} "
-                                  f"({100 * self.memory_bytes / max(1, self.unswapped_peak_bytes):.1f}% of the peak)"),
+                ("device memory a plan may fill", f"{format_bytes(self.usable_bytes)} "
+                                  f"({100 * self.usable_bytes / max(1, self.unswapped_peak_bytes):.1f}% of the peak)"),
                 ("ideal (compute only)", format_seconds(self.ideal_s)),
                 ("lower bound, persistent tensors only", format_seconds(self.persistent_bound_s))]
         if self.graph_bound_s:

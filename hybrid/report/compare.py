@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.bounds import plan_graph_bound, schedule_bound
-from hybrid.plan.metrics import persistent_bound_of
+from hybrid.plan.metrics import event_figures, persistent_bound_of
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
@@ -64,8 +64,8 @@ from hybrid.plan import Plan
 
 ARMS = ("ga", "ga+cpsat")
 MODES = ("beside", "after")
-COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s", "persistent_bound_s", "ratio_ideal",
-           "ratio_persistent_bound", "graph_bound_s", "ratio_graph_bound", "schedule_bound_s", "ratio_schedule_bound", "gain_vs_ga", "stall_s", "bytes_h2d",
+COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s", "persistent_bound_s", "makespan/ideal",
+           "makespan/persistent_bound", "graph_bound_s", "makespan/graph_bound", "schedule_bound_s", "makespan/schedule_bound", "gain_vs_ga", "stall_s", "bytes_h2d",
            "bytes_d2h", "bytes_moved", "search_s", "wall_s", "workers", "ga_generations", "resumed_generations",
            "refine_s", "resume_s", "final_from",
            "refine_windows", "refine_accepted", "mode", "arm_ga_makespan_s", "refined_plans", "refined_elites",
@@ -82,15 +82,16 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
     ideal = float(m.get("ideal_s", 0.0))
     lb = persistent_bound_of(m)
     gb = plan_graph_bound(graph, plan)
-    h2d, d2h = int(m.get("bytes_h2d", 0)), int(m.get("bytes_d2h", 0))
+    fig = event_figures(graph, plan)   # from the events, as every summary (hybrid.plan.metrics)
+    h2d, d2h = int(fig["bytes_h2d"]), int(fig["bytes_d2h"])
     return {"graph": graph.name, "memory_bytes": int(plan.device.memory_bytes), "arm": arm, "row": "seed",
             "seed": seed, "makespan_s": plan.makespan_s, "ideal_s": ideal, "persistent_bound_s": lb,
-            "ratio_ideal": plan.makespan_s / ideal if ideal > 0 else np.nan,
-            "ratio_persistent_bound": plan.makespan_s / lb if lb > 0 else np.nan,
-            "graph_bound_s": gb, "ratio_graph_bound": plan.makespan_s / gb if gb > 0 else np.nan,
+            "makespan/ideal": plan.makespan_s / ideal if ideal > 0 else np.nan,
+            "makespan/persistent_bound": plan.makespan_s / lb if lb > 0 else np.nan,
+            "graph_bound_s": gb, "makespan/graph_bound": plan.makespan_s / gb if gb > 0 else np.nan,
             "schedule_bound_s": (sb := schedule_bound(graph, plan)),
-            "ratio_schedule_bound": plan.makespan_s / sb if sb > 0 else np.nan, "gain_vs_ga": np.nan,
-            "stall_s": float(m.get("stall_s", plan.makespan_s - ideal)), "bytes_h2d": h2d, "bytes_d2h": d2h,
+            "makespan/schedule_bound": plan.makespan_s / sb if sb > 0 else np.nan, "gain_vs_ga": np.nan,
+            "stall_s": float(fig["stall_s"]), "bytes_h2d": h2d, "bytes_d2h": d2h,
             "bytes_moved": h2d + d2h, "search_s": search_s, "wall_s": np.nan, "workers": np.nan,
             "ga_generations": np.nan, "resumed_generations": np.nan,
             "refine_s": np.nan, "resume_s": np.nan, "final_from": "", "refine_windows": np.nan,
@@ -532,9 +533,9 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
     """Append a median row per (graph, memory, arm) over its seed rows (gain: median of per-seed gains)."""
     seeds = df[df["row"] == "seed"]
     med = []
-    num = ["makespan_s", "ideal_s", "persistent_bound_s", "ratio_ideal", "ratio_persistent_bound", "graph_bound_s",
-           "ratio_graph_bound", "schedule_bound_s",
-           "ratio_schedule_bound", "gain_vs_ga", "stall_s",
+    num = ["makespan_s", "ideal_s", "persistent_bound_s", "makespan/ideal", "makespan/persistent_bound", "graph_bound_s",
+           "makespan/graph_bound", "schedule_bound_s",
+           "makespan/schedule_bound", "gain_vs_ga", "stall_s",
            "bytes_h2d", "bytes_d2h", "bytes_moved", "search_s", "wall_s", "workers", "ga_generations",
            "resumed_generations", "refine_s", "resume_s",
            "refine_windows", "arm_ga_makespan_s", "refined_plans", "refined_elites",
@@ -567,9 +568,9 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                      "median_rewalk_gain": hy.get("rewalk_gain", np.nan),
                      "median_reorder_gain": hy.get("reorder_gain", np.nan),
                      "median_window_gain": hy.get("window_gain", np.nan),
-                     "ga_ratio_graph_bound": ga["ratio_graph_bound"],
-                     "ga+cpsat_ratio_graph_bound": hy["ratio_graph_bound"],
-                     "ga+cpsat_ratio_schedule_bound": hy.get("ratio_schedule_bound", np.nan),
+                     "ga_makespan/graph_bound": ga["makespan/graph_bound"],
+                     "ga+cpsat_makespan/graph_bound": hy["makespan/graph_bound"],
+                     "ga+cpsat_makespan/schedule_bound": hy.get("makespan/schedule_bound", np.nan),
                      "worst_seed_gain": w,
                      "milp_makespan_s": (part[part["arm"] == MILP_ARM]["makespan_s"].iloc[0]
                                          if (part["arm"] == MILP_ARM).any() else np.nan),

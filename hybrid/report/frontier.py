@@ -33,7 +33,7 @@ from hybrid.units import format_bytes, format_seconds
 
 DEFAULT_STEPS = 10        # memories in the default sweep, both ends included
 BOUND_STEPS = 33          # memories of the bound curve (the sweep's are added)
-COLUMNS = ["kind", "label", "memory_bytes", "memory_MiB", "makespan_s", "best_s", "ideal_s", "ratio_ideal",
+COLUMNS = ["kind", "label", "memory_bytes", "memory_MiB", "makespan_s", "best_s", "ideal_s", "makespan/ideal",
            "bound_s", "peak_bytes", "planner", "interrupted", "seconds", "note", "plan"]
 
 
@@ -101,8 +101,8 @@ def _row(kind: str, label: str, memory: int, makespan: float = float("nan"), ide
          **extra: object) -> dict:
     row = {c: None for c in COLUMNS}
     row.update(kind=kind, label=label, memory_bytes=int(memory), memory_MiB=memory / 2**20, makespan_s=makespan,
-               ideal_s=ideal, ratio_ideal=makespan / ideal if ideal and ideal > 0 else float("nan"),
-               interrupted=False, note="")
+               ideal_s=ideal, interrupted=False, note="")
+    row["makespan/ideal"] = makespan / ideal if ideal and ideal > 0 else float("nan")
     row.update(extra)
     return row
 

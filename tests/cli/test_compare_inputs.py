@@ -108,8 +108,9 @@ def _table(ga_s: float, hy_s: float) -> pd.DataFrame:
     for arm, t in (("ga", ga_s), ("ga+cpsat", hy_s)):
         r = {c: np.nan for c in report.COLUMNS}
         r.update(graph="g", memory_bytes=1 << 20, arm=arm, row="seed", seed=1, makespan_s=t, ideal_s=3e-4,
-                 ratio_graph_bound=1.1, gain_vs_ga=1 - t / ga_s, search_s=14.91, wall_s=15.02, final_from="",
+                 gain_vs_ga=1 - t / ga_s, search_s=14.91, wall_s=15.02, final_from="",
                  mode="after", budget="time", milp_status="", plan="")
+        r["makespan/graph_bound"] = 1.1
         rows.append(r)
     return report.with_medians(pd.DataFrame(rows, columns=report.COLUMNS))
 

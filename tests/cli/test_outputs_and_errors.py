@@ -133,3 +133,30 @@ def test_a_plan_for_another_graph_exits_1_in_every_command_given_a_plan(tmp_path
         r = run(*args, "--graph", other, "--plan", plan)
         assert r.exit_code == 1, (args, r.output)
         assert len(r.output.strip().splitlines()) == 1, (args, r.output)
+
+
+@pytest.mark.parametrize("args", [("timeline",), ("refine",), ("execute", "--device", "cpu", "--iters", "1")])
+def test_an_output_on_the_plan_file_read_is_refused_and_the_plan_kept(tmp_path, args) -> None:
+    path = foreign_graph_file(tmp_path)
+    plan = tmp_path / "p.json"
+    assert run("simulate", "--graph", path, "--memory", "12MiB", "--out", plan).exit_code == 0
+    before = plan.read_bytes()
+    r = run(*args, "--graph", path, "--plan", plan, "--out", plan)
+    assert r.exit_code == 2 and r.output.startswith("error: --out") and "is the --plan file it reads" in r.output, r.output
+    assert plan.read_bytes() == before
+
+
+def test_baseline_writes_several_kinds_into_a_folder_again(tmp_path) -> None:
+    path = foreign_graph_file(tmp_path)
+    folder = tmp_path / "base"
+    for _ in range(2):   # the folder exists the second time: its files are replaced
+        r = run("baseline", "--graph", path, "--memory", "24MiB", "--kind", "naive", "--kind", "belady",
+                "--out", folder)
+        assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in folder.iterdir()) == ["belady.json", "naive.json"]
+
+
+def test_a_negative_seed_is_a_usage_error(tmp_path) -> None:
+    path = foreign_graph_file(tmp_path)
+    r = run("optimize", "--graph", path, "--memory", "24MiB", "--seed=-1", "--out", tmp_path / "p.json")
+    assert r.exit_code == 2 and "--seed" in r.output and "Traceback" not in r.output, r.output

@@ -41,7 +41,8 @@ def test_sizes_rates_and_durations_in_range_are_read():
     for bad in (math.nan, math.inf, -1.0, 1e30):
         with pytest.raises(HybridError, match="--x"):
             parse_duration(bad, "--x")
-    for bad in ("0.5B/s", "1e30TB/s", math.nan, math.inf):
+    assert parse_bandwidth("12B/s") == parse_bandwidth(12.0) == 12.0
+    for bad in ("0.5B/s", "1e30TB/s", math.nan, math.inf, "12", "12/s"):   # text needs a unit
         with pytest.raises(HybridError, match="--h2d"):
             parse_bandwidth(bad, "--h2d")
     with pytest.raises(HybridError, match="--alignment"):

@@ -71,7 +71,7 @@ def test_compare_api_table_and_concatenation(tmp_path):
         plan = Plan.load(r["plan"])
         check(g, plan)
         assert plan.makespan_s == pytest.approx(r["makespan_s"])
-        assert r["ratio_ideal"] >= 1.0 - 1e-9 and r["bytes_moved"] == r["bytes_h2d"] + r["bytes_d2h"]
+        assert r["makespan/ideal"] >= 1.0 - 1e-9 and r["bytes_moved"] == r["bytes_h2d"] + r["bytes_d2h"]
     hy = seeds[seeds["arm"] == "ga+cpsat"]
     assert (hy["search_s"] <= 3.0 * 5).all()   # a hang guard: about the 3 s budget is typical
     assert set(hy["final_from"]) <= {"cpsat", "ga"} and (hy["refine_s"] > 0).all()

@@ -7,7 +7,7 @@ import click
 
 from hybrid.swap.baselines import BASELINES, run_baseline
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, out_option,
+from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph,
                                 prepare_output, recompute_option)
 from hybrid.report.summary import plan_row, table
 from hybrid.validator import write_plan
@@ -18,7 +18,9 @@ from hybrid.validator import write_plan
               help="Which baseline (repeat for several; with several, --out is a folder).")
 @graph_option
 @device_options
-@out_option
+@click.option("--out", "out_path", type=click.Path(path_type=Path), default=None,
+              help="Write the plan here (hybrid-plan/1); with several --kind, a folder (made if missing) that gets "
+                   "KIND.json for each.")
 @recompute_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout: {\"plans\": [one object per kind: kind, makespan_s, ideal_s, "

@@ -103,7 +103,7 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
     plans = df[df["kind"] == "plan"]
     shown = plans.assign(memory=plans["memory_bytes"].map(format_bytes), makespan_ms=plans["makespan_s"] * 1e3,
                          best_ms=plans["best_s"] * 1e3, bound_ms=plans["bound_s"] * 1e3)
-    click.echo(shown[["memory", "makespan_ms", "best_ms", "bound_ms", "ratio_ideal", "note"]]
+    click.echo(shown[["memory", "makespan_ms", "best_ms", "bound_ms", "makespan/ideal", "note"]]
                .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     click.echo("wrote " + ", ".join(str(p) for p in paths))
     if done.interrupted:
