@@ -373,6 +373,17 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             lp += var <= host[x, j], f"{var.name}_after"
         if (x, j) in S:
             lp += var + S[x, j] <= 1, f"{var.name}_absent"
+    # A tensor is fetched once at a time: two prefetches of it in flight in one stage, or one in flight and a
+    # blocking one there, would each allocate a device copy of it (rule 2 allows one).
+    fetching: dict[tuple[int, int], list[pulp.LpVariable]] = {}
+    for t, keys in inflight_p.items():
+        for k in keys:
+            fetching.setdefault((t, k[1]), []).append(P[k])
+    for (t, j), var in Pb.items():
+        fetching.setdefault((t, j), []).append(var)
+    for (t, j), vs in sorted(fetching.items()):
+        if len(vs) > 1:
+            lp += pulp.lpSum(vs) <= 1, f"fetch_once_{t}_{j}"
     # ---- persistent tensors: periodic (on the device at the end iff at the start), and one updated in place
     #      that ends off the device has been copied back after its last update ----------------------------
     for j in sorted(pb.persistent):
