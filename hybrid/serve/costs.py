@@ -3,6 +3,9 @@
 The swap plan is made by the Belady swap planner on the program order (fast), or by the genetic search for a
 fixed number of generations (`hybrid optimize --refine none --generations G`, deterministic for a seed); every
 plan passes `hybrid.validator.validate`.
+
+Serving needs an inference graph (`training_reason` says why one is not), and op times for the GPU it is
+served on: `costed_for` names the preset a graph's times are for, `recost_for` re-costs them for another.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Literal
 
 from hybrid.device import Device
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.graph import Graph
+from hybrid.graph import Graph, Impl
 from hybrid.graph.info import ideal_time, largest_op, unswapped_peak
 from hybrid.plan import Plan
 from hybrid.serve.simulate import ModelCosts
@@ -50,11 +53,68 @@ def swap_plan(graph: Graph, device: Device, memory_bytes: int, planner: Planner 
     return plan
 
 
+def training_reason(graph: Graph) -> str | None:
+    """Why `graph` is a training iteration rather than inference, or None: its capture says so, or an op
+    updates a tensor in place (an optimizer step; random ops' generator state does not count). Serving
+    times a training iteration would count its backward pass and optimizer step as a request's work."""
+    from hybrid.graph.rerun import updates_generator_only
+
+    capture = graph.extra.get("capture")
+    if isinstance(capture, dict) and capture.get("training") is True:
+        return "its capture records training: true"
+    for op in graph.ops:
+        if op.updates and not updates_generator_only(graph, op):
+            return f"op {op.id!r} updates {', '.join(op.updates)} in place"
+    return None
+
+
+def costed_for(graph: Graph) -> str | None:
+    """The device whose op times `graph` carries: the preset it was last re-costed or captured for, else the
+    device it names (an imported graph's times are its own device's); None when it names none."""
+    from hybrid.device import PRESET_COMPUTE
+
+    placed = graph.extra.get("placement_costs")
+    if isinstance(placed, dict) and placed.get("gpu"):   # recost records the compute figures' name: the preset's
+        gpu = str(placed["gpu"])
+        return next((k for k, spec in PRESET_COMPUTE.items() if spec.name == gpu), gpu)
+    capture = graph.extra.get("capture")
+    costs = capture.get("costs") if isinstance(capture, dict) else None
+    if isinstance(costs, dict) and costs.get("device"):
+        return str(costs["device"])
+    return graph.device.name if graph.device is not None else None
+
+
+def recost_for(graph: Graph, device: Device, where: str) -> Graph:
+    """`graph` with op times re-costed for preset `device.name` (hybrid.placement.costs.recost: the roofline of
+    each op's recorded FLOPs and bytes) and `device` as its device, so serving on another GPU does not keep the
+    old GPU's compute times. An op's other implementations are scaled by its default's speed-up, which keeps
+    the default impl the op's own time. A graph without recorded costs is refused, naming `where` (its file)."""
+    from hybrid.placement.costs import recost
+
+    try:
+        new = recost(graph, gpu=device.name)
+    except HybridError as e:
+        raise HybridError(f"--device {device.name}: {where} records no FLOPs and bytes to re-cost its op times "
+                          f"(they are {costed_for(graph) or 'of an unnamed device'}'s); leave out --device and "
+                          "give --memory/--h2d to change only the GPU's memory and link") from e
+    ops = []
+    for old, op in zip(graph.ops, new.ops):
+        if op.impls:
+            d = old.default_impl
+            k = op.time_s / old.time_s if old.time_s > 0 else 1.0
+            op = dataclasses.replace(op, impls=tuple(
+                Impl(im.name, op.time_s if i == d else im.time_s * k, im.workspace_bytes)
+                for i, im in enumerate(old.impls)))
+        ops.append(op)
+    return Graph(graph.name, graph.tensors, ops, device, new.extra)
+
+
 def model_costs(graph: Graph, device: Device, share_bytes: int, planner: Planner = "belady", generations: int = 20,
                 seed: int = 1, name: str | None = None) -> ModelCosts:
-    """`ModelCosts` of `graph` given `share_bytes` of device memory for its swap plan."""
-    a = graph.arrays
-    params = int(a.t_bytes[a.t_persistent].sum())
+    """`ModelCosts` of `graph` given `share_bytes` of device memory for its swap plan. Its parameters are its
+    persistent tensors other than inputs (a request's input is not what time-sharing keeps resident or
+    copies in to switch models; it is counted in the workspace)."""
+    params = sum(t.bytes for t in graph.tensors if t.persistent and t.kind != "input")
     peak = unswapped_peak(graph, device.alignment_bytes)
     ideal = ideal_time(graph)
     if peak <= share_bytes:

@@ -19,6 +19,8 @@ The simulation is a pure function of its inputs (no I/O, no clocks): `simulate_s
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -26,8 +28,29 @@ import numpy as np
 import pandas as pd
 
 from hybrid.errors import HybridError
+from hybrid.units import format_bytes
 
 POLICIES: tuple[str, ...] = ("not-shared", "time-shared", "swapping")
+# The most requests one rate may be expected to bring (rate x duration): each is a few float64 arrays'
+# entries and a step of the service loop, so 10 million is about a gigabyte and a minute; beyond it a run
+# would be killed for memory rather than answer.
+MAX_REQUESTS = 10_000_000
+
+
+def check_arrivals(rates: Sequence[float], duration_s: float) -> None:
+    """Refuse rates that are not finite and positive, a window that is not, and a rate x duration beyond
+    MAX_REQUESTS, before anything is allocated (an infinite rate has no Poisson gaps to draw)."""
+    for r in rates:
+        if isinstance(r, bool) or not isinstance(r, numbers.Real) or not (math.isfinite(r) and r > 0):
+            raise HybridError(f"--rate {r!r}: must be a finite positive number of requests per second, "
+                              "e.g. --rate 100")
+    if not (math.isfinite(duration_s) and duration_s > 0):
+        raise HybridError(f"--duration must be positive and finite, got {duration_s!r} s; e.g. --duration 60s")
+    for r in rates:
+        expected = r * duration_s
+        if expected > MAX_REQUESTS:
+            raise HybridError(f"--rate {r:g} x --duration {duration_s:g}s is {expected:.3g} expected requests, more "
+                              f"than the {MAX_REQUESTS:,} one simulation can hold; lower --rate or --duration")
 
 
 @dataclass(frozen=True)
@@ -68,6 +91,7 @@ class ServeConfig:
             raise HybridError(f"--batch must be at least 1, got {self.batch}")
         if not self.duration_s > 0:
             raise HybridError(f"--duration must be positive, got {self.duration_s}")
+        check_arrivals(self.rates, self.duration_s)
         if self.memory_bytes <= 0:
             raise HybridError(f"--memory must be positive, got {self.memory_bytes}")
         if not self.h2d_bytes_per_s > 0:
@@ -105,6 +129,7 @@ class PolicyRun:
 def workload(rate: float, batch: int, duration_s: float, n_models: int, seed: int) -> Workload:
     """Poisson arrivals over `duration_s`, grouped into batches of `batch` consecutive requests (a trailing
     partial batch is dropped), each batch given a uniformly random model; deterministic for `seed`."""
+    check_arrivals((rate,), duration_s)
     rng = np.random.default_rng([seed, int(round(rate * 1000)), batch, n_models])
     expected = rate * duration_s
     n = int(expected + 10 * np.sqrt(expected) + 10)
@@ -132,8 +157,9 @@ def _service_times(policy: str, models: Sequence[ModelCosts], wl: Workload, cfg:
     room = cfg.memory_bytes - max(m.workspace_bytes for m in models)
     too_big = [m.name for m in models if m.param_bytes > room]
     if too_big:
-        raise HybridError(f"--memory {cfg.memory_bytes} B cannot hold model {too_big[0]!r} whole (parameters and "
-                          f"activations), which time-sharing needs; give more --memory or drop time-shared")
+        raise HybridError(f"--memory {format_bytes(cfg.memory_bytes)} cannot hold model {too_big[0]!r} whole "
+                          "(parameters and activations), which time-sharing needs; give more --memory or drop "
+                          "time-shared")
     load = np.array([m.param_bytes / cfg.h2d_bytes_per_s for m in models])
     resident: list[int] = []  # most recently used last
     used = 0

@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 
 from hybrid.graph.info import unswapped_peak
-from hybrid.graph.synthetic import training_graph
 from tests.cli.helpers import hybrid, run
+from tests.serve.test_serve_inputs import inference_graph
 
 
 @pytest.fixture(scope="module")
 def graph_file(tmp_path_factory) -> Path:
-    g = training_graph(10, seed=3)
+    g = inference_graph(10, seed=3, batch=None)  # serve takes inference graphs; this one records no batch
     path = tmp_path_factory.mktemp("serve") / "g.json"
     path.write_text(g.dumps())
     return path

@@ -1,13 +1,20 @@
 """`hybrid serve --graph G --models N --rate R ...`: serving several models on one GPU (SwapAdvisor Figure 8)."""
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from hybrid.cli.options import device_from, device_options, load_graph, prepare_output
+from hybrid.device import Device
 from hybrid.errors import HybridError
+from hybrid.graph import Graph
 from hybrid.serve import POLICIES, ServeConfig, model_costs, simulate_serving
+from hybrid.serve.costs import costed_for, recost_for, training_reason
+from hybrid.serve.simulate import check_arrivals
 from hybrid.units import format_bytes, parse_duration
 
 
@@ -21,12 +28,96 @@ def parse_rates(items: tuple[str, ...]) -> tuple[float, ...]:
             except ValueError:
                 raise HybridError(f"--rate {part!r}: write requests per second, e.g. --rate 100 or --rate 50,100,200") \
                     from None
+            if not math.isfinite(r):
+                raise HybridError(f"--rate {part!r}: must be a finite number of requests per second, e.g. --rate 100")
             if not r > 0:
                 raise HybridError(f"--rate {part!r}: must be positive requests per second")
             out.append(r)
     if not out:
         raise HybridError("--rate is required: requests per second, e.g. --rate 50,100,200")
     return tuple(out)
+
+
+def explicit(name: str) -> bool:
+    """Whether flag `name` was given (command line or environment) rather than left at its default."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def refuse_ignored_flags(policies: tuple[str, ...], planner: str) -> None:
+    """A flag the chosen policies or planner never read would be silently ignored: refuse it instead, so a
+    table is never mistaken for one made with it."""
+    chosen = policies or POLICIES
+    if explicit("resident") and "time-shared" not in chosen:
+        raise HybridError(f"--resident applies to --policy time-shared only, which --policy {','.join(chosen)} "
+                          "leaves out; drop --resident or add --policy time-shared")
+    for flag in ("planner", "generations"):
+        if explicit(flag) and "swapping" not in chosen:
+            raise HybridError(f"--{flag} plans the swapping policy's swaps, which --policy {','.join(chosen)} "
+                              f"leaves out; drop --{flag} or add --policy swapping")
+    if explicit("generations") and planner != "ga":
+        raise HybridError(f"--generations applies to --planner ga only, not --planner {planner}; drop "
+                          "--generations or add --planner ga")
+
+
+def captured_batch(graph: Graph, path: Path) -> int | None:
+    """The batch `graph` was captured at (its `model.batch`), or None when it records none."""
+    model = graph.extra.get("model")
+    b = model.get("batch") if isinstance(model, dict) else None
+    if b is None:
+        return None
+    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        raise HybridError(f"--graph {path}: its model.batch {b!r} is not a positive whole number; give --batch")
+    return b
+
+
+def serving_batch(graphs: list[Graph], paths: tuple[Path, ...], batch: int | None) -> int:
+    """The one batch every model serves at. Service times are each graph's own, for the batch it was captured
+    at, so graphs captured at different batches, or a --batch other than theirs, are refused rather than timed
+    at the wrong size; a graph that records no batch is served at --batch as it is."""
+    recorded = [(p, captured_batch(g, p)) for g, p in zip(graphs, paths)]
+    known = [(p, b) for p, b in recorded if b is not None]
+    for p, b in known[1:]:
+        if b != known[0][1]:
+            raise HybridError(f"--graph {known[0][0]} is captured at batch {known[0][1]} and {p} at batch {b}; "
+                              "serve runs every model at one batch size: capture them at one --batch")
+    if batch is not None:
+        if known and batch != known[0][1]:
+            raise HybridError(f"--batch {batch}: {known[0][0]} is captured at batch {known[0][1]}, and its "
+                              f"service times are for that batch; capture it with --batch {batch}, or drop --batch")
+        return batch
+    missing = [p for p, b in recorded if b is None]
+    if missing:
+        raise HybridError(f"--batch: {missing[0]} does not record its batch; give --batch")
+    return known[0][1]
+
+
+def serving_graphs(graphs: list[Graph], paths: tuple[Path, ...], dev: Device, device_name: str | None,
+                   memory: str | None) -> list[Graph]:
+    """The graphs with op times for the GPU they are served on. --device re-costs each graph costed for another
+    preset; without it the times are the graphs' own, and graphs made for different devices are refused unless
+    --memory names the GPU they share (the times then stay each graph's own, as the summary says)."""
+    if device_name is not None:
+        return [g if costed_for(g) == device_name else recost_for(g, dev, str(p)) for g, p in zip(graphs, paths)]
+    if memory is None:
+        for g, p in zip(graphs[1:], paths[1:]):
+            a, b = graphs[0].device, g.device
+            if a != b:
+                detail = a is not None and b is not None and a.name == b.name
+                raise HybridError(f"--graph {paths[0]} is for {describe(a, detail)} and {p} for "
+                                  f"{describe(b, detail)}; serve them on one GPU with --device (re-costs their "
+                                  "times) or --memory")
+    return graphs
+
+
+def describe(dev: Device | None, detail: bool = False) -> str:
+    """A graph's device in a message: its name, with memory and link when `detail` (two may share a name)."""
+    if dev is None:
+        return "no device"
+    if not detail:
+        return dev.name
+    return (f"{dev.name} ({format_bytes(dev.memory_bytes)}, reserve {format_bytes(dev.reserve_bytes)}, "
+            f"{dev.h2d_bytes_per_s / 1e9:g} GB/s to the device)")
 
 
 @click.command("serve")
@@ -39,26 +130,33 @@ def parse_rates(items: tuple[str, ...]) -> tuple[float, ...]:
               help="Poisson arrival rate in requests/s (repeat, or comma-separated: 50,100,200). Required.")
 @click.option("--duration", default="60s", show_default=True, help="Simulated arrival window, e.g. 60s, 5m.")
 @click.option("--batch", type=int, default=None,
-              help="Requests per batch: every BATCH consecutive arrivals form one batch for a random model "
-                   "(default: the batch the graph was captured at; service times are that graph's).")
+              help="Requests per batch: every BATCH consecutive arrivals form one batch for a random model. "
+                   "Service times are each graph's own, for the batch it was captured at, so BATCH must equal "
+                   "that (default: it; every --graph must be captured at one batch); required for graphs that "
+                   "record none.")
 @click.option("--policy", "policies", multiple=True, type=click.Choice(POLICIES),
               help="Policies to compare (repeatable) [default: all]: not-shared (parameters always resident), "
                    "time-shared (whole models copied in on a miss), swapping (each model's swap plan in its share "
                    "of memory).")
 @click.option("--planner", type=click.Choice(["belady", "ga"]), default="belady", show_default=True,
               help="How swapping's plans are made: the Belady planner on the program order, or the genetic search "
-                   "for --generations.")
-@click.option("--generations", type=int, default=20, show_default=True, help="GA generations with --planner ga.")
+                   "for --generations (refused when --policy leaves out swapping).")
+@click.option("--generations", type=int, default=20, show_default=True,
+              help="GA generations with --planner ga (refused with another planner).")
 @click.option("--resident", type=int, default=None,
               help="time-shared: keep at most this many models resident (the paper's baseline: 1) [default: as "
-                   "many as fit in --memory].")
+                   "many as fit in --memory]; refused when --policy leaves out time-shared.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the arrivals, model draws and the GA.")
 @device_options
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the table as CSV.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Plot p99 latency against throughput (PNG), like the paper's Figure 8.")
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records instead of text.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object instead of text: models (each served model's costs: ideal_s, swap_s, "
+                   "param_bytes, workspace_bytes), times_costed_for (the device each model's times are for), "
+                   "device, batch, share_bytes (each model's memory for swapping) and rows (one record per policy "
+                   "and rate, the table's columns and more).")
 def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str, ...], duration: str,
             batch: int | None, policies: tuple[str, ...], planner: str, generations: int, resident: int | None, seed: int,
             csv_path: Path | None, plot_path: Path | None, as_json: bool, **kw) -> None:
@@ -69,6 +167,9 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
     model an equal share and plans its swaps there; time-shared keeps whole models resident while they fit and
     copies a model's parameters in before a batch when it is not; not-shared is the ideal (compute only).
     One GPU serves batches first come, first served; the same arrivals (a seed) are used for every policy.
+    Compute times are each graph's own (the summary names the device they were costed for); --device re-costs
+    them for that preset from each op's recorded FLOPs and bytes. Graphs made for different devices need
+    --device or --memory. Only inference graphs are served (capture with --optimizer none).
 
     \b
     Examples:
@@ -86,18 +187,25 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
                               "each --graph once)")
     if generations < 1:
         raise HybridError(f"--generations must be at least 1, got {generations}")
+    refuse_ignored_flags(policies, planner)
     for p in graph_paths:
         if not p.is_file():
             raise HybridError(f"--graph {p}: no such file")
     duration_s = parse_duration(duration, "--duration")
+    check_arrivals(rate_values, duration_s)   # before any work: an expected count too large to hold is refused
     prepare_output(csv_path, "--csv")
     prepare_output(plot_path, "--plot", figure=True)
     graphs = [load_graph(p) for p in graph_paths]
+    for g, p in zip(graphs, graph_paths):
+        why = training_reason(g)
+        if why is not None:
+            raise HybridError(f"--graph {p} is a training graph ({why}); serve simulates inference: capture it "
+                              "with `hybrid capture ... --optimizer none`")
+    batch = serving_batch(graphs, graph_paths, batch)
+    device_name, memory = kw.get("device_name"), kw.get("memory")
     dev = device_from(graphs[0], kw)
-    if batch is None:
-        batch = int((graphs[0].extra.get("model") or {}).get("batch") or 0)
-        if batch < 1:
-            raise HybridError(f"--batch: {graph_paths[0]} does not record its batch; give --batch")
+    graphs = serving_graphs(graphs, graph_paths, dev, device_name, memory)
+    times_for = [costed_for(g) for g in graphs]
     n = copies if copies is not None else len(graphs)
     share = dev.usable_bytes // n
     costs = []
@@ -105,9 +213,8 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
         c = model_costs(g, dev, share, planner, generations, seed)  # type: ignore[arg-type]
         costs += [c] * (n if copies is not None else 1)
     if copies is not None:
-        import dataclasses
-
         costs = [dataclasses.replace(c, name=f"{c.name}#{i}") for i, c in enumerate(costs)]
+        times_for = times_for * n
     cfg = ServeConfig(rates=rate_values, batch=batch, duration_s=duration_s, seed=seed,
                       memory_bytes=dev.usable_bytes, h2d_bytes_per_s=dev.h2d_bytes_per_s,
                       policies=tuple(policies) or POLICIES, resident=resident)
@@ -124,14 +231,29 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
     if as_json:
         import json
 
-        click.echo(json.dumps({"models": [c.__dict__ for c in costs[:len(graphs)]] if copies is None else
-                               [costs[0].__dict__], "share_bytes": share, "rows": df.to_dict("records")}, indent=1))
+        click.echo(json.dumps({"models": [dataclasses.asdict(c) for c in costs], "times_costed_for": times_for,
+                               "device": dev.name, "batch": batch, "share_bytes": share,
+                               "rows": df.to_dict("records")}, indent=1))
         return
+    recosted = device_name is not None
+    distinct = sorted({str(t) for t in times_for})
+    if recosted:
+        times = f"re-costed for {device_name} from each op's FLOPs and bytes (roofline)"
+    elif len(distinct) == 1 and times_for[0] is not None:
+        times = f"the graph's own, costed for {times_for[0]}"
+    else:
+        times = "each graph's own, costed for the device named per model"
     lines = [f"{n} model(s) on {dev.name}: {format_bytes(dev.usable_bytes)} shared ({format_bytes(share)} each for "
-             f"swapping), batch {batch}, {duration_s:g} s of arrivals, seed {seed}"]
-    for c in (costs if copies is None else costs[:1]):
-        lines.append(f"  {c.name}: compute {c.ideal_s * 1e3:.2f} ms, swap plan {c.swap_s * 1e3:.2f} ms, parameters "
-                     f"{format_bytes(c.param_bytes)} ({c.param_bytes / dev.h2d_bytes_per_s * 1e3:.2f} ms to copy in)")
+             f"swapping), batch {batch}, {duration_s:g} s of arrivals, seed {seed}", f"  compute times: {times}"]
+    shown_models = list(zip(costs, times_for))
+    if copies is not None:
+        shown_models = shown_models[:1]
+    for c, t in shown_models:
+        name = f"{c.name[:c.name.rindex('#')]}#0..#{n - 1}" if copies is not None else c.name
+        where = f" (costed for {t or 'an unnamed device'})" if len(distinct) > 1 and not recosted else ""
+        lines.append(f"  {name}: compute {c.ideal_s * 1e3:.2f} ms{where}, swap plan {c.swap_s * 1e3:.2f} ms, "
+                     f"parameters {format_bytes(c.param_bytes)} ({c.param_bytes / dev.h2d_bytes_per_s * 1e3:.2f} ms "
+                     "to copy in)")
     click.echo("\n".join(lines))
     shown = df.assign(p50_ms=df.p50_s * 1e3, p99_ms=df.p99_s * 1e3)[
         ["policy", "rate", "requests", "throughput", "p50_ms", "p99_ms", "utilization", "model_loads"]]
