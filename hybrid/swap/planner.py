@@ -359,9 +359,14 @@ class SwapPlanner:
             if opt.keep_persistent:
                 pinned = (f" on top of {format_bytes(int(pool.t_mem[a.t_persistent].sum()))} of persistent tensors "
                           "kept resident")
+            from hybrid.graph.info import largest_op
+
+            big, big_need = largest_op(g, pool.align)
+            least = "" if big_need <= need else (f"; no plan runs with less than {format_bytes(big_need)}: op "
+                                                 f"{g.ops[big].id!r} needs that at once (`hybrid info`)")
             return (f"op {op.id!r} needs {format_bytes(need)} at once (inputs, outputs and workspace, each aligned "
                     f"to {pool.align} bytes){pinned}, but the device has {format_bytes(pool.capacity)}; "
-                    "give more --memory")
+                    f"give more --memory{least}")
         c = -1 - err_need
         here = sum(1 for t in ts_ if pool.t_class[g.tensor_index[t]] == c)
         kept = ""

@@ -170,3 +170,20 @@ def test_padding_a_plan_does_not_loosen_the_validator(made):
     zero = [replace(x, end_s=x.start_s) if x.kind in ("swap_in", "swap_out") else x for x in padded.events]
     report = validate(g, replace(padded, events=zero))
     assert not report.valid and report.violations[0].rule == 1 and "lasts 0 s" in report.violations[0].message
+
+
+def test_too_little_memory_names_the_least_any_plan_needs() -> None:
+    """The op that fails first is not always the largest: the message says the least memory any plan needs, so
+    the user does not give more --memory twice."""
+    from hybrid.errors import InfeasibleError
+    from hybrid.graph import Op, Tensor
+
+    MiB = 1 << 20
+    tensors = [Tensor("x", 2 * MiB, "input", True), Tensor("a", 3 * MiB, "activation"),
+               Tensor("b", 8 * MiB, "activation")]
+    ops = [Op("small", "forward", ("x",), ("a",), 1e-3), Op("big", "forward", ("a",), ("b",), 1e-3)]
+    dev = Device("d", 9 * MiB // 2, 1e9, 1e9, 0.0, reserve_bytes=0)
+    g = Graph("two", tensors, ops, dev)
+    with pytest.raises(InfeasibleError, match=r"op 'small' needs 5 MiB .*no plan runs with less than 11 MiB: op "
+                                              r"'big' needs that at once"):
+        run_baseline(g, dev, "belady")
