@@ -108,7 +108,7 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
 @click.option("--iters", type=int, default=20, show_default=True, help="Training iterations to run.")
 @click.option("--device", "device", default=None,
               help="cuda (streams, pinned host memory) or cpu (the exact sequential backend); default cuda if present.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed for the model's weights; iteration k also seeds torch with seed + k (dropout).")
 @click.option("--check", is_flag=True, help="Also train eagerly on the CPU from the same seed (host memory holds what "
               "the GPU cannot); print the largest difference and exit 1 on a mismatch (bitwise on cpu, --atol/--rtol "

@@ -49,7 +49,7 @@ WRITE_S = 1.0   # kept back from --time-limit for building, validating and writi
               help="CP-SAT's budget in its deterministic seconds (reproducible whatever the load), e.g. 30s, 5m; "
                    "it also bounds the whole command's wall clock (loading and writing included), which then "
                    "decides.")
-@click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT's random seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="CP-SAT's random seed.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the placement as a plan (hybrid-plan/1 with a cpu stream).")
 @click.option("--graph-out", "graph_out", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -21,7 +21,7 @@ from hybrid.units import format_seconds, parse_bytes, parse_duration
 @click.option("--time-limit", default=None, help="Stop measuring after this long, keeping what was measured, e.g. 10m.")
 @click.option("--max-op-bytes", default=None,
               help="Skip ops whose tensors exceed this, e.g. 4GiB (default: 2GiB on CPU, 80% of free GPU memory).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input data.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random input data.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the graph with the measured times here.")
 def command(graph_path: Path, profile_path: Path, backend: str, repeat: int, warmup: int, time_limit: str | None,

@@ -146,7 +146,7 @@ def describe(dev: Device | None, detail: bool = False) -> str:
 @click.option("--resident", type=int, default=None,
               help="time-shared: keep at most this many models resident (the paper's baseline: 1) [default: as "
                    "many as fit in --memory]; refused when --policy leaves out time-shared.")
-@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the arrivals, model draws and the GA.")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help="Seed of the arrivals, model draws and the GA.")
 @device_options
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the table as CSV.")
