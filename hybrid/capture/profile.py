@@ -104,8 +104,8 @@ def op_signature(graph: Graph, op: Op) -> str | None:
 
 @dataclass
 class MeasureReport:
-    measured: int = 0         # distinct signatures measured now
-    reused: int = 0           # distinct signatures already in the profile
+    measured: int = 0         # distinct signatures measured now (each implementation of an op its own)
+    reused: int = 0           # distinct signatures already in the profile, counted the same way
     skipped: list[str] = field(default_factory=list)  # op ids not measured (too large, failed, out of time)
     reasons: dict[str, str] = field(default_factory=dict)
 
@@ -309,6 +309,7 @@ def measure_profile(
         max_op_bytes = int(0.8 * torch.cuda.mem_get_info(dev)[0]) if backend == "cuda" else 2 << 30
     report = MeasureReport()
     todo: dict[str, tuple[Op, str | None]] = {}   # signature -> (op, impl: None for the recorded call)
+    reused: set[str] = set()                       # signatures (implementations counted apart) already there
     for op in graph.ops:
         sig = op_signature(graph, op)
         if sig is None:
@@ -317,9 +318,11 @@ def measure_profile(
             continue
         # Each alternative implementation (hybrid.capture.conv_impls) is measured too, under its own entry.
         for key, impl in [(sig, None)] + [(impl_signature(sig, name), name) for name in _alternatives(op)]:
-            if key not in profile.entries:
+            if key in profile.entries:
+                reused.add(key)
+            else:
                 todo.setdefault(key, (op, impl))
-    report.reused = len({op_signature(graph, o) for o in graph.ops} & set(profile.entries))
+    report.reused = len(reused)
     gen = torch.Generator().manual_seed(seed)
     start = time.monotonic()
     try:

@@ -28,8 +28,10 @@ def command(graph_path: Path, profile_path: Path, backend: str, repeat: int, war
             max_op_bytes: str | None, seed: int, out_path: Path | None) -> None:
     """Measure the op times of a captured graph and cache them in a profile file.
 
-    Each distinct op (same kernel, same shapes) is run on random data and timed
-    once: CUDA events on a GPU, wall time on the CPU. Ops already in the
+    Each distinct op (same kernel, same shapes; each implementation a convolution
+    may choose counted apart) is run on random data, --warmup times untimed and
+    --repeat times timed, keeping the median: CUDA events on a GPU, wall time
+    on the CPU. Ops already in the
     profile are not measured again, so one profile serves many graphs and
     `hybrid capture --profile FILE` reuses it. Ctrl-C stops early and keeps
     what was measured.
@@ -65,7 +67,7 @@ def command(graph_path: Path, profile_path: Path, backend: str, repeat: int, war
         seed=seed, progress=progress)
     bar.close()
     prof.save(profile_path)
-    click.echo(f"{prof.backend} ({prof.device_name}): measured {report.measured} op signatures, reused {report.reused}, "
+    click.echo(f"{prof.backend} ({prof.device_name}): measured {report.measured} op signatures (implementations apart), reused {report.reused}, "
                f"skipped {len(report.skipped)} ops -> {profile_path}")
     for oid, why in list(report.reasons.items())[:5]:
         click.echo(f"  skipped {oid}: {why}")
