@@ -231,7 +231,8 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
     tight = rest[bound < 1.05]  # GA-only already within 5% of the schedule bound: no re-timing can gain 5%
     loose = rest[bound >= 1.05]
     if len(tight):
-        parts = [f"{lab} {100 * g:.1f}% (GA-only within {100 * max(0.0, b - 1):.1f}% of the schedule bound)"
+        parts = [f"{lab} {round(100 * g, 1) + 0.0:.1f}% "   # + 0.0: a gain of -4e-16 reads 0.0%, not -0.0%
+                 f"(GA-only within {100 * max(0.0, b - 1):.1f}% of the schedule bound)"
                  for lab, g, b in zip(tight["label"], tight["median_gain"], bound[tight.index])]
         lines.append("Below 5% with no room for 5%: " + "; ".join(parts) + ". The schedule bound (`hybrid.bounds`) "
                      "holds for any plan with the same schedule, memory and tensors resident at the start, all of "
@@ -240,7 +241,7 @@ def verdict(s: pd.DataFrame, df: pd.DataFrame, mode: str = "beside") -> str:
                      "pass evicts, the h2d stream while the backward pass reloads); only another schedule or "
                      "recomputation could help.")
     if len(loose):
-        parts = [f"{lab} {100 * g:.1f}% (GA-only {100 * (b - 1):.1f}% above the schedule bound, GA+CP-SAT "
+        parts = [f"{lab} {round(100 * g, 1) + 0.0:.1f}% (GA-only {100 * (b - 1):.1f}% above the schedule bound, GA+CP-SAT "
                  f"{100 * (r - 1):.1f}%; 5% would take a plan {100 * (0.95 * b - 1):.1f}% above it)"
                  for lab, g, b, r in zip(loose["label"], loose["median_gain"], bound[loose.index],
                                          loose["ga+cpsat_makespan/schedule_bound"])]
