@@ -147,7 +147,7 @@ def _distinct_output(path: Path, flag: str) -> None:
         raise HybridError(f"{flag} {path} is also the {other} file; give each output its own file")
     seen[key] = flag
     for param, name in (("graph_path", "--graph"), ("graph_paths", "--graph"), ("plan_path", "--plan"),
-                        ("plan_paths", "--plan")):
+                        ("plan_paths", "--plan"), ("from_path", "--from"), ("start_path", "--start")):
         given = ctx.params.get(param) or ()
         for g in [given] if isinstance(given, (str, Path)) else given:
             if Path(g).resolve() == key:

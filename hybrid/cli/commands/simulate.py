@@ -1,11 +1,18 @@
 """`hybrid simulate --graph G [--from PLAN] --out P`: the swap planner on one schedule and pool."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import click
+from click.core import ParameterSource
 
-from hybrid.swap.pools import byte_pool, per_size_pool, pool_from_allocation
+from hybrid.device import Device, resolve_device
+from hybrid.errors import HybridError, InvalidPlanError
+from hybrid.graph import Graph
+from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation
+from hybrid.swap.pools import PoolArrays, byte_pool, per_size_pool, pool_from_allocation
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, load_plan,
                                 out_option, prepare_output, recompute_option)
 from hybrid.swap.to_plan import to_plan
@@ -14,49 +21,151 @@ from hybrid.report.summary import plan_row, table
 from hybrid.swap.augmented import PlannerOptions
 from hybrid.swap.baselines import RECOMPUTE_RATIO
 from hybrid.swap.planner import SwapPlanner
+from hybrid.units import format_bytes, format_seconds
+from hybrid.validator import write_plan
+
+# device_options' parameters, in resolve_device's argument order (device_from pops the same keys)
+DEVICE_KEYS = ("device_name", "memory", "h2d", "d2h", "latency", "reserve", "alignment")
+# what --from takes from the plan instead of these flags
+FROM_OVERRIDES = ("schedule", "allocation")
+MIB = 1 << 20
 
 
 @click.command("simulate")
 @graph_option
 @click.option("--from", "from_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Keep this plan's schedule and allocation; re-plan its swaps.")
+              help="Keep this plan's schedule, allocation and device; re-plan its swaps (device flags, if given, "
+                   "change the plan's device). A size-class or unconstrained plan keeps its pool; an arena plan "
+                   "(what `hybrid optimize` and `hybrid arena` write) is re-planned with a byte budget and its "
+                   "offsets dropped: lay the result out again with `hybrid arena`. Not with --schedule or "
+                   "--allocation.")
 @click.option("--schedule", type=click.Choice(["program", "dfs"]), default="program", show_default=True,
               help="Operator order when not --from: the graph's own (program) order or depth-first.")
 @click.option("--allocation", type=click.Choice(["bytes", "size-classes"]), default="bytes", show_default=True,
               help="Pool when not --from: a byte budget, or one size class per tensor size sized from the unswapped peak.")
 @click.option("--victim", type=click.Choice(["belady", "lru"]), default="belady", show_default=True,
               help="Which tensor to evict when memory is full.")
-@click.option("--recency", type=int, default=2, show_default=True,
-              help="Do not evict tensors used within this many ops (unless nothing else can go).")
+@click.option("--recency", type=click.IntRange(min=0, max=2**31 - 1), default=2, show_default=True,
+              help="Do not evict tensors used within this many ops (unless nothing else can go); 0: no such rule.")
 @recompute_option
 @device_options
 @out_option
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ratio, plan, ...).")
+              help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, plan, ...; `notes`: what the output differs from --from in).")
 def command(graph_path: Path, from_path: Path | None, schedule: str, allocation: str, victim: str, recency: int,
             recompute: bool, out_path: Path | None, as_json: bool, **kw) -> None:
     """Plan swaps (and, with --recompute, drops and reruns) for one schedule and pool with the swap planner
     and simulate the three streams."""
     prepare_output(out_path, "--out")
+    ctx = click.get_current_context()
+    device_flags = _given_flags(ctx, DEVICE_KEYS)
+    overridden = _given_flags(ctx, FROM_OVERRIDES) if from_path is not None else []
+    if overridden:
+        raise HybridError(f"{overridden[0]} with --from: the plan's {overridden[0].lstrip('-')} is kept; drop "
+                          f"{overridden[0]}, or drop --from to plan the graph with it")
     g = load_graph(graph_path)
-    dev = device_from(g, kw)
+    notes: list[str] = []
+    src: Plan | None = None
     if from_path is not None:
         src = load_plan(from_path)
-        order = from_ids(g, src.schedule, f"{from_path}: schedule")
-        pool = pool_from_allocation(g, src.allocation, dev)
+        _check_plan_graph(g, src, from_path, graph_path)
+        try:
+            order = from_ids(g, src.schedule, f"{from_path}: schedule")
+        except HybridError as e:
+            raise InvalidPlanError(f"{e}; run `hybrid validate --graph {graph_path} --plan {from_path}`") from None
+        dev = _device_for_plan(src, kw, device_flags, notes)
+        if isinstance(src.allocation, ArenaAllocation):
+            pool = byte_pool(g, dev)
+            again = (f"`hybrid arena --graph {graph_path} --plan {out_path} --out ...`" if out_path is not None
+                     else "`hybrid arena` (write it with --out first)")
+            notes.append(f"{from_path} is an arena plan: its offsets are dropped and its schedule re-planned with a "
+                         f"byte budget of {format_bytes(dev.usable_bytes)}; lay the result out again with {again}")
+        else:
+            pool = pool_from_allocation(g, src.allocation, dev)
     else:
+        dev = device_from(g, kw)
         order = program_order(g) if schedule == "program" else depth_first_order(g)
         pool = byte_pool(g, dev) if allocation == "bytes" else per_size_pool(g, order, dev)
     opt = PlannerOptions(victim=victim, recency=recency, recompute_ratio=RECOMPUTE_RATIO if recompute else 0.0)
     planner = SwapPlanner(g, dev)
+    if src is not None and from_path is not None and isinstance(src.allocation, SizeClassAllocation):
+        _check_classes_fit(pool, planner, dev, device_flags, from_path)
     opt = planner.faster_options(order, pool, opt)
     aug = planner.plan(order, pool, opt)
     plan = to_plan(aug, {"name": "simulate", "options": opt.describe()})
     if out_path is not None:
-        plan.save(out_path)
+        write_plan(g, plan, out_path, "the simulated plan")   # the one way a command writes a plan: validated
     if as_json:
         import json
 
-        click.echo(json.dumps(json_summary(g, dev, plan, out_path), indent=1))
+        click.echo(json.dumps({**json_summary(g, dev, plan, out_path), "notes": notes}, indent=1))
     else:
         click.echo(table([plan_row("simulate", plan, g)]))
+        for note in notes:
+            click.echo(f"note: {note}")
+
+
+def _given_flags(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
+    """The flags among `names` (parameter names) the user gave, as typed (`--memory`): a flag left at its
+    default must not count as a request that --from would have to honour or refuse."""
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    return [flags[n] for n in names if n in flags and ctx.get_parameter_source(n) not in
+            (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)]
+
+
+def _check_plan_graph(g: Graph, plan: Plan, plan_path: Path, graph_path: Path) -> None:
+    """The plan names this graph and this version of its file (as executor/preflight.py plan_fits): a plan for
+    another graph would otherwise fail on its first op id, which says nothing of the real mistake."""
+    if plan.graph != g.name:
+        raise InvalidPlanError(f"--from {plan_path} was made for graph {plan.graph!r}, not --graph {graph_path} "
+                               f"({g.name!r}); give the graph it was made for, or plan this one without --from")
+    if plan.graph_sha256 and plan.graph_sha256 != g.sha256:
+        raise InvalidPlanError(f"--from {plan_path} was made for another version of --graph {graph_path} (sha256 "
+                               f"{plan.graph_sha256[:12]}, the file's is {g.sha256[:12]}); plan it again")
+
+
+def _device_for_plan(src: Plan, kw: dict[str, Any], device_flags: list[str], notes: list[str]) -> Device:
+    """The plan's own device ("keep this plan's ... allocation" is meaningless on another memory), changed only
+    by the device flags given; where they change it, a note says how, since the result is then not the plan's."""
+    values = [kw.pop(k, None) for k in DEVICE_KEYS]
+    if not device_flags:
+        return src.device
+    dev = resolve_device(src.device, *values)
+    changes = _device_changes(src.device, dev)
+    if changes:
+        notes.append(f"the device ({', '.join(device_flags)}) differs from the plan's: {'; '.join(changes)}")
+    return dev
+
+
+def _device_changes(old: Device, new: Device) -> list[str]:
+    """`field old -> new` for each device field that differs, in units a reader checks against the flags."""
+    def rate(x: float) -> str:
+        return f"{x / 1e9:.4g} GB/s"
+
+    fields = (("name", "device", str), ("memory_bytes", "memory", format_bytes),
+              ("reserve_bytes", "reserve", format_bytes), ("h2d_bytes_per_s", "h2d", rate),
+              ("d2h_bytes_per_s", "d2h", rate), ("transfer_latency_s", "latency", format_seconds),
+              ("alignment_bytes", "alignment", lambda b: f"{b} B"))
+    return [f"{label} {fmt(getattr(old, key))} -> {fmt(getattr(new, key))}"
+            for key, label, fmt in fields if getattr(old, key) != getattr(new, key)]
+
+
+def _check_classes_fit(pool: PoolArrays, planner: SwapPlanner, dev: Device, device_flags: list[str],
+                       plan_path: Path) -> None:
+    """A size-class pool is the plan's to keep: where it and the largest workspace exceed the device's usable
+    memory, no flag of this command can shrink the classes, so say how much --memory runs it (the planner's own
+    message, `lower the class counts`, names nothing the user can do here)."""
+    ws = int(planner.op_ws.max(initial=0))
+    need = int(pool.capacity) + ws
+    if need <= dev.usable_bytes:
+        return
+    # --memory sets the reserve to 0 unless --reserve is given (hybrid.device.resolve_device)
+    reserve = dev.reserve_bytes if "--reserve" in device_flags else 0
+    memory_mib = math.ceil((need + reserve) / MIB)
+    flags = ", ".join(device_flags)
+    keep = f", or drop {flags} to keep the plan's device" if device_flags else ""
+    wsp = f" and the largest workspace {format_bytes(ws)} more" if ws else ""
+    raise HybridError(f"{flags or f'--from {plan_path}'}: the plan's size classes (class bytes x count) take "
+                      f"{format_bytes(pool.capacity)}{wsp}, {need} bytes in all, over the device's usable "
+                      f"{dev.usable_bytes} bytes; give --memory {memory_mib}MiB or more{keep}, or plan this memory "
+                      "anew with `hybrid optimize --memory ...`")
