@@ -76,7 +76,7 @@ class MilpRun:
         p = self.plan
         return {"planner": self.kind, "stages": self.stages, "variables": self.variables,
                 "constraints": self.constraints, "binaries": self.binaries, "build_s": self.build_s,
-                "solve_s": r.solve_s, "status": r.status, "solver_status": r.solver_status, "gap": r.gap,
+                "solve_s": r.solve_s, "handoff_s": r.handoff_s, "status": r.status, "solver_status": r.solver_status, "gap": r.gap,
                 "ilp_objective_s": r.objective_s, "bound_s": r.bound_s,
                 "makespan_s": p.makespan_s if p else None, "ideal_s": p.metrics["ideal_s"] if p else None,
                 "compute_s": p.metrics.get("compute_s") if p else None,
@@ -169,7 +169,7 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
         planner = {"name": kind, "model": opts.describe(), "solver": solve_options.solver,
                    "time_limit_s": solve_options.time_limit_s, "mip_gap": solve_options.gap,
                    "status": res.status, "solver_status": res.solver_status, "gap": res.gap,
-                   "solve_s": res.solve_s, "stages": pb.n, "variables": model.n_variables,
+                   "solve_s": res.solve_s, "handoff_s": res.handoff_s, "stages": pb.n, "variables": model.n_variables,
                    "constraints": model.n_constraints}
         try:
             plan = decode(model, values, planner, auto=not opts.impl_choice, ilp_objective_s=res.objective_s)
@@ -314,19 +314,23 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
 
 
 def checked_start(graph: Graph, device: Device, plan: Plan) -> Plan:
-    """`plan` on `device`, validated (a start must be a plan of this graph that fits this memory)."""
-    from hybrid.errors import HybridError
+    """`plan` on `device`, validated (a start must be a plan of this graph that fits this memory). A start of
+    another graph, or one that fails validation, is the plan given being wrong, not the request:
+    InvalidPlanError (exit 1, as `hybrid validate`), naming both graphs."""
+    from hybrid.errors import InvalidPlanError
     from hybrid.validator import validate
 
-    if plan.graph_sha256 and graph.sha256 and plan.graph_sha256 != graph.sha256:
-        raise HybridError(f"--start: the plan is for graph sha256 {plan.graph_sha256[:12]}, not this graph's "
-                          f"{graph.sha256[:12]}; give a plan of this graph")
+    if (plan.graph_sha256 and graph.sha256 and plan.graph_sha256 != graph.sha256) or \
+            (plan.graph and graph.name and plan.graph != graph.name):
+        raise InvalidPlanError(f"--start: the plan is for graph {plan.graph or '?'!r} (sha256 "
+                               f"{(plan.graph_sha256 or '?')[:12]}), not --graph {graph.name!r} (sha256 "
+                               f"{(graph.sha256 or '?')[:12]}); give a plan of this graph")
     p = replace(plan, device=device)
     rep = validate(graph, p)
     if not rep.valid:
         v = rep.violations[0]
-        raise HybridError(f"--start: the plan is not valid on this device (rule {v.rule}: {v.message}); give a "
-                          "plan made for this --memory")
+        raise InvalidPlanError(f"--start: the plan is not valid on this device (rule {v.rule}: {v.message}); give "
+                               "a plan made for this --memory")
     return p
 
 

@@ -22,10 +22,23 @@ from dataclasses import dataclass, replace
 import pulp
 
 from hybrid.errors import HybridError, InfeasibleError
-from milp.model import MS, MilpModel, Values, read_values
+from milp.model import MS, BuildTimeError, MilpModel, Values, read_values
 
 SOLVERS = ("highs", "cbc")
 MIN_SOLVE_S = 0.5   # the solver's least budget when a deadline has (nearly) passed
+# The hand-off of the model to HiGHS goes in chunks of this many rows, the deadline checked between them. PuLP's
+# own hand-off (a Python call per column and per row) took 15.9 s of a 20 s `hybrid milp` on resnet18-b32
+# (285 stages, 259k variables) on 2 loaded cores, uncounted and unbounded; in bulk it takes about 1 s there.
+HANDOFF_ROWS = 20_000
+HANDOFF_S_PER_ITEM = 2e-6   # the bulk hand-off's seconds per variable + constraint: 2.1-2.25 s for 347,687 +
+#                             549,822 there (5.3 s with 6 jobs on the 2 cores): the estimate errs short, so a
+#                             hand-off is refused up front only where it cannot end in time
+READBACK_FACTOR = 1.0   # reading the solution back (PuLP's findSolutionValues) took 1.1-1.8 s after a 2.1 s hand-off
+
+
+class HandoffTimeError(BuildTimeError):
+    """Handing the built model to HiGHS ran past the deadline: there is no model to solve (a caller with a start
+    plan writes it, as for a build past its deadline)."""
 
 _redirect_lock = threading.Lock()
 _redirect: list[int] = [0, -1]   # [solves inside `solver_output_to_stderr`, the saved stdout descriptor]
@@ -98,6 +111,10 @@ class SolveResult:
     interrupted: bool
     values: Values | None
     limit_s: float | None = None   # the time limit the solver was given (the deadline's share, set when it started)
+    handoff_s: float = 0.0         # of `solve_s`, seconds spent handing the model to the solver before it started
+    #                                (HiGHS: the columns and rows passed to highspy; counted against the deadline)
+    search_s: float | None = None  # of `solve_s`, seconds the solver itself ran (HiGHS; the rest of `solve_s`
+    #                                is the hand-off and reading the solution back)
 
     @property
     def has_solution(self) -> bool:
@@ -111,31 +128,122 @@ class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
     start: dict[str, float] | None = None
     sparse: bool = False   # the start names only some columns (HiGHS completes the rest: a sub-MIP / LP)
     deadline: float | None = None   # time.monotonic() by which HiGHS must stop: its time limit is set from it
-    #                                 here, once PuLP has passed it the model (seconds on a large model)
+    #                                 here, once the model has been handed over (`buildSolverModel`)
+    handoff_s: float = 0.0          # seconds the hand-off took
+    stages: int = 0                 # the model's stages (for the advice when its hand-off cannot end in time)
+    search_s: float | None = None   # seconds HiGHS's own run took
+    _variables: list | None = None  # lp.variables() as handed over (each call walks every constraint and sorts)
+
+    def actualSolve(self, lp: pulp.LpProblem) -> int:
+        """PuLP's, with the variables listed once (`lp.variables()` walks every constraint's terms and sorts
+        them by name at each call: about a second each on a 500k-row model)."""
+        self._variables = None
+        self.createAndConfigureSolver(lp)
+        self.buildSolverModel(lp)
+        self.callSolver(lp)
+        status, sol_status = self.findSolutionValues(lp)
+        for var in self._variables if self._variables is not None else lp.variables():
+            var.modified = False
+        for constraint in lp._constraints.values():
+            constraint.modifier = False
+        lp.assignStatus(status, sol_status)
+        return status
+
+    def buildSolverModel(self, lp: pulp.LpProblem) -> None:
+        """The same columns, rows and coefficients, in the same order, as PuLP's loop (`pulp.HiGHS.
+        buildSolverModel`), handed over in bulk: PuLP's one highspy call per column and row was the larger
+        part of the time on large models, and ran outside any time limit. The deadline is checked every
+        `HANDOFF_ROWS` rows; a hand-off past it (by more than `MIN_SOLVE_S` where it started late) raises
+        HandoffTimeError rather than run on with no time to solve."""
+        import highspy
+        import numpy as np
+
+        t0 = time.monotonic()
+        # a hand-off that starts at or past the deadline may still take the solver's least budget
+        stop = None if self.deadline is None else max(self.deadline, t0 + MIN_SOLVE_S)
+        n_vars, n_rows = lp.numVariables(), len(lp._constraints)
+        guess = HANDOFF_S_PER_ITEM * (n_vars + n_rows)
+        fewer = f"fewer --stages (e.g. --stages {max(1, self.stages // 4)})" if self.stages else "fewer --stages"
+        if stop is not None and t0 + guess > stop:   # it cannot end in time: say so now, not after trying
+            raise HandoffTimeError(
+                f"milp: no time left to hand the model ({n_vars} variables, {n_rows} constraints) to HiGHS: that "
+                f"takes about {guess:.1f} s, {max(0.0, self.deadline - t0):.1f} s of the time limit were left after "
+                f"its build; give a longer --time-limit, or {fewer}")
+        h = lp.solverModel
+        inf = highspy.kHighsInf
+        mult = -1.0 if lp.sense == pulp.constants.LpMaximize else 1.0
+        variables = lp.variables()
+        self._variables = variables
+        n = len(variables)
+        obj = lp.objective
+        cost = np.fromiter((mult * obj.get(v, 0.0) for v in variables), np.float64, n)
+        lo = np.fromiter((-inf if v.lowBound is None else v.lowBound for v in variables), np.float64, n)
+        hi = np.fromiter((inf if v.upBound is None else v.upBound for v in variables), np.float64, n)
+        ints = []
+        for i, v in enumerate(variables):
+            v.index = i
+            if v.cat == pulp.constants.LpInteger and self.mip:
+                ints.append(i)
+        none_i = np.zeros(0, np.int32)
+        h.addCols(n, cost, lo, hi, 0, none_i, none_i, np.zeros(0, np.float64))
+        if ints:
+            h.changeColsIntegrality(len(ints), np.array(ints, np.int32),
+                                    np.full(len(ints), int(highspy.HighsVarType.kInteger), np.uint8))
+        rows = list(lp._constraints.values())
+        for a in range(0, len(rows), HANDOFF_ROWS):
+            if stop is not None and time.monotonic() > stop:
+                self.handoff_s = time.monotonic() - t0
+                raise HandoffTimeError(
+                    f"milp: handing the model ({n} variables, {len(rows)} constraints) to HiGHS ran past the time "
+                    f"limit: {self.handoff_s:.1f} s for its columns and {a} of its constraints (estimated "
+                    f"{guess:.1f} s in all); give a longer --time-limit, or {fewer}")
+            chunk = rows[a:a + HANDOFF_ROWS]
+            starts, index, value = [], [], []
+            rlo = np.empty(len(chunk), np.float64)
+            rhi = np.empty(len(chunk), np.float64)
+            for k, c in enumerate(chunk):
+                c.index = a + k
+                starts.append(len(index))
+                for var, coef in c.items():
+                    if coef != 0:
+                        index.append(var.index)
+                        value.append(coef)
+                lb, ub = c.getLb(), c.getUb()
+                rlo[k] = -inf if lb is None else lb
+                rhi[k] = inf if ub is None else ub
+            h.addRows(len(chunk), rlo, rhi, len(index), np.array(starts, np.int32), np.array(index, np.int32),
+                      np.array(value, np.float64))
+        self.handoff_s = time.monotonic() - t0
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
         import highspy
         import numpy as np
 
         h = lp.solverModel
+        variables = self._variables if self._variables is not None else lp.variables()
         if self.deadline is not None:
-            left = max(MIN_SOLVE_S, self.deadline - time.monotonic())
+            # reading the solution back walks the model as the hand-off did, and about as long: kept back here
+            left = max(MIN_SOLVE_S, self.deadline - time.monotonic() - READBACK_FACTOR * self.handoff_s)
             self.timeLimit = left if self.timeLimit is None else min(float(self.timeLimit), left)
             h.setOptionValue("time_limit", float(self.timeLimit))
         if self.start and self.sparse:
-            pairs = [(var.index, self.start[var.name]) for var in lp.variables() if var.name in self.start]
+            pairs = [(var.index, self.start[var.name]) for var in variables if var.name in self.start]
             h.setSolution(len(pairs), np.array([i for i, _ in pairs], dtype=np.int32),
                           np.array([v for _, v in pairs], dtype=np.float64))
         elif self.start:
             cols = [0.0] * h.getNumCol()
-            for var in lp.variables():
+            for var in variables:
                 cols[var.index] = self.start.get(var.name, 0.0)
             sol = highspy.HighsSolution()
             sol.col_value = cols
             sol.value_valid = True
             h.setSolution(sol)
         h.HandleKeyboardInterrupt = True
-        h.solve()
+        t0 = time.monotonic()
+        try:
+            h.solve()
+        finally:
+            self.search_s = time.monotonic() - t0
 
     def findSolutionValues(self, lp: pulp.LpProblem):  # noqa: ANN201
         # PuLP's status table lacks kSolutionLimit (a node limit's stop); it has assigned the values by then, and
@@ -196,11 +304,12 @@ def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] |
     solver.start = start
     solver.sparse = sparse
     solver.deadline = opts.deadline
+    solver.stages = model.problem.n
     t0 = time.perf_counter()
     model.lp.solve(solver)
     solve_s = time.perf_counter() - t0
     res = _highs_result(model, opts, solve_s)
-    return replace(res, limit_s=solver.timeLimit)
+    return replace(res, limit_s=solver.timeLimit, handoff_s=solver.handoff_s, search_s=solver.search_s)
 
 
 def _highs_result(model: MilpModel, opts: SolveOptions, solve_s: float) -> SolveResult:

@@ -344,7 +344,7 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
     if best == lb or (first_fit and cap is not None and best <= cap):
         return done(best_off, best, solver, best == lb, lb)
     if searched is not None:             # the zero-slack search ran out or proved the capacity out of reach
-        return done(best_off, best, solver, False, cap + 1 if searched.status == INFEASIBLE else lb)
+        return done(best_off, best, solver, False, max(lb, cap + 1) if searched.status == INFEASIBLE else lb)
     p = prepare(problem) if p is None else p
     proven_lb = lb
     if time.perf_counter() >= deadline:
@@ -356,8 +356,8 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
             assert out.offsets is not None
             arena = int((out.offsets + problem.arrays.size).max())
             return done(out.offsets, arena, "exact", arena == lb, lb)
-        if out.status == INFEASIBLE:
-            proven_lb = cap + 1
+        if out.status == INFEASIBLE:     # a capacity below the peak is refused at once: the peak still bounds
+            proven_lb = max(lb, cap + 1)
         return done(best_off, best, solver, False, proven_lb)
     hi = best - 1 if cap is None else min(best - 1, cap)
     soft = lb            # targets below this timed out: not proven, but not worth retrying

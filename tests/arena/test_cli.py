@@ -40,7 +40,7 @@ def test_csv_in_offsets_out(tmp_path: Path) -> None:
     q, off = read_csv(out)
     assert off is not None and check_offsets(q, off).valid
     arena = int((off + q.arrays.size).max())
-    assert f"arena {arena} bytes" in r.output
+    assert f"({arena} B)" in r.output    # human units, the exact bytes beside
     r2 = run("arena", "--csv", f, "--capacity", str(arena), "--out", tmp_path / "o2.csv")
     assert r2.exit_code == 0, r2.output
 

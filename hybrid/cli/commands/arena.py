@@ -1,19 +1,39 @@
 """`hybrid arena`: static byte offsets in one arena, for a MiniMalloc CSV or for a plan's device copies."""
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 import click
 
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.units import MAX_ALIGNMENT, format_seconds, parse_bytes, parse_duration
+from hybrid.units import MAX_ALIGNMENT, format_bytes, format_seconds, parse_bytes, parse_duration
 
 
-def _verdict(arena: int, peak: int, proven: bool, lb: int, solver: str, secs: float) -> str:
-    proof = "proven optimal" if proven else f"not proven optimal (lower bound {lb})"
-    return (f"arena {arena} bytes, peak live {peak} bytes (arena / peak {arena / peak if peak else 1.0:.4f}), "
-            f"{proof}; by {solver} in {format_seconds(secs)}")
+def _size(n: int) -> str:
+    """A size people read, with its exact bytes where they matter (an arena against a capacity, a bound)."""
+    return f"{format_bytes(n)} ({int(n)} B)" if n >= 1024 else f"{int(n)} B"
+
+
+def _verdict(arena: int, peak: int, proven: bool, lb: int, solver: str, secs: float, skipped: str = "") -> str:
+    """The result line. `lb` is never below `peak` (the live bytes at one time are a bound on any arena);
+    `skipped` says why the exact search did not run, where it did not."""
+    lb = max(lb, peak)
+    proof = "proven optimal" if proven else (
+        f"not proven optimal (lower bound {_size(lb)})" if lb != peak else "not proven optimal")
+    return (f"arena {_size(arena)}, peak live {_size(peak)}: arena / peak {arena / peak if peak else 1.0:.4f}, "
+            f"{proof}; by {solver} in {format_seconds(secs)}" + (f"; {skipped}" if skipped else ""))
+
+
+def _alignment(text: str) -> int:
+    """--alignment as bytes: a power of two up to MAX_ALIGNMENT, the rule a device's alignment_bytes follows
+    (docs/formats.md, rule 5), so an offset CSV and a plan's arena agree on what an alignment is."""
+    a = parse_bytes(text, "--alignment")
+    if a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
+        raise HybridError(f"--alignment must be a power of two up to {format_bytes(MAX_ALIGNMENT)} (docs/formats.md, "
+                          f"rule 5; 512 for CUDA), got {text!r}")
+    return a
 
 
 @click.command("arena")
@@ -22,20 +42,22 @@ def _verdict(arena: int, peak: int, proven: bool, lb: int, solver: str, secs: fl
 @click.option("--capacity", default=None,
               help="With --csv: the arena may not exceed this (e.g. 1048576, 1MiB); the search stops at the first "
                    "assignment within it. Without: minimise the arena.")
-@click.option("--alignment", default="1", show_default=True, help="With --csv: every offset a multiple of this.")
+@click.option("--alignment", default=None,
+              help="Every offset a multiple of this, a power of two (default: 1 with --csv, the graph device's with "
+                   "--graph alone). Not with --plan: its offsets follow its device's alignment_bytes.")
 @click.option("--graph", "graph_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Graph file (hybrid-graph/1), with --plan.")
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Plan whose device copies get offsets: the output plan's allocation is an arena.")
 @click.option("--time-limit", "time_limit", default="60s", show_default=True,
               help="Time for the exact search, e.g. 10s, 2m.")
-@click.option("--overwrite/--no-overwrite", default=True, show_default=True,
+@click.option("--overwrite/--no-overwrite", default=None,
               help="--graph alone: let an elementwise op write its output into an input it reads last "
-                   "(MegEngine's in-place overwrite; hybrid.arena.lifetimes.OVERWRITE_KINDS).")
+                   "(MegEngine's in-place overwrite; hybrid.arena.lifetimes.OVERWRITE_KINDS). Default: on.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="CSV with an offset column (--csv), or the plan with arena offsets (--plan).")
-def command(csv_path: Path | None, capacity: str | None, alignment: str, graph_path: Path | None,
-            plan_path: Path | None, time_limit: str, overwrite: bool, out_path: Path | None) -> None:
+def command(csv_path: Path | None, capacity: str | None, alignment: str | None, graph_path: Path | None,
+            plan_path: Path | None, time_limit: str, overwrite: bool | None, out_path: Path | None) -> None:
     """Give every buffer a byte offset so that buffers live at the same time never overlap.
 
     --csv: MiniMalloc's buffers. --graph with --plan: the plan's device copies (the plan comes back with an
@@ -50,17 +72,29 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str, graph_p
     limit = parse_duration(time_limit, "--time-limit")
     if (csv_path is None) == (graph_path is None):
         raise HybridError("give either --csv FILE, or --graph G (with --plan P to lay out a plan)")
+    align = _alignment(alignment) if alignment is not None else None
+    if overwrite is not None and (csv_path is not None or plan_path is not None):
+        # a CSV's and a plan's lifetimes are given: only the graph run in program order has in-place writes to make
+        raise HybridError(f"--{'' if overwrite else 'no-'}overwrite is for --graph alone (the graph run in program "
+                          f"order without swapping); leave it out with {'--csv' if csv_path is not None else '--plan'}")
     if csv_path is not None:
         if plan_path is not None:
             raise HybridError("--plan goes with --graph, not with --csv")
-        _csv(csv_path, capacity, alignment, limit, out_path)
+        _csv(csv_path, capacity, align or 1, limit, out_path)
         return
     if plan_path is None:
-        _graph(graph_path, limit, out_path, overwrite)
+        if capacity is not None:
+            raise HybridError("--capacity is for --csv; --graph alone finds the smallest arena")
+        _graph(graph_path, limit, out_path, True if overwrite is None else overwrite, align)
         return
     if capacity is not None:
         raise HybridError("--capacity is for --csv; a plan's capacity is its device memory")
-    _plan(graph_path, plan_path, t0 + limit, out_path)
+    if align is not None:
+        # the plan's copies were sized for its device's alignment (rule 5): another one would change what fits
+        raise HybridError(f"--alignment does not go with --plan: its offsets follow the plan's device alignment, "
+                          f"which its copies were planned with; plan again with --alignment {align} (e.g. "
+                          "`hybrid baseline ... --alignment`) and lay that plan out")
+    _plan(graph_path, plan_path, t0 + limit, out_path, limit)
 
 
 # The exact search's set-up lists every pair of buffers live together (quadratic: 15.7 s on 17,866 buffers
@@ -74,7 +108,64 @@ LAYOUT_SHARE = 0.65
 WRITE_SHARE = 0.15   # ... and what is kept for writing the plan; the exact search may use what lies between
 
 
-def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | None) -> None:
+def _exact_skipped(n: int, exact_end: float, limit: float) -> str:
+    """Why the exact search is not run on n buffers with `exact_end` (time.perf_counter()) as its end ('' where it
+    may run): a result without it is not the search's, and the reader should know what would buy it."""
+    from hybrid.arena.layout import EXACT_COMPILE_S, exact_ready
+
+    if n > EXACT_MAX_BUFFERS:
+        return (f"exact search skipped: {n} buffers, above the {EXACT_MAX_BUFFERS} whose pairs it can list in "
+                "time (the heuristics' layout is kept)")
+    if not exact_ready(exact_end):
+        left = max(0.0, exact_end - time.perf_counter())
+        more = (EXACT_COMPILE_S - left) / (1.0 - WRITE_SHARE) + 5.0   # what the exact search would need beside
+        return (f"exact search skipped: it compiles once per process (up to {EXACT_COMPILE_S:.0f} s) and "
+                f"{format_seconds(left)} of --time-limit was left for it; give --time-limit "
+                f"{5 * math.ceil((limit + more) / 5):.0f}s or more")
+    return ""
+
+
+def _replanned(given, new, layout):  # noqa: ANN001, ANN202 - Plan, Plan, hybrid.arena.layout.Layout
+    """`new` (what lay_out re-planned from `given`) with a planner record of its own: the re-plan copies the
+    given plan's record, whose name, options and refinement describe a plan that was not written (issue: a
+    re-planned `belady+cpsat` plan still claimed its refinement). It names the Belady planner that made it
+    and keeps what it was re-planned from under `replanned_from`."""
+    import dataclasses
+
+    old = dict(given.planner) if isinstance(given.planner, dict) else {}
+    cur = dict(new.planner) if isinstance(new.planner, dict) else {}
+    source = layout.source if layout.fallback == "re-planned" and layout.source else "belady"
+    record = {"name": source, "schedule": "the given plan's"}
+    if layout.fallback == "size classes":
+        record["pool"] = "size classes"
+    for key in ("fallback", "arena"):
+        if key in cur:
+            record[key] = cur[key]
+    record["replanned_from"] = {
+        "name": old.get("name", "?"), "makespan_s": given.makespan_s, "refined": "refine" in old,
+        "why": f"its device copies do not lay out within the memory (best {100 * layout.overflow:+.1f}% over)",
+        "memory_given_up": layout.memory_given_up}
+    return dataclasses.replace(new, planner=record)
+
+
+def _slower(given, written) -> None:  # noqa: ANN001 - Plans
+    """Say plainly when the plan written is slower than the plan given (a re-plan for want of a layout drops
+    what the given plan had, a refinement above all), and what would keep it."""
+    if written.makespan_s <= given.makespan_s * (1 + 1e-9):
+        return
+    info = given.planner if isinstance(given.planner, dict) else {}
+    refine = info.get("refine") if isinstance(info.get("refine"), dict) else None
+    before = refine.get("from_makespan_s") if refine is not None else None
+    was = f" ({format_seconds(float(before))} before its refinement)" if isinstance(before, (int, float)) else ""
+    line = (f"the plan written is slower than the plan given: {format_seconds(written.makespan_s)} against "
+            f"{format_seconds(given.makespan_s)}{was}")
+    if refine is not None:
+        line += ("; the re-plan cannot keep a refinement: lay the plan out before refining it (`hybrid arena` on "
+                 "the plan refine started from, then `hybrid refine` on that output)")
+    click.echo(line)
+
+
+def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | None, limit: float = 60.0) -> None:
     """--graph G --plan P: P's device copies laid out in one arena within `deadline` (the command's). A
     byte-budget plan whose copies do not lay out within its memory is re-planned (hybrid.arena.layout.lay_out:
     a little less memory, else per-size classes), and the command says so; it never fails for want of a fit
@@ -88,8 +179,7 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
     from hybrid.arena.layout import DEFAULT_BUDGET, exact_ready, heuristic_layout, lay_out
     from hybrid.arena.lifetimes import arena_plan, plan_buffers
     from hybrid.cli.options import load_graph, load_plan
-
-    from hybrid.validator import require_valid, write_plan
+    from hybrid.validator import require_valid
 
     graph = load_graph(graph_path)
     plan = load_plan(plan_path)
@@ -107,16 +197,21 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
         budget = DEFAULT_BUDGET if exact_ready(work_end) else dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
         layout = lay_out(graph, plan, left(), budget=budget)
         new, solve_s = layout.plan, layout.solve_s
+        if layout.fallback in ("re-planned", "size classes"):
+            new = _replanned(plan, new, layout)
         if layout.describe() and layout.fallback:
             click.echo(layout.describe())
         if new.allocation.kind != "arena":
+            _slower(plan, new)
             _write(graph, new, out_path)
             return
         info = new.planner.get("arena", {}) if isinstance(new.planner, dict) else {}
         if len(new.allocation.offsets) > EXACT_MAX_BUFFERS or not exact_ready(exact_end):
             peak = int(info.get("peak_live_bytes", 0))     # nothing left to do but say what lay_out found
-            click.echo(_verdict(new.allocation.arena_bytes, peak, bool(info.get("proven_optimal", False)), peak,
-                                str(info.get("solver", "")), solve_s))
+            proven = bool(info.get("proven_optimal", False))
+            click.echo(_verdict(new.allocation.arena_bytes, peak, proven, peak, str(info.get("solver", "")), solve_s,
+                                "" if proven else _exact_skipped(len(new.allocation.offsets), exact_end, limit)))
+            _slower(plan, new)
             _write(graph, new, out_path)
             return
     else:
@@ -127,14 +222,20 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
         offs = np.array([new.allocation.offsets[t] for t in pb.tensors], np.int64)
         sol = Solution(offs, int((offs + pb.problem.arrays.size).max()) if len(offs) else 0,
                        str(info.get("solver", "")), solve_s, False, pb.problem.peak_live())
-    if len(pb.problem) <= EXACT_MAX_BUFFERS and sol.arena_bytes > sol.lower_bound and exact_ready(exact_end):
-        if exact.warm_up() > 1.0:
-            click.echo("compiled the exact search (once per process)", err=True)
-        if left(exact_end) > 0:
-            sol = exact.solve(pb.problem, left(exact_end), start=sol)
+    skipped = ""
+    if sol.arena_bytes > sol.lower_bound:
+        skipped = _exact_skipped(len(pb.problem), exact_end, limit)
+        if not skipped:
+            if exact.warm_up() > 1.0:
+                click.echo("compiled the exact search (once per process)", err=True)
+            if left(exact_end) > 0:
+                sol = exact.solve(pb.problem, left(exact_end), start=sol)
+            else:
+                skipped = "exact search skipped: compiling it took the time left for it"
     new = arena_plan(new, pb, sol)
     click.echo(_verdict(sol.arena_bytes, pb.problem.peak_live(), sol.proven_optimal, sol.lower_bound, sol.solver,
-                        sol.seconds))
+                        sol.seconds, skipped))
+    _slower(plan, new)
     _write(graph, new, out_path)
 
 
@@ -151,14 +252,14 @@ def _write(graph, plan, out_path: Path | None) -> None:  # noqa: ANN001 - a Grap
 REPAIR_MOVES = 400
 
 
-def _graph(graph_path: Path, limit: float, out_path: Path | None, overwrite: bool) -> None:
+def _graph(graph_path: Path, limit: float, out_path: Path | None, overwrite: bool, align: int | None = None) -> None:
     from hybrid.arena import exact
     from hybrid.arena.lifetimes import schedule_buffers
     from hybrid.arena.problem import write_csv
     from hybrid.arena.validate import check_offsets
     from hybrid.cli.options import load_graph
 
-    sb = schedule_buffers(load_graph(graph_path), overwrite=overwrite)
+    sb = schedule_buffers(load_graph(graph_path), align=align, overwrite=overwrite)
     problem = sb.problem
     sol = exact.solve(problem, limit, repair_moves=REPAIR_MOVES)
     offsets = sb.tensor_offsets(sol.offsets)
@@ -174,25 +275,26 @@ def _graph(graph_path: Path, limit: float, out_path: Path | None, overwrite: boo
         click.echo(f"wrote {out_path}")
 
 
-def _csv(path: Path, capacity: str | None, alignment: str, limit: float, out_path: Path | None) -> None:
+def _csv(path: Path, capacity: str | None, align: int, limit: float, out_path: Path | None) -> None:
     from hybrid.arena import exact
     from hybrid.arena.problem import read_csv, write_csv
     from hybrid.arena.validate import check_offsets
 
-    align = parse_bytes(alignment, "--alignment")
-    if not 1 <= align <= MAX_ALIGNMENT:
-        raise HybridError(f"--alignment must be from 1 to {MAX_ALIGNMENT}, got {alignment!r}")
     problem, _ = read_csv(path, align)
     cap = parse_bytes(capacity, "--capacity") if capacity is not None else None
-    sol = exact.solve(problem, limit, capacity=cap, first_fit=cap is not None, repair_moves=REPAIR_MOVES)
     peak = problem.peak_live()
+    if cap is not None and cap < peak:   # the bytes live at one time need that much whatever the offsets: no search
+        raise InfeasibleError(f"no assignment within --capacity {_size(cap)}: none exists (proven: the live bytes "
+                              f"peak at {_size(peak)}, above it); give --capacity {peak} or more")
+    sol = exact.solve(problem, limit, capacity=cap, first_fit=cap is not None, repair_moves=REPAIR_MOVES)
     chk = check_offsets(problem, sol.offsets)
     if not chk.valid:     # the validator is independent of the solvers: never write what it rejects
         raise HybridError(f"internal error: {sol.solver} produced an invalid assignment: {chk.problems[0]}")
     click.echo(_verdict(sol.arena_bytes, peak, sol.proven_optimal, sol.lower_bound, sol.solver, sol.seconds))
     if cap is not None and sol.arena_bytes > cap:
         why = "none exists (proven)" if sol.lower_bound > cap else f"none found in {format_seconds(limit)}"
-        raise InfeasibleError(f"no assignment within --capacity {cap}: {why}; the best found needs {sol.arena_bytes}")
+        raise InfeasibleError(f"no assignment within --capacity {_size(cap)}: {why}; the best found needs "
+                              f"{_size(sol.arena_bytes)}")
     if out_path is not None:
         write_csv(out_path, problem, sol.offsets)
         click.echo(f"wrote {out_path}")

@@ -10,7 +10,7 @@ from hybrid.cli import clock
 from hybrid.cli.options import (FiniteFloat, device_from, device_options, graph_option, json_summary, load_graph,
                                 load_plan, prepare_output)
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.units import format_seconds, parse_duration
+from hybrid.units import format_bytes, format_seconds, parse_duration
 from hybrid.validator import write_plan
 
 @click.command("milp")
@@ -166,12 +166,35 @@ def _say_start(g, dev, plan, start_name: str | None, why: str, out_path: Path | 
                + (f"\nplan         {out_path} (validated)" if out_path is not None else ""))
 
 
+def _size(n: int) -> str:
+    """Bytes people read, the exact count beside (a peak a few KiB under the memory reads as equal to it)."""
+    return f"{format_bytes(n)} ({int(n)} B)" if n >= 1024 else f"{int(n)} B"
+
+
+def _solve_parts(r, solver: str) -> str:  # noqa: ANN001 - milp.solve.SolveResult
+    """Where a solve's seconds went (HiGHS): the model's hand-off, the search (against the limit it was given:
+    the `time` line's), reading the solution back; '' where the solver did not say (CBC)."""
+    from milp.solve import MIN_SOLVE_S
+
+    if r.search_s is None:
+        return ""
+    search = f"{format_seconds(r.search_s)} searching"
+    if r.limit_s is not None and r.search_s > r.limit_s + MIN_SOLVE_S:
+        search += f", past the {format_seconds(r.limit_s)} it was given"
+    parts = [f"{format_seconds(r.handoff_s)} handing the model to {solver}", search]
+    rest = r.solve_s - r.handoff_s - r.search_s
+    if rest >= 0.01:
+        parts.append(f"{format_seconds(rest)} reading the solution back")
+    return f" ({'; '.join(parts)})"
+
+
 def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: ANN001 - MilpRun, Device
     r = run.result
     lines = [
         f"planner      {kind}  ({run.stages} stages, {run.variables} variables of which {run.binaries} binary, "
         f"{run.constraints} constraints; built in {format_seconds(run.build_s)})",
-        f"solver       {solver}: {r.status} ({r.solver_status}), {format_seconds(r.solve_s)}, gap "
+        f"solver       {solver}: {r.status} ({r.solver_status}), {format_seconds(r.solve_s)}{_solve_parts(r, solver)}"
+        + ", gap "
         + (f"{100 * r.gap:.2f}%" if r.gap is not None else "unknown")
         + (" — interrupted, best plan so far" if r.interrupted else ""),
         (f"ILP objective {format_seconds(r.objective_s)} (compute + recompute)" if r.objective_s is not None
@@ -195,8 +218,9 @@ def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: AN
         lines.append("start breaks none of the model's constraints: the solver's first incumbent")
     if run.solver_limit_s is not None:
         lines.append(f"time         solver given {format_seconds(run.solver_limit_s)} of the time limit when it "
-                     f"started (before: loading, the start, the model's build; {format_seconds(run.kept_back_s or 0.0)}"
-                     " kept back to decode, lay out, validate and write)")
+                     "started (before: loading, the start, the model's build"
+                     + (f", its hand-off to the solver ({format_seconds(r.handoff_s)})" if r.handoff_s else "")
+                     + f"; {format_seconds(run.kept_back_s or 0.0)} kept back to decode, lay out, validate and write)")
     if run.resolve is not None:
         lines.append(f"re-solve     {run.resolve}")
     if run.bound_gap is not None:
@@ -211,5 +235,6 @@ def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: AN
     lines.append(
         f"makespan     {format_seconds(run.plan.makespan_s)} simulated (ideal {format_seconds(m.get('ideal_s', 0.0))}, "
         f"stall {format_seconds(stall)}); {n_re} recomputes, {n_out} offloads, {n_in} prefetches"
-        + (f"; peak {peak} B of {dev.usable_bytes} B" if peak is not None else f"; {dev.usable_bytes} B usable"))
+        + (f"; peak {_size(peak)} of {_size(dev.usable_bytes)} usable" if peak is not None
+           else f"; {_size(dev.usable_bytes)} usable"))
     return lines
