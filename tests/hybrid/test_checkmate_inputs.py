@@ -155,3 +155,12 @@ def test_what_the_checks_leave_alone_still_imports(tmp_path) -> None:
     assert [o.id for o in load_checkmate(_write(tmp_path, rl)).ops] == ["1", "0"]
     scaled = load_checkmate(_write(tmp_path, _base()), scale_to=2.5, time_unit="1e-3")
     assert sum(o.time_s for o in scaled.ops) == pytest.approx(2.5)
+
+
+def test_time_unit_and_scale_to_together_are_refused(tmp_path) -> None:
+    r = CliRunner().invoke(cli, ["import", "checkmate", str(_write(tmp_path, _base())), "--time-unit", "ms",
+                                 "--scale-to", "2s", "--out", str(tmp_path / "g.json")])
+    assert r.exit_code == 2 and r.output.startswith("error: give --time-unit or --scale-to, not both"), r.output
+    r = CliRunner().invoke(cli, ["import", "checkmate", str(_write(tmp_path, _base())), "--scale-to", "2s",
+                                 "--out", str(tmp_path / "g.json")])
+    assert r.exit_code == 0, r.output

@@ -7,6 +7,7 @@ import click
 
 from hybrid.cli.options import device_options, prepare_output
 from hybrid.device import resolve_device
+from hybrid.errors import HybridError
 from hybrid.graph.importers.checkmate import load_checkmate
 
 
@@ -20,13 +21,16 @@ def command() -> None:
 @click.option("--time-unit", default="us", show_default=True,
               help="Unit of the file's cost_cpu/duration: s, ms, us, ns, or seconds per unit as a number.")
 @click.option("--scale-to", default=None,
-              help="Instead, rescale times so the whole iteration's compute takes this long, e.g. 2s "
-                   "(the files' units differ between graphs).")
+              help="Instead of --time-unit, rescale times so the whole iteration's compute takes this long, e.g. "
+                   "2s (the files' units differ between graphs).")
 @click.option("--name", default=None, help="Graph name (default: the file's).")
 @device_options
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Graph file to write.")
 def checkmate(file: Path, time_unit: str, scale_to: str | None, name: str | None, out_path: Path, **kw) -> None:
     """Import a Checkmate/Moccasin node-link JSON graph (one op per node, cost_cpu time, cost_ram bytes)."""
+    ctx = click.get_current_context()
+    if scale_to is not None and ctx.get_parameter_source("time_unit") == click.core.ParameterSource.COMMANDLINE:
+        raise HybridError("give --time-unit or --scale-to, not both: --scale-to sets the time scale itself")
     prepare_output(out_path, "--out")
     device = None
     if any(kw.get(k) is not None for k in ("device_name", "memory", "h2d", "d2h", "latency", "reserve", "alignment")):

@@ -42,7 +42,7 @@ def _window_sizes(text: str) -> tuple[int, ...]:
               help="CP-SAT budget per window (deterministic time, about seconds).")
 @click.option("--candidates", type=int, default=4, show_default=True,
               help="Alternative evictions offered to CP-SAT per window (0: timing and order only).")
-@click.option("--max-windows", type=int, default=None,
+@click.option("--max-windows", type=click.IntRange(min=1), default=None,
               help="Stop after this many windows; the same --seed then gives the same plan (CP-SAT runs on "
                    "deterministic time) unless --time-limit ends the search first.")
 @click.option("--patience", default=None,
