@@ -135,7 +135,7 @@ def test_a_plan_for_another_graph_exits_1_in_every_command_given_a_plan(tmp_path
         assert len(r.output.strip().splitlines()) == 1, (args, r.output)
 
 
-@pytest.mark.parametrize("args", [("timeline",), ("refine",), ("execute", "--device", "cpu", "--iters", "1")])
+@pytest.mark.parametrize("args", [("timeline",), ("refine",), ("arena",), ("execute", "--device", "cpu", "--iters", "1")])
 def test_an_output_on_the_plan_file_read_is_refused_and_the_plan_kept(tmp_path, args) -> None:
     path = foreign_graph_file(tmp_path)
     plan = tmp_path / "p.json"
@@ -160,3 +160,15 @@ def test_a_negative_seed_is_a_usage_error(tmp_path) -> None:
     path = foreign_graph_file(tmp_path)
     r = run("optimize", "--graph", path, "--memory", "24MiB", "--seed=-1", "--out", tmp_path / "p.json")
     assert r.exit_code == 2 and "--seed" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_arena_refuses_to_write_over_its_graph_or_csv(tmp_path) -> None:
+    path = foreign_graph_file(tmp_path)
+    before = path.read_bytes()
+    r = run("arena", "--graph", path, "--out", path)
+    assert r.exit_code == 2 and "is the --graph file it reads" in r.output, r.output
+    csv = tmp_path / "b.csv"
+    csv.write_text("id,lower,upper,size\n0,0,2,8\n1,1,3,8\n")
+    r = run("arena", "--csv", csv, "--out", csv)
+    assert r.exit_code == 2 and "is the --csv file it reads" in r.output, r.output
+    assert path.read_bytes() == before and csv.read_text().startswith("id,lower,upper,size\n0,0,2,8")

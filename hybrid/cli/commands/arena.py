@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from hybrid.cli.options import prepare_output
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.units import MAX_ALIGNMENT, format_bytes, format_seconds, parse_bytes, parse_duration
 
@@ -73,6 +74,7 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str | None, 
     if (csv_path is None) == (graph_path is None):
         raise HybridError("give either --csv FILE, or --graph G (with --plan P to lay out a plan)")
     align = _alignment(alignment) if alignment is not None else None
+    prepare_output(out_path, "--out")   # a bad folder, or the file an input names, fails before any search
     if overwrite is not None and (csv_path is not None or plan_path is not None):
         # a CSV's and a plan's lifetimes are given: only the graph run in program order has in-place writes to make
         raise HybridError(f"--{'' if overwrite else 'no-'}overwrite is for --graph alone (the graph run in program "
