@@ -56,19 +56,24 @@ def peak_from_intervals(alloc_t: np.ndarray, release_t: np.ndarray, nbytes: np.n
     return int(max(0, np.cumsum(delta[order]).max()))
 
 
-def compute_busy_s(plan: "Plan") -> float:
-    """Seconds in which some compute event runs (first runs and reruns; on a placement plan either device)."""
-    spans = sorted((e.start_s, e.end_s) for e in plan.events if e.kind == "compute")
-    busy, reach = 0.0, float("-inf")
-    for s, e in spans:
-        if e > reach:
-            busy += e - max(s, reach)
-            reach = e
-    return busy
+def compute_stalls(plan: "Plan") -> list[tuple[float, float]]:
+    """(start, end) of every interval before the iteration's end where the GPU's compute stream is idle (a
+    placement plan's host ops do not keep it busy): `metrics.stall_s` is their sum, and a timeline shades them."""
+    comp = sorted((e.start_s, e.end_s) for e in plan.events if e.kind == "compute" and not e.on_cpu)
+    out = []
+    t = 0.0
+    for s, e in comp:
+        if s > t:
+            out.append((t, s))
+        t = max(t, e)
+    if plan.makespan_s > t:
+        out.append((t, plan.makespan_s))
+    return out
 
 
 def stall_of(makespan_s: float, busy_s: float) -> float:
-    """`metrics.stall_s` (docs/formats.md): the makespan less the compute stream's busy time, reruns included."""
+    """`metrics.stall_s` (docs/formats.md): the makespan less the (GPU's) compute stream's busy time, reruns
+    included: the sum of `compute_stalls`."""
     return max(0.0, makespan_s - busy_s)
 
 
@@ -80,7 +85,7 @@ def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
 
     size = {t.id: t.bytes for t in graph.tensors}
     _, level = memory_over_time(graph, plan)
-    return {"stall_s": stall_of(plan.makespan_s, compute_busy_s(plan)),
+    return {"stall_s": float(sum(e - s for s, e in compute_stalls(plan))),
             "bytes_h2d": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_in")),
             "bytes_d2h": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_out")),
             "peak_bytes": int(level.max()) if len(level) else 0}

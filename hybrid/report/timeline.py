@@ -15,6 +15,7 @@ import numpy as np
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.plan.events import CPU_STREAM, STREAM_OF_KIND, STREAMS
+from hybrid.plan.metrics import compute_stalls
 
 COLORS = {"compute": "#4c72b0", "h2d": "#55a868", "d2h": "#c44e52", CPU_STREAM: "#8172b2"}
 
@@ -31,20 +32,6 @@ def memory_profile(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
     from hybrid.validator import memory_over_time
 
     return memory_over_time(graph, plan)
-
-
-def compute_stalls(plan: Plan) -> list[tuple[float, float]]:
-    """(start, end) of every interval where the (GPU's) compute stream is idle before the iteration's end."""
-    comp = sorted((e.start_s, e.end_s) for e in plan.events if e.kind == "compute" and not e.on_cpu)
-    out = []
-    t = 0.0
-    for s, e in comp:
-        if s > t:
-            out.append((t, s))
-        t = max(t, e)
-    if plan.makespan_s > t:
-        out.append((t, plan.makespan_s))
-    return out
 
 
 def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, unit_name: str) -> None:
@@ -67,14 +54,17 @@ def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, u
     t, b = memory_profile(graph, plan)
     t = np.r_[t, plan.makespan_s]
     b = np.r_[b, b[-1]]
-    mem = plan.device.memory_bytes
+    mem = plan.device.usable_bytes   # rule 5's limit: what a plan may fill (a reserve is not the plan's)
     scale, sname = next(((s, n) for s, n in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")) if mem >= 2 * s),
                         (1, "bytes"))
     ax_mem.step(t / unit, b / scale, where="post", color="#333333", lw=0.8)
     ax_mem.axhline(mem / scale, color="#c44e52", ls="--", lw=0.8)
     ax_mem.set_ylabel(f"device {sname}", fontsize=8)
     ax_mem.set_ylim(0, max(mem, int(b.max())) / scale * 1.08)
-    ax_mem.text(0.995, 0.9, f"memory {format_bytes(plan.device.memory_bytes)}", transform=ax_mem.transAxes,
+    usable = f"usable {format_bytes(mem)}" + (f" ({format_bytes(plan.device.memory_bytes)} less a "
+                                              f"{format_bytes(plan.device.reserve_bytes)} reserve)"
+                                              if plan.device.reserve_bytes else "")
+    ax_mem.text(0.995, 0.9, usable, transform=ax_mem.transAxes,
                 ha="right", va="top", fontsize=7, color="#c44e52")
 
 

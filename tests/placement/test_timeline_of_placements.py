@@ -48,3 +48,14 @@ def test_host_ops_have_their_own_lane_and_thread(tmp_path) -> None:
         assert all(a[1] <= b[0] + 1e-6 for a, b in zip(spans, spans[1:]))
     fig = plot_timeline(g, plan)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["cpu", "d2h", "h2d", "compute"]
+
+
+def test_stall_is_the_gpu_streams_idle_time_everywhere() -> None:
+    """One definition: the summaries' stall_s is the sum of the stalls a timeline shades (GPU compute idle)."""
+    from hybrid.plan.metrics import compute_stalls, event_figures
+
+    g, plan = _mixed()
+    gaps = compute_stalls(plan)
+    gpu = sum(e.end_s - e.start_s for e in plan.events if e.kind == "compute" and not e.on_cpu)
+    assert event_figures(g, plan)["stall_s"] == sum(b - a for a, b in gaps)
+    assert abs(sum(b - a for a, b in gaps) - (plan.makespan_s - gpu)) <= 1e-12
