@@ -24,6 +24,7 @@ class GraphInfo:
     largest_op_bytes: int
     ideal_s: float
     persistent_bound_s: float        # persistent tensors only (parameters, optimizer state): persistent_bound
+    memory_bytes: int                # the device's memory, as the graph and plan formats' device.memory_bytes
     usable_bytes: int                # what a plan may fill: the device's memory less its reserve (Device.usable_bytes)
     # What each bound bounds: every plan of its set is at least this slow. A set inside another takes the larger
     # of its own bound and the other's (a program-order plan is one of the any-order plans; a swap-only plan is
@@ -76,7 +77,7 @@ def graph_info(g: Graph, device: Device) -> GraphInfo:
     lb = persistent_bound(g, device)
     return GraphInfo(g.name, a.n_ops, a.n_tensors, len(distinct_sizes(g)), by_kind,
                      int(a.t_bytes[a.t_persistent].sum()), peak, g.ops[op_i].id if a.n_ops else "", op_bytes,
-                     ideal_time(g), lb, device.usable_bytes)
+                     ideal_time(g), lb, device.memory_bytes, device.usable_bytes)
 
 
 def op_footprints(g: Graph, align: int = 1) -> np.ndarray:

@@ -144,3 +144,18 @@ def test_info_leaves_the_activation_bounds_to_hybrid_bounds():
     assert full.recompute_bound_s == rc
     assert full.swap_bound_s == max(rc, full.graph_swap_bound_s, activation_bound(g, g.device, order, recompute=False))
     assert replace(full, graph_swap_bound_s=0.0, graph_bound_s=0.0, swap_bound_s=0.0, recompute_bound_s=0.0) == info
+
+
+def test_info_json_names_the_devices_memory_and_what_a_plan_may_fill(tmp_path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from hybrid.cli.main import cli
+    from hybrid.graph.synthetic import training_graph
+
+    path = tmp_path / "g.json"
+    training_graph(4, seed=0).save(path)
+    r = CliRunner().invoke(cli, ["info", "--graph", str(path), "--device", "v100-16gb", "--json"])
+    d = json.loads(r.output)
+    assert d["memory_bytes"] == 16 << 30 and d["usable_bytes"] == 15 << 30   # as the formats' device block
