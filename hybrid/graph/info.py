@@ -145,3 +145,19 @@ def persistent_bound(graph: Graph, device: Device) -> float:
     b_out = int(a.t_bytes[updated].sum())
     return max(float(a.fastest_impl_times().sum()), (b_in - m) / device.h2d_bytes_per_s, (b_out - m) / device.d2h_bytes_per_s)
 
+
+
+def training_reason(graph: Graph) -> str | None:
+    """Why `graph` is a training iteration rather than inference, or None: its capture says so, or an op
+    updates a tensor in place (an optimizer step; random ops' generator state does not count). `hybrid place`
+    and `hybrid serve` take inference graphs: a training step's backward pass and optimizer step are no
+    request's work, and an op that updates a tensor cannot run on the host."""
+    from hybrid.graph.rerun import updates_generator_only
+
+    capture = graph.extra.get("capture")
+    if isinstance(capture, dict) and capture.get("training") is True:
+        return "its capture records training: true"
+    for op in graph.ops:
+        if op.updates and not updates_generator_only(graph, op):
+            return f"op {op.id!r} updates {', '.join(op.updates)} in place"
+    return None

@@ -215,18 +215,21 @@ def _branches(graph: Graph, seg: list[int], entry: int) -> tuple[list[list[int]]
 
 
 def require_inference(graph: Graph, where: str) -> None:
-    """Refuse a training graph (its capture says training, or an op updates a tensor in place): such an op
-    cannot run on the host's cpu stream, so an all-CPU row would time a placement no plan can hold, and the
-    plan would fail validation only when written. `where` names the file for the message."""
-    cap = graph.extra.get("capture")
-    training = isinstance(cap, dict) and cap.get("training") is True
-    updating = next((op for op in graph.ops if op.updates), None)
-    if not training and updating is None:
-        return
-    why = ("its capture is a training step" if training else
-           f"op {updating.id!r} updates {', '.join(updating.updates)} in place")  # type: ignore[union-attr]
-    raise HybridError(f"--graph {where}: a training graph ({why}); place cuts an inference graph: capture one with "
-                      "`hybrid capture --optimizer none`")
+    """Refuse a training graph (`hybrid.graph.info.training_reason`, the definition `hybrid serve` uses too),
+    and an inference graph with an op that draws random numbers (it updates its generator state in place, which
+    the host's cpu stream cannot do): an all-CPU row would time a placement no plan can hold, and the plan
+    would fail validation only when written. `where` names the file for the message."""
+    from hybrid.graph.info import training_reason
+
+    why = training_reason(graph)
+    if why is not None:
+        raise HybridError(f"--graph {where}: a training graph ({why}); place cuts an inference graph: capture one "
+                          "with `hybrid capture --optimizer none`")
+    drawing = next((op for op in graph.ops if op.updates), None)
+    if drawing is not None:
+        raise HybridError(f"--graph {where}: op {drawing.id!r} draws random numbers (it updates "
+                          f"{', '.join(drawing.updates)} in place), which an op on the host cannot; capture the "
+                          "module in eval mode (dropout off)")
 
 
 def part_graph(graph: Graph, order: np.ndarray | None = None, key_only: bool = True,

@@ -4,7 +4,7 @@ The swap plan is made by the Belady swap planner on the program order (fast), or
 fixed number of generations (`hybrid optimize --refine none --generations G`, deterministic for a seed); every
 plan passes `hybrid.validator.validate`.
 
-Serving needs an inference graph (`training_reason` says why one is not), and op times for the GPU it is
+Serving needs an inference graph (`hybrid.graph.info.training_reason` says why one is not), and op times for the GPU it is
 served on: `costed_for` names the preset a graph's times are for, `recost_for` re-costs them for another.
 """
 from __future__ import annotations
@@ -51,21 +51,6 @@ def swap_plan(graph: Graph, device: Device, memory_bytes: int, planner: Planner 
     if not report.valid:
         raise HybridError(f"the {planner} plan for {graph.name!r} failed validation: {report}")
     return plan
-
-
-def training_reason(graph: Graph) -> str | None:
-    """Why `graph` is a training iteration rather than inference, or None: its capture says so, or an op
-    updates a tensor in place (an optimizer step; random ops' generator state does not count). Serving
-    times a training iteration would count its backward pass and optimizer step as a request's work."""
-    from hybrid.graph.rerun import updates_generator_only
-
-    capture = graph.extra.get("capture")
-    if isinstance(capture, dict) and capture.get("training") is True:
-        return "its capture records training: true"
-    for op in graph.ops:
-        if op.updates and not updates_generator_only(graph, op):
-            return f"op {op.id!r} updates {', '.join(op.updates)} in place"
-    return None
 
 
 def costed_for(graph: Graph) -> str | None:

@@ -13,7 +13,8 @@ from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.serve import POLICIES, ServeConfig, model_costs, simulate_serving
-from hybrid.serve.costs import costed_for, recost_for, training_reason
+from hybrid.graph.info import training_reason
+from hybrid.serve.costs import costed_for, recost_for
 from hybrid.serve.simulate import check_arrivals
 from hybrid.units import format_bytes, parse_duration
 
