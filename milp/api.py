@@ -318,13 +318,9 @@ def checked_start(graph: Graph, device: Device, plan: Plan) -> Plan:
     another graph, or one that fails validation, is the plan given being wrong, not the request:
     InvalidPlanError (exit 1, as `hybrid validate`), naming both graphs."""
     from hybrid.errors import InvalidPlanError
-    from hybrid.validator import validate
+    from hybrid.validator import require_plan_of, validate
 
-    if (plan.graph_sha256 and graph.sha256 and plan.graph_sha256 != graph.sha256) or \
-            (plan.graph and graph.name and plan.graph != graph.name):
-        raise InvalidPlanError(f"--start: the plan is for graph {plan.graph or '?'!r} (sha256 "
-                               f"{(plan.graph_sha256 or '?')[:12]}), not --graph {graph.name!r} (sha256 "
-                               f"{(graph.sha256 or '?')[:12]}); give a plan of this graph")
+    require_plan_of(graph, plan, "--start", f"--graph {graph.name!r}")
     p = replace(plan, device=device)
     rep = validate(graph, p)
     if not rep.valid:

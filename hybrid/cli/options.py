@@ -87,6 +87,20 @@ patience_option = click.option(
          "and the faster plan is kept (1: refine for the whole share).")
 
 
+def given(name: str, ctx: click.Context | None = None) -> bool:
+    """Whether the user gave parameter `name` (on the command line, or through the environment) rather than left
+    it at its default: the one test for "a flag this command would ignore, or that overrides a file's value"."""
+    ctx = ctx or click.get_current_context()
+    return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT,
+                                                  click.core.ParameterSource.DEFAULT_MAP)
+
+
+def given_flags(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
+    """The flags among parameter `names` the user gave (`given`), as typed (`--memory`)."""
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    return [flags[n] for n in names if n in flags and given(n, ctx)]
+
+
 def prepare_output(path: Path | None, flag: str, *, folder: bool = False, figure: bool = False) -> Path | None:
     """Make sure an output path can be written, before any work: create its parent folder (or, with `folder`,
     the folder itself), else a one-line error naming the flag (exit 2).

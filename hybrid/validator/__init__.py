@@ -63,7 +63,7 @@ import numpy as np
 from hybrid.errors import HybridError, InvalidPlanError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.validator.context import build_context
+from hybrid.validator.context import build_context, graph_mismatch
 from hybrid.validator.ending import check_period, check_totals
 from hybrid.validator.lifetimes import build_copies
 from hybrid.validator.memory import check_memory, levels_over_time
@@ -71,8 +71,8 @@ from hybrid.validator.order import check_order
 from hybrid.validator.report import Found, ValidationReport, Violation
 from hybrid.validator.residency import HostCopies, check_inputs, check_swaps
 
-__all__ = ["Violation", "ValidationReport", "validate", "check", "require_valid", "write_plan", "memory_over_time",
-           "MAX_VIOLATIONS"]
+__all__ = ["Violation", "ValidationReport", "validate", "check", "require_valid", "require_plan_of", "write_plan",
+           "memory_over_time", "MAX_VIOLATIONS"]
 
 MAX_VIOLATIONS = 100
 
@@ -130,6 +130,16 @@ def memory_over_time(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(1), np.zeros(1, np.int64)
     copies, _ = build_copies(ctx)
     return levels_over_time(ctx, copies)
+
+
+def require_plan_of(graph: Graph, plan: Plan, what: str, where: str) -> None:
+    """Rule 0's graph check alone, for commands that refuse a plan of another graph before any work (a capture,
+    a search): InvalidPlanError (exit 1, as `hybrid validate`) naming the plan (`what`) and the graph
+    (`where`). The whole of rule 0 and the other rules are `require_valid`'s."""
+    why = graph_mismatch(graph, plan)
+    if why:
+        raise InvalidPlanError(f"{what} was made for another graph than {where} ({why[0]}); give the graph it was "
+                               "made for, or plan this one")
 
 
 def require_valid(graph: Graph, plan: Plan, what: str) -> ValidationReport:

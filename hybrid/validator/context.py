@@ -121,6 +121,18 @@ def device_problems(dev: object) -> list[str]:
     return out
 
 
+def graph_mismatch(graph: Graph, plan: Plan) -> list[str]:
+    """Rule 0's first reading, which commands check before any work (`hybrid.validator.require_plan_of`): the
+    plan names this graph, and this version of its file when it states a sha256."""
+    out = []
+    if plan.graph != graph.name:
+        out.append(f"plan is for graph {plan.graph!r}, not {graph.name!r}")
+    if plan.graph_sha256 and plan.graph_sha256 != graph.sha256:
+        out.append(f"graph_sha256 {plan.graph_sha256[:12]}… does not match the graph's {graph.sha256[:12]}… "
+                   "(the plan was made for another version of the graph file)")
+    return out
+
+
 def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]]:
     """Resolve every id of the plan against the graph; rule-0 findings stop validation."""
     bad: list[Found] = []
@@ -136,11 +148,8 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
         plan_level(f"metrics must be an object, got {plan.metrics!r}")
     if bad:   # every later rule times copies and sizes pools with the device
         return None, bad
-    if plan.graph != graph.name:
-        plan_level(f"plan is for graph {plan.graph!r}, not {graph.name!r}")
-    if plan.graph_sha256 and plan.graph_sha256 != graph.sha256:
-        plan_level(f"graph_sha256 {plan.graph_sha256[:12]}… does not match the graph's {graph.sha256[:12]}… "
-                   "(the plan was made for another version of the graph file)")
+    for why in graph_mismatch(graph, plan):
+        plan_level(why)
     ti, oi = graph.tensor_index, graph.op_index
     for k, oid in enumerate(plan.schedule):
         if oid not in oi:

@@ -255,5 +255,4 @@ def test_milp_start_of_another_graph_is_an_invalid_plan(tmp_path: Path) -> None:
     assert r.exit_code == 1, r.output
     mine = Graph.load(g)
     assert "--start" in r.output and repr(other.name) in r.output and repr(mine.name) in r.output, r.output
-    assert other.sha256[:12] in r.output and mine.sha256[:12] in r.output
     assert json.loads(sp.read_text())["graph"] == other.name

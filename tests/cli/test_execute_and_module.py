@@ -43,7 +43,7 @@ def test_execute_refuses_a_plan_for_another_graph_before_building_anything(tmp_p
     r = run_here("execute", "--graph", RESNET, "--plan", plan, "--device", "cpu", "--iters", "1")
     err = r.output.strip().splitlines()
     assert r.exit_code == 1 and len(err) == 1, r.output   # as `hybrid validate` says of a plan for another graph
-    assert err[0].startswith("error: plan") and "was made for graph" in err[0]
+    assert err[0].startswith("error: plan") and "was made for another graph" in err[0]
     r = run_here("execute", "--model", "resnet-50", "--plan", plan, "--device", "cpu", "--iters", "1")  # capture now
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
     assert r.output.startswith("error: the plan was made for graph")

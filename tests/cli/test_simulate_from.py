@@ -104,7 +104,7 @@ def test_from_a_plan_for_another_graph_is_an_invalid_plan(graph: Path, tmp_path:
     training_graph(10, seed=7, share_params=6).save(other)
     _plan(other, tmp_path / "p.json")
     r = run("simulate", "--graph", graph, "--from", tmp_path / "p.json")
-    assert r.exit_code == 1 and "was made for graph 'synthetic-10-7'" in r.output, r.output
+    assert r.exit_code == 1 and "plan is for graph 'synthetic-10-7'" in r.output, r.output   # rule 0's words
     assert "unknown op id" not in r.output
 
 

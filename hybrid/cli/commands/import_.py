@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_options, prepare_output
+from hybrid.cli.options import device_options, given, prepare_output
 from hybrid.device import resolve_device
 from hybrid.errors import HybridError
 from hybrid.graph.importers.checkmate import load_checkmate
@@ -28,8 +28,7 @@ def command() -> None:
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Graph file to write.")
 def checkmate(file: Path, time_unit: str, scale_to: str | None, name: str | None, out_path: Path, **kw) -> None:
     """Import a Checkmate/Moccasin node-link JSON graph (one op per node, cost_cpu time, cost_ram bytes)."""
-    ctx = click.get_current_context()
-    if scale_to is not None and ctx.get_parameter_source("time_unit") == click.core.ParameterSource.COMMANDLINE:
+    if scale_to is not None and given("time_unit"):
         raise HybridError("give --time-unit or --scale-to, not both: --scale-to sets the time scale itself")
     prepare_output(out_path, "--out")
     device = None

@@ -6,9 +6,8 @@ import math
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
-from hybrid.cli.options import device_from, device_options, load_graph, prepare_output
+from hybrid.cli.options import device_from, device_options, given, load_graph, prepare_output
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
@@ -39,24 +38,18 @@ def parse_rates(items: tuple[str, ...]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def explicit(name: str) -> bool:
-    """Whether flag `name` was given (command line or environment) rather than left at its default."""
-    source = click.get_current_context().get_parameter_source(name)
-    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-
-
 def refuse_ignored_flags(policies: tuple[str, ...], planner: str) -> None:
     """A flag the chosen policies or planner never read would be silently ignored: refuse it instead, so a
     table is never mistaken for one made with it."""
     chosen = policies or POLICIES
-    if explicit("resident") and "time-shared" not in chosen:
+    if given("resident") and "time-shared" not in chosen:
         raise HybridError(f"--resident applies to --policy time-shared only, which --policy {','.join(chosen)} "
                           "leaves out; drop --resident or add --policy time-shared")
     for flag in ("planner", "generations"):
-        if explicit(flag) and "swapping" not in chosen:
+        if given(flag) and "swapping" not in chosen:
             raise HybridError(f"--{flag} plans the swapping policy's swaps, which --policy {','.join(chosen)} "
                               f"leaves out; drop --{flag} or add --policy swapping")
-    if explicit("generations") and planner != "ga":
+    if given("generations") and planner != "ga":
         raise HybridError(f"--generations applies to --planner ga only, not --planner {planner}; drop "
                           "--generations or add --planner ga")
 

@@ -6,15 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
 from hybrid.device import Device, resolve_device
 from hybrid.errors import HybridError, InvalidPlanError
-from hybrid.graph import Graph
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation
 from hybrid.swap.pools import PoolArrays, byte_pool, per_size_pool, pool_from_allocation
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, load_plan,
-                                out_option, prepare_output, recompute_option)
+                                given_flags, out_option, prepare_output, recompute_option)
 from hybrid.swap.to_plan import to_plan
 from hybrid.graph.order import depth_first_order, from_ids, program_order
 from hybrid.report.summary import plan_row, table
@@ -22,7 +20,7 @@ from hybrid.swap.augmented import PlannerOptions
 from hybrid.swap.baselines import RECOMPUTE_RATIO
 from hybrid.swap.planner import SwapPlanner
 from hybrid.units import format_bytes, format_seconds
-from hybrid.validator import write_plan
+from hybrid.validator import require_valid, write_plan
 
 # device_options' parameters, in resolve_device's argument order (device_from pops the same keys)
 DEVICE_KEYS = ("device_name", "memory", "h2d", "d2h", "latency", "reserve", "alignment")
@@ -58,8 +56,8 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
     and simulate the three streams."""
     prepare_output(out_path, "--out")
     ctx = click.get_current_context()
-    device_flags = _given_flags(ctx, DEVICE_KEYS)
-    overridden = _given_flags(ctx, FROM_OVERRIDES) if from_path is not None else []
+    device_flags = given_flags(ctx, DEVICE_KEYS)
+    overridden = given_flags(ctx, FROM_OVERRIDES) if from_path is not None else []
     if overridden:
         raise HybridError(f"{overridden[0]} with --from: the plan's {overridden[0].lstrip('-')} is kept; drop "
                           f"{overridden[0]}, or drop --from to plan the graph with it")
@@ -68,7 +66,7 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
     src: Plan | None = None
     if from_path is not None:
         src = load_plan(from_path)
-        _check_plan_graph(g, src, from_path, graph_path)
+        require_valid(g, src, f"--from {from_path}")   # another graph, or a broken plan: exit 1, as validate
         try:
             order = from_ids(g, src.schedule, f"{from_path}: schedule")
         except HybridError as e:
@@ -103,25 +101,6 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
         click.echo(table([plan_row("simulate", plan, g)]))
         for note in notes:
             click.echo(f"note: {note}")
-
-
-def _given_flags(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
-    """The flags among `names` (parameter names) the user gave, as typed (`--memory`): a flag left at its
-    default must not count as a request that --from would have to honour or refuse."""
-    flags = {p.name: p.opts[0] for p in ctx.command.params}
-    return [flags[n] for n in names if n in flags and ctx.get_parameter_source(n) not in
-            (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)]
-
-
-def _check_plan_graph(g: Graph, plan: Plan, plan_path: Path, graph_path: Path) -> None:
-    """The plan names this graph and this version of its file (as executor/preflight.py plan_fits): a plan for
-    another graph would otherwise fail on its first op id, which says nothing of the real mistake."""
-    if plan.graph != g.name:
-        raise InvalidPlanError(f"--from {plan_path} was made for graph {plan.graph!r}, not --graph {graph_path} "
-                               f"({g.name!r}); give the graph it was made for, or plan this one without --from")
-    if plan.graph_sha256 and plan.graph_sha256 != g.sha256:
-        raise InvalidPlanError(f"--from {plan_path} was made for another version of --graph {graph_path} (sha256 "
-                               f"{plan.graph_sha256[:12]}, the file's is {g.sha256[:12]}); plan it again")
 
 
 def _device_for_plan(src: Plan, kw: dict[str, Any], device_flags: list[str], notes: list[str]) -> Device:
