@@ -292,6 +292,9 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
         dev = replace(device, memory_bytes=int(device.usable_bytes * (1.0 - give)) + device.reserve_bytes)
         try:   # the same deadline as the first solve's (`first`): what is left of it, less what is kept back
             again = solve_milp(graph, dev, kind, stages, first, model_options, False, None, None, start_name)
+        except BuildTimeError as e:     # the time ran out building or handing over the model: not the memory
+            run.resolve = f"the plan does not lay out in the arena; the re-solve with less memory stopped: {e}"
+            break
         except HybridError:
             again = None
         stopped = again is not None and again.result.interrupted

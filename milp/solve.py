@@ -135,8 +135,9 @@ class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
     _variables: list | None = None  # lp.variables() as handed over (each call walks every constraint and sorts)
 
     def actualSolve(self, lp: pulp.LpProblem) -> int:
-        """PuLP's, with the variables listed once (`lp.variables()` walks every constraint's terms and sorts
-        them by name at each call: about a second each on a 500k-row model)."""
+        """PuLP's, with the variables listed once for the hand-off and the reset below (`lp.variables()` walks
+        every constraint's terms and sorts them by name at each call: about a second each on a 500k-row model;
+        PuLP's findSolutionValues, reused as it is, lists them once more)."""
         self._variables = None
         self.createAndConfigureSolver(lp)
         self.buildSolverModel(lp)

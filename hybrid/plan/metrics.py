@@ -20,8 +20,8 @@ def persistent_bound_of(metrics: dict) -> float:
 def sweep_points(starts: np.ndarray, ends: np.ndarray, eps: float,
                  held: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Rule 5's sweep over intervals [start, end): the one reading of "at every instant" (docs/formats.md) that
-    the validator and every plan's `peak_bytes` share. Returns per point (key, rank, interval, sign): sorted by
-    (key, rank), releases (rank 0, at end - eps) come before allocations (rank 1) at one instant, and an
+    the validator and every plan's `peak_bytes` share. Returns per point (key, rank, interval, sign), unsorted;
+    in the sweep's order, np.lexsort((rank, key)), releases (rank 0, at end - eps) come before allocations (rank 1) at one instant, and an
     interval no longer than eps is released after them (rank 2), so what lives no time still needs room.
     Infinite ends are never released. `held` (hybrid.validator.lifetimes.read_at_release): where not NaN, the
     interval is released just after the allocations at that time."""

@@ -41,7 +41,7 @@ def test_a_replanned_refined_plan_says_it_is_slower_and_drops_the_refinement(tmp
                                      "refine": {"accepted": 2, "from_makespan_s": plan.makespan_s * 1.25}})
     given, out = tmp_path / "ref.json", tmp_path / "ra.json"
     refined.save(given)
-    r = run("arena", "--graph", RESNET, "--plan", given, "--time-limit", "10s", "--out", out)
+    r = run("arena", "--graph", RESNET, "--plan", given, "--time-limit", "3s", "--out", out)
     assert r.exit_code == 0, r.output
     written = Plan.load(out)
     assert "re-planned (belady)" in r.output
@@ -181,13 +181,16 @@ def _model():
     return build_model(build_problem(g, g.device))
 
 
-def test_the_bulk_hand_off_builds_the_model_pulp_would() -> None:
+@pytest.mark.parametrize("chunk", [20_000, 7])   # 7: the rows cross chunk boundaries, each chunk's starts offset
+def test_the_bulk_hand_off_builds_the_model_pulp_would(monkeypatch, chunk) -> None:
     import numpy as np
     import pulp
 
     import milp.solve as ms
 
+    monkeypatch.setattr(ms, "HANDOFF_ROWS", chunk)
     model = _model()
+    assert chunk >= 20_000 or model.lp.numConstraints() > 3 * chunk
     lp = model.lp
     got = []
     for cls in (pulp.HiGHS, ms._HiGHS):

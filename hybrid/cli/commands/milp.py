@@ -125,10 +125,13 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if out_path is not None:
         write_plan(g, run.plan, out_path, "the milp plan")
     if as_json:
-        click.echo(json.dumps({**json_summary(g, dev, run.plan, out_path), **run.row()}, indent=1))
+        js = json_summary(g, dev, run.plan, out_path)
+        d = {**js, **run.row()}
+        d.update({k: js[k] for k in ("stall_s", "bytes_h2d", "bytes_d2h", "peak_bytes")})   # from the events
+        click.echo(json.dumps(d, indent=1))
         return
     m = run.plan.metrics
-    lines = _report(run, kind, solver, dev, m)
+    lines = _report(g, run, kind, solver, dev, m)
     chosen = impl_names(run.plan)
     counts: dict[str, int] = {}
     for op_id, name in chosen.items():
@@ -188,7 +191,9 @@ def _solve_parts(r, solver: str) -> str:  # noqa: ANN001 - milp.solve.SolveResul
     return f" ({'; '.join(parts)})"
 
 
-def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: ANN001 - MilpRun, Device
+def _report(graph, run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: ANN001 - Graph, MilpRun, Device
+    from hybrid.plan.metrics import event_figures
+
     r = run.result
     lines = [
         f"planner      {kind}  ({run.stages} stages, {run.variables} variables of which {run.binaries} binary, "
@@ -230,11 +235,10 @@ def _report(run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: AN
     n_re = sum(1 for e in ev if e.kind == "compute" and e.recompute)
     n_out = sum(1 for e in ev if e.kind == "swap_out")
     n_in = sum(1 for e in ev if e.kind == "swap_in")
-    stall = max(0.0, run.plan.makespan_s - sum(e.end_s - e.start_s for e in ev if e.kind == "compute"))
-    peak = m.get("peak_bytes")
+    fig = event_figures(graph, run.plan)   # as every summary: from the events
+    stall, peak = fig["stall_s"], fig["peak_bytes"]
     lines.append(
         f"makespan     {format_seconds(run.plan.makespan_s)} simulated (ideal {format_seconds(m.get('ideal_s', 0.0))}, "
         f"stall {format_seconds(stall)}); {n_re} recomputes, {n_out} offloads, {n_in} prefetches"
-        + (f"; peak {_size(peak)} of {_size(dev.usable_bytes)} usable" if peak is not None
-           else f"; {_size(dev.usable_bytes)} usable"))
+        + f"; peak {_size(peak)} of {_size(dev.usable_bytes)} usable")
     return lines
