@@ -148,6 +148,17 @@ def test_batch_other_than_the_captured_one_is_refused(infer: Path) -> None:
     assert run("serve", "--graph", infer, "--rate", 1, "--batch", 2, "--duration", "5s").exit_code == 0
 
 
+@pytest.mark.parametrize("recorded", [0, "16", 16.0])
+def test_a_malformed_recorded_batch_is_served_at_the_batch_given(tmp_path: Path, recorded) -> None:
+    g = inference_graph()
+    g.extra["model"] = {"batch": recorded}
+    path = tmp_path / "g.json"
+    g.save(path)
+    line = fails("--graph", path, "--rate", 1)
+    assert "--batch" in line and "model.batch" in line, line
+    assert run("serve", "--graph", path, "--rate", 1, "--batch", 2, "--duration", "5s").exit_code == 0
+
+
 def test_batch_help_says_service_times_are_the_captured_batch() -> None:
     text = " ".join(run("serve", "--help").output.split())
     assert "must equal" in text and "captured" in text

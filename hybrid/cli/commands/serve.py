@@ -55,13 +55,12 @@ def refuse_ignored_flags(policies: tuple[str, ...], planner: str) -> None:
 
 
 def captured_batch(graph: Graph, path: Path) -> int | None:
-    """The batch `graph` was captured at (its `model.batch`), or None when it records none."""
+    """The batch `graph` was captured at (its `model.batch`), or None when it records none or one that is not
+    a positive whole number (a hand-edited file: --batch then says what it is)."""
     model = graph.extra.get("model")
     b = model.get("batch") if isinstance(model, dict) else None
-    if b is None:
-        return None
     if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-        raise HybridError(f"--graph {path}: its model.batch {b!r} is not a positive whole number; give --batch")
+        return None
     return b
 
 
@@ -82,7 +81,8 @@ def serving_batch(graphs: list[Graph], paths: tuple[Path, ...], batch: int | Non
         return batch
     missing = [p for p, b in recorded if b is None]
     if missing:
-        raise HybridError(f"--batch: {missing[0]} does not record its batch; give --batch")
+        raise HybridError(f"--batch: {missing[0]} does not record its batch as a positive whole number (model.batch); "
+                          "give --batch")
     return known[0][1]
 
 
