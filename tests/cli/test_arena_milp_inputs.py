@@ -17,6 +17,7 @@ from hybrid.graph import Graph
 from hybrid.graph.synthetic import training_graph
 from hybrid.plan import Plan
 from hybrid.swap.baselines import run_baseline
+from tests.milp.test_cli import _graph  # the small graph with impls and workspaces
 from tests.cli.helpers import RESNET, run
 
 
@@ -153,14 +154,8 @@ def test_arena_sizes_read_in_binary_units_with_exact_bytes(tmp_path: Path) -> No
     assert " bytes" not in r.output
 
 
-def _small_graph(tmp_path: Path) -> Path:
-    p = tmp_path / "g.json"
-    training_graph(4, seed=1, impls_prob=0.6, workspace_prob=0.3).save(p)
-    return p
-
-
 def test_milp_report_peak_in_units_and_its_times_agree(tmp_path: Path) -> None:
-    g = _small_graph(tmp_path)
+    g = _graph(tmp_path)
     r = run("milp", "--graph", g, "--memory", "24MiB", "--time-limit", "30s", "--out", tmp_path / "m.json")
     assert r.exit_code == 0, r.output
     mk = next(x for x in r.output.splitlines() if x.startswith("makespan"))
@@ -238,7 +233,7 @@ def test_milp_writes_the_start_when_the_hand_off_cannot_end_in_time(tmp_path: Pa
     import milp.solve as ms
 
     monkeypatch.setattr(ms, "HANDOFF_S_PER_ITEM", 1.0)
-    g, out = _small_graph(tmp_path), tmp_path / "m.json"
+    g, out = _graph(tmp_path), tmp_path / "m.json"
     r = run("milp", "--graph", g, "--memory", "24MiB", "--time-limit", "30s", "--out", out)
     assert r.exit_code == 0, r.output
     assert "not solved: no time left to hand the model" in r.output and "written      the start" in r.output
@@ -248,7 +243,7 @@ def test_milp_writes_the_start_when_the_hand_off_cannot_end_in_time(tmp_path: Pa
 # --- 6: a start plan of another graph is the plan's fault: exit 1, both graphs named ---------------------------
 
 def test_milp_start_of_another_graph_is_an_invalid_plan(tmp_path: Path) -> None:
-    g = _small_graph(tmp_path)
+    g = _graph(tmp_path)
     other = training_graph(5, seed=3)
     op = tmp_path / "other.json"
     other.save(op)
