@@ -109,6 +109,10 @@ def make_files(root: Path) -> Files:
     nodev = dict(f.graph)
     nodev.pop("device")
     f.write("nodev.json", nodev)
+    # its forward pass alone, an inference graph (what `hybrid place` takes), without a device block either
+    fwd = [o for o in nodev["ops"] if o["kind"] == "forward"]
+    used = {t for o in fwd for t in (*o["inputs"], *o["outputs"])}
+    f.write("nodev_inference.json", {**nodev, "ops": fwd, "tensors": [t for t in nodev["tensors"] if t["id"] in used]})
     # a plan that recomputes: cheap forward ops, slow copies (tests/hybrid/test_recompute.py's graph)
     g2 = training_graph(24, seed=5)
     g2 = Graph(g2.name, g2.tensors, [replace(o, time_s=o.time_s * 0.01) if o.id.startswith("fwd") else o
@@ -287,9 +291,11 @@ def cases() -> list[Case]:
     add("refine --plan P --max-windows 1", "plans written", OK,
         lambda f: ["refine", "--graph", f.path("g.json"), "--plan", f.path("p.json"), "--time-limit", "3s",
                    "--max-windows", "1", "--quiet", "--out", f.path("r.json")], "r.json")
-    add("place on a graph without a device block", "plans written", OK,
-        lambda f: ["place", "--graph", f.path("nodev.json"), "--time-limit", "2s", "--out", f.path("pl.json")],
-        "pl.json")
+    add("place on a training graph", "plans written", REFUSED,
+        lambda f: ["place", "--graph", f.path("nodev.json"), "--time-limit", "2s", "--out", f.path("pl.json")])
+    add("place on an inference graph without a device block", "plans written", OK,
+        lambda f: ["place", "--graph", f.path("nodev_inference.json"), "--time-limit", "2s", "--out",
+                   f.path("pl.json")], "pl.json")
 
     # ---- arena CSV --------------------------------------------------------------------------------------
     for what, text in (("a duplicate id", "id,lower,upper,size\na,0,3,100\na,2,5,50\n"),

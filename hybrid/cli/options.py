@@ -150,7 +150,7 @@ def _distinct_output(path: Path, flag: str) -> None:
     """Two outputs of one command written to one file lose the first (a plan overwritten by the CSV log), and an
     output on the input graph loses the graph: both refused up front. (`--checkpoint` on the `--resume` file is
     fine: that is how a search goes on from where it left off.) Refused too: an output on a file an input flag
-    names (--plan, --from, --start, --csv): a trace or a result written over a plan loses it, and a refined plan
+    names (--plan, --from, --start; arena's input --csv is its own check): a trace or a result written over a plan loses it, and a refined plan
     the one it came from."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
@@ -162,8 +162,7 @@ def _distinct_output(path: Path, flag: str) -> None:
         raise HybridError(f"{flag} {path} is also the {other} file; give each output its own file")
     seen[key] = flag
     for param, name in (("graph_path", "--graph"), ("graph_paths", "--graph"), ("plan_path", "--plan"),
-                        ("plan_paths", "--plan"), ("from_path", "--from"), ("start_path", "--start"),
-                        ("csv_path", "--csv")):
+                        ("plan_paths", "--plan"), ("from_path", "--from"), ("start_path", "--start")):
         given = ctx.params.get(param) or ()
         for g in [given] if isinstance(given, (str, Path)) else given:
             if Path(g).resolve() == key:
@@ -180,7 +179,8 @@ def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) ->
     persistent tensors only (`persistent_bound_s`); `plan` is the file written (null if none).
     """
     from hybrid.bounds import plan_graph_bound
-    from hybrid.plan.metrics import event_figures, persistent_bound_of
+    from hybrid.plan.metrics import persistent_bound_of
+    from hybrid.validator import event_figures
 
     m = plan.metrics
     fig = event_figures(graph, plan)   # from the events, not the file's own metrics

@@ -27,8 +27,9 @@ def plan_row(name: str, plan: Plan, graph: Graph | None = None, bounds: dict[boo
     `recompute_bound_s` (with recompute, for every plan); `graph_bound_s` is the one of the plan's own kind
     (hybrid.bounds.plan_graph_bound), kept for scripts that read it. `bounds` (keyed by recompute): use
     these instead of computing them; one missing is NaN. With `graph`, stall, bytes moved and peak are
-    recomputed from the plan's events (`hybrid.plan.metrics.event_figures`), not read from its metrics."""
-    from hybrid.plan.metrics import event_figures, persistent_bound_of
+    recomputed from the plan's events (`hybrid.validator.event_figures`), not read from its metrics."""
+    from hybrid.plan.metrics import persistent_bound_of
+    from hybrid.validator import event_figures
 
     m = plan.metrics
     fig = event_figures(graph, plan) if graph is not None else {}

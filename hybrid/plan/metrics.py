@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from hybrid.graph import Graph
     from hybrid.plan import Plan
 
 
@@ -75,17 +74,3 @@ def stall_of(makespan_s: float, busy_s: float) -> float:
     """`metrics.stall_s` (docs/formats.md): the makespan less the (GPU's) compute stream's busy time, reruns
     included: the sum of `compute_stalls`."""
     return max(0.0, makespan_s - busy_s)
-
-
-def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
-    """The figures a plan's `metrics` state, recomputed from its events: what summaries print (a file's metrics
-    are not bound by the format's rules, so an edited or foreign file could state anything), and what
-    `hybrid validate` compares the stated ones with. `peak_bytes` is the validator's (rule 5's reading)."""
-    from hybrid.validator import memory_over_time
-
-    size = {t.id: t.bytes for t in graph.tensors}
-    _, level = memory_over_time(graph, plan)
-    return {"stall_s": float(sum(e - s for s, e in compute_stalls(plan))),
-            "bytes_h2d": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_in")),
-            "bytes_d2h": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_out")),
-            "peak_bytes": int(level.max()) if len(level) else 0}

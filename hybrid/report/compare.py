@@ -55,7 +55,8 @@ import numpy as np
 import pandas as pd
 
 from hybrid.bounds import plan_graph_bound, schedule_bound
-from hybrid.plan.metrics import event_figures, persistent_bound_of
+from hybrid.plan.metrics import persistent_bound_of
+from hybrid.validator import event_figures
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph

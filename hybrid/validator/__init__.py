@@ -72,7 +72,7 @@ from hybrid.validator.report import Found, ValidationReport, Violation
 from hybrid.validator.residency import HostCopies, check_inputs, check_swaps
 
 __all__ = ["Violation", "ValidationReport", "validate", "check", "require_valid", "require_plan_of", "write_plan",
-           "memory_over_time", "MAX_VIOLATIONS"]
+           "memory_over_time", "event_figures", "MAX_VIOLATIONS"]
 
 MAX_VIOLATIONS = 100
 
@@ -130,6 +130,20 @@ def memory_over_time(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(1), np.zeros(1, np.int64)
     copies, _ = build_copies(ctx)
     return levels_over_time(ctx, copies)
+
+
+def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
+    """The figures a plan's `metrics` state, recomputed from its events: what summaries print (a file's metrics
+    are not bound by the format's rules, so an edited or foreign file could state anything), and what
+    `hybrid validate` compares the stated ones with. `peak_bytes` is the validator's (rule 5's reading)."""
+    from hybrid.plan.metrics import compute_stalls
+
+    size = {t.id: t.bytes for t in graph.tensors}
+    _, level = memory_over_time(graph, plan)
+    return {"stall_s": float(sum(e - s for s, e in compute_stalls(plan))),
+            "bytes_h2d": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_in")),
+            "bytes_d2h": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_out")),
+            "peak_bytes": int(level.max()) if len(level) else 0}
 
 
 def require_plan_of(graph: Graph, plan: Plan, what: str, where: str) -> None:

@@ -1,5 +1,5 @@
 """A plan's figures have one definition: the stall, bytes moved and peak a planner writes in `metrics` are what
-its events give (`hybrid.plan.metrics.event_figures`, the peak as rule 5 reads it), summaries print the events'
+its events give (`hybrid.validator.event_figures`, the peak as rule 5 reads it), summaries print the events'
 figures, and `hybrid validate` notes a stated figure the events do not give."""
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.plan.metrics import event_figures
-from hybrid.validator import validate
+from hybrid.validator import event_figures, validate
 from tests.cli.helpers import foreign_graph_file, run
 
 KINDS = ["naive", "odswap", "vdnn", "tflms", "belady", "recompute-only"]

@@ -52,7 +52,8 @@ def test_host_ops_have_their_own_lane_and_thread(tmp_path) -> None:
 
 def test_stall_is_the_gpu_streams_idle_time_everywhere() -> None:
     """One definition: the summaries' stall_s is the sum of the stalls a timeline shades (GPU compute idle)."""
-    from hybrid.plan.metrics import compute_stalls, event_figures
+    from hybrid.plan.metrics import compute_stalls
+    from hybrid.validator import event_figures
 
     g, plan = _mixed()
     gaps = compute_stalls(plan)

@@ -75,6 +75,8 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str | None, 
         raise HybridError("give either --csv FILE, or --graph G (with --plan P to lay out a plan)")
     align = _alignment(alignment) if alignment is not None else None
     prepare_output(out_path, "--out")   # a bad folder, or the file an input names, fails before any search
+    if out_path is not None and csv_path is not None and Path(out_path).resolve() == Path(csv_path).resolve():
+        raise HybridError(f"--out {out_path} is the --csv file it reads; write the output to another file")
     if overwrite is not None and (csv_path is not None or plan_path is not None):
         # a CSV's and a plan's lifetimes are given: only the graph run in program order has in-place writes to make
         raise HybridError(f"--{'' if overwrite else 'no-'}overwrite is for --graph alone (the graph run in program "

@@ -192,7 +192,7 @@ def _solve_parts(r, solver: str) -> str:  # noqa: ANN001 - milp.solve.SolveResul
 
 
 def _report(graph, run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: ANN001 - Graph, MilpRun, Device
-    from hybrid.plan.metrics import event_figures
+    from hybrid.validator import event_figures
 
     r = run.result
     lines = [

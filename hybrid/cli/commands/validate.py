@@ -50,7 +50,7 @@ def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
 
 def _stated_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
     """A note per metric the file states that its events do not give (an edited file, another tool's reading)."""
-    from hybrid.plan.metrics import event_figures
+    from hybrid.validator import event_figures
 
     got = event_figures(graph, plan)
     out = []
