@@ -100,6 +100,16 @@ class Device:
         return nbytes / self.d2h_bytes_per_s + self.transfer_latency_s
 
 
+def parse_alignment(text: str | int, what: str = "--alignment") -> int:
+    """An alignment flag as bytes: a power of two up to MAX_ALIGNMENT, the rule a device's alignment_bytes
+    follows (docs/formats.md, rule 5)."""
+    a = parse_bytes(text, what)
+    if a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
+        raise HybridError(f"{what} must be a power of two up to {format_bytes(MAX_ALIGNMENT)} (512 for CUDA), "
+                          f"got {text!r}")
+    return a
+
+
 def _power_of_two(value: Any, what: str) -> int:
     a = checked_number(value, what, lo=1, hi=MAX_ALIGNMENT, integer=True)
     if a & (a - 1):
@@ -312,10 +322,7 @@ def resolve_device(
         if changes["reserve_bytes"] < 0:
             raise HybridError(f"--reserve must not be negative, got {reserve!r}")
     if alignment is not None:
-        a = changes["alignment_bytes"] = parse_bytes(alignment, "--alignment")
-        if a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
-            raise HybridError(f"--alignment must be a power of two up to {format_bytes(MAX_ALIGNMENT)} (512 for CUDA), "
-                              f"got {alignment!r}")
+        changes["alignment_bytes"] = parse_alignment(alignment)
     if h2d is not None:
         changes["h2d_bytes_per_s"] = parse_bandwidth(h2d, "--h2d")
     if d2h is not None:

@@ -123,6 +123,12 @@ def format_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def format_bytes_exact(n: int) -> str:
+    """A size people read with its exact bytes beside, where a few bytes matter (an arena against a capacity, a
+    peak a few KiB under the memory)."""
+    return f"{format_bytes(n)} ({int(n)} B)" if n >= 1024 else f"{int(n)} B"
+
+
 def format_seconds(t: float) -> str:
     if t == float("inf"):
         return "inf"

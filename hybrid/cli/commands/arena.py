@@ -9,12 +9,8 @@ import click
 
 from hybrid.cli.options import prepare_output
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.units import MAX_ALIGNMENT, format_bytes, format_seconds, parse_bytes, parse_duration
-
-
-def _size(n: int) -> str:
-    """A size people read, with its exact bytes where they matter (an arena against a capacity, a bound)."""
-    return f"{format_bytes(n)} ({int(n)} B)" if n >= 1024 else f"{int(n)} B"
+from hybrid.device import parse_alignment
+from hybrid.units import format_bytes_exact, format_seconds, parse_bytes, parse_duration
 
 
 def _verdict(arena: int, peak: int, proven: bool, lb: int, solver: str, secs: float, skipped: str = "") -> str:
@@ -22,19 +18,9 @@ def _verdict(arena: int, peak: int, proven: bool, lb: int, solver: str, secs: fl
     `skipped` says why the exact search did not run, where it did not."""
     lb = max(lb, peak)
     proof = "proven optimal" if proven else (
-        f"not proven optimal (lower bound {_size(lb)})" if lb != peak else "not proven optimal")
-    return (f"arena {_size(arena)}, peak live {_size(peak)}: arena / peak {arena / peak if peak else 1.0:.4f}, "
+        f"not proven optimal (lower bound {format_bytes_exact(lb)})" if lb != peak else "not proven optimal")
+    return (f"arena {format_bytes_exact(arena)}, peak live {format_bytes_exact(peak)}: arena / peak {arena / peak if peak else 1.0:.4f}, "
             f"{proof}; by {solver} in {format_seconds(secs)}" + (f"; {skipped}" if skipped else ""))
-
-
-def _alignment(text: str) -> int:
-    """--alignment as bytes: a power of two up to MAX_ALIGNMENT, the rule a device's alignment_bytes follows
-    (docs/formats.md, rule 5), so an offset CSV and a plan's arena agree on what an alignment is."""
-    a = parse_bytes(text, "--alignment")
-    if a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
-        raise HybridError(f"--alignment must be a power of two up to {format_bytes(MAX_ALIGNMENT)} (docs/formats.md, "
-                          f"rule 5; 512 for CUDA), got {text!r}")
-    return a
 
 
 @click.command("arena")
@@ -73,7 +59,7 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str | None, 
     limit = parse_duration(time_limit, "--time-limit")
     if (csv_path is None) == (graph_path is None):
         raise HybridError("give either --csv FILE, or --graph G (with --plan P to lay out a plan)")
-    align = _alignment(alignment) if alignment is not None else None
+    align = parse_alignment(alignment) if alignment is not None else None
     prepare_output(out_path, "--out")   # a bad folder, or the file an input names, fails before any search
     if out_path is not None and csv_path is not None and Path(out_path).resolve() == Path(csv_path).resolve():
         raise HybridError(f"--out {out_path} is the --csv file it reads; write the output to another file")
@@ -206,8 +192,7 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
         if layout.describe() and layout.fallback:
             click.echo(layout.describe())
         if new.allocation.kind != "arena":
-            _slower(plan, new)
-            _write(graph, new, out_path)
+            _write(graph, new, out_path, plan)
             return
         info = new.planner.get("arena", {}) if isinstance(new.planner, dict) else {}
         if len(new.allocation.offsets) > EXACT_MAX_BUFFERS or not exact_ready(exact_end):
@@ -215,8 +200,7 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
             proven = bool(info.get("proven_optimal", False))
             click.echo(_verdict(new.allocation.arena_bytes, peak, proven, peak, str(info.get("solver", "")), solve_s,
                                 "" if proven else _exact_skipped(len(new.allocation.offsets), exact_end, limit)))
-            _slower(plan, new)
-            _write(graph, new, out_path)
+            _write(graph, new, out_path, plan)
             return
     else:
         new = plan
@@ -239,11 +223,12 @@ def _plan(graph_path: Path, plan_path: Path, deadline: float, out_path: Path | N
     new = arena_plan(new, pb, sol)
     click.echo(_verdict(sol.arena_bytes, pb.problem.peak_live(), sol.proven_optimal, sol.lower_bound, sol.solver,
                         sol.seconds, skipped))
-    _slower(plan, new)
-    _write(graph, new, out_path)
+    _write(graph, new, out_path, plan)
 
 
-def _write(graph, plan, out_path: Path | None) -> None:  # noqa: ANN001 - a Graph and a Plan
+def _write(graph, plan, out_path: Path | None, given) -> None:  # noqa: ANN001 - a Graph and Plans
+    """The plan with offsets, written; first, where it is slower than the plan `given`, a line saying so."""
+    _slower(given, plan)
     if out_path is not None:
         from hybrid.validator import write_plan
 
@@ -288,8 +273,8 @@ def _csv(path: Path, capacity: str | None, align: int, limit: float, out_path: P
     cap = parse_bytes(capacity, "--capacity") if capacity is not None else None
     peak = problem.peak_live()
     if cap is not None and cap < peak:   # the bytes live at one time need that much whatever the offsets: no search
-        raise InfeasibleError(f"no assignment within --capacity {_size(cap)}: none exists (proven: the live bytes "
-                              f"peak at {_size(peak)}, above it); give --capacity {peak} or more")
+        raise InfeasibleError(f"no assignment within --capacity {format_bytes_exact(cap)}: none exists (proven: the live bytes "
+                              f"peak at {format_bytes_exact(peak)}, above it); give --capacity {peak} or more")
     sol = exact.solve(problem, limit, capacity=cap, first_fit=cap is not None, repair_moves=REPAIR_MOVES)
     chk = check_offsets(problem, sol.offsets)
     if not chk.valid:     # the validator is independent of the solvers: never write what it rejects
@@ -297,8 +282,8 @@ def _csv(path: Path, capacity: str | None, align: int, limit: float, out_path: P
     click.echo(_verdict(sol.arena_bytes, peak, sol.proven_optimal, sol.lower_bound, sol.solver, sol.seconds))
     if cap is not None and sol.arena_bytes > cap:
         why = "none exists (proven)" if sol.lower_bound > cap else f"none found in {format_seconds(limit)}"
-        raise InfeasibleError(f"no assignment within --capacity {_size(cap)}: {why}; the best found needs "
-                              f"{_size(sol.arena_bytes)}")
+        raise InfeasibleError(f"no assignment within --capacity {format_bytes_exact(cap)}: {why}; the best found needs "
+                              f"{format_bytes_exact(sol.arena_bytes)}")
     if out_path is not None:
         write_csv(out_path, problem, sol.offsets)
         click.echo(f"wrote {out_path}")

@@ -10,7 +10,7 @@ from hybrid.cli import clock
 from hybrid.cli.options import (FiniteFloat, device_from, device_options, graph_option, json_summary, load_graph,
                                 load_plan, prepare_output)
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.units import format_bytes, format_seconds, parse_duration
+from hybrid.units import format_bytes_exact, format_seconds, parse_duration
 from hybrid.validator import write_plan
 
 @click.command("milp")
@@ -169,11 +169,6 @@ def _say_start(g, dev, plan, start_name: str | None, why: str, out_path: Path | 
                + (f"\nplan         {out_path} (validated)" if out_path is not None else ""))
 
 
-def _size(n: int) -> str:
-    """Bytes people read, the exact count beside (a peak a few KiB under the memory reads as equal to it)."""
-    return f"{format_bytes(n)} ({int(n)} B)" if n >= 1024 else f"{int(n)} B"
-
-
 def _solve_parts(r, solver: str) -> str:  # noqa: ANN001 - milp.solve.SolveResult
     """Where a solve's seconds went (HiGHS): the model's hand-off, the search (against the limit it was given:
     the `time` line's), reading the solution back; '' where the solver did not say (CBC)."""
@@ -240,5 +235,5 @@ def _report(graph, run, kind: str, solver: str, dev, m: dict) -> list[str]:  # n
     lines.append(
         f"makespan     {format_seconds(run.plan.makespan_s)} simulated (ideal {format_seconds(m.get('ideal_s', 0.0))}, "
         f"stall {format_seconds(stall)}); {n_re} recomputes, {n_out} offloads, {n_in} prefetches"
-        + f"; peak {_size(peak)} of {_size(dev.usable_bytes)} usable")
+        + f"; peak {format_bytes_exact(peak)} of {format_bytes_exact(dev.usable_bytes)} usable")
     return lines
