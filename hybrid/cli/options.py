@@ -62,11 +62,14 @@ def device_options(f: Callable) -> Callable:
     return f
 
 
-def device_from(graph: Graph | None, kw: dict[str, Any]) -> Device:
-    """Pop the device flags out of a command's kwargs and resolve them against the graph."""
-    return resolve_device(graph.device if graph is not None else None, kw.pop("device_name", None),
-                          kw.pop("memory", None), kw.pop("h2d", None), kw.pop("d2h", None), kw.pop("latency", None),
-                          kw.pop("reserve", None), kw.pop("alignment", None))
+# device_options' parameters, in resolve_device's argument order
+DEVICE_KEYS = ("device_name", "memory", "h2d", "d2h", "latency", "reserve", "alignment")
+
+
+def device_from(graph: Graph | None, kw: dict[str, Any], base: Device | None = None) -> Device:
+    """Pop the device flags out of a command's kwargs and resolve them against `base` (default: the graph's)."""
+    return resolve_device(base if base is not None else graph.device if graph is not None else None,
+                          *(kw.pop(k, None) for k in DEVICE_KEYS))
 
 
 graph_option = click.option("--graph", "graph_path", required=True, type=click.Path(dir_okay=False, path_type=Path),

@@ -7,12 +7,12 @@ from typing import Any
 
 import click
 
-from hybrid.device import Device, resolve_device
-from hybrid.errors import HybridError, InvalidPlanError
+from hybrid.device import Device
+from hybrid.errors import HybridError
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation
 from hybrid.swap.pools import PoolArrays, byte_pool, per_size_pool, pool_from_allocation
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, load_plan,
-                                given_flags, out_option, prepare_output, recompute_option)
+                                DEVICE_KEYS, given_flags, out_option, prepare_output, recompute_option)
 from hybrid.swap.to_plan import to_plan
 from hybrid.graph.order import depth_first_order, from_ids, program_order
 from hybrid.report.summary import plan_row, table
@@ -22,8 +22,6 @@ from hybrid.swap.planner import SwapPlanner
 from hybrid.units import format_bytes, format_seconds
 from hybrid.validator import require_valid, write_plan
 
-# device_options' parameters, in resolve_device's argument order (device_from pops the same keys)
-DEVICE_KEYS = ("device_name", "memory", "h2d", "d2h", "latency", "reserve", "alignment")
 # what --from takes from the plan instead of these flags
 FROM_OVERRIDES = ("schedule", "allocation")
 MIB = 1 << 20
@@ -67,10 +65,7 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
     if from_path is not None:
         src = load_plan(from_path)
         require_valid(g, src, f"--from {from_path}")   # another graph, or a broken plan: exit 1, as validate
-        try:
-            order = from_ids(g, src.schedule, f"{from_path}: schedule")
-        except HybridError as e:
-            raise InvalidPlanError(f"{e}; run `hybrid validate --graph {graph_path} --plan {from_path}`") from None
+        order = from_ids(g, src.schedule, f"{from_path}: schedule")   # valid: a topological order of g's ops
         dev = _device_for_plan(src, kw, device_flags, notes)
         if isinstance(src.allocation, ArenaAllocation):
             pool = byte_pool(g, dev)
@@ -106,10 +101,7 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
 def _device_for_plan(src: Plan, kw: dict[str, Any], device_flags: list[str], notes: list[str]) -> Device:
     """The plan's own device ("keep this plan's ... allocation" is meaningless on another memory), changed only
     by the device flags given; where they change it, a note says how, since the result is then not the plan's."""
-    values = [kw.pop(k, None) for k in DEVICE_KEYS]
-    if not device_flags:
-        return src.device
-    dev = resolve_device(src.device, *values)
+    dev = device_from(None, kw, base=src.device)
     changes = _device_changes(src.device, dev)
     if changes:
         notes.append(f"the device ({', '.join(device_flags)}) differs from the plan's: {'; '.join(changes)}")
