@@ -13,7 +13,7 @@ from typing import Callable
 from hybrid.capture.costs import roofline_s
 from hybrid.device import HOST_CPUS, PRESET_COMPUTE, ComputeSpec
 from hybrid.errors import HybridError
-from hybrid.graph import Graph
+from hybrid.graph import Graph, Impl
 
 
 def _spec(name: str, table: dict[str, ComputeSpec], flag: str) -> ComputeSpec:
@@ -24,7 +24,8 @@ def _spec(name: str, table: dict[str, ComputeSpec], flag: str) -> ComputeSpec:
 
 def recost(graph: Graph, gpu: str | None = None, cpu: str | None = None) -> Graph:
     """A copy of `graph` with `time_s` from GPU preset `gpu` and `cpu_time_s` from CPU preset `cpu` (each only
-    when given). Ops without a recorded cost are an error naming the op."""
+    when given); an op's other implementations scale with its default's. Ops without a recorded cost are an
+    error naming the op."""
     if gpu is None and cpu is None:
         return graph
     g_spec = _spec(gpu, PRESET_COMPUTE, "--device") if gpu is not None else None
@@ -37,9 +38,14 @@ def recost(graph: Graph, gpu: str | None = None, cpu: str | None = None) -> Grap
                               "another processor; capture the graph with `hybrid capture`, or leave out --cpu/--device")
         args = (float(cost["flops"]), float(cost.get("io_bytes", 0)), str(cost.get("dtype", "float32")),
                 str(cost.get("class", "vector")))
-        changes = {}
+        changes: dict = {}
         if g_spec is not None:
-            changes["time_s"] = roofline_s(*args, g_spec)
+            changes["time_s"] = t = roofline_s(*args, g_spec)
+            if op.impls:   # the default impl takes the new time, the others its speed-up, so they stay one op's
+                d = op.default_impl
+                k = t / op.time_s if op.time_s > 0 else 1.0
+                changes["impls"] = tuple(Impl(im.name, t if i == d else im.time_s * k, im.workspace_bytes)
+                                         for i, im in enumerate(op.impls))
         if c_spec is not None:
             changes["cpu_time_s"] = roofline_s(*args, c_spec)
         ops.append(replace(op, **changes))

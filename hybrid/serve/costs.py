@@ -14,7 +14,7 @@ from typing import Literal
 
 from hybrid.device import Device
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.graph import Graph, Impl
+from hybrid.graph import Graph
 from hybrid.graph.info import ideal_time, largest_op, unswapped_peak
 from hybrid.plan import Plan
 from hybrid.serve.simulate import ModelCosts
@@ -72,8 +72,7 @@ def costed_for(graph: Graph) -> str | None:
 def recost_for(graph: Graph, device: Device, where: str) -> Graph:
     """`graph` with op times re-costed for preset `device.name` (hybrid.placement.costs.recost: the roofline of
     each op's recorded FLOPs and bytes) and `device` as its device, so serving on another GPU does not keep the
-    old GPU's compute times. An op's other implementations are scaled by its default's speed-up, which keeps
-    the default impl the op's own time. A graph without recorded costs is refused, naming `where` (its file)."""
+    old GPU's compute times. A graph without recorded costs is refused, naming `where` (its file)."""
     from hybrid.placement.costs import recost
 
     try:
@@ -82,16 +81,7 @@ def recost_for(graph: Graph, device: Device, where: str) -> Graph:
         raise HybridError(f"--device {device.name}: {where} records no FLOPs and bytes to re-cost its op times "
                           f"(they are {costed_for(graph) or 'of an unnamed device'}'s); leave out --device and "
                           "give --memory/--h2d to change only the GPU's memory and link") from e
-    ops = []
-    for old, op in zip(graph.ops, new.ops):
-        if op.impls:
-            d = old.default_impl
-            k = op.time_s / old.time_s if old.time_s > 0 else 1.0
-            op = dataclasses.replace(op, impls=tuple(
-                Impl(im.name, op.time_s if i == d else im.time_s * k, im.workspace_bytes)
-                for i, im in enumerate(old.impls)))
-        ops.append(op)
-    return Graph(graph.name, graph.tensors, ops, device, new.extra)
+    return Graph(graph.name, graph.tensors, new.ops, device, new.extra)
 
 
 def model_costs(graph: Graph, device: Device, share_bytes: int, planner: Planner = "belady", generations: int = 20,

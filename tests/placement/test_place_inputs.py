@@ -118,3 +118,23 @@ def test_a_time_limit_of_nothing_is_a_usage_error(tmp_path, limit):
     g.save(gp)
     r = run("place", "--graph", gp, "--time-limit", limit)
     assert r.exit_code == 2 and "--time-limit must be positive" in r.output, r.output
+
+
+def test_recost_keeps_an_ops_implementations_one_op() -> None:
+    """A re-costed op's default impl takes its new time (the validator times a compute event by it) and the
+    others scale with it: place --device and serve --device share this."""
+    import dataclasses
+
+    from hybrid.graph import Graph, Impl
+    from hybrid.placement.costs import recost
+    from tests.serve.test_serve_inputs import inference_graph
+
+    g = inference_graph(device="v100-16gb")
+    op = g.ops[0]
+    ops = [dataclasses.replace(op, impls=(Impl("default", op.time_s, 0), Impl("winograd", op.time_s / 2, 1024))),
+           *g.ops[1:]]
+    g = Graph(g.name, g.tensors, ops, g.device, g.extra)
+    new = recost(g, gpu="h100-80gb").ops[0]
+    assert new.time_s != op.time_s
+    assert new.impls[new.default_impl].time_s == new.time_s
+    assert new.impls[1].time_s == pytest.approx(new.time_s / 2) and new.impls[1].workspace_bytes == 1024
