@@ -106,17 +106,30 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
         raise HybridError("give --model (a zoo model) or --module (your own), not both")
     spec = module_to_run(graph, module, trust_module, graph_path) if model is None else None
     dt = graph_dtype(graph)
+    forward_only = _forward_only(graph)
     if spec is not None:
         from hybrid.capture.user_module import load_user_model
 
         torch.manual_seed(seed)
         user = load_user_model(spec)
         args, target, kwargs = _cast_floats((user.args, user.target, user.kwargs), dt)   # as capture did
-        return Workload(user.module.to(dt), args, target, user.loss_fn, kwargs, f"module {spec}")
+        if forward_only:
+            target = None
+        return Workload(user.module.to(dt), args, target, None if forward_only else user.loss_fn, kwargs,
+                        f"module {spec}")
     zoo = zoo_spec(graph, model, overrides, graph_path)
     rec = graph.extra.get("model")
     b = int(rec["batch"]) if isinstance(rec, dict) and batch is None else (batch or zoo.default_batch)
     torch.manual_seed(seed)
     built = zoo.build().to(dt)
     args, target = zoo.make_inputs(b, torch.device("cpu"), dt)
+    if forward_only:
+        return Workload(built, args, None, None, None, f"zoo {zoo.name}")
     return Workload(built, args, target, zoo.loss, None, f"zoo {zoo.name}")
+
+
+def _forward_only(graph: Any) -> bool:
+    """An inference graph captured as the forward alone (no loss, no label input): the batch's target and the
+    loss are not its to bind. Graphs captured before kept both, and still take them."""
+    b = graph.extra.get("bindings")
+    return isinstance(b, dict) and not b.get("optimizer") and not b.get("targets") and b.get("loss") is None

@@ -98,7 +98,8 @@ def capture_model(
 
     The model is built on the meta device, so even a model far larger than
     host memory captures in little RAM. Without an optimizer it is captured in
-    eval mode (inference); `capture` itself never changes a module's mode.
+    eval mode (inference) as the forward alone: the model's outputs, without its loss and label input;
+    `capture` itself never changes a module's mode.
     """
     from hybrid.zoo import get_model
 
@@ -109,10 +110,14 @@ def capture_model(
     dt = parse_dtype(dtype) or torch.float32
     with torch.device("meta"):
         module = spec.build()
-    if optimizer is None or (isinstance(optimizer, str) and optimizer.strip().lower() == "none"):
+    inference = optimizer is None or (isinstance(optimizer, str) and optimizer.strip().lower() == "none")
+    if inference:
         module.eval()   # an inference graph: batch norm uses its running statistics, dropout is off
     args, target = spec.make_inputs(batch, torch.device("meta"), dt)
-    graph = capture(module, args, spec.loss, target, optimizer=optimizer, lr=lr, optimizer_options=optimizer_options,
+    loss = spec.loss
+    if inference:       # the forward alone: no label to upload, no loss to compute; its outputs are the model's
+        loss, target = None, None
+    graph = capture(module, args, loss, target, optimizer=optimizer, lr=lr, optimizer_options=optimizer_options,
                     device=device, cost_device=cost_device, dtype=dt, name=f"{spec.name}-b{batch}", profile=profile)
     graph.extra["model"] = {"name": spec.name, "family": spec.family, "batch": batch, "paper": spec.paper,
                             "description": spec.description, "config": dict(spec.config)}

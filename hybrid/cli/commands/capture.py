@@ -35,7 +35,9 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
 
     torch.manual_seed(0)
     user = load_user_model(spec)
-    graph = capture(user.module, user.args, user.loss_fn, user.target, kwargs=user.kwargs, optimizer=optimizer,
+    # An inference graph (--optimizer none) is the forward alone, as for zoo models: no loss, no target.
+    loss_fn, target = (user.loss_fn, user.target) if optimizer is not None else (None, None)
+    graph = capture(user.module, user.args, loss_fn, target, kwargs=user.kwargs, optimizer=optimizer,
                     lr=lr, optimizer_options=options, device=device, dtype=dtype, name=spec.replace(":", "."))
     graph.extra["module"] = {"spec": spec, "dtype": dtype}
     return graph
