@@ -129,14 +129,18 @@ def format_bytes_exact(n: int) -> str:
     return f"{format_bytes(n)} ({int(n)} B)" if n >= 1024 else f"{int(n)} B"
 
 
-def format_seconds(t: float) -> str:
-    if t == float("inf"):
-        return "inf"
-    if t >= 1:
-        return f"{t:.4g} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.4g} ms"
-    return f"{t * 1e6:.4g} us"
+def format_seconds(t: float, digits: int = 4) -> str:
+    """`t` seconds in s, ms or us (by its magnitude, so a negative difference reads like a positive one) with
+    `digits` significant digits; a table that must tell two close times apart asks for more."""
+    t = float(t)
+    if math.isinf(t) or math.isnan(t):
+        return str(t)
+    a = abs(t)
+    if a >= 1:
+        return f"{t:.{digits}g} s"
+    if a >= 1e-3:
+        return f"{t * 1e3:.{digits}g} ms"
+    return f"{t * 1e6:.{digits}g} us"
 
 
 def round_up(n, align: int):

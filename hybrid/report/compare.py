@@ -56,6 +56,7 @@ import pandas as pd
 
 from hybrid.bounds import plan_graph_bound, schedule_bound
 from hybrid.plan.metrics import persistent_bound_of
+from hybrid.units import format_seconds
 from hybrid.validator import event_figures
 from hybrid.device import Device
 from hybrid.errors import HybridError
@@ -83,7 +84,7 @@ def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_pa
     ideal = float(m.get("ideal_s", 0.0))
     lb = persistent_bound_of(m)
     gb = plan_graph_bound(graph, plan)
-    fig = event_figures(graph, plan)   # from the events, as every summary (hybrid.plan.metrics)
+    fig = event_figures(graph, plan)   # from the events, as every summary (hybrid.validator)
     h2d, d2h = int(fig["bytes_h2d"]), int(fig["bytes_d2h"])
     return {"graph": graph.name, "memory_bytes": int(plan.device.memory_bytes), "arm": arm, "row": "seed",
             "seed": seed, "makespan_s": plan.makespan_s, "ideal_s": ideal, "persistent_bound_s": lb,
@@ -581,16 +582,11 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def seconds_text(t: float, digits: int = 4) -> str:
-    """`t` seconds in s, ms or us with `digits` significant digits (hybrid.units.format_seconds' units, with
-    the digits a table needs); "" for NaN."""
+    """`t` as hybrid.units.format_seconds writes it with `digits` significant digits; "" for NaN (an empty
+    table cell)."""
     if t is None or pd.isna(t):
         return ""
-    t = float(t)
-    if np.isinf(t):
-        return "inf" if t > 0 else "-inf"
-    a = abs(t)
-    scale, unit = (1.0, "s") if a >= 1 or a == 0 else (1e3, "ms") if a >= 1e-3 else (1e6, "us")
-    return f"{t * scale:.{digits}g} {unit}"
+    return format_seconds(float(t), digits)
 
 
 def time_digits(values, lo: int = 4, hi: int = 9, rel: float = 1e-9) -> int:  # noqa: ANN001
