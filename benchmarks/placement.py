@@ -98,8 +98,11 @@ def main() -> None:
         rows.append(row(m, g, b, "xeon-6248r roofline", args.time_limit))
     for m, b in runs:
         path = graph(m, b, args.graphs)
-        subprocess.run([exe(), "profile", "--graph", str(path), "--profile", str(prof), "--backend", "cpu",
-                        "--repeat", repeat, "--warmup", warmup], check=True, capture_output=True)
+        r = subprocess.run([exe(), "profile", "--graph", str(path), "--profile", str(prof), "--backend", "cpu",
+                            "--repeat", repeat, "--warmup", warmup], check=True, capture_output=True, text=True)
+        if "the CPU was busy" in r.stderr:   # the measured rows would time the contention, not the machine
+            prof.unlink(missing_ok=True)
+            raise SystemExit(f"{m} at batch {b}: {r.stderr.strip()}; {prof} removed: run this benchmark alone")
         g = with_profiles(Graph.load(path), [prof])
         rows.append(row(m, g, b, "measured here", args.time_limit))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

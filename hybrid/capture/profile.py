@@ -108,6 +108,47 @@ class MeasureReport:
     reused: int = 0           # distinct signatures already in the profile, counted the same way
     skipped: list[str] = field(default_factory=list)  # op ids not measured (too large, failed, out of time)
     reasons: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # why the times measured may not be the machine's own
+
+
+# A CPU op on several threads waits at each barrier for every one of them: where another process holds a core,
+# each barrier waits for a scheduler time slice (an elementwise op of 1 MiB took 8 ms on 2 threads, 14 us on
+# one, on this project's 2-core machine beside one busy process). Times measured then are the contention's.
+BUSY_RATIO = 20.0
+
+
+def cpu_busy_ratio(torch: Any) -> float:
+    """How much slower a small elementwise op runs on torch's threads than on one (1 with a single thread)."""
+    threads = torch.get_num_threads()
+    if threads <= 1:
+        return 1.0
+    x = torch.ones(1 << 18)
+
+    def best(n: int) -> float:
+        torch.set_num_threads(n)
+        torch.relu(x)
+        out = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            torch.relu(x)
+            out = min(out, time.perf_counter() - t)
+        return out
+
+    try:
+        one = best(1)
+        many = best(threads)
+    finally:
+        torch.set_num_threads(threads)
+    return many / max(one, 1e-9)
+
+
+def busy_warning(ratio: float, threads: int) -> str | None:
+    """The warning a profile measured on contended cores gets, or None."""
+    if ratio < BUSY_RATIO:
+        return None
+    return (f"the CPU was busy: an op on {threads} threads ran {ratio:.0f}x slower than on one (another process "
+            f"holds a core), so these times count waiting for cores; measure again on an idle machine, or with "
+            f"fewer threads (OMP_NUM_THREADS)")
 
 
 def _device_name(dev: Any) -> str:
@@ -324,6 +365,7 @@ def measure_profile(
                 todo.setdefault(key, (op, impl))
     report.reused = len(reused)
     gen = torch.Generator().manual_seed(seed)
+    ratios = [cpu_busy_ratio(torch)] if backend == "cpu" and todo else []
     start = time.monotonic()
     try:
         with portable_kernels():
@@ -357,6 +399,11 @@ def measure_profile(
                 report.measured += 1
     except KeyboardInterrupt:
         report.reasons["interrupted"] = "Ctrl-C"
+    if ratios:   # before and after: contention may start or end while measuring
+        ratios.append(cpu_busy_ratio(torch))
+        note = busy_warning(max(ratios), torch.get_num_threads())
+        if note:
+            report.warnings.append(note)
     if progress:
         progress(len(todo), len(todo))
     return profile, report

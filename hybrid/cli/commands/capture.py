@@ -138,6 +138,8 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
                 prof.save(profile_path)
                 click.echo(f"measured {report.measured} op signatures on {prof.device_name} ({report.reused} "
                            f"reused, {len(report.skipped)} ops skipped) -> {profile_path}", err=True)
+                for note in report.warnings:
+                    click.echo(f"warning: {note}", err=True)
             if prof is not None:   # it exists: checked above, or just measured
                 graph = apply_profile(graph, prof)
         if executor_workspaces:

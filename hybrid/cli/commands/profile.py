@@ -71,6 +71,8 @@ def command(graph_path: Path, profile_path: Path, backend: str, repeat: int, war
                f"skipped {len(report.skipped)} ops -> {profile_path}")
     for oid, why in list(report.reasons.items())[:5]:
         click.echo(f"  skipped {oid}: {why}")
+    for note in report.warnings:
+        click.echo(f"warning: {note}", err=True)
     if out_path is not None:
         g = apply_profile(graph, prof)
         field = "time_s" if prof.backend == "cuda" else "cpu_time_s"
