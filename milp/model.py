@@ -206,6 +206,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     sf_pre: dict[tuple[int, int], int] = {}
     if options.offload:
         for j in sorted(pb.offloadable):
+            over()
             p, need = pb.producer[j], pb.need[j]
             nbytes = int(pb.graph.tensors[j].bytes)
             wo = windows(tau, n, dev.d2h_time(nbytes), True)
@@ -235,6 +236,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     Pb: dict[tuple[int, int], pulp.LpVariable] = {}
     if options.offload and options.stalls:
         for j in sorted(pb.offloadable):
+            over()
             p, need = pb.producer[j], pb.need[j]
             ups = pb.updates(j)
             if pb.is_persistent(j):
@@ -326,7 +328,11 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
                     lp += rsum(t, q) + s(t, j) + pulp.lpSum(busy) <= 1, f"rerun_fresh_{t}_{q}_{j}"
     # ---- [6] offload at most once; [7] only valid data; [8] no offload without a prefetch;
     #      [9] prefetch after the offload has landed, into a tensor not on the device ---------------------
+    pb_by_j: dict[int, list[pulp.LpVariable]] = {}   # blocking prefetches by tensor, in Pb's order
+    for (x, j), v in Pb.items():
+        pb_by_j.setdefault(j, []).append(v)
     for j, xs in o_by_j.items():
+        over()
         p = pb.producer[j]
         ups = pb.updates(j)
         if ups:  # a persistent tensor: at most once before its first update and once after its last
@@ -336,7 +342,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             lp += pulp.lpSum(O[x, j] for x in xs) <= 1, f"offload_once_{j}"
         if not pb.is_persistent(j):  # a persistent tensor may leave for good (off the device at the end)
             lp += pulp.lpSum(O[x, j] for x in xs) <= pulp.lpSum(P[x, j] for x in p_by_j.get(j, [])) + \
-                pulp.lpSum(v for (x, jj), v in Pb.items() if jj == j), f"no_idle_{j}"
+                pulp.lpSum(pb_by_j.get(j, [])), f"no_idle_{j}"
         for x in xs:
             lp += O[x, j] <= s(x, j) + rsum(x, p), f"offload_valid_{x}_{j}"
     # A landed copy is current unless an update came after it (an update at stage u runs during u). The landed
@@ -347,6 +353,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     for (x, j) in list(P) + list(Pb):
         fetch_at.setdefault(j, []).append(x)
     for j, xs in fetch_at.items():
+        over()
         ups = pb.updates(j)
         prev: tuple[int, object, set] | None = None   # (epoch, H, offloads counted)
         for x in sorted(set(xs)):
@@ -364,7 +371,9 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
                 expr = h
             host[x, j] = expr
             prev = (epoch, expr, counted)
-    for (x, j), var in list(P.items()) + list(Pb.items()):
+    for k, ((x, j), var) in enumerate(list(P.items()) + list(Pb.items())):
+        if k % 512 == 0:
+            over()
         ups = pb.updates(j)
         if pb.is_persistent(j) and not any(u < x for u in ups):
             # not yet updated: the start's host copy is current unless the tensor started on the device
@@ -433,6 +442,9 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     s_at: dict[int, list[int]] = {}
     for (tt, j) in S:
         s_at.setdefault(tt, []).append(j)
+    pb_at: dict[int, list[tuple[int, pulp.LpVariable]]] = {}   # blocking prefetches by stage, in Pb's order
+    for (x, j), v in Pb.items():
+        pb_at.setdefault(x, []).append((j, v))
     n_free = 0
     # ghosts as (MiB, 0-1 expression): into stage t, what was made at the instant stage t-1 ended in and is gone
     carry: list[tuple[float, pulp.LpAffineExpression | pulp.LpVariable | int]] = []
@@ -444,7 +456,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
         if not at_stage[t]:
             continue
         kept = [(pb.mem[j] / MIB, S[t, j]) for j in s_at.get(t, [])] + \
-            [(pb.mem[j] / MIB, v) for (x, j), v in Pb.items() if x == t]
+            [(pb.mem[j] / MIB, v) for j, v in pb_at.get(t, [])]
         fly = [(pb.mem[k[1]] / MIB, P[k]) for k in inflight_p.get(t, [])] + \
               [(pb.mem[k[1]] / MIB, O[k]) for k in inflight_o.get(t, [])]
         base = pb.fixed_bytes / MIB + pulp.lpSum(c * v for c, v in kept + fly)
