@@ -66,10 +66,21 @@ def device_options(f: Callable) -> Callable:
 DEVICE_KEYS = ("device_name", "memory", "h2d", "d2h", "latency", "reserve", "alignment")
 
 
-def device_from(graph: Graph | None, kw: dict[str, Any], base: Device | None = None) -> Device:
-    """Pop the device flags out of a command's kwargs and resolve them against `base` (default: the graph's)."""
-    return resolve_device(base if base is not None else graph.device if graph is not None else None,
-                          *(kw.pop(k, None) for k in DEVICE_KEYS))
+def device_from(graph: Graph | None, kw: dict[str, Any], base: Device | None = None,
+                recosts: bool = False) -> Device:
+    """Pop the device flags out of a command's kwargs and resolve them against `base` (default: the graph's).
+
+    A graph's op times are its capture device's: a `--device` preset naming another card changes the memory,
+    the link and the reserve, not them, so the command says so on stderr (unless it re-costs the ops itself,
+    `recosts`, as serve does)."""
+    name = kw.get("device_name")
+    dev = resolve_device(base if base is not None else graph.device if graph is not None else None,
+                         *(kw.pop(k, None) for k in DEVICE_KEYS))
+    if graph is not None and name and not recosts and graph.device.name in PRESETS and dev.name != graph.device.name:
+        click.echo(f"warning: graph {graph.name!r} times its ops as on {graph.device.name} (as captured); --device "
+                   f"{name} sets the memory, link and reserve, not the op times: capture it again with --device "
+                   f"{name} (or `hybrid profile` on that GPU) to time its ops there", err=True)
+    return dev
 
 
 graph_option = click.option("--graph", "graph_path", required=True, type=click.Path(dir_okay=False, path_type=Path),

@@ -197,7 +197,7 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
                               "with `hybrid capture ... --optimizer none`")
     batch = serving_batch(graphs, graph_paths, batch)
     device_name, memory = kw.get("device_name"), kw.get("memory")
-    dev = device_from(graphs[0], kw)
+    dev = device_from(graphs[0], kw, recosts=True)   # serving_graphs re-costs the ops for --device
     graphs = serving_graphs(graphs, graph_paths, dev, device_name, memory)
     times_for = [costed_for(g) for g in graphs]
     n = copies if copies is not None else len(graphs)
