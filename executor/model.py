@@ -23,7 +23,7 @@ from executor.preflight import module_to_run
 @dataclass
 class Workload:
     """What `executor.execute` trains: the module, one batch, and the loss as captured."""
-    module: Any                                 # torch.nn.Module, at the graph's dtype
+    module: Any                                 # torch.nn.Module, at the graph's dtypes
     args: tuple
     target: Any
     loss_fn: Callable[..., Any] | None
@@ -50,6 +50,32 @@ def graph_dtype(graph: Any) -> Any:
 
     first = next((t for t in graph.tensors if t.kind == "param" and "dtype" in t.extra), None)
     return parse_dtype(first.extra["dtype"]) if first is not None else torch.float32
+
+
+def module_dtype(graph: Any) -> Any:
+    """The dtype to cast a `--module` factory's floats to, or None to keep the factory's own.
+
+    `hybrid capture --module` records `module.dtype`: a --dtype it cast to ("fp32" in every graph captured
+    before the factory's own dtypes became the default), or null when it kept them. A graph that records no
+    module (a Python capture) runs at its parameters' dtype, as before."""
+    from hybrid.capture.encoding import parse_dtype
+
+    rec = graph.extra.get("module")
+    if isinstance(rec, dict) and "dtype" in rec:
+        return parse_dtype(rec["dtype"])
+    return graph_dtype(graph)
+
+
+def _check_param_dtypes(graph: Any, module: Any, spec: str) -> None:
+    """A factory run at its own dtypes must build the parameters the graph recorded (not a model since edited)."""
+    params = graph.extra.get("bindings", {}).get("params", {})
+    recorded = {t.id: t.extra.get("dtype") for t in graph.tensors}
+    for name, p in module.named_parameters():
+        want = recorded.get(params.get(name, ""))
+        got = str(p.dtype).removeprefix("torch.")
+        if want is not None and want != got:
+            raise HybridError(f"--module {spec!r}: parameter {name!r} is {got} but the graph recorded {want}; "
+                              "run the factory the graph was captured from, or capture it again")
 
 
 def _cast_floats(tree: Any, dt: Any) -> Any:
@@ -105,19 +131,24 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
     if model is not None and module is not None:
         raise HybridError("give --model (a zoo model) or --module (your own), not both")
     spec = module_to_run(graph, module, trust_module, graph_path) if model is None else None
-    dt = graph_dtype(graph)
     forward_only = _forward_only(graph)
     if spec is not None:
         from hybrid.capture.user_module import load_user_model
 
         torch.manual_seed(seed)
         user = load_user_model(spec)
-        args, target, kwargs = _cast_floats((user.args, user.target, user.kwargs), dt)   # as capture did
+        mdt = module_dtype(graph)
+        args, target, kwargs, built = user.args, user.target, user.kwargs, user.module
+        if mdt is not None:
+            args, target, kwargs = _cast_floats((args, target, kwargs), mdt)   # as capture did
+            built = built.to(mdt)
+        else:   # captured at the factory's own dtypes: run it at them
+            _check_param_dtypes(graph, built, spec)
         if forward_only:
             target = None
-        return Workload(user.module.to(dt), args, target, None if forward_only else user.loss_fn, kwargs,
-                        f"module {spec}")
+        return Workload(built, args, target, None if forward_only else user.loss_fn, kwargs, f"module {spec}")
     zoo = zoo_spec(graph, model, overrides, graph_path)
+    dt = graph_dtype(graph)
     rec = graph.extra.get("model")
     b = int(rec["batch"]) if isinstance(rec, dict) and batch is None else (batch or zoo.default_batch)
     torch.manual_seed(seed)

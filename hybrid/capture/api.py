@@ -1,6 +1,8 @@
 """The public capture API: a module (or a zoo model name) and a batch in, a validated Graph out."""
 from __future__ import annotations
 
+import math
+import numbers
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +23,9 @@ def _optimizer_spec(optimizer: Any, module: torch.nn.Module, lr: float | None,
         if lr is not None or options:
             raise HybridError("lr/optimizer options were given without an optimizer; pass optimizer='sgd' or 'adam'")
         return None
+    if lr is not None and not isinstance(lr, torch.Tensor) and (
+            isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr <= 0):
+        raise HybridError(f"lr must be a positive finite number, got {lr!r}")
     if isinstance(optimizer, str):
         opts = dict(options or {})
         if lr is not None:

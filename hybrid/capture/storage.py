@@ -14,9 +14,13 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from hybrid.capture.encoding import dtype_name
+from hybrid.errors import HybridError
 
 
 def storage_key(t: torch.Tensor) -> StorageWeakRef:
+    if t.layout != torch.strided:   # a sparse tensor has no storage to place (e.g. a sparse gradient)
+        raise HybridError(f"the step makes a {str(t.layout).removeprefix('torch.')} tensor (e.g. the gradient of "
+                          "nn.Embedding(sparse=True)); hybrid captures dense tensors only: use sparse=False")
     return StorageWeakRef(t.untyped_storage())
 
 

@@ -286,6 +286,10 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
 
 def _constant(b: _Builder, gm: fx.GraphModule, n: fx.Node, constants: dict[str, str]) -> None:
     value = getattr(gm, n.target)
+    if isinstance(value, torch.Generator):   # make_fx keeps an explicit generator= as an opaque constant
+        raise HybridError("the step draws random numbers from its own torch.Generator (generator=...); capture "
+                          "supports only the global generator: draw without generator= and seed with "
+                          "torch.manual_seed")
     if not isinstance(value, torch.Tensor):
         raise HybridError(f"capture: module attribute {n.target!r} used in the step is not a tensor")
     if value.device.type == "meta" or value.numel() > _CONST_LIMIT or getattr(value, "fake_mode", None) is not None:

@@ -87,14 +87,75 @@ def _first_line(e: BaseException) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def _refuse(e: BaseException, stage: str) -> NoReturn:
+def _cumulative_batch_norms(module: nn.Module) -> list[str]:
+    """Training batch norms with momentum=None: their cumulative average reads num_batches_tracked as a
+    Python number (`1 / float(num_batches_tracked)`), a value a fake tensor does not have."""
+    return [f"{name or '(the module)'!r} ({type(m).__name__})" for name, m in module.named_modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats
+            and m.momentum is None]
+
+
+def _refuse(e: BaseException, stage: str, module: nn.Module | None = None) -> NoReturn:
     """The user's code failed under capture: one line naming where and why."""
     name = type(e).__name__
     if "DataDependent" in name or "data-dependent" in str(e).lower() or "data dependent" in str(e).lower():
+        bns = _cumulative_batch_norms(module) if module is not None else []
+        if bns:
+            raise HybridError(f"batch norm {', '.join(bns)} has momentum=None: its cumulative average reads "
+                              "num_batches_tracked as a Python number, which capture cannot trace "
+                              f"({_first_line(e)}); give it a momentum (e.g. 0.1) or capture it in eval mode") from None
         raise HybridError(f"the module's {stage} depends on tensor values ({_first_line(e)}); "
                           "capture needs control flow and shapes that do not depend on data") from None
     where = {"forward": "the module's forward", "loss": "the loss function", "backward": "the backward pass"}
     raise HybridError(f"{where[stage]} failed under capture: {name}: {_first_line(e)}") from None
+
+
+def _refuse_parameter_hooks(module: nn.Module) -> None:
+    """Hooks on a parameter or buffer never fire under capture (it traces fresh fake tensors in their place),
+    so the graph would silently differ from eager training: refuse them by name."""
+    found = []
+    for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+        for name, t in named:
+            hooks = [h for h, attr in (("register_hook", "_backward_hooks"),
+                                       ("register_post_accumulate_grad_hook", "_post_accumulate_grad_hooks"))
+                     if getattr(t, attr, None)]
+            if hooks:
+                found.append(f"{kind} {name!r} ({', '.join(hooks)})")
+    if found:
+        raise HybridError(f"gradient hooks on {'; '.join(found)}: hybrid cannot capture hooks on parameters or "
+                          "buffers (they would not run); apply the transformation in the loss or the forward "
+                          "instead (e.g. a hook on an intermediate tensor or a module backward hook)")
+
+
+def _refuse_sparse_gradients(module: nn.Module) -> None:
+    """A sparse gradient is a sparse tensor, which has no storage for a plan to place: name the layer."""
+    for name, m in module.named_modules():
+        if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse and m.weight.requires_grad:
+            raise HybridError(f"{type(m).__name__} {name or '(the module)'!r} has sparse=True: hybrid captures "
+                              "dense tensors only and its gradient would be sparse; build it with sparse=False")
+
+
+# Kernels that eager PyTorch runs only on operands of one floating dtype (fake tensors do not check).
+_SAME_DTYPE_OPS = {torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm, torch.ops.aten.baddbmm,
+                   torch.ops.aten.addbmm, torch.ops.aten.mv, torch.ops.aten.addmv, torch.ops.aten.dot,
+                   torch.ops.aten.vdot, torch.ops.aten.matmul, torch.ops.aten.linear, torch.ops.aten.convolution,
+                   torch.ops.aten._convolution, torch.ops.aten.conv1d, torch.ops.aten.conv2d, torch.ops.aten.conv3d}
+
+
+def _refuse_mixed_dtypes(gm: fx.GraphModule) -> None:
+    """A matmul or convolution on operands of different floating dtypes (e.g. float64 weights, float32
+    inputs) traces on fake tensors but fails in eager ('mat1 and mat2 must have the same dtype'): refuse it.
+    Autocast casts its operands first (the trace holds those casts), so it passes."""
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or getattr(n.target, "overloadpacket", None) not in _SAME_DTYPE_OPS:
+            continue
+        vals = [a.meta.get("val") for a in pytree.tree_leaves((n.args, n.kwargs)) if isinstance(a, fx.Node)]
+        dts = list(dict.fromkeys(str(v.dtype).removeprefix("torch.") for v in vals
+                                 if isinstance(v, torch.Tensor) and v.is_floating_point()))
+        if len(dts) > 1:
+            raise HybridError(f"the step calls {n.target} on {' and '.join(dts)} tensors, which eager PyTorch "
+                              "refuses (e.g. parameters of one dtype, inputs of another); give the module and its "
+                              "inputs one dtype, or cast both with dtype='fp32' (hybrid capture --dtype fp32)")
 
 
 def trace_step(
@@ -114,12 +175,17 @@ def trace_step(
         raise HybridError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(args, tuple):
         args = (args,)
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise HybridError(f"kwargs must be a dict of the forward's keyword inputs, got {type(kwargs).__name__}")
     kwargs = dict(kwargs or {})
     if training and loss_fn is None and target is not None:
         raise HybridError("a target was given without a loss function: pass loss_fn=... (called as loss_fn(output, target))")
     if training and not any(p.requires_grad for p in module.parameters()):
         raise HybridError("no parameter of the module requires grad, so there is nothing to train; "
                           "capture with optimizer=None for an inference graph")
+    if training:
+        _refuse_parameter_hooks(module)
+        _refuse_sparse_gradients(module)
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
 
@@ -218,8 +284,9 @@ def trace_step(
             if not attempt and _REENTRANT_GRAD in str(e):
                 accumulate[0] = True
                 continue
-            _refuse(e, stage.name)
+            _refuse(e, stage.name, module)
     assert gm is not None
+    _refuse_mixed_dtypes(gm)
     prune_forks(gm)
 
     out_node = next(n for n in gm.graph.nodes if n.op == "output")

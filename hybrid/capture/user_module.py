@@ -19,6 +19,7 @@ whatever it is given.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -50,8 +51,16 @@ def _factory(spec: str) -> Callable[[], Any]:
     try:
         mod = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if missing and missing != mod_name and not mod_name.startswith(missing + "."):
+            # the file was found; its own import of another package failed
+            raise HybridError(f"--module {spec!r}: importing {mod_name!r} needs {missing!r}, which is not "
+                              f"installed ({e}); install it in this environment") from None
         raise HybridError(f"--module {spec!r}: cannot import {mod_name!r} ({e}); run from the folder that holds it "
                           "or put it on PYTHONPATH") from None
+    except Exception as e:  # noqa: BLE001 - the user's file can raise anything on import; one line
+        raise HybridError(f"--module {spec!r}: importing {mod_name!r} raised {type(e).__name__}: "
+                          f"{_first_line(e)}") from None
     fn = mod
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -59,14 +68,36 @@ def _factory(spec: str) -> Callable[[], Any]:
             raise HybridError(f"--module {spec!r}: {mod_name!r} has no {attr!r}")
     if not callable(fn):
         raise HybridError(f"--module {spec!r}: {attr!r} is not a function; it must be {FACTORY_CONTRACT}")
+    try:
+        inspect.signature(fn).bind()
+    except TypeError as e:   # it needs arguments, which the command line cannot give
+        raise HybridError(f"--module {spec!r}: the factory must take no arguments ({e})") from None
+    except ValueError:       # no signature to inspect (a builtin): let the call tell
+        pass
     return fn
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0].strip() if text else "(no message)"
+
+
+def _call(spec: str, fn: Callable[[], Any]) -> Any:
+    """The factory's result; what it raises is the user's error, reported in one line."""
+    try:
+        return fn()
+    except HybridError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's code can raise anything
+        raise HybridError(f"--module {spec!r}: the factory raised {type(e).__name__}: {_first_line(e)} "
+                          "(call it in Python for the traceback)") from None
 
 
 def load_user_model(spec: str) -> UserModel:
     """Import and call the factory named by `spec`; check what it returns."""
     import torch
 
-    out = _factory(spec)()
+    out = _call(spec, _factory(spec))
     if isinstance(out, dict):
         missing = [k for k in ("module", "inputs", "target", "loss_fn") if k not in out]
         if missing:
@@ -78,8 +109,9 @@ def load_user_model(spec: str) -> UserModel:
         module, inputs, target, loss_fn = out
         kwargs = None
     else:
-        raise HybridError(f"--module {spec!r}: the factory returned {type(out).__name__}; it must be "
-                          f"{FACTORY_CONTRACT}")
+        what = (f"a {type(out).__name__} of {len(out)} values" if isinstance(out, (tuple, list))
+                else type(out).__name__)
+        raise HybridError(f"--module {spec!r}: the factory returned {what}; it must be {FACTORY_CONTRACT}")
     if not isinstance(module, torch.nn.Module):
         raise HybridError(f"--module {spec!r}: the factory's module is a {type(module).__name__}, not an nn.Module")
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)

@@ -26,8 +26,20 @@ def summary_lines(graph, seconds: float) -> list[str]:  # noqa: ANN001 - a Graph
     ]
 
 
-def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: dict | None, device, dtype: str):  # noqa: ANN001
-    """Capture the factory's module; the graph records the spec for `hybrid execute`."""
+def _training_mode_layers(module) -> list[str]:  # noqa: ANN001 - a torch.nn.Module
+    """Dropout and batch-norm submodules in training mode: an inference graph would run them so."""
+    import torch.nn as nn
+
+    kinds = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+    return [f"{name or '(the module)'!r} ({type(m).__name__})" for name, m in module.named_modules()
+            if isinstance(m, kinds) and m.training]
+
+
+def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: dict | None, device,  # noqa: ANN001
+                  dtype: str | None):
+    """Capture the factory's module; the graph records the spec for `hybrid execute`.
+
+    `dtype` None keeps the factory's own dtypes (recorded as null: `execute` does not cast them)."""
     import torch
 
     from hybrid.capture.api import capture
@@ -35,6 +47,14 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
 
     torch.manual_seed(0)
     user = load_user_model(spec)
+    if optimizer is None:
+        # the zoo switches to eval for an inference graph; a user's module keeps the mode it was returned in
+        layers = _training_mode_layers(user.module)
+        if layers:
+            shown = ", ".join(layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+            click.echo(f"warning: --optimizer none: the module is in training mode, so the inference graph runs "
+                       f"its dropout/batch norm ({shown}) in training mode; return module.eval() from the "
+                       "factory if that is not meant", err=True)
     # An inference graph (--optimizer none) is the forward alone, as for zoo models: no loss, no target.
     loss_fn, target = (user.loss_fn, user.target) if optimizer is not None else (None, None)
     graph = capture(user.module, user.args, loss_fn, target, kwargs=user.kwargs, optimizer=optimizer,
@@ -58,8 +78,9 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
 @click.option("--momentum", type=FINITE, default=None, help="SGD momentum; non-zero adds a momentum buffer per parameter.")
 @click.option("--weight-decay", type=FINITE, default=None, help="Weight decay (default: torch.optim's).")
 @device_options
-@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
-              help="Data type of parameters, activations and optimizer state.")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
+              help="Data type of parameters, activations and optimizer state. Default: fp32 for --model; "
+                   "the factory's own dtypes for --module (given, it casts them).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Model setting, e.g. --set seq_len=20 or --set image_size=64 (repeatable; see `hybrid models`).")
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -76,7 +97,7 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Write the graph here (hybrid-graph/1).")
 def command(model: str | None, module_spec: str | None, batch: int | None, optimizer: str, lr: float | None, momentum: float | None,
-            weight_decay: float | None, dtype: str, overrides: tuple[str, ...], profile_path: Path | None,
+            weight_decay: float | None, dtype: str | None, overrides: tuple[str, ...], profile_path: Path | None,
             measure: bool, out_path: Path, executor_workspaces: bool, **kw: object) -> None:
     """Capture one training iteration of a zoo model (--model) or of your own module (--module) as a graph file.
 
@@ -126,7 +147,7 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
             graph = _capture_user(module_spec, opt, lr, options or None, device, dtype)
         else:
             graph = capture_model(model, batch, optimizer=opt, lr=lr, optimizer_options=options or None,
-                                  device=device, dtype=dtype, overrides=parse_overrides(overrides))
+                                  device=device, dtype=dtype or "fp32", overrides=parse_overrides(overrides))
         seconds = time.monotonic() - start
         prof = None
         if profile_path is not None:
