@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import copy
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -16,12 +17,14 @@ import torch
 from torch.utils import _pytree as pytree
 
 from hybrid.capture.conv_impls import STEP_ATOL, STEP_RTOL
+from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.interpreter import StepResult, bind
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 
-from executor.check import Batches, Comparison, OutputCheck, compare, compare_outputs, iteration_seed, train_eager
+from executor.check import (Batches, Comparison, OutputCheck, compare, compare_outputs, forward_only, iteration_seed,
+                           same_bits, train_eager, unpack_batch)
 from executor.device_pool import PoolStats
 from executor.measure import Summary, summarize
 from executor.program import Program, compile_program
@@ -68,11 +71,19 @@ class Executor:
         self.cuda_graph = cuda_graph     # from the third iteration on, replay one recorded CUDA graph
         self.records: list[IterationRecord] = []
         self.losses: list[torch.Tensor] = []
+        # a forward-only graph's outputs (CPU copies): the last iteration's, or every iteration's if kept
+        self.outputs: list[list[torch.Tensor | None]] = []
         self._keep_grads = False
+        self._keep_outputs = False
         self._module: torch.nn.Module | None = None
+        self._kwargs: dict | None = None
         b = _bindings(graph)
         if isinstance(b.get("loss"), dict):
             self.runtime.watch("loss", b["loss"])
+        self._outputs = list(b.get("outputs") or [])
+        for i, ref in enumerate(self._outputs):
+            if isinstance(ref, dict) and not graph.tensor(ref["t"]).persistent:   # persistent ones: read after
+                self.runtime.watch(f"output:{i}", ref)
 
     @property
     def device(self) -> torch.device:
@@ -85,12 +96,30 @@ class Executor:
                 self.runtime.watch(f"grad:{name}", ref)
         self._keep_grads = True
 
+    def keep_outputs(self) -> None:
+        """Keep every iteration's outputs (a forward-only graph's), not only the last (for checks)."""
+        self._keep_outputs = True
+
+    def _read_outputs(self) -> list[torch.Tensor | None]:
+        """This iteration's outputs, as the graph's bindings list them (CPU copies)."""
+        out: list[torch.Tensor | None] = []
+        for i, ref in enumerate(self._outputs):
+            if not isinstance(ref, dict):
+                out.append(None)
+            elif self.graph.tensor(ref["t"]).persistent:
+                out.append(decode_value(ref, DecodeContext({ref["t"]: self.runtime.value(ref["t"])},
+                                                           torch.device("cpu"))).clone())
+            else:
+                out.append(self.runtime.snapshots[f"output:{i}"].detach().to("cpu", copy=True))
+        return out
+
     def load(self, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,
              optimizer: Any = None) -> None:
         """Start from `module`'s parameters and buffers (and `optimizer`'s state, if given) and this batch."""
         env, step = bind(self.graph, module, args, target, kwargs, optimizer, device="cpu")
         self.runtime.load(env, step)
         self._module = module
+        self._kwargs = kwargs
 
     def set_batch(self, args: Any, target: Any = None, kwargs: dict | None = None) -> None:
         """Feed the next iteration another batch (same shapes as captured)."""
@@ -108,15 +137,15 @@ class Executor:
     def run(self, iters: int, seed: int | None = 0, batches: Batches | None = None,
             on_iteration: Callable[[IterationRecord], None] | None = None) -> list[IterationRecord]:
         """Run `iters` iterations; iteration k seeds torch with seed + k (None: no seeding). `on_iteration` is
-        called after each (progress for long runs)."""
+        called after each (progress for long runs). `batches(k)` gives iteration k's batch: (args, target), or
+        (args, target, kwargs) for keyword tensor inputs (without, the kwargs given to `load` are fed again)."""
         if iters < 1:
             raise HybridError(f"--iters must be at least 1, got {iters}")
         out = []
         for _ in range(iters):
             k = len(self.records)
             if batches is not None:
-                a, t = batches(k)
-                self.set_batch(a, t)
+                self.set_batch(*unpack_batch(batches(k), self._kwargs))
             rec = self.runtime.run_iteration(None if seed is None else iteration_seed(seed, k),
                                              graph=self.cuda_graph and k >= GRAPH_AFTER)
             loss = self.runtime.snapshots.get("loss")
@@ -124,6 +153,10 @@ class Executor:
                 loss = loss.detach().to("cpu", copy=True)
                 rec.loss = float(loss)
                 self.losses.append(loss)
+            if self._outputs:
+                if not self._keep_outputs:
+                    self.outputs.clear()
+                self.outputs.append(self._read_outputs())
             self.records.append(rec)
             out.append(rec)
             if on_iteration is not None:
@@ -141,7 +174,7 @@ class Executor:
             state = {n: {k: rt.value(t) for k, t in keys.items()} for n, keys in b["optimizer"]["state"].items()}
         grads = {n[5:]: v for n, v in rt.snapshots.items() if n.startswith("grad:")}
         loss = self.losses[-1] if self.losses else None
-        return StepResult(loss, grads, params, buffers, state, [])
+        return StepResult(loss, grads, params, buffers, state, list(self.outputs[-1]) if self.outputs else [])
 
     def write_back(self, module: torch.nn.Module) -> None:
         """Copy the trained parameters and buffers into `module` (e.g. to save or evaluate it)."""
@@ -184,6 +217,7 @@ class ExecutionResult:
     comparison: Comparison | None = None
     program: Program | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    outputs: list[list[torch.Tensor | None]] = field(default_factory=list)   # a forward-only graph's, per iteration
 
 
 def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target: Any = None, *,
@@ -192,8 +226,16 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
             sanitize: bool = False, atol: float | None = None, rtol: float | None = None,
             validate: bool = True, on_iteration: Callable[[IterationRecord], None] | None = None,
             cuda_graph: bool = False, reference: str = "cpu", random: str | None = None,
-            count_outside: bool = True) -> ExecutionResult:
+            count_outside: bool = True,
+            make_reference: Callable[[], tuple[torch.nn.Module, Any]] | None = None) -> ExecutionResult:
     """Train `module` for `iters` iterations under `plan`; `module` itself is not modified.
+
+    The module must be in the mode it was captured in where the graph shows it
+    (batch norm's training flag, dropout's random masks): another is refused.
+    `batches(k)` gives iteration k's batch, (args, target) or (args, target,
+    kwargs); without kwargs, `kwargs` is fed again. A forward-only (inference)
+    graph runs its forward `iters` times: `result.outputs` has the last
+    iteration's outputs (every iteration's with `check`).
 
     With `check`, the same number of eager steps from the same seed train a
     copy of `module` (`loss_fn(output, target)` as captured) on the CPU, and
@@ -201,7 +243,18 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     CPU (atol = rtol = 0 by default), within atol=1e-5, rtol=1e-4 on CUDA; a
     plan whose compute events name non-default implementations (convolution
     impls, hybrid.capture.conv_impls) is compared within conv_impls.STEP_ATOL /
-    STEP_RTOL on CPU.
+    STEP_RTOL on CPU. For a forward-only graph, eager forward passes without
+    gradients (executor.check.infer_eager) are compared instead: every
+    iteration's outputs, and the parameters and buffers (batch norm in train
+    mode updates its running statistics even in inference).
+    The copy is of the module and `loss_fn` together, so a loss that reads the
+    module (a bound method such as `module.loss`, an nn.Module, a partial, a
+    closure over the module or its parameters) reads the copy; a loss that
+    reaches the module otherwise (a global) is refused, as it would train the
+    caller's module. `make_reference()`, when given, builds the reference's
+    (module, loss_fn) afresh instead (`hybrid execute --module` calls the
+    factory again with the same seed); a module that differs from `module`
+    falls back to the copy, with a note.
     The reference trains on the CPU even for a CUDA run: the models this tool
     is for do not fit the GPU without a plan, and host memory holds them;
     `reference="same"` trains it on the executor's device instead (a model
@@ -214,10 +267,13 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     """
     if reference not in ("cpu", "same"):
         raise HybridError(f"reference must be 'cpu' or 'same' (the executor's device), got {reference!r}")
+    refuse_other_mode(graph, module)
     ex = Executor(graph, plan, device, validate=validate, timing=timing, sanitize=sanitize, cuda_graph=cuda_graph,
                   random=random, count_outside=count_outside)
     if keep_grads:
         ex.keep_grads()
+    if check:
+        ex.keep_outputs()
     if torch.cuda.is_available() and ex.backend.name == "cuda":
         torch.cuda.reset_peak_memory_stats(ex.device)
     ex.load(module, args, target, kwargs)
@@ -226,21 +282,32 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     comparison = None
     if check:
         dev = torch.device("cpu") if reference == "cpu" else ex.device
-        ref_module = copy.deepcopy(module).to(dev)
+        ref_module, ref_loss, ref_note = reference_pair(module, loss_fn, make_reference)
+        ref_module = ref_module.to(dev)
 
         def to_dev(x: Any) -> Any:
             return pytree.tree_map(lambda v: v.to(dev) if isinstance(v, torch.Tensor) else v, x)
 
         eb = None if batches is None else (lambda k: to_dev(batches(k)))
-        eager = train_eager(graph, ref_module, to_dev(args), to_dev(target), loss_fn, iters, seed,
+        grads_before = [p.grad for p in module.parameters()]
+        eager = train_eager(graph, ref_module, to_dev(args), to_dev(target), ref_loss, iters, seed,
                             to_dev(kwargs), eb)
+        touched = [p for p, g in zip(module.parameters(), grads_before) if p.grad is not g]
+        if touched:
+            for p, g in zip(module.parameters(), grads_before):
+                p.grad = g
+            raise HybridError("loss_fn reads the module given, not the eager reference's copy of it (a global, or "
+                              "another object holding its parameters): pass make_reference=... returning a fresh "
+                              "(module, loss_fn) pair built as the module was")
         cuda = ex.backend.name == "cuda"
         # Non-default implementations (hybrid.capture.conv_impls) sum in other orders: not bitwise, even on CPU.
         alt = bool(ex.runtime.node_impl)
         comparison = compare(ex.losses, state, eager,
                              atol=(1e-5 if cuda else STEP_ATOL if alt else 0.0) if atol is None else atol,
                              rtol=(1e-4 if cuda else STEP_RTOL if alt else 0.0) if rtol is None else rtol,
-                             grads=keep_grads)
+                             grads=keep_grads, outputs=ex.outputs if forward_only(graph) else None)
+        if ref_note:
+            comparison.notes.append(ref_note)
         if alt:
             names = sorted(set(ex.runtime.node_impl.values()))
             comparison.notes.append(f"the plan runs {len(ex.runtime.node_impl)} compute event(s) with non-default "
@@ -250,8 +317,147 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
                 "the graph draws random numbers (dropout): this run drew them from the CUDA generator, the eager "
                 "reference on the CPU from the CPU generator, so their masks differ even from one seed; only "
                 "--device cpu can check such a model exactly")
+        if not comparison.bitwise and not _draws_masks(graph) and _dropout_modes(module) == {True}:
+            comparison.notes.append("the graph draws no dropout masks, but the module's dropout layers are in "
+                                    "training mode: if it was captured in eval mode, return the module in eval mode")
     return ExecutionResult(ex.summary(), ex.records, [float(x) for x in ex.losses], state, comparison,
-                           ex.runtime.program)
+                           ex.runtime.program, outputs=list(ex.outputs))
+
+
+# ---- the reference's module, and the mode the graph was captured in ----------------------
+
+def reference_pair(module: torch.nn.Module, loss_fn: Any,
+                   make_reference: Callable[[], tuple[torch.nn.Module, Any]] | None = None
+                   ) -> tuple[torch.nn.Module, Any, str | None]:
+    """The eager reference's (module, loss_fn) and a note: `make_reference()`'s where its module equals
+    `module`, else copies of both together (one deepcopy memo, so the loss reads the module's copy)."""
+    note = None
+    if make_reference is not None:
+        built, built_loss = make_reference()
+        diff = _first_difference(module, built)
+        if diff is None:
+            return built, built_loss, None
+        note = (f"the reference built afresh differs from the module run ({diff}): the check trains a copy of the "
+                "module instead; make the factory deterministic under its seed")
+    memo: dict[int, Any] = {}
+    copied = copy.deepcopy(module, memo)
+    return copied, _copy_loss(loss_fn, memo), note
+
+
+def _first_difference(a: torch.nn.Module, b: torch.nn.Module) -> str | None:
+    """The first parameter or buffer whose name, shape, dtype or bits differ, or None."""
+    for what, x, y in (("parameter", dict(a.named_parameters()), dict(b.named_parameters())),
+                       ("buffer", dict(a.named_buffers()), dict(b.named_buffers()))):
+        if x.keys() != y.keys():
+            return f"{what}s {sorted(set(x) ^ set(y))[:3]}"
+        for n, v in x.items():
+            if not same_bits(v.detach().cpu(), y[n].detach().cpu()):
+                return f"{what} {n!r}"
+    return None
+
+
+def _copy_loss(loss_fn: Any, memo: dict[int, Any]) -> Any:
+    """`loss_fn` for the module's copy made with `memo`: deepcopy maps a bound method's `__self__`, an nn.Module
+    loss or a partial's arguments to the copies; it copies a function as it is, so a closure's cells holding
+    objects the module's copy covers (the module, its parameters) are rebound here."""
+    if loss_fn is None:
+        return None
+    if isinstance(loss_fn, types.FunctionType):
+        cells = loss_fn.__closure__ or ()
+        contents = []
+        for c in cells:
+            try:
+                contents.append(c.cell_contents)
+            except ValueError:          # an empty cell (a name assigned later)
+                contents.append(c)
+        if not any(id(v) in memo for v in contents):
+            return loss_fn
+        new = types.FunctionType(loss_fn.__code__, loss_fn.__globals__, loss_fn.__name__, loss_fn.__defaults__,
+                                 tuple(c if v is c else types.CellType(memo.get(id(v), v))
+                                       for c, v in zip(cells, contents)))
+        new.__kwdefaults__ = loss_fn.__kwdefaults__
+        new.__qualname__ = loss_fn.__qualname__
+        new.__dict__.update(loss_fn.__dict__)
+        return new
+    try:
+        return copy.deepcopy(loss_fn, memo)
+    except Exception:  # noqa: BLE001 - an object deepcopy cannot copy: the check then sees whether it reads the module
+        return loss_fn
+
+
+_BN_TRAINING_AT = 5    # the `training` argument of native_batch_norm, _native_batch_norm_legit, cudnn_batch_norm, ...
+
+
+def _bn_flags(graph: Graph) -> list[tuple[str, bool]]:
+    """(running mean's tensor id, training) for each batch norm op with running statistics: the mode it was
+    captured in (without running statistics batch norm uses the batch's in either mode)."""
+    out = []
+    for op in graph.ops:
+        rec = op.extra.get("aten")
+        if not isinstance(rec, dict):
+            continue
+        target = str(rec.get("target", ""))
+        if "batch_norm" not in target or "backward" in target:
+            continue
+        args = rec.get("args", [])
+        rm = args[3] if len(args) > 3 else None
+        if not (isinstance(rm, dict) and "t" in rm):
+            continue
+        if "no_training" in target or "no_update" in target:
+            flag: Any = False
+        elif "with_update" in target:
+            flag = True
+        else:
+            flag = rec.get("kwargs", {}).get("training", args[_BN_TRAINING_AT] if len(args) > _BN_TRAINING_AT
+                                             else None)
+        if isinstance(flag, bool):
+            out.append((rm["t"], flag))
+    return out
+
+
+def _draws_masks(graph: Graph) -> bool:
+    """Whether the graph draws dropout's masks (bernoulli ops on the random state): dropout in training mode."""
+    return any("rng" in op.inputs and "bernoulli" in str((op.extra.get("aten") or {}).get("target", ""))
+               for op in graph.ops)
+
+
+def _dropout_modes(module: torch.nn.Module) -> set[bool]:
+    return {m.training for m in module.modules()
+            if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0}
+
+
+def _mode(training: bool) -> str:
+    return "training" if training else "eval"
+
+
+def refuse_other_mode(graph: Graph, module: torch.nn.Module) -> None:
+    """Refuse a module in another mode than the graph was captured in, where the graph shows it: batch norm's
+    training flag (per layer, through its running mean), dropout's masks (drawn, against a module whose dropout
+    layers are all in eval mode). Another mode runs the graph's step all the same, but not the module's."""
+    buffers = {tid: name for name, tid in _bindings(graph).get("buffers", {}).items()}
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+             and m.track_running_stats]
+    for tid, flag in _bn_flags(graph):
+        name = buffers.get(tid)
+        owner: Any = None
+        if name is not None:
+            try:
+                owner = module.get_submodule(name.rpartition(".")[0])
+            except AttributeError:
+                owner = None
+        if owner is not None:
+            training, where = owner.training, f" {name.rpartition('.')[0] or 'the module'!r}"
+        elif len({m.training for m in norms}) == 1:
+            training, where = norms[0].training, ""
+        else:
+            continue
+        if training != flag:
+            raise HybridError(f"graph captured with batch norm{where} in {_mode(flag)} mode; the module given has "
+                              f"it in {_mode(training)} mode: return the module in the mode it was captured in "
+                              f"(.{'train' if flag else 'eval'}())")
+    if _draws_masks(graph) and not module.training and _dropout_modes(module) == {False}:
+        raise HybridError("graph captured with dropout in training mode (it draws dropout masks); the module given "
+                          "is in eval mode: return the module in the mode it was captured in (.train())")
 
 
 @dataclass

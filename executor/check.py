@@ -21,7 +21,30 @@ from hybrid.capture.interpreter import StepResult, eager_step
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 
-Batches = Callable[[int], tuple[Any, Any]]   # iteration -> (forward args, target)
+# iteration -> (forward args, target) or (forward args, target, forward kwargs): without kwargs, the kwargs the
+# run was given stay (their tensors, a mask say, are fed again)
+Batches = Callable[[int], tuple[Any, ...]]
+
+
+def unpack_batch(got: Any, kwargs: dict | None) -> tuple[Any, Any, dict | None]:
+    """A `Batches` callable's (args, target[, kwargs]), with `kwargs` where it gives none."""
+    if not isinstance(got, tuple) or len(got) not in (2, 3) or (len(got) == 3 and not isinstance(got[2], dict)):
+        what = f"a tuple of {len(got)}" if isinstance(got, tuple) else type(got).__name__
+        raise HybridError(f"batches(k) returned {what}; return (args, target) or (args, target, kwargs) with "
+                          "kwargs a dict")
+    return got[0], got[1], (got[2] if len(got) == 3 else kwargs)
+
+
+def forward_only(graph: Graph) -> bool:
+    """An inference graph (captured without an optimizer step, so without gradients: the capture's `training`
+    record, else its bindings): its check compares the outputs and buffers of eager forward passes, not
+    training. (hybrid.graph.info.training_reason asks another question: whether any op updates a tensor in
+    place, as batch norm in train mode does even in inference.)"""
+    cap = graph.extra.get("capture")
+    if isinstance(cap, dict) and isinstance(cap.get("training"), bool):
+        return not cap["training"]
+    b = graph.extra.get("bindings") or {}
+    return not b.get("optimizer") and not b.get("grads")
 
 
 def iteration_seed(seed: int, iteration: int) -> int:
@@ -51,21 +74,54 @@ def torch_optimizer(graph: Graph, module: torch.nn.Module) -> torch.optim.Optimi
 class EagerRun:
     losses: list[torch.Tensor]
     final: StepResult
+    outputs: list[list[torch.Tensor | None]] = field(default_factory=list)   # per iteration, a forward-only graph's
 
 
 def train_eager(graph: Graph, module: torch.nn.Module, args: Any, target: Any, loss_fn: Any, iters: int,
                 seed: int = 0, kwargs: dict | None = None, batches: Batches | None = None) -> EagerRun:
-    """`iters` eager training steps of `module` (modified in place; pass a copy)."""
+    """`iters` eager training steps of `module` (modified in place; pass a copy); for a forward-only graph,
+    `iters` eager forward passes (`infer_eager`)."""
+    if forward_only(graph):
+        return infer_eager(graph, module, args, target, loss_fn, iters, seed, kwargs, batches)
     opt = torch_optimizer(graph, module)
     losses: list[torch.Tensor] = []
     res: StepResult | None = None
     for k in range(iters):
-        a, t = batches(k) if batches is not None else (args, target)
-        res = eager_step(module, a, t, loss_fn, kwargs, opt, seed=iteration_seed(seed, k))
+        a, t, kw = unpack_batch(batches(k), kwargs) if batches is not None else (args, target, kwargs)
+        res = eager_step(module, a, t, loss_fn, kw, opt, seed=iteration_seed(seed, k))
         losses.append(res.loss.detach().clone())
     if res is None:
         raise HybridError("iterations must be at least 1")
     return EagerRun(losses, res)
+
+
+def infer_eager(graph: Graph, module: torch.nn.Module, args: Any, target: Any, loss_fn: Any, iters: int,
+                seed: int = 0, kwargs: dict | None = None, batches: Batches | None = None) -> EagerRun:
+    """`iters` eager forward passes of `module` in its own mode, without gradients, as an inference graph was
+    captured: iteration k seeds torch with seed + k (dropout in train mode); batch norm in train mode updates
+    the running statistics in place (pass a copy). The outputs are the forward's tensor leaves in order, as
+    the graph's bindings list them; a loss only where the graph has one."""
+    from torch.utils import _pytree as pytree
+
+    from hybrid.capture.trace import portable_kernels
+
+    has_loss = (graph.extra.get("bindings") or {}).get("loss") is not None and loss_fn is not None
+    losses: list[torch.Tensor] = []
+    outputs: list[list[torch.Tensor | None]] = []
+    for k in range(iters):
+        a, t, kw = unpack_batch(batches(k), kwargs) if batches is not None else (args, target, kwargs)
+        a = a if isinstance(a, tuple) else (a,)
+        torch.manual_seed(iteration_seed(seed, k))
+        with torch.no_grad(), portable_kernels():
+            out = module(*a, **(kw or {}))
+            if has_loss:
+                losses.append((loss_fn(out) if t is None else loss_fn(out, t)).detach().clone())
+        outputs.append([o.detach().clone() for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)])
+    if not outputs:
+        raise HybridError("iterations must be at least 1")
+    final = StepResult(losses[-1] if losses else None, {}, {n: p.detach() for n, p in module.named_parameters()},
+                       {n: b for n, b in module.named_buffers()}, {}, outputs[-1])
+    return EagerRun(losses, final, outputs)
 
 
 @dataclass
@@ -80,6 +136,13 @@ class Comparison:
     atol: float = 0.0
     rtol: float = 0.0
     notes: list[str] = field(default_factory=list)
+    inference: bool = False     # a forward-only graph: outputs and buffers against eager forward passes
+
+    @property
+    def compared(self) -> str:
+        """What the values are, for a report line."""
+        return ("outputs, parameters, buffers" if self.inference
+                else "losses, parameters, buffers, optimizer state")
 
     @property
     def bitwise(self) -> bool:
@@ -93,14 +156,18 @@ class Comparison:
         return {"values": self.values, "max_abs_diff": self.max_abs_diff, "worst": self.worst,
                 "bitwise": self.bitwise, "ok": self.ok, "atol": self.atol, "rtol": self.rtol,
                 "mismatched": self.mismatched[:50], "beyond_tolerance": self.beyond_tolerance[:50],
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "inference": self.inference}
 
 
 def _pairs(losses: list[torch.Tensor | float], final: StepResult, eager: EagerRun,
-           grads: bool) -> list[tuple[str, Any, Any]]:
+           grads: bool, outputs: list[list[torch.Tensor | None]] | None = None) -> list[tuple[str, Any, Any]]:
     out: list[tuple[str, Any, Any]] = []
     for k, (a, b) in enumerate(zip(losses, eager.losses)):
         out.append((f"loss[{k}]", a, b))
+    for k, (mine_k, ref_k) in enumerate(zip(outputs or [], eager.outputs)):
+        for i in range(max(len(mine_k), len(ref_k))):
+            out.append((f"outputs[{k}][{i}]", mine_k[i] if i < len(mine_k) else None,
+                        ref_k[i] if i < len(ref_k) else None))
     ref = eager.final
     for group in ("params", "buffers"):
         mine = getattr(final, group)
@@ -126,11 +193,16 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerRun, atol: float = 0.0,
-            rtol: float = 0.0, grads: bool = False) -> Comparison:
+            rtol: float = 0.0, grads: bool = False,
+            outputs: list[list[torch.Tensor | None]] | None = None) -> Comparison:
+    """`outputs`: a forward-only run's outputs per iteration, compared with `eager.outputs` (the iterations
+    both have: the executor may keep the last only)."""
     worst, worst_name = 0.0, ""
     mismatched: list[str] = []
     beyond: list[str] = []
-    pairs = _pairs(losses, final, eager, grads)
+    if outputs is not None and len(outputs) < len(eager.outputs):   # the last iterations
+        eager = EagerRun(eager.losses, eager.final, eager.outputs[len(eager.outputs) - len(outputs):])
+    pairs = _pairs(losses, final, eager, grads, outputs)
     if len(losses) != len(eager.losses):
         mismatched.append("losses (count)")
         beyond.append("losses (count)")
@@ -163,7 +235,7 @@ def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerR
             worst, worst_name = d, name
         if not torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True):
             beyond.append(name)
-    return Comparison(len(pairs), worst, worst_name, mismatched, beyond, atol, rtol)
+    return Comparison(len(pairs), worst, worst_name, mismatched, beyond, atol, rtol, inference=outputs is not None)
 
 
 @contextlib.contextmanager

@@ -131,7 +131,7 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
     if model is not None and module is not None:
         raise HybridError("give --model (a zoo model) or --module (your own), not both")
     spec = module_to_run(graph, module, trust_module, graph_path) if model is None else None
-    forward_only = _forward_only(graph)
+    no_target, no_loss = _unbound(graph)
     if spec is not None:
         from hybrid.capture.user_module import load_user_model
 
@@ -144,9 +144,8 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
             built = built.to(mdt)
         else:   # captured at the factory's own dtypes: run it at them
             _check_param_dtypes(graph, built, spec)
-        if forward_only:
-            target = None
-        return Workload(built, args, target, None if forward_only else user.loss_fn, kwargs, f"module {spec}")
+        return Workload(built, args, None if no_target else target, None if no_loss else user.loss_fn, kwargs,
+                        f"module {spec}")
     zoo = zoo_spec(graph, model, overrides, graph_path)
     dt = graph_dtype(graph)
     rec = graph.extra.get("model")
@@ -154,13 +153,14 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
     torch.manual_seed(seed)
     built = zoo.build().to(dt)
     args, target = zoo.make_inputs(b, torch.device("cpu"), dt)
-    if forward_only:
-        return Workload(built, args, None, None, None, f"zoo {zoo.name}")
-    return Workload(built, args, target, zoo.loss, None, f"zoo {zoo.name}")
+    return Workload(built, args, None if no_target else target, None if no_loss else zoo.loss, None,
+                    f"zoo {zoo.name}")
 
 
-def _forward_only(graph: Any) -> bool:
-    """An inference graph captured as the forward alone (no loss, no label input): the batch's target and the
-    loss are not its to bind. Graphs captured before kept both, and still take them."""
+def _unbound(graph: Any) -> tuple[bool, bool]:
+    """Whether the graph binds no target and no loss (an inference graph captured as the forward alone): the
+    batch's label and the loss function are then not its to take. Graphs captured before kept both."""
     b = graph.extra.get("bindings")
-    return isinstance(b, dict) and not b.get("optimizer") and not b.get("targets") and b.get("loss") is None
+    if not isinstance(b, dict):
+        return False, False
+    return not b.get("targets"), b.get("loss") is None

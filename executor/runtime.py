@@ -689,14 +689,15 @@ class Runtime:
         ctx = DecodeContext(self.env, self.backend.device)
         for name, ref in self.observe[o]:
             v = decode_value(ref, ctx)
-            if v.numel() > 16:   # larger ones (gradients, for checks) go to the host now
-                self.snapshots[name] = v.detach().to("cpu", copy=True)
+            if self._recording:   # a CUDA graph's own copy, from its memory pool (each graph keeps its own)
+                self.snapshots[name] = v.detach().clone()    # (a copy to the host cannot be recorded)
+                continue
+            if v.numel() > 16:   # larger ones (gradients for checks, an inference's outputs) go to the host now
+                with _no_counting():     # the executor's own copy, not the op's allocation outside the pool
+                    self.snapshots[name] = v.detach().to("cpu", copy=True)
                 continue
             # Small values (the loss) stay on the device until the iteration ends, in a buffer of the executor's
             # own kept from one iteration to the next (not counted as allocated outside the pool)
-            if self._recording:   # a CUDA graph's own copy, from its memory pool (each graph keeps its own)
-                self.snapshots[name] = v.detach().clone()
-                continue
             buf = self._watch_buffers.get(name)
             if buf is None or buf.shape != v.shape or buf.dtype != v.dtype:
                 with _no_counting():

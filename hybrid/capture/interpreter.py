@@ -167,6 +167,10 @@ def _bindings(graph: Graph) -> dict[str, Any]:
 
 
 def _place(graph: Graph, tid: str, value: torch.Tensor, device: torch.device, what: str) -> torch.Tensor:
+    if value.is_meta:     # capture runs on fake tensors and takes meta modules; a run needs the numbers
+        real = ("real weights (build the module on cpu or cuda, or load a checkpoint into it)"
+                if what.startswith(("parameter", "buffer", "optimizer")) else "real inputs (make them on cpu or cuda)")
+        raise HybridError(f"{what} is on the meta device and has no data: executing a graph needs {real}")
     meta = graph.tensor(tid).extra
     if list(value.shape) != meta["shape"]:
         raise HybridError(f"{what} has shape {list(value.shape)}, but the graph's {tid!r} is {meta['shape']}")
@@ -285,6 +289,11 @@ def eager_step(module: torch.nn.Module, args: Any, target: Any = None, loss_fn: 
     with portable_kernels():
         out = module(*args, **(kwargs or {}))
         loss = out if loss_fn is None else (loss_fn(out) if target is None else loss_fn(out, target))
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            shape = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise HybridError(f"the module's output is {shape}, not a scalar loss: pass loss_fn=... as captured"
+                              if loss_fn is None else
+                              f"the loss function returned {shape}, not a scalar loss: pass the loss_fn captured")
         loss.backward()
     grads = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in module.named_parameters()}
     if optimizer is not None:

@@ -111,8 +111,8 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed for the model's weights; iteration k also seeds torch with seed + k (dropout).")
 @click.option("--check", is_flag=True, help="Also train eagerly on the CPU from the same seed (host memory holds what "
-              "the GPU cannot); print the largest difference and exit 1 on a mismatch (bitwise on cpu, --atol/--rtol "
-              "on cuda).")
+              "the GPU cannot; an inference graph: eager forward passes, their outputs compared); print the largest "
+              "difference and exit 1 on a mismatch (bitwise on cpu, --atol/--rtol on cuda).")
 @click.option("--atol", type=FINITE, default=None, help="Absolute tolerance for --check (default 0 on cpu, 1e-5 on cuda).")
 @click.option("--rtol", type=FINITE, default=None, help="Relative tolerance for --check (default 0 on cpu, 1e-4 on cuda).")
 @click.option("--sanitize", is_flag=True, help="Check every node for stream races and poison freed memory (slower).")
@@ -205,6 +205,13 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     w = workload(graph, model=model, module=pre.module_spec, seed=seed, batch=batch, overrides=ov,
                  graph_path=graph_path)
     module, args, target = w.module, w.args, w.target
+
+    def make_reference() -> tuple[Any, Any]:
+        """The user's factory called again with the same seed: its loss may hold the module in ways a copy
+        cannot follow (a closure over `model.parameters()`); the zoo's losses are plain functions."""
+        again = workload(graph, model=model, module=pre.module_spec, seed=seed, batch=batch, overrides=ov,
+                         graph_path=graph_path)
+        return again.module, again.loss_fn
     if is_placement(plan):
         _execute_placement(graph, plan, module, args, target, iters, device, check, atol, rtol, out_path)
         return
@@ -214,6 +221,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
         result = execute(graph, plan, module, args, target, loss_fn=w.loss_fn, kwargs=w.kwargs, iters=iters,
                          device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
                          cuda_graph=cuda_graph, count_outside=count_outside,
+                         make_reference=make_reference if pre.module_spec is not None else None,
                          on_iteration=lambda rec: (records.append(rec), progress.step(rec)))
     except KeyboardInterrupt:
         from hybrid.signals import exit_status, interrupted_by
@@ -233,8 +241,8 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     c = result.comparison
     if c is not None:
         if c.bitwise:
-            click.echo(f"check: {c.values} values (losses, parameters, buffers, optimizer state) equal eager "
-                       f"training bitwise")
+            click.echo(f"check: {c.values} values ({c.compared}) equal eager "
+                       f"{'inference' if c.inference else 'training'} bitwise")
         else:
             verdict = "within tolerance" if c.ok else "MISMATCH"
             click.echo(f"check: largest difference {c.max_abs_diff:.3g} ({c.worst}); {len(c.mismatched)} of "
