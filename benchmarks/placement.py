@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.common import ROOT, write_table
+from hybrid.capture.profile import BUSY
 from hybrid.graph import Graph
 from hybrid.placement.costs import recost, with_profiles
 from hybrid.placement.partition import part_graph, parts_table
@@ -100,7 +101,7 @@ def main() -> None:
         path = graph(m, b, args.graphs)
         r = subprocess.run([exe(), "profile", "--graph", str(path), "--profile", str(prof), "--backend", "cpu",
                             "--repeat", repeat, "--warmup", warmup], check=True, capture_output=True, text=True)
-        if "the CPU was busy" in r.stderr:   # the measured rows would time the contention, not the machine
+        if BUSY in r.stderr:   # the measured rows would time the contention, not the machine
             prof.unlink(missing_ok=True)
             raise SystemExit(f"{m} at batch {b}: {r.stderr.strip()}; {prof} removed: run this benchmark alone")
         g = with_profiles(Graph.load(path), [prof])

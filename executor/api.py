@@ -21,9 +21,10 @@ from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.interpreter import StepResult, bind
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
+from hybrid.graph.info import is_inference
 from hybrid.plan import Plan
 
-from executor.check import (Batches, Comparison, OutputCheck, compare, compare_outputs, forward_only, iteration_seed,
+from executor.check import (Batches, Comparison, OutputCheck, compare, compare_outputs, iteration_seed,
                            same_bits, train_eager, unpack_batch)
 from executor.device_pool import PoolStats
 from executor.measure import Summary, summarize
@@ -71,19 +72,15 @@ class Executor:
         self.cuda_graph = cuda_graph     # from the third iteration on, replay one recorded CUDA graph
         self.records: list[IterationRecord] = []
         self.losses: list[torch.Tensor] = []
-        # a forward-only graph's outputs (CPU copies): the last iteration's, or every iteration's if kept
+        # an inference graph's outputs, every iteration's (CPU copies), once `keep_outputs` asked for them
         self.outputs: list[list[torch.Tensor | None]] = []
         self._keep_grads = False
-        self._keep_outputs = False
         self._module: torch.nn.Module | None = None
         self._kwargs: dict | None = None
         b = _bindings(graph)
         if isinstance(b.get("loss"), dict):
             self.runtime.watch("loss", b["loss"])
-        self._outputs = list(b.get("outputs") or [])
-        for i, ref in enumerate(self._outputs):
-            if isinstance(ref, dict) and not graph.tensor(ref["t"]).persistent:   # persistent ones: read after
-                self.runtime.watch(f"output:{i}", ref)
+        self._outputs: list[Any] = []   # the bindings' outputs, once kept
 
     @property
     def device(self) -> torch.device:
@@ -97,8 +94,12 @@ class Executor:
         self._keep_grads = True
 
     def keep_outputs(self) -> None:
-        """Keep every iteration's outputs (a forward-only graph's), not only the last (for checks)."""
-        self._keep_outputs = True
+        """Also copy every iteration's outputs (an inference graph's) to the host, as they are made: for checks
+        and for users who want them, not for speed (on CUDA each copy waits for its output mid-iteration)."""
+        self._outputs = list(_bindings(self.graph).get("outputs") or [])
+        for i, ref in enumerate(self._outputs):
+            if isinstance(ref, dict) and not self.graph.tensor(ref["t"]).persistent:   # persistent: read after
+                self.runtime.watch(f"output:{i}", ref)
 
     def _read_outputs(self) -> list[torch.Tensor | None]:
         """This iteration's outputs, as the graph's bindings list them (CPU copies)."""
@@ -154,8 +155,6 @@ class Executor:
                 rec.loss = float(loss)
                 self.losses.append(loss)
             if self._outputs:
-                if not self._keep_outputs:
-                    self.outputs.clear()
                 self.outputs.append(self._read_outputs())
             self.records.append(rec)
             out.append(rec)
@@ -226,16 +225,17 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
             sanitize: bool = False, atol: float | None = None, rtol: float | None = None,
             validate: bool = True, on_iteration: Callable[[IterationRecord], None] | None = None,
             cuda_graph: bool = False, reference: str = "cpu", random: str | None = None,
-            count_outside: bool = True,
+            count_outside: bool = True, keep_outputs: bool = False,
             make_reference: Callable[[], tuple[torch.nn.Module, Any]] | None = None) -> ExecutionResult:
     """Train `module` for `iters` iterations under `plan`; `module` itself is not modified.
 
     The module must be in the mode it was captured in where the graph shows it
     (batch norm's training flag, dropout's random masks): another is refused.
     `batches(k)` gives iteration k's batch, (args, target) or (args, target,
-    kwargs); without kwargs, `kwargs` is fed again. A forward-only (inference)
-    graph runs its forward `iters` times: `result.outputs` has the last
-    iteration's outputs (every iteration's with `check`).
+    kwargs); without kwargs, `kwargs` is fed again. An inference graph runs
+    its forward `iters` times; with `keep_outputs` (or `check`),
+    `result.outputs` has every iteration's outputs, copied to the host as they
+    are made (not for timing runs: on CUDA each copy waits for its output).
 
     With `check`, the same number of eager steps from the same seed train a
     copy of `module` (`loss_fn(output, target)` as captured) on the CPU, and
@@ -272,7 +272,7 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
                   random=random, count_outside=count_outside)
     if keep_grads:
         ex.keep_grads()
-    if check:
+    if check or keep_outputs:
         ex.keep_outputs()
     if torch.cuda.is_available() and ex.backend.name == "cuda":
         torch.cuda.reset_peak_memory_stats(ex.device)
@@ -289,13 +289,20 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
             return pytree.tree_map(lambda v: v.to(dev) if isinstance(v, torch.Tensor) else v, x)
 
         eb = None if batches is None else (lambda k: to_dev(batches(k)))
-        grads_before = [p.grad for p in module.parameters()]
-        eager = train_eager(graph, ref_module, to_dev(args), to_dev(target), ref_loss, iters, seed,
-                            to_dev(kwargs), eb)
-        touched = [p for p, g in zip(module.parameters(), grads_before) if p.grad is not g]
-        if touched:
-            for p, g in zip(module.parameters(), grads_before):
+        # The caller's gradients are set aside while the reference trains: one that appears then was made by a
+        # loss reading the caller's module, not the reference's copy (a grad already there would only grow)
+        params = list(module.parameters())
+        grads_before = [p.grad for p in params]
+        for p in params:
+            p.grad = None
+        try:
+            eager = train_eager(graph, ref_module, to_dev(args), to_dev(target), ref_loss, iters, seed,
+                                to_dev(kwargs), eb)
+            touched = any(p.grad is not None for p in params)
+        finally:
+            for p, g in zip(params, grads_before):
                 p.grad = g
+        if touched:
             raise HybridError("loss_fn reads the module given, not the eager reference's copy of it (a global, or "
                               "another object holding its parameters): pass make_reference=... returning a fresh "
                               "(module, loss_fn) pair built as the module was")
@@ -305,7 +312,7 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
         comparison = compare(ex.losses, state, eager,
                              atol=(1e-5 if cuda else STEP_ATOL if alt else 0.0) if atol is None else atol,
                              rtol=(1e-4 if cuda else STEP_RTOL if alt else 0.0) if rtol is None else rtol,
-                             grads=keep_grads, outputs=ex.outputs if forward_only(graph) else None)
+                             grads=keep_grads, outputs=ex.outputs if is_inference(graph) else None)
         if ref_note:
             comparison.notes.append(ref_note)
         if alt:
@@ -339,6 +346,7 @@ def reference_pair(module: torch.nn.Module, loss_fn: Any,
             return built, built_loss, None
         note = (f"the reference built afresh differs from the module run ({diff}): the check trains a copy of the "
                 "module instead; make the factory deterministic under its seed")
+        del built, built_loss    # one reference in memory at a time, as preflight's estimate counts
     memo: dict[int, Any] = {}
     copied = copy.deepcopy(module, memo)
     return copied, _copy_loss(loss_fn, memo), note

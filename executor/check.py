@@ -20,6 +20,7 @@ import torch
 from hybrid.capture.interpreter import StepResult, eager_step
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
+from hybrid.graph.info import is_inference
 
 # iteration -> (forward args, target) or (forward args, target, forward kwargs): without kwargs, the kwargs the
 # run was given stay (their tensors, a mask say, are fed again)
@@ -28,23 +29,12 @@ Batches = Callable[[int], tuple[Any, ...]]
 
 def unpack_batch(got: Any, kwargs: dict | None) -> tuple[Any, Any, dict | None]:
     """A `Batches` callable's (args, target[, kwargs]), with `kwargs` where it gives none."""
-    if not isinstance(got, tuple) or len(got) not in (2, 3) or (len(got) == 3 and not isinstance(got[2], dict)):
-        what = f"a tuple of {len(got)}" if isinstance(got, tuple) else type(got).__name__
+    if not isinstance(got, (tuple, list)) or len(got) not in (2, 3) or \
+            (len(got) == 3 and not isinstance(got[2], dict)):
+        what = f"a {type(got).__name__} of {len(got)}" if isinstance(got, (tuple, list)) else type(got).__name__
         raise HybridError(f"batches(k) returned {what}; return (args, target) or (args, target, kwargs) with "
                           "kwargs a dict")
     return got[0], got[1], (got[2] if len(got) == 3 else kwargs)
-
-
-def forward_only(graph: Graph) -> bool:
-    """An inference graph (captured without an optimizer step, so without gradients: the capture's `training`
-    record, else its bindings): its check compares the outputs and buffers of eager forward passes, not
-    training. (hybrid.graph.info.training_reason asks another question: whether any op updates a tensor in
-    place, as batch norm in train mode does even in inference.)"""
-    cap = graph.extra.get("capture")
-    if isinstance(cap, dict) and isinstance(cap.get("training"), bool):
-        return not cap["training"]
-    b = graph.extra.get("bindings") or {}
-    return not b.get("optimizer") and not b.get("grads")
 
 
 def iteration_seed(seed: int, iteration: int) -> int:
@@ -81,7 +71,7 @@ def train_eager(graph: Graph, module: torch.nn.Module, args: Any, target: Any, l
                 seed: int = 0, kwargs: dict | None = None, batches: Batches | None = None) -> EagerRun:
     """`iters` eager training steps of `module` (modified in place; pass a copy); for a forward-only graph,
     `iters` eager forward passes (`infer_eager`)."""
-    if forward_only(graph):
+    if is_inference(graph):   # its check compares eager forward passes' outputs and buffers
         return infer_eager(graph, module, args, target, loss_fn, iters, seed, kwargs, batches)
     opt = torch_optimizer(graph, module)
     losses: list[torch.Tensor] = []
@@ -105,7 +95,9 @@ def infer_eager(graph: Graph, module: torch.nn.Module, args: Any, target: Any, l
 
     from hybrid.capture.trace import portable_kernels
 
-    has_loss = (graph.extra.get("bindings") or {}).get("loss") is not None and loss_fn is not None
+    has_loss = (graph.extra.get("bindings") or {}).get("loss") is not None
+    if has_loss and loss_fn is None:   # an inference graph captured with its loss (before the forward alone)
+        raise HybridError("the graph computes a loss but no loss_fn was given: pass loss_fn=... as captured")
     losses: list[torch.Tensor] = []
     outputs: list[list[torch.Tensor | None]] = []
     for k in range(iters):
@@ -137,11 +129,12 @@ class Comparison:
     rtol: float = 0.0
     notes: list[str] = field(default_factory=list)
     inference: bool = False     # a forward-only graph: outputs and buffers against eager forward passes
+    losses: int = 0             # losses compared (an inference graph has one only if captured with its loss)
 
     @property
     def compared(self) -> str:
         """What the values are, for a report line."""
-        return ("outputs, parameters, buffers" if self.inference
+        return (f"{'losses, ' if self.losses else ''}outputs, parameters, buffers" if self.inference
                 else "losses, parameters, buffers, optimizer state")
 
     @property
@@ -235,7 +228,8 @@ def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerR
             worst, worst_name = d, name
         if not torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True):
             beyond.append(name)
-    return Comparison(len(pairs), worst, worst_name, mismatched, beyond, atol, rtol, inference=outputs is not None)
+    return Comparison(len(pairs), worst, worst_name, mismatched, beyond, atol, rtol, inference=outputs is not None,
+                      losses=len(losses))
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hybrid.errors import HybridError, InvalidPlanError
+from hybrid.graph.info import is_inference
 
 from executor.preflight import module_to_run
 
@@ -131,7 +132,7 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
     if model is not None and module is not None:
         raise HybridError("give --model (a zoo model) or --module (your own), not both")
     spec = module_to_run(graph, module, trust_module, graph_path) if model is None else None
-    no_target, no_loss = _unbound(graph)
+    no_loss = _binds_no_loss(graph)
     if spec is not None:
         from hybrid.capture.user_module import load_user_model
 
@@ -144,7 +145,7 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
             built = built.to(mdt)
         else:   # captured at the factory's own dtypes: run it at them
             _check_param_dtypes(graph, built, spec)
-        return Workload(built, args, None if no_target else target, None if no_loss else user.loss_fn, kwargs,
+        return Workload(built, args, None if no_loss else target, None if no_loss else user.loss_fn, kwargs,
                         f"module {spec}")
     zoo = zoo_spec(graph, model, overrides, graph_path)
     dt = graph_dtype(graph)
@@ -152,15 +153,15 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
     b = int(rec["batch"]) if isinstance(rec, dict) and batch is None else (batch or zoo.default_batch)
     torch.manual_seed(seed)
     built = zoo.build().to(dt)
+    if is_inference(graph):
+        built.eval()    # as capture_model captured it: batch norm on its running statistics, dropout off
     args, target = zoo.make_inputs(b, torch.device("cpu"), dt)
-    return Workload(built, args, None if no_target else target, None if no_loss else zoo.loss, None,
+    return Workload(built, args, None if no_loss else target, None if no_loss else zoo.loss, None,
                     f"zoo {zoo.name}")
 
 
-def _unbound(graph: Any) -> tuple[bool, bool]:
-    """Whether the graph binds no target and no loss (an inference graph captured as the forward alone): the
-    batch's label and the loss function are then not its to take. Graphs captured before kept both."""
+def _binds_no_loss(graph: Any) -> bool:
+    """Whether the graph binds no loss (an inference graph captured as the forward alone): the batch's label
+    and the loss function are then not its to take. Inference graphs captured before kept both."""
     b = graph.extra.get("bindings")
-    if not isinstance(b, dict):
-        return False, False
-    return not b.get("targets"), b.get("loss") is None
+    return isinstance(b, dict) and b.get("loss") is None

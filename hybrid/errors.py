@@ -10,6 +10,14 @@ class HybridError(Exception):
     """A problem with the user's input or request, reported as one clear line."""
 
 
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message (its type's name if it has none), cut to `limit` characters:
+    what a one-line error quotes of the user's code failing."""
+    text = str(e).strip() or type(e).__name__
+    line = text.splitlines()[0].strip()
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
 class FormatError(HybridError):
     """A graph or plan file that breaks FORMATS.md."""
 

@@ -17,9 +17,14 @@ from hybrid.errors import HybridError
 from hybrid.graph import Graph
 
 
+def _no_optimizer(optimizer: Any) -> bool:
+    """Whether `optimizer` asks for an inference graph (None or "none")."""
+    return optimizer is None or (isinstance(optimizer, str) and optimizer.strip().lower() == "none")
+
+
 def _optimizer_spec(optimizer: Any, module: torch.nn.Module, lr: float | None,
                     options: dict[str, Any] | None) -> optimizers.OptimizerSpec | None:
-    if optimizer is None or (isinstance(optimizer, str) and optimizer.strip().lower() == "none"):
+    if _no_optimizer(optimizer):
         if lr is not None or options:
             raise HybridError("lr/optimizer options were given without an optimizer; pass optimizer='sgd' or 'adam'")
         return None
@@ -115,7 +120,7 @@ def capture_model(
     dt = parse_dtype(dtype) or torch.float32
     with torch.device("meta"):
         module = spec.build()
-    inference = optimizer is None or (isinstance(optimizer, str) and optimizer.strip().lower() == "none")
+    inference = _no_optimizer(optimizer)
     if inference:
         module.eval()   # an inference graph: batch norm uses its running statistics, dropout is off
     args, target = spec.make_inputs(batch, torch.device("meta"), dt)

@@ -19,8 +19,8 @@ from hybrid.errors import HybridError
 
 def storage_key(t: torch.Tensor) -> StorageWeakRef:
     if t.layout != torch.strided:   # a sparse tensor has no storage to place (e.g. a sparse gradient)
-        raise HybridError(f"the step makes a {str(t.layout).removeprefix('torch.')} tensor (e.g. the gradient of "
-                          "nn.Embedding(sparse=True)); hybrid captures dense tensors only: use sparse=False")
+        raise HybridError(f"the step uses a {str(t.layout).removeprefix('torch.')} tensor (an input, or a gradient "
+                          "such as nn.Embedding(sparse=True)'s); hybrid captures dense (strided) tensors only")
     return StorageWeakRef(t.untyped_storage())
 
 

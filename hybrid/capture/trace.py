@@ -32,7 +32,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils import _pytree as pytree
 
 from hybrid.capture.rng import prune_forks, rng_ops
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, first_line
 
 # Placeholder roles, in placeholder order.
 TRAINABLE, FROZEN, BUFFER, INPUT, TARGET = "param", "frozen", "buffer", "input", "target"
@@ -81,12 +81,6 @@ class _Stage:
         self.name = "forward"
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    line = text.splitlines()[0].strip()
-    return line if len(line) <= 300 else line[:297] + "..."
-
-
 def _cumulative_batch_norms(module: nn.Module) -> list[str]:
     """Training batch norms with momentum=None: their cumulative average reads num_batches_tracked as a
     Python number (`1 / float(num_batches_tracked)`), a value a fake tensor does not have."""
@@ -103,11 +97,11 @@ def _refuse(e: BaseException, stage: str, module: nn.Module | None = None) -> No
         if bns:
             raise HybridError(f"batch norm {', '.join(bns)} has momentum=None: its cumulative average reads "
                               "num_batches_tracked as a Python number, which capture cannot trace "
-                              f"({_first_line(e)}); give it a momentum (e.g. 0.1) or capture it in eval mode") from None
-        raise HybridError(f"the module's {stage} depends on tensor values ({_first_line(e)}); "
+                              f"({first_line(e)}); give it a momentum (e.g. 0.1) or capture it in eval mode") from None
+        raise HybridError(f"the module's {stage} depends on tensor values ({first_line(e)}); "
                           "capture needs control flow and shapes that do not depend on data") from None
     where = {"forward": "the module's forward", "loss": "the loss function", "backward": "the backward pass"}
-    raise HybridError(f"{where[stage]} failed under capture: {name}: {_first_line(e)}") from None
+    raise HybridError(f"{where[stage]} failed under capture: {name}: {first_line(e)}") from None
 
 
 def _refuse_parameter_hooks(module: nn.Module) -> None:

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, first_line
 
 FACTORY_CONTRACT = ("a function of no arguments returning (module, inputs, target, loss_fn) or a dict with keys "
                     "module, inputs, target, loss_fn (and optionally kwargs)")
@@ -60,7 +60,7 @@ def _factory(spec: str) -> Callable[[], Any]:
                           "or put it on PYTHONPATH") from None
     except Exception as e:  # noqa: BLE001 - the user's file can raise anything on import; one line
         raise HybridError(f"--module {spec!r}: importing {mod_name!r} raised {type(e).__name__}: "
-                          f"{_first_line(e)}") from None
+                          f"{first_line(e)}") from None
     fn = mod
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -77,11 +77,6 @@ def _factory(spec: str) -> Callable[[], Any]:
     return fn
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0].strip() if text else "(no message)"
-
-
 def _call(spec: str, fn: Callable[[], Any]) -> Any:
     """The factory's result; what it raises is the user's error, reported in one line."""
     try:
@@ -89,7 +84,7 @@ def _call(spec: str, fn: Callable[[], Any]) -> Any:
     except HybridError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's code can raise anything
-        raise HybridError(f"--module {spec!r}: the factory raised {type(e).__name__}: {_first_line(e)} "
+        raise HybridError(f"--module {spec!r}: the factory raised {type(e).__name__}: {first_line(e)} "
                           "(call it in Python for the traceback)") from None
 
 

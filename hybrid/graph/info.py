@@ -147,15 +147,26 @@ def persistent_bound(graph: Graph, device: Device) -> float:
 
 
 
+def is_inference(graph: Graph) -> bool:
+    """Whether `graph` was captured without a backward pass and optimizer step: its capture's `training`
+    record, else its bindings (no optimizer state, no gradients). A graph that is neither captured nor bound
+    (synthetic, imported) counts as inference here; `training_reason` also looks at its ops."""
+    capture = graph.extra.get("capture")
+    if isinstance(capture, dict) and isinstance(capture.get("training"), bool):
+        return not capture["training"]
+    b = graph.extra.get("bindings")
+    return not (isinstance(b, dict) and (b.get("optimizer") or b.get("grads")))
+
+
 def training_reason(graph: Graph) -> str | None:
-    """Why `graph` is a training iteration rather than inference, or None: its capture says so, or an op
-    updates a tensor in place (an optimizer step; random ops' generator state does not count). `hybrid place`
-    and `hybrid serve` take inference graphs: a training step's backward pass and optimizer step are no
-    request's work, and an op that updates a tensor cannot run on the host."""
+    """Why `graph` cannot be served or placed as inference, or None: it was captured for training
+    (`is_inference`), or an op updates a tensor in place (an optimizer step, or batch norm's running
+    statistics in train mode; random ops' generator state does not count). `hybrid place` and `hybrid serve`
+    take inference graphs: a training step's backward pass and optimizer step are no request's work, and an
+    op that updates a tensor cannot run on the host."""
     from hybrid.graph.rerun import updates_generator_only
 
-    capture = graph.extra.get("capture")
-    if isinstance(capture, dict) and capture.get("training") is True:
+    if not is_inference(graph):
         return "its capture records training: true"
     for op in graph.ops:
         if op.updates and not updates_generator_only(graph, op):

@@ -269,3 +269,75 @@ def test_batches_feed_keyword_tensor_inputs() -> None:
     with pytest.raises(HybridError, match=r"^batches\(k\) returned a tuple of 1; return \(args, target\) or "
                                           r"\(args, target, kwargs\)"):
         execute(g, plan, m, (x,), y, loss_fn=F.cross_entropy, kwargs=kw, device="cpu", batches=lambda k: (x,))
+
+
+# ---- from the code review of the above ------------------------------------------------------
+
+def test_a_zoo_inference_graph_runs_its_model_in_eval_mode_as_captured() -> None:
+    """capture_model captures inference in eval mode; workload builds the model so (it was refused: the
+    graph's batch norm in eval mode, the zoo's model in training mode)."""
+    from executor.model import workload
+    from hybrid.capture.api import capture_model
+
+    g = capture_model("resnet-18", 1, overrides={"image_size": 32}, optimizer=None)
+    w = workload(g, seed=0)
+    assert not w.module.training and w.target is None and w.loss_fn is None
+    res = execute(g, _plan(g), w.module, w.args, w.target, loss_fn=w.loss_fn, iters=2, device="cpu", check=True)
+    assert res.comparison is not None and res.comparison.bitwise and res.comparison.inference
+
+
+def test_a_loss_reaching_the_module_is_caught_even_where_the_caller_holds_gradients() -> None:
+    m, x, y = _cnn()
+    g = capture(m, (x,), F.cross_entropy, y, optimizer="sgd")
+    for p in m.parameters():
+        p.grad = torch.full_like(p, 7.0)
+    before = [(p.grad, p.grad.clone()) for p in m.parameters()]
+    holder = {"m": m}
+
+    def loss(out: Any, t: Any) -> Any:   # reaches the caller's module through a global-like holder
+        return F.cross_entropy(out, t) + 0.0 * holder["m"].fc.weight.sum()
+
+    with pytest.raises(HybridError, match="loss_fn reads the module given"):
+        execute(g, _plan(g), m, (x,), y, loss_fn=loss, iters=1, device="cpu", check=True)
+    for p, (g0, v0) in zip(m.parameters(), before):
+        assert p.grad is g0 and torch.equal(p.grad, v0)       # the caller's gradients as they were
+
+
+def test_an_inference_graph_captured_with_its_loss_needs_the_loss_fn() -> None:
+    m, x, y = _cnn()
+    m.eval()
+    g = capture(m, (x,), F.cross_entropy, y, optimizer=None)   # a Python capture may keep an evaluation loss
+    with pytest.raises(HybridError, match="the graph computes a loss but no loss_fn was given"):
+        execute(g, _plan(g), m, (x,), y, iters=1, device="cpu", check=True)
+    c = execute(g, _plan(g), m, (x,), y, loss_fn=F.cross_entropy, iters=2, device="cpu", check=True).comparison
+    assert c is not None and c.bitwise and c.compared.startswith("losses, outputs")
+
+
+def test_outputs_are_copied_only_when_asked_for() -> None:
+    m, x, _ = _cnn()
+    m.eval()
+    g = capture(m, (x,), optimizer=None)
+    assert execute(g, _plan(g), m, (x,), iters=2, device="cpu").outputs == []       # a timing run copies none
+    kept = execute(g, _plan(g), m, (x,), iters=2, device="cpu", keep_outputs=True).outputs
+    assert len(kept) == 2 and kept[1][0].shape == (4, 5)
+
+
+def test_a_training_graph_with_a_target_that_is_no_tensor_keeps_it(tmp_path: Any, monkeypatch: Any) -> None:
+    """The graph binds no target tensor but does bind a loss: the factory's target is the loss's to take."""
+    from executor.model import workload
+
+    (tmp_path / "intarget.py").write_text(
+        "import torch, torch.nn as nn\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    return nn.Linear(4, 3), torch.randn(2, 4), 1, lambda out, k: out[:, k].sum()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from hybrid.capture.user_module import load_user_model
+
+    u = load_user_model("intarget:make")
+    g = capture(u.module, u.args, u.loss_fn, u.target, optimizer="sgd")
+    g.extra["module"] = {"spec": "intarget:make", "dtype": None}
+    w = workload(g, module="intarget:make")
+    assert w.target == 1 and w.loss_fn is not None
+    res = execute(g, _plan(g), w.module, w.args, w.target, loss_fn=w.loss_fn, iters=2, device="cpu", check=True)
+    assert res.comparison is not None and res.comparison.bitwise
