@@ -20,10 +20,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import commit, quick_name
+from benchmarks.common import command_line, commit, quick_name
 from hybrid.capture.api import capture_model
 from hybrid.capture.interpreter import eager_step, mismatches, replay_step
-from hybrid.graph import Graph
 from hybrid.graph.order import ids, latest_first_order
 from hybrid.zoo import get_model
 
@@ -107,9 +106,7 @@ def main() -> None:
     lines = [
         "# Reference interpreter vs eager PyTorch",
         "",
-        "Regenerate: `python -m benchmarks.capture_replay"
-        + (f" --models {' '.join(a.models)}" if a.models else "")
-        + f"` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).",
+        f"Regenerate: `{command_line()}` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).",
         "",
         f"torch {torch.__version__}, CPU. One training step from the same weights, batch and seed (dropout "
         "included): eager `loss.backward(); optimizer.step()` under `portable_kernels()` versus the captured "

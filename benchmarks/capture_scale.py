@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import commit, quick_name
+from benchmarks.common import command_line, commit, quick_name
 
 ROOT = Path(__file__).resolve().parents[1]
 # SwapAdvisor's Table 1 models and ResNet-152 (ASPLOS'20 §6), MO-SOS's VGG19 and UNet, at the papers' batches.
@@ -135,9 +135,7 @@ def main() -> None:
         else:
             print(f"{name} b{r['batch']}: {r['ops']} ops, capture {r['capture_s']:.1f} s, process {r['wall_s']:.1f} s "
                   f"({r['cpu_s']:.1f} s CPU), peak RSS {r['maxrss_kib'] / 1024:.0f} MiB", flush=True)
-    cmd = "python -m benchmarks.capture_scale" + ("" if a.models == MODELS else " --models " + " ".join(a.models))
-    if a.optimizer != "adam":
-        cmd += f" --optimizer {a.optimizer}"
+    cmd = command_line()   # as run (with HYBRID_QUICK=1 where regenerate --quick set it)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(table(rows, a.optimizer, cmd))
     print(f"wrote {a.out}")

@@ -172,7 +172,7 @@ def graph_provenance(paths) -> str:
             how = (f"hybrid capture --model {model.get('name', '?')} batch {model.get('batch', '?')}, "
                    f"{'training' if cap.get('training') else 'inference'}, costs {costs.get('model', '?')} on "
                    f"{costs.get('device', '?')}, torch {cap.get('torch', '?')}")
-        elif CHECKMATE in p.resolve().parents:
+        elif CHECKMATE.resolve() in p.resolve().parents:   # both resolved: ../shared may be a link
             how = "a Checkmate graph from shared/benchmarks/checkmate-graphs, imported by benchmarks.common"
         else:
             how = "imported or synthetic (no capture block)"

@@ -17,8 +17,9 @@ column is ideal / bound, the most any plan (of its kind) can reach.
 A graph's row is cached under --work (plans there too) so an interrupted run can continue; --force recomputes.
 Writes results/ga_acceptance.{md,csv}.
 
-Time on this 2-core machine (measured 2026-11-25, under the shared CPU lock): --quick (5 generations of 16) 1.0 min;
-the full run (100 generations of 48, one worker) 3.9 min for the five graphs (also stated at the end of the table).
+Time on this 2-core machine (stated at the end of each table; the default flow with headroom lays out and
+re-plans the winners, so it takes longer than the search alone): --quick (5 generations of 16) 10.3 min; the full
+run (100 generations of 48, one worker) 19.1 min for the five graphs (results/ga_acceptance*.md, at b3c0c2e).
 """
 from __future__ import annotations
 

@@ -18,7 +18,8 @@ times), "slower candidate" or "size classes". The baselines (naive, odswap,
 odswap-paper, vdnn, tflms, belady with recompute, recompute-only) are each laid out through the same layout
 (`hybrid.pipeline.baselines.lay_out_baseline`, re-planned by their own rules with less memory where their byte
 budget does not fit); `beats_baselines` compares the written plan with the fastest of them.
-Writes results/laid_out.{md,csv} (results/laid_out_quick.* with --quick: two generations of 8, Checkmate only).
+Writes results/laid_out.{md,csv} (results/laid_out_quick.* with --quick: two generations of 8, Checkmate only;
+results/laid_out_only*.* with --only, a few rows that never replace the whole table).
 """
 from __future__ import annotations
 
@@ -99,8 +100,7 @@ def row_for(name: str, g: Graph, dev: Device, args: argparse.Namespace) -> dict:
         "no_headroom_fallback": before.layout.fallback if before.layout is not None else "not laid out",
         "best_baseline": f"{kind} {base:.4g}" if kind else "none runs",
         "written/best_baseline": written.plan.makespan_s / base if kind else float("nan"),
-        "beats_baselines": ("yes" if written.plan.makespan_s < base else "tie" if written.plan.makespan_s == base
-                            else "NO") if kind else "",
+        "beats_baselines": _verdict(written.plan.makespan_s, base) if kind else "",
         "baselines_replanned": replanned,
         "pool": written.plan.allocation.kind,
         "seconds": time.monotonic() - t0,
@@ -109,6 +109,16 @@ def row_for(name: str, g: Graph, dev: Device, args: argparse.Namespace) -> dict:
           f"no headroom {row['no_headroom/relaxation']:.4f}, best laid-out baseline {row['best_baseline']}",
           flush=True)
     return row
+
+
+TIE_REL = 1e-9   # the same plan re-timed by another code path differs in the last bits: a tie, not a loss
+
+
+def _verdict(written: float, base: float) -> str:
+    """The written plan against the fastest laid-out baseline: yes (faster), tie (within TIE_REL) or NO."""
+    if abs(written - base) <= TIE_REL * max(abs(written), abs(base)):
+        return "tie"
+    return "yes" if written < base else "NO"
 
 
 def main() -> None:
@@ -157,7 +167,9 @@ def main() -> None:
 
 {args.generations} generations of population {args.population}, seed {args.seed}, one worker. {summary}
 A held-out transformer (issue 31 asks for one) is not in this table."""
-    write_table(df, "laid_out", "Laid-out plans against their byte-budget relaxation and laid-out baselines (issue 31)",
+    # --only runs a few rows: their own table, never over the whole one
+    write_table(df, "laid_out_only" if only else "laid_out",
+                "Laid-out plans against their byte-budget relaxation and laid-out baselines (issue 31)",
                 notes, graphs=[p for *_, p in targets if p is not None])
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,15 +33,15 @@ PAPER_PARTS = {"vgg16": "5 conv blocks + FC; blocks 1-4 GPU, block 5 and FC CPU"
                "alexnet": "ops 0-3, 4-7, 8-17, 18-31 (32 ops); first and last on the CPU"}
 
 
-def exe() -> str:
-    e = ROOT / ".venv/bin/hybrid"
-    return str(e) if e.exists() else "hybrid"
+def exe() -> list[str]:
+    """hybrid's command line, run by this Python (a clone without its own .venv runs it too)."""
+    return [sys.executable, "-m", "hybrid.cli.main"]
 
 
 def graph(name: str, batch: int, folder: Path) -> Path:
     path = folder / f"{name}-b{batch}-p2200.json"
     if not path.exists():
-        subprocess.run([exe(), "capture", "--model", name, "--optimizer", "none", "--device", "p2200", "--batch",
+        subprocess.run([*exe(), "capture", "--model", name, "--optimizer", "none", "--device", "p2200", "--batch",
                         str(batch), "--out", str(path)], check=True, capture_output=True)
     return path
 
@@ -99,7 +100,7 @@ def main() -> None:
         rows.append(row(m, g, b, "xeon-6248r roofline", args.time_limit))
     for m, b in runs:
         path = graph(m, b, args.graphs)
-        r = subprocess.run([exe(), "profile", "--graph", str(path), "--profile", str(prof), "--backend", "cpu",
+        r = subprocess.run([*exe(), "profile", "--graph", str(path), "--profile", str(prof), "--backend", "cpu",
                             "--repeat", repeat, "--warmup", warmup], check=True, capture_output=True, text=True)
         if BUSY in r.stderr:   # the measured rows would time the contention, not the machine
             prof.unlink(missing_ok=True)
