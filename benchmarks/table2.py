@@ -108,6 +108,11 @@ def main() -> None:
     peaks = {b: format_bytes(unswapped_peak(Graph.load(p))) for b, p in zip(BATCHES, graphs)}
     bigs = {b: format_bytes(largest_op(Graph.load(p), graph_alignment(Graph.load(p)))[1]) for b, p in
             zip(BATCHES, graphs)}
+    g1 = Graph.load(graphs[0])
+    param_bytes = float(g1.arrays.t_bytes[g1.arrays.t_persistent].sum())
+    param_mib, link_ms = param_bytes / 2**20, param_bytes / preset("v100-16gb").h2d_bytes_per_s * 1e3
+    c64 = df[(df.batch == 1) & (df.memory_MiB == 64)].iloc[0]
+    cell64_ms, bound64_ms, ideal1_ms = c64.ours_s * 1e3, c64.bound_s * 1e3, c64.ideal_s * 1e3
     notes = f"""Each cell: `hybrid optimize --graph resnet-152-bB-infer.json --memory M --reserve 0 --refine none
 --generations {gens} --seed {args.seed} --workers 1`'s search, run in-process through `ga.optimize` with the planner's
 default options (without the long rerun chains and re-binding of reruns `hybrid optimize` adds), the plan validated.
@@ -119,9 +124,10 @@ Why ours differ:
 - **Compute times.** Our op times are roofline estimates for a V100 (peak FLOP/s, memory bandwidth, a launch
   overhead); the paper's are measured MXNet times. At batch 1 the roofline gives {ideal_time(Graph.load(graphs[0]))*1e3:.1f} ms
   where the paper's full-memory run takes 17 ms (cuDNN at batch 1 is far from peak and 516 kernel launches cost
-  more than the roofline's overhead), so our swap overhead at batch 1 is a much larger fraction: with 64 MiB almost
-  all 230 MiB of parameters cross the 12 GB/s link each batch (about 20 ms), which the paper's 17 ms of compute
-  hides and our 4.6 ms cannot (`ours/ideal` against `paper/paper_ideal`).
+  more than the roofline's overhead), so our swap overhead at batch 1 is a much larger fraction: with 64 MiB most of
+  the {param_mib:.0f} MiB of parameters cross the 12 GB/s link each batch ({link_ms:.1f} ms for all of them; the cell
+  takes {cell64_ms:.1f} ms, its bound {bound64_ms:.1f} ms), which the paper's 17 ms of compute hides and our
+  {ideal1_ms:.1f} ms cannot (`ours/ideal` against `paper/paper_ideal`).
 - **NA cells.** Our capture records PyTorch's out-of-place residual `add` (two inputs and an output live at once),
   so the largest op needs 3 activations; MXNet adds in place (and runs ReLU in place), so its largest op needs
   about two. That is why batch 16 at 128 MiB and batch 64 at 512 MiB fit in the paper and not here. Where our
