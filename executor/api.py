@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from hybrid.capture.conv_impls import STEP_ATOL, STEP_RTOL
 from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.interpreter import StepResult, bind
+from hybrid.capture.trace import mode_layers
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.graph.info import is_inference
@@ -430,8 +431,7 @@ def _draws_masks(graph: Graph) -> bool:
 
 
 def _dropout_modes(module: torch.nn.Module) -> set[bool]:
-    return {m.training for m in module.modules()
-            if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0}
+    return {m.training for _, m in mode_layers(module)[0]}
 
 
 def _mode(training: bool) -> str:
@@ -443,8 +443,7 @@ def refuse_other_mode(graph: Graph, module: torch.nn.Module) -> None:
     training flag (per layer, through its running mean), dropout's masks (drawn, against a module whose dropout
     layers are all in eval mode). Another mode runs the graph's step all the same, but not the module's."""
     buffers = {tid: name for name, tid in _bindings(graph).get("buffers", {}).items()}
-    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
-             and m.track_running_stats]
+    norms = [m for _, m in mode_layers(module)[1]]
     for tid, flag in _bn_flags(graph):
         name = buffers.get(tid)
         owner: Any = None

@@ -81,12 +81,23 @@ class _Stage:
         self.name = "forward"
 
 
+def mode_layers(module: nn.Module) -> tuple[list[tuple[str, nn.Module]], list[tuple[str, nn.Module]]]:
+    """(dropout layers, batch norms with running statistics), named: the layers whose train/eval mode changes
+    what a step computes (capture's warnings and refusals, execute's mode check)."""
+    drops = [(n, m) for n, m in module.named_modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0]
+    norms = [(n, m) for n, m in module.named_modules()
+             if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    return drops, norms
+
+
+def layer_names(layers: list[tuple[str, nn.Module]]) -> list[str]:
+    return [f"{name or '(the module)'!r} ({type(m).__name__})" for name, m in layers]
+
+
 def _cumulative_batch_norms(module: nn.Module) -> list[str]:
     """Training batch norms with momentum=None: their cumulative average reads num_batches_tracked as a
     Python number (`1 / float(num_batches_tracked)`), a value a fake tensor does not have."""
-    return [f"{name or '(the module)'!r} ({type(m).__name__})" for name, m in module.named_modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats
-            and m.momentum is None]
+    return layer_names([(n, m) for n, m in mode_layers(module)[1] if m.training and m.momentum is None])
 
 
 def _refuse(e: BaseException, stage: str, module: nn.Module | None = None) -> NoReturn:

@@ -28,11 +28,10 @@ def summary_lines(graph, seconds: float) -> list[str]:  # noqa: ANN001 - a Graph
 
 def _training_mode_layers(module) -> list[str]:  # noqa: ANN001 - a torch.nn.Module
     """Dropout and batch-norm submodules in training mode: an inference graph would run them so."""
-    import torch.nn as nn
+    from hybrid.capture.trace import layer_names, mode_layers
 
-    kinds = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
-    return [f"{name or '(the module)'!r} ({type(m).__name__})" for name, m in module.named_modules()
-            if isinstance(m, kinds) and m.training]
+    drops, norms = mode_layers(module)
+    return layer_names([(n, m) for n, m in drops + norms if m.training])
 
 
 def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: dict | None, device,  # noqa: ANN001
