@@ -91,9 +91,7 @@ def infer_eager(graph: Graph, module: torch.nn.Module, args: Any, target: Any, l
     captured: iteration k seeds torch with seed + k (dropout in train mode); batch norm in train mode updates
     the running statistics in place (pass a copy). The outputs are the forward's tensor leaves in order, as
     the graph's bindings list them; a loss only where the graph has one."""
-    from torch.utils import _pytree as pytree
-
-    from hybrid.capture.trace import portable_kernels
+    from hybrid.capture.trace import output_tensors, portable_kernels
 
     has_loss = (graph.extra.get("bindings") or {}).get("loss") is not None
     if has_loss and loss_fn is None:   # an inference graph captured with its loss (before the forward alone)
@@ -108,7 +106,7 @@ def infer_eager(graph: Graph, module: torch.nn.Module, args: Any, target: Any, l
             out = module(*a, **(kw or {}))
             if has_loss:
                 losses.append((loss_fn(out) if t is None else loss_fn(out, t)).detach().clone())
-        outputs.append([o.detach().clone() for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)])
+        outputs.append([o.detach().clone() for o in output_tensors(out)])
     if not outputs:
         raise HybridError("iterations must be at least 1")
     final = StepResult(losses[-1] if losses else None, {}, {n: p.detach() for n, p in module.named_parameters()},

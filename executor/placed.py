@@ -17,7 +17,7 @@ import torch
 
 from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.interpreter import bind
-from hybrid.capture.trace import portable_kernels
+from hybrid.capture.trace import output_tensors, portable_kernels
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
@@ -173,8 +173,8 @@ def run_placed(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, tar
 
 
 def eager_outputs(module: torch.nn.Module, args: Any) -> list[torch.Tensor]:
-    """Eager inference under the kernels a replay uses (`portable_kernels`), so a CPU run compares bitwise."""
+    """Eager inference under the kernels a replay uses (`portable_kernels`), so a CPU run compares bitwise; its
+    tensor outputs in the order the graph binds them (`output_tensors`)."""
     args = args if isinstance(args, tuple) else (args,)
     with torch.no_grad(), portable_kernels():
-        out = module(*args)
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+        return output_tensors(module(*args))

@@ -81,6 +81,12 @@ class _Stage:
         self.name = "forward"
 
 
+def output_tensors(out: Any) -> list[torch.Tensor]:
+    """A forward's tensor outputs in the order an inference graph's bindings list them (its pytree's leaves):
+    what capture binds, and what an eager reference compares with."""
+    return [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+
+
 def mode_layers(module: nn.Module) -> tuple[list[tuple[str, nn.Module]], list[tuple[str, nn.Module]]]:
     """(dropout layers, batch norms with running statistics), named: the layers whose train/eval mode changes
     what a step computes (capture's warnings and refusals, execute's mode check)."""
@@ -258,7 +264,7 @@ def trace_step(
             if loss is not None:
                 check_loss(loss)
         if not training:
-            outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+            outs = output_tensors(out)
             n_outputs[0] = len(outs)
             return ([loss] if loss is not None else []) + outs
         stage.name = "backward"
