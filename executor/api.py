@@ -22,7 +22,7 @@ from hybrid.capture.interpreter import StepResult, bind
 from hybrid.capture.trace import mode_layers
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.graph.info import is_inference
+from hybrid.graph.info import bindings, is_inference
 from hybrid.plan import Plan
 
 from executor.check import (Batches, Comparison, OutputCheck, compare, compare_outputs, iteration_seed,
@@ -32,13 +32,6 @@ from executor.measure import Summary, summarize
 from executor.program import Program, compile_program
 from executor.runtime import IterationRecord, Runtime
 from executor.streams import make_backend
-
-
-def _bindings(graph: Graph) -> dict[str, Any]:
-    b = graph.extra.get("bindings")
-    if not isinstance(b, dict):
-        raise HybridError(f"graph {graph.name!r} has no 'bindings'; only graphs from hybrid capture can be executed")
-    return b
 
 
 GRAPH_AFTER = 2   # iterations issued node by node before a CUDA graph records (warm-up, optimizer's first step)
@@ -58,7 +51,7 @@ class Executor:
             from hybrid.validator import check
 
             check(graph, plan)
-        _bindings(graph)
+        bindings(graph, "executed")
         self.graph = graph
         self.plan = plan
         self.backend = make_backend(device, poison=sanitize)
@@ -78,7 +71,7 @@ class Executor:
         self._keep_grads = False
         self._module: torch.nn.Module | None = None
         self._kwargs: dict | None = None
-        b = _bindings(graph)
+        b = bindings(graph, "executed")
         if isinstance(b.get("loss"), dict):
             self.runtime.watch("loss", b["loss"])
         self._outputs: list[Any] = []   # the bindings' outputs, once kept
@@ -89,7 +82,7 @@ class Executor:
 
     def keep_grads(self) -> None:
         """Also snapshot every gradient of the last iteration (copied to the host: for checks, not for speed)."""
-        for name, ref in _bindings(self.graph).get("grads", {}).items():
+        for name, ref in bindings(self.graph, "executed").get("grads", {}).items():
             if isinstance(ref, dict):
                 self.runtime.watch(f"grad:{name}", ref)
         self._keep_grads = True
@@ -97,7 +90,7 @@ class Executor:
     def keep_outputs(self) -> None:
         """Also copy every iteration's outputs (an inference graph's) to the host, as they are made: for checks
         and for users who want them, not for speed (on CUDA each copy waits for its output mid-iteration)."""
-        self._outputs = list(_bindings(self.graph).get("outputs") or [])
+        self._outputs = list(bindings(self.graph, "executed").get("outputs") or [])
         for i, ref in enumerate(self._outputs):
             if isinstance(ref, dict) and not self.graph.tensor(ref["t"]).persistent:   # persistent: read after
                 self.runtime.watch(f"output:{i}", ref)
@@ -125,7 +118,7 @@ class Executor:
 
     def set_batch(self, args: Any, target: Any = None, kwargs: dict | None = None) -> None:
         """Feed the next iteration another batch (same shapes as captured)."""
-        b = _bindings(self.graph)
+        b = bindings(self.graph, "executed")
         if not isinstance(args, tuple):
             args = (args,)
         leaves = [x for x in pytree.tree_leaves((args, dict(kwargs or {}))) if isinstance(x, torch.Tensor)]
@@ -165,7 +158,7 @@ class Executor:
 
     def state(self) -> StepResult:
         """Parameters, buffers and optimizer state now (CPU copies), and the last gradients if kept."""
-        b = _bindings(self.graph)
+        b = bindings(self.graph, "executed")
         rt = self.runtime
         params = {n: rt.value(t) for n, t in b["params"].items()}
         buffers = {n: rt.value(t) for n, t in b["buffers"].items()}
@@ -442,7 +435,7 @@ def refuse_other_mode(graph: Graph, module: torch.nn.Module) -> None:
     """Refuse a module in another mode than the graph was captured in, where the graph shows it: batch norm's
     training flag (per layer, through its running mean), dropout's masks (drawn, against a module whose dropout
     layers are all in eval mode). Another mode runs the graph's step all the same, but not the module's."""
-    buffers = {tid: name for name, tid in _bindings(graph).get("buffers", {}).items()}
+    buffers = {tid: name for name, tid in bindings(graph, "executed").get("buffers", {}).items()}
     norms = [m for _, m in mode_layers(module)[1]]
     for tid, flag in _bn_flags(graph):
         name = buffers.get(tid)

@@ -20,7 +20,7 @@ import torch
 from hybrid.capture.interpreter import StepResult, eager_step
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.graph.info import is_inference
+from hybrid.graph.info import binds_loss, bindings, is_inference
 
 # iteration -> (forward args, target) or (forward args, target, forward kwargs): without kwargs, the kwargs the
 # run was given stay (their tensors, a mask say, are fed again)
@@ -43,7 +43,7 @@ def iteration_seed(seed: int, iteration: int) -> int:
 
 def torch_optimizer(graph: Graph, module: torch.nn.Module) -> torch.optim.Optimizer | None:
     """The torch.optim optimizer (single-tensor path) matching the graph's optimizer ops, for `module`."""
-    b = graph.extra.get("bindings", {})
+    b = bindings(graph)
     spec = b.get("optimizer")
     if not spec:
         return None
@@ -93,7 +93,7 @@ def infer_eager(graph: Graph, module: torch.nn.Module, args: Any, target: Any, l
     the graph's bindings list them; a loss only where the graph has one."""
     from hybrid.capture.trace import output_tensors, portable_kernels
 
-    has_loss = (graph.extra.get("bindings") or {}).get("loss") is not None
+    has_loss = binds_loss(graph)
     if has_loss and loss_fn is None:   # an inference graph captured with its loss (before the forward alone)
         raise HybridError("the graph computes a loss but no loss_fn was given: pass loss_fn=... as captured")
     losses: list[torch.Tensor] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hybrid.errors import HybridError, InvalidPlanError
-from hybrid.graph.info import is_inference
+from hybrid.graph.info import binds_loss, bindings, is_inference
 
 from executor.preflight import module_to_run
 
@@ -69,7 +69,7 @@ def module_dtype(graph: Any) -> Any:
 
 def _check_param_dtypes(graph: Any, module: Any, spec: str) -> None:
     """A factory run at its own dtypes must build the parameters the graph recorded (not a model since edited)."""
-    params = graph.extra.get("bindings", {}).get("params", {})
+    params = bindings(graph).get("params", {})
     recorded = {t.id: t.extra.get("dtype") for t in graph.tensors}
     for name, p in module.named_parameters():
         want = recorded.get(params.get(name, ""))
@@ -132,7 +132,7 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
     if model is not None and module is not None:
         raise HybridError("give --model (a zoo model) or --module (your own), not both")
     spec = module_to_run(graph, module, trust_module, graph_path) if model is None else None
-    no_loss = _binds_no_loss(graph)
+    no_loss = bool(bindings(graph)) and not binds_loss(graph)   # the forward alone: no label, no loss
     if spec is not None:
         from hybrid.capture.user_module import load_user_model
 
@@ -160,8 +160,3 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
                     f"zoo {zoo.name}")
 
 
-def _binds_no_loss(graph: Any) -> bool:
-    """Whether the graph binds no loss (an inference graph captured as the forward alone): the batch's label
-    and the loss function are then not its to take. Inference graphs captured before kept both."""
-    b = graph.extra.get("bindings")
-    return isinstance(b, dict) and b.get("loss") is None

@@ -20,6 +20,7 @@ from hybrid.capture.interpreter import bind
 from hybrid.capture.trace import output_tensors, portable_kernels
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
+from hybrid.graph.info import bindings
 from hybrid.plan import Plan
 
 from executor.ops import OpRunner
@@ -153,8 +154,7 @@ class PlacedExecutor:
         return host, time.perf_counter() - t0
 
     def outputs(self, host: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        b = self.graph.extra.get("bindings") or {}
-        refs = list(b.get("outputs") or [])
+        refs = list(bindings(self.graph).get("outputs") or [])
         ctx = DecodeContext(host, torch.device("cpu"))
         return [decode_value(r, ctx) for r in refs]
 

@@ -22,6 +22,13 @@ def _no_optimizer(optimizer: Any) -> bool:
     return optimizer is None or (isinstance(optimizer, str) and optimizer.strip().lower() == "none")
 
 
+def forward_alone(optimizer: Any, loss_fn: Any, target: Any) -> tuple[Any, Any]:
+    """The loss function and target an inference capture takes: none (`hybrid capture --optimizer none` and
+    `capture_model` without an optimizer). An inference graph is the forward alone — no label to upload, no loss
+    to compute; its outputs are the model's, and placement and serving time exactly that."""
+    return (None, None) if _no_optimizer(optimizer) else (loss_fn, target)
+
+
 def _optimizer_spec(optimizer: Any, module: torch.nn.Module, lr: float | None,
                     options: dict[str, Any] | None) -> optimizers.OptimizerSpec | None:
     if _no_optimizer(optimizer):
@@ -124,9 +131,7 @@ def capture_model(
     if inference:
         module.eval()   # an inference graph: batch norm uses its running statistics, dropout is off
     args, target = spec.make_inputs(batch, torch.device("meta"), dt)
-    loss = spec.loss
-    if inference:       # the forward alone: no label to upload, no loss to compute; its outputs are the model's
-        loss, target = None, None
+    loss, target = forward_alone(optimizer, spec.loss, target)
     graph = capture(module, args, loss, target, optimizer=optimizer, lr=lr, optimizer_options=optimizer_options,
                     device=device, cost_device=cost_device, dtype=dt, name=f"{spec.name}-b{batch}", profile=profile)
     graph.extra["model"] = {"name": spec.name, "family": spec.family, "batch": batch, "paper": spec.paper,

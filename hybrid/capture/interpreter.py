@@ -25,6 +25,7 @@ from hybrid.capture.encoding import DecodeContext, decode_value, dtype_from_name
 from hybrid.capture.trace import portable_kernels
 from hybrid.errors import HybridError
 from hybrid.graph import Graph, Op
+from hybrid.graph.info import bindings
 
 
 @dataclass
@@ -159,13 +160,6 @@ class StepResult:
     outputs: list[torch.Tensor | None]
 
 
-def _bindings(graph: Graph) -> dict[str, Any]:
-    b = graph.extra.get("bindings")
-    if not isinstance(b, dict):
-        raise HybridError(f"graph {graph.name!r} has no 'bindings'; only graphs from hybrid capture can be replayed")
-    return b
-
-
 def _place(graph: Graph, tid: str, value: torch.Tensor, device: torch.device, what: str) -> torch.Tensor:
     if value.is_meta:     # capture runs on fake tensors and takes meta modules; a run needs the numbers
         real = ("real weights (build the module on cpu or cuda, or load a checkpoint into it)"
@@ -190,7 +184,7 @@ def bind(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, k
     Returns (env, step): `step` is the optimizer step this replay takes (1 for
     a fresh optimizer, state['step'] + 1 for a used Adam).
     """
-    b = _bindings(graph)
+    b = bindings(graph, "replayed")
     dev = torch.device(device)
     env: dict[str, torch.Tensor] = {}
     named = dict(module.named_parameters())
@@ -252,7 +246,7 @@ def _resolve(ref: Any, env: dict[str, torch.Tensor], device: torch.device) -> to
 
 def results(graph: Graph, module: torch.nn.Module, env: dict[str, torch.Tensor],
             device: str | torch.device = "cpu") -> StepResult:
-    b = _bindings(graph)
+    b = bindings(graph, "replayed")
     dev = torch.device(device)
     state = {}
     if b.get("optimizer"):
@@ -268,7 +262,7 @@ def results(graph: Graph, module: torch.nn.Module, env: dict[str, torch.Tensor],
 
 
 def _kept(graph: Graph) -> set[str]:
-    b = _bindings(graph)
+    b = bindings(graph, "replayed")
     refs = [b.get("loss"), *b.get("grads", {}).values(), *b.get("outputs", [])]
     return {r["t"] for r in refs if isinstance(r, dict)}
 

@@ -147,6 +147,27 @@ def persistent_bound(graph: Graph, device: Device) -> float:
 
 
 
+def bindings(graph: Graph, needed_for: str | None = None) -> dict:
+    """What `hybrid capture` bound the graph's tensors to (`extra["bindings"]`: inputs, parameters, buffers,
+    optimizer state, gradients, outputs, loss), read in one place. A graph capture did not make (synthetic,
+    imported) has none: {} — or, when `needed_for` says what needs them ("executed", "replayed"), one line."""
+    from hybrid.errors import HybridError
+
+    b = graph.extra.get("bindings")
+    if isinstance(b, dict):
+        return b
+    if needed_for is not None:
+        raise HybridError(f"graph {graph.name!r} has no 'bindings'; only graphs from hybrid capture can be "
+                          f"{needed_for}")
+    return {}
+
+
+def binds_loss(graph: Graph) -> bool:
+    """Whether the graph computes a loss (a training step, or an inference graph captured with its loss before
+    inference graphs were the forward alone): a run then takes the batch's label and the loss function."""
+    return bindings(graph).get("loss") is not None
+
+
 def is_inference(graph: Graph) -> bool:
     """Whether `graph` was captured without a backward pass and optimizer step: its capture's `training`
     record, else its bindings (no optimizer state, no gradients). A graph that is neither captured nor bound
@@ -154,8 +175,8 @@ def is_inference(graph: Graph) -> bool:
     capture = graph.extra.get("capture")
     if isinstance(capture, dict) and isinstance(capture.get("training"), bool):
         return not capture["training"]
-    b = graph.extra.get("bindings")
-    return not (isinstance(b, dict) and (b.get("optimizer") or b.get("grads")))
+    b = bindings(graph)
+    return not (b.get("optimizer") or b.get("grads"))
 
 
 def training_reason(graph: Graph) -> str | None:

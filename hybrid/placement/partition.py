@@ -16,6 +16,7 @@ import numpy as np
 
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
+from hybrid.graph.info import bindings
 from hybrid.graph.order import program_order
 
 KEY_KINDS = ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "cat", "concat")
@@ -106,9 +107,9 @@ class Edge:
 
 def graph_outputs(graph: Graph) -> set[int]:
     """What an inference returns: the captured outputs and loss (`bindings`), else every tensor no op reads."""
-    b = graph.extra.get("bindings")
+    b = bindings(graph)
     ti = graph.tensor_index
-    if isinstance(b, dict):
+    if b:
         refs = list(b.get("outputs") or []) + ([b["loss"]] if isinstance(b.get("loss"), dict) else [])
         found = {ti[r["t"]] for r in refs if isinstance(r, dict) and r.get("t") in ti}
         if found:

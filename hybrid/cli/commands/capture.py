@@ -41,7 +41,7 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
     `dtype` None keeps the factory's own dtypes (recorded as null: `execute` does not cast them)."""
     import torch
 
-    from hybrid.capture.api import capture
+    from hybrid.capture.api import capture, forward_alone
     from hybrid.capture.user_module import load_user_model
 
     torch.manual_seed(0)
@@ -54,8 +54,7 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
             click.echo(f"warning: --optimizer none: the module is in training mode, so the inference graph runs "
                        f"its dropout/batch norm ({shown}) in training mode; return module.eval() from the "
                        "factory if that is not meant", err=True)
-    # An inference graph (--optimizer none) is the forward alone, as for zoo models: no loss, no target.
-    loss_fn, target = (user.loss_fn, user.target) if optimizer is not None else (None, None)
+    loss_fn, target = forward_alone(optimizer, user.loss_fn, user.target)
     graph = capture(user.module, user.args, loss_fn, target, kwargs=user.kwargs, optimizer=optimizer,
                     lr=lr, optimizer_options=options, device=device, dtype=dtype, name=spec.replace(":", "."))
     graph.extra["module"] = {"spec": spec, "dtype": dtype}
