@@ -106,11 +106,23 @@ def command_line() -> str:
     return cmd
 
 
+def regenerate_command(stem: str) -> str | None:
+    """The first command on results/<stem>.md's Regenerate line (what made that table), or None."""
+    path = RESULTS / f"{stem}.md"
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        if line.startswith("Regenerate: `"):
+            return line.split("`")[1]
+    return None
+
+
 def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs=(), paper: str = "",
-                parquet: bool = False) -> Path:
+                parquet: bool = False, before: str | None = None) -> Path:
     """results/<stem>.csv and .md, the .md carrying the command that regenerated it, the code's commit, and
     (given `graphs`, the graph files read) each graph's sha256 and capture settings; `paper` names the paper
     figure or table the result stands beside. `parquet` also writes <stem>.parquet (with every column).
+    `before`: the command that made the rows this run kept (a table made in parts), named first.
     A quick run writes <stem>_quick.* (`quick_stem`); every path is written repository-relative."""
     RESULTS.mkdir(exist_ok=True)
     stem = quick_stem(stem)
@@ -119,7 +131,7 @@ def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs
     if parquet:
         df.to_parquet(RESULTS / f"{stem}.parquet", index=False)
     df = df.drop(columns=["plan"], errors="ignore")  # plan paths point into out/, not part of the table
-    cmd = command_line()
+    cmd = command_line() if before is None else f"{before}` then `{command_line()}"
     md = [f"# {title}", "",
           f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).", ""]
     prov = provenance(graphs, paper)
