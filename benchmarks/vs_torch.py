@@ -17,7 +17,7 @@ from torch.cuda.max_memory_allocated, median step time), and hybrid is planned a
 results/vs_torch_measured.md (benchmarks/vs_torch_measured.py).
 
     python -m benchmarks.vs_torch                 # the full table
-    python -m benchmarks.vs_torch --quick         # tiny models, writes results/vs_torch_quick.*
+    python -m benchmarks.vs_torch --quick         # small models where memory still binds: results/vs_torch_quick.*
     python -m benchmarks.vs_torch --only resnet-50 --part 1   # one model (the parts are joined by --join)
     python -m benchmarks.vs_torch --measured-only     # on a GPU: the measured table only
 """
@@ -328,7 +328,7 @@ def main() -> None:
     from benchmarks.vs_torch_measured import ALTERNATIVES, measured_rows
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="tiny models, writes results/vs_torch_quick.*")
+    ap.add_argument("--quick", action="store_true", help="small models at inputs where the checkpointed peak still binds; writes results/vs_torch_quick.*")
     ap.add_argument("--time-limit", type=float, default=None, help="hybrid's seconds per model (60; quick 30)")
     ap.add_argument("--generations", type=int, default=None, help="GA generations instead of a time limit")
     ap.add_argument("--only", default="", help="comma-separated model names")
