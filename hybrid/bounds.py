@@ -54,6 +54,8 @@ test compares them).
 """
 from __future__ import annotations
 
+import math
+
 import numba as nb
 import numpy as np
 
@@ -600,7 +602,9 @@ def _graph_prep(graph: Graph) -> tuple:
     extra = ~is_kept[o_t] | (prod[o_t] == o_op)
     need += np.bincount(o_op[extra], weights=a.t_bytes[o_t[extra]].astype(np.float64), minlength=n)
     need += ws
-    prep = (t_op, float(t_op.sum()), head, tail, need, kept, r_ptr, r_op, own_ptr, o_t)
+    # what k itself needs at once whatever else is off the device: every tensor it reads, updates or writes
+    own = np.bincount(o_op, weights=a.t_bytes[o_t].astype(np.float64), minlength=n) + ws
+    prep = (t_op, float(t_op.sum()), head, tail, need, kept, r_ptr, r_op, own_ptr, o_t, own)
     if len(_PREP) >= 2:
         _PREP.clear()
     _PREP[id(graph)] = (graph, prep)
@@ -635,7 +639,8 @@ def graph_bound(graph: Graph, device, recompute: bool = True) -> float:  # noqa:
 
     Per op k, from the dependency DAG alone (docs/recompute.md, "The graph bound"): the tensors its ancestors
     produced (and the persistent ones) that k or a descendant still reads must exist while k runs; the bytes of
-    them, plus k's own tensors and least workspace, beyond the usable memory are off the device. Activations
+    them, plus k's own tensors and least workspace, beyond the usable memory are off the device (k's own alone
+    beyond it: no plan runs, infinity). Activations
     among them went out over d2h after their producer (earliest: its ancestors' and its own compute) and come
     back over h2d before their first reader after k (latest: that reader's and its descendants' compute) or are
     regenerated (at least their producer's time); persistent ones may have stayed on the host but must come
@@ -656,7 +661,9 @@ def graph_bound(graph: Graph, device, recompute: bool = True) -> float:  # noqa:
     base = max(float(a.fastest_impl_times().sum()), persistent_bound(graph, device))
     if n == 0 or a.n_tensors == 0:
         return base
-    t_op, total, head, tail, need, kept, r_ptr, r_op, own_ptr, own_t = _graph_prep(graph)
+    t_op, total, head, tail, need, kept, r_ptr, r_op, own_ptr, own_t, own = _graph_prep(graph)
+    if float(own.max()) > float(device.usable_bytes):
+        return math.inf   # an op's own tensors and least workspace do not fit: no plan runs at this memory
     prod = a.t_producer
     out = need - float(device.usable_bytes)
     d2h_bw, h2d_bw = device.d2h_bytes_per_s, device.h2d_bytes_per_s
@@ -822,7 +829,7 @@ def chain_bound(graph: Graph, device, seconds: float = 20.0, ops: int = 2) -> fl
     n = a.n_ops
     if n == 0 or n > CHAIN_BOUND_MAX_OPS:
         return None
-    t_op, total, head, tail, need, _kept, r_ptr, r_op, own_ptr, own_t = _graph_prep(graph)
+    t_op, total, head, tail, need, _kept, r_ptr, r_op, own_ptr, own_t, _own = _graph_prep(graph)
     usable = float(device.usable_bytes)
     t_mem = occupied_bytes(graph, device.alignment_bytes)
     ws = np.minimum.reduceat(a.impl_ws, a.impl_ptr[:-1]).astype(np.int64)

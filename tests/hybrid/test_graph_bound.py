@@ -57,6 +57,17 @@ def test_an_order_that_avoids_the_overlap_is_allowed_for():
     assert swapped.makespan_s == pytest.approx(3 * MS)  # and a plan reaches it
 
 
+def test_infinite_where_an_op_alone_does_not_fit():
+    """op1 reads x and writes b with 8 MiB of workspace: 10 MiB at once, whatever else is off the device. Below
+    that no plan runs, so no time bounds them (it was a finite figure beside planners that refuse)."""
+    g = _graph(10)
+    assert np.isfinite(graph_bound(g, g.device))
+    for rc in (True, False):
+        assert graph_bound(g, replace(g.device, memory_bytes=10 * MIB - 1), recompute=rc) == float("inf")
+    with pytest.raises(InfeasibleError):
+        run_baseline(g, replace(g.device, memory_bytes=10 * MIB - 1), "belady")
+
+
 def _plans(g: Graph, dev: Device, seed: int) -> list:
     rng = np.random.default_rng(seed)
     plans = []
