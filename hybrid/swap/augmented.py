@@ -49,6 +49,43 @@ class PlannerOptions:
                 "recompute_only": self.recompute_only, "addresses": self.addresses,
                 "rebind_reruns": self.rebind_reruns, "long_chains": self.long_chains}
 
+    @classmethod
+    def from_describe(cls, d: object) -> "PlannerOptions | None":
+        """The options `describe` wrote (a plan's `planner.planner_options`), or None where `d` is not such a
+        record: a plan file may come from anywhere, so a foreign or edited record is not trusted."""
+        import dataclasses
+
+        if not isinstance(d, dict):
+            return None
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kw = {}
+        for k, v in d.items():
+            if k not in fields:
+                continue
+            want = type(getattr(cls(), k))
+            if want is float and isinstance(v, int) and not isinstance(v, bool):
+                v = float(v)
+            if type(v) is not want:
+                return None
+            kw[k] = v
+        try:
+            opt = cls(**kw)
+        except (TypeError, ValueError):
+            return None
+        ok = (opt.victim in ("belady", "lru") and opt.keep in ("best", "last") and opt.recency >= 0
+              and opt.passes >= 1 and opt.lookahead >= 1 and opt.recompute_depth >= 0
+              and 0.0 <= opt.recompute_ratio < float("inf"))
+        return opt if ok else None
+
+    @classmethod
+    def of_plan(cls, plan: object) -> "PlannerOptions | None":
+        """The options a plan records it was planned with (`planner.planner_options`; plans written before
+        this name said `options`), or None."""
+        info = getattr(plan, "planner", None)
+        if not isinstance(info, dict):
+            return None
+        return cls.from_describe(info.get("planner_options", info.get("options")))
+
     @property
     def recomputes(self) -> bool:
         return (self.recompute_ratio > 0 or self.recompute_only) and self.recompute_depth > 0

@@ -96,7 +96,7 @@ def run_baseline(graph: Graph, device: Device, kind: str, schedule: np.ndarray |
         plan = run_baseline(graph, device, kind, schedule, recompute, seed, addresses=False)
         plan.planner["arena"] = {"laid_out": "after planning (the address-aware walk found no offsets)"}
         return plan
-    info = {"name": kind, "options": opt.describe()}
+    info = {"name": kind, "planner_options": opt.describe()}
     if schedule is not None:
         info["schedule"] = "given"
     return to_plan(aug, info)
@@ -191,8 +191,9 @@ def tflms_plan(graph: Graph, device: Device, schedule: np.ndarray, lb: int = TFL
         raise InfeasibleError(f"tflms cannot run {graph.name} on {device.name}: {ERROR_TEXT.get(e.code, e)} "
                               "(it keeps every parameter and optimizer state on the device and evicts nothing "
                               "else)") from None
-    info = {"name": "tflms", "options": {"lb": lb, "swapped_tensors": int(swapped.sum()),
-                                         "rule": "forward activations read by the backward pass"}}
+    info = {"name": "tflms", "planner_options": opts.describe(),
+            "tflms": {"lb": lb, "swapped_tensors": int(swapped.sum()),
+                      "rule": "forward activations read by the backward pass"}}
     if given:
         info["schedule"] = "given"
     return to_plan(to_augmented(prob, tl), info)

@@ -95,7 +95,7 @@ def test_recency_must_not_be_negative(graph: Path, tmp_path: Path) -> None:
     """Before: -5 was accepted and recorded in the plan (the planner reads any value <= 0 as 0)."""
     r = run("simulate", "--graph", graph, "--memory", "20MiB", "--recency", "-5", "--out", tmp_path / "p.json")
     assert r.exit_code == 2 and "--recency" in r.output and not (tmp_path / "p.json").exists()
-    assert _plan(graph, tmp_path / "p.json", "--recency", "0").planner["options"]["recency"] == 0
+    assert _plan(graph, tmp_path / "p.json", "--recency", "0").planner["planner_options"]["recency"] == 0
 
 
 def test_from_a_plan_for_another_graph_is_an_invalid_plan(graph: Path, tmp_path: Path) -> None:
@@ -126,3 +126,29 @@ def test_from_refuses_to_write_over_the_plan_it_reads(tmp_path) -> None:
     r = run("simulate", "--graph", path, "--from", plan, "--out", plan)
     assert r.exit_code == 2 and "is the --from file it reads" in r.output, r.output
     assert plan.read_bytes() == before
+
+
+def test_from_re_plans_with_the_plans_own_planner_options(graph: Path, tmp_path: Path) -> None:
+    """Before: --from re-planned with simulate's default flags (Belady, recency 2), so a plan made otherwise came
+    out slower or faster for no reason shown (a frontier point: 8.16 ms as written, 10.13 ms re-simulated)."""
+    src = _plan(graph, tmp_path / "p.json", "--victim", "lru", "--recency", "0", "--no-recompute")
+    r = run("simulate", "--graph", graph, "--from", tmp_path / "p.json", "--out", tmp_path / "q.json")
+    assert r.exit_code == 0, r.output
+    q = Plan.load(tmp_path / "q.json")
+    assert q.planner["planner_options"] == src.planner["planner_options"]
+    assert q.makespan_s == src.makespan_s and q.events == src.events
+    assert "re-planned with the plan's own planner options (lru, recency 0," in r.output
+    assert f"wrote {tmp_path / 'q.json'}" in r.output
+    r = run("simulate", "--graph", graph, "--from", tmp_path / "p.json", "--victim", "belady", "--json")
+    assert r.exit_code == 0 and "re-planned with --victim as given, not the plan's own" in r.output, r.output
+
+
+def test_a_foreign_planner_record_is_not_trusted() -> None:
+    from hybrid.swap.augmented import PlannerOptions
+
+    good = PlannerOptions(victim="lru", recency=0, recompute_ratio=1.0)
+    assert PlannerOptions.from_describe(good.describe()) == good
+    assert PlannerOptions.from_describe({"recompute_ratio": 1}) == PlannerOptions(recompute_ratio=1.0)
+    for bad in ({"victim": "random"}, {"recency": "2"}, {"recency": -1}, {"passes": True}, {"lookahead": 0},
+                {"recompute_ratio": float("nan")}, ["victim"], None):
+        assert PlannerOptions.from_describe(bad) is None, bad

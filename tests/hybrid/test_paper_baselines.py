@@ -30,7 +30,7 @@ def test_odswap_paper_runs_a_random_order_without_rebinding():
     order = from_ids(g, plan.schedule)
     assert is_topological(g, order)
     assert order.tolist() == random_order(g, np.random.default_rng(5)).tolist()
-    assert plan.planner["options"]["rebind"] is False and plan.planner["options"]["recency"] == 0
+    assert plan.planner["planner_options"]["rebind"] is False and plan.planner["planner_options"]["recency"] == 0
     assert "seed 5" in plan.planner["schedule"]
     # deterministic, and the same rule as ours on that order except for re-binding and recency
     assert run_baseline(g, dev, "odswap-paper", seed=5).makespan_s == plan.makespan_s

@@ -24,6 +24,8 @@ from hybrid.validator import require_valid, write_plan
 
 # what --from takes from the plan instead of these flags
 FROM_OVERRIDES = ("schedule", "allocation")
+# the planner flags; with --from, none given: the plan's own planner options where it records them
+PLANNER_FLAGS = ("victim", "recency", "recompute")
 MIB = 1 << 20
 
 
@@ -80,12 +82,14 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
         order = program_order(g) if schedule == "program" else depth_first_order(g)
         pool = byte_pool(g, dev) if allocation == "bytes" else per_size_pool(g, order, dev)
     opt = PlannerOptions(victim=victim, recency=recency, recompute_ratio=RECOMPUTE_RATIO if recompute else 0.0)
+    if src is not None:
+        opt = _options_for_plan(src, opt, given_flags(ctx, PLANNER_FLAGS), notes)
     planner = SwapPlanner(g, dev)
     if src is not None and from_path is not None and isinstance(src.allocation, SizeClassAllocation):
         _check_classes_fit(pool, planner, dev, device_flags, from_path)
     opt = planner.faster_options(order, pool, opt)
     aug = planner.plan(order, pool, opt)
-    plan = to_plan(aug, {"name": "simulate", "options": opt.describe()})
+    plan = to_plan(aug, {"name": "simulate", "planner_options": opt.describe()})
     if out_path is not None:
         write_plan(g, plan, out_path, "the simulated plan")   # the one way a command writes a plan: validated
     if as_json:
@@ -96,6 +100,31 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
         click.echo(table([plan_row("simulate", plan, g)]))
         for note in notes:
             click.echo(f"note: {note}")
+        if out_path is not None:
+            click.echo(f"wrote {out_path}")
+
+
+def _options_for_plan(src: Plan, flags_opt: PlannerOptions, planner_flags: list[str],
+                      notes: list[str]) -> PlannerOptions:
+    """The planner options a --from plan is re-planned with: its own (`planner.planner_options`, which every
+    planner records) unless a planner flag is given, so that re-simulating a plan re-plans it as it was made
+    and a difference has a cause the notes name."""
+    own = PlannerOptions.of_plan(src)
+    if own is None:
+        return flags_opt
+    if planner_flags:
+        notes.append(f"re-planned with {', '.join(planner_flags)} as given, not the plan's own planner options "
+                     f"({_options_text(own)})")
+        return flags_opt
+    notes.append(f"re-planned with the plan's own planner options ({_options_text(own)}); --victim, --recency or "
+                 "--recompute replace them")
+    return own
+
+
+def _options_text(opt: PlannerOptions) -> str:
+    rc = (f"recompute only (depth {opt.recompute_depth})" if opt.recompute_only else
+          f"recompute ratio {opt.recompute_ratio:g}, depth {opt.recompute_depth}" if opt.recomputes else "swap only")
+    return f"{opt.victim}, recency {opt.recency}, lookahead {opt.lookahead}, {opt.passes} passes, {rc}"
 
 
 def _device_for_plan(src: Plan, kw: dict[str, Any], device_flags: list[str], notes: list[str]) -> Device:
