@@ -56,7 +56,7 @@ import pandas as pd
 
 from hybrid.bounds import plan_graph_bound, schedule_bound
 from hybrid.plan.metrics import persistent_bound_of
-from hybrid.units import format_seconds
+from hybrid.units import format_bytes, format_seconds
 from hybrid.validator import event_figures
 from hybrid.device import Device
 from hybrid.errors import HybridError
@@ -131,7 +131,7 @@ def milp_row(graph: Graph, device: Device, time_limit_s: float, stages: int | No
     row = _row(graph, run.plan, MILP_ARM, 0, r.solve_s, path)
     row.update(seed=pd.NA, wall_s=time.monotonic() - t0, workers=1, milp_status=r.status, milp_gap=r.gap,
                milp_stages=run.stages, ilp_objective_s=r.objective_s, mode="mosos", budget="time")
-    say(f"{graph.name}: MO-SOS MILP {run.plan.makespan_s:.6g} s ({run.stages} stages, {r.status}, gap "
+    say(f"{graph.name}: MO-SOS MILP {format_seconds(run.plan.makespan_s, 6)} ({run.stages} stages, {r.status}, gap "
         f"{'?' if r.gap is None else f'{100 * r.gap:.2f}%'}, {r.solve_s:.1f} s)")
     return row
 
@@ -330,7 +330,7 @@ def _ga_only(graph, device, cfg, options, time_limit_s: float, workers: int, say
         ga_plan = alone.to_plan(generations=generations)
     r_ga = {"search_s": alone.search_time_s, "wall_s": time.monotonic() - t0, "ga_generations": alone.generations,
             "workers": workers + 1}
-    say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({alone.generations} generations, "
+    say(f"{graph.name} seed {cfg.seed}: GA-only {format_seconds(ga_plan.makespan_s, 6)} ({alone.generations} generations, "
         f"{workers + 1} workers, {r_ga['wall_s']:.1f} s)")
     return ga_plan, r_ga, alone
 
@@ -355,7 +355,7 @@ def _beside(graph, device, cfg, options, time_limit_s, refine_share, workers, re
 
         rep = BesideReport()
     r_h = _beside_row(res, rep, own, hybrid_plan, workers, time.monotonic() - t1)
-    say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
+    say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {format_seconds(hybrid_plan.makespan_s, 6)} ({res.generations} generations; "
         f"{rep.refined} plans refined beside it, {rep.elites} of them elites, {rep.windows} windows, "
         f"{rep.accepted} accepted; final from {r_h['final_from']}; {r_h['wall_s']:.1f} s)"
         + (f"; {rep.error}" if rep.error else ""))
@@ -401,7 +401,7 @@ def _beside_lockstep(graph, device, cfg, options, time_limit_s, workers, refine_
     hybrid_plan = rep.pick(own)
     r_ga["budget"] = label
     r_h = _beside_row(res, rep, own, hybrid_plan, workers, time.monotonic() - t1, budget=label)
-    say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({res.generations} generations; "
+    say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {format_seconds(hybrid_plan.makespan_s, 6)} ({res.generations} generations; "
         f"{rep.refined} plans refined in lockstep, every {lock.every} generations, {rep.elites} of them elites, "
         f"{rep.windows} windows, {rep.accepted} accepted; final from {r_h['final_from']}; {r_h['wall_s']:.1f} s)"
         + (f"; {rep.error}" if rep.error else ""))
@@ -428,7 +428,7 @@ def _after(graph, device, cfg, options, time_limit_s, refine_share, workers, ref
             split_plan = first.to_plan(time_limit_s=time_limit_s)
             spent = time.monotonic() - t0
             say(f"{graph.name} seed {cfg.seed}: GA {first.generations} generations in {spent:.1f} s, "
-                f"makespan {split_plan.makespan_s:.6g} s")
+                f"makespan {format_seconds(split_plan.makespan_s, 6)}")
             # arm 1: refine the split plan; when refinement stalls, the search resumes with the time left
             t1 = time.monotonic()
             hand = refine_then_resume(graph, device, split_plan, ckpt, deadline=t1 + max(0.0, time_limit_s - spent),
@@ -438,7 +438,7 @@ def _after(graph, device, cfg, options, time_limit_s, refine_share, workers, ref
             hybrid_plan = hand.plan
             hybrid_s = spent + (time.monotonic() - t1)
             resumed_h = hand.resumed.generations - first.generations if hand.resumed is not None else 0
-            say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s "
+            say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {format_seconds(hybrid_plan.makespan_s, 6)} "
                 f"({ref.windows} windows, {ref.accepted} accepted in {hand.refine_s:.1f} s"
                 + (f"; then the GA for {hand.resume_s:.1f} s, {resumed_h} generations" if hand.resumed is not None
                    else "") + f"; {hybrid_s:.1f} s)")
@@ -449,7 +449,7 @@ def _after(graph, device, cfg, options, time_limit_s, refine_share, workers, ref
                               resume=ckpt, options=options)
             ga_plan = second.to_plan(time_limit_s=time_limit_s)
             ga_s = spent + (time.monotonic() - t2)
-            say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} "
+            say(f"{graph.name} seed {cfg.seed}: GA-only {format_seconds(ga_plan.makespan_s, 6)} ({second.generations} "
                 f"generations, {second.generations - first.generations} after the split; {ga_s:.1f} s)")
     finally:
         ev.close()
@@ -499,7 +499,7 @@ def _after_work(graph, device, cfg, options, time_limit_s, workers, refine_optio
             split_plan = first.to_plan(generations=total)
             spent = time.monotonic() - t0
             say(f"{graph.name} seed {cfg.seed}: GA {first.generations} generations in {spent:.1f} s, "
-                f"makespan {split_plan.makespan_s:.6g} s")
+                f"makespan {format_seconds(split_plan.makespan_s, 6)}")
             t1 = time.monotonic()
             hand = refine_then_resume(graph, device, split_plan, ckpt, deadline=t1 + time_limit_s, seed=cfg.seed,
                                       refine_options=refine_options, plan_info={"generations": total},
@@ -508,7 +508,7 @@ def _after_work(graph, device, cfg, options, time_limit_s, workers, refine_optio
             cut |= ref.stop == "time limit" or (hand.resumed is not None and hand.resumed.stop_reason == "time limit")
             hybrid_s = spent + (time.monotonic() - t1)
             resumed_h = hand.resumed.generations - first.generations if hand.resumed is not None else 0
-            say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {hybrid_plan.makespan_s:.6g} s ({ref.windows} of "
+            say(f"{graph.name} seed {cfg.seed}: GA+CP-SAT {format_seconds(hybrid_plan.makespan_s, 6)} ({ref.windows} of "
                 f"{budget.windows} windows, {ref.accepted} accepted, stop {ref.stop}; then {resumed_h} of "
                 f"{budget.generations} generations; {hybrid_s:.1f} s)")
             t2 = time.monotonic()
@@ -517,7 +517,7 @@ def _after_work(graph, device, cfg, options, time_limit_s, workers, refine_optio
             cut |= second.stop_reason == "time limit"
             ga_plan = second.to_plan(generations=total)
             ga_s = spent + (time.monotonic() - t2)
-            say(f"{graph.name} seed {cfg.seed}: GA-only {ga_plan.makespan_s:.6g} s ({second.generations} "
+            say(f"{graph.name} seed {cfg.seed}: GA-only {format_seconds(ga_plan.makespan_s, 6)} ({second.generations} "
                 f"generations; {ga_s:.1f} s)")
     finally:
         ev.close()
@@ -604,8 +604,8 @@ def time_digits(values, lo: int = 4, hi: int = 9, rel: float = 1e-9) -> int:  # 
 
 
 def printable(df: pd.DataFrame) -> pd.DataFrame:
-    """`df` with its seconds columns (`*_s`) as text in human units, for the printed and Markdown tables (the
-    CSV and Parquet keep raw seconds): plan times (makespans, bounds, stall) with as many digits as tell
+    """`df` with its seconds columns (`*_s`) and memory as text in human units, for the printed and Markdown
+    tables (the CSV and Parquet keep raw seconds and bytes): plan times (makespans, bounds, stall) with as many digits as tell
     them apart (`time_digits`), the seconds spent (RUN_TIME_COLUMNS) with four."""
     out = df.copy()
     cols = [c for c in out.columns if str(c).endswith("_s") and pd.api.types.is_numeric_dtype(out[c])]
@@ -614,6 +614,9 @@ def printable(df: pd.DataFrame) -> pd.DataFrame:
     for c in cols:
         d = 4 if c in RUN_TIME_COLUMNS else digits
         out[c] = [seconds_text(x, d) for x in out[c]]
+    if "memory_bytes" in out.columns and pd.api.types.is_numeric_dtype(out["memory_bytes"]):
+        out = out.rename(columns={"memory_bytes": "memory"})
+        out["memory"] = [format_bytes(int(x)) if pd.notna(x) else "" for x in out["memory"]]
     return out
 
 
