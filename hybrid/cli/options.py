@@ -38,12 +38,16 @@ class FiniteFloat(click.FloatRange):
 FINITE = FiniteFloat()
 
 
-def device_options(f: Callable) -> Callable:
+def device_options(f: Callable | None = None, *, graph: bool = True) -> Callable:
     """--device/--memory/--h2d/--d2h/--latency/--reserve/--alignment; the graph's own device (else v100-16gb)
-    is the base."""
+    is the base. `@device_options(graph=False)`: for a command that reads no graph (capture), whose help then
+    names no graph device."""
+    if f is None:
+        return lambda g: device_options(g, graph=graph)
+    of_graph = "the graph's own device, else " if graph else ""
     opts = [
         click.option("--device", "device_name", type=click.Choice(sorted(PRESETS)), default=None,
-                     help="Device preset (default: the graph's own device, else v100-16gb)."),
+                     help=f"Device preset (default: {of_graph}v100-16gb)."),
         click.option("--memory", default=None, help="Device memory, e.g. 10GiB, 512MB (overrides the preset)."),
         click.option("--h2d", default=None, help="Host-to-device bandwidth, e.g. 12GB/s."),
         click.option("--d2h", default=None, help="Device-to-host bandwidth, e.g. 12GB/s."),
@@ -52,10 +56,11 @@ def device_options(f: Callable) -> Callable:
         click.option("--reserve", default=None,
                      help="Memory no plan touches (CUDA context, cuBLAS/cuDNN workspaces), e.g. 1GiB. Default: 1 GiB "
                           "of a --device preset used whole; 0 when --memory is given (it states what a plan may "
-                          "fill); else the graph device's reserve_bytes."),
+                          "fill)" + ("; else the graph device's reserve_bytes." if graph else ".")),
         click.option("--alignment", default=None,
-                     help="Each device copy occupies its bytes rounded up to this, e.g. 512 (default: the graph "
-                          "device's alignment_bytes, else 512, CUDA's allocation granularity)."),
+                     help="Each device copy occupies its bytes rounded up to this, e.g. 512 (default: "
+                          + ("the graph device's alignment_bytes, else " if graph else "")
+                          + "512, CUDA's allocation granularity)."),
     ]
     for o in reversed(opts):
         f = o(f)

@@ -75,7 +75,7 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
 @click.option("--lr", type=FINITE, default=None, help="Learning rate (default: torch.optim's, 1e-3).")
 @click.option("--momentum", type=FINITE, default=None, help="SGD momentum; non-zero adds a momentum buffer per parameter.")
 @click.option("--weight-decay", type=FINITE, default=None, help="Weight decay (default: torch.optim's).")
-@device_options
+@device_options(graph=False)
 @click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
               help="Data type of parameters, activations and optimizer state. Default: fp32 for --model; "
                    "the factory's own dtypes for --module (given, it casts them).")
