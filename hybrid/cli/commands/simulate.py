@@ -32,7 +32,8 @@ MIB = 1 << 20
 @click.command("simulate")
 @graph_option
 @click.option("--from", "from_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Keep this plan's schedule, allocation and device; re-plan its swaps (device flags, if given, "
+              help="Keep this plan's schedule, allocation and device; re-plan its swaps with the planner options it "
+                   "records (--victim, --recency, --recompute, if given, replace them; device flags, if given, "
                    "change the plan's device). A size-class or unconstrained plan keeps its pool; an arena plan "
                    "(what `hybrid optimize` and `hybrid arena` write) is re-planned with a byte budget and its "
                    "offsets dropped: lay the result out again with `hybrid arena`. Not with --schedule or "
