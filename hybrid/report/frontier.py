@@ -7,21 +7,25 @@ One table (a pandas DataFrame, one row per point) with a `kind` column:
   aside), within `time_limit_s` per point; its makespan, and `best_s`, the fastest plan of the sweep that fits
   this memory (a plan made for less memory fits more too, so `best_s` never rises with memory; where the
   point's own plan is slower, its `note` says which plan is faster and why the search missed it). A memory no
-  plan fits has an empty makespan and says so in `note`.
+  plan fits has an empty makespan and says so in `note`. `laid_out` is False where the plan was written
+  without arena offsets (the executor compacts it at run time; `note` says why), `bound_s` the lower bound
+  that holds for the sweep's plans (swap only with `recompute=False`).
 - `bound`: the any-order lower bounds (`hybrid.bounds.graph_bound`, with recompute and swap only) at each memory
-  of the sweep and between: no plan of the graph at that memory is faster.
+  of the sweep and between, in `bound_s` (`makespan_s` is empty): no plan of the graph at that memory is faster.
 - `point`: another graph or plan file given as a point, e.g. the graph of the same step with
   `torch.utils.checkpoint` captured: a graph at its own unswapped peak and compute-only time (the simulator's
-  time of its program order when nothing is swapped), a plan at its peak bytes and makespan.
+  time of its program order when nothing is swapped), a plan of the swept graph (validated against it) at the
+  peak bytes and makespan of its events.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -34,7 +38,8 @@ from hybrid.units import format_bytes, format_seconds
 DEFAULT_STEPS = 10        # memories in the default sweep, both ends included
 BOUND_STEPS = 33          # memories of the bound curve (the sweep's are added)
 COLUMNS = ["kind", "label", "memory_bytes", "memory_MiB", "makespan_s", "best_s", "ideal_s", "makespan/ideal",
-           "bound_s", "peak_bytes", "planner", "interrupted", "seconds", "note", "plan"]
+           "bound_s", "bound/ideal", "peak_bytes", "planner", "laid_out", "interrupted", "seconds", "note", "plan"]
+PLAN_FILE = re.compile(r"^plan-[0-9.]+(MiB)?\.json$")   # a sweep's plan file (plan-<bytes>.json before MiB names)
 
 
 def memory_range(graph: Graph, device: Device) -> tuple[int, int]:
@@ -83,6 +88,45 @@ def parse_memories(items: tuple[str, ...] | list[str], peak: int) -> list[int]:
     return sorted(out)
 
 
+def plan_names(memories: Iterable[int]) -> dict[int, str]:
+    """Each memory's plan file name, in MiB (`plan-90.40MiB.json`), with the fewest decimals (2 at least) that
+    give every memory of the sweep its own name (7 tell any two byte counts apart)."""
+    mems = sorted(set(int(m) for m in memories))
+    for digits in range(2, 8):
+        names = {m: f"plan-{m / 2**20:.{digits}f}MiB.json" for m in mems}
+        if len(set(names.values())) == len(mems):
+            return names
+    return names
+
+
+def previous_plans(out_dir: Path) -> list[Path]:
+    """The plan files a previous sweep into `out_dir` wrote: those its `frontier.csv` lists in the `plan` column
+    of its `plan` rows, as files of `out_dir/plans` named as a sweep names them (never a --points file, nor any
+    other file). Empty where there is no readable table."""
+    table = Path(out_dir) / "frontier.csv"
+    try:
+        old = pd.read_csv(table, usecols=["kind", "plan"], dtype=str)
+    except (OSError, ValueError):
+        return []
+    folder = Path(out_dir) / "plans"
+    names = {Path(p).name for k, p in zip(old["kind"], old["plan"]) if k == "plan" and isinstance(p, str) and p}
+    return [folder / n for n in sorted(names) if PLAN_FILE.match(n) and (folder / n).is_file()]
+
+
+def remove_plans(paths: Iterable[Path]) -> None:
+    """Remove the files `previous_plans` listed (those already gone are skipped), and their folder if that leaves
+    it empty."""
+    folders = set()
+    for p in paths:
+        Path(p).unlink(missing_ok=True)
+        folders.add(Path(p).parent)
+    for d in folders:
+        try:
+            d.rmdir()      # only when empty
+        except OSError:
+            pass
+
+
 def at_memory(device: Device, memory: int) -> Device:
     """`device` whose plans may fill `memory` bytes (its reserve kept aside, as every planner counts)."""
     return dataclasses.replace(device, memory_bytes=int(memory) + int(device.reserve_bytes))
@@ -101,24 +145,40 @@ def _row(kind: str, label: str, memory: int, makespan: float = float("nan"), ide
          **extra: object) -> dict:
     row = {c: None for c in COLUMNS}
     row.update(kind=kind, label=label, memory_bytes=int(memory), memory_MiB=memory / 2**20, makespan_s=makespan,
-               ideal_s=ideal, interrupted=False, note="")
+               ideal_s=ideal, bound_s=float("nan"), interrupted=False, note="")
     row["makespan/ideal"] = makespan / ideal if ideal and ideal > 0 else float("nan")
     row.update(extra)
     return row
 
 
+def no_offsets_reason(res, options) -> str:  # noqa: ANN001 - OptimizeResult, OptimizeOptions
+    """Why `run_optimize` wrote its plan without arena offsets: the entry of `res.skipped` that says the byte
+    budget is written without offsets (what `hybrid optimize` prints), else --no-arena where the layout was off."""
+    why = next((s for s in res.skipped if "without offsets" in s), "")
+    if why:
+        return why.split(": ", 1)[1] if why.startswith("arena layout: ") else why
+    if getattr(options, "arena_s", 0.0) is None:
+        return "--no-arena: the byte budget is written as searched (the executor compacts at run time if it must)"
+    return ""
+
+
 def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float, options=None,  # noqa: ANN001
-          say: Callable[[str], None] | None = None, plan_dir: Path | None = None) -> Sweep:
+          say: Callable[[str], None] | None = None, plan_dir: Path | None = None,
+          stale: Iterable[Path] = ()) -> Sweep:
     """`run_optimize(graph, at_memory(device, m), time_limit_s, options)` for each memory m, smallest first;
-    each written plan saved under `plan_dir` (when given) as `plan-<bytes>.json`. A memory no plan fits gives
-    a row that says so. Ctrl-C or SIGTERM: the point being searched keeps its best plan so far (marked
-    `interrupted`) and the sweep stops there, returning the points done (with none done, KeyboardInterrupt)."""
+    each written plan saved under `plan_dir` (when given; made with the first plan) as `plan_names`' name, the
+    files `stale` (a previous sweep's, `previous_plans`) removed just before that first plan is saved. A memory
+    no plan fits gives a row that says so. Ctrl-C or SIGTERM: the point being searched keeps its best plan so
+    far (marked `interrupted`) and the sweep stops there, returning the points done (with none done,
+    KeyboardInterrupt)."""
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline import OptimizeOptions, Progress, run_optimize
 
     opts = dataclasses.replace(options or OptimizeOptions(), stop_on_interrupt=True)
     tell = say or (lambda _m: None)
     out = Sweep()
+    names = plan_names(memories)
+    stale = list(stale)
     try:
         for i, mem in enumerate(sorted(memories)):
             dev = at_memory(device, mem)
@@ -129,8 +189,8 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
             try:
                 res = run_optimize(graph, dev, time_limit_s, opts, Progress(on_note=lambda t: tell(f"  {t}")))
             except InfeasibleError as e:
-                row = _row("plan", "optimize", mem, seconds=time.monotonic() - t0,
-                           note=f"no plan fits: {str(e).splitlines()[0]}")
+                why = re.sub(r"--memory\b", "--memories", str(e).splitlines()[0])   # frontier's flag
+                row = _row("plan", "optimize", mem, seconds=time.monotonic() - t0, note=f"no plan fits: {why}")
                 out.rows.append(row)
                 tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: no plan fits")
                 continue
@@ -139,18 +199,23 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
             if plan_dir is not None:
                 from hybrid.signals import deferred_interrupts
 
-                p = Path(plan_dir) / f"plan-{mem}.json"
+                p = Path(plan_dir) / names[mem]
                 with deferred_interrupts():
+                    if stale:   # the previous sweep's plans go when this one has a plan to save
+                        remove_plans(stale)
+                        stale = []
+                    p.parent.mkdir(parents=True, exist_ok=True)
                     plan.save(p)
                 path = str(p)
             ideal = float(plan.metrics.get("ideal_s", 0.0))
             notes = ["interrupted: the best plan found before the stop"] if res.interrupted else []
-            if plan.allocation.kind == "unconstrained":   # the executor would compact it at run time: say so
-                why = next((s.split(": ", 1)[1] for s in res.skipped if s.startswith("arena layout: ")), "")
-                notes.append("written without arena offsets" + (f" ({why})" if why else ""))
+            laid_out = plan.allocation.kind != "unconstrained"
+            if not laid_out:   # the executor would compact it at run time: say so, and why
+                why = no_offsets_reason(res, opts)
+                notes.append("written without arena offsets" + (f": {why}" if why else ""))
             row = _row("plan", "optimize", mem, plan.makespan_s, ideal, peak_bytes=int(plan.metrics.get("peak_bytes", 0)),
                        planner=str(plan.planner.get("name", "")), interrupted=bool(res.interrupted),
-                       seconds=time.monotonic() - t0, plan=path, note="; ".join(notes))
+                       laid_out=laid_out, seconds=time.monotonic() - t0, plan=path, note="; ".join(notes))
             out.rows.append(row)
             out.plans[mem] = plan
             tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: makespan {format_seconds(plan.makespan_s)} "
@@ -197,15 +262,18 @@ def bound_rows(graph: Graph, device: Device, memories: list[int]) -> list[dict]:
     for rc, label in ((True, "lower bound, any order, with recompute"), (False, "lower bound, any order, swap only")):
         for mem in grid:
             b = graph_bound(graph, at_memory(device, mem), recompute=rc)
-            rows.append(_row("bound", label, mem, b if np.isfinite(b) else float("nan"), ideal))
+            rows.append(_row("bound", label, mem, ideal=ideal, bound_s=float(b) if np.isfinite(b) else float("nan")))
     return rows
 
 
-def point_row(path: Path, device: Device) -> dict:
+def point_row(path: Path, graph: Graph, device: Device) -> dict:
     """Another graph or plan file as one point: a graph at its own unswapped peak (at `device`'s alignment) and
-    its compute-only time; a plan at its peak device bytes and its makespan."""
+    its compute-only time; a plan of `graph` (the swept graph: HybridError for another's, InvalidPlanError for
+    one the validator rejects) at the peak device bytes and the makespan of its events, not the figures its
+    metrics state."""
     from hybrid.graph.info import ideal_time, unswapped_peak
     from hybrid.plan import Plan
+    from hybrid.validator import event_figures, require_valid
 
     path = Path(path)
     try:
@@ -214,11 +282,18 @@ def point_row(path: Path, device: Device) -> dict:
         raise HybridError(f"--points {path}: cannot read it as a graph or plan file ({e})") from None
     if fmt.startswith("hybrid-plan"):
         plan = Plan.load(path)
-        peak = int(plan.metrics.get("peak_bytes", 0)) or int(plan.device.usable_bytes)
+        if plan.graph != graph.name:
+            raise HybridError(f"--points {path}: a plan of graph {plan.graph!r}, not of {graph.name!r} (the graph "
+                              f"swept); give {plan.graph!r}'s graph file as a point instead, or a plan of "
+                              f"{graph.name!r}")
+        require_valid(graph, plan, f"--points {path}")   # makespan_s is the last event's end (rule 7)
+        peak = int(event_figures(graph, plan)["peak_bytes"])
         ideal = float(plan.metrics.get("ideal_s", 0.0))
+        laid_out = plan.allocation.kind != "unconstrained"
         return _row("point", path.stem, peak, float(plan.makespan_s), ideal, peak_bytes=peak,
-                    planner=str(plan.planner.get("name", "")), plan=str(path),
-                    note=f"plan of {plan.graph}: its peak device bytes and makespan")
+                    planner=str(plan.planner.get("name", "")), plan=str(path), laid_out=laid_out,
+                    note=f"plan of {plan.graph}: its peak device bytes and makespan (from its events)"
+                    + ("" if laid_out else "; written without arena offsets"))
     if fmt.startswith("hybrid-graph"):
         g = Graph.load(path)
         peak = int(unswapped_peak(g, device.alignment_bytes))
@@ -229,13 +304,20 @@ def point_row(path: Path, device: Device) -> dict:
                       f"(format {fmt!r})")
 
 
-def frame(rows: list[dict], graph: Graph) -> pd.DataFrame:
-    """The rows as the table: plans, then points, then bounds, each by memory; `bound_s` on plan and point rows is
-    the with-recompute bound at that memory where the sweep computed it."""
+def frame(rows: list[dict], graph: Graph, recompute: bool = True) -> pd.DataFrame:
+    """The rows as the table: plans, then points, then bounds, each by memory. A bound row has its bound in
+    `bound_s` (and `bound/ideal`), its `makespan_s` empty; `bound_s` on a plan row is the bound at that memory
+    that holds for the sweep's plans (with recompute, or swap only where `recompute` is False), on a point row
+    the with-recompute bound (it holds for every plan), where the sweep computed it."""
     df = pd.DataFrame(rows, columns=COLUMNS)
-    bounds = {r["memory_bytes"]: r["makespan_s"] for r in rows
-              if r["kind"] == "bound" and r["label"].endswith("with recompute")}
-    df["bound_s"] = [bounds.get(m, np.nan) if k != "bound" else np.nan for k, m in zip(df["kind"], df["memory_bytes"])]
+    curve = {rc: {r["memory_bytes"]: r["bound_s"] for r in rows
+                  if r["kind"] == "bound" and r["label"].endswith(end)}
+             for rc, end in ((True, "with recompute"), (False, "swap only"))}
+    df["bound_s"] = [b if k == "bound" else curve[recompute if k == "plan" else True].get(m, np.nan)
+                     for k, m, b in zip(df["kind"], df["memory_bytes"], df["bound_s"])]
+    df["bound_s"] = df["bound_s"].astype(float)
+    ideal = df["ideal_s"].astype(float)
+    df["bound/ideal"] = (df["bound_s"] / ideal).where(ideal > 0)
     df["kind"] = pd.Categorical(df["kind"], ["plan", "point", "bound"])
     df = df.sort_values(["kind", "label", "memory_bytes"], kind="stable").reset_index(drop=True)
     df["kind"] = df["kind"].astype(str)

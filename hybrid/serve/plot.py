@@ -30,27 +30,59 @@ def plot_latency(df, path: Path, title: str) -> None:  # noqa: ANN001 - a pandas
 
 
 def plot_frontier(df, path: Path, title: str) -> None:  # noqa: ANN001 - hybrid.report.frontier's DataFrame
-    """Step time against memory (`hybrid frontier`): each memory's plan (markers), the fastest plan that fits each
-    memory (a line), the lower bounds (dashed) and other graphs' points (labelled)."""
+    """Step time against memory (`hybrid frontier`): each memory's plan (markers: hollow where written without
+    arena offsets, `laid_out` false; labelled where its search was interrupted), the fastest plan that fits each
+    memory (a line), the lower bounds (dashed, from `bound_s`) and other graphs' points (labelled)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    def flag(v, default: bool) -> bool:  # noqa: ANN001 - a table cell: bool, None, NaN, or "True"/"False" read back
+        if v is None or (isinstance(v, float) and v != v):
+            return default
+        if isinstance(v, str):
+            return v.strip().lower() in ("true", "1")
+        return bool(v)
+
+    def laid(part):  # noqa: ANN001, ANN202
+        if "laid_out" not in part:
+            return [True] * len(part)
+        return [flag(v, True) for v in part["laid_out"]]
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     plans = df[df["kind"] == "plan"].sort_values("memory_bytes")
     ok = plans[plans["makespan_s"].notna()]
     if len(ok):
         ax.plot(ok["memory_MiB"], ok["best_s"] * 1e3, drawstyle="steps-post", color="C0", label="fastest plan that fits")
-        ax.plot(ok["memory_MiB"], ok["makespan_s"] * 1e3, "o", color="C0", label="hybrid optimize at this memory")
+        mask = laid(ok)
+        full = ok[mask]
+        bare = ok[[not m for m in mask]]
+        if len(full):
+            ax.plot(full["memory_MiB"], full["makespan_s"] * 1e3, "o", color="C0", label="hybrid optimize at this memory")
+        if len(bare):
+            ax.plot(bare["memory_MiB"], bare["makespan_s"] * 1e3, "o", color="C0", markerfacecolor="none",
+                    label="no arena offsets: compacts at run time")
+        stopped = ok[[flag(v, False) for v in ok["interrupted"]]] if "interrupted" in ok else ok.iloc[:0]
+        if len(stopped):
+            ax.plot(stopped["memory_MiB"], stopped["makespan_s"] * 1e3, "x", color="C3", ms=9,
+                    label="interrupted: best plan before the stop")
+            for _, r in stopped.iterrows():
+                ax.annotate("interrupted", (r["memory_MiB"], r["makespan_s"] * 1e3), textcoords="offset points",
+                            xytext=(4, 6), fontsize=7, color="C3")
     for i, (label, part) in enumerate(df[df["kind"] == "bound"].groupby("label", sort=False)):
         part = part.sort_values("memory_bytes")
-        ax.plot(part["memory_MiB"], part["makespan_s"] * 1e3, "--", color=f"C{i + 1}", label=label)
+        # the bound is in bound_s (tables before it was had it in makespan_s)
+        value = part["bound_s"] if "bound_s" in part and part["bound_s"].notna().any() else part["makespan_s"]
+        ax.plot(part["memory_MiB"], value * 1e3, "--", color=f"C{i + 1}", label=label)
     ideal = df.loc[df["kind"] != "point", "ideal_s"].dropna()
     if len(ideal):
         ax.axhline(float(ideal.iloc[0]) * 1e3, color="grey", lw=0.8, ls=":", label="ideal (compute only)")
-    for i, (_, r) in enumerate(df[df["kind"] == "point"].iterrows()):
-        ax.plot([r["memory_MiB"]], [r["makespan_s"] * 1e3], marker="s", ls="", color=f"C{i + 4}", label=r["label"])
+    points = df[df["kind"] == "point"]
+    for i, ((_, r), full) in enumerate(zip(points.iterrows(), laid(points))):
+        ax.plot([r["memory_MiB"]], [r["makespan_s"] * 1e3], marker="s", ls="", color=f"C{i + 4}",
+                markerfacecolor=None if full else "none",
+                label=r["label"] if full else f"{r['label']} (no arena offsets)")
     ax.set_xlabel("device memory a plan may fill (MiB)")
     ax.set_ylabel("step time (ms)")
     ax.set_title(title)

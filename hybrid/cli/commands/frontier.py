@@ -37,12 +37,13 @@ from hybrid.units import format_bytes, format_seconds, parse_duration
               help="Evaluation processes per point [default: as `hybrid optimize` decides].")
 @click.option("--points", "point_paths", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Another graph or plan file to show as one point (repeatable): a graph at its own unswapped peak "
-                   "and compute time (e.g. the same step captured with torch.utils.checkpoint), a plan at its peak "
-                   "bytes and makespan.")
+                   "and compute time (e.g. the same step captured with torch.utils.checkpoint), a plan of --graph "
+                   "(validated against it) at the peak bytes and makespan of its events.")
 @seed_option
 @device_options
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for frontier.csv, frontier.parquet, frontier.png and each point's plan (plans/).")
+              help="Folder for frontier.csv, frontier.parquet, frontier.png and each point's plan (plans/, named "
+                   "by memory in MiB). The plans a previous frontier.csv there lists are replaced.")
 def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: str, generations: int | None,
             refine: str, recompute: bool, no_arena: bool, workers: int | None, point_paths: tuple[Path, ...], seed: int,
             out_dir: Path, **kw: object) -> None:
@@ -53,11 +54,16 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
     The table (frontier.csv and .parquet) has a row per point, by kind:
       plan   `hybrid optimize` at that memory within --time-limit-per-point (makespan_s), and best_s, the
              fastest plan of the sweep that fits that memory (a plan for less memory fits more): best_s never
-             rises with memory; a row whose own plan is slower says so in its note, as does a memory no plan fits
-      bound  the any-order lower bounds (with recompute, and swap only) at each memory (`hybrid info`)
-      point  each --points file: a graph at its unswapped peak and compute time, a plan at its peak and makespan
+             rises with memory; a row whose own plan is slower says so in its note, as does a memory no plan fits;
+             laid_out is false for a plan written without arena offsets (hollow in the plot; its note says why)
+      bound  the any-order lower bounds (with recompute, and swap only) at each memory (`hybrid info`), in
+             bound_s; a plan row's bound_s is the one that holds for it (swap only with --no-recompute)
+      point  each --points file: a graph at its unswapped peak and compute time, a plan of --graph at its peak
+             and makespan
+    Each row also records the sweep's seed, time_limit_per_point_s, recompute, refine, generations and device.
     frontier.png draws them. Progress goes to stderr, a line per memory. Ctrl-C or SIGTERM stops the point
-    being searched with its best plan so far and writes the points done (exit 130 or 143).
+    being searched with its best plan so far and writes the points done (exit 130 or 143). Where no plan fits
+    at any memory of the sweep, the table is written and the command exits 1.
 
     \b
     Examples:
@@ -67,8 +73,12 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
     from hybrid.pipeline import OptimizeOptions
     from hybrid.report import frontier as fr
     from hybrid.signals import deferred_interrupts, exit_status, interrupted_by, start_forkserver
+    import pandas as pd
     from ga import GAConfig
 
+    if kw.get("memory") is not None:   # the sweep sets each point's memory: a --memory would be ignored
+        raise HybridError("--memory: frontier sweeps memories; give --memories (sizes, e.g. 64MiB, or percentages "
+                          "of the unswapped peak, e.g. 50%)")
     per_point_s = parse_duration(per_point, "--time-limit-per-point")
     if per_point_s <= 0:
         raise HybridError(f"--time-limit-per-point must be positive, got {per_point!r}")
@@ -82,23 +92,35 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
     mems = fr.parse_memories(memories, peak) if memories else fr.default_memories(graph, device, steps)
     if not mems:
         raise HybridError("--memories: no memory given; e.g. --memories 64MiB,128MiB or --memories 50%")
-    points = [fr.point_row(p, device) for p in point_paths]   # read now: a bad file fails before the sweep
+    if mems[-1] < lo:   # below the largest op no plan runs: nothing to search
+        raise HybridError(f"--memories: every memory is below {format_bytes(lo)}, the largest single op's bytes, "
+                          f"with less than which no plan runs; give memories from {format_bytes(lo)} to "
+                          f"{format_bytes(peak)} (the unswapped peak), e.g. --memories 50%,100%")
+    points = [fr.point_row(p, graph, device) for p in point_paths]   # read now: a bad file fails before the sweep
     opts = OptimizeOptions(config=GAConfig(seed=seed), generations=generations, workers=workers, recompute=recompute,
                            refine=refine, **({"arena_s": None} if no_arena else {}))
     opts.check()
-    plan_dir = out_dir / "plans"
-    plan_dir.mkdir(parents=True, exist_ok=True)
+    plan_dir = out_dir / "plans"   # made with the first plan saved
+    given_points = {q.resolve() for q in point_paths}   # a previous plan given as a point stays
+    stale = [q for q in fr.previous_plans(out_dir) if q.resolve() not in given_points]   # removed when this
+    #                                                            sweep writes its own (fr.sweep)
     say = (lambda msg: click.echo(msg, err=True))
     say(f"frontier of {graph.name}: {len(mems)} memories from {format_bytes(mems[0])} to {format_bytes(mems[-1])} "
         f"(largest op {format_bytes(lo)}, unswapped peak {format_bytes(peak)}), "
         f"{format_seconds(per_point_s)} each, seed {seed}")
     start_forkserver()   # worker processes then leave SIGTERM and Ctrl-C to this process
-    done = fr.sweep(graph, device, mems, per_point_s, opts, say, plan_dir)
+    done = fr.sweep(graph, device, mems, per_point_s, opts, say, plan_dir, stale)
     with deferred_interrupts():
+        if not done.plans:   # the sweep saved none, so removed none: the new table lists none of them
+            fr.remove_plans(stale)
         rows = fr.monotone(done.rows) + points + fr.bound_rows(graph, device, mems)
-        df = fr.frame(rows, graph)
+        df = fr.frame(rows, graph, recompute)
         df["seed"] = seed
         df["time_limit_per_point_s"] = per_point_s
+        df["recompute"] = recompute
+        df["refine"] = refine
+        df["generations"] = pd.array([generations] * len(df), dtype="Int64")   # empty where not given
+        df["device"] = device.name
         paths = write(df, out_dir, f"{graph.name}: step time against memory ({format_seconds(per_point_s)} a point)")
     plans = df[df["kind"] == "plan"]
     shown = plans.assign(memory=plans["memory_bytes"].map(format_bytes), makespan_ms=plans["makespan_s"] * 1e3,
@@ -111,6 +133,11 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
         click.echo(f"interrupted ({interrupted_by()}): wrote the {n} point{'s' if n != 1 else ''} done of "
                    f"{len(mems)}", err=True)
         sys.exit(exit_status())
+    if not plans["makespan_s"].notna().any():
+        click.echo(f"error: no plan fits at any memory of the sweep ({format_bytes(mems[0])} to "
+                   f"{format_bytes(mems[-1])}; the unswapped peak is {format_bytes(peak)}): the table says why at "
+                   "each; give larger --memories", err=True)
+        sys.exit(1)
 
 
 def write(df, out_dir: Path, title: str) -> list[Path]:  # noqa: ANN001 - a pandas DataFrame
