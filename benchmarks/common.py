@@ -6,6 +6,7 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -106,23 +107,24 @@ def command_line() -> str:
     return cmd
 
 
-def regenerate_command(stem: str) -> str | None:
-    """The first command on results/<stem>.md's Regenerate line (what made that table), or None."""
+def regenerate_commands(stem: str) -> list[str]:
+    """The commands on results/<stem>.md's Regenerate line, in order (what made that table; a table made in
+    parts names each), or [] where there is none."""
     path = RESULTS / f"{stem}.md"
     if not path.exists():
-        return None
+        return []
     for line in path.read_text().splitlines():
         if line.startswith("Regenerate: `"):
-            return line.split("`")[1]
-    return None
+            return line.split(" (from the repository root")[0].split("`")[1::2]
+    return []
 
 
 def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs=(), paper: str = "",
-                parquet: bool = False, before: str | None = None) -> Path:
+                parquet: bool = False, before: Sequence[str] = ()) -> Path:
     """results/<stem>.csv and .md, the .md carrying the command that regenerated it, the code's commit, and
     (given `graphs`, the graph files read) each graph's sha256 and capture settings; `paper` names the paper
     figure or table the result stands beside. `parquet` also writes <stem>.parquet (with every column).
-    `before`: the command that made the rows this run kept (a table made in parts), named first.
+    `before`: the commands that made the rows this run kept (a table made in parts), named first.
     A quick run writes <stem>_quick.* (`quick_stem`); every path is written repository-relative."""
     RESULTS.mkdir(exist_ok=True)
     stem = quick_stem(stem)
@@ -131,7 +133,7 @@ def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs
     if parquet:
         df.to_parquet(RESULTS / f"{stem}.parquet", index=False)
     df = df.drop(columns=["plan"], errors="ignore")  # plan paths point into out/, not part of the table
-    cmd = command_line() if before is None else f"{before}` then `{command_line()}"
+    cmd = "` then `".join(dict.fromkeys([*before, command_line()]))   # each run once, in order
     md = [f"# {title}", "",
           f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).", ""]
     prov = provenance(graphs, paper)

@@ -245,12 +245,12 @@ def part_paper(args: argparse.Namespace) -> None:
     rows = []
     paths = []
     if args.merge:  # the rows of models run in an earlier part (a full run in parts of at most ~15 minutes)
-        from benchmarks.common import RESULTS, quick_stem, regenerate_command
+        from benchmarks.common import RESULTS, quick_stem, regenerate_commands
 
         kept = [capture(m, Path(args.graphs)) for m in args.merge.split(",")]
         names = {Graph.load(p).name for p in kept}
         old = pd.read_csv(RESULTS / f"{quick_stem(args.stem or 'milp')}.csv")
-        args.made_before = regenerate_command(quick_stem(args.stem or "milp"))   # the run that made those rows
+        args.made_before = regenerate_commands(quick_stem(args.stem or "milp"))   # the runs that made those rows
         rows = [{k: v for k, v in r.items() if not pd.isna(v)} for r in old.to_dict("records") if r["graph"] in names]
         paths = kept
     for model in args.models.split(","):
@@ -352,7 +352,7 @@ appear on these graphs whatever the solver does.
 """
     write_table(df, args.stem or "milp",
                 "MO-SOS against Checkmate-Auto, STR-Auto and hybrid optimize (the MO-SOS paper's setup)", notes,
-                graphs=paths, paper=PAPER, before=getattr(args, "made_before", None))
+                graphs=paths, paper=PAPER, before=getattr(args, "made_before", ()))
 
 
 def part_execute(args: argparse.Namespace) -> None:

@@ -21,17 +21,11 @@ from hybrid.swap.rewalk import Problem, SequenceError, Timeline
 
 
 def _planner_options(plan: Plan):
+    """The options the plan records (`PlannerOptions.of_plan`), else the defaults: the re-plan is a fallback whose
+    result is checked like any other."""
     from hybrid.swap.augmented import PlannerOptions
 
-    known = set(PlannerOptions.__dataclass_fields__)
-    info = plan.planner if isinstance(plan.planner, dict) else {}
-    opts = info.get("options", info.get("planner_options"))
-    if isinstance(opts, dict):
-        try:
-            return PlannerOptions(**{k: v for k, v in opts.items() if k in known})
-        except (TypeError, ValueError):
-            return None
-    return PlannerOptions()
+    return PlannerOptions.of_plan(plan) or PlannerOptions()
 
 
 def _check_supported(graph: Graph, plan: Plan) -> None:

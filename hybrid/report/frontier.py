@@ -169,7 +169,7 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
     each written plan saved under `plan_dir` (when given; made with the first plan) as `plan_names`' name, the
     files `stale` (a previous sweep's, `previous_plans`) removed just before that first plan is saved. A memory
     no plan fits gives a row that says so. Ctrl-C or SIGTERM: the point being searched keeps its best plan so
-    far (marked `interrupted`) and the sweep stops there, returning the points done (with none done,
+    far (marked `interrupted`) and the sweep stops there, returning the points done (with no plan made,
     KeyboardInterrupt)."""
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline import OptimizeOptions, Progress, run_optimize
@@ -226,7 +226,7 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
                 out.interrupted = True
                 break
     except KeyboardInterrupt:
-        if not out.rows:
+        if not out.plans:   # nothing worth a table (memories no plan fits at most): the previous run's stays whole
             raise
         out.interrupted = True
     return out
@@ -288,7 +288,7 @@ def point_row(path: Path, graph: Graph, device: Device) -> dict:
                               f"{graph.name!r}")
         require_valid(graph, plan, f"--points {path}")   # makespan_s is the last event's end (rule 7)
         peak = int(event_figures(graph, plan)["peak_bytes"])
-        ideal = float(plan.metrics.get("ideal_s", 0.0))
+        ideal = float(plan.metrics.get("ideal_s", 0.0))   # checked by the validator (rule 7)
         laid_out = plan.allocation.kind != "unconstrained"
         return _row("point", path.stem, peak, float(plan.makespan_s), ideal, peak_bytes=peak,
                     planner=str(plan.planner.get("name", "")), plan=str(path), laid_out=laid_out,

@@ -55,7 +55,7 @@ class PlannerOptions:
         record: a plan file may come from anywhere, so a foreign or edited record is not trusted."""
         import dataclasses
 
-        if not isinstance(d, dict):
+        if not isinstance(d, dict) or "victim" not in d:   # every record the planners write names its victim
             return None
         fields = {f.name: f for f in dataclasses.fields(cls)}
         kw = {}
@@ -72,8 +72,9 @@ class PlannerOptions:
             opt = cls(**kw)
         except (TypeError, ValueError):
             return None
-        ok = (opt.victim in ("belady", "lru") and opt.keep in ("best", "last") and opt.recency >= 0
-              and opt.passes >= 1 and opt.lookahead >= 1 and opt.recompute_depth >= 0
+        big = 2**31 - 1   # the kernel's integers
+        ok = (opt.victim in ("belady", "lru") and opt.keep in ("best", "last") and 0 <= opt.recency <= big
+              and 1 <= opt.passes <= 3 and 1 <= opt.lookahead <= big and 0 <= opt.recompute_depth <= big
               and 0.0 <= opt.recompute_ratio < float("inf"))
         return opt if ok else None
 

@@ -191,9 +191,9 @@ def tflms_plan(graph: Graph, device: Device, schedule: np.ndarray, lb: int = TFL
         raise InfeasibleError(f"tflms cannot run {graph.name} on {device.name}: {ERROR_TEXT.get(e.code, e)} "
                               "(it keeps every parameter and optimizer state on the device and evicts nothing "
                               "else)") from None
-    info = {"name": "tflms", "planner_options": opts.describe(),
-            "tflms": {"lb": lb, "swapped_tensors": int(swapped.sum()),
-                      "rule": "forward activations read by the backward pass"}}
+    # its own rule, not the swap planner's walk: no planner_options (a re-plan with them would be another plan)
+    info = {"name": "tflms", "tflms": {"lb": lb, "swapped_tensors": int(swapped.sum()),
+                                       "rule": "forward activations read by the backward pass"}}
     if given:
         info["schedule"] = "given"
     return to_plan(to_augmented(prob, tl), info)

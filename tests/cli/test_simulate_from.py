@@ -140,7 +140,10 @@ def test_from_re_plans_with_the_plans_own_planner_options(graph: Path, tmp_path:
     assert "re-planned with the plan's own planner options (lru, recency 0," in r.output
     assert f"wrote {tmp_path / 'q.json'}" in r.output
     r = run("simulate", "--graph", graph, "--from", tmp_path / "p.json", "--victim", "belady", "--json")
-    assert r.exit_code == 0 and "re-planned with --victim as given, not the plan's own" in r.output, r.output
+    assert r.exit_code == 0, r.output
+    # a flag replaces its own part only: recency 0 and swap only stay the plan's
+    assert "the plan's own planner options but --victim as given (belady, recency 0," in r.output
+    assert "swap only" in r.output
 
 
 def test_a_foreign_planner_record_is_not_trusted() -> None:
@@ -148,7 +151,27 @@ def test_a_foreign_planner_record_is_not_trusted() -> None:
 
     good = PlannerOptions(victim="lru", recency=0, recompute_ratio=1.0)
     assert PlannerOptions.from_describe(good.describe()) == good
-    assert PlannerOptions.from_describe({"recompute_ratio": 1}) == PlannerOptions(recompute_ratio=1.0)
-    for bad in ({"victim": "random"}, {"recency": "2"}, {"recency": -1}, {"passes": True}, {"lookahead": 0},
-                {"recompute_ratio": float("nan")}, ["victim"], None):
+    assert PlannerOptions.from_describe({"victim": "belady", "recompute_ratio": 1}) == PlannerOptions(recompute_ratio=1.0)
+    ok = {"victim": "belady"}
+    for bad in ({"victim": "random"}, {**ok, "recency": "2"}, {**ok, "recency": -1}, {**ok, "passes": True},
+                {**ok, "lookahead": 0}, {**ok, "passes": 10**9}, {**ok, "recency": 2**40},
+                {**ok, "recompute_ratio": float("nan")}, ["victim"], None, {},
+                {"lb": 1, "swapped_tensors": 3, "rule": "forward activations"}):   # tflms's record before
         assert PlannerOptions.from_describe(bad) is None, bad
+
+
+def test_from_an_address_planned_plan_re_plans_a_byte_budget_as_its_note_says(graph: Path, tmp_path: Path) -> None:
+    """Its recorded options say addresses=True; the re-plan is still the byte budget the note names (it was an
+    arena plan again, or infeasible where the byte budget fits)."""
+    import json
+
+    src = _plan(graph, tmp_path / "p.json")
+    r = run("arena", "--graph", graph, "--plan", tmp_path / "p.json", "--out", tmp_path / "a.json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "a.json").read_text())
+    doc["planner"]["planner_options"] = {**src.planner["planner_options"], "addresses": True}
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    r = run("simulate", "--graph", graph, "--from", tmp_path / "a.json", "--out", tmp_path / "q.json")
+    assert r.exit_code == 0, r.output
+    assert "re-planned with a byte budget" in r.output
+    assert Plan.load(tmp_path / "q.json").allocation.kind != "arena"

@@ -186,6 +186,11 @@ def test_a_plan_point_is_validated_and_placed_by_its_events(tmp_path) -> None:
     (tmp_path / "peak.json").write_text(json.dumps(raw))
     row = fr.point_row(tmp_path / "peak.json", g, dev)
     assert row["memory_bytes"] == row["peak_bytes"] == event_figures(g, plan)["peak_bytes"] > 1
+    raw["metrics"]["ideal_s"] = 1e-9                     # the ideal is checked (rule 7): refused, not plotted
+    (tmp_path / "ideal.json").write_text(json.dumps(raw))
+    with pytest.raises(InvalidPlanError, match="ideal_s"):
+        fr.point_row(tmp_path / "ideal.json", g, dev)
+    raw["metrics"]["ideal_s"] = plan.metrics["ideal_s"]
     assert row["makespan_s"] == plan.makespan_s and row["laid_out"] is False
 
     raw["makespan_s"] = 0.001                            # `hybrid validate` rejects it (rule 7)
@@ -299,6 +304,31 @@ def test_a_rerun_replaces_only_the_plans_its_previous_table_lists(tmp_path, monk
     left = {p.name for p in (out / "plans").iterdir()}
     assert left == listed | {"mine.json", "plan-1.00MiB.json"}
     assert not (set(first) - listed) & left            # the first run's plans the new table does not list: gone
+
+    before = (out / "frontier.csv").read_text()
+    real = hybrid.pipeline.run_optimize
+    calls = []
+
+    def infeasible_then_stop(*a: object, **k: object) -> None:
+        from hybrid.errors import InfeasibleError
+
+        calls.append(1)
+        if len(calls) == 1:
+            raise InfeasibleError("no plan fits here")
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:     # Ctrl-C after a memory no plan fits: still no plan, the run stays whole
+        m.setattr(hybrid.pipeline, "run_optimize", infeasible_then_stop)
+        r = _cli("--graph", tmp_path / "g.json", "--memories", "20%,100%", "--out", out, *_quick())
+    assert r.exit_code == 130 and (out / "frontier.csv").read_text() == before and real is not None
+    assert {p.name for p in (out / "plans").iterdir()} == left
+
+    listed_plan = out / "plans" / sorted(listed)[0]     # a point the sweep would write its own plan over
+    mem = next(m for m, n in fr.plan_names([int(x) for x in df.loc[df["kind"] == "plan", "memory_bytes"]]).items()
+               if n == listed_plan.name)
+    r = _cli("--graph", tmp_path / "g.json", "--memories", f"{mem}B", "--points", listed_plan, "--out", out,
+             *_quick())
+    assert r.exit_code == 2 and "this sweep writes its plan at that memory to that file" in r.output, r.output
 
     fresh = tmp_path / "fresh"                           # Ctrl-C before any point: no empty plans/ left
     with monkeypatch.context() as m:

@@ -75,20 +75,25 @@ def test_write_table_writes_repository_relative_paths_and_quick_tables_beside_fu
     assert common.quick_stem("milp_scale_vgg_quick") == "milp_scale_vgg_quick"
 
 
-def test_a_table_made_in_parts_names_the_earlier_command_first(tmp_path, monkeypatch) -> None:
+def test_a_table_made_in_parts_names_the_earlier_commands_first(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     monkeypatch.delenv(common.QUICK_ENV, raising=False)
     df = pd.DataFrame({"graph": ["g"], "ms": [1.5]})
-    assert common.regenerate_command("x") is None
+    assert common.regenerate_commands("x") == []
     monkeypatch.setattr(sys, "argv", ["benchmarks/x.py", "--models", "vgg19"])
     common.write_table(df, "x", "X")
-    first = common.regenerate_command("x")
-    assert first == "python -m benchmarks.x --models vgg19"
+    first = common.regenerate_commands("x")
+    assert first == ["python -m benchmarks.x --models vgg19"]
     monkeypatch.setattr(sys, "argv", ["benchmarks/x.py", "--models", "unet", "--merge", "vgg19"])
     text = common.write_table(df, "x", "X", before=first).read_text()
     assert ("Regenerate: `python -m benchmarks.x --models vgg19` then `python -m benchmarks.x --models unet "
             "--merge vgg19` (from the repository root") in text
-    assert common.regenerate_command("x") == first      # a second merge still names the run that made the rows
+    # a third part keeps naming every run before it
+    monkeypatch.setattr(sys, "argv", ["benchmarks/x.py", "--models", "bert", "--merge", "vgg19,unet"])
+    common.write_table(df, "x", "X", before=common.regenerate_commands("x"))
+    assert common.regenerate_commands("x") == ["python -m benchmarks.x --models vgg19",
+                                               "python -m benchmarks.x --models unet --merge vgg19",
+                                               "python -m benchmarks.x --models bert --merge vgg19,unet"]
 
 
 def test_repo_relative_rewrites_paths_but_not_ratio_column_names() -> None:

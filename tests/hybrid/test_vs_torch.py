@@ -45,7 +45,7 @@ def test_hugging_face_rows_are_checkpointed_per_decoder_block() -> None:
     pytest.importorskip("transformers")
     from benchmarks.vs_torch import models
 
-    quick = {m.name: m for m in models(True)}
+    quick = {m.name: m for m in models(True, smoke=True)}
     for name, fwd, per_block in (("gpt2", "addmm", 4), ("llama", "mm", 6)):
         plain, ck = graphs(quick[name])
         draws = sum(o.kind == "save_state" for o in ck.ops)

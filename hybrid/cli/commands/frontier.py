@@ -101,6 +101,11 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
                            refine=refine, **({"arena_s": None} if no_arena else {}))
     opts.check()
     plan_dir = out_dir / "plans"   # made with the first plan saved
+    written = {(plan_dir / n).resolve() for n in fr.plan_names(mems).values()}
+    clash = next((q for q in point_paths if q.resolve() in written), None)
+    if clash is not None:   # the sweep would write its own plan over the point it shows
+        raise HybridError(f"--points {clash}: this sweep writes its plan at that memory to that file; copy the point "
+                          "elsewhere first, or give another --out")
     given_points = {q.resolve() for q in point_paths}   # a previous plan given as a point stays
     stale = [q for q in fr.previous_plans(out_dir) if q.resolve() not in given_points]   # removed when this
     #                                                            sweep writes its own (fr.sweep)

@@ -33,7 +33,7 @@ MIB = 1 << 20
 @graph_option
 @click.option("--from", "from_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Keep this plan's schedule, allocation and device; re-plan its swaps with the planner options it "
-                   "records (--victim, --recency, --recompute, if given, replace them; device flags, if given, "
+                   "records (--victim, --recency, --recompute, if given, replace their part; device flags, if given, "
                    "change the plan's device). A size-class or unconstrained plan keeps its pool; an arena plan "
                    "(what `hybrid optimize` and `hybrid arena` write) is re-planned with a byte budget and its "
                    "offsets dropped: lay the result out again with `hybrid arena`. Not with --schedule or "
@@ -107,25 +107,42 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
 
 def _options_for_plan(src: Plan, flags_opt: PlannerOptions, planner_flags: list[str],
                       notes: list[str]) -> PlannerOptions:
-    """The planner options a --from plan is re-planned with: its own (`planner.planner_options`, which every
-    planner records) unless a planner flag is given, so that re-simulating a plan re-plans it as it was made
-    and a difference has a cause the notes name."""
+    """The planner options a --from plan is re-planned with: its own (`planner.planner_options`, which the swap
+    planner's plans record), each planner flag given replacing its own field, so that re-simulating a plan
+    re-plans it as it was made and a difference has a cause the notes name. Never as an arena: simulate plans
+    a byte budget (an arena plan's offsets are dropped)."""
+    from dataclasses import replace
+
     own = PlannerOptions.of_plan(src)
     if own is None:
         return flags_opt
-    if planner_flags:
-        notes.append(f"re-planned with {', '.join(planner_flags)} as given, not the plan's own planner options "
-                     f"({_options_text(own)})")
-        return flags_opt
-    notes.append(f"re-planned with the plan's own planner options ({_options_text(own)}); --victim, --recency or "
-                 "--recompute replace them")
-    return own
+    own = replace(own, addresses=False)
+    if not planner_flags:
+        notes.append(f"re-planned with the plan's own planner options ({_options_text(own)}); --victim, --recency "
+                     "or --recompute replace their part")
+        return own
+    changed = {}
+    if "--victim" in planner_flags:
+        changed["victim"] = flags_opt.victim
+    if "--recency" in planner_flags:
+        changed["recency"] = flags_opt.recency
+    if any(f in planner_flags for f in ("--recompute", "--no-recompute")):
+        changed["recompute_ratio"] = flags_opt.recompute_ratio
+        if flags_opt.recompute_ratio == 0.0:
+            changed["recompute_only"] = False
+    opt = replace(own, **changed)
+    notes.append(f"re-planned with the plan's own planner options but {', '.join(planner_flags)} as given "
+                 f"({_options_text(opt)})")
+    return opt
 
 
 def _options_text(opt: PlannerOptions) -> str:
     rc = (f"recompute only (depth {opt.recompute_depth})" if opt.recompute_only else
           f"recompute ratio {opt.recompute_ratio:g}, depth {opt.recompute_depth}" if opt.recomputes else "swap only")
-    return f"{opt.victim}, recency {opt.recency}, lookahead {opt.lookahead}, {opt.passes} passes, {rc}"
+    extra = (["one stream (no overlap)"] if not opt.overlap else []) + (
+        ["persistent tensors kept resident"] if opt.keep_persistent else [])
+    return ", ".join([f"{opt.victim}, recency {opt.recency}, lookahead {opt.lookahead}, {opt.passes} passes", rc]
+                     + extra)
 
 
 def _device_for_plan(src: Plan, kw: dict[str, Any], device_flags: list[str], notes: list[str]) -> Device:
