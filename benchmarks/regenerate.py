@@ -1,6 +1,6 @@
 """Regenerate every table and figure under results/ from today's code, in one command.
 
-    python -m benchmarks.regenerate --quick          # every table, small budgets (14.2 minutes measured on 2 cores beside a test run)
+    python -m benchmarks.regenerate --quick          # every table, small budgets (17.5 minutes measured on 2 cores)
     python -m benchmarks.regenerate                  # the budgets the full tables state (hours: --list)
     python -m benchmarks.regenerate --only arena,milp_paper --quick
     python -m benchmarks.regenerate --list           # the jobs, their commands and outputs
