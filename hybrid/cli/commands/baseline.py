@@ -22,11 +22,16 @@ from hybrid.validator import write_plan
               help="Write the plan here (hybrid-plan/1); with several --kind, a folder (made if missing) that gets "
                    "KIND.json for each.")
 @recompute_option
+@click.option("--no-arena", "no_arena", is_flag=True,
+              help="Write each baseline's byte budget as planned, without offsets (the executor places it, "
+                   "compacting at run time if it must). By default each is laid out in one arena as `hybrid "
+                   "optimize --compare-baselines` lays its rows out: re-planned by its own rules with less memory "
+                   "where its byte budget does not lay out, the summary saying what that cost.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout: {\"plans\": [one object per kind: kind, makespan_s, ideal_s, "
                    "ratio, plan, ...], \"failed\": [...]}.")
-def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, recompute: bool, as_json: bool,
-            **kw) -> None:
+def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, recompute: bool, no_arena: bool,
+            as_json: bool, **kw) -> None:
     """Plan with an obvious alternative, to compare optimized plans against.
 
     \b
@@ -46,7 +51,9 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
             Checkmate-style: activations are recomputed or kept, never swapped
     ideal   unlimited memory: compute time only
 
-    --recompute applies to belady only; the others model systems that swap only.
+    --recompute applies to belady only; the others model systems that swap only. Each plan written has an
+    arena offset for every tensor (as every row of `optimize --compare-baselines`), so the executor runs it
+    as planned, without compaction; --no-arena writes the byte budget.
     """
     prepare_output(out_path, "--out", folder=len(kinds) > 1)  # a bad folder fails before any planning
     g = load_graph(graph_path)
@@ -54,27 +61,56 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
     rows = []
     summaries = []
     failed: list[str] = []
+    notes: list[str] = []
     for kind in kinds:
         try:
             plan = run_baseline(g, dev, kind, recompute=recompute)
+            if not no_arena and kind != "ideal":
+                plan = _laid_out(g, dev, kind, plan, recompute, notes)
         except InfeasibleError as e:
             if len(kinds) == 1:
                 raise
             failed.append(f"{kind}: cannot run: {e}")
             continue
         rows.append(plan_row(kind, plan, g))
+        said = [n for n in notes if n.startswith(f"{kind}: ")]
         target = None
         if out_path is not None:
             target = out_path / f"{kind}.json" if len(kinds) > 1 else out_path
             write_plan(g, plan, target, f"the {kind} plan")
-        summaries.append({"kind": kind, **json_summary(g, dev, plan, target)})
+        summaries.append({"kind": kind, **json_summary(g, dev, plan, target),
+                          "notes": [n.split(": ", 1)[1] for n in said]})
     if as_json:
         import json
 
         click.echo(json.dumps({"plans": summaries, "failed": failed}, indent=1))
     elif rows:
         click.echo(table(rows))
+        for line in notes:
+            click.echo(f"note: {line}")
     for line in failed:
         click.echo(line, err=True)
     if not rows:
         raise HybridError("no baseline could run at this memory; give more --memory")
+
+
+def _laid_out(graph, device, kind: str, plan, recompute: bool, notes: list[str]):  # noqa: ANN001, ANN202
+    """`plan` with arena offsets (`hybrid.pipeline.baselines.lay_out_baseline`, as optimize's baseline rows): where
+    its byte budget does not lay out, the same baseline re-planned with less memory, and a note says at what
+    cost; where nothing lays out, the byte budget, and a note says it is written without offsets."""
+    from hybrid.pipeline.baselines import lay_out_baseline
+    from hybrid.units import format_seconds
+
+    if plan.allocation.kind != "unconstrained":
+        return plan
+    try:
+        lay = lay_out_baseline(graph, device, kind, plan, recompute=recompute)
+    except InfeasibleError as e:   # as optimize writes its own plan then: the byte budget, and says so
+        notes.append(f"{kind}: written without offsets, the executor compacts at run time if it must ({e})")
+        return plan
+    if lay.fallback:
+        cost = lay.plan.makespan_s / lay.makespan_before_s - 1 if lay.makespan_before_s > 0 else 0.0
+        notes.append(f"{kind}: its byte budget ({format_seconds(lay.makespan_before_s)}) did not lay out in the "
+                     f"arena; re-planned by its own rules with {lay.memory_given_up:.1%} less memory "
+                     f"({format_seconds(lay.plan.makespan_s)}, {cost:+.2%}); --no-arena writes the byte budget")
+    return lay.plan
