@@ -186,7 +186,8 @@ class Graph:
             raise FormatError(f"{where}: a graph file is a JSON object with format, name, tensors, ops")
         fmt = d.get("format")
         if fmt != GRAPH_FORMAT:
-            hint = " (is this a plan? use --plan)" if str(fmt).startswith("hybrid-plan") else ""
+            hint = (" (is this a plan? give here the graph file the plan was made for; use --plan for the plan "
+                    "itself where a command takes one)") if str(fmt).startswith("hybrid-plan") else ""
             raise FormatError(f"{where}: field 'format' is {fmt!r}, expected {GRAPH_FORMAT!r}{hint}")
         for key in ("tensors", "ops"):
             if not isinstance(d.get(key), list):

@@ -23,6 +23,7 @@ from hybrid.placement.timing import D2H_LANE, H2D_LANE, Placement, evaluate, per
 
 LATENCY, THROUGHPUT = "latency", "throughput"
 SCHEDULERS = ("all-cpu", "all-gpu", "greedy", "heft", "exact")
+THROUGHPUT_SCHEDULERS = ("greedy", "exact")   # the schedulers that place for --objective throughput
 
 
 def _score(p: Placement, objective: str) -> float:
@@ -118,7 +119,9 @@ def _hint(pg: PartGraph, link: Link, p: Placement) -> Hint:
 
 def place(pg: PartGraph, link: Link, scheduler: str, objective: str = LATENCY, time_limit_s: float = 60.0,
           seed: int = 0, deadline: float | None = None) -> Placement:
-    """One scheduler by name (SCHEDULERS); `deadline` (time.monotonic()) caps CP-SAT's wall clock."""
+    """One scheduler by name (SCHEDULERS); `deadline` (time.monotonic()) caps CP-SAT's wall clock. `objective` is
+    read by greedy and exact (THROUGHPUT_SCHEDULERS); heft places for latency whatever it is (`hybrid place`
+    refuses --scheduler heft with --objective throughput), and all-cpu and all-gpu have one placement each."""
     if scheduler == "all-cpu":
         return all_on(pg, link, CPU)
     if scheduler == "all-gpu":
@@ -133,5 +136,5 @@ def place(pg: PartGraph, link: Link, scheduler: str, objective: str = LATENCY, t
     raise ValueError(f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)}")
 
 
-__all__ = ["LATENCY", "THROUGHPUT", "SCHEDULERS", "all_on", "greedy", "heft", "exact", "place", "period",
-           "chain_costs"]
+__all__ = ["LATENCY", "THROUGHPUT", "SCHEDULERS", "THROUGHPUT_SCHEDULERS", "all_on", "greedy", "heft", "exact",
+           "place", "period", "chain_costs"]

@@ -85,15 +85,26 @@ def recost_for(graph: Graph, device: Device, where: str) -> Graph:
 
 
 def model_costs(graph: Graph, device: Device, share_bytes: int, planner: Planner = "belady", generations: int = 20,
-                seed: int = 1, name: str | None = None) -> ModelCosts:
+                seed: int = 1, name: str | None = None, swapping: bool = True) -> ModelCosts:
     """`ModelCosts` of `graph` given `share_bytes` of device memory for its swap plan. Its parameters are its
     persistent tensors other than inputs (a request's input is not what time-sharing keeps resident or
-    copies in to switch models; it is counted in the workspace)."""
+    copies in to switch models; it is counted in the workspace). Without `swapping` no swap plan is made
+    (`swap_s` is None: the swapping policy is not served, and `share_bytes` need not hold the largest op).
+    `input_bytes` and `output_bytes` are a batch's inputs and outputs (`hybrid.placement.partition.graph_outputs`),
+    which no service time counts."""
+    from hybrid.placement.partition import graph_outputs
+
     params = sum(t.bytes for t in graph.tensors if t.persistent and t.kind != "input")
+    read = {t for op in graph.ops for t in op.inputs}
+    inputs = sum(t.bytes for t in graph.tensors if t.kind == "input" and t.id in read)
+    outputs = sum(graph.tensors[i].bytes for i in graph_outputs(graph))
     peak = unswapped_peak(graph, device.alignment_bytes)
     ideal = ideal_time(graph)
-    if peak <= share_bytes:
+    swap: float | None
+    if not swapping:
+        swap = None
+    elif peak <= share_bytes:
         swap = ideal  # fits whole in its share: nothing to swap
     else:
         swap = max(swap_plan(graph, device, share_bytes, planner, generations, seed).makespan_s, ideal)
-    return ModelCosts(name or graph.name, ideal, swap, params, max(peak - params, 0))
+    return ModelCosts(name or graph.name, ideal, swap, params, max(peak - params, 0), inputs, outputs)

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def plot_latency(df, path: Path, title: str) -> None:  # noqa: ANN001 - a pandas DataFrame
-    """p99 latency against throughput, a line per policy (and model count), like the paper's Figure 8."""
+def plot_latency(df, path: Path, title: str, notes: dict[str, str] | None = None,  # noqa: ANN001 - a DataFrame
+                 footnote: str | None = None) -> None:
+    """p99 latency against throughput, a line per policy (and model count), like the paper's Figure 8.
+    `notes` adds a few words to a policy's legend entry (not-shared: "the ideal, ..."), `footnote` a line of
+    small text under the axes (what the times leave out)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -15,14 +18,20 @@ def plot_latency(df, path: Path, title: str) -> None:  # noqa: ANN001 - a pandas
     fig, ax = plt.subplots(figsize=(6, 4))
     for (policy, n), part in df.groupby(["policy", "models"], sort=False):
         part = part.sort_values("throughput")
-        ax.plot(part["throughput"], part["p99_s"] * 1e3, marker="o", label=f"{policy} ({n})")
+        note = (notes or {}).get(policy)
+        ax.plot(part["throughput"], part["p99_s"] * 1e3, marker="o",
+                label=f"{policy} ({n})" + (f": {note}" if note else ""))
     ax.set_xlabel("throughput (requests/s)")
     ax.set_ylabel("p99 latency (ms)")
     ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
+    ax.legend(fontsize=8 if notes else None)
+    if footnote:
+        fig.text(0.01, 0.01, footnote, fontsize=7, ha="left", va="bottom", wrap=True)
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+    else:
+        fig.tight_layout()
     from hybrid.files import save_figure
 
     save_figure(fig, path)

@@ -15,6 +15,9 @@ service times:
   parameters in (`param_bytes / h2d`, not overlapped with compute), then computes.
 - `swapping`: each model runs the swap plan made for its share of memory (`ModelCosts.swap_s`): SwapAdvisor.
 
+Service times are compute only, as in the paper: a request's input upload and its output download are not
+counted (`ModelCosts.input_bytes` and `output_bytes` say how many bytes a batch would move).
+
 The simulation is a pure function of its inputs (no I/O, no clocks): `simulate_serving`.
 """
 from __future__ import annotations
@@ -59,14 +62,16 @@ class ModelCosts:
 
     name: str
     ideal_s: float          # compute only: all tensors resident
-    swap_s: float           # the makespan of its swap plan at its share of memory
+    swap_s: float | None    # the makespan of its swap plan at its share of memory; None: no plan was made
     param_bytes: int        # what time-sharing copies in when the model is not resident
     workspace_bytes: int    # device bytes it needs beyond its parameters while it runs (activations, inputs)
+    input_bytes: int = 0    # a batch's inputs, uploaded from the host: not counted in any service time
+    output_bytes: int = 0   # a batch's outputs, downloaded to the host: not counted in any service time
 
     def __post_init__(self) -> None:
-        if not (self.ideal_s > 0 and self.swap_s > 0):
+        if not (self.ideal_s > 0 and (self.swap_s is None or self.swap_s > 0)):
             raise HybridError(f"model {self.name!r}: ideal_s and swap_s must be positive")
-        if self.swap_s < self.ideal_s * (1 - 1e-9):
+        if self.swap_s is not None and self.swap_s < self.ideal_s * (1 - 1e-9):
             raise HybridError(f"model {self.name!r}: swap_s {self.swap_s} is below its ideal {self.ideal_s}")
 
 
@@ -146,12 +151,22 @@ def workload(rate: float, batch: int, duration_s: float, n_models: int, seed: in
     return Workload(arrivals, batch_of, release, model)
 
 
+def resident_bytes(models: Sequence[ModelCosts]) -> int:
+    """Device bytes every model's parameters need resident at once beside the largest model's workspace (one
+    batch runs at a time): what not-shared would need to be more than the ideal of each model alone."""
+    return sum(m.param_bytes for m in models) + max((m.workspace_bytes for m in models), default=0)
+
+
 def _service_times(policy: str, models: Sequence[ModelCosts], wl: Workload, cfg: ServeConfig) -> tuple[np.ndarray, int]:
     """Seconds each batch occupies the GPU under `policy`, and how many whole-model loads time-sharing did."""
     ideal = np.array([m.ideal_s for m in models])
     if policy == "not-shared":
         return ideal[wl.model], 0
     if policy == "swapping":
+        unplanned = [m.name for m in models if m.swap_s is None]
+        if unplanned:
+            raise HybridError(f"model {unplanned[0]!r} has no swap plan (its costs were made without swapping); "
+                              "make them with model_costs(..., swapping=True) to serve the swapping policy")
         return np.array([m.swap_s for m in models])[wl.model], 0
     # time-shared: an LRU cache of whole models' parameters beside the largest model's workspace
     room = cfg.memory_bytes - max(m.workspace_bytes for m in models)

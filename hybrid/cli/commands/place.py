@@ -10,13 +10,71 @@ import click
 from hybrid.cli import clock
 from hybrid.cli.options import load_graph, prepare_output
 from hybrid.errors import HybridError, InvalidPlanError
-from hybrid.units import parse_duration
+from hybrid.units import format_bytes, parse_duration
 
 SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faster device, then single flips "
-                  "while they gain, 3 rounds without gain), heft, exact (dynamic programming on a chain of "
-                  "parts, CP-SAT otherwise), or all (every one, a table; the plan is exact's)")
+                  "while they gain, 3 rounds without gain), heft (latency only), exact (dynamic programming on a "
+                  "chain of parts, CP-SAT otherwise), or all (every one, a table; the plan is exact's)")
 
 WRITE_S = 1.0   # kept back from --time-limit for building, validating and writing the plan
+
+
+def _preset_key(name: object, table: dict) -> str | None:
+    """The preset key (xeon-6248r) of a compute figures' name (Xeon Gold 6248R), else the name as it is."""
+    if not name:
+        return None
+    return next((k for k, spec in table.items() if spec.name == name or k == name), str(name))
+
+
+def cost_sources(original, base, final, device_preset: str | None, cpu_preset: str | None,  # noqa: ANN001 - Graphs
+                 n_profiles: int) -> dict:
+    """Which processors the GPU times (time_s) and host times (cpu_time_s) are for, and where they come from:
+    `original` is the graph as loaded, `base` after --device/--cpu re-costing, `final` after --profile."""
+    from hybrid.device import HOST_CPUS, PRESET_COMPUTE
+
+    capture = original.extra.get("capture") if isinstance(original.extra.get("capture"), dict) else {}
+    model = capture.get("costs") if isinstance(capture.get("costs"), dict) else {}
+    placed = original.extra.get("placement_costs") if isinstance(original.extra.get("placement_costs"), dict) else {}
+    applied = (final.extra.get("capture") or {}).get("profiles") or []
+    n = len(final.ops)
+
+    def side(field: str, preset: str | None, table: dict, recorded: object, backend: str) -> dict:
+        if preset is not None:   # re-costed here: only this command's profiles measured any op
+            measured = sum(1 for b, f in zip(base.ops, final.ops) if getattr(b, field) != getattr(f, field))
+            profiles = applied[len(applied) - n_profiles:] if n_profiles else []
+            how = f"roofline, re-costed by --{'device' if field == 'time_s' else 'cpu'}"
+        else:
+            measured = sum(1 for o in final.ops if isinstance(o.extra.get("cost"), dict)
+                           and o.extra["cost"].get(f"{field}_source") == "profile")
+            profiles = applied
+            preset = _preset_key(recorded, table)
+            how = "roofline, as captured" if model.get("model") == "roofline" or placed.get(
+                "gpu" if field == "time_s" else "cpu") else "the graph's own, source not recorded"
+        names = sorted({str(p.get("device_name")) for p in profiles if p.get("backend") == backend
+                        and p.get("device_name")})
+        source = "measured" if measured == n else "roofline" if measured == 0 and how.startswith("roofline") else \
+            "mixed" if measured else "graph"
+        if measured == n:   # every op measured: the times are the profiled processor's, whatever preset came before
+            preset = ", ".join(names) or preset
+            how = "measured by `hybrid profile`" if names else "measured"
+        elif measured:
+            how = f"measured for {measured} of {n} ops" + (f" on {', '.join(names)}" if names else "") + \
+                f", the rest {how}"
+        return {"times_for": preset, "source": source, "measured_ops": measured, "ops": n, "text": how}
+
+    gpu_recorded = placed.get("gpu") or model.get("device") or (original.device.name if original.device else None)
+    cpu_recorded = placed.get("cpu") or (model.get("cpu") or {}).get("name")
+    return {"gpu": side("time_s", device_preset, PRESET_COMPUTE, gpu_recorded, "cuda"),
+            "cpu": side("cpu_time_s", cpu_preset, HOST_CPUS, cpu_recorded, "cpu")}
+
+
+def costs_line(costs: dict, dev) -> str:  # noqa: ANN001 - the Device placed for
+    """One line naming the hardware the times are for and their source, and the link they cross."""
+    def one(kind: str, c: dict) -> str:
+        return f"{kind} {c['times_for'] or '(unnamed)'} ({c['text']})"
+
+    return (f"times for: {one('GPU', costs['gpu'])}, {one('CPU', costs['cpu'])}; link of {dev.name}: "
+            f"{dev.h2d_bytes_per_s / 1e9:g} GB/s h2d, {dev.d2h_bytes_per_s / 1e9:g} GB/s d2h")
 
 
 @click.command("place")
@@ -36,7 +94,8 @@ WRITE_S = 1.0   # kept back from --time-limit for building, validating and writi
 @click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
               help="latency: one input, from host memory to its output back in host memory; throughput: a "
                    "stream of inputs pipelined across the parts (the busiest of CPU, GPU and each link "
-                   "direction sets the time between outputs).")
+                   "direction sets the time between outputs), placed by greedy and exact (heft places for "
+                   "latency only: --scheduler heft is refused with it).")
 @click.option("--scheduler", type=click.Choice(["all-cpu", "all-gpu", "greedy", "heft", "exact", "all"]),
               default="exact", show_default=True, help=SCHEDULER_HELP)
 @click.option("--parts", type=click.Choice(["key", "fine"]), default="key", show_default=True,
@@ -58,7 +117,9 @@ WRITE_S = 1.0   # kept back from --time-limit for building, validating and writi
                    "plan names its bytes), so that a script can always validate --out against --graph-out.")
 @click.option("--show-parts", is_flag=True,
               help="Also print the parts: kind, ops, GFLOPs, parameter bytes, GPU and CPU time, bytes sent on.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON on stdout, with costs: the GPU and CPU the times are for, their "
+                   "source (roofline, measured, mixed, or graph: the graph's own, source not recorded) and the link.")
 def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None, profiles: tuple[Path, ...],
             objective: str, scheduler: str, parts: str, branches: bool, time_limit: str, seed: int,
             out_path: Path | None, graph_out: Path | None, show_parts: bool, as_json: bool) -> None:
@@ -79,17 +140,20 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     from hybrid.files import write_whole
     from hybrid.placement.costs import recost, with_profiles
     from hybrid.placement.partition import part_graph, parts_table, require_inference
-    from hybrid.placement.schedulers import SCHEDULERS, place
+    from hybrid.placement.schedulers import SCHEDULERS, THROUGHPUT_SCHEDULERS, place
     from hybrid.placement.timing import link_of, to_plan
     from hybrid.units import format_seconds
     from hybrid.signals import interrupted_by, received
     from hybrid.validator import validate, write_plan
 
+    if scheduler == "heft" and objective == "throughput":
+        raise HybridError("--scheduler heft places for latency only; for --objective throughput use --scheduler "
+                          f"{' or '.join(THROUGHPUT_SCHEDULERS)} (or all, for every scheduler's table)")
     prepare_output(out_path, "--out")
     limit = parse_duration(time_limit, "--time-limit")
     if limit <= 0:   # as optimize and milp: a limit of nothing is a usage error, not a solver's failure
         raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
-    g = load_graph(graph_path)
+    g = original = load_graph(graph_path)
     require_inference(g, str(graph_path))
     recosted = bool(cpu_preset or device_preset or profiles)
     coverage: list[dict] = []
@@ -98,7 +162,9 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         coverage.append({"profile": str(path), "ops_from_profile": hits, "ops": n, "field": field_name})
         click.echo(f"profile {path} covers {hits} of {n} ops ({field_name} measured, the rest as before)", err=True)
 
-    g = with_profiles(recost(g, device_preset, cpu_preset), list(profiles), covered, str(graph_path))
+    base = recost(g, device_preset, cpu_preset)
+    g = with_profiles(base, list(profiles), covered, str(graph_path))
+    sources = cost_sources(original, base, g, device_preset, cpu_preset, len(profiles))
     if recosted:
         from hybrid.graph import Graph
 
@@ -145,17 +211,25 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         click.echo(f"interrupted ({interrupted_by()}): CP-SAT stopped with its best placement so far"
                    + (f", written to {out_path}" if out_path is not None else ""), err=True)
     rows = [{"scheduler": k, "latency_s": p.latency_s, "period_s": p.period_s, "devices": p.code,
-             "status": p.status} for k, p in placed.items()]
+             "status": "placed for latency" if k == "heft" and objective == "throughput" else p.status}
+            for k, p in placed.items()]
+    costs = {**{k: {f: v for f, v in c.items() if f != "text"} for k, c in sources.items()},
+             "link": {"device": dev.name, "h2d_bytes_per_s": dev.h2d_bytes_per_s,
+                      "d2h_bytes_per_s": dev.d2h_bytes_per_s},
+             "line": costs_line(sources, dev)}
     if as_json:
         click.echo(json.dumps({"graph": g.name, "parts": pg.n, "describe": pg.describe(), "objective": objective,
                                "part_table": parts_table(pg).to_dict("records") if show_parts else None,
                                "placements": rows, "plan": str(out_path) if out_path else None,
                                "graph_out": str(graph_out) if graph_out else None,
-                               "profiles": coverage}, indent=1))
+                               "profiles": coverage, "costs": costs}, indent=1))
         return
     click.echo(f"{g.name}: {pg.n} parts ({parts}{', branches' if branches else ''}): {pg.describe()}")
-    if show_parts:
-        click.echo(parts_table(pg).to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    click.echo(costs["line"])
+    if show_parts:   # bytes in human units here; --json's part_table keeps them in bytes
+        table = parts_table(pg).rename(columns={"param_bytes": "params", "out_bytes": "sent"})
+        click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}",
+                                   formatters={"params": format_bytes, "sent": format_bytes}))
     click.echo(f"{'scheduler':10} {'latency':>10} {'period':>10}  devices (C/G per part)")
     for r in rows:
         click.echo(f"{r['scheduler']:10} {format_seconds(r['latency_s']):>10} {format_seconds(r['period_s']):>10}  "

@@ -14,7 +14,7 @@ from hybrid.graph import Graph
 from hybrid.serve import POLICIES, ServeConfig, model_costs, simulate_serving
 from hybrid.graph.info import training_reason
 from hybrid.serve.costs import costed_for, recost_for
-from hybrid.serve.simulate import check_arrivals
+from hybrid.serve.simulate import ModelCosts, check_arrivals, resident_bytes
 from hybrid.units import format_bytes, parse_duration
 
 
@@ -104,6 +104,52 @@ def serving_graphs(graphs: list[Graph], paths: tuple[Path, ...], dev: Device, de
     return graphs
 
 
+def plain(v: float, decimals: int) -> str:
+    """A table cell without an exponent (1.032e+04 reads as 10320.00): `decimals` places."""
+    return f"{v:.{decimals}f}"
+
+
+def plain_table(shown) -> str:  # noqa: ANN001 - the DataFrame of printed columns
+    """The printed table: times and rates as plain decimals, never in exponent form."""
+    return shown.to_string(index=False, formatters={
+        "rate": lambda v: f"{v:.6f}".rstrip("0").rstrip("."), "throughput": lambda v: plain(v, 2),
+        "p50_ms": lambda v: plain(v, 2), "p99_ms": lambda v: plain(v, 2), "utilization": lambda v: plain(v, 3)})
+
+
+def not_shared_note(costs: list[ModelCosts], copies: int | None, memory_bytes: int) -> str | None:
+    """What the not-shared rows are when the models cannot all stay resident: the paper's ideal, every model as
+    if alone on the GPU; None when they all fit (then the rows are what one GPU would do)."""
+    need = resident_bytes(costs)
+    if need <= memory_bytes:
+        return None
+    params = (f"{copies} x {format_bytes(costs[0].param_bytes)}" if copies is not None
+              else format_bytes(sum(c.param_bytes for c in costs)))
+    return (f"each model as if alone on the GPU (the ideal; {params} of parameters and "
+            f"{format_bytes(max(c.workspace_bytes for c in costs))} of activations do not fit in "
+            f"{format_bytes(memory_bytes)})")
+
+
+def io_note(costs: list[ModelCosts], dev: Device) -> str:
+    """The one line saying what no service time counts: a batch's upload of its inputs and download of its
+    outputs, in MiB and in ms over the device's link, per distinct model."""
+    seen: dict[tuple[int, int], list[str]] = {}
+    for c in costs:
+        seen.setdefault((c.input_bytes, c.output_bytes), []).append(c.name)
+
+    def mib(b: int) -> str:
+        return f"{b / 2**20:.2f} MiB"
+
+    tail = "so req/s can exceed what `hybrid place --objective throughput` finds"
+    if len(seen) == 1:
+        (i, o), = seen
+        return (f"note: service times are compute only (the paper's model): a batch's input upload ({mib(i)}, "
+                f"{i / dev.h2d_bytes_per_s * 1e3:.2f} ms) and output download ({mib(o)}, "
+                f"{o / dev.d2h_bytes_per_s * 1e3:.2f} ms) are not counted, {tail}")
+    per = "; ".join(f"{names[0]}: {mib(i)} in, {mib(o)} out" for (i, o), names in seen.items())
+    return (f"note: service times are compute only (the paper's model): a batch's input upload and output download "
+            f"are not counted ({per}), {tail}")
+
+
 def describe(dev: Device | None, detail: bool = False) -> str:
     """A graph's device in a message: its name, with memory and link when `detail` (two may share a name)."""
     if dev is None:
@@ -131,7 +177,7 @@ def describe(dev: Device | None, detail: bool = False) -> str:
 @click.option("--policy", "policies", multiple=True, type=click.Choice(POLICIES),
               help="Policies to compare (repeatable) [default: all]: not-shared (parameters always resident), "
                    "time-shared (whole models copied in on a miss), swapping (each model's swap plan in its share "
-                   "of memory).")
+                   "of memory; the swap plans are made only when swapping is served).")
 @click.option("--planner", type=click.Choice(["belady", "ga"]), default="belady", show_default=True,
               help="How swapping's plans are made: the Belady planner on the program order, or the genetic search "
                    "for --generations (refused when --policy leaves out swapping).")
@@ -147,10 +193,12 @@ def describe(dev: Device | None, detail: bool = False) -> str:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Plot p99 latency against throughput (PNG), like the paper's Figure 8.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object instead of text: models (each served model's costs: ideal_s, swap_s, "
-                   "param_bytes, workspace_bytes), times_costed_for (the device each model's times are for), "
-                   "device, batch, share_bytes (each model's memory for swapping) and rows (one record per policy "
-                   "and rate, the table's columns and more).")
+              help="Print one JSON object instead of text: models (each served model's costs: ideal_s, swap_s "
+                   "(null when swapping is not served), param_bytes, workspace_bytes, input_bytes and "
+                   "output_bytes (a batch's, not counted in any time)), times_costed_for (the device each model's "
+                   "times are for), device, batch, share_bytes (each model's memory for swapping; null when "
+                   "swapping is not served), not_shared (null, or why not-shared's rows are the ideal) and rows "
+                   "(one record per policy and rate, the table's columns and more).")
 def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str, ...], duration: str,
             batch: int | None, policies: tuple[str, ...], planner: str, generations: int, resident: int | None, seed: int,
             csv_path: Path | None, plot_path: Path | None, as_json: bool, **kw) -> None:
@@ -159,8 +207,12 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
     \b
     --memory is the GPU memory the models share (default: the device's, less its reserve). swapping gives each
     model an equal share and plans its swaps there; time-shared keeps whole models resident while they fit and
-    copies a model's parameters in before a batch when it is not; not-shared is the ideal (compute only).
+    copies a model's parameters in before a batch when it is not; not-shared is the ideal (compute only; each
+    model as if alone on the GPU when they do not all fit, as the note under the table says).
     One GPU serves batches first come, first served; the same arrivals (a seed) are used for every policy.
+    Service times are compute only, as in the paper: a batch's input upload and output download are not
+    counted (a note says how many MiB), so an output-heavy model (a language model's logits) serves more
+    requests/s here than `hybrid place --objective throughput` finds for it.
     Compute times are each graph's own (the summary names the device they were costed for); --device re-costs
     them for that preset from each op's recorded FLOPs and bytes. Graphs made for different devices need
     --device or --memory. Only inference graphs are served (capture with --optimizer none).
@@ -202,17 +254,21 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
     times_for = [costed_for(g) for g in graphs]
     n = copies if copies is not None else len(graphs)
     share = dev.usable_bytes // n
+    served = tuple(policies) or POLICIES
+    swapping = "swapping" in served   # only then a swap plan per model, and a share that must hold each op
     costs = []
     for g in graphs:
-        c = model_costs(g, dev, share, planner, generations, seed)  # type: ignore[arg-type]
+        c = model_costs(g, dev, share, planner, generations, seed, swapping=swapping)  # type: ignore[arg-type]
         costs += [c] * (n if copies is not None else 1)
     if copies is not None:
         costs = [dataclasses.replace(c, name=f"{c.name}#{i}") for i, c in enumerate(costs)]
         times_for = times_for * n
     cfg = ServeConfig(rates=rate_values, batch=batch, duration_s=duration_s, seed=seed,
                       memory_bytes=dev.usable_bytes, h2d_bytes_per_s=dev.h2d_bytes_per_s,
-                      policies=tuple(policies) or POLICIES, resident=resident)
+                      policies=served, resident=resident)
     df = simulate_serving(costs, cfg)
+    ideal = not_shared_note(costs, copies, dev.usable_bytes) if "not-shared" in served else None
+    io = io_note(costs, dev)
     if csv_path is not None:
         from hybrid.files import atomic_open
 
@@ -221,13 +277,15 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
     if plot_path is not None:
         from hybrid.serve.plot import plot_latency
 
-        plot_latency(df, plot_path, f"{n} model(s), {format_bytes(dev.usable_bytes)}, batch {batch}")
+        plot_latency(df, plot_path, f"{n} model(s), {format_bytes(dev.usable_bytes)}, batch {batch}",
+                     notes={"not-shared": "ideal, each model as if alone (they do not all fit)"} if ideal else None,
+                     footnote="compute only: a batch's input upload and output download are not counted")
     if as_json:
         import json
 
         click.echo(json.dumps({"models": [dataclasses.asdict(c) for c in costs], "times_costed_for": times_for,
-                               "device": dev.name, "batch": batch, "share_bytes": share,
-                               "rows": df.to_dict("records")}, indent=1))
+                               "device": dev.name, "batch": batch, "share_bytes": share if swapping else None,
+                               "not_shared": ideal, "rows": df.to_dict("records")}, indent=1))
         return
     recosted = device_name is not None
     distinct = sorted({str(t) for t in times_for})
@@ -237,18 +295,23 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
         times = f"the graph's own, costed for {times_for[0]}"
     else:
         times = "each graph's own, costed for the device named per model"
-    lines = [f"{n} model(s) on {dev.name}: {format_bytes(dev.usable_bytes)} shared ({format_bytes(share)} each for "
-             f"swapping), batch {batch}, {duration_s:g} s of arrivals, seed {seed}", f"  compute times: {times}"]
+    each = f" ({format_bytes(share)} each for swapping)" if swapping else ""
+    lines = [f"{n} model(s) on {dev.name}: {format_bytes(dev.usable_bytes)} shared{each}, batch {batch}, "
+             f"{duration_s:g} s of arrivals, seed {seed}", f"  compute times: {times}"]
     shown_models = list(zip(costs, times_for))
     if copies is not None:
         shown_models = shown_models[:1]
     for c, t in shown_models:
-        name = f"{c.name[:c.name.rindex('#')]}#0..#{n - 1}" if copies is not None else c.name
+        name = f"{c.name[:c.name.rindex('#')]}#0..#{n - 1}" if copies is not None and n > 1 else c.name
         where = f" (costed for {t or 'an unnamed device'})" if len(distinct) > 1 and not recosted else ""
-        lines.append(f"  {name}: compute {c.ideal_s * 1e3:.2f} ms{where}, swap plan {c.swap_s * 1e3:.2f} ms, "
+        plan = f", swap plan {c.swap_s * 1e3:.2f} ms" if c.swap_s is not None else ""
+        lines.append(f"  {name}: compute {c.ideal_s * 1e3:.2f} ms{where}{plan}, "
                      f"parameters {format_bytes(c.param_bytes)} ({c.param_bytes / dev.h2d_bytes_per_s * 1e3:.2f} ms "
                      "to copy in)")
     click.echo("\n".join(lines))
     shown = df.assign(p50_ms=df.p50_s * 1e3, p99_ms=df.p99_s * 1e3)[
         ["policy", "rate", "requests", "throughput", "p50_ms", "p99_ms", "utilization", "model_loads"]]
-    click.echo(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    click.echo(plain_table(shown))
+    if ideal:
+        click.echo(f"note: not-shared: {ideal}")
+    click.echo(io)
