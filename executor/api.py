@@ -29,6 +29,7 @@ from executor.check import (Batches, Comparison, OutputCheck, compare, compare_o
                            same_bits, train_eager, unpack_batch)
 from executor.device_pool import PoolStats
 from executor.measure import Summary, summarize
+from executor.model import check_module_state
 from executor.program import Program, compile_program
 from executor.runtime import IterationRecord, Runtime
 from executor.streams import make_backend
@@ -47,10 +48,10 @@ class Executor:
         eager); "op_seeds" gives each random op its own seed per step, graph-safe (the default with
         `cuda_graph`, so plans with dropout are recorded too). `count_outside`: count the bytes allocated outside
         the pool (executor.outside; on the CPU a dispatch mode, 1.5-2.5x slower per iteration)."""
-        if validate:
-            from hybrid.validator import check
+        if validate:   # an invalid plan: InvalidPlanError naming the first violation, exit 1 as `hybrid validate`
+            from hybrid.validator import require_valid
 
-            check(graph, plan)
+            require_valid(graph, plan, "the plan")
         bindings(graph, "executed")
         self.graph = graph
         self.plan = plan
@@ -110,7 +111,9 @@ class Executor:
 
     def load(self, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,
              optimizer: Any = None) -> None:
-        """Start from `module`'s parameters and buffers (and `optimizer`'s state, if given) and this batch."""
+        """Start from `module`'s parameters and buffers (and `optimizer`'s state, if given) and this batch: the
+        ones the graph was captured with, by name and shape (executor.model.check_module_state)."""
+        check_module_state(self.graph, module)
         env, step = bind(self.graph, module, args, target, kwargs, optimizer, device="cpu")
         self.runtime.load(env, step)
         self._module = module
@@ -224,7 +227,11 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     """Train `module` for `iters` iterations under `plan`; `module` itself is not modified.
 
     The module must be in the mode it was captured in where the graph shows it
-    (batch norm's training flag, dropout's random masks): another is refused.
+    (batch norm's training flag, dropout's random masks), and have the
+    parameters and buffers the graph binds, by name and shape
+    (executor.model.check_module_state): another is refused before anything
+    is built. With `validate`, an invalid plan raises InvalidPlanError naming
+    its first violation (exit 1 in the CLI, as `hybrid validate`).
     `batches(k)` gives iteration k's batch, (args, target) or (args, target,
     kwargs); without kwargs, `kwargs` is fed again. An inference graph runs
     its forward `iters` times; with `keep_outputs` (or `check`),
@@ -261,6 +268,7 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     """
     if reference not in ("cpu", "same"):
         raise HybridError(f"reference must be 'cpu' or 'same' (the executor's device), got {reference!r}")
+    check_module_state(graph, module)     # before anything is built: another model's state, in one line
     refuse_other_mode(graph, module)
     ex = Executor(graph, plan, device, validate=validate, timing=timing, sanitize=sanitize, cuda_graph=cuda_graph,
                   random=random, count_outside=count_outside)
@@ -321,8 +329,11 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
         if not comparison.bitwise and not _draws_masks(graph) and _dropout_modes(module) == {True}:
             comparison.notes.append("the graph draws no dropout masks, but the module's dropout layers are in "
                                     "training mode: if it was captured in eval mode, return the module in eval mode")
+    extra: dict[str, Any] = {}
+    if ex.runtime.races is not None:   # a race raises RaceError: a run that ends found none
+        extra["sanitize"] = {"races": 0, "nodes_checked": ex.runtime.races.total, "iterations": len(ex.records)}
     return ExecutionResult(ex.summary(), ex.records, [float(x) for x in ex.losses], state, comparison,
-                           ex.runtime.program, outputs=list(ex.outputs))
+                           ex.runtime.program, extra, outputs=list(ex.outputs))
 
 
 # ---- the reference's module, and the mode the graph was captured in ----------------------

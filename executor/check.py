@@ -128,6 +128,19 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     inference: bool = False     # a forward-only graph: outputs and buffers against eager forward passes
     losses: int = 0             # losses compared (an inference graph has one only if captured with its loss)
+    # names present on one side only (a module with a parameter the graph does not bind): no value to compare,
+    # a failed check all the same; not in `mismatched` (values that differ), nor in `values`'s compared pairs
+    only_eager: list[str] = field(default_factory=list)
+    only_run: list[str] = field(default_factory=list)
+
+    @property
+    def one_sided(self) -> list[str]:
+        return self.only_eager + self.only_run
+
+    @property
+    def both_sides(self) -> int:
+        """Values present on both sides, compared."""
+        return self.values - len(self.one_sided)
 
     @property
     def compared(self) -> str:
@@ -137,16 +150,17 @@ class Comparison:
 
     @property
     def bitwise(self) -> bool:
-        return not self.mismatched
+        return not self.mismatched and not self.one_sided
 
     @property
     def ok(self) -> bool:
-        return not self.beyond_tolerance
+        return not self.beyond_tolerance and not self.one_sided
 
     def to_json(self) -> dict[str, Any]:
         return {"values": self.values, "max_abs_diff": self.max_abs_diff, "worst": self.worst,
                 "bitwise": self.bitwise, "ok": self.ok, "atol": self.atol, "rtol": self.rtol,
                 "mismatched": self.mismatched[:50], "beyond_tolerance": self.beyond_tolerance[:50],
+                "only_eager": self.only_eager[:50], "only_run": self.only_run[:50],
                 "notes": list(self.notes), "inference": self.inference}
 
 
@@ -160,16 +174,21 @@ def _pairs(losses: list[torch.Tensor | float], final: StepResult, eager: EagerRu
             out.append((f"outputs[{k}][{i}]", mine_k[i] if i < len(mine_k) else None,
                         ref_k[i] if i < len(ref_k) else None))
     ref = eager.final
+
+    def both(name: str, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
+        """Every key of either side, the eager reference's order first: a key on one side only pairs with None."""
+        for n, v in theirs.items():
+            out.append((f"{name}[{n}]", mine.get(n), v))
+        for n, v in mine.items():
+            if n not in theirs:
+                out.append((f"{name}[{n}]", v, None))
+
     for group in ("params", "buffers"):
-        mine = getattr(final, group)
-        for n, v in getattr(ref, group).items():
-            out.append((f"{group}[{n}]", mine.get(n), v))
-    for n, st in ref.state.items():
-        for key, v in st.items():
-            out.append((f"state[{n}][{key}]", final.state.get(n, {}).get(key), v))
+        both(group, getattr(final, group), getattr(ref, group))
+    for n in list(ref.state) + [n for n in final.state if n not in ref.state]:
+        both(f"state[{n}]", final.state.get(n, {}), ref.state.get(n, {}))
     if grads:
-        for n, v in ref.grads.items():
-            out.append((f"grads[{n}]", final.grads.get(n), v))
+        both("grads", final.grads, ref.grads)
     return out
 
 
@@ -191,6 +210,8 @@ def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerR
     worst, worst_name = 0.0, ""
     mismatched: list[str] = []
     beyond: list[str] = []
+    only_eager: list[str] = []
+    only_run: list[str] = []
     if outputs is not None and len(outputs) < len(eager.outputs):   # the last iterations
         eager = EagerRun(eager.losses, eager.final, eager.outputs[len(eager.outputs) - len(outputs):])
     pairs = _pairs(losses, final, eager, grads, outputs)
@@ -198,10 +219,11 @@ def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerR
         mismatched.append("losses (count)")
         beyond.append("losses (count)")
     for name, a, b in pairs:
-        if a is None or b is None:
-            if not (a is None and b is None):
-                mismatched.append(name)
-                beyond.append(name)
+        if a is None or b is None:      # present on one side only: no value to compare
+            if b is not None:
+                only_eager.append(name)
+            elif a is not None:
+                only_run.append(name)
             continue
         a = torch.as_tensor(a).detach().to("cpu")
         b = torch.as_tensor(b).detach().to("cpu")
@@ -227,7 +249,7 @@ def compare(losses: list[torch.Tensor | float], final: StepResult, eager: EagerR
         if not torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True):
             beyond.append(name)
     return Comparison(len(pairs), worst, worst_name, mismatched, beyond, atol, rtol, inference=outputs is not None,
-                      losses=len(losses))
+                      losses=len(losses), only_eager=only_eager, only_run=only_run)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,10 @@ back to PyTorch's caching allocator while a stream may still use it (and
 
 Accounting: `live_bytes` is the bytes of device copies the pool holds right
 now, `peak_live_bytes` its maximum, `reserved_bytes` the buffer size; the
-runtime asserts they never exceed the plan's device memory.
+runtime asserts they never exceed the plan's device memory. The plan and its
+validator count each copy rounded up to the device's alignment (rule 5,
+hybrid.graph.liveness.occupied_bytes): `live_occupied_bytes` and
+`peak_occupied_bytes` count them so, the figure to set beside the plan's.
 """
 from __future__ import annotations
 
@@ -89,12 +92,16 @@ class PoolStats:
     moved_bytes: int = 0         # per iteration, by compactions
     offsets: str = ""            # unconstrained plans: "offline" or "online (best fit + compaction)"
     classes_peak: list[int] = field(default_factory=list)   # size classes: most objects of each class held at once
+    alignment_bytes: int = 1     # the device's: each copy counted rounded up to it, as the plan counts it
+    live_occupied_bytes: int = 0
+    peak_occupied_bytes: int = 0     # the peak as the plan and its validator count it (rule 5)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "capacity_bytes": self.capacity_bytes, "reserved_bytes": self.reserved_bytes,
                 "plan_pool_bytes": self.plan_pool_bytes, "peak_live_bytes": self.peak_live_bytes,
                 "allocations_per_iteration": self.allocations, "compactions_per_iteration": self.compactions,
-                "moved_bytes_per_iteration": self.moved_bytes, "offsets": self.offsets}
+                "moved_bytes_per_iteration": self.moved_bytes, "offsets": self.offsets,
+                "alignment_bytes": self.alignment_bytes, "peak_occupied_bytes": self.peak_occupied_bytes}
 
 
 class DevicePool:
@@ -118,6 +125,8 @@ class DevicePool:
         self.where[tensor] = off
         s = self.stats
         s.live_bytes += self.graph.tensors[tensor].bytes
+        s.live_occupied_bytes += round_up(self.graph.tensors[tensor].bytes, s.alignment_bytes)
+        s.peak_occupied_bytes = max(s.peak_occupied_bytes, s.live_occupied_bytes)
         s.allocations += 1
         if s.live_bytes > s.peak_live_bytes:
             s.peak_live_bytes = s.live_bytes
@@ -130,6 +139,7 @@ class DevicePool:
         off = self.where.pop(tensor)
         self._give(tensor, off, frontier)
         self.stats.live_bytes -= self.graph.tensors[tensor].bytes
+        self.stats.live_occupied_bytes -= round_up(self.graph.tensors[tensor].bytes, self.stats.alignment_bytes)
         return off
 
     def view(self, tensor: int) -> torch.Tensor:
@@ -173,7 +183,7 @@ class SizeClassPool(DevicePool):
         self.live = [0] * len(classes)
         self.buffer = ByteBuffer(backend.empty_bytes(max(top, 16)))
         self.stats = PoolStats("size_classes", capacity, int(self.buffer.data.numel()), plan_bytes,
-                               classes_peak=[0] * len(classes))
+                               classes_peak=[0] * len(classes), alignment_bytes=align)
 
     def _take(self, tensor: int, interval: int) -> tuple[int, Frontier]:
         c = self.t_class[tensor]
@@ -224,7 +234,7 @@ class ArenaPool(DevicePool):
         self.seg_lo: list[int] = [0]
         self.seg_fr: list[Frontier] = [NO_FRONTIER]
         self.stats = PoolStats(kind, capacity, int(self.buffer.data.numel()),
-                               arena_bytes if plan_pool_bytes is None else plan_pool_bytes)
+                               arena_bytes if plan_pool_bytes is None else plan_pool_bytes, alignment_bytes=align)
 
     def _choose(self, tensor: int, interval: int) -> int:
         return int(self.offset_of(tensor, interval))

@@ -9,11 +9,14 @@
   times) against the measured makespan, and the augmented graph re-simulated
   with the *measured* node durations, which separates errors in the op-time
   model from errors in the stream model.
-- Peak device memory: the pool's own accounting (live device copies), its
-  buffer, the copy fallback's largest transient, the bytes allocated outside
-  the pool (executor.outside: a dispatch-mode counter on the CPU, the caching
-  allocator's counters on CUDA), and on CUDA torch.cuda.max_memory_allocated
-  (everything PyTorch allocated, kernels' scratch included).
+- Peak device memory: the pool's own accounting (live device copies: in
+  tensor bytes, and as the plan counts them, each rounded up to the device's
+  alignment), its buffer, the copy fallback's largest transient, the bytes
+  allocated outside the pool (executor.outside: a dispatch-mode counter on the
+  CPU, the caching allocator's counters on CUDA), the pool's level with what
+  was allocated outside it at the same time (`peak_with_outside_bytes`), and
+  on CUDA torch.cuda.max_memory_allocated (everything PyTorch allocated,
+  kernels' scratch included).
 """
 from __future__ import annotations
 
@@ -60,6 +63,14 @@ class Summary:
     outside_peak_bytes: int = 0
     outside_beyond_workspace_bytes: int = 0
     outside_by_target: dict[str, int] = field(default_factory=dict)
+    # the pool's peak as the plan counts it (each copy rounded up to the device's alignment; memory["pool"]'s
+    # `peak_live_bytes` is in tensor bytes)
+    pool_peak_occupied_bytes: int = 0
+    # that pool's level plus what was allocated outside the pool at the same time, to set beside the plan's
+    # memory: on the CPU per node (exact, `outside_counted_by` "dispatch"); on CUDA the pool's peak plus the
+    # allocator's peak above the iteration's start; uncounted, plus the copy fallback's largest transient
+    # (both upper bounds)
+    peak_with_outside_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -127,6 +138,14 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
     # Bytes outside the pool: the iteration that allocated the most there (a replayed CUDA graph allocates
     # nothing; its recording, or an issued iteration, did).
     out = max((r.ops.outside for r in records), key=lambda o: (o.peak_bytes, o.bytes), default=last.outside)
+    pool = (memory or {}).get("pool", {})
+    occupied = int(pool.get("peak_occupied_bytes", 0))
+    if out.counted_by == "dispatch":
+        with_outside = max([occupied] + [r.ops.outside.with_pool_peak_bytes for r in records])
+    elif out.counted_by == "allocator":
+        with_outside = occupied + out.peak_bytes
+    else:
+        with_outside = occupied + max((r.ops.transient_peak_bytes for r in records), default=0)
     return Summary(
         iterations=len(records), measured_from=first, wall_s=wall, makespan_s=mk, simulated_s=sim,
         resimulated_s=resim, ratio=(mk / sim) if sim > 0 else float("nan"),
@@ -140,7 +159,8 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
         issued_makespan_s=statistics.median(r.makespan_s for r in issued) if issued else None,
         outside_counted_by=out.counted_by, outside_bytes=out.bytes,
         outside_peak_bytes=out.peak_bytes, outside_beyond_workspace_bytes=out.beyond_workspace_bytes,
-        outside_by_target=dict(out.by_target),
+        outside_by_target=dict(out.by_target), pool_peak_occupied_bytes=occupied,
+        peak_with_outside_bytes=with_outside,
     )
 
 
@@ -177,7 +197,7 @@ def to_profile(program: Program, records: list[IterationRecord], backend: str, d
 
 def measured_trace_rows(program: Program, records: list[IterationRecord]) -> tuple[int, list[tuple]]:
     """The last iteration issued node by node (CUDA graph replays have no node times) as Chrome trace rows
-    (label, lane, lane, start_s, end_s, args), with its iteration number."""
+    (label, lane, lane, start_s, end_s, args), with its iteration number (counted from 0)."""
     import math
 
     rec = next((r for r in reversed(records) if r.start is not None), records[-1])

@@ -67,6 +67,37 @@ def module_dtype(graph: Any) -> Any:
     return graph_dtype(graph)
 
 
+def module_state_mismatch(graph: Any, module: Any) -> str | None:
+    """The first parameter or buffer of `module` the graph's bindings do not match, said in a phrase: one the
+    module lacks, one the graph does not bind (the module has more), or one of another shape; None when the
+    names and shapes agree (or the graph has no bindings: not from `hybrid capture`)."""
+    b = bindings(graph)
+    if not b:
+        return None
+    shape_of = {t.id: t.extra.get("shape") for t in graph.tensors}
+    for what, bound, have in (("parameter", b.get("params") or {}, dict(module.named_parameters())),
+                              ("buffer", b.get("buffers") or {}, dict(module.named_buffers()))):
+        for name, tid in bound.items():
+            if name not in have:
+                return f"the module has no {what} {name!r}, which the graph binds"
+            want, got = shape_of.get(tid), list(have[name].shape)
+            if want is not None and list(want) != got:
+                return f"{what} {name!r} has shape {got} but the graph recorded {list(want)}"
+        for name, v in have.items():
+            if name not in bound:
+                return f"the module has a {what} {name!r} (shape {list(v.shape)}) that the graph does not bind"
+    return None
+
+
+def check_module_state(graph: Any, module: Any, what: str = "the module") -> None:
+    """Refuse, in one line, a module whose parameters and buffers are not the ones the graph was captured with
+    (names and shapes; `module_state_mismatch`): run anyway, a parameter the graph does not bind would not
+    train, and --check would compare values present on one side only."""
+    why = module_state_mismatch(graph, module)
+    if why is not None:
+        raise HybridError(f"{what}: {why}; run the module the graph was captured from, or capture it again")
+
+
 def _check_param_dtypes(graph: Any, module: Any, spec: str) -> None:
     """A factory run at its own dtypes must build the parameters the graph recorded (not a model since edited)."""
     params = bindings(graph).get("params", {})
@@ -140,6 +171,7 @@ def workload(graph: Any, *, model: str | None = None, module: str | None = None,
         user = load_user_model(spec)
         mdt = module_dtype(graph)
         args, target, kwargs, built = user.args, user.target, user.kwargs, user.module
+        check_module_state(graph, built, f"--module {spec!r}")   # before it runs, not a run that trains another
         if mdt is not None:
             args, target, kwargs = _cast_floats((args, target, kwargs), mdt)   # as capture did
             built = built.to(mdt)

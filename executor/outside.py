@@ -24,7 +24,7 @@ norm's per-channel statistics.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -40,10 +40,14 @@ class OutsideStats:
     peak_bytes: int = 0                  # CPU: the most one node allocated; CUDA: peak above the iteration's start
     beyond_workspace_bytes: int = 0      # per node, beyond its stated workspace, summed (CUDA: peak - largest ws)
     by_target: dict[str, int] = field(default_factory=dict)   # aten target (or "runtime") -> bytes
+    # CPU: per node, the pool's level as the plan counts it (each copy aligned) plus what the node allocated
+    # outside the pool, at most: the run's device peak with its allocations outside the pool (0: not counted)
+    with_pool_peak_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"counted_by": self.counted_by, "bytes": self.bytes, "peak_bytes": self.peak_bytes,
-                "beyond_workspace_bytes": self.beyond_workspace_bytes, "by_target": dict(self.by_target)}
+                "beyond_workspace_bytes": self.beyond_workspace_bytes, "by_target": dict(self.by_target),
+                "with_pool_peak_bytes": self.with_pool_peak_bytes}
 
 
 def storage_key(t: torch.Tensor) -> tuple[int, int] | None:
@@ -59,9 +63,11 @@ class DispatchCounter(TorchDispatchMode):
     """Counts the storage bytes aten calls return outside `known` storages (by data pointer), per node.
 
     The runtime calls `node(label, workspace)` before each node it issues and `finish()` at the end; a storage
-    is counted once per node however many views of it are returned."""
+    is counted once per node however many views of it are returned. `level()`, when given, is the pool's level
+    while a node runs (read when it starts: the pool allocates nothing during a node), so that the stats hold
+    the largest pool level plus a node's bytes outside the pool (`with_pool_peak_bytes`)."""
 
-    def __init__(self, known: set[int]) -> None:
+    def __init__(self, known: set[int], level: Callable[[], int] | None = None) -> None:
         super().__init__()
         self.known = known
         self.stats = OutsideStats("dispatch")
@@ -69,14 +75,19 @@ class DispatchCounter(TorchDispatchMode):
         self._ws = 0
         self._seen: set[int] = set()
         self._node_bytes = 0
+        self._level_of = level
+        self._level = 0
 
     def node(self, label: str, workspace: int) -> None:
         self._close()
         self._label, self._ws = label, int(workspace)
+        self._level = int(self._level_of()) if self._level_of is not None else 0
 
     def _close(self) -> None:
         s = self.stats
         s.peak_bytes = max(s.peak_bytes, self._node_bytes)
+        if self._level_of is not None:
+            s.with_pool_peak_bytes = max(s.with_pool_peak_bytes, self._level + self._node_bytes)
         s.beyond_workspace_bytes += max(0, self._node_bytes - self._ws)
         self._seen.clear()
         self._node_bytes = 0

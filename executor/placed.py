@@ -66,10 +66,10 @@ class PlacedExecutor:
     """A placement plan made runnable: `load` a module and a batch, then `run` inferences."""
 
     def __init__(self, graph: Graph, plan: Plan, device: str = "cpu", validate: bool = True) -> None:
-        if validate:
-            from hybrid.validator import check
+        if validate:   # exit 1 on an invalid plan, as `hybrid validate`
+            from hybrid.validator import require_valid
 
-            check(graph, plan)
+            require_valid(graph, plan, "the plan")
         if not any(e.kind == "compute" for e in plan.events):
             raise HybridError("plan has no compute events")
         if device == "cuda" and not torch.cuda.is_available():
@@ -86,6 +86,9 @@ class PlacedExecutor:
         self.resident: dict[str, torch.Tensor] = {}
 
     def load(self, module: torch.nn.Module, args: Any, target: Any = None) -> None:
+        from executor.model import check_module_state
+
+        check_module_state(self.graph, module)
         env, _ = bind(self.graph, module, args, target, device="cpu")
         pin = self.device.type == "cuda"
         self.host = {k: (v.pin_memory() if pin else v) for k, v in env.items()}

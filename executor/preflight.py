@@ -62,6 +62,16 @@ def module_to_run(graph: Any, module: str | None = None, trust_module: bool = Fa
     raise UntrustedModuleError(repr(str(graph_path)) if graph_path is not None else repr(graph.name), spec)
 
 
+def other_module_warning(graph: Any, module: str | None) -> str | None:
+    """One line where the caller names another module spec than the graph records (a factory moved or renamed
+    is fine; another model is not, and the parameter check catches only a different state, not other code)."""
+    recorded = graph_module_spec(graph)
+    if module is None or recorded is None or module == recorded:
+        return None
+    return (f"--module {module!r} is not the spec the graph was captured from ({recorded!r}); running "
+            f"{module!r} (fine if the factory moved; otherwise this trains other code than the plan was made for)")
+
+
 def resolve_device(device: str | None, cuda_graph: bool = False) -> str:
     """`device` checked against this machine (default: cuda where PyTorch sees one, else cpu)."""
     import torch
@@ -298,6 +308,7 @@ class Preflight:
     module_spec: str | None
     host_needed_bytes: int
     host: HostMemory
+    warnings: tuple[str, ...] = ()     # one line each, for the caller to show (another module spec than recorded)
 
 
 def preflight(graph: Any, plan: Any, *, device: str | None = None, check: bool = False, cuda_graph: bool = False,
@@ -314,4 +325,5 @@ def preflight(graph: Any, plan: Any, *, device: str | None = None, check: bool =
     need = host_bytes_needed(graph, plan, dev, check)
     host = host_memory()
     host_memory_suffices(need, host, dev, check)
-    return Preflight(dev, spec, need, host)
+    warn = other_module_warning(graph, module) if model is None else None
+    return Preflight(dev, spec, need, host, (warn,) if warn else ())

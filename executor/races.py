@@ -35,6 +35,7 @@ class _Seg:
 class RaceChecker:
     def __init__(self, label: Callable[[int], str]) -> None:
         self.label = label      # node -> readable name
+        self.total = 0          # nodes checked over every iteration (`checked` restarts at each reset)
         self.reset()
 
     def reset(self) -> None:
@@ -91,3 +92,4 @@ class RaceChecker:
             self.lo[a:b] = [lo]
             self.seg[a:b] = [_Seg(me, [])]
         self.checked += 1
+        self.total += 1

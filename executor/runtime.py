@@ -39,6 +39,7 @@ from hybrid.device import EXECUTOR_MIN_ALIGNMENT
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
+from hybrid.units import format_bytes
 
 from executor.device_pool import ArenaPool, CompactingPool, DevicePool, Fragmented, SizeClassPool
 from executor.host_pool import HostPool
@@ -146,14 +147,16 @@ def make_pool(program: Program, backend: Backend) -> DevicePool:
             # Compacting online within the whole memory: the same bound on what the workspace may add.
             pool_c = CompactingPool(g, full, backend, align)
             if cap < full:
-                pool_c.stats.offsets += (f"; the largest workspace ({full - cap} bytes, outside the pool) may exceed "
-                                         f"the plan's memory by up to that much")
+                pool_c.stats.offsets += (f"; the largest workspace ({format_bytes(full - cap)}, outside the pool) "
+                                         f"may exceed the plan's memory by up to that much")
             return pool_c
         ws = full - cap
         beyond = max(0, layout.arena_bytes + ws - full)
         cap = full
-        note = f"; the largest workspace ({ws} bytes, outside the pool) may exceed the plan's memory by {beyond} bytes"
-    pool = ArenaPool(g, "unconstrained", layout.arena_bytes, cap, lambda _t, k: layout.offsets[k], backend)
+        note = (f"; the largest workspace ({format_bytes(ws)}, outside the pool) may exceed the plan's memory by "
+                f"{format_bytes(beyond)}")
+    pool = ArenaPool(g, "unconstrained", layout.arena_bytes, cap, lambda _t, k: layout.offsets[k], backend,
+                     align=align)
     pool.stats.offsets = "offline" + note
     return pool
 
@@ -558,7 +561,9 @@ class Runtime:
         b.wait(H2D, start)
         b.wait(D2H, start)
         copy_host_s = 0.0
-        counter = DispatchCounter(self._own_storages()) if b.name == "cpu" and self.count_outside else None
+        # the pool's level (as the plan counts it) while each node runs: with what the node allocates outside
+        counter = (DispatchCounter(self._own_storages(), level=lambda: pool.stats.live_occupied_bytes)
+                   if b.name == "cpu" and self.count_outside else None)
         self._counter = counter
         node_ws = self.node_ws
         with torch.no_grad(), portable_kernels(), (counter if counter is not None else contextlib.nullcontext()):

@@ -33,6 +33,40 @@ def peak_warning(mem: dict[str, Any], plan_memory: int) -> str | None:
             f"{format_bytes(int(mem.get('cuda_kernel_state_bytes', 0)))} or more (what cuBLAS keeps)")
 
 
+def outside_warning(s: Any, plan_memory: int) -> str | None:
+    """Where CUDA's own peak is not measured (the CPU), one line where the pool's level with what a node
+    allocated outside it (executor.measure.Summary.peak_with_outside_bytes) exceeds the plan's memory; else
+    None. Counted per node on the CPU: what the plan's memory did not allow for."""
+    if "cuda_own_peak_bytes" in s.memory or s.outside_counted_by != "dispatch":
+        return None
+    held = int(s.peak_with_outside_bytes)
+    if held <= (1.0 + PEAK_SLACK) * plan_memory:
+        return None
+    return (f"  warning: with what it allocated outside the pool this run held {format_bytes(held)}, "
+            f"{format_bytes(held - plan_memory)} over the plan's {format_bytes(plan_memory)}: capture with "
+            f"--executor-workspaces (the copy fallback's results stated as workspaces) and plan again")
+
+
+def check_line(c: Any) -> str:
+    """The --check verdict in one line (executor.check.Comparison): values present on one side only (a
+    parameter the graph does not bind) are named as such, not counted as values that differ."""
+    if c.bitwise:
+        return (f"check: {c.values} values ({c.compared}) equal eager "
+                f"{'inference' if c.inference else 'training'} bitwise")
+    verdict = "within tolerance" if c.ok else "MISMATCH"
+    parts = []
+    if c.one_sided:
+        sides = [f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''} only in "
+                 f"{where}" for names, where in ((c.only_eager, "eager's"), (c.only_run, "the run's")) if names]
+        parts.append(f"{len(c.one_sided)} values on one side only ({'; '.join(sides)})")
+    if c.mismatched:
+        parts.append(f"largest difference {c.max_abs_diff:.3g} ({c.worst}); {len(c.mismatched)} of "
+                     f"{c.both_sides} values{' on both sides' if c.one_sided else ''} differ")
+    else:
+        parts.append(f"the {c.both_sides} values on both sides equal bitwise")
+    return f"check: {'; '.join(parts)}; atol {c.atol:g}, rtol {c.rtol:g}: {verdict}"
+
+
 def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
     s = result.summary
     mem = s.memory
@@ -60,16 +94,28 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
     if pool.get("compactions_per_iteration"):
         extra = (f"; {pool['compactions_per_iteration']} compactions per iteration moving "
                  f"{format_bytes(pool['moved_bytes_per_iteration'])}")
-    out.append(f"  device memory: pool peak {format_bytes(pool['peak_live_bytes'])} of the plan's "
-               f"{format_bytes(plan_mem)} (buffer {format_bytes(pool['reserved_bytes'])}"
-               f"{', offsets ' + pool['offsets'] if pool.get('offsets') else ''}{extra}); "
-               f"copy-fallback transient up to {format_bytes(s.transient_peak_bytes)}"
+    align = int(pool.get("alignment_bytes", 1))
+    if s.outside_counted_by == "dispatch":
+        with_outside = ("with what was allocated outside the pool at the same time "
+                        f"{format_bytes(s.peak_with_outside_bytes)}")
+    elif s.outside_counted_by == "allocator":
+        with_outside = (f"with the most allocated outside the pool at once, at most "
+                        f"{format_bytes(s.peak_with_outside_bytes)}")
+    else:
+        with_outside = (f"with the copy fallback's largest result beside it, at most "
+                        f"{format_bytes(s.peak_with_outside_bytes)} (outside the pool not counted)")
+    out.append(f"  device memory: pool peak {format_bytes(s.pool_peak_occupied_bytes)} as the plan counts it "
+               f"(each copy rounded up to {format_bytes(align)}; {format_bytes(pool['peak_live_bytes'])} of tensor "
+               f"data), "
+               f"{with_outside} (copy-fallback transient up to {format_bytes(s.transient_peak_bytes)}), of the "
+               f"plan's {format_bytes(plan_mem)} (buffer {format_bytes(pool['reserved_bytes'])}"
+               f"{', offsets ' + pool['offsets'] if pool.get('offsets') else ''}{extra})"
                + (f"; CUDA max allocated {format_bytes(mem['cuda_max_allocated_bytes'])}, this run's own "
                   f"{format_bytes(mem['cuda_own_peak_bytes'])} (its peak "
                   f"above what was allocated before it, with the {format_bytes(mem['cuda_kernel_state_bytes'])} "
                   "cuBLAS keeps for its stream)"
                   if "cuda_own_peak_bytes" in mem else ""))
-    warn = peak_warning(mem, plan_mem)
+    warn = peak_warning(mem, plan_mem) or outside_warning(s, plan_mem)
     if warn:
         out.append(warn)
     if s.outside_counted_by:
@@ -202,6 +248,12 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
         flag = f"--module {e.spec}" if well_formed_spec(e.spec) else "--module PKG.MODULE:FACTORY"
         raise HybridError(f"graph {e.graph} names Python code to run, module spec {e.spec!r}, and a graph file is "
                           f"data: to run it, add {flag} (or --trust-graph-module)") from None
+    for line in pre.warnings:     # another module spec than the graph records: run it (a factory moves), say so
+        click.echo(f"warning: {line}", err=True)
+    if not is_placement(plan):   # a broken plan: exit 1 naming its first violation, as validate, arena, refine
+        from hybrid.validator import require_valid
+
+        require_valid(graph, plan, f"--plan {plan_path}")
     w = workload(graph, model=model, module=pre.module_spec, seed=seed, batch=batch, overrides=ov,
                  graph_path=graph_path)
     module, args, target = w.module, w.args, w.target
@@ -220,7 +272,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     try:
         result = execute(graph, plan, module, args, target, loss_fn=w.loss_fn, kwargs=w.kwargs, iters=iters,
                          device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
-                         cuda_graph=cuda_graph, count_outside=count_outside,
+                         cuda_graph=cuda_graph, count_outside=count_outside, validate=False,   # validated above
                          make_reference=make_reference if pre.module_spec is not None else None,
                          on_iteration=lambda rec: (records.append(rec), progress.step(rec)))
     except KeyboardInterrupt:
@@ -238,20 +290,20 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     progress.close()
     for line in _lines(graph, plan, result, device):
         click.echo(line)
+    sanitized = result.extra.get("sanitize")
+    if sanitized is not None:
+        click.echo(f"sanitize: {sanitized['races']} races in {sanitized['nodes_checked']} nodes checked over "
+                   f"{sanitized['iterations']} iterations")
     c = result.comparison
     if c is not None:
-        if c.bitwise:
-            click.echo(f"check: {c.values} values ({c.compared}) equal eager "
-                       f"{'inference' if c.inference else 'training'} bitwise")
-        else:
-            verdict = "within tolerance" if c.ok else "MISMATCH"
-            click.echo(f"check: largest difference {c.max_abs_diff:.3g} ({c.worst}); {len(c.mismatched)} of "
-                       f"{c.values} values differ; atol {c.atol:g}, rtol {c.rtol:g}: {verdict}")
+        click.echo(check_line(c))
         for note in c.notes:
             click.echo(f"  note: {note}")
     if out_path is not None:
-        _write(out_path, _doc(graph, plan_path, device, iters, seed, result.summary.to_json(), result.losses,
-                              result.records, c))
+        doc = _doc(graph, plan_path, device, iters, seed, result.summary.to_json(), result.losses, result.records, c)
+        if sanitized is not None:
+            doc["sanitize"] = sanitized
+        _write(out_path, doc)
         click.echo(f"wrote {out_path}")
     if trace_path is not None:
         _write_trace(trace_path, graph, plan, result, device)
@@ -299,8 +351,10 @@ def _write_trace(path: Path, graph: Any, plan: Any, result: Any, device: str) ->
     from executor.measure import measured_trace_rows
 
     iteration, rows = measured_trace_rows(result.program, result.records)
+    # counted from 1, as the progress lines on stderr count them ("iteration 3/3")
     write_chrome_trace(path, [("plan (simulated)", plan_trace_rows(graph, plan), memory_profile(graph, plan)),
-                              (f"iteration {iteration} (measured on {device})", rows, None)])
+                              (f"iteration {iteration + 1}/{len(result.records)} (measured on {device})", rows,
+                               None)])
 
 
 def _doc(graph: Any, plan_path: Path, device: str, iters: int, seed: int, summary: Any, losses: list[float],

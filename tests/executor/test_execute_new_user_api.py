@@ -1,0 +1,216 @@
+"""`executor.execute` on what a new user's review found: a module with another state than the graph's refused
+before the run, values present on one side only named as such by the check, an invalid plan refused as
+`hybrid validate` refuses it, the pool's peak counted as the plan counts it (aligned) with what was allocated
+outside the pool beside it, the sanitizer's count, workspace notes in readable units."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from hybrid.capture.api import capture  # noqa: E402
+from hybrid.capture.interpreter import StepResult  # noqa: E402
+from hybrid.errors import HybridError, InvalidPlanError  # noqa: E402
+from hybrid.graph.liveness import occupied_bytes  # noqa: E402
+from hybrid.swap.baselines import run_baseline  # noqa: E402
+from hybrid.validator import validate  # noqa: E402
+
+from executor import Executor, execute  # noqa: E402
+from executor.check import EagerRun, compare  # noqa: E402
+
+ITERS = 2
+
+
+class CNN(nn.Module):
+    """Convolution, batch norm, dropout; `extra` adds a layer the captured graph does not have, `width` changes
+    the head's shape, `stats=False` drops batch norm's running statistics (buffers the graph binds)."""
+
+    def __init__(self, extra: bool = False, width: int = 5, stats: bool = True) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.b1 = nn.BatchNorm2d(8, track_running_stats=stats)
+        self.drop = nn.Dropout(0.25)
+        self.fc = nn.Linear(8, width)
+        if extra:
+            self.fc2 = nn.Linear(width, width)
+
+    def forward(self, x: Any) -> Any:
+        h = self.fc(self.drop(F.relu(self.b1(self.c1(x))).mean((2, 3))))
+        return self.fc2(h) if hasattr(self, "fc2") else h
+
+
+def _data() -> tuple[Any, Any]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(4, 3, 8, 8, generator=g), torch.randint(5, (4,), generator=g)
+
+
+def _module(**kw: Any) -> Any:
+    torch.manual_seed(0)
+    return CNN(**kw)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, Any]:
+    """The CNN captured with SGD (no stated copy workspaces: the copy fallback allocates beyond them) and a
+    Belady plan at 60% of its unswapped peak."""
+    from hybrid.graph.info import graph_alignment, largest_op, unswapped_peak
+
+    x, y = _data()
+    g = capture(_module(), (x,), F.cross_entropy, y, optimizer="sgd", lr=0.1)
+    memory = max(largest_op(g, graph_alignment(g))[1] + 4096, int(0.6 * unswapped_peak(g)))
+    return g, run_baseline(g, replace(g.device, memory_bytes=memory, reserve_bytes=0), "belady")
+
+
+def _run(g: Any, plan: Any, m: Any, **kw: Any) -> Any:
+    x, y = _data()
+    return execute(g, plan, m, (x,), y, loss_fn=F.cross_entropy, iters=ITERS, device="cpu", **kw)
+
+
+# ---- 1b. a module whose parameters or buffers are not the graph's: refused before anything is built --------
+
+@pytest.mark.parametrize("kw, message", [
+    ({"extra": True}, r"^the module: the module has a parameter 'fc2\.weight' \(shape \[5, 5\]\) that the graph "
+                      r"does not bind; run the module the graph was captured from, or capture it again$"),
+    ({"width": 6}, r"^the module: parameter 'fc\.weight' has shape \[6, 8\] but the graph recorded \[5, 8\]; "),
+    ({"stats": False}, r"^the module: the module has no buffer 'b1\.running_mean', which the graph binds; "),
+])
+def test_a_module_with_another_state_than_the_graphs_is_refused_in_one_line_before_the_run(
+        tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, kw: dict, message: str) -> None:
+    import executor.api
+
+    g, plan = tiny
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("built the executor before checking the module")
+
+    monkeypatch.setattr(executor.api, "Executor", never)
+    with pytest.raises(HybridError, match=message) as e:
+        _run(g, plan, _module(**kw), check=True)
+    assert "\n" not in str(e.value)
+
+
+def test_executor_load_checks_the_module_too(tiny: tuple[Any, Any]) -> None:
+    g, plan = tiny
+    ex = Executor(g, plan, "cpu")
+    x, y = _data()
+    with pytest.raises(HybridError, match=r"^the module: the module has a parameter 'fc2\.weight'"):
+        ex.load(_module(extra=True), (x,), y)
+    ex.load(_module(), (x,), y)            # the module captured loads
+
+
+# ---- 1c. names present on one side only are said as such, not as values that differ -----------------------
+
+def test_the_check_names_values_present_on_one_side_only() -> None:
+    from hybrid.cli.commands.execute import check_line
+
+    a, b = torch.ones(3), torch.zeros(2)
+    loss = torch.tensor(1.0)
+    run = StepResult(loss, {}, {"w": a, "only_run": b}, {}, {}, [])
+    eager = EagerRun([loss], StepResult(loss, {}, {"w": a.clone(), "extra.weight": b}, {}, {}, []))
+    c = compare([loss], run, eager)
+    assert c.only_eager == ["params[extra.weight]"] and c.only_run == ["params[only_run]"]
+    assert c.mismatched == [] and c.beyond_tolerance == [] and c.max_abs_diff == 0
+    assert not c.ok and not c.bitwise and c.values == 4 and c.both_sides == 2
+    assert c.to_json()["only_eager"] == ["params[extra.weight]"]
+    assert check_line(c) == ("check: 2 values on one side only (params[extra.weight] only in eager's; "
+                             "params[only_run] only in the run's); the 2 values on both sides equal bitwise; "
+                             "atol 0, rtol 0: MISMATCH")
+    # a value that differs as well: counted among those on both sides
+    eager.final.params["w"] = a + 1
+    c = compare([loss], run, eager)
+    assert c.mismatched == ["params[w]"] and c.worst == "params[w]" and c.max_abs_diff == 1
+    assert "largest difference 1 (params[w]); 1 of 2 values on both sides differ" in check_line(c)
+
+
+# ---- 2. an invalid plan: InvalidPlanError (exit 1), as `hybrid validate` ----------------------------------
+
+def test_an_invalid_plan_is_refused_as_validate_refuses_it(tiny: tuple[Any, Any]) -> None:
+    g, plan = tiny
+    bad = replace(plan, makespan_s=plan.makespan_s + 1.0)
+    with pytest.raises(InvalidPlanError, match=r"^the plan is not a valid plan for graph .*: rule 7: "):
+        Executor(g, bad, "cpu")
+    with pytest.raises(InvalidPlanError):
+        _run(g, bad, _module())
+
+
+# ---- 3. the pool's peak as the plan counts it, and what was allocated outside the pool beside it -----------
+
+def test_the_pool_peak_is_counted_as_the_plan_counts_it_with_the_bytes_outside_beside_it(
+        tiny: tuple[Any, Any]) -> None:
+    g, plan = tiny
+    align = 4096                   # large enough that rounding shows
+    big = run_baseline(g, replace(plan.device, alignment_bytes=align,
+                                  memory_bytes=int(occupied_bytes(g, align).sum()) + (1 << 20)), "belady")
+    res = _run(g, big, _module())
+    s, pool = res.summary, res.summary.memory["pool"]
+    assert pool["alignment_bytes"] == align and pool["peak_occupied_bytes"] == s.pool_peak_occupied_bytes
+    assert s.pool_peak_occupied_bytes % align == 0
+    assert s.pool_peak_occupied_bytes > pool["peak_live_bytes"]          # each copy rounded up
+    # the validator's peak counts copies the same way, plus the running op's workspace
+    assert s.pool_peak_occupied_bytes <= validate(g, big).peak_bytes
+    # on the CPU, per node: the pool's level plus what that node allocated outside the pool (the copy
+    # fallback's results, beyond the graph's stated workspaces here)
+    assert s.outside_counted_by == "dispatch" and s.outside_peak_bytes > 0
+    assert s.pool_peak_occupied_bytes < s.peak_with_outside_bytes <= s.pool_peak_occupied_bytes + s.outside_peak_bytes
+    # existing fields keep their meaning (tables read them)
+    assert s.transient_peak_bytes > 0 and s.memory["pool"]["peak_live_bytes"] <= big.device.memory_bytes
+    # uncounted: the pool's peak plus the copy fallback's largest result, an upper bound
+    res = _run(g, big, _module(), count_outside=False)
+    assert res.summary.peak_with_outside_bytes == (res.summary.pool_peak_occupied_bytes
+                                                   + res.summary.transient_peak_bytes)
+
+
+def test_a_cpu_run_over_its_plans_memory_with_what_it_allocated_outside_gets_one_warning() -> None:
+    from executor.measure import Summary
+    from hybrid.cli.commands.execute import outside_warning
+
+    kib = 1 << 10
+    s = Summary(2, 1, 0.0, 0.0, 0.0, None, 1.0, outside_counted_by="dispatch", peak_with_outside_bytes=36 * kib,
+                pool_peak_occupied_bytes=28 * kib, memory={"plan_memory_bytes": 30 * kib})
+    line = outside_warning(s, 30 * kib)
+    assert line is not None and "held 36 KiB, 6 KiB over the plan's 30 KiB" in line and "--executor-workspaces" in line
+    assert outside_warning(s, 36 * kib) is None                                      # within the plan's memory
+    assert outside_warning(replace(s, memory={"cuda_own_peak_bytes": 1}), 30 * kib) is None   # CUDA: its own
+    assert outside_warning(replace(s, outside_counted_by=""), 30 * kib) is None      # not counted: a bound only
+
+
+# ---- 4. the sanitizer says what it checked; workspace notes in readable units ------------------------------
+
+def test_sanitize_reports_the_nodes_it_checked(tiny: tuple[Any, Any]) -> None:
+    g, plan = tiny
+    res = _run(g, plan, _module(), sanitize=True)
+    issued = sum(1 for e in plan.events if e.kind != "free")
+    assert res.extra["sanitize"] == {"races": 0, "nodes_checked": ITERS * issued, "iterations": ITERS}
+    assert "sanitize" not in _run(g, plan, _module()).extra
+
+
+def test_the_workspace_note_of_an_unconstrained_pool_is_in_readable_units(tiny: tuple[Any, Any],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import executor.runtime as runtime
+    from executor.ops import with_copy_workspaces
+    from hybrid.errors import InfeasibleError
+
+    g0, _ = tiny
+    g = with_copy_workspaces(g0)            # the copy fallback's results stated as workspaces
+    plan = run_baseline(g, replace(g.device, memory_bytes=int(occupied_bytes(g, g.device.alignment_bytes).sum())
+                                   + (1 << 20), reserve_bytes=0), "belady")
+    real = runtime.interval_offsets
+    full = int(plan.device.usable_bytes)
+
+    def tight(program: Any, capacity: int, align: int) -> Any:   # no layout beside the largest workspace
+        if capacity < full:
+            raise InfeasibleError("no room")
+        return real(program, capacity, align)
+
+    monkeypatch.setattr(runtime, "interval_offsets", tight)
+    ex = Executor(g, plan, "cpu")
+    note = ex.runtime.pool.stats.offsets
+    assert note.startswith("offline; the largest workspace (") and "KiB, outside the pool)" in note, note
+    assert " bytes" not in note
