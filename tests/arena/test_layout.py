@@ -230,3 +230,38 @@ def test_baseline_table_lays_the_baselines_out_where_the_written_plan_is():
     assert any("arena offset" in n for n in table.notes)
     names = [r["plan"] for r in baseline_rows(g, dev, searched, searched, searched).rows]
     assert names[-1] == "optimize" and "optimize, written (exact offsets)" not in names
+
+
+def test_the_strongest_baselines_run_first_and_the_table_keeps_its_order(monkeypatch):
+    """A time limit that leaves baselines out leaves out the weak ones: the README command's second run left
+    out belady and recompute-only (run last) after naive, odswap and odswap-paper's layouts took the time."""
+    import time
+
+    import hybrid.swap.baselines as sb
+    from hybrid.pipeline import baseline_rows
+    from hybrid.pipeline.baselines import BASELINES
+
+    g = training_graph(10, seed=3)
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.5), reserve_bytes=0,
+                  alignment_bytes=512)
+    searched = run_baseline(g, dev, "belady")
+    ran, real = [], sb.run_baseline
+    clock = {"now": 0.0}
+
+    def counted(graph, device, kind, *a, **k):  # noqa: ANN001, ANN202
+        ran.append(kind)
+        clock["now"] += 1.0           # each baseline takes a second of the limit
+        return real(graph, device, kind, *a, **k)
+
+    monkeypatch.setattr(sb, "run_baseline", counted)
+    monkeypatch.setattr(time, "monotonic", lambda: clock["now"])
+    table = baseline_rows(g, dev, searched, searched, searched, deadline=2.0)
+    assert ran == ["belady", "recompute-only"]
+    made = [r["plan"] for r in table.rows if r["plan"] in BASELINES]
+    assert made and set(made) <= {"belady", "recompute-only"}   # (one may not run at this memory: a note says)
+    skipped = [k for k in BASELINES if k not in ran]
+    assert f"not run, the time limit was spent: {', '.join(skipped)}" in " ".join(table.notes)
+    clock["now"] = 0.0
+    ran.clear()
+    names = [r["plan"] for r in baseline_rows(g, dev, searched, searched, searched).rows]
+    assert [n for n in names if n in BASELINES] == [k for k in BASELINES if k in names]   # BASELINES' order
