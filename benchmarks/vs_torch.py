@@ -173,23 +173,17 @@ def models(quick: bool, smoke: bool = False) -> list[Model]:
     res = _is_class("Bottleneck", "BasicBlock")
     enc = _is_class("TransformerEncoderLayer")
     hf = _is_class("GPT2Block", "LlamaDecoderLayer")
-    if smoke:
-        out = [Model("resnet-50", zoo("resnet-50", 2, {"image_size": 32, "num_classes": 10}),
-                     lambda m: checkpoint_blocks(m, res)),
-               Model("vgg16", zoo("vgg16", 2, {"image_size": 32, "num_classes": 10}), checkpoint_vgg),
-               Model("unet", zoo("unet", 2, {"image_size": 32, "base": 8}), checkpoint_unet),
-               Model("transformer-lm", transformer(2, 64, 4, 64, 100), lambda m: checkpoint_blocks(m, enc))]
-    elif quick:
-        out = [Model("resnet-50", zoo("resnet-50", 16, {"image_size": 96, "num_classes": 10}),
-                     lambda m: checkpoint_blocks(m, res)),
-               Model("vgg16", zoo("vgg16", 16, {"image_size": 128, "num_classes": 10}), checkpoint_vgg),
-               Model("unet", zoo("unet", 4, {"image_size": 128, "base": 8}), checkpoint_unet),
-               Model("transformer-lm", transformer(2, 64, 4, 512, 100), lambda m: checkpoint_blocks(m, enc))]
-    else:
-        out = [Model("resnet-50", zoo("resnet-50", 32, {}), lambda m: checkpoint_blocks(m, res)),
-               Model("vgg16", zoo("vgg16", 32, {}), checkpoint_vgg),
-               Model("unet", zoo("unet", 8, {}), checkpoint_unet),
-               Model("transformer-lm", transformer(6, 512, 8, 512, 8000), lambda m: checkpoint_blocks(m, enc))]
+    # per size: (batch, zoo overrides) of resnet-50, vgg16 and unet; transformer-lm's (layers, d, batch, seq, vocab)
+    size = "smoke" if smoke else "quick" if quick else "full"
+    cnn = {"smoke": {"resnet-50": (2, {"image_size": 32, "num_classes": 10}),
+                     "vgg16": (2, {"image_size": 32, "num_classes": 10}), "unet": (2, {"image_size": 32, "base": 8})},
+           "quick": {"resnet-50": (16, {"image_size": 96, "num_classes": 10}),
+                     "vgg16": (16, {"image_size": 128, "num_classes": 10}), "unet": (4, {"image_size": 128, "base": 8})},
+           "full": {"resnet-50": (32, {}), "vgg16": (32, {}), "unet": (8, {})}}[size]
+    lm = {"smoke": (2, 64, 4, 64, 100), "quick": (2, 64, 4, 512, 100), "full": (6, 512, 8, 512, 8000)}[size]
+    wrap = {"resnet-50": lambda m: checkpoint_blocks(m, res), "vgg16": checkpoint_vgg, "unet": checkpoint_unet}
+    out = [Model(name, zoo(name, batch, dict(over)), wrap[name]) for name, (batch, over) in cnn.items()]
+    out.append(Model("transformer-lm", transformer(*lm), lambda m: checkpoint_blocks(m, enc)))
     if _has_transformers():   # the optional extra (pip install 'hybrid-offload[transformers]')
         # 6 blocks of width 512 over 512 tokens, an 8,000-token vocabulary (as transformer-lm): activations
         # about 20x the weights
