@@ -99,7 +99,8 @@ def run(case: tuple, fractions: list[float], iters: int, seed: int) -> list[dict
             st = ex.runtime.pool.stats
             last = recs[-1].ops
             row.update({
-                "result": "bitwise equal" if cmp.bitwise else f"{len(cmp.mismatched)} differ, max {cmp.max_abs_diff:.2g}",
+                "result": "bitwise equal" if cmp.bitwise else f"{len(cmp.mismatched)} differ, max {cmp.max_abs_diff:.2g}"
+                + (f", {len(cmp.one_sided)} on one side only" if cmp.one_sided else ""),
                 "values": cmp.values,
                 "swaps in/out": f"{sum(e.kind == 'swap_in' for e in plan.events)}/"
                                 f"{sum(e.kind == 'swap_out' for e in plan.events)}",

@@ -86,7 +86,7 @@ def run(name: str, make: Any, iters: int, reps: int) -> dict[str, Any]:
         "first iteration B": out[0].bytes,
         "by target": ", ".join(f"{t} {b}" for t, b in sorted(out[-1].by_target.items())) or "-",
         "out / slot / copy ops": f"{modes.get(OUT, 0)}/{modes.get(SLOT, 0)}/{modes.get(COPY, 0)}",
-        "result": "bitwise equal" if cmp.bitwise else f"{len(cmp.mismatched)} differ",
+        "result": "bitwise equal" if cmp.bitwise else f"{len(cmp.mismatched)} differ" + (f", {len(cmp.one_sided)} on one side only" if cmp.one_sided else ""),
         "ms/iter counter off": off * 1e3, "ms/iter counter on": on * 1e3, "counter slowdown": on / off,
     }
     print(row, flush=True)

@@ -13,6 +13,7 @@ BASELINES = ("naive", "odswap", "odswap-paper", "vdnn", "tflms", "belady", "reco
 # the order they run in: the strongest first, so that a time limit that leaves some out leaves out those the
 # optimized plan is least likely to have to beat (the table keeps BASELINES' order)
 RUN_ORDER = ("belady", "recompute-only", "odswap", "vdnn", "tflms", "naive", "odswap-paper")
+assert sorted(RUN_ORDER) == sorted(BASELINES), "RUN_ORDER runs every baseline once"
 
 
 def lay_out_baseline(graph: Graph, device: Device, kind: str, plan: Plan, time_limit_s: float = 10.0,  # noqa: ANN201
@@ -92,6 +93,8 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
         check(graph, p)
         rows[kind] = plan_row(kind, p, graph, bounds)
     out.rows.extend(rows[k] for k in BASELINES if k in rows)
+    out.notes.sort(key=lambda n: BASELINES.index(n.split(":", 1)[0]) if n.split(":", 1)[0] in BASELINES
+                   else len(BASELINES))   # stable: each baseline's notes in table order, the rest after
     if skipped:
         skipped = [k for k in BASELINES if k in skipped]
         out.notes.append(f"not run, the time limit was spent: {', '.join(skipped)} (give a longer --time-limit)")

@@ -77,6 +77,18 @@ def test_a_graph_without_a_cost_record_says_its_times_are_its_own(tmp_path: Path
     assert "times for: GPU link (the graph's own, source not recorded)" in r.output
 
 
+def test_a_graph_with_an_odd_capture_record_still_says_its_source(tmp_path: Path) -> None:
+    """A graph file is data: a `capture` record that is not an object (or profiles that are not) is read as no
+    record, not a traceback (it crashed with AttributeError)."""
+    gp = tmp_path / "g.json"
+    doc = random_inference_graph(2, stages=2).to_json()
+    doc["capture"] = "x"
+    gp.write_text(json.dumps(doc))
+    r = run("place", "--graph", gp, "--scheduler", "all-gpu")
+    assert r.exit_code == 0, r.output
+    assert "times for: GPU" in r.output and "Traceback" not in r.output
+
+
 # ---- 5. heft places for latency only --------------------------------------------------------------------------
 
 def test_heft_with_throughput_is_refused(tmp_path: Path) -> None:

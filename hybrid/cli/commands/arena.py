@@ -83,7 +83,8 @@ def command(csv_path: Path | None, capacity: str | None, alignment: str | None, 
         # the plan's copies were sized for its device's alignment (rule 5): another one would change what fits
         raise HybridError(f"--alignment does not go with --plan: its offsets follow the plan's device alignment, "
                           f"which its copies were planned with; plan again with --alignment {align} (e.g. "
-                          "`hybrid baseline ... --alignment`) and lay that plan out")
+                          "`hybrid baseline ... --alignment`, which lays its plan out, or `hybrid simulate ... "
+                          "--alignment` and lay that plan out)")
     _plan(graph_path, plan_path, t0 + limit, out_path, limit)
 
 

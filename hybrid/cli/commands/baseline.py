@@ -24,9 +24,10 @@ from hybrid.validator import write_plan
 @recompute_option
 @click.option("--no-arena", "no_arena", is_flag=True,
               help="Write each baseline's byte budget as planned, without offsets (the executor places it, "
-                   "compacting at run time if it must). By default each is laid out in one arena as `hybrid "
-                   "optimize --compare-baselines` lays its rows out: re-planned by its own rules with less memory "
-                   "where its byte budget does not lay out, the summary saying what that cost.")
+                   "compacting at run time if it must). By default each (but ideal) is laid out in one arena as "
+                   "`hybrid optimize --compare-baselines` lays its rows out: re-planned by its own rules with less "
+                   "memory where its byte budget does not lay out, a note saying what that cost (and where no "
+                   "layout fits, the byte budget written, said).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout: {\"plans\": [one object per kind: kind, makespan_s, ideal_s, "
                    "ratio, plan, ...], \"failed\": [...]}.")
@@ -51,9 +52,10 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
             Checkmate-style: activations are recomputed or kept, never swapped
     ideal   unlimited memory: compute time only
 
-    --recompute applies to belady only; the others model systems that swap only. Each plan written has an
-    arena offset for every tensor (as every row of `optimize --compare-baselines`), so the executor runs it
-    as planned, without compaction; --no-arena writes the byte budget.
+    --recompute applies to belady only; the others model systems that swap only. Each plan written but
+    ideal's has an arena offset for every tensor (as every row of `optimize --compare-baselines`), so the
+    executor runs it as planned, without compaction; where no layout fits, the byte budget is written and a
+    note says so; --no-arena writes byte budgets.
     """
     prepare_output(out_path, "--out", folder=len(kinds) > 1)  # a bad folder fails before any planning
     g = load_graph(graph_path)
@@ -108,9 +110,7 @@ def _laid_out(graph, device, kind: str, plan, recompute: bool, notes: list[str])
     except InfeasibleError as e:   # as optimize writes its own plan then: the byte budget, and says so
         notes.append(f"{kind}: written without offsets, the executor compacts at run time if it must ({e})")
         return plan
-    if lay.fallback:
-        cost = lay.plan.makespan_s / lay.makespan_before_s - 1 if lay.makespan_before_s > 0 else 0.0
-        notes.append(f"{kind}: its byte budget ({format_seconds(lay.makespan_before_s)}) did not lay out in the "
-                     f"arena; re-planned by its own rules with {lay.memory_given_up:.1%} less memory "
-                     f"({format_seconds(lay.plan.makespan_s)}, {cost:+.2%}); --no-arena writes the byte budget")
+    if lay.fallback or lay.capped:   # Layout.describe: the fallback, its cost, and a time cap that bound
+        notes.append(f"{kind}: {lay.describe()}, from its byte budget's {format_seconds(lay.makespan_before_s)}; "
+                     "--no-arena writes the byte budget")
     return lay.plan

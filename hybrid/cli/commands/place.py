@@ -35,7 +35,9 @@ def cost_sources(original, base, final, device_preset: str | None, cpu_preset: s
     capture = original.extra.get("capture") if isinstance(original.extra.get("capture"), dict) else {}
     model = capture.get("costs") if isinstance(capture.get("costs"), dict) else {}
     placed = original.extra.get("placement_costs") if isinstance(original.extra.get("placement_costs"), dict) else {}
-    applied = (final.extra.get("capture") or {}).get("profiles") or []
+    after = final.extra.get("capture") if isinstance(final.extra.get("capture"), dict) else {}
+    applied = [p for p in (after.get("profiles") or []) if isinstance(p, dict)] \
+        if isinstance(after.get("profiles"), list) else []
     n = len(final.ops)
 
     def side(field: str, preset: str | None, table: dict, recorded: object, backend: str) -> dict:
