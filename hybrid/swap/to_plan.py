@@ -87,6 +87,11 @@ def plan_metrics(aug: AugmentedGraph) -> dict[str, Any]:
         "peak_bytes": peak_from_intervals(*device_intervals(aug), eps=_tolerance(aug)),
     }
     m.update(aug.stats)
+    # reruns counted from the nodes themselves, whoever made them (the walk's counters, a re-walk or a refinement
+    # that kept them, a plan read back): every plan states them, 0 where none (some wrote none at all)
+    rc = (aug.kind == COMPUTE) & (aug.recompute if aug.recompute is not None else False)
+    m["recomputes"] = int(np.count_nonzero(rc))
+    m["recompute_s"] = float(np.sum((aug.end - aug.start)[rc])) if m["recomputes"] else 0.0
     if aug.pool is not None and not aug.pool.by_bytes:
         m["pool_bytes"] = int(aug.pool.capacity)
     return m

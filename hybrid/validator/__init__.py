@@ -143,7 +143,11 @@ def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
     return {"stall_s": float(sum(e - s for s, e in compute_stalls(plan))),
             "bytes_h2d": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_in")),
             "bytes_d2h": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_out")),
-            "peak_bytes": int(level.max()) if len(level) else 0}
+            "peak_bytes": int(level.max()) if len(level) else 0,
+            "swap_ins": sum(1 for e in plan.events if e.kind == "swap_in"),
+            "swap_outs": sum(1 for e in plan.events if e.kind == "swap_out"),
+            "frees": sum(1 for e in plan.events if e.kind == "free"),
+            "recomputes": sum(1 for e in plan.events if e.kind == "compute" and e.recompute)}
 
 
 def require_plan_of(graph: Graph, plan: Plan, what: str, where: str) -> None:

@@ -55,7 +55,8 @@ def _stated_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
     got = event_figures(graph, plan)
     out = []
     for key, fmt in (("peak_bytes", format_bytes), ("bytes_h2d", format_bytes), ("bytes_d2h", format_bytes),
-                     ("stall_s", format_seconds)):
+                     ("stall_s", format_seconds), ("swap_ins", str), ("swap_outs", str), ("frees", str),
+                     ("recomputes", str)):
         stated = plan.metrics.get(key)
         if stated is None:
             continue
