@@ -31,6 +31,7 @@ def cost_sources(original, base, final, device_preset: str | None, cpu_preset: s
     """Which processors the GPU times (time_s) and host times (cpu_time_s) are for, and where they come from:
     `original` is the graph as loaded, `base` after --device/--cpu re-costing, `final` after --profile."""
     from hybrid.device import HOST_CPUS, PRESET_COMPUTE
+    from hybrid.serve.costs import costed_for
 
     capture = original.extra.get("capture") if isinstance(original.extra.get("capture"), dict) else {}
     model = capture.get("costs") if isinstance(capture.get("costs"), dict) else {}
@@ -64,7 +65,7 @@ def cost_sources(original, base, final, device_preset: str | None, cpu_preset: s
                 f", the rest {how}"
         return {"times_for": preset, "source": source, "measured_ops": measured, "ops": n, "text": how}
 
-    gpu_recorded = placed.get("gpu") or model.get("device") or (original.device.name if original.device else None)
+    gpu_recorded = costed_for(original)   # serve's reading: re-costed, else captured, else the graph's device
     cpu_recorded = placed.get("cpu") or (model.get("cpu") or {}).get("name")
     return {"gpu": side("time_s", device_preset, PRESET_COMPUTE, gpu_recorded, "cuda"),
             "cpu": side("cpu_time_s", cpu_preset, HOST_CPUS, cpu_recorded, "cpu")}
