@@ -3,7 +3,7 @@ made it. Its own module so that the planner, the re-walk and the conversions to 
 without importing each other."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import numpy as np
@@ -53,16 +53,15 @@ class PlannerOptions:
     def from_describe(cls, d: object) -> "PlannerOptions | None":
         """The options `describe` wrote (a plan's `planner.planner_options`), or None where `d` is not such a
         record: a plan file may come from anywhere, so a foreign or edited record is not trusted."""
-        import dataclasses
-
         if not isinstance(d, dict) or "victim" not in d:   # every record the planners write names its victim
             return None
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        defaults = cls()
+        known = {f.name for f in fields(cls)}
         kw = {}
         for k, v in d.items():
-            if k not in fields:
+            if k not in known:
                 continue
-            want = type(getattr(cls(), k))
+            want = type(getattr(defaults, k))
             if want is float and isinstance(v, int) and not isinstance(v, bool):
                 v = float(v)
             if type(v) is not want:
