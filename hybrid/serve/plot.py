@@ -47,17 +47,8 @@ def plot_frontier(df, path: Path, title: str) -> None:  # noqa: ANN001 - hybrid.
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def flag(v, default: bool) -> bool:  # noqa: ANN001 - a table cell: bool, None, NaN, or "True"/"False" read back
-        if v is None or (isinstance(v, float) and v != v):
-            return default
-        if isinstance(v, str):
-            return v.strip().lower() in ("true", "1")
-        return bool(v)
-
-    def laid(part):  # noqa: ANN001, ANN202
-        if "laid_out" not in part:
-            return [True] * len(part)
-        return [flag(v, True) for v in part["laid_out"]]
+    def laid(part):  # noqa: ANN001, ANN202 - a graph given as a point has no laid_out (None): drawn filled
+        return [v is None or v != v or bool(v) for v in part["laid_out"]]
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     plans = df[df["kind"] == "plan"].sort_values("memory_bytes")
@@ -72,7 +63,7 @@ def plot_frontier(df, path: Path, title: str) -> None:  # noqa: ANN001 - hybrid.
         if len(bare):
             ax.plot(bare["memory_MiB"], bare["makespan_s"] * 1e3, "o", color="C0", markerfacecolor="none",
                     label="no arena offsets: compacts at run time")
-        stopped = ok[[flag(v, False) for v in ok["interrupted"]]] if "interrupted" in ok else ok.iloc[:0]
+        stopped = ok[ok["interrupted"].astype(bool)]
         if len(stopped):
             ax.plot(stopped["memory_MiB"], stopped["makespan_s"] * 1e3, "x", color="C3", ms=9,
                     label="interrupted: best plan before the stop")
@@ -81,9 +72,7 @@ def plot_frontier(df, path: Path, title: str) -> None:  # noqa: ANN001 - hybrid.
                             xytext=(4, 6), fontsize=7, color="C3")
     for i, (label, part) in enumerate(df[df["kind"] == "bound"].groupby("label", sort=False)):
         part = part.sort_values("memory_bytes")
-        # the bound is in bound_s (tables before it was had it in makespan_s)
-        value = part["bound_s"] if "bound_s" in part and part["bound_s"].notna().any() else part["makespan_s"]
-        ax.plot(part["memory_MiB"], value * 1e3, "--", color=f"C{i + 1}", label=label)
+        ax.plot(part["memory_MiB"], part["bound_s"] * 1e3, "--", color=f"C{i + 1}", label=label)
     ideal = df.loc[df["kind"] != "point", "ideal_s"].dropna()
     if len(ideal):
         ax.axhline(float(ideal.iloc[0]) * 1e3, color="grey", lw=0.8, ls=":", label="ideal (compute only)")
