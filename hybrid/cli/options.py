@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from hybrid.device import PRESETS, Device, resolve_device
+from hybrid.device import EXECUTOR_MIN_ALIGNMENT, PRESETS, Device, resolve_device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
@@ -85,6 +85,10 @@ def device_from(graph: Graph | None, kw: dict[str, Any], base: Device | None = N
         click.echo(f"warning: graph {graph.name!r} times its ops as on {graph.device.name} (as captured); --device "
                    f"{name} sets the memory, link and reserve, not the op times: capture it again with --device "
                    f"{name} (or `hybrid profile` on that GPU) to time its ops there", err=True)
+    if dev.alignment_bytes < EXECUTOR_MIN_ALIGNMENT:
+        click.echo(f"note: alignment {dev.alignment_bytes} B: plans made for it validate and simulate, but "
+                   f"`hybrid execute` runs only plans aligned to {EXECUTOR_MIN_ALIGNMENT} B or more (PyTorch's CPU "
+                   f"kernels take another numeric path on less)", err=True)
     return dev
 
 
