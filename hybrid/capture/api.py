@@ -77,7 +77,10 @@ def capture(
     `optimizer_options`, torch's defaults otherwise), a torch.optim
     SGD/Adam/AdamW instance, or None for an inference graph (forward only).
     `device`: the preset (or Device) written into the graph and used for the
-    roofline times; `cost_device` names the compute preset when `device` is a
+    roofline times. A preset named here is recorded as the card alone, with no
+    reserve (plans from the graph may fill all of it); the CLI's `--device`
+    keeps 1 GiB free for the CUDA context: pass `preset(name, reserve=True)`
+    for the graph `hybrid capture --device name` writes. `cost_device` names the compute preset when `device` is a
     custom Device. `dtype` ('fp32', 'bf16', 'fp16') casts floating parameters,
     buffers and inputs. `profile`: a profile file whose measured times replace
     the roofline estimates of matching ops. `executor.ops.with_copy_workspaces(graph)` states the workspaces
