@@ -113,6 +113,9 @@ def main() -> None:
              "wall_s: wall time of the whole command (start-up, loading, writing); cpu_s: user + system time of its "
              "process; peak_rss_MiB: its peak resident set (ru_maxrss). Every command ran once on a 300-op graph "
              "before (unmeasured), so numba's kernels were compiled or cached. "
+             "`baseline` writes a laid-out plan, as `hybrid baseline` does by default (the Belady plan given "
+             "offsets in one arena, re-planned with less memory where its byte budget does not lay out), so its "
+             "time includes the layout; `arena` lays out the simulate plan alone. "
              f"Time limits: arena --time-limit {arena_limit}, optimize --time-limit {optimize_limit}. "
              "Measured on a machine shared with other jobs (2 cores, up to 9 sessions at once; load average "
              f"{load[0]:.1f} at the end of this run): wall times are inflated by the load, CPU times less so.")
