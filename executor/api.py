@@ -18,7 +18,7 @@ from torch.utils import _pytree as pytree
 
 from hybrid.capture.conv_impls import STEP_ATOL, STEP_RTOL
 from hybrid.capture.encoding import DecodeContext, decode_value
-from hybrid.capture.interpreter import StepResult, bind
+from hybrid.capture.interpreter import StepResult, bind, check_module_state
 from hybrid.capture.trace import mode_layers
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
@@ -29,7 +29,6 @@ from executor.check import (Batches, Comparison, OutputCheck, compare, compare_o
                            same_bits, train_eager, unpack_batch)
 from executor.device_pool import PoolStats
 from executor.measure import Summary, summarize
-from executor.model import check_module_state
 from executor.program import Program, compile_program
 from executor.runtime import IterationRecord, Runtime
 from executor.streams import make_backend
@@ -112,8 +111,7 @@ class Executor:
     def load(self, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,
              optimizer: Any = None) -> None:
         """Start from `module`'s parameters and buffers (and `optimizer`'s state, if given) and this batch: the
-        ones the graph was captured with, by name and shape (executor.model.check_module_state)."""
-        check_module_state(self.graph, module)
+        ones the graph was captured with, by name and shape (bind refuses others: check_module_state)."""
         env, step = bind(self.graph, module, args, target, kwargs, optimizer, device="cpu")
         self.runtime.load(env, step)
         self._module = module
@@ -229,7 +227,7 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     The module must be in the mode it was captured in where the graph shows it
     (batch norm's training flag, dropout's random masks), and have the
     parameters and buffers the graph binds, by name and shape
-    (executor.model.check_module_state): another is refused before anything
+    (hybrid.capture.interpreter.check_module_state): another is refused before anything
     is built. With `validate`, an invalid plan raises InvalidPlanError naming
     its first violation (exit 1 in the CLI, as `hybrid validate`).
     `batches(k)` gives iteration k's batch, (args, target) or (args, target,

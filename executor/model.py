@@ -19,6 +19,7 @@ from hybrid.errors import HybridError, InvalidPlanError
 from hybrid.graph.info import binds_loss, bindings, is_inference
 
 from executor.preflight import module_to_run
+from hybrid.capture.interpreter import check_module_state
 
 
 @dataclass
@@ -65,37 +66,6 @@ def module_dtype(graph: Any) -> Any:
     if isinstance(rec, dict) and "dtype" in rec:
         return parse_dtype(rec["dtype"])
     return graph_dtype(graph)
-
-
-def module_state_mismatch(graph: Any, module: Any) -> str | None:
-    """The first parameter or buffer of `module` the graph's bindings do not match, said in a phrase: one the
-    module lacks, one the graph does not bind (the module has more), or one of another shape; None when the
-    names and shapes agree (or the graph has no bindings: not from `hybrid capture`)."""
-    b = bindings(graph)
-    if not b:
-        return None
-    shape_of = {t.id: t.extra.get("shape") for t in graph.tensors}
-    for what, bound, have in (("parameter", b.get("params") or {}, dict(module.named_parameters())),
-                              ("buffer", b.get("buffers") or {}, dict(module.named_buffers()))):
-        for name, tid in bound.items():
-            if name not in have:
-                return f"the module has no {what} {name!r}, which the graph binds"
-            want, got = shape_of.get(tid), list(have[name].shape)
-            if want is not None and list(want) != got:
-                return f"{what} {name!r} has shape {got} but the graph recorded {list(want)}"
-        for name, v in have.items():
-            if name not in bound:
-                return f"the module has a {what} {name!r} (shape {list(v.shape)}) that the graph does not bind"
-    return None
-
-
-def check_module_state(graph: Any, module: Any, what: str = "the module") -> None:
-    """Refuse, in one line, a module whose parameters and buffers are not the ones the graph was captured with
-    (names and shapes; `module_state_mismatch`): run anyway, a parameter the graph does not bind would not
-    train, and --check would compare values present on one side only."""
-    why = module_state_mismatch(graph, module)
-    if why is not None:
-        raise HybridError(f"{what}: {why}; run the module the graph was captured from, or capture it again")
 
 
 def _check_param_dtypes(graph: Any, module: Any, spec: str) -> None:

@@ -86,9 +86,6 @@ class PlacedExecutor:
         self.resident: dict[str, torch.Tensor] = {}
 
     def load(self, module: torch.nn.Module, args: Any, target: Any = None) -> None:
-        from executor.model import check_module_state
-
-        check_module_state(self.graph, module)
         env, _ = bind(self.graph, module, args, target, device="cpu")
         pin = self.device.type == "cuda"
         self.host = {k: (v.pin_memory() if pin else v) for k, v in env.items()}

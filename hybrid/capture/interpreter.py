@@ -177,6 +177,37 @@ def _place(graph: Graph, tid: str, value: torch.Tensor, device: torch.device, wh
     return out
 
 
+def module_state_mismatch(graph: Any, module: Any) -> str | None:
+    """The first parameter or buffer of `module` the graph's bindings do not match, said in a phrase: one the
+    module lacks, one the graph does not bind (the module has more), or one of another shape; None when the
+    names and shapes agree (or the graph has no bindings: not from `hybrid capture`)."""
+    b = bindings(graph)
+    if not b:
+        return None
+    shape_of = {t.id: t.extra.get("shape") for t in graph.tensors}
+    for what, bound, have in (("parameter", b.get("params") or {}, dict(module.named_parameters())),
+                              ("buffer", b.get("buffers") or {}, dict(module.named_buffers()))):
+        for name, tid in bound.items():
+            if name not in have:
+                return f"the module has no {what} {name!r}, which the graph binds"
+            want, got = shape_of.get(tid), list(have[name].shape)
+            if want is not None and list(want) != got:
+                return f"{what} {name!r} has shape {got} but the graph recorded {list(want)}"
+        for name, v in have.items():
+            if name not in bound:
+                return f"the module has a {what} {name!r} (shape {list(v.shape)}) that the graph does not bind"
+    return None
+
+
+def check_module_state(graph: Any, module: Any, what: str = "the module") -> None:
+    """Refuse, in one line, a module whose parameters and buffers are not the ones the graph was captured with
+    (names and shapes; `module_state_mismatch`): run anyway, a parameter the graph does not bind would not
+    train, and --check would compare values present on one side only."""
+    why = module_state_mismatch(graph, module)
+    if why is not None:
+        raise HybridError(f"{what}: {why}; run the module the graph was captured from, or capture it again")
+
+
 def bind(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,
          optimizer: Any = None, device: str | torch.device = "cpu") -> tuple[dict[str, torch.Tensor], int]:
     """Copies of the module's parameters, buffers, the batch and optimizer state, keyed by graph tensor id.
@@ -185,17 +216,14 @@ def bind(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, k
     a fresh optimizer, state['step'] + 1 for a used Adam).
     """
     b = bindings(graph, "replayed")
+    check_module_state(graph, module)
     dev = torch.device(device)
     env: dict[str, torch.Tensor] = {}
     named = dict(module.named_parameters())
     for name, tid in b["params"].items():
-        if name not in named:
-            raise HybridError(f"the module has no parameter {name!r}, which the graph binds to {tid!r}")
         env[tid] = _place(graph, tid, named[name], dev, f"parameter {name!r}")
     bufs = dict(module.named_buffers())
     for name, tid in b["buffers"].items():
-        if name not in bufs:
-            raise HybridError(f"the module has no buffer {name!r}, which the graph binds to {tid!r}")
         env[tid] = _place(graph, tid, bufs[name], dev, f"buffer {name!r}")
     if not isinstance(args, tuple):
         args = (args,)
