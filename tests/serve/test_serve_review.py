@@ -13,6 +13,7 @@ from hybrid.device import preset
 from hybrid.graph import Graph
 from hybrid.placement.partition import graph_outputs
 from hybrid.serve import ModelCosts, ServeConfig, model_costs, simulate_serving
+from hybrid.units import format_bytes
 from tests.cli.helpers import run
 from tests.serve.test_serve_inputs import fails, inference_graph, write
 
@@ -103,7 +104,7 @@ def test_a_note_names_the_bytes_no_service_time_counts(infer: Path) -> None:
     assert r.exit_code == 0, r.output
     note = [ln for ln in r.output.splitlines() if "compute only" in ln]
     assert len(note) == 1 and note[0].startswith("note:"), r.output
-    assert f"({inputs / 2**20:.2f} MiB" in note[0] and f"({outputs / 2**20:.2f} MiB" in note[0]
+    assert f"({format_bytes(inputs)}, " in note[0] and f"({format_bytes(outputs)}, " in note[0]
     assert "hybrid place --objective throughput" in note[0]
     j = json.loads(run("serve", "--graph", infer, "--rate", 5, "--duration", "5s", "--json").output)
     assert j["models"][0]["input_bytes"] == inputs and j["models"][0]["output_bytes"] == outputs

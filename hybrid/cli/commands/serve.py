@@ -15,7 +15,7 @@ from hybrid.serve import POLICIES, ServeConfig, model_costs, simulate_serving
 from hybrid.graph.info import training_reason
 from hybrid.serve.costs import costed_for, recost_for
 from hybrid.serve.simulate import ModelCosts, check_arrivals, resident_bytes
-from hybrid.units import format_bytes, parse_duration
+from hybrid.units import format_bytes, format_seconds, parse_duration
 
 
 def parse_rates(items: tuple[str, ...]) -> tuple[float, ...]:
@@ -136,16 +136,13 @@ def io_note(costs: list[ModelCosts], dev: Device) -> str:
     for c in costs:
         seen.setdefault((c.input_bytes, c.output_bytes), []).append(c.name)
 
-    def mib(b: int) -> str:
-        return f"{b / 2**20:.2f} MiB"
-
     tail = "so req/s can exceed what `hybrid place --objective throughput` finds"
     if len(seen) == 1:
         (i, o), = seen
-        return (f"note: service times are compute only (the paper's model): a batch's input upload ({mib(i)}, "
-                f"{i / dev.h2d_bytes_per_s * 1e3:.2f} ms) and output download ({mib(o)}, "
-                f"{o / dev.d2h_bytes_per_s * 1e3:.2f} ms) are not counted, {tail}")
-    per = "; ".join(f"{names[0]}: {mib(i)} in, {mib(o)} out" for (i, o), names in seen.items())
+        return (f"note: service times are compute only (the paper's model): a batch's input upload "
+                f"({format_bytes(i)}, {format_seconds(i / dev.h2d_bytes_per_s)}) and output download "
+                f"({format_bytes(o)}, {format_seconds(o / dev.d2h_bytes_per_s)}) are not counted, {tail}")
+    per = "; ".join(f"{names[0]}: {format_bytes(i)} in, {format_bytes(o)} out" for (i, o), names in seen.items())
     return (f"note: service times are compute only (the paper's model): a batch's input upload and output download "
             f"are not counted ({per}), {tail}")
 
