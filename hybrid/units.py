@@ -115,11 +115,13 @@ def checked_bytes(value: Any, what: str, lo: int = 0) -> int:
 
 
 def format_bytes(n: float) -> str:
-    """Binary units, three significant digits: 1.50 GiB."""
+    """Binary units, three significant digits: 1.5 GiB; 1000-1023 of a unit whole (1018 KiB), not 1.02e+03."""
     n = float(n)
     for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
+            v = n / scale
+            text = f"{v:.3g}"
+            return f"{text if 'e' not in text else f'{v:.0f}'} {unit}"
     return f"{int(n)} B"
 
 

@@ -1,0 +1,18 @@
+"""One way to write a size: hybrid.units.format_bytes, three significant digits in binary units."""
+from __future__ import annotations
+
+from hybrid.units import format_bytes
+
+
+def test_format_bytes_never_writes_scientific_notation() -> None:
+    # 1000-1023 of a unit have four digits before the point: whole, as people read them (not 1.02e+03 KiB)
+    assert format_bytes(1018 * 1024) == "1018 KiB" and format_bytes(1000 * 2**20) == "1000 MiB"
+    assert format_bytes(999.6 * 1024) == "1000 KiB"
+    for n in (1, 1023, 1024, 1536, 999 * 1024, 1000 * 1024, 1023 * 2**30, 5 * 2**50, 2**63):
+        assert "e" not in format_bytes(n).split()[0], n
+
+
+def test_format_bytes_keeps_three_significant_digits() -> None:
+    assert format_bytes(1536) == "1.5 KiB" and format_bytes(150 * 2**20) == "150 MiB"
+    assert format_bytes(1023) == "1023 B" and format_bytes(0) == "0 B"
+    assert format_bytes(62.93 * 2**20) == "62.9 MiB"
