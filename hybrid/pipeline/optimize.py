@@ -669,6 +669,8 @@ def _polish(graph: Graph, plan: "Plan", until: float, seed: int, options: Any, f
     info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
     info["offsets_kept_refine"] = {"from_makespan_s": plan.makespan_s, "windows": res.windows,
                                    "accepted": res.accepted, "stop": res.stop}
+    if isinstance(res.plan.planner.get("arena"), dict):   # the layout record as re-measured on the new events
+        info["arena"] = res.plan.planner["arena"]
     return dataclasses.replace(res.plan, planner=info)
 
 

@@ -113,10 +113,17 @@ def to_plan(aug: AugmentedGraph, planner: dict[str, Any], allocation: Allocation
     g = aug.graph
     if allocation is None and aug.pool is not None and aug.pool.arena and aug.offsets is not None:
         allocation = arena_allocation(aug)
+    metrics, info = plan_metrics(aug), dict(planner)
+    if isinstance(allocation, ArenaAllocation):
+        # what the file states is what these events do: a pool's size belongs to size classes (a re-timed arena
+        # plan's decoder pool is no allocation of it), and a carried layout record's live peak is re-measured
+        metrics.pop("pool_bytes", None)
+        if isinstance(info.get("arena"), dict):
+            info["arena"] = {**info["arena"], "peak_live_bytes": int(metrics["peak_bytes"])}
     return Plan(
-        graph=g.name, graph_sha256=g.sha256, device=aug.device, planner=dict(planner),
+        graph=g.name, graph_sha256=g.sha256, device=aug.device, planner=info,
         schedule=[g.ops[int(i)].id for i in aug.schedule],
         allocation=allocation if allocation is not None else allocation_of(g, aug.pool),
         resident_at_start=[g.tensors[int(t)].id for t in np.nonzero(aug.resident_at_start)[0]],
-        events=events_of(aug), makespan_s=aug.makespan, metrics=plan_metrics(aug),
+        events=events_of(aug), makespan_s=aug.makespan, metrics=metrics,
     )

@@ -50,3 +50,27 @@ def test_edited_metrics_are_noted_and_not_printed(tmp_path) -> None:
     table = ref.output[ref.output.index("| input"):]
     assert "| 1 B" not in table and "| 5 B" not in table, ref.output   # the input row: the events' figures
     assert true_peak > 1
+
+
+def test_a_laid_out_plan_re_timed_states_its_own_layout_figures(tmp_path) -> None:
+    """`hybrid refine` of a laid-out plan keeps every offset and moves copies: the written plan's layout record
+    states the live peak of its new events, and no pool size (an arena is not a pool of classes); an edited
+    pool size or layout record is noted by `hybrid validate`."""
+    path = foreign_graph_file(tmp_path)
+    base, out = tmp_path / "b.json", tmp_path / "r.json"
+    assert run("baseline", "--graph", path, "--memory", "16MiB", "--kind", "belady", "--out", base).exit_code == 0
+    r = run("refine", "--graph", path, "--plan", base, "--out", out, "--max-windows", "4", "--seed", "1")
+    assert r.exit_code == 0 and "faster" in r.output, r.output     # re-timed: its copies moved
+    g, plan = Graph.load(path), Plan.load(out)
+    assert plan.allocation.kind == "arena" and "pool_bytes" not in plan.metrics
+    assert plan.planner["arena"]["peak_live_bytes"] == validate(g, plan).peak_bytes == plan.metrics["peak_bytes"]
+    v = run("validate", "--graph", path, "--plan", out)
+    assert v.exit_code == 0 and "note:" not in v.output, v.output
+    d = json.loads(out.read_text())
+    d["metrics"]["pool_bytes"] = 5 << 20
+    d["planner"]["arena"]["peak_live_bytes"] = 1 << 20
+    out.write_text(json.dumps(d))
+    v = run("validate", "--graph", path, "--plan", out)
+    assert v.exit_code == 0, v.output
+    assert "note: metrics.pool_bytes states 5 MiB, but the allocation is an arena of" in v.output
+    assert "note: planner.arena.peak_live_bytes states 1 MiB; the events give" in v.output

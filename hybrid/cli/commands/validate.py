@@ -25,7 +25,8 @@ def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
     exits 1. Unreadable or malformed files exit 2. Rule 0 means the plan was
     made for another graph (name, graph_sha256, unknown ids or impls). A
     `note:` line follows for each figure the plan's metrics state that its
-    events do not give (stall, bytes moved, peak): the rules do not bind
+    events do not give (stall, bytes moved, peak; a pool size its allocation
+    does not have, a layout record's live peak): the rules do not bind
     metrics, but hybrid's summaries print the events' figures.
     """
     from hybrid.validator import validate
@@ -64,4 +65,29 @@ def _stated_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
         if not close:
             out.append(f"note: metrics.{key} states {fmt(stated)}; the events give {fmt(got[key])} "
                        "(summaries print the events' figure)")
+    return out + _records_differ(plan, got["peak_bytes"])
+
+
+def _records_differ(plan, peak: int) -> list[str]:  # noqa: ANN001 - Plan
+    """A note for a pool size the allocation does not have, or a layout record whose live peak is not the
+    events' (a plan re-timed after its layout, an edited file)."""
+    from hybrid.plan import ArenaAllocation, SizeClassAllocation
+    from hybrid.units import round_up
+
+    out = []
+    stated, alloc = plan.metrics.get("pool_bytes"), plan.allocation
+    if stated is not None:
+        if isinstance(alloc, SizeClassAllocation):
+            have = sum(round_up(c.bytes, plan.device.alignment_bytes) * c.count for c in alloc.classes)
+            if int(stated) != have:
+                out.append(f"note: metrics.pool_bytes states {format_bytes(stated)}; the size classes hold "
+                           f"{format_bytes(have)}")
+        else:
+            what = (f"an arena of {format_bytes(alloc.arena_bytes)}" if isinstance(alloc, ArenaAllocation)
+                    else "no pool (a byte budget)")
+            out.append(f"note: metrics.pool_bytes states {format_bytes(stated)}, but the allocation is {what}")
+    rec = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
+    if isinstance(rec, dict) and isinstance(rec.get("peak_live_bytes"), int) and rec["peak_live_bytes"] != peak:
+        out.append(f"note: planner.arena.peak_live_bytes states {format_bytes(rec['peak_live_bytes'])}; the events "
+                   f"give {format_bytes(peak)}")
     return out
