@@ -106,7 +106,7 @@ def _report(per_rule: list[list[Found]], all: bool, peak: int) -> ValidationRepo
             continue
         found.sort()
         if not all:
-            return ValidationReport(False, [found[0].violation], peak)
+            return ValidationReport(False, [found[0].violation], peak, sum(len(f) for f in per_rule))
         out.extend(f.violation for f in found[:MAX_VIOLATIONS - len(out)])
         if len(out) >= MAX_VIOLATIONS:
             break

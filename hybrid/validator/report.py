@@ -27,6 +27,7 @@ class ValidationReport:
     valid: bool
     violations: list[Violation] = field(default_factory=list)
     peak_bytes: int = 0
+    found: int = 0          # violations found in all, where `violations` holds only the first (validate's all=False)
 
     def __bool__(self) -> bool:
         return self.valid

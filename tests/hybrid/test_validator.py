@@ -630,9 +630,16 @@ def test_cli_invalid_exit_1(files: tuple[Path, Path]) -> None:
     d["metrics"] = {}
     p.write_text(json.dumps(d))
     r = _run("--graph", str(g), "--plan", str(p))
-    assert r.exit_code == 1 and r.output.startswith("invalid: rule 7: makespan_s") and len(r.output.splitlines()) == 1
+    lines = r.output.splitlines()
+    assert r.exit_code == 1 and lines[0].startswith("invalid: rule 7: makespan_s") and len(lines) == 2
+    assert lines[1] == ("  and 1 more: `hybrid validate --all` lists every violation (the cause of this one may "
+                        "be among them, at an earlier time)")
     r = _run("--graph", str(g), "--plan", str(p), "--all")
-    assert r.exit_code == 1 and len(r.output.splitlines()) == 2
+    assert r.exit_code == 1 and len(r.output.splitlines()) == 2 and "and 1 more" not in r.output
+    d["metrics"] = json.loads(PLAN_JSON)["metrics"]
+    p.write_text(json.dumps(d))     # one violation: nothing more to say
+    r = _run("--graph", str(g), "--plan", str(p))
+    assert r.exit_code == 1 and len(r.output.splitlines()) == 1, r.output
 
 
 def test_cli_bad_files_exit_2(files: tuple[Path, Path], tmp_path: Path) -> None:
