@@ -33,7 +33,9 @@ def lay_out_baseline(graph: Graph, device: Device, kind: str, plan: Plan, time_l
     def make(usable: int) -> Plan:
         smaller = dataclasses.replace(device, memory_bytes=usable + device.reserve_bytes)
         again = run_baseline(graph, smaller, kind, schedule=given, recompute=recompute)
-        return dataclasses.replace(again, device=device)
+        # the file says it was re-planned, and with what, as a written plan's re-plan does (replan_schedule)
+        info = {**again.planner, "fallback": f"byte budget {usable}"} if isinstance(again.planner, dict) else None
+        return dataclasses.replace(again, device=device, **({"planner": info} if info is not None else {}))
 
     budget = dataclasses.replace(QUICK_BUDGET, exact_tries=0)
     return lay_out(graph, plan, time_limit_s, replans=[Replan(kind, make)], budget=budget, classes=False)

@@ -24,6 +24,8 @@ def test_a_baseline_is_laid_out_and_its_cost_said(tmp_path: Path) -> None:
     assert "note: belady: no arena layout within memory (best +" in r.output
     assert "re-planned (belady) with" in r.output and "from its byte budget's 13.87 ms" in r.output
     assert "--no-arena writes the byte budget" in r.output
+    given = int(plan.planner["fallback"].removeprefix("byte budget "))     # the file says it was re-planned
+    assert given < plan.device.usable_bytes and plan.planner["name"] == "belady"
     r = run("baseline", "--graph", EXAMPLE, "--memory", "64MiB", "--kind", "belady", "--no-arena",
             "--out", tmp_path / "n.json")
     assert r.exit_code == 0, r.output

@@ -55,7 +55,9 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
     --recompute applies to belady only; the others model systems that swap only. Each plan written but
     ideal's has an arena offset for every tensor (as every row of `optimize --compare-baselines`), so the
     executor runs it as planned, without compaction; where no layout fits, the byte budget is written and a
-    note says so; --no-arena writes byte budgets.
+    note says so; --no-arena writes byte budgets. The layout is optimize's for its baseline rows (heuristics,
+    re-plans bisected coarsely; the file's planner.fallback names the byte budget re-planned with): `hybrid
+    arena --plan` on a --no-arena plan searches longer and may give up less memory.
     """
     prepare_output(out_path, "--out", folder=len(kinds) > 1)  # a bad folder fails before any planning
     g = load_graph(graph_path)
