@@ -674,3 +674,21 @@ def test_random_serial_plans_valid_and_every_deletion_caught(seed: int, n_ops: i
         one, every = validate(g, bad), validate(g, bad, all=True)
         assert not one.valid, f"deleting events[{k}] ({p.events[k]}) went unnoticed"
         assert one.violations[0] == every.violations[0]
+
+
+def test_cli_json_verdict(files: tuple[Path, Path]) -> None:
+    """--json: the same verdict and exit status, for scripts and CI."""
+    g, p = files
+    r = _run("--graph", str(g), "--plan", str(p), "--json")
+    d = json.loads(r.output)
+    assert r.exit_code == 0 and d["valid"] and d["violations"] == [] and d["peak_bytes"] > 0 and d["notes"] == []
+    bad = json.loads(PLAN_JSON)
+    bad["makespan_s"] = 1.0
+    bad["metrics"] = {}
+    p.write_text(json.dumps(bad))
+    r = _run("--graph", str(g), "--plan", str(p), "--json")
+    d = json.loads(r.output)
+    assert r.exit_code == 1 and not d["valid"] and d["found"] == 2 and len(d["violations"]) == 1
+    assert d["violations"][0]["rule"] == 7 and d["violations"][0]["message"].startswith("makespan_s")
+    d = json.loads(_run("--graph", str(g), "--plan", str(p), "--json", "--all").output)
+    assert [v["rule"] for v in d["violations"]] == [7, 7] and d["found"] == 2

@@ -16,7 +16,10 @@ from hybrid.units import format_bytes, format_seconds
               help="Plan file (hybrid-plan/1) to check.")
 @click.option("--all", "show_all", is_flag=True,
               help="List every violation (up to 100), not only the first broken rule.")
-def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the verdict as JSON on stdout (valid, makespan_s, peak_bytes, usable_bytes, violations "
+                   "with rule, message and event_index, found, notes); the exit status is the same.")
+def command(graph_path: Path, plan_path: Path, show_all: bool, as_json: bool) -> None:
     """Check that a plan obeys every rule of docs/formats.md for its graph.
 
     Prints `valid: ...` with the makespan and the peak device memory (workspace
@@ -34,6 +37,20 @@ def command(graph_path: Path, plan_path: Path, show_all: bool) -> None:
     graph = load_graph(graph_path)
     plan = load_plan(plan_path)
     report = validate(graph, plan, all=show_all)
+    if as_json:
+        import json
+
+        click.echo(json.dumps({
+            "valid": report.valid, "makespan_s": plan.makespan_s, "peak_bytes": report.peak_bytes,
+            "usable_bytes": plan.device.usable_bytes,
+            "violations": [{"rule": v.rule, "message": v.message, "event_index": v.event_index}
+                           for v in report.violations],
+            "found": max(report.found, len(report.violations)),
+            "notes": [ln.removeprefix("note: ") for ln in _stated_differ(graph, plan)] if report.valid else []},
+            indent=1))
+        if not report.valid:
+            sys.exit(1)
+        return
     if report.valid:
         dev = plan.device
         mem = dev.usable_bytes    # what the plan may fill: rule 5's limit (a 1 GiB reserve is not the plan's)
