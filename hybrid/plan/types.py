@@ -164,7 +164,8 @@ class Event:
             raise FormatError(f"{what}: expected an object")
         kind = d.get("kind")
         if kind not in EVENT_KINDS:
-            raise FormatError(f"{what}: field 'kind' is {kind!r}; use one of {', '.join(EVENT_KINDS)}")
+            said = "missing" if "kind" not in d else f"{kind!r}"
+            raise FormatError(f"{what}: field 'kind' is {said}; use one of {', '.join(EVENT_KINDS)}")
         ref_key = "op" if kind == "compute" else "tensor"
         ref = d.get(ref_key)
         if not isinstance(ref, str):
@@ -314,8 +315,11 @@ class Plan:
             if not isinstance(d.get(key, ""), str):
                 raise FormatError(f"{where}: field {key!r} must be a string, got {d[key]!r}")
         metrics = dict(d.get("metrics") or {})
+        if "makespan_s" not in d:
+            raise FormatError(f"{where}: field 'makespan_s' is missing (the largest event end, docs/formats.md "
+                              "rule 7)")
         try:
-            makespan = checked_number(d.get("makespan_s", 0.0), f"{where}: makespan_s", lo=-math.inf)
+            makespan = checked_number(d["makespan_s"], f"{where}: makespan_s", lo=-math.inf)
             for key in NUMERIC_METRICS:
                 if key in metrics:
                     checked_number(metrics[key], f"{where}: metrics.{key}", lo=-MAX_BYTES, hi=MAX_BYTES)

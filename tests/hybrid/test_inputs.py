@@ -187,3 +187,18 @@ def test_too_little_memory_names_the_least_any_plan_needs() -> None:
     with pytest.raises(InfeasibleError, match=r"op 'small' needs 5 MiB .*no plan runs with less than 11 MiB: op "
                                               r"'big' needs that at once"):
         run_baseline(g, dev, "belady")
+
+
+def test_a_missing_field_is_said_missing(made) -> None:
+    """Not read as a value it does not have (a missing makespan_s was 0.0 and broke rule 7; a missing kind 'None')."""
+    from hybrid.plan import Plan
+
+    _, plan = made
+    d = json.loads(plan.dumps())
+    del d["makespan_s"]
+    with pytest.raises(FormatError, match=r"field 'makespan_s' is missing \(the largest event end"):
+        Plan.from_json(d)
+    d = json.loads(plan.dumps())
+    del d["events"][3]["kind"]
+    with pytest.raises(FormatError, match=r"events\[3\]: field 'kind' is missing; use one of"):
+        Plan.from_json(d)
