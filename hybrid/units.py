@@ -131,6 +131,13 @@ def format_bytes_exact(n: int) -> str:
     return f"{format_bytes(n)} ({int(n)} B)" if n >= 1024 else f"{int(n)} B"
 
 
+def format_bytes_apart(a: int, b: int) -> tuple[str, str]:
+    """Two sizes compared in one message ("needs A, but the device has B"): with their exact bytes beside where
+    the rounded figures read the same (not "needs 2 MiB, but the device has 2 MiB")."""
+    fa, fb = format_bytes(a), format_bytes(b)
+    return (format_bytes_exact(a), format_bytes_exact(b)) if fa == fb and int(a) != int(b) else (fa, fb)
+
+
 def format_seconds(t: float, digits: int = 4) -> str:
     """`t` seconds in s, ms or us (by its magnitude, so a negative difference reads like a positive one) with
     `digits` significant digits; a table that must tell two close times apart asks for more."""

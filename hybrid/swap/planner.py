@@ -34,7 +34,7 @@ from hybrid.swap.pools import PoolArrays
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
-from hybrid.units import format_bytes
+from hybrid.units import format_bytes, format_bytes_apart
 
 
 
@@ -364,8 +364,9 @@ class SwapPlanner:
             big, big_need = largest_op(g, pool.align)
             least = "" if big_need <= need else (f"; no plan runs with less than {format_bytes(big_need)}: op "
                                                  f"{g.ops[big].id!r} needs that at once (`hybrid info`)")
-            return (f"op {op.id!r} needs {format_bytes(need)} at once (inputs, outputs and workspace, each aligned "
-                    f"to {pool.align} bytes){pinned}, but the device has {format_bytes(pool.capacity)}; "
+            need_t, cap_t = format_bytes_apart(need, pool.capacity)
+            return (f"op {op.id!r} needs {need_t} at once (inputs, outputs and workspace, each aligned "
+                    f"to {pool.align} bytes){pinned}, but the device has {cap_t}; "
                     f"give more --memory{least}")
         c = -1 - err_need
         here = sum(1 for t in ts_ if pool.t_class[g.tensor_index[t]] == c)

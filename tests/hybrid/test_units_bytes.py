@@ -16,3 +16,11 @@ def test_format_bytes_keeps_three_significant_digits() -> None:
     assert format_bytes(1536) == "1.5 KiB" and format_bytes(150 * 2**20) == "150 MiB"
     assert format_bytes(1023) == "1023 B" and format_bytes(0) == "0 B"
     assert format_bytes(62.93 * 2**20) == "62.9 MiB"
+
+
+def test_two_sizes_compared_read_apart() -> None:
+    from hybrid.units import format_bytes_apart
+
+    assert format_bytes_apart(2 * 2**20 + 4096, 2 * 2**20) == ("2 MiB (2101248 B)", "2 MiB (2097152 B)")
+    assert format_bytes_apart(3 * 2**20, 2 * 2**20) == ("3 MiB", "2 MiB")
+    assert format_bytes_apart(2**20, 2**20) == ("1 MiB", "1 MiB")

@@ -181,7 +181,8 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
                 interrupted = True
                 break
     except KeyboardInterrupt:
-        if not tables:
+        if not tables:   # a seed's rows are its two arms: an arm alone is not a comparison
+            click.echo("no seed completed both arms before the interrupt: no table written", err=True)
             raise
         interrupted = True
     with deferred_interrupts():
