@@ -763,6 +763,8 @@ def _least_reruns(graph: Graph, anc: np.ndarray, live: np.ndarray, free: set[int
     counted once: a relaxation). CP-SAT's proven objective bound; inf where no choice fits the budget."""
     from ortools.sat.python import cp_model
 
+    from hybrid.signals import cp_sat_solver
+
     if budget < 0:
         return np.inf
     a = graph.arrays
@@ -798,7 +800,7 @@ def _least_reruns(graph: Graph, anc: np.ndarray, live: np.ndarray, free: set[int
     m.Add(sum(int(a.t_bytes[t]) * v for t, v in keep.items()) <= int(budget))
     scale = 1e8   # 10 ns units, rounded down: the bound stays a bound
     m.Minimize(sum(int(t_op[o] * scale) * v for o, v in rerun.items()))
-    solver = cp_model.CpSolver()
+    solver = cp_sat_solver()
     solver.parameters.max_time_in_seconds = max(0.05, seconds)
     solver.parameters.num_workers = 1
     status = solver.Solve(m)

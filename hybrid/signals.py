@@ -275,3 +275,15 @@ def start_forkserver() -> None:
         finally:
             for s, h in old.items():
                 signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def cp_sat_solver():  # noqa: ANN201 - ortools.sat.python.cp_model.CpSolver
+    """A CP-SAT solver that leaves Ctrl-C to this module. OR-Tools' default (`catch_sigint_signal`) installs its own
+    SIGINT handler during each solve: it ends that solve and swallows the signal, so a loop of solves (refinement's
+    windows) ran on to its time limit after a Ctrl-C while SIGTERM stopped it. Without it, `_on_signal` sees the
+    signal when the solve returns (each is short) and the caller stops as for SIGTERM."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.catch_sigint_signal = False
+    return solver

@@ -10,6 +10,7 @@ from ortools.sat.python import cp_model
 
 from hybrid.arena.exact import FOUND, INFEASIBLE, TIMEOUT, Outcome
 from hybrid.arena.problem import Problem
+from hybrid.signals import cp_sat_solver
 
 
 def decide_cpsat(problem: Problem, capacity: int, time_limit_s: float | None, workers: int = 1,
@@ -43,7 +44,7 @@ def decide_cpsat(problem: Problem, capacity: int, time_limit_s: float | None, wo
             xs.append(m.NewFixedSizeIntervalVar(lo, hi - lo, f"x{b}_{s}"))
             ys.append(y)
     m.AddNoOverlap2D(xs, ys)
-    solver = cp_model.CpSolver()
+    solver = cp_sat_solver()
     if time_limit_s is not None:
         solver.parameters.max_time_in_seconds = time_limit_s
     if deterministic_time is not None:

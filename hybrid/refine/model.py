@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from hybrid.refine.window import WindowSpec, greedy_starts
+from hybrid.signals import cp_sat_solver
 
 STATUS_NAMES = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
                 cp_model.MODEL_INVALID: "invalid", cp_model.UNKNOWN: "unknown"}
@@ -114,7 +115,7 @@ class WindowModel:
             self.model.add_hint(self.lits[j], p.current)
 
     def _solver(self, opt: SolveOptions, time_s: float) -> cp_model.CpSolver:
-        solver = cp_model.CpSolver()
+        solver = cp_sat_solver()
         prm = solver.parameters
         prm.num_workers = max(1, opt.workers)
         prm.random_seed = int(opt.seed) % (2**31)
