@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import numba as nb
 import numpy as np
@@ -184,10 +186,50 @@ def preorder(p: Prepared, heuristic: str) -> np.ndarray:
     return rank
 
 
+# Ctrl-C and SIGTERM (`stop_on_signal`): the signal handler runs in the search's clock callback (`_now`, the only
+# Python the compiled search calls), where a KeyboardInterrupt cannot get out (numba returned "SystemError: <built-in
+# method _now ...> returned a result with an exception set" and the best layout was lost). So inside
+# `stop_on_signal` the handler only sets this flag, and the clock then reads infinity: every deadline has passed,
+# the search returns TIMEOUT within `mask + 1` nodes and `solve` hands back the best layout it has.
+_stopped = False
+
+
+def _clock() -> float:
+    """The search's clock: time.perf_counter(), or infinity once a stop was asked for (`stop`)."""
+    return math.inf if _stopped else time.perf_counter()
+
+
+def stop() -> None:
+    """Stop the running search as if its time were up: `solve` returns the best layout found so far."""
+    global _stopped
+    _stopped = True
+
+
+def stopped() -> bool:
+    """Whether `stop` was called (inside `stop_on_signal`: a Ctrl-C or SIGTERM came)."""
+    return _stopped
+
+
+@contextmanager
+def stop_on_signal() -> Iterator[list[int]]:
+    """While inside, a first Ctrl-C or SIGTERM calls `stop` instead of raising KeyboardInterrupt
+    (`hybrid.signals.first_stop_sets`; the yielded list records the signal): the search then ends as if its time
+    were up and keeps its best layout, for the caller to write. A second one exits at once under the CLI."""
+    global _stopped
+    from hybrid.signals import first_stop_sets
+
+    _stopped = False
+    try:
+        with first_stop_sets(lambda signum: stop()) as hits:
+            yield hits
+    finally:
+        _stopped = False
+
+
 @nb.njit(cache=True)
 def _now():
     with nb.objmode(t="float64"):
-        t = time.perf_counter()
+        t = _clock()
     return t
 
 
@@ -276,13 +318,26 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                     result.append(Outcome(INFEASIBLE, None, nodes))
                     return
                 if st == TIMEOUT or (st == NODE_LIMIT and node_budget is not None and nodes >= node_budget) \
-                        or time.perf_counter() > deadline:
+                        or _clock() > deadline:
                     result.append(Outcome(TIMEOUT, None, nodes))
                     return
             limit *= 2
 
     run()
     return result[0]
+
+
+@dataclass(frozen=True)
+class Solved(Solution):
+    """`solve`'s answer: a `Solution` as ever (`solver` made the offsets, `seconds` is the whole call), and how
+    that time went, so that a report can credit each part (a heuristic's layout kept after a long search that
+    found nothing smaller was credited to the heuristic with all the search's seconds)."""
+
+    start_solver: str = ""     # the heuristic layout the search started from ('' where the search came first)
+    start_s: float = 0.0       # that layout's seconds (the heuristics', the repair's included)
+    exact_s: float = 0.0       # seconds of the exact search (its set-up included)
+    exact_ran: bool = False    # the exact search ran (False: the heuristics' layout was at the peak, or no time)
+    interrupted: bool = False  # a stop (`stop`: Ctrl-C or SIGTERM) ended the search
 
 
 def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | None = None,
@@ -312,6 +367,7 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
     cap = problem.capacity if capacity is None else capacity
     p: Prepared | None = None
     searched: Outcome | None = None      # the zero-slack search's answer, made before the heuristics
+    quick_s = 0.0                        # ... and its seconds
     if first_fit and cap is not None and start is None and 0 < len(problem) <= QUICK_FIRST_MAX:
         # a tight fit (a perfect packing) is often found in a few hundred nodes: before the heuristics, which
         # cost more (15-50 ms with the repair) and cannot prove anything; at zero slack (every section full
@@ -324,30 +380,41 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
             budget, until = min(QUICK_FIRST_NODES * len(problem), node_budget or math.inf), deadline
         out = decide(problem, cap, until, p, node_budget=budget)
         used = out.nodes
+        quick_s = time.perf_counter() - t0
         if out.status == FOUND:
             assert out.offsets is not None
             arena = int((out.offsets + problem.arrays.size).max())
             lb0 = problem.peak_live()
-            return Solution(out.offsets, arena, "exact", time.perf_counter() - t0, arena == lb0, lb0, used)
+            return Solved(out.offsets, arena, "exact", quick_s, arena == lb0, lb0, used, exact_s=quick_s,
+                          exact_ran=True)
         if zero_slack:
             searched = out
+    t_heur = time.perf_counter()
     heur = best_heuristic(problem, LOWEST_FILL_MAX) if start is None else start
-    if repair_moves > 0:
+    if repair_moves > 0 and not _stopped:
         heur = repair(problem, heur, max_moves=repair_moves, targets=(1.001,))
     lb = heur.lower_bound
     best_off, best = heur.offsets, heur.arena_bytes
     solver = heur.solver
+    # the heuristics' own seconds (a `start` given was timed by the caller); the exact search's from here on
+    start_s = (time.perf_counter() - t_heur) if start is None else heur.seconds + (time.perf_counter() - t_heur)
+    t_exact = time.perf_counter()
 
-    def done(off: np.ndarray, arena: int, by: str, optimal: bool, bound: int) -> Solution:
-        return Solution(off, arena, by, time.perf_counter() - t0, optimal, bound, used)
+    def done(off: np.ndarray, arena: int, by: str, optimal: bool, bound: int, ran: bool = True) -> Solution:
+        now = time.perf_counter()
+        return Solved(off, arena, by, now - t0, optimal, bound, used, start_solver=heur.solver, start_s=start_s,
+                      exact_s=quick_s + (now - t_exact if ran else 0.0), exact_ran=ran or quick_s > 0.0,
+                      interrupted=_stopped)
 
     if best == lb or (first_fit and cap is not None and best <= cap):
-        return done(best_off, best, solver, best == lb, lb)
+        return done(best_off, best, solver, best == lb, lb, False)
     if searched is not None:             # the zero-slack search ran out or proved the capacity out of reach
-        return done(best_off, best, solver, False, max(lb, cap + 1) if searched.status == INFEASIBLE else lb)
+        return done(best_off, best, solver, False, max(lb, cap + 1) if searched.status == INFEASIBLE else lb, False)
+    if _clock() >= deadline:             # no time left (or stopped): the set-up below is not worth starting
+        return done(best_off, best, solver, False, lb, False)
     p = prepare(problem) if p is None else p
     proven_lb = lb
-    if time.perf_counter() >= deadline:
+    if _clock() >= deadline:
         return done(best_off, best, solver, False, lb)
     if first_fit and cap is not None:
         out = decide(problem, cap, deadline, p, node_budget=None if node_budget is None else node_budget - used)
@@ -363,7 +430,7 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
     soft = lb            # targets below this timed out: not proven, but not worth retrying
     target = lb
     share = 0.5          # the peak gets half the time: success there proves optimality
-    while max(proven_lb, soft) <= hi and time.perf_counter() < deadline and nodes_left >= 1:
+    while max(proven_lb, soft) <= hi and _clock() < deadline and nodes_left >= 1:
         left = deadline - time.perf_counter()
         budget = None if node_budget is None else max(1, int(nodes_left * share))
         out = decide(problem, target, time.perf_counter() + left * share, p, node_budget=budget)

@@ -446,6 +446,15 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         who = other.planner.get("name", "") if isinstance(other.planner, dict) else ""
         tried.fits.append((other.makespan_s, len(tried.fits), other, f"laid-out candidate {k + 1}"
                            + (f", {who}'s" if who else ""), 0.0, "laid-out candidate"))
+    if not tried.fits and capped:   # the time (or a stop) cut the re-plans short: say that, not "more memory"
+        replanned = sum(1 for entry in tried.log if entry[1] > 0.0)
+        why = ("a stop (Ctrl-C or SIGTERM) came" if stop is not None and stop() else "the time limit ran out")
+        raise InfeasibleError("no arena layout of the plan fits the memory" + (", nor do per-size classes" if classes
+                                                                               else "")
+                              + f", and {why} " + (f"after {replanned} re-plan{'s' if replanned != 1 else ''}"
+                                                   if replanned else "before any re-plan")
+                              + f" with less memory (up to {100 * MAX_SHRINK:.0f}% less may be tried); give more "
+                                "time (--time-limit)")
     if not tried.fits:
         raise InfeasibleError("no arena layout of the plan fits the memory, and neither a re-plan with up to "
                               f"{100 * MAX_SHRINK:.0f}% less memory" + (" nor per-size classes do" if classes else

@@ -146,6 +146,9 @@ def read_csv(path: str | Path, alignment: int = 1) -> tuple[Problem, np.ndarray 
         if not all(abs(x) <= _MAX_TIME for x in (buf.lower, buf.upper)):
             raise FormatError(f"{p}: line {ln}: lower and upper must lie within +-{_MAX_TIME}, got {buf.lower}, "
                               f"{buf.upper}")
+        if buf.upper <= buf.lower:   # as Arrays.build says it, with the file and line
+            raise FormatError(f"{p}: line {ln}: buffer {bid!r}: lifetime [{buf.lower}, {buf.upper}) is empty; "
+                              "upper must exceed lower")
         for name, x in (("size", buf.size), ("offset", off)):
             if not 0 <= x <= MAX_BYTES:
                 raise FormatError(f"{p}: line {ln}: {name} must be from 0 to {MAX_BYTES}, got {x}")

@@ -1,5 +1,6 @@
 """A plan's timeline as a picture: the three streams as lanes (a fourth, `cpu`, for a placement plan's host
-ops) and device memory over time (PNG).
+ops; reruns of ops, recompute, in their own colour) and device memory over time against the usable memory and
+the memory the plan's allocation reserves (its arena, or its size classes' pool) (PNG).
 
 Stalls — stretches where the compute stream waits — are shaded, so a reader
 sees at a glance where copies hold the computation back; plotting a plan
@@ -18,6 +19,19 @@ from hybrid.plan.events import CPU_STREAM, STREAM_OF_KIND, STREAMS
 from hybrid.plan.metrics import compute_stalls
 
 COLORS = {"compute": "#4c72b0", "h2d": "#55a868", "d2h": "#c44e52", CPU_STREAM: "#8172b2"}
+RECOMPUTE_COLOR = "#dd8452"   # a compute event that reruns an op (recompute) instead of reading a kept output
+RESERVED_COLOR = "#8172b2"    # the memory the plan's allocation reserves: its arena, or its size classes' pool
+
+
+def reserved_bytes(plan: Plan) -> tuple[int, str] | None:
+    """The device bytes the plan's allocation reserves and its name ("arena", "size-class pool"), or None for a
+    byte budget (no allocation of its own: the live bytes are what it takes)."""
+    alloc = plan.allocation
+    if alloc.kind == "arena":
+        return int(alloc.arena_bytes), "arena"
+    if alloc.kind == "size_classes":
+        return int(alloc.pool_bytes()), "size-class pool"
+    return None
 
 
 def lanes_of(plan: Plan) -> tuple[str, ...]:
@@ -39,10 +53,22 @@ def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, u
 
     lanes = lanes_of(plan)
     n = len(lanes)
+    reruns = False
     for i, lane in enumerate(lanes):
-        bars = [(e.start_s / unit, (e.end_s - e.start_s) / unit) for e in plan.events if e.stream == lane]
-        if bars:
-            ax_lanes.broken_barh(bars, (n - 1 - i - 0.4, 0.8), facecolors=COLORS[lane], edgecolor="none")
+        for rerun in (False, True):
+            bars = [(e.start_s / unit, (e.end_s - e.start_s) / unit) for e in plan.events
+                    if e.stream == lane and bool(e.kind == "compute" and e.recompute) == rerun]
+            if bars:
+                ax_lanes.broken_barh(bars, (n - 1 - i - 0.4, 0.8), edgecolor="none",
+                                     facecolors=RECOMPUTE_COLOR if rerun else COLORS[lane])
+                reruns = reruns or rerun
+    if reruns:
+        from matplotlib.patches import Patch
+
+        ax_lanes.legend(handles=[Patch(color=COLORS["compute"], label="compute"),
+                                 Patch(color=RECOMPUTE_COLOR, label="recompute (an op run again)")],
+                        loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=7, frameon=False,
+                        borderaxespad=0.1)   # above the lanes, right of the title: no bar hidden
     for s, e in compute_stalls(plan):   # the compute lane is the top one: [n - 1.4, n - 0.6] of [-0.6, n - 0.4]
         ax_lanes.axvspan(s / unit, e / unit, ymin=(n - 1) / n + 0.02, ymax=0.98, color="#f0b400", alpha=0.35, lw=0)
     ax_lanes.set_yticks(range(n), list(reversed(lanes)))
@@ -59,8 +85,13 @@ def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, u
                         (1, "bytes"))
     ax_mem.step(t / unit, b / scale, where="post", color="#333333", lw=0.8)
     ax_mem.axhline(mem / scale, color="#c44e52", ls="--", lw=0.8)
+    reserved = reserved_bytes(plan)
+    if reserved is not None:   # what the allocation holds whatever is live: the live bytes fit inside it
+        ax_mem.axhline(reserved[0] / scale, color=RESERVED_COLOR, ls="-.", lw=0.9)
+        ax_mem.text(0.0, 1.02, f"-.- {reserved[1]} {format_bytes(reserved[0])} (reserved by the allocation)",
+                    transform=ax_mem.transAxes, ha="left", va="bottom", fontsize=7, color=RESERVED_COLOR)
     ax_mem.set_ylabel(f"device {sname}", fontsize=8)
-    ax_mem.set_ylim(0, max(mem, int(b.max())) / scale * 1.08)
+    ax_mem.set_ylim(0, max(mem, int(b.max()), reserved[0] if reserved else 0) / scale * 1.08)
     usable = f"usable {format_bytes(mem)}" + (f" ({format_bytes(plan.device.memory_bytes)} less a "
                                               f"{format_bytes(plan.device.reserve_bytes)} reserve)"
                                               if plan.device.reserve_bytes else "")
