@@ -9,6 +9,8 @@
   streams), its pipelined period, and the placement as a plan with a `cpu` stream;
 - `schedulers`: all-CPU, all-GPU, the paper's greedy with its correction loop, HEFT, and exact (dynamic
   programming on chains, `chain`; CP-SAT on branched graphs, `cpsat`), for latency or throughput;
-- `heft`: HEFT on task DAGs (Topcuoglu et al.'s example: makespan 80).
+- `heft`: HEFT on task DAGs (Topcuoglu et al.'s example: makespan 80);
+- `memory`: the GPU's usable memory as a constraint (GPU parts' parameters are resident all run): the exact
+  need of a placement, the repair that moves parts to the CPU, and CP-SAT's linear relaxation.
 The executor for placement plans is `executor.placed`; the command is `hybrid place`.
 """

@@ -11,6 +11,8 @@ Latency model (one input, host to host), times in integer nanoseconds:
   end and every output copy's end. Minimise the latency.
 This is the model `hybrid.placement.timing` simulates, so a solution's simulated latency is at most its
 objective (plus rounding to nanoseconds). Throughput model: minimise the busiest resource's load per input.
+Where the GPU's memory binds, both take `memory.Cut`: resident bytes of the GPU parts plus one part's
+activation floor within a cap (`_memory`), a relaxation the schedulers tighten until the placement fits.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ import numpy as np
 
 from hybrid.errors import HybridError
 from hybrid.placement.chain import CPU, GPU, Link
+from hybrid.placement.memory import Cut
 from hybrid.placement.partition import HOST, PartGraph
+from hybrid.signals import cp_sat_solver
 
 NS = 1e9
 
@@ -57,9 +61,7 @@ def _solve(m, time_limit_s: float, workers: int, seed: int, deadline: float | No
     `deadline` (time.monotonic(); a command's --time-limit), which then decides the placement."""
     import time
 
-    from ortools.sat.python import cp_model
-
-    s = cp_model.CpSolver()
+    s = cp_sat_solver()
     s.parameters.max_deterministic_time = float(time_limit_s)
     wall = 4.0 * float(time_limit_s) + 10.0
     if deadline is not None:
@@ -73,6 +75,23 @@ def _solve(m, time_limit_s: float, workers: int, seed: int, deadline: float | No
     if status not in ("optimal", "feasible"):
         raise HybridError(f"CP-SAT found no placement ({status}) within {time_limit_s:g} s; give a longer --time-limit")
     return s, status
+
+
+def _memory(m, g: list, cut: Cut) -> None:  # noqa: ANN001 - a CpModel
+    """Resident tensors once each (r_t >= g_p for every part p reading t) plus A >= act[p] g_p within the cap."""
+    terms = []
+    for t, nbytes, parts in cut.params:
+        r = m.NewBoolVar(f"r{t}")
+        for p in parts:
+            m.AddImplication(g[p], r)
+        terms.append(nbytes * r)
+    act = m.NewIntVar(0, max(max(cut.act, default=0), 0), "activations")
+    for p, floor_ in enumerate(cut.act):
+        if floor_:
+            m.Add(act >= floor_ * g[p])
+    m.Add(sum(terms) + act <= cut.cap)
+    for devices in cut.exclude:   # placements already found not to fit
+        m.AddBoolOr([g[p].Not() if d == GPU else g[p] for p, d in enumerate(devices)])
 
 
 def part_ns(pg: PartGraph, p: int, gpu: bool) -> int | None:
@@ -109,7 +128,7 @@ class Hint:
 
 
 def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: Hint | None = None,
-                  workers: int = 1, seed: int = 0, deadline: float | None = None) -> Solved:
+                  workers: int = 1, seed: int = 0, deadline: float | None = None, cut: Cut | None = None) -> Solved:
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
@@ -183,6 +202,8 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
     for ivs in (gpu_iv, cpu_iv, h2d_iv, d2h_iv):
         if ivs:
             m.AddNoOverlap(ivs)
+    if cut is not None:
+        _memory(m, g, cut)
     m.Minimize(lat)
     if hint is not None:
         for p in range(n):
@@ -199,7 +220,7 @@ def solve_latency(pg: PartGraph, link: Link, time_limit_s: float = 60.0, hint: H
 
 
 def solve_period(pg: PartGraph, link: Link, time_limit_s: float = 60.0, workers: int = 1, seed: int = 0,
-                 deadline: float | None = None) -> Solved:
+                 deadline: float | None = None, cut: Cut | None = None) -> Solved:
     """Least pipeline period: the busiest of CPU, GPU, h2d and d2h, summed per input (`timing.period`)."""
     from ortools.sat.python import cp_model
 
@@ -236,6 +257,8 @@ def solve_period(pg: PartGraph, link: Link, time_limit_s: float = 60.0, workers:
     for terms in load.values():
         if terms:
             m.Add(per >= sum(terms))
+    if cut is not None:
+        _memory(m, g, cut)
     m.Minimize(per)
     solver, status = _solve(m, time_limit_s, workers, seed, deadline)
     devices = tuple(GPU if solver.Value(g[p]) else CPU for p in range(n))

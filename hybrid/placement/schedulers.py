@@ -9,34 +9,63 @@
 - `exact`: the optimum of the part model — dynamic programming (`chain.exact`) when the parts form a plain
   chain, CP-SAT (`cpsat`) otherwise; for throughput, CP-SAT on the busiest resource.
 Every placement is timed by the same simulation (`timing`), so the figures compare like with like.
+
+GPU memory (`memory`): each scheduler takes a `Budget`, and `place` passes one only where memory binds (all-GPU
+does not fit the usable memory), so a graph that fits is placed exactly as without it. Under a budget: all-gpu
+raises `DoesNotFit`; greedy repairs its start (`memory.repair`: parts to the CPU, least time lost per byte
+freed first) and keeps only flips that fit; HEFT schedules as usual, then the same repair; exact solves CP-SAT
+(also on chains) with the linear relaxation `memory.Cut`, excluding the solver's placement and lowering the cap
+by its overshoot while it does not fit (MEMORY_ROUNDS), and never returns worse than its hint (greedy's). A
+placement shaped by memory whose copies then find no arena layout is placed again with less (LAYOUT_TRIES).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from hybrid.device import Device
+from hybrid.errors import HybridError
 from hybrid.placement import chain as chain_mod
 from hybrid.placement.chain import CPU, GPU, ChainCosts, Link
 from hybrid.placement.cpsat import Hint, solve_latency, solve_period
 from hybrid.placement.heft import TaskGraph, heft as heft_schedule
+from hybrid.placement.memory import Budget, DoesNotFit, cut, floor, repair
 from hybrid.placement.partition import HOST, PartGraph
-from hybrid.placement.timing import D2H_LANE, H2D_LANE, Placement, evaluate, period, simulate_placement
+from hybrid.placement.timing import D2H_LANE, H2D_LANE, Placement, evaluate, period, simulate_placement, to_plan
 
 LATENCY, THROUGHPUT = "latency", "throughput"
 SCHEDULERS = ("all-cpu", "all-gpu", "greedy", "heft", "exact")
 THROUGHPUT_SCHEDULERS = ("greedy", "exact")   # the schedulers that place for --objective throughput
+LAYOUT_TRIES = 2     # re-placements with less memory when a placement that fits has no arena layout
+MEMORY_ROUNDS = 8   # CP-SAT solves under memory: each excludes the last placement (it did not fit), lowers the cap
 
 
 def _score(p: Placement, objective: str) -> float:
     return p.latency_s if objective == LATENCY else p.period_s
 
 
-def all_on(pg: PartGraph, link: Link, dev: str) -> Placement:
-    return evaluate(pg, (dev,) * pg.n, link, f"all-{dev}")
+def all_on(pg: PartGraph, link: Link, dev: str, memory: Budget | None = None) -> Placement:
+    p = evaluate(pg, (dev,) * pg.n, link, f"all-{dev}")
+    if memory is not None and not memory.fits(p):
+        raise DoesNotFit(p.gpu_bytes, memory.usable_bytes)
+    return p
 
 
-def greedy(pg: PartGraph, link: Link, objective: str = LATENCY, rounds: int = 3) -> Placement:
+def greedy(pg: PartGraph, link: Link, objective: str = LATENCY, rounds: int = 3,
+           memory: Budget | None = None) -> Placement:
     devs = [GPU if not np.isfinite(pg.cpu_s[p]) or pg.gpu_s[p] < pg.cpu_s[p] else CPU for p in range(pg.n)]
     best = evaluate(pg, devs, link, "greedy")
+    if memory is not None and not memory.fits(best):
+        best = repair(pg, best, link, memory, objective)
+    return _flips(pg, best, link, objective, rounds, memory)
+
+
+def _flips(pg: PartGraph, best: Placement, link: Link, objective: str, rounds: int,
+           memory: Budget | None) -> Placement:
+    """The paper's correction loop from `best`: flip single parts in order, keep each flip that gains (and fits),
+    until `rounds` passes in a row gain nothing. Flipped placements keep `best`'s part order (priority)."""
+    devs = list(best.devices)
     idle = 0
     while idle < rounds:
         gained = False
@@ -44,8 +73,8 @@ def greedy(pg: PartGraph, link: Link, objective: str = LATENCY, rounds: int = 3)
             if not np.isfinite(pg.cpu_s[p]):
                 continue
             devs[p] = GPU if devs[p] == CPU else CPU
-            cand = evaluate(pg, devs, link, "greedy")
-            if _score(cand, objective) < _score(best, objective) - 1e-15:
+            cand = evaluate(pg, devs, link, best.scheduler, best.priority, status=best.status, extra=best.extra)
+            if (memory is None or memory.fits(cand)) and _score(cand, objective) < _score(best, objective) - 1e-15:
                 best, gained = cand, True
             else:
                 devs[p] = GPU if devs[p] == CPU else CPU
@@ -53,8 +82,9 @@ def greedy(pg: PartGraph, link: Link, objective: str = LATENCY, rounds: int = 3)
     return best
 
 
-def heft(pg: PartGraph, link: Link) -> Placement:
-    """Tasks: 0 the host input, 1..n the parts, n+1 the host output; processor 0 the CPU, 1 the GPU."""
+def heft(pg: PartGraph, link: Link, memory: Budget | None = None) -> Placement:
+    """Tasks: 0 the host input, 1..n the parts, n+1 the host output; processor 0 the CPU, 1 the GPU. Under a
+    budget its schedule is repaired afterwards (`memory.repair`), keeping its order of the parts."""
     never = 1e9
     n = pg.n
     cost = np.array([[0.0, never]] + [[pg.cpu_s[p] if np.isfinite(pg.cpu_s[p]) else never, pg.gpu_s[p]]
@@ -80,7 +110,10 @@ def heft(pg: PartGraph, link: Link) -> Placement:
             comm[(p, n + 1)] = 0.0
     s = heft_schedule(TaskGraph(cost, comm))
     devices = tuple(GPU if s.proc[p + 1] == 1 else CPU for p in range(n))
-    return evaluate(pg, devices, link, "heft", priority=tuple(float(x) for x in s.start[1:n + 1]))
+    placed = evaluate(pg, devices, link, "heft", priority=tuple(float(x) for x in s.start[1:n + 1]))
+    if memory is not None and not memory.fits(placed):
+        placed = repair(pg, placed, link, memory, LATENCY)
+    return placed
 
 
 def chain_costs(pg: PartGraph) -> ChainCosts:
@@ -93,7 +126,10 @@ def chain_costs(pg: PartGraph) -> ChainCosts:
 
 
 def exact(pg: PartGraph, link: Link, objective: str = LATENCY, time_limit_s: float = 60.0,
-          hint: Placement | None = None, workers: int = 1, seed: int = 0, deadline: float | None = None) -> Placement:
+          hint: Placement | None = None, workers: int = 1, seed: int = 0, deadline: float | None = None,
+          memory: Budget | None = None) -> Placement:
+    if memory is not None:
+        return _exact_within(pg, link, objective, time_limit_s, hint, workers, seed, deadline, memory)
     if objective == THROUGHPUT:
         sol = solve_period(pg, link, time_limit_s, workers, seed, deadline)
         return evaluate(pg, sol.devices, link, "exact", status=sol.status, model_s=sol.objective_s)
@@ -108,6 +144,49 @@ def exact(pg: PartGraph, link: Link, objective: str = LATENCY, time_limit_s: flo
                     model_s=sol.objective_s, extra={"method": "cp-sat", "bound_s": sol.bound_s})
 
 
+def _exact_within(pg: PartGraph, link: Link, objective: str, time_limit_s: float, hint: Placement | None,
+                  workers: int, seed: int, deadline: float | None, memory: Budget) -> Placement:
+    """CP-SAT with the memory relaxation (`memory.Cut`). A placement that fits in the first round is optimal where
+    CP-SAT says so (the relaxation admits every placement that fits); one that does not fit is excluded, the cap
+    lowered by its overshoot, and CP-SAT solves again (MEMORY_ROUNDS in all). Where no round fits, the last
+    solver placement repaired (`memory.repair`) stands in. The fastest that fits wins, `hint` (greedy's)
+    included, so exact is never slower than greedy; unless proven optimal, the correction loop's flips follow."""
+    cap = memory.usable_bytes
+    exclude: list[tuple[str, ...]] = []
+    fitted: Placement | None = None
+    last: Placement | None = None
+    for k in range(MEMORY_ROUNDS):
+        c = dataclasses.replace(cut(pg, memory, cap), exclude=tuple(exclude))
+        extra = {"method": "cp-sat", "memory_rounds": k + 1}
+        try:
+            if objective == THROUGHPUT:
+                sol = solve_period(pg, link, time_limit_s, workers, seed, deadline, cut=c)
+                p = evaluate(pg, sol.devices, link, "exact", status=sol.status, model_s=sol.objective_s, extra=extra)
+            else:
+                sol = solve_latency(pg, link, time_limit_s, _hint(pg, link, hint) if hint is not None else None,
+                                    workers, seed, deadline, cut=c)
+                p = evaluate(pg, sol.devices, link, "exact", priority=sol.starts, copy_priority=sol.copy_starts,
+                             status=sol.status, model_s=sol.objective_s, extra={**extra, "bound_s": sol.bound_s})
+        except HybridError:   # infeasible under this cap, or out of time without a placement
+            break
+        last = p
+        if memory.fits(p):
+            fitted = p if k == 0 else dataclasses.replace(p, status="feasible")
+            break
+        cap -= max(p.gpu_bytes - memory.usable_bytes, memory.alignment_bytes)
+        exclude.append(p.devices)
+    found = [fitted] if fitted is not None else []
+    if fitted is None:
+        start = last if last is not None else dataclasses.replace(floor(pg, link), scheduler="exact")
+        found.append(dataclasses.replace(repair(pg, start, link, memory, objective), status="feasible",
+                                         extra={"method": "cp-sat, repaired to fit"}))
+    if hint is not None and memory.fits(hint):
+        found.append(dataclasses.replace(hint, scheduler="exact", status="feasible",
+                                         extra={"method": f"{hint.scheduler} (CP-SAT found none better that fits)"}))
+    best = min(found, key=lambda p: _score(p, objective))   # ties: the solver's
+    return best if best.status == "optimal" else _flips(pg, best, link, objective, 3, memory)
+
+
 def _hint(pg: PartGraph, link: Link, p: Placement) -> Hint:
     """A placement's simulated timeline as a CP-SAT hint."""
     tm = simulate_placement(pg, p.devices, link, p.priority, ns_grid=True, copy_priority=p.copy_priority)
@@ -118,23 +197,77 @@ def _hint(pg: PartGraph, link: Link, p: Placement) -> Hint:
 
 
 def place(pg: PartGraph, link: Link, scheduler: str, objective: str = LATENCY, time_limit_s: float = 60.0,
-          seed: int = 0, deadline: float | None = None) -> Placement:
+          seed: int = 0, deadline: float | None = None, device: Device | None = None) -> Placement:
     """One scheduler by name (SCHEDULERS); `deadline` (time.monotonic()) caps CP-SAT's wall clock. `objective` is
     read by greedy and exact (THROUGHPUT_SCHEDULERS); heft places for latency whatever it is (`hybrid place`
-    refuses --scheduler heft with --objective throughput), and all-cpu and all-gpu have one placement each."""
+    refuses --scheduler heft with --objective throughput), and all-cpu and all-gpu have one placement each.
+
+    Within `device`'s usable memory (default: the graph's device; None there: no limit): where all-GPU fits,
+    every scheduler places as if memory were unlimited (and only a placement that then does not fit, which a
+    mixed placement's copies could in principle cause, is placed again under the budget); where it does not,
+    under the budget, and then its plan's copies must also lay out in the arena. `DoesNotFit` says a scheduler
+    found nothing that fits."""
+    device = pg.graph.device if device is None else device
+    budget = Budget.of(device) if device is not None else None
+    binds = budget is not None and not budget.fits(all_on(pg, link, GPU))
+    placed = _place(pg, link, scheduler, objective, time_limit_s, seed, deadline, budget if binds else None)
+    if budget is not None and not binds and not budget.fits(placed):
+        placed = _place(pg, link, scheduler, objective, time_limit_s, seed, deadline, budget)
+        binds = True
+    if binds:
+        placed = _laid_out(pg, link, scheduler, objective, time_limit_s, seed, deadline, device, placed)
+    return placed
+
+
+def _overflow(pg: PartGraph, p: Placement, device: Device, link: Link) -> float | None:
+    """How far the placement's arena layout misses the memory (`timing.to_plan`), None where it lays out."""
+    plan = to_plan(pg, p, device, link)
+    arena = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
+    if isinstance(arena, dict) and arena.get("laid_out") is False:
+        return float(arena.get("overflow", 0.0))
+    return None
+
+
+def _laid_out(pg: PartGraph, link: Link, scheduler: str, objective: str, time_limit_s: float, seed: int,
+              deadline: float | None, device: Device, placed: Placement) -> Placement:
+    """A placement that memory shaped fits at its peak, but its plan's copies also need offsets in one arena
+    (fragmentation can need more): where they do not lay out, place again with the overflow taken off the
+    budget (LAYOUT_TRIES times), else `DoesNotFit` saying so."""
+    full = Budget.of(device)
+    budget = full
+    for _ in range(LAYOUT_TRIES):
+        over = _overflow(pg, placed, device, link)
+        if over is None:
+            return placed
+        budget = Budget(budget.usable_bytes - max(int(placed.gpu_bytes * over), full.alignment_bytes),
+                        full.alignment_bytes)
+        try:
+            placed = _place(pg, link, scheduler, objective, time_limit_s, seed, deadline, budget)
+        except DoesNotFit as e:
+            raise DoesNotFit(e.need, full.usable_bytes, "leaving room for its arena layout") from None
+    over = _overflow(pg, placed, device, link)
+    if over is None:
+        return placed
+    raise DoesNotFit(placed.gpu_bytes, full.usable_bytes,
+                     f"its copies fit at their peak, but no arena layout of them does (best {100 * over:+.1f}%); "
+                     "give the GPU more memory, or try --parts fine")
+
+
+def _place(pg: PartGraph, link: Link, scheduler: str, objective: str, time_limit_s: float, seed: int,
+           deadline: float | None, memory: Budget | None) -> Placement:
     if scheduler == "all-cpu":
-        return all_on(pg, link, CPU)
+        return all_on(pg, link, CPU, memory)
     if scheduler == "all-gpu":
-        return all_on(pg, link, GPU)
+        return all_on(pg, link, GPU, memory)
     if scheduler == "greedy":
-        return greedy(pg, link, objective)
+        return greedy(pg, link, objective, memory=memory)
     if scheduler == "heft":
-        return heft(pg, link)
+        return heft(pg, link, memory)
     if scheduler == "exact":
-        return exact(pg, link, objective, time_limit_s, hint=greedy(pg, link, objective), seed=seed,
-                     deadline=deadline)
+        return exact(pg, link, objective, time_limit_s, hint=greedy(pg, link, objective, memory=memory), seed=seed,
+                     deadline=deadline, memory=memory)
     raise ValueError(f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)}")
 
 
 __all__ = ["LATENCY", "THROUGHPUT", "SCHEDULERS", "THROUGHPUT_SCHEDULERS", "all_on", "greedy", "heft", "exact",
-           "place", "period", "chain_costs"]
+           "place", "period", "chain_costs", "Budget", "DoesNotFit"]

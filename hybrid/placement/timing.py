@@ -8,7 +8,8 @@ has ended (the part model the schedulers optimise). A device-to-host copy also w
 that read the tensor, because in the plan format a `swap_out` releases the device copy; the part graph
 guarantees those readers never wait for a host reader. Graph inputs start in host memory, outputs end there;
 parameters read on the GPU are uploaded once (`resident_at_start`), and every device copy is freed after
-its last device reader. One input's latency is the simulated makespan.
+its last device reader. One input's latency is the simulated makespan, and the GPU memory a placement needs
+(`Placement.gpu_bytes`) is the peak of exactly those device copies as rule 5 counts them (`gpu_need`).
 """
 from __future__ import annotations
 
@@ -17,15 +18,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid.device import Device
+from hybrid.device import DEFAULT_ALIGNMENT, Device
 from hybrid.errors import HybridError
 from hybrid.graph.order import program_order
 from hybrid.placement.chain import CPU, GPU, Link
 from hybrid.placement.partition import HOST, PartGraph
 from hybrid.plan import Event, Plan, UnconstrainedAllocation
 from hybrid.plan.events import COMPUTE, SWAP_IN, SWAP_OUT
+from hybrid.plan.metrics import peak_from_intervals
 from hybrid.simulator import CPU as CPU_LANE
 from hybrid.simulator import simulate
+from hybrid.units import round_up
 
 COMPUTE_LANE, H2D_LANE, D2H_LANE = COMPUTE, SWAP_IN, SWAP_OUT   # the simulator's lanes are the event codes
 
@@ -42,6 +45,7 @@ class Placement:
     copy_priority: tuple[tuple[int, str, float], ...] | None = None   # (tensor, "h2d"/"d2h", key): copy order
     status: str = ""               # exact schedulers: "optimal", or "feasible" when the time limit stopped them
     model_s: float = math.nan      # the solver's own objective, where a solver ran
+    gpu_bytes: int = 0             # GPU memory its plan needs at its peak (`gpu_need`), aligned as rule 5 counts
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -193,6 +197,72 @@ def simulate_placement(pg: PartGraph, devices: tuple[str, ...] | list[str], link
     return Timed(np.array(kind, np.int8), np.array(ref, np.int64), start, end)
 
 
+@dataclass(frozen=True)
+class GpuCopies:
+    """The GPU's device copies under a placement, as `to_plan` writes them: the persistent tensors GPU ops read
+    (`resident`, uploaded once: live the whole run, each counted once however many parts read it), and every
+    other copy from its making (a GPU op's start, a swap_in's start) to its release (`free` after the last GPU
+    reader, or a swap_out's end). One source for the plan's events and for the memory the schedulers count."""
+
+    resident: list[int]
+    tensor: list[int]
+    alloc: list[float]
+    release: list[float]
+    freed: list[bool]        # released by a `free` (else by a swap_out)
+
+
+def gpu_copies(pg: PartGraph, devices: tuple[str, ...] | list[str], tm: Timed) -> GpuCopies:
+    g = pg.graph
+    a = g.arrays
+    on_gpu = np.array([devices[p] == GPU for p in pg.part_of], bool)
+    made: dict[int, tuple[float, float]] = {}   # tensor -> (start, end) of its device copy's maker
+    saved: dict[int, float] = {}                # tensor -> end of the swap_out that releases its device copy
+    last_read: dict[int, float] = {}
+    for k, r, s, e in zip(tm.kind.tolist(), tm.ref.tolist(), tm.start.tolist(), tm.end.tolist()):
+        if k == COMPUTE_LANE:
+            for t in a.out_idx[a.out_ptr[r]:a.out_ptr[r + 1]]:
+                made[int(t)] = (s, e)
+            for t in a.in_idx[a.in_ptr[r]:a.in_ptr[r + 1]]:
+                last_read[int(t)] = max(last_read.get(int(t), 0.0), e)
+        elif k == H2D_LANE:
+            made[r] = (s, e)
+        elif k == D2H_LANE:
+            saved[r] = e
+    resident = sorted({int(t) for o in np.nonzero(on_gpu)[0] for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]
+                       if a.t_persistent[t] and g.tensors[int(t)].kind != "input"})
+    out = GpuCopies(resident, [], [], [], [])
+    for t, (start, done) in made.items():
+        out.tensor.append(t)
+        out.alloc.append(start)
+        out.freed.append(t not in saved)
+        out.release.append(saved[t] if t in saved else max(done, last_read.get(t, 0.0)))
+    return out
+
+
+def gpu_need(pg: PartGraph, tm: Timed, copies: GpuCopies, alignment_bytes: int) -> int:
+    """The GPU memory a placement's plan needs: the peak of its device copies (each rounded up to the alignment)
+    plus the running GPU op's workspace, swept as the validator sweeps rule 5 (`peak_from_intervals`, releases
+    before allocations at one instant, within the validator's tolerance)."""
+    a = pg.graph.arrays
+    sizes = round_up(np.asarray(a.t_bytes, dtype=np.int64), int(alignment_bytes))
+    gpu_ops = np.nonzero(tm.kind == COMPUTE_LANE)[0]
+    ws = a.op_ws[tm.ref[gpu_ops]] if len(gpu_ops) else np.zeros(0, np.int64)
+    busy = float(np.sum(tm.end - tm.start))
+    eps = 1e-9 * max(1.0, min(tm.makespan, busy))
+    res = np.asarray(copies.resident, dtype=np.int64)
+    ct = np.asarray(copies.tensor, dtype=np.int64)
+    starts = np.concatenate([np.zeros(len(res)), np.asarray(copies.alloc, dtype=np.float64),
+                             tm.start[gpu_ops][ws > 0]])
+    ends = np.concatenate([np.full(len(res), np.inf), np.asarray(copies.release, dtype=np.float64),
+                           tm.end[gpu_ops][ws > 0]])
+    nbytes = np.concatenate([sizes[res], sizes[ct], ws[ws > 0]]).astype(np.int64)
+    return peak_from_intervals(starts, ends, nbytes, eps)
+
+
+def _alignment(pg: PartGraph) -> int:
+    return pg.graph.device.alignment_bytes if pg.graph.device is not None else DEFAULT_ALIGNMENT
+
+
 def latency(pg: PartGraph, devices: tuple[str, ...] | list[str], link: Link,
             priority: tuple[float, ...] | list[float] | None = None,
             copy_priority: tuple[tuple[int, str, float], ...] | None = None) -> float:
@@ -203,9 +273,11 @@ def evaluate(pg: PartGraph, devices: tuple[str, ...] | list[str], link: Link, sc
              priority: tuple[float, ...] | list[float] | None = None,
              copy_priority: tuple[tuple[int, str, float], ...] | None = None, **kw) -> Placement:
     devices = tuple(devices)
-    return Placement(devices, scheduler, latency(pg, devices, link, priority, copy_priority),
+    tm = simulate_placement(pg, devices, link, priority, copy_priority=copy_priority)
+    need = gpu_need(pg, tm, gpu_copies(pg, devices, tm), _alignment(pg))
+    return Placement(devices, scheduler, tm.makespan,
                      period(pg, devices, link), None if priority is None else tuple(float(x) for x in priority),
-                     copy_priority, **kw)
+                     copy_priority, gpu_bytes=need, **kw)
 
 
 def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | None = None) -> Plan:
@@ -219,33 +291,19 @@ def to_plan(pg: PartGraph, placement: Placement, device: Device, link: Link | No
     on_gpu = np.array([placement.devices[p] == GPU for p in pg.part_of])
     events: list[Event] = []
     op_start = np.zeros(a.n_ops)
-    op_end = np.zeros(a.n_ops)
-    made: dict[int, float] = {}          # tensor -> end of its device copy's maker (GPU op or swap_in)
-    saved: set[int] = set()              # tensors whose device copy a swap_out releases
     for v in range(len(tm.kind)):
         k, r, s, e = int(tm.kind[v]), int(tm.ref[v]), float(tm.start[v]), float(tm.end[v])
         if k in (COMPUTE_LANE, CPU_LANE):
-            op_start[r], op_end[r] = s, e
+            op_start[r] = s
             events.append(Event("compute", s, e, op=g.ops[r].id, on_cpu=k == CPU_LANE))
-            if k == COMPUTE_LANE:
-                for t in a.out_idx[a.out_ptr[r]:a.out_ptr[r + 1]]:
-                    made[int(t)] = e
         elif k == H2D_LANE:
             events.append(Event("swap_in", s, e, tensor=g.tensors[r].id))
-            made[r] = e
         else:
             events.append(Event("swap_out", s, e, tensor=g.tensors[r].id))
-            saved.add(r)
-    resident = sorted({int(t) for o in range(a.n_ops) if on_gpu[o]
-                       for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]
-                       if a.t_persistent[t] and g.tensors[int(t)].kind != "input"})
-    last_read: dict[int, float] = {}
-    for o in np.nonzero(on_gpu)[0]:
-        for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]:
-            last_read[int(t)] = max(last_read.get(int(t), 0.0), float(op_end[o]))
-    for t, done in made.items():
-        if t not in saved:
-            at = max(done, last_read.get(t, 0.0))
+    copies = gpu_copies(pg, placement.devices, tm)
+    resident = copies.resident
+    for t, at, freed in zip(copies.tensor, copies.release, copies.freed):
+        if freed:
             events.append(Event("free", at, at, tensor=g.tensors[t].id))
     topo = {int(o): k for k, o in enumerate(program_order(g))}
     schedule = sorted(range(a.n_ops), key=lambda o: (op_start[o], topo[o]))

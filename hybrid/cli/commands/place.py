@@ -14,7 +14,10 @@ from hybrid.units import format_bytes, parse_duration
 
 SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faster device, then single flips "
                   "while they gain, 3 rounds without gain), heft (latency only), exact (dynamic programming on a "
-                  "chain of parts, CP-SAT otherwise), or all (every one, a table; the plan is exact's)")
+                  "chain of parts, CP-SAT otherwise), or all (every one, a table; the plan is exact's). Every "
+                  "one places within the GPU's usable memory: where all-gpu does not fit it, greedy and heft move "
+                  "parts to the CPU (least time lost per byte freed first), exact adds the memory to CP-SAT, and a "
+                  "row that cannot fit says 'does not fit'")
 
 WRITE_S = 1.0   # kept back from --time-limit for building, validating and writing the plan
 
@@ -131,8 +134,12 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     Parts end where one tensor alone crosses (after pooling and concatenation with --parts key); a stretch
     of independent branches becomes one part per branch plus a join. Each placement is timed by the
     simulator: ops on the GPU's compute stream or the host's cpu stream, activations copied over h2d/d2h
-    where devices change, parameters uploaded once. The plan validates with `hybrid validate` against the
-    graph it was made from (the re-costed one when costs were changed) and runs with `hybrid execute`.
+    where devices change, parameters uploaded once. GPU parts' parameters stay resident, so every scheduler
+    places within the device's usable memory (the graph's device, e.g. `hybrid capture --memory 400MiB`, or
+    --device's card; each row prints the GPU memory its plan needs); where all-GPU does not fit it, parts
+    move to the CPU and all-gpu's row says it does not fit. The plan validates with `hybrid validate`
+    against the graph it was made from (the re-costed one when costs were changed) and runs with
+    `hybrid execute`.
 
     \b
     Example:
@@ -142,8 +149,9 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     from hybrid.device import resolve_device
     from hybrid.files import write_whole
     from hybrid.placement.costs import recost, with_profiles
+    from hybrid.placement.memory import Budget, DoesNotFit, floor, not_even_floor
     from hybrid.placement.partition import part_graph, parts_table, require_inference
-    from hybrid.placement.schedulers import SCHEDULERS, THROUGHPUT_SCHEDULERS, place
+    from hybrid.placement.schedulers import SCHEDULERS, THROUGHPUT_SCHEDULERS, all_on, place
     from hybrid.placement.timing import link_of, to_plan
     from hybrid.units import format_seconds
     from hybrid.signals import interrupted_by, received
@@ -186,10 +194,24 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     link = link_of(dev)
     pg = part_graph(g, key_only=parts == "key", branches=branches)
     names = SCHEDULERS if scheduler == "all" else (scheduler,)
-    placed = {}
+    budget = Budget.of(dev)
+    all_gpu_bytes = all_on(pg, link, "gpu").gpu_bytes
+    binds = all_gpu_bytes > budget.usable_bytes
+    if binds:   # one clear error where no scheduler can fit, rather than one per row
+        low = floor(pg, link)
+        if not budget.fits(low):
+            raise not_even_floor(pg, low, budget)
+    placed: dict = {}
+    unfit: dict[str, DoesNotFit] = {}
     for name in names:
         try:
-            placed[name] = place(pg, link, name, objective, limit, seed, deadline=clock.deadline(limit) - WRITE_S)
+            placed[name] = place(pg, link, name, objective, limit, seed, deadline=clock.deadline(limit) - WRITE_S,
+                                 device=dev)
+        except DoesNotFit as e:
+            if scheduler != "all":
+                raise DoesNotFit(e.need, e.usable, f"--scheduler {name}" + (
+                    "; greedy, heft and exact move parts to the CPU" if name == "all-gpu" else "")) from None
+            unfit[name] = e
         except HybridError as e:
             if scheduler != "all":
                 raise
@@ -198,6 +220,12 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         raise HybridError("no scheduler could place this graph")
     chosen = placed.get("exact") or next(iter(placed.values()))
     plan = to_plan(pg, chosen, dev, link)
+    arena = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
+    if binds and isinstance(arena, dict) and arena.get("laid_out") is False:   # `place` re-places to avoid this
+        raise DoesNotFit(chosen.gpu_bytes, budget.usable_bytes,
+                         f"the {chosen.scheduler} placement's copies fit at their peak, but no arena layout of them "
+                         f"does (best {100 * float(arena.get('overflow', 0.0)):+.1f}%); give the GPU more memory, "
+                         "or try --parts fine")
     plan.planner.update({"objective": objective, "parts_mode": parts, "branches": branches})
     report = validate(g, plan)
     if not report.valid:   # as `hybrid validate` reports an invalid plan: exit 1, nothing written
@@ -214,8 +242,14 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         click.echo(f"interrupted ({interrupted_by()}): CP-SAT stopped with its best placement so far"
                    + (f", written to {out_path}" if out_path is not None else ""), err=True)
     rows = [{"scheduler": k, "latency_s": p.latency_s, "period_s": p.period_s, "devices": p.code,
-             "status": "placed for latency" if k == "heft" and objective == "throughput" else p.status}
-            for k, p in placed.items()]
+             "status": "placed for latency" if k == "heft" and objective == "throughput" else p.status,
+             "gpu_bytes": p.gpu_bytes} if p is not None else
+            {"scheduler": k, "latency_s": None, "period_s": None, "devices": "", "status": str(unfit[k]),
+             "gpu_bytes": unfit[k].need}
+            for k, p in ((k, placed.get(k)) for k in names if k in placed or k in unfit)]
+    memory = {"usable_bytes": budget.usable_bytes, "all_gpu_bytes": all_gpu_bytes, "binds": binds,
+              "line": (f"memory binds: all-gpu needs {format_bytes(all_gpu_bytes)} of "
+                       f"{format_bytes(budget.usable_bytes)} usable; parts placed to fit") if binds else None}
     costs = {**{k: {f: v for f, v in c.items() if f != "text"} for k, c in sources.items()},
              "link": {"device": dev.name, "h2d_bytes_per_s": dev.h2d_bytes_per_s,
                       "d2h_bytes_per_s": dev.d2h_bytes_per_s},
@@ -225,7 +259,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
                                "part_table": parts_table(pg).to_dict("records") if show_parts else None,
                                "placements": rows, "plan": str(out_path) if out_path else None,
                                "graph_out": str(graph_out) if graph_out else None,
-                               "profiles": coverage, "costs": costs}, indent=1))
+                               "profiles": coverage, "costs": costs, "memory": memory}, indent=1))
         return
     click.echo(f"{g.name}: {pg.n} parts ({parts}{', branches' if branches else ''}): {pg.describe()}")
     click.echo(costs["line"])
@@ -233,9 +267,13 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         table = parts_table(pg).rename(columns={"param_bytes": "params", "out_bytes": "sent"})
         click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}",
                                    formatters={"params": format_bytes, "sent": format_bytes}))
-    click.echo(f"{'scheduler':10} {'latency':>10} {'period':>10}  devices (C/G per part)")
+    if memory["line"]:
+        click.echo(memory["line"])
+    click.echo(f"{'scheduler':10} {'latency':>10} {'period':>10} {'GPU mem':>10}  devices (C/G per part)")
     for r in rows:
-        click.echo(f"{r['scheduler']:10} {format_seconds(r['latency_s']):>10} {format_seconds(r['period_s']):>10}  "
+        lat = format_seconds(r["latency_s"]) if r["latency_s"] is not None else "-"
+        per = format_seconds(r["period_s"]) if r["period_s"] is not None else "-"
+        click.echo(f"{r['scheduler']:10} {lat:>10} {per:>10} {format_bytes(r['gpu_bytes']):>10}  "
                    f"{r['devices']}{'  (' + r['status'] + ')' if r['status'] else ''}")
     if out_path is not None:
         click.echo(f"wrote {out_path} ({chosen.scheduler}, valid)" +
