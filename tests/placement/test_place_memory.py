@@ -171,3 +171,17 @@ def test_a_memory_no_placement_meets_gives_one_clear_error(tmp_path: Path):
     lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: no placement fits the GPU's memory: needs"), r.output
     assert "lack cpu_time_s" in lines[0] and not (tmp_path / "p.json").exists()
+
+
+def test_memory_flag_binds_a_graph_captured_for_the_whole_card(vgg_small: Path, tmp_path: Path):
+    """--memory says what the GPU's copies may fill, as in the planners: no capture at another memory needed."""
+    d = json.loads(Path(vgg_small).read_text())
+    d["device"]["memory_bytes"] = 5 << 30          # the card whole: all-GPU fits
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(d))
+    r = run("place", "--graph", whole, "--scheduler", "exact", "--cpu", "epyc-2c", "--json")
+    assert r.exit_code == 0 and not json.loads(r.output[r.output.index("{"):])["memory"]["binds"], r.output
+    r = run("place", "--graph", whole, "--scheduler", "exact", "--cpu", "epyc-2c", "--memory", "400MiB", "--json")
+    doc = json.loads(r.output[r.output.index("{"):])
+    assert r.exit_code == 0 and doc["memory"]["binds"] and doc["memory"]["usable_bytes"] == 400 * MiB
+    assert doc["placements"][0]["devices"] == "GGGGGC"

@@ -93,6 +93,9 @@ def costs_line(costs: dict, dev) -> str:  # noqa: ANN001 - the Device placed for
 @click.option("--device", "device_preset", default=None,
               help="Re-cost GPU times (time_s) with this preset and use its PCIe link, e.g. p2200 (the paper's "
                    "Quadro P2200 on PCIe 3.0). Default: the graph's own time_s and device.")
+@click.option("--memory", default=None,
+              help="What the GPU's copies may fill, e.g. 400MiB (no reserve then): parts whose parameters and "
+                   "activations do not fit go to the CPU. Default: the device's usable memory.")
 @click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Measured times from `hybrid profile` (a cpu profile sets cpu_time_s, a cuda one time_s); "
                    "applied after --cpu/--device; says how many ops each covers (matched by kernel and shapes), "
@@ -126,7 +129,8 @@ def costs_line(costs: dict, dev) -> str:  # noqa: ANN001 - the Device placed for
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON on stdout, with costs: the GPU and CPU the times are for, their "
                    "source (roofline, measured, mixed, or graph: the graph's own, source not recorded) and the link.")
-def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None, profiles: tuple[Path, ...],
+def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None, memory: str | None,
+            profiles: tuple[Path, ...],
             objective: str, scheduler: str, parts: str, branches: bool, time_limit: str, seed: int,
             out_path: Path | None, graph_out: Path | None, show_parts: bool, as_json: bool) -> None:
     """Cut an inference graph into parts and place each on the host CPU or the GPU.
@@ -188,7 +192,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     if g.device is None and not device_preset:
         click.echo("note: the graph names no device and no --device was given: placing for v100-16gb's PCIe link",
                    err=True)
-    dev = resolve_device(g.device, device_preset)
+    dev = resolve_device(g.device, device_preset, memory)
     if device_preset:
         g = type(g)(g.name, g.tensors, g.ops, dev, g.extra)
     link = link_of(dev)
