@@ -77,10 +77,10 @@ class Headroom:
     def describe(self) -> str:
         if self.seeded is not None:
             return (f"headroom: searched with {100 * self.seeded:.3g}% less memory, then {100 * self.shrink:.3g}% "
-                    f"from halfway (its best plan then laid out {100 * (self.trials[-1] - 1):+.1f}% over at full "
+                    f"from halfway (its best plan then laid out {_over(self.trials[-1])} at full "
                     f"memory; {self.layouts} layouts, {self.seconds:.1f} s)")
         return (f"headroom: searched with {100 * self.shrink:.3g}% less memory (the seeds' best layout "
-                f"{100 * (self.ratio - 1):+.1f}% over at full memory; {self.layouts} layouts, {self.seconds:.1f} s)")
+                f"{_over(self.ratio)} at full memory; {self.layouts} layouts, {self.seconds:.1f} s)")
 
 
 def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: LayoutBudget = QUICK_BUDGET,
@@ -173,3 +173,8 @@ def _options(ratio: float):  # noqa: ANN202 - PlannerOptions
     from hybrid.swap.augmented import PlannerOptions
 
     return PlannerOptions(recompute_ratio=ratio)
+
+
+def _over(ratio: float) -> str:
+    """A layout's arena against the memory, said the way it goes: "2.2% over", "2.2% under"."""
+    return f"{100 * abs(ratio - 1):.1f}% {'over' if ratio > 1 else 'under'}"

@@ -6,14 +6,38 @@ import time
 
 from hybrid.device import Device
 from hybrid.graph import Graph
-from hybrid.pipeline.result import Baselines
+from hybrid.pipeline.result import Baselines, OptimizeResult
 from hybrid.plan import Plan
+from hybrid.units import format_seconds
 
 BASELINES = ("naive", "odswap", "odswap-paper", "vdnn", "tflms", "belady", "recompute-only")
 # the order they run in: the strongest first, so that a time limit that leaves some out leaves out those the
 # optimized plan is least likely to have to beat (the table keeps BASELINES' order)
 RUN_ORDER = ("belady", "recompute-only", "odswap", "vdnn", "tflms", "naive", "odswap-paper")
 assert sorted(RUN_ORDER) == sorted(BASELINES), "RUN_ORDER runs every baseline once"
+
+
+def with_faster_baseline(result: OptimizeResult) -> None:
+    """Write the fastest baseline instead of the search's plan where one laid out the same way is faster (the
+    search's plan can lose to one when no layout of it fits and its re-plan with less memory gives up more than the
+    baseline's: a checkpointed MLP at 10 MiB wrote 1.482 ms beside Belady's 1.304 ms). Issue 31: the written
+    plan is never slower than a laid-out baseline. The rows keep the search's plan, relabelled; a note says why."""
+    b = result.baselines
+    if b is None or not b.plans:
+        return
+    kind, fast = min(b.plans.items(), key=lambda kv: kv[1].makespan_s)
+    if not fast.makespan_s < result.plan.makespan_s * (1.0 - 1e-9):
+        return
+    old = result.plan
+    info = dict(fast.planner) if isinstance(fast.planner, dict) else {}
+    info["written_instead_of"] = {"name": old.planner.get("name", "?") if isinstance(old.planner, dict) else "?",
+                                  "makespan_s": old.makespan_s}
+    result.plan, result.searched_plan, result.baseline_written = dataclasses.replace(fast, planner=info), old, kind
+    for row in b.rows:
+        if row["plan"] == "optimize, written (exact offsets)":
+            row["plan"] = "optimize, laid out (not written)"
+    b.notes.append(f"{kind}'s plan, laid out as the search's is, is faster than the search's laid out "
+                   f"({format_seconds(fast.makespan_s)} < {format_seconds(old.makespan_s)}): it is written")
 
 
 def lay_out_baseline(graph: Graph, device: Device, kind: str, plan: Plan, time_limit_s: float = 10.0,  # noqa: ANN201
@@ -94,6 +118,8 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
                 out.notes.append(f"{kind}: {layout.describe()}")
         check(graph, p)
         rows[kind] = plan_row(kind, p, graph, bounds)
+        if addresses or lay_baselines:   # like the written plan (offsets): one it could be instead
+            out.plans[kind] = p
     out.rows.extend(rows[k] for k in BASELINES if k in rows)
     out.notes.sort(key=lambda n: BASELINES.index(n.split(":", 1)[0]) if n.split(":", 1)[0] in BASELINES
                    else len(BASELINES))   # stable: each baseline's notes in table order, the rest after

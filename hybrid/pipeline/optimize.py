@@ -576,11 +576,14 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
         if opts.baselines and interrupted:
             skipped.append("baselines: not run, interrupted")
         elif opts.baselines:
-            from hybrid.pipeline.baselines import baseline_rows
+            from hybrid.pipeline.baselines import baseline_rows, with_faster_baseline
 
             t_base = time.monotonic()
             out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds,
                                           relaxation=_relaxation(graph, result), addresses=options.addresses)
+            with_faster_baseline(out)
+            if out.baseline_written and prog.on_plan is not None:
+                prog.on_plan(out.plan)
             timings.baselines_s = time.monotonic() - t_base
     timings.wall_s = time.monotonic() - start
     return out

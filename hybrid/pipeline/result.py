@@ -75,6 +75,7 @@ class Baselines:
 
     rows: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    plans: dict[str, "Plan"] = field(default_factory=dict)   # the baselines laid out as the written plan is
 
 
 @dataclass
@@ -99,6 +100,8 @@ class OptimizeResult:
     skipped: list[str] = field(default_factory=list)    # what the time limit left out, and what was done instead
     laid_out_plan: "Plan | None" = None   # the layout's plan, where CP-SAT then re-timed it with its offsets kept
     #                                       (`plan` is then the re-timed one: same offsets, faster)
+    baseline_written: str = ""           # a baseline laid out the same way that was faster, written instead ...
+    searched_plan: "Plan | None" = None   # ... of this plan, the search's laid out (`with_faster_baseline`)
 
     def bound(self) -> tuple[float, str] | None:
         """The tightest computed lower bound that holds for the written plan, and its name; None if none."""
@@ -116,8 +119,8 @@ class OptimizeResult:
 
     def difference(self) -> str:
         """One plain line on why the written plan is not the search's best, and at what cost; '' when it is."""
-        plan, best = self.plan, self.search_plan
-        if plan is best:
+        plan, best = self.searched_plan or self.plan, self.search_plan
+        if plan is best and not self.baseline_written:
             return ""
         why = []
         if self.refinement.source == "cpsat" and self.refined_plan is not best:
@@ -131,14 +134,17 @@ class OptimizeResult:
             elif lay.fallback:
                 why.append(f"the byte budget did not lay out in the arena, so {_fallback(lay)} was written "
                            f"({_change(laid, self.refined_plan)})")
-            elif laid.allocation.kind == "arena":
+            elif laid.allocation.kind == "arena" and laid.makespan_s != self.refined_plan.makespan_s:
                 why.append("exact arena offsets were given to every tensor "
                            f"({_change(laid, self.refined_plan)})")
         if self.laid_out_plan is not None:
             why.append(f"CP-SAT re-timed the laid-out plan's copies, every offset kept ({_change(plan, laid)})")
+        if self.baseline_written:
+            why.append(f"the {self.baseline_written} baseline, laid out the same way, was faster and is written "
+                       f"({_change(self.plan, plan)})")
         if not why:
             return ""
-        total = plan.makespan_s / best.makespan_s - 1.0
+        total = self.plan.makespan_s / best.makespan_s - 1.0
         return (f"written plan differs from the search's best ({format_seconds(best.makespan_s)}): "
                 + "; then ".join(why) + f"; in all {100 * total:+.2f}% makespan")
 
