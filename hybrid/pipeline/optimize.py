@@ -85,6 +85,8 @@ class OptimizeOptions:
 
     `arena_s`: the layout's safety cap in seconds (None: write the byte budget as searched, no offsets).
     `refine`: "cpsat" or "none"; `refine_mode`: "auto", "beside" or "after" (`hybrid.refine.beside.placement`).
+    Defaults are the library's: `refine` is "none" here (the GA alone, what the benchmarks' tables state) and
+    "cpsat" under `hybrid optimize`; pass refine="cpsat" for the command's plan.
     """
 
     config: "GAConfig" = field(default_factory=lambda: _ga_config())
