@@ -48,7 +48,7 @@ from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.pipeline.result import Budget, OptimizeResult, Refinement, Timings
-from hybrid.units import format_seconds
+from hybrid.units import format_seconds, parse_duration
 
 if TYPE_CHECKING:
     from ga import GAConfig
@@ -244,7 +244,33 @@ def split_cores(graph: Graph, device: Device, refine: bool = True, mode: str = "
     return beside, workers, eval_s
 
 
-def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: OptimizeOptions | None = None,
+def _check_arguments(graph: Any, device: Any, options: Any, progress: Any) -> None:
+    """One line naming the argument of the wrong type, for a library caller: not an AttributeError from deep in
+    the planner (a path given for the graph, a preset name or a byte count for the device)."""
+    if not isinstance(graph, Graph):
+        raise HybridError(f"graph must be a hybrid.graph.Graph (Graph.load(path), or hybrid.capture.capture(...)), "
+                          f"got {type(graph).__name__} {graph!r:.60}")
+    if not isinstance(device, Device):
+        raise HybridError(f"device must be a hybrid.device.Device (hybrid.device.preset('v100-16gb'), or "
+                          f"resolve_device(None, 'v100-16gb', '64MiB') for 64 MiB of it), got "
+                          f"{type(device).__name__} {device!r:.60}")
+    if options is not None and not isinstance(options, OptimizeOptions):
+        raise HybridError(f"options must be an OptimizeOptions (hybrid.pipeline.OptimizeOptions(...)), got "
+                          f"{type(options).__name__}")
+    if progress is not None and not isinstance(progress, Progress):
+        raise HybridError(f"progress must be a Progress (hybrid.pipeline.Progress(...)), got {type(progress).__name__}")
+
+
+def _seconds(value: Any) -> float:
+    """A time limit given as seconds, or as text with its unit ("30s", "2m"), as the CLI reads it."""
+    if isinstance(value, str):
+        return parse_duration(value, "time_limit_s")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise HybridError(f"time_limit_s must be seconds (a number, or text such as '30s'), got {value!r}")
+    return float(value)
+
+
+def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, options: OptimizeOptions | None = None,
                  progress: Progress | None = None, started_at: float | None = None,
                  after_s: float = 0.0) -> OptimizeResult:
     """Search, refine, validate and lay out a plan for `graph` on `device` within `time_limit_s` seconds of
@@ -263,12 +289,13 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float, options: Opt
     from hybrid.signals import deferred_interrupts, interrupts_after, start_forkserver
     from hybrid.swap.planner import compile_kernels
 
+    _check_arguments(graph, device, options, progress)
     opts = options or OptimizeOptions()
     prog = progress or Progress()
     start = time.monotonic() if started_at is None else started_at
-    total = float(time_limit_s)
+    total = _seconds(time_limit_s)
     if not total > 0:
-        raise HybridError(f"--time-limit must be positive, got {time_limit_s!r}")
+        raise HybridError(f"the time limit (--time-limit, time_limit_s) must be positive, got {time_limit_s!r}")
     opts.check()
     end = start + total - max(0.0, min(after_s, 0.2 * total))
     timings = Timings()
