@@ -260,6 +260,9 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     that fits: the check then measures the executor, not TF32 against fp32).
     `sanitize`: check every node's accesses for stream races (executor.races)
     and, on CPU, poison released device memory so a stale read shows.
+    Ctrl-C raises KeyboardInterrupt, with no result: to keep what was
+    measured, collect each iteration's record with `on_iteration` as it
+    completes (`hybrid execute` writes those on a Ctrl-C).
     `cuda_graph`: after two iterations issued node by node, record one as a
     CUDA graph and replay it (no per-node host cost; no per-node times); random ops then draw from their own
     seed per step (`random="op_seeds"`, executor.random_state), so their numbers differ from eager's.
