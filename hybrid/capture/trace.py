@@ -169,6 +169,21 @@ def _refuse_mixed_dtypes(gm: fx.GraphModule) -> None:
                               "inputs one dtype, or cast both with dtype='fp32' (hybrid capture --dtype fp32)")
 
 
+@contextlib.contextmanager
+def _quiet_fake_tensors() -> Iterator[None]:
+    """PyTorch logs a traceback (19 lines on stderr) for every op whose meta kernel fails on fake tensors, before
+    the exception that `_refuse` reports in one line: that logger is silent while capture traces."""
+    import logging
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def trace_step(
     module: nn.Module,
     args: tuple,
@@ -284,7 +299,7 @@ def trace_step(
     gm = None
     for attempt in range(2):
         try:
-            with mode, portable_kernels():
+            with mode, portable_kernels(), _quiet_fake_tensors():
                 if attempt:
                     fparams = [fake(p, r.kind == TRAINABLE) for p, r in zip(module.parameters(), roles)]
                 gm = make_fx(step)(fparams, fbuffers, finputs, ftargets)
