@@ -9,6 +9,7 @@ from hybrid.units import format_seconds
 if TYPE_CHECKING:
     from ga.result import SearchResult
     from hybrid.arena.layout import Layout
+    from hybrid.graph import Graph
     from hybrid.plan import Plan
 
 
@@ -116,6 +117,24 @@ class OptimizeResult:
     def stop_reason(self) -> str:
         """Why the search stopped: generations, time limit, lower bound, interrupted, stopped."""
         return self.search.stop_reason
+
+    def frame(self, graph: "Graph | None" = None) -> "pd.DataFrame":  # noqa: F821 - pandas, a core dependency
+        """The summary table as a DataFrame, one row a plan, the columns `hybrid optimize --json` gives its
+        baselines (seconds and bytes): with `baselines=True` the baseline and optimize rows, else the written
+        plan's row alone (with `graph`, its stall, bytes and peak from its events and its bounds)."""
+        import pandas as pd
+
+        from hybrid.pipeline.rows import plan_row
+
+        if self.baselines is not None:
+            return pd.DataFrame(self.baselines.rows)
+        return pd.DataFrame([plan_row("optimize, written", self.plan, graph, self.bounds or None)])
+
+    def summary(self, graph: "Graph", wrote: "list[str] | tuple[str, ...]" = ()) -> str:
+        """What `hybrid optimize` prints after its search (`wrote`: the files it wrote, none from a library)."""
+        from hybrid.report.summary import optimize_text
+
+        return optimize_text(graph, self.plan.device, self, list(wrote), self.timings.wall_s)
 
     def difference(self) -> str:
         """One plain line on why the written plan is not the search's best, and at what cost; '' when it is."""

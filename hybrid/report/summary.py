@@ -66,7 +66,8 @@ def optimize_text(graph: Graph, device, res, wrote: list, wall_s: float) -> str:
     kind = plan.allocation.kind
     pool = (f"{len(plan.allocation.classes)} size classes" if kind == "size_classes"
             else f"arena of {format_bytes(plan.allocation.arena_bytes)}" if kind == "arena" else "byte budget")
-    lines = [f"wrote {', '.join(map(str, wrote))}: makespan {format_seconds(plan.makespan_s)} "
+    head = f"wrote {', '.join(map(str, wrote))}" if wrote else "plan (not written)"
+    lines = [f"{head}: makespan {format_seconds(plan.makespan_s)} "
              f"({plan.makespan_s / ideal:.3f} x ideal, {100 * ideal / plan.makespan_s:.1f}% of ideal throughput); "
              f"pool: {pool}"]
     if res.difference():
