@@ -260,6 +260,8 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     that fits: the check then measures the executor, not TF32 against fp32).
     `sanitize`: check every node's accesses for stream races (executor.races)
     and, on CPU, poison released device memory so a stale read shows.
+    `loss_fn` is the eager reference's (with `check`): the plan always runs the
+    loss the graph was captured with.
     Ctrl-C raises KeyboardInterrupt, with no result: to keep what was
     measured, collect each iteration's record with `on_iteration` as it
     completes (`hybrid execute` writes those on a Ctrl-C).
@@ -323,6 +325,11 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
                              grads=keep_grads, outputs=ex.outputs if is_inference(graph) else None)
         if ref_note:
             comparison.notes.append(ref_note)
+        if "loss[0]" in comparison.beyond_tolerance:   # before any update: not a plan's doing
+            comparison.notes.append(
+                "the first iteration's loss already differs, before any parameter was updated: the plan runs the "
+                "loss the graph was captured with, the eager reference loss_fn; is loss_fn that one (and the "
+                "batch the same)?")
         if alt:
             names = sorted(set(ex.runtime.node_impl.values()))
             comparison.notes.append(f"the plan runs {len(ex.runtime.node_impl)} compute event(s) with non-default "

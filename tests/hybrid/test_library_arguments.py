@@ -36,3 +36,23 @@ def test_execute_names_the_argument_of_the_wrong_type() -> None:
         execute(g, "plan.json", None, None)
     with pytest.raises(HybridError, match=r"^graph must be a hybrid.graph.Graph"):
         execute(str(RESNET), "plan.json", None, None)
+
+
+def test_a_check_with_another_loss_says_so() -> None:
+    """The plan runs the captured loss; a different loss_fn for the eager reference shows at the first loss."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from executor import execute
+    from hybrid.capture import capture
+    from hybrid.swap.baselines import run_baseline
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x, y = torch.randn(5, 8), torch.randint(4, (5,))
+    g = capture(m, (x,), F.cross_entropy, y, optimizer="sgd", lr=0.1)
+    plan = run_baseline(g, g.device, "belady")
+    other = execute(g, plan, m, (x,), y, loss_fn=lambda o, t: 2 * F.cross_entropy(o, t), iters=2, check=True)
+    assert any("the first iteration's loss already differs" in n for n in other.comparison.notes)
+    same = execute(g, plan, m, (x,), y, loss_fn=F.cross_entropy, iters=2, check=True)
+    assert same.comparison.max_abs_diff == 0.0 and not same.comparison.notes
