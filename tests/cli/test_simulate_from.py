@@ -175,3 +175,16 @@ def test_from_an_address_planned_plan_re_plans_a_byte_budget_as_its_note_says(gr
     assert r.exit_code == 0, r.output
     assert "re-planned with a byte budget" in r.output
     assert Plan.load(tmp_path / "q.json").allocation.kind != "arena"
+
+
+def test_from_a_refined_plan_says_its_timing_is_not_kept(graph: Path, tmp_path: Path) -> None:
+    """A new user checked refine's figure with simulate --from and read the swap planner's instead, unsaid."""
+    _plan(graph, tmp_path / "s.json")
+    r = run("refine", "--graph", graph, "--plan", tmp_path / "s.json", "--out", tmp_path / "r.json",
+            "--max-windows", "4", "--seed", "1")
+    assert r.exit_code == 0 and "faster" in r.output, r.output
+    refined = Plan.load(tmp_path / "r.json")
+    r = run("simulate", "--graph", graph, "--from", tmp_path / "r.json")
+    assert r.exit_code == 0, r.output
+    assert "was re-timed by CP-SAT refinement" in r.output and "that timing is not kept" in r.output
+    assert f"{refined.makespan_s * 1e3:.4g} ms" in r.output

@@ -91,6 +91,13 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
     opt = planner.faster_options(order, pool, opt)
     aug = planner.plan(order, pool, opt)
     plan = to_plan(aug, {"name": "simulate", "planner_options": opt.describe()})
+    if src is not None and "refine" in (src.planner if isinstance(src.planner, dict) else {}):
+        # the copies' timing CP-SAT chose is the planner's to choose again: say so where it moves the makespan
+        if abs(plan.makespan_s - src.makespan_s) > src.tolerance_s:
+            notes.append(f"{from_path} was re-timed by CP-SAT refinement ({format_seconds(src.makespan_s)}); that "
+                         "timing is not kept: simulate re-plans its schedule and pool with the swap planner "
+                         f"({format_seconds(plan.makespan_s)}); `hybrid validate` and `hybrid timeline` read a "
+                         "plan as it is")
     if out_path is not None:
         write_plan(g, plan, out_path, "the simulated plan")   # the one way a command writes a plan: validated
     if as_json:
