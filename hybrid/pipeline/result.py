@@ -130,12 +130,6 @@ class OptimizeResult:
             return pd.DataFrame(self.baselines.rows)
         return pd.DataFrame([plan_row("optimize, written", self.plan, graph, self.bounds or None)])
 
-    def summary(self, graph: "Graph", wrote: "list[str] | tuple[str, ...]" = ()) -> str:
-        """What `hybrid optimize` prints after its search (`wrote`: the files it wrote, none from a library)."""
-        from hybrid.report.summary import optimize_text
-
-        return optimize_text(graph, self.plan.device, self, list(wrote), self.timings.wall_s)
-
     def difference(self) -> str:
         """One plain line on why the written plan is not the search's best, and at what cost; '' when it is."""
         plan, best = self.searched_plan or self.plan, self.search_plan

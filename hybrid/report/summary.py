@@ -54,9 +54,13 @@ def optimize_json(res, wall_s: float) -> dict:  # noqa: ANN001 - hybrid.pipeline
     return out
 
 
-def optimize_text(graph: Graph, device, res, wrote: list, wall_s: float) -> str:  # noqa: ANN001
-    """`hybrid optimize`'s summary: the written plan first (and why it is not the search's best, at what cost),
-    its bound, bytes moved, the search, what the time limit left out, where the time went, the baselines."""
+def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: float | None = None) -> str:  # noqa: ANN001
+    """`hybrid optimize`'s summary of `res` (a `run_optimize` result; from Python: `optimize_text(graph, None,
+    res)`): the written plan first (and why it is not the search's best, at what cost), its bound, bytes moved,
+    the search, what the time limit left out, where the time went, the baselines. `wrote`: the files written
+    (none: "plan (not written)"); `device`: default the plan's; `wall_s`: default the run's own."""
+    device = res.plan.device if device is None else device
+    wall_s = res.timings.wall_s if wall_s is None else wall_s
     from hybrid.plan.metrics import persistent_bound_of
 
     result, plan, layout, t = res.search, res.plan, res.layout, res.timings

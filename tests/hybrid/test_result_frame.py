@@ -1,5 +1,5 @@
 """What `hybrid optimize` prints is there for a library caller: `OptimizeResult.frame()` is its table as a
-DataFrame (the rows `--json` gives as "baselines"), `.summary()` its text."""
+DataFrame (the rows `--json` gives as "baselines"), `hybrid.report.summary.optimize_text` its text."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ from ga import GAConfig
 from hybrid.device import resolve_device
 from hybrid.graph import Graph
 from hybrid.pipeline import OptimizeOptions, run_optimize
-from hybrid.report.summary import optimize_json
+from hybrid.report.summary import optimize_json, optimize_text
 from tests.cli.helpers import RESNET
 
 
@@ -30,6 +30,6 @@ def test_frame_is_the_json_tables_rows(found) -> None:
 
 def test_summary_is_the_commands_text(found) -> None:
     g, r = found
-    text = r.summary(g)
+    text = optimize_text(g, None, r)
     assert text.startswith("plan (not written): makespan ") and "belady" in text
-    assert r.summary(g, ["p.json"]).startswith("wrote p.json: makespan ")
+    assert optimize_text(g, None, r, ["p.json"]).startswith("wrote p.json: makespan ")
