@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from hybrid.device import Device
 from hybrid.graph import Graph
 from hybrid.plan import Plan
+from hybrid.units import format_seconds
 from milp.decode import DecodeError, auto_values, decode
 from milp.model import ModelOptions, build_model
 from milp.model import Values
@@ -56,6 +57,11 @@ class MilpRun:
     kept_back_s: float | None = None      # seconds kept back after a solve for decoding, laying out, validating
     refused: str | None = None        # why the MILP's plan was refused (a rule its decoding breaks, or its arena
     #                                   layout failing): `plan` is the start's; internal, not the user's error
+    resolve_memory_bytes: int | None = None   # the re-solve whose plan was laid out (and kept): the --memory it
+    #                                           was solved with (less than the device's), None without one
+    memory_given_up: float | None = None      # its share of the usable memory given up (`planner.memory_given_up`)
+    resolve_result: SolveResult | None = None  # that re-solve's solver result (status, time)
+    resolve_makespan_s: float | None = None    # its plan's makespan (the MILP's own plan, laid out)
 
     @property
     def bound_gap(self) -> float | None:
@@ -71,22 +77,55 @@ class MilpRun:
         return self.result.values
 
     def row(self) -> dict[str, Any]:
-        """The figures of one run, for tables (pandas-ready)."""
+        """The figures of one run, for tables (pandas-ready): the same keys on every path (solved, not solved,
+        refused), the plan's figures those of the plan written (`plan`), counted from its events where its
+        metrics lack them (a start's)."""
         r = self.result
         p = self.plan
+        fig = _event_counts(p) if p is not None else {}
+        arena = p.planner.get("arena", {}) if p is not None and isinstance(p.planner, dict) else {}
         return {"planner": self.kind, "stages": self.stages, "variables": self.variables,
                 "constraints": self.constraints, "binaries": self.binaries, "build_s": self.build_s,
                 "solve_s": r.solve_s, "handoff_s": r.handoff_s, "status": r.status, "solver_status": r.solver_status, "gap": r.gap,
                 "ilp_objective_s": r.objective_s, "bound_s": r.bound_s,
                 "makespan_s": p.makespan_s if p else None, "ideal_s": p.metrics["ideal_s"] if p else None,
-                "compute_s": p.metrics.get("compute_s") if p else None,
-                "recomputes": p.metrics.get("recomputes") if p else None,
-                "swaps_out": p.metrics.get("swaps_out") if p else None,
+                "compute_s": p.metrics.get("compute_s", fig.get("compute_s")) if p else None,
+                "recomputes": p.metrics.get("recomputes", fig.get("recomputes")) if p else None,
+                "swaps_out": p.metrics.get("swaps_out", fig.get("swaps_out")) if p else None,
                 "peak_bytes": p.metrics.get("peak_bytes") if p else None,
                 "start": self.start_name, "start_makespan_s": self.start_makespan_s,
                 "milp_makespan_s": self.milp_makespan_s, "written": self.written, "bound_gap": self.bound_gap,
                 "start_breaks": None if self.start_breaks is None else sum(self.start_breaks.values()),
-                "milp_refused": self.refused}
+                "milp_refused": self.refused,
+                "ilp_objective_tiebreak_s": r.model_objective_s,
+                "swaps_in": fig.get("swaps_in") if p else None,
+                "not_solved": self.not_solved, "resolve": self.resolve,
+                "resolve_memory_bytes": self.resolve_memory_bytes, "memory_given_up": self.memory_given_up,
+                "resolve_status": self.resolve_result.status if self.resolve_result is not None else None,
+                "resolve_makespan_s": self.resolve_makespan_s,
+                "laid_out": (p.allocation.kind == "arena") if p is not None else None,
+                "layout_overflow": (float(arena["overflow"]) if p is not None and p.allocation.kind != "arena"
+                                    and "overflow" in arena else None)}
+
+
+def _event_counts(plan: Plan) -> dict[str, Any]:
+    """What a plan runs, from its events (the MILP's decoded plans carry the same in their metrics)."""
+    ev = plan.events
+    return {"compute_s": sum(e.end_s - e.start_s for e in ev if e.kind == "compute"),
+            "recomputes": sum(1 for e in ev if e.kind == "compute" and e.recompute),
+            "swaps_out": sum(1 for e in ev if e.kind == "swap_out"),
+            "swaps_in": sum(1 for e in ev if e.kind == "swap_in")}
+
+
+def start_run(kind: str, plan: Plan, start_name: str | None, why: str, stages: int = 0,
+              start_makespan_s: float | None = None) -> MilpRun:
+    """A run that solved no model and wrote the start (`plan`): its model refused before the build
+    (`milp.stages.memory_refusal`), its build past the deadline, or a Ctrl-C before the solve. `why` is
+    `MilpRun.not_solved`."""
+    res = SolveResult("no_solution", "not solved", None, None, None, 0.0, False, None)
+    return MilpRun(kind, plan, res, stages, 0, 0, 0, 0.0, start_name=start_name,
+                   start_makespan_s=plan.makespan_s if start_makespan_s is None else start_makespan_s,
+                   written="start", start_plan=plan, not_solved=why)
 
 
 @dataclass(frozen=True)
@@ -165,7 +204,7 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
     plan = None
     refused = None
     if res.values is not None or (require and start_plan is None):
-        values = require_solution(res, f"milp {kind}")
+        values = require_solution(res, f"milp {kind}", infeasible_advice(graph, pb.n, opts, kind, res))
         planner = {"name": kind, "model": opts.describe(), "solver": solve_options.solver,
                    "time_limit_s": solve_options.time_limit_s, "mip_gap": solve_options.gap,
                    "status": res.status, "solver_status": res.solver_status, "gap": res.gap,
@@ -193,6 +232,38 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
     if res.values is not None and not opts.impl_choice:
         run.auto_values = auto_values(model, res.values)
     return run
+
+
+def infeasible_advice(graph: Graph, stages: int, opts: ModelOptions, kind: str, res: SolveResult) -> str:
+    """What to say when the solver proves the model infeasible (without a start to write): this model has no
+    plan at this memory, which is not to say no plan fits (Belady's may: the model's stages, windows and
+    switches restrict it); the switches given that restrict it, and what to try."""
+    n_ops = len(graph.ops)
+    limits, tries = [], []
+    if stages < n_ops:
+        limits.append(f"coarsened to {stages} stages of {n_ops} ops (a segment holds its boundary tensors "
+                      "throughout)")
+        tries.append(f"more --stages (up to {n_ops}, the default)")
+    if not opts.stalls:
+        limits.append("no blocking prefetches (--no-stalls: no stage may wait for a copy)")
+        tries.append("without --no-stalls")
+    if opts.link == "paper":
+        limits.append("one copy per direction in flight (--link paper)")
+        tries.append("--link bandwidth")
+    if not opts.offload:
+        limits.append("recompute only (--no-offload)")
+        tries.append("without --no-offload")
+    elif not opts.persistent:
+        limits.append("persistent tensors kept resident (--activations-only)")
+        tries.append("without --activations-only")
+    if opts.offload:
+        tries.append("a start plan (--start PLAN, or without --no-start Belady's, which is written where the "
+                     "model has none)")
+    tries.append("more --memory")
+    model = f"the {stages}-stage model" + (f" ({'; '.join(limits)})" if limits else "")
+    return (f"milp {kind}: {model} is infeasible at this memory (the solver proved it: {res.solver_status}); "
+            f"that is this model, not every plan: try {', '.join(tries[:-1])}" + (" or " if len(tries) > 1 else "")
+            + tries[-1])
 
 
 RELAYOUT_TRIES = 4      # MILP solves with less memory where the plan's copies do not lay out in the arena
@@ -233,11 +304,14 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     included. Each solver gets what is left of it less `post_solve_s` (kept back to decode, lay out and
     validate its plan; `MilpRun.solver_limit_s`, `kept_back_s`); a re-solve is skipped when less is left than
     the first build took plus `MIN_RESOLVE_S` (`MilpRun.resolve` says so), and none runs after Ctrl-C or
-    SIGTERM. With a start, a model build that runs past its deadline returns the start's plan
-    (`MilpRun.not_solved` says why) instead of raising, and so does a MILP plan that its decoding or its arena
-    layout refuses (an internal inconsistency, not the user's; `MilpRun.refused` says why)."""
+    SIGTERM. `MilpRun.resolve` says what became of the re-solves (each one's memory and outcome); the one
+    written sets `resolve_memory_bytes`, `memory_given_up`, `resolve_result`, `resolve_makespan_s`. With a
+    start, a model build that runs past its deadline, or a Ctrl-C / SIGTERM before the solver has the model,
+    returns the start's plan (`MilpRun.not_solved` says why) instead of raising, and so does a MILP plan that
+    its decoding or its arena layout refuses (an internal inconsistency, not the user's; `MilpRun.refused`
+    says why)."""
     from hybrid.arena.layout import laid_out
-    from hybrid.signals import received
+    from hybrid.signals import interrupted_by, received
     from milp.model import BuildTimeError
 
     t0 = time.monotonic()
@@ -251,6 +325,13 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     keep = post_solve_s(graph, prepared) if deadline is not None else 0.0
     first = solve_options if deadline is None else replace(solve_options, deadline=deadline - keep)
     budget_left = None if deadline is None else max(0.0, deadline - keep - time.monotonic())
+    n_stages = min(stages, len(graph.ops)) if stages else len(graph.ops)
+
+    def the_start(why: str) -> MilpRun:
+        run = start_run(kind, prepared.written, start_name, why, n_stages, prepared.auto.makespan_s)
+        run.start_plan, run.build_s, run.kept_back_s = prepared.auto, time.monotonic() - t0, keep
+        return run
+
     try:
         if budget_left is not None and budget_left <= 0.0 and prepared is not None:
             raise BuildTimeError(f"milp: no time left to build the model (loading and the start took the time "
@@ -260,10 +341,13 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     except BuildTimeError as e:
         if prepared is None:
             raise
-        res = SolveResult("no_solution", "not solved", None, None, None, 0.0, False, None)
-        return MilpRun(kind, prepared.written, res, 0, 0, 0, 0, time.monotonic() - t0, start_name=start_name,
-                       start_makespan_s=prepared.auto.makespan_s, written="start", start_plan=prepared.auto,
-                       not_solved=str(e), kept_back_s=keep)
+        return the_start(str(e))
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM while the model is built or handed over (HiGHS takes one during its search itself;
+        # CBC's wait is ended by it): the start, prepared and validated, is written, as where the time runs out
+        if prepared is None:
+            raise
+        return the_start(f"interrupted ({interrupted_by()}) before the model was solved")
     run.kept_back_s = keep if deadline is not None else None
     run.solver_limit_s = run.result.limit_s
     if run.plan is None:
@@ -277,49 +361,89 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
         run.refused = f"the MILP's plan was refused (its arena layout failed: {e})"
     failed, refused = 0.0, 1.0          # shares of the memory given up: last that did not lay out, first infeasible
     over: float | None = _overflow(run.plan)     # the last layout's overflow; 0.0 after a refused solve
+    first_over = over
     stopped = run.result.interrupted    # HiGHS takes the Ctrl-C itself, so `received()` alone does not see it
+    whose = "the start's" if run.written == "start" else "the MILP's"
+    tries: list[str] = []               # what each re-solve gave, for the report
+
+    def not_laid(what: str) -> str:
+        over_s = f" (best layout {100 * first_over:+.1f}% over the memory)" if first_over else ""
+        done = f"; {len(tries)} re-solve{'s' if len(tries) != 1 else ''} with less memory: {'; '.join(tries)}" \
+            if tries else ""
+        return f"{whose} plan did not lay out in the arena{over_s}{done}; {what}"
+
     for _ in range(RELAYOUT_TRIES):
-        if over is None or stopped or received():
-            break       # laid out; or Ctrl-C / SIGTERM (write what there is)
+        if over is None:
+            break       # laid out
+        if stopped or received():   # Ctrl-C / SIGTERM: write what there is
+            run.resolve = not_laid(f"no re-solve with less memory after {interrupted_by()}: written as it is, "
+                                   "not laid out")
+            break
         left = None if deadline is None else deadline - keep - time.monotonic()
         if left is not None and left < run.build_s + MIN_RESOLVE_S:
-            run.resolve = ("the plan does not lay out in the arena; the re-solve with less memory is skipped: "
-                           + (f"{left:.1f} s left" if left > 0 else "no time left") + " of the time limit, its "
-                           f"model's build took {run.build_s:.1f} s")
+            run.resolve = not_laid(
+                "the re-solve with less memory is skipped: it needs its model's build "
+                f"({run.build_s:.1f} s) plus {MIN_RESOLVE_S:g} s (MIN_RESOLVE_S, the least a re-solve is given), and "
+                + (f"{left:.1f} s of the time limit was left" if left > 0 else "none of the time limit was left"))
             break
         give = 0.5 * (failed + refused) if over == 0.0 else \
             min(1.0 - (1.0 - failed) / (1.0 + over) + 0.005, 0.5 * (failed + refused))
         dev = replace(device, memory_bytes=int(device.usable_bytes * (1.0 - give)) + device.reserve_bytes)
+        at = f"--memory {dev.memory_bytes}B ({100 * give:.2f}% given up)"
         try:   # the same deadline as the first solve's (`first`): what is left of it, less what is kept back
             again = solve_milp(graph, dev, kind, stages, first, model_options, False, None, None, start_name)
         except BuildTimeError as e:     # the time ran out building or handing over the model: not the memory
-            run.resolve = f"the plan does not lay out in the arena; the re-solve with less memory stopped: {e}"
+            run.resolve = not_laid(f"the re-solve at {at} stopped: {e}")
             break
-        except HybridError:
+        except KeyboardInterrupt:
+            run.resolve = not_laid(f"the re-solve at {at} was interrupted ({interrupted_by()}): the plan is written "
+                                   "as it is, not laid out")
+            break
+        except HybridError as e:
             again = None
+            tries.append(f"at {at}: {e}")
         stopped = again is not None and again.result.interrupted
         if again is None or again.plan is None:
+            if again is not None:
+                tries.append(f"at {at}: {again.result.status} ({again.result.solver_status})")
             refused, over = give, 0.0       # too little memory for the model: back half way
             continue
         try:
             shrunk = laid_out(graph, replace(again.plan, device=device,
                                              planner={**again.plan.planner, "memory_given_up": give}))
         except HybridError:     # its layout refused by the arena's own check (internal): keep what there is
+            run.resolve = not_laid(f"the layout of the re-solve at {at} was refused by the arena's check: the "
+                                   "first plan is written as it is")
             break
         if shrunk.allocation.kind == "arena":
+            ar = again.result
             run.plan, run.written = shrunk, "milp"
+            run.resolve_memory_bytes, run.memory_given_up = dev.memory_bytes, give
+            run.resolve_result, run.resolve_makespan_s = ar, shrunk.makespan_s
+            tries.append(f"at {at}: {ar.status} ({ar.solver_status}) in {format_seconds(ar.solve_s)}, makespan "
+                         f"{format_seconds(shrunk.makespan_s)}, laid out")
+            run.resolve = not_laid("that plan is laid out for the full device and written "
+                                   "(planner.memory_given_up)")
             break
         failed, over = give, _overflow(shrunk)
+        tries.append(f"at {at}: {again.result.status}, makespan {format_seconds(shrunk.makespan_s)}, "
+                     f"{100 * over:+.1f}% over" if over else f"at {at}: not laid out")
+    else:
+        if over is not None:
+            run.resolve = not_laid("none laid out: the first solve's plan is written as it is, not laid out")
     if run.start_plan is not None and run.start_plan.makespan_s < run.plan.makespan_s:
         # never slower than the start
         run.plan, run.written = prepared.written if prepared is not None else laid_out(graph, run.start_plan), "start"
+        if run.resolve is not None:
+            run.resolve += "; the start is faster and is written instead"
     return run
 
 
 def checked_start(graph: Graph, device: Device, plan: Plan) -> Plan:
     """`plan` on `device`, validated (a start must be a plan of this graph that fits this memory). A start of
     another graph, or one that fails validation, is the plan given being wrong, not the request:
-    InvalidPlanError (exit 1, as `hybrid validate`), naming both graphs."""
+    InvalidPlanError (exit 1, as `hybrid validate`), naming both graphs; one that fails, validated again on its
+    own device, says whether it is broken (a bad event) or made for another memory."""
     from hybrid.errors import InvalidPlanError
     from hybrid.validator import require_plan_of, validate
 
@@ -328,8 +452,17 @@ def checked_start(graph: Graph, device: Device, plan: Plan) -> Plan:
     rep = validate(graph, p)
     if not rep.valid:
         v = rep.violations[0]
-        raise InvalidPlanError(f"--start: the plan is not valid on this device (rule {v.rule}: {v.message}); give "
-                               "a plan made for this --memory")
+        own = rep if plan.device == device else validate(graph, plan)
+        if not own.valid:    # broken as it is: another memory would not help
+            w = own.violations[0]
+            raise InvalidPlanError(f"--start: the plan is not valid (rule {w.rule}: {w.message}), on the device it "
+                                   "was made for too; give a valid plan (`hybrid validate` lists what is wrong)")
+        from hybrid.units import format_bytes_exact
+
+        raise InvalidPlanError(f"--start: the plan is valid on the device it was made for ("
+                               f"{format_bytes_exact(plan.device.memory_bytes)}), not on this one "
+                               f"({format_bytes_exact(device.memory_bytes)}; rule {v.rule}: {v.message}); give a "
+                               f"plan made for this --memory, or --memory {plan.device.memory_bytes}B")
     return p
 
 

@@ -150,6 +150,14 @@ class BuildTimeError(HybridError):
     """Building the model ran past its deadline (a caller's time limit): there is no model to solve."""
 
 
+def fewer_stages(n: int) -> str:
+    """The advice for a model too large for the time left: fewer --stages, with what that costs (a coarser model
+    can be infeasible at a memory where the full one, or Belady's plan, is not: a segment holds its boundary
+    tensors throughout)."""
+    return (f"fewer --stages (e.g. --stages {max(1, n // 4)}; a coarser model builds faster but can be infeasible "
+            "where the full one is not)") if n else "fewer --stages"
+
+
 def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), name: str = "mosos",
                 deadline: float | None = None, stage_times: list[float] | None = None) -> MilpModel:
     """`deadline` (time.monotonic()): building past it raises a one-line HybridError (a caller's time limit).
@@ -161,7 +169,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     def over() -> None:
         if deadline is not None and time.monotonic() > deadline:
             raise BuildTimeError(f"milp: building the model ({n} stages) did not finish within the time limit; give a "
-                              f"longer --time-limit, or fewer --stages (e.g. --stages {max(1, n // 4)})")
+                                 f"longer --time-limit, or {fewer_stages(n)}")
     nodes = pb.nodes
     dev = pb.device
     lp = pulp.LpProblem(name, pulp.LpMinimize)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import pulp
 
 from hybrid.errors import HybridError, InfeasibleError
-from milp.model import MS, BuildTimeError, MilpModel, Values, read_values
+from milp.model import MS, BuildTimeError, MilpModel, Values, fewer_stages, read_values
 
 SOLVERS = ("highs", "cbc")
 MIN_SOLVE_S = 0.5   # the solver's least budget when a deadline has (nearly) passed
@@ -115,6 +115,8 @@ class SolveResult:
     #                                (HiGHS: the columns and rows passed to highspy; counted against the deadline)
     search_s: float | None = None  # of `solve_s`, seconds the solver itself ran (HiGHS; the rest of `solve_s`
     #                                is the hand-off and reading the solution back)
+    model_objective_s: float | None = None  # the incumbent's objective as the solver counts it: `objective_s`
+    #                                plus the copies' tie-break, the same basis as `bound_s` and `gap`
 
     @property
     def has_solution(self) -> bool:
@@ -164,7 +166,7 @@ class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
         stop = None if self.deadline is None else max(self.deadline, t0 + MIN_SOLVE_S)
         n_vars, n_rows = lp.numVariables(), len(lp._constraints)
         guess = HANDOFF_S_PER_ITEM * (n_vars + n_rows)
-        fewer = f"fewer --stages (e.g. --stages {max(1, self.stages // 4)})" if self.stages else "fewer --stages"
+        fewer = fewer_stages(self.stages)
         if stop is not None and t0 + guess > stop:   # it cannot end in time: say so now, not after trying
             raise HandoffTimeError(
                 f"milp: no time left to hand the model ({n_vars} variables, {n_rows} constraints) to HiGHS: that "
@@ -340,7 +342,8 @@ def _highs_result(model: MilpModel, opts: SolveOptions, solve_s: float) -> Solve
     proven = st == S.kOptimal and gap is not None and gap <= opts.gap + 1e-6
     if st == S.kOptimal and not proven:
         words += f" (gap {gap if gap is None else round(gap, 4)} from its bound: optimality not trusted)"
-    return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, interrupted, values)
+    return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, interrupted, values,
+                       model_objective_s=model_obj / MS)
 
 
 _RESULT = re.compile(r"^Result - (.*)$", re.M)
@@ -388,20 +391,29 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
     values = read_values(model)
     obj = model.objective_time(values)
     lb = re.search(r"^Lower bound:\s*" + _FLOAT, text, re.M)
-    gp = re.search(r"^Gap:\s*" + _FLOAT, text, re.M)
     bound = float(lb.group(1)) / MS if lb else None
-    gap = float(gp.group(1)) if gp else None
+    model_obj = model.lp.objective.value()
+    model_obj = float(model_obj) / MS if model_obj is not None else None
     proven = words.lower().startswith("optimal")
-    if proven and gap is None:
+    # One definition of the gap for both solvers, HiGHS's: (incumbent - bound) / incumbent, both with the
+    # tie-break. CBC's own "Gap:" line divides by the bound (152% where HiGHS's definition gives 60%).
+    gap = None
+    if bound is not None and model_obj is not None and abs(model_obj) > 0:
+        gap = max(0.0, (model_obj - bound) / abs(model_obj))
+    elif proven:
         gap = 0.0
-    return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, False, values)
+    return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, False, values,
+                       model_objective_s=model_obj)
 
 
-def require_solution(res: SolveResult, what: str = "milp") -> Values:
-    """The incumbent, or a one-line error saying why there is none."""
+def require_solution(res: SolveResult, what: str = "milp", infeasible: str | None = None) -> Values:
+    """The incumbent, or a one-line error saying why there is none. `infeasible`: what to say when the solver
+    proved the model infeasible (the caller knows the model: which of its restrictions a plan may need to
+    break, `milp.api.infeasible_advice`); without it, the model is said to be infeasible, not every plan."""
     if res.status == "infeasible":
-        raise InfeasibleError(f"{what}: no plan fits this memory (the solver proved the model infeasible: "
-                              f"{res.solver_status}); give more --memory")
+        raise InfeasibleError(infeasible or f"{what}: the model is infeasible at this memory (the solver proved "
+                              f"it: {res.solver_status}); a plan outside the model may still fit: try a start "
+                              "plan, or more --memory")
     if res.values is None:
         raise HybridError(f"{what}: the solver stopped without a feasible solution ({res.solver_status}, "
                           f"{res.solve_s:.1f} s); give a longer --time-limit, more --memory or fewer --stages")

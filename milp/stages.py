@@ -334,8 +334,12 @@ def memory_refusal(graph: Graph, device: Device, options: "ModelOptions") -> str
     names = ", ".join(f"{g.tensors[j].id} ({format_bytes(pb.mem[j])})" for j in ts[:6]) + \
         (f" and {len(ts) - 6} more" if len(ts) > 6 else "")
     ws = nd.impls[nd.leanest].workspace
+    # persistent tensors stay resident where the model does not manage them: --activations-only, or --no-offload
+    # (nothing is copied out); name the flag given
+    why = ", ".join(f for f, on in (("--no-offload", not options.offload),
+                                    ("--activations-only", not options.persistent)) if on)
     resident = f" on top of {format_bytes(pb.fixed_bytes)} of persistent tensors kept resident " \
-               "(--activations-only)" if pb.fixed_bytes else ""
+               f"({why})" if pb.fixed_bytes else ""
     return (f"milp: stage {q} (op {g.ops[nd.ops[0]].id!r}) needs {format_bytes(needs[q])} at once: {names}"
             + (f", workspace {format_bytes(ws)}" if ws else "") + resident
             + f"; the device has {format_bytes(device.usable_bytes)}: give --memory of at least "

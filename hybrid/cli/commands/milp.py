@@ -33,7 +33,8 @@ from hybrid.validator import write_plan
 @click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A plan of this graph to start from (its schedule becomes the stage order); default: Belady's "
                    "plan on the program order (`hybrid simulate`'s planner; none with --no-offload). The plan written is the faster of "
-                   "the MILP's and the start's: never slower than the start.")
+                   "the MILP's and the start's: never slower than the start. Without --memory (or --device) it "
+                   "plans for the memory the start was made for; with --no-offload a start with copies is refused.")
 @click.option("--no-start", is_flag=True, help="No start plan: the MILP's own plan only (none if it finds none).")
 @click.option("--activations-only", is_flag=True,
               help="The paper's setting: parameters, optimizer state and inputs stay on the device all iteration "
@@ -47,7 +48,7 @@ from hybrid.validator import write_plan
               help="Time transfer windows on each stage's fastest compute only (the paper's), not on the start "
                    "plan's stage times, which include its stalls.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the plan here (hybrid-plan/1).")
+              help="Write the plan here (hybrid-plan/1); without it the plan is only reported.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: int | None, solver: str,
             time_limit: str, gap: float, threads: int, start_path: Path | None, no_start: bool,
@@ -82,17 +83,29 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if threads < 1:
         raise HybridError(f"--threads must be at least 1, got {threads}")
     prepare_output(out_path, "--out")
-    g = load_graph(graph_path)
-    dev = device_from(g, kw)
     if start_path is not None and no_start:
         raise HybridError("--start and --no-start exclude each other; give one")
+    g = load_graph(graph_path)
+    given_plan = load_plan(start_path) if start_path is not None else None
+    if given_plan is not None and no_offload:
+        copies = sum(1 for e in given_plan.events if e.kind in ("swap_out", "swap_in"))
+        if copies:   # the faster of the two is written: a start with copies would break --no-offload
+            raise HybridError(f"--start: the plan has {copies} copies (swap_out/swap_in events) and --no-offload "
+                              "plans recompute only; give a plan without copies, or drop --no-offload")
+    from_start = given_plan is not None and kw.get("memory") is None and kw.get("device_name") is None
+    # without --memory (or --device), a start plans for the memory it was made for, as `simulate --from` does
+    dev = device_from(g, kw, base=given_plan.device if from_start else None)
+    if from_start and dev.memory_bytes != g.device.memory_bytes:
+        click.echo(f"note: --start without --memory: planning for the start plan's memory, "
+                   f"{format_bytes_exact(dev.memory_bytes)} (the graph's device has "
+                   f"{format_bytes_exact(g.device.memory_bytes)}); give --memory to plan for another", err=True)
     opts = ModelOptions(offload=not no_offload, impl_choice=not no_impl_choice, link=link,
                         persistent=not activations_only, stalls=not no_stalls, start_windows=not compute_windows)
     kind = {(True, True): "mosos", (True, False): "str-auto", (False, False): "checkmate-auto",
             (False, True): "checkmate"}[(opts.offload, opts.impl_choice)]
     start = start_name = None
-    if start_path is not None:
-        start, start_name = load_plan(start_path), str(start_path)
+    if given_plan is not None:
+        start, start_name = given_plan, str(start_path)
     elif not no_start and not no_offload:  # Belady copies: no start for the recompute-only kinds
         start, start_name = belady_start(g, dev), "belady"
     from milp.stages import memory_refusal
@@ -101,7 +114,8 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if refusal is not None and start is None:
         raise InfeasibleError(refusal)
     if refusal is not None:  # no model plan can fit: the start (with Auto) is the answer, no solve
-        _write_start(g, dev, start, start_name, refusal, out_path, as_json)
+        _write_start(g, dev, kind, stages, start, start_name, refusal, out_path, as_json)
+        _not_written(out_path, as_json)
         return
     # --time-limit bounds the whole command (loading and Belady's start included): plan_milp returns by the
     # deadline, its solver given what is left less the time kept back to decode, lay out, validate and write
@@ -117,18 +131,18 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
             raise KeyboardInterrupt from None
         raise
     assert run.plan is not None
-    if run.not_solved is not None:   # no time to build the model: the start is still a plan, no worse than itself
+    if run.not_solved is not None:   # no time to build the model, or a Ctrl-C before the solve: the start is
+        #                              still a plan, no worse than itself
         if out_path is not None:
             write_plan(g, run.plan, out_path, "the start plan")
-        _say_start(g, dev, run.plan, start_name, run.not_solved, out_path, as_json)
+        _say_start(g, dev, run, out_path, as_json)
+        _not_written(out_path, as_json)
         return
     if out_path is not None:
         write_plan(g, run.plan, out_path, "the milp plan")
     if as_json:
-        js = json_summary(g, dev, run.plan, out_path)
-        d = {**js, **run.row()}
-        d.update({k: js[k] for k in ("stall_s", "bytes_h2d", "bytes_d2h", "peak_bytes")})   # from the events
-        click.echo(json.dumps(d, indent=1))
+        _echo_json(g, dev, run, out_path)
+        _not_written(out_path, as_json)
         return
     m = run.plan.metrics
     lines = _report(g, run, kind, solver, dev, m)
@@ -140,32 +154,63 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if counts:
         lines.append("impls        " + ", ".join(f"{n} on {k} op{'s' if k != 1 else ''}"
                                             for n, k in sorted(counts.items())) + " (the rest: their default)")
+    lines.append(_layout_line(run.plan))
     if out_path is not None:
         lines.append(f"plan         {out_path} (validated)")
     click.echo("\n".join(lines))
+    _not_written(out_path, as_json)
 
 
-def _write_start(g, dev, start, start_name: str | None, why: str, out_path: Path | None,  # noqa: ANN001
-                 as_json: bool) -> None:
+def _not_written(out_path: Path | None, as_json: bool) -> None:
+    """Without --out the plan is only reported: one line on stderr says so (after the report, so that an error
+    stays the only line of a failed run; with --json, its `"plan": null` says it)."""
+    if out_path is None and not as_json:
+        click.echo("note: no --out given: the plan was reported, not written (give --out PLAN.json to keep it)",
+                   err=True)
+
+
+def _echo_json(g, dev, run, out_path: Path | None) -> None:  # noqa: ANN001 - Graph, Device, MilpRun
+    """`--json`: the plan's figures (`json_summary`, from its events) and the run's (`MilpRun.row`): the same
+    keys whether the model was solved or not."""
+    js = json_summary(g, dev, run.plan, out_path)
+    d = {**js, **run.row()}
+    d.update({k: js[k] for k in ("stall_s", "bytes_h2d", "bytes_d2h", "peak_bytes")})   # from the events
+    click.echo(json.dumps(d, indent=1))
+
+
+def _layout_line(plan) -> str:  # noqa: ANN001 - Plan
+    """Whether the plan written has arena offsets; where not, how far its best layout went over and what the
+    executor then does."""
+    if plan.allocation.kind == "arena":
+        return "layout       laid out in the arena (offsets in the plan)"
+    arena = plan.planner.get("arena", {}) if isinstance(plan.planner, dict) else {}
+    over = f" (best layout {100 * float(arena['overflow']):+.1f}% over the memory)" if "overflow" in arena else ""
+    return (f"layout       not laid out{over}: a byte-budget plan ({plan.allocation.kind}); the executor places its "
+            "copies at run time (best fit, compacting)")
+
+
+def _write_start(g, dev, kind: str, stages: int | None, start, start_name: str | None, why: str,  # noqa: ANN001
+                 out_path: Path | None, as_json: bool) -> None:
     """No model to solve (refused, or its build ran past the time limit): write the start with Auto's impls."""
-    from milp.api import checked_start
+    from milp.api import checked_start, start_run
     from milp.decode import auto_plan
 
     plan = auto_plan(g, checked_start(g, dev, start))
     if out_path is not None:
         write_plan(g, plan, out_path, "the start plan")
-    _say_start(g, dev, plan, start_name, why, out_path, as_json)
+    n = min(stages, len(g.ops)) if stages else len(g.ops)
+    _say_start(g, dev, start_run(kind, plan, start_name, why, n), out_path, as_json)
 
 
-def _say_start(g, dev, plan, start_name: str | None, why: str, out_path: Path | None,  # noqa: ANN001
-               as_json: bool) -> None:
+def _say_start(g, dev, run, out_path: Path | None, as_json: bool) -> None:  # noqa: ANN001 - Graph, Device, MilpRun
     """The report of a run that wrote the start (Auto's impls) without solving a model."""
     if as_json:
-        click.echo(json.dumps({**json_summary(g, dev, plan, out_path), "start": start_name, "written": "start",
-                               "refusal": why}, indent=1))
+        _echo_json(g, dev, run, out_path)
         return
+    why = run.not_solved
     click.echo(f"model        not solved: {why.removeprefix('error: ').removeprefix('milp: ')}\n"
-               f"written      the start ({start_name}, Auto impls): {format_seconds(plan.makespan_s)} simulated"
+               f"written      the start ({run.start_name}, Auto impls): {format_seconds(run.plan.makespan_s)} "
+               f"simulated\n" + _layout_line(run.plan)
                + (f"\nplan         {out_path} (validated)" if out_path is not None else ""))
 
 
@@ -186,6 +231,19 @@ def _solve_parts(r, solver: str) -> str:  # noqa: ANN001 - milp.solve.SolveResul
     return f" ({'; '.join(parts)})"
 
 
+def _objective_line(r) -> str:  # noqa: ANN001 - milp.solve.SolveResult
+    """The incumbent's objective next to the bound, both as the solver counts them (with the copies' tie-break,
+    the basis of its bound and gap), and compute + recompute + waits without the tie-break (`ilp_objective_s`)."""
+    if r.objective_s is None:
+        return "ILP objective none (no incumbent)" + (f", bound {format_seconds(r.bound_s)} (with the copies' "
+                                                      "tie-break)" if r.bound_s is not None else ", no bound")
+    line = f"ILP objective {format_seconds(r.objective_s)} (compute + recompute + waits)"
+    if r.model_objective_s is None:
+        return line + (f", bound {format_seconds(r.bound_s)}" if r.bound_s is not None else ", no bound")
+    return line + f"; with the copies' tie-break {format_seconds(r.model_objective_s)}, bound " + \
+        (f"{format_seconds(r.bound_s)}" if r.bound_s is not None else "none") + " (both with it)"
+
+
 def _report(graph, run, kind: str, solver: str, dev, m: dict) -> list[str]:  # noqa: ANN001 - Graph, MilpRun, Device
     from hybrid.validator import event_figures
 
@@ -197,16 +255,18 @@ def _report(graph, run, kind: str, solver: str, dev, m: dict) -> list[str]:  # n
         + ", gap "
         + (f"{100 * r.gap:.2f}%" if r.gap is not None else "unknown")
         + (" — interrupted, best plan so far" if r.interrupted else ""),
-        (f"ILP objective {format_seconds(r.objective_s)} (compute + recompute)" if r.objective_s is not None
-         else "ILP objective none (no incumbent)")
-        + (f", bound {format_seconds(r.bound_s)}" if r.bound_s is not None else ", no bound"),
+        _objective_line(r),
     ]
     if run.start_name is not None:
         mapped, unmapped = run.start_mapped or (0, 0)
         milp_s = format_seconds(run.milp_makespan_s) if run.milp_makespan_s is not None else \
             "refused" if run.refused else "none"
+        if run.resolve_makespan_s is not None:
+            milp_s += f" (did not lay out; re-solved with less memory: {format_seconds(run.resolve_makespan_s)})"
+        whose = "the start's" if run.written == "start" else \
+            "the MILP's re-solve" if run.resolve_makespan_s is not None else "the MILP's"
         lines.append(f"start        {run.start_name}: {format_seconds(run.start_makespan_s)} simulated; MILP's own "
-                     f"plan {milp_s}; written: the {'start' if run.written == 'start' else 'MILP'}'s "
+                     f"plan {milp_s}; written: {whose} "
                      f"({mapped} of its events given as a MIP start, {unmapped} outside the model's variables)")
     if run.refused:   # the model's accounting missed something the validator counts: the start is written
         lines.append(f"refused      {run.refused}; the start is written")
@@ -224,8 +284,8 @@ def _report(graph, run, kind: str, solver: str, dev, m: dict) -> list[str]:  # n
     if run.resolve is not None:
         lines.append(f"re-solve     {run.resolve}")
     if run.bound_gap is not None:
-        lines.append(f"bound gap    {100 * run.bound_gap:.2f}% (written plan's makespan over the ILP bound; the bound "
-                     "holds for this model's stages, not for every plan)")
+        lines.append(f"bound gap    {100 * run.bound_gap:.2f}% ((written plan's makespan - the ILP bound) / that makespan; "
+                     "the bound holds for this model's stages, not for every plan)")
     ev = run.plan.events
     n_re = sum(1 for e in ev if e.kind == "compute" and e.recompute)
     n_out = sum(1 for e in ev if e.kind == "swap_out")
