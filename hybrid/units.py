@@ -138,6 +138,11 @@ def format_bytes_apart(a: int, b: int) -> tuple[str, str]:
     return (format_bytes_exact(a), format_bytes_exact(b)) if fa == fb and int(a) != int(b) else (fa, fb)
 
 
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """`n` and the noun in its number: "1 window", "3 windows" (`plural` where adding an s is wrong)."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def format_seconds(t: float, digits: int = 4) -> str:
     """`t` seconds in s, ms or us (by its magnitude, so a negative difference reads like a positive one) with
     `digits` significant digits; a table that must tell two close times apart asks for more."""

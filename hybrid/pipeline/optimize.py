@@ -48,7 +48,7 @@ from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.pipeline.result import Budget, OptimizeResult, Refinement, Timings
-from hybrid.units import format_seconds, parse_duration
+from hybrid.units import counted, format_seconds, parse_duration
 
 if TYPE_CHECKING:
     from ga import GAConfig
@@ -817,7 +817,7 @@ def _beside_outcome(report, search_plan: "Plan", ref: Refinement) -> "Plan":  # 
     ref.plans, ref.elites, ref.windows, ref.accepted = r.refined, r.elites, r.windows, r.accepted
     ref.seconds, ref.error = r.busy_s, r.error
     note = (f"; CP-SAT beside the search refined {r.refined} plan{'s' if r.refined != 1 else ''} ({r.elites} "
-            f"elite{'s' if r.elites != 1 else ''} after its best), {r.windows} windows, {r.accepted} accepted")
+            f"elite{'s' if r.elites != 1 else ''} after its best), {counted(r.windows, 'window')}, {r.accepted} accepted")
     if r.error:
         note += f" ({r.error})"
     plan = r.pick(search_plan)

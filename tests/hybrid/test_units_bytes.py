@@ -24,3 +24,10 @@ def test_two_sizes_compared_read_apart() -> None:
     assert format_bytes_apart(2 * 2**20 + 4096, 2 * 2**20) == ("2 MiB (2101248 B)", "2 MiB (2097152 B)")
     assert format_bytes_apart(3 * 2**20, 2 * 2**20) == ("3 MiB", "2 MiB")
     assert format_bytes_apart(2**20, 2**20) == ("1 MiB", "1 MiB")
+
+
+def test_counted_says_the_noun_in_its_number() -> None:
+    from hybrid.units import counted
+
+    assert counted(1, "window") == "1 window" and counted(0, "window") == "0 windows"
+    assert counted(2, "window") == "2 windows" and counted(3, "child", "children") == "3 children"

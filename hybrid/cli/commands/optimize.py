@@ -15,7 +15,7 @@ from hybrid.cli.options import (FINITE, device_from, device_options, graph_optio
 from hybrid.errors import HybridError
 from hybrid.pipeline.optimize import ARENA_AUTO_S, refine_available
 from hybrid.report.summary import optimize_json, optimize_text
-from hybrid.units import format_seconds, parse_duration
+from hybrid.units import counted, format_seconds, parse_duration
 
 DEFAULT_REFINE = "cpsat" if refine_available() else "none"
 EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpreter's exit (about 1 s, unloaded)
@@ -207,7 +207,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
         if time.monotonic() - last[0] >= 5.0:
             last[0] = time.monotonic()
             click.echo(f"refine {format_seconds(p.elapsed_s)}: makespan {format_seconds(p.makespan)} (from "
-                       f"{format_seconds(p.initial_makespan)}), {p.windows} windows, {p.accepted} accepted", err=True)
+                       f"{format_seconds(p.initial_makespan)}), {counted(p.windows, 'window')}, {p.accepted} accepted", err=True)
 
     def on_generation(stats, left: float) -> None:  # noqa: ANN001 - ga.progress.GenerationStats
         line.time_left = lambda: left

@@ -9,7 +9,7 @@ import click
 from hybrid.cli import clock
 from hybrid.cli.options import graph_option, json_summary, load_graph, load_plan, prepare_output, seed_option
 from hybrid.errors import HybridError
-from hybrid.units import format_seconds, parse_duration
+from hybrid.units import counted, format_seconds, parse_duration
 
 WRITE_S = 1.0      # kept back from --time-limit for writing the plan and the summary
 TIMELINE_S = 3.0   # ... and for drawing --timeline (matplotlib's import and two timelines)
@@ -116,7 +116,7 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
             last[0] = time.monotonic()
             gain = 100 * (1 - p.makespan / p.initial_makespan) if p.initial_makespan > 0 else 0.0
             click.echo(f"refine {format_seconds(p.elapsed_s)}: makespan {format_seconds(p.makespan)} "
-                       f"({gain:.2f}% faster), {p.windows} windows, {p.accepted} accepted", err=True)
+                       f"({gain:.2f}% faster), {counted(p.windows, 'window')}, {p.accepted} accepted", err=True)
 
     # --time-limit bounds the whole command (loading before, writing after): the search gets what is left
     budget = clock.left(total) - WRITE_S - (TIMELINE_S if timeline_path is not None else 0.0)
@@ -138,7 +138,7 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
             click.echo(table([plan_row("input", plan, graph), plan_row("refined", res.plan, graph)]))
             what = (f"{gain:.2f}% faster" if res.improved else "no faster timing found; wrote the input plan unchanged")
             click.echo(f"{what}: re-walked {format_seconds(res.rebind_makespan)}, copy streams re-ordered "
-                       f"{format_seconds(res.reorder_makespan)}, then {res.windows} windows solved, "
+                       f"{format_seconds(res.reorder_makespan)}, then {counted(res.windows, 'window')} solved, "
                        f"{res.accepted} accepted, {res.infeasible} without a solution in time, in "
                        f"{format_seconds(res.search_s)} (stopped: {res.stop})")
         for note in res.notes:
