@@ -14,9 +14,9 @@ from hybrid.units import round_up
 from hybrid.swap.augmented import AugmentedGraph
 
 
-def device_intervals(aug: AugmentedGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(alloc, release, bytes) of every device copy and workspace in the timeline; a copy occupies its bytes
-    rounded up to the device's alignment (rule 5)."""
+def device_intervals(aug: AugmentedGraph, workspaces: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(alloc, release, bytes) of every device copy and (with `workspaces`) workspace in the timeline; a copy
+    occupies its bytes rounded up to the device's alignment (rule 5)."""
     g = aug.graph
     a = g.arrays
     occupied = round_up(np.asarray(a.t_bytes, dtype=np.int64), aug.device.alignment_bytes)
@@ -31,7 +31,7 @@ def device_intervals(aug: AugmentedGraph) -> tuple[np.ndarray, np.ndarray, np.nd
         if k == COMPUTE:
             for t in a.out_idx[a.out_ptr[r]:a.out_ptr[r + 1]]:
                 alloc_at[t] = aug.start[i]
-            if aug.op_ws[r] > 0:
+            if workspaces and aug.op_ws[r] > 0:
                 starts.append(aug.start[i])
                 ends.append(aug.end[i])
                 sizes.append(int(aug.op_ws[r]))
@@ -118,8 +118,9 @@ def to_plan(aug: AugmentedGraph, planner: dict[str, Any], allocation: Allocation
         # what the file states is what these events do: a pool's size belongs to size classes (a re-timed arena
         # plan's decoder pool is no allocation of it), and a carried layout record's live peak is re-measured
         metrics.pop("pool_bytes", None)
-        if isinstance(info.get("arena"), dict):
-            info["arena"] = {**info["arena"], "peak_live_bytes": int(metrics["peak_bytes"])}
+        if isinstance(info.get("arena"), dict):   # the arena's own figure: the copies alone (workspace outside it)
+            live = peak_from_intervals(*device_intervals(aug, workspaces=False), eps=_tolerance(aug))
+            info["arena"] = {**info["arena"], "peak_live_bytes": int(live)}
     return Plan(
         graph=g.name, graph_sha256=g.sha256, device=aug.device, planner=info,
         schedule=[g.ops[int(i)].id for i in aug.schedule],

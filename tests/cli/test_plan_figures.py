@@ -74,3 +74,26 @@ def test_a_laid_out_plan_re_timed_states_its_own_layout_figures(tmp_path) -> Non
     assert v.exit_code == 0, v.output
     assert "note: metrics.pool_bytes states 5 MiB, but the allocation is an arena of" in v.output
     assert "note: planner.arena.peak_live_bytes states 1 MiB; the events give" in v.output
+
+
+def test_a_layout_record_counts_the_copies_alone_with_workspaces(tmp_path) -> None:
+    """The arena holds the copies; workspace lies beside it: a fresh laid-out plan whose ops have workspaces gets
+    no note, and a re-timed one records the copies' peak, not rule 5's (workspace included)."""
+    from hybrid.arena.lifetimes import plan_buffers
+    from hybrid.graph.synthetic import training_graph
+
+    path = tmp_path / "ws.json"
+    training_graph(12, seed=4, share_params=6, workspace_prob=0.6).save(path)
+    base, out = tmp_path / "b.json", tmp_path / "r.json"
+    r = run("baseline", "--graph", path, "--memory", "26MiB", "--kind", "belady", "--out", base)
+    assert r.exit_code == 0, r.output
+    r = run("refine", "--graph", path, "--plan", base, "--out", out, "--max-windows", "4", "--seed", "1")
+    assert r.exit_code == 0 and "faster" in r.output and "no faster" not in r.output, r.output
+    g = Graph.load(path)
+    for p in (base, out):
+        plan = Plan.load(p)
+        assert plan.allocation.kind == "arena"
+        assert plan.planner["arena"]["peak_live_bytes"] == plan_buffers(g, plan).problem.peak_live()
+        v = run("validate", "--graph", path, "--plan", p)
+        assert v.exit_code == 0 and "note:" not in v.output, v.output
+    assert any(op.workspace_bytes for op in g.ops)

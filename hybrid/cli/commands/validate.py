@@ -86,12 +86,14 @@ def _stated_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
         if not close:
             out.append(f"note: metrics.{key} states {fmt(stated)}; the events give {fmt(got[key])} "
                        "(summaries print the events' figure)")
-    return out + _records_differ(plan, got["peak_bytes"])
+    return out + _records_differ(graph, plan)
 
 
-def _records_differ(plan, peak: int) -> list[str]:  # noqa: ANN001 - Plan
-    """A note for a pool size the allocation does not have, or a layout record whose live peak is not the
-    events' (a plan re-timed after its layout, an edited file)."""
+def _records_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
+    """A note for a pool size the allocation does not have, or a layout record whose live peak (of the copies
+    the arena holds: workspace lies outside it) is not the events' (a plan re-timed after its layout, an edited
+    file)."""
+    from hybrid.arena.lifetimes import plan_buffers
     from hybrid.plan import ArenaAllocation, SizeClassAllocation
     from hybrid.units import round_up
 
@@ -108,7 +110,8 @@ def _records_differ(plan, peak: int) -> list[str]:  # noqa: ANN001 - Plan
                     else "no pool (a byte budget)")
             out.append(f"note: metrics.pool_bytes states {format_bytes(stated)}, but the allocation is {what}")
     rec = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
-    if isinstance(rec, dict) and isinstance(rec.get("peak_live_bytes"), int) and rec["peak_live_bytes"] != peak:
+    if isinstance(rec, dict) and isinstance(rec.get("peak_live_bytes"), int) and \
+            rec["peak_live_bytes"] != (peak := int(plan_buffers(graph, plan).problem.peak_live())):
         out.append(f"note: planner.arena.peak_live_bytes states {format_bytes(rec['peak_live_bytes'])}; the events "
                    f"give {format_bytes(peak)}")
     return out
