@@ -17,15 +17,17 @@ RUN_ORDER = ("belady", "recompute-only", "odswap", "vdnn", "tflms", "naive", "od
 assert sorted(RUN_ORDER) == sorted(BASELINES), "RUN_ORDER runs every baseline once"
 
 
-def with_faster_baseline(result: OptimizeResult) -> None:
+def with_faster_baseline(result: OptimizeResult, recompute: bool = True) -> None:
     """Write the fastest baseline instead of the search's plan where one laid out the same way is faster (the
     search's plan can lose to one when no layout of it fits and its re-plan with less memory gives up more than the
     baseline's: a checkpointed MLP at 10 MiB wrote 1.482 ms beside Belady's 1.304 ms). Issue 31: the written
-    plan is never slower than a laid-out baseline. The rows keep the search's plan, relabelled; a note says why."""
+    plan is never slower than a laid-out baseline. `recompute` False (a swap-only search): only baselines that
+    rerun no op may be written. The rows keep the search's plan, relabelled; a note says why."""
     b = result.baselines
-    if b is None or not b.plans:
+    allowed = {k: p for k, p in (b.plans if b is not None else {}).items() if recompute or not p.recomputes}
+    if not allowed:
         return
-    kind, fast = min(b.plans.items(), key=lambda kv: kv[1].makespan_s)
+    kind, fast = min(allowed.items(), key=lambda kv: kv[1].makespan_s)
     if not fast.makespan_s < result.plan.makespan_s * (1.0 - 1e-9):
         return
     old = result.plan
@@ -33,9 +35,10 @@ def with_faster_baseline(result: OptimizeResult) -> None:
     info["written_instead_of"] = {"name": old.planner.get("name", "?") if isinstance(old.planner, dict) else "?",
                                   "makespan_s": old.makespan_s}
     result.plan, result.searched_plan, result.baseline_written = dataclasses.replace(fast, planner=info), old, kind
-    for row in b.rows:
-        if row["plan"] == "optimize, written (exact offsets)":
-            row["plan"] = "optimize, laid out (not written)"
+    if 0 <= b.written_row < len(b.rows):
+        row = b.rows[b.written_row]
+        row["plan"] = (row["plan"].replace(", written (exact offsets)", ", laid out (not written)")
+                       if ", written (exact offsets)" in row["plan"] else f"{row['plan']} (not written)")
     b.notes.append(f"{kind}'s plan, laid out as the search's is, is faster than the search's laid out "
                    f"({format_seconds(fast.makespan_s)} < {format_seconds(old.makespan_s)}): it is written")
 
@@ -132,8 +135,10 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
     if search_plan is not best:
         out.rows.append(plan_row("optimize (GA)", search_plan, graph, bounds))
     out.rows.append(plan_row("optimize" + (" (GA+CP-SAT)" if search_plan is not best else ""), best, graph, bounds))
+    out.written_row = len(out.rows) - 1
     if written_laid_out:
         out.rows.append(plan_row("optimize, written (exact offsets)", plan, graph, bounds))
+        out.written_row = len(out.rows) - 1
         out.notes.append("The baselines and the written plan give every tensor an arena offset (a baseline that "
                          "does not lay out is re-planned by its own rules with less memory); the optimize rows "
                          "above the written one are the byte budgets it was laid out from (--no-arena: write the "

@@ -610,7 +610,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             t_base = time.monotonic()
             out.baselines = baseline_rows(graph, device, search_plan, out.plan, plan, deadline=end, bounds=bounds,
                                           relaxation=_relaxation(graph, result), addresses=options.addresses)
-            with_faster_baseline(out)
+            with_faster_baseline(out, options.recomputes)
             if out.baseline_written and prog.on_plan is not None:
                 prog.on_plan(out.plan)
             timings.baselines_s = time.monotonic() - t_base

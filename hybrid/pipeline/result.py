@@ -77,6 +77,7 @@ class Baselines:
     rows: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     plans: dict[str, "Plan"] = field(default_factory=dict)   # the baselines laid out as the written plan is
+    written_row: int = -1      # the row of the plan written (by position: labels differ with the flow)
 
 
 @dataclass

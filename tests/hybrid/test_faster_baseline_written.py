@@ -27,7 +27,7 @@ def test_a_faster_laid_out_baseline_is_written_and_said() -> None:
     slow = laid_out(g, run_baseline(g, dev, "naive"))
     assert fast.allocation.kind == slow.allocation.kind == "arena" and fast.makespan_s < slow.makespan_s
     rows = [plan_row("belady", fast, g), plan_row("optimize, written (exact offsets)", slow, g)]
-    res = _result(g, slow, Baselines(rows=rows, plans={"belady": fast, "naive": slow}))
+    res = _result(g, slow, Baselines(rows=rows, plans={"belady": fast, "naive": slow}, written_row=1))
     with_faster_baseline(res)
     assert res.plan.makespan_s == fast.makespan_s and res.baseline_written == "belady" and res.searched_plan is slow
     assert res.plan.planner["written_instead_of"]["makespan_s"] == slow.makespan_s
@@ -45,3 +45,17 @@ def test_a_written_plan_no_slower_than_every_baseline_stays() -> None:
     res = _result(g, fast, Baselines(rows=[], plans={"naive": slow, "belady": fast}))
     with_faster_baseline(res)     # a tie is no reason to write another plan
     assert res.plan is fast and not res.baseline_written and res.difference() == ""
+
+
+def test_a_swap_only_search_writes_no_baseline_that_reruns() -> None:
+    g = training_graph(8, seed=2)
+    dev = replace(g.device, memory_bytes=int(0.4 * sum(t.bytes for t in g.tensors)), reserve_bytes=0)
+    reruns = laid_out(g, run_baseline(g, dev, "recompute-only"))
+    slow = laid_out(g, run_baseline(g, dev, "naive"))
+    assert reruns.recomputes and not slow.recomputes and reruns.makespan_s < slow.makespan_s
+    rows = [plan_row("optimize", slow, g)]
+    res = _result(g, slow, Baselines(rows=rows, plans={"recompute-only": reruns}, written_row=0))
+    with_faster_baseline(res, recompute=False)
+    assert res.plan is slow and not res.baseline_written
+    with_faster_baseline(res, recompute=True)
+    assert res.baseline_written == "recompute-only" and res.baselines.rows[0]["plan"] == "optimize (not written)"

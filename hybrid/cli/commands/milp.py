@@ -95,10 +95,12 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     from_start = given_plan is not None and kw.get("memory") is None and kw.get("device_name") is None
     # without --memory (or --device), a start plans for the memory it was made for, as `simulate --from` does
     dev = device_from(g, kw, base=given_plan.device if from_start else None)
-    if from_start and dev.memory_bytes != g.device.memory_bytes:
+    if from_start and (g.device is None or dev.memory_bytes != g.device.memory_bytes):
+        had = ("names no device" if g.device is None else
+               f"has {format_bytes_exact(g.device.memory_bytes)}")
         click.echo(f"note: --start without --memory: planning for the start plan's memory, "
-                   f"{format_bytes_exact(dev.memory_bytes)} (the graph's device has "
-                   f"{format_bytes_exact(g.device.memory_bytes)}); give --memory to plan for another", err=True)
+                   f"{format_bytes_exact(dev.memory_bytes)} (the graph's device {had}); give --memory to plan "
+                   "for another", err=True)
     opts = ModelOptions(offload=not no_offload, impl_choice=not no_impl_choice, link=link,
                         persistent=not activations_only, stalls=not no_stalls, start_windows=not compute_windows)
     kind = {(True, True): "mosos", (True, False): "str-auto", (False, False): "checkmate-auto",
