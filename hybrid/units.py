@@ -121,7 +121,11 @@ def format_bytes(n: float) -> str:
         if abs(n) >= scale:
             v = n / scale
             text = f"{v:.3g}"
-            return f"{text if 'e' not in text else f'{v:.0f}'} {unit}"
+            if "e" in text:    # 1000-1023.4: whole; 1023.5 and up reads as the next unit
+                text = f"{v:.0f}"
+                if text == "1024" and unit != "PiB":
+                    return format_bytes(1024 * scale)
+            return f"{text} {unit}"
     return f"{int(n)} B"
 
 

@@ -59,7 +59,9 @@ class MilpRun:
     #                                   layout failing): `plan` is the start's; internal, not the user's error
     resolve_memory_bytes: int | None = None   # the re-solve whose plan was laid out (and kept): the --memory it
     #                                           was solved with (less than the device's), None without one
-    memory_given_up: float | None = None      # its share of the usable memory given up (`planner.memory_given_up`)
+    memory_given_up: float | None = None      # its share of the usable memory given up (`planner.memory_given_up`):
+    #                                           None where the start is written instead (the resolve_* fields
+    #                                           still describe the MILP's re-solve)
     resolve_result: SolveResult | None = None  # that re-solve's solver result (status, time)
     resolve_makespan_s: float | None = None    # its plan's makespan (the MILP's own plan, laid out)
 
@@ -305,7 +307,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     validate its plan; `MilpRun.solver_limit_s`, `kept_back_s`); a re-solve is skipped when less is left than
     the first build took plus `MIN_RESOLVE_S` (`MilpRun.resolve` says so), and none runs after Ctrl-C or
     SIGTERM. `MilpRun.resolve` says what became of the re-solves (each one's memory and outcome); the one
-    written sets `resolve_memory_bytes`, `memory_given_up`, `resolve_result`, `resolve_makespan_s`. With a
+    laid out sets `resolve_memory_bytes`, `resolve_result`, `resolve_makespan_s` and, where it is written,
+    `memory_given_up`. With a
     start, a model build that runs past its deadline, or a Ctrl-C / SIGTERM before the solver has the model,
     returns the start's plan (`MilpRun.not_solved` says why) instead of raising, and so does a MILP plan that
     its decoding or its arena layout refuses (an internal inconsistency, not the user's; `MilpRun.refused`
@@ -434,6 +437,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     if run.start_plan is not None and run.start_plan.makespan_s < run.plan.makespan_s:
         # never slower than the start
         run.plan, run.written = prepared.written if prepared is not None else laid_out(graph, run.start_plan), "start"
+        run.memory_given_up = None    # the written plan gave up none: the start's
         if run.resolve is not None:
             run.resolve += "; the start is faster and is written instead"
     return run

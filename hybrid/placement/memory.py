@@ -25,7 +25,7 @@ from hybrid.errors import InfeasibleError
 from hybrid.placement.chain import CPU, GPU, Link
 from hybrid.placement.partition import PartGraph
 from hybrid.placement.timing import Placement, evaluate
-from hybrid.units import format_bytes, round_up
+from hybrid.units import format_bytes_apart, round_up
 
 LATENCY = "latency"
 
@@ -35,7 +35,8 @@ class DoesNotFit(InfeasibleError):
 
     def __init__(self, need: int, usable: int, why: str = "", head: str = "does not fit") -> None:
         self.need, self.usable = int(need), int(usable)
-        super().__init__(f"{head}: needs {format_bytes(self.need)} of {format_bytes(self.usable)} usable"
+        need_t, usable_t = format_bytes_apart(self.need, self.usable)
+        super().__init__(f"{head}: needs {need_t} of {usable_t} usable"
                          + (f" ({why})" if why else ""))
 
 

@@ -8,6 +8,7 @@ def test_format_bytes_never_writes_scientific_notation() -> None:
     # 1000-1023 of a unit have four digits before the point: whole, as people read them (not 1.02e+03 KiB)
     assert format_bytes(1018 * 1024) == "1018 KiB" and format_bytes(1000 * 2**20) == "1000 MiB"
     assert format_bytes(999.6 * 1024) == "1000 KiB"
+    assert format_bytes(2**20 - 1) == "1 MiB" and format_bytes(1023.4 * 1024) == "1023 KiB"   # 1024 KiB is 1 MiB
     for n in (1, 1023, 1024, 1536, 999 * 1024, 1000 * 1024, 1023 * 2**30, 5 * 2**50, 2**63):
         assert "e" not in format_bytes(n).split()[0], n
 
