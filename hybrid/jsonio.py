@@ -87,3 +87,20 @@ def dumps_strict(obj: Any, what: str, **kwargs: Any) -> str:
             raise
         raise HybridError(f"{what}: field {found[0]} is {found[1]!r}; not written (a written file holds finite "
                           "numbers only)") from None
+
+
+def report_json(obj: Any, **kwargs: Any) -> str:
+    """A command's `--json` report: strict JSON, a figure that does not apply (NaN, an infinite bound) written as
+    null, as `hybrid info --json` does (Python's `NaN` is not JSON: a script's parser refused optimize's rows)."""
+    def clean(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if hasattr(x, "item") and callable(x.item) and getattr(x, "ndim", None) == 0:   # numpy scalars
+            return clean(x.item())
+        return x
+
+    return json.dumps(clean(obj), allow_nan=False, **kwargs)

@@ -202,3 +202,15 @@ def test_a_missing_field_is_said_missing(made) -> None:
     del d["events"][3]["kind"]
     with pytest.raises(FormatError, match=r"events\[3\]: field 'kind' is missing; use one of"):
         Plan.from_json(d)
+
+
+def test_a_reports_json_is_strict_with_null_for_what_does_not_apply() -> None:
+    """Every command's --json goes through report_json: a NaN (a bound that does not hold for a plan that reruns
+    ops) is null, not Python's NaN, which a strict JSON parser refuses."""
+    import numpy as np
+
+    from hybrid.jsonio import report_json
+
+    text = report_json({"a": float("nan"), "b": [1.0, float("inf"), np.float64(2.5), np.int64(3)], "c": "x"})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {"a": None, "b": [1.0, None, 2.5, 3],
+                                                                          "c": "x"}

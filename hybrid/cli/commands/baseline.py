@@ -11,6 +11,7 @@ from hybrid.cli.options import (device_from, device_options, graph_option, json_
                                 prepare_output, recompute_option)
 from hybrid.report.summary import plan_row, table
 from hybrid.validator import write_plan
+from hybrid.jsonio import report_json
 
 
 @click.command("baseline")
@@ -85,9 +86,7 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
         summaries.append({"kind": kind, **json_summary(g, dev, plan, target),
                           "notes": [n.split(": ", 1)[1] for n in said]})
     if as_json:
-        import json
-
-        click.echo(json.dumps({"plans": summaries, "failed": failed}, indent=1))
+        click.echo(report_json({"plans": summaries, "failed": failed}, indent=1))
     elif rows:
         click.echo(table(rows))
         for line in notes:

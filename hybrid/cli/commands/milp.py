@@ -1,7 +1,6 @@
 """`hybrid milp --graph G [--memory M] [--no-offload] [--no-impl-choice] --time-limit 10m --out plan.json`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -12,6 +11,7 @@ from hybrid.cli.options import (FiniteFloat, device_from, device_options, graph_
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.units import format_bytes_exact, format_seconds, parse_duration
 from hybrid.validator import write_plan
+from hybrid.jsonio import report_json
 
 @click.command("milp")
 @graph_option
@@ -177,7 +177,7 @@ def _echo_json(g, dev, run, out_path: Path | None) -> None:  # noqa: ANN001 - Gr
     js = json_summary(g, dev, run.plan, out_path)
     d = {**js, **run.row()}
     d.update({k: js[k] for k in ("stall_s", "bytes_h2d", "bytes_d2h", "peak_bytes")})   # from the events
-    click.echo(json.dumps(d, indent=1))
+    click.echo(report_json(d, indent=1))
 
 
 def _layout_line(plan) -> str:  # noqa: ANN001 - Plan

@@ -1,7 +1,6 @@
 """`hybrid models`: the model zoo, with parameter counts taken on the meta device (no weights allocated)."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -9,6 +8,7 @@ import click
 from hybrid.cli.options import parse_overrides
 from hybrid.errors import HybridError
 from hybrid.units import format_bytes
+from hybrid.jsonio import report_json
 
 PATTERNS = ("rnn-{L}-{X}k, brnn-{L}-{X}k (L layers, X*1024 hidden units), wresnet-{depth}-{X}, "
             "inception-v4-{X} (width scale X), nasnet-{R} (3R normal cells), resnet-{depth}")
@@ -52,7 +52,7 @@ def command(names: tuple[str, ...], sets: tuple[str, ...], as_json: bool) -> Non
             missing.append(spec.name)
         rows.append(_row(spec, count))
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(report_json(rows, indent=2))
         return
     from tabulate import tabulate
 

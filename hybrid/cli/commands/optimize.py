@@ -2,7 +2,6 @@
 CP-SAT refinement, arena layout, baselines), prints its summary and writes the plan, log and plot."""
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from hybrid.errors import HybridError
 from hybrid.pipeline.optimize import ARENA_AUTO_S, refine_available
 from hybrid.report.summary import optimize_json, optimize_text
 from hybrid.units import counted, format_seconds, parse_duration
+from hybrid.jsonio import report_json
 
 DEFAULT_REFINE = "cpsat" if refine_available() else "none"
 EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpreter's exit (about 1 s, unloaded)
@@ -229,7 +229,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             summary = {**json_summary(graph, device, res.plan, out_path),
                        **optimize_json(res, time.monotonic() - started),
                        "log": str(log_path) if log_path else None, "plot": str(plot_path) if plot_path else None}
-            click.echo(json.dumps(summary, indent=1))
+            click.echo(report_json(summary, indent=1))
         else:
             click.echo(optimize_text(graph, device, res, wrote, time.monotonic() - started))
     if res.interrupted:

@@ -2,7 +2,6 @@
 of an inference graph on the host CPU and the GPU (the CPU/GPU partitioning paper)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -11,6 +10,7 @@ from hybrid.cli import clock
 from hybrid.cli.options import load_graph, prepare_output
 from hybrid.errors import HybridError, InvalidPlanError
 from hybrid.units import format_bytes, parse_duration
+from hybrid.jsonio import report_json
 
 SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faster device, then single flips "
                   "while they gain, 3 rounds without gain), heft (latency only), exact (dynamic programming on a "
@@ -259,7 +259,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
                       "d2h_bytes_per_s": dev.d2h_bytes_per_s},
              "line": costs_line(sources, dev)}
     if as_json:
-        click.echo(json.dumps({"graph": g.name, "parts": pg.n, "describe": pg.describe(), "objective": objective,
+        click.echo(report_json({"graph": g.name, "parts": pg.n, "describe": pg.describe(), "objective": objective,
                                "part_table": parts_table(pg).to_dict("records") if show_parts else None,
                                "placements": rows, "plan": str(out_path) if out_path else None,
                                "graph_out": str(graph_out) if graph_out else None,

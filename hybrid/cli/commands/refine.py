@@ -10,6 +10,7 @@ from hybrid.cli import clock
 from hybrid.cli.options import graph_option, json_summary, load_graph, load_plan, prepare_output, seed_option
 from hybrid.errors import HybridError
 from hybrid.units import counted, format_seconds, parse_duration
+from hybrid.jsonio import report_json
 
 WRITE_S = 1.0      # kept back from --time-limit for writing the plan and the summary
 TIMELINE_S = 3.0   # ... and for drawing --timeline (matplotlib's import and two timelines)
@@ -80,8 +81,6 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
       hybrid baseline --kind belady --graph g.json --out b.json
       hybrid refine --graph g.json --plan b.json --time-limit 5m --timeline b-refined.png --out b2.json
     """
-    import json
-
     from hybrid.signals import deferred_interrupts, interrupted_by
     from hybrid.refine import RefineOptions, refine
     from hybrid.report.summary import plan_row, table
@@ -127,7 +126,7 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
         write_plan(graph, res.plan, out_path, "the refined plan")
         gain = 100 * (1 - res.plan.makespan_s / plan.makespan_s) if plan.makespan_s > 0 else 0.0
         if as_json:
-            click.echo(json.dumps({**json_summary(graph, res.plan.device, res.plan, out_path),
+            click.echo(report_json({**json_summary(graph, res.plan.device, res.plan, out_path),
                                    "input_plan": str(plan_path), "input_makespan_s": plan.makespan_s,
                                    "gain": gain / 100, "improved": res.improved,
                                    "rebind_makespan_s": res.rebind_makespan, "reorder_makespan_s": res.reorder_makespan,

@@ -16,6 +16,7 @@ from hybrid.graph.info import training_reason
 from hybrid.serve.costs import costed_for, recost_for
 from hybrid.serve.simulate import ModelCosts, check_arrivals, resident_bytes
 from hybrid.units import format_bytes, format_seconds, parse_duration
+from hybrid.jsonio import report_json
 
 
 def parse_rates(items: tuple[str, ...]) -> tuple[float, ...]:
@@ -278,9 +279,7 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
                      notes={"not-shared": "ideal, each model as if alone (they do not all fit)"} if ideal else None,
                      footnote="compute only: a batch's input upload and output download are not counted")
     if as_json:
-        import json
-
-        click.echo(json.dumps({"models": [dataclasses.asdict(c) for c in costs], "times_costed_for": times_for,
+        click.echo(report_json({"models": [dataclasses.asdict(c) for c in costs], "times_costed_for": times_for,
                                "device": dev.name, "batch": batch, "share_bytes": share if swapping else None,
                                "not_shared": ideal, "rows": df.to_dict("records")}, indent=1))
         return

@@ -21,6 +21,7 @@ from hybrid.swap.baselines import RECOMPUTE_RATIO
 from hybrid.swap.planner import SwapPlanner
 from hybrid.units import format_bytes, format_seconds
 from hybrid.validator import require_valid, write_plan
+from hybrid.jsonio import report_json
 
 # what --from takes from the plan instead of these flags
 FROM_OVERRIDES = ("schedule", "allocation")
@@ -101,9 +102,7 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
     if out_path is not None:
         write_plan(g, plan, out_path, "the simulated plan")   # the one way a command writes a plan: validated
     if as_json:
-        import json
-
-        click.echo(json.dumps({**json_summary(g, dev, plan, out_path), "notes": notes}, indent=1))
+        click.echo(report_json({**json_summary(g, dev, plan, out_path), "notes": notes}, indent=1))
     else:
         click.echo(table([plan_row("simulate", plan, g)]))
         for note in notes:

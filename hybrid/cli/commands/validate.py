@@ -8,6 +8,7 @@ import click
 
 from hybrid.cli.options import graph_option, load_graph, load_plan
 from hybrid.units import format_bytes, format_seconds
+from hybrid.jsonio import report_json
 
 
 @click.command("validate")
@@ -38,9 +39,7 @@ def command(graph_path: Path, plan_path: Path, show_all: bool, as_json: bool) ->
     plan = load_plan(plan_path)
     report = validate(graph, plan, all=show_all)
     if as_json:
-        import json
-
-        click.echo(json.dumps({
+        click.echo(report_json({
             "valid": report.valid, "makespan_s": plan.makespan_s, "peak_bytes": report.peak_bytes,
             "usable_bytes": plan.device.usable_bytes,
             "violations": [{"rule": v.rule, "message": v.message, "event_index": v.event_index}
