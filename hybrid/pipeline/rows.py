@@ -58,6 +58,8 @@ def plan_row(name: str, plan: Plan, graph: Graph | None = None, bounds: dict[boo
         "makespan/recompute_bound": ms / rb if rb > 0 else nan,
         "recomputes": rc,
         "stall_s": float(fig.get("stall_s", m.get("stall_s", ms - ideal))),
+        "recompute_s": float(fig.get("recompute_s", m.get("recompute_s", 0.0))),   # reruns: makespan = ideal +
+        #                                                                            stall + this
         "bytes_h2d": int(fig.get("bytes_h2d", m.get("bytes_h2d", 0))),
         "bytes_d2h": int(fig.get("bytes_d2h", m.get("bytes_d2h", 0))),
         "peak_bytes": int(fig.get("peak_bytes", m.get("peak_bytes", 0))),

@@ -17,9 +17,11 @@ def _bound_of(rows: list[dict], key: str) -> float | None:
 def table(rows: Iterable[dict]) -> str:
     """The rows as one Markdown table. Each ratio column divides by one bound, named in its header: makespan
     over the any-order bound for swap-only plans ("-" on a row that recomputes: that bound does not hold for
-    it) and over the bound with recompute (every row); without a graph, over the persistent-tensor bound."""
+    it) and over the bound with recompute (every row); without a graph, over the persistent-tensor bound.
+    Where a row reruns ops, a `reruns` column gives their compute time: makespan = ideal + stall + reruns."""
     rows = list(rows)
     sb, rb = _bound_of(rows, "swap_bound_s"), _bound_of(rows, "recompute_bound_s")
+    reruns = any(r.get("recompute_s", 0.0) > 0 for r in rows)   # then makespan = ideal + stall + reruns
     shown = []
     for r in rows:
         row = {"plan": r["plan"], "makespan": format_seconds(r["makespan_s"]), "ideal": format_seconds(r["ideal_s"]),
@@ -32,10 +34,16 @@ def table(rows: Iterable[dict]) -> str:
         if sb is None and rb is None:
             v = r["makespan/persistent_bound"]
             row["vs persistent-tensor bound"] = f"{v:.3f}x" if v == v else "-"
-        row.update({"stall": format_seconds(r["stall_s"]), "h2d": format_bytes(r["bytes_h2d"]),
+        row["stall"] = format_seconds(r["stall_s"])
+        if reruns:
+            row["reruns"] = format_seconds(r.get("recompute_s", 0.0))
+        row.update({"h2d": format_bytes(r["bytes_h2d"]),
                     "d2h": format_bytes(r["bytes_d2h"]), "peak": format_bytes(r["peak_bytes"])})
         shown.append(row)
-    return tabulate(shown, headers="keys", tablefmt="github", disable_numparse=True)
+    text = tabulate(shown, headers="keys", tablefmt="github", disable_numparse=True)
+    if sb is not None and any(r.get("makespan/swap_bound", 0.0) != r.get("makespan/swap_bound", 0.0) for r in rows):
+        text += "\n(-: the plan reruns ops, and the swap-only bound holds only for plans that do not)"
+    return text
 
 
 def optimize_json(res, wall_s: float) -> dict:  # noqa: ANN001 - hybrid.pipeline.OptimizeResult

@@ -147,7 +147,8 @@ def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
             "swap_ins": sum(1 for e in plan.events if e.kind == "swap_in"),
             "swap_outs": sum(1 for e in plan.events if e.kind == "swap_out"),
             "frees": sum(1 for e in plan.events if e.kind == "free"),
-            "recomputes": sum(1 for e in plan.events if e.kind == "compute" and e.recompute)}
+            "recomputes": sum(1 for e in plan.events if e.kind == "compute" and e.recompute),
+            "recompute_s": float(sum(e.end_s - e.start_s for e in plan.events if e.kind == "compute" and e.recompute))}
 
 
 def require_plan_of(graph: Graph, plan: Plan, what: str, where: str) -> None:

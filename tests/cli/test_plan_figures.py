@@ -4,6 +4,7 @@ figures, and `hybrid validate` notes a stated figure the events do not give."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -97,3 +98,22 @@ def test_a_layout_record_counts_the_copies_alone_with_workspaces(tmp_path) -> No
         v = run("validate", "--graph", path, "--plan", p)
         assert v.exit_code == 0 and "note:" not in v.output, v.output
     assert any(op.workspace_bytes for op in g.ops)
+
+
+def test_a_table_of_plans_that_rerun_ops_adds_up() -> None:
+    """makespan = ideal + stall + reruns on every row (the reruns were nowhere before: a plan 1.025x ideal with no
+    stall and nothing moved), and the swap-only bound's '-' is explained under the table."""
+    from hybrid.pipeline.rows import plan_row
+    from hybrid.report.summary import table
+    from hybrid.swap.baselines import run_baseline
+    from tests.cli.helpers import RESNET
+
+    g = Graph.load(RESNET)
+    dev = replace(g.device, memory_bytes=64 << 20, reserve_bytes=0)
+    rows = [plan_row(k, run_baseline(g, dev, k, recompute=True), g) for k in ("belady", "naive", "recompute-only")]
+    for r in rows:
+        assert r["makespan_s"] == pytest.approx(r["ideal_s"] + r["stall_s"] + r["recompute_s"], rel=1e-9)
+    assert rows[0]["recompute_s"] > 0 and rows[1]["recompute_s"] == 0
+    text = table(rows)
+    assert "| reruns " in text.splitlines()[0] and text.endswith("swap-only bound holds only for plans that do not)")
+    assert "reruns" not in table(rows[1:2]) and "(-:" not in table(rows[1:2])
