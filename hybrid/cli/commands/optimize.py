@@ -120,9 +120,11 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
                    "re-planned with less memory where it does not fit (the flow before it). Not with --addresses or "
                    "--no-arena.")
 @click.option("--compare-baselines", is_flag=True,
-              help="At the end, also plan the naive, odswap, vdnn, belady (with recompute) and recompute-only "
-                   "baselines (within the time limit: one not started by then is named as left out) and print one "
-                   "table with them and the optimized plan, each ratio column over one named lower bound.")
+              help="At the end, also plan the baselines of `hybrid baseline` (naive, odswap, odswap-paper, vdnn, "
+                   "tflms, belady, recompute-only; strongest first, within the time limit: one not started by then "
+                   "is named as left out), laid out as the written plan is, and print one table with them and the "
+                   "optimized plan, each ratio column over one named lower bound. A baseline faster than the "
+                   "search's laid-out plan is written instead, and said.")
 def command(graph_path: Path, time_limit: str, generations: int | None, seed: int, population: int,
             children: int | None, workers: int | None, scheduler: str | None, search: str, pool: str,
             class_mapping: str, start_order: str, policies: tuple[str, ...], recompute: bool, planner_knobs: bool,
