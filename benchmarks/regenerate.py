@@ -324,7 +324,7 @@ def has_cuda() -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small budgets: every table in about 10 minutes on 2 cores")
+    ap.add_argument("--quick", action="store_true", help="small budgets: every table in about 20 minutes on 2 cores (17.5 measured: results/regenerate_quick.md)")
     ap.add_argument("--only", default="", help="comma-separated job names (see --list)")
     ap.add_argument("--skip", default="", help="comma-separated job names not to run")
     ap.add_argument("--graphs", type=Path, default=ROOT / "out" / "graphs", help="where graphs are captured")
