@@ -3,6 +3,7 @@ node, field or flag (a HybridError, `error: ...`, exit 2), never a Python traceb
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -164,3 +165,16 @@ def test_time_unit_and_scale_to_together_are_refused(tmp_path) -> None:
     r = CliRunner().invoke(cli, ["import", "checkmate", str(_write(tmp_path, _base())), "--scale-to", "2s",
                                  "--out", str(tmp_path / "g.json")])
     assert r.exit_code == 0, r.output
+
+
+def test_the_default_time_unit_is_said_and_times_read_in_units(tmp_path) -> None:
+    """The files' units differ between graphs: a default reading is said, the compute printed as other commands
+    print times (not '0.0155 s'); --time-unit or --scale-to given says nothing."""
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps(_base()))
+    r = CliRunner().invoke(cli, ["import", "checkmate", str(f), "--out", str(tmp_path / "o.json")])
+    assert r.exit_code == 0, r.output
+    assert "note: times read as --time-unit us (the default)" in r.output
+    assert re.search(r"compute \d[\d.]* (us|ms|s)$", r.output.splitlines()[0]), r.output
+    r = CliRunner().invoke(cli, ["import", "checkmate", str(f), "--time-unit", "ms", "--out", str(tmp_path / "p.json")])
+    assert r.exit_code == 0 and "note:" not in r.output, r.output

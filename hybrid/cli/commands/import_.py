@@ -9,6 +9,7 @@ from hybrid.cli.options import device_options, given, prepare_output
 from hybrid.device import resolve_device
 from hybrid.errors import HybridError
 from hybrid.graph.importers.checkmate import load_checkmate
+from hybrid.units import format_seconds
 
 
 @click.group("import")
@@ -37,4 +38,9 @@ def checkmate(file: Path, time_unit: str, scale_to: str | None, name: str | None
                                 kw["reserve"], kw["alignment"])
     g = load_checkmate(file, time_unit, scale_to, device, name)
     g.save(out_path)
-    click.echo(f"wrote {out_path}: {len(g.ops)} ops, {len(g.tensors)} tensors, compute {sum(o.time_s for o in g.ops):.6g} s")
+    compute = sum(o.time_s for o in g.ops)
+    click.echo(f"wrote {out_path}: {len(g.ops)} ops, {len(g.tensors)} tensors, compute {format_seconds(compute)}")
+    if scale_to is None and not given("time_unit"):   # the files' units differ between graphs (README)
+        click.echo(f"note: times read as --time-unit {time_unit} (the default): check that the iteration's "
+                   f"{format_seconds(compute)} of compute is plausible, else give --time-unit or --scale-to",
+                   err=True)
