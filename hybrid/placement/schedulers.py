@@ -156,6 +156,8 @@ def _exact_within(pg: PartGraph, link: Link, objective: str, time_limit_s: float
     fitted: Placement | None = None
     last: Placement | None = None
     for k in range(MEMORY_ROUNDS):
+        if k and _out_of_time(deadline):   # a stop, or the time limit: the repair below stands in
+            break
         c = dataclasses.replace(cut(pg, memory, cap), exclude=tuple(exclude))
         extra = {"method": "cp-sat", "memory_rounds": k + 1}
         try:
@@ -185,6 +187,16 @@ def _exact_within(pg: PartGraph, link: Link, objective: str, time_limit_s: float
                                          extra={"method": f"{hint.scheduler} (CP-SAT found none better that fits)"}))
     best = min(found, key=lambda p: _score(p, objective))   # ties: the solver's
     return best if best.status == "optimal" else _flips(pg, best, link, objective, 3, memory)
+
+
+def _out_of_time(deadline: float | None) -> bool:
+    """Whether another solve would start past the time limit or after a Ctrl-C/SIGTERM (each solve then only
+    ends early itself: the next one would start afresh)."""
+    import time
+
+    from hybrid.signals import received
+
+    return received() or (deadline is not None and time.monotonic() >= deadline)
 
 
 def _hint(pg: PartGraph, link: Link, p: Placement) -> Hint:
@@ -237,8 +249,8 @@ def _laid_out(pg: PartGraph, link: Link, scheduler: str, objective: str, time_li
     budget = full
     for _ in range(LAYOUT_TRIES):
         over = _overflow(pg, placed, device, link)
-        if over is None:
-            return placed
+        if over is None or _out_of_time(deadline):
+            break
         budget = Budget(budget.usable_bytes - max(int(placed.gpu_bytes * over), full.alignment_bytes),
                         full.alignment_bytes)
         try:
