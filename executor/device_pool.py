@@ -165,7 +165,7 @@ class SizeClassPool(DevicePool):
         classes = alloc.classes
         plan_bytes = alloc.pool_bytes()
         strides = [round_up(c.bytes, align) for c in classes]
-        total = sum(s * c.count for s, c in zip(strides, classes))
+        total = alloc.pool_bytes(align)
         if total > capacity:
             raise InfeasibleError(f"the plan's size classes take {format_bytes(total)} with each object rounded up to "
                                   f"the device's {align}-byte alignment, more than the {format_bytes(capacity)} "

@@ -43,8 +43,10 @@ class SizeClassAllocation:
     class_of: dict[str, int]
     kind: str = "size_classes"
 
-    def pool_bytes(self) -> int:
-        return sum(c.bytes * c.count for c in self.classes)
+    def pool_bytes(self, alignment: int = 1) -> int:
+        """The pool's bytes: each object of a class rounded up to `alignment` (the device's, rule 5; 1: as
+        stated)."""
+        return sum(-(-c.bytes // alignment) * alignment * c.count for c in self.classes)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "classes": [{"bytes": c.bytes, "count": c.count} for c in self.classes],

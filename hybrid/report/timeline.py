@@ -30,7 +30,7 @@ def reserved_bytes(plan: Plan) -> tuple[int, str] | None:
     if alloc.kind == "arena":
         return int(alloc.arena_bytes), "arena"
     if alloc.kind == "size_classes":
-        return int(alloc.pool_bytes()), "size-class pool"
+        return int(alloc.pool_bytes(plan.device.alignment_bytes)), "size-class pool"
     return None
 
 

@@ -94,13 +94,12 @@ def _records_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
     file)."""
     from hybrid.arena.lifetimes import plan_buffers
     from hybrid.plan import ArenaAllocation, SizeClassAllocation
-    from hybrid.units import round_up
 
     out = []
     stated, alloc = plan.metrics.get("pool_bytes"), plan.allocation
     if stated is not None:
         if isinstance(alloc, SizeClassAllocation):
-            have = sum(round_up(c.bytes, plan.device.alignment_bytes) * c.count for c in alloc.classes)
+            have = alloc.pool_bytes(plan.device.alignment_bytes)
             if int(stated) != have:
                 out.append(f"note: metrics.pool_bytes states {format_bytes(stated)}; the size classes hold "
                            f"{format_bytes(have)}")
