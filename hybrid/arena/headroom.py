@@ -44,6 +44,7 @@ from hybrid.arena.layout import DEFAULT_BUDGET, QUICK_BUDGET, LayoutBudget, heur
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
+from hybrid.units import counted
 
 MARGIN = 0.01     # given up beyond the calibrated shrink: other schedules fragment a little differently
 MAX_SHRINK = 0.5  # at most this share of the memory given up (hybrid.arena.layout.MAX_SHRINK)
@@ -78,9 +79,9 @@ class Headroom:
         if self.seeded is not None:
             return (f"headroom: searched with {100 * self.seeded:.3g}% less memory, then {100 * self.shrink:.3g}% "
                     f"from halfway (its best plan then laid out {_over(self.trials[-1])} at full "
-                    f"memory; {self.layouts} layouts, {self.seconds:.1f} s)")
+                    f"memory; {counted(self.layouts, 'layout')}, {self.seconds:.1f} s)")
         return (f"headroom: searched with {100 * self.shrink:.3g}% less memory (the seeds' best layout "
-                f"{_over(self.ratio)} at full memory; {self.layouts} layouts, {self.seconds:.1f} s)")
+                f"{_over(self.ratio)} at full memory; {counted(self.layouts, 'layout')}, {self.seconds:.1f} s)")
 
 
 def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: LayoutBudget = QUICK_BUDGET,

@@ -49,7 +49,7 @@ class GraphInfo:
                 ("largest single op (ins+outs+workspace)", f"{format_bytes(self.largest_op_bytes)} ({self.largest_op}): "
                                                            f"no plan runs with less memory"),
                 ("device memory a plan may fill", f"{format_bytes(self.usable_bytes)} "
-                                  f"({100 * self.usable_bytes / max(1, self.unswapped_peak_bytes):.1f}% of the peak)"),
+                                  f"({_share_of_peak(self.usable_bytes, self.unswapped_peak_bytes)})"),
                 ("ideal (compute only)", format_seconds(self.ideal_s)),
                 ("lower bound, persistent tensors only", format_seconds(self.persistent_bound_s))]
         if self.graph_bound_s:
@@ -193,3 +193,10 @@ def training_reason(graph: Graph) -> str | None:
         if op.updates and not updates_generator_only(graph, op):
             return f"op {op.id!r} updates {', '.join(op.updates)} in place"
     return None
+
+
+def _share_of_peak(usable: int, peak: int) -> str:
+    """The memory against the unswapped peak: a share below it, a multiple above (not "251437.0% of the peak")."""
+    if usable <= peak:
+        return f"{100 * usable / max(1, peak):.1f}% of the peak"
+    return f"{usable / max(1, peak):.3g}x the peak: nothing need swap"

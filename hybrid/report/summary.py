@@ -7,7 +7,7 @@ from tabulate import tabulate
 
 from hybrid.graph import Graph
 from hybrid.pipeline.rows import any_order_bound, plan_row  # noqa: F401 - re-exported for the commands
-from hybrid.units import format_bytes, format_seconds
+from hybrid.units import counted, format_bytes, format_seconds
 
 def _bound_of(rows: list[dict], key: str) -> float | None:
     values = {r.get(key) for r in rows if r.get(key) == r.get(key) and r.get(key) is not None}
@@ -93,8 +93,9 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
     lines.append(f"  bytes moved  {format_bytes(h2d + d2h)} ({format_bytes(h2d)} in, {format_bytes(d2h)} out)")
     stop = result.stop_reason
     why = "reached the lower bound (no plan can be faster)" if stop == "lower bound" else stop
-    lines.append(f"  search       {graph.name} on {device.name}: {result.generations} generations, "
-                 f"{result.evaluations} evaluations in {format_seconds(result.search_time_s)} ({result.evaluator}, "
+    lines.append(f"  search       {graph.name} on {device.name} ({format_bytes(device.usable_bytes)} usable): "
+                 f"{counted(result.generations, 'generation')}, "
+                 f"{counted(result.evaluations, 'evaluation')} in {format_seconds(result.search_time_s)} ({result.evaluator}, "
                  f"{result.workers} worker{'s' if result.workers != 1 else ''}); stopped: {why}{res.refinement.note}")
     lines += [f"  left out     {s}" for s in res.skipped]
     lines.append(f"  time         {format_seconds(wall_s)} of {format_seconds(res.budget.total_s)}: setup "
