@@ -62,7 +62,7 @@ def command(graph_path: Path, plan_path: Path, show_all: bool, as_json: bool) ->
         return
     for v in report.violations:
         click.echo(f"invalid: rule {v.rule}: {v.message}")
-    if report.found > len(report.violations):
+    if report.found > len(report.violations) and report.violations[0].rule > 0:   # rule 0: another graph's plan
         # the first is the lowest rule's, which can be a consequence of an edit that breaks a higher rule earlier
         click.echo(f"  and {report.found - len(report.violations)} more: `hybrid validate --all` lists every "
                    "violation (the cause of this one may be among them, at an earlier time)")
