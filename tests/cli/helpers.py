@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 from click.testing import CliRunner, Result
 
@@ -37,3 +41,43 @@ def hybrid(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
     """`hybrid ARGS` as a user runs it: a fresh process, so exit statuses and stderr are the real ones."""
     return subprocess.run([sys.executable, "-m", "hybrid.cli.main", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used (Linux /proc): a readiness measure that does not depend
+    on the machine's load, as wall time does."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def signal_when(args: list[str], ready: Callable[[int, str], bool], sig: int, tmp: Path, cwd: Path = ROOT,
+                stderr_path: Path | None = None, orphans: bool = True) -> tuple[int, str, str]:
+    """Run `hybrid ARGS` in its own session (SIGINT at its default: a background job inherits it ignored, and
+    Python would then install no Ctrl-C handler), send `sig` once `ready(pid, stdout so far)` holds; (exit status,
+    stdout, stderr). `orphans` False: no process of its session may outlive it. Hang guards only: no time is
+    asserted."""
+    out_path, err_path = tmp / "stdout.txt", stderr_path or tmp / "stderr.txt"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", *map(str, args)], stdout=out, stderr=err,
+                                text=True, cwd=cwd, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            guard = time.monotonic() + 300   # seconds are typical, more with both cores busy
+            while not ready(proc.pid, out_path.read_text()) and time.monotonic() < guard:
+                assert proc.poll() is None, out_path.read_text() + err_path.read_text()
+                time.sleep(0.05)
+            proc.send_signal(sig)
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    for _ in range(50):
+        if not session_processes(proc.pid):
+            break
+        time.sleep(0.1)
+    if not orphans:
+        assert session_processes(proc.pid) == []
+    return proc.returncode, out_path.read_text(), err_path.read_text()

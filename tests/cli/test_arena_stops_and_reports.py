@@ -4,12 +4,8 @@ result line credits the heuristic and the exact search each with its own time; t
 time left, not the whole limit; CSV messages name the file and line."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,42 +14,7 @@ import pytest
 from hybrid.arena import exact
 from hybrid.arena.problem import Buffer, Problem, read_csv, write_csv
 from hybrid.arena.validate import check_offsets
-from tests.cli.helpers import RESNET, ROOT, run, session_processes
-
-
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process `pid` has used (Linux /proc): a readiness measure that does not
-    depend on the machine's load, as wall time does."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _stop_when(args: list[str], ready, sig: int, tmp: Path) -> tuple[int, str, str]:
-    """Run `hybrid ARGS` in its own session, send `sig` once `ready(pid, stdout so far)` holds; (status, stdout,
-    stderr). Hang guards only: no time is asserted."""
-    out_path, err_path = tmp / "stdout.txt", tmp / "stderr.txt"
-    with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", *args], stdout=out, stderr=err, text=True,
-                                cwd=ROOT, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        try:
-            guard = time.monotonic() + 300
-            while not ready(proc.pid, out_path.read_text()) and time.monotonic() < guard:
-                assert proc.poll() is None, out_path.read_text() + err_path.read_text()
-                time.sleep(0.05)
-            proc.send_signal(sig)
-            proc.wait(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    for _ in range(50):
-        if not session_processes(proc.pid):
-            break
-        time.sleep(0.1)
-    return proc.returncode, out_path.read_text(), err_path.read_text()
+from tests.cli.helpers import RESNET, cpu_seconds, run, signal_when
 
 
 def _challenging(name: str) -> Path:
@@ -74,8 +35,8 @@ def test_ctrl_c_during_the_exact_search_writes_the_best_layout_so_far(tmp_path: 
     returned a result with an exception set", exit 130, nothing written."""
     f = _challenging("D")
     out = tmp_path / "d.csv"
-    status, stdout, stderr = _stop_when(["arena", "--csv", str(f), "--time-limit", "10m", "--out", str(out)],
-                                        lambda pid, _: _cpu_s(pid) >= 3.0, signal.SIGINT, tmp_path)
+    status, stdout, stderr = signal_when(["arena", "--csv", str(f), "--time-limit", "10m", "--out", str(out)],
+                                        lambda pid, _: cpu_seconds(pid) >= 3.0, signal.SIGINT, tmp_path)
     assert status == 0, stdout + stderr
     assert f"interrupted (Ctrl-C): wrote the best layout so far to {out}" in stderr, stderr
     assert "SystemError" not in stderr and "Traceback" not in stderr, stderr
@@ -92,9 +53,9 @@ def test_sigterm_while_laying_out_a_plan_writes_the_best_layout_so_far(tmp_path:
     r = run("baseline", "--graph", RESNET, "--kind", "belady", "--memory", "64MiB", "--no-arena", "--out", plan)
     assert r.exit_code == 0, r.output
     out = tmp_path / "laid.json"
-    status, stdout, stderr = _stop_when(
+    status, stdout, stderr = signal_when(
         ["arena", "--graph", str(RESNET), "--plan", str(plan), "--time-limit", "10m", "--out", str(out)],
-        lambda pid, text: "re-planned" in text and _cpu_s(pid) >= 1.0, signal.SIGTERM, tmp_path)
+        lambda pid, text: "re-planned" in text and cpu_seconds(pid) >= 1.0, signal.SIGTERM, tmp_path)
     assert status == 0, stdout + stderr
     assert f"interrupted (SIGTERM): wrote the best layout so far to {out}" in stderr, stderr
     assert "SystemError" not in stderr and "Traceback" not in stderr, stderr

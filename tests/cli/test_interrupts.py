@@ -3,19 +3,17 @@ both say so in one line, exit 128 + the signal's number and leave no process beh
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
-from tests.cli.helpers import session_processes  # noqa: E402
+from tests.cli.helpers import signal_when  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -36,32 +34,6 @@ def slow():
 '''
 
 
-def _interrupt(cwd: Path, args: list[str], ready, sig: int, err_path: Path) -> tuple[int, str, str]:
-    """Start `hybrid ARGS` in its own session, wait until `ready()` holds, send `sig`; (exit status, stdout, stderr)."""
-    with open(err_path, "w") as err:
-        # SIGINT back to its default in the child: a shell's background job (`cmd &`) inherits it ignored, and
-        # Python then installs no Ctrl-C handler, so the test would measure the runner's shell, not the command
-        proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", *args], stdout=subprocess.PIPE, stderr=err,
-                                text=True, cwd=cwd, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        try:
-            deadline = time.monotonic() + 300  # hang guards: seconds are typical, more with both cores busy
-            while not ready() and time.monotonic() < deadline:
-                assert proc.poll() is None, err_path.read_text()
-                time.sleep(0.05)
-            proc.send_signal(sig)
-            out, _ = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    for _ in range(50):
-        if not session_processes(proc.pid):
-            break
-        time.sleep(0.1)
-    assert session_processes(proc.pid) == []
-    return proc.returncode, out, err_path.read_text()
-
-
 @pytest.fixture()
 def folder(tmp_path: Path) -> Path:
     (tmp_path / "mymodel.py").write_text(textwrap.dedent(FACTORIES))
@@ -72,8 +44,9 @@ def folder(tmp_path: Path) -> Path:
 def test_an_interrupted_capture_writes_nothing(folder: Path, sig: int, status: int, name: str) -> None:
     out = folder / "g.json"
     out.write_text("an earlier graph")
-    code, stdout, stderr = _interrupt(folder, ["capture", "--module", "mymodel:slow", "--out", "g.json"],
-                                      lambda: (folder / "factory-started").exists(), sig, folder / "err.txt")
+    code, stdout, stderr = signal_when(["capture", "--module", "mymodel:slow", "--out", "g.json"],
+                                       lambda _pid, _out: (folder / "factory-started").exists(), sig, folder,
+                                       cwd=folder, stderr_path=folder / "err.txt", orphans=False)
     assert code == status, stderr
     assert stderr.strip() == f"interrupted ({name}) while capturing: nothing written to g.json"
     assert out.read_text() == "an earlier graph"                       # neither truncated nor replaced
@@ -88,10 +61,11 @@ def test_sigterm_during_execute_writes_the_iterations_measured_so_far(folder: Pa
     assert run("capture", "--module", "mymodel:make", "--out", "g.json").returncode == 0
     assert run("baseline", "--graph", "g.json", "--kind", "belady", "--memory", "1MiB", "--out", "p.json").returncode == 0
     err = folder / "err.txt"
-    code, stdout, stderr = _interrupt(
-        folder, ["execute", "--graph", "g.json", "--module", "mymodel:make", "--plan", "p.json", "--device", "cpu",
-                 "--iters", "100000", "--out", "res/m.json"],
-        lambda: "iteration 3/" in err.read_text(), signal.SIGTERM, err)
+    code, stdout, stderr = signal_when(
+        ["execute", "--graph", "g.json", "--module", "mymodel:make", "--plan", "p.json", "--device", "cpu",
+         "--iters", "100000", "--out", "res/m.json"],
+        lambda _pid, _out: "iteration 3/" in err.read_text(), signal.SIGTERM, folder, cwd=folder, stderr_path=err,
+        orphans=False)
     assert code == 143, stderr
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("interrupted (SIGTERM) after ") and last.endswith("wrote the measurements so far to res/m.json")
