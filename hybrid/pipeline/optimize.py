@@ -823,8 +823,9 @@ def _beside_outcome(report, search_plan: "Plan", ref: Refinement) -> "Plan":  # 
     plan = r.pick(search_plan)
     if plan is not search_plan:
         ref.source, ref.from_makespan_s, ref.makespan_s = "cpsat", r.from_makespan_s, plan.makespan_s
+        how = " (by its re-walk and copy-stream order: no window changed it)" if not r.accepted else ""
         ref.note = (note + f": {format_seconds(r.plan.makespan_s)} from a search plan of "
-                    f"{format_seconds(r.from_makespan_s)}, "
+                    f"{format_seconds(r.from_makespan_s)}{how}, "
                     f"{100 * (1 - r.plan.makespan_s / search_plan.makespan_s):.2g}% below the search's best")
         return plan
     ref.makespan_s = search_plan.makespan_s
