@@ -20,7 +20,7 @@ import numpy as np
 
 from hybrid.arena.heuristics import (Solution, _align_up, _gap, _overlap, _place_in_order, _spans,
                                      largest_section_total)
-from hybrid.arena.problem import Problem
+from hybrid.arena.problem import Buffer, Problem
 
 
 @nb.njit(cache=True)
@@ -242,3 +242,20 @@ def repair(problem: Problem, start: Solution, max_moves: int = 5_000,
             return Solution(off, arena, f"{start.solver}+repair", start.seconds + time.perf_counter() - t0,
                             arena == peak, peak, spent)
     return start
+
+
+def warm_up() -> float:
+    """Compile (or load from numba's cache) the repair's kernels, with the argument types of every real call, on a
+    two-buffer problem; the seconds it took. Its first use in a process otherwise compiles them inside whatever
+    time limit calls it: on a fresh install the README command's second run spent its baselines' share compiling
+    them in the first baseline's layout (7-10 s on 2 cores) and printed no baseline row."""
+    t0 = time.perf_counter()
+    p = Problem([Buffer("a", 0, 2, 64), Buffer("b", 1, 3, 64)])
+    a = p.arrays
+    lo, hi = _spans(a)
+    args = (a.size, a.align, a.seg_lo, a.seg_hi, a.seg_first, lo, hi, int(p.peak_live()))
+    off0, _ = _place_in_order(np.arange(len(a.size), dtype=np.int64), *args[:-1], True, args[-1])
+    off0 = off0.copy()
+    off0[1] = -1      # one buffer left out: the repair's whole path runs once
+    _repair(off0, np.array([1], np.int64), *args, 1, 0, 16, np.ones(len(a.size)), 8)
+    return time.perf_counter() - t0

@@ -56,3 +56,23 @@ def test_exact_solve_with_a_repair_first_stays_valid_and_no_worse(seed: int, n: 
     s = exact.solve(p, None, node_budget=2_000, start=bf, repair_moves=200)
     assert check_offsets(p, s.offsets).valid
     assert p.peak_live() <= s.arena_bytes <= bf.arena_bytes
+
+
+def test_warm_up_compiles_what_a_real_repair_runs() -> None:
+    """`warm_up` (run before a search's clock) leaves the repair nothing to compile: a real repair adds no
+    specialization of its kernel (on a fresh install its first compile, 7-10 s, took a second run's baselines)."""
+    from hybrid.arena.repair import _repair, warm_up
+
+    warm_up()
+    signatures = list(_repair.signatures)
+    ran = 0
+    for seed in range(200):
+        p = random_problem(seed, 40, 1, False)
+        bf = best_fit(p)
+        if bf.arena_bytes > p.peak_live():
+            s = repair(p, bf, max_moves=300)
+            ran += 1
+            assert check_offsets(p, s.offsets).valid
+        if ran >= 3:
+            break
+    assert ran and list(_repair.signatures) == signatures
