@@ -176,12 +176,16 @@ def _warm(deadline: float) -> None:
         return
     if not _exact_cached() and deadline - time.perf_counter() <= EXACT_COMPILE_S:
         return
-    t = time.perf_counter()
+    def misses() -> int | None:   # numba's counts are the process's: what this warm-up compiled is the change
+        try:
+            return sum(sum(getattr(exact, k).stats.cache_misses.values()) for k in _KERNELS)
+        except (AttributeError, TypeError):
+            return None
+
+    before, t = misses(), time.perf_counter()
     exact.warm_up()
-    try:
-        compiled = any(getattr(exact, k).stats.cache_misses for k in _KERNELS)
-    except AttributeError:
-        compiled = time.perf_counter() - t > 2.0
+    after = misses()
+    compiled = (after > before) if before is not None and after is not None else time.perf_counter() - t > 2.0
     if compiled:
         click.echo(f"compiled the exact search in {format_seconds(time.perf_counter() - t)} (once: later runs "
                    "load it from numba's cache)", err=True)
