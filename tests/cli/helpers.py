@@ -37,6 +37,15 @@ def run(*args: object) -> Result:
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
+def error_line(*args: object) -> str:
+    """The one error line of a refused `hybrid ARGS` (exit 2, nothing else printed)."""
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.output
+    return lines[0]
+
+
 def hybrid(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
     """`hybrid ARGS` as a user runs it: a fresh process, so exit statuses and stderr are the real ones."""
     return subprocess.run([sys.executable, "-m", "hybrid.cli.main", *map(str, args)], capture_output=True,

@@ -9,17 +9,14 @@ from pathlib import Path
 import pytest
 
 from hybrid.capture.profile import Profile, op_signature
-from tests.cli.helpers import hybrid, run
+from tests.cli.helpers import error_line, hybrid, run
 from tests.placement.random_graphs import random_inference_graph
 from tests.placement.test_place_inputs import _captured_like
 
 
 def one_error(*args: object) -> str:
-    r = run("place", *args)
-    assert r.exit_code == 2, r.output
-    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), r.output
-    return lines[0]
+    """The one error line of a refused `hybrid place ARGS`."""
+    return error_line("place", *args)
 
 
 @pytest.fixture()

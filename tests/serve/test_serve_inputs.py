@@ -15,7 +15,7 @@ from hybrid.graph import Graph
 from hybrid.graph.synthetic import training_graph
 from hybrid.serve import ServeConfig, workload
 from hybrid.serve.simulate import MAX_REQUESTS
-from tests.cli.helpers import run
+from tests.cli.helpers import error_line, run
 
 
 def inference_graph(n_layers: int = 8, seed: int = 3, batch: int | None = 2, device: str | None = None,
@@ -44,11 +44,7 @@ def write(g: Graph, path: Path) -> Path:
 
 def fails(*args: object) -> str:
     """The one error line of a refused `hybrid serve ARGS`."""
-    r = run("serve", *args)
-    assert r.exit_code == 2, r.output
-    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), r.output
-    return lines[0]
+    return error_line("serve", *args)
 
 
 @pytest.fixture(scope="module")
