@@ -226,8 +226,9 @@ def place(pg: PartGraph, link: Link, scheduler: str, objective: str = LATENCY, t
     if budget is not None and not binds and not budget.fits(placed):
         placed = _place(pg, link, scheduler, objective, time_limit_s, seed, deadline, budget)
         binds = True
-    if binds:
+    if binds:   # said on the placement, so that a caller reads it here rather than deciding it again
         placed = _laid_out(pg, link, scheduler, objective, time_limit_s, seed, deadline, device, placed)
+        placed = dataclasses.replace(placed, extra={**placed.extra, "memory_binds": True})
     return placed
 
 

@@ -185,3 +185,13 @@ def test_memory_flag_binds_a_graph_captured_for_the_whole_card(vgg_small: Path, 
     doc = json.loads(r.output[r.output.index("{"):])
     assert r.exit_code == 0 and doc["memory"]["binds"] and doc["memory"]["usable_bytes"] == 400 * MiB
     assert doc["placements"][0]["devices"] == "GGGGGC"
+
+
+def test_a_placement_shaped_by_memory_says_so(vgg_small: Path) -> None:
+    """`place` marks what memory shaped (the CLI reads that rather than deciding it again); unmarked otherwise."""
+    g = Graph.load(vgg_small)
+    pg = part_graph(g)
+    link = link_of(g.device)
+    assert place(pg, link, "greedy").extra.get("memory_binds") is True
+    roomy = dataclasses.replace(g.device, memory_bytes=5 << 30)
+    assert not place(pg, link, "greedy", device=roomy).extra.get("memory_binds")

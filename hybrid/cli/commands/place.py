@@ -222,6 +222,8 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
             click.echo(f"{name}: {e}", err=True)
     if not placed:
         raise HybridError("no scheduler could place this graph")
+    # memory also binds where all-GPU fits but a mixed placement's copies did not (`place` placed it again)
+    binds = binds or any(p.extra.get("memory_binds") for p in placed.values())
     chosen = placed.get("exact") or next(iter(placed.values()))
     plan = to_plan(pg, chosen, dev, link)
     arena = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
@@ -252,8 +254,11 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
              "gpu_bytes": unfit[k].need}
             for k, p in ((k, placed.get(k)) for k in names if k in placed or k in unfit)]
     memory = {"usable_bytes": budget.usable_bytes, "all_gpu_bytes": all_gpu_bytes, "binds": binds,
-              "line": (f"memory binds: all-gpu needs {format_bytes(all_gpu_bytes)} of "
-                       f"{format_bytes(budget.usable_bytes)} usable; parts placed to fit") if binds else None}
+              "line": None if not binds else
+              (f"memory binds: all-gpu needs {format_bytes(all_gpu_bytes)} of {format_bytes(budget.usable_bytes)} "
+               "usable; parts placed to fit") if all_gpu_bytes > budget.usable_bytes else
+              (f"memory binds: a mixed placement's copies did not fit the {format_bytes(budget.usable_bytes)} "
+               "usable (all-gpu's do); parts placed to fit")}
     costs = {**{k: {f: v for f, v in c.items() if f != "text"} for k, c in sources.items()},
              "link": {"device": dev.name, "h2d_bytes_per_s": dev.h2d_bytes_per_s,
                       "d2h_bytes_per_s": dev.d2h_bytes_per_s},
