@@ -4,8 +4,8 @@ one time limit, and returns an `OptimizeResult` that says what each step did. `h
 `hybrid compare` call it; it reports through `Progress` callbacks and never prints."""
 from hybrid.pipeline.baselines import BASELINES, baseline_rows
 from hybrid.pipeline.optimize import (ARENA_AUTO_S, OptimizeOptions, Progress, refine_available, run_optimize,
-                                      split_cores)
+                                      split_cores, warm_kernels)
 from hybrid.pipeline.result import Baselines, Budget, OptimizeResult, Refinement, Timings
 
 __all__ = ["ARENA_AUTO_S", "BASELINES", "Baselines", "Budget", "OptimizeOptions", "OptimizeResult", "Progress",
-           "Refinement", "Timings", "baseline_rows", "refine_available", "run_optimize", "split_cores"]
+           "Refinement", "Timings", "baseline_rows", "refine_available", "run_optimize", "split_cores", "warm_kernels"]

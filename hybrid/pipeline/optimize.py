@@ -28,9 +28,11 @@ the moment it began, so loading the graph counts too) and ends by `started_at + 
 
 After the search, the arena layout runs if its estimate fits in the time left (else the byte budget is
 written without offsets and `OptimizeResult.skipped` says so), capped by the limit less the baselines'
-estimate and by its own cap `arena_s`; its exact search for near misses (compiled once per process, about
-`EXACT_COMPILE_S`) only where that compile fits too. A baseline not started by the limit is left out (its
-notes say so).
+estimate and by its own cap `arena_s`. Its exact search for near misses runs where numba's cache holds it
+(loaded at setup, under a second) or where compiling it (about `EXACT_COMPILE_S`) fits too. A layout's estimate
+scales with the graph's tensors below ResNet-18's (`layout_fixed_s`), so a small graph's short limit still has
+the headroom search. Where no layout is found, the search's plan is written without offsets and `skipped` says
+why. A baseline not started by the limit is left out (its notes say so).
 """
 from __future__ import annotations
 
@@ -65,13 +67,36 @@ BOUND_SHARE = 0.1            # the lower bound is computed where its estimate is
 # RNN-8-8k and ResNet-152 on a loaded 2-core machine: a validation about 50, a heuristic arena layout of one
 # candidate about 100, a baseline (plan, simulate, validate) about 20 plus its validation.
 VALIDATE_EVALS, LAYOUT_EVALS, BASELINE_EVALS = 50.0, 100.0, 20.0
-LAYOUT_FIXED_S = 4.0
+LAYOUT_FIXED_S = 4.0         # the exact search's tries on ResNet-18's 490 buffers; fewer buffers, less (`layout_fixed_s`)
+LAYOUT_FIXED_BUFFERS = 490
+LAYOUT_FIXED_MIN_S = 0.25
 LOAD_MARGIN = 1.5            # the reserve's estimates are from the fastest of 3 evaluations: a loaded machine varies
 CHUNK_ONE_S = 0.02           # evaluations slower than this go to worker processes one at a time
 EXACT_COMPILE_S = 15.0       # the arena's exact search, compiled once per process: about 6 s unloaded, 40 s loaded
 BESIDE_MIN_S = 3.0           # a refiner process beside the search needs this much of it (a spawned interpreter)
 COMPILE_NOTE_S = 2.0         # a kernel compile longer than this is announced (a first run after an install)
 DEFAULT_PATIENCE = 0.1       # hybrid.refine.handoff.DEFAULT_PATIENCE (not imported: refinement is optional)
+
+
+def warm_kernels(arena: bool = True) -> float:
+    """Load (or, the first time after an install, compile) every Numba kernel the optimize flow uses: the
+    planner's, and with `arena` the layout's repair and exact search. `run_optimize` counts what it loads in its
+    time limit, and leaves the exact search out of a short run where it is not cached; a caller that times
+    several runs (a benchmark, a notebook) calls this first so that every run gets the same flow whatever the
+    cache held. Seconds spent."""
+    from hybrid.signals import interrupts_after
+    from hybrid.swap.planner import compile_kernels
+
+    t0 = time.monotonic()
+    with interrupts_after():
+        compile_kernels()
+        if arena:
+            from hybrid.arena import exact
+            from hybrid.arena.repair import warm_up
+
+            warm_up()
+            exact.warm_up()
+    return time.monotonic() - t0
 
 
 def refine_available() -> bool:
@@ -195,15 +220,25 @@ def validate_seconds(eval_s: float) -> float:
     return 0.3 + VALIDATE_EVALS * eval_s
 
 
-def layout_seconds(eval_s: float) -> float:
-    """One candidate laid out by the heuristics, a few re-plans and the exact search's tries (about 3 s on
-    ResNet-18, whatever the graph: a node budget), and the layout validated."""
-    return LAYOUT_FIXED_S + LAYOUT_EVALS * eval_s + validate_seconds(eval_s)
+def layout_fixed_s(graph: Graph | None) -> float:
+    """The exact search's tries in one layout: a node budget (about 3 s on ResNet-18's 490 buffers, and no more
+    on larger graphs, whose nodes cost more but which reach the budget's other limits first), a node's cost about
+    proportional to the buffers (a plan has about one per tensor): on a 35-tensor MLP a whole layout took 0.07 s,
+    where a fixed 4 s left the headroom search and half a 10 s limit unused."""
+    if graph is None:
+        return LAYOUT_FIXED_S
+    return max(LAYOUT_FIXED_MIN_S, LAYOUT_FIXED_S * min(1.0, graph.arrays.n_tensors / LAYOUT_FIXED_BUFFERS))
+
+
+def layout_seconds(eval_s: float, fixed_s: float = LAYOUT_FIXED_S) -> float:
+    """One candidate laid out by the heuristics, a few re-plans and the exact search's tries (`fixed_s`,
+    `layout_fixed_s`), and the layout validated."""
+    return fixed_s + LAYOUT_EVALS * eval_s + validate_seconds(eval_s)
 
 
 def heuristic_layout_seconds(eval_s: float) -> float:
     """`layout_seconds` without the exact search's tries (its fixed part): the heuristics, re-plans, validation."""
-    return layout_seconds(eval_s) - LAYOUT_FIXED_S
+    return LAYOUT_EVALS * eval_s + validate_seconds(eval_s)
 
 
 def baselines_seconds(eval_s: float) -> float:
@@ -213,12 +248,14 @@ def baselines_seconds(eval_s: float) -> float:
     return len(BASELINES) * (BASELINE_EVALS * eval_s + validate_seconds(eval_s) + LAYOUT_EVALS * eval_s)
 
 
-def reserve_for(total_s: float, eval_s: float, arena: bool, baselines: bool, bound_s: float = 0.0) -> float:
-    """Seconds kept at the end of the limit: the search plan's validation, the layout, the baselines and the
-    summary's bound (`bound_s`, 0 when it is known already), within [RESERVE_MIN_SHARE, RESERVE_MAX_SHARE]."""
+def reserve_for(total_s: float, eval_s: float, arena: bool, baselines: bool, bound_s: float = 0.0,
+                layout_fixed: float = LAYOUT_FIXED_S) -> float:
+    """Seconds kept at the end of the limit: the search plan's validation, the layout (`layout_fixed`: its exact
+    search's part, `layout_fixed_s`), the baselines and the summary's bound (`bound_s`, 0 when it is known
+    already), within [RESERVE_MIN_SHARE, RESERVE_MAX_SHARE]."""
     need = validate_seconds(eval_s) + 2 * eval_s + bound_s     # the best plan re-planned with its events, checked
     if arena:
-        need += layout_seconds(eval_s)
+        need += layout_seconds(eval_s, layout_fixed)
     if baselines:
         need += baselines_seconds(eval_s)
     return float(min(RESERVE_MAX_SHARE * total_s, max(RESERVE_MIN_SHARE * total_s, LOAD_MARGIN * need)))
@@ -313,6 +350,12 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
 
             warm_up()
         timings.compile_s = time.monotonic() - t0
+        if opts.arena_s is not None and _exact_may_run(graph) and _exact_cached():
+            # the exact search for near misses, loaded from numba's cache (0.1-0.5 s): a process's first layout
+            # then has it, whatever the time left (compiling it is left to the layout's own rule below)
+            from hybrid.arena import exact
+
+            timings.exact_compile_s += exact.warm_up()
     if timings.compile_s > COMPILE_NOTE_S:
         prog.note(f"compiled the planner's kernels in {format_seconds(timings.compile_s)} (first run after an "
                   "install; cached from now on), counted in the time limit")
@@ -321,12 +364,14 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
         beside, workers, eval_s = split_cores(graph, device, cpsat, opts.refine_mode, opts.workers, opts.scheduler)
     options = opts.planner_options()
     arena = opts.arena_s is not None
+    fixed_s = layout_fixed_s(graph)
+    one_layout = layout_seconds(eval_s, fixed_s)   # one layout's estimate here
     # Where a whole layout does not fit in the largest reserve, its heuristics and re-plans may: a plan with offsets
     # is the plan that runs (the layout below then leaves the exact search out and says so). Where not even they
     # fit, the layout's time goes to the search.
     if arena and heuristic_layout_seconds(eval_s) > RESERVE_MAX_SHARE * (end - start):
         arena = False
-        skipped.append(f"arena layout: not run, one layout takes about {format_seconds(layout_seconds(eval_s))} "
+        skipped.append(f"arena layout: not run, one layout takes about {format_seconds(one_layout)} "
                        f"here (its heuristics alone {format_seconds(heuristic_layout_seconds(eval_s))}), over "
                        f"{100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
                        "without offsets (the executor compacts at run time if it must)")
@@ -351,7 +396,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     summary_bound = bound_est if bound_est <= BOUND_SHARE * total and rc else 0.0
     # an address-aware search writes its plan with offsets as planned: no layout to keep time for (its last
     # resort, a byte-budget search laid out afterwards, gets what is left of the limit)
-    reserve = reserve_for(end - start, eval_s, arena and not opts.addresses, opts.baselines, summary_bound)
+    reserve = reserve_for(end - start, eval_s, arena and not opts.addresses, opts.baselines, summary_bound,
+                          fixed_s)
     search_end = end - reserve
     now = time.monotonic()
     after = cpsat and not beside
@@ -385,11 +431,11 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             leave("arena layout: not run, interrupted; the byte budget is written without offsets (the executor "
                   "compacts at run time if it must)")
             cap = None
-        if cap is not None and end - t < layout_seconds(eval_s) and timings.compile_s > COMPILE_NOTE_S:
+        if cap is not None and end - t < one_layout and timings.compile_s > COMPILE_NOTE_S:
             # the first run after an install spent its limit compiling the kernels: a plan without offsets is not
             # the plan that runs (the executor would compact), so it is laid out anyway, past the limit by at most
             # one layout's estimate (without the exact search, below, unless compiled); later runs keep the limit
-            cap = layout_seconds(eval_s)
+            cap = one_layout
             leave(f"arena layout: run up to {format_seconds(cap)} past the time limit (this first run after an "
                   f"install spent {format_seconds(timings.compile_s)} of it compiling the kernels)")
             # nor the repair under the capacity: its kernels' first compile (seconds) would spend that estimate
@@ -397,18 +443,18 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             budget = dataclasses.replace(DEFAULT_BUDGET, repair_moves=0)
             leave("arena layout: its repair of a plan over the memory left out (its kernels compile on this "
                   "first run); the heuristics and re-plans ran")
-        elif cap is not None and end - t < layout_seconds(eval_s) and cap >= heuristic_layout_seconds(eval_s):
+        elif cap is not None and end - t < one_layout and cap >= heuristic_layout_seconds(eval_s):
             # the search ran past its share (a process pool's start on a fresh machine): the heuristics and
             # re-plans still fit, and a plan with offsets is the plan that runs
             budget = dataclasses.replace(budget or DEFAULT_BUDGET, exact_tries=0)
             leave(f"arena layout: {format_seconds(max(0.0, end - t))} left of the time limit, under one layout's "
-                  f"{format_seconds(layout_seconds(eval_s))}: laid out without its exact search for near misses")
-        elif cap is not None and end - t < layout_seconds(eval_s):
+                  f"{format_seconds(one_layout)}: laid out without its exact search for near misses")
+        elif cap is not None and end - t < one_layout:
             leave(f"arena layout: not run, {format_seconds(max(0.0, end - t))} left of the time limit and one "
-                  f"layout takes about {format_seconds(layout_seconds(eval_s))} here; the byte budget is written "
+                  f"layout takes about {format_seconds(one_layout)} here; the byte budget is written "
                   "without offsets (the executor compacts at run time if it must)")
             cap = None
-        if cap is not None and not _exact_ready() and end - t < layout_seconds(eval_s) + EXACT_COMPILE_S:
+        if cap is not None and not _exact_ready() and end - t < one_layout + EXACT_COMPILE_S:
             budget = dataclasses.replace(budget or DEFAULT_BUDGET, exact_tries=0)
             leave(f"arena layout: its exact search for near misses left out (a process's first use loads or "
                   f"compiles it: up to about {format_seconds(EXACT_COMPILE_S)}, more than the time left allows); "
@@ -425,16 +471,19 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
         try:
             lay = _lay_out(graph, plan, cap, others, result, population, opts.recompute, budget)
         except InfeasibleError:
-            if cap is None or (budget is None and time.monotonic() - t < cap):
-                raise   # no layout fits, whatever the time
+            # the search's plan stands, without offsets: another plan (a longer search, a little more memory) may
+            # lay out, so this is no reason to write nothing (a short run on a small graph raised here)
             took = time.monotonic() - t
-            where = (f"in the {format_seconds(cap)} left of the time limit" if took >= cap else
-                     f"by the heuristics and re-plans ({format_seconds(took)}, within the "
-                     f"{format_seconds(cap)} left)")
-            leave(f"arena layout: none found {where}"
-                  + (" without the exact search" if budget is not None and budget.exact_tries == 0 else "")
-                  + "; the byte budget is written "
-                  "without offsets (the executor compacts at run time if it must)")
+            if cap is not None and budget is None and took < cap:
+                where = (f"within its work budget ({format_seconds(took)}: the heuristics, the exact search, "
+                         "re-plans with up to 50% less memory and the search's size classes)")
+            else:
+                where = (f"in the {format_seconds(cap)} left of the time limit" if cap is None or took >= cap else
+                         f"by the heuristics and re-plans ({format_seconds(took)}, within the "
+                         f"{format_seconds(cap)} left)")
+                where += " without the exact search" if budget is not None and budget.exact_tries == 0 else ""
+            leave(f"arena layout: none found {where}; the byte budget is written without offsets (the executor "
+                  "compacts at run time if it must; a longer search or a little more memory may lay out)")
             lay, cap = _lay_out(graph, plan, None), None
         layout_s[0] += time.monotonic() - t
         return lay, cap is not None
@@ -500,7 +549,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                 first = run(*half)
                 if first.stop_reason not in ("generations", "time limit") or first.state is None:
                     return first
-                if ga_end - time.monotonic() < HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s):
+                if ga_end - time.monotonic() < HEADROOM_MIN_LAYOUTS * one_layout:
                     leave("headroom: not re-calibrated halfway, too little of the search's time left for a layout")
                     return run(opts.generations, ga_end, first.state)
                 from hybrid.arena.headroom import recalibrate
@@ -665,10 +714,11 @@ def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progres
     from hybrid.arena.headroom import calibrate
 
     left = max(0.0, end - time.monotonic())
-    if opts.headroom is None and left < HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s):
+    need = HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s, layout_fixed_s(graph))
+    if opts.headroom is None and left < need:
         skipped.append(f"headroom: not calibrated, {format_seconds(left)} left of the time limit (it needs about "
-                       f"{format_seconds(HEADROOM_MIN_LAYOUTS * layout_seconds(eval_s))}: its own layouts and the "
-                       "one after the search); the search plans the full memory")
+                       f"{format_seconds(need)}: its own layouts and the one after the search); the search plans "
+                       "the full memory")
         return None
     head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left,
                      base=options)
@@ -738,10 +788,17 @@ def _exact_may_run(graph: Graph) -> bool:
 
 
 def _exact_ready() -> bool:
-    """Whether the arena's exact search is compiled in this process (Numba cannot cache it)."""
+    """Whether the arena's exact search is loaded in this process (`hybrid.arena.exact.warm_up`)."""
     from hybrid.arena import exact
 
     return bool(getattr(exact, "_warmed", False))
+
+
+def _exact_cached() -> bool:
+    """Whether loading the exact search costs a fraction of a second (numba's cache holds it), not a compile."""
+    from hybrid.arena import exact
+
+    return exact.cached()
 
 
 def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # noqa: ANN001, ANN202

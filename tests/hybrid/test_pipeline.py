@@ -225,3 +225,71 @@ def test_a_search_that_ran_past_its_share_still_lays_its_plan_out_without_the_ex
     assert validate(g, res.plan).valid
     assert any("laid out without its exact search" in s for s in res.skipped), res.skipped
     assert res.plan.allocation.kind in ("arena", "size_classes"), res.skipped   # places as planned, no compaction
+
+
+def test_a_small_graphs_layout_estimate_is_its_size_so_a_short_limit_still_calibrates_headroom() -> None:
+    """The exact search's part of a layout is a node budget whose nodes cost about in proportion to the buffers:
+    on a graph of a few dozen tensors a fixed 4 s (ResNet-18's) left the headroom search out of a 10 s limit."""
+    from hybrid.pipeline.optimize import LAYOUT_FIXED_MIN_S, LAYOUT_FIXED_S, layout_fixed_s
+
+    g, dev = small_training(10, seed=2)
+    dev = replace(dev, memory_bytes=int(dev.memory_bytes * 1.3))   # room for a layout (the tight memory has none)
+    assert LAYOUT_FIXED_MIN_S <= layout_fixed_s(g) < LAYOUT_FIXED_S
+    from tests.cli.helpers import RESNET
+
+    assert layout_fixed_s(Graph.load(RESNET)) == LAYOUT_FIXED_S     # ResNet-18 and larger: as before
+    res = run_optimize(g, dev, 8.0, OptimizeOptions(config=GAConfig(population=8, children=8), workers=1,
+                                                    refine="none"))
+    assert not any(s.startswith("headroom: not calibrated") for s in res.skipped), res.skipped
+    assert validate(g, res.plan).valid
+
+
+def test_a_process_loads_the_cached_exact_search_at_setup_so_a_short_limit_keeps_it() -> None:
+    """Numba caches the arena's exact search: a process whose cache holds it loads it at setup (a fraction of a
+    second), so a run with a short limit no longer leaves the layout's exact search out for a compile."""
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run = lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: E731
+                                      timeout=5 * 60, cwd=root)
+    warm = run("from hybrid.arena import exact; exact.warm_up(); print(exact.cached())")
+    assert warm.returncode == 0 and warm.stdout.strip() == "True", warm.stderr[-2000:]
+    out = run("""
+from hybrid.arena import exact
+from hybrid.pipeline import OptimizeOptions, run_optimize
+from ga import GAConfig
+from tests.ga.graphs import small_training
+from dataclasses import replace
+assert exact.cached() and not exact._warmed
+g, dev = small_training(10, seed=2)
+dev = replace(dev, memory_bytes=int(dev.memory_bytes * 1.3))
+res = run_optimize(g, dev, 8.0, OptimizeOptions(config=GAConfig(population=8, children=8), workers=1, refine="none"))
+print(exact._warmed, [s for s in res.skipped if "exact search" in s])
+""")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "True []", out.stdout
+
+
+def test_a_plan_no_layout_fits_is_written_as_its_byte_budget_saying_why() -> None:
+    """Where the layout's whole work budget finds no offsets (this graph's 6 MiB workspaces sit outside the
+    arena), the search's plan is written without offsets and the result says so: a longer search or more memory
+    may lay out, so this is not "no plan" (it raised InfeasibleError, and the frontier read it as no plan fits)."""
+    g, dev = small_training(10, seed=2)
+    res = run_optimize(g, dev, 120.0, OptimizeOptions(config=GAConfig(population=8, children=8), workers=1,
+                                                      refine="none", generations=1))
+    assert res.plan.allocation.kind == "unconstrained" and validate(g, res.plan).valid
+    assert any(s.startswith("arena layout: none found within its work budget") and "without offsets" in s
+               for s in res.skipped), res.skipped
+
+
+def test_warm_kernels_loads_every_kernel_the_flow_uses() -> None:
+    """A caller timing several runs loads the kernels first, so each run gets the same flow (the exact layout
+    search included) whatever numba's cache held."""
+    from hybrid.arena import exact
+    from hybrid.pipeline import warm_kernels
+
+    assert warm_kernels() >= 0.0
+    assert exact._warmed and exact.cached()
