@@ -30,6 +30,9 @@ class Device:
     alignment_bytes: int = DEFAULT_ALIGNMENT
     # Memory the plan leaves alone: the CUDA context, cuBLAS/cuDNN handles and their workspaces.
     reserve_bytes: int = 0
+    # Whether the file left alignment_bytes out (it then has DEFAULT_ALIGNMENT): not part of the device (not
+    # compared, not written), only so that a size check failing by the rounding can say where the 512 came from.
+    alignment_default: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Every field finite and in range (hybrid.units' limits), however the device was made: a NaN or an
@@ -59,7 +62,20 @@ class Device:
         return round_up(int(nbytes), self.alignment_bytes)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        del d["alignment_default"]
+        return d
+
+    def default_alignment_hint(self, fits_unrounded: bool = True, flag: bool = False) -> str:
+        """Where a size check fails: why the rounding (to a default alignment the device did not state) applies
+        and how to drop it; "" unless the device left alignment_bytes out and the sizes fit unrounded
+        (`fits_unrounded`). `flag`: the command has --alignment."""
+        if not (self.alignment_default and self.alignment_bytes == DEFAULT_ALIGNMENT and fits_unrounded):
+            return ""
+        return (f"the device does not state alignment_bytes, so it has the default {DEFAULT_ALIGNMENT} bytes "
+                "(CUDA's allocation granularity: each copy is rounded up to it, each arena offset is a multiple of "
+                "it); for sizes in abstract units, state \"alignment_bytes\": 1 in the device"
+                + (" or pass --alignment 1" if flag else ""))
 
     @staticmethod
     def from_json(d: dict[str, Any], where: str = "device") -> "Device":
@@ -87,6 +103,7 @@ class Device:
                 alignment_bytes=_power_of_two(d.get("alignment_bytes", DEFAULT_ALIGNMENT), f"{where}.alignment_bytes"),
                 reserve_bytes=checked_number(d.get("reserve_bytes", 0), f"{where}.reserve_bytes", lo=0,
                                              hi=MAX_BYTES, integer=True),
+                alignment_default="alignment_bytes" not in d,
             )
         except FormatError:
             raise
@@ -323,6 +340,7 @@ def resolve_device(
             raise HybridError(f"--reserve must not be negative, got {reserve!r}")
     if alignment is not None:
         changes["alignment_bytes"] = parse_alignment(alignment)
+        changes["alignment_default"] = False
     if h2d is not None:
         changes["h2d_bytes_per_s"] = parse_bandwidth(h2d, "--h2d")
     if d2h is not None:

@@ -303,8 +303,10 @@ def _check(g: Graph) -> None:
             raise FormatError(f"{where}: op {o.id!r}: cpu_time_s must be finite, from 0 to {MAX_SECONDS:g} s, got "
                               f"{o.cpu_time_s!r}")
         names = [im.name for im in o.impls]
-        if len(set(names)) != len(names):
-            raise FormatError(f"{where}: op {o.id!r} lists an impl name twice")
+        twice = [n for k, n in enumerate(names) if n in names[:k]]
+        if twice:
+            raise FormatError(f"{where}: op {o.id!r} lists impl name {twice[0]!r} more than once (impl names are "
+                              "unique within an op)")
         for field_name in ("inputs", "outputs", "updates"):
             for tid in getattr(o, field_name):
                 if tid not in g.tensor_index:
@@ -370,4 +372,23 @@ def _check_acyclic(g: Graph) -> None:
             cur = pred[cur]
         cycle = path[path.index(cur):][::-1]
         ids = " -> ".join(g.ops[i].id for i in cycle + [cycle[0]])
-        raise FormatError(f"graph {g.name!r}: ops form a cycle through their tensors: {ids}")
+        data = {(a, b) for a, b, why in dependency_edges(g) if why == "data"}
+        order = [_update_order(g, a, b) for a, b in zip(cycle, cycle[1:] + cycle[:1]) if (a, b) not in data]
+        raise FormatError(f"graph {g.name!r}: ops form a cycle through their tensors: {ids}"
+                          + (f"; {order[0]}" if order else ""))
+
+
+def _update_order(g: Graph, a: int, b: int) -> str:
+    """Why op a comes before op b when no tensor flows from a to b: the program order of an in-place update
+    (docs/formats.md: readers listed before an update run before it, those listed after it after it), and how
+    to change it."""
+    oa, ob = g.ops[a], g.ops[b]
+    t = next((t for t in oa.updates if t in ob.inputs), None)
+    if t is not None:
+        why = f"{ob.id!r} reads {t!r} after {oa.id!r} updates it in place"
+    else:
+        t = next(t for t in ob.updates if t in oa.inputs)
+        why = f"{oa.id!r} reads {t!r} before {ob.id!r} updates it in place"
+    return (f"the edge {oa.id} -> {ob.id} is not dataflow but the order of an in-place update: {why}, because "
+            f"ops[{a}] {oa.id!r} is listed before ops[{b}] {ob.id!r} (ops that read and update a tensor run in "
+            f"their list order); if {ob.id!r} should run first, list it before {oa.id!r} in 'ops'")

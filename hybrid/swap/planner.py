@@ -338,7 +338,10 @@ class SwapPlanner:
             if opt.keep_persistent:
                 what = (f"the persistent tensors ({format_bytes(int(pool.t_mem[a.t_persistent].sum()))}), which this "
                         "planner keeps resident,")
-            return f"{what} do not fit in the device memory ({format_bytes(pool.capacity)}); give more --memory"
+            raw = int(a.t_bytes[a.t_persistent].sum()) if opt.keep_persistent else 0
+            hint = self.device.default_alignment_hint(opt.keep_persistent and raw <= pool.capacity, flag=True)
+            advice = f"unrounded they take {format_bytes(raw)}: {hint}" if hint else "give more --memory"
+            return f"{what} do not fit in the device memory ({format_bytes(pool.capacity)}); {advice}"
         op = g.ops[err_op]
         if opt.recompute_only:
             return (f"recompute only: op {op.id!r} finds no room ({format_bytes(pool.capacity)} in all): every resident "
@@ -365,9 +368,11 @@ class SwapPlanner:
             least = "" if big_need <= need else (f"; no plan runs with less than {format_bytes(big_need)}: op "
                                                  f"{g.ops[big].id!r} needs that at once (`hybrid info`)")
             need_t, cap_t = format_bytes_apart(need, pool.capacity)
+            raw = sum(int(a.t_bytes[g.tensor_index[t]]) for t in ts_) + int(self.op_ws[err_op])
+            hint = self.device.default_alignment_hint(raw <= pool.capacity, flag=True)
+            advice = f"unrounded the op needs {format_bytes(raw)}: {hint}" if hint else f"give more --memory{least}"
             return (f"op {op.id!r} needs {need_t} at once (inputs, outputs and workspace, each aligned "
-                    f"to {pool.align} bytes){pinned}, but the device has {cap_t}; "
-                    f"give more --memory{least}")
+                    f"to {pool.align} bytes){pinned}, but the device has {cap_t}; {advice}")
         c = -1 - err_need
         here = sum(1 for t in ts_ if pool.t_class[g.tensor_index[t]] == c)
         kept = ""

@@ -20,7 +20,7 @@ import numpy as np
 
 from hybrid.plan import ArenaAllocation, SizeClassAllocation
 from hybrid.plan.metrics import sweep_points
-from hybrid.units import format_bytes, round_up
+from hybrid.units import format_bytes, format_bytes_apart, round_up
 from hybrid.validator.context import COMPUTE, Context, fmt_t
 from hybrid.validator.lifetimes import Copies, read_at_release
 from hybrid.validator.report import Found
@@ -53,11 +53,13 @@ def _sorted(parts: list[tuple[np.ndarray, ...]]) -> Sweep:
     return Sweep(key[order], rank[order], delta[order], item[order], src[order])
 
 
-def _level(ctx: Context, c: Copies) -> tuple[Sweep, np.ndarray, np.ndarray, np.ndarray]:
-    """The sweep over every device copy (at the alignment) and every compute's workspace: (sweep, level in use
-    after each point, the workspace share of it, the compute events)."""
+def _level(ctx: Context, c: Copies, align: int | None = None
+           ) -> tuple[Sweep, np.ndarray, np.ndarray, np.ndarray]:
+    """The sweep over every device copy (at the alignment, default the device's) and every compute's workspace:
+    (sweep, level in use after each point, the workspace share of it, the compute events). The points' order
+    does not depend on `align`."""
     eps = ctx.eps
-    align = ctx.plan.device.alignment_bytes
+    align = ctx.plan.device.alignment_bytes if align is None else align
     nbytes = round_up(np.asarray(ctx.t_bytes, dtype=np.int64), align)
     ct = np.asarray(c.tensor, dtype=np.int64)
     copy_parts = _points(np.asarray(c.alloc, dtype=np.float64), np.asarray(c.release, dtype=np.float64),
@@ -103,11 +105,20 @@ def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
     peak = max(peak, 0)
     out: list[Found] = []
     mem = ctx.memory
-    for k in _episodes(level > mem):
+    episodes = _episodes(level > mem)
+    raw = _level(ctx, c, 1)[1] if episodes and ctx.plan.device.default_alignment_hint() else None
+    for k in episodes:
+        need, usable = _apart(ctx, int(level[k]))
+        hint = ""
+        if raw is not None and raw[k] <= mem:    # the rounding to an alignment the device did not state
+            hint = (f"; unrounded the copies take {format_bytes(int(raw[k] - ws_level[k]))} and fit: "
+                    + ctx.plan.device.default_alignment_hint())
+        copies = "tensor copies" + (f" (each rounded up to {align} bytes)" if align > 1 else "")
+        ws = int(ws_level[k])
+        parts = (f"{need} in {copies}" if not ws else
+                 f"{format_bytes(int(level[k]) - ws)} in {copies} + {format_bytes(ws)} workspace = {need}")
         out.append(ctx.found(5, int(sw.src[k]), (
-            f"device memory overflows at {fmt_t(float(sw.key[k]))}: {format_bytes(int(level[k]))} "
-            f"({format_bytes(int(level[k] - ws_level[k]))} in tensor copies, each rounded up to {align} bytes, + "
-            f"{format_bytes(int(ws_level[k]))} workspace) > {_usable(ctx)}")))
+            f"device memory overflows at {fmt_t(float(sw.key[k]))}: {parts} > {usable}{hint}")))
     alloc = ctx.plan.allocation
     if isinstance(alloc, SizeClassAllocation):
         _check_classes(ctx, c, alloc, comp, out)
@@ -132,26 +143,39 @@ def _tensors_on_device(c: Copies) -> list[int]:
     return [t for t, ids in enumerate(c.by_tensor) if ids]
 
 
-def _usable(ctx: Context) -> str:
-    """The memory a plan may fill, as messages state it."""
+def _apart(ctx: Context, need: int) -> tuple[str, str]:
+    """`need` bytes and the memory a plan may fill, as messages state them: two sizes that differ never read
+    the same (`format_bytes_apart`)."""
     dev = ctx.plan.device
+    need_t, mem_t = format_bytes_apart(need, ctx.memory)
     if dev.reserve_bytes:
-        return (f"{format_bytes(ctx.memory)} usable ({format_bytes(dev.memory_bytes)} of device memory less the "
-                f"{format_bytes(dev.reserve_bytes)} reserve)")
-    return f"{format_bytes(ctx.memory)} of device memory"
+        return need_t, (f"{mem_t} usable ({format_bytes(dev.memory_bytes)} of device memory less the "
+                        f"{format_bytes(dev.reserve_bytes)} reserve)")
+    return need_t, f"{mem_t} of device memory"
 
 
-def _check_pool(ctx: Context, pool: int, what: str, comp: np.ndarray, out: list[Found]) -> None:
-    """The pool plus the running op's workspace fits the device memory."""
+def _check_pool(ctx: Context, pool: int, what: str, comp: np.ndarray, out: list[Found],
+                raw: int | None = None) -> None:
+    """The pool plus the running op's workspace fits the device memory. `raw`: the pool with its objects not
+    rounded up to the alignment, when they are."""
     mem = ctx.memory
+
+    def hint(total: int) -> str:
+        if raw is None or raw == pool:
+            return ""
+        why = ctx.plan.device.default_alignment_hint(total - pool + raw <= mem)
+        return f"; unrounded it is {format_bytes(raw)}: {why}" if why else ""
+
     if pool > mem:
-        out.append(ctx.found(5, None, f"{what} is {format_bytes(pool)}, more than {_usable(ctx)}"))
+        pool_t, usable = _apart(ctx, pool)
+        out.append(ctx.found(5, None, f"{what} is {pool_t}, more than {usable}{hint(pool)}"))
         return
     for i in comp:
         ws = ctx.impl_ws[int(i)]
         if pool + ws > mem:
-            out.append(ctx.found(5, int(i), f"workspace {format_bytes(ws)} + {what} {format_bytes(pool)} > "
-                                            f"{_usable(ctx)}"))
+            total_t, usable = _apart(ctx, pool + ws)
+            out.append(ctx.found(5, int(i), f"workspace {format_bytes(ws)} + {what} {format_bytes(pool)} = "
+                                            f"{total_t} > {usable}{hint(pool + ws)}"))
 
 
 def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np.ndarray,
@@ -162,8 +186,9 @@ def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np
             out.append(ctx.found(5, None, f"allocation.classes[{k}] has negative bytes or count"))
     align = ctx.plan.device.alignment_bytes
     pool = sum(round_up(cl.bytes, align) * cl.count for cl in classes)
-    _check_pool(ctx, pool, f"the size-class pool (sum of bytes x count, objects rounded up to {align} bytes)",
-                comp, out)
+    rounded = f", objects rounded up to {align} bytes" if align > 1 else ""
+    _check_pool(ctx, pool, f"the size-class pool (sum of bytes x count{rounded})",
+                comp, out, raw=sum(cl.bytes * cl.count for cl in classes))
     ids = ctx.graph.tensors
     cls_of_tensor = np.full(len(ids), -1, dtype=np.int64)
     for t in _tensors_on_device(c):
@@ -215,6 +240,9 @@ def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np
 
 
 def _check_arena(ctx: Context, c: Copies, alloc: ArenaAllocation, comp: np.ndarray, out: list[Found]) -> None:
+    """docs/formats.md's arena reading: each copy at an aligned offset takes [offset, offset + bytes) inside
+    [0, arena_bytes) (the padding rounding up the topmost copy may lie past arena_bytes, as the executor places
+    it), and copies live together do not overlap there: with aligned offsets, neither do their rounded extents."""
     n_bytes = alloc.arena_bytes
     _check_pool(ctx, n_bytes, "arena_bytes", comp, out)
     ids = ctx.graph.tensors
@@ -230,8 +258,10 @@ def _check_arena(ctx: Context, c: Copies, alloc: ArenaAllocation, comp: np.ndarr
             out.append(ctx.found(5, ev, f"tensor {name!r} at offset {off} ({ctx.t_bytes[t]} bytes) does not lie "
                                         f"inside the arena [0, {n_bytes})"))
         elif off % ctx.plan.device.alignment_bytes:
+            hint = ctx.plan.device.default_alignment_hint()
             out.append(ctx.found(5, ev, f"tensor {name!r} at offset {off} is not a multiple of the device's "
-                                        f"alignment ({ctx.plan.device.alignment_bytes} bytes)"))
+                                        f"alignment ({ctx.plan.device.alignment_bytes} bytes)"
+                                        + (f": {hint}" if hint else "")))
         else:
             offset[t] = off
     ct = np.asarray(c.tensor, dtype=np.int64)

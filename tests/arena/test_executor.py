@@ -30,3 +30,32 @@ def test_arena_plan_runs_bitwise_with_zero_compactions() -> None:
     st = ex.runtime.pool.stats
     assert st.kind == "arena" and st.compactions == 0
     assert st.peak_live_bytes <= sol.arena_bytes
+
+
+def test_an_arena_may_end_at_its_top_copys_bytes_not_its_rounded_extent() -> None:
+    """docs/formats.md (rule 5, arenas): a copy lies inside [0, arena_bytes) by its bytes; the padding that
+    rounds it up to the alignment need not. Every arena hybrid writes spans the rounded extents, but a file that
+    ends its arena at the top copy's last byte is valid, and the executor runs it at those offsets."""
+    from hybrid.plan import ArenaAllocation
+
+    case = user_case()
+    plan = swap_plan(case.graph, "unconstrained")
+    roomy = replace(plan, device=replace(plan.device, memory_bytes=2 * plan.device.memory_bytes))
+    aplan, sol = with_arena(case.graph, roomy, 10.0)
+    align = aplan.device.alignment_bytes
+    size = {t.id: t.bytes for t in case.graph.tensors}
+    alloc = aplan.allocation
+    assert alloc.arena_bytes % align == 0          # what hybrid writes: the rounded extents
+    odd = max((t for t in alloc.offsets if size[t] % align), key=lambda t: size[t])
+    offsets = {**alloc.offsets, odd: alloc.arena_bytes}     # alone above every other copy
+    top = alloc.arena_bytes + size[odd]
+    tight = replace(aplan, allocation=ArenaAllocation(top, offsets))
+    assert top % align and validate(case.graph, tight).valid
+    assert not validate(case.graph, replace(tight, allocation=ArenaAllocation(top - 1, offsets))).valid
+    ex = Executor(case.graph, tight, "cpu", sanitize=True)
+    ex.load(case.module(), case.args, case.target)
+    ex.run(ITERS, seed=SEED)
+    cmp = compare(ex.losses, ex.state(), case.reference())
+    assert cmp.bitwise, cmp.mismatched[:5]
+    st = ex.runtime.pool.stats
+    assert st.kind == "arena" and st.compactions == 0 and ex.runtime.pool.arena_bytes == top

@@ -50,6 +50,48 @@ def test_a_preset_used_whole_keeps_its_reserve_and_memory_states_what_a_plan_may
         resolve_device(None, "v100-16gb", memory="1GiB", reserve="2GiB")
 
 
+ABSTRACT_GRAPH = {"format": "hybrid-graph/1", "name": "abstract",
+                  "device": {"name": "paper-fig", "memory_bytes": 10, "h2d_bytes_per_s": 1, "d2h_bytes_per_s": 1},
+                  "tensors": [{"id": "x", "bytes": 2, "kind": "input", "persistent": True}, {"id": "a", "bytes": 2},
+                              {"id": "b", "bytes": 2}],
+                  "ops": [{"id": "op1", "inputs": ["x"], "outputs": ["a"], "time_s": 1.0},
+                          {"id": "op2", "inputs": ["a"], "outputs": ["b"], "time_s": 1.0},
+                          {"id": "op3", "inputs": ["b"], "outputs": [], "time_s": 1.0}]}
+
+
+def test_a_device_remembers_that_it_did_not_state_its_alignment() -> None:
+    """Only for messages: not compared, not written, and --alignment states one."""
+    d = Device.from_json(ABSTRACT_GRAPH["device"])
+    assert d.alignment_bytes == DEFAULT_ALIGNMENT and d.alignment_default and d.default_alignment_hint()
+    assert d.to_json()["alignment_bytes"] == DEFAULT_ALIGNMENT and "alignment_default" not in d.to_json()
+    stated = Device.from_json(d.to_json())
+    assert stated == d and not stated.alignment_default and stated.default_alignment_hint() == ""
+    assert d.default_alignment_hint(fits_unrounded=False) == ""
+    assert not resolve_device(d, alignment="512").alignment_default
+    assert resolve_device(d, memory="1KiB").alignment_default      # other flags keep it
+
+
+def test_simulate_names_the_default_alignment_a_device_did_not_state(tmp_path) -> None:
+    """Sizes in abstract units (docs/formats.md allows alignment 1 for them): the planner's refusal says that
+    the unstated default alignment is what does not fit, and how to state 1."""
+    import json
+
+    from click.testing import CliRunner
+
+    from hybrid.cli.main import cli
+
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(ABSTRACT_GRAPH))
+    r = CliRunner().invoke(cli, ["simulate", "--graph", str(path)])
+    assert r.exit_code == 2, r.output
+    assert "does not state alignment_bytes" in r.output and '"alignment_bytes": 1' in r.output, r.output
+    assert "--alignment 1" in r.output
+    r = CliRunner().invoke(cli, ["simulate", "--graph", str(path), "--alignment", "1"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["simulate", "--graph", str(path), "--alignment", "512"])   # stated: no hint
+    assert r.exit_code != 0 and "does not state" not in r.output, r.output
+
+
 def _odd_graph(align: int, memory: int) -> Graph:
     """Tensors of odd sizes, so alignment moves the byte count."""
     ts = [Tensor("w", 1000, "param", True), Tensor("a", 3000), Tensor("b", 3000), Tensor("c", 100)]

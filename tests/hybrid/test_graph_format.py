@@ -66,8 +66,35 @@ def test_cycle_is_named():
     d["tensors"].append({"id": "b", "bytes": 1})
     d["ops"][0]["inputs"] = ["x", "w1", "b"]
     d["ops"].append({"id": "back", "inputs": ["a1"], "outputs": ["b"], "time_s": 1.0})
-    with pytest.raises(FormatError, match="cycle.*fc1.*back|cycle.*back.*fc1"):
+    with pytest.raises(FormatError, match="cycle.*fc1.*back|cycle.*back.*fc1") as e:
         Graph.from_json(d)
+    assert "in-place update" not in str(e.value)    # a dataflow cycle: no update edge to blame
+
+
+def test_duplicate_impl_name_is_named():
+    d = mutate(lambda d: d["ops"][0]["impls"].append({"name": "gemm", "time_s": 0.002}))
+    with pytest.raises(FormatError, match="op 'fc1' lists impl name 'gemm' more than once"):
+        Graph.from_json(d)
+
+
+def test_cycle_made_by_update_order_says_so_and_how_to_fix_it():
+    """An optimizer op listed before the op that reads the weight it updates: no tensor flows in a cycle, but
+    program order (docs/formats.md) runs the reader after the update, and the update needs the reader's
+    gradient. The message names that edge, the list order and the fix."""
+    d = mutate(lambda d: None)
+    d["tensors"].append({"id": "g1", "bytes": 4194304, "kind": "gradient"})
+    d["ops"] = [{"id": "sgd", "inputs": ["w1", "g1"], "outputs": [], "updates": ["w1"], "time_s": 1e-4},
+                d["ops"][0],
+                {"id": "bw", "inputs": ["a1", "x"], "outputs": ["g1"], "time_s": 1e-3}]
+    with pytest.raises(FormatError) as e:
+        Graph.from_json(d)
+    msg = str(e.value)
+    assert "cycle through their tensors: fc1 -> bw -> sgd -> fc1" in msg
+    assert ("the edge sgd -> fc1 is not dataflow but the order of an in-place update: 'fc1' reads 'w1' after "
+            "'sgd' updates it in place, because ops[0] 'sgd' is listed before ops[1] 'fc1'") in msg, msg
+    assert "list it before 'sgd' in 'ops'" in msg
+    d["ops"] = d["ops"][1:] + d["ops"][:1]   # the fix: the reader first
+    assert [o.id for o in Graph.from_json(d).ops] == ["fc1", "bw", "sgd"]
 
 
 def test_update_order_follows_program_order():

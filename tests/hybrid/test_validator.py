@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybrid.cli.main import cli
+from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph, Op, Tensor
 from hybrid.plan import ArenaAllocation, Event, Plan, SizeClass, SizeClassAllocation
+from hybrid.units import format_bytes
 from hybrid.validator import ValidationReport, check, validate
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -162,6 +164,15 @@ def test_rule0_sha_mismatch(plan: Plan, tmp_path: Path) -> None:
     g = Graph.load(tmp_path / "g.json")
     assert validate(g, replace(plan, graph_sha256=g.sha256)).valid
     report = validate(g, replace(plan, graph_sha256="0" * 64))
+    assert first(report) == (0, None) and "graph_sha256" in report.violations[0].message
+
+
+def test_rule0_sha_is_hex_in_either_case(plan: Plan, tmp_path: Path) -> None:
+    """A sha256 is the same digest in upper-case hex (another tool's writing): not another graph's plan."""
+    MLP.save(tmp_path / "g.json")
+    g = Graph.load(tmp_path / "g.json")
+    assert validate(g, replace(plan, graph_sha256=g.sha256.upper())).valid
+    report = validate(g, replace(plan, graph_sha256=("0" * 64).upper()))
     assert first(report) == (0, None) and "graph_sha256" in report.violations[0].message
 
 
@@ -470,6 +481,69 @@ def test_rule5_arena_bounds_and_workspace() -> None:
     assert isinstance(a, ArenaAllocation)
 
 
+def test_rule5_an_arena_copy_lies_inside_by_its_bytes_not_its_rounded_extent() -> None:
+    """docs/formats.md: in an arena a copy takes [offset, offset + bytes) inside [0, arena_bytes), its offset a
+    multiple of the alignment; the rounding padding after the topmost copy need not lie inside (the executor
+    places copies by the same reading: tests/arena/test_executor.py)."""
+    p = serial_plan(MLP, allocation="arena")
+    dev = replace(DEVICE, alignment_bytes=512)
+    names = sorted(p.allocation.offsets, key=lambda t: t == "a1")     # a1 (4000 B, not a multiple of 512) on top
+    offsets = {t: 4096 * k for k, t in enumerate(names)}
+    top = offsets["a1"] + 4000
+    laid = replace(p, device=dev, allocation=ArenaAllocation(top, offsets))
+    assert top % 512 and validate(MLP, laid).valid
+    report = validate(MLP, replace(laid, allocation=ArenaAllocation(top - 1, offsets)))
+    assert first(report) == (5, ev(p, "compute", "fc1")) and "inside the arena" in report.violations[0].message
+
+
+def test_rule5_sizes_that_differ_never_read_the_same(plan: Plan) -> None:
+    """Every rule-5 message comparing a need with the memory gives exact bytes where the rounded figures would
+    read the same ("10.3 KiB > 10.3 KiB")."""
+    msg = validate(MLP, replace(plan, device=replace(DEVICE, memory_bytes=10499))).violations[0].message
+    assert "= 10.3 KiB (10500 B) > 10.3 KiB (10499 B) of device memory" in msg, msg
+    sc = serial_plan(MLP, allocation="size_classes")
+    pool = sc.allocation.pool_bytes()
+    msg = validate(MLP, replace(sc, device=replace(DEVICE, memory_bytes=pool - 1))).violations[0].message
+    assert f"({pool} B), more than " in msg and f"({pool - 1} B) of device memory" in msg, msg
+    msg = validate(MLP, replace(sc, device=replace(DEVICE, memory_bytes=pool + 499))).violations[0].message
+    assert f"({pool + 500} B) > " in msg and f"({pool + 499} B) of device memory" in msg, msg
+    ar = serial_plan(MLP, allocation="arena")
+    n = ar.allocation.arena_bytes
+    msg = validate(MLP, replace(ar, device=replace(DEVICE, memory_bytes=n - 1))).violations[0].message
+    assert f"arena_bytes is {format_bytes(n)} ({n} B), more than {format_bytes(n)} ({n - 1} B)" in msg, msg
+    reserved = replace(DEVICE, memory_bytes=10499 + (1 << 20), reserve_bytes=1 << 20)
+    msg = validate(MLP, replace(plan, device=reserved)).violations[0].message
+    assert "> 10.3 KiB (10499 B) usable (1.01 MiB of device memory less the 1 MiB reserve)" in msg, msg
+
+
+ABSTRACT = {"format": "hybrid-graph/1", "name": "abstract",
+            "device": {"name": "paper-fig", "memory_bytes": 10, "h2d_bytes_per_s": 1, "d2h_bytes_per_s": 1},
+            "tensors": [{"id": "x", "bytes": 2, "kind": "input", "persistent": True}, {"id": "a", "bytes": 2},
+                        {"id": "b", "bytes": 2}],
+            "ops": [{"id": "op1", "inputs": ["x"], "outputs": ["a"], "time_s": 1.0},
+                    {"id": "op2", "inputs": ["a"], "outputs": ["b"], "time_s": 1.0},
+                    {"id": "op3", "inputs": ["b"], "outputs": [], "time_s": 1.0}]}
+
+
+@pytest.mark.parametrize("allocation", ["unconstrained", "size_classes"])
+def test_rule5_names_the_default_alignment_a_device_did_not_state(allocation: str) -> None:
+    """A device in abstract units (10 B of memory, 2 B tensors) without alignment_bytes gets CUDA's 512
+    (docs/formats.md): where that rounding alone breaks rule 5 the message says so and how to state 1."""
+    g = Graph.from_json(ABSTRACT)
+    dev = g.device
+    assert dev.alignment_bytes == 512 and dev.alignment_default
+    p = serial_plan(g, device=replace(dev, alignment_bytes=1), resident=["x"], allocation=allocation)
+    assert validate(g, p).valid
+    report = validate(g, replace(p, device=dev), all=True)
+    assert not report.valid and report.violations[0].rule == 5
+    assert all("does not state alignment_bytes" in v.message and '"alignment_bytes": 1' in v.message
+               for v in report.violations if "device memory" in v.message), report.violations
+    stated = Device.from_json({**ABSTRACT["device"], "alignment_bytes": 512})   # stated: the file meant it
+    assert not stated.alignment_default and stated == dev and "alignment_bytes" in dev.to_json()
+    report = validate(g, replace(p, device=stated), all=True)
+    assert not report.valid and not any("does not state" in v.message for v in report.violations)
+
+
 # ---- rule 6: periodicity -------------------------------------------------------------------------------------
 
 
@@ -640,6 +714,33 @@ def test_cli_invalid_exit_1(files: tuple[Path, Path]) -> None:
     p.write_text(json.dumps(d))     # one violation: nothing more to say
     r = _run("--graph", str(g), "--plan", str(p))
     assert r.exit_code == 1 and len(r.output.splitlines()) == 1, r.output
+
+
+@pytest.mark.parametrize("key, value, shown", [("swap_ins", "x", '"x"'), ("frees", [1, 2], "[1, 2]"),
+                                               ("recomputes", True, "true"), ("swap_outs", None, None)])
+def test_cli_a_count_metric_that_is_not_a_number_is_ignored(files: tuple[Path, Path], key: str, value: object,
+                                                            shown: str | None) -> None:
+    """metrics.swap_ins/swap_outs/frees/recomputes are not read back by any tool (extra fields are ignored by
+    readers that do not know them): one that is not a number is noted, never a traceback, and the verdict is
+    the plan's; true is not the count 1."""
+    g, p = files
+    d = json.loads(PLAN_JSON)
+    d["metrics"][key] = value
+    p.write_text(json.dumps(d))
+    r = _run("--graph", str(g), "--plan", str(p))
+    assert r.exit_code == 0 and r.exception is None, r.output
+    lines = r.output.strip().splitlines()
+    assert lines[0].startswith("valid: 11 events") and "True" not in r.output and "states" not in r.output
+    assert lines[1:] == ([f"note: metrics.{key} is {shown}, not a number: ignored"] if shown else [])
+    r = _run("--graph", str(g), "--plan", str(p), "--json")
+    assert r.exit_code == 0 and r.exception is None, r.output
+    v = json.loads(r.output)
+    assert v["valid"] and v["notes"] == ([f"metrics.{key} is {shown}, not a number: ignored"] if shown else [])
+    d["makespan_s"] = 1.0    # an invalid plan stays invalid, with or without the odd metric
+    p.write_text(json.dumps(d))
+    r = _run("--graph", str(g), "--plan", str(p), "--json")
+    assert r.exit_code == 1, r.output
+    assert json.loads(r.output)["violations"][0]["rule"] == 7
 
 
 def test_cli_bad_files_exit_2(files: tuple[Path, Path], tmp_path: Path) -> None:
