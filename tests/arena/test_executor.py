@@ -16,17 +16,27 @@ from tests.executor.cases import ITERS, SEED, swap_plan, user_case  # noqa: E402
 pytestmark = pytest.mark.torch
 
 
-def test_arena_plan_runs_bitwise_with_zero_compactions() -> None:
-    case = user_case()
+def _laid_out(case):  # noqa: ANN001, ANN202 - the case's swap plan with room, laid out: (plan, Solution)
     plan = swap_plan(case.graph, "unconstrained")
     roomy = replace(plan, device=replace(plan.device, memory_bytes=2 * plan.device.memory_bytes))
-    aplan, sol = with_arena(case.graph, roomy, 10.0)
-    assert aplan.allocation.kind == "arena" and validate(case.graph, aplan).valid
-    ex = Executor(case.graph, aplan, "cpu", sanitize=True)
+    return with_arena(case.graph, roomy, 10.0)
+
+
+def _run_bitwise(case, plan) -> Executor:  # noqa: ANN001
+    """`plan` run on the CPU for ITERS iterations, checked bitwise against eager."""
+    ex = Executor(case.graph, plan, "cpu", sanitize=True)
     ex.load(case.module(), case.args, case.target)
     ex.run(ITERS, seed=SEED)
     cmp = compare(ex.losses, ex.state(), case.reference())
     assert cmp.bitwise, cmp.mismatched[:5]
+    return ex
+
+
+def test_arena_plan_runs_bitwise_with_zero_compactions() -> None:
+    case = user_case()
+    aplan, sol = _laid_out(case)
+    assert aplan.allocation.kind == "arena" and validate(case.graph, aplan).valid
+    ex = _run_bitwise(case, aplan)
     st = ex.runtime.pool.stats
     assert st.kind == "arena" and st.compactions == 0
     assert st.peak_live_bytes <= sol.arena_bytes
@@ -39,9 +49,7 @@ def test_an_arena_may_end_at_its_top_copys_bytes_not_its_rounded_extent() -> Non
     from hybrid.plan import ArenaAllocation
 
     case = user_case()
-    plan = swap_plan(case.graph, "unconstrained")
-    roomy = replace(plan, device=replace(plan.device, memory_bytes=2 * plan.device.memory_bytes))
-    aplan, sol = with_arena(case.graph, roomy, 10.0)
+    aplan, _ = _laid_out(case)
     align = aplan.device.alignment_bytes
     size = {t.id: t.bytes for t in case.graph.tensors}
     alloc = aplan.allocation
@@ -52,10 +60,6 @@ def test_an_arena_may_end_at_its_top_copys_bytes_not_its_rounded_extent() -> Non
     tight = replace(aplan, allocation=ArenaAllocation(top, offsets))
     assert top % align and validate(case.graph, tight).valid
     assert not validate(case.graph, replace(tight, allocation=ArenaAllocation(top - 1, offsets))).valid
-    ex = Executor(case.graph, tight, "cpu", sanitize=True)
-    ex.load(case.module(), case.args, case.target)
-    ex.run(ITERS, seed=SEED)
-    cmp = compare(ex.losses, ex.state(), case.reference())
-    assert cmp.bitwise, cmp.mismatched[:5]
+    ex = _run_bitwise(case, tight)
     st = ex.runtime.pool.stats
     assert st.kind == "arena" and st.compactions == 0 and ex.runtime.pool.arena_bytes == top

@@ -516,13 +516,7 @@ def test_rule5_sizes_that_differ_never_read_the_same(plan: Plan) -> None:
     assert "> 10.3 KiB (10499 B) usable (1.01 MiB of device memory less the 1 MiB reserve)" in msg, msg
 
 
-ABSTRACT = {"format": "hybrid-graph/1", "name": "abstract",
-            "device": {"name": "paper-fig", "memory_bytes": 10, "h2d_bytes_per_s": 1, "d2h_bytes_per_s": 1},
-            "tensors": [{"id": "x", "bytes": 2, "kind": "input", "persistent": True}, {"id": "a", "bytes": 2},
-                        {"id": "b", "bytes": 2}],
-            "ops": [{"id": "op1", "inputs": ["x"], "outputs": ["a"], "time_s": 1.0},
-                    {"id": "op2", "inputs": ["a"], "outputs": ["b"], "time_s": 1.0},
-                    {"id": "op3", "inputs": ["b"], "outputs": [], "time_s": 1.0}]}
+from tests.hybrid.test_alignment_reserve import ABSTRACT_GRAPH as ABSTRACT  # noqa: E402 - the same abstract-units graph
 
 
 @pytest.mark.parametrize("allocation", ["unconstrained", "size_classes"])
