@@ -396,9 +396,9 @@ parameter and optimizer state."""
 
 
 def _merged(args: argparse.Namespace) -> str:
-    return (f" Made in parts: the rows of {args.merge} come from an earlier run of this script (`--models "
-            f"{args.merge}`, same settings and commit; the Regenerate line names it first); the last command there "
-            f"made the rest (`--merge {args.merge}`)." if args.merge else "")
+    return (f" Made in parts: the rows of {args.merge} were kept from the table this run merged, made by the "
+            f"earlier command(s) the Regenerate line names first; the last command there made the rest (`--merge "
+            f"{args.merge}`)." if args.merge else "")
 
 
 def _warm(args: argparse.Namespace) -> str:

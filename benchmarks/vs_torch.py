@@ -44,6 +44,7 @@ from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.graph.info import unswapped_peak
 from hybrid.swap.baselines import run_baseline
+from hybrid.units import format_seconds
 from hybrid.validator import validate
 
 if TYPE_CHECKING:
@@ -261,6 +262,9 @@ def hybrid_at(g: Graph, dev: Device, memory: int, seconds: float,
             continue
         if not validate(g, plan).valid:
             raise AssertionError(f"{g.name}: hybrid's plan ({name}) does not validate")
+        if plan.allocation.kind == "unconstrained":   # no layout found: not the plan that runs (it would compact)
+            notes.append(f"{name} not laid out ({format_seconds(plan.makespan_s)} as a byte budget): not counted")
+            continue
         if not plan.makespan_s >= best:    # the first, or a faster one
             best, which = plan.makespan_s, name
     return best, which, "; ".join(notes)

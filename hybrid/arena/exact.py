@@ -1071,17 +1071,23 @@ def _search_tight(size, align, width, br_first, br_lo, br_hi, bs_lo, bs_hi, sec_
 _warmed = False
 
 
+KERNELS = ("_search", "_search_tight")   # the search's kernels numba caches on disk (hybrid/arena/__pycache__)
+
+
 def cached() -> bool:
-    """Whether numba's on-disk cache holds the search kernels for this source (written by an earlier process's
-    `warm_up`), so that `warm_up` only loads them (about 0.1-0.5 s) instead of compiling (30 s or more); False
-    where it cannot tell."""
+    """Whether numba's on-disk cache holds the search kernels (`_search`, and `_search_tight` for zero slack) for
+    this source and this CPU, so that `warm_up` only loads them (about 0.1-0.5 s) instead of compiling (30 s or
+    more); False where it cannot tell. An index of an older source reads as empty; an entry compiled for another
+    CPU (a home directory shared across machines) does not count."""
     if _warmed:
         return True
     try:
-        kernels = [_search, _grow]
-        # numba's own check: the index is read only where its source stamp matches this file
-        return all(bool(k._cache._cache_file._load_index()) for k in kernels)
-    except Exception:  # noqa: BLE001 - numba internals: any surprise means "cannot tell"
+        for k in (globals()[name] for name in KERNELS):
+            here = k.targetctx.codegen().magic_tuple()
+            if not any(key[1] == here for key in k._cache._cache_file._load_index()):
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - numba internals: any surprise means "cannot tell" (would compile)
         return False
 
 

@@ -79,17 +79,27 @@ DEFAULT_PATIENCE = 0.1       # hybrid.refine.handoff.DEFAULT_PATIENCE (not impor
 
 
 def warm_kernels(arena: bool = True) -> float:
-    """Load (or, the first time after an install, compile) every Numba kernel the optimize flow uses: the
-    planner's, and with `arena` the layout's repair and exact search. `run_optimize` counts what it loads in its
-    time limit, and leaves the exact search out of a short run where it is not cached; a caller that times
-    several runs (a benchmark, a notebook) calls this first so that every run gets the same flow whatever the
-    cache held. Seconds spent."""
+    """Load (or, the first time after an install, compile) the Numba kernels `run_optimize`'s setup and layout
+    use: the planner's, the any-order bound's, and with `arena` the layout's repair and exact search (the
+    search's genetic operators and CP-SAT's re-timing load theirs on first use, in a second or two).
+    `run_optimize` counts what it loads in its time limit, and leaves the exact search out of a short run where
+    it is not cached; a caller that times several runs (a benchmark, a notebook) calls this first so that every
+    run gets the same flow whatever the cache held. Seconds spent."""
+    from dataclasses import replace
+
+    from hybrid.bounds import graph_bound
+    from hybrid.graph.info import unswapped_peak
+    from hybrid.graph.synthetic import training_graph
     from hybrid.signals import interrupts_after
     from hybrid.swap.planner import compile_kernels
 
     t0 = time.monotonic()
     with interrupts_after():
         compile_kernels()
+        g = training_graph(3, seed=0)
+        dev = replace(g.device, memory_bytes=int(0.8 * unswapped_peak(g)), reserve_bytes=0)
+        for rc in (True, False):
+            graph_bound(g, dev, recompute=rc)
         if arena:
             from hybrid.arena import exact
             from hybrid.arena.repair import warm_up
@@ -349,13 +359,13 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             from hybrid.arena.repair import warm_up
 
             warm_up()
-        timings.compile_s = time.monotonic() - t0
-        if opts.arena_s is not None and _exact_may_run(graph) and _exact_cached():
-            # the exact search for near misses, loaded from numba's cache (0.1-0.5 s): a process's first layout
-            # then has it, whatever the time left (compiling it is left to the layout's own rule below)
-            from hybrid.arena import exact
+            if not opts.addresses and _exact_may_run(graph) and _exact_cached():
+                # the layout's exact search for near misses, loaded from numba's cache (0.1-0.5 s; cached for
+                # this CPU): a process's first layout then has it (compiling it is left to the layout's own rule)
+                from hybrid.arena import exact
 
-            timings.exact_compile_s += exact.warm_up()
+                exact.warm_up()
+        timings.compile_s = time.monotonic() - t0
     if timings.compile_s > COMPILE_NOTE_S:
         prog.note(f"compiled the planner's kernels in {format_seconds(timings.compile_s)} (first run after an "
                   "install; cached from now on), counted in the time limit")
@@ -419,7 +429,9 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
         if text not in skipped:
             skipped.append(text)
 
-    def lay_out_now(plan, others, result, population, stopped: bool = False):  # noqa: ANN001, ANN202
+    def lay_out_now(plan, others, result, population, stopped: bool = False, keep=None):  # noqa: ANN001, ANN202
+        """(the Layout to write, laid out?). `keep`: a laid-out Layout written instead where `plan` lays out
+        nowhere (the refined plan after the search's: the plan written is a plan that runs as planned)."""
         from hybrid.arena.layout import DEFAULT_BUDGET
 
         t = time.monotonic()
@@ -468,22 +480,20 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             cap = _layout_cap(opts, end, eval_s)
         if head is not None:     # seeds laid out within the full memory by the calibration: never slower to write
             others = list(others) + list(head.laid)
+        t_lay = time.monotonic()
         try:
             lay = _lay_out(graph, plan, cap, others, result, population, opts.recompute, budget)
-        except InfeasibleError:
-            # the search's plan stands, without offsets: another plan (a longer search, a little more memory) may
-            # lay out, so this is no reason to write nothing (a short run on a small graph raised here)
-            took = time.monotonic() - t
-            if cap is not None and budget is None and took < cap:
-                where = (f"within its work budget ({format_seconds(took)}: the heuristics, the exact search, "
-                         "re-plans with up to 50% less memory and the search's size classes)")
-            else:
-                where = (f"in the {format_seconds(cap)} left of the time limit" if cap is None or took >= cap else
-                         f"by the heuristics and re-plans ({format_seconds(took)}, within the "
-                         f"{format_seconds(cap)} left)")
-                where += " without the exact search" if budget is not None and budget.exact_tries == 0 else ""
-            leave(f"arena layout: none found {where}; the byte budget is written without offsets (the executor "
-                  "compacts at run time if it must; a longer search or a little more memory may lay out)")
+        except InfeasibleError as e:
+            # another plan (a longer search, a little more memory) may lay out, so this is no reason to write
+            # nothing (a short run on a small graph raised here): the plan is written without offsets, or `keep`
+            why = (f"{e} ({format_seconds(time.monotonic() - t_lay)}"
+                   + (", without the exact search" if budget is not None and budget.exact_tries == 0 else "") + ")")
+            if keep is not None:
+                leave(f"arena layout of the refined plan: {why}; the laid-out plan before it is written")
+                layout_s[0] += time.monotonic() - t
+                return keep, True
+            leave(f"arena layout: {why}; the byte budget is written without offsets (the executor compacts at run "
+                  "time if it must)")
             lay, cap = _lay_out(graph, plan, None), None
         layout_s[0] += time.monotonic() - t
         return lay, cap is not None
@@ -628,7 +638,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                         plan = _valid_or(graph, plan, before, "the refined plan", failures, refinement)
                         if plan is not before:
                             layout, laid = lay_out_now(plan, [before, search_plan], result, population,
-                                                       stopped or bool(hits))
+                                                       stopped or bool(hits), keep=layout if laid else None)
                             if prog.on_plan is not None:
                                 prog.on_plan(layout.plan)
                 interrupted = interrupted or bool(hits)
@@ -805,9 +815,9 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
              result=None, population=(), recompute: bool = True, budget=None):
     """`plan` with exact arena offsets (or its fallback, hybrid.arena.layout), checked by its validator; with
     `arena_s` None, `plan` as it is. `population`: the search's last population, whose next best byte-budget
-    individuals are re-planned too. Returns the Layout to write."""
+    individuals are re-planned too. Returns the Layout to write; InfeasibleError where none fits (the caller
+    writes the plan without offsets and says why)."""
     from hybrid.arena.layout import DEFAULT_BUDGET, Layout, Replan, lay_out, replan_schedule
-    from hybrid.errors import InfeasibleError
 
     if arena_s is None:
         return Layout(plan, "", 0, plan.makespan_s, 0.0)
@@ -846,13 +856,8 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
     if twins:   # the twins take no turn nor work away from the sources they double
         budget = dataclasses.replace(budget, sources=max(budget.sources, len(replans)),
                                      work=budget.work * len(replans) // (len(replans) - twins))
-    try:
-        layout = lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes,
-                         replans=replans, recompute=recompute, budget=budget)
-    except InfeasibleError as e:
-        raise InfeasibleError(f"{e}, or --no-arena to write the byte budget as searched (the executor then "
-                              "compacts at run time)") from None
-    return layout     # validated by lay_out (a plan that is not a byte budget passes through, validated before)
+    return lay_out(graph, plan, arena_s, others=[o for o in others if o is not plan] + classes,
+                   replans=replans, recompute=recompute, budget=budget)     # validated by lay_out (a plan that is not a byte budget passes through, validated before)
 
 
 def _genes_replan(graph, plan, result, ind, reruns_only: bool = False, **changes):  # noqa: ANN001, ANN003, ANN202

@@ -20,8 +20,7 @@ longer, so the GA's planner gene may switch it off).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -369,8 +368,13 @@ class SwapPlanner:
                                                  f"{g.ops[big].id!r} needs that at once (`hybrid info`)")
             need_t, cap_t = format_bytes_apart(need, pool.capacity)
             raw = sum(int(a.t_bytes[g.tensor_index[t]]) for t in ts_) + int(self.op_ws[err_op])
+            if opt.keep_persistent:   # the persistent tensors kept resident beside it, unrounded too
+                mine = np.zeros(a.n_tensors, dtype=bool)
+                mine[[g.tensor_index[t] for t in ts_]] = True
+                raw += int(a.t_bytes[a.t_persistent & ~mine].sum())
             hint = self.device.default_alignment_hint(raw <= pool.capacity, flag=True)
-            advice = f"unrounded the op needs {format_bytes(raw)}: {hint}" if hint else f"give more --memory{least}"
+            advice = (f"unrounded it needs {format_bytes(raw)}, which fits: {hint}; otherwise give more --memory"
+                      f"{least}" if hint else f"give more --memory{least}")
             return (f"op {op.id!r} needs {need_t} at once (inputs, outputs and workspace, each aligned "
                     f"to {pool.align} bytes){pinned}, but the device has {cap_t}; {advice}")
         c = -1 - err_need

