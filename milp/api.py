@@ -119,6 +119,11 @@ def _event_counts(plan: Plan) -> dict[str, Any]:
             "swaps_in": sum(1 for e in ev if e.kind == "swap_in")}
 
 
+def stage_count(graph: Graph, stages: int | None) -> int:
+    """The stages a model of `graph` has: `stages` (at most one per op), or one per op where not given."""
+    return min(stages, len(graph.ops)) if stages else len(graph.ops)
+
+
 def start_run(kind: str, plan: Plan, start_name: str | None, why: str, stages: int = 0,
               start_makespan_s: float | None = None) -> MilpRun:
     """A run that solved no model and wrote the start (`plan`): its model refused before the build
@@ -328,7 +333,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     keep = post_solve_s(graph, prepared) if deadline is not None else 0.0
     first = solve_options if deadline is None else replace(solve_options, deadline=deadline - keep)
     budget_left = None if deadline is None else max(0.0, deadline - keep - time.monotonic())
-    n_stages = min(stages, len(graph.ops)) if stages else len(graph.ops)
+    n_stages = stage_count(graph, stages)
 
     def the_start(why: str) -> MilpRun:
         run = start_run(kind, prepared.written, start_name, why, n_stages, prepared.auto.makespan_s)

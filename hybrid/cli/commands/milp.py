@@ -194,14 +194,13 @@ def _layout_line(plan) -> str:  # noqa: ANN001 - Plan
 def _write_start(g, dev, kind: str, stages: int | None, start, start_name: str | None, why: str,  # noqa: ANN001
                  out_path: Path | None, as_json: bool) -> None:
     """No model to solve (refused, or its build ran past the time limit): write the start with Auto's impls."""
-    from milp.api import checked_start, start_run
+    from milp.api import checked_start, stage_count, start_run
     from milp.decode import auto_plan
 
     plan = auto_plan(g, checked_start(g, dev, start))
     if out_path is not None:
         write_plan(g, plan, out_path, "the start plan")
-    n = min(stages, len(g.ops)) if stages else len(g.ops)
-    _say_start(g, dev, start_run(kind, plan, start_name, why, n), out_path, as_json)
+    _say_start(g, dev, start_run(kind, plan, start_name, why, stage_count(g, stages)), out_path, as_json)
 
 
 def _say_start(g, dev, run, out_path: Path | None, as_json: bool) -> None:  # noqa: ANN001 - Graph, Device, MilpRun
