@@ -111,12 +111,13 @@ class MilpRun:
 
 
 def _event_counts(plan: Plan) -> dict[str, Any]:
-    """What a plan runs, from its events (the MILP's decoded plans carry the same in their metrics)."""
-    ev = plan.events
-    return {"compute_s": sum(e.end_s - e.start_s for e in ev if e.kind == "compute"),
-            "recomputes": sum(1 for e in ev if e.kind == "compute" and e.recompute),
-            "swaps_out": sum(1 for e in ev if e.kind == "swap_out"),
-            "swaps_in": sum(1 for e in ev if e.kind == "swap_in")}
+    """What a plan runs, from its events (the MILP's decoded plans carry the same in their metrics), under the
+    names of this module's table."""
+    from hybrid.plan.metrics import event_counts
+
+    c = event_counts(plan)
+    return {"compute_s": c["compute_s"], "recomputes": c["recomputes"], "swaps_out": c["swap_outs"],
+            "swaps_in": c["swap_ins"]}
 
 
 def stage_count(graph: Graph, stages: int | None) -> int:

@@ -74,3 +74,15 @@ def stall_of(makespan_s: float, busy_s: float) -> float:
     """`metrics.stall_s` (docs/formats.md): the makespan less the (GPU's) compute stream's busy time, reruns
     included: the sum of `compute_stalls`."""
     return max(0.0, makespan_s - busy_s)
+
+
+def event_counts(plan: "Plan") -> dict[str, float | int]:
+    """What a plan runs, counted from its events alone (no graph): copies each way, frees, reruns and their
+    seconds, and all compute's seconds. `hybrid.validator.event_figures` adds the figures that need the graph."""
+    ev = plan.events
+    return {"swap_ins": sum(1 for e in ev if e.kind == "swap_in"),
+            "swap_outs": sum(1 for e in ev if e.kind == "swap_out"),
+            "frees": sum(1 for e in ev if e.kind == "free"),
+            "recomputes": sum(1 for e in ev if e.kind == "compute" and e.recompute),
+            "recompute_s": float(sum(e.end_s - e.start_s for e in ev if e.kind == "compute" and e.recompute)),
+            "compute_s": float(sum(e.end_s - e.start_s for e in ev if e.kind == "compute"))}

@@ -136,19 +136,16 @@ def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
     """The figures a plan's `metrics` state, recomputed from its events: what summaries print (a file's metrics
     are not bound by the format's rules, so an edited or foreign file could state anything), and what
     `hybrid validate` compares the stated ones with. `peak_bytes` is the validator's (rule 5's reading)."""
-    from hybrid.plan.metrics import compute_stalls
+    from hybrid.plan.metrics import compute_stalls, event_counts
 
     size = {t.id: t.bytes for t in graph.tensors}
     _, level = memory_over_time(graph, plan)
+    counts = event_counts(plan)
+    counts.pop("compute_s")
     return {"stall_s": float(sum(e - s for s, e in compute_stalls(plan))),
             "bytes_h2d": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_in")),
             "bytes_d2h": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_out")),
-            "peak_bytes": int(level.max()) if len(level) else 0,
-            "swap_ins": sum(1 for e in plan.events if e.kind == "swap_in"),
-            "swap_outs": sum(1 for e in plan.events if e.kind == "swap_out"),
-            "frees": sum(1 for e in plan.events if e.kind == "free"),
-            "recomputes": sum(1 for e in plan.events if e.kind == "compute" and e.recompute),
-            "recompute_s": float(sum(e.end_s - e.start_s for e in plan.events if e.kind == "compute" and e.recompute))}
+            "peak_bytes": int(level.max()) if len(level) else 0, **counts}
 
 
 def require_plan_of(graph: Graph, plan: Plan, what: str, where: str) -> None:
