@@ -91,22 +91,31 @@ def warm_kernels(arena: bool = True) -> float:
     from hybrid.graph.info import unswapped_peak
     from hybrid.graph.synthetic import training_graph
     from hybrid.signals import interrupts_after
-    from hybrid.swap.planner import compile_kernels
 
     t0 = time.monotonic()
     with interrupts_after():
-        compile_kernels()
+        _load_kernels(repair=arena, exact_search=arena)
         g = training_graph(3, seed=0)
         dev = replace(g.device, memory_bytes=int(0.8 * unswapped_peak(g)), reserve_bytes=0)
         for rc in (True, False):
             graph_bound(g, dev, recompute=rc)
-        if arena:
-            from hybrid.arena import exact
-            from hybrid.arena.repair import warm_up
-
-            warm_up()
-            exact.warm_up()
     return time.monotonic() - t0
+
+
+def _load_kernels(repair: bool, exact_search: bool) -> None:
+    """The planner's kernels, and the layout's repair and exact search where asked (each loaded from numba's
+    cache, or compiled once after an install): `run_optimize`'s setup and `warm_kernels`."""
+    from hybrid.swap.planner import compile_kernels
+
+    compile_kernels()
+    if repair:
+        from hybrid.arena.repair import warm_up
+
+        warm_up()
+    if exact_search:
+        from hybrid.arena import exact
+
+        exact.warm_up()
 
 
 def refine_available() -> bool:
@@ -230,13 +239,11 @@ def validate_seconds(eval_s: float) -> float:
     return 0.3 + VALIDATE_EVALS * eval_s
 
 
-def layout_fixed_s(graph: Graph | None) -> float:
+def layout_fixed_s(graph: Graph) -> float:
     """The exact search's tries in one layout: a node budget (about 3 s on ResNet-18's 490 buffers, and no more
     on larger graphs, whose nodes cost more but which reach the budget's other limits first), a node's cost about
     proportional to the buffers (a plan has about one per tensor): on a 35-tensor MLP a whole layout took 0.07 s,
     where a fixed 4 s left the headroom search and half a 10 s limit unused."""
-    if graph is None:
-        return LAYOUT_FIXED_S
     return max(LAYOUT_FIXED_MIN_S, LAYOUT_FIXED_S * min(1.0, graph.arrays.n_tensors / LAYOUT_FIXED_BUFFERS))
 
 
@@ -334,7 +341,6 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline.rows import any_order_bound
     from hybrid.signals import deferred_interrupts, interrupts_after, start_forkserver
-    from hybrid.swap.planner import compile_kernels
 
     _check_arguments(graph, device, options, progress)
     opts = options or OptimizeOptions()
@@ -351,20 +357,17 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     with interrupts_after():   # native code calling back into Python: a signal is acted on after it
         if opts.refine == "cpsat":
             import hybrid.refine  # noqa: F401 - imported now so its import time counts against the budget
+        from hybrid.arena import exact
+
         t0 = time.monotonic()
-        compile_kernels()  # counted: right after an install this takes tens of seconds, once (cached from then on)
-        if opts.arena_s is not None:
-            # the layout's repair too (0.1 s cached): its first use compiles it (7-10 s), which on a fresh install
-            # fell on the second run's baseline layouts and left every baseline row out
-            from hybrid.arena.repair import warm_up
-
-            warm_up()
-            if not opts.addresses and _exact_may_run(graph) and _exact_cached():
-                # the layout's exact search for near misses, loaded from numba's cache (0.1-0.5 s; cached for
-                # this CPU): a process's first layout then has it (compiling it is left to the layout's own rule)
-                from hybrid.arena import exact
-
-                exact.warm_up()
+        # counted: right after an install this takes tens of seconds, once (cached from then on). The layout's
+        # repair too (0.1 s cached): its first use compiles it (7-10 s), which on a fresh install fell on the second
+        # run's baseline layouts and left every baseline row out. Its exact search for near misses only where
+        # numba's cache holds it for this CPU (0.1-0.5 s): a process's first layout then has it (compiling it is
+        # left to the layout's own rule)
+        arena_on = opts.arena_s is not None
+        _load_kernels(repair=arena_on, exact_search=arena_on and not opts.addresses and _exact_may_run(graph)
+                      and exact.cached())
         timings.compile_s = time.monotonic() - t0
     if timings.compile_s > COMPILE_NOTE_S:
         prog.note(f"compiled the planner's kernels in {format_seconds(timings.compile_s)} (first run after an "
@@ -802,13 +805,6 @@ def _exact_ready() -> bool:
     from hybrid.arena import exact
 
     return bool(getattr(exact, "_warmed", False))
-
-
-def _exact_cached() -> bool:
-    """Whether loading the exact search costs a fraction of a second (numba's cache holds it), not a compile."""
-    from hybrid.arena import exact
-
-    return exact.cached()
 
 
 def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # noqa: ANN001, ANN202

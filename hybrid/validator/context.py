@@ -93,7 +93,8 @@ class Context:
         return self.t_bytes[t] / bw + dev.transfer_latency_s
 
 
-def _number(v: object) -> bool:
+def finite_number(v: object) -> bool:
+    """A finite JSON number (not true/false, which Python reads as 1 and 0)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -103,20 +104,20 @@ def device_problems(dev: object) -> list[str]:
     which a plan built in Python could bypass."""
     out = []
     mem = getattr(dev, "memory_bytes", None)
-    if not _number(mem) or mem < 1 or mem != int(mem):
+    if not finite_number(mem) or mem < 1 or mem != int(mem):
         out.append(f"device.memory_bytes must be a positive whole number, got {mem!r}")
     for key in ("h2d_bytes_per_s", "d2h_bytes_per_s"):
         v = getattr(dev, key, None)
-        if not _number(v) or v <= 0:
+        if not finite_number(v) or v <= 0:
             out.append(f"device.{key} must be a positive finite number, got {v!r}")
     lat = getattr(dev, "transfer_latency_s", None)
-    if not _number(lat) or lat < 0:
+    if not finite_number(lat) or lat < 0:
         out.append(f"device.transfer_latency_s must be a finite number of seconds, at least 0, got {lat!r}")
     a = getattr(dev, "alignment_bytes", None)
-    if not _number(a) or a != int(a) or a < 1 or int(a) & (int(a) - 1):
+    if not finite_number(a) or a != int(a) or a < 1 or int(a) & (int(a) - 1):
         out.append(f"device.alignment_bytes must be a power of two, got {a!r}")
     r = getattr(dev, "reserve_bytes", None)
-    if not _number(r) or r < 0 or r != int(r) or (_number(mem) and r >= mem):
+    if not finite_number(r) or r < 0 or r != int(r) or (finite_number(mem) and r >= mem):
         out.append(f"device.reserve_bytes must be a whole number from 0 to below memory_bytes, got {r!r}")
     return out
 
@@ -142,7 +143,7 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
 
     for text in device_problems(plan.device):
         plan_level(text)
-    if not _number(plan.makespan_s):
+    if not finite_number(plan.makespan_s):
         plan_level(f"makespan_s must be a finite number, got {plan.makespan_s!r}")
     if not isinstance(plan.metrics, dict):
         plan_level(f"metrics must be an object, got {plan.metrics!r}")

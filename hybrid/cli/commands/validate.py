@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import sys
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import click
 
 from hybrid.cli.options import graph_option, load_graph, load_plan
 from hybrid.units import format_bytes, format_seconds
+from hybrid.validator.context import finite_number
 from hybrid.jsonio import report_json
 
 
@@ -84,7 +83,7 @@ def _stated_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
         stated = plan.metrics.get(key)
         if stated is None:
             continue
-        if not _is_number(stated):   # the loader checks the metrics it reads back; these counts are for people
+        if not finite_number(stated):   # the loader checks the metrics it reads back; these counts are for people
             out.append(f"note: metrics.{key} is {_shown(stated)}, not a number: ignored")
             continue
         close = abs(float(stated) - got[key]) <= (plan.tolerance_s if key == "stall_s" else 0)
@@ -92,11 +91,6 @@ def _stated_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
             out.append(f"note: metrics.{key} states {fmt(stated)}; the events give {fmt(got[key])} "
                        "(summaries print the events' figure)")
     return out + _records_differ(graph, plan)
-
-
-def _is_number(x: object) -> bool:
-    """A finite JSON number (not true/false, which Python reads as 1 and 0)."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _shown(x: object) -> str:
@@ -125,7 +119,7 @@ def _records_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
                     else "no pool (a byte budget)")
             out.append(f"note: metrics.pool_bytes states {format_bytes(stated)}, but the allocation is {what}")
     rec = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
-    if isinstance(rec, dict) and _is_number(rec.get("peak_live_bytes")) and \
+    if isinstance(rec, dict) and finite_number(rec.get("peak_live_bytes")) and \
             rec["peak_live_bytes"] != (peak := int(plan_buffers(graph, plan).problem.peak_live())):
         out.append(f"note: planner.arena.peak_live_bytes states {format_bytes(rec['peak_live_bytes'])}; the events "
                    f"give {format_bytes(peak)}")
