@@ -295,3 +295,36 @@ def test_warm_kernels_loads_every_kernel_the_flow_uses() -> None:
 
     assert warm_kernels() >= 0.0
     assert exact._warmed and exact.cached()
+
+
+def test_a_refined_plan_no_layout_fits_leaves_the_laid_out_plan_before_it_written(monkeypatch) -> None:
+    """Refinement after the search hands back a plan the layout cannot place: the plan written is the search's,
+    already laid out (a plan that runs as planned), not the refined byte budget without offsets."""
+    import hybrid.pipeline.optimize as flow
+
+    from hybrid.errors import InfeasibleError
+
+    real_lay_out = flow._lay_out
+    calls = []
+
+    def refine_after(graph, device, plan, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        return replace(plan, planner=dict(plan.planner, refined="yes")), None, False   # a plan other than the one given
+
+    def lay_out(graph, plan, arena_s, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls.append(plan)
+        if len(calls) > 1 and arena_s is not None:
+            raise InfeasibleError("no arena layout of the plan fits the memory (test)")
+        return real_lay_out(graph, plan, arena_s, *args, **kwargs)
+
+    monkeypatch.setattr(flow, "_refine_after", refine_after)
+    monkeypatch.setattr(flow, "_lay_out", lay_out)
+    g, dev = small_training(10, seed=2)
+    dev = replace(dev, memory_bytes=int(dev.memory_bytes * 1.3))   # room for a layout (the tight memory has none)
+    res = run_optimize(g, dev, 120.0, OptimizeOptions(config=GAConfig(population=4, children=4), workers=1,
+                                                      refine="cpsat", refine_mode="after", generations=1,
+                                                      baselines=False))
+    assert len(calls) >= 2 and calls[-1].planner.get("refined") == "yes"    # the refined plan went to the layout
+    assert any(s.startswith("arena layout of the refined plan: no arena layout") and "before it is written" in s
+               for s in res.skipped), res.skipped
+    assert res.layout is not None and res.plan.allocation.kind in ("arena", "size_classes")
+    assert res.plan.planner.get("refined") is None and validate(g, res.plan).valid
