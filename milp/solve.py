@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -363,24 +364,54 @@ def _cbc_path() -> str:
     return found
 
 
+def stop_children(executable: str) -> list[int]:
+    """Terminate this process's children running `executable` (Linux: read from /proc; elsewhere none found).
+    Returns their process ids."""
+    stopped = []
+    target = os.path.realpath(executable)
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return stopped
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+            if ppid != os.getpid() or os.path.realpath(argv0) != target:
+                continue
+            os.kill(pid, signal.SIGTERM)
+            stopped.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue     # gone meanwhile, or not ours to read
+    return stopped
+
+
 def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None,
                sparse: bool = False) -> SolveResult:
     if start:
         for var in model.lp.variables():
             if var.name in start or not sparse:
                 var.setInitialValue(start.get(var.name, 0.0))
-    fd, log = tempfile.mkstemp(suffix=".cbc.log")
-    os.close(fd)
-    try:
+    # PuLP's model, start and solution files in a folder of this solve's own, gone whatever happens
+    with tempfile.TemporaryDirectory(prefix="hybrid-cbc-") as tmp:
+        log = os.path.join(tmp, "cbc.log")
         extra = [] if opts.node_limit is None else [f"maxNodes {int(opts.node_limit)}"]
-        solver = pulp.COIN_CMD(path=_cbc_path(), msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap,
+        path = _cbc_path()
+        solver = pulp.COIN_CMD(path=path, msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap,
                                threads=opts.threads, logPath=log, options=extra, warmStart=bool(start))
+        solver.tmpDir = tmp
         t0 = time.perf_counter()
-        model.lp.solve(solver)
+        try:
+            model.lp.solve(solver)
+        except BaseException:
+            # Ctrl-C or SIGTERM ends PuLP's wait, not CBC: a terminal's Ctrl-C reaches CBC too, a SIGTERM sent to
+            # this process alone does not (CBC ran on to its time limit, minutes)
+            stop_children(path)
+            raise
         solve_s = time.perf_counter() - t0
-        text = open(log, errors="replace").read()
-    finally:
-        os.unlink(log)
+        text = open(log, errors="replace").read() if os.path.exists(log) else ""
     m = _RESULT.search(text)
     words = m.group(1).strip() if m else pulp.LpStatus[model.lp.status]
     if "infeasible" in words.lower():

@@ -264,3 +264,78 @@ def test_ctrl_c_during_the_build_returns_the_start(monkeypatch: pytest.MonkeyPat
     assert run_.not_solved is not None and "interrupted" in run_.not_solved
     with pytest.raises(KeyboardInterrupt):     # no start: nothing to write
         plan_milp(g, dev, "mosos", None, SolveOptions("highs", 60.0, 0.01, 1))
+
+
+
+def _stand_in_cbc(tmp_path: Path) -> str:
+    """A copy of `sleep` named cbc: a real executable (a script's process names its interpreter) that waits."""
+    import shutil
+    import subprocess
+
+    sleep = shutil.which("sleep")
+    if sleep is None or not Path("/proc").is_dir():
+        pytest.skip("needs `sleep` and /proc")
+    fake = tmp_path / "cbc"
+    shutil.copy(sleep, fake)
+    probe = subprocess.Popen([str(fake), "30"])
+    try:
+        if probe.wait(timeout=0.3) is not None:
+            pytest.skip("this `sleep` does not run under another name")
+    except subprocess.TimeoutExpired:
+        probe.kill()
+        probe.wait()
+    return str(fake)
+
+
+def _ended(proc) -> bool:  # noqa: ANN001
+    try:
+        proc.wait(timeout=30)     # a hang guard only: SIGTERM ends it at once
+    except Exception:  # noqa: BLE001
+        proc.kill()
+        return False
+    return True
+
+
+def test_stop_children_ends_this_processs_children_running_an_executable(tmp_path) -> None:
+    import subprocess
+
+    from milp.solve import stop_children
+
+    fake = _stand_in_cbc(tmp_path)
+    child = subprocess.Popen([fake, "300"])
+    other = subprocess.Popen(["sleep", "300"])      # another executable: left alone
+    try:
+        assert stop_children(fake) == [child.pid]
+        assert _ended(child) and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_an_interrupted_cbc_solve_stops_cbc_and_leaves_no_files(monkeypatch, tmp_path) -> None:
+    """SIGTERM to this process alone ended PuLP's wait, not CBC, which ran on to its time limit (minutes) beside
+    the written start, its model files left in the temporary folder."""
+    import subprocess
+    import tempfile
+
+    import pulp
+
+    import milp.solve as solve
+
+    fake = _stand_in_cbc(tmp_path)
+    monkeypatch.setattr(solve, "_cbc_path", lambda: fake)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))    # read once per process: TMPDIR would come late
+    started = []
+
+    def interrupted_solve(self, lp, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        # what PuLP does, cut short: the model written in the solver's folder, CBC started, then Ctrl-C in the wait
+        (Path(self.tmpDir) / "model.mps").write_text("")
+        started.append(subprocess.Popen([self.path, "300"]))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pulp.COIN_CMD, "actualSolve", interrupted_solve)
+    g, dev = _setting("14MiB")
+    with pytest.raises(KeyboardInterrupt):
+        api.solve_milp(g, dev, "mosos", None, SolveOptions("cbc", 60.0, 0.5, 1), require=False)
+    assert started and _ended(started[0])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("hybrid-cbc-")]
