@@ -207,3 +207,30 @@ def test_ctrl_c_writes_the_best_plan_so_far(graph_file, tmp_path) -> None:
     assert proc.returncode == 0, stderr
     assert "stopped: interrupted" in stdout
     assert validate(Graph.load(path), Plan.load(out)).valid
+
+
+@pytest.mark.parametrize("wrote_before", [False, True])
+def test_an_interrupt_before_the_search_has_a_plan_says_nothing_was_written(graph_file, tmp_path, monkeypatch,
+                                                                              wrote_before) -> None:
+    """Ctrl-C during the setup (kernels, headroom, the bound) left a bare "interrupted (Ctrl-C)" where the help
+    promises the best plan: there is none yet, and the line now says so (or names the plan written last)."""
+    import hybrid.pipeline as pipeline
+
+    def interrupted(graph, device, total, opts, progress, **kw):  # noqa: ANN001, ANN003, ANN202
+        if wrote_before:
+            from hybrid.swap.baselines import run_baseline
+
+            progress.on_plan(run_baseline(graph, device, "belady"))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "run_optimize", interrupted)
+    out = tmp_path / "p.json"
+    path, memory = graph_file
+    r = CliRunner().invoke(cli, list(map(str, ["optimize", "--graph", path, "--memory", memory, "--time-limit", "1m",
+                                               "--out", out])))
+    assert r.exit_code == 130, r.output
+    if wrote_before:
+        assert f"interrupted (Ctrl-C): the plan written last is in {out}" in r.output and out.exists()
+    else:
+        assert "during the setup, before the search's first plan: nothing written" in r.output
+        assert not out.exists()

@@ -155,7 +155,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
     The whole command ends within --time-limit, its search at --generations, when its best plan reaches the
     lower bound (no plan can be faster), or on Ctrl-C or SIGTERM (as sent by timeout, Slurm, Kubernetes): then
-    the best plan so far is written and the exit status is 0. Output paths are checked (their folders created)
+    the best plan so far is written and the exit status is 0 (during the setup, before the search has a plan,
+    nothing is written and the exit status is 130, or 143 for SIGTERM). Output paths are checked (their folders created)
     before any work starts. Exit status 2: a user error (a bad flag or file, no plan fits), nothing written; 1:
     a refined plan failed validation, the search's own valid best plan was written instead.
 
@@ -174,7 +175,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     from ga import GAConfig
     from ga.progress import ProgressLine
     from hybrid.pipeline import OptimizeOptions, Progress, run_optimize
-    from hybrid.signals import deferred_interrupts, interrupted_by
+    from hybrid.signals import deferred_interrupts, exit_status, interrupted_by
 
     # the limit counts from the process's start (interpreter, imports, loading): hybrid.cli.clock
     started = clock.started()
@@ -218,8 +219,18 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
     progress = Progress(on_generation=None if quiet else on_generation, on_refine=None if quiet else refine_line,
                         on_note=None if quiet else (lambda text: click.echo(text, err=True)),
-                        on_phase_end=None if quiet else line.close, on_plan=lambda plan: plan.save(out_path))
-    res = run_optimize(graph, device, total, opts, progress, started_at=started, after_s=EXIT_S)
+                        on_phase_end=None if quiet else line.close,
+                        on_plan=lambda plan: (plan.save(out_path), saved.append(plan)))
+    saved: list = []
+    try:
+        res = run_optimize(graph, device, total, opts, progress, started_at=started, after_s=EXIT_S)
+    except KeyboardInterrupt:
+        # during the setup (kernels, headroom, the bound) the search has no plan yet: said, not a bare "interrupted"
+        what = (f": the plan written last is in {out_path}" if saved else
+                f" during the setup, before the search's first plan: nothing written to {out_path} (a stop once "
+                "the search has started writes its best plan)")
+        click.echo(f"interrupted ({interrupted_by()}){what}", err=True)
+        sys.exit(exit_status())
     with deferred_interrupts():
         if log_path is not None:
             res.search.log.to_csv(log_path)
