@@ -28,11 +28,25 @@ _TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9
 _NUM = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
 
 
+def _bits_refused(number: str, unit: str, text: Any, what: str, per_second: str = "") -> None:
+    """A unit ending in a lowercase b (Mb, gb, b) reads as bits to a network or storage engineer (12Gb/s is
+    1.5 GB/s) and as bytes to others: refused, naming both spellings, rather than read one way silently."""
+    if unit and unit[-1] == "b" and len(unit) <= 2:
+        prefix = unit[:-1].upper()
+        exp = {"K": 3, "M": 6, "G": 9, "T": 12, "P": 15}.get(prefix)
+        spelled = (f"{number}{prefix}B{per_second} (10^{exp} bytes) or {number}{prefix}iB{per_second} "
+                   f"(2^{exp // 3 * 10} bytes)" if exp else f"{number}B{per_second}")
+        raise HybridError(f"cannot read {what} {str(text).strip()!r}: a lowercase b means bits; for bytes write "
+                          f"{spelled}")
+
+
 def parse_bytes(text: str | int | float, what: str = "size") -> int:
     """'10GiB' -> 10737418240; plain numbers are bytes."""
     if isinstance(text, (int, float)):
         return checked_bytes(text, what)
     m = re.fullmatch(_NUM + r"([A-Za-z]*)\s*", str(text))
+    if m:
+        _bits_refused(m.group(1), m.group(2), text, what)
     if not m or m.group(2).lower() not in _BYTE_UNITS:
         raise HybridError(f"cannot read {what} {text!r}: write a number of bytes with an optional unit, e.g. 10GiB, 512MB, 1073741824")
     value = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
@@ -50,6 +64,8 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     if s.lower().endswith("/s"):
         s = s[:-2]
     m = re.fullmatch(_NUM + r"([A-Za-z]*)\s*", s)
+    if m:
+        _bits_refused(m.group(1), m.group(2), text, what, "/s")
     if not m or not m.group(2) or m.group(2).lower() not in _BYTE_UNITS:
         raise HybridError(f"cannot read {what} {text!r}: write bytes per second with a unit, e.g. 12GB/s, 25GiB/s")
     value = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
@@ -68,7 +84,9 @@ def parse_duration(text: str | int | float, what: str = "duration", short: bool 
     if isinstance(text, (int, float)):
         return checked_number(text, what, lo=0.0, hi=MAX_SECONDS)
     s = str(text).strip().lower()
-    parts = re.findall(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", s)
+    if s.startswith("-"):
+        raise HybridError(f"{what} must not be negative, got {text!r}")
+    parts = re.findall(r"([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*([a-z]*)", s)
     if not parts or "".join(a + b for a, b in parts) != s.replace(" ", ""):
         example = "10us, 5ms, 800ns" if short else "90s, 30m, 1h, 1h30m"
         raise HybridError(f"cannot read {what} {text!r}: write e.g. {example}")

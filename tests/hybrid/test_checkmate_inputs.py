@@ -102,7 +102,7 @@ BAD_FLAGS = [
     ("scale-to-0s", {"scale_to": "0s"}, r"--scale-to must be more than 0, got '0s'"),
     ("scale-to-0.0", {"scale_to": 0.0}, r"--scale-to must be more than 0"),
     ("scale-to-nan", {"scale_to": float("nan")}, r"--scale-to must be a finite number"),
-    ("scale-to-negative", {"scale_to": "-1s"}, r"cannot read --scale-to '-1s'"),
+    ("scale-to-negative", {"scale_to": "-1s"}, r"--scale-to must not be negative, got '-1s'"),
     ("time-unit-nan", {"time_unit": "nan"}, r"--time-unit must be a finite positive number.*, got 'nan'"),
     ("time-unit-inf", {"time_unit": "inf"}, r"--time-unit must be a finite positive number.*, got 'inf'"),
     ("time-unit-negative", {"time_unit": "-1e-6"}, r"--time-unit must be a finite positive number"),

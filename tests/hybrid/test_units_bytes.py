@@ -1,6 +1,11 @@
 """One way to write a size: hybrid.units.format_bytes, three significant digits in binary units."""
 from __future__ import annotations
 
+import re
+
+import pytest
+
+from hybrid.errors import HybridError
 from hybrid.units import format_bytes
 
 
@@ -32,3 +37,23 @@ def test_counted_says_the_noun_in_its_number() -> None:
 
     assert counted(1, "window") == "1 window" and counted(0, "window") == "0 windows"
     assert counted(2, "window") == "2 windows" and counted(3, "child", "children") == "3 children"
+
+
+@pytest.mark.parametrize("text, fix", [("64Mb", "64MB (10^6 bytes) or 64MiB (2^20 bytes)"),
+                                       ("64mb", "64MB (10^6 bytes) or 64MiB (2^20 bytes)"),
+                                       ("512b", "512B"), ("2Gb", "2GB (10^9 bytes) or 2GiB (2^30 bytes)")])
+def test_a_lowercase_b_is_bits_and_refused_with_both_byte_spellings(text, fix) -> None:
+    """64Mb was read as 64 MB without a word; to a network engineer it is 8 MB."""
+    from hybrid.units import parse_bytes
+
+    with pytest.raises(HybridError, match=re.escape(f"cannot read size {text!r}: a lowercase b means bits; for "
+                                                    f"bytes write {fix}")):
+        parse_bytes(text)
+
+
+def test_a_bandwidth_in_gigabits_is_refused_and_bytes_and_binary_units_still_read() -> None:
+    from hybrid.units import parse_bandwidth, parse_bytes
+
+    with pytest.raises(HybridError, match=re.escape("for bytes write 12GB/s (10^9 bytes) or 12GiB/s")):
+        parse_bandwidth("12Gb/s")
+    assert parse_bandwidth("12GB/s") == 12e9 and parse_bytes("64mib") == 64 << 20 and parse_bytes("64MB") == 64e6

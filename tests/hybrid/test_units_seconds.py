@@ -19,3 +19,15 @@ def test_a_table_cell_is_format_seconds_or_empty() -> None:
     for t in (0.01061, 12.5, -0.0025, 3e-7, 0.0):
         assert seconds_text(t, 6) == format_seconds(t, 6)
     assert seconds_text(math.nan) == "" and seconds_text(None) == ""
+
+
+def test_a_duration_takes_exponents_and_a_negative_one_is_named_negative() -> None:
+    """`--time-limit 1e1` said "unknown time unit 'e'" and `-5` "cannot read ... write e.g. 90s"."""
+    import pytest
+
+    from hybrid.errors import HybridError
+    from hybrid.units import parse_duration
+
+    assert parse_duration("1e1") == 10.0 and parse_duration("2.5e-3s") == 0.0025 and parse_duration("1h30m") == 5400
+    with pytest.raises(HybridError, match=r"--time-limit must not be negative, got '-5'"):
+        parse_duration("-5", "--time-limit")
