@@ -97,6 +97,10 @@ def test_compare_command(files, tmp_path):
     for name in ("compare.csv", "compare.parquet", "compare.md"):
         assert (tmp_path / "c" / name).exists()
     assert len(list((tmp_path / "c").glob("*-seed1-*.json"))) == 3  # both arms and the split plan
+    # the arms' plans are byte budgets: said, so nobody reads them as `hybrid optimize`'s laid-out plans
+    assert "byte budgets without offsets" in r.output and "not laid out" in (tmp_path / "c" / "compare.md").read_text()
+    for path in (tmp_path / "c").glob("*-seed1-*.json"):
+        assert Plan.load(path).allocation.kind == "unconstrained"
 
 
 def test_timeline_memory_profile_matches_the_validator_peak(files):

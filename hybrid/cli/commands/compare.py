@@ -106,7 +106,11 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
     and search and wall time per seed, plus medians. From Python: hybrid.report.compare.compare
     returns the same table as a pandas DataFrame.
 
-    Both arms search from the planner options `hybrid optimize` uses. With
+    Both arms search from the planner options `hybrid optimize` uses, and
+    their plans are byte budgets without offsets (as `hybrid optimize
+    --no-arena`): this compares the search against search + refinement, not
+    written plans; `hybrid optimize` lays its plan out, which can cost some
+    makespan (its summary says how much). With
     --generations and --windows the arms are budgeted in counted work
     (after mode), so the same seeds give the same plans on any machine.
 
@@ -196,13 +200,16 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
                              + f"refinement {refine_mode} (see the mode column), share "
                              f"{refine_share}, patience {refine_patience}"
                              + (f", {refine_elites} elites offered" if refine_mode == "beside" else "")
-                             + "; workers: see the workers column."
+                             + "; workers: see the workers column. Plans: byte budgets without offsets "
+                             "(as `hybrid optimize --no-arena`), not laid out."
                              + (f" Arm milp: the MO-SOS MILP, HiGHS {format_seconds(milp_s)}, one run per graph "
                                 "(search_s = solve time)." if milp_s is not None else "")
                              + ("\n\nIncomplete: interrupted before every graph and seed had run." if interrupted
                                 else ""))
         s = summary(df)
         click.echo(printable(s).to_markdown(index=False, floatfmt=".4g"))
+        click.echo("plans: byte budgets without offsets (as hybrid optimize --no-arena), not laid out; hybrid "
+                   "optimize's written plan is laid out and may be slower")
         click.echo("wrote " + ", ".join(str(p) for p in paths))
     if interrupted:
         runs = int(((df["row"] == "seed") & (df["arm"] == "ga")).sum())
