@@ -222,7 +222,14 @@ def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) ->
 
 
 def load_graph(path: Path) -> Graph:
-    return Graph.load(path)
+    """The graph, with a warning line per field named almost like one the format reads (at most 5)."""
+    g = Graph.load(path)
+    typos = g.misspelt_fields()
+    for line in typos[:5]:
+        click.echo(f"warning: {path}: {line}", err=True)
+    if len(typos) > 5:
+        click.echo(f"warning: {path}: {len(typos) - 5} more such fields", err=True)
+    return g
 
 
 def load_plan(path: Path) -> Plan:

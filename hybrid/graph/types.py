@@ -26,6 +26,9 @@ DEFAULT_IMPL = "default"
 
 _TENSOR_FIELDS = {"id", "bytes", "kind", "persistent"}
 _OP_FIELDS = {"id", "kind", "inputs", "outputs", "time_s", "workspace_bytes", "impls", "updates", "cpu_time_s"}
+_GRAPH_FIELDS = {"format", "name", "device", "tensors", "ops"}
+MISSPELT_CUTOFF = 0.8   # difflib's ratio: workspce_bytes 0.97, tme_s 0.91; the capture's own fields (shape, dtype,
+                        # stride, aten, cost, phase, rng, model, bindings) are all under 0.6
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,28 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors)"
+
+    def misspelt_fields(self) -> list[str]:
+        """Extra fields named almost like a field the format reads ("workspce_bytes"), one line each. Extra
+        fields are allowed and ignored, so such a typo drops a workspace or a time without a word; commands
+        print these as warnings. Each distinct name is compared once (captured graphs carry 146k extra fields)."""
+        import difflib
+
+        out: list[str] = []
+        for known, items, noun in ((_TENSOR_FIELDS, self.tensors, "tensor"), (_OP_FIELDS, self.ops, "op"),
+                                   (_GRAPH_FIELDS, [self], "graph")):
+            first: dict[str, str] = {}
+            for item in items:
+                for key in item.extra:
+                    first.setdefault(key, getattr(item, "id", self.name))
+            for key, where in first.items():
+                close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=MISSPELT_CUTOFF)
+                if close and key not in known:
+                    n = sum(key in item.extra for item in items)
+                    others = f" and {n - 1} more" if n > 1 else ""
+                    out.append(f"{noun} {where!r}{others}: field {key!r} is not read (did you mean {close[0]!r}?); "
+                               "extra fields are ignored")
+        return out
 
 
 # ---- parsing helpers ---------------------------------------------------------

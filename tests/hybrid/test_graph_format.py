@@ -124,3 +124,26 @@ def test_units_and_device_flags():
     assert dev.d2h_bytes_per_s == PRESETS["a100-40gb"].d2h_bytes_per_s
     with pytest.raises(HybridError, match="unknown device"):
         resolve_device(None, "tpu-v9")
+
+
+def test_a_field_named_almost_like_one_the_format_reads_is_warned_about(tmp_path) -> None:
+    """Extra fields are allowed and ignored, so `workspce_bytes` dropped a 1 GiB workspace without a word."""
+    import json
+
+    from click.testing import CliRunner
+
+    from hybrid.cli.main import cli
+    from hybrid.graph import Graph
+    from tests.cli.helpers import RESNET
+
+    d = json.loads(open(RESNET).read())
+    for i in (3, 5):
+        d["ops"][i]["workspce_bytes"] = 1 << 30
+    assert Graph.from_json(json.loads(open(RESNET).read())).misspelt_fields() == []   # the captured fields pass
+    g = Graph.from_json(d)
+    assert g.misspelt_fields() == [f"op {d['ops'][3]['id']!r} and 1 more: field 'workspce_bytes' is not read (did "
+                                   "you mean 'workspace_bytes'?); extra fields are ignored"]
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(d))
+    r = CliRunner().invoke(cli, ["info", "--graph", str(path)])
+    assert r.exit_code == 0 and "warning: " in r.output and "did you mean 'workspace_bytes'?" in r.output
