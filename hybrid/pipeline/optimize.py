@@ -74,6 +74,7 @@ LOAD_MARGIN = 1.5            # the reserve's estimates are from the fastest of 3
 CHUNK_ONE_S = 0.02           # evaluations slower than this go to worker processes one at a time
 EXACT_COMPILE_S = 15.0       # the arena's exact search, compiled once per process: about 6 s unloaded, 40 s loaded
 BESIDE_MIN_S = 3.0           # a refiner process beside the search needs this much of it (a spawned interpreter)
+INTERRUPT_LAYOUT_S = 3.0     # after Ctrl-C or SIGTERM the best plan is laid out by the heuristics where that takes this
 COMPILE_NOTE_S = 2.0         # a kernel compile longer than this is announced (a first run after an install)
 DEFAULT_PATIENCE = 0.1       # hybrid.refine.handoff.DEFAULT_PATIENCE (not imported: refinement is optional)
 
@@ -432,20 +433,11 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
         if text not in skipped:
             skipped.append(text)
 
-    def lay_out_now(plan, others, result, population, stopped: bool = False, keep=None):  # noqa: ANN001, ANN202
-        """(the Layout to write, laid out?). `keep`: a laid-out Layout written instead where `plan` lays out
-        nowhere (the refined plan after the search's: the plan written is a plan that runs as planned)."""
+    def _layout_within_limit(cap, budget, t):  # noqa: ANN001, ANN202
+        """(cap, budget) of a layout that is not interrupted: within the time limit, or past it on a first run
+        after an install, with or without the exact search as the time left allows."""
         from hybrid.arena.layout import DEFAULT_BUDGET
 
-        t = time.monotonic()
-        if plan.allocation.kind != "unconstrained":   # laid out as planned (an arena) or size classes
-            return _lay_out(graph, plan, None), False
-        budget = None
-        cap = _layout_cap(opts, end, eval_s) if arena else None
-        if cap is not None and stopped:   # Ctrl-C or SIGTERM: write the best plan now, not after a layout
-            leave("arena layout: not run, interrupted; the byte budget is written without offsets (the executor "
-                  "compacts at run time if it must)")
-            cap = None
         if cap is not None and end - t < one_layout and timings.compile_s > COMPILE_NOTE_S:
             # the first run after an install spent its limit compiling the kernels: a plan without offsets is not
             # the plan that runs (the executor would compact), so it is laid out anyway, past the limit by at most
@@ -478,9 +470,33 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             # compiled here, outside the layout's cap, so that the compile's time (6 s unloaded, a minute on a
             # busy machine) never cuts the layout's counted work: one seed, one layout
             from hybrid.arena import exact
-
             timings.exact_compile_s += exact.warm_up()
             cap = _layout_cap(opts, end, eval_s)
+        return cap, budget
+
+    def lay_out_now(plan, others, result, population, stopped: bool = False, keep=None):  # noqa: ANN001, ANN202
+        """(the Layout to write, laid out?). `keep`: a laid-out Layout written instead where `plan` lays out
+        nowhere (the refined plan after the search's: the plan written is a plan that runs as planned)."""
+        from hybrid.arena.layout import DEFAULT_BUDGET
+
+        t = time.monotonic()
+        if plan.allocation.kind != "unconstrained":   # laid out as planned (an arena) or size classes
+            return _lay_out(graph, plan, None), False
+        budget = None
+        cap = _layout_cap(opts, end, eval_s) if arena else None
+        if stopped and cap is not None and heuristic_layout_seconds(eval_s) <= INTERRUPT_LAYOUT_S:
+            # Ctrl-C or SIGTERM: the heuristics' layout takes a moment here, and a plan with offsets is the plan that
+            # runs; a second signal stops at once (the caller defers the first)
+            cap = min(cap, INTERRUPT_LAYOUT_S)
+            budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
+            leave(f"arena layout: interrupted, so laid out by its heuristics and re-plans alone (at most "
+                  f"{format_seconds(cap)}; a second Ctrl-C stops at once)")
+        elif stopped and cap is not None:   # the layout would take long: write the best plan now
+            leave("arena layout: not run, interrupted; the byte budget is written without offsets (the executor "
+                  "compacts at run time if it must)")
+            cap = None
+        else:
+            cap, budget = _layout_within_limit(cap, budget, t)
         if head is not None:     # seeds laid out within the full memory by the calibration: never slower to write
             others = list(others) + list(head.laid)
         t_lay = time.monotonic()

@@ -328,3 +328,32 @@ def test_a_refined_plan_no_layout_fits_leaves_the_laid_out_plan_before_it_writte
                for s in res.skipped), res.skipped
     assert res.layout is not None and res.plan.allocation.kind in ("arena", "size_classes")
     assert res.plan.planner.get("refined") is None and validate(g, res.plan).valid
+
+
+def test_an_interrupted_search_writes_its_best_plan_laid_out_by_the_heuristics() -> None:
+    """Ctrl-C or SIGTERM wrote the best plan as a byte budget without offsets, which the executor compacts; where
+    the heuristics' layout takes a moment (under INTERRUPT_LAYOUT_S here), the plan written is laid out."""
+    import os
+    import signal
+
+    from hybrid.pipeline.optimize import INTERRUPT_LAYOUT_S, heuristic_layout_seconds
+
+    g, dev = small_training(10, seed=2)
+    dev = replace(dev, memory_bytes=int(dev.memory_bytes * 1.3))   # room for a layout (the tight memory has none)
+    sent = []
+
+    def interrupt_once(stats, left) -> None:  # noqa: ANN001
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    res = run_optimize(g, dev, 120.0, OptimizeOptions(config=GAConfig(population=4, children=4), workers=1,
+                                                      refine="none", baselines=False),
+                       Progress(on_generation=interrupt_once))
+    assert res.interrupted and sent
+    from ga.evaluation import evaluation_seconds
+
+    assert heuristic_layout_seconds(evaluation_seconds(g, dev)) <= INTERRUPT_LAYOUT_S
+    assert any(s.startswith("arena layout: interrupted, so laid out by its heuristics") for s in res.skipped), \
+        res.skipped
+    assert res.plan.allocation.kind in ("arena", "size_classes") and validate(g, res.plan).valid

@@ -155,8 +155,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
     The whole command ends within --time-limit, its search at --generations, when its best plan reaches the
     lower bound (no plan can be faster), or on Ctrl-C or SIGTERM (as sent by timeout, Slurm, Kubernetes): then
-    the best plan so far is written and the exit status is 0 (during the setup, before the search has a plan,
-    nothing is written and the exit status is 130, or 143 for SIGTERM). Output paths are checked (their folders created)
+    the best plan so far is written and the exit status is 0, laid out by the layout's heuristics where they take
+    under 3 s here, else without offsets (during the setup, before the search has a plan, nothing is written and
+    the exit status is 130, or 143 for SIGTERM). Output paths are checked (their folders created)
     before any work starts. Exit status 2: a user error (a bad flag or file, no plan fits), nothing written; 1:
     a refined plan failed validation, the search's own valid best plan was written instead.
 
