@@ -183,7 +183,8 @@ class Executor:
 
     def memory(self) -> dict[str, Any]:
         p: PoolStats = self.runtime.pool.stats
-        out: dict[str, Any] = {"plan_memory_bytes": self.plan.device.memory_bytes, "pool": p.to_json(),
+        out: dict[str, Any] = {"plan_memory_bytes": self.plan.device.memory_bytes,
+                               "plan_usable_bytes": self.plan.device.usable_bytes, "pool": p.to_json(),
                                "host_pool_bytes": self.runtime.host.nbytes, "pinned": self.runtime.host.pinned}
         if self.backend.name == "cuda":
             counted = self.runtime.allocator.max_allocated if self.runtime.allocator is not None else 0

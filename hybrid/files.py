@@ -52,9 +52,14 @@ def _reason(e: OSError) -> str:
             }.get(e.errno or 0, e.strerror or str(e))
 
 
-def _error(path: str | Path, e: OSError) -> HybridError:
-    return HybridError(f"cannot write {path}: {_reason(e)}; nothing was written (an earlier file there is "
-                       "unchanged)")
+def write_error(path: str | Path, e: OSError, folder: Path | None = None) -> HybridError:
+    """The one-line error for a failed write. ENOENT for a new file in `folder` (its temporary) is read against
+    the folder itself: a pseudo file system such as /proc answers ENOENT though the folder is there."""
+    reason = _reason(e)
+    if e.errno == errno.ENOENT and folder is not None:
+        reason = (f"cannot create files in {folder} (the folder exists, but its file system refuses new files); "
+                  "write to another folder") if folder.is_dir() else f"its folder {folder} does not exist"
+    return HybridError(f"cannot write {path}: {reason}; nothing was written (an earlier file there is unchanged)")
 
 
 def target_of(path: str | Path) -> Path:
@@ -67,7 +72,7 @@ def target_of(path: str | Path) -> Path:
     except (FileNotFoundError, NotADirectoryError):  # nothing there yet (a missing folder fails when written)
         return p
     except OSError as e:  # ENAMETOOLONG among others
-        raise _error(path, e) from None
+        raise write_error(path, e) from None
     if stat.S_ISDIR(st.st_mode):
         raise HybridError(f"cannot write {path}: it is a folder; give a file name")
     if not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(p, os.W_OK):
@@ -126,7 +131,7 @@ def atomic_open(path: str | Path, mode: str = "w", *, newline: str | None = None
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:_KEEP]}{MARK}{os.getpid()}-",
                                    suffix=".tmp")
     except OSError as e:
-        raise _error(path, e) from None
+        raise write_error(path, e, target.parent) from None
     _in_flight.add(tmp)
     try:
         try:
@@ -143,7 +148,7 @@ def atomic_open(path: str | Path, mode: str = "w", *, newline: str | None = None
         _in_flight.discard(tmp)
         _fsync_folder(target.parent)
     except OSError as e:
-        raise _error(path, e) from None
+        raise write_error(path, e) from None
     finally:
         if tmp in _in_flight:
             _in_flight.discard(tmp)

@@ -165,6 +165,31 @@ def counted(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
+def format_change(share: float) -> str:
+    """A relative change as a signed percentage with digits enough to show it ('-0.003%', never '-0.00%');
+    '' where it is none (under a millionth of a percent: float noise), so callers can say "the same"."""
+    pct = 100 * float(share)
+    if not abs(pct) >= 1e-6:     # NaN too
+        return ""
+    return f"{pct:+.2f}%" if abs(pct) >= 0.005 else f"{pct:+.1g}%"
+
+
+def format_bytes_up(n: int) -> str:
+    """`n` bytes as `format_bytes` writes them (binary units, three significant digits), rounded up
+    rather than to the nearest: a floor ("no plan runs with less") must never read below the bytes it stands for
+    (4,198,016 B is 4.01 MiB here, not 4 MiB)."""
+    n = int(n)
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            places = max(0, 3 - len(str(n // scale)))          # decimals that give three significant digits
+            tenths = -(-n * 10**places // scale)                # ceil(n / scale) at that precision, exactly
+            if tenths >= 1024 * 10**places and unit != "PiB":   # 1023.x rounds up to the next unit's 1
+                return f"1 {('PiB', 'TiB', 'GiB', 'MiB')[('TiB', 'GiB', 'MiB', 'KiB').index(unit)]}"
+            text = f"{tenths / 10**places:.{places}f}"
+            return f"{text.rstrip('0').rstrip('.') if places else text} {unit}"
+    return f"{n} B"
+
+
 def format_seconds(t: float, digits: int = 4) -> str:
     """`t` seconds in s, ms or us (by its magnitude, so a negative difference reads like a positive one) with
     `digits` significant digits; a table that must tell two close times apart asks for more."""

@@ -126,24 +126,35 @@ class Layout:
         """Makespan after over before, minus 1: what exact offsets cost against the fragmentation-free figure."""
         return self.plan.makespan_s / self.makespan_before_s - 1.0
 
-    def describe(self) -> str:
+    def describe(self, with_cost: bool = True) -> str:
+        """One line on how the plan was laid out; `with_cost` False leaves the makespan's change out (a caller
+        that prints both makespans beside it). A change that rounds to none is not said as one."""
+        from hybrid.units import format_change
+
         cap = "; stopped by the time limit" if self.capped else ""
         if not self.fallback:
             return ("laid out in the arena as planned" + cap) if self.plan.allocation.kind == "arena" else ""
+        change = format_change(self.cost)
+        cost = "" if not with_cost else f" ({change} makespan)" if change else " (the same makespan)"
+        missed = f"the plan missed by {format_change(self.overflow)}; " if self.overflow > 0 else ""
         if self.fallback == "more memory":
-            missed = f"the plan missed by {100 * self.overflow:+.1f}%; " if self.overflow > 0 else ""
-            return (f"laid out in the arena: {missed}re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% "
-                    f"less memory, up from the headroom search's ({100 * self.cost:+.2f}% makespan){cap}")
+            shrink = f"{100 * self.search_shrink:.2g}% less" if self.search_shrink > 0 else "less"
+            return (f"laid out in the arena: {missed}re-planned ({self.source}) with {self.memory_words()} (the "
+                    f"headroom search planned with {shrink}){cost}{cap}")
         if self.fallback == "laid-out candidate":
-            missed = f"the plan missed by {100 * self.overflow:+.1f}%; " if self.overflow > 0 else ""
-            return (f"laid out in the arena: {missed}{self.source} plan, laid out within the memory, was the fastest "
-                    f"({100 * self.cost:+.2f}% makespan){cap}")
+            return (f"laid out in the arena: {missed}{self.source} plan, laid out within the memory, was the "
+                    f"fastest{cost}{cap}")
         within = f", {self.headroom_note}" if self.headroom_note else ""
-        how = {"re-planned": f"re-planned ({self.source}) with {100 * self.memory_given_up:.2g}% less memory{within}",
+        how = {"re-planned": f"re-planned ({self.source}) with {self.memory_words()}{within}",
                "size classes": "re-planned with per-size classes",
                "slower candidate": f"laid out a slower candidate ({self.source})"}[self.fallback]
-        return (f"no arena layout within memory (best {100 * self.overflow:+.1f}% over): {how} "
-                f"({100 * self.cost:+.2f}% makespan){cap}")
+        return f"no arena layout within memory (best {format_change(self.overflow)} over): {how}{cost}{cap}"
+
+    def memory_words(self) -> str:
+        """The memory a re-plan was given: 'the whole usable memory', not '0% less memory'."""
+        if self.memory_given_up <= 0:
+            return "the whole usable memory"
+        return f"{100 * self.memory_given_up:.2g}% less memory"
 
     def to_json(self) -> dict:
         return {"fallback": self.fallback, "source": self.source, "rounds": self.rounds,

@@ -164,6 +164,16 @@ def prepare_output(path: Path | None, flag: str, *, folder: bool = False, figure
                           "choose a path you can write to") from None
     if not os.access(where, os.W_OK | os.X_OK):
         raise HybridError(f"{flag} {path}: the folder {where} is not writable; choose a path you can write to")
+    try:   # os.access passes for root where the file system itself refuses new files (/proc, read-only mounts)
+        import tempfile
+
+        fd, probe = tempfile.mkstemp(dir=where, prefix=".hybrid-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        from hybrid.files import write_error
+
+        raise HybridError(f"{flag}: {write_error(path, e, where)}") from None
     if not folder:
         _distinct_output(path, flag)
     return path

@@ -35,7 +35,7 @@ class GraphInfo:
     swap_bound_s: float = 0.0        # plans in this (program) order, swap only
 
     def rows(self) -> list[tuple[str, str]]:
-        from hybrid.units import format_bytes
+        from hybrid.units import format_bytes, format_bytes_up
         from hybrid.units import format_seconds as _fs
 
         def format_seconds(v: float) -> str:
@@ -46,8 +46,9 @@ class GraphInfo:
         out += [(f"bytes: {k}", format_bytes(v)) for k, v in self.bytes_by_kind.items() if v]
         out += [("bytes: persistent", format_bytes(self.persistent_bytes)),
                 ("peak, unswapped program order", f"{format_bytes(self.unswapped_peak_bytes)} ({self.unswapped_peak_bytes} B)"),
-                ("largest single op (ins+outs+workspace)", f"{format_bytes(self.largest_op_bytes)} ({self.largest_op}): "
-                                                           f"no plan runs with less memory"),
+                ("largest single op (ins+outs+workspace)",
+                 f"{format_bytes_up(self.largest_op_bytes)} ({self.largest_op_bytes} B, {self.largest_op}): "
+                 "no plan runs with less memory"),
                 ("device memory a plan may fill", f"{format_bytes(self.usable_bytes)} "
                                   f"({_share_of_peak(self.usable_bytes, self.unswapped_peak_bytes)})"),
                 ("ideal (compute only)", format_seconds(self.ideal_s)),

@@ -505,7 +505,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
         except InfeasibleError as e:
             # another plan (a longer search, a little more memory) may lay out, so this is no reason to write
             # nothing (a short run on a small graph raised here): the plan is written without offsets, or `keep`
-            why = (f"{e} ({format_seconds(time.monotonic() - t_lay)}"
+            why = (f"{e} (the layout took {format_seconds(time.monotonic() - t_lay)}"
                    + (", without the exact search" if budget is not None and budget.exact_tries == 0 else "") + ")")
             if keep is not None:
                 leave(f"arena layout of the refined plan: {why}; the laid-out plan before it is written")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hybrid.units import format_seconds
+from hybrid.units import format_change, format_seconds
 
 if TYPE_CHECKING:
     from ga.result import SearchResult
@@ -144,7 +144,7 @@ class OptimizeResult:
         lay, laid = self.layout, self.laid_out_plan or plan
         if lay is not None and laid is not self.refined_plan:
             if lay.fallback in ("more memory", "laid-out candidate"):
-                why.append(f"{lay.describe()} ({_change(laid, self.refined_plan)})")
+                why.append(f"{lay.describe(with_cost=False)} ({_change(laid, self.refined_plan)})")
             elif lay.fallback:
                 why.append(f"the byte budget did not lay out in the arena, so {_fallback(lay)} was written "
                            f"({_change(laid, self.refined_plan)})")
@@ -158,19 +158,26 @@ class OptimizeResult:
                        f"({_change(self.plan, plan)})")
         if not why:
             return ""
-        total = self.plan.makespan_s / best.makespan_s - 1.0
+        total = format_change(self.plan.makespan_s / best.makespan_s - 1.0)
         return (f"written plan differs from the search's best ({format_seconds(best.makespan_s)}): "
-                + "; then ".join(why) + f"; in all {100 * total:+.2f}% makespan")
+                + "; then ".join(why) + (f"; in all {total} makespan" if total else "; in all the same makespan"))
 
 
 def _change(new: "Plan", old: "Plan") -> str:
-    return f"{format_seconds(old.makespan_s)} -> {format_seconds(new.makespan_s)}"
+    """'old -> new' makespan with digits enough to tell the two apart (not '1.131 ms -> 1.131 ms' for a 0.03%
+    change); 'the same makespan' where they are equal to seven digits."""
+    a, b = old.makespan_s, new.makespan_s
+    for digits in (4, 5, 6, 7):
+        fa, fb = format_seconds(a, digits), format_seconds(b, digits)
+        if fa != fb:
+            return f"{fa} -> {fb}"
+    return f"the same makespan, {format_seconds(b)}"
 
 
 def _fallback(lay: "Layout") -> str:
     if lay.fallback == "re-planned":
         within = f" ({lay.headroom_note})" if lay.headroom_note else ""
-        return f"a re-plan ({lay.source}) with {100 * lay.memory_given_up:.2g}% less memory{within}"
+        return f"a re-plan ({lay.source}) with {lay.memory_words()}{within}"
     if lay.fallback == "size classes":
         return "a plan with per-size classes"
     return f"a slower candidate ({lay.source})"

@@ -33,7 +33,7 @@ from hybrid.swap.pools import PoolArrays
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
-from hybrid.units import format_bytes, format_bytes_apart
+from hybrid.units import format_bytes, format_bytes_apart, format_bytes_up
 
 
 
@@ -364,7 +364,7 @@ class SwapPlanner:
             from hybrid.graph.info import largest_op
 
             big, big_need = largest_op(g, pool.align)
-            least = "" if big_need <= need else (f"; no plan runs with less than {format_bytes(big_need)}: op "
+            least = "" if big_need <= need else (f"; no plan runs with less than {format_bytes_up(big_need)}: op "
                                                  f"{g.ops[big].id!r} needs that at once (`hybrid info`)")
             need_t, cap_t = format_bytes_apart(need, pool.capacity)
             raw = sum(int(a.t_bytes[g.tensor_index[t]]) for t in ts_) + int(self.op_ws[err_op])

@@ -126,16 +126,18 @@ def test_memory_sanitize_and_trace_lines(here: Path) -> None:
     assert code == 0, lines
     doc = json.loads(Path("r.json").read_text())
     s, plan = doc["summary"], json.loads(Path("p.json").read_text())
-    # the pool's peak as the plan counts it (aligned), the tensor bytes beside it, and with what was allocated
-    # outside the pool at the same time, in one line
+    # the pool's peak as the plan counts it (aligned), the tensor bytes beside it, and the pool and what was
+    # allocated outside it together, named as a sum, in one line, against the plan's usable memory
     mem = next(ln for ln in lines if ln.startswith("  device memory:"))
     align = plan["device"]["alignment_bytes"]
-    assert mem.startswith(f"  device memory: pool peak {format_bytes(s['pool_peak_occupied_bytes'])} as the plan "
+    both, pool = s["peak_with_outside_bytes"], s["pool_peak_occupied_bytes"]
+    assert mem.startswith(f"  device memory: pool peak {format_bytes(pool)} as the plan "
                           f"counts it (each copy rounded up to {format_bytes(align)}; "
-                          f"{format_bytes(s['memory']['pool']['peak_live_bytes'])} of tensor data), with what was "
-                          f"allocated outside the pool at the same time {format_bytes(s['peak_with_outside_bytes'])} "
-                          f"(copy-fallback transient up to {format_bytes(s['transient_peak_bytes'])}), of the "
-                          "plan's "), mem
+                          f"{format_bytes(s['memory']['pool']['peak_live_bytes'])} of tensor data), pool and outside "
+                          f"allocations together at their peak {format_bytes(both)} ({format_bytes(both - pool)} "
+                          f"above the pool's peak) (copy-fallback transient up to "
+                          f"{format_bytes(s['transient_peak_bytes'])}), of the plan's "
+                          f"{format_bytes(plan['device']['memory_bytes'])} usable (buffer "), mem
     assert s["pool_peak_occupied_bytes"] >= s["memory"]["pool"]["peak_live_bytes"]
     # this graph states no copy workspaces: batch norm's backward allocates beyond the plan's memory
     assert s["peak_with_outside_bytes"] > 1.01 * s["memory"]["plan_memory_bytes"]

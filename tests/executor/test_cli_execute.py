@@ -49,6 +49,7 @@ def test_execute_checks_against_eager_and_writes_results(files: tuple[Path, Path
     doc = json.loads(out.read_text())
     assert doc["check"]["bitwise"] and len(doc["losses"]) == 3 and len(doc["iterations"]) == 3
     assert doc["summary"]["memory"]["pool"]["peak_live_bytes"] <= doc["summary"]["memory"]["plan_memory_bytes"]
+    assert doc["summary"]["memory"]["plan_usable_bytes"] <= doc["summary"]["memory"]["plan_memory_bytes"]
     assert json.loads(prof.read_text())["format"] == "hybrid-profile/1"
     # what was allocated outside the pool: counted, printed, and here only the optimizer's (torch Adam's temporaries)
     assert "outside the pool:" in res.output and doc["summary"]["outside_counted_by"] == "dispatch"

@@ -58,7 +58,9 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
     executor runs it as planned, without compaction; where no layout fits, the byte budget is written and a
     note says so; --no-arena writes byte budgets. The layout is optimize's for its baseline rows (heuristics,
     re-plans bisected coarsely; the file's planner.fallback names the byte budget re-planned with): `hybrid
-    arena --plan` on a --no-arena plan searches longer and may give up less memory.
+    arena --plan` on a --no-arena plan searches longer and may give up less memory. With several --kind, one
+    that cannot run at this memory is skipped with a warning naming it and why (the others' plans are written,
+    exit 0); with one, or when none can run, it is an error (exit 2).
     """
     prepare_output(out_path, "--out", folder=len(kinds) > 1)  # a bad folder fails before any planning
     g = load_graph(graph_path)
@@ -67,6 +69,7 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
     summaries = []
     failed: list[str] = []
     notes: list[str] = []
+    skipped: list[tuple[str, str]] = []   # with several kinds, one that cannot run here is skipped: warned, exit 0
     for kind in kinds:
         try:
             plan = run_baseline(g, dev, kind, recompute=recompute)
@@ -76,6 +79,7 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
             if len(kinds) == 1:
                 raise
             failed.append(f"{kind}: cannot run: {e}")
+            skipped.append((kind, str(e)))
             continue
         rows.append(plan_row(kind, plan, g))
         said = [n for n in notes if n.startswith(f"{kind}: ")]
@@ -91,8 +95,10 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
         click.echo(table(rows))
         for line in notes:
             click.echo(f"note: {line}")
-    for line in failed:
-        click.echo(line, err=True)
+    for kind, why in skipped:
+        written = f" ({kind}.json)" if out_path is not None else ""
+        click.echo(f"warning: --kind {kind} skipped, no plan written{written}: {why}"
+                   + ("; the other kinds ran" if rows else ""), err=True)
     if not rows:
         raise HybridError("no baseline could run at this memory; give more --memory")
 

@@ -13,57 +13,86 @@ import click
 
 from hybrid.cli.options import FINITE
 from hybrid.errors import HybridError
-from hybrid.units import format_bytes, format_seconds
+from hybrid.units import counted, format_bytes, format_seconds
 
 
 PEAK_SLACK = 0.01   # the run's own device peak may exceed the plan's memory by this share before it is flagged
 
 
-def peak_warning(mem: dict[str, Any], plan_memory: int) -> str | None:
+def peak_warning(mem: dict[str, Any], plan_memory: int, reserve: int = 0) -> str | None:
     """On CUDA, one line where the run held more device memory than its plan allows (its own peak, with what
-    cuBLAS keeps for its stream), saying what to do; else None."""
+    cuBLAS keeps for its stream), saying what to do; else None. `plan_memory` is the device's memory with its
+    `reserve`: what the executor and cuBLAS hold beside the pool is the reserve's to cover."""
     if "cuda_own_peak_bytes" not in mem:
         return None
     own = int(mem["cuda_own_peak_bytes"])
     if own <= (1.0 + PEAK_SLACK) * plan_memory:
         return None
+    with_reserve = f" with its {format_bytes(reserve)} reserve" if reserve else ""
     return (f"  warning: this run held {format_bytes(own)} on the device, {format_bytes(own - plan_memory)} over the "
-            f"plan's {format_bytes(plan_memory)}: capture with --executor-workspaces and a cuda --profile (what the "
-            f"executor allocates beside its pool) and plan with --reserve "
+            f"plan's {format_bytes(plan_memory)}{with_reserve}: capture with --executor-workspaces and a cuda "
+            f"--profile (what the executor allocates beside its pool) and plan with --reserve "
             f"{format_bytes(int(mem.get('cuda_kernel_state_bytes', 0)))} or more (what cuBLAS keeps)")
 
 
-def outside_warning(s: Any, plan_memory: int) -> str | None:
+def outside_warning(s: Any, usable: int) -> str | None:
     """Where CUDA's own peak is not measured (the CPU), one line where the pool's level with what a node
-    allocated outside it (executor.measure.Summary.peak_with_outside_bytes) exceeds the plan's memory; else
-    None. Counted per node on the CPU: what the plan's memory did not allow for."""
+    allocated outside it (executor.measure.Summary.peak_with_outside_bytes) exceeds the plan's usable memory
+    (Device.usable_bytes: the memory less its reserve, what the plan was made to fill); else None. Counted per
+    node on the CPU: what the plan's memory did not allow for."""
     if "cuda_own_peak_bytes" in s.memory or s.outside_counted_by != "dispatch":
         return None
     held = int(s.peak_with_outside_bytes)
-    if held <= (1.0 + PEAK_SLACK) * plan_memory:
+    if held <= (1.0 + PEAK_SLACK) * usable:
         return None
     return (f"  warning: with what it allocated outside the pool this run held {format_bytes(held)}, "
-            f"{format_bytes(held - plan_memory)} over the plan's {format_bytes(plan_memory)}: capture with "
+            f"{format_bytes(held - usable)} over the plan's {format_bytes(usable)} usable: capture with "
             f"--executor-workspaces (the copy fallback's results stated as workspaces) and plan again")
+
+
+def usable_words(device: Any) -> str:
+    """The plan's memory as the planner filled it: usable, with the device's whole memory beside it where a
+    reserve makes the two differ (a captured graph's 1 GiB), so that no figure is read against the wrong one."""
+    usable = f"{format_bytes(device.usable_bytes)} usable"
+    if not device.reserve_bytes:
+        return usable
+    return f"{usable}, {format_bytes(device.memory_bytes)} with its {format_bytes(device.reserve_bytes)} reserve"
+
+
+def with_outside_words(s: Any) -> str:
+    """The pool's peak with what was allocated outside it (executor.measure.Summary.peak_with_outside_bytes),
+    named for what it is: a sum, with how much of it lies above the pool's own peak, not an outside figure."""
+    both, pool = int(s.peak_with_outside_bytes), int(s.pool_peak_occupied_bytes)
+    if s.outside_counted_by == "dispatch":
+        above = (f"{format_bytes(both - pool)} above the pool's peak" if both > pool
+                 else "no more than the pool's peak alone")
+        return f"pool and outside allocations together at their peak {format_bytes(both)} ({above})"
+    if s.outside_counted_by == "allocator":
+        return (f"pool peak and the most allocated outside it at once together at most {format_bytes(both)} "
+                f"(outside: {format_bytes(both - pool)})")
+    return (f"pool peak and the copy fallback's largest result together at most {format_bytes(both)} "
+            "(outside the pool not counted)")
 
 
 def check_line(c: Any) -> str:
     """The --check verdict in one line (executor.check.Comparison): values present on one side only (a
     parameter the graph does not bind) are named as such, not counted as values that differ."""
     if c.bitwise:
-        return (f"check: {c.values} values ({c.compared}) equal eager "
+        return (f"check: {counted(c.values, 'value')} ({c.compared}) equal{'s' if c.values == 1 else ''} eager "
                 f"{'inference' if c.inference else 'training'} bitwise")
     verdict = "within tolerance" if c.ok else "MISMATCH"
     parts = []
     if c.one_sided:
         sides = [f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''} only in "
                  f"{where}" for names, where in ((c.only_eager, "eager's"), (c.only_run, "the run's")) if names]
-        parts.append(f"{len(c.one_sided)} values on one side only ({'; '.join(sides)})")
+        parts.append(f"{counted(len(c.one_sided), 'value')} on one side only ({'; '.join(sides)})")
     if c.mismatched:
         parts.append(f"largest difference {c.max_abs_diff:.3g} ({c.worst}); {len(c.mismatched)} of "
-                     f"{c.both_sides} values{' on both sides' if c.one_sided else ''} differ")
+                     f"{counted(c.both_sides, 'value')}{' on both sides' if c.one_sided else ''} "
+                     f"differ{'s' if len(c.mismatched) == 1 and c.both_sides == 1 else ''}")
     else:
-        parts.append(f"the {c.both_sides} values on both sides equal bitwise")
+        parts.append(f"the {counted(c.both_sides, 'value')} on both sides equal{'s' if c.both_sides == 1 else ''} "
+                     "bitwise")
     return f"check: {'; '.join(parts)}; atol {c.atol:g}, rtol {c.rtol:g}: {verdict}"
 
 
@@ -72,15 +101,16 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
     mem = s.memory
     pool = mem["pool"]
     plan_mem = mem["plan_memory_bytes"]
+    dev = plan.device
     out = [f"executed {graph.name} under plan {plan.planner.get('name', '?')!r} ({pool['kind']} pool, "
-           f"{format_bytes(plan_mem)}) on {device}: {s.iterations} iterations"]
+           f"{usable_words(dev)}) on {device}: {counted(s.iterations, 'iteration')}"]
     cmp_note = "" if device.startswith("cuda") else " (CPU times: not comparable with the plan's device)"
     out.append(f"  per iteration: {format_seconds(s.wall_s)} wall, {format_seconds(s.makespan_s)} device makespan "
                f"(median{' after the first' if s.measured_from else ''}); simulated {format_seconds(s.simulated_s)}, "
                f"measured/simulated {s.ratio:.3g}{cmp_note}")
     if s.graphed:
-        out.append(f"  {s.graphed} iterations replayed as CUDA graphs (the makespan above is theirs); issued node by "
-                   f"node: {format_seconds(s.issued_makespan_s or float('nan'))}, of which "
+        out.append(f"  {counted(s.graphed, 'iteration')} replayed as CUDA graphs (the makespan above is theirs); "
+                   f"issued node by node: {format_seconds(s.issued_makespan_s or float('nan'))}, of which "
                    f"{format_seconds(s.issue_s)} for the host to issue it")
     elif not math.isnan(s.issue_s) and s.issue_s >= 0.9 * s.wall_s and device.startswith("cuda"):
         out.append(f"  host-bound: issuing each iteration took {format_seconds(s.issue_s)} of its "
@@ -92,30 +122,21 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
                                               f"{format_seconds(s.stall_s[k])}" for k in s.busy_s))
     extra = ""
     if pool.get("compactions_per_iteration"):
-        extra = (f"; {pool['compactions_per_iteration']} compactions per iteration moving "
+        extra = (f"; {counted(pool['compactions_per_iteration'], 'compaction')} per iteration moving "
                  f"{format_bytes(pool['moved_bytes_per_iteration'])}")
     align = int(pool.get("alignment_bytes", 1))
-    if s.outside_counted_by == "dispatch":
-        with_outside = ("with what was allocated outside the pool at the same time "
-                        f"{format_bytes(s.peak_with_outside_bytes)}")
-    elif s.outside_counted_by == "allocator":
-        with_outside = (f"with the most allocated outside the pool at once, at most "
-                        f"{format_bytes(s.peak_with_outside_bytes)}")
-    else:
-        with_outside = (f"with the copy fallback's largest result beside it, at most "
-                        f"{format_bytes(s.peak_with_outside_bytes)} (outside the pool not counted)")
     out.append(f"  device memory: pool peak {format_bytes(s.pool_peak_occupied_bytes)} as the plan counts it "
                f"(each copy rounded up to {format_bytes(align)}; {format_bytes(pool['peak_live_bytes'])} of tensor "
                f"data), "
-               f"{with_outside} (copy-fallback transient up to {format_bytes(s.transient_peak_bytes)}), of the "
-               f"plan's {format_bytes(plan_mem)} (buffer {format_bytes(pool['reserved_bytes'])}"
+               f"{with_outside_words(s)} (copy-fallback transient up to {format_bytes(s.transient_peak_bytes)}), "
+               f"of the plan's {format_bytes(dev.usable_bytes)} usable (buffer {format_bytes(pool['reserved_bytes'])}"
                f"{', offsets ' + pool['offsets'] if pool.get('offsets') else ''}{extra})"
                + (f"; CUDA max allocated {format_bytes(mem['cuda_max_allocated_bytes'])}, this run's own "
                   f"{format_bytes(mem['cuda_own_peak_bytes'])} (its peak "
                   f"above what was allocated before it, with the {format_bytes(mem['cuda_kernel_state_bytes'])} "
                   "cuBLAS keeps for its stream)"
                   if "cuda_own_peak_bytes" in mem else ""))
-    warn = peak_warning(mem, plan_mem) or outside_warning(s, plan_mem)
+    warn = peak_warning(mem, plan_mem, dev.reserve_bytes) or outside_warning(s, dev.usable_bytes)
     if warn:
         out.append(warn)
     if s.outside_counted_by:
@@ -282,18 +303,18 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
         how = interrupted_by()
         if out_path is not None and records:
             _write(out_path, _doc(graph, plan_path, device, iters, seed, None, [], records, None, interrupted=how))
-            click.echo(f"interrupted ({how}) after {len(records)} of {iters} iterations: wrote the measurements so "
-                       f"far to {out_path}", err=True)
+            click.echo(f"interrupted ({how}) after {len(records)} of {counted(iters, 'iteration')}: wrote the "
+                       f"measurements so far to {out_path}", err=True)
         else:
-            click.echo(f"interrupted ({how}) after {len(records)} of {iters} iterations", err=True)
+            click.echo(f"interrupted ({how}) after {len(records)} of {counted(iters, 'iteration')}", err=True)
         sys.exit(exit_status())
     progress.close()
     for line in _lines(graph, plan, result, device):
         click.echo(line)
     sanitized = result.extra.get("sanitize")
     if sanitized is not None:
-        click.echo(f"sanitize: {sanitized['races']} races in {sanitized['nodes_checked']} nodes checked over "
-                   f"{sanitized['iterations']} iterations")
+        click.echo(f"sanitize: {counted(sanitized['races'], 'race')} in {counted(sanitized['nodes_checked'], 'node')} "
+                   f"checked over {counted(sanitized['iterations'], 'iteration')}")
     c = result.comparison
     if c is not None:
         click.echo(check_line(c))
@@ -314,7 +335,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
         prof = to_profile(result.program, result.records[1:] or result.records,
                           "cuda" if device.startswith("cuda") else "cpu", device)
         prof.save(profile_out)
-        click.echo(f"wrote {profile_out} ({len(prof.entries)} op signatures)")
+        click.echo(f"wrote {profile_out} ({counted(len(prof.entries), 'op signature')})")
     if c is not None and not c.ok:
         sys.exit(1)
 
@@ -328,7 +349,7 @@ def _execute_placement(graph: Any, plan: Any, module: Any, args: Any, target: An
                             rtol=rtol)
     click.echo(f"executed {graph.name} under placement {plan.planner.get('devices', '?')} ({run.host_ops} ops on the "
                f"host CPU, {run.device_ops} on {device}{' as the GPU stand-in' if device == 'cpu' else ''}): "
-               f"{iters} inferences")
+               f"{counted(iters, 'inference')}")
     note = "" if device.startswith("cuda") else " (CPU stand-in: not comparable with the plan's devices)"
     click.echo(f"  per inference: {format_seconds(run.median_wall_s)} wall (median"
                f"{' after the first' if iters > 1 else ''}); simulated {format_seconds(plan.makespan_s)}{note}")

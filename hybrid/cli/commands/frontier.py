@@ -9,7 +9,7 @@ import click
 from hybrid.cli.options import device_from, device_options, graph_option, load_graph, prepare_output, seed_option
 from hybrid.errors import HybridError
 from hybrid.pipeline.optimize import refine_available
-from hybrid.units import format_bytes, format_seconds, parse_duration
+from hybrid.units import format_bytes, format_bytes_up, format_seconds, parse_duration
 
 
 @click.command("frontier")
@@ -93,8 +93,8 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
     if not mems:
         raise HybridError("--memories: no memory given; e.g. --memories 64MiB,128MiB or --memories 50%")
     if mems[-1] < lo:   # below the largest op no plan runs: nothing to search
-        raise HybridError(f"--memories: every memory is below {format_bytes(lo)}, the largest single op's bytes, "
-                          f"with less than which no plan runs; give memories from {format_bytes(lo)} to "
+        raise HybridError(f"--memories: every memory is below {format_bytes_up(lo)}, the largest single op's bytes, "
+                          f"with less than which no plan runs; give memories from {format_bytes_up(lo)} to "
                           f"{format_bytes(peak)} (the unswapped peak), e.g. --memories 50%,100%")
     points = [fr.point_row(p, graph, device) for p in point_paths]   # read now: a bad file fails before the sweep
     opts = OptimizeOptions(config=GAConfig(seed=seed), generations=generations, workers=workers, recompute=recompute,
