@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import copy
+import functools
 import types
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -215,6 +217,67 @@ class ExecutionResult:
     outputs: list[list[torch.Tensor | None]] = field(default_factory=list)   # a forward-only graph's, per iteration
 
 
+PEAK_SLACK = 0.01   # a run may hold this share more than its plan allows before it is flagged
+
+
+class PlanMemoryWarning(UserWarning):
+    """A run held more memory than its plan allows (`execute`); `hybrid execute` prints the same line."""
+
+
+def peak_warning(mem: dict[str, Any], plan_memory: int, reserve: int = 0) -> str | None:
+    """On CUDA, one line where the run held more device memory than its plan allows (its own peak, with what
+    cuBLAS keeps for its stream), saying what to do; else None. `plan_memory` is the device's memory with its
+    `reserve`: what the executor and cuBLAS hold beside the pool is the reserve's to cover."""
+    from hybrid.units import format_bytes
+
+    if "cuda_own_peak_bytes" not in mem:
+        return None
+    own = int(mem["cuda_own_peak_bytes"])
+    if own <= (1.0 + PEAK_SLACK) * plan_memory:
+        return None
+    with_reserve = f" with its {format_bytes(reserve)} reserve" if reserve else ""
+    return (f"this run held {format_bytes(own)} on the device, {format_bytes(own - plan_memory)} over the plan's "
+            f"{format_bytes(plan_memory)}{with_reserve}: capture with --executor-workspaces and a cuda --profile "
+            f"(what the executor allocates beside its pool) and plan with --reserve "
+            f"{format_bytes(int(mem.get('cuda_kernel_state_bytes', 0)))} or more (what cuBLAS keeps)")
+
+
+def outside_warning(s: Summary, usable: int) -> str | None:
+    """Where CUDA's own peak is not measured (the CPU), one line where the pool's level with what a node
+    allocated outside it (Summary.peak_with_outside_bytes) exceeds the plan's usable memory (Device.usable_bytes:
+    what the plan was made to fill); else None. Counted per node on the CPU: what the plan did not allow for."""
+    from hybrid.units import format_bytes
+
+    if "cuda_own_peak_bytes" in s.memory or s.outside_counted_by != "dispatch":
+        return None
+    held = int(s.peak_with_outside_bytes)
+    if held <= (1.0 + PEAK_SLACK) * usable:
+        return None
+    return (f"with what it allocated outside the pool this run held {format_bytes(held)}, "
+            f"{format_bytes(held - usable)} over the plan's {format_bytes(usable)} usable: capture with "
+            f"--executor-workspaces (executor.ops.with_copy_workspaces(graph) from Python: the copy fallback's "
+            f"results stated as workspaces) and plan again")
+
+
+def memory_warning(s: Summary, plan: Plan) -> str | None:
+    """The one line `execute` warns with (PlanMemoryWarning) and `hybrid execute` prints, or None."""
+    dev = plan.device
+    return peak_warning(s.memory, dev.memory_bytes, dev.reserve_bytes) or outside_warning(s, dev.usable_bytes)
+
+
+def _keeps_callers_rng(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Runs `fn` with the caller's torch random state restored afterwards: the executor and the eager reference
+    seed the global generators per iteration, which in a notebook silently changed every later draw."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        device = str(kwargs.get("device", "cpu"))
+        cuda = [torch.device(device).index or 0] if device.startswith("cuda") and torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=cuda):
+            return fn(*args, **kwargs)
+    return run
+
+
+@_keeps_callers_rng
 def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target: Any = None, *,
             loss_fn: Any = None, kwargs: dict | None = None, iters: int = 1, device: str = "cpu", seed: int = 0,
             check: bool = False, keep_grads: bool = False, batches: Batches | None = None, timing: bool = True,
@@ -263,6 +326,8 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     and, on CPU, poison released device memory so a stale read shows.
     `loss_fn` is the eager reference's (with `check`): the plan always runs the
     loss the graph was captured with.
+    The caller's torch random state is as before afterwards (each iteration seeds `seed + k`). A run that held
+    more memory than the plan allows warns (PlanMemoryWarning, `memory_warning`'s line).
     Ctrl-C raises KeyboardInterrupt, with no result: to keep what was
     measured, collect each iteration's record with `on_iteration` as it
     completes (`hybrid execute` writes those on a Ctrl-C).
@@ -346,7 +411,11 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     extra: dict[str, Any] = {}
     if ex.runtime.races is not None:   # a race raises RaceError: a run that ends found none
         extra["sanitize"] = {"races": 0, "nodes_checked": ex.runtime.races.total, "iterations": len(ex.records)}
-    return ExecutionResult(ex.summary(), ex.records, [float(x) for x in ex.losses], state, comparison,
+    summary = ex.summary()
+    over = memory_warning(summary, plan)
+    if over is not None:
+        warnings.warn(over, PlanMemoryWarning, stacklevel=3)
+    return ExecutionResult(summary, ex.records, [float(x) for x in ex.losses], state, comparison,
                            ex.runtime.program, extra, outputs=list(ex.outputs))
 
 
@@ -500,6 +569,7 @@ def is_placement(plan: Plan) -> bool:
     return any(e.on_cpu for e in plan.events) or str(plan.planner.get("name", "")).startswith("place-")
 
 
+@_keeps_callers_rng
 def execute_placement(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target: Any = None, *,
                       iters: int = 1, device: str = "cpu", check: bool = False, atol: float | None = None,
                       rtol: float | None = None) -> PlacementRun:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,6 +52,10 @@ def _optimizer_spec(optimizer: Any, module: torch.nn.Module, lr: float | None,
     raise HybridError(f"optimizer must be 'sgd', 'adam', 'adamw', None or a torch.optim optimizer, got {optimizer!r}")
 
 
+class CaptureWarning(UserWarning):
+    """What capture traced faithfully but the user likely did not mean (parameters that get no gradient)."""
+
+
 def capture(
     module: torch.nn.Module,
     args: Any,
@@ -93,6 +98,12 @@ def capture(
     spec = _optimizer_spec(optimizer, module, lr, optimizer_options)
     training = spec is not None
     traced = trace_step(module, args, kwargs, loss_fn, target, training, parse_dtype(dtype))
+    if traced.unused:
+        names = ", ".join(traced.unused[:4]) + (f" and {len(traced.unused) - 4} more" if len(traced.unused) > 4 else "")
+        warnings.warn(f"{len(traced.unused)} trainable parameter{'s' if len(traced.unused) != 1 else ''} get no "
+                      f"gradient from the loss ({names}): the step never updates them (as eager would not); a "
+                      "checkpoint with use_reentrant=True whose inputs need no gradient does this (use "
+                      "use_reentrant=False), or freeze them (requires_grad=False)", CaptureWarning, stacklevel=2)
     graph = convert(traced, spec, model, name or type(module).__name__.lower(), dev)
     if profile is not None:
         from hybrid.capture.profile import Profile, apply_profile

@@ -47,7 +47,7 @@ RESERVED = Device("captured", 4 * MIB + GIB, 1e10, 1e10, reserve_bytes=GIB)   # 
 # ---- 1. the run's peak against the plan's usable memory ---------------------------------------------------
 
 def test_a_cpu_run_over_the_usable_memory_is_warned_though_within_the_reserve() -> None:
-    from hybrid.cli.commands.execute import outside_warning
+    from executor.api import outside_warning
 
     s = _summary(peak_with_outside_bytes=4 * MIB + 230 * (1 << 10))       # 4.22 MiB held, 4 MiB usable
     lines = _lines(s, RESERVED)
@@ -60,7 +60,7 @@ def test_a_cpu_run_over_the_usable_memory_is_warned_though_within_the_reserve() 
 
 
 def test_a_cuda_peak_is_set_against_the_memory_with_its_reserve_named() -> None:
-    from hybrid.cli.commands.execute import peak_warning
+    from executor.api import peak_warning
 
     mem = {"cuda_own_peak_bytes": 2 * GIB, "cuda_kernel_state_bytes": 33 * MIB}
     line = peak_warning(mem, GIB + 4 * MIB, GIB)

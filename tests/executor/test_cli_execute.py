@@ -97,7 +97,7 @@ def test_execute_errors_are_one_line(files: tuple[Path, Path]) -> None:
 
 
 def test_a_cuda_run_over_its_plans_memory_gets_one_line_saying_what_to_do() -> None:
-    from hybrid.cli.commands.execute import peak_warning
+    from executor.api import peak_warning
 
     mib = 1 << 20
     mem = {"cuda_own_peak_bytes": 1233 * mib, "cuda_kernel_state_bytes": 33 * mib}

@@ -169,7 +169,7 @@ def test_the_pool_peak_is_counted_as_the_plan_counts_it_with_the_bytes_outside_b
 
 def test_a_cpu_run_over_its_plans_memory_with_what_it_allocated_outside_gets_one_warning() -> None:
     from executor.measure import Summary
-    from hybrid.cli.commands.execute import outside_warning
+    from executor.api import outside_warning
 
     kib = 1 << 10
     s = Summary(2, 1, 0.0, 0.0, 0.0, None, 1.0, outside_counted_by="dispatch", peak_with_outside_bytes=36 * kib,
@@ -214,3 +214,38 @@ def test_the_workspace_note_of_an_unconstrained_pool_is_in_readable_units(tiny: 
     note = ex.runtime.pool.stats.offsets
     assert note.startswith("offline; the largest workspace (") and "KiB, outside the pool)" in note, note
     assert " bytes" not in note
+
+
+# ---- from the Python API review: the caller's random state, and a run over the plan's memory warned -------
+
+def test_execute_leaves_the_callers_random_state_as_it_was(tiny: tuple[Any, Any]) -> None:
+    """It seeds `seed + k` per iteration (and the reference too): in a notebook every later draw changed."""
+    g, plan = tiny
+    m = _module()       # seeds 0 itself
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    with pytest.warns(Warning):    # at this plan's memory the run holds more than it allows (tested below)
+        _run(g, plan, m, check=True)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_run_over_the_plans_memory_warns_from_python_as_the_command_prints() -> None:
+    """The copy fallback's results (convolution and batch norm backward) are allocated outside the pool; with
+    the plan's memory set just above its own pool peak the run holds more than the plan allows: warned."""
+    import warnings
+
+    from executor.api import PlanMemoryWarning
+
+    x, y = _data()
+    g = capture(_module(), (x,), F.cross_entropy, y, optimizer="sgd", lr=0.1)
+    plan = run_baseline(g, replace(g.device, reserve_bytes=0), "belady")   # plenty of memory to plan with
+    res = execute(g, plan, _module(), (x,), y, loss_fn=F.cross_entropy, iters=1, device="cpu")
+    tight = replace(plan, device=replace(plan.device, memory_bytes=int(res.summary.pool_peak_occupied_bytes)))
+    assert res.summary.peak_with_outside_bytes > 1.02 * tight.device.usable_bytes   # the run would hold more
+    with pytest.warns(PlanMemoryWarning, match=r"over the plan's .* usable: capture with --executor-workspaces "
+                                                r"\(executor\.ops\.with_copy_workspaces\(graph\) from Python"):
+        execute(g, tight, _module(), (x,), y, loss_fn=F.cross_entropy, iters=1, device="cpu", validate=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlanMemoryWarning)
+        execute(g, plan, _module(), (x,), y, loss_fn=F.cross_entropy, iters=1, device="cpu")   # within: silent

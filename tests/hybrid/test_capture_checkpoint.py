@@ -172,3 +172,36 @@ def test_selective_checkpointing_captures_alike_without_the_non_strict_flag(monk
     plan = quick_plan(without, 0.6, "unconstrained")
     r = execute(without, plan, copy.deepcopy(m), args, tgt, loss_fn=loss, iters=3, device="cpu", check=True, seed=7)
     assert r.comparison is not None and r.comparison.bitwise
+
+
+class _ReentrantOnRawInput(nn.Module):
+    """A reentrant checkpoint on the raw input, which needs no gradient: eager warns and the block's parameters
+    get none. Capture traced it faithfully but said nothing (its UserWarnings were all silenced)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6))
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.head(checkpoint(self.block, x, use_reentrant=True))
+
+
+def test_parameters_that_get_no_gradient_are_warned_about_in_python_and_on_the_command_line() -> None:
+    from hybrid.capture.api import CaptureWarning
+    from hybrid.cli.main import _warning_line
+
+    torch.manual_seed(0)
+    m = _ReentrantOnRawInput()
+    x, y = torch.randn(4, 6), torch.randint(3, (4,))
+    with pytest.warns(CaptureWarning, match=r"^4 trainable parameters get no gradient from the loss \(block\.0\.weight, "
+                                            r"block\.0\.bias, block\.2\.weight, block\.2\.bias\): .*use_reentrant=False"):
+        capture(m, (x,), F.cross_entropy, y, optimizer="sgd", lr=0.1)
+    # the command prints the library's own warnings as its own one-line `warning: ...`
+    import io
+    import contextlib
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        _warning_line(CaptureWarning("4 trainable parameters get no gradient"), CaptureWarning, "x.py", 1)
+    assert err.getvalue() == "warning: 4 trainable parameters get no gradient\n"

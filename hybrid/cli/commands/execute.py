@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,40 +15,6 @@ import click
 from hybrid.cli.options import FINITE
 from hybrid.errors import HybridError
 from hybrid.units import counted, format_bytes, format_seconds
-
-
-PEAK_SLACK = 0.01   # the run's own device peak may exceed the plan's memory by this share before it is flagged
-
-
-def peak_warning(mem: dict[str, Any], plan_memory: int, reserve: int = 0) -> str | None:
-    """On CUDA, one line where the run held more device memory than its plan allows (its own peak, with what
-    cuBLAS keeps for its stream), saying what to do; else None. `plan_memory` is the device's memory with its
-    `reserve`: what the executor and cuBLAS hold beside the pool is the reserve's to cover."""
-    if "cuda_own_peak_bytes" not in mem:
-        return None
-    own = int(mem["cuda_own_peak_bytes"])
-    if own <= (1.0 + PEAK_SLACK) * plan_memory:
-        return None
-    with_reserve = f" with its {format_bytes(reserve)} reserve" if reserve else ""
-    return (f"  warning: this run held {format_bytes(own)} on the device, {format_bytes(own - plan_memory)} over the "
-            f"plan's {format_bytes(plan_memory)}{with_reserve}: capture with --executor-workspaces and a cuda "
-            f"--profile (what the executor allocates beside its pool) and plan with --reserve "
-            f"{format_bytes(int(mem.get('cuda_kernel_state_bytes', 0)))} or more (what cuBLAS keeps)")
-
-
-def outside_warning(s: Any, usable: int) -> str | None:
-    """Where CUDA's own peak is not measured (the CPU), one line where the pool's level with what a node
-    allocated outside it (executor.measure.Summary.peak_with_outside_bytes) exceeds the plan's usable memory
-    (Device.usable_bytes: the memory less its reserve, what the plan was made to fill); else None. Counted per
-    node on the CPU: what the plan's memory did not allow for."""
-    if "cuda_own_peak_bytes" in s.memory or s.outside_counted_by != "dispatch":
-        return None
-    held = int(s.peak_with_outside_bytes)
-    if held <= (1.0 + PEAK_SLACK) * usable:
-        return None
-    return (f"  warning: with what it allocated outside the pool this run held {format_bytes(held)}, "
-            f"{format_bytes(held - usable)} over the plan's {format_bytes(usable)} usable: capture with "
-            f"--executor-workspaces (the copy fallback's results stated as workspaces) and plan again")
 
 
 def usable_words(device: Any) -> str:
@@ -100,7 +67,6 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
     s = result.summary
     mem = s.memory
     pool = mem["pool"]
-    plan_mem = mem["plan_memory_bytes"]
     dev = plan.device
     out = [f"executed {graph.name} under plan {plan.planner.get('name', '?')!r} ({pool['kind']} pool, "
            f"{usable_words(dev)}) on {device}: {counted(s.iterations, 'iteration')}"]
@@ -136,9 +102,11 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
                   f"above what was allocated before it, with the {format_bytes(mem['cuda_kernel_state_bytes'])} "
                   "cuBLAS keeps for its stream)"
                   if "cuda_own_peak_bytes" in mem else ""))
-    warn = peak_warning(mem, plan_mem, dev.reserve_bytes) or outside_warning(s, dev.usable_bytes)
+    from executor.api import memory_warning
+
+    warn = memory_warning(s, plan)
     if warn:
-        out.append(warn)
+        out.append(f"  warning: {warn}")
     if s.outside_counted_by:
         how = "aten calls' results" if s.outside_counted_by == "dispatch" else "CUDA allocator statistics"
         out.append(f"  outside the pool: {format_bytes(s.outside_bytes)} allocated per iteration (at most "
@@ -242,6 +210,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     prepare_output(trace_path, "--trace")
     require_torch()
     from executor import execute, is_placement
+    from executor.api import PlanMemoryWarning
     from executor.model import capture_for_plan, workload
     from executor.preflight import UntrustedModuleError, preflight, resolve_device, well_formed_spec
 
@@ -291,11 +260,13 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     records: list[Any] = []
     progress = _Progress(iters)
     try:
-        result = execute(graph, plan, module, args, target, loss_fn=w.loss_fn, kwargs=w.kwargs, iters=iters,
-                         device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
-                         cuda_graph=cuda_graph, count_outside=count_outside, validate=False,   # validated above
-                         make_reference=make_reference if pre.module_spec is not None else None,
-                         on_iteration=lambda rec: (records.append(rec), progress.step(rec)))
+        with warnings.catch_warnings():   # its memory warning is one of the summary's lines here (_lines)
+            warnings.simplefilter("ignore", PlanMemoryWarning)
+            result = execute(graph, plan, module, args, target, loss_fn=w.loss_fn, kwargs=w.kwargs, iters=iters,
+                             device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
+                             cuda_graph=cuda_graph, count_outside=count_outside, validate=False,   # validated above
+                             make_reference=make_reference if pre.module_spec is not None else None,
+                             on_iteration=lambda rec: (records.append(rec), progress.step(rec)))
     except KeyboardInterrupt:
         from hybrid.signals import exit_status, interrupted_by
 
