@@ -36,6 +36,37 @@ from executor.runtime import IterationRecord
 
 @dataclass
 class Summary:
+    """A measured run of a plan, set beside the plan's simulation. Times are seconds, sizes bytes; "per
+    iteration" figures are one iteration's total (the median over the measured iterations for times, the last
+    one for counts), "peak" figures the most held at one instant.
+
+    - iterations: iterations run; measured_from: the first counted (0-based; the first is warm-up when there
+      are several).
+    - wall_s: median host time per iteration; makespan_s: median device makespan per iteration (of the CUDA
+      graph replays when graphed > 0); simulated_s: the plan's makespan; resimulated_s: the plan's augmented
+      graph re-timed with the measured node durations (None without node times); ratio: makespan_s / simulated_s.
+    - busy_s, stall_s: per stream (compute, h2d, d2h), median seconds per iteration spent running, and idle
+      before and between its nodes (of the iterations issued node by node: replays have no node times).
+    - op_modes: how many ops wrote their outputs each way ("out", "copy", "inplace", "optimizer", "slot"), in
+      the last measured iteration.
+    - copy_bytes, copy_s: per iteration, bytes the copy fallback copied and the median time it took;
+      transient_peak_bytes: the largest single result the copy fallback held outside the pool (a peak);
+      copy_targets: aten target -> why it needed the copy fallback; version_bytes: per iteration, bytes copied
+      to start new versions of intermediates (in-place ops).
+    - memory: the pool's statistics and the device's own memory figures (executor.api's `memory()`).
+    - issue_s: median host time to issue an iteration node by node (NaN when every one was a graph replay);
+      graphed: iterations replayed as one CUDA graph; issued_makespan_s: median makespan of the iterations
+      issued node by node (None if none).
+    - outside_*: allocations outside the pool, from the iteration that allocated most there. counted_by:
+      "dispatch" (CPU, per node), "allocator" (CUDA) or "" (not counted); outside_bytes: that iteration's total
+      (per iteration, not a peak); outside_peak_bytes: a peak (CPU: the most one node allocated; CUDA: the
+      allocator's peak above the iteration's start); outside_beyond_workspace_bytes: what the plan's
+      workspaces did not allow for; outside_by_target: bytes per aten target ("runtime" for the executor's own).
+    - pool_peak_occupied_bytes: the pool's peak as the plan counts it (each copy rounded up to the device's
+      alignment); peak_with_outside_bytes: an instant's peak of the pool plus what was outside it then (exact on
+      the CPU; on CUDA, and where uncounted, an upper bound): the figure to set beside the plan's memory.
+    """
+
     iterations: int
     measured_from: int                  # first iteration counted (the first is warm-up when there are several)
     wall_s: float                       # median host time per iteration

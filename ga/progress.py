@@ -81,13 +81,11 @@ class ConvergenceLog:
     def plot(self, path: str | Path, title: str = "", ideal_s: float | None = None,
              lower_bound_s: float | None = None) -> None:
         """Best, mean and worst of the population against search time (the paper's Figure 9)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure   # not pyplot: the caller's backend (Jupyter's inline) stays as it was
 
         df = self.to_frame()
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        fig = Figure(figsize=(6.4, 4.0))
+        ax = fig.subplots()
         for col, label, style in (("worst_s", "worst", ":"), ("mean_s", "mean", "--"), ("best_s", "best", "-")):
             ax.plot(df["time_s"], df[col], style, label=label)
         if ideal_s is not None:
@@ -102,7 +100,6 @@ class ConvergenceLog:
         from hybrid.files import save_figure
 
         save_figure(fig, path)
-        plt.close(fig)
 
 
 class ProgressLine:

@@ -18,8 +18,11 @@ if TYPE_CHECKING:
     from ga.algorithm import SearchState
 
 
-@dataclass
+@dataclass(repr=False)
 class SearchResult:
+    """A finished (or stopped) search: its best individual, counts and stop reason, the convergence log, and
+    the state to resume from. `to_plan()` turns the best individual into a plan."""
+
     space: SearchSpace
     config: GAConfig
     best: Individual
@@ -32,6 +35,14 @@ class SearchResult:
     workers: int = 1
     cache_hits: int = 0          # children whose fitness came from the cache (not counted in evaluations)
     state: "SearchState | None" = None   # where the search stopped: `ga.optimize(start=...)` goes on from it
+
+    def __repr__(self) -> str:
+        """One line, for notebooks: the dataclass default printed the population's arrays and the log."""
+        from hybrid.units import format_seconds
+
+        return (f"SearchResult(best makespan {format_seconds(self.makespan_s)}, {self.generations} generations, "
+                f"{self.evaluations} evaluations, stop {self.stop_reason!r}, {self.search_time_s:.1f} s, "
+                f"{self.evaluator} evaluator)")
 
     @property
     def makespan_s(self) -> float:

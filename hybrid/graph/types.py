@@ -104,7 +104,14 @@ class Op:
 
 
 class Graph:
-    """A validated `hybrid-graph/1`. Construct with `Graph(...)`, `Graph.load` or `Graph.from_json`."""
+    """A validated `hybrid-graph/1` (docs/formats.md): one training or inference iteration as ops and the
+    tensors they read and write, what every planner plans. Construct with `Graph(...)`, `Graph.load` or
+    `Graph.from_json`; a broken rule raises FormatError naming the id and field.
+
+    Main fields: `name`; `tensors` (id, bytes, kind, persistent); `ops` (id, kind, inputs, outputs, time_s,
+    workspace_bytes, impls); `device`, the device it was captured or costed for (None if none);
+    `sha256`, the identity a plan's `graph_sha256` names.
+    """
 
     def __init__(
         self,
@@ -171,6 +178,9 @@ class Graph:
 
     @staticmethod
     def load(path: str | Path) -> "Graph":
+        """The graph in a `hybrid-graph/1` file, its sha256 that of the file's bytes (what plans name).
+        FormatError (a HybridError) for a file that cannot be read, is not strict JSON, or breaks a rule of the
+        format, naming the offending id and field."""
         p = Path(path)
         try:
             data = p.read_bytes()

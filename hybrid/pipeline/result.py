@@ -80,7 +80,7 @@ class Baselines:
     written_row: int = -1      # the row of the plan written (by position: labels differ with the flow)
 
 
-@dataclass
+@dataclass(repr=False)
 class OptimizeResult:
     """`plan` is the plan to write (handed to `Progress.on_plan`); `search_plan` the search's best (a byte budget
     or size classes, as evaluated); `refined_plan` the plan handed to the arena layout (the search's best or its
@@ -104,6 +104,15 @@ class OptimizeResult:
     #                                       (`plan` is then the re-timed one: same offsets, faster)
     baseline_written: str = ""           # a baseline laid out the same way that was faster, written instead ...
     searched_plan: "Plan | None" = None   # ... of this plan, the search's laid out (`with_faster_baseline`)
+
+    def __repr__(self) -> str:
+        """One line, for notebooks: the dataclass default printed the search's arrays and the layout's trials
+        (24 KB)."""
+        search = self.search   # getattr: a result put together by hand (tests) may have no search
+        return (f"OptimizeResult(plan makespan {format_seconds(self.plan.makespan_s)}, "
+                f"{self.plan.allocation.kind} allocation, stop {getattr(search, 'stop_reason', None)!r}, "
+                f"{getattr(search, 'generations', '?')} generations, interrupted {self.interrupted}, "
+                f"{self.timings.wall_s:.1f} s)")
 
     def bound(self) -> tuple[float, str] | None:
         """The tightest computed lower bound that holds for the written plan, and its name; None if none."""

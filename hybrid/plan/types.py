@@ -211,6 +211,17 @@ def _events(items: list, where: str) -> list[Event]:
 
 @dataclass(repr=False)
 class Plan:
+    """A `hybrid-plan/1` (docs/formats.md): how to run one iteration of a graph within a device's memory, as
+    every planner returns it and `hybrid execute` runs it. `Plan.load(path)` reads a file, `save` writes one.
+
+    Main fields: `graph` and `graph_sha256` name the graph (and its file's bytes) it was made for; `device` the
+    memory and copy speeds it was planned for; `schedule` the op order; `allocation` how memory is laid out
+    (arena offsets, size classes, or only a byte budget); `events` the timed computes, swaps and frees;
+    `makespan_s` the iteration's time in seconds; `metrics` the planner's figures (`ideal_s`, `peak_bytes`, ...).
+    A loaded plan has the right shape, not necessarily valid rules: `hybrid.validator.validate(graph, plan)`
+    judges it.
+    """
+
     graph: str
     graph_sha256: str
     device: Device
@@ -288,6 +299,9 @@ class Plan:
 
     @staticmethod
     def load(path: str | Path) -> "Plan":
+        """The plan in a `hybrid-plan/1` file. FormatError (a HybridError) for a file that cannot be read, is
+        not strict JSON or breaks the format's shape, naming the field or event; the plan's rules are not
+        checked here (`hybrid.validator.validate`)."""
         p = Path(path)
         try:
             data = p.read_bytes()

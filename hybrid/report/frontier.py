@@ -127,6 +127,24 @@ def remove_plans(paths: Iterable[Path]) -> None:
             pass
 
 
+def check_memories(memories: object, what: str = "sweep: memories") -> list[int]:
+    """`memories` as ints: a list of positive whole numbers of bytes, else HybridError saying how to make one
+    from sizes ("4MiB" would otherwise fail deep inside the first search)."""
+    how = ("pass bytes as integers, e.g. [hybrid.units.parse_bytes('4MiB')], or "
+           "hybrid.report.frontier.parse_memories(['4MiB', '50%'], peak)")
+    if isinstance(memories, (str, bytes)) or not isinstance(memories, Iterable):
+        raise HybridError(f"{what} must be a list of byte counts, got {type(memories).__name__} {memories!r:.60}; "
+                          f"{how}")
+    out = []
+    for k, m in enumerate(memories):
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m <= 0:
+            raise HybridError(f"{what}[{k}] must be a positive integer number of bytes, got {m!r:.60}; {how}")
+        out.append(int(m))
+    if not out:
+        raise HybridError(f"{what} is empty; {how}")
+    return out
+
+
 def at_memory(device: Device, memory: int) -> Device:
     """`device` whose plans may fill `memory` bytes (its reserve kept aside, as every planner counts)."""
     return dataclasses.replace(device, memory_bytes=int(memory) + int(device.reserve_bytes))
@@ -170,7 +188,9 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
     files `stale` (a previous sweep's, `previous_plans`) removed just before that first plan is saved. A memory
     no plan fits gives a row that says so. Ctrl-C or SIGTERM: the point being searched keeps its best plan so
     far (marked `interrupted`) and the sweep stops there, returning the points done (with no plan made,
-    KeyboardInterrupt)."""
+    KeyboardInterrupt). `memories` are whole numbers of bytes (HybridError otherwise, before any search):
+    `parse_memories(["64MiB", "50%"], peak)` reads sizes and shares of the peak, as `hybrid frontier` does."""
+    memories = check_memories(memories)
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline import OptimizeOptions, Progress, run_optimize
 

@@ -9,7 +9,7 @@ before and after refinement on a shared time axis shows what changed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -42,10 +42,58 @@ def lanes_of(plan: Plan) -> tuple[str, ...]:
 def memory_profile(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
     """(times, bytes) step function of device bytes in use (tensor copies at the device's alignment plus the
     running ops' workspace), read as the validator reads rule 5 (`hybrid.validator.memory_over_time`): its
-    highest point is `hybrid validate`'s peak."""
+    highest point is `hybrid validate`'s peak. HybridError for a plan of another graph."""
     from hybrid.validator import memory_over_time
 
+    check_plan_of(graph, plan, "memory_profile")
     return memory_over_time(graph, plan)
+
+
+def check_plan_of(graph: object, plan: object, where: str, what: str = "plan") -> None:
+    """HybridError unless `graph` is a Graph and `plan` a Plan made for it, checked as the validator's rule 0
+    (`hybrid.validator.require_plan_of`: the graph's name, and its file's sha256 where the plan states one):
+    a plan of another graph would otherwise draw a wrong picture silently, or fail on its first unknown id."""
+    from hybrid.errors import HybridError
+    from hybrid.validator import require_plan_of as validator_check
+
+    if not isinstance(graph, Graph):
+        hint = f"; load it with Graph.load({str(graph)!r})" if isinstance(graph, (str, Path)) else ""
+        raise HybridError(f"{where}: graph must be a hybrid.graph.Graph, got {type(graph).__name__}{hint}")
+    if not isinstance(plan, Plan):
+        hint = f"; load it with Plan.load({str(plan)!r})" if isinstance(plan, (str, Path)) else ""
+        raise HybridError(f"{where}: {what} must be a hybrid.plan.Plan, got {type(plan).__name__}{hint}")
+    validator_check(graph, plan, f"{where}: {what}", f"graph {graph.name!r}")
+    ops, tensors = graph.op_index, graph.tensor_index
+    for i, e in enumerate(plan.events):   # same name, edited file: an unknown id, said once rather than KeyError
+        if (e.op is not None and e.op not in ops) or (e.tensor is not None and e.tensor not in tensors):
+            bad = f"op {e.op!r}" if e.op is not None and e.op not in ops else f"tensor {e.tensor!r}"
+            raise HybridError(f"{where}: {what}'s events[{i}] names {bad}, which graph {graph.name!r} does not "
+                              "have; run hybrid.validator.validate(graph, plan) to see why")
+
+
+def _plot_items(graph: object, plans: object) -> list[tuple[str, Plan]]:
+    """`plans` as (label, plan) pairs, each checked against `graph`; HybridError naming the bad argument."""
+    from hybrid.errors import HybridError
+
+    usage = "pass one Plan, or (label, Plan) pairs such as [('before', p1), ('after', p2)]"
+    if isinstance(plans, Plan):
+        items = [("plan", plans)]
+    elif isinstance(plans, (str, bytes, Path, Graph)) or not isinstance(plans, Iterable):
+        raise HybridError(f"plot_timeline: plans must be a Plan or a list of (label, Plan) pairs, got "
+                          f"{type(plans).__name__}; {usage}")
+    else:
+        items = list(plans)
+        if not items:
+            raise HybridError(f"plot_timeline: plans is empty; {usage}")
+        for k, item in enumerate(items):
+            if not (isinstance(item, tuple | list) and len(item) == 2 and isinstance(item[1], Plan)):
+                raise HybridError(f"plot_timeline: plans[{k}] must be a (label, Plan) pair, got "
+                                  f"{type(item).__name__}; {usage}")
+        items = [(str(label), plan) for label, plan in items]
+    for k, (label, plan) in enumerate(items):
+        what = "plans (one Plan)" if isinstance(plans, Plan) else f"plans[{k}] ({label!r})"
+        check_plan_of(graph, plan, "plot_timeline", what)
+    return items
 
 
 def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, unit_name: str) -> None:
@@ -103,21 +151,20 @@ def plot_timeline(graph: Graph, plans: Plan | Sequence[tuple[str, Plan]], path: 
                   title: str | None = None, width: float = 12.0):
     """Draw one plan, or several (label, plan) pairs stacked on one time axis; save a PNG when `path` is given.
 
-    Returns the matplotlib figure.
+    Returns the matplotlib figure (a `matplotlib.figure.Figure` built without pyplot, so the caller's backend,
+    e.g. Jupyter's inline one, is left as it was; a notebook shows it when it is a cell's value). HybridError for
+    a graph that is not a Graph, plans that are neither a Plan nor (label, Plan) pairs, or a plan of another graph.
     """
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    items = [("plan", plans)] if isinstance(plans, Plan) else list(plans)
+    items = _plot_items(graph, plans)
     span = max(p.makespan_s for _, p in items) or 1.0
     unit, unit_name = (1.0, "s") if span >= 1 else ((1e-3, "ms") if span >= 1e-3 else (1e-6, "us"))
     ratios = []
     for _ in items:
         ratios += [1.6, 1.0]
-    fig, axes = plt.subplots(2 * len(items), 1, figsize=(width, 2.6 * len(items) + 0.6), sharex=True,
-                             gridspec_kw={"height_ratios": ratios})
+    fig = Figure(figsize=(width, 2.6 * len(items) + 0.6))
+    axes = fig.subplots(2 * len(items), 1, sharex=True, gridspec_kw={"height_ratios": ratios})
     axes = np.atleast_1d(axes)
     for k, (label, plan) in enumerate(items):
         _draw(axes[2 * k], axes[2 * k + 1], graph, plan, label, unit, unit_name)
@@ -131,7 +178,6 @@ def plot_timeline(graph: Graph, plans: Plan | Sequence[tuple[str, Plan]], path: 
         from hybrid.files import save_figure
 
         save_figure(fig, path)
-        plt.close(fig)
     return fig
 
 
@@ -166,7 +212,9 @@ def chrome_trace(rows: Sequence[tuple[str, str, str, float, float, dict]], proce
 
 
 def plan_trace_rows(graph: Graph, plan: Plan) -> list[tuple[str, str, str, float, float, dict]]:
-    """A plan's stream events as trace rows (frees have no stream: they appear in the memory counter)."""
+    """A plan's stream events as trace rows (frees have no stream: they appear in the memory counter).
+    HybridError for a plan of another graph."""
+    check_plan_of(graph, plan, "plan_trace_rows")
     rows = []
     size = {t.id: t.bytes for t in graph.tensors}
     for e in plan.events:

@@ -10,12 +10,10 @@ def plot_latency(df, path: Path, title: str, notes: dict[str, str] | None = None
     """p99 latency against throughput, a line per policy (and model count), like the paper's Figure 8.
     `notes` adds a few words to a policy's legend entry (not-shared: "the ideal, ..."), `footnote` a line of
     small text under the axes (what the times leave out)."""
-    import matplotlib
+    from matplotlib.figure import Figure   # not pyplot: the caller's backend (Jupyter's inline) stays as it was
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for (policy, n), part in df.groupby(["policy", "models"], sort=False):
         part = part.sort_values("throughput")
         note = (notes or {}).get(policy)
@@ -35,22 +33,19 @@ def plot_latency(df, path: Path, title: str, notes: dict[str, str] | None = None
     from hybrid.files import save_figure
 
     save_figure(fig, path)
-    plt.close(fig)
 
 
 def plot_frontier(df, path: Path, title: str) -> None:  # noqa: ANN001 - hybrid.report.frontier's DataFrame
     """Step time against memory (`hybrid frontier`): each memory's plan (markers: hollow where written without
     arena offsets, `laid_out` false; labelled where its search was interrupted), the fastest plan that fits each
     memory (a line), the lower bounds (dashed, from `bound_s`) and other graphs' points (labelled)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure   # not pyplot: the caller's backend (Jupyter's inline) stays as it was
 
     def laid(part):  # noqa: ANN001, ANN202 - a graph given as a point has no laid_out (None): drawn filled
         return [v is None or v != v or bool(v) for v in part["laid_out"]]
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     plans = df[df["kind"] == "plan"].sort_values("memory_bytes")
     ok = plans[plans["makespan_s"].notna()]
     if len(ok):
@@ -90,4 +85,3 @@ def plot_frontier(df, path: Path, title: str) -> None:  # noqa: ANN001 - hybrid.
     from hybrid.files import save_figure
 
     save_figure(fig, path)
-    plt.close(fig)

@@ -110,14 +110,34 @@ def size_class_plan(graph: Graph, device: Device, order: np.ndarray | None = Non
     return to_plan(aug, {"name": "swap-planner", "pool": "merged size classes"})
 
 
+def _percent(text: object) -> bool:
+    """Whether `text` is a percentage such as "50%" (said back as the fraction to pass)."""
+    try:
+        return isinstance(text, str) and text.strip().endswith("%") and 0 < float(text.strip()[:-1]) < np.inf
+    except ValueError:
+        return False
+
+
 def quick_plan(graph: Graph, fraction: float = 0.5, kind: str = "size_classes", device: Device | None = None) -> Plan:
-    """A plan at `fraction` of the unswapped peak: `size_classes` (merged pool) or `unconstrained` (Belady)."""
+    """A plan at `fraction` of the unswapped peak: `size_classes` (merged pool) or `unconstrained` (Belady).
+
+    `fraction` is a number above 0 (0.5 = half the peak); HybridError for anything else, said before any work
+    (a string such as "50%" would otherwise be repeated peak-many times).
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(fraction) or fraction <= 0:
+        hint = f"; for {fraction} pass {float(fraction.strip()[:-1]) / 100:g}" if _percent(fraction) else ""
+        raise HybridError(f"quick_plan: fraction must be a number above 0, the share of the unswapped peak "
+                          f"(e.g. 0.5 for half), got {fraction!r:.60}{hint}")
+    if not isinstance(graph, Graph):
+        hint = f"; load it with Graph.load({str(graph)!r})" if isinstance(graph, str) else ""
+        raise HybridError(f"quick_plan: graph must be a hybrid.graph.Graph, got {type(graph).__name__}{hint}")
+    if kind not in ("size_classes", "unconstrained"):
+        raise HybridError(f"quick_plan: kind must be size_classes or unconstrained, got {kind!r}")
     base = device or graph.device
     if base is None:
         raise HybridError("the graph has no device; pass one (hybrid.device.preset('v100-16gb'))")
-    dev = replace(base, memory_bytes=int(unswapped_peak(graph) * fraction), reserve_bytes=0)
+    dev = replace(base, memory_bytes=int(unswapped_peak(graph) * float(fraction)), reserve_bytes=0)
     if kind == "unconstrained":
         return run_baseline(graph, dev, "belady")
-    if kind == "size_classes":
-        return size_class_plan(graph, dev)
-    raise HybridError(f"kind must be size_classes or unconstrained, got {kind!r}")
+    return size_class_plan(graph, dev)
