@@ -270,8 +270,9 @@ def _keeps_callers_rng(fn: Callable[..., Any]) -> Callable[..., Any]:
     seed the global generators per iteration, which in a notebook silently changed every later draw."""
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        device = str(kwargs.get("device", "cpu"))
-        cuda = [torch.device(device).index or 0] if device.startswith("cuda") and torch.cuda.is_available() else []
+        # torch.manual_seed reseeds every GPU, so every initialized one is saved, whatever device runs the plan
+        gpu = str(kwargs.get("device", "cpu")).startswith("cuda") and torch.cuda.is_available()
+        cuda = list(range(torch.cuda.device_count())) if gpu or torch.cuda.is_initialized() else []
         with torch.random.fork_rng(devices=cuda):
             return fn(*args, **kwargs)
     return run

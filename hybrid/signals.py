@@ -45,6 +45,7 @@ _soft: list[list] = []                # active first_stop_sets contexts: [callba
 _hard = False                         # install() ran: a second signal exits at once
 _starting = False                     # install() ran and no command has started yet: any signal exits at once
 _cleanups: list[Callable[[], None]] = []   # run by exit_now (hybrid.files removes its temporary files)
+_commands = 0                         # handling_stops contexts open (a CLI command runs inside one)
 
 
 def _name(signum: int) -> str:
@@ -118,7 +119,7 @@ def register_cleanup(fn: Callable[[], None]) -> None:
 def handling_stops() -> Iterator[None]:
     """Around one command: a fresh count of signals, SIGINT and SIGTERM routed to `_on_signal` (restored after).
     Main thread only (elsewhere a no-op); `hybrid.cli.main` enters it around every command."""
-    global _starting
+    global _starting, _commands
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -128,11 +129,21 @@ def handling_stops() -> Iterator[None]:
     for s, h in old.items():
         if h is not signal.SIG_IGN:  # ignored by whoever started this process: stays ignored, as in install()
             signal.signal(s, _on_signal)
+    _commands += 1
     try:
         yield
     finally:
+        _commands -= 1
         for s, h in old.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def new_call() -> None:
+    """A library call's fresh count of signals, as `handling_stops` starts one per command: in a notebook, one
+    interrupted `run_optimize` left its Ctrl-C counted, and every later call read it (a placement search stopped
+    at once, a MILP skipped its re-solve "after Ctrl-C"). Inside a command (the CLI), the command's count stays."""
+    if not _commands:
+        _received.clear()
 
 
 

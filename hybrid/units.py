@@ -29,15 +29,23 @@ _NUM = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
 
 
 def _bits_refused(number: str, unit: str, text: Any, what: str, per_second: str = "") -> None:
-    """A unit ending in a lowercase b (Mb, gb, b) reads as bits to a network or storage engineer (12Gb/s is
-    1.5 GB/s) and as bytes to others: refused, naming both spellings, rather than read one way silently."""
-    if unit and unit[-1] == "b" and len(unit) <= 2:
-        prefix = unit[:-1].upper()
-        exp = {"K": 3, "M": 6, "G": 9, "T": 12, "P": 15}.get(prefix)
+    """A unit ending in a lowercase b (Mb, gb, Mib, b) reads as bits to a network or storage engineer (12Gb/s is
+    1.5 GB/s) and as bytes to others: refused, naming the byte spellings, rather than read one way silently."""
+    if not unit or unit[-1] != "b":
+        return
+    core = unit[:-1]
+    binary = core[-1:] in ("i", "I")
+    prefix = (core[:-1] if binary else core).upper()
+    exp = {"K": 3, "M": 6, "G": 9, "T": 12, "P": 15}.get(prefix)
+    if exp is None:
+        spelled = f"{number}B{per_second}"
+    elif binary:
+        spelled = f"{number}{prefix}iB{per_second} (2^{exp // 3 * 10} bytes)"
+    else:
         spelled = (f"{number}{prefix}B{per_second} (10^{exp} bytes) or {number}{prefix}iB{per_second} "
-                   f"(2^{exp // 3 * 10} bytes)" if exp else f"{number}B{per_second}")
-        raise HybridError(f"cannot read {what} {str(text).strip()!r}: a lowercase b means bits; for bytes write "
-                          f"{spelled}")
+                   f"(2^{exp // 3 * 10} bytes)")
+    raise HybridError(f"cannot read {what} {str(text).strip()!r}: a lowercase b means bits; for bytes write "
+                      f"{spelled}")
 
 
 def parse_bytes(text: str | int | float, what: str = "size") -> int:
@@ -165,13 +173,19 @@ def counted(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
-def format_change(share: float) -> str:
-    """A relative change as a signed percentage with digits enough to show it ('-0.003%', never '-0.00%');
-    '' where it is none (under a millionth of a percent: float noise), so callers can say "the same"."""
+def format_change(share: float, *, noise: float = 1e-6) -> str:
+    """A relative change as a signed percentage with digits enough to show it ('-0.003%', never '-0.00%' nor
+    '4e-05%'); '' where it is under `noise` percent (float noise by default), so callers can say "the same".
+    `noise=0` for a figure that must not read as none where it is not zero (an overflow of 512 B in 80 GiB)."""
     pct = 100 * float(share)
-    if not abs(pct) >= 1e-6:     # NaN too
+    if not abs(pct) > noise or pct == 0:     # NaN too
         return ""
-    return f"{pct:+.2f}%" if abs(pct) >= 0.005 else f"{pct:+.1g}%"
+    if abs(pct) >= 0.005:
+        return f"{pct:+.2f}%"
+    if abs(pct) < 1e-8:
+        return f"{'+' if pct > 0 else '-'}<0.00000001%"
+    digits = min(8, max(3, -math.floor(math.log10(abs(pct) * (1 + 1e-9)))))   # 0.000999.. reads 0.001
+    return f"{pct:+.{digits}f}%"
 
 
 def format_bytes_up(n: int) -> str:

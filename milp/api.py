@@ -320,8 +320,10 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     its decoding or its arena layout refuses (an internal inconsistency, not the user's; `MilpRun.refused`
     says why)."""
     from hybrid.arena.layout import laid_out
-    from hybrid.signals import interrupted_by, received
+    from hybrid.signals import interrupted_by, new_call, received
     from milp.model import BuildTimeError
+
+    new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
 
     t0 = time.monotonic()
     deadline = solve_options.deadline

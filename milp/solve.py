@@ -364,9 +364,10 @@ def _cbc_path() -> str:
     return found
 
 
-def stop_children(executable: str) -> list[int]:
-    """Terminate this process's children running `executable` (Linux: read from /proc; elsewhere none found).
-    Returns their process ids."""
+def stop_children(executable: str, wait_s: float = 2.0) -> list[int]:
+    """Terminate this process's children running `executable` (Linux: read from /proc; elsewhere none found),
+    and reap them, killing any still there after `wait_s` (a CBC writing its solution into a folder being
+    removed turned the interrupt into "Directory not empty"). Returns their process ids."""
     stopped = []
     target = os.path.realpath(executable)
     try:
@@ -385,6 +386,17 @@ def stop_children(executable: str) -> list[int]:
             stopped.append(pid)
         except (OSError, ValueError, IndexError):
             continue     # gone meanwhile, or not ours to read
+    deadline = time.monotonic() + wait_s
+    for pid in stopped:
+        try:
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.02)
+        except ChildProcessError:
+            pass          # reaped by its Popen already
     return stopped
 
 
@@ -395,7 +407,7 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
             if var.name in start or not sparse:
                 var.setInitialValue(start.get(var.name, 0.0))
     # PuLP's model, start and solution files in a folder of this solve's own, gone whatever happens
-    with tempfile.TemporaryDirectory(prefix="hybrid-cbc-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hybrid-cbc-", ignore_cleanup_errors=True) as tmp:
         log = os.path.join(tmp, "cbc.log")
         extra = [] if opts.node_limit is None else [f"maxNodes {int(opts.node_limit)}"]
         path = _cbc_path()

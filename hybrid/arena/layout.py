@@ -136,7 +136,7 @@ class Layout:
             return ("laid out in the arena as planned" + cap) if self.plan.allocation.kind == "arena" else ""
         change = format_change(self.cost)
         cost = "" if not with_cost else f" ({change} makespan)" if change else " (the same makespan)"
-        missed = f"the plan missed by {format_change(self.overflow)}; " if self.overflow > 0 else ""
+        missed = f"the plan missed by {format_change(self.overflow, noise=0)}; " if self.overflow > 0 else ""
         if self.fallback == "more memory":
             shrink = f"{100 * self.search_shrink:.2g}% less" if self.search_shrink > 0 else "less"
             return (f"laid out in the arena: {missed}re-planned ({self.source}) with {self.memory_words()} (the "
@@ -148,7 +148,7 @@ class Layout:
         how = {"re-planned": f"re-planned ({self.source}) with {self.memory_words()}{within}",
                "size classes": "re-planned with per-size classes",
                "slower candidate": f"laid out a slower candidate ({self.source})"}[self.fallback]
-        return f"no arena layout within memory (best {format_change(self.overflow)} over): {how}{cost}{cap}"
+        return f"no arena layout within memory (best {format_change(self.overflow, noise=0)} over): {how}{cost}{cap}"
 
     def memory_words(self) -> str:
         """The memory a re-plan was given: 'the whole usable memory', not '0% less memory'."""

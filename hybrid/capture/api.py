@@ -13,6 +13,7 @@ from hybrid.capture import costs, optimizers
 from hybrid.capture.encoding import parse_dtype
 from hybrid.capture.to_graph import convert
 from hybrid.capture.trace import trace_step
+from hybrid.units import counted
 from hybrid.device import Device, preset
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
@@ -100,7 +101,8 @@ def capture(
     traced = trace_step(module, args, kwargs, loss_fn, target, training, parse_dtype(dtype))
     if traced.unused:
         names = ", ".join(traced.unused[:4]) + (f" and {len(traced.unused) - 4} more" if len(traced.unused) > 4 else "")
-        warnings.warn(f"{len(traced.unused)} trainable parameter{'s' if len(traced.unused) != 1 else ''} get no "
+        n = len(traced.unused)
+        warnings.warn(f"{counted(n, 'trainable parameter')} {'gets' if n == 1 else 'get'} no "
                       f"gradient from the loss ({names}): the step never updates them (as eager would not); a "
                       "checkpoint with use_reentrant=True whose inputs need no gradient does this (use "
                       "use_reentrant=False), or freeze them (requires_grad=False)", CaptureWarning, stacklevel=2)

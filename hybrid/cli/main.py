@@ -34,17 +34,18 @@ import click
 from hybrid.signals import exit_status, handling_stops, install, interrupted_by, received
 from hybrid.errors import HybridError
 
-_python_showwarning = warnings.showwarning
 
-
-def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: Any = None, line: str | None = None) -> None:
-    """The library's own warnings (executor's PlanMemoryWarning, capture's CaptureWarning) as one `warning: ...`
-    line, like the commands' own; any other in Python's format."""
-    if category.__module__.split(".")[0] in ("hybrid", "executor", "ga", "milp"):
-        click.echo(f"warning: {message}", err=True)
-    else:
-        _python_showwarning(message, category, filename, lineno, file, line)
+def _warning_lines(previous: Any) -> Any:
+    """A `warnings.showwarning` printing the library's own warnings (executor's PlanMemoryWarning, capture's
+    CaptureWarning) as one `warning: ...` line, like the commands' own; any other as `previous` (the handler in
+    place when the command started) would."""
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if category.__module__.split(".")[0] in ("hybrid", "executor", "ga", "milp"):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            previous(message, category, filename, lineno, file, line)
+    return show
 
 
 def _fail(message: str, status: int = 2) -> NoReturn:
@@ -84,8 +85,9 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):  # noqa: D401 - click API
         if not _PROGRAM:
             clock.restart()  # one of several commands in this process (tests): its time starts now
+        previous = warnings.showwarning
         with handling_stops(), warnings.catch_warnings():
-            warnings.showwarning = _warning_line
+            warnings.showwarning = _warning_lines(previous)
             try:
                 return super().invoke(ctx)
             except HybridError as e:

@@ -7,6 +7,7 @@ field; planners never see an invalid graph. Array forms for the hot loops live i
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -232,12 +233,22 @@ class Graph:
                     first.setdefault(key, getattr(item, "id", self.name))
             for key, where in first.items():
                 close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=MISSPELT_CUTOFF)
-                if close and key not in known:
+                if close and key not in known and not _deliberate(key, close[0], known):
                     n = sum(key in item.extra for item in items)
                     others = f" and {n - 1} more" if n > 1 else ""
                     out.append(f"{noun} {where!r}{others}: field {key!r} is not read (did you mean {close[0]!r}?); "
                                "extra fields are ignored")
         return out
+
+
+def _deliberate(key: str, field_name: str, known: set[str]) -> bool:
+    """A name close to a read field that is another field on purpose, not a typo: it contains a whole read name
+    (gpu_time_s, nbytes, devices) or is the same name in another unit (time_us, time_ms beside time_s)."""
+    def stem(name: str) -> str:
+        return re.sub(r"_(ns|us|ms|s)$", "", name)
+
+    return (any(len(k) >= 4 and k in key for k in known)
+            or (key != field_name and stem(key) == stem(field_name)))
 
 
 # ---- parsing helpers ---------------------------------------------------------

@@ -341,8 +341,9 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     from ga.evaluation import make_evaluator
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline.rows import any_order_bound
-    from hybrid.signals import deferred_interrupts, interrupts_after, start_forkserver
+    from hybrid.signals import deferred_interrupts, interrupts_after, new_call, start_forkserver
 
+    new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
     _check_arguments(graph, device, options, progress)
     opts = options or OptimizeOptions()
     prog = progress or Progress()
@@ -486,11 +487,12 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
         cap = _layout_cap(opts, end, eval_s) if arena else None
         if stopped and cap is not None and heuristic_layout_seconds(eval_s) <= INTERRUPT_LAYOUT_S:
             # Ctrl-C or SIGTERM: the heuristics' layout takes a moment here, and a plan with offsets is the plan that
-            # runs; a second signal stops at once (the caller defers the first)
-            cap = min(cap, INTERRUPT_LAYOUT_S)
+            # runs; those few seconds are the layout's whatever the time limit had left (under `hybrid optimize` a
+            # second signal stops at once)
+            cap = INTERRUPT_LAYOUT_S
             budget = dataclasses.replace(DEFAULT_BUDGET, exact_tries=0)
             leave(f"arena layout: interrupted, so laid out by its heuristics and re-plans alone (at most "
-                  f"{format_seconds(cap)}; a second Ctrl-C stops at once)")
+                  f"{format_seconds(cap)})")
         elif stopped and cap is not None:   # the layout would take long: write the best plan now
             leave("arena layout: not run, interrupted; the byte budget is written without offsets (the executor "
                   "compacts at run time if it must)")

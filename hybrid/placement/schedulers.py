@@ -219,6 +219,9 @@ def place(pg: PartGraph, link: Link, scheduler: str, objective: str = LATENCY, t
     mixed placement's copies could in principle cause, is placed again under the budget); where it does not,
     under the budget, and then its plan's copies must also lay out in the arena. `DoesNotFit` says a scheduler
     found nothing that fits."""
+    from hybrid.signals import new_call
+
+    new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
     device = pg.graph.device if device is None else device
     budget = Budget.of(device) if device is not None else None
     binds = budget is not None and not budget.fits(all_on(pg, link, GPU))

@@ -33,7 +33,7 @@ import pandas as pd
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.units import format_bytes, format_seconds
+from hybrid.units import checked_bytes, format_bytes, format_seconds
 
 DEFAULT_STEPS = 10        # memories in the default sweep, both ends included
 BOUND_STEPS = 33          # memories of the bound curve (the sweep's are added)
@@ -137,9 +137,10 @@ def check_memories(memories: object, what: str = "sweep: memories") -> list[int]
                           f"{how}")
     out = []
     for k, m in enumerate(memories):
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m <= 0:
-            raise HybridError(f"{what}[{k}] must be a positive integer number of bytes, got {m!r:.60}; {how}")
-        out.append(int(m))
+        try:
+            out.append(checked_bytes(m, f"{what}[{k}]", lo=1))
+        except HybridError as e:
+            raise HybridError(f"{e}; {how}") from None
     if not out:
         raise HybridError(f"{what} is empty; {how}")
     return out

@@ -19,7 +19,7 @@ from hybrid.swap.pools import PoolArrays, class_pool
 from hybrid.graph.liveness import distinct_sizes, size_index, unswapped_lifetimes
 from hybrid.swap.baselines import run_baseline
 from hybrid.device import Device
-from hybrid.units import format_bytes, round_up
+from hybrid.units import checked_number, format_bytes, round_up
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
 from hybrid.graph.info import unswapped_peak
@@ -110,6 +110,9 @@ def size_class_plan(graph: Graph, device: Device, order: np.ndarray | None = Non
     return to_plan(aug, {"name": "swap-planner", "pool": "merged size classes"})
 
 
+MAX_FRACTION = 1e6   # of the unswapped peak: past any memory a plan could use, short of overflowing a byte count
+
+
 def _percent(text: object) -> bool:
     """Whether `text` is a percentage such as "50%" (said back as the fraction to pass)."""
     try:
@@ -124,11 +127,15 @@ def quick_plan(graph: Graph, fraction: float = 0.5, kind: str = "size_classes", 
     `fraction` is a number above 0 (0.5 = half the peak); HybridError for anything else, said before any work
     (a string such as "50%" would otherwise be repeated peak-many times).
     """
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(fraction) or fraction <= 0:
-        hint = f"; for {fraction} pass {float(fraction.strip()[:-1]) / 100:g}" if _percent(fraction) else ""
-        raise HybridError(f"quick_plan: fraction must be a number above 0, the share of the unswapped peak "
-                          f"(e.g. 0.5 for half), got {fraction!r:.60}{hint}")
+    what = "quick_plan: fraction (the share of the unswapped peak, e.g. 0.5 for half)"
+    try:
+        fraction = checked_number(fraction, what, lo=0.0, hi=MAX_FRACTION)
+        if fraction == 0:
+            raise HybridError(f"{what} must be above 0, got 0")
+    except HybridError as e:
+        hint = (f"; for {fraction.strip()} pass {float(fraction.strip()[:-1]) / 100:g}" if _percent(fraction)
+                else "")
+        raise HybridError(f"{e}{hint}") from None
     if not isinstance(graph, Graph):
         hint = f"; load it with Graph.load({str(graph)!r})" if isinstance(graph, str) else ""
         raise HybridError(f"quick_plan: graph must be a hybrid.graph.Graph, got {type(graph).__name__}{hint}")

@@ -189,7 +189,7 @@ class _ReentrantOnRawInput(nn.Module):
 
 def test_parameters_that_get_no_gradient_are_warned_about_in_python_and_on_the_command_line() -> None:
     from hybrid.capture.api import CaptureWarning
-    from hybrid.cli.main import _warning_line
+    from hybrid.cli.main import _warning_lines
 
     torch.manual_seed(0)
     m = _ReentrantOnRawInput()
@@ -203,5 +203,5 @@ def test_parameters_that_get_no_gradient_are_warned_about_in_python_and_on_the_c
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        _warning_line(CaptureWarning("4 trainable parameters get no gradient"), CaptureWarning, "x.py", 1)
+        _warning_lines(None)(CaptureWarning("4 trainable parameters get no gradient"), CaptureWarning, "x.py", 1)
     assert err.getvalue() == "warning: 4 trainable parameters get no gradient\n"

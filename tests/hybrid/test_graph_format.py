@@ -147,3 +147,21 @@ def test_a_field_named_almost_like_one_the_format_reads_is_warned_about(tmp_path
     path.write_text(json.dumps(d))
     r = CliRunner().invoke(cli, ["info", "--graph", str(path)])
     assert r.exit_code == 0 and "warning: " in r.output and "did you mean 'workspace_bytes'?" in r.output
+
+
+def test_fields_named_on_purpose_beside_a_read_one_are_not_taken_for_typos() -> None:
+    """gpu_time_s, time_us, nbytes, devices: close to a read name, but another field (review of the warning)."""
+    import json
+
+    from hybrid.graph import Graph
+    from tests.cli.helpers import RESNET
+
+    d = json.loads(open(RESNET).read())
+    for key in ("gpu_time_s", "time_us", "time_ms", "devices"):
+        d["ops"][3][key] = 1
+    d["tensors"][2]["nbytes"] = 5
+    d["devices"] = 1
+    assert Graph.from_json(d).misspelt_fields() == []
+    d["ops"][3]["tme_s"] = 1
+    assert [line.split(": ")[1] for line in Graph.from_json(d).misspelt_fields()] == [
+        "field 'tme_s' is not read (did you mean 'time_s'?); extra fields are ignored"]

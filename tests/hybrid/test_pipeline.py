@@ -357,3 +357,26 @@ def test_an_interrupted_search_writes_its_best_plan_laid_out_by_the_heuristics()
     assert any(s.startswith("arena layout: interrupted, so laid out by its heuristics") for s in res.skipped), \
         res.skipped
     assert res.plan.allocation.kind in ("arena", "size_classes") and validate(g, res.plan).valid
+
+
+def test_a_library_call_after_an_interrupted_one_starts_with_a_fresh_count_of_signals() -> None:
+    """In a notebook one interrupted run_optimize left its Ctrl-C counted: every later call read it (a MILP
+    skipped its re-solve "after Ctrl-C", a placement search stopped at once). Each call counts its own."""
+    import os
+    import signal
+
+    from hybrid.signals import received
+
+    g, dev = small_training(10, seed=2)
+    opts = OptimizeOptions(config=GAConfig(population=4, children=4), workers=1, refine="none", baselines=False,
+                           arena_s=None)
+    sent = []
+
+    def interrupt_once(stats, left) -> None:  # noqa: ANN001
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert run_optimize(g, dev, 60.0, opts, Progress(on_generation=interrupt_once)).interrupted and received()
+    res = run_optimize(g, dev, 60.0, replace(opts, generations=2))
+    assert not res.interrupted and res.stop_reason == "generations" and not received()

@@ -56,4 +56,15 @@ def test_a_bandwidth_in_gigabits_is_refused_and_bytes_and_binary_units_still_rea
 
     with pytest.raises(HybridError, match=re.escape("for bytes write 12GB/s (10^9 bytes) or 12GiB/s")):
         parse_bandwidth("12Gb/s")
-    assert parse_bandwidth("12GB/s") == 12e9 and parse_bytes("64mib") == 64 << 20 and parse_bytes("64MB") == 64e6
+    assert parse_bandwidth("12GB/s") == 12e9 and parse_bytes("64MiB") == 64 << 20 and parse_bytes("64MB") == 64e6
+    assert parse_bytes("1kB") == 1000 and parse_bytes(" 64 MiB ") == 64 << 20 and parse_bytes("1e3MiB") == 1000 << 20
+    for binary_bits in ("64Mib", "64mib"):    # mebibits: refused alike, naming the byte spelling
+        with pytest.raises(HybridError, match=r"a lowercase b means bits; for bytes write 64MiB \(2\^20 bytes\)$"):
+            parse_bytes(binary_bits)
+
+
+def test_a_change_is_said_with_digits_enough_and_an_overflow_never_reads_as_none() -> None:
+    from hybrid.units import format_change
+
+    assert [format_change(x) for x in (0.1, 4e-7, -3e-5, 1e-9, 0.0)] == ["+10.00%", "+0.00004%", "-0.003%", "", ""]
+    assert format_change(512 / 80 / 2**30, noise=0) == "+0.0000006%"      # 512 B over 80 GiB: not ''

@@ -199,8 +199,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
       hybrid execute --graph mine.json --plan p.json --module mymodel:make --device cpu --check
     """
     from hybrid.capture._torch import require_torch
-    from hybrid.cli.options import optimizer_options, parse_overrides, prepare_output
-    from hybrid.graph import Graph
+    from hybrid.cli.options import load_graph, optimizer_options, parse_overrides, prepare_output
     from hybrid.plan import Plan
 
     if iters < 1:
@@ -221,7 +220,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
         raise HybridError("give --model (a zoo model) or --module (your own), not both")
     ov = parse_overrides(overrides)
     if graph_path is not None:
-        graph = Graph.load(graph_path)
+        graph = load_graph(graph_path)   # its near-miss field warnings, as every command's
     elif module_spec is not None:
         raise HybridError("--module needs --graph: the graph you captured with `hybrid capture --module`")
     elif model is None:

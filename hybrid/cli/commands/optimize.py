@@ -221,8 +221,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     progress = Progress(on_generation=None if quiet else on_generation, on_refine=None if quiet else refine_line,
                         on_note=None if quiet else (lambda text: click.echo(text, err=True)),
                         on_phase_end=None if quiet else line.close,
-                        on_plan=lambda plan: (plan.save(out_path), saved.append(plan)))
-    saved: list = []
+                        on_plan=lambda plan: (plan.save(out_path), saved.append(True)))
+    saved: list[bool] = []   # a plan was written (the interrupt line says so)
     try:
         res = run_optimize(graph, device, total, opts, progress, started_at=started, after_s=EXIT_S)
     except KeyboardInterrupt:
