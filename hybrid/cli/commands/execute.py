@@ -188,7 +188,8 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     the plan's augmented graph says; device memory comes from one pool laid
     out as the plan's allocation, host copies from one pinned buffer. The
     report gives time per iteration, stall per stream, peak device memory
-    (never above the plan's) and measured vs simulated makespan. On cpu the
+    (with a warning where the run held more than the plan allows) and measured
+    vs simulated makespan. On cpu the
     streams run one after another, which tests the whole runtime exactly.
 
     \b
