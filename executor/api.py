@@ -216,6 +216,17 @@ class ExecutionResult:
     extra: dict[str, Any] = field(default_factory=dict)
     outputs: list[list[torch.Tensor | None]] = field(default_factory=list)   # a forward-only graph's, per iteration
 
+    def iterations_frame(self) -> "pd.DataFrame":  # noqa: F821 - pandas, a core dependency
+        """One row per iteration measured: iteration, wall_s, makespan_s (the device's, or the host clock on the
+        CPU), issue_s, loss, graphed (replayed as a CUDA graph), first_replay. For a notebook."""
+        import pandas as pd
+
+        return pd.DataFrame([{"iteration": r.iteration, "wall_s": r.wall_s, "makespan_s": r.makespan_s,
+                              "issue_s": r.issue_s, "loss": r.loss, "graphed": r.graphed,
+                              "first_replay": r.first_replay} for r in self.records],
+                            columns=["iteration", "wall_s", "makespan_s", "issue_s", "loss", "graphed",
+                                     "first_replay"])
+
 
 PEAK_SLACK = 0.01   # a run may hold this share more than its plan allows before it is flagged
 

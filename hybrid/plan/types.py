@@ -245,6 +245,22 @@ class Plan:
                 f"{format_seconds(self.makespan_s)}{ratio}, {self.allocation.kind} pool in "
                 f"{format_bytes(self.device.usable_bytes)}, device {self.device.name!r})")
 
+    def events_frame(self) -> "pd.DataFrame":  # noqa: F821 - pandas, a core dependency
+        """The events as a pandas table, one row each in the plan's order: kind, stream, op, tensor, impl,
+        recompute, start_s, end_s, duration_s, and the tensor's arena offset where the plan has offsets (else
+        missing). For a notebook: filter, group by stream, sum the copies' time."""
+        import pandas as pd
+
+        offsets = getattr(self.allocation, "offsets", None) or {}
+        rows = [{"kind": e.kind, "stream": e.stream, "op": e.op, "tensor": e.tensor, "impl": e.impl,
+                 "recompute": bool(e.recompute), "start_s": e.start_s, "end_s": e.end_s,
+                 "duration_s": e.end_s - e.start_s,
+                 "offset": offsets.get(e.tensor) if e.tensor is not None else None} for e in self.events]
+        df = pd.DataFrame(rows, columns=["kind", "stream", "op", "tensor", "impl", "recompute", "start_s", "end_s",
+                                         "duration_s", "offset"])
+        df["offset"] = df["offset"].astype("Int64")
+        return df
+
     @property
     def recomputes(self) -> bool:
         """Whether the plan reruns ops (recompute events): only bounds with recompute hold for it."""

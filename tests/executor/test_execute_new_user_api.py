@@ -254,3 +254,17 @@ def test_a_run_over_the_plans_memory_warns_from_python_as_the_command_prints() -
     with warnings.catch_warnings():
         warnings.simplefilter("error", PlanMemoryWarning)
         execute(g, plan, _module(), (x,), y, loss_fn=F.cross_entropy, iters=1, device="cpu")   # within: silent
+
+
+def test_an_executions_iterations_as_a_table(tiny: tuple[Any, Any]) -> None:
+    import warnings
+
+    from executor.api import PlanMemoryWarning
+
+    g, plan = tiny
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlanMemoryWarning)
+        res = _run(g, plan, _module())
+    df = res.iterations_frame()
+    assert list(df["iteration"]) == [r.iteration for r in res.records] and len(df) == ITERS
+    assert list(df["loss"]) == [r.loss for r in res.records] and (df["wall_s"] > 0).all()
