@@ -330,7 +330,21 @@ def test_a_refined_plan_no_layout_fits_leaves_the_laid_out_plan_before_it_writte
     assert res.plan.planner.get("refined") is None and validate(g, res.plan).valid
 
 
-def test_an_interrupted_search_writes_its_best_plan_laid_out_by_the_heuristics() -> None:
+@pytest.fixture()
+def sigint_handled():  # noqa: ANN201
+    """SIGINT as Python handles it by default: a runner started as a background job (`cmd &`) has it ignored,
+    and a search then leaves an ignored signal ignored (hybrid.signals.first_stop_sets), so the test's own
+    SIGINT would do nothing."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_an_interrupted_search_writes_its_best_plan_laid_out_by_the_heuristics(sigint_handled) -> None:  # noqa: ANN001
     """Ctrl-C or SIGTERM wrote the best plan as a byte budget without offsets, which the executor compacts; where
     the heuristics' layout takes a moment (under INTERRUPT_LAYOUT_S here), the plan written is laid out."""
     import os
@@ -359,7 +373,7 @@ def test_an_interrupted_search_writes_its_best_plan_laid_out_by_the_heuristics()
     assert res.plan.allocation.kind in ("arena", "size_classes") and validate(g, res.plan).valid
 
 
-def test_a_library_call_after_an_interrupted_one_starts_with_a_fresh_count_of_signals() -> None:
+def test_a_library_call_after_an_interrupted_one_starts_with_a_fresh_count_of_signals(sigint_handled) -> None:  # noqa: ANN001,E501
     """In a notebook one interrupted run_optimize left its Ctrl-C counted: every later call read it (a MILP
     skipped its re-solve "after Ctrl-C", a placement search stopped at once). Each call counts its own."""
     import os
