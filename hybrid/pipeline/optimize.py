@@ -434,7 +434,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
         if text not in skipped:
             skipped.append(text)
 
-    def _layout_within_limit(cap, budget, t):  # noqa: ANN001, ANN202
+    def layout_within_limit(cap, budget, t):  # noqa: ANN001, ANN202
         """(cap, budget) of a layout that is not interrupted: within the time limit, or past it on a first run
         after an install, with or without the exact search as the time left allows."""
         from hybrid.arena.layout import DEFAULT_BUDGET
@@ -471,6 +471,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             # compiled here, outside the layout's cap, so that the compile's time (6 s unloaded, a minute on a
             # busy machine) never cuts the layout's counted work: one seed, one layout
             from hybrid.arena import exact
+
             timings.exact_compile_s += exact.warm_up()
             cap = _layout_cap(opts, end, eval_s)
         return cap, budget
@@ -498,7 +499,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                   "compacts at run time if it must)")
             cap = None
         else:
-            cap, budget = _layout_within_limit(cap, budget, t)
+            cap, budget = layout_within_limit(cap, budget, t)
         if head is not None:     # seeds laid out within the full memory by the calibration: never slower to write
             others = list(others) + list(head.laid)
         t_lay = time.monotonic()
