@@ -243,12 +243,12 @@ class Graph:
 
 def _deliberate(key: str, field_name: str, known: set[str]) -> bool:
     """A name close to a read field that is another field on purpose, not a typo: it contains a whole read name
-    (gpu_time_s, nbytes, devices) or is the same name in another unit (time_us, time_ms beside time_s)."""
+    (gpu_time_s, nbytes, devices) or is the same name in another unit (time_us, time_ms beside time_s). `key`
+    is never a read name itself (the caller's check)."""
     def stem(name: str) -> str:
         return re.sub(r"_(ns|us|ms|s)$", "", name)
 
-    return (any(len(k) >= 4 and k in key for k in known)
-            or (key != field_name and stem(key) == stem(field_name)))
+    return any(len(k) >= 4 and k in key for k in known) or stem(key) == stem(field_name)
 
 
 # ---- parsing helpers ---------------------------------------------------------
