@@ -50,6 +50,7 @@ from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.pipeline.result import Budget, OptimizeResult, Refinement, Timings
+from hybrid.pipeline.kernels import load_kernels
 from hybrid.units import counted, format_seconds, parse_duration
 
 if TYPE_CHECKING:
@@ -95,28 +96,12 @@ def warm_kernels(arena: bool = True) -> float:
 
     t0 = time.monotonic()
     with interrupts_after():
-        _load_kernels(repair=arena, exact_search=arena)
+        load_kernels(repair=arena, exact_search=arena)
         g = training_graph(3, seed=0)
         dev = replace(g.device, memory_bytes=int(0.8 * unswapped_peak(g)), reserve_bytes=0)
         for rc in (True, False):
             graph_bound(g, dev, recompute=rc)
     return time.monotonic() - t0
-
-
-def _load_kernels(repair: bool, exact_search: bool) -> None:
-    """The planner's kernels, and the layout's repair and exact search where asked (each loaded from numba's
-    cache, or compiled once after an install): `run_optimize`'s setup and `warm_kernels`."""
-    from hybrid.swap.planner import compile_kernels
-
-    compile_kernels()
-    if repair:
-        from hybrid.arena.repair import warm_up
-
-        warm_up()
-    if exact_search:
-        from hybrid.arena import exact
-
-        exact.warm_up()
 
 
 def refine_available() -> bool:
@@ -368,7 +353,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
         # numba's cache holds it for this CPU (0.1-0.5 s): a process's first layout then has it (compiling it is
         # left to the layout's own rule)
         arena_on = opts.arena_s is not None
-        _load_kernels(repair=arena_on, exact_search=arena_on and not opts.addresses and _exact_may_run(graph)
+        load_kernels(repair=arena_on, exact_search=arena_on and not opts.addresses and _exact_may_run(graph)
                       and exact.cached())
         timings.compile_s = time.monotonic() - t0
     if timings.compile_s > COMPILE_NOTE_S:
@@ -446,11 +431,6 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             cap = one_layout
             leave(f"arena layout: run up to {format_seconds(cap)} past the time limit (this first run after an "
                   f"install spent {format_seconds(timings.compile_s)} of it compiling the kernels)")
-            # nor the repair under the capacity: its kernels' first compile (seconds) would spend that estimate
-            # before any re-plan (measured on a fresh clone: the README command then wrote no offsets)
-            budget = dataclasses.replace(DEFAULT_BUDGET, repair_moves=0)
-            leave("arena layout: its repair of a plan over the memory left out (its kernels compile on this "
-                  "first run); the heuristics and re-plans ran")
         elif cap is not None and end - t < one_layout and cap >= heuristic_layout_seconds(eval_s):
             # the search ran past its share (a process pool's start on a fresh machine): the heuristics and
             # re-plans still fit, and a plan with offsets is the plan that runs

@@ -188,6 +188,13 @@ class SwapPlanner:
                 raise RuntimeError("recompute chains overflowed the planner's buffers")  # never seen
             self._grow()
 
+    def _rebind_nothing(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions) -> None:
+        """The re-walk on an empty walk's buffers: compiles its kernel with a real call's argument types without
+        running the walk's (`compile_kernels(walk=False)`)."""
+        self._ensure_scratch(len(pool.class_count))
+        empty = _Outcome(K.OK, 0, -1, 0, np.inf, self._bufs[0])
+        self._rebind(np.ascontiguousarray(schedule, dtype=np.int32), pool, opt, empty, False)
+
     def _carry_over(self, sched: np.ndarray, pool: PoolArrays, res_end: np.ndarray, uses) -> np.ndarray:
         """Pass 2's initial residents: what pass 1 left resident, plus the first op's persistent inputs.
 
@@ -387,11 +394,13 @@ class SwapPlanner:
                 f"but the pool has {int(pool.class_count[c])}{kept}; raise that class's count")
 
 
-def compile_kernels() -> None:
+def compile_kernels(walk: bool = True, rewalk: bool = True) -> None:
     """Compile (or load from numba's on-disk cache) every kernel a fitness evaluation runs, on a tiny graph.
 
     Called before a search's clock starts and before worker processes are made: on a fresh install the
     first compile takes seconds, and without this each worker would pay it inside the time budget.
+    `walk` / `rewalk`: the walk's kernels and the re-walk's (`_rebind`), which a first run compiles in two
+    processes at once (hybrid.pipeline.kernels); the re-walk alone runs on an empty walk (same argument types).
     """
     from dataclasses import replace
 
@@ -411,4 +420,7 @@ def compile_kernels() -> None:
         for mem, make in ((int(peak * 0.8), lambda d: byte_pool(g, d)),
                           (2 * peak, lambda d: per_size_pool(g, order, d))):
             dev = replace(g.device, memory_bytes=mem, reserve_bytes=0)
-            SwapPlanner(g, dev).makespan(order, make(dev))
+            if walk:
+                SwapPlanner(g, dev).makespan(order, make(dev), PlannerOptions(rebind=rewalk))
+            elif rewalk:
+                SwapPlanner(g, dev)._rebind_nothing(order, make(dev), PlannerOptions())

@@ -148,7 +148,7 @@ def test_kernel_compilation_is_announced_and_counted_in_the_budget(graph_file, t
 
     path, mem = graph_file
     real = sp.compile_kernels
-    monkeypatch.setattr(sp, "compile_kernels", lambda: (time.sleep(2.2), real()))  # as after an install
+    monkeypatch.setattr(sp, "compile_kernels", lambda **parts: (time.sleep(2.2), real(**parts)))  # as after an install
     r = run("optimize", "--graph", path, "--memory", mem, "--population", 4, "--workers", 1, "--refine", "none",
             "--time-limit", "6s", "--out", tmp_path / "p.json")
     assert r.exit_code == 0, r.output

@@ -179,8 +179,8 @@ def test_a_first_run_whose_compile_spent_the_limit_still_lays_its_plan_out(monke
     real = planner.compile_kernels
     limit = 3.0
 
-    def slow_compile() -> None:    # a first run: the compile takes the whole limit
-        real()
+    def slow_compile(**parts) -> None:    # a first run: the compile takes the whole limit
+        real(**parts)
         time.sleep(limit + 0.2)
 
     monkeypatch.setattr(planner, "compile_kernels", slow_compile)
@@ -195,7 +195,8 @@ def test_a_first_run_whose_compile_spent_the_limit_still_lays_its_plan_out(monke
     assert res.timings.compile_s > flow.COMPILE_NOTE_S
     assert res.plan.allocation.kind in ("arena", "size_classes") and validate(g, res.plan).valid
     assert any("arena layout: run up to" in s and "compiling the kernels" in s for s in res.skipped)
-    assert any("its repair of a plan over the memory left out" in s for s in res.skipped)
+    # the repair's kernels are loaded in the setup (compiled beside the walk on a first run): it is not left out
+    assert not any("repair" in s for s in res.skipped)
     assert time.monotonic() - t0 < 5 * 20.0             # hang guard only
 
 

@@ -1,0 +1,137 @@
+"""Loading the Numba kernels, and compiling them on two cores the first time after an install.
+
+Every kernel is `@njit(cache=True)`: compiled once, then loaded from numba's on-disk cache by every later
+process (0.1-0.5 s). The first compile after an install is what a new user waits for: about 50 s on 2 cores,
+60% of it the planner's walk, which only one process can compile. So where the walk is not cached yet and a
+second core is free, a second process compiles everything else the setup, the search and the layout use (the
+re-walk, the layout's repair and heuristics, the lower bound's kernels, the genetic operators) while this one
+compiles the walk; numba's cache carries its work over, and this process then loads it. Measured on the README
+command on 2 cores: see `load_kernels`.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+BESIDE_JOIN_S = 600.0   # a hang guard only: the second process's compile takes about as long as the walk's
+
+
+def walk_cached() -> bool:
+    """Whether numba's on-disk cache holds the planner's walk for this source and this CPU (so loading it takes a
+    fraction of a second); False where it cannot tell (then a first run is assumed)."""
+    from hybrid.swap import kernel
+
+    try:
+        here = kernel.walk.targetctx.codegen().magic_tuple()
+        return any(key[1] == here for key in kernel.walk._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001 - numba internals: any surprise means "cannot tell"
+        return False
+
+
+def compile_beside_walk(arena: bool) -> None:
+    """Compile (or load) every kernel a run uses but the walk's: what the second process does on a first run.
+    Each on a tiny problem, with the argument types of the real calls (tests/hybrid/test_kernels.py checks that
+    a run after this compiles nothing but the walk's kernels)."""
+    from dataclasses import replace
+
+    from hybrid.bounds import graph_bound
+    from hybrid.graph.info import unswapped_peak
+    from hybrid.graph.synthetic import training_graph
+    from hybrid.swap.augmented import PlannerOptions
+    from hybrid.swap.planner import compile_kernels
+
+    compile_kernels(walk=False, rewalk=True)
+    g = training_graph(3, seed=0)
+    dev = replace(g.device, memory_bytes=int(0.8 * unswapped_peak(g)), reserve_bytes=0)
+    for rc in (True, False):
+        graph_bound(g, dev, recompute=rc)
+    # where size-class pools fit but a random one is over the memory (its repair runs)
+    _genetic_operators(g, replace(dev, memory_bytes=int(1.3 * unswapped_peak(g))), PlannerOptions())
+    if arena:
+        from hybrid.arena import heuristics
+        from hybrid.arena.problem import Buffer, Problem
+        from hybrid.arena.repair import warm_up
+
+        warm_up()
+        heuristics.best_heuristic(Problem([Buffer("a", 0, 2, 64), Buffer("b", 1, 3, 96), Buffer("c", 2, 4, 64)]))
+
+
+def _genetic_operators(graph: Any, device: Any, options: Any) -> None:
+    """The search's own kernels (its space, feasibility floor, random schedules and pools), without evaluating."""
+    import numpy as np
+
+    from ga.encoding import SearchSpace
+    from ga.population import random_individuals, seeded
+    from ga.repair import check_feasible
+
+    space = SearchSpace.build(graph, device, options)
+    check_feasible(space)
+    seeds = seeded(space)
+    random_individuals(space, 2, "both", "both", (0,), np.random.default_rng(0), seeds[0])
+
+
+def load_kernels(repair: bool, exact_search: bool, cores: int | None = None) -> None:
+    """The planner's kernels, and the layout's repair and exact search where asked: loaded from numba's cache, or
+    compiled once after an install, then with a second process compiling everything but the walk at the same
+    time where `cores` (default: this process's) allows (`run_optimize`'s setup and `warm_kernels`)."""
+    from hybrid.swap.planner import compile_kernels
+
+    if cores is None:
+        from ga.evaluation import available_cores
+
+        cores = available_cores()
+    helper = None if cores < 2 or walk_cached() else _start_beside(arena=repair)
+    try:
+        compile_kernels(walk=True, rewalk=helper is None)
+        if helper is not None:
+            try:
+                helper.wait(BESIDE_JOIN_S)
+            except subprocess.TimeoutExpired:
+                pass
+            compile_kernels()   # the re-walk, now from the cache the helper wrote (compiled here if it failed)
+    finally:
+        if helper is not None:
+            _kill(helper)
+    if repair:
+        from hybrid.arena.repair import warm_up
+
+        warm_up()
+    if exact_search:
+        from hybrid.arena import exact
+
+        exact.warm_up()
+
+
+def _start_beside(arena: bool) -> subprocess.Popen | None:
+    """Start the second process: a fresh interpreter running `compile_beside_walk` (not multiprocessing's spawn,
+    which re-imports the caller's main module: a user's script without a `__main__` guard would run again), with
+    this process's numba cache folder and the folder holding these packages on its path; None where it cannot
+    start (then this process compiles everything, as with one core). Its output is discarded: where it fails, this
+    process compiles what it left."""
+    import hybrid
+    from hybrid.signals import children_ignore_stops
+
+    env = dict(os.environ)
+    root = str(Path(hybrid.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    code = f"from hybrid.pipeline.kernels import compile_beside_walk; compile_beside_walk({bool(arena)})"
+    try:
+        with children_ignore_stops():   # a Ctrl-C or SIGTERM is this process's to act on; it kills the helper
+            proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    atexit.register(_kill, proc)
+    return proc
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the helper if it still runs (its stop signals are blocked); numba writes each cache file whole."""
+    atexit.unregister(_kill)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=5.0)

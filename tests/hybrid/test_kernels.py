@@ -1,0 +1,72 @@
+"""A first run compiles the walk here and every other kernel in a second process (hybrid.pipeline.kernels): that
+process must compile each kernel with the argument types of the real calls, or this one compiles it again."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from hybrid.pipeline import kernels
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# In a fresh interpreter (numba's cache as the tests left it): the signatures every kernel holds after the second
+# process's job, then the ones a short optimize run (search, layout, baselines) adds.
+_PROBE = r"""
+import json, sys
+from dataclasses import replace
+from numba.core.registry import CPUDispatcher
+
+def signatures():
+    out = {}
+    for name, mod in list(sys.modules.items()):
+        if not (name.startswith("hybrid.") or name.startswith("ga.")):
+            continue
+        for attr, obj in list(vars(mod).items()):
+            if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == name:
+                out[f"{name}.{attr}"] = sorted(str(s) for s in obj.signatures)
+    return out
+
+from hybrid.pipeline.kernels import compile_beside_walk
+compile_beside_walk(True)
+before = signatures()
+from hybrid.graph.info import unswapped_peak
+from hybrid.graph.synthetic import training_graph
+from hybrid.pipeline import run_optimize
+from hybrid.pipeline.optimize import OptimizeOptions
+g = training_graph(6, seed=3)
+dev = replace(g.device, memory_bytes=int(0.6 * unswapped_peak(g)), reserve_bytes=0)
+run_optimize(g, dev, 60.0, OptimizeOptions(generations=2, workers=1, baselines=True))
+after = signatures()
+print(json.dumps({"before": before, "after": after}))
+"""
+
+# the walk's own kernel and what it calls: compiled by the first process (with the walk, or loaded with it)
+_WALK = ("hybrid.swap.kernel.", "hybrid.swap.eviction.", "hybrid.swap.addresses.", "hybrid.swap.recompute.",
+         "hybrid.swap._heap.", "hybrid.swap.free_memory.")
+# the layout's exact search: loaded where cached, else compiled by the layout's own rule (not on a first run)
+_EXACT = ("hybrid.arena.exact.",)
+
+
+def test_the_second_process_compiles_every_kernel_but_the_walk_with_the_real_calls_types() -> None:
+    out = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    before, after = seen["before"], seen["after"]
+    # it did compile (or load) the others: the re-walk, the layout's repair and heuristics, the bound, the GA's
+    for name in ("hybrid.swap.rewalk.walk_into", "hybrid.arena.repair._repair", "hybrid.arena.heuristics._megengine",
+                 "hybrid.bounds._at_op", "ga.mutation._ready_walk", "ga.repair._best_flip"):
+        assert before.get(name), name
+    added = {name: sorted(set(sigs) - set(before.get(name, ())))
+             for name, sigs in after.items() if set(sigs) - set(before.get(name, ()))}
+    assert not {k: v for k, v in added.items() if not k.startswith(_WALK + _EXACT)}, added
+
+
+def test_one_core_or_a_cached_walk_starts_no_second_process(monkeypatch) -> None:
+    started = []
+    monkeypatch.setattr(kernels, "_start_beside", lambda arena: started.append(arena))
+    kernels.load_kernels(repair=False, exact_search=False, cores=1)
+    assert kernels.walk_cached()     # the tests' cache holds it once any test has planned
+    kernels.load_kernels(repair=False, exact_search=False, cores=2)
+    assert started == []
