@@ -29,10 +29,11 @@ class GraphInfo:
     # What each bound bounds: every plan of its set is at least this slow. A set inside another takes the larger
     # of its own bound and the other's (a program-order plan is one of the any-order plans; a swap-only plan is
     # one of those that may recompute), so no figure is below that of a set holding its plans.
-    graph_bound_s: float = 0.0       # plans in any order, with recompute (every plan): graph_bound
-    graph_swap_bound_s: float = 0.0  # plans in any order, swap only: graph_bound without reruns
-    recompute_bound_s: float = 0.0   # plans in this (program) order, with recompute: activation_bound
-    swap_bound_s: float = 0.0        # plans in this (program) order, swap only
+    # None: not computed (`graph_info` leaves them to `hybrid.bounds.with_bounds`), never a bound of zero seconds
+    graph_bound_s: float | None = None       # plans in any order, with recompute (every plan): graph_bound
+    graph_swap_bound_s: float | None = None  # plans in any order, swap only: graph_bound without reruns
+    recompute_bound_s: float | None = None   # plans in this (program) order, with recompute: activation_bound
+    swap_bound_s: float | None = None        # plans in this (program) order, swap only
 
     def rows(self) -> list[tuple[str, str]]:
         from hybrid.units import format_bytes, format_bytes_up
@@ -53,19 +54,19 @@ class GraphInfo:
                                   f"({_share_of_peak(self.usable_bytes, self.unswapped_peak_bytes)})"),
                 ("ideal (compute only)", format_seconds(self.ideal_s)),
                 ("lower bound, persistent tensors only", format_seconds(self.persistent_bound_s))]
-        if self.graph_bound_s:
+        if self.graph_bound_s is not None:
             out += [("lower bound, plans in any order, with recompute", format_seconds(self.graph_bound_s))]
-            if self.swap_bound_s:
+            if self.recompute_bound_s is not None:
                 out += [("lower bound, plans in this (program) order, with recompute",
                          format_seconds(self.recompute_bound_s))]
             out += [("lower bound, plans in any order, swap only", format_seconds(self.graph_swap_bound_s))]
-            if self.swap_bound_s:
+            if self.swap_bound_s is not None:
                 out += [("lower bound, plans in this (program) order, swap only", format_seconds(self.swap_bound_s))]
         return out
 
 
 def graph_info(g: Graph, device: Device) -> GraphInfo:
-    """The figures `hybrid info` prints, less the lower bounds that count activations (zero here): those need
+    """The figures `hybrid info` prints, less the lower bounds that count activations (None here): those need
     the plan and recompute rules, so `hybrid.bounds.with_bounds` adds them."""
     a = g.arrays
     by_kind = {k: 0 for k in TENSOR_KINDS}

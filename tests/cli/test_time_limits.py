@@ -2,7 +2,12 @@
 solvers stop at the command's deadline. Behaviour only; the wall times are measured by hand (see the report)."""
 from __future__ import annotations
 
+import shlex
+import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +18,8 @@ from milp.model import build_model
 from milp.solve import MIN_SOLVE_S, SolveOptions, solve
 from milp.stages import build_problem
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_the_clock_starts_with_the_process_and_restarts_per_command() -> None:
     now = time.monotonic()
@@ -21,6 +28,17 @@ def test_the_clock_starts_with_the_process_and_restarts_per_command() -> None:
     assert clock.started() >= now
     assert clock.deadline(30.0) == pytest.approx(clock.started() + 30.0)
     assert 29.0 < clock.left(30.0) <= 30.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("sh") is None, reason="/proc, a POSIX shell")
+def test_a_shell_that_execs_the_command_after_other_work_does_not_count_that_work() -> None:
+    """`sh -c 'pip install ... && hybrid optimize ...'` runs hybrid in the shell's own process (exec, no fork): its
+    /proc start is the shell's, before the install; that wait (here a 4 s sleep) is not the command's."""
+    code = "import time; from hybrid.cli import clock; print(time.monotonic() - clock.started())"
+    out = subprocess.run(["sh", "-c", f"sleep 4 && exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"],
+                         capture_output=True, text=True, timeout=120, check=True, cwd=ROOT)
+    counted = float(out.stdout.strip())
+    assert 0.0 <= counted < 4.0, counted
 
 
 def test_a_model_build_past_the_deadline_stops_with_one_line_naming_stages() -> None:

@@ -138,14 +138,14 @@ def test_activations_raise_it_above_the_ideal_on_a_long_chain():
 
 def test_info_leaves_the_activation_bounds_to_hybrid_bounds():
     """hybrid.graph.info cannot import hybrid.bounds (that would close an import cycle): graph_info leaves the
-    four bounds that count activations at zero and with_bounds fills them from graph_bound and activation_bound,
+    four bounds that count activations at None (not computed) and with_bounds fills them from graph_bound and activation_bound,
     each at least the persistent-tensor bound."""
     from hybrid.bounds import activation_bound, with_bounds
     from hybrid.graph.info import graph_info
 
     g = _graph(11)
     info = graph_info(g, g.device)
-    assert (info.graph_swap_bound_s, info.graph_bound_s, info.swap_bound_s, info.recompute_bound_s) == (0, 0, 0, 0)
+    assert (info.graph_swap_bound_s, info.graph_bound_s, info.swap_bound_s, info.recompute_bound_s) == (None,) * 4
     full = with_bounds(info, g, g.device)
     assert full.graph_swap_bound_s == pytest.approx(6 * MS) == graph_bound(g, g.device, recompute=False)
     assert full.graph_bound_s == pytest.approx((3 + 6 / 11) * MS) == graph_bound(g, g.device, recompute=True)
@@ -154,7 +154,7 @@ def test_info_leaves_the_activation_bounds_to_hybrid_bounds():
     rc = max(full.graph_bound_s, activation_bound(g, g.device, order, recompute=True))
     assert full.recompute_bound_s == rc
     assert full.swap_bound_s == max(rc, full.graph_swap_bound_s, activation_bound(g, g.device, order, recompute=False))
-    assert replace(full, graph_swap_bound_s=0.0, graph_bound_s=0.0, swap_bound_s=0.0, recompute_bound_s=0.0) == info
+    assert replace(full, graph_swap_bound_s=None, graph_bound_s=None, swap_bound_s=None, recompute_bound_s=None) == info
 
 
 def test_info_json_names_the_devices_memory_and_what_a_plan_may_fill(tmp_path) -> None:
