@@ -140,10 +140,13 @@ def checked_bytes(value: Any, what: str, lo: int = 0) -> int:
     return checked_number(value, what, lo=lo, hi=MAX_BYTES, integer=True)
 
 
+_BINARY_UNITS = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))  # largest first
+
+
 def format_bytes(n: float) -> str:
     """Binary units, three significant digits: 1.5 GiB; 1000-1023 of a unit whole (1018 KiB), not 1.02e+03."""
     n = float(n)
-    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in _BINARY_UNITS:
         if abs(n) >= scale:
             v = n / scale
             text = f"{v:.3g}"
@@ -193,12 +196,12 @@ def format_bytes_up(n: int) -> str:
     rather than to the nearest: a floor ("no plan runs with less") must never read below the bytes it stands for
     (4,198,016 B is 4.01 MiB here, not 4 MiB)."""
     n = int(n)
-    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for i, (unit, scale) in enumerate(_BINARY_UNITS):
         if n >= scale:
             places = max(0, 3 - len(str(n // scale)))          # decimals that give three significant digits
             tenths = -(-n * 10**places // scale)                # ceil(n / scale) at that precision, exactly
-            if tenths >= 1024 * 10**places and unit != "PiB":   # 1023.x rounds up to the next unit's 1
-                return f"1 {('PiB', 'TiB', 'GiB', 'MiB')[('TiB', 'GiB', 'MiB', 'KiB').index(unit)]}"
+            if tenths >= 1024 * 10**places and i > 0:           # 1023.x rounds up to the next unit's 1
+                return f"1 {_BINARY_UNITS[i - 1][0]}"
             text = f"{tenths / 10**places:.{places}f}"
             return f"{text.rstrip('0').rstrip('.') if places else text} {unit}"
     return f"{n} B"

@@ -1,12 +1,13 @@
 """Loading the Numba kernels, and compiling them on two cores the first time after an install.
 
 Every kernel is `@njit(cache=True)`: compiled once, then loaded from numba's on-disk cache by every later
-process (0.1-0.5 s). The first compile after an install is what a new user waits for: about 50 s on 2 cores,
-60% of it the planner's walk, which only one process can compile. So where the walk is not cached yet and a
-second core is free, a second process compiles everything else the setup, the search and the layout use (the
-re-walk, the layout's repair and heuristics, the lower bound's kernels, the genetic operators) while this one
-compiles the walk; numba's cache carries its work over, and this process then loads it. Measured on the README
-command on 2 cores: see `load_kernels`.
+process (0.1-0.5 s). The first compile after an install is what a new user waits for: about 55 s of compiling
+on this project's 2-core machine, 30 s of it the planner's walk, which only one process can compile. So where the
+walk is not cached yet and a second core is free, a second process compiles everything else the setup, the
+search and the layout use (the re-walk, the layout's repair and heuristics, the lower bound's kernels, the
+genetic operators) while this one compiles the walk; numba's cache carries its work over, and this process then
+loads it. The README command's first run (30 s limit, an empty cache, 2 cores, 2026-11-29): 56 s before, 28.7 s
+with it (its compile 47 s + 8 s inside the search and layout before, 27 s with it).
 """
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ import atexit
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-BESIDE_JOIN_S = 600.0   # a hang guard only: the second process's compile takes about as long as the walk's
+# The second process's compile takes about as long as the walk's here; waited for at most this long, then killed
+# (whatever it did not write to numba's cache compiles here on first use, as without it)
+BESIDE_MIN_WAIT_S = 60.0
+BESIDE_WAIT_FACTOR = 2.0
 
 
 def walk_cached() -> bool:
@@ -86,13 +91,14 @@ def load_kernels(repair: bool, exact_search: bool, cores: int | None = None) -> 
         cores = available_cores()
     helper = None if cores < 2 or walk_cached() else _start_beside(arena=repair)
     try:
+        t0 = time.monotonic()
         compile_kernels(walk=True, rewalk=helper is None)
         if helper is not None:
-            try:
-                helper.wait(BESIDE_JOIN_S)
+            try:   # it takes about as long as the walk; a helper far slower (stuck) is killed below
+                helper.wait(max(BESIDE_MIN_WAIT_S, BESIDE_WAIT_FACTOR * (time.monotonic() - t0)))
             except subprocess.TimeoutExpired:
                 pass
-            compile_kernels()   # the re-walk, now from the cache the helper wrote (compiled here if it failed)
+            compile_kernels()   # the re-walk, now from the cache the helper wrote (compiled here if it did not)
     finally:
         if helper is not None:
             _kill(helper)
@@ -115,6 +121,8 @@ def _start_beside(arena: bool) -> subprocess.Popen | None:
     import hybrid
     from hybrid.signals import children_ignore_stops
 
+    if not sys.executable:   # an embedded interpreter: no program to start
+        return None
     env = dict(os.environ)
     root = str(Path(hybrid.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)

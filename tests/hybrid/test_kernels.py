@@ -70,3 +70,29 @@ def test_one_core_or_a_cached_walk_starts_no_second_process(monkeypatch) -> None
     assert kernels.walk_cached()     # the tests' cache holds it once any test has planned
     kernels.load_kernels(repair=False, exact_search=False, cores=2)
     assert started == []
+
+
+def test_where_the_walk_is_not_cached_a_second_interpreter_compiles_the_rest(monkeypatch) -> None:
+    """The real second process (a fresh interpreter given the packages' folder and the cache folder): it starts,
+    runs its job to the end (here loading from the tests' cache) and is waited for."""
+    procs = []
+    real = kernels._start_beside
+
+    def start(arena: bool):  # noqa: ANN202
+        procs.append(real(arena))
+        return procs[-1]
+
+    monkeypatch.setattr(kernels, "walk_cached", lambda: False)
+    monkeypatch.setattr(kernels, "_start_beside", start)
+    kernels.load_kernels(repair=True, exact_search=False, cores=2)
+    assert len(procs) == 1 and procs[0] is not None and procs[0].returncode == 0
+
+
+def test_a_second_process_that_fails_leaves_the_kernels_to_this_one(monkeypatch) -> None:
+    procs = []
+    real = kernels._start_beside
+    monkeypatch.setattr(kernels, "walk_cached", lambda: False)
+    monkeypatch.setattr(kernels, "_start_beside", lambda arena: procs.append(real(arena)) or procs[-1])
+    monkeypatch.setattr(sys, "executable", "/bin/false" if Path("/bin/false").exists() else "false")
+    kernels.load_kernels(repair=True, exact_search=False, cores=2)   # loads (here: from the cache) all the same
+    assert procs[0] is None or procs[0].returncode != 0
