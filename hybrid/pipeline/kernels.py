@@ -12,7 +12,6 @@ with it (its compile 47 s + 8 s inside the search and layout before, 27 s with i
 from __future__ import annotations
 
 import atexit
-import os
 import subprocess
 import sys
 import time
@@ -94,10 +93,18 @@ def load_kernels(repair: bool, exact_search: bool, cores: int | None = None) -> 
         t0 = time.monotonic()
         compile_kernels(walk=True, rewalk=helper is None)
         if helper is not None:
-            try:   # it takes about as long as the walk; a helper far slower (stuck) is killed below
-                helper.wait(max(BESIDE_MIN_WAIT_S, BESIDE_WAIT_FACTOR * (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                pass
+            from hybrid.signals import received
+
+            # it takes about as long as the walk; a helper far slower (stuck) is killed below. A Ctrl-C or SIGTERM
+            # (deferred by the caller's `interrupts_after`) ends the wait: the caller acts on it
+            end = time.monotonic() + max(BESIDE_MIN_WAIT_S, BESIDE_WAIT_FACTOR * (time.monotonic() - t0))
+            while helper.poll() is None and time.monotonic() < end and not received():
+                try:
+                    helper.wait(0.1)
+                except subprocess.TimeoutExpired:
+                    pass
+            if received():
+                return
             compile_kernels()   # the re-walk, now from the cache the helper wrote (compiled here if it did not)
     finally:
         if helper is not None:
@@ -115,31 +122,48 @@ def load_kernels(repair: bool, exact_search: bool, cores: int | None = None) -> 
 def _start_beside(arena: bool) -> subprocess.Popen | None:
     """Start the second process: a fresh interpreter running `compile_beside_walk` (not multiprocessing's spawn,
     which re-imports the caller's main module: a user's script without a `__main__` guard would run again), with
-    this process's numba cache folder and the folder holding these packages on its path; None where it cannot
-    start (then this process compiles everything, as with one core). Its output is discarded: where it fails, this
-    process compiles what it left."""
+    this process's numba cache folder (inherited through the environment), no current folder on its path (`-P`:
+    another copy of the packages there would be compiled instead) and the folder holding these packages where it
+    is not already on it; None where it cannot start (then this process compiles everything, as with one core).
+    Its output is discarded: where it fails, this process compiles what it left."""
     import hybrid
-    from hybrid.signals import children_ignore_stops
+    from hybrid.signals import children_ignore_stops, register_cleanup
 
-    if not sys.executable:   # an embedded interpreter: no program to start
+    if not sys.executable or getattr(sys, "frozen", False):   # embedded, or a frozen app: no interpreter to start
         return None
-    env = dict(os.environ)
     root = str(Path(hybrid.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    code = f"from hybrid.pipeline.kernels import compile_beside_walk; compile_beside_walk({bool(arena)})"
+    code = (f"import sys; root = {root!r}; root in sys.path or sys.path.insert(0, root); "
+            f"from hybrid.pipeline.kernels import compile_beside_walk; compile_beside_walk({bool(arena)})")
     try:
         with children_ignore_stops():   # a Ctrl-C or SIGTERM is this process's to act on; it kills the helper
-            proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([sys.executable, "-P", "-c", code], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError:
         return None
-    atexit.register(_kill, proc)
+    global _registered
+    if not _registered:
+        atexit.register(_kill_all)
+        register_cleanup(_kill_all)    # a second Ctrl-C exits at once (os._exit: no atexit)
+        _registered = True
+    _running.add(proc)
     return proc
+
+
+_running: set[subprocess.Popen] = set()   # second processes not yet waited for and killed
+_registered = False
+
+
+def _kill_all() -> None:
+    for proc in list(_running):
+        _kill(proc)
 
 
 def _kill(proc: subprocess.Popen) -> None:
     """SIGKILL the helper if it still runs (its stop signals are blocked); numba writes each cache file whole."""
-    atexit.unregister(_kill)
+    _running.discard(proc)
     if proc.poll() is None:
         proc.kill()
-        proc.wait(timeout=5.0)
+        try:
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:   # stuck in the kernel: left to the system
+            pass

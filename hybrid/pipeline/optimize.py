@@ -81,9 +81,10 @@ DEFAULT_PATIENCE = 0.1       # hybrid.refine.handoff.DEFAULT_PATIENCE (not impor
 
 
 def warm_kernels(arena: bool = True) -> float:
-    """Load (or, the first time after an install, compile) the Numba kernels `run_optimize`'s setup and layout
-    use: the planner's, the any-order bound's, and with `arena` the layout's repair and exact search (the
-    search's genetic operators and CP-SAT's re-timing load theirs on first use, in a second or two).
+    """Load (or, the first time after an install, compile: `hybrid.pipeline.kernels`) the Numba kernels
+    `run_optimize`'s setup and layout use: the planner's, the any-order bound's, and with `arena` the layout's
+    repair and exact search (the search's genetic operators and CP-SAT's re-timing load theirs on first use, in a
+    second or two; on a first run with two cores the second process compiles the genetic operators too).
     `run_optimize` counts what it loads in its time limit, and leaves the exact search out of a short run where
     it is not cached; a caller that times several runs (a benchmark, a notebook) calls this first so that every
     run gets the same flow whatever the cache held. Seconds spent."""

@@ -3,9 +3,12 @@ process must compile each kernel with the argument types of the real calls, or t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from hybrid.pipeline import kernels
 
@@ -96,3 +99,32 @@ def test_a_second_process_that_fails_leaves_the_kernels_to_this_one(monkeypatch)
     monkeypatch.setattr(sys, "executable", "/bin/false" if Path("/bin/false").exists() else "false")
     kernels.load_kernels(repair=True, exact_search=False, cores=2)   # loads (here: from the cache) all the same
     assert procs[0] is None or procs[0].returncode != 0
+
+
+_COMPILED = r"""
+import json, sys
+from numba.core.registry import CPUDispatcher
+from hybrid.pipeline.kernels import compile_beside_walk
+from hybrid.swap.planner import compile_kernels
+compile_beside_walk(True) if sys.argv[1] == "beside" else compile_kernels(walk=True, rewalk=False)
+print(json.dumps(sorted(f"{name}.{attr}" for name, mod in list(sys.modules.items())
+                        if name.startswith(("hybrid.", "ga.")) for attr, obj in list(vars(mod).items())
+                        if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == name and obj.signatures)))
+"""
+
+
+@pytest.mark.slow
+def test_the_two_processes_compile_disjoint_kernels_from_an_empty_cache(tmp_path: Path) -> None:
+    """Each side from an empty cache of its own (so every callee compiles and is listed): no kernel on both sides,
+    so the two processes never write one function's cache index at once on a first run. About 40 s."""
+    procs = {side: subprocess.Popen([sys.executable, "-c", _COMPILED, side], cwd=ROOT, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / side)})
+             for side in ("beside", "walk")}
+    seen = {}
+    for side, p in procs.items():
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err[-3000:]
+        seen[side] = set(json.loads(out.strip().splitlines()[-1]))
+    assert "hybrid.swap.kernel.walk" in seen["walk"] and "hybrid.swap.rewalk.walk_into" in seen["beside"]
+    assert not seen["beside"] & seen["walk"], sorted(seen["beside"] & seen["walk"])
