@@ -159,7 +159,7 @@ def test_kernel_compilation_is_announced_and_counted_in_the_budget(graph_file, t
 
 @pytest.mark.parametrize("flags, message", [
     (["--time-limit", "soon"], "cannot read --time-limit"),
-    (["--workers", "0"], "--workers must be at least 1"),
+    (["--workers", "0"], "--workers (workers) must be at least 1"),
     (["--workers", "2", "--scheduler", "tcp://x:1"], "not both"),
     (["--population", "1"], "--population must be at least 2"),
     (["--mutation-rate", "2"], "within [0, 1]"),
