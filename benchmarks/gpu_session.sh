@@ -147,8 +147,8 @@ print("torch", torch.__version__, "cuda", torch.cuda.is_available(), gpu)
 import numba, ortools, highspy, pandas
 print("numba", numba.__version__, "ortools", ortools.__version__, "pandas", pandas.__version__)
 t = time.time()
-from hybrid.swap.planner import compile_kernels
-compile_kernels()
+from hybrid.pipeline.kernels import load_kernels
+load_kernels(repair=True, exact_search=False)   # a first run: the walk here, the rest in a second process
 print(f"planner kernels ready in {time.time() - t:.1f} s")'
         bounded "$PY" -m benchmarks.executor_gpu "${SMOKE[@]}" --ga-seconds 10 --no-sanitizer \
             --out "$OUT/executor_gpu_smoke.md"

@@ -160,9 +160,10 @@ def plan_all(graph: Graph, devices: list[Device], seconds: float, generations: i
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from hybrid.swap.planner import compile_kernels
+    from hybrid.pipeline.kernels import load_kernels
 
-    compile_kernels()   # once here, cached on disk: the children load it instead of each compiling it in its limit
+    # once here, cached on disk: the children load them instead of each compiling them in its limit
+    load_kernels(repair=True, exact_search=False)
     # spawn: the parent holds a CUDA context, which a forked child must not inherit
     with ProcessPoolExecutor(len(devices), mp_context=mp.get_context("spawn")) as pool:
         futures = [pool.submit(_plan, graph, d, seconds, generations) for d in devices]
