@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # The second process's compile takes about as long as the walk's here; waited for at most this long, then killed
 # (whatever it did not write to numba's cache compiles here on first use, as without it)
@@ -117,6 +117,23 @@ def load_kernels(repair: bool, exact_search: bool, cores: int | None = None) -> 
         from hybrid.arena import exact
 
         exact.warm_up()
+
+
+def compile_if_first_run(note: Callable[[str], None] | None = None, arena: bool = True) -> float:
+    """Where numba's cache lacks the planner's walk (the first run after an install): say so through `note`, then
+    compile the kernels a plan and its layout need now (two processes where two cores are free), so a command
+    that plans does not sit silent for half a minute inside its first plan. Seconds spent (0 when cached)."""
+    if walk_cached():
+        return 0.0
+    from hybrid.signals import interrupts_after
+
+    if note is not None:
+        note("compiling the planner's kernels: the first run after an install (about 30 s on 2 cores; cached from "
+             "now on)")
+    t0 = time.monotonic()
+    with interrupts_after():   # numba calls back into Python: a Ctrl-C is acted on once it returns
+        load_kernels(repair=arena, exact_search=False)
+    return time.monotonic() - t0
 
 
 def _start_beside(arena: bool) -> subprocess.Popen | None:

@@ -128,3 +128,13 @@ def test_the_two_processes_compile_disjoint_kernels_from_an_empty_cache(tmp_path
         seen[side] = set(json.loads(out.strip().splitlines()[-1]))
     assert "hybrid.swap.kernel.walk" in seen["walk"] and "hybrid.swap.rewalk.walk_into" in seen["beside"]
     assert not seen["beside"] & seen["walk"], sorted(seen["beside"] & seen["walk"])
+
+
+def test_a_command_that_plans_says_it_compiles_on_a_first_run_only(monkeypatch) -> None:
+    loads, lines = [], []
+    monkeypatch.setattr(kernels, "load_kernels", lambda **kw: loads.append(kw))
+    assert kernels.compile_if_first_run(lines.append) == 0.0 and loads == [] == lines   # cached: nothing said
+    monkeypatch.setattr(kernels, "walk_cached", lambda: False)
+    kernels.compile_if_first_run(lines.append, arena=False)
+    assert loads == [{"repair": False, "exact_search": False}]
+    assert len(lines) == 1 and "first run after an install" in lines[0]

@@ -65,6 +65,9 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
     prepare_output(out_path, "--out", folder=len(kinds) > 1)  # a bad folder fails before any planning
     g = load_graph(graph_path)
     dev = device_from(g, kw)
+    from hybrid.pipeline.kernels import compile_if_first_run
+
+    compile_if_first_run(lambda line: click.echo(line, err=True), arena=not no_arena)
     rows = []
     summaries = []
     failed: list[str] = []
