@@ -216,3 +216,13 @@ def test_given_offsets_are_said_to_be_ignored(tmp_path: Path) -> None:
     assert r.output.count("offsets are ignored") == 1, r.output
     problem, offsets = read_csv(tmp_path / "o.csv")
     assert offsets is not None and check_offsets(problem, offsets).valid
+
+
+def test_an_arena_at_the_peak_of_live_bytes_is_proven_optimal_whoever_made_it() -> None:
+    """The peak of live bytes bounds every arena: a layout that reaches it is optimal, whatever its record says
+    (`hybrid arena --plan` of an unlimited plan said "1.0000, not proven optimal")."""
+    from hybrid.cli.commands.arena import _verdict
+
+    assert "proven optimal" in _verdict(1000, 1000, False, 1000, "lay_out", 0.1)
+    assert "not proven optimal" not in _verdict(1000, 1000, False, 1000, "lay_out", 0.1)
+    assert "not proven optimal" in _verdict(1001, 1000, False, 1000, "lay_out", 0.1)

@@ -138,3 +138,15 @@ def test_recost_keeps_an_ops_implementations_one_op() -> None:
     assert new.time_s != op.time_s
     assert new.impls[new.default_impl].time_s == new.time_s
     assert new.impls[1].time_s == pytest.approx(new.time_s / 2) and new.impls[1].workspace_bytes == 1024
+
+
+def test_simulate_from_a_placement_plan_is_refused_rather_than_dropping_its_placement(tmp_path):
+    """The swap planner puts every op on the device: re-planning a placement with it lost the host ops silently."""
+    _, gp = _captured_like(tmp_path)
+    out = tmp_path / "p.json"
+    r = run("place", "--graph", gp, "--scheduler", "all-cpu", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert any(e.on_cpu for e in Plan.load(out).events)
+    r = run("simulate", "--graph", gp, "--from", out, "--out", tmp_path / "s.json")
+    assert r.exit_code == 2 and "runs on the host" in r.output and "hybrid place" in r.output, r.output
+    assert not (tmp_path / "s.json").exists()

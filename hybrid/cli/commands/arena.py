@@ -20,6 +20,7 @@ def _verdict(arena: int, peak: int, proven: bool, lb: int, solver: str, secs: fl
     `skipped` says why the exact search did not run, where it did not. `solved` (exact.solve's record) credits
     the heuristic and the exact search each with its own seconds."""
     lb = max(lb, peak)
+    proven = proven or arena <= lb   # at the bound (the peak of live bytes): no arena is smaller
     proof = "proven optimal" if proven else (
         f"not proven optimal (lower bound {format_bytes_exact(lb)})" if lb != peak else "not proven optimal")
     return (f"arena {format_bytes_exact(arena)}, peak live {format_bytes_exact(peak)}: arena / peak {arena / peak if peak else 1.0:.4f}, "
@@ -301,7 +302,7 @@ def _lay_out_plan(graph, plan, deadline: float, out_path: Path | None, limit: fl
         info = new.planner.get("arena", {}) if isinstance(new.planner, dict) else {}
         if len(new.allocation.offsets) > EXACT_MAX_BUFFERS or not exact_ready(exact_end) or exact.stopped():
             peak = int(info.get("peak_live_bytes", 0))     # nothing left to do but say what lay_out found
-            proven = bool(info.get("proven_optimal", False))
+            proven = bool(info.get("proven_optimal", False)) or 0 < new.allocation.arena_bytes <= peak
             click.echo(_verdict(new.allocation.arena_bytes, peak, proven, peak, str(info.get("solver", "")), solve_s,
                                 "" if proven or exact.stopped()
                                 else _exact_skipped(len(new.allocation.offsets), exact_end, limit)))

@@ -69,6 +69,11 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
     if from_path is not None:
         src = load_plan(from_path)
         require_valid(g, src, f"--from {from_path}")   # another graph, or a broken plan: exit 1, as validate
+        host = next((e for e in src.events if e.kind == "compute" and e.on_cpu), None)
+        if host is not None:   # the swap planner puts every op on the device: its placement would be dropped
+            raise HybridError(f"--from {from_path}: op {host.op!r} runs on the host (a placement plan from `hybrid "
+                              "place`); simulate re-plans every op on the device, which would drop that placement: "
+                              "use this plan as it is (`hybrid timeline` shows it)")
         order = from_ids(g, src.schedule, f"{from_path}: schedule")   # valid: a topological order of g's ops
         dev = _device_for_plan(src, kw, device_flags, notes)
         if isinstance(src.allocation, ArenaAllocation):
