@@ -50,6 +50,11 @@ def test_refine_command_errors_are_one_line(files, tmp_path):
     r = CliRunner().invoke(cli, ["refine", "--graph", str(gp), "--plan", str(pp), "--patience", "0s",
                                  "--out", str(tmp_path / "x.json")])
     assert r.exit_code == 2 and "error: --patience must be positive" in r.output
+    # a timeline's suffix that matplotlib cannot write fails before the search, not after it wrote --out
+    r = CliRunner().invoke(cli, ["refine", "--graph", str(gp), "--plan", str(pp), "--timeline",
+                                 str(tmp_path / "t.txt"), "--out", str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "--timeline" in r.output and ".txt" in r.output, r.output
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_compare_api_table_and_concatenation(tmp_path):

@@ -102,7 +102,7 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
     if wait is not None and wait <= 0:
         raise HybridError(f"--patience must be positive, got {patience!r}")
     prepare_output(out_path, "--out")  # a bad folder fails now, not after the search
-    prepare_output(timeline_path, "--timeline")
+    prepare_output(timeline_path, "--timeline", figure=True)   # a suffix matplotlib cannot write fails now too
     graph = load_graph(graph_path)
     plan = load_plan(plan_path)
     require_valid(graph, plan, f"--plan {plan_path}")   # refining a broken plan would write a broken plan
@@ -139,7 +139,9 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
             click.echo(f"{what}: re-walked {format_seconds(res.rebind_makespan)}, copy streams re-ordered "
                        f"{format_seconds(res.reorder_makespan)}, then {counted(res.windows, 'window')} solved, "
                        f"{res.accepted} accepted, {res.infeasible} without a solution in time, in "
-                       f"{format_seconds(res.search_s)} (stopped: {res.stop})")
+                       f"{format_seconds(res.search_s)} (stopped: {res.stop}"
+                       + (f"; {format_seconds(TIMELINE_S)} of the limit kept for drawing --timeline"
+                          if timeline_path is not None and res.stop == "time limit" else "") + ")")
         for note in res.notes:
             click.echo(f"note: {note}", err=True)
         if res.stop == "interrupted":
