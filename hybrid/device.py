@@ -7,7 +7,7 @@ from typing import Any
 
 from hybrid.errors import FormatError, HybridError
 from hybrid.units import (MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, checked_number, format_bytes,
-                          parse_bandwidth, parse_bytes, parse_duration, round_up)
+                          parse_bandwidth, parse_bytes, parse_duration, parse_memory, round_up)
 
 GiB = 2**30
 MiB = 2**20
@@ -330,7 +330,7 @@ def resolve_device(
         dev = preset("v100-16gb", reserve=True)
     changes: dict[str, Any] = {}
     if memory is not None:
-        changes["memory_bytes"] = parse_bytes(memory, "--memory")
+        changes["memory_bytes"] = parse_memory(memory, "--memory")
         if changes["memory_bytes"] <= 0:
             raise HybridError(f"--memory must be positive, got {memory!r}")
         changes["reserve_bytes"] = 0

@@ -63,6 +63,26 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
     return int(round(value))
 
 
+BARE_MEMORY_WARN = 1 << 20   # a device memory written without a unit below this many bytes: a unit forgotten
+
+
+class UnitWarning(UserWarning):
+    """A size read as written that was likely meant in another unit (`--memory 100`: 100 bytes)."""
+
+
+def parse_memory(text: str | int | float, what: str = "--memory") -> int:
+    """A device's memory, as `parse_bytes` reads it; text without a unit under 1 MiB (`--memory 100`, meant MiB
+    or GiB: no graph runs in 100 bytes) is warned (UnitWarning), not refused: a bare number is bytes."""
+    value = parse_bytes(text, what)
+    if isinstance(text, str) and re.fullmatch(_NUM, text) and 0 < value < BARE_MEMORY_WARN:
+        import warnings
+
+        t = text.strip()
+        warnings.warn(f"{what} {t} has no unit, so it is {counted(value, 'byte')}; write {t}MiB or {t}GiB "
+                      f"(or {t}B to mean bytes)", UnitWarning, stacklevel=2)
+    return value
+
+
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     """'12GB/s' -> 12e9 bytes per second; numbers from Python are bytes per second. Text needs a unit (`--h2d 12`
     once meant 12 bytes per second, a makespan of 99 days); '12B/s' says bytes per second."""

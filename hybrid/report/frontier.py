@@ -63,7 +63,7 @@ def default_memories(graph: Graph, device: Device, steps: int = DEFAULT_STEPS) -
 
 def parse_memories(items: tuple[str, ...] | list[str], peak: int) -> list[int]:
     """`--memories 64MiB,128MiB --memories 50%`: sizes, or percentages of the unswapped `peak`; sorted, unique."""
-    from hybrid.units import parse_bytes
+    from hybrid.units import parse_memory
 
     out: set[int] = set()
     for item in items:
@@ -81,7 +81,7 @@ def parse_memories(items: tuple[str, ...] | list[str], peak: int) -> list[int]:
                     raise HybridError(f"--memories {part!r}: a percentage of the peak must be within (0%, 1000%]")
                 value = int(round(share * peak))
             else:
-                value = parse_bytes(part, "--memories")
+                value = parse_memory(part, "--memories")
             if value <= 0:
                 raise HybridError(f"--memories {part!r}: must be positive")
             out.add(value)

@@ -68,3 +68,16 @@ def test_a_change_is_said_with_digits_enough_and_an_overflow_never_reads_as_none
 
     assert [format_change(x) for x in (0.1, 4e-7, -3e-5, 1e-9, 0.0)] == ["+10.00%", "+0.00004%", "-0.003%", "", ""]
     assert format_change(512 / 80 / 2**30, noise=0) == "+0.0000006%"      # 512 B over 80 GiB: not ''
+
+
+def test_a_device_memory_without_a_unit_under_1_mib_is_warned_not_refused() -> None:
+    """`hybrid place --memory 100` placed every op on the CPU ("needs 552 MiB of 100 B usable") without a word."""
+    import warnings
+
+    from hybrid.units import UnitWarning, parse_memory
+
+    with pytest.warns(UnitWarning, match=r"--memory 100 has no unit, so it is 100 bytes; write 100MiB or 100GiB"):
+        assert parse_memory("100") == 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert parse_memory("100B") == 100 and parse_memory("20971520") == 20 << 20 and parse_memory(100) == 100
