@@ -38,17 +38,19 @@ class FiniteFloat(click.FloatRange):
 FINITE = FiniteFloat()
 
 
-def device_options(f: Callable | None = None, *, graph: bool = True) -> Callable:
+def device_options(f: Callable | None = None, *, graph: bool = True, memory: bool = True) -> Callable:
     """--device/--memory/--h2d/--d2h/--latency/--reserve/--alignment; the graph's own device (else v100-16gb)
     is the base. `@device_options(graph=False)`: for a command that reads no graph (capture), whose help then
-    names no graph device."""
+    names no graph device; `memory=False`: for one that sets the memory otherwise (frontier's --memories), whose
+    help then leaves --memory out (still read, so that the command can refuse it in one line)."""
     if f is None:
-        return lambda g: device_options(g, graph=graph)
+        return lambda g: device_options(g, graph=graph, memory=memory)
     of_graph = "the graph's own device, else " if graph else ""
     opts = [
         click.option("--device", "device_name", type=click.Choice(sorted(PRESETS)), default=None,
                      help=f"Device preset (default: {of_graph}v100-16gb)."),
-        click.option("--memory", default=None, help="Device memory, e.g. 10GiB, 512MB (overrides the preset)."),
+        click.option("--memory", default=None, hidden=not memory,
+                     help="Device memory, e.g. 10GiB, 512MB (overrides the preset)."),
         click.option("--h2d", default=None, help="Host-to-device bandwidth, e.g. 12GB/s."),
         click.option("--d2h", default=None, help="Device-to-host bandwidth, e.g. 12GB/s."),
         click.option("--latency", default=None,

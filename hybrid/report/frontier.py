@@ -289,8 +289,8 @@ def bound_rows(graph: Graph, device: Device, memories: list[int]) -> list[dict]:
 
 def point_row(path: Path, graph: Graph, device: Device) -> dict:
     """Another graph or plan file as one point: a graph at its own unswapped peak (at `device`'s alignment) and
-    its compute-only time; a plan of `graph` (the swept graph: HybridError for another's, InvalidPlanError for
-    one the validator rejects) at the peak device bytes and the makespan of its events, not the figures its
+    its compute-only time; a plan of `graph` (the swept graph: InvalidPlanError for another's, or for one the
+    validator rejects) at the peak device bytes and the makespan of its events, not the figures its
     metrics state."""
     from hybrid.graph.info import ideal_time, unswapped_peak
     from hybrid.plan import Plan
@@ -303,8 +303,10 @@ def point_row(path: Path, graph: Graph, device: Device) -> dict:
         raise HybridError(f"--points {path}: cannot read it as a graph or plan file ({e})") from None
     if fmt.startswith("hybrid-plan"):
         plan = Plan.load(path)
-        if plan.graph != graph.name:
-            raise HybridError(f"--points {path}: a plan of graph {plan.graph!r}, not of {graph.name!r} (the graph "
+        if plan.graph != graph.name:   # an invalid plan for this graph: exit 1, as every command given one
+            from hybrid.errors import InvalidPlanError
+
+            raise InvalidPlanError(f"--points {path}: a plan of graph {plan.graph!r}, not of {graph.name!r} (the graph "
                               f"swept); give {plan.graph!r}'s graph file as a point instead, or a plan of "
                               f"{graph.name!r}")
         require_valid(graph, plan, f"--points {path}")   # makespan_s is the last event's end (rule 7)

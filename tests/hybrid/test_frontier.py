@@ -209,7 +209,8 @@ def test_a_plan_point_is_validated_and_placed_by_its_events(tmp_path) -> None:
     other.save(tmp_path / "other.json")
     r = _cli("--graph", tmp_path / "other.json", "--points", path, "--out", tmp_path / "o", *_quick())
     lines = r.stderr.strip().splitlines()
-    assert r.exit_code == 2 and len(lines) == 1 and "graph file as a point instead" in lines[0]
+    # an invalid plan for the swept graph: exit 1, as refine, arena, timeline and simulate given one
+    assert r.exit_code == 1 and len(lines) == 1 and "graph file as a point instead" in lines[0]
 
 
 def test_memories_all_below_the_largest_op_are_refused_naming_it(tmp_path) -> None:

@@ -40,7 +40,7 @@ from hybrid.units import format_bytes, format_bytes_up, format_seconds, parse_du
                    "and compute time (e.g. the same step captured with torch.utils.checkpoint), a plan of --graph "
                    "(validated against it) at the peak bytes and makespan of its events.")
 @seed_option
-@device_options
+@device_options(memory=False)   # the sweep sets the memory (--memories)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for frontier.csv, frontier.parquet, frontier.png and each point's plan (plans/, named "
                    "by memory in MiB). The plans a previous frontier.csv there lists are replaced.")
