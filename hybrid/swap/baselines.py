@@ -188,9 +188,20 @@ def tflms_plan(graph: Graph, device: Device, schedule: np.ndarray, lb: int = TFL
     try:
         tl = rebuild(prob, np.array(kind), np.array(ref))
     except SequenceError as e:
-        raise InfeasibleError(f"tflms cannot run {graph.name} on {device.name}: {ERROR_TEXT.get(e.code, e)} "
-                              "(it keeps every parameter and optimizer state on the device and evicts nothing "
-                              "else)") from None
+        from hybrid.graph.liveness import occupied_bytes
+        from hybrid.swap.rewalk import ERR_INITIAL
+        from hybrid.units import format_bytes, format_bytes_apart
+
+        kept = int(occupied_bytes(graph, device.alignment_bytes)[per & used].sum())
+        if e.code == ERR_INITIAL:   # what it keeps against the memory, as vdnn says it
+            need, have = format_bytes_apart(kept, device.usable_bytes)
+            raise InfeasibleError(f"tflms cannot run: the persistent tensors ({need}), which it keeps resident "
+                                  f"throughout, do not fit in the device memory ({have} usable); give more "
+                                  "--memory") from None
+        raise InfeasibleError(f"tflms cannot run {graph.name} in {format_bytes(device.usable_bytes)} usable: "
+                              f"{ERROR_TEXT.get(e.code, e)} (it keeps the persistent tensors, "
+                              f"{format_bytes(kept)}, resident and moves only the forward activations the "
+                              "backward pass reads); give more --memory") from None
     # its own rule, not the swap planner's walk: no planner_options (a re-plan with them would be another plan)
     info = {"name": "tflms", "tflms": {"lb": lb, "swapped_tensors": int(swapped.sum()),
                                        "rule": "forward activations read by the backward pass"}}

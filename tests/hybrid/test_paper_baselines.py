@@ -68,8 +68,9 @@ def test_tflms_runs_out_of_memory_where_the_rewrite_does_not_fit():
     with pytest.raises(InfeasibleError, match="tflms cannot run"):
         run_baseline(g, replace(dev, memory_bytes=int(unswapped_peak(g) * 0.2)), "tflms")
     g = random_dag(30, seed=1)  # no backward pass: nothing is swapped
-    with pytest.raises(InfeasibleError):
+    with pytest.raises(InfeasibleError, match=r"give more --memory") as e:
         run_baseline(g, replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.5)), "tflms")
+    assert "usable" in str(e.value) and "on v100" not in str(e.value)   # the memory it had, not the preset's name
 
 
 def test_backward_ops_without_phases_follow_the_gradients():
