@@ -63,6 +63,7 @@ class Headroom:
     seeded: float | None = None    # the shrink the seeds asked for, where the search's incumbent asked for more
     laid: tuple = dataclasses.field(default=(), compare=False, repr=False)   # seed plans that laid out within the
     #   full memory (arena plans): candidates for the written plan (`lay_out`'s `others`), never slower to keep
+    capped: str = ""               # why less was given up than the layouts asked for ("" where it was not capped)
 
     def device(self, device: Device) -> Device:
         """`device` with `shrink` of its usable memory given up (the search's device)."""
@@ -76,12 +77,14 @@ class Headroom:
                 "trials": list(self.trials), **({"seeded": self.seeded} if self.seeded is not None else {})}
 
     def describe(self) -> str:
+        capped = f"; {self.capped}" if self.capped else ""
         if self.seeded is not None:
             return (f"headroom: searched with {100 * self.seeded:.3g}% less memory, then {100 * self.shrink:.3g}% "
                     f"from halfway (its best plan then laid out {_over(self.trials[-1])} at full "
-                    f"memory; {counted(self.layouts, 'layout')}, {self.seconds:.1f} s)")
+                    f"memory{capped}; {counted(self.layouts, 'layout')}, {self.seconds:.1f} s)")
         return (f"headroom: searched with {100 * self.shrink:.3g}% less memory (the seeds' best layout "
-                f"{_over(self.ratio)} at full memory; {counted(self.layouts, 'layout')}, {self.seconds:.1f} s)")
+                f"{_over(self.ratio)} at full memory{capped}; {counted(self.layouts, 'layout')}, "
+                f"{self.seconds:.1f} s)")
 
 
 def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: LayoutBudget = QUICK_BUDGET,
@@ -124,16 +127,26 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
                                             planner={**plan.planner, "name": "belady", "seed": len(ratios)}))
     ratio = min(ratios, default=1.0)
     shrink = 0.0 if ratio <= 1.0 else 1.0 - 1.0 / ratio + MARGIN
-    return Headroom(_within_room(graph, device, shrink), ratio, len(ratios), time.perf_counter() - t0,
-                    tuple(ratios), laid=tuple(laid))
+    kept, capped = _within_room(graph, device, shrink)
+    return Headroom(kept, ratio, len(ratios), time.perf_counter() - t0, tuple(ratios), laid=tuple(laid),
+                    capped=capped)
 
 
-def _within_room(graph: Graph, device: Device, shrink: float) -> float:
-    """`shrink` within [0, MAX_SHRINK], and never so much that the largest op no longer fits the search's device."""
+def _within_room(graph: Graph, device: Device, shrink: float) -> tuple[float, str]:
+    """`shrink` within [0, MAX_SHRINK], and never so much that the largest op no longer fits the search's device;
+    and why it was capped, where it was ("" where not)."""
     from hybrid.graph.info import largest_op
+    from hybrid.units import format_bytes_up
 
-    room = 1.0 - largest_op(graph, device.alignment_bytes)[1] / max(device.usable_bytes, 1) - MARGIN
-    return max(0.0, min(shrink, MAX_SHRINK, room))
+    op_bytes = largest_op(graph, device.alignment_bytes)[1]
+    room = 1.0 - op_bytes / max(device.usable_bytes, 1) - MARGIN
+    kept = max(0.0, min(shrink, MAX_SHRINK, room))
+    if kept >= shrink:
+        return kept, ""
+    if room <= MAX_SHRINK:
+        return kept, (f"it asked for {100 * shrink:.3g}%, but the largest single op needs "
+                      f"{format_bytes_up(op_bytes)} of the memory")
+    return kept, f"it asked for {100 * shrink:.3g}%, at most {100 * MAX_SHRINK:.0f}% is given up"
 
 
 RECALIBRATE_STEP = 0.01   # a recalibrated shrink this little above the search's is not worth a change of device
@@ -163,11 +176,11 @@ def recalibrate(graph: Graph, device: Device, plan, head: Headroom,  # noqa: ANN
     seconds = head.seconds + time.perf_counter() - t0
     if ratio <= 1.0:
         return None
-    shrink = _within_room(graph, device, 1.0 - (1.0 - head.shrink) / ratio + MARGIN)
+    shrink, capped = _within_room(graph, device, 1.0 - (1.0 - head.shrink) / ratio + MARGIN)
     if shrink < head.shrink + RECALIBRATE_STEP:
         return None
     return Headroom(shrink, head.ratio, head.layouts + 1, seconds, head.trials + (ratio,), head.shrink,
-                    laid=head.laid)
+                    laid=head.laid, capped=capped)
 
 
 def _options(ratio: float):  # noqa: ANN202 - PlannerOptions

@@ -46,6 +46,7 @@ from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.swap.augmented import PlannerOptions
+from hybrid.units import format_change
 
 NEAR_MISS = 0.06           # heuristic arena at most this far over the capacity: worth the exact search
 MAX_SHRINK = 0.5           # re-plans give up at most this share of the memory
@@ -129,8 +130,6 @@ class Layout:
     def describe(self, with_cost: bool = True) -> str:
         """One line on how the plan was laid out; `with_cost` False leaves the makespan's change out (a caller
         that prints both makespans beside it). A change that rounds to none is not said as one."""
-        from hybrid.units import format_change
-
         cap = "; stopped by the time limit" if self.capped else ""
         if not self.fallback:
             return ("laid out in the arena as planned" + cap) if self.plan.allocation.kind == "arena" else ""
@@ -641,5 +640,6 @@ def laid_out(graph: Graph, plan: Plan, time_limit_s: float = 30.0, budget: Layou
         return out
     info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
     info["arena"] = {"laid_out": False, "overflow": ratio - 1.0,
-                     "why": f"no arena layout of its device copies fits the memory (best {100 * (ratio - 1):+.1f}%)"}
+                     "why": f"no arena layout of its device copies fits the memory (best "
+                            f"{format_change(ratio - 1.0, noise=0) or '+0%'})"}
     return dataclasses.replace(plan, planner=info)

@@ -43,6 +43,9 @@ def test_calibrate_leaves_the_largest_op_room_to_run() -> None:
     device = dataclasses.replace(g.device, memory_bytes=int(need * 1.05), reserve_bytes=0)
     head = calibrate(g, device)
     assert head.device(device).usable_bytes >= need
+    if head.ratio > 1.0:   # the layouts asked for more than the op leaves: the summary says why it got less
+        assert "the largest single op needs" in head.capped and head.capped in head.describe()
+        assert "asked for" in head.describe()
 
 
 def test_grow_search_tries_the_full_memory_first_then_closes_in_on_the_largest_budget_that_fits() -> None:

@@ -110,8 +110,10 @@ def test_the_layout_line_says_when_a_plan_is_not_laid_out() -> None:
 
         loose = replace(loose, allocation=UnconstrainedAllocation())
     line = _layout_line(loose)
-    assert line.startswith("layout") and "not laid out (best layout +7.5% over the memory)" in line
+    assert line.startswith("layout") and "not laid out (best layout +7.50% over the memory)" in line
     assert "executor" in line
+    tiny = replace(loose, planner={**loose.planner, "arena": {"laid_out": False, "overflow": 2e-5}})
+    assert "(best layout +0.002% over the memory)" in _layout_line(tiny)   # not '+0.0%'
 
 
 # -- 6: infeasible is this model's ----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from hybrid.cli import clock
 from hybrid.cli.options import (FiniteFloat, device_from, device_options, graph_option, json_summary, load_graph,
                                 load_plan, prepare_output)
 from hybrid.errors import HybridError, InfeasibleError
-from hybrid.units import format_bytes_exact, format_seconds, parse_duration
+from hybrid.units import format_bytes_exact, format_change, format_seconds, parse_duration
 from hybrid.validator import write_plan
 from hybrid.jsonio import report_json
 
@@ -186,7 +186,8 @@ def _layout_line(plan) -> str:  # noqa: ANN001 - Plan
     if plan.allocation.kind == "arena":
         return "layout       laid out in the arena (offsets in the plan)"
     arena = plan.planner.get("arena", {}) if isinstance(plan.planner, dict) else {}
-    over = f" (best layout {100 * float(arena['overflow']):+.1f}% over the memory)" if "overflow" in arena else ""
+    over = (f" (best layout {format_change(float(arena['overflow']), noise=0) or '+0%'} over the memory)"
+            if "overflow" in arena else "")   # digits enough: an overflow of a few KiB is not '+0.0%'
     return (f"layout       not laid out{over}: a byte-budget plan ({plan.allocation.kind}); the executor places its "
             "copies at run time (best fit, compacting)")
 
