@@ -170,3 +170,19 @@ def test_info_json_names_the_devices_memory_and_what_a_plan_may_fill(tmp_path) -
     r = CliRunner().invoke(cli, ["info", "--graph", str(path), "--device", "v100-16gb", "--json"])
     d = json.loads(r.output)
     assert d["memory_bytes"] == 16 << 30 and d["usable_bytes"] == 15 << 30   # as the formats' device block
+
+
+def test_info_names_the_ideal_of_the_default_and_of_the_fastest_implementations() -> None:
+    """The bounds assume each op's fastest implementation: an ideal of the default ones alone read above them
+    (vgg16: 'ideal (compute only) 11.52 ms', 'lower bound ... 11.1 ms')."""
+    from dataclasses import replace as dc_replace
+
+    from hybrid.graph.info import graph_info
+
+    g = _graph(11)
+    info = graph_info(g, g.device)
+    assert info.fastest_ideal_s == pytest.approx(info.ideal_s)   # one implementation per op: one ideal
+    assert [k for k, _ in info.rows() if k.startswith("ideal")] == ["ideal (compute only)"]
+    faster = dc_replace(info, fastest_ideal_s=0.5 * info.ideal_s)
+    assert [k for k, _ in faster.rows() if k.startswith("ideal")] == [
+        "ideal (compute only, default implementations)", "ideal (compute only, fastest implementations)"]
