@@ -64,7 +64,7 @@ def test_refine_runs_when_available_or_fails_clearly(graph_file, tmp_path, monke
             "--quiet", "--refine", "cpsat", "--time-limit", "20s", "--out", tmp_path / "p.json"]
     monkeypatch.setattr(cmd, "refine_available", lambda: False)
     r = run(*args)
-    assert r.exit_code == 2 and "error: --refine cpsat needs" in r.output
+    assert r.exit_code == 2 and "error: --refine cpsat (refine='cpsat') needs" in r.output
     monkeypatch.undo()
     if not cmd.refine_available():
         pytest.skip("hybrid.refine is not installed")
