@@ -121,6 +121,7 @@ def test_the_command_writes_csv_parquet_png_with_other_graphs_as_points(tmp_path
     assert pt["label"] == "other" and pt["memory_bytes"] == unswapped_peak(other, dev.alignment_bytes)
     assert pt["makespan_s"] == pytest.approx(ideal_time(other))
     assert "[1/2]" in r.stderr and "[2/2]" in r.stderr
+    assert pt["note"] in r.stdout   # the point is in the printed table too, not only in the CSV and the plot
 
 
 @pytest.mark.parametrize("flags, needle", [

@@ -127,11 +127,11 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
         df["generations"] = pd.array([generations] * len(df), dtype="Int64")   # empty where not given
         df["device"] = device.name
         paths = write(df, out_dir, f"{graph.name}: step time against memory ({format_seconds(per_point_s)} a point)")
-    plans = df[df["kind"] == "plan"]
+    plans = df[df["kind"].isin(["plan", "point"])]   # the sweep's plans, then the --points (as in the CSV)
     shown = plans.assign(memory=plans["memory_bytes"].map(format_bytes), makespan_ms=plans["makespan_s"] * 1e3,
                          best_ms=plans["best_s"] * 1e3, bound_ms=plans["bound_s"] * 1e3)
     click.echo(shown[["memory", "makespan_ms", "best_ms", "bound_ms", "makespan/ideal", "note"]]
-               .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+               .to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
     click.echo("wrote " + ", ".join(str(p) for p in paths))
     if done.interrupted:
         n = len(done.rows)
