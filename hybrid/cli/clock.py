@@ -1,9 +1,9 @@
 """When the running command started, so that `--time-limit` bounds its whole wall time, loading included.
 
-A program (`hybrid ...`) started when its process did: read from /proc on Linux (the interpreter's start and
-the commands' imports, seconds under load, count too; not what a shell ran before exec'ing it), else when this module was first imported, which
-`hybrid.cli.main` does first thing. A command invoked in a process that runs several (tests through click's
-runner) starts when it is invoked (`restart`).
+A program (`hybrid ...`) started when its process did: read from /proc on Linux (the interpreter's start and the
+commands' imports, seconds under load, count too; not what a shell ran before exec'ing it), else when this module
+was first imported, which `hybrid.cli.main` does first thing. A command invoked in a process that runs several
+(tests through click's runner) starts when it is invoked (`restart`).
 """
 from __future__ import annotations
 

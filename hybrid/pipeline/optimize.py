@@ -158,26 +158,26 @@ class OptimizeOptions:
                                               addresses=self.addresses, rebind_reruns=True, long_chains=True)
 
     def check(self) -> None:
-        """HybridError naming the flag and the field (a command's user and a library caller each read their own), for
-        options no run could use."""
+        """HybridError naming the flag and the field (a command's user and a library caller each read their
+        own), for options no run could use."""
         if self.refine not in ("cpsat", "none"):
             raise HybridError(f"--refine (refine) must be cpsat or none, got {self.refine!r}")
         if self.refine == "cpsat" and not refine_available():
-            raise HybridError("--refine cpsat (refine='cpsat') needs the CP-SAT refinement (hybrid.refine), which is not "
-                              "in this installation; use --refine none")
+            raise HybridError("--refine cpsat (refine='cpsat') needs the CP-SAT refinement (hybrid.refine), which "
+                              "is not in this installation; use --refine none")
         if not 0.0 <= self.refine_share < 1.0:
             raise HybridError(f"--refine-share (refine_share) must be within [0, 1), got {self.refine_share}")
         if self.workers is not None and self.workers < 1:
             raise HybridError(f"--workers (workers) must be at least 1, got {self.workers}")
         if self.scheduler and self.workers is not None:
-            raise HybridError("give either --workers (workers: processes here) or --scheduler (scheduler: a Dask cluster), "
-                              "not both")
+            raise HybridError("give either --workers (workers: processes here) or --scheduler (scheduler: a Dask "
+                              "cluster), not both")
         if self.headroom and (self.addresses or self.arena_s is None):
             raise HybridError("--headroom (headroom=True) lays its plan out after the search: give it without "
                               "--addresses (addresses=True) and without --no-arena (arena_s=None)")
         if self.arena_s is not None and self.arena_s < 0:
-            raise HybridError(f"--arena (arena_s) must be auto, a duration such as 60s, or 0 to write no offsets; got "
-                              f"{self.arena_s}")
+            raise HybridError(f"--arena (arena_s) must be auto, a duration such as 60s, or 0 to write no offsets; "
+                              f"got {self.arena_s}")
 
 
 def _ga_config() -> "GAConfig":

@@ -138,8 +138,8 @@ def test_activations_raise_it_above_the_ideal_on_a_long_chain():
 
 def test_info_leaves_the_activation_bounds_to_hybrid_bounds():
     """hybrid.graph.info cannot import hybrid.bounds (that would close an import cycle): graph_info leaves the
-    four bounds that count activations at None (not computed) and with_bounds fills them from graph_bound and activation_bound,
-    each at least the persistent-tensor bound."""
+    four bounds that count activations at None (not computed) and with_bounds fills them from graph_bound and
+    activation_bound, each at least the persistent-tensor bound."""
     from hybrid.bounds import activation_bound, with_bounds
     from hybrid.graph.info import graph_info
 
