@@ -92,3 +92,18 @@ def use_writable_cache() -> str | None:
     if config is not None:       # numba already imported: its config read the environment then
         config.CACHE_DIR = str(folder)  # type: ignore[attr-defined]
     return str(folder)
+
+
+def holds(*kernels: object) -> bool:
+    """Whether numba's on-disk cache holds each of these `cache=True` kernels compiled for this source and this
+    CPU, so that a first call loads it (a fraction of a second) instead of compiling; False where it cannot tell.
+    An index of an older source reads as empty; an entry compiled for another CPU (a home directory shared across
+    machines) does not count."""
+    try:
+        for k in kernels:
+            here = k.targetctx.codegen().magic_tuple()  # type: ignore[attr-defined]
+            if not any(key[1] == here for key in k._cache._cache_file._load_index()):  # type: ignore[attr-defined]
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - numba internals: any surprise means "cannot tell" (would compile)
+        return False

@@ -1079,16 +1079,9 @@ def cached() -> bool:
     this source and this CPU, so that `warm_up` only loads them (about 0.1-0.5 s) instead of compiling (30 s or
     more); False where it cannot tell. An index of an older source reads as empty; an entry compiled for another
     CPU (a home directory shared across machines) does not count."""
-    if _warmed:
-        return True
-    try:
-        for k in (globals()[name] for name in KERNELS):
-            here = k.targetctx.codegen().magic_tuple()
-            if not any(key[1] == here for key in k._cache._cache_file._load_index()):
-                return False
-        return True
-    except Exception:  # noqa: BLE001 - numba internals: any surprise means "cannot tell" (would compile)
-        return False
+    from hybrid._numba_cache import holds
+
+    return _warmed or holds(*(globals()[name] for name in KERNELS))
 
 
 def warm_up() -> float:

@@ -27,13 +27,10 @@ BESIDE_WAIT_FACTOR = 2.0
 def walk_cached() -> bool:
     """Whether numba's on-disk cache holds the planner's walk for this source and this CPU (so loading it takes a
     fraction of a second); False where it cannot tell (then a first run is assumed)."""
+    from hybrid._numba_cache import holds
     from hybrid.swap import kernel
 
-    try:
-        here = kernel.walk.targetctx.codegen().magic_tuple()
-        return any(key[1] == here for key in kernel.walk._cache._cache_file._load_index())
-    except Exception:  # noqa: BLE001 - numba internals: any surprise means "cannot tell"
-        return False
+    return holds(kernel.walk)
 
 
 def compile_beside_walk(arena: bool) -> None:
