@@ -1,18 +1,21 @@
 """Where the executor's device memory goes beyond the plan's, on CUDA: a diagnosis, not a table.
 
-On an H200 (results/vs_torch_measured.md, 2026-11-28) torch's peak while a written plan ran was 1.10-2.1x the
-plan's memory, with no compaction and no bytes counted beyond the ops' stated workspaces. This records the
-caching allocator's history (`torch.cuda.memory._record_memory_history`) while one model's laid-out Belady plan
-runs (issued node by node, then recorded as a CUDA graph) and prints, at the moment the most bytes were
-allocated, the live blocks grouped by the Python line that allocated them: the pool, the copy fallback's
-results, kernels' scratch (no Python line of ours), or something else.
+On an H200 (results/vs_torch_measured.md) torch's peak while a written plan ran was 1.10-2.1x the plan's memory
+on 2026-11-28, and within it on 11 of 14 runs on 2026-11-30 (vgg16's three at 1.09-1.17x), with no compaction.
+This records the caching allocator's history (`torch.cuda.memory._record_memory_history`) while one model's plan
+runs (`hybrid optimize`'s written plan at that memory, as benchmarks.vs_torch_measured runs it; `--plan belady`: a
+laid-out Belady plan), issued node by node and then recorded as a CUDA graph, and prints, at the moment the most
+bytes were allocated, the live blocks grouped by the Python line that allocated them: the pool, the copy
+fallback's results, kernels' scratch (no Python line of ours), or something else.
 
-    python -m benchmarks.executor_memory_probe --model resnet-50 --memory-mib 1304
+    python -m benchmarks.executor_memory_probe --model vgg16 --memory-mib 3039 --profile
 
 The plan is made as the GPU benchmarks make theirs: on `executor.ops.with_copy_costs(graph, "cuda")` (the copy
 fallback's results stated as workspaces; with `--profile`, the kernels' scratch and the copies' time measured on
-this GPU too) with cuBLAS's kept bytes as the device's reserve (`executor.streams.kernel_state_bytes`); `--as-captured`
-plans the graph as captured, as before those (how the H200 run of 2026-11-28 found 1.03-1.54x the plan's memory).
+this GPU too, reusing the op signatures in $HYBRID_PROFILE_CACHE) with cuBLAS's kept bytes as the device's reserve
+(`executor.streams.kernel_state_bytes`); `--as-captured` plans the graph as captured, as before those (how the
+H200 run of 2026-11-28 found 1.03-1.54x the plan's memory; on 2026-11-30, vgg16 at 3,355 MiB with a Belady plan:
+a 3,159 MiB pool and 1,178 MiB beside it, `convolution_backward_11`'s result and cuDNN's scratch).
 """
 from __future__ import annotations
 
@@ -23,13 +26,14 @@ from typing import Any
 
 import torch
 
+from benchmarks.common import measured_profile
 from benchmarks.executor_gpu import cost_preset, run_plan
 from benchmarks.vs_torch import graphs, models
-from benchmarks.vs_torch_measured import materialize
+from benchmarks.vs_torch_measured import _plan, materialize
 from executor.ops import with_copy_costs
 from executor.streams import kernel_state_bytes
 from hybrid.arena.layout import lay_out
-from hybrid.capture.profile import apply_profile, measure_profile
+from hybrid.capture.profile import apply_profile
 from hybrid.device import Device
 from hybrid.swap.baselines import run_baseline
 from hybrid.validator import validate
@@ -87,6 +91,10 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=4)
     ap.add_argument("--profile", action="store_true", help="measure op times, peaks and copies on this GPU first")
     ap.add_argument("--as-captured", action="store_true", help="plan the graph as captured, no reserve")
+    ap.add_argument("--plan", choices=("optimize", "belady"), default="optimize",
+                    help="the written plan of `hybrid optimize` (as benchmarks.vs_torch_measured runs it), or a "
+                         "laid-out Belady plan (fails where Belady's plan cannot be laid out in the memory)")
+    ap.add_argument("--seconds", type=float, default=12.0, help="hybrid optimize's time limit (--plan optimize)")
     a = ap.parse_args()
     dev = torch.device("cuda")
     model = next(m for m in models(False) if m.name == a.model)
@@ -95,13 +103,17 @@ def main() -> None:
     reserve = 0
     if not a.as_captured:
         if a.profile:
-            plain = apply_profile(plain, measure_profile(plain, backend="cuda", repeat=5, warmup=2)[0])
+            # $HYBRID_PROFILE_CACHE: the op signatures a session's GPU stages measured are reused
+            plain = apply_profile(plain, measured_profile(plain, "cuda", repeat=5, warmup=2)[0])
         plain = with_copy_costs(plain, "cuda")
         reserve = kernel_state_bytes(dev)
     device = Device(f"{cost_preset(dev)}-probe", int(a.memory_mib * MiB), 50e9, 50e9, 2e-5, reserve_bytes=reserve)
-    plan = run_baseline(plain, device, "belady")
-    lay = lay_out(plain, plan, time_limit_s=30.0)
-    plan = lay.plan
+    if a.plan == "belady":
+        plan = lay_out(plain, run_baseline(plain, device, "belady"), time_limit_s=30.0).plan
+    else:   # the plan benchmarks.vs_torch_measured runs at a peak: `hybrid optimize`'s written one
+        plan, _skipped, error = _plan(plain, device, a.seconds, None)
+        if plan is None:
+            raise SystemExit(f"error: hybrid optimize at {a.memory_mib:.0f} MiB: {error}")
     assert validate(plain, plan).valid, "the laid-out plan does not validate"
     print(f"{a.model}: {len(plain.ops)} ops, plan {plan.allocation.kind} at {a.memory_mib:.0f} MiB, "
           f"simulated {plan.makespan_s * 1e3:.2f} ms ({time.monotonic() - t0:.0f} s to plan)", flush=True)
