@@ -46,7 +46,7 @@ from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.swap.augmented import PlannerOptions
-from hybrid.units import format_change
+from hybrid.units import format_bytes, format_change
 
 NEAR_MISS = 0.06           # heuristic arena at most this far over the capacity: worth the exact search
 MAX_SHRINK = 0.5           # re-plans give up at most this share of the memory
@@ -81,10 +81,13 @@ QUICK_BUDGET = LayoutBudget(sources=2, per_source=4, work=120_000, exact_tries=2
 
 @dataclass(frozen=True)
 class Replan:
-    """A way to plan the graph again for a byte budget (bytes -> Plan, InfeasibleError when it cannot)."""
+    """A way to plan the graph again for a byte budget (bytes -> Plan, InfeasibleError when it cannot);
+    `aside`, where given, the same with the largest workspace held aside (`replan_schedule`'s
+    workspaces_aside): what `lay_out` tries when nothing else lays out."""
 
     name: str
     make: Callable[[int], Plan]
+    aside: Callable[[int], Plan] | None = None
 
 
 @dataclass(frozen=True)
@@ -165,11 +168,17 @@ class Layout:
 
 def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_classes: bool = False,
                     order: np.ndarray | None = None, options: PlannerOptions | None = None,
-                    info: dict | None = None, recompute: bool = True) -> Plan:
+                    info: dict | None = None, recompute: bool = True, workspaces_aside: bool = False) -> Plan:
     """The plan's schedule (or `order`) planned again with a byte budget of `memory_bytes` (or per-size
     classes): by the Belady planner, the faster of swap-only and swap + recompute (swap-only when `recompute`
     is False, as `hybrid optimize --no-recompute` asks), or with `options` (the search's genes); the result
-    names the original device. InfeasibleError when it cannot fit."""
+    names the original device. InfeasibleError when it cannot fit.
+
+    `workspaces_aside`: the budget less the largest workspace holds the tensors at every op, and no op adds its
+    own: the arena's own terms (rule 5: an arena leaves room beside the largest workspace). A byte budget
+    counts an op's workspace only while it runs, so where one workspace is large (a cuDNN backward's scratch
+    beside its result, 1.15 GiB of vgg16's 3 GiB on an H200) its plans need that much more once laid out, and a
+    smaller budget cannot help: the op itself then no longer fits beside its workspace."""
     from hybrid.graph.order import from_ids
     from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import SwapPlanner
@@ -179,14 +188,23 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
     dev = plan.device if memory_bytes is None else dataclasses.replace(
         plan.device, memory_bytes=memory_bytes + plan.device.reserve_bytes)
     order = from_ids(graph, plan.schedule) if order is None else order
+    aside = 0
+    if workspaces_aside:
+        aside = int(graph.arrays.op_ws.max(initial=0))   # the default implementations', as the planner's below
+        if dev.memory_bytes - aside <= dev.reserve_bytes:
+            raise InfeasibleError(f"the largest workspace ({format_bytes(aside)}) leaves the tensors nothing")
+        dev = dataclasses.replace(dev, memory_bytes=dev.memory_bytes - aside)
     pool = per_size_pool(graph, order, dev) if size_classes else byte_pool(graph, dev)
     planner = SwapPlanner(graph, dev)
+    if aside:
+        planner.op_ws = np.zeros_like(planner.op_ws)     # held aside above, for every op at once
     if options is None:
         options = (planner.faster_options(order, pool, PlannerOptions(recompute_ratio=RECOMPUTE_RATIO))
                    if recompute else PlannerOptions(recompute_ratio=0.0))
     aug = planner.plan(order, pool, options)
     name = dict(info if info is not None else plan.planner if isinstance(plan.planner, dict) else {})
-    name["fallback"] = "size classes" if size_classes else f"byte budget {memory_bytes}"
+    name["fallback"] = ("size classes" if size_classes else f"byte budget {memory_bytes}"
+                        + (f", the largest workspace ({aside} bytes) aside" if aside else ""))
     return dataclasses.replace(to_plan(aug, name), device=plan.device)
 
 
@@ -429,7 +447,8 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
             who = other.planner.get("name", "") if isinstance(other.planner, dict) else ""
             fit(other, f"candidate {k + 1}" + (f", {who}'s" if who else ""), 0.0, "slower candidate")
         if replans is None:
-            replans = (Replan("belady", lambda b: replan_schedule(graph, plan, b, recompute=recompute)),)
+            replans = (Replan("belady", lambda b: replan_schedule(graph, plan, b, recompute=recompute),
+                              lambda b: replan_schedule(graph, plan, b, recompute=recompute, workspaces_aside=True)),)
         # the sources take turns, one re-plan each, so a small budget still tries each of them
         searches = [_shrink_search(rp, usable, ratio0, budget.per_source, fit) for rp in list(replans)[:budget.sources]]
         while searches and not spent():
@@ -442,6 +461,19 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
             if ms >= tried.best_s():
                 break
             try_exact(pb, ms, cand, source, shrink, kind or ("slower candidate" if shrink == 0.0 else "re-planned"))
+        if classes and not tried.fits and (first.problem.capacity or 0) < usable:
+            # nothing laid out, and an arena leaves room beside the largest workspace: the re-plan sources again
+            # with that workspace held aside throughout (`replan_schedule`'s workspaces_aside), the whole usable
+            # memory first, then less
+            for rp in [Replan(f"{rp.name}, the largest workspace aside", rp.aside)
+                       for rp in list(replans)[:budget.sources] if rp.aside is not None]:
+                if spent():
+                    break
+                r = _replan_fit(rp, usable, 0.0, fit, "re-planned")
+                if r is not None and r > 1.0:
+                    for _ in _shrink_search(rp, usable, r, budget.per_source, fit):
+                        if spent():
+                            break
         for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
             tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}",
                                0.0, "size classes"))

@@ -834,12 +834,15 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
                 continue
             seen.add(round(ind.makespan, 12))
             name = "search genes" if ind is result.best else f"population {len(seen)}"
-            replans.append(Replan(name, _genes_replan(graph, plan, result, ind)))
+            replans.append(Replan(name, _genes_replan(graph, plan, result, ind),
+                                  _genes_replan(graph, plan, result, ind, workspaces_aside=True)))
             if twin:   # a re-plan without reruns is its twin's plan: refused at once (no layout spent on it)
                 replans.append(Replan(f"{name}, reruns not re-bound",
                                       _genes_replan(graph, plan, result, ind, rebind_reruns=False, reruns_only=True)))
                 twins += 1
-    replans.append(Replan("belady", lambda budget: replan_schedule(graph, plan, budget, recompute=recompute)))
+    replans.append(Replan("belady", lambda budget: replan_schedule(graph, plan, budget, recompute=recompute),
+                          lambda budget: replan_schedule(graph, plan, budget, recompute=recompute,
+                                                         workspaces_aside=True)))
     classes = []              # the search's fastest size-class plan: a fallback that needs no offsets
     if result is not None:
         from hybrid.swap.planner import SwapPlanner
@@ -858,17 +861,20 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
                    replans=replans, recompute=recompute, budget=budget)     # validated by lay_out (a plan that is not a byte budget passes through, validated before)
 
 
-def _genes_replan(graph, plan, result, ind, reruns_only: bool = False, **changes):  # noqa: ANN001, ANN003, ANN202
+def _genes_replan(graph, plan, result, ind, reruns_only: bool = False, workspaces_aside: bool = False,  # noqa: ANN001, ANN202
+                  **changes):  # noqa: ANN003
     """Plan an individual of the search again (its schedule, policy and recompute genes; `changes` to its
     PlannerOptions) for another byte budget: the arena fallback that keeps what the search found.
-    `reruns_only`: a plan that reruns no op is refused (InfeasibleError: `lay_out` counts it a miss)."""
+    `reruns_only`: a plan that reruns no op is refused (InfeasibleError: `lay_out` counts it a miss);
+    `workspaces_aside`: as `replan_schedule`'s."""
     from hybrid.arena.layout import replan_schedule
     from hybrid.errors import InfeasibleError
 
     options = dataclasses.replace(result.space.options_for(ind), **changes)
 
     def make(budget: int) -> "Plan":
-        out = replan_schedule(graph, plan, budget, order=ind.schedule, options=options, info=result.planner_info())
+        out = replan_schedule(graph, plan, budget, order=ind.schedule, options=options, info=result.planner_info(),
+                              workspaces_aside=workspaces_aside)
         if reruns_only and not out.recomputes:
             raise InfeasibleError("no reruns: the plan of its twin source")
         return out

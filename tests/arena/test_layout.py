@@ -265,3 +265,38 @@ def test_the_strongest_baselines_run_first_and_the_table_keeps_its_order(monkeyp
     ran.clear()
     names = [r["plan"] for r in baseline_rows(g, dev, searched, searched, searched).rows]
     assert [n for n in names if n in BASELINES] == [k for k in BASELINES if k in names]   # BASELINES' order
+
+
+def _one_large_workspace(seed: int):
+    """A training graph whose backward op with the most input bytes has a workspace of 40% of the peak (a cuDNN
+    backward's scratch beside its result, as vgg16's on an H200)."""
+    import dataclasses
+
+    from hybrid.graph import Graph
+
+    g = training_graph(10, seed=seed)
+    peak = unswapped_peak(g)
+    size = {t.id: t.bytes for t in g.tensors}
+    big = max(g.ops[len(g.ops) // 2:], key=lambda o: sum(size[t] for t in o.inputs))
+    ops = [dataclasses.replace(o, workspace_bytes=int(0.4 * peak)) if o.id == big.id else o for o in g.ops]
+    return Graph(g.name, list(g.tensors), ops, g.device, g.extra)
+
+
+def test_a_large_workspace_that_no_smaller_budget_makes_room_for_is_held_aside():
+    # the byte budget counts the workspace only while its op runs; an arena leaves room beside it throughout, and
+    # giving memory up does not help (the op no longer fits beside its workspace): the re-plan with the workspace
+    # held aside lays out where, before, nothing did
+    g = _one_large_workspace(0)
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.8), reserve_bytes=0,
+                  alignment_bytes=512)
+    plan = run_baseline(g, dev, "belady")
+    out = lay_out(g, plan, time_limit_s=30.0)
+    assert out.plan.allocation.kind == "arena" and out.fallback == "re-planned"
+    assert "the largest workspace aside" in out.source
+    assert "aside" in out.plan.planner["fallback"]
+    assert validate(g, out.plan).valid
+    ws = max(op.workspace_bytes for op in g.ops)
+    assert out.plan.allocation.arena_bytes + ws <= dev.usable_bytes
+    # a baseline is laid out through its own re-plans only (classes=False): never this Belady re-plan
+    with pytest.raises(InfeasibleError):
+        lay_out(g, plan, time_limit_s=30.0, classes=False)
