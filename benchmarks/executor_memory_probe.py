@@ -29,7 +29,7 @@ import torch
 from benchmarks.common import measured_profile
 from benchmarks.executor_gpu import cost_preset, run_plan
 from benchmarks.vs_torch import graphs, models
-from benchmarks.vs_torch_measured import _plan, materialize
+from benchmarks.vs_torch_measured import materialize, plan_all
 from executor.ops import with_copy_costs
 from executor.streams import kernel_state_bytes
 from hybrid.arena.layout import lay_out
@@ -111,7 +111,7 @@ def main() -> None:
     if a.plan == "belady":
         plan = lay_out(plain, run_baseline(plain, device, "belady"), time_limit_s=30.0).plan
     else:   # the plan benchmarks.vs_torch_measured runs at a peak: `hybrid optimize`'s written one
-        plan, _skipped, error = _plan(plain, device, a.seconds, None)
+        plan, _skipped, error = plan_all(plain, [device], a.seconds, None)[0]
         if plan is None:
             raise SystemExit(f"error: hybrid optimize at {a.memory_mib:.0f} MiB: {error}")
     assert validate(plain, plan).valid, "the laid-out plan does not validate"

@@ -51,7 +51,7 @@ from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.pipeline.result import Budget, OptimizeResult, Refinement, Timings
 from hybrid.pipeline.kernels import load_kernels
-from hybrid.units import counted, format_seconds, parse_duration
+from hybrid.units import counted, format_bytes, format_seconds, parse_duration
 
 if TYPE_CHECKING:
     from ga import GAConfig
@@ -141,6 +141,9 @@ class OptimizeOptions:
     addresses: bool = False             # True: the search plans byte pools as arenas (offsets as planned: its
     #                                     fitness is the laid-out makespan, `--addresses`); False: the byte budget,
     #                                     laid out afterwards (the default: it wins on the suite, see above)
+    workspaces_aside: bool = False      # plan as the executor runs: the largest workspace held aside all the
+    #                                     iteration (PyTorch allocates it beside the pool), the tensors in the rest,
+    #                                     no op adding its own (`--workspaces-aside`; `workspaces_aside_problem`)
     headroom: bool | None = None        # the search plans byte budgets with the memory its plans need to lay out
     #                                     given up (hybrid.arena.headroom): None (the default) where the byte
     #                                     budget is laid out afterwards (not with --addresses or --no-arena, nor
@@ -331,6 +334,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     from hybrid.pipeline.rows import any_order_bound
     from hybrid.signals import deferred_interrupts, interrupts_after, new_call, start_forkserver
 
+    if options is not None and getattr(options, "workspaces_aside", False):
+        return _workspaces_aside(graph, device, time_limit_s, options, progress, started_at, after_s)
     new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
     _check_arguments(graph, device, options, progress)
     opts = options or OptimizeOptions()
@@ -686,6 +691,48 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             timings.baselines_s = time.monotonic() - t_base
     timings.wall_s = time.monotonic() - start
     return out
+
+
+def workspaces_aside_problem(graph: Graph, device: Device) -> tuple[Graph, Device, int]:
+    """(graph with no workspaces, device with the largest workspace less, that workspace): a plan of the first
+    on the second is one of `graph` on `device` (rule 5: its tensors leave the largest workspace free at every
+    instant) whose arena, a byte budget or size classes alike, is what the executor holds beside the workspaces
+    PyTorch allocates outside it. The byte budget counts an op's workspace only while the op runs, so where one
+    is large its plans lay out only with much memory given up: resnet-50 at 928 MiB on the H200's op times
+    (copy fallback and cuDNN scratch stated: 254 MiB at most) wrote 96-107 ms searched that way, 39 ms this way
+    (benchmarks/vs_torch_replay.py). The largest over every implementation: the choice stays free."""
+    aside = max((max((im.workspace_bytes for im in op.implementations), default=0) for op in graph.ops), default=0)
+    ops = [dataclasses.replace(op, workspace_bytes=0, impls=tuple(dataclasses.replace(im, workspace_bytes=0)
+                                                                    for im in op.impls)) for op in graph.ops]
+    bare = Graph(graph.name, list(graph.tensors), ops, graph.device, graph.extra)
+    if device.usable_bytes - aside <= 0:
+        raise HybridError(f"--workspaces-aside: the largest workspace ({format_bytes(aside)}) leaves the tensors "
+                          f"nothing of the usable {format_bytes(device.usable_bytes)}; give more --memory")
+    return bare, dataclasses.replace(device, memory_bytes=device.memory_bytes - aside), aside
+
+
+def _workspaces_aside(graph: Graph, device: Device, time_limit_s: float | str, options: OptimizeOptions,
+                      progress: Progress | None, started_at: float | None, after_s: float) -> OptimizeResult:
+    """`run_optimize` of `workspaces_aside_problem`, its plans handed back as plans of `graph` on `device`."""
+    _check_arguments(graph, device, options, progress)
+    bare, smaller, aside = workspaces_aside_problem(graph, device)
+
+    def back(plan: "Plan | None") -> "Plan | None":
+        if plan is None:
+            return None
+        info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
+        info["workspaces_aside"] = aside
+        return dataclasses.replace(plan, graph_sha256=graph.sha256, device=device, planner=info)
+
+    prog = progress or Progress()
+    inner = dataclasses.replace(prog, on_plan=(lambda p: prog.on_plan(back(p))) if prog.on_plan else None)
+    res = run_optimize(bare, smaller, time_limit_s, dataclasses.replace(options, workspaces_aside=False), inner,
+                       time.monotonic() if started_at is None else started_at, after_s)
+    res.plan, res.search_plan, res.refined_plan = back(res.plan), back(res.search_plan), back(res.refined_plan)
+    res.laid_out_plan, res.searched_plan = back(res.laid_out_plan), back(res.searched_plan)
+    res.skipped.insert(0, f"workspaces aside: the largest ({format_bytes(aside)}) held aside all the iteration, the "
+                          f"tensors planned in {format_bytes(smaller.usable_bytes)}")
+    return res
 
 
 def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.SearchResult

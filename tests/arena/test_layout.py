@@ -297,6 +297,32 @@ def test_a_large_workspace_that_no_smaller_budget_makes_room_for_is_held_aside()
     assert validate(g, out.plan).valid
     ws = max(op.workspace_bytes for op in g.ops)
     assert out.plan.allocation.arena_bytes + ws <= dev.usable_bytes
-    # a baseline is laid out through its own re-plans only (classes=False): never this Belady re-plan
+    # a baseline is laid out through its own re-plans only, which hold no workspace aside: like with like
+    from hybrid.pipeline.baselines import lay_out_baseline
+
     with pytest.raises(InfeasibleError):
-        lay_out(g, plan, time_limit_s=30.0, classes=False)
+        lay_out_baseline(g, dev, "belady", plan, time_limit_s=30.0)
+
+
+def test_optimize_with_workspaces_aside_plans_the_tensors_beside_the_largest_workspace(tmp_path):
+    # the plan is of the graph as given (its sha256, its device), and its arena leaves the largest workspace free
+    # throughout: what the executor holds beside the workspaces PyTorch allocates outside its pool
+    from hybrid.graph import Graph
+    from hybrid.plan import Plan
+
+    g = _one_large_workspace(0)
+    path = tmp_path / "g.json"
+    g.save(path)
+    g = Graph.load(path)
+    memory = int(unswapped_peak(g) * 0.8)
+    out = tmp_path / "p.json"
+    r = run("optimize", "--graph", path, "--memory", f"{memory}B", "--generations", "2", "--time-limit", "2m",
+            "--refine", "none", "--workspaces-aside", "--quiet", "--out", out)
+    assert r.exit_code == 0, r.output
+    plan = Plan.load(out)
+    assert validate(g, plan).valid
+    assert plan.graph_sha256 == g.sha256 and plan.device.memory_bytes == memory
+    ws = max(op.workspace_bytes for op in g.ops)
+    assert plan.planner["workspaces_aside"] == ws
+    if plan.allocation.kind == "arena":
+        assert plan.allocation.arena_bytes + ws <= plan.device.usable_bytes

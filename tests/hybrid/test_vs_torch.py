@@ -103,3 +103,35 @@ def test_a_measured_peak_within_the_reserve_is_noted_not_fatal() -> None:
     assert [r["alternative"] for r in kept] == ["eager"] and devices[0].memory_bytes == 64 << 20
     assert devices[0].reserve_bytes == 8 << 20
     assert rows[1]["hybrid_note"].startswith("not planned: HybridError:") and "reserve" in rows[1]["hybrid_note"]
+
+
+def test_of_a_devices_two_plans_the_fastest_laid_out_one_is_kept() -> None:
+    # plan_all plans a graph with workspaces twice (counted while their ops run, and the largest held aside):
+    # a plan written without offsets loses to any laid-out one, else the faster wins, and the row says the other
+    from types import SimpleNamespace as NS
+
+    from benchmarks.vs_torch_measured import _best
+
+    def plan(ms: float, kind: str, aside: bool) -> NS:
+        return NS(makespan_s=ms / 1e3, allocation=NS(kind=kind), planner={"workspaces_aside": 1} if aside else {})
+
+    unlaid, slow, fast = plan(20.0, "unconstrained", False), plan(40.0, "arena", True), plan(30.0, "arena", False)
+    best, skipped, error = _best([(unlaid, [], ""), (slow, ["x"], "")])
+    assert best is slow and skipped[0] == "x" and "byte budget: 20.00 ms (unconstrained)" in skipped[-1]
+    assert _best([(fast, [], ""), (slow, [], "")])[0] is fast
+    assert _best([(None, [], "no"), (slow, [], "")])[0] is slow
+    assert _best([(None, [], "no"), (None, [], "nor")]) == (None, [], "no")
+
+
+def test_the_replays_summary_reads_the_targets_against_the_ceilings() -> None:
+    from benchmarks.vs_torch_replay import summary
+
+    rows = [{"model": "a", "alternative": "eager", "alternative_ms": 10.0, "ceiling": 0.97, "replay_speedup": 0.9},
+            {"model": "a", "alternative": "checkpoint", "alternative_ms": 20.0, "ceiling": 1.3, "replay_speedup": 1.2},
+            {"model": "a", "alternative": "save_on_cpu", "alternative_ms": 90.0, "ceiling": 5.0,
+             "replay_speedup": 4.0},
+            {"model": "b", "alternative": "checkpoint", "alternative_ms": 20.0, "ceiling": 1.05,
+             "replay_speedup": 1.0}]
+    text = summary(rows)
+    assert "ceiling is >= 1.10x on 1 of 2 models and the replayed plan >= 1.10x on 1" in text
+    assert "ceiling is at worst 0.970x and the replayed plan 0.900x eager's speed" in text

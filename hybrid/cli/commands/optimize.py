@@ -120,6 +120,12 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
                    "layout leaves. --no-headroom: search with the full memory and lay the winner out afterwards, "
                    "re-planned with less memory where it does not fit (the flow before it). Not with --addresses or "
                    "--no-arena.")
+@click.option("--workspaces-aside", "workspaces_aside", is_flag=True,
+              help="Plan as the executor runs: the largest op workspace (kernels' scratch, results computed beside "
+                   "the pool: `hybrid capture --executor-workspaces`) held aside the whole iteration and the "
+                   "tensors planned in the rest, no op adding its own. A byte budget counts a workspace only while "
+                   "its op runs, so where one is large its plans lay out only with much memory given up; with this "
+                   "they need none for it (resnet-50 at 928 MiB with an H200's scratch: 39 ms against 96-107 ms).")
 @click.option("--compare-baselines", is_flag=True,
               help="At the end, also plan the baselines of `hybrid baseline` (naive, odswap, odswap-paper, vdnn, "
                    "tflms, belady, recompute-only; strongest first, within the time limit: one not started by then "
@@ -133,7 +139,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             refine_patience: float, refine_elites: int, checkpoint_path: Path | None, checkpoint_every: int,
             resume_path: Path | None, out_path: Path, log_path: Path | None, plot_path: Path | None, quiet: bool,
             as_json: bool, compare_baselines: bool, arena_time: str, no_arena: bool, addresses: bool,
-            headroom: bool | None, **kw: object) -> None:
+            headroom: bool | None, workspaces_aside: bool, **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
 
     A genetic algorithm (SwapAdvisor §5) evolves individuals made of a schedule (a topological order), a pool
@@ -198,7 +204,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                            recompute=recompute, refine=refine, refine_mode=refine_mode, refine_share=refine_share,
                            refine_patience=refine_patience, refine_elites=refine_elites, checkpoint=checkpoint_path,
                            checkpoint_every=checkpoint_every, resume=resume_path, arena_s=arena_s or None,
-                           baselines=compare_baselines, addresses=addresses, headroom=headroom)
+                           baselines=compare_baselines, addresses=addresses, headroom=headroom,
+                           workspaces_aside=workspaces_aside)
     opts.check()
     for path, flag in ((out_path, "--out"), (log_path, "--log"), (plot_path, "--plot"),
                        (checkpoint_path, "--checkpoint")):
