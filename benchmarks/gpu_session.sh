@@ -7,10 +7,11 @@
 #
 # Here first (the GPU machine reaches no package registry), from the repository root:
 #     bash benchmarks/gpu_wheels.sh                  # OR-Tools, HiGHS and their needs into .whl/ (git-ignored)
-# Then (the GPU machine gets the work tree without git: name the commit), one call (on 2026-11-28, H200:
-# 468 s of command, 517 s of device time, 66 more for a first call that failed; both stages' tables came back;
-# resnet-50 ended 239 s into the executor stage, which now also lays every baseline out: give it resnet-50 alone
-# and 290 s, as rnn-4-2k's profile cannot end in what is left, and the stage's end hands the rest to vs_torch):
+# Then (the GPU machine gets the work tree without git: name the commit), one call (on 2026-11-30, H200: 526 s
+# of command, 563 s of device time with the machine's start; preflight 6 s, executor 251 s (resnet-50 alone, its
+# profile 95 s of it), vs_torch 260 s for five models; every table came back; on 2026-11-28 468 s, rnn-4-2k's
+# profile not ending in what was left: give the executor stage resnet-50 alone and 290 s, its end hands the rest
+# to vs_torch):
 #     run(command="HYBRID_COMMIT=<sha> CALL_SECONDS=565 EXECUTOR_MODELS=resnet-50 EXECUTOR_SECONDS=290 "
 #                 "GA_SECONDS=15 HYBRID_SECONDS=12 bash benchmarks/gpu_session.sh preflight executor vs_torch",
 #         carry=[".whl"], timeout_s=595)
@@ -20,8 +21,11 @@
 # alone: copy it to a table of its own, as results/executor_gpu_h200.md), then `give_back` unless another call
 # follows at once. At most 8 files come back from a call (`preflight executor vs_torch` writes 7: three
 # executor_gpu files, two vs_torch_measured ones, session.log and profiles/<card>.json; `smoke` adds one,
-# `compile` two). What is left of the 15 minutes (about 5) fits one short call on a warm machine, e.g.
-# `python3 -m benchmarks.executor_memory_probe` (where the executor's device bytes go beyond the plan's).
+# `compile` two). What is left of the 15 minutes (about 5) fits one short call on a warm machine (a fresh start
+# needs 4 minutes left), e.g. `python3 -m benchmarks.executor_memory_probe --model vgg16 --memory-mib 3039
+# --profile` (where the executor's device bytes go beyond the plan's; it reuses the profile in
+# $HYBRID_PROFILE_CACHE: a call's files come back read-only, so `chmod u+w` what is copied from them). Back here,
+# `python -m benchmarks.vs_torch_replay` plans the measured peaks again with the card's profile and the bound.
 #
 # Stages (device minutes; estimates from the H100 run of executor_gpu, CPU timings and, where said, the H200
 # run of 2026-11-28):

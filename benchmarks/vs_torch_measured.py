@@ -160,10 +160,11 @@ def plan_all(graph: Graph, devices: list[Device], seconds: float, generations: i
     second at its 928 MiB (39.6 against 96-107 ms)."""
     import os
 
-    modes = (False, True) if any(op.workspace_bytes for op in graph.ops) else (False,)
+    modes = (False, True) if any(im.workspace_bytes for op in graph.ops for im in op.implementations) else (False,)
     jobs = [(d, aside) for d in devices for aside in modes]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if len(jobs) < 2 or cores < 2 * len(jobs):
+    workers = min(len(jobs), cores // 2)     # two cores a search: its process and what the machine does beside
+    if workers < 2:
         done = [_plan(graph, d, seconds, generations, aside) for d, aside in jobs]
     else:
         import multiprocessing as mp
@@ -174,7 +175,7 @@ def plan_all(graph: Graph, devices: list[Device], seconds: float, generations: i
         # once here, cached on disk: the children load them instead of each compiling them in its limit
         load_kernels(repair=True, exact_search=False)
         # spawn: the parent holds a CUDA context, which a forked child must not inherit
-        with ProcessPoolExecutor(len(jobs), mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
             futures = [pool.submit(_plan, graph, d, seconds, generations, aside) for d, aside in jobs]
             done = [f.result() for f in futures]
     return [_best(done[k * len(modes):(k + 1) * len(modes)]) for k in range(len(devices))]

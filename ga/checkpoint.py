@@ -148,7 +148,8 @@ def load_checkpoint(path: str | Path, space: SearchSpace) -> tuple[GAConfig, Sea
         raise HybridError(f"--resume {path}: the checkpoint was made for another graph file (graph "
                           f"{_short(header.get('graph'))}, sha256 {str(header['graph_sha256'])[:12]}... in the "
                           f"checkpoint; {mine['graph']!r}, sha256 {mine['graph_sha256'][:12]}... here); resume with "
-                          "the same graph and flags")
+                          "the same graph and flags (--workspaces-aside plans a copy of the graph without workspaces: give it "
+                          "both times or neither)")
     for key, what in (("device", "device"), ("planner_options", "planner options")):
         if header[key] != mine[key]:
             raise HybridError(f"--resume {path}: the checkpoint was made for another {what} "

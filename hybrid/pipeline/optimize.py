@@ -334,7 +334,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     from hybrid.pipeline.rows import any_order_bound
     from hybrid.signals import deferred_interrupts, interrupts_after, new_call, start_forkserver
 
-    if options is not None and getattr(options, "workspaces_aside", False):
+    if options is not None and getattr(options, "workspaces_aside", False) and _largest_workspace(graph) > 0:
         return _workspaces_aside(graph, device, time_limit_s, options, progress, started_at, after_s)
     new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
     _check_arguments(graph, device, options, progress)
@@ -701,7 +701,7 @@ def workspaces_aside_problem(graph: Graph, device: Device) -> tuple[Graph, Devic
     is large its plans lay out only with much memory given up: resnet-50 at 928 MiB on the H200's op times
     (copy fallback and cuDNN scratch stated: 254 MiB at most) wrote 96-107 ms searched that way, 39 ms this way
     (benchmarks/vs_torch_replay.py). The largest over every implementation: the choice stays free."""
-    aside = max((max((im.workspace_bytes for im in op.implementations), default=0) for op in graph.ops), default=0)
+    aside = _largest_workspace(graph)
     ops = [dataclasses.replace(op, workspace_bytes=0, impls=tuple(dataclasses.replace(im, workspace_bytes=0)
                                                                     for im in op.impls)) for op in graph.ops]
     bare = Graph(graph.name, list(graph.tensors), ops, graph.device, graph.extra)
@@ -711,18 +711,37 @@ def workspaces_aside_problem(graph: Graph, device: Device) -> tuple[Graph, Devic
     return bare, dataclasses.replace(device, memory_bytes=device.memory_bytes - aside), aside
 
 
+def _largest_workspace(graph: Graph) -> int:
+    """The largest workspace of any op and implementation: the search's choice of implementation stays free."""
+    return max((max((im.workspace_bytes for im in op.implementations), default=0) for op in graph.ops), default=0)
+
+
 def _workspaces_aside(graph: Graph, device: Device, time_limit_s: float | str, options: OptimizeOptions,
                       progress: Progress | None, started_at: float | None, after_s: float) -> OptimizeResult:
-    """`run_optimize` of `workspaces_aside_problem`, its plans handed back as plans of `graph` on `device`."""
+    """`run_optimize` of `workspaces_aside_problem`, its plans handed back as plans of `graph` on `device`
+    (each checked by the validator; one plan object stays one: summaries compare them by identity). The
+    any-order bounds are dropped: computed for the smaller problem, they do not bound plans of `graph` that
+    leave the workspaces to their ops."""
+    from hybrid.validator import event_figures, validate
+
     _check_arguments(graph, device, options, progress)
     bare, smaller, aside = workspaces_aside_problem(graph, device)
+    mapped: dict[int, "Plan"] = {}
 
     def back(plan: "Plan | None") -> "Plan | None":
         if plan is None:
             return None
-        info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
-        info["workspaces_aside"] = aside
-        return dataclasses.replace(plan, graph_sha256=graph.sha256, device=device, planner=info)
+        if id(plan) not in mapped:
+            info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
+            info["workspaces_aside"] = aside
+            out = dataclasses.replace(plan, graph_sha256=graph.sha256, device=device, planner=info)
+            out = dataclasses.replace(out, metrics={**out.metrics, "peak_bytes": event_figures(graph, out)["peak_bytes"]})
+            report = validate(graph, out)
+            if not report.valid:
+                raise HybridError(f"--workspaces-aside: a plan of the smaller problem is not one of the graph "
+                                  f"({report.violations[0]}); please report this with the graph file")
+            mapped[id(plan)] = out
+        return mapped[id(plan)]
 
     prog = progress or Progress()
     inner = dataclasses.replace(prog, on_plan=(lambda p: prog.on_plan(back(p))) if prog.on_plan else None)
@@ -730,8 +749,11 @@ def _workspaces_aside(graph: Graph, device: Device, time_limit_s: float | str, o
                        time.monotonic() if started_at is None else started_at, after_s)
     res.plan, res.search_plan, res.refined_plan = back(res.plan), back(res.search_plan), back(res.refined_plan)
     res.laid_out_plan, res.searched_plan = back(res.laid_out_plan), back(res.searched_plan)
-    res.skipped.insert(0, f"workspaces aside: the largest ({format_bytes(aside)}) held aside all the iteration, the "
-                          f"tensors planned in {format_bytes(smaller.usable_bytes)}")
+    if res.layout is not None:
+        res.layout = dataclasses.replace(res.layout, plan=back(res.layout.plan))
+    if res.baselines is not None:
+        res.baselines.plans = {k: back(p) for k, p in res.baselines.plans.items()}
+    res.bounds.clear()
     return res
 
 

@@ -326,3 +326,27 @@ def test_optimize_with_workspaces_aside_plans_the_tensors_beside_the_largest_wor
     assert plan.planner["workspaces_aside"] == ws
     if plan.allocation.kind == "arena":
         assert plan.allocation.arena_bytes + ws <= plan.device.usable_bytes
+
+
+def test_workspaces_aside_hands_back_plans_of_the_graph_as_given() -> None:
+    # each plan the caller sees is of the graph given (the validator's peak stated), one object stays one (the
+    # summary compares them by identity), the smaller problem's bounds are not reported as the graph's; a graph
+    # with no workspace takes the usual path
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+    from hybrid.validator import event_figures
+
+    g = _one_large_workspace(1)
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.8), reserve_bytes=0,
+                  alignment_bytes=512)
+    opts = OptimizeOptions(config=GAConfig(seed=1, population=8), generations=2, workers=1, workspaces_aside=True)
+    res = run_optimize(g, dev, 120.0, opts)
+    for p in (res.plan, res.search_plan, res.refined_plan, res.layout.plan):
+        assert p.graph_sha256 == g.sha256 and p.device == dev and validate(g, p).valid
+        assert p.metrics["peak_bytes"] == event_figures(g, p)["peak_bytes"]
+    assert res.layout.plan is res.plan and res.refined_plan is res.search_plan   # refine "none": no re-timing
+    assert not res.bounds
+    plain = training_graph(6, seed=2, workspace_prob=0.0)
+    dev2 = replace(dev, memory_bytes=int(unswapped_peak(plain) * 0.8))
+    res2 = run_optimize(plain, dev2, 120.0, opts)
+    assert "workspaces_aside" not in res2.plan.planner and validate(plain, res2.plan).valid
