@@ -198,6 +198,10 @@ JOBS: tuple[Job, ...] = (
         ("--measured-only", "--iters", "8", "--hybrid-seconds", "12", "--alternatives",
          "eager,checkpoint,save_on_cpu,checkpoint+save_on_cpu"), ("vs_torch_measured.md",),
         "issue 32: PyTorch's memory tools at the same peak, measured", needs="cuda"),
+    # reads the committed vs_torch_measured.csv and that card's profile (benchmarks/profiles/): runs anywhere
+    Job("vs_torch_replay", "benchmarks.vs_torch_replay", ("--quick",), (), ("vs_torch_replay.md",),
+        "issue 32: the measured peaks planned again, beside what any plan could reach",
+        quick_outputs=("vs_torch_replay_quick.md",)),
 )
 
 # Jobs that measure this machine (their tables report seconds or rates, or they use both cores) run alone.
@@ -258,6 +262,8 @@ FULL_MINUTES: dict[str, tuple[float, str]] = {
     "executor_gpu_h200": (4.5, "measured on an H200: resnet-50 in 4.2 min (rnn-4-2k's profile did not end within "
                                "the call's cap)"),
     "vs_torch_measured": (3.5, "measured on an H200: five models, 12 s of search per peak"),
+    "vs_torch_replay": (14, "measured: 14 peaks, 12 s of search twice each (workspaces counted and aside) and 10 s "
+                            "of the chain bound"),
 }
 
 

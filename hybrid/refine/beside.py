@@ -134,10 +134,16 @@ class BesideRefiner:
         self._ga_best = ctx.Value("d", float("inf"), lock=False)
         self._sent: tuple[bytes, ...] = ()
         self._report = BesideReport()
-        # the file's sha256 travels with the JSON: plans the refiner builds must name the user's file, whose
-        # bytes (indentation, key order, number format) differ from graph.dumps() when another tool wrote it
-        args = ((graph.dumps(), graph.sha256), device.to_json(), options.describe(), seed, deadline, patience_s,
-                refine_options, plan_info or {}, self._inbox, self._outbox, self._stop, self._ga_best, os.getpid())
+        # the graph goes through the inbox, first, not with the process's arguments: those are written to the new
+        # interpreter's pipe by this thread, which blocks for good once more than the pipe holds (64 KiB) is left
+        # unread, as when the child dies while it starts (a graph's JSON is hundreds of KiB); the queue's feeder
+        # thread writes instead, and is not waited for at exit. The file's sha256 travels with the JSON: plans
+        # the refiner builds must name the user's file, whose bytes (indentation, key order, number format)
+        # differ from graph.dumps() when another tool wrote it
+        self._inbox.cancel_join_thread()
+        self._inbox.put(("graph", (graph.dumps(), graph.sha256)))
+        args = (device.to_json(), options.describe(), seed, deadline, patience_s, refine_options, plan_info or {},
+                self._inbox, self._outbox, self._stop, self._ga_best, os.getpid())
         self._proc = ctx.Process(target=_serve, args=args, name="hybrid-cpsat-beside", daemon=True)
         from hybrid.signals import children_ignore_stops
 
@@ -316,15 +322,23 @@ def pick_elites(state: "SearchState", n: int) -> list[tuple[bytes, "Individual"]
     return picked
 
 
-def _serve(graph: tuple[str, str], device_json: dict, options: dict, seed: int, deadline: float,
-           patience_s: float | None, refine_options: "RefineOptions | None", plan_info: dict,
-           inbox: Any, outbox: Any, stop: Any, ga_best: Any, parent: int) -> None:
-    """The refiner process: refine offered plans until told to stop, the deadline passes or the parent is gone."""
+def _serve(device_json: dict, options: dict, seed: int, deadline: float, patience_s: float | None,
+           refine_options: "RefineOptions | None", plan_info: dict, inbox: Any, outbox: Any, stop: Any, ga_best: Any,
+           parent: int) -> None:
+    """The refiner process: refine offered plans until told to stop, the deadline passes or the parent is gone.
+    The graph is the inbox's first message."""
     # Ctrl-C and SIGTERM (sent to the whole process group by `timeout`, Slurm) are the search's to handle; it then
     # calls finish(), which collects what this process found and stops it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    graph_json, sha256 = graph
+    while True:
+        try:
+            kind, (graph_json, sha256) = inbox.get(timeout=1.0)
+            break
+        except queue.Empty:
+            if stop.is_set() or os.getppid() != parent or time.monotonic() >= deadline:
+                outbox.put(("done", None))
+                return
     try:
         _Refiner(Graph.from_json(json.loads(graph_json), sha256=sha256), Device.from_json(device_json),
                  PlannerOptions(**options), seed, deadline, patience_s, refine_options, plan_info, inbox, outbox,

@@ -128,3 +128,37 @@ def test_compare_beside_keeps_the_faster_of_its_search_and_the_refined_plans(tmp
 
         assert Plan.load(split).makespan_s == pytest.approx(hy["split_makespan_s"])
     assert df[df["arm"] == "ga"]["workers"].iloc[0] == 2 and hy["workers"] == 1  # the refiner's core
+
+
+_DEAD_REFINER = """
+import multiprocessing.spawn as sp, time
+sp.set_executable("/bin/false")        # the refiner's interpreter dies at once, reading nothing
+from dataclasses import replace
+from hybrid.device import preset
+from hybrid.graph.synthetic import training_graph
+from hybrid.refine.beside import BesideRefiner
+g = training_graph(300, seed=1)
+assert len(g.dumps()) > 256 * 1024     # more than a pipe holds
+r = BesideRefiner(g, replace(preset("v100-16gb"), memory_bytes=1 << 30), deadline=time.monotonic() + 3)
+print("returned:", r.finish().error)
+"""
+
+
+def test_a_refiner_that_dies_as_it_starts_is_reported_not_waited_for(tmp_path) -> None:
+    # the graph goes to the refiner through its inbox, not with the new interpreter's arguments, which this
+    # process writes to its pipe itself: there, more than the pipe holds failed (BrokenPipeError out of the
+    # search) or blocked for good when the child died starting
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/bin/false").exists():
+        pytest.skip("no /bin/false")
+    script = tmp_path / "dead.py"
+    script.write_text(_DEAD_REFINER)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "returned: the refiner process ended" in done.stdout
