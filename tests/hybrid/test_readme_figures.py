@@ -76,3 +76,38 @@ def test_every_table_the_readme_names_exists() -> None:
     named |= {n for n in re.findall(r"`([a-z0-9_]+\.md)`", README) if (RESULTS / n).exists() or "_" in n}
     missing = sorted(n for n in named if not (RESULTS / n).exists() and n not in ("README.md",))
     assert not missing, f"README names tables that are not in results/: {missing}"
+
+
+def test_the_measured_comparison_quotes_vs_torch_measured_and_its_replay() -> None:
+    """The H200's rows (results/vs_torch_measured.csv) and the same peaks planned again with its profile
+    (results/vs_torch_replay.csv), as the README's paragraph on them quotes them."""
+    m = pd.read_csv(RESULTS / "vs_torch_measured.csv")
+    ran = m[m.speedup.notna()]
+    cp = ran[ran.alternative == "checkpoint"].set_index("model").speedup
+    both = ran[ran.alternative == "checkpoint+save_on_cpu"].set_index("model").speedup
+    eager = ran[ran.alternative == "eager"].speedup
+    ratio = ran["hybrid_measured/simulated"]
+    quoted = [f"{cp[k]:.3f}x {w}" for k, w in (("resnet-50", "faster than checkpointing at its peak on resnet-50"),
+                                                ("llama", "on llama"), ("unet", "on unet"), ("vgg16", "on vgg16"),
+                                                ("gpt2", "on gpt2"))]
+    quoted += [f"{both.drop('resnet-50').min():.3f}-{both.drop('resnet-50').max():.3f}x faster than checkpointing "
+               f"with `save_on_cpu`", f"{both['resnet-50']:.3f}x on resnet-50",
+               f"{eager.min():.3f}-{eager.max():.3f}x eager's speed at eager's peak",
+               f"at {ratio.min():.2f}-{ratio.max():.2f}x its simulated time",
+               f"on {int(ran['peak_within_1%'].sum())} of {len(ran)} runs"]
+    r = pd.read_csv(RESULTS / "vs_torch_replay.csv").set_index(["model", "alternative"])
+    at = r.loc[("resnet-50", "checkpoint+save_on_cpu")]
+    quoted += [f"resnet-50 at 928 MiB is now {at.replay_ms:.2f} ms ({at.replay_speedup:.3f}x",
+               f"vgg16 laid out at checkpoint's peak {r.loc[('vgg16', 'checkpoint')].replay_speedup:.3f}x",
+               f"gpt2 {r.loc[('gpt2', 'checkpoint')].replay_speedup:.3f}x where "
+               f"{r.loc[('gpt2', 'checkpoint')].ceiling:.3f}x is the ceiling",
+               f"vgg16 {r.loc[('vgg16', 'checkpoint')].replay_speedup:.3f}x where {r.loc[('vgg16', 'checkpoint')].ceiling:.3f}x",
+               f"(the ceiling is {r.loc[('resnet-50', 'eager')].ceiling:.3f}x",
+               f"vgg16's is {r.loc[('vgg16', 'eager')].replay_speedup:.3f}x with its workspace held aside where the "
+               f"ceiling is {r.loc[('vgg16', 'eager')].ceiling:.3f}x"]
+    summary = (RESULTS / "vs_torch_replay.md").read_text()
+    reach, won = re.search(r"ceiling is >= 1\.10x on (\d+) of 5 models and the replayed plan >= 1\.10x on (\d+)",
+                           summary).groups()
+    quoted.append(f"leaves 1.10x in reach on {reach} of 5 models and the replayed plans reach it on {won}")
+    missing = [f for f in quoted if f not in README]
+    assert not missing, f"README's measured figures differ from results/vs_torch_measured.csv or _replay: {missing}"
