@@ -83,7 +83,7 @@ QUICK_BUDGET = LayoutBudget(sources=2, per_source=4, work=120_000, exact_tries=2
 class Replan:
     """A way to plan the graph again for a byte budget (bytes -> Plan, InfeasibleError when it cannot);
     `aside`, where given, the same with the largest workspace held aside (`replan_schedule`'s
-    workspaces_aside): a source of its own for `lay_out` where some op states a workspace."""
+    workspaces_aside): what `lay_out` tries where some op states a workspace and nothing else lays out."""
 
     name: str
     make: Callable[[int], Plan]
@@ -456,15 +456,6 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
                               lambda b: replan_schedule(graph, plan, b, recompute=recompute, workspaces_aside=True)),)
         # the sources take turns, one re-plan each, so a small budget still tries each of them
         searches = [_shrink_search(rp, usable, ratio0, budget.per_source, fit) for rp in list(replans)[:budget.sources]]
-        if int(graph.arrays.op_ws.max(initial=0)) > 0:
-            # an arena leaves room beside the largest workspace, which a byte budget counts only while its op
-            # runs: the same sources with that workspace held aside throughout (`replan_schedule`'s
-            # workspaces_aside), the whole usable memory first, then less. Where one workspace is large, less
-            # memory alone cannot help: the op no longer fits beside it (resnet-50 at 928 MiB on the H200's op
-            # times: the search's 28.5 ms plan laid out 48% over; Belady with 43% less memory wrote 107 ms)
-            searches += [_aside_search(Replan(f"{rp.name}, the largest workspace aside", rp.aside), usable,
-                                       budget.per_source, fit)
-                         for rp in list(replans)[:budget.sources] if rp.aside is not None]
         while searches and not spent():
             searches = [sr for sr in searches if not spent() and next(sr, True) is None]
         if head > 0.0:
@@ -475,6 +466,19 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
             if ms >= tried.best_s():
                 break
             try_exact(pb, ms, cand, source, shrink, kind or ("slower candidate" if shrink == 0.0 else "re-planned"))
+        if not tried.fits and int(graph.arrays.op_ws.max(initial=0)) > 0:
+            # nothing laid out, and an arena leaves room beside the largest workspace, which a byte budget counts
+            # only while its op runs: the re-plan sources again with that workspace held aside throughout
+            # (`replan_schedule`'s workspaces_aside), the whole usable memory first, then less. Where one workspace
+            # is large, less memory alone cannot help: the op no longer fits beside it (vgg16 on the H200's op
+            # times: 1,178 MiB beside one backward convolution). Only here, where nothing else fits, so that plans
+            # that lay out as before stay as they were (a search of the whole iteration that way, which wins more
+            # often than these re-plans: `hybrid optimize --workspaces-aside`)
+            asides = [_aside_search(Replan(f"{rp.name}, the largest workspace aside", rp.aside), usable,
+                                    budget.per_source, fit)
+                      for rp in list(replans)[:budget.sources] if rp.aside is not None]
+            while asides and not spent():
+                asides = [sr for sr in asides if not spent() and next(sr, True) is None]
         for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
             tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}",
                                0.0, "size classes"))
