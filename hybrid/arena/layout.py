@@ -474,9 +474,10 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
             # times: 1,178 MiB beside one backward convolution). Only here, where nothing else fits, so that plans
             # that lay out as before stay as they were (a search of the whole iteration that way, which wins more
             # often than these re-plans: `hybrid optimize --workspaces-aside`)
+            # every source that has its twin (Belady, last among them, is often the one that fits: vgg16)
             asides = [_aside_search(Replan(f"{rp.name}, the largest workspace aside", rp.aside), usable,
                                     budget.per_source, fit)
-                      for rp in list(replans)[:budget.sources] if rp.aside is not None]
+                      for rp in replans if rp.aside is not None]
             while asides and not spent():
                 asides = [sr for sr in asides if not spent() and next(sr, True) is None]
         for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
