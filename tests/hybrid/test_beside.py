@@ -132,6 +132,8 @@ def test_compare_beside_keeps_the_faster_of_its_search_and_the_refined_plans(tmp
 
 _DEAD_REFINER = """
 import multiprocessing.spawn as sp, time
+from multiprocessing import resource_tracker
+resource_tracker.ensure_running()      # started by the real interpreter: it is spawned the same way
 sp.set_executable("/bin/false")        # the refiner's interpreter dies at once, reading nothing
 from dataclasses import replace
 from hybrid.device import preset
