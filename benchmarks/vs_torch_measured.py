@@ -160,7 +160,9 @@ def plan_all(graph: Graph, devices: list[Device], seconds: float, generations: i
     second at its 928 MiB (39.6 against 96-107 ms)."""
     import os
 
-    modes = (False, True) if any(im.workspace_bytes for op in graph.ops for im in op.implementations) else (False,)
+    from hybrid.graph.info import largest_workspace
+
+    modes = (False, True) if largest_workspace(graph) > 0 else (False,)
     jobs = [(d, aside) for d in devices for aside in modes]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = min(len(jobs), cores // 2)     # two cores a search: its process and what the machine does beside

@@ -213,6 +213,12 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
     return out
 
 
+def belady_replan(graph: Graph, plan: Plan, recompute: bool = True) -> Replan:
+    """The Belady planner on the plan's schedule (`replan_schedule`), with its workspace-aside twin."""
+    return Replan("belady", lambda b: replan_schedule(graph, plan, b, recompute=recompute),
+                  lambda b: replan_schedule(graph, plan, b, recompute=recompute, workspaces_aside=True))
+
+
 def heuristic_passes(n: int, budget: LayoutBudget) -> int:
     """Passes `heuristic_layout` makes over n buffers: greedy by size, five best-fit orders and
     MegEngine's simulation, or above `budget.fast_above` the two cheap ones (the unit of `budget.work`)."""
@@ -437,8 +443,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
 
         grows = [_grow_search(rp, usable, head, steps, fit_grown, "more memory")
                  for rp in list(replans or ())[:budget.sources]]
-        while grows and not spent():
-            grows = [gr for gr in grows if not spent() and next(gr, True) is None]
+        _in_turns(grows, spent)
 
     if tried.fits and head > 0.0:
         grow(budget.per_source)
@@ -452,12 +457,10 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
             who = other.planner.get("name", "") if isinstance(other.planner, dict) else ""
             fit(other, f"candidate {k + 1}" + (f", {who}'s" if who else ""), 0.0, "slower candidate")
         if replans is None:
-            replans = (Replan("belady", lambda b: replan_schedule(graph, plan, b, recompute=recompute),
-                              lambda b: replan_schedule(graph, plan, b, recompute=recompute, workspaces_aside=True)),)
+            replans = (belady_replan(graph, plan, recompute),)
         # the sources take turns, one re-plan each, so a small budget still tries each of them
         searches = [_shrink_search(rp, usable, ratio0, budget.per_source, fit) for rp in list(replans)[:budget.sources]]
-        while searches and not spent():
-            searches = [sr for sr in searches if not spent() and next(sr, True) is None]
+        _in_turns(searches, spent)
         if head > 0.0:
             grow(1)      # the full memory, which the shrink searches above do not try
         # the exact search for the fastest near misses that would beat every fit found
@@ -478,8 +481,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
             asides = [_aside_search(Replan(f"{rp.name}, the largest workspace aside", rp.aside), usable,
                                     budget.per_source, fit)
                       for rp in replans if rp.aside is not None]
-            while asides and not spent():
-                asides = [sr for sr in asides if not spent() and next(sr, True) is None]
+            _in_turns(asides, spent)
         for k, other in enumerate(o for o in others if o.allocation.kind == "size_classes"):   # need no offsets
             tried.fits.append((other.makespan_s, len(tried.fits), other, f"the search's size-class plan {k + 1}",
                                0.0, "size classes"))
@@ -551,6 +553,12 @@ def _shrink_search(rp: Replan, usable: int, ratio0: float, steps: int, fit) -> I
             if fitted - failed < RESOLUTION:
                 return
             s = _falsi(failed, fitted, r_failed, r_fitted)
+
+
+def _in_turns(searches: list[Iterator[None]], spent: Callable[[], bool]) -> None:
+    """Advance the searches one re-plan each in turn, until every one has ended or `spent()`."""
+    while searches and not spent():
+        searches = [sr for sr in searches if not spent() and next(sr, True) is None]
 
 
 def _aside_search(rp: Replan, usable: int, steps: int, fit) -> Iterator[None]:  # noqa: ANN001

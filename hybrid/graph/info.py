@@ -111,6 +111,11 @@ def largest_op(g: Graph, align: int = 1) -> tuple[int, int]:
     return i, int(fp[i])
 
 
+def largest_workspace(g: Graph) -> int:
+    """The largest workspace of any op and any of its implementations (0 where none states one)."""
+    return max((max((im.workspace_bytes for im in op.implementations), default=0) for op in g.ops), default=0)
+
+
 def graph_alignment(g: Graph) -> int:
     """The alignment of the graph's own device (the default one when the file states none)."""
     return g.device.alignment_bytes if g.device is not None else DEFAULT_ALIGNMENT

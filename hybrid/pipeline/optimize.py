@@ -49,6 +49,7 @@ import numpy as np
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
+from hybrid.graph.info import largest_workspace
 from hybrid.pipeline.result import Budget, OptimizeResult, Refinement, Timings
 from hybrid.pipeline.kernels import load_kernels
 from hybrid.units import counted, format_bytes, format_seconds, parse_duration
@@ -334,7 +335,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     from hybrid.pipeline.rows import any_order_bound
     from hybrid.signals import deferred_interrupts, interrupts_after, new_call, start_forkserver
 
-    if options is not None and getattr(options, "workspaces_aside", False) and _largest_workspace(graph) > 0:
+    if options is not None and getattr(options, "workspaces_aside", False) and largest_workspace(graph) > 0:
         return _workspaces_aside(graph, device, time_limit_s, options, progress, started_at, after_s)
     new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
     _check_arguments(graph, device, options, progress)
@@ -701,7 +702,7 @@ def workspaces_aside_problem(graph: Graph, device: Device) -> tuple[Graph, Devic
     is large its plans lay out only with much memory given up: resnet-50 at 928 MiB on the H200's op times
     (copy fallback and cuDNN scratch stated: 254 MiB at most) wrote 96-107 ms searched that way, 39 ms this way
     (benchmarks/vs_torch_replay.py). The largest over every implementation: the choice stays free."""
-    aside = _largest_workspace(graph)
+    aside = largest_workspace(graph)
     ops = [dataclasses.replace(op, workspace_bytes=0, impls=tuple(dataclasses.replace(im, workspace_bytes=0)
                                                                     for im in op.impls)) for op in graph.ops]
     bare = Graph(graph.name, list(graph.tensors), ops, graph.device, graph.extra)
@@ -711,18 +712,13 @@ def workspaces_aside_problem(graph: Graph, device: Device) -> tuple[Graph, Devic
     return bare, dataclasses.replace(device, memory_bytes=device.memory_bytes - aside), aside
 
 
-def _largest_workspace(graph: Graph) -> int:
-    """The largest workspace of any op and implementation: the search's choice of implementation stays free."""
-    return max((max((im.workspace_bytes for im in op.implementations), default=0) for op in graph.ops), default=0)
-
-
 def _workspaces_aside(graph: Graph, device: Device, time_limit_s: float | str, options: OptimizeOptions,
                       progress: Progress | None, started_at: float | None, after_s: float) -> OptimizeResult:
     """`run_optimize` of `workspaces_aside_problem`, its plans handed back as plans of `graph` on `device`
     (each checked by the validator; one plan object stays one: summaries compare them by identity). The
     any-order bounds are dropped: computed for the smaller problem, they do not bound plans of `graph` that
     leave the workspaces to their ops."""
-    from hybrid.validator import event_figures, validate
+    from hybrid.validator import validate
 
     _check_arguments(graph, device, options, progress)
     bare, smaller, aside = workspaces_aside_problem(graph, device)
@@ -735,12 +731,12 @@ def _workspaces_aside(graph: Graph, device: Device, time_limit_s: float | str, o
             info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
             info["workspaces_aside"] = aside
             out = dataclasses.replace(plan, graph_sha256=graph.sha256, device=device, planner=info)
-            out = dataclasses.replace(out, metrics={**out.metrics, "peak_bytes": event_figures(graph, out)["peak_bytes"]})
             report = validate(graph, out)
             if not report.valid:
                 raise HybridError(f"--workspaces-aside: a plan of the smaller problem is not one of the graph "
                                   f"({report.violations[0]}); please report this with the graph file")
-            mapped[id(plan)] = out
+            # the peak the file states counts the workspaces, as the validator's does
+            mapped[id(plan)] = dataclasses.replace(out, metrics={**out.metrics, "peak_bytes": report.peak_bytes})
         return mapped[id(plan)]
 
     prog = progress or Progress()
@@ -884,7 +880,7 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
     `arena_s` None, `plan` as it is. `population`: the search's last population, whose next best byte-budget
     individuals are re-planned too. Returns the Layout to write; InfeasibleError where none fits (the caller
     writes the plan without offsets and says why)."""
-    from hybrid.arena.layout import DEFAULT_BUDGET, Layout, Replan, lay_out, replan_schedule
+    from hybrid.arena.layout import DEFAULT_BUDGET, Layout, Replan, belady_replan, lay_out
 
     if arena_s is None:
         return Layout(plan, "", 0, plan.makespan_s, 0.0)
@@ -909,9 +905,7 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
                 replans.append(Replan(f"{name}, reruns not re-bound",
                                       _genes_replan(graph, plan, result, ind, rebind_reruns=False, reruns_only=True)))
                 twins += 1
-    replans.append(Replan("belady", lambda budget: replan_schedule(graph, plan, budget, recompute=recompute),
-                          lambda budget: replan_schedule(graph, plan, budget, recompute=recompute,
-                                                         workspaces_aside=True)))
+    replans.append(belady_replan(graph, plan, recompute))
     classes = []              # the search's fastest size-class plan: a fallback that needs no offsets
     if result is not None:
         from hybrid.swap.planner import SwapPlanner
