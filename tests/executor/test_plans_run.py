@@ -161,3 +161,32 @@ def transformer():
 def test_the_transformer_runs_under_every_planners_plan(transformer, fraction: float) -> None:
     graph, build, args, target, loss, ref = transformer
     assert _check_every_planner(graph, fraction, build, args, target, loss, ref) >= 6
+
+
+@pytest.mark.parametrize("share", [0.15, 0.4])
+def test_plans_with_the_largest_workspace_held_aside_run(share: float) -> None:
+    # a graph stating one large workspace: `hybrid optimize --workspaces-aside`'s plan and the layout's last
+    # resort (Belady re-planned with that workspace aside) validate against it and train bitwise like eager
+    from hybrid.arena.layout import replan_schedule
+    from hybrid.graph.info import largest_workspace
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+
+    torch.manual_seed(0)
+    base = _Mlp([13, 64, 64, 64, 5], residual=True, dropout=0.3)
+    x = torch.randn(6, 13, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(5, (6,), generator=torch.Generator().manual_seed(2))
+    plain = capture(base, (x,), F.cross_entropy, y, optimizer="adam", lr=0.01, name="mlp")
+    peak = unswapped_peak(plain)
+    big = max(plain.ops, key=lambda o: sum(plain.tensor(t).bytes for t in o.inputs))
+    graph = Graph(plain.name, list(plain.tensors), [dataclasses.replace(o, workspace_bytes=int(share * peak))
+                                                   if o.id == big.id else o for o in plain.ops], plain.device, plain.extra)
+    assert largest_workspace(graph) == int(share * peak)
+    build = lambda: copy.deepcopy(base)  # noqa: E731
+    ref = train_eager(graph, build(), (x,), y, F.cross_entropy, ITERS, SEED)
+    device = dataclasses.replace(graph.device, memory_bytes=int(unswapped_peak(graph) * 0.9), reserve_bytes=0)
+    opts = OptimizeOptions(config=GAConfig(population=6, children=6, seed=1), generations=2, workers=1)
+    plans = [run_optimize(graph, device, 600.0, dataclasses.replace(opts, workspaces_aside=True)).plan,
+             replan_schedule(graph, run_baseline(graph, device, "belady"), None, workspaces_aside=True)]
+    assert "workspaces_aside" in plans[0].planner and "aside" in plans[1].planner["fallback"]
+    for plan in plans:
+        _runs_like_eager(graph, plan, build, (x,), y, F.cross_entropy, ref)
