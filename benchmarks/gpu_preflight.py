@@ -6,13 +6,16 @@ the GPU at hand, so that a stage does not spend the session's device time on a p
   allocator's unrounded counter, so a small result shows too). Where it differs, exit 1:
   benchmarks/gpu_session.sh then runs its stages with HYBRID_CUDA_CONV_SLOTS=0 (the copy fallback, as before).
 - What cuBLAS keeps for the executor's compute stream (executor.streams.kernel_state_bytes), printed.
+- The host link as the plans will be timed (CUDA graph replays), beside one copy timed from the host, printed.
 Without CUDA it says so and exits 0 (the CPU smoke test of gpu_session.sh).
 
     python -m benchmarks.gpu_preflight
 """
 from __future__ import annotations
 
+import statistics
 import sys
+import time
 from typing import Callable
 
 import torch
@@ -85,6 +88,33 @@ def conv_slots(dev: torch.device) -> list[str]:
     return failed
 
 
+def link_line(dev: torch.device) -> str:
+    """The host link as the plans' device will state it (benchmarks.executor_gpu.measure_link: CUDA graph
+    replays), beside one copy timed from the host as before 2026-11-30; never fails the preflight."""
+    try:
+        from benchmarks.executor_gpu import measure_link
+
+        g = measure_link(dev)
+        if "latency_h2d_s" not in g:
+            return f"host link: {g['method']} (the CUDA graph timing failed: its log line above)"
+        host = torch.empty(4096, dtype=torch.uint8, pin_memory=True)
+        d = torch.empty(4096, dtype=torch.uint8, device=dev)
+        times = []
+        for _ in range(6):
+            torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            d.copy_(host, non_blocking=True)
+            torch.cuda.synchronize(dev)
+            times.append(time.perf_counter() - t0)
+        gb = 1e9
+        return (f"host link: h2d {g['h2d_bytes_per_s'] / gb:.1f} GB/s both ways at once ({g['h2d_alone_bytes_per_s'] / gb:.1f} "
+                f"alone), d2h {g['d2h_bytes_per_s'] / gb:.1f} ({g['d2h_alone_bytes_per_s'] / gb:.1f}), latency "
+                f"{g['latency_h2d_s'] * 1e6:.2f} / {g['latency_d2h_s'] * 1e6:.2f} us per copy replayed "
+                f"(one copy timed from the host: {statistics.median(times[1:]) * 1e6:.1f} us)")
+    except Exception as e:  # noqa: BLE001 - a line of the log, not a check
+        return f"host link: not measured ({type(e).__name__}: {str(e)[:160]})"
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("gpu_preflight: no CUDA device: skipped")
@@ -95,6 +125,7 @@ def main() -> int:
     print(f"gpu_preflight: torch {torch.__version__}, {torch.cuda.get_device_name(dev)}, cuDNN "
           f"{torch.backends.cudnn.version()}")
     print(f"  cuBLAS keeps {kernel_state_bytes(dev) / MiB:.1f} MiB for the executor's compute stream")
+    print(f"  {link_line(dev)}")
     failed = conv_slots(dev)
     for line in failed:
         print(f"  FAILED conv slot {line}")

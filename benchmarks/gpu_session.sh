@@ -30,7 +30,9 @@
 # Stages (device minutes; estimates from the H100 run of executor_gpu, CPU timings and, where said, the H200
 # run of 2026-11-28):
 #   preflight <1: benchmarks/gpu_preflight.py: the CUDA convolution slot writer bitwise against eager on this GPU
-#             (where not, the stages after it run convolutions through the copy fallback), cuBLAS's kept bytes
+#             (where not, the stages after it run convolutions through the copy fallback), cuBLAS's kept bytes,
+#             the host link as the plans are timed (CUDA graph replays; new on 2026-11-30, not yet run on a GPU:
+#             its line shows the replayed latency beside one copy timed from the host, 29.5 us on the H200)
 #   smoke     ~2-3: torch sees the GPU, the wheels import, the planner's kernels compile (cached for the stages
 #             after it in the same call), executor_gpu on resnet-18 at 50% with a 10 s `hybrid optimize`
 #   vs_torch  ~6-7 (H200, HYBRID_SECONDS=12: 3.5): benchmarks/vs_torch.py --measured-only on resnet-50, vgg16,

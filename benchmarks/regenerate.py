@@ -202,6 +202,9 @@ JOBS: tuple[Job, ...] = (
     Job("vs_torch_replay", "benchmarks.vs_torch_replay", ("--quick",), (), ("vs_torch_replay.md",),
         "issue 32: the measured peaks planned again, beside what any plan could reach",
         quick_outputs=("vs_torch_replay_quick.md",)),
+    # reads the committed executor_gpu_h200.json and that card's profile: runs anywhere, in about 20 s
+    Job("link_retime", "benchmarks.link_retime", (), (), ("link_retime.md",),
+        "issue 31: the host link a GPU session's step times imply"),
 )
 
 # Jobs that measure this machine (their tables report seconds or rates, or they use both cores) run alone.
@@ -262,6 +265,7 @@ FULL_MINUTES: dict[str, tuple[float, str]] = {
     "executor_gpu_h200": (4.5, "measured on an H200: resnet-50 in 4.2 min (rnn-4-2k's profile did not end within "
                                "the call's cap)"),
     "vs_torch_measured": (3.5, "measured on an H200: five models, 12 s of search per peak"),
+    "link_retime": (0.5, "measured: 17 s (one capture, the baselines' plans at two memories)"),
     "vs_torch_replay": (14, "measured: 14 peaks, 12 s of search twice each (workspaces counted and aside) and 10 s "
                             "of the chain bound"),
 }

@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 
 import pandas as pd  # noqa: E402
 
-from benchmarks.executor_gpu import acceptance, device_label, load_previous, ranking_kept, write  # noqa: E402
+from benchmarks.executor_gpu import (acceptance, device_label, fit_link, load_previous, measure_link,  # noqa: E402
+                                     ranking_kept, write)
 
 pytestmark = pytest.mark.torch
 
@@ -55,3 +56,19 @@ def test_a_run_whose_every_plan_failed_still_writes_its_table(tmp_path: Path) ->
     write(out, torch.device("cpu"), link, [ran, *errors], ranks, [], None, args)   # failed rows beside one that ran
     assert ("zero compactions on 1 of 1 rows that ran (4 failed: see their error); measured within 5% of "
             "simulated on 1 of 1 rows") in out.read_text()
+
+
+def test_the_link_is_fitted_from_two_copy_sizes() -> None:
+    """A copy of n bytes takes latency + n / bandwidth: two sizes give both (the CUDA timing's arithmetic); a
+    small copy slower than the line through them leaves no negative latency, and times that do not grow with
+    size leave the large copy's rate."""
+    bw, lat = fit_link(4096, 2e-6 + 4096 / 5e10, 2 ** 28, 2e-6 + 2 ** 28 / 5e10)
+    assert bw == pytest.approx(5e10) and lat == pytest.approx(2e-6)
+    assert fit_link(4096, 0.0, 2 ** 28, 2 ** 28 / 5e10)[1] == 0.0
+    assert fit_link(4096, 1e-3, 2 ** 28, 1e-3) == (2 ** 28 / 1e-3, 0.0)
+
+
+def test_the_link_off_cuda_is_timed_from_the_host_and_says_so() -> None:
+    link = measure_link(torch.device("cpu"), nbytes=2 ** 20, repeat=1)
+    assert link["h2d_bytes_per_s"] > 0 and link["d2h_bytes_per_s"] > 0 and link["latency_s"] >= 0
+    assert link["method"] == "host wall time around synchronized copies"

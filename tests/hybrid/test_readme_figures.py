@@ -111,3 +111,15 @@ def test_the_measured_comparison_quotes_vs_torch_measured_and_its_replay() -> No
     quoted.append(f"leaves 1.10x in reach on {reach} of 5 models and the replayed plans reach it on {won}")
     missing = [f for f in quoted if f not in README]
     assert not missing, f"README's measured figures differ from results/vs_torch_measured.csv or _replay: {missing}"
+
+
+def test_the_host_link_figures_quote_link_retime() -> None:
+    """The latency the one-stream rows imply and the re-timed range at 0.95x the rate (results/link_retime.csv)."""
+    df = pd.read_csv(RESULTS / "link_retime.csv")
+    implied = df.implied_latency_us.dropna()
+    col = next(c for c in df.columns if c.startswith("m/s ") and c.endswith(", 0.95x"))
+    quoted = [f"imply {implied.iloc[0]:.2f} and {implied.iloc[1]:.2f} us",
+              f"all {len(df)} baseline rows come within 5% ({df[col].min():.3f}-{df[col].max():.3f}x"]
+    assert ((df[col] - 1).abs() <= 0.05).all()
+    missing = [f for f in quoted if f not in README]
+    assert not missing, f"README's link_retime figures differ from results/link_retime.csv: {missing}"
