@@ -162,7 +162,7 @@ def plan_all(graph: Graph, devices: list[Device], seconds: float, generations: i
 
     from hybrid.graph.info import largest_workspace
 
-    modes = (False, True) if largest_workspace(graph) > 0 else (False,)
+    modes = (False, True) if largest_workspace(graph, default_only=True) > 0 else (False,)
     jobs = [(d, aside) for d in devices for aside in modes]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = min(len(jobs), cores // 2)     # two cores a search: its process and what the machine does beside

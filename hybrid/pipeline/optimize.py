@@ -335,7 +335,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     from hybrid.pipeline.rows import any_order_bound
     from hybrid.signals import deferred_interrupts, interrupts_after, new_call, start_forkserver
 
-    if options is not None and getattr(options, "workspaces_aside", False) and largest_workspace(graph) > 0:
+    if options is not None and getattr(options, "workspaces_aside", False) \
+            and largest_workspace(graph, default_only=True) > 0:
         return _workspaces_aside(graph, device, time_limit_s, options, progress, started_at, after_s)
     new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
     _check_arguments(graph, device, options, progress)
@@ -701,10 +702,15 @@ def workspaces_aside_problem(graph: Graph, device: Device) -> tuple[Graph, Devic
     PyTorch allocates outside it. The byte budget counts an op's workspace only while the op runs, so where one
     is large its plans lay out only with much memory given up: resnet-50 at 928 MiB on the H200's op times
     (copy fallback and cuDNN scratch stated: 254 MiB at most) wrote 96-107 ms searched that way, 39 ms this way
-    (benchmarks/vs_torch_replay.py). The largest over every implementation: the choice stays free."""
-    aside = largest_workspace(graph)
+    (benchmarks/vs_torch_replay.py). The largest of the default implementations (what runs where a plan chooses
+    none, as `lay_out`'s re-plans hold aside); an implementation with a larger workspace is left out of the search,
+    the others stay free. Over every implementation the aside was larger than the memory where a slow kernel
+    states a large scratch: vgg16's unfold_gemm and winograd 0.4-3.4 GiB on the H200's op times, 3-6x cuDNN's
+    time, and 3.45 GiB aside left vgg16 and unet no plan at all (results/vs_torch_replay.md, 2026-11-30)."""
+    aside = largest_workspace(graph, default_only=True)
     ops = [dataclasses.replace(op, workspace_bytes=0, impls=tuple(dataclasses.replace(im, workspace_bytes=0)
-                                                                    for im in op.impls)) for op in graph.ops]
+                                                                    for im in op.impls if im.workspace_bytes <= aside))
+           for op in graph.ops]
     bare = Graph(graph.name, list(graph.tensors), ops, graph.device, graph.extra)
     if device.usable_bytes - aside <= 0:
         raise HybridError(f"--workspaces-aside: the largest workspace ({format_bytes(aside)}) leaves the tensors "

@@ -350,3 +350,31 @@ def test_workspaces_aside_hands_back_plans_of_the_graph_as_given() -> None:
     dev2 = replace(dev, memory_bytes=int(unswapped_peak(plain) * 0.8))
     res2 = run_optimize(plain, dev2, 120.0, opts)
     assert "workspaces_aside" not in res2.plan.planner and validate(plain, res2.plan).valid
+
+
+def test_workspaces_aside_holds_the_default_implementations_largest_and_leaves_out_larger_ones() -> None:
+    # a faster implementation whose scratch is larger than the memory (vgg16's unfold_gemm and winograd on the
+    # H200 state 0.4-3.4 GiB): held aside over every implementation it left no room for tensors and no plan;
+    # now the default implementations' largest is held aside and that implementation is not chosen
+    import dataclasses
+
+    from ga import GAConfig
+    from hybrid.graph import Graph
+    from hybrid.graph.types import Impl
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+    from hybrid.pipeline.optimize import workspaces_aside_problem
+
+    g = _one_large_workspace(2)
+    memory = int(unswapped_peak(g) * 0.8)
+    big = max(g.ops, key=lambda o: o.workspace_bytes)
+    impls = (Impl("default", big.time_s, big.workspace_bytes), Impl("huge", big.time_s / 2, 2 * memory))
+    g = Graph(g.name, list(g.tensors), [dataclasses.replace(o, impls=impls) if o.id == big.id else o for o in g.ops],
+              g.device, g.extra)
+    dev = replace(preset("v100-16gb"), memory_bytes=memory, reserve_bytes=0, alignment_bytes=512)
+    bare, smaller, aside = workspaces_aside_problem(g, dev)
+    assert aside == big.workspace_bytes and smaller.memory_bytes == memory - aside
+    assert [im.name for im in bare.op(big.id).impls] == ["default"]
+    opts = OptimizeOptions(config=GAConfig(seed=1, population=8), generations=2, workers=1, workspaces_aside=True)
+    res = run_optimize(g, dev, 120.0, opts)
+    assert res.plan.planner["workspaces_aside"] == aside and validate(g, res.plan).valid
+    assert all(e.impl != "huge" for e in res.plan.events if e.kind == "compute")
