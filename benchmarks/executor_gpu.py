@@ -152,13 +152,17 @@ def _graphed_copies_s(dev: torch.device, lanes: list[Copies], repeat: int) -> fl
             join.record(s)
             cap.wait_event(join)
 
-    cap.wait_stream(torch.cuda.current_stream(dev))
+    before = torch.cuda.current_stream(dev)
+    cap.wait_stream(before)
     with torch.cuda.stream(cap):
         issue()                            # once outside the capture: first-use costs out of the timing
     torch.cuda.synchronize(dev)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=cap):
-        issue()
+    try:
+        with torch.cuda.graph(g, stream=cap):
+            issue()
+    finally:
+        torch.cuda.set_stream(before)      # a capture that failed to end leaves its stream current
     out = []
     with torch.cuda.stream(cap):
         for _ in range(repeat + 1):
@@ -176,21 +180,29 @@ def _link_graphed(dev: torch.device, host: torch.Tensor, d: torch.Tensor, small:
                   copies: int) -> dict[str, float | str]:
     n = host.numel()
     half = n // 2
-    ups = [(d[i * small:(i + 1) * small], host[i * small:(i + 1) * small]) for i in range(copies)]
-    downs = [(h, dv) for dv, h in ups]
     out: dict[str, float | str] = {}
-    for name, few, one in (("h2d", ups, [(d, host)]), ("d2h", downs, [(host, d)])):
-        bw, lat = fit_link(small, _graphed_copies_s(dev, [few], repeat) / copies, n,
-                           _graphed_copies_s(dev, [one], repeat))
+    fixed_s: list[float] = []
+    for name in ("h2d", "d2h"):
+        def lane(k: int) -> Copies:
+            pairs = [(d[i * small:(i + 1) * small], host[i * small:(i + 1) * small]) for i in range(k)]
+            return pairs if name == "h2d" else [(h, dv) for dv, h in pairs]
+        # k and 2k small copies: their difference is k copies without the replay's own launch (a fixed cost)
+        t_k, t_2k = _graphed_copies_s(dev, [lane(copies)], repeat), _graphed_copies_s(dev, [lane(2 * copies)], repeat)
+        fixed = max(0.0, 2 * t_k - t_2k)
+        one = [(d, host)] if name == "h2d" else [(host, d)]
+        bw, lat = fit_link(small, (t_2k - t_k) / copies, n, _graphed_copies_s(dev, [one], repeat) - fixed)
         out[f"{name}_alone_bytes_per_s"], out[f"latency_{name}_s"] = bw, lat
+        fixed_s.append(fixed)
     out["latency_s"] = (out["latency_h2d_s"] + out["latency_d2h_s"]) / 2
-    # both directions at once, on halves of the buffers (no copy reads what the other writes)
+    # both directions at once, on halves of the buffers (no copy reads what the other writes); the replay ends
+    # with the slower lane, whose rate both directions are given
     both = _graphed_copies_s(dev, [[(d[:half], host[:half])], [(host[half:], d[half:])]], repeat)
-    rate = half / max(both - out["latency_s"], 1e-9)
+    rate = half / max(both - statistics.mean(fixed_s) - out["latency_s"], 1e-9)
     out["h2d_bytes_per_s"] = min(rate, out["h2d_alone_bytes_per_s"])
     out["d2h_bytes_per_s"] = min(rate, out["d2h_alone_bytes_per_s"])
-    out["method"] = (f"CUDA graph replays: {copies} copies of {small} B and one of {n // MiB} MiB per direction "
-                     f"(latency), {half // MiB} MiB each way at once (the plans' rates)")
+    out["method"] = (f"CUDA graph replays: {copies} and {2 * copies} copies of {small} B and one of {n // MiB} MiB "
+                     f"per direction (latency, one-way rates), {half // MiB} MiB each way at once (the plans' "
+                     "rates: the slower direction's)")
     return out
 
 
@@ -202,17 +214,18 @@ def measure_link(dev: torch.device, nbytes: int = 256 * MiB, small: int = 4096, 
     On CUDA, timed as the executor's replayed iterations run their copies, recorded as CUDA graphs and timed by
     CUDA events around their replays (medians of `repeat`): the latency from `copies` copies of `small` bytes
     back to back against one of `nbytes`; the rates with both directions copying at once (`*_alone_*`: each by
-    itself), as the copy streams of a plan that overlaps its copies mostly run. Until 2026-11-30 one copy was
-    timed from the host with a synchronize around it: 29.5 us per copy on the H200, the host's launch and
-    synchronize, where the naive plans' replays (every copy on the critical path, one stream) imply 1.3 us:
-    results/executor_gpu_h200.md's naive rows ran 0.836x and 0.850x their simulated time, and re-timed with
-    1.3 us they are 1.000x; the plans that overlap copies then need about 0.92-0.95x the one-way rate to come
-    within 2.5% (docs/executor.md, "The host link"). Elsewhere (the CPU smoke test), or where the capture fails,
-    host wall time around synchronized copies, said in `method`."""
+    itself), as the copy streams of a plan that overlaps its copies run where both are busy. This times chains
+    of copies alone, without the compute and the waits between streams a plan's replay has. Until 2026-11-30 one
+    copy was timed from the host with a synchronize around it: 29.5 us per copy on the H200 (the host's launch
+    and synchronize), where the naive plans' replays (every copy on the critical path, one stream) imply 1.3 us
+    (the latency at which their simulated time equals the measured one); re-timed with it, the plans that
+    overlap copies ran 3-8% slower than simulated, and with 0.92x the one-way rate within 2.5%
+    (results/link_retime.md; docs/arena.md, "The host link the plans are timed with"). Elsewhere (the CPU smoke
+    test), or where the capture fails, host wall time around synchronized copies, said in `method`."""
     pin = dev.type == "cuda"
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
     d = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    copies = max(1, min(copies, nbytes // small))
+    copies = max(1, min(copies, nbytes // small // 2))
     if dev.type == "cuda":
         try:
             return _link_graphed(dev, host, d, small, repeat, copies)

@@ -115,7 +115,7 @@ def largest_workspace(g: Graph, default_only: bool = False) -> int:
     """The largest workspace of any op and any of its implementations (0 where none states one); with
     `default_only`, of the implementations that run where a plan chooses none (each op's `workspace_bytes`)."""
     if default_only:
-        return max((op.workspace_bytes for op in g.ops), default=0)
+        return max((op.implementations[op.default_impl].workspace_bytes for op in g.ops), default=0)
     return max((max((im.workspace_bytes for im in op.implementations), default=0) for op in g.ops), default=0)
 
 

@@ -708,8 +708,9 @@ def workspaces_aside_problem(graph: Graph, device: Device) -> tuple[Graph, Devic
     states a large scratch: vgg16's unfold_gemm and winograd 0.4-3.4 GiB on the H200's op times, 3-6x cuDNN's
     time, and 3.45 GiB aside left vgg16 and unet no plan at all (results/vs_torch_replay.md, 2026-11-30)."""
     aside = largest_workspace(graph, default_only=True)
-    ops = [dataclasses.replace(op, workspace_bytes=0, impls=tuple(dataclasses.replace(im, workspace_bytes=0)
-                                                                    for im in op.impls if im.workspace_bytes <= aside))
+    ops = [dataclasses.replace(op, workspace_bytes=0, impls=tuple(
+               dataclasses.replace(im, workspace_bytes=0) for i, im in enumerate(op.impls)
+               if im.workspace_bytes <= aside or i == op.default_impl))   # kept in order: the default stays one
            for op in graph.ops]
     bare = Graph(graph.name, list(graph.tensors), ops, graph.device, graph.extra)
     if device.usable_bytes - aside <= 0:
