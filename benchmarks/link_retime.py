@@ -10,13 +10,18 @@ equal the table's, column `same_plan`) and re-times each with other link terms:
 - `implied_latency_us`: for a plan that runs on one stream (naive: every copy on the critical path), the
   latency per copy at which its simulated time equals the measured one: (simulated - measured) / copies less
   than the link's;
+- `retimed_ms`: the plan re-timed at the measured link, each node started as soon as its dependencies and
+  its stream allow (`executor.measure`'s re-timing, as the executor issues it): where it is below
+  `simulated_ms` the plan's own timeline leaves gaps (Belady's), and the ratios below carry that offset;
 - `m/s <latency>, <rate>`: measured / re-timed, every copy taking bytes / (rate x the measured one-way rate) +
-  latency, stream orders and dependencies as the plan has them (`executor.measure`'s re-timing).
+  latency, stream orders and dependencies as the plan has them. The latency is fitted to the one-stream rows
+  (their `implied_latency_us`, so they are 1.000x there by construction) and the rates are tried: a fit to
+  these rows of one card, not a measurement.
 
 The written plan's rows (a 15 s search on the GPU's machine) are not made again: a search's plan depends on the
 machine's speed. Read: the link's latency was timed as one synchronized copy from the host (launch and
-synchronize), while the replayed CUDA graphs copy back to back; `measure_link` now times copies as the replays run
-them, and the rates with both directions copying at once (the next GPU session measures them).
+synchronize), while the replayed CUDA graphs copy back to back; `measure_link` now times chains of copies recorded
+as CUDA graphs, and the rates with both directions copying at once (the next GPU session measures them).
 
     python -m benchmarks.link_retime          # results/link_retime.md (about 2 minutes)
 """
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         n = copies(p)
         row = {"model": r["model"], "memory": r["memory"], "plan": r["plan"], "copies": n,
                "one_stream": serialized(p), "measured_ms": r["measured_s"] * 1e3,
-               "simulated_ms": p.makespan_s * 1e3,
+               "simulated_ms": p.makespan_s * 1e3, "retimed_ms": retimed_s(g, p, lat0, 1.0) * 1e3,
                "same_plan": bool(np.isclose(p.makespan_s, r["simulated_s"], rtol=1e-6))}
         if serialized(p) and n:
             row["implied_latency_us"] = (lat0 - (p.makespan_s - r["measured_s"]) / n) * 1e6
