@@ -101,7 +101,6 @@ def test_the_measured_comparison_quotes_vs_torch_measured_and_its_replay() -> No
                f"vgg16 laid out at checkpoint's peak {r.loc[('vgg16', 'checkpoint')].replay_speedup:.3f}x",
                f"gpt2 {r.loc[('gpt2', 'checkpoint')].replay_speedup:.3f}x where "
                f"{r.loc[('gpt2', 'checkpoint')].ceiling:.3f}x is the ceiling",
-               f"vgg16 {r.loc[('vgg16', 'checkpoint')].replay_speedup:.3f}x where {r.loc[('vgg16', 'checkpoint')].ceiling:.3f}x",
                f"(the ceiling is {r.loc[('resnet-50', 'eager')].ceiling:.3f}x",
                f"vgg16's is {r.loc[('vgg16', 'eager')].replay_speedup:.3f}x with its workspace held aside where the "
                f"ceiling is {r.loc[('vgg16', 'eager')].ceiling:.3f}x"]
