@@ -184,7 +184,8 @@ def _layout_line(plan) -> str:  # noqa: ANN001 - Plan
     """Whether the plan written has arena offsets; where not, how far its best layout went over and what the
     executor then does."""
     if plan.allocation.kind == "arena":
-        return "layout       laid out in the arena (offsets in the plan)"
+        how = plan.planner.get("layout") if isinstance(plan.planner, dict) else None
+        return f"layout       laid out in the arena (offsets in the plan){': ' + how if how else ''}"
     arena = plan.planner.get("arena", {}) if isinstance(plan.planner, dict) else {}
     over = (f" (best layout {format_change(float(arena['overflow']), noise=0) or '+0%'} over the memory)"
             if "overflow" in arena else "")   # digits enough: an overflow of a few KiB is not '+0.0%'
@@ -194,11 +195,11 @@ def _layout_line(plan) -> str:  # noqa: ANN001 - Plan
 
 def _write_start(g, dev, kind: str, stages: int | None, start, start_name: str | None, why: str,  # noqa: ANN001
                  out_path: Path | None, as_json: bool) -> None:
-    """No model to solve (refused, or its build ran past the time limit): write the start with Auto's impls."""
-    from milp.api import checked_start, stage_count, start_run
-    from milp.decode import auto_plan
+    """No model to solve (refused, or its build ran past the time limit): write the start with Auto's impls,
+    laid out as `plan_milp` lays it out (`milp.api.laid_out_start`)."""
+    from milp.api import prepare_start, stage_count, start_run
 
-    plan = auto_plan(g, checked_start(g, dev, start))
+    plan = prepare_start(g, dev, start).written
     if out_path is not None:
         write_plan(g, plan, out_path, "the start plan")
     _say_start(g, dev, start_run(kind, plan, start_name, why, stage_count(g, stages)), out_path, as_json)
