@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from hybrid.errors import HybridError, InfeasibleError
+from hybrid.errors import HybridError
 from typing import TYPE_CHECKING, Any
 
 from hybrid.device import Device
@@ -45,6 +45,8 @@ class MilpRun:
     start_makespan_s: float | None = None
     start_mapped: tuple[int, int] | None = None   # (events mapped to variables, events the model has none for)
     milp_makespan_s: float | None = None          # the MILP's own decoded plan (None: no incumbent)
+    milp_plan: Plan | None = None                  # that plan, a byte budget (where the start is written, `plan_milp`
+    #                                                lays it out too and writes it if it runs before the start)
     written: str = "milp"                          # whose plan `plan` is: "milp" or "start" (the faster)
     start_plan: Plan | None = None                 # the start as compared (Auto's impls on it)
     start_breaks: dict[str, int] | None = None     # constraints the start breaks, per family (milp.start.
@@ -169,7 +171,7 @@ def laid_out_start(graph: Graph, auto: Plan, layout_s: float = START_LAYOUT_S, l
     try:
         out = lay_out(graph, auto, time_limit_s=layout_s, budget=QUICK_BUDGET, classes=False,
                       recompute=any(e.recompute for e in auto.events))
-    except InfeasibleError:
+    except HybridError:     # none fits (InfeasibleError), or its layout refused by the arena's check: as it is
         return written
     if out.plan.allocation.kind != "arena":
         return written
@@ -177,10 +179,11 @@ def laid_out_start(graph: Graph, auto: Plan, layout_s: float = START_LAYOUT_S, l
 
 
 def prepare_start(graph: Graph, device: Device, plan: Plan, lay_out: bool = True,
-                  layout_s: float = START_LAYOUT_S) -> PreparedStart:
+                  layout_s: float = START_LAYOUT_S, replan: bool = True) -> PreparedStart:
     """`plan` checked on `device`, with Auto's impls and (`lay_out`) laid out (`laid_out_start`, its re-plan
-    capped at `layout_s`); timed (`PreparedStart.post_s`: what a decoded plan's re-timing, layout and
-    validation take too, so the start's re-plan is left out of it)."""
+    capped at `layout_s`; `replan` False: at its own times only, as for the recompute-only kinds, whose plans
+    must have no copies and a re-plan would add some); timed (`PreparedStart.post_s`: what a decoded plan's
+    re-timing, layout and validation take too, so the start's re-plan is left out of it)."""
     from hybrid.arena.layout import laid_out
     from milp.decode import auto_plan
 
@@ -189,7 +192,7 @@ def prepare_start(graph: Graph, device: Device, plan: Plan, lay_out: bool = True
     auto = auto_plan(graph, p)
     written = laid_out(graph, auto) if lay_out else auto
     post_s = time.perf_counter() - t0
-    if lay_out and written.allocation.kind != "arena":
+    if lay_out and replan and written.allocation.kind != "arena":
         written = laid_out_start(graph, auto, layout_s, written)
     return PreparedStart(p, auto, written, post_s)
 
@@ -262,6 +265,7 @@ def solve_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | 
     run.refused = refused
     run.start_breaks = breaks
     run.milp_makespan_s = plan.makespan_s if plan is not None else None
+    run.milp_plan = plan
     if prepared is not None:
         # Auto on the start: the fastest implementation that fits where the start ran another (Belady plans run
         # every op's default), re-timed and validated; kept only if no slower.
@@ -366,7 +370,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     if start_plan is not None:
         prepared = start_plan if isinstance(start_plan, PreparedStart) else \
             prepare_start(graph, device, start_plan, layout_s=START_LAYOUT_S if deadline is None else
-                          max(1.0, min(START_LAYOUT_S, START_LAYOUT_SHARE * (deadline - t0))))
+                          max(1.0, min(START_LAYOUT_S, START_LAYOUT_SHARE * (deadline - t0))),
+                          replan=(model_options or KINDS[kind]).offload)
     keep = post_solve_s(graph, prepared) if deadline is not None else 0.0
     first = solve_options if deadline is None else replace(solve_options, deadline=deadline - keep)
     budget_left = None if deadline is None else max(0.0, deadline - keep - time.monotonic())
@@ -398,7 +403,16 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     if run.plan is None:
         return run
     try:
-        run.plan = prepared.written if prepared is not None and run.written == "start" else laid_out(graph, run.plan)
+        if prepared is not None and run.written == "start":
+            # chosen on the byte budgets; as written, the start may have been re-planned (slower) or not laid out,
+            # and the MILP's plan laid out may run before it (a plan with offsets first, else the faster)
+            run.plan = prepared.written
+            if run.milp_plan is not None and run.refused is None:
+                mine = laid_out(graph, run.milp_plan)
+                if _runs_before(mine, run.plan):
+                    run.plan, run.written = mine, "milp"
+        else:
+            run.plan = laid_out(graph, run.plan)
     except HybridError as e:    # the arena's own check refused its layout: internal, and the start is there
         if prepared is None:
             raise
@@ -481,10 +495,12 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
         # planned, so it is preferred to a byte budget whatever their makespans
         start_written = prepared.written if prepared is not None else laid_out(graph, run.start_plan)
         if _runs_before(start_written, run.plan):
+            why = ("laid out where the MILP's plan is not" if start_written.allocation.kind == "arena"
+                   and run.plan.allocation.kind != "arena" else "faster")
             run.plan, run.written = start_written, "start"
-            run.memory_given_up = None    # the written plan gave up none: the start's
+            run.memory_given_up = None    # the MILP's re-solve's share: not the plan written
             if run.resolve is not None:
-                run.resolve += "; the start is faster and is written instead"
+                run.resolve += f"; the start, as written, is {why} and is written instead"
     return run
 
 

@@ -314,3 +314,6 @@ def test_a_start_whose_copies_do_not_lay_out_is_replanned_and_written_with_offse
     w = prepared.written
     assert w.allocation.kind == "arena" and validate(g, w).valid and w.device == dev
     assert "re-planned" in w.planner["layout"] and w.makespan_s >= prepared.auto.makespan_s
+    # the recompute-only kinds (--no-offload) take no re-plan: Belady's would add copies their plans must not have
+    kept = prepare_start(g, dev, belady_start(g, dev), replan=False).written
+    assert kept.allocation.kind == "unconstrained" and "layout" not in kept.planner

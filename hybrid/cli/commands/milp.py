@@ -116,7 +116,7 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     if refusal is not None and start is None:
         raise InfeasibleError(refusal)
     if refusal is not None:  # no model plan can fit: the start (with Auto) is the answer, no solve
-        _write_start(g, dev, kind, stages, start, start_name, refusal, out_path, as_json)
+        _write_start(g, dev, kind, stages, start, start_name, refusal, out_path, as_json, opts.offload, limit)
         _not_written(out_path, as_json)
         return
     # --time-limit bounds the whole command (loading and Belady's start included): plan_milp returns by the
@@ -180,6 +180,11 @@ def _echo_json(g, dev, run, out_path: Path | None) -> None:  # noqa: ANN001 - Gr
     click.echo(report_json(d, indent=1))
 
 
+def _replanned(plan) -> bool:  # noqa: ANN001 - Plan
+    """Whether the start written was planned again to lay out (`milp.api.laid_out_start`)."""
+    return isinstance(plan.planner, dict) and "layout" in plan.planner
+
+
 def _layout_line(plan) -> str:  # noqa: ANN001 - Plan
     """Whether the plan written has arena offsets; where not, how far its best layout went over and what the
     executor then does."""
@@ -194,15 +199,19 @@ def _layout_line(plan) -> str:  # noqa: ANN001 - Plan
 
 
 def _write_start(g, dev, kind: str, stages: int | None, start, start_name: str | None, why: str,  # noqa: ANN001
-                 out_path: Path | None, as_json: bool) -> None:
+                 out_path: Path | None, as_json: bool, offload: bool, limit: float) -> None:
     """No model to solve (refused, or its build ran past the time limit): write the start with Auto's impls,
-    laid out as `plan_milp` lays it out (`milp.api.laid_out_start`)."""
-    from milp.api import prepare_start, stage_count, start_run
+    laid out as `plan_milp` lays it out (`milp.api.laid_out_start`: re-planned with less memory where `offload`
+    allows copies, within what is left of the time limit)."""
+    from milp.api import START_LAYOUT_S, prepare_start, stage_count, start_run
 
-    plan = prepare_start(g, dev, start).written
+    prepared = prepare_start(g, dev, start, replan=offload,
+                             layout_s=max(1.0, min(START_LAYOUT_S, 0.8 * clock.left(limit))))
+    plan = prepared.written
     if out_path is not None:
         write_plan(g, plan, out_path, "the start plan")
-    _say_start(g, dev, start_run(kind, plan, start_name, why, stage_count(g, stages)), out_path, as_json)
+    _say_start(g, dev, start_run(kind, plan, start_name, why, stage_count(g, stages), prepared.auto.makespan_s),
+               out_path, as_json)
 
 
 def _say_start(g, dev, run, out_path: Path | None, as_json: bool) -> None:  # noqa: ANN001 - Graph, Device, MilpRun
@@ -212,8 +221,9 @@ def _say_start(g, dev, run, out_path: Path | None, as_json: bool) -> None:  # no
         return
     why = run.not_solved
     click.echo(f"model        not solved: {why.removeprefix('error: ').removeprefix('milp: ')}\n"
-               f"written      the start ({run.start_name}, Auto impls): {format_seconds(run.plan.makespan_s)} "
-               f"simulated\n" + _layout_line(run.plan)
+               f"written      the start ({run.start_name}, "
+               f"{'re-planned to lay out, default impls' if _replanned(run.plan) else 'Auto impls'}): "
+               f"{format_seconds(run.plan.makespan_s)} simulated\n" + _layout_line(run.plan)
                + (f"\nplan         {out_path} (validated)" if out_path is not None else ""))
 
 
@@ -266,8 +276,9 @@ def _report(graph, run, kind: str, solver: str, dev, m: dict) -> list[str]:  # n
             "refused" if run.refused else "none"
         if run.resolve_makespan_s is not None:
             milp_s += f" (did not lay out; re-solved with less memory: {format_seconds(run.resolve_makespan_s)})"
-        whose = "the start's" if run.written == "start" else \
-            "the MILP's re-solve" if run.resolve_makespan_s is not None else "the MILP's"
+        whose = ((f"the start's, re-planned to lay out ({format_seconds(run.plan.makespan_s)})"
+                  if _replanned(run.plan) else "the start's") if run.written == "start" else
+                 "the MILP's re-solve" if run.resolve_makespan_s is not None else "the MILP's")
         lines.append(f"start        {run.start_name}: {format_seconds(run.start_makespan_s)} simulated; MILP's own "
                      f"plan {milp_s}; written: {whose} "
                      f"({mapped} of its events given as a MIP start, {unmapped} outside the model's variables)")
