@@ -125,7 +125,7 @@ def compile_if_first_run(note: Callable[[str], None] | None = None, arena: bool 
     from hybrid.signals import interrupts_after
 
     if note is not None:
-        note("compiling the planner's kernels: the first run after an install (about 30 s on 2 cores; cached from "
+        note("compiling the planner's kernels: the first run after an install (30-60 s on 2 cores; cached from "
              "now on)")
     t0 = time.monotonic()
     with interrupts_after():   # numba calls back into Python: a Ctrl-C is acted on once it returns
