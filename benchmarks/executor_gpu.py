@@ -120,6 +120,18 @@ def sync(dev: torch.device) -> None:
 
 # ---- 1. the host link --------------------------------------------------------------------
 
+def host_timed_s(dev: torch.device, fn: Any, repeat: int) -> float:
+    """Host wall seconds of `fn` with a synchronize before and after, median of `repeat` after a first run."""
+    out = []
+    for _ in range(repeat + 1):
+        sync(dev)
+        t0 = time.perf_counter()
+        fn()
+        sync(dev)
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out[1:])
+
+
 def fit_link(small: int, t_small: float, large: int, t_large: float) -> tuple[float, float]:
     """(bytes per second, seconds per copy) of a link whose copy of n bytes takes latency + n / bandwidth, from
     one copy's time at two sizes; the latency is never below 0 (a noisy small copy), the bandwidth is the large
@@ -233,19 +245,9 @@ def measure_link(dev: torch.device, nbytes: int = 256 * MiB, small: int = 4096, 
             torch.cuda.synchronize(dev)
             log(f"host link: CUDA graph timing failed ({short(e)}); timing copies from the host instead")
 
-    def timed(fn) -> float:
-        out = []
-        for _ in range(repeat + 1):
-            sync(dev)
-            t0 = time.perf_counter()
-            fn()
-            sync(dev)
-            out.append(time.perf_counter() - t0)
-        return statistics.median(out[1:])
-
-    h2d = timed(lambda: d.copy_(host, non_blocking=True))
-    d2h = timed(lambda: host.copy_(d, non_blocking=True))
-    lat = timed(lambda: d[:small].copy_(host[:small], non_blocking=True))
+    h2d = host_timed_s(dev, lambda: d.copy_(host, non_blocking=True), repeat)
+    d2h = host_timed_s(dev, lambda: host.copy_(d, non_blocking=True), repeat)
+    lat = host_timed_s(dev, lambda: d[:small].copy_(host[:small], non_blocking=True), repeat)
     return {"h2d_bytes_per_s": nbytes / h2d, "d2h_bytes_per_s": nbytes / d2h, "latency_s": lat,
             "method": "host wall time around synchronized copies"}
 

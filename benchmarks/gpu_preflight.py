@@ -13,9 +13,7 @@ Without CUDA it says so and exits 0 (the CPU smoke test of gpu_session.sh).
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from typing import Callable
 
 import torch
@@ -92,25 +90,19 @@ def link_line(dev: torch.device) -> str:
     """The host link as the plans' device will state it (benchmarks.executor_gpu.measure_link: CUDA graph
     replays), beside one copy timed from the host as before 2026-11-30; never fails the preflight."""
     try:
-        from benchmarks.executor_gpu import measure_link
+        from benchmarks.executor_gpu import host_timed_s, measure_link
 
         g = measure_link(dev)
         if "latency_h2d_s" not in g:
             return f"host link: {g['method']} (the CUDA graph timing failed: its log line above)"
         host = torch.empty(4096, dtype=torch.uint8, pin_memory=True)
         d = torch.empty(4096, dtype=torch.uint8, device=dev)
-        times = []
-        for _ in range(6):
-            torch.cuda.synchronize(dev)
-            t0 = time.perf_counter()
-            d.copy_(host, non_blocking=True)
-            torch.cuda.synchronize(dev)
-            times.append(time.perf_counter() - t0)
+        one = host_timed_s(dev, lambda: d.copy_(host, non_blocking=True), 5)
         gb = 1e9
         return (f"host link: h2d {g['h2d_bytes_per_s'] / gb:.1f} GB/s both ways at once ({g['h2d_alone_bytes_per_s'] / gb:.1f} "
                 f"alone), d2h {g['d2h_bytes_per_s'] / gb:.1f} ({g['d2h_alone_bytes_per_s'] / gb:.1f}), latency "
                 f"{g['latency_h2d_s'] * 1e6:.2f} / {g['latency_d2h_s'] * 1e6:.2f} us per copy replayed "
-                f"(one copy timed from the host: {statistics.median(times[1:]) * 1e6:.1f} us)")
+                f"(one copy timed from the host: {one * 1e6:.1f} us)")
     except Exception as e:  # noqa: BLE001 - a line of the log, not a check
         return f"host link: not measured ({type(e).__name__}: {str(e)[:160]})"
 
