@@ -38,13 +38,13 @@ import pandas as pd
 from benchmarks.common import ROOT, write_table
 from benchmarks.executor_gpu import FULL, make_plans
 from benchmarks.vs_torch_replay import PROFILE, gpu_graph
-from executor.program import serialized
+from hybrid.swap.augmented import serialized
 from hybrid.capture.api import capture_model
 from hybrid.capture.profile import Profile
 from hybrid.device import Device
 from hybrid.graph.info import unswapped_peak
 from hybrid.plan import Plan
-from hybrid.simulator import simulate
+from hybrid.simulator import resimulate
 from hybrid.swap import kernel as K
 from hybrid.swap.from_plan import from_plan
 
@@ -59,7 +59,7 @@ def retimed_s(aug: Any, plan: Plan, latency_s: float, rate: float) -> float:
     dur = aug.durations().copy()
     copy = (aug.kind == K.SWAP_IN) | (aug.kind == K.SWAP_OUT)
     dur[copy] = (dur[copy] - plan.device.transfer_latency_s) / rate + latency_s
-    _, end = simulate(aug.kind, dur, aug.dep_ptr, aug.dep_idx, serialize=serialized(plan))
+    _, end = resimulate(aug, durations=dur)
     return float(end.max()) if len(end) else 0.0
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from hybrid.plan import events as E
 from hybrid.plan.events import STREAMS
-from hybrid.simulator import simulate
+from hybrid.simulator import resimulate
 
 from executor.program import Program
 from executor.runtime import IterationRecord
@@ -155,7 +155,7 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
         aug = program.aug
         dur = node_durations(timed, program.n_nodes)
         dur[aug.kind == E.FREE] = 0.0
-        _, end = simulate(aug.kind, dur, aug.dep_ptr, aug.dep_idx, serialize=program.serialize)
+        _, end = resimulate(aug, durations=dur)
         resim = float(end.max()) if len(end) else 0.0
     busy: dict[str, list[float]] = {}
     stall: dict[str, list[float]] = {}

@@ -31,7 +31,7 @@ from hybrid.swap.from_plan import from_plan
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.swap.augmented import AugmentedGraph, PlannerOptions
+from hybrid.swap.augmented import AugmentedGraph, serialized
 
 from executor.streams import COMPUTE, D2H, H2D
 
@@ -96,12 +96,6 @@ class Program:
     @property
     def n_nodes(self) -> int:
         return len(self.steps)
-
-
-def serialized(plan: Plan) -> bool:
-    """Plans made without overlap (the naive baseline) promise one stream: copies never run beside compute."""
-    opts = PlannerOptions.of_plan(plan)
-    return opts is not None and not opts.overlap
 
 
 def compile_program(graph: Graph, plan: Plan, aug: AugmentedGraph | None = None) -> Program:

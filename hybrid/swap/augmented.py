@@ -91,6 +91,13 @@ class PlannerOptions:
         return (self.recompute_ratio > 0 or self.recompute_only) and self.recompute_depth > 0
 
 
+def serialized(plan: object) -> bool:
+    """Plans made without overlap (the naive baseline) promise one stream: copies never run beside compute. The
+    executor runs them so and `hybrid.simulator.resimulate` re-times them so (`from_plan` records it)."""
+    opts = PlannerOptions.of_plan(plan)
+    return opts is not None and not opts.overlap
+
+
 @dataclass
 class AugmentedGraph:
     """Ops plus swap nodes with their control edges, timed. Node i: kind, ref (op or tensor index), start, end."""

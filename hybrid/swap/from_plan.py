@@ -30,7 +30,7 @@ from hybrid.graph import Graph, Op
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.plan.events import KIND_CODE
 from hybrid.graph.order import from_ids
-from hybrid.swap.augmented import AugmentedGraph, PlannerOptions
+from hybrid.swap.augmented import AugmentedGraph, PlannerOptions, serialized
 
 # At equal (start, end) — zero-length events at one instant — copies in come first, then computes, then releases.
 _TIE = {"swap_in": 0, "compute": 1, "swap_out": 2, "free": 3}
@@ -263,7 +263,8 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
         resident[g.tensor_index[tid]] = True
     return AugmentedGraph(
         g, plan.device, pool, from_ids(g, plan.schedule, "plan schedule"), op_time, op_ws, impl_choice,
-        PlannerOptions(), kind, ref, start, end, dep_ptr, np.array(deps_flat, dtype=np.int32), resident,
+        PlannerOptions(overlap=not serialized(plan)), kind, ref, start, end, dep_ptr,
+        np.array(deps_flat, dtype=np.int32), resident,
         {}, recompute, impl,
     )
 

@@ -206,3 +206,23 @@ def test_write_back_sends_updated_state_home_after_its_last_use_not_in_a_burst_a
         tail[wb] = plan.makespan_s - max(e.end_s for e in plan.events if e.kind == "compute")
     assert tail[False] > 1e-3 and tail[True] < 1e-4
     assert plans[True].makespan_s < plans[False].makespan_s
+
+
+def test_a_one_stream_plan_re_simulates_on_one_stream_from_its_file():
+    """The naive baseline promises copies never beside compute; its file alone must re-time it so (the executor's
+    measured-against-simulated figure and benchmarks.link_retime re-time plans from their files)."""
+    from hybrid.swap.augmented import serialized
+    from hybrid.swap.baselines import run_baseline
+
+    g = training_graph(40, seed=3, share_params=5)
+    dev = replace(g.device, memory_bytes=unswapped_peak(g) // 2, transfer_latency_s=1e-5)
+    naive = run_baseline(g, dev, "naive")
+    assert serialized(naive) and not serialized(run_baseline(g, dev, "belady"))
+    assert any(e.kind == "swap_in" for e in naive.events)
+    aug = from_plan(g, naive)
+    assert not aug.options.overlap
+    _, end = resimulate(aug)
+    assert end.max() == pytest.approx(naive.makespan_s, rel=1e-9)
+    # Three streams would have let its copies run beside compute: the re-timing is the one-stream one.
+    _, overlapped = resimulate(replace(aug, options=PlannerOptions()))
+    assert overlapped.max() < naive.makespan_s * (1 - 1e-6)
