@@ -44,6 +44,7 @@ from hybrid.arena.heuristics import Solution
 from hybrid.arena.problem import Problem
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.graph import Graph
+from hybrid.graph.info import largest_workspace
 from hybrid.plan import Plan
 from hybrid.swap.augmented import PlannerOptions
 from hybrid.units import format_bytes, format_change
@@ -190,7 +191,7 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
     order = from_ids(graph, plan.schedule) if order is None else order
     aside = 0
     if workspaces_aside:
-        aside = int(graph.arrays.op_ws.max(initial=0))   # the default implementations', as the planner's below
+        aside = largest_workspace(graph, default_only=True)   # as the planner below reads the workspaces
         if dev.memory_bytes - aside <= dev.reserve_bytes:
             raise InfeasibleError(f"the largest workspace ({format_bytes(aside)}) leaves the tensors nothing")
         dev = dataclasses.replace(dev, memory_bytes=dev.memory_bytes - aside)

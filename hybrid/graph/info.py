@@ -113,10 +113,11 @@ def largest_op(g: Graph, align: int = 1) -> tuple[int, int]:
 
 def largest_workspace(g: Graph, default_only: bool = False) -> int:
     """The largest workspace of any op and any of its implementations (0 where none states one); with
-    `default_only`, of the implementations that run where a plan chooses none (each op's `workspace_bytes`)."""
+    `default_only`, of what runs where a plan chooses no implementation: each op's own `workspace_bytes`, as the
+    planners read it (`GraphArrays.impl_arrays(None)`), also where it matches none of the op's `impls`."""
     if default_only:
-        return max((op.implementations[op.default_impl].workspace_bytes for op in g.ops), default=0)
-    return max((max((im.workspace_bytes for im in op.implementations), default=0) for op in g.ops), default=0)
+        return int(g.arrays.op_ws.max(initial=0))
+    return max((max([op.workspace_bytes] + [im.workspace_bytes for im in op.impls]) for op in g.ops), default=0)
 
 
 def graph_alignment(g: Graph) -> int:

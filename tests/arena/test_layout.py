@@ -378,3 +378,26 @@ def test_workspaces_aside_holds_the_default_implementations_largest_and_leaves_o
     res = run_optimize(g, dev, 120.0, opts)
     assert res.plan.planner["workspaces_aside"] == aside and validate(g, res.plan).valid
     assert all(e.impl != "huge" for e in res.plan.events if e.kind == "compute")
+
+
+def test_the_default_workspace_is_what_runs_where_no_implementation_is_chosen() -> None:
+    # an op whose own time/workspace match none of its impls runs its own figures where a plan names no impl
+    # (the planners' `impl_arrays(None)`); the aside `--workspaces-aside` and `lay_out` hold is that one
+    import dataclasses
+
+    from hybrid.graph import Graph
+    from hybrid.graph.info import largest_workspace
+    from hybrid.graph.types import Impl
+    from hybrid.pipeline.optimize import workspaces_aside_problem
+
+    g = _one_large_workspace(3)
+    big = max(g.ops, key=lambda o: o.workspace_bytes)
+    small = Impl("small", big.time_s * 2, big.workspace_bytes // 4)
+    g = Graph(g.name, list(g.tensors), [dataclasses.replace(o, impls=(small,)) if o.id == big.id else o
+                                        for o in g.ops], g.device, g.extra)
+    assert g.op(big.id).default_impl == 0                      # unmatched: the first stands for it
+    assert largest_workspace(g, default_only=True) == big.workspace_bytes == int(g.arrays.op_ws.max())
+    assert largest_workspace(g) == big.workspace_bytes
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 1.5), reserve_bytes=0)
+    _, smaller, aside = workspaces_aside_problem(g, dev)
+    assert aside == big.workspace_bytes and smaller.memory_bytes == dev.memory_bytes - aside
