@@ -56,7 +56,8 @@ def test_from_with_device_flags_changes_the_plans_device_and_says_so(graph: Path
 def test_from_an_arena_plan_re_plans_it_with_a_byte_budget(graph: Path, tmp_path: Path) -> None:
     """Before: `the swap planner works with size_classes or unconstrained allocations, not 'arena'` (exit 2)."""
     src = _plan(graph, tmp_path / "p.json")
-    r = run("arena", "--graph", graph, "--plan", tmp_path / "p.json", "--out", tmp_path / "a.json")
+    r = run("arena", "--graph", graph, "--plan", tmp_path / "p.json", "--time-limit", "3s",
+            "--out", tmp_path / "a.json")
     assert r.exit_code == 0, r.output
     arena = Plan.load(tmp_path / "a.json")
     assert isinstance(arena.allocation, ArenaAllocation)
@@ -66,7 +67,8 @@ def test_from_an_arena_plan_re_plans_it_with_a_byte_budget(graph: Path, tmp_path
     q = Plan.load(tmp_path / "q.json")
     assert isinstance(q.allocation, UnconstrainedAllocation)
     assert q.schedule == arena.schedule and q.device == src.device
-    assert run("arena", "--graph", graph, "--plan", tmp_path / "q.json", "--out", tmp_path / "qa.json").exit_code == 0
+    assert run("arena", "--graph", graph, "--plan", tmp_path / "q.json", "--time-limit", "3s",
+               "--out", tmp_path / "qa.json").exit_code == 0
     assert "arena plan" in " ".join(run("simulate", "--help").output.split())
 
 
@@ -166,7 +168,8 @@ def test_from_an_address_planned_plan_re_plans_a_byte_budget_as_its_note_says(gr
     import json
 
     src = _plan(graph, tmp_path / "p.json")
-    r = run("arena", "--graph", graph, "--plan", tmp_path / "p.json", "--out", tmp_path / "a.json")
+    r = run("arena", "--graph", graph, "--plan", tmp_path / "p.json", "--time-limit", "3s",
+            "--out", tmp_path / "a.json")
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "a.json").read_text())
     doc["planner"]["planner_options"] = {**src.planner["planner_options"], "addresses": True}

@@ -70,7 +70,10 @@ def test_a_read_only_install_and_home_run_with_numba_cache_dir_unset(tmp_path: P
 def test_the_fallback_only_where_numba_would_find_no_writable_folder(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    # set first so that teardown restores the variable as it was: a delenv of an unset one records nothing, and the
+    # folder set below then outlived the test, so every later subprocess compiled the kernels anew (77 s)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "")
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
     import numba.core.config as config
 
     monkeypatch.setattr(config, "CACHE_DIR", config.CACHE_DIR)
@@ -98,3 +101,11 @@ def test_numba_s_own_writability_test() -> None:
         assert not _numba_cache.writable(d / "file" / "sub")    # a file where the folder should be
     finally:
         shutil.rmtree(d)
+
+
+def test_the_environment_is_as_the_session_found_it() -> None:
+    """Runs after the fallback test (file order): its folder must not leak into later tests' subprocesses."""
+    assert os.environ.get("NUMBA_CACHE_DIR") == _SESSION_CACHE_DIR
+
+
+_SESSION_CACHE_DIR = os.environ.get("NUMBA_CACHE_DIR")   # at collection, before any test ran
