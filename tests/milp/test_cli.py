@@ -61,7 +61,9 @@ def test_ctrl_c_keeps_the_incumbent(tmp_path: Path) -> None:
     from hybrid.graph.info import unswapped_peak
     from tests.cli.helpers import ROOT
 
-    g = training_graph(10, seed=1, impls_prob=0.5, workspace_prob=0.3)  # about 4 min to prove at gap 0
+    # 73 stages: HiGHS 1.16 holds no proof after 20 s on 2 cores (10 layers, proved in 4 s, returned before the
+    # interrupt below and tested nothing)
+    g = training_graph(24, seed=1, impls_prob=0.5, workspace_prob=0.3)
     path = tmp_path / "g.json"
     g.save(path)
     out = tmp_path / "p.json"
@@ -71,7 +73,7 @@ def test_ctrl_c_keeps_the_incumbent(tmp_path: Path) -> None:
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          # a test run started in the background inherits SIGINT ignored: give the child Ctrl-C back
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(25)
+    time.sleep(12)     # in the solve: the model is built in under 3 s
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=120)
     if "optimal (Optimal)" in stdout:  # a faster machine proved it first: nothing to interrupt
@@ -114,13 +116,13 @@ def test_milp_starts_from_a_plan_and_is_never_slower(tmp_path: Path) -> None:
     res = run("simulate", "--graph", g, "--memory", "14MiB", "--out", start)
     assert res.exit_code == 0, res.output
     out = tmp_path / "p.json"
-    res = run("milp", "--graph", g, "--memory", "14MiB", "--time-limit", "30s", "--start", start, "--out", out)
+    res = run("milp", "--graph", g, "--memory", "14MiB", "--time-limit", "12s", "--start", start, "--out", out)
     assert res.exit_code == 0, res.output
     assert "start" in res.output and "written" in res.output and "bound" in res.output
     plan, s = Plan.load(out), Plan.load(start)
     assert validate(Graph.load(g), plan).valid
     assert plan.makespan_s <= s.makespan_s * (1 + 1e-9)
-    text = run("milp", "--graph", g, "--memory", "14MiB", "--time-limit", "30s", "--json").output
+    text = run("milp", "--graph", g, "--memory", "14MiB", "--time-limit", "12s", "--json").output
     d = json.loads(text[text.index("{"):])
     assert d["start"] == "belady" and d["written"] in ("milp", "start")
     assert d["makespan_s"] <= d["start_makespan_s"] * (1 + 1e-9)

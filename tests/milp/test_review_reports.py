@@ -187,12 +187,12 @@ def test_a_broken_start_is_not_blamed_on_the_memory() -> None:
 
 def test_a_start_without_memory_plans_for_its_own(tmp_path: Path) -> None:
     _g, gp, sp = _files(tmp_path, "14MiB")
-    p = hybrid("milp", "--graph", gp, "--start", sp, "--time-limit", "60s", "--json")
+    p = hybrid("milp", "--graph", gp, "--start", sp, "--time-limit", "15s", "--json")
     assert p.returncode == 0, p.stderr
     d = _json(p.stdout)
     assert d["memory_bytes"] == Plan.load(sp).device.memory_bytes and d["plan"] is None
     assert "--start without --memory" in p.stderr
-    p = hybrid("milp", "--graph", gp, "--memory", "14MiB", "--start", sp, "--time-limit", "60s")
+    p = hybrid("milp", "--graph", gp, "--memory", "14MiB", "--start", sp, "--time-limit", "15s")
     assert p.returncode == 0, p.stderr
     assert "--start without --memory" not in p.stderr
     assert "no --out given" in p.stderr.splitlines()[-1]    # 19: without --out, a line says nothing was written
@@ -203,7 +203,7 @@ def test_a_start_without_memory_plans_for_its_own(tmp_path: Path) -> None:
 def test_json_keys_are_the_same_solved_or_not(tmp_path: Path) -> None:
     g, gp, _sp = _files(tmp_path)
     solved_out, start_out = tmp_path / "a.json", tmp_path / "b.json"
-    a = run("milp", "--graph", gp, "--memory", "14MiB", "--time-limit", "60s", "--json", "--out", solved_out)
+    a = run("milp", "--graph", gp, "--memory", "14MiB", "--time-limit", "15s", "--json", "--out", solved_out)
     # refused before a build (no stage fits with the persistent tensors resident): the start is written
     need = memory_refusal(g, _setting("14MiB")[1], ModelOptions(persistent=False))
     assert need is not None, "14 MiB must be refused with --activations-only for this test"
