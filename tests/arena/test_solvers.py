@@ -79,7 +79,7 @@ def test_every_solver_is_valid_on_random_instances(seed: int, n: int, align: int
         assert chk.valid, (name, chk.problems)
         assert s.arena_bytes >= lb
         arenas[name] = s.arena_bytes
-    s = exact.solve(p, 2.0)
+    s = exact.solve(p, 0.5)   # the best heuristic at least, within any limit
     assert check_offsets(p, s.offsets).valid
     assert lb <= s.arena_bytes <= min(arenas.values())
 
