@@ -160,9 +160,13 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
         return {g.tensor_index[e.tensor]}
 
     def release_to_move(k: int) -> int | None:
-        """Position of a release of a live tensor, at the instant of the allocating event at k, to put first."""
+        """Position of a release of a live tensor, at the instant of the allocating event at k, to put first.
+        A compute re-making a live output (a zero-time rerun) releases the old copy first, as the validator
+        pairs them (rule 2: while a copy is live its release goes first), whoever reads it at that instant: the
+        readers after the rerun read the new copy."""
         e = events[out[k]]
-        blocked = touched(e) if e.kind == "compute" else set()
+        remade = (touched(e) & live) - _inputs(e) if e.kind == "compute" else set()
+        blocked = (touched(e) - remade) if e.kind == "compute" else set()
         for j in range(k + 1, len(out)):
             f = events[out[j]]
             if f.start_s > e.start_s + eps:
@@ -171,8 +175,12 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
                 t = g.tensor_index[f.tensor]
                 if t in live and t not in blocked:
                     return j
-            blocked |= touched(f)
+            blocked |= touched(f) - remade
         return None
+
+    def _inputs(e) -> set[int]:
+        o = g.op_index[e.op]
+        return {int(t) for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]}
 
     live = {g.tensor_index[t] for t in plan.resident_at_start}
     out = list(order)

@@ -89,7 +89,8 @@ def test_random_graphs_with_zero_time_ops_decode_valid_and_never_beat_brute_forc
     ops = [replace(o, time_s=0.0, impls=tuple(replace(i, time_s=0.0) for i in o.impls)) if o.id in zero else o
            for o in g.ops]
     g = Graph(g.name, list(g.tensors), ops, g.device)
-    for frac in (1.0, 0.8):
+    checked = 0
+    for frac in (1.5, 1.0, 0.8):    # 1.5: seeds 1, 7 and 9 are infeasible at 1.0 and 0.8 (the model's stages)
         dev = _device(g, frac)
         m, r = _solve(g, dev, ModelOptions(offload=False))
         brute = _brute_force(m)
@@ -98,3 +99,5 @@ def test_random_graphs_with_zero_time_ops_decode_valid_and_never_beat_brute_forc
         assert r.status == "optimal"
         assert validate(g, decode(m, r.values)).valid
         assert brute is not None and r.objective_s >= brute * (1 - 1e-9)
+        checked += 1
+    assert checked, "no memory left the model feasible: nothing was compared"
