@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph, Op, Tensor
-from hybrid.graph.info import unswapped_peak
+from hybrid.graph.info import largest_op, unswapped_peak
 from hybrid.graph.order import program_order, random_order
 from hybrid.graph.rerun import why_not_rerunnable
 from hybrid.graph.synthetic import random_dag, training_graph
@@ -46,7 +46,9 @@ def test_swap_and_recompute_plans_validate_and_fit(n_ops, seed, frac, ratio, dep
                                                    long_chains):
     g = random_dag(n_ops, seed=seed) if kind == "random" else training_graph(max(2, n_ops // 4), seed=seed)
     order = random_order(g, np.random.default_rng(seed)) if shuffle else program_order(g)
-    dev = Device("d", max(1, int(unswapped_peak(g) * frac)), 1e9, 2e9, 0.0, alignment_bytes=256)
+    # at least 1.2x the largest op's working set (below it 77% of draws were infeasible and returned unchecked)
+    mem = max(int(unswapped_peak(g) * frac), int(largest_op(g, 256)[1] * 1.2))
+    dev = Device("d", mem, 1e9, 2e9, 0.0, alignment_bytes=256)
     opt = PlannerOptions(recompute_ratio=ratio, recompute_depth=depth, recompute_only=only, long_chains=long_chains)
     try:
         pool = per_size_pool(g, order, dev) if classes else byte_pool(g, dev)

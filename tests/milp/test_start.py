@@ -139,14 +139,18 @@ def test_persistent_brute_force_when_weights_must_move(mem_mb: int) -> None:
 
 
 def test_updated_parameter_is_written_back_when_it_ends_on_the_host() -> None:
+    # the update on w0, the weight the plans keep on the host (w1, updated before, stayed resident at every
+    # memory that fits, so the write-back below was never checked)
     g = _persistent_graph()
+    ops = [replace(o, inputs=("a2", "w0"), updates=("w0",)) if o.id == "upd" else o for o in g.ops]
+    g = Graph(g.name, list(g.tensors), ops, g.device)
     dev = replace(g.device, memory_bytes=12 * MB)
     run = plan_milp(g, dev, "mosos", None, EXACT, ModelOptions(recompute=False, stalls=False))
     assert run.plan is not None and validate(g, run.plan).valid
     ev = run.plan.events
-    if "w1" not in run.plan.resident_at_start:
-        upd = max(e.end_s for e in ev if e.kind == "compute" and e.op == "upd")
-        assert any(e.kind == "swap_out" and e.tensor == "w1" and e.start_s >= upd - 1e-12 for e in ev)
+    assert "w0" not in run.plan.resident_at_start
+    upd = max(e.end_s for e in ev if e.kind == "compute" and e.op == "upd")
+    assert any(e.kind == "swap_out" and e.tensor == "w0" and e.start_s >= upd - 1e-12 for e in ev)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
