@@ -95,9 +95,12 @@ def test_recompute_and_impl_choice_equals_brute_force(seed: int, frac: float) ->
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_random_dag_equals_brute_force(seed: int) -> None:
+@pytest.mark.parametrize("frac", [1.0, 0.7])
+def test_random_dag_equals_brute_force(seed: int, frac: float) -> None:
+    # 4-op DAGs without offload fit only at their peak (every seed is infeasible at 0.75-0.95, brute force
+    # agreeing): 1.0 compares the objectives (impl choice), 0.7 the infeasibility
     g = random_dag(4, seed=seed, impls_prob=0.6, update_prob=0.0)
-    dev = _device(g, 0.7)
+    dev = _device(g, frac)
     m, r = _solve(g, dev, ModelOptions(offload=False))
     brute = _brute_force(m)
     if brute is None:
