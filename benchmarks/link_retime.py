@@ -53,12 +53,12 @@ TABLE = "results/executor_gpu_h200.json"
 RESERVE_MIB = 33.0   # what cuBLAS kept on that H200 (gpu_preflight's line, 2026-11-30)
 
 
-def retimed_s(aug: Any, plan: Plan, latency_s: float, rate: float) -> float:
-    """The plan's makespan (`aug`: its augmented graph, `from_plan`) with every copy re-timed: bytes / (rate x
-    its rate) + latency_s."""
+def retimed_s(aug: Any, latency_s: float, rate: float) -> float:
+    """The makespan of a plan's augmented graph (`from_plan`) with every copy re-timed: bytes / (rate x its
+    device's rate) + latency_s."""
     dur = aug.durations().copy()
     copy = (aug.kind == K.SWAP_IN) | (aug.kind == K.SWAP_OUT)
-    dur[copy] = (dur[copy] - plan.device.transfer_latency_s) / rate + latency_s
+    dur[copy] = (dur[copy] - aug.device.transfer_latency_s) / rate + latency_s
     _, end = resimulate(aug, durations=dur)
     return float(end.max()) if len(end) else 0.0
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         n = copies(p)
         row = {"model": r["model"], "memory": r["memory"], "plan": r["plan"], "copies": n,
                "one_stream": serialized(p), "measured_ms": r["measured_s"] * 1e3,
-               "simulated_ms": p.makespan_s * 1e3, "retimed_ms": retimed_s(aug, p, lat0, 1.0) * 1e3,
+               "simulated_ms": p.makespan_s * 1e3, "retimed_ms": retimed_s(aug, lat0, 1.0) * 1e3,
                "same_plan": bool(np.isclose(p.makespan_s, r["simulated_s"], rtol=1e-6))}
         if serialized(p) and n:
             row["implied_latency_us"] = (lat0 - (p.makespan_s - r["measured_s"]) / n) * 1e6
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     label = lambda lat, f: f"m/s {lat * 1e6:.1f} us, {f:g}x"   # noqa: E731
     for row, (r, _, p), aug in zip(rows, made, augs):
         for lat, f in settings:
-            row[label(lat, f)] = r["measured_s"] / retimed_s(aug, p, lat, f)
+            row[label(lat, f)] = r["measured_s"] / retimed_s(aug, lat, f)
     df = pd.DataFrame(rows)
     within = {label(lat, f): int(((df[label(lat, f)] - 1).abs() <= 0.05).sum()) for lat, f in settings}
     text = (f"Latency per copy implied by the one-stream rows: {', '.join(f'{x:.2f}' for x in implied)} us "

@@ -152,11 +152,14 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
     a = g.arrays
     eps = plan.tolerance_s
 
+    def outputs(e) -> set[int]:
+        o = g.op_index[e.op]
+        return {int(t) for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]}
+
     def touched(e) -> set[int]:
         if e.kind == "compute":
             o = g.op_index[e.op]
-            return {int(t) for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]} | \
-                   {int(t) for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]}
+            return {int(t) for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]} | outputs(e)
         return {g.tensor_index[e.tensor]}
 
     def release_to_move(k: int) -> int | None:
@@ -165,7 +168,7 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
         pairs them (rule 2: while a copy is live its release goes first), whoever reads it at that instant: the
         readers after the rerun read the new copy."""
         e = events[out[k]]
-        remade = (touched(e) & live) - _inputs(e) if e.kind == "compute" else set()
+        remade = outputs(e) & live if e.kind == "compute" else set()
         blocked = (touched(e) - remade) if e.kind == "compute" else set()
         for j in range(k + 1, len(out)):
             f = events[out[j]]
@@ -177,10 +180,6 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
                     return j
             blocked |= touched(f) - remade
         return None
-
-    def _inputs(e) -> set[int]:
-        o = g.op_index[e.op]
-        return {int(t) for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]}
 
     live = {g.tensor_index[t] for t in plan.resident_at_start}
     out = list(order)

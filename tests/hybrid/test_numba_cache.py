@@ -15,6 +15,7 @@ from hybrid import _numba_cache
 from tests.cli.helpers import RESNET
 
 ROOT = Path(__file__).resolve().parents[2]
+_SESSION_CACHE_DIR = os.environ.get("NUMBA_CACHE_DIR")   # at collection, before any test ran
 
 
 def _drop_root_s_override() -> None:
@@ -107,5 +108,3 @@ def test_the_environment_is_as_the_session_found_it() -> None:
     """Runs after the fallback test (file order): its folder must not leak into later tests' subprocesses."""
     assert os.environ.get("NUMBA_CACHE_DIR") == _SESSION_CACHE_DIR
 
-
-_SESSION_CACHE_DIR = os.environ.get("NUMBA_CACHE_DIR")   # at collection, before any test ran
