@@ -312,6 +312,7 @@ def infeasible_advice(graph: Graph, stages: int, opts: ModelOptions, kind: str, 
 
 
 RELAYOUT_TRIES = 4      # MILP solves with less memory where the plan's copies do not lay out in the arena
+LEAST_CUT = 0.005       # the least share of the memory a re-solve gives up beyond the last one that did not lay out
 POST_FACTOR = 3.0       # kept back after a solve: this many times what preparing the start took (its re-timing,
 #                         layout and validations: the same work a decoded plan of this graph gets), plus DECODE_S;
 #                         RNN-8-8k at 50% (timed slot): preparing took 3.4 s, the solver's stop to the plan written 7 s
@@ -341,7 +342,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     """Build, solve and decode (`solve_milp`), and lay the plan out in an arena (`hybrid.arena.layout.laid_out`:
     same events and times, offsets added). The MILP counts bytes, not addresses: where its plan does not lay
     out within the memory it is solved again with the memory less the layout's overflow (half way back where
-    the model has no solution with that little), up to `RELAYOUT_TRIES` times; the first that lays out is
+    the model has no solution with that little; after a proof of that, the least cut, `LEAST_CUT`, first: infeasible
+    there too, no cut is tried further), up to `RELAYOUT_TRIES` times; the first that lays out is
     written for the full device (`planner["memory_given_up"]`). Where none does, the byte-budget plan is
     written and `plan.planner["arena"]` says so.
 
@@ -424,6 +426,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     stopped = run.result.interrupted    # HiGHS takes the Ctrl-C itself, so `received()` alone does not see it
     whose = "the start's" if run.written == "start" else "the MILP's"
     tries: list[str] = []               # what each re-solve gave, for the report
+    proved = False                      # the last re-solve without a plan was proved infeasible
+    bottom_of: float | None = None      # the `failed` whose least cut (failed + LEAST_CUT) was tried
 
     def not_laid(what: str) -> str:
         over_s = f" (best layout {100 * first_over:+.1f}% over the memory)" if first_over else ""
@@ -445,8 +449,14 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
                 f"({run.build_s:.1f} s) plus {MIN_RESOLVE_S:g} s (MIN_RESOLVE_S, the least a re-solve is given), and "
                 + (f"{left:.1f} s of the time limit was left" if left > 0 else "none of the time limit was left"))
             break
-        give = 0.5 * (failed + refused) if over == 0.0 else \
-            min(1.0 - (1.0 - failed) / (1.0 + over) + 0.005, 0.5 * (failed + refused))
+        if over == 0.0 and proved and refused <= failed + LEAST_CUT:
+            run.resolve = not_laid(f"no re-solve with less memory is left to try: infeasible at "
+                                   f"{100 * refused:.2f}% given up, and every larger cut has less memory")
+            break
+        give = (failed + LEAST_CUT if proved and bottom_of != failed else 0.5 * (failed + refused)) \
+            if over == 0.0 else min(1.0 - (1.0 - failed) / (1.0 + over) + LEAST_CUT, 0.5 * (failed + refused))
+        if give <= failed + LEAST_CUT:
+            bottom_of = failed
         dev = replace(device, memory_bytes=int(device.usable_bytes * (1.0 - give)) + device.reserve_bytes)
         at = f"--memory {dev.memory_bytes}B ({100 * give:.2f}% given up)"
         try:   # the same deadline as the first solve's (`first`): what is left of it, less what is kept back
@@ -465,7 +475,10 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
         if again is None or again.plan is None:
             if again is not None:
                 tries.append(f"at {at}: {again.result.status} ({again.result.solver_status})")
-            refused, over = give, 0.0       # too little memory for the model: back half way
+            # too little memory for the model. Proved infeasible, the least cut goes next: infeasible there too,
+            # every cut is (less memory never makes the model feasible), one proof instead of halving towards it
+            refused, over = give, 0.0
+            proved = again is not None and again.result.status == "infeasible"
             continue
         try:
             shrunk = laid_out(graph, replace(again.plan, device=device,

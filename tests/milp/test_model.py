@@ -225,13 +225,19 @@ def test_decoded_plans_validate(opts: ModelOptions, frac: float) -> None:
 
 
 @settings(max_examples=20, deadline=None, derandomize=True)
-@given(n=st.integers(3, 9), seed=st.integers(0, 10_000), frac=st.sampled_from([1.0, 0.8, 0.6]),
+@given(n=st.integers(3, 9), seed=st.integers(0, 10_000), frac=st.sampled_from([1.0, 0.9, 0.7, 0.55]),
        offload=st.booleans())
 def test_random_graphs_decode_valid_and_bounded(n: int, seed: int, frac: float, offload: bool) -> None:
     g = random_dag(n, seed=seed, device=Device("r", 1 << 20, 2e7, 2e7, 0.0))
     dev = _device(g, frac)
-    m, r = _solve(g, dev, ModelOptions(offload=offload), SolveOptions(time_limit_s=30, gap=0.0))
+    # persistent tensors managed where offload is on, as `hybrid milp` builds it (`solve_milp`): random DAGs'
+    # peaks are mostly parameters. With them resident, 13 of 20 examples were infeasible and the 7 that decoded
+    # had no copy and no rerun; managed, 14 decode, 4 of them with copies and one with a rerun
+    opts = ModelOptions(offload=offload)
+    m = build_model(build_problem(g, dev, manage_persistent=opts.manages_persistent), opts)
+    r = solve(m, SolveOptions(time_limit_s=30, gap=0.0))
     if r.status == "infeasible":
+        assert frac < 1.0, "the unswapped peak always has a plan"
         return
     assert r.status == "optimal"
     plan = decode(m, r.values, ilp_objective_s=r.objective_s)

@@ -97,6 +97,19 @@ def test_a_skipped_resolve_names_its_rule(monkeypatch: pytest.MonkeyPatch) -> No
     assert run_.resolve_memory_bytes is None and run_.row()["laid_out"] is False
 
 
+def test_a_proof_of_infeasibility_tries_the_least_cut_next() -> None:
+    """14 MiB, no start: the first plan is 40% over once laid out and the re-solve at that cut is infeasible. The
+    least cut goes next; proved infeasible there too, no cut is left (less memory never helps the model): two
+    proofs, where halving towards the least cut took four."""
+    g, dev = _setting("14MiB")
+    run_ = plan_milp(g, dev, "mosos", None, SolveOptions("highs", 120.0, 0.01, 1, node_limit=NODES))
+    assert run_.resolve is not None and "2 re-solves with less memory" in run_.resolve, run_.resolve
+    first, least = run_.resolve.split("; at ")[:2]
+    assert "infeasible" in first and f"({100 * api.LEAST_CUT:.2f}% given up): infeasible" in least
+    assert "no re-solve with less memory is left to try" in run_.resolve
+    assert run_.plan.allocation.kind != "arena" and validate(g, run_.plan).valid
+
+
 # -- 3: a plan not laid out says so ---------------------------------------------------------------------------------
 
 def test_the_layout_line_says_when_a_plan_is_not_laid_out() -> None:
