@@ -109,22 +109,26 @@ def test_random_dag_equals_brute_force(seed: int, frac: float) -> None:
         assert r.status == "optimal" and r.objective_s == pytest.approx(brute, rel=1e-9)
 
 
-def _chain_graph() -> Graph:
+def _chain_graph(fast_workspace: int | None = None, memory_mib: int = 11) -> Graph:
     """x -> a0 -> a1 -> a2 -> a3, and a tail reading a0..a3: at this memory a1 must be regenerated from a
-    regenerated a0 (a rerun chain), which the model's horizon once forbade."""
+    regenerated a0 (a rerun chain), which the model's horizon once forbade. With `fast_workspace`, f1 and f3
+    also have a `fast` impl at half the time that needs that workspace."""
     MB = 1 << 20
     tensors = [Tensor("x", MB, "input", True)]
     ops = []
     prev = "x"
     for i in range(4):
         tensors.append(Tensor(f"a{i}", 4 * MB))
-        ops.append(Op(f"f{i}", "relu", (prev,), (f"a{i}",), (i + 1) * 1e-3))
+        t = (i + 1) * 1e-3
+        impls = (Impl("default", t), Impl("fast", t / 2, fast_workspace)) \
+            if fast_workspace is not None and i in (1, 3) else ()
+        ops.append(Op(f"f{i}", "relu", (prev,), (f"a{i}",), t, impls=impls))
         prev = f"a{i}"
     tensors.append(Tensor("z", MB))
     ops.append(Op("tail", "add", ("a3", "a2"), ("z",), 1e-3))
     tensors.append(Tensor("z2", MB))
     ops.append(Op("tail2", "add", ("z", "a1"), ("z2",), 1e-3))
-    return Graph("chain", tensors, ops, Device("t", 11 * MB, 8e9, 8e9, 0.0))
+    return Graph("chain", tensors, ops, Device("t", memory_mib * MB, 8e9, 8e9, 0.0))
 
 
 def test_rerun_chain_equals_brute_force() -> None:
@@ -134,6 +138,23 @@ def test_rerun_chain_equals_brute_force() -> None:
     assert brute is not None and r.status == "optimal"
     assert r.objective_s == pytest.approx(brute, rel=1e-9)
     assert validate(g, decode(m, r.values)).valid
+
+
+@pytest.mark.parametrize("workspace_mib, memory_mib", [(2, 11), (3, 12)])
+def test_reruns_with_impl_choice_equal_brute_force(workspace_mib: int, memory_mib: int) -> None:
+    # test_recompute_and_impl_choice_equals_brute_force's graphs never rerun where they fit (training_graph(1)
+    # is infeasible below 0.98 of its peak); here the optimum reruns and runs `fast` on one of its three runs
+    # of f1/f3: the workspace is what decides which
+    g = _chain_graph(workspace_mib << 20, memory_mib)
+    m, r = _solve(g, g.device, ModelOptions(offload=False))
+    brute = _brute_force(m)
+    assert brute is not None and r.status == "optimal"
+    assert r.objective_s == pytest.approx(brute, rel=1e-9)
+    plan = decode(m, r.values)
+    assert validate(g, plan).valid
+    runs = [e for e in plan.events if e.kind == "compute" and e.op in ("f1", "f3")]
+    assert any(e.recompute for e in plan.events if e.kind == "compute")
+    assert 0 < sum(e.impl == "fast" for e in runs) < len(runs)
 
 
 def _offload_only_graph(mid: int = 3) -> Graph:
