@@ -114,12 +114,37 @@ def _eager_checkpointing() -> Iterator[None]:
         ckpt._is_compiling = saved
 
 
+class _TracedGenerator:
+    """`torch.default_generator` while the step is traced: its state calls become the graph's ops, as
+    torch.get_rng_state/set_rng_state do (the "same mask twice" trick saves and sets the generator's state
+    directly); the rest of what would act on the real generator outside the trace is refused, naming it."""
+
+    _READ_ONLY = ("device", "initial_seed")
+
+    def __init__(self, real: torch.Generator, get_state, set_state, refuse_seed) -> None:  # noqa: ANN001
+        self._real, self.get_state, self._set, self.manual_seed, self.seed = \
+            real, get_state, set_state, refuse_seed, refuse_seed
+
+    def set_state(self, state: torch.Tensor) -> "_TracedGenerator":
+        self._set(state)
+        return self
+
+    def __getattr__(self, name: str) -> object:
+        if name in self._READ_ONLY:
+            return getattr(self._real, name)
+        raise HybridError(f"the step uses torch.default_generator.{name}, which capture cannot represent (the "
+                          "graph saves and sets the generator's state only: get_state, set_state, "
+                          "torch.get_rng_state, torch.set_rng_state, torch.random.fork_rng)")
+
+
 @contextlib.contextmanager
 def rng_ops() -> Iterator[None]:
     """While the step is traced: generator save/restore become traced ops; constructs whose effect the graph
     cannot hold (re-seeding, host copies of saved tensors) are refused, naming them."""
     cpu = torch.device("cpu")
-    saved = {name: getattr(torch, name) for name in ("get_rng_state", "set_rng_state", "manual_seed", "seed")}
+    saved = {name: getattr(torch, name) for name in ("get_rng_state", "set_rng_state", "manual_seed", "seed",
+                                                      "default_generator")}
+    saved_generator = saved["default_generator"]
     saved_random = {name: getattr(torch.random, name) for name in saved}
     hooks_enter = torch.autograd.graph.saved_tensors_hooks.__enter__
 
@@ -142,7 +167,8 @@ def rng_ops() -> Iterator[None]:
         return hooks_enter(self)
 
     patched = {"get_rng_state": get_state, "set_rng_state": set_state, "manual_seed": refuse_seed,
-               "seed": refuse_seed}
+               "seed": refuse_seed, "default_generator": _TracedGenerator(saved_generator, get_state, set_state,
+                                                                          refuse_seed)}
     try:
         for name, fn in patched.items():
             setattr(torch, name, fn)

@@ -21,6 +21,7 @@ eager-exact too but several times slower on graphs of 10,000 ops.)
 from __future__ import annotations
 
 import contextlib
+import operator
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, NoReturn
@@ -76,6 +77,22 @@ class Traced:
 _REENTRANT_GRAD = "use_reentrant=True, torch.utils.checkpoint is incompatible with .grad()"
 
 
+def _reentrant_checkpoint_in(loss: torch.Tensor) -> bool:
+    """Whether the loss's autograd graph holds a reentrant `torch.utils.checkpoint` region (its node's class is
+    CheckpointFunctionBackward): that region's parameters are reached only by backward(), never by grad()."""
+    seen: set[int] = set()
+    todo = [loss.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if type(fn).__name__ == "CheckpointFunctionBackward":
+            return True
+        todo.extend(nxt for nxt, _ in fn.next_functions)
+    return False
+
+
 class _Stage:
     """Which part of the user's code is running, for error messages."""
 
@@ -120,6 +137,9 @@ def _refuse(e: BaseException, stage: str, module: nn.Module | None = None) -> No
         raise HybridError(f"the module's {stage} depends on tensor values ({first_line(e)}); "
                           "capture needs control flow and shapes that do not depend on data") from None
     where = {"forward": "the module's forward", "loss": "the loss function", "backward": "the backward pass"}
+    if isinstance(e, TypeError) and "generator=_TracedGenerator" in str(e):   # hybrid.capture.rng's stand-in
+        raise HybridError(f"{where[stage]} passes generator=torch.default_generator, which capture cannot "
+                          "represent; draw without generator= (the same global generator)") from None
     raise HybridError(f"{where[stage]} failed under capture: {name}: {first_line(e)}") from None
 
 
@@ -153,6 +173,72 @@ _SAME_DTYPE_OPS = {torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm, 
                    torch.ops.aten.addbmm, torch.ops.aten.mv, torch.ops.aten.addmv, torch.ops.aten.dot,
                    torch.ops.aten.vdot, torch.ops.aten.matmul, torch.ops.aten.linear, torch.ops.aten.convolution,
                    torch.ops.aten._convolution, torch.ops.aten.conv1d, torch.ops.aten.conv2d, torch.ops.aten.conv3d}
+
+
+# Normalizations whose saved statistics (output positions) the CPU kernels return in the parameters' dtype when
+# the input is of lower precision (a bfloat16 input under autocast with float32 weights), where PyTorch's shape
+# rules say the input's dtype (CUDA's kernels return float32 there too): op -> (weight's argument, outputs).
+_NORM_STATISTICS = {torch.ops.aten.native_layer_norm.default: (2, (1, 2)),
+                    torch.ops.aten.native_group_norm.default: (1, (1, 2)),
+                    torch.ops.aten.native_batch_norm.default: (1, (1, 2)),
+                    torch.ops.aten._native_batch_norm_legit.default: (1, (1, 2)),
+                    torch.ops.aten._native_batch_norm_legit_functional.default: (1, (1, 2)),
+                    torch.ops.aten._native_batch_norm_legit_no_training.default: (1, (1, 2))}
+for _name in ("_batch_norm_with_update", "_batch_norm_with_update_functional"):
+    if hasattr(torch.ops.aten, _name):
+        _NORM_STATISTICS[getattr(torch.ops.aten, _name).default] = (1, (1, 2))
+# ops whose output is their first argument's values, dtype included (how autograd saves the statistics)
+_SAME_VALUES = {torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.view.default,
+                torch.ops.aten._unsafe_view.default, torch.ops.aten.clone.default, torch.ops.aten.reshape.default,
+                torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims, torch.ops.aten.unsqueeze.default,
+                torch.ops.aten.expand.default, torch.ops.aten.t.default, torch.ops.aten.permute.default,
+                torch.ops.aten.transpose.int}
+
+
+def _dtype(n: fx.Node) -> str:
+    return str(n.meta["val"].dtype).removeprefix("torch.")
+
+
+def _as_dtype(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    with v.fake_mode:
+        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=dtype, device=v.device)
+
+
+def _norm_statistics_dtypes(gm: fx.GraphModule) -> None:
+    """Record a mixed-precision normalization's saved statistics in the dtype its kernel writes them (the
+    parameters', float32), not the shape rules' (the input's): else the graph holds a bfloat16 tensor that the
+    executor's kernel fills with float32 and the run stops."""
+    def mixed(x: object, w: object) -> bool:
+        return (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and x.is_floating_point()
+                and w.is_floating_point() and x.element_size() < w.element_size())
+
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is torch.ops.aten.native_group_norm_backward.default and \
+                mixed(*(a.meta.get("val") if isinstance(a, fx.Node) else None for a in (n.args[1], n.args[4]))):
+            # its CPU kernel returns the weight's gradient in the input's dtype where the shape rules say the
+            # weight's, and eager's autograd casts it: a graph of the rules' dtypes would not run
+            raise HybridError(f"the step runs group norm on a {_dtype(n.args[1])} input with "
+                              f"{_dtype(n.args[4])} weights (mixed precision, e.g. under autocast), whose "
+                              "gradient capture cannot represent; give the norm its input's dtype or cast the "
+                              "input to the weights' dtype")
+        rule = _NORM_STATISTICS.get(n.target) if n.op == "call_function" else None
+        if rule is None or len(n.args) <= rule[0]:
+            continue
+        x, w = (a.meta.get("val") if isinstance(a, fx.Node) else None for a in (n.args[0], n.args[rule[0]]))
+        if not mixed(x, w):
+            continue
+        vals = list(n.meta["val"])
+        for i in rule[1]:
+            if isinstance(vals[i], torch.Tensor) and vals[i].dtype == x.dtype:
+                vals[i] = _as_dtype(vals[i], w.dtype)
+        n.meta["val"] = tuple(vals)
+        todo = [u for u in n.users if u.target is operator.getitem and u.args[1] in rule[1]]
+        while todo:
+            u = todo.pop()
+            v = u.meta.get("val")
+            if isinstance(v, torch.Tensor) and v.dtype == x.dtype:
+                u.meta["val"] = _as_dtype(v, w.dtype)
+                todo.extend(d for d in u.users if d.target in _SAME_VALUES and d.args[0] is u)
 
 
 def _refuse_mixed_dtypes(gm: fx.GraphModule) -> None:
@@ -237,7 +323,9 @@ def trace_step(
     in_is_tensor = [isinstance(x, torch.Tensor) for x in in_leaves]
     t_leaves, target_spec = pytree.tree_flatten(target)
     t_is_tensor = [isinstance(x, torch.Tensor) for x in t_leaves]
-    finputs = [fake(x) for x in in_leaves if isinstance(x, torch.Tensor)]
+    # an input that requires grad keeps it: a reentrant checkpoint region fed only by it computes its parameters'
+    # gradients only then (with no input requiring grad, eager's region gives them none either)
+    finputs = [fake(x, training and x.requires_grad) for x in in_leaves if isinstance(x, torch.Tensor)]
     ftargets = [fake(x) for x in t_leaves if isinstance(x, torch.Tensor)]
     roles += [Role(INPUT, str(i)) for i in range(len(finputs))]
     roles += [Role(TARGET, str(i)) for i in range(len(ftargets))]
@@ -288,9 +376,12 @@ def trace_step(
         if not loss.requires_grad:
             raise HybridError("the loss does not depend on any trainable parameter; nothing to train "
                               "(capture with optimizer=None for an inference graph)")
-        if accumulate[0]:
+        if accumulate[0] or _reentrant_checkpoint_in(loss):
             # Reentrant checkpointing runs its own backward inside the engine and accumulates into .grad;
-            # it refuses torch.autograd.grad, so this step uses backward() as eager training does.
+            # it refuses torch.autograd.grad, so this step uses backward() as eager training does. Its refusal
+            # alone is not enough: where the region's only inputs are tensors that are not parameters (an input
+            # made to require grad, as Hugging Face's enable_input_require_grads does), grad() prunes the region
+            # without running it, and its parameters would silently get no gradient.
             loss.backward()
             grads = [params[i].grad for i in trainable_idx]
         else:
@@ -315,6 +406,7 @@ def trace_step(
             _refuse(e, stage.name, module)
     assert gm is not None
     _refuse_mixed_dtypes(gm)
+    _norm_statistics_dtypes(gm)
     prune_forks(gm)
 
     out_node = next(n for n in gm.graph.nodes if n.op == "output")

@@ -25,7 +25,7 @@ from hybrid.arena.layout import laid_out, lay_out  # noqa: E402
 from hybrid.capture import capture  # noqa: E402
 from hybrid.device import preset  # noqa: E402
 from hybrid.errors import InfeasibleError  # noqa: E402
-from hybrid.graph.info import unswapped_peak  # noqa: E402
+from hybrid.graph.info import largest_op, unswapped_peak  # noqa: E402
 from hybrid.plan import Plan  # noqa: E402
 from hybrid.validator import validate  # noqa: E402
 
@@ -104,7 +104,11 @@ def test_every_planners_plan_runs_at_its_offsets_bitwise_like_eager(depth, width
     gen = torch.Generator().manual_seed(seed)
     x, y = torch.randn(16, width, generator=gen), torch.randint(5, (16,), generator=gen)
     graph = capture(base, (x,), F.cross_entropy, y, optimizer="adam", lr=0.01, name="random-net")
-    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(graph) * fraction), reserve_bytes=0)
+    # floored at 1.2x the largest op: at 1.12x (widths 48-96-24-24, seed 7, 0.60 of the peak) only the GA's plan
+    # laid out; Belady's did not, nor did the coarse MILPs have a plan
+    floor = int(1.2 * largest_op(graph, preset("v100-16gb").alignment_bytes)[1])
+    dev = replace(preset("v100-16gb"), memory_bytes=max(int(unswapped_peak(graph) * fraction), floor),
+                  reserve_bytes=0)
     eager = train_eager(graph, copy.deepcopy(base), (x,), y, F.cross_entropy, ITERS, SEED)
     plans = _plans(graph, dev, seed)
     assert {"belady", "ga", "refine", "milp"} <= set(plans)
