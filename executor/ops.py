@@ -118,13 +118,30 @@ def _named(names: tuple[str, ...], args: list, kwargs: dict) -> dict[str, Any]:
     return a
 
 
+def _as_2d(a: dict, *tensors: str) -> tuple[list, list]:
+    """A 1-d convolution as ATen runs it on Slow2d (`view1d_as_2d`): the named tensors with a unit height
+    inserted (in `a`, in place) and the stride and padding with a leading 1 and 0; a 2-d one as it is."""
+    if a["weight"].dim() != 3:
+        return list(a["stride"]), list(a["padding"])
+    for k in tensors:
+        a[k] = a[k].unsqueeze(2)
+    return [1, *a["stride"]], [0, *a["padding"]]
+
+
+def _unit_height(t: torch.Tensor | None, conv1d: bool) -> torch.Tensor | None:
+    """A slot of a 1-d convolution seen as the 2-d kernel's (a view of it: the kernel writes the slot)."""
+    return t.unsqueeze(2) if conv1d and t is not None and t.dim() == 3 else t
+
+
 def _conv(args: list, kwargs: dict, slots: list) -> None:
     """aten.convolution where ATen's CPU backend is Slow2d: `_convolution` calls `_slow_conv2d_forward` on the
     contiguous input; its out= overload writes the slot (its column buffer is the kernel's own scratch)."""
     a = _named(_CONV, args, kwargs)
+    conv1d = a["weight"].dim() == 3
+    stride, padding = _as_2d(a, "input", "weight")
     w = a["weight"]
     torch.ops.aten._slow_conv2d_forward.output(a["input"].contiguous(), w, list(w.shape[2:]), a.get("bias"),
-                                               a["stride"], a["padding"], output=slots[0])
+                                               stride, padding, output=_unit_height(slots[0], conv1d))
 
 
 def _conv_backward(args: list, kwargs: dict, slots: list) -> None:
@@ -132,13 +149,15 @@ def _conv_backward(args: list, kwargs: dict, slots: list) -> None:
     computes exactly the gradients whose slot is given (an undefined output is skipped, as the output mask
     skips it). Called below the ADInplaceOrView key, which would bump the version of the undefined outputs."""
     a = _named(_CONV_BACKWARD, args, kwargs)
+    conv1d = a["weight"].dim() == 3
+    stride, padding = _as_2d(a, "grad_output", "input", "weight")
     w = a["weight"]
     mask = a["output_mask"]
-    outs = [s if m else None for s, m in zip(slots, mask)]
+    outs = [_unit_height(s, conv1d) if m else None for s, m in zip(slots, mask)]
     with torch._C._AutoDispatchBelowADInplaceOrView():
         torch.ops.aten._slow_conv2d_backward.grad_input(
-            a["grad_output"].contiguous(), a["input"].contiguous(), w, list(w.shape[2:]), a["stride"],
-            a["padding"], grad_input=outs[0], grad_weight=outs[1], grad_bias=outs[2])
+            a["grad_output"].contiguous(), a["input"].contiguous(), w, list(w.shape[2:]), stride,
+            padding, grad_input=outs[0], grad_weight=outs[1], grad_bias=outs[2])
 
 
 def _conv_tf32() -> bool:
@@ -262,7 +281,7 @@ def _conv_backend(graph: Graph, args: Any, kwargs: dict, names: tuple[str, ...])
         a = _named(names, decode_value(args, DecodeContext(env, torch.device("cpu"))),
                    {k: decode_value(v, DecodeContext(env, torch.device("cpu"))) for k, v in kwargs.items()})
         x, w = a["input"], a["weight"]
-        if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
+        if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or x.dim() not in (3, 4):
             return None, 0
         copies = sum(t.numel() * t.element_size() for t in (x, a.get("grad_output"))
                      if isinstance(t, torch.Tensor) and not t.is_contiguous())

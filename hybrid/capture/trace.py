@@ -77,6 +77,72 @@ class Traced:
 _REENTRANT_GRAD = "use_reentrant=True, torch.utils.checkpoint is incompatible with .grad()"
 
 
+def _host_random_states() -> dict[str, Any]:
+    """The generators a step could draw from outside torch: Python's `random`, and NumPy's global one."""
+    import random
+
+    states: dict[str, Any] = {"Python's random module": random.getstate()}
+    try:
+        import numpy as np
+    except ImportError:
+        return states
+    states["NumPy's global generator (np.random)"] = np.random.get_state()
+    return states
+
+
+def _same_state(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
+    if hasattr(a, "shape") and hasattr(b, "shape"):    # NumPy's key array
+        return a.shape == b.shape and bool((a == b).all())
+    return a == b
+
+
+def _reassigned_buffers(module: nn.Module, traced: dict[str, torch.Tensor]) -> None:
+    """A buffer the step rebinds (`self.ema = 0.9 * self.ema + ...`, `self.steps = self.steps + 1`) holds the new
+    value from then on, in eager; the trace saw only its reads. Its new value is copied into the traced buffer
+    at the step's end (the graph's update of it), as eager's next step reads it; a new shape or dtype, which no
+    update in place can give, is refused naming the buffer."""
+    for name, old in traced.items():
+        new = module.get_buffer(name)
+        if new is old:
+            continue
+        if not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
+            got = (f"a {str(new.dtype).removeprefix('torch.')} tensor of shape {list(new.shape)}"
+                   if isinstance(new, torch.Tensor) else type(new).__name__)
+            raise HybridError(f"the step assigns buffer {name!r} {got} where it was "
+                              f"{str(old.dtype).removeprefix('torch.')} {list(old.shape)}: capture records a "
+                              "buffer's update in place only; keep its shape and dtype (e.g. "
+                              "self.buf.copy_(value))")
+        with torch.no_grad():
+            old.copy_(new)
+
+
+@contextlib.contextmanager
+def _module_kept(module: nn.Module) -> Iterator[None]:
+    """The user's module as it was before capture, whatever the step stored on it while traced (a lazily built
+    table, `self.last = h.detach()`, a hook appending to a list): those hold fake tensors, which would break the
+    module's next eager step. Attributes are put back, lists and dicts (one level) refilled in place."""
+    saved = []
+    for m in module.modules():
+        d = {k: v for k, v in m.__dict__.items() if k not in ("_parameters", "_buffers", "_modules")}
+        saved.append((m, d, {k: (list(v) if isinstance(v, list) else dict(v)) for k, v in d.items()
+                             if type(v) in (list, dict)}))
+    try:
+        yield
+    finally:
+        for m, d, contents in saved:
+            for k in [k for k in m.__dict__ if k not in d and k not in ("_parameters", "_buffers", "_modules")]:
+                del m.__dict__[k]
+            m.__dict__.update(d)
+            for k, c in contents.items():
+                if isinstance(c, list):
+                    d[k][:] = c
+                else:
+                    d[k].clear()
+                    d[k].update(c)
+
+
 def _reentrant_checkpoint_in(loss: torch.Tensor) -> bool:
     """Whether the loss's autograd graph holds a reentrant `torch.utils.checkpoint` region (its node's class is
     CheckpointFunctionBackward): that region's parameters are reached only by backward(), never by grad()."""
@@ -137,6 +203,10 @@ def _refuse(e: BaseException, stage: str, module: nn.Module | None = None) -> No
         raise HybridError(f"the module's {stage} depends on tensor values ({first_line(e)}); "
                           "capture needs control flow and shapes that do not depend on data") from None
     where = {"forward": "the module's forward", "loss": "the loss function", "backward": "the backward pass"}
+    if "DynamicOutputShape" in name:    # the kernel's name is the message
+        raise HybridError(f"{where[stage]} calls {first_line(e)}, whose output's shape depends on tensor values "
+                          "(e.g. x[mask] with a boolean mask, nonzero, masked_select, pack_padded_sequence); "
+                          "capture needs shapes that do not depend on data (e.g. torch.where(mask, x, 0))") from None
     if isinstance(e, TypeError) and "generator=_TracedGenerator" in str(e):   # hybrid.capture.rng's stand-in
         raise HybridError(f"{where[stage]} passes generator=torch.default_generator, which capture cannot "
                           "represent; draw without generator= (the same global generator)") from None
@@ -351,8 +421,17 @@ def trace_step(
         # The module holds the traced parameters for the whole step, not only its forward: a checkpointed
         # region recomputes in the backward and must read them there too (not the module's own tensors).
         state = {**dict(zip(pnames, params)), **dict(zip(bnames, buffers))}
+        host = _host_random_states()
         with _reparametrize_module(module, state, tie_weights=True, strict=False), rng_ops():
-            return run(params, inputs, targets)
+            out = run(params, inputs, targets)
+            _reassigned_buffers(module, dict(zip(bnames, buffers)))
+        drawn = [name for name, before in host.items() if not _same_state(before, _host_random_states()[name])]
+        if drawn:
+            # the trace holds the numbers drawn once, as constants: eager draws new ones every step
+            raise HybridError(f"the step draws from {' and '.join(drawn)}, whose numbers capture would record "
+                              "once as constants (eager draws new ones every step); draw with torch instead "
+                              "(torch.rand, torch.randint, torch.randperm)")
+        return out
 
     def run(params: list, inputs: list, targets: list) -> list:
         a, kw = rebuild(in_leaves, in_is_tensor, inputs, input_spec)
@@ -392,7 +471,7 @@ def trace_step(
     gm = None
     for attempt in range(2):
         try:
-            with mode, portable_kernels(), _quiet_fake_tensors():
+            with _module_kept(module), mode, portable_kernels(), _quiet_fake_tensors():
                 if attempt:
                     fparams = [fake(p, r.kind == TRAINABLE) for p, r in zip(module.parameters(), roles)]
                 gm = make_fx(step)(fparams, fbuffers, finputs, ftargets)

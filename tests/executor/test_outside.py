@@ -214,6 +214,35 @@ def test_convolution_and_its_backward_write_eagers_bits_into_their_slots(n, c, h
         assert (r is None and got is None) if not m else _eq(got, r)
 
 
+@pytest.mark.parametrize("stride, pad, bias, mask", [(1, 1, True, [True, True, True]),
+                                                    (2, 2, False, [False, True, False]),
+                                                    (1, 0, True, [True, False, True])])
+def test_a_1d_convolution_writes_eagers_bits_into_its_slots(stride: int, pad: int, bias: bool, mask) -> None:
+    # ATen runs a 1-d convolution as Slow2d too, on views with a unit height (view1d_as_2d): the writer does the
+    # same (it called the 2-d kernel with the 3-d tensors: "2D kernel_size expected", a plain nn.Conv1d)
+    from executor.ops import _conv, _conv_backward
+    from hybrid.capture.trace import portable_kernels
+
+    aten = torch.ops.aten
+    gen = torch.Generator().manual_seed(stride * 10 + pad)
+    x, w = torch.randn(3, 4, 17, generator=gen), torch.randn(6, 4, 5, generator=gen)
+    b = torch.randn(6, generator=gen) if bias else None
+    conv = [x, w, b, [stride], [pad], [1], False, [0], 1]
+    with portable_kernels():
+        assert torch._C._select_conv_backend(x, w, b, *conv[3:], None).name == "Slow2d"
+        ref = aten.convolution.default(*conv)
+        out = torch.full_like(ref, 7.0)
+        _conv(conv, {}, [out])
+        assert _eq(out, ref)
+        go = torch.randn(ref.shape, generator=gen)
+        back = [go, x, w, [6] if bias else None, *conv[3:], mask]
+        refs = aten.convolution_backward.default(*back)
+        slots = [torch.full_like(t, 5.0) if m else None for t, m in zip((x, w, torch.empty(6)), mask)]
+        _conv_backward(back, {}, slots)
+    for r, got, m in zip(refs, slots, mask):
+        assert (r is None and got is None) if not m else _eq(got, r)
+
+
 def _conv_graph(n: int, c: int, groups: int, mask: list[bool] | None = None):  # noqa: ANN202
     from hybrid.graph import Graph, Op, Tensor
 
