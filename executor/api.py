@@ -584,7 +584,7 @@ def is_placement(plan: Plan) -> bool:
 @_keeps_callers_rng
 def execute_placement(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target: Any = None, *,
                       iters: int = 1, device: str = "cpu", check: bool = False, atol: float | None = None,
-                      rtol: float | None = None) -> PlacementRun:
+                      rtol: float | None = None, kwargs: dict | None = None) -> PlacementRun:
     """Run `iters` inferences of a placement plan (the module in eval mode); with `check`, compare the last
     one's outputs with eager inference (executor.check.compare_outputs)."""
     import statistics
@@ -592,8 +592,8 @@ def execute_placement(graph: Graph, plan: Plan, module: torch.nn.Module, args: A
     from executor.placed import eager_outputs, run_placed
 
     module = module.eval()
-    res = run_placed(graph, plan, module, args, target, device=device, iters=iters)
+    res = run_placed(graph, plan, module, args, target, device=device, iters=iters, kwargs=kwargs)
     n_cpu = sum(1 for e in plan.events if e.on_cpu)
     n_dev = sum(1 for e in plan.events if e.kind == "compute" and not e.on_cpu)
-    out = compare_outputs(res.outputs, eager_outputs(module, args), device, atol, rtol) if check else None
+    out = compare_outputs(res.outputs, eager_outputs(module, args, kwargs), device, atol, rtol) if check else None
     return PlacementRun(res.wall_s, statistics.median(res.wall_s[1:] or res.wall_s), n_cpu, n_dev, out)

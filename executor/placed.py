@@ -23,7 +23,7 @@ from hybrid.graph import Graph
 from hybrid.graph.info import bindings
 from hybrid.plan import Plan
 
-from executor.ops import OpRunner
+from executor.ops import INPLACE, OpRunner
 
 
 @dataclass
@@ -85,8 +85,8 @@ class PlacedExecutor:
         self.host: dict[str, torch.Tensor] = {}
         self.resident: dict[str, torch.Tensor] = {}
 
-    def load(self, module: torch.nn.Module, args: Any, target: Any = None) -> None:
-        env, _ = bind(self.graph, module, args, target, device="cpu")
+    def load(self, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None) -> None:
+        env, _ = bind(self.graph, module, args, target, kwargs, device="cpu")
         pin = self.device.type == "cuda"
         self.host = {k: (v.pin_memory() if pin else v) for k, v in env.items()}
         self.resident = {t: self.host[t].to(self.device, copy=True) for t in self.plan.resident_at_start}
@@ -94,6 +94,11 @@ class PlacedExecutor:
 
     def _run(self, runner: OpRunner, o: int, env: dict[str, torch.Tensor]) -> None:
         call = runner.calls[o]
+        for new, old in call.versions:    # an in-place op on an intermediate (relu_, +=) writes a new version:
+            env[new] = env[old].clone()   # it starts as the old one's values, as the pool's copy does
+        if call.mode == INPLACE:          # results are its arguments, updated (no tensor of its own)
+            runner.run_direct(o, env, 1)
+            return
         res = runner.compute(o, env)
         for t, r in zip(call.out_ids, res):
             if t is not None:
@@ -160,10 +165,10 @@ class PlacedExecutor:
 
 
 def run_placed(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target: Any = None,
-               device: str = "cpu", iters: int = 1) -> PlacedResult:
+               device: str = "cpu", iters: int = 1, kwargs: dict | None = None) -> PlacedResult:
     """Run `iters` inferences of a placement plan; the outputs of the last one, and every wall time."""
     ex = PlacedExecutor(graph, plan, device)
-    ex.load(module, args, target)
+    ex.load(module, args, target, kwargs)
     walls = []
     host: dict[str, torch.Tensor] = {}
     for _ in range(max(1, iters)):
@@ -172,9 +177,9 @@ def run_placed(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, tar
     return PlacedResult(ex.outputs(host), walls, plan.makespan_s)
 
 
-def eager_outputs(module: torch.nn.Module, args: Any) -> list[torch.Tensor]:
+def eager_outputs(module: torch.nn.Module, args: Any, kwargs: dict | None = None) -> list[torch.Tensor]:
     """Eager inference under the kernels a replay uses (`portable_kernels`), so a CPU run compares bitwise; its
     tensor outputs in the order the graph binds them (`output_tensors`)."""
     args = args if isinstance(args, tuple) else (args,)
     with torch.no_grad(), portable_kernels():
-        return output_tensors(module(*args))
+        return output_tensors(module(*args, **(kwargs or {})))

@@ -41,20 +41,31 @@ TRAINABLE, FROZEN, BUFFER, INPUT, TARGET = "param", "frozen", "buffer", "input",
 
 @contextlib.contextmanager
 def portable_kernels() -> Iterator[None]:
-    """Kernels that exist on every device: math attention, no oneDNN (CPU-only fused RNN, conv).
+    """Kernels that exist on every device: math attention, no oneDNN (CPU-only fused RNN, conv), and
+    nn.MultiheadAttention / nn.TransformerEncoderLayer without their inference fast path.
 
     Capture traces under it so the graph runs on CUDA too; eager runs that are
     compared bitwise with a replay must use it as well, since nn.LSTM and
-    scaled_dot_product_attention otherwise pick device-specific fused kernels.
+    scaled_dot_product_attention otherwise pick device-specific fused kernels, and
+    an eval-mode attention layer outside autograd its fused one (which a trace does
+    not take: its fake tensors dispatch through Python), last bits apart.
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    mha = getattr(torch.backends, "mha", None)
+    fast = mha.get_fastpath_enabled() if mha is not None else None
     with warnings.catch_warnings():
         # only the flags' own noise (TF32 on oneDNN, Intel GPUs): the user's warnings (a checkpoint whose inputs
         # need no gradient, so its parameters get none) stay theirs to see
         warnings.filterwarnings("ignore", message=r"TF32 acceleration on top of oneDNN", category=UserWarning)
-        with torch.backends.mkldnn.flags(enabled=False), sdpa_kernel(SDPBackend.MATH):
-            yield
+        try:
+            if mha is not None:
+                mha.set_fastpath_enabled(False)
+            with torch.backends.mkldnn.flags(enabled=False), sdpa_kernel(SDPBackend.MATH):
+                yield
+        finally:
+            if mha is not None:
+                mha.set_fastpath_enabled(fast)
 
 
 @dataclass(frozen=True)
@@ -384,7 +395,9 @@ def trace_step(
     for name, p in module.named_parameters():
         trainable = training and p.requires_grad
         pnames.append(name)
-        fparams.append(fake(p, trainable))
+        # requires_grad as the module's own, also for inference: eager's kernels read it (matmul folds a 3-d
+        # input into one mm where the weight requires grad, bmm otherwise: a last-bit difference)
+        fparams.append(fake(p, p.requires_grad))
         roles.append(Role(TRAINABLE if trainable else FROZEN, name))
     bnames = [name for name, _ in module.named_buffers()]
     fbuffers = [fake(b) for _, b in module.named_buffers()]
@@ -473,7 +486,7 @@ def trace_step(
         try:
             with _module_kept(module), mode, portable_kernels(), _quiet_fake_tensors():
                 if attempt:
-                    fparams = [fake(p, r.kind == TRAINABLE) for p, r in zip(module.parameters(), roles)]
+                    fparams = [fake(p, p.requires_grad) for p in module.parameters()]
                 gm = make_fx(step)(fparams, fbuffers, finputs, ftargets)
             break
         except HybridError:

@@ -219,16 +219,20 @@ def require_inference(graph: Graph, where: str) -> None:
     """Refuse a training graph (`hybrid.graph.info.training_reason`, the definition `hybrid serve` uses too),
     and an inference graph with an op that draws random numbers (it updates its generator state in place, which
     the host's cpu stream cannot do): an all-CPU row would time a placement no plan can hold, and the plan
-    would fail validation only when written. `where` names the file for the message."""
+    would fail validation only when written. `where` names the graph for the message (`--graph FILE`)."""
     from hybrid.graph.info import training_reason
 
     why = training_reason(graph)
     if why is not None:
-        raise HybridError(f"--graph {where}: a training graph ({why}); place cuts an inference graph: capture one "
-                          "with `hybrid capture --optimizer none`")
+        cap = graph.extra.get("capture")
+        training = not (isinstance(cap, dict) and cap.get("training") is False)   # else a forward that updates
+        raise HybridError(f"{where}: {'a training graph' if training else 'not an inference graph'} ({why}); place "
+                          "cuts an inference graph: " + ("capture one with `hybrid capture --optimizer none`" if training
+                                                         else "capture the module in eval mode, with a forward that "
+                                                         "changes no buffer"))
     drawing = next((op for op in graph.ops if op.updates), None)
     if drawing is not None:
-        raise HybridError(f"--graph {where}: op {drawing.id!r} draws random numbers (it updates "
+        raise HybridError(f"{where}: op {drawing.id!r} draws random numbers (it updates "
                           f"{', '.join(drawing.updates)} in place), which an op on the host cannot; capture the "
                           "module in eval mode (dropout off)")
 
@@ -242,7 +246,10 @@ def part_graph(graph: Graph, order: np.ndarray | None = None, key_only: bool = T
     stretch between two cuts whose ops form independent branches (an Inception module, a ResNet block with a
     downsample path) becomes a branch stage: one part per branch and one for the join — the fork is the op
     before the stretch, whose one output every branch reads. A cut whose tensor an earlier cut already carried
-    is dropped (the parts between would both read it; merged, each edge has independent readers)."""
+    is dropped (the parts between would both read it; merged, each edge has independent readers). A graph
+    with an op that updates a tensor (training, a buffer the forward changes, a random draw) is refused
+    (`require_inference`): an op on the host cannot update one."""
+    require_inference(graph, f"graph {graph.name!r}")
     a = graph.arrays
     order = program_order(graph) if order is None else np.asarray(order)
     seen: set[int] = set()

@@ -255,7 +255,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
                          graph_path=graph_path)
         return again.module, again.loss_fn
     if is_placement(plan):
-        _execute_placement(graph, plan, module, args, target, iters, device, check, atol, rtol, out_path)
+        _execute_placement(graph, plan, module, args, target, iters, device, check, atol, rtol, out_path, w.kwargs)
         return
     records: list[Any] = []
     progress = _Progress(iters)
@@ -312,12 +312,13 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
 
 
 def _execute_placement(graph: Any, plan: Any, module: Any, args: Any, target: Any, iters: int, device: str,
-                       check: bool, atol: float | None, rtol: float | None, out_path: Path | None) -> None:
+                       check: bool, atol: float | None, rtol: float | None, out_path: Path | None,
+                       kwargs: dict | None = None) -> None:
     """Run an inference placement (executor.execute_placement) and print it."""
     from executor import execute_placement
 
     run = execute_placement(graph, plan, module, args, target, iters=iters, device=device, check=check, atol=atol,
-                            rtol=rtol)
+                            rtol=rtol, kwargs=kwargs)
     click.echo(f"executed {graph.name} under placement {plan.planner.get('devices', '?')} ({run.host_ops} ops on the "
                f"host CPU, {run.device_ops} on {device}{' as the GPU stand-in' if device == 'cpu' else ''}): "
                f"{counted(iters, 'inference')}")

@@ -169,7 +169,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     if limit <= 0:   # as optimize and milp: a limit of nothing is a usage error, not a solver's failure
         raise HybridError(f"--time-limit must be positive, got {time_limit!r}")
     g = original = load_graph(graph_path)
-    require_inference(g, str(graph_path))
+    require_inference(g, f"--graph {graph_path}")
     recosted = bool(cpu_preset or device_preset or profiles)
     coverage: list[dict] = []
 
