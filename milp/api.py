@@ -340,7 +340,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
               require: bool = True, start: Values | None = None, start_plan: Plan | PreparedStart | None = None,
               start_name: str = "start") -> MilpRun:
     """Build, solve and decode (`solve_milp`), and lay the plan out in an arena (`hybrid.arena.layout.laid_out`:
-    same events and times, offsets added). The MILP counts bytes, not addresses: where its plan does not lay
+    same events and times, offsets added; a zero-time rerun that the re-timing brought to the free of its
+    output is dropped with that free first, `milp.decode.meetings_kept`: an arena cannot hold both copies). The MILP counts bytes, not addresses: where its plan does not lay
     out within the memory it is solved again with the memory less the layout's overflow (half way back where
     the model has no solution with that little; after a proof of that, the least cut, `LEAST_CUT`, first: infeasible
     there too, no cut is tried further), up to `RELAYOUT_TRIES` times; the first that lays out is
@@ -360,6 +361,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
     says why)."""
     from hybrid.arena.layout import laid_out
     from hybrid.signals import interrupted_by, new_call, received
+    from milp.decode import meetings_kept
     from milp.model import BuildTimeError
 
     new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
@@ -410,11 +412,11 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             # and the MILP's plan laid out may run before it (a plan with offsets first, else the faster)
             run.plan = prepared.written
             if run.milp_plan is not None and run.refused is None:
-                mine = laid_out(graph, run.milp_plan)
+                mine = laid_out(graph, meetings_kept(graph, run.milp_plan))
                 if _runs_before(mine, run.plan):
                     run.plan, run.written = mine, "milp"
         else:
-            run.plan = laid_out(graph, run.plan)
+            run.plan = laid_out(graph, meetings_kept(graph, run.plan))
     except HybridError as e:    # the arena's own check refused its layout: internal, and the start is there
         if prepared is None:
             raise
@@ -481,7 +483,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             proved = again is not None and again.result.status == "infeasible"
             continue
         try:
-            shrunk = laid_out(graph, replace(again.plan, device=device,
+            shrunk = laid_out(graph, replace(meetings_kept(graph, again.plan), device=device,
                                              planner={**again.plan.planner, "memory_given_up": give}))
         except HybridError:     # its layout refused by the arena's own check (internal): keep what there is
             run.resolve = not_laid(f"the layout of the re-solve at {at} was refused by the arena's check: the "

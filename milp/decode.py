@@ -18,6 +18,7 @@ leanest.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,20 +153,23 @@ def keep_through_instants(g: Any, device: Any, acts: list[Action]) -> list[Actio
     outputs, and less those frees: the copies are kept. The model is indifferent (such a rerun costs nothing),
     but the freed copy and the rerun's would meet at one instant: the validator's rule 5 counts both there, and
     an arena (one offset per tensor) cannot hold both. A kept copy has the rerun's values: reruns come before
-    any in-place update of what they read (`Node.rerun_until`), and tensors updated in place are left alone."""
+    any in-place update of what they read (`Node.rerun_until`), and a copy updated in place since it was made
+    is left alone (a tensor made by `empty_like` and filled in place later may still be kept before that)."""
     a = g.arrays
     tol = 1e-9 * max(1.0, sum(_duration(g, device, ac) for ac in acts))   # the validator's eps on this timeline
-    updated = {int(t) for t in a.upd_idx}
     out: list[Action | None] = []
     freed: dict[int, int] = {}      # tensor -> index in `out` of its free at the current instant
+    changed: set[int] = set()       # tensors updated in place since they were last made
     for ac in acts:
         d = _duration(g, device, ac)
         if ac.kind == "compute":
             outs = [int(t) for t in a.out_idx[a.out_ptr[ac.ref]:a.out_ptr[ac.ref + 1]]]
-            if ac.recompute and d <= tol and outs and all(t in freed and t not in updated for t in outs):
+            if ac.recompute and d <= tol and outs and all(t in freed and t not in changed for t in outs):
                 for t in outs:
                     out[freed.pop(t)] = None
                 continue
+            changed.difference_update(outs)
+            changed.update(int(t) for t in a.upd_idx[a.upd_ptr[ac.ref]:a.upd_ptr[ac.ref + 1]])
             for t in outs:
                 freed.pop(t, None)
         elif ac.kind == "free":
@@ -176,6 +180,51 @@ def keep_through_instants(g: Any, device: Any, acts: list[Action]) -> list[Actio
         if d > tol:
             freed.clear()
     return [ac for ac in out if ac is not None]
+
+
+def keep_through_meetings(g: Any, events: list[Event]) -> list[Event]:
+    """`keep_through_instants` on the re-timed plan: the simulator's overlapped times can bring a zero-time
+    rerun to the instant where frees of all its op's outputs end, though copies lay between them on the
+    nominal timeline. Such a rerun and those frees are dropped (the copies are kept), unless a copy was updated
+    in place since it was made. Events in time order, as `retime` returns them."""
+    tol = 1e-9 * max(1.0, max((e.end_s for e in events), default=0.0))   # the validator's eps on this timeline
+    changed: set[str] = set()
+    freed: dict[str, int] = {}       # tensor -> index of its free (zero-time, as every free)
+    drop: set[int] = set()
+    for i, e in enumerate(events):
+        if e.kind == "free":
+            freed[e.tensor] = i
+        elif e.kind == "compute":
+            op = g.ops[g.op_index[e.op]]
+            if e.recompute and e.end_s - e.start_s <= tol and op.outputs and all(
+                    t in freed and t not in changed and abs(events[freed[t]].end_s - e.start_s) <= tol
+                    for t in op.outputs):
+                drop.add(i)
+                drop.update(freed.pop(t) for t in op.outputs)
+                continue
+            changed.difference_update(op.outputs)
+            changed.update(op.updates)
+            for t in op.outputs:
+                freed.pop(t, None)
+        else:
+            freed.pop(e.tensor, None)
+    return [e for i, e in enumerate(events) if i not in drop]
+
+
+def meetings_kept(g: Any, plan: Plan) -> Plan:
+    """`plan` with `keep_through_meetings` applied, where it drops something and the result validates: what
+    `milp.api.plan_milp` lays out (the byte-budget plan as decoded is valid as it is; only its arena layout,
+    one offset per tensor, cannot hold two copies of one tensor at one instant)."""
+    events = keep_through_meetings(g, plan.events)
+    if len(events) == len(plan.events):
+        return plan
+    kept = dataclasses.replace(plan, events=events, metrics={
+        **plan.metrics, "recomputes": sum(1 for e in events if e.kind == "compute" and e.recompute)})
+    rep = validate(g, kept)
+    if not rep.valid:
+        return plan
+    kept.metrics["peak_bytes"] = int(rep.peak_bytes)
+    return kept
 
 
 def _events(g: Any, device: Any, acts: list[Action]) -> list[Event]:
@@ -363,4 +412,4 @@ def impl_names(plan: Plan) -> dict[str, str]:
 
 
 __all__ = ["Action", "DecodeError", "actions", "auto_plan", "auto_values", "decode", "impl_names",
-           "keep_through_instants", "retime"]
+           "keep_through_instants", "keep_through_meetings", "meetings_kept", "retime"]
