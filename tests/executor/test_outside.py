@@ -190,15 +190,21 @@ def _eq(a: torch.Tensor, b: torch.Tensor) -> bool:
 ])
 def test_convolution_and_its_backward_write_eagers_bits_into_their_slots(n, c, hw, co, k, stride, pad, bias,
                                                                           mask) -> None:
-    from executor.ops import _conv, _conv_backward
-    from hybrid.capture.trace import portable_kernels
-
-    aten = torch.ops.aten
     gen = torch.Generator().manual_seed(n * 100 + k)
     x = torch.randn(n, c, hw, hw, generator=gen)
     w = torch.randn(co, c, k, k, generator=gen)
     b = torch.randn(co, generator=gen) if bias else None
-    conv = [x, w, b, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1]
+    _writes_eagers_bits([x, w, b, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1], mask, gen)
+
+
+def _writes_eagers_bits(conv: list, mask: list[bool], gen: torch.Generator) -> None:
+    """`conv` (aten.convolution's arguments) runs as Slow2d, and the slot writers give eager's bits for it and
+    for its backward under `mask`."""
+    from executor.ops import _conv, _conv_backward
+    from hybrid.capture.trace import portable_kernels
+
+    aten = torch.ops.aten
+    x, w, b = conv[:3]
     with portable_kernels():
         assert torch._C._select_conv_backend(x, w, b, *conv[3:], None).name == "Slow2d"
         ref = aten.convolution.default(*conv)
@@ -206,9 +212,9 @@ def test_convolution_and_its_backward_write_eagers_bits_into_their_slots(n, c, h
         _conv(conv, {}, [out])
         assert _eq(out, ref)
         go = torch.randn(ref.shape, generator=gen)
-        back = [go, x, w, [co] if bias else None, *conv[3:], mask]
+        back = [go, x, w, [w.shape[0]] if b is not None else None, *conv[3:], mask]
         refs = aten.convolution_backward.default(*back)
-        slots = [torch.full_like(t, 5.0) if m else None for t, m in zip((x, w, torch.empty(co)), mask)]
+        slots = [torch.full_like(t, 5.0) if m else None for t, m in zip((x, w, torch.empty(w.shape[0])), mask)]
         _conv_backward(back, {}, slots)
     for r, got, m in zip(refs, slots, mask):
         assert (r is None and got is None) if not m else _eq(got, r)
@@ -220,27 +226,10 @@ def test_convolution_and_its_backward_write_eagers_bits_into_their_slots(n, c, h
 def test_a_1d_convolution_writes_eagers_bits_into_its_slots(stride: int, pad: int, bias: bool, mask) -> None:
     # ATen runs a 1-d convolution as Slow2d too, on views with a unit height (view1d_as_2d): the writer does the
     # same (it called the 2-d kernel with the 3-d tensors: "2D kernel_size expected", a plain nn.Conv1d)
-    from executor.ops import _conv, _conv_backward
-    from hybrid.capture.trace import portable_kernels
-
-    aten = torch.ops.aten
     gen = torch.Generator().manual_seed(stride * 10 + pad)
     x, w = torch.randn(3, 4, 17, generator=gen), torch.randn(6, 4, 5, generator=gen)
     b = torch.randn(6, generator=gen) if bias else None
-    conv = [x, w, b, [stride], [pad], [1], False, [0], 1]
-    with portable_kernels():
-        assert torch._C._select_conv_backend(x, w, b, *conv[3:], None).name == "Slow2d"
-        ref = aten.convolution.default(*conv)
-        out = torch.full_like(ref, 7.0)
-        _conv(conv, {}, [out])
-        assert _eq(out, ref)
-        go = torch.randn(ref.shape, generator=gen)
-        back = [go, x, w, [6] if bias else None, *conv[3:], mask]
-        refs = aten.convolution_backward.default(*back)
-        slots = [torch.full_like(t, 5.0) if m else None for t, m in zip((x, w, torch.empty(6)), mask)]
-        _conv_backward(back, {}, slots)
-    for r, got, m in zip(refs, slots, mask):
-        assert (r is None and got is None) if not m else _eq(got, r)
+    _writes_eagers_bits([x, w, b, [stride], [pad], [1], False, [0], 1], mask, gen)
 
 
 def _conv_graph(n: int, c: int, groups: int, mask: list[bool] | None = None):  # noqa: ANN202
