@@ -5,12 +5,14 @@ followed by the frees Free says. Here:
 1. `actions`: the same walk, stage by stage — frees of what S drops, prefetches (P) issued at the stage's
    start, the stage's (re)computes with their impls, each followed by the frees the model's Free allows,
    offloads (O) issued at the stage's end. On a coarsened problem a node expands to its ops, and tensors
-   inside a segment are freed after their last reader there. A copy freed and made again by a zero-time rerun
-   before the clock moves is kept instead (`keep_through_instants`).
+   inside a segment are freed after their last reader there.
 2. A nominal timeline runs these one after another (one event at a time): a valid plan whenever the
-   model's memory accounting holds, and a check of that accounting.
+   model's memory accounting holds, and a check of that accounting. A copy freed and made again by a
+   zero-time rerun before the clock moves is kept instead (`keep_through_meetings`).
 3. `hybrid.swap.from_plan` recovers its data, stream and memory edges, and `hybrid.simulator` re-times them
    with the three streams overlapped: copies may stall computes where the stage windows were optimistic.
+   (`milp.api.plan_milp` lays the result out after `meetings_kept`: where the overlapped times bring a
+   zero-time rerun to its output's free, that copy is kept too.)
    The MILP objective (compute time) is a lower bound on that makespan.
 With `auto=True` (the -Auto baselines) each node takes, when it first runs, the fastest implementation
 whose workspace fits the memory the model leaves at that point; its reruns reuse it where it fits, else the
@@ -148,63 +150,29 @@ def _duration(g: Any, device: Any, ac: Action) -> float:
     return float(device.h2d_time(nbytes) if ac.kind == "swap_in" else device.d2h_time(nbytes))
 
 
-def keep_through_instants(g: Any, device: Any, acts: list[Action]) -> list[Action]:
-    """`acts` less each rerun that takes no time and comes, before the clock moves, after frees of all its op's
-    outputs, and less those frees: the copies are kept. The model is indifferent (such a rerun costs nothing),
-    but the freed copy and the rerun's would meet at one instant: the validator's rule 5 counts both there, and
-    an arena (one offset per tensor) cannot hold both. A kept copy has the rerun's values: reruns come before
-    any in-place update of what they read (`Node.rerun_until`), and a copy updated in place since it was made
-    is left alone (a tensor made by `empty_like` and filled in place later may still be kept before that)."""
-    a = g.arrays
-    tol = 1e-9 * max(1.0, sum(_duration(g, device, ac) for ac in acts))   # the validator's eps on this timeline
-    out: list[Action | None] = []
-    freed: dict[int, int] = {}      # tensor -> index in `out` of its free at the current instant
-    changed: set[int] = set()       # tensors updated in place since they were last made
-    for ac in acts:
-        d = _duration(g, device, ac)
-        if ac.kind == "compute":
-            outs = [int(t) for t in a.out_idx[a.out_ptr[ac.ref]:a.out_ptr[ac.ref + 1]]]
-            if ac.recompute and d <= tol and outs and all(t in freed and t not in changed for t in outs):
-                for t in outs:
-                    out[freed.pop(t)] = None
-                continue
-            changed.difference_update(outs)
-            changed.update(int(t) for t in a.upd_idx[a.upd_ptr[ac.ref]:a.upd_ptr[ac.ref + 1]])
-            for t in outs:
-                freed.pop(t, None)
-        elif ac.kind == "free":
-            freed[ac.ref] = len(out)
-        else:
-            freed.pop(ac.ref, None)
-        out.append(ac)
-        if d > tol:
-            freed.clear()
-    return [ac for ac in out if ac is not None]
-
-
 def keep_through_meetings(g: Any, events: list[Event]) -> list[Event]:
-    """`keep_through_instants` on the re-timed plan: the simulator's overlapped times can bring a zero-time
-    rerun to the instant where frees of all its op's outputs end, though copies lay between them on the
-    nominal timeline. Such a rerun and those frees are dropped (the copies are kept), unless a copy was updated
-    in place since it was made. Events in time order, as `retime` returns them."""
+    """`events` (in time order) less each rerun that takes no time and starts at the instant where frees of all
+    its op's outputs end, and less those frees: the copies are kept. The model is indifferent (such a rerun
+    costs nothing), but the freed copy and the rerun's meet at one instant: the validator's rule 5 counts both
+    there, and an arena (one offset per tensor) cannot hold both. They meet on the nominal timeline (a free and
+    the rerun before the clock moves) and, though copies lay between them there, on the simulator's overlapped
+    one (`meetings_kept`). A kept copy has the rerun's values: reruns come before any in-place update of what
+    they read (`Node.rerun_until`), and an op's outputs are never updated in place (only persistent tensors
+    are, and no op makes one)."""
     tol = 1e-9 * max(1.0, max((e.end_s for e in events), default=0.0))   # the validator's eps on this timeline
-    changed: set[str] = set()
     freed: dict[str, int] = {}       # tensor -> index of its free (zero-time, as every free)
     drop: set[int] = set()
     for i, e in enumerate(events):
         if e.kind == "free":
             freed[e.tensor] = i
         elif e.kind == "compute":
-            op = g.ops[g.op_index[e.op]]
-            if e.recompute and e.end_s - e.start_s <= tol and op.outputs and all(
-                    t in freed and t not in changed and abs(events[freed[t]].end_s - e.start_s) <= tol
-                    for t in op.outputs):
+            outs = g.ops[g.op_index[e.op]].outputs
+            if e.recompute and e.end_s - e.start_s <= tol and outs and all(
+                    t in freed and abs(events[freed[t]].end_s - e.start_s) <= tol for t in outs):
                 drop.add(i)
-                drop.update(freed.pop(t) for t in op.outputs)
+                drop.update(freed.pop(t) for t in outs)
                 continue
-            changed.difference_update(op.outputs)
-            changed.update(op.updates)
-            for t in op.outputs:
+            for t in outs:
                 freed.pop(t, None)
         else:
             freed.pop(e.tensor, None)
@@ -361,9 +329,9 @@ def decode(model: MilpModel, values: Values, planner: dict[str, Any] | None = No
     rule if the nominal or the overlapped plan does not validate (a bug in the model or here)."""
     pb = model.problem
     g = pb.graph
-    acts = keep_through_instants(g, pb.device, actions(model, values, auto))
     resident = resident_at_start(model, values)
-    nominal = _plan(model, _events(g, pb.device, acts), planner or {}, {}, resident)
+    nominal = _plan(model, keep_through_meetings(g, _events(g, pb.device, actions(model, values, auto))),
+                    planner or {}, {}, resident)
     rep = validate(g, nominal)
     if not rep.valid:
         v = rep.violations[0]
@@ -412,4 +380,4 @@ def impl_names(plan: Plan) -> dict[str, str]:
 
 
 __all__ = ["Action", "DecodeError", "actions", "auto_plan", "auto_values", "decode", "impl_names",
-           "keep_through_instants", "keep_through_meetings", "meetings_kept", "retime"]
+           "keep_through_meetings", "meetings_kept", "retime"]
