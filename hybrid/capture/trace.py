@@ -438,7 +438,8 @@ def trace_step(
         with _reparametrize_module(module, state, tie_weights=True, strict=False), rng_ops():
             out = run(params, inputs, targets)
             _reassigned_buffers(module, dict(zip(bnames, buffers)))
-        drawn = [name for name, before in host.items() if not _same_state(before, _host_random_states()[name])]
+        after = _host_random_states()
+        drawn = [name for name, before in host.items() if not _same_state(before, after[name])]
         if drawn:
             # the trace holds the numbers drawn once, as constants: eager draws new ones every step
             raise HybridError(f"the step draws from {' and '.join(drawn)}, whose numbers capture would record "
