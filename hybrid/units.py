@@ -63,6 +63,22 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
     return int(round(value))
 
 
+def parse_share(text: Any, what: str) -> float | None:
+    """'50%' -> 0.5 (a share of the unswapped peak, where a command takes one); None for text without a
+    trailing %, which is then a size. Refused outside (0%, 1000%]."""
+    if not isinstance(text, str) or not text.strip().endswith("%"):
+        return None
+    t = text.strip()
+    m = re.fullmatch(_NUM + "%", t)
+    if not m:
+        raise HybridError(f"cannot read {what} {t!r}: write a size (e.g. 64MiB) or a percentage of the unswapped "
+                          "peak (e.g. 40%)")
+    share = float(m.group(1)) / 100.0
+    if not 0.0 < share <= 10.0:
+        raise HybridError(f"{what} {t!r}: a percentage of the peak must be within (0%, 1000%]")
+    return share
+
+
 BARE_MEMORY_WARN = 1 << 20   # a device memory written without a unit below this many bytes: a unit forgotten
 
 

@@ -11,6 +11,7 @@ from hybrid.device import EXECUTOR_MIN_ALIGNMENT, PRESETS, Device, resolve_devic
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.plan import Plan
+from hybrid.units import parse_share
 
 
 class FiniteFloat(click.FloatRange):
@@ -50,7 +51,9 @@ def device_options(f: Callable | None = None, *, graph: bool = True, memory: boo
         click.option("--device", "device_name", type=click.Choice(sorted(PRESETS)), default=None,
                      help=f"Device preset (default: {of_graph}v100-16gb)."),
         click.option("--memory", default=None, hidden=not memory,
-                     help="Device memory, e.g. 10GiB, 512MB (overrides the preset)."),
+                     help="Device memory, e.g. 10GiB, 512MB (overrides the preset)" + (
+                         "; or a share of the graph's unswapped peak, e.g. 50%: what a plan may fill (a --reserve "
+                         "given is added)." if graph else ".")),
         click.option("--h2d", default=None, help="Host-to-device bandwidth, e.g. 12GB/s."),
         click.option("--d2h", default=None, help="Device-to-host bandwidth, e.g. 12GB/s."),
         click.option("--latency", default=None,
@@ -74,15 +77,23 @@ DEVICE_KEYS = ("device_name", "memory", "h2d", "d2h", "latency", "reserve", "ali
 
 
 def device_from(graph: Graph | None, kw: dict[str, Any], base: Device | None = None,
-                recosts: bool = False) -> Device:
+                recosts: bool = False, peak_of: Graph | None = None) -> Device:
     """Pop the device flags out of a command's kwargs and resolve them against `base` (default: the graph's).
 
+    `--memory 50%` is that share of the unswapped peak of `peak_of` (default: `graph`) at the device's alignment,
+    as `hybrid frontier --memories` reads it: what a plan may fill, so a --reserve given is added on top.
     A graph's op times are its capture device's: a `--device` preset naming another card changes the memory,
     the link and the reserve, not them, so the command says so on stderr (unless it re-costs the ops itself,
     `recosts`, as serve does)."""
     name = kw.get("device_name")
-    dev = resolve_device(base if base is not None else graph.device if graph is not None else None,
-                         *(kw.pop(k, None) for k in DEVICE_KEYS))
+    flags = {k: kw.pop(k, None) for k in DEVICE_KEYS}
+    share = parse_share(flags["memory"], "--memory")
+    base = base if base is not None else graph.device if graph is not None else None
+    if share is not None:
+        without = resolve_device(base, *{**flags, "memory": None}.values())
+        flags["memory"] = share_of_peak(peak_of if peak_of is not None else graph, share, without,
+                                        flags["memory"], keep_reserve=flags["reserve"] is not None)
+    dev = resolve_device(base, *flags.values())
     if graph is not None and name and not recosts and graph.device.name in PRESETS and dev.name != graph.device.name:
         click.echo(f"warning: graph {graph.name!r} times its ops as on {graph.device.name} (as captured); --device "
                    f"{name} sets the memory, link and reserve, not the op times: capture it again with --device "
@@ -92,6 +103,18 @@ def device_from(graph: Graph | None, kw: dict[str, Any], base: Device | None = N
                    f"`hybrid execute` runs only plans aligned to {EXECUTOR_MIN_ALIGNMENT} B or more (PyTorch's CPU "
                    f"kernels take another numeric path on less)", err=True)
     return dev
+
+
+def share_of_peak(graph: Graph | None, share: float, dev: Device, text: str, keep_reserve: bool) -> int:
+    """The bytes `--memory 50%` names on `dev` (resolved without it): the share of the graph's unswapped peak at
+    the device's alignment, plus the reserve a --reserve keeps aside (`keep_reserve`; else there is none)."""
+    from hybrid.graph.info import unswapped_peak
+
+    if graph is None:
+        raise HybridError(f"--memory {text.strip()}: a percentage is a share of a graph's unswapped peak, and this "
+                          "command has no graph yet; give a size, e.g. --memory 10GiB")
+    return int(round(share * int(unswapped_peak(graph, dev.alignment_bytes)))) + (
+        dev.reserve_bytes if keep_reserve else 0)
 
 
 graph_option = click.option("--graph", "graph_path", required=True, type=click.Path(dir_okay=False, path_type=Path),

@@ -63,7 +63,7 @@ def default_memories(graph: Graph, device: Device, steps: int = DEFAULT_STEPS) -
 
 def parse_memories(items: tuple[str, ...] | list[str], peak: int) -> list[int]:
     """`--memories 64MiB,128MiB --memories 50%`: sizes, or percentages of the unswapped `peak`; sorted, unique."""
-    from hybrid.units import parse_memory
+    from hybrid.units import parse_memory, parse_share
 
     out: set[int] = set()
     for item in items:
@@ -71,17 +71,8 @@ def parse_memories(items: tuple[str, ...] | list[str], peak: int) -> list[int]:
             part = part.strip()
             if not part:
                 continue
-            if part.endswith("%"):
-                try:
-                    share = float(part[:-1]) / 100.0
-                except ValueError:
-                    raise HybridError(f"--memories {part!r}: write a size (e.g. 64MiB) or a percentage of the "
-                                      "unswapped peak (e.g. 40%)") from None
-                if not 0.0 < share <= 10.0:
-                    raise HybridError(f"--memories {part!r}: a percentage of the peak must be within (0%, 1000%]")
-                value = int(round(share * peak))
-            else:
-                value = parse_memory(part, "--memories")
+            share = parse_share(part, "--memories")
+            value = int(round(share * peak)) if share is not None else parse_memory(part, "--memories")
             if value <= 0:
                 raise HybridError(f"--memories {part!r}: must be positive")
             out.add(value)

@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from hybrid.cli import clock
-from hybrid.cli.options import load_graph, prepare_output
+from hybrid.cli.options import load_graph, prepare_output, share_of_peak
 from hybrid.errors import HybridError, InvalidPlanError
-from hybrid.units import format_bytes, parse_duration
+from hybrid.units import format_bytes, parse_duration, parse_share
 from hybrid.jsonio import report_json
 
 SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faster device, then single flips "
@@ -94,8 +94,9 @@ def costs_line(costs: dict, dev) -> str:  # noqa: ANN001 - the Device placed for
               help="Re-cost GPU times (time_s) with this preset and use its PCIe link, e.g. p2200 (the paper's "
                    "Quadro P2200 on PCIe 3.0). Default: the graph's own time_s and device.")
 @click.option("--memory", default=None,
-              help="What the GPU's copies may fill, e.g. 400MiB (no reserve then): parts whose parameters and "
-                   "activations do not fit go to the CPU. Default: the device's usable memory.")
+              help="What the GPU's copies may fill, e.g. 400MiB, or a share of the graph's unswapped peak, e.g. 50% "
+                   "(no reserve then): parts whose parameters and activations do not fit go to the CPU. Default: "
+                   "the device's usable memory.")
 @click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Measured times from `hybrid profile` (a cpu profile sets cpu_time_s, a cuda one time_s); "
                    "applied after --cpu/--device; says how many ops each covers (matched by kernel and shapes), "
@@ -192,6 +193,9 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     if g.device is None and not device_preset:
         click.echo("note: the graph names no device and no --device was given: placing for v100-16gb's PCIe link",
                    err=True)
+    share = parse_share(memory, "--memory")
+    if share is not None:
+        memory = share_of_peak(g, share, resolve_device(g.device, device_preset), memory, keep_reserve=False)
     dev = resolve_device(g.device, device_preset, memory)
     if device_preset:
         g = type(g)(g.name, g.tensors, g.ops, dev, g.extra)

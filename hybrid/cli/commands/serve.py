@@ -15,7 +15,7 @@ from hybrid.serve import POLICIES, ServeConfig, model_costs, simulate_serving
 from hybrid.graph.info import training_reason
 from hybrid.serve.costs import costed_for, recost_for
 from hybrid.serve.simulate import ModelCosts, check_arrivals, resident_bytes
-from hybrid.units import format_bytes, format_seconds, parse_duration
+from hybrid.units import format_bytes, format_seconds, parse_duration, parse_share
 from hybrid.jsonio import report_json
 
 
@@ -247,6 +247,9 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
                               "with `hybrid capture ... --optimizer none`")
     batch = serving_batch(graphs, graph_paths, batch)
     device_name, memory = kw.get("device_name"), kw.get("memory")
+    if parse_share(memory, "--memory") is not None and len(graphs) > 1:   # whose peak would it be?
+        raise HybridError(f"--memory {memory}: a percentage is a share of one graph's unswapped peak, and serve was "
+                          f"given {len(graphs)} graphs; give a size, e.g. --memory 10GiB")
     dev = device_from(graphs[0], kw, recosts=True)   # serving_graphs re-costs the ops for --device
     graphs = serving_graphs(graphs, graph_paths, dev, device_name, memory)
     times_for = [costed_for(g) for g in graphs]

@@ -9,6 +9,7 @@ import click
 
 from hybrid.device import Device
 from hybrid.errors import HybridError
+from hybrid.graph import Graph
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation
 from hybrid.swap.pools import PoolArrays, byte_pool, per_size_pool, pool_from_allocation
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph, load_plan,
@@ -75,7 +76,7 @@ def command(graph_path: Path, from_path: Path | None, schedule: str, allocation:
                               "place`); simulate re-plans every op on the device, which would drop that placement: "
                               "use this plan as it is (`hybrid timeline` shows it)")
         order = from_ids(g, src.schedule, f"{from_path}: schedule")   # valid: a topological order of g's ops
-        dev = _device_for_plan(src, kw, device_flags, notes)
+        dev = _device_for_plan(g, src, kw, device_flags, notes)
         if isinstance(src.allocation, ArenaAllocation):
             pool = byte_pool(g, dev)
             again = (f"`hybrid arena --graph {graph_path} --plan {out_path} --out ...`" if out_path is not None
@@ -156,10 +157,10 @@ def _options_text(opt: PlannerOptions) -> str:
                      + extra)
 
 
-def _device_for_plan(src: Plan, kw: dict[str, Any], device_flags: list[str], notes: list[str]) -> Device:
+def _device_for_plan(g: Graph, src: Plan, kw: dict[str, Any], device_flags: list[str], notes: list[str]) -> Device:
     """The plan's own device ("keep this plan's ... allocation" is meaningless on another memory), changed only
     by the device flags given; where they change it, a note says how, since the result is then not the plan's."""
-    dev = device_from(None, kw, base=src.device)
+    dev = device_from(None, kw, base=src.device, peak_of=g)
     changes = _device_changes(src.device, dev)
     if changes:
         notes.append(f"the device ({', '.join(device_flags)}) differs from the plan's: {'; '.join(changes)}")
