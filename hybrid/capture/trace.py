@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, NoReturn
@@ -202,6 +203,42 @@ def _cumulative_batch_norms(module: nn.Module) -> list[str]:
     return layer_names([(n, m) for n, m in mode_layers(module)[1] if m.training and m.momentum is None])
 
 
+def _value_read_frames(e: BaseException) -> tuple[str, traceback.FrameSummary | None]:
+    """Where a traced step read a tensor's value: (", called at FILE:LINE" for the user's last line on the
+    stack, or "", and the last frame inside torch.nn's layers, if any), so the refusal points at the line."""
+    import os
+
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    user = nn_frame = None
+    for f in traceback.extract_tb(e.__traceback__):
+        path = os.path.abspath(f.filename) if not f.filename.startswith("<") else f.filename
+        if path.startswith(torch_dir):
+            rel = path[len(torch_dir):]
+            if rel.startswith(("nn" + os.sep, "nn/")) and not rel.endswith(os.sep.join(("modules", "module.py"))):
+                nn_frame = f
+        elif not path.startswith(here):
+            user, nn_frame = f, None   # a torch.nn frame counts only below the user's last line
+    return (f", called at {_short_path(user.filename)}:{user.lineno}" if user is not None else ""), nn_frame
+
+
+def _short_path(path: str) -> str:
+    """A path as a user reads it in a message: relative to the working folder when under it, torch's files from
+    `torch/`."""
+    import os
+
+    if path.startswith("<"):
+        return path
+    torch_root = os.path.dirname(os.path.dirname(torch.__file__)) + os.sep
+    if path.startswith(torch_root):
+        return path[len(torch_root):]
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
 def _refuse(e: BaseException, stage: str, module: nn.Module | None = None) -> NoReturn:
     """The user's code failed under capture: one line naming where and why."""
     name = type(e).__name__
@@ -211,7 +248,15 @@ def _refuse(e: BaseException, stage: str, module: nn.Module | None = None) -> No
             raise HybridError(f"batch norm {', '.join(bns)} has momentum=None: its cumulative average reads "
                               "num_batches_tracked as a Python number, which capture cannot trace "
                               f"({first_line(e)}); give it a momentum (e.g. 0.1) or capture it in eval mode") from None
-        raise HybridError(f"the module's {stage} depends on tensor values ({first_line(e)}); "
+        user, nn_frame = _value_read_frames(e)
+        if nn_frame is not None and nn_frame.name == "_detect_is_causal_mask":
+            raise HybridError(f"nn.TransformerEncoder or nn.Transformer{user + ',' if user else ''} compares mask= "
+                              "with a causal mask to choose is_causal, reading tensor values, which capture cannot "
+                              "trace; pass "
+                              "is_causal=True (the mask is causal) or is_causal=False beside mask=") from None
+        inside = (f" in {nn_frame.name} ({_short_path(nn_frame.filename)}:{nn_frame.lineno})"
+                  if nn_frame is not None else "")
+        raise HybridError(f"the module's {stage} depends on tensor values ({first_line(e)}{inside}){user}; "
                           "capture needs control flow and shapes that do not depend on data") from None
     where = {"forward": "the module's forward", "loss": "the loss function", "backward": "the backward pass"}
     if "DynamicOutputShape" in name:    # the kernel's name is the message

@@ -836,6 +836,52 @@ def test_a_distributions_argument_check_reads_values_and_is_refused_in_one_line(
     assert "depends on tensor values" in msg, msg
 
 
+class Branchy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        h = self.fc(x)
+        if h.sum() > 0:   # BRANCH: a Python branch on a tensor's value
+            h = h * 2
+        return h
+
+
+def test_a_value_read_names_the_users_line() -> None:
+    import inspect
+
+    (x,), _ = _xy()
+    msg = _one_line(Branchy(), (x,), None, lambda o: o.pow(2).mean())
+    src, first = inspect.getsourcelines(Branchy.forward)
+    line = first + next(i for i, text in enumerate(src) if "BRANCH" in text)
+    assert "depends on tensor values" in msg and f"test_user_module_shapes.py:{line}" in msg, msg
+
+
+class CausalEncoder(nn.Module):
+    def __init__(self, is_causal: bool | None) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        self.enc, self.is_causal = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False), is_causal
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        if self.is_causal is None:
+            return self.enc(x, mask=mask)
+        return self.enc(x, mask=mask, is_causal=self.is_causal)
+
+
+def test_a_transformer_mask_without_is_causal_says_to_pass_it() -> None:
+    """TransformerEncoder compares mask= with a causal mask (`_detect_is_causal_mask`) unless told is_causal: the
+    refusal says to tell it, and with it given the module captures and trains like eager."""
+    x = torch.randn(2, 5, 8, generator=_gen())
+    msg = _one_line(CausalEncoder(None), (x,), None, lambda o: o.pow(2).mean())
+    assert "pass is_causal=True" in msg and "test_user_module_shapes.py:" in msg, msg
+    for causal in (True, False):
+        torch.manual_seed(0)
+        _trains_like_eager(CausalEncoder(causal), (x,), None, lambda o: o.pow(2).mean())
+
+
 def test_what_eager_refuses_is_refused_with_eagers_reason() -> None:
     m, (q, kv, _), y, loss = _mha_cross()
     bad = torch.zeros(5, 8)                                   # add_bias_kv pads the mask itself: eager wants (5, 7)
