@@ -198,6 +198,19 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
     return out
 
 
+def event_order(graph: Graph, plan: Plan) -> list[int]:
+    """The one order in which a plan's events run (the executor issues them so; the validator checks every rule
+    in it too): by start, end, kind (swap_in, compute, swap_out, free), computes then by their op's place in the
+    schedule (so tied zero-time ops run as the schedule says, whatever the file's order), then file position;
+    a release at an allocating event's instant is moved before it where nothing between them touches its
+    tensor."""
+    events = plan.events
+    rank = {oid: k for k, oid in enumerate(plan.schedule)}
+    return _releases_first(graph, plan, sorted(range(len(events)), key=lambda i: (
+        events[i].start_s, events[i].end_s, _TIE[events[i].kind],
+        rank.get(events[i].op, -1) if events[i].kind == "compute" else -1, i)))
+
+
 def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
     """The augmented graph of a (valid) plan. Validate the plan first: edges of an invalid one mean little."""
     g = graph
@@ -205,8 +218,7 @@ def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:
     t_mem = occupied_bytes(g, plan.device.alignment_bytes)
     events = plan.events
     n = len(events)
-    order = _releases_first(g, plan, sorted(range(n), key=lambda i: (events[i].start_s, events[i].end_s,
-                                                                      _TIE[events[i].kind], i)))
+    order = event_order(g, plan)
     impl_choice = plan.impl_choice(g)
     op_time, op_ws = a.impl_arrays(impl_choice)
     mem = _Memory(g, plan, op_ws)

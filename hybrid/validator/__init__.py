@@ -70,6 +70,7 @@ from hybrid.validator.memory import check_memory, levels_over_time
 from hybrid.validator.order import check_order
 from hybrid.validator.report import Found, ValidationReport, Violation
 from hybrid.validator.residency import HostCopies, check_inputs, check_swaps
+from hybrid.validator.sequence import check_sequence
 
 __all__ = ["Violation", "ValidationReport", "validate", "check", "require_valid", "require_plan_of", "write_plan",
            "memory_over_time", "event_figures", "MAX_VIOLATIONS"]
@@ -96,6 +97,9 @@ def validate(graph: Graph, plan: Plan, all: bool = False) -> ValidationReport:  
     peak, r5 = check_memory(ctx, copies)
     per_rule += [r2, check_inputs(ctx, copies, host), check_swaps(ctx, copies, host), r5,
                  check_period(ctx, copies, host), check_totals(ctx)]
+    if not any(per_rule):   # on times the plan holds: it must hold in the order its events run too
+        for f in check_sequence(ctx):
+            per_rule[f.violation.rule].append(f)
     return _report(per_rule, all, peak)
 
 

@@ -9,8 +9,9 @@ import math
 from dataclasses import dataclass
 
 from hybrid.graph import DEFAULT_IMPL, Graph
-from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation
+from hybrid.plan import ArenaAllocation, Event, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.plan.events import COMPUTE, FREE, KIND_CODE, SWAP_IN, SWAP_OUT  # noqa: F401 (rules import them here)
+from hybrid.units import MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, format_bytes
 from hybrid.validator.report import Found, Violation
 
 NO_EVENT = -1
@@ -122,6 +123,80 @@ def device_problems(dev: object) -> list[str]:
     return out
 
 
+def _in_range(v: object, lo: float, hi: float) -> bool:
+    return finite_number(v) and lo <= v <= hi   # type: ignore[operator]
+
+
+def device_ranges(dev: object) -> list[str]:
+    """The ranges every flag and file is held to (`hybrid.units`), for a device built in Python: beyond them sums
+    over the plan overflow (a latency of 1e308 s) or leave int64 (an alignment of 2^80)."""
+    out = []
+    for key, hi, most in (("memory_bytes", MAX_BYTES, format_bytes(MAX_BYTES)),
+                          ("reserve_bytes", MAX_BYTES, format_bytes(MAX_BYTES)),
+                          ("alignment_bytes", MAX_ALIGNMENT, format_bytes(MAX_ALIGNMENT)),
+                          ("transfer_latency_s", MAX_SECONDS, f"{MAX_SECONDS:g} s")):
+        v = getattr(dev, key, None)
+        if finite_number(v) and not v <= hi:   # type: ignore[operator]
+            out.append(f"device.{key} must be at most {most}, got {v!r}")
+    for key in ("h2d_bytes_per_s", "d2h_bytes_per_s"):
+        v = getattr(dev, key, None)
+        if finite_number(v) and v > 0 and not _in_range(v, MIN_RATE, MAX_RATE):   # type: ignore[operator]
+            out.append(f"device.{key} must be from {MIN_RATE:g} to {MAX_RATE:g} bytes/s, got {v!r}")
+    return out
+
+
+def shape_problems(plan: Plan) -> list[str]:
+    """What a plan built in Python (not read by `Plan.from_json`, which refuses all of it) can get wrong in its
+    types: each later rule reads these fields as the format's types."""
+    out = []
+    for key in ("graph", "graph_sha256"):
+        if not isinstance(getattr(plan, key, None), str):
+            out.append(f"{key} must be a string, got {getattr(plan, key, None)!r}")
+    for key in ("schedule", "resident_at_start"):
+        v = getattr(plan, key, None)
+        if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+            out.append(f"{key} must be a list of id strings")
+    if finite_number(plan.makespan_s) and not abs(plan.makespan_s) <= MAX_SECONDS:
+        out.append(f"makespan_s must be at most {MAX_SECONDS:g} s, got {plan.makespan_s!r}")
+    alloc = plan.allocation
+    if isinstance(alloc, SizeClassAllocation):
+        for k, c in enumerate(alloc.classes):
+            if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_BYTES
+                       for x in (getattr(c, "bytes", None), getattr(c, "count", None))):
+                out.append(f"allocation.classes[{k}]: bytes and count must be whole numbers from 0 to "
+                           f"{format_bytes(MAX_BYTES)}")
+        for tid, c in alloc.class_of.items():   # an index out of range is rule 5's, at the event that needs it
+            if not (isinstance(c, int) and not isinstance(c, bool)):
+                out.append(f"allocation.class_of[{tid!r}] must be a class index (a whole number), got {c!r}")
+                break
+    elif isinstance(alloc, ArenaAllocation):
+        if not (isinstance(alloc.arena_bytes, int) and not isinstance(alloc.arena_bytes, bool)
+                and 0 <= alloc.arena_bytes <= MAX_BYTES):
+            out.append(f"allocation.arena_bytes must be a whole number from 0 to {format_bytes(MAX_BYTES)}, "
+                       f"got {alloc.arena_bytes!r}")
+        for tid, off in alloc.offsets.items():
+            if not (isinstance(off, int) and not isinstance(off, bool) and 0 <= off <= MAX_BYTES):
+                out.append(f"allocation.offsets[{tid!r}] must be a whole number of bytes from 0, got {off!r}")
+                break
+    elif not isinstance(alloc, UnconstrainedAllocation):
+        out.append(f"allocation must be a size-class, arena or unconstrained allocation, got {alloc!r}")
+    if not isinstance(plan.events, (list, tuple)):
+        out.append("events must be a list of Event")
+        return out
+    for i, ev in enumerate(plan.events):
+        if not isinstance(ev, Event):
+            out.append(f"events[{i}] must be an Event, got {ev!r}")
+            break
+        bad = [key for key in ("start_s", "end_s")
+               if not isinstance(getattr(ev, key), (int, float)) or isinstance(getattr(ev, key), bool)
+               or (finite_number(getattr(ev, key)) and not abs(getattr(ev, key)) <= MAX_SECONDS)]
+        if bad:
+            out.append(f"events[{i}] {ev.kind}: {bad[0]} must be a number of seconds up to {MAX_SECONDS:g}, "
+                       f"got {getattr(ev, bad[0])!r}")
+            break
+    return out
+
+
 def graph_mismatch(graph: Graph, plan: Plan) -> list[str]:
     """Rule 0's first reading, which commands check before any work (`hybrid.validator.require_plan_of`): the
     plan names this graph, and this version of its file when it states a sha256."""
@@ -141,7 +216,7 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
     def plan_level(text: str) -> None:
         bad.append(Found(-math.inf, -1, Violation(0, text, None)))
 
-    for text in device_problems(plan.device):
+    for text in device_problems(plan.device) + device_ranges(plan.device) + shape_problems(plan):
         plan_level(text)
     if not finite_number(plan.makespan_s):
         plan_level(f"makespan_s must be a finite number, got {plan.makespan_s!r}")

@@ -1,0 +1,168 @@
+"""Rules 1-5 once more, in the one order the events run (`hybrid.swap.from_plan.event_order`).
+
+The other checks compare times within eps and resolve near-ties in the plan's favour; the executor runs the
+events in a single order instead, breaking ties by end, kind and file position. Where those two readings part
+(events shorter than eps: zero-time ops, copies of a few bytes without latency), a plan could pass on times and
+then run otherwise: a reader before the update the schedule puts first, a swap_out before the update it should
+save, a zero-time op's input still held when its outputs are allocated. This walk replays the plan in the run
+order, as `executor.program.compile_program` does, and reports where it breaks a rule, so that a plan that
+validates runs as it reads.
+
+Versions: each first run of an op that updates a tensor makes its next version. A compute must read each input
+at the version its place in the schedule implies (a rerun: that of the op's first run; its own updates
+exempt), and a swap_in must bring back the current version.
+"""
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+
+from hybrid.graph.rerun import own_updates_exempt
+from hybrid.plan import ArenaAllocation, SizeClassAllocation
+from hybrid.swap.from_plan import event_order
+from hybrid.units import format_bytes, round_up
+from hybrid.validator.context import COMPUTE, SWAP_IN, SWAP_OUT, Context
+from hybrid.validator.report import Found
+
+IN_ORDER = "in the order events run (start, end, kind, file position: the executor's)"
+
+
+def check_sequence(ctx: Context) -> list[Found]:
+    g = ctx.graph
+    plan = ctx.plan
+    eps = ctx.eps
+    n_t = len(ctx.t_bytes)
+    align = plan.device.alignment_bytes
+    mem = [round_up(b, align) for b in ctx.t_bytes]
+    alloc = plan.allocation
+    offsets = ({g.tensor_index[k]: v for k, v in alloc.offsets.items() if k in g.tensor_index}
+               if isinstance(alloc, ArenaAllocation) else None)
+    classes = ({g.tensor_index[k]: v for k, v in alloc.class_of.items() if k in g.tensor_index}
+               if isinstance(alloc, SizeClassAllocation) else None)
+
+    # the version each first run reads: updates of the tensor by ops the schedule puts before it
+    pos = {g.op_index[oid]: k for k, oid in enumerate(plan.schedule)}
+    updaters: dict[int, list[int]] = {}
+    for o, ups in enumerate(ctx.op_updates):
+        for t in ups:
+            updaters.setdefault(t, []).append(pos[o])
+    for lst in updaters.values():
+        lst.sort()
+
+    def expected(o: int, t: int) -> int:
+        return bisect_left(updaters[t], pos[o]) if t in updaters else 0
+
+    version = [0] * n_t
+    initial_host = {t for t in range(n_t) if ctx.t_persistent[t]} - set(ctx.resident)
+    host_version: list[int | None] = [0 if t in initial_host else None for t in range(n_t)]
+    present = [False] * n_t          # a device copy whose release has not run yet
+    held = [False] * n_t             # its memory not yet handed back (a release waits for its time)
+    pending: list[tuple[float, int, int]] = []   # (release time, order, tensor)
+    used = 0
+    per_class: dict[int, int] = {}
+    live_ranges: dict[int, tuple[int, int]] = {}
+    out: list[Found] = []
+
+    def settle(upto: float) -> None:
+        nonlocal used
+        while pending and pending[0][0] <= upto:
+            _, _, t = heapq.heappop(pending)
+            held[t] = False
+            used -= mem[t]
+            if classes is not None and t in classes:
+                per_class[classes[t]] -= 1
+            live_ranges.pop(t, None)
+
+    def take(t: int) -> str | None:
+        """Allocate t's device copy; what rule 5 finds wrong, if anything."""
+        nonlocal used
+        held[t] = present[t] = True
+        used += mem[t]
+        if classes is not None and t in classes:
+            c = classes[t]
+            per_class[c] = per_class.get(c, 0) + 1
+            if 0 <= c < len(alloc.classes) and per_class[c] > alloc.classes[c].count:
+                return f"size class {c} has {per_class[c]} live objects, more than its count {alloc.classes[c].count}"
+        if offsets is not None and t in offsets and ctx.t_bytes[t] > 0:
+            lo, hi = offsets[t], offsets[t] + ctx.t_bytes[t]
+            for u, (a, b) in live_ranges.items():
+                if a < hi and lo < b:
+                    return (f"{ctx.tid(t)} at [{lo}, {hi}) overlaps {ctx.tid(u)} at [{a}, {b}), whose release has "
+                            "not run yet")
+            live_ranges[t] = (lo, hi)
+        return None
+
+    for t in ctx.resident:
+        take(t)
+    for i in event_order(g, plan):
+        k = ctx.kind[i]
+        if k == COMPUTE:
+            o = ctx.op[i]
+            if ctx.on_cpu[i]:   # reads and writes host copies (rules 3 and 4 read them); nothing on the device
+                for t in ctx.op_outputs[o]:
+                    host_version[t] = version[t]
+                continue
+            exempt = set(ctx.op_updates[o]) if ctx.recompute[i] and own_updates_exempt(g, g.ops[o]) else set()
+            for t in ctx.op_inputs[o]:
+                if not present[t]:
+                    out.append(ctx.found(3, i, f"input {ctx.tid(t)} has no device copy when it runs {IN_ORDER}; "
+                                               "start it after the event that brings the input, not within the "
+                                               "tolerance before it"))
+                elif t not in exempt and version[t] != expected(o, t):
+                    later = version[t] > expected(o, t)
+                    out.append(ctx.found(1, i, f"reads {ctx.tid(t)} {'after' if later else 'before'} an in-place "
+                                               f"update that the schedule puts {'after' if later else 'before'} "
+                                               f"it, {IN_ORDER}; order the two by time, not within the "
+                                               "tolerance"))
+            outs = ctx.op_outputs[o]
+            if outs:
+                settle(ctx.start[i] + eps)
+                for t in outs:
+                    if held[t]:
+                        out.append(ctx.found(2, i, f"allocates {ctx.tid(t)} while its previous device copy is "
+                                                   f"still held {IN_ORDER}"))
+                        continue
+                    why = take(t)
+                    if why:
+                        out.append(ctx.found(5, i, f"{why}, {IN_ORDER}"))
+                if offsets is None and classes is None and used + ctx.impl_ws[i] > ctx.memory:
+                    out.append(ctx.found(5, i, f"needs {format_bytes(used + ctx.impl_ws[i])} of device memory "
+                                               f"(copies and workspace) {IN_ORDER}, more than the usable "
+                                               f"{format_bytes(ctx.memory)}"))
+            for t in ctx.updates_of(i):
+                version[t] += 1
+        elif k == SWAP_IN:
+            t = ctx.tensor[i]
+            if host_version[t] != version[t]:
+                what = "no host copy" if host_version[t] is None else "a stale host copy"
+                out.append(ctx.found(4, i, f"brings back {what} of {ctx.tid(t)} {IN_ORDER}: the swap_out that "
+                                           "saves its current value must run before it"))
+            settle(ctx.start[i] + eps)
+            if held[t]:
+                out.append(ctx.found(2, i, f"allocates {ctx.tid(t)} while its previous device copy is still held "
+                                           f"{IN_ORDER}"))
+                continue
+            why = take(t)
+            if why:
+                out.append(ctx.found(5, i, f"{why}, {IN_ORDER}"))
+            elif offsets is None and classes is None and used > ctx.memory:
+                out.append(ctx.found(5, i, f"needs {format_bytes(used)} of device memory {IN_ORDER}, more than "
+                                           f"the usable {format_bytes(ctx.memory)}"))
+        else:
+            t = ctx.tensor[i]
+            if not present[t]:
+                out.append(ctx.found(2, i, f"releases {ctx.tid(t)}, which has no device copy then {IN_ORDER}"))
+                continue
+            present[t] = False
+            if k == SWAP_OUT:
+                host_version[t] = version[t]
+            heapq.heappush(pending, (ctx.end[i] if k == SWAP_OUT else ctx.start[i], i, t))
+        if len(out) >= 8:
+            break
+    if not out:
+        for t in range(n_t):
+            if ctx.t_persistent[t] and not present[t] and host_version[t] != version[t]:
+                out.append(ctx.found(6, None, f"persistent tensor {ctx.tid(t)} ends the iteration with a stale host "
+                                              f"copy {IN_ORDER}: its last swap_out runs before its last update"))
+    return out
+
