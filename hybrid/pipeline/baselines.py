@@ -102,7 +102,8 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
         try:
             p = run_baseline(graph, device, kind, recompute=True, addresses=addresses)
         except InfeasibleError as e:
-            out.notes.append(f"{kind}: cannot run: {e}")
+            why = str(e).removeprefix(f"{kind} cannot run").lstrip(": ")   # the planner's own words name it too
+            out.notes.append(f"{kind}: cannot run: {why}")
             continue
         left = 10.0 if deadline is None else max(0.5, min(10.0, deadline - time.monotonic()))   # layout's cap
         if addresses and p.allocation.kind != "arena":   # tflms, or no offsets from the walk: laid out after

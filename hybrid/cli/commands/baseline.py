@@ -31,7 +31,7 @@ from hybrid.jsonio import report_json
                    "layout fits, the byte budget written, said).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout: {\"plans\": [one object per kind: kind, makespan_s, ideal_s, "
-                   "ratio, plan, ...], \"failed\": [...]}.")
+                   "ideal/makespan, plan, ...], \"failed\": [...]}.")
 def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, recompute: bool, no_arena: bool,
             as_json: bool, **kw) -> None:
     """Plan with an obvious alternative, to compare optimized plans against.

@@ -314,3 +314,6 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
     if ideal:
         click.echo(f"note: not-shared: {ideal}")
     click.echo(io)
+    for path in (csv_path, plot_path):
+        if path is not None:
+            click.echo(f"wrote {path}")

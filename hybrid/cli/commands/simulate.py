@@ -55,7 +55,7 @@ MIB = 1 << 20
               help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, plan, ...; `notes`: what the output differs from --from in).")
 def command(graph_path: Path, from_path: Path | None, schedule: str, allocation: str, victim: str, recency: int,
             recompute: bool, out_path: Path | None, as_json: bool, **kw) -> None:
-    """Plan swaps (and, with --recompute, drops and reruns) for one schedule and pool with the swap planner
+    """Plan swaps (and, unless --no-recompute, drops and reruns) for one schedule and pool with the swap planner
     and simulate the three streams."""
     prepare_output(out_path, "--out")
     ctx = click.get_current_context()
