@@ -32,9 +32,16 @@ def _run_bitwise(case, plan) -> Executor:  # noqa: ANN001
     return ex
 
 
-def test_arena_plan_runs_bitwise_with_zero_compactions() -> None:
+@pytest.fixture(scope="module")
+def laid_out():  # noqa: ANN201
+    """(case, laid-out plan, Solution), made once for this module (the layout's search takes its 10 s): the tests
+    read them and change only copies (dataclasses.replace)."""
     case = user_case()
-    aplan, sol = _laid_out(case)
+    return (case, *_laid_out(case))
+
+
+def test_arena_plan_runs_bitwise_with_zero_compactions(laid_out) -> None:  # noqa: ANN001
+    case, aplan, sol = laid_out
     assert aplan.allocation.kind == "arena" and validate(case.graph, aplan).valid
     ex = _run_bitwise(case, aplan)
     st = ex.runtime.pool.stats
@@ -42,14 +49,13 @@ def test_arena_plan_runs_bitwise_with_zero_compactions() -> None:
     assert st.peak_live_bytes <= sol.arena_bytes
 
 
-def test_an_arena_may_end_at_its_top_copys_bytes_not_its_rounded_extent() -> None:
+def test_an_arena_may_end_at_its_top_copys_bytes_not_its_rounded_extent(laid_out) -> None:  # noqa: ANN001
     """docs/formats.md (rule 5, arenas): a copy lies inside [0, arena_bytes) by its bytes; the padding that
     rounds it up to the alignment need not. Every arena hybrid writes spans the rounded extents, but a file that
     ends its arena at the top copy's last byte is valid, and the executor runs it at those offsets."""
     from hybrid.plan import ArenaAllocation
 
-    case = user_case()
-    aplan, _ = _laid_out(case)
+    case, aplan, _ = laid_out
     align = aplan.device.alignment_bytes
     size = {t.id: t.bytes for t in case.graph.tensors}
     alloc = aplan.allocation

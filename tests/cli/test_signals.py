@@ -53,6 +53,7 @@ def test_sigterm_stops_place_during_its_cp_sat_solve(tmp_path) -> None:
     from hybrid.graph import Graph
     from hybrid.plan import Plan
     from hybrid.validator import validate
+    from tests.cli.helpers import cpu_seconds
     from tests.placement.random_graphs import random_inference_graph
 
     gp, out = tmp_path / "g.json", tmp_path / "p.json"
@@ -61,7 +62,11 @@ def test_sigterm_stops_place_during_its_cp_sat_solve(tmp_path) -> None:
                              "--time-limit", "10m", "--out", str(out)], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    time.sleep(8.0)  # loaded, parted, solving (a 10-minute budget: without the signal it would run on)
+    # loaded, parted, solving (a 10-minute budget: without the signal it would run on): CP-SAT starts after about
+    # 3 s of the process's CPU, so 5 s of it is in the solve whatever the load (a fixed 8 s sleep was, unloaded)
+    guard = time.monotonic() + HANG_GUARD_S
+    while cpu_seconds(proc.pid) < 5.0 and proc.poll() is None and time.monotonic() < guard:
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         _, err = proc.communicate(timeout=HANG_GUARD_S)

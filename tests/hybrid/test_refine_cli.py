@@ -66,7 +66,8 @@ def test_compare_api_table_and_concatenation(tmp_path):
     tables = []
     for seed in (1, 2):
         g = training_graph(10, seed=seed, device=Device("s", 22 << 20, 12e9, 12e9, 0.0), workspace_prob=0.3)
-        tables.append(compare(g, time_limit_s=3.0, seeds=(1, 2), refine_share=0.3, out_dir=tmp_path, ga_config=cfg,
+        # 1.5 s a run: every arm and seed ends at the same makespan as with 3 s
+        tables.append(compare(g, time_limit_s=1.5, seeds=(1, 2), refine_share=0.3, out_dir=tmp_path, ga_config=cfg,
                               mode="after"))
     df = pd.concat(tables, ignore_index=True)
     assert list(df.columns) == COLUMNS
@@ -80,7 +81,7 @@ def test_compare_api_table_and_concatenation(tmp_path):
         assert plan.makespan_s == pytest.approx(r["makespan_s"])
         assert r["makespan/ideal"] >= 1.0 - 1e-9 and r["bytes_moved"] == r["bytes_h2d"] + r["bytes_d2h"]
     hy = seeds[seeds["arm"] == "ga+cpsat"]
-    assert (hy["search_s"] <= 3.0 * 5).all()   # a hang guard: about the 3 s budget is typical
+    assert (hy["search_s"] <= 1.5 * 5).all()   # a hang guard: about the 1.5 s budget is typical
     assert set(hy["final_from"]) <= {"cpsat", "ga"} and (hy["refine_s"] > 0).all()
     # the arm never returns a plan slower than the split plan it started from
     assert (hy["makespan_s"] <= hy["split_makespan_s"] * (1 + 1e-12)).all()

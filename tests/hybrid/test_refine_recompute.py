@@ -112,7 +112,8 @@ def test_refine_gains_on_a_plan_that_reruns(pool_kind: str, layers: int, seed: i
     g = _link_bound(training_graph(layers, seed=seed), fraction)
     _, plan = _plan(g, pool_kind)
     assert _reruns(plan) > 0
-    res = refine(g, plan, time_limit_s=60, seed=1, options=RefineOptions(window_time_s=0.2, max_windows=8))
+    # 4 windows: each case ends where 8 took it (bytes and classes accept their gain in the first windows)
+    res = refine(g, plan, time_limit_s=60, seed=1, options=RefineOptions(window_time_s=0.2, max_windows=4))
     check(g, res.plan)
     assert res.improved and res.plan.makespan_s < plan.makespan_s
     assert (res.accepted > 0) == windows_gain

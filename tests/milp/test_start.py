@@ -225,8 +225,10 @@ def test_checkmate_start_carries_over_to_managed_persistent_tensors() -> None:
 
 
 def test_cbc_takes_the_start_too() -> None:
-    g = training_graph(3, seed=3, impls_prob=0.5)
-    dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.8))
+    # CBC reads the start (its .mst file) and proves optimality; the MILP's plan does not lay out, none of the
+    # re-solves' plans does either, and the start, laid out, is written (seed 3 at 0.8 took the same path in 20 s)
+    g = training_graph(3, seed=9, impls_prob=0.5)
+    dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.85))
     start = belady_start(g, dev)
     assert start is not None
     run = plan_milp(g, dev, "mosos", None, SolveOptions("cbc", 60, 0.0), start_plan=start, start_name="belady")
@@ -252,7 +254,9 @@ def test_a_decoded_plan_reads_back_as_a_feasible_start(seed: int) -> None:
     bad = [c.name for c in m.lp.constraints()
            if all(v.varValue is not None for v in c.keys()) and not c.valid(1e-6)]
     assert bad == []
-    again = plan_milp(g, dev, "mosos", None, SolveOptions(time_limit_s=60, gap=0.0, node_limit=1),
+    # 5 s: the solve stopped at its first node takes well under a second; the re-solves with less memory that
+    # follow where its plan does not lay out (up to 8 s with 60 s, no part of what is checked) are skipped
+    again = plan_milp(g, dev, "mosos", None, SolveOptions(time_limit_s=5, gap=0.0, node_limit=1),
                       start_plan=first.plan)
     assert again.result.objective_s is not None
     assert again.result.objective_s <= first.result.objective_s * (1 + 1e-9)
