@@ -118,6 +118,8 @@ class SolveResult:
     #                                is the hand-off and reading the solution back)
     model_objective_s: float | None = None  # the incumbent's objective as the solver counts it: `objective_s`
     #                                plus the copies' tie-break, the same basis as `bound_s` and `gap`
+    start_used: bool | None = None  # CBC: whether its log says the MIP start gave a solution (None: no start,
+    #                                or HiGHS, whose use of it is not read back)
 
     @property
     def has_solution(self) -> bool:
@@ -410,6 +412,8 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
     with tempfile.TemporaryDirectory(prefix="hybrid-cbc-", ignore_cleanup_errors=True) as tmp:
         log = os.path.join(tmp, "cbc.log")
         extra = [] if opts.node_limit is None else [f"maxNodes {int(opts.node_limit)}"]
+        if start:   # CBC's preprocessing changes the model under the start: "mipstart values could not be used
+            extra.append("preprocess off")   # to build a solution" where HiGHS finds the same start feasible
         path = _cbc_path()
         solver = pulp.COIN_CMD(path=path, msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap,
                                threads=opts.threads, logPath=log, options=extra, warmStart=bool(start))
@@ -426,11 +430,12 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
         text = open(log, errors="replace").read() if os.path.exists(log) else ""
     m = _RESULT.search(text)
     words = m.group(1).strip() if m else pulp.LpStatus[model.lp.status]
+    used = ("MIPStart provided solution" in text) if start else None
     if "infeasible" in words.lower():
-        return SolveResult("infeasible", words, None, None, None, solve_s, False, None)
+        return SolveResult("infeasible", words, None, None, None, solve_s, False, None, start_used=used)
     if model.lp.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) or \
             any(v.varValue is None for v in model.R.values()):
-        return SolveResult("no_solution", words, None, None, None, solve_s, False, None)
+        return SolveResult("no_solution", words, None, None, None, solve_s, False, None, start_used=used)
     values = read_values(model)
     obj = model.objective_time(values)
     lb = re.search(r"^Lower bound:\s*" + _FLOAT, text, re.M)
@@ -446,7 +451,7 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
     elif proven:
         gap = 0.0
     return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, False, values,
-                       model_objective_s=model_obj)
+                       model_objective_s=model_obj, start_used=used)
 
 
 def require_solution(res: SolveResult, what: str = "milp", infeasible: str | None = None) -> Values:

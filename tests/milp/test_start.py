@@ -225,8 +225,9 @@ def test_checkmate_start_carries_over_to_managed_persistent_tensors() -> None:
 
 
 def test_cbc_takes_the_start_too() -> None:
-    # CBC reads the start (its .mst file) and proves optimality; the MILP's plan does not lay out, none of the
-    # re-solves' plans does either, and the start, laid out, is written (seed 3 at 0.8 took the same path in 20 s)
+    # CBC reads the start (its .mst file), builds a solution from it, and proves optimality; the MILP's plan does
+    # not lay out, none of the re-solves' plans does either, and the start, laid out, is written (seed 3 at 0.8
+    # took the same path in 20 s)
     g = training_graph(3, seed=9, impls_prob=0.5)
     dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.85))
     start = belady_start(g, dev)
@@ -234,6 +235,9 @@ def test_cbc_takes_the_start_too() -> None:
     run = plan_milp(g, dev, "mosos", None, SolveOptions("cbc", 60, 0.0), start_plan=start, start_name="belady")
     assert run.result.status == "optimal" and run.plan is not None and validate(g, run.plan).valid
     assert run.plan.makespan_s <= start.makespan_s * (1 + 1e-9)
+    # and uses it: with its preprocessing on, CBC read the start and said "mipstart values could not be used to
+    # build a solution" (HiGHS finds the same start feasible)
+    assert run.result.start_used is True
 
 
 @pytest.mark.parametrize("seed", range(4))
