@@ -92,6 +92,22 @@ def check_sequence(ctx: Context) -> list[Found]:
             live_ranges[t] = (lo, hi)
         return None
 
+    def allocate(i: int, t: int) -> None:
+        if held[t]:
+            out.append(ctx.found(2, i, f"allocates {ctx.tid(t)} while its previous device copy is still held "
+                                       f"{IN_ORDER}"))
+            return
+        why = take(t)
+        if why:
+            out.append(ctx.found(5, i, f"{why}, {IN_ORDER}"))
+
+    def over_budget(i: int, workspace: int) -> None:
+        """A byte budget (unconstrained allocation): the copies held and the event's workspace fit."""
+        if offsets is None and classes is None and used + workspace > ctx.memory:
+            what = "copies and workspace" if workspace else "copies"
+            out.append(ctx.found(5, i, f"needs {format_bytes(used + workspace)} of device memory ({what}) "
+                                       f"{IN_ORDER}, more than the usable {format_bytes(ctx.memory)}"))
+
     for t in ctx.resident:
         take(t)
     for i in event_order(g, plan):
@@ -118,17 +134,8 @@ def check_sequence(ctx: Context) -> list[Found]:
             if outs:
                 settle(ctx.start[i] + eps)
                 for t in outs:
-                    if held[t]:
-                        out.append(ctx.found(2, i, f"allocates {ctx.tid(t)} while its previous device copy is "
-                                                   f"still held {IN_ORDER}"))
-                        continue
-                    why = take(t)
-                    if why:
-                        out.append(ctx.found(5, i, f"{why}, {IN_ORDER}"))
-                if offsets is None and classes is None and used + ctx.impl_ws[i] > ctx.memory:
-                    out.append(ctx.found(5, i, f"needs {format_bytes(used + ctx.impl_ws[i])} of device memory "
-                                               f"(copies and workspace) {IN_ORDER}, more than the usable "
-                                               f"{format_bytes(ctx.memory)}"))
+                    allocate(i, t)
+                over_budget(i, ctx.impl_ws[i])
             for t in ctx.updates_of(i):
                 version[t] += 1
         elif k == SWAP_IN:
@@ -138,16 +145,8 @@ def check_sequence(ctx: Context) -> list[Found]:
                 out.append(ctx.found(4, i, f"brings back {what} of {ctx.tid(t)} {IN_ORDER}: the swap_out that "
                                            "saves its current value must run before it"))
             settle(ctx.start[i] + eps)
-            if held[t]:
-                out.append(ctx.found(2, i, f"allocates {ctx.tid(t)} while its previous device copy is still held "
-                                           f"{IN_ORDER}"))
-                continue
-            why = take(t)
-            if why:
-                out.append(ctx.found(5, i, f"{why}, {IN_ORDER}"))
-            elif offsets is None and classes is None and used > ctx.memory:
-                out.append(ctx.found(5, i, f"needs {format_bytes(used)} of device memory {IN_ORDER}, more than "
-                                           f"the usable {format_bytes(ctx.memory)}"))
+            allocate(i, t)
+            over_budget(i, 0)
         else:
             t = ctx.tensor[i]
             if not present[t]:

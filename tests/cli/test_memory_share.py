@@ -9,19 +9,15 @@ from click.testing import CliRunner
 
 from hybrid.cli.main import cli
 from hybrid.cli.options import device_from
-from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph.info import unswapped_peak
-from hybrid.graph.synthetic import training_graph
 from hybrid.plan import Plan
+from tests.cli.helpers import foreign_graph_file
 
 
 @pytest.fixture()
 def graph_file(tmp_path: Path) -> Path:
-    g = training_graph(10, seed=1, device=Device("s", 22 << 20, 12e9, 12e9, 0.0), workspace_prob=0.3)
-    path = tmp_path / "g.json"
-    g.save(path)
-    return path
+    return foreign_graph_file(tmp_path)   # any small training graph
 
 
 def _flags(**given: str) -> dict[str, str | None]:
