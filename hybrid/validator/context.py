@@ -152,6 +152,8 @@ def shape_problems(plan: Plan) -> list[str]:
     for key in ("graph", "graph_sha256"):
         if not isinstance(getattr(plan, key, None), str):
             out.append(f"{key} must be a string, got {getattr(plan, key, None)!r}")
+    if not isinstance(plan.planner, dict):   # written as the file's "planner" object (Plan.to_json)
+        out.append(f"planner must be a dict (the file's object), got {plan.planner!r}")
     for key in ("schedule", "resident_at_start"):
         v = getattr(plan, key, None)
         if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):

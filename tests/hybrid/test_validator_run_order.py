@@ -152,6 +152,7 @@ def _set(obj, name: str, value):  # noqa: ANN001, ANN202 - frozen dataclasses, a
     (lambda p: _set(p, "allocation", None), "allocation must be a size-class, arena or unconstrained"),
     (lambda p: _set(p, "allocation", {"kind": "arena"}), "allocation must be"),
     (lambda p: _set(p, "schedule", [1, 2]), "schedule must be a list of id strings"),
+    (lambda p: _set(p, "planner", None), "planner must be a dict"),
 ])
 def test_a_python_built_plan_of_the_wrong_types_gets_a_rule_0_verdict(change, words: str) -> None:  # noqa: ANN001
     g = _graph(update_s=D)
