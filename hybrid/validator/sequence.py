@@ -1,7 +1,7 @@
-"""Rules 1-5 once more, in the one order the events run (`hybrid.swap.from_plan.event_order`).
+"""Rules 1-6 once more, in the one order the events run (`hybrid.swap.from_plan.event_order`).
 
 The other checks compare times within eps and resolve near-ties in the plan's favour; the executor runs the
-events in a single order instead, breaking ties by end, kind and file position. Where those two readings part
+events in a single order instead, breaking ties by end, kind, then schedule and file position. Where the two part
 (events shorter than eps: zero-time ops, copies of a few bytes without latency), a plan could pass on times and
 then run otherwise: a reader before the update the schedule puts first, a swap_out before the update it should
 save, a zero-time op's input still held when its outputs are allocated. This walk replays the plan in the run
@@ -24,7 +24,7 @@ from hybrid.units import format_bytes, round_up
 from hybrid.validator.context import COMPUTE, SWAP_IN, SWAP_OUT, Context
 from hybrid.validator.report import Found
 
-IN_ORDER = "in the order events run (start, end, kind, file position: the executor's)"
+IN_ORDER = "in the order events run (the executor's: by start, end, kind, then schedule)"
 
 
 def check_sequence(ctx: Context) -> list[Found]:
