@@ -101,48 +101,37 @@ def finite_number(v: object) -> bool:
 
 def device_problems(dev: object) -> list[str]:
     """The validator's own reading of the plan's device: what makes it unusable for timing copies or sizing
-    memory (a NaN latency would make every copy's duration check pass). Independent of Device's own checks,
-    which a plan built in Python could bypass."""
+    memory (a NaN latency would make every copy's duration check pass), within the ranges every flag and file
+    is held to (`hybrid.units`: beyond them sums over the plan overflow, a latency of 1e308 s, or leave int64,
+    an alignment of 2^80). Independent of Device's own checks, which a plan built in Python could bypass."""
     out = []
     mem = getattr(dev, "memory_bytes", None)
-    if not finite_number(mem) or mem < 1 or mem != int(mem):
-        out.append(f"device.memory_bytes must be a positive whole number, got {mem!r}")
+    if not finite_number(mem) or mem < 1 or mem != int(mem) or mem > MAX_BYTES:
+        out.append(f"device.memory_bytes must be a positive whole number, at most {format_bytes(MAX_BYTES)}, "
+                   f"got {mem!r}")
     for key in ("h2d_bytes_per_s", "d2h_bytes_per_s"):
         v = getattr(dev, key, None)
         if not finite_number(v) or v <= 0:
             out.append(f"device.{key} must be a positive finite number, got {v!r}")
+        elif not MIN_RATE <= v <= MAX_RATE:
+            out.append(f"device.{key} must be from {MIN_RATE:g} to {MAX_RATE:g} bytes/s, got {v!r}")
     lat = getattr(dev, "transfer_latency_s", None)
-    if not finite_number(lat) or lat < 0:
-        out.append(f"device.transfer_latency_s must be a finite number of seconds, at least 0, got {lat!r}")
+    if not finite_number(lat) or lat < 0 or lat > MAX_SECONDS:
+        out.append(f"device.transfer_latency_s must be a finite number of seconds, at least 0 and at most "
+                   f"{MAX_SECONDS:g} s, got {lat!r}")
     a = getattr(dev, "alignment_bytes", None)
-    if not finite_number(a) or a != int(a) or a < 1 or int(a) & (int(a) - 1):
-        out.append(f"device.alignment_bytes must be a power of two, got {a!r}")
+    if not finite_number(a) or a != int(a) or a < 1 or int(a) & (int(a) - 1) or a > MAX_ALIGNMENT:
+        out.append(f"device.alignment_bytes must be a power of two, at most {format_bytes(MAX_ALIGNMENT)}, "
+                   f"got {a!r}")
     r = getattr(dev, "reserve_bytes", None)
     if not finite_number(r) or r < 0 or r != int(r) or (finite_number(mem) and r >= mem):
         out.append(f"device.reserve_bytes must be a whole number from 0 to below memory_bytes, got {r!r}")
     return out
 
 
-def _in_range(v: object, lo: float, hi: float) -> bool:
-    return finite_number(v) and lo <= v <= hi   # type: ignore[operator]
-
-
-def device_ranges(dev: object) -> list[str]:
-    """The ranges every flag and file is held to (`hybrid.units`), for a device built in Python: beyond them sums
-    over the plan overflow (a latency of 1e308 s) or leave int64 (an alignment of 2^80)."""
-    out = []
-    for key, hi, most in (("memory_bytes", MAX_BYTES, format_bytes(MAX_BYTES)),
-                          ("reserve_bytes", MAX_BYTES, format_bytes(MAX_BYTES)),
-                          ("alignment_bytes", MAX_ALIGNMENT, format_bytes(MAX_ALIGNMENT)),
-                          ("transfer_latency_s", MAX_SECONDS, f"{MAX_SECONDS:g} s")):
-        v = getattr(dev, key, None)
-        if finite_number(v) and not v <= hi:   # type: ignore[operator]
-            out.append(f"device.{key} must be at most {most}, got {v!r}")
-    for key in ("h2d_bytes_per_s", "d2h_bytes_per_s"):
-        v = getattr(dev, key, None)
-        if finite_number(v) and v > 0 and not _in_range(v, MIN_RATE, MAX_RATE):   # type: ignore[operator]
-            out.append(f"device.{key} must be from {MIN_RATE:g} to {MAX_RATE:g} bytes/s, got {v!r}")
-    return out
+def whole(v: object) -> bool:
+    """A byte count or an index as the file holds it: an int, not a bool (Python reads true as 1)."""
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def shape_problems(plan: Plan) -> list[str]:
@@ -163,21 +152,20 @@ def shape_problems(plan: Plan) -> list[str]:
     alloc = plan.allocation
     if isinstance(alloc, SizeClassAllocation):
         for k, c in enumerate(alloc.classes):
-            if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_BYTES
-                       for x in (getattr(c, "bytes", None), getattr(c, "count", None))):
+            if not all(whole(x) and 0 <= x <= MAX_BYTES for x in (getattr(c, "bytes", None),
+                                                                   getattr(c, "count", None))):
                 out.append(f"allocation.classes[{k}]: bytes and count must be whole numbers from 0 to "
                            f"{format_bytes(MAX_BYTES)}")
         for tid, c in alloc.class_of.items():   # an index out of range is rule 5's, at the event that needs it
-            if not (isinstance(c, int) and not isinstance(c, bool)):
+            if not whole(c):
                 out.append(f"allocation.class_of[{tid!r}] must be a class index (a whole number), got {c!r}")
                 break
     elif isinstance(alloc, ArenaAllocation):
-        if not (isinstance(alloc.arena_bytes, int) and not isinstance(alloc.arena_bytes, bool)
-                and 0 <= alloc.arena_bytes <= MAX_BYTES):
+        if not (whole(alloc.arena_bytes) and 0 <= alloc.arena_bytes <= MAX_BYTES):
             out.append(f"allocation.arena_bytes must be a whole number from 0 to {format_bytes(MAX_BYTES)}, "
                        f"got {alloc.arena_bytes!r}")
         for tid, off in alloc.offsets.items():
-            if not (isinstance(off, int) and not isinstance(off, bool) and 0 <= off <= MAX_BYTES):
+            if not (whole(off) and 0 <= off <= MAX_BYTES):
                 out.append(f"allocation.offsets[{tid!r}] must be a whole number of bytes from 0, got {off!r}")
                 break
     elif not isinstance(alloc, UnconstrainedAllocation):
@@ -189,13 +177,11 @@ def shape_problems(plan: Plan) -> list[str]:
         if not isinstance(ev, Event):
             out.append(f"events[{i}] must be an Event, got {ev!r}")
             break
-        bad = [key for key in ("start_s", "end_s")
-               if not isinstance(getattr(ev, key), (int, float)) or isinstance(getattr(ev, key), bool)
-               or (finite_number(getattr(ev, key)) and not abs(getattr(ev, key)) <= MAX_SECONDS)]
-        if bad:
-            out.append(f"events[{i}] {ev.kind}: {bad[0]} must be a number of seconds up to {MAX_SECONDS:g}, "
-                       f"got {getattr(ev, bad[0])!r}")
-            break
+        for key, v in (("start_s", ev.start_s), ("end_s", ev.end_s)):   # NaN and inf are rule 1's
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or (finite_number(v) and abs(v) > MAX_SECONDS):
+                out.append(f"events[{i}] {ev.kind}: {key} must be a number of seconds up to {MAX_SECONDS:g}, "
+                           f"got {v!r}")
+                return out
     return out
 
 
@@ -218,7 +204,7 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
     def plan_level(text: str) -> None:
         bad.append(Found(-math.inf, -1, Violation(0, text, None)))
 
-    for text in device_problems(plan.device) + device_ranges(plan.device) + shape_problems(plan):
+    for text in device_problems(plan.device) + shape_problems(plan):
         plan_level(text)
     if not finite_number(plan.makespan_s):
         plan_level(f"makespan_s must be a finite number, got {plan.makespan_s!r}")

@@ -20,10 +20,12 @@ from bisect import bisect_left
 from hybrid.graph.rerun import own_updates_exempt
 from hybrid.plan import ArenaAllocation, SizeClassAllocation
 from hybrid.swap.from_plan import event_order
-from hybrid.units import format_bytes, round_up
+from hybrid.graph.liveness import occupied_bytes
+from hybrid.units import format_bytes
 from hybrid.validator.context import COMPUTE, SWAP_IN, SWAP_OUT, Context
 from hybrid.validator.report import Found
 
+MAX_FOUND = 8   # once the run order parts from the times, later findings mostly restate the first
 IN_ORDER = "in the order events run (the executor's: by start, end, kind, then schedule)"
 
 
@@ -33,7 +35,7 @@ def check_sequence(ctx: Context) -> list[Found]:
     eps = ctx.eps
     n_t = len(ctx.t_bytes)
     align = plan.device.alignment_bytes
-    mem = [round_up(b, align) for b in ctx.t_bytes]
+    mem = occupied_bytes(g, align).tolist()   # each copy at the device's alignment, as rule 5 counts it
     alloc = plan.allocation
     offsets = ({g.tensor_index[k]: v for k, v in alloc.offsets.items() if k in g.tensor_index}
                if isinstance(alloc, ArenaAllocation) else None)
@@ -124,8 +126,8 @@ def check_sequence(ctx: Context) -> list[Found]:
                     out.append(ctx.found(3, i, f"input {ctx.tid(t)} has no device copy when it runs {IN_ORDER}; "
                                                "start it after the event that brings the input, not within the "
                                                "tolerance before it"))
-                elif t not in exempt and version[t] != expected(o, t):
-                    later = version[t] > expected(o, t)
+                elif t not in exempt and version[t] != (want := expected(o, t)):
+                    later = version[t] > want
                     out.append(ctx.found(1, i, f"reads {ctx.tid(t)} {'after' if later else 'before'} an in-place "
                                                f"update that the schedule puts {'after' if later else 'before'} "
                                                f"it, {IN_ORDER}; order the two by time, not within the "
@@ -156,7 +158,7 @@ def check_sequence(ctx: Context) -> list[Found]:
             if k == SWAP_OUT:
                 host_version[t] = version[t]
             heapq.heappush(pending, (ctx.end[i] if k == SWAP_OUT else ctx.start[i], i, t))
-        if len(out) >= 8:
+        if len(out) >= MAX_FOUND:
             break
     if not out:
         for t in range(n_t):

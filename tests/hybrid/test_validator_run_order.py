@@ -142,9 +142,9 @@ def _set(obj, name: str, value):  # noqa: ANN001, ANN202 - frozen dataclasses, a
 
 
 @pytest.mark.parametrize("change, words", [
-    (lambda p: _set(p.device, "transfer_latency_s", 1e308), "device.transfer_latency_s must be at most"),
-    (lambda p: _set(p.device, "alignment_bytes", 2**80), "device.alignment_bytes must be at most 1 GiB"),
-    (lambda p: _set(p.device, "memory_bytes", 1e308), "device.memory_bytes must be at most 64 PiB"),
+    (lambda p: _set(p.device, "transfer_latency_s", 1e308), "device.transfer_latency_s must be a finite number of seconds, at least 0 and at most 1e+09 s"),
+    (lambda p: _set(p.device, "alignment_bytes", 2**80), "device.alignment_bytes must be a power of two, at most 1 GiB"),
+    (lambda p: _set(p.device, "memory_bytes", 1e308), "device.memory_bytes must be a positive whole number, at most 64 PiB"),
     (lambda p: _set(p, "makespan_s", 2**80), "makespan_s must be at most"),
     (lambda p: p.events.__setitem__(0, replace(p.events[0], end_s="0.1")), "events[0] compute: end_s must be a number"),
     (lambda p: _set(p, "graph_sha256", 1), "graph_sha256 must be a string"),
