@@ -341,10 +341,11 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
               start_name: str = "start") -> MilpRun:
     """Build, solve and decode (`solve_milp`), and lay the plan out in an arena (`hybrid.arena.layout.laid_out`:
     same events and times, offsets added; a zero-time rerun that the re-timing brought to the free of its
-    output is dropped with that free first, `milp.decode.meetings_kept`: an arena cannot hold both copies). The MILP counts bytes, not addresses: where its plan does not lay
-    out within the memory it is solved again with the memory less the layout's overflow (half way back where
-    the model has no solution with that little; after a proof of that, the least cut, `LEAST_CUT`, first: infeasible
-    there too, no cut is tried further), up to `RELAYOUT_TRIES` times; the first that lays out is
+    output is dropped with that free first, `milp.decode.meetings_kept`: an arena cannot hold both copies).
+    The MILP counts bytes, not addresses: where its plan does not lay out within the memory it is solved again
+    with the memory less the layout's overflow (half way back where the model has no solution with that little;
+    after a proof of that, the least cut, `LEAST_CUT`, first: infeasible there too, no cut is tried further), up
+    to `RELAYOUT_TRIES` times; the first that lays out is
     written for the full device (`planner["memory_given_up"]`). Where none does, the byte-budget plan is
     written and `plan.planner["arena"]` says so.
 

@@ -226,10 +226,10 @@ def require_inference(graph: Graph, where: str) -> None:
     if why is not None:
         cap = graph.extra.get("capture")
         training = not (isinstance(cap, dict) and cap.get("training") is False)   # else a forward that updates
+        how = ("capture one with `hybrid capture --optimizer none`" if training
+               else "capture the module in eval mode, with a forward that changes no buffer")
         raise HybridError(f"{where}: {'a training graph' if training else 'not an inference graph'} ({why}); place "
-                          "cuts an inference graph: " + ("capture one with `hybrid capture --optimizer none`" if training
-                                                         else "capture the module in eval mode, with a forward that "
-                                                         "changes no buffer"))
+                          f"cuts an inference graph: {how}")
     drawing = next((op for op in graph.ops if op.updates), None)
     if drawing is not None:
         raise HybridError(f"{where}: op {drawing.id!r} draws random numbers (it updates "

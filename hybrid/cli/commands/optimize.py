@@ -91,8 +91,8 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
               help="Plot best/mean/worst makespan against search time (PNG), like the paper's Figure 9.")
 @click.option("--quiet", is_flag=True, help="No progress line; only the final summary.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ideal/makespan, plan, memory_bytes, "
-                   "planner, generations, search_s, wall_s, stop_reason, ...) instead of the text.")
+              help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ideal/makespan, plan, "
+                   "memory_bytes, planner, generations, search_s, wall_s, stop_reason, ...) instead of the text.")
 @click.option("--arena", "arena_time", default="auto", show_default=True, metavar="auto|TIME|0",
               help="With --byte-budget (or when no plan with offsets fits): a byte-budget plan is written with exact arena offsets (hybrid.arena), so the executor never "
                    "compacts. Where it does not lay out within the memory, its other candidates and re-plans with "
