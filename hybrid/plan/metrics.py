@@ -16,18 +16,25 @@ def persistent_bound_of(metrics: dict) -> float:
     return float(metrics.get("persistent_bound_s", metrics.get("lower_bound_s", ideal)))
 
 
-def sweep_points(starts: np.ndarray, ends: np.ndarray, eps: float,
-                 held: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def sweep_points(starts: np.ndarray, ends: np.ndarray, eps: float, held: np.ndarray | None = None,
+                 alloc_pos: np.ndarray | None = None, release_pos: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Rule 5's sweep over intervals [start, end): the one reading of "at every instant" (docs/formats.md) that
-    the validator and every plan's `peak_bytes` share. Returns per point (key, rank, interval, sign), unsorted;
-    in the sweep's order, np.lexsort((rank, key)), releases (rank 0, at end - eps) come before allocations (rank 1) at one instant, and an
-    interval no longer than eps is released after them (rank 2), so what lives no time still needs room.
-    Infinite ends are never released. `held` (hybrid.validator.lifetimes.read_at_release): where not NaN, the
-    interval is released just after the allocations at that time."""
+    the validator and every plan's `peak_bytes` share. Returns per point (key, tie, interval, sign), unsorted;
+    the sweep's order is np.lexsort((tie, key)). At one instant releases (at end - eps) come first; an interval
+    no longer than eps is released at its instant, so what lives no time still needs room.
+
+    Within an instant the rest follows the order the events run (`hybrid.plan.run_order.event_order`), given as
+    each interval's `alloc_pos` and `release_pos` (positions in that order): a short interval's release comes
+    before the allocations of events that run after its release, as the executor hands the memory back, and
+    after those that run before it. Without positions every allocation at an instant comes before every short
+    release there (the stricter reading). Infinite ends are never released. `held`
+    (hybrid.validator.lifetimes.read_at_release): where not NaN, the interval is released at that time like a
+    short one (its last reader takes no time and holds it while allocating)."""
     starts = np.asarray(starts, dtype=np.float64)
     ends = np.asarray(ends, dtype=np.float64)
     finite = np.isfinite(ends)
-    short = finite & (ends - starts <= eps)
+    short = finite & ((ends - starts <= eps) | (ends - eps <= starts))   # the latter: its release would sort first
     at = starts
     if held is not None:
         late = finite & ~short & ~np.isnan(held)
@@ -35,23 +42,26 @@ def sweep_points(starts: np.ndarray, ends: np.ndarray, eps: float,
         at = np.where(late, held, starts)
     long_ = finite & ~short
     idx = np.arange(len(starts), dtype=np.int64)
-    n_long, n_short = int(long_.sum()), int(short.sum())
+    a_pos = np.zeros(len(starts)) if alloc_pos is None else np.asarray(alloc_pos, dtype=np.float64)
+    r_pos = np.zeros(len(starts)) if release_pos is None else np.maximum(np.asarray(release_pos, np.float64), a_pos)
+    n_long = int(long_.sum())
     key = np.concatenate([starts, ends[long_] - eps, at[short]])
-    rank = np.concatenate([np.ones(len(starts), np.int8), np.zeros(n_long, np.int8), np.full(n_short, 2, np.int8)])
+    tie = np.concatenate([2 * a_pos, np.full(n_long, -np.inf), 2 * r_pos[short] + 1])
     which = np.concatenate([idx, idx[long_], idx[short]])
-    sign = np.concatenate([np.ones(len(starts), np.int64), -np.ones(n_long + n_short, np.int64)])
-    return key, rank, which, sign
+    sign = np.concatenate([np.ones(len(starts), np.int64), -np.ones(len(which) - len(starts), np.int64)])
+    return key, tie, which, sign
 
 
 def peak_from_intervals(alloc_t: np.ndarray, release_t: np.ndarray, nbytes: np.ndarray, eps: float = 0.0) -> int:
     """Largest sum of bytes alive at one instant, read as rule 5 reads it (`sweep_points`). Callers pass the bytes
     each copy occupies (rounded up to the device's alignment) and the plan's tolerance as eps, as the validator
-    does, so a plan's `metrics.peak_bytes` is the validator's peak."""
+    does. Without the order events run in, this is the validator's peak where every interval is longer than eps
+    (`hybrid.swap.to_plan` asks the validator otherwise)."""
     if len(nbytes) == 0:
         return 0
-    key, rank, which, sign = sweep_points(alloc_t, release_t, eps)
+    key, tie, which, sign = sweep_points(alloc_t, release_t, eps)
     delta = sign * np.asarray(nbytes, dtype=np.int64)[which]
-    order = np.lexsort((rank, key))
+    order = np.lexsort((tie, key))
     return int(max(0, np.cumsum(delta[order]).max()))
 
 

@@ -29,11 +29,9 @@ from hybrid.swap.pools import pool_from_allocation
 from hybrid.graph import Graph, Op
 from hybrid.plan import ArenaAllocation, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.plan.events import KIND_CODE
+from hybrid.plan.run_order import event_order
 from hybrid.graph.order import from_ids
 from hybrid.swap.augmented import AugmentedGraph, PlannerOptions, serialized
-
-# At equal (start, end) — zero-length events at one instant — copies in come first, then computes, then releases.
-_TIE = {"swap_in": 0, "compute": 1, "swap_out": 2, "free": 3}
 
 
 class _Memory:
@@ -138,77 +136,6 @@ class _Memory:
         j = self._split(hi)
         self.seg_lo[i:j] = [lo]
         self.seg_node[i:j] = [node]
-
-
-def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
-    """Ties at one instant resolved as the validator reads them (rule 5): releases before allocations.
-
-    Sorting by (start, end, kind) puts a zero-time compute or a zero-byte swap_in ahead of a `free` (or a
-    zero-length swap_out) at the same instant, so the copies it allocates would overlap one the plan has
-    already released. Before each allocating event, a release within eps of its start moves ahead of it when
-    its tensor is on the device and neither that event nor any between them touches the tensor.
-    """
-    events = plan.events
-    a = g.arrays
-    eps = plan.tolerance_s
-
-    def outputs(e) -> set[int]:
-        o = g.op_index[e.op]
-        return {int(t) for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]}
-
-    def touched(e) -> set[int]:
-        if e.kind == "compute":
-            o = g.op_index[e.op]
-            return {int(t) for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]} | outputs(e)
-        return {g.tensor_index[e.tensor]}
-
-    def release_to_move(k: int) -> int | None:
-        """Position of a release of a live tensor, at the instant of the allocating event at k, to put first.
-        A compute re-making a live output (a zero-time rerun) releases the old copy first, as the validator
-        pairs them (rule 2: while a copy is live its release goes first), whoever reads it at that instant: the
-        readers after the rerun read the new copy."""
-        e = events[out[k]]
-        remade = outputs(e) & live if e.kind == "compute" else set()
-        blocked = (touched(e) - remade) if e.kind == "compute" else set()
-        for j in range(k + 1, len(out)):
-            f = events[out[j]]
-            if f.start_s > e.start_s + eps:
-                return None
-            if f.kind in ("swap_out", "free") and f.end_s <= e.start_s + eps:
-                t = g.tensor_index[f.tensor]
-                if t in live and t not in blocked:
-                    return j
-            blocked |= touched(f) - remade
-        return None
-
-    live = {g.tensor_index[t] for t in plan.resident_at_start}
-    out = list(order)
-    k = 0
-    while k < len(out):
-        e = events[out[k]]
-        if e.kind in ("compute", "swap_in"):
-            j = release_to_move(k)
-            if j is not None:
-                out.insert(k, out.pop(j))    # the release is handled first, at position k
-                continue
-            live |= touched(e)               # a compute's inputs are live already
-        else:
-            live.discard(g.tensor_index[e.tensor])
-        k += 1
-    return out
-
-
-def event_order(graph: Graph, plan: Plan) -> list[int]:
-    """The one order in which a plan's events run (the executor issues them so; the validator checks every rule
-    in it too): by start, end, kind (swap_in, compute, swap_out, free), computes then by their op's place in the
-    schedule (so tied zero-time ops run as the schedule says, whatever the file's order), then file position;
-    a release at an allocating event's instant is moved before it where nothing between them touches its
-    tensor."""
-    events = plan.events
-    rank = {oid: k for k, oid in enumerate(plan.schedule)}
-    return _releases_first(graph, plan, sorted(range(len(events)), key=lambda i: (
-        events[i].start_s, events[i].end_s, _TIE[events[i].kind],
-        rank.get(events[i].op, -1) if events[i].kind == "compute" else -1, i)))
 
 
 def from_plan(graph: Graph, plan: Plan) -> AugmentedGraph:

@@ -5,8 +5,11 @@ lists, so the rule checks are cheap loops and never look an id up twice.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from hybrid.graph import DEFAULT_IMPL, Graph
 from hybrid.plan import ArenaAllocation, Event, Plan, SizeClassAllocation, UnconstrainedAllocation
@@ -51,6 +54,20 @@ class Context:
     @property
     def n(self) -> int:
         return len(self.kind)
+
+    @functools.cached_property
+    def run_order(self) -> list[int]:
+        """Event indices in the one order they run (`hybrid.plan.run_order.event_order`)."""
+        from hybrid.plan.run_order import event_order
+
+        return event_order(self.graph, self.plan)
+
+    @functools.cached_property
+    def run_pos(self) -> np.ndarray:
+        """Per event, its position in `run_order`."""
+        pos = np.empty(self.n, dtype=np.float64)
+        pos[np.asarray(self.run_order, dtype=np.int64)] = np.arange(self.n, dtype=np.float64)
+        return pos
 
     # ---- messages ----------------------------------------------------------
     def describe(self, i: int) -> str:

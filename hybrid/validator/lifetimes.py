@@ -116,9 +116,9 @@ def read_at_release(ctx: Context, c: Copies) -> list[float]:
     else NaN.
 
     Such a compute has its inputs and its outputs on the device at once, as the executor holds them, although
-    the release at its end less eps sorts before the allocations at its start. Arena overlaps (rule 5) and the
-    layout (`hybrid.arena.lifetimes`) therefore release such a copy just after the allocations at that start;
-    the byte count does not (the planner counts the op's inputs with its outputs anyway)."""
+    the release at its end less eps sorts before the allocations at its start. Rule 5 (bytes, size-class
+    counts and arena overlaps) and the layout (`hybrid.arena.lifetimes`) therefore release such a copy at that
+    start, after the allocations of the events that run before its release."""
     held = [math.nan] * len(c)
     eps = ctx.eps
     for i in range(ctx.n):

@@ -8,8 +8,12 @@ places tensors by the same rule, so a plan that passes runs.
 
 One sorted sweep over +/- points serves every kind of allocation. At one
 instant (within eps) releases count before allocations (half-open intervals);
-an interval no longer than eps is counted at its instant, after the
-allocations there, so a zero-time op's outputs and workspace still need room.
+an interval no longer than eps is counted at its instant, so a zero-time op's
+outputs and workspace still need room, and it is released there in the order
+the events run: after the allocations of events that run before its release,
+before those of events that run after it, as the executor hands memory back.
+A chain of zero-time ops at one instant (empty_like -> bernoulli_ -> div_)
+thus needs what the executor needs at each step, not all of it at once.
 """
 from __future__ import annotations
 
@@ -33,24 +37,42 @@ class Sweep:
     """Points in sweep order. `src` is the event that allocates (NO_EVENT: resident at 0)."""
 
     key: np.ndarray      # float64
-    rank: np.ndarray     # 0 release, 1 allocation, 2 release of an interval no longer than eps
+    tie: np.ndarray      # order within an instant (`sweep_points`)
     delta: np.ndarray    # int64 bytes (or +1/-1 objects)
     item: np.ndarray     # copy id, or -1 - compute event for workspace
     src: np.ndarray      # event index of the allocation behind the point
 
 
 def _points(starts: np.ndarray, ends: np.ndarray, size: np.ndarray, item: np.ndarray, src: np.ndarray,
-            eps: float, held: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+            eps: float, held: np.ndarray | None = None, alloc_pos: np.ndarray | None = None,
+            release_pos: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """The sweep's points (`hybrid.plan.metrics.sweep_points`, shared with every plan's peak_bytes) with their
     bytes, item and source event."""
-    key, rank, which, sign = sweep_points(starts, ends, eps, held)
-    return key, rank, sign * np.asarray(size, dtype=np.int64)[which], item[which], src[which]
+    key, tie, which, sign = sweep_points(starts, ends, eps, held, alloc_pos, release_pos)
+    return key, tie, sign * np.asarray(size, dtype=np.int64)[which], item[which], src[which]
 
 
 def _sorted(parts: list[tuple[np.ndarray, ...]]) -> Sweep:
-    key, rank, delta, item, src = (np.concatenate([p[j] for p in parts]) for j in range(5))
-    order = np.lexsort((rank, key))
-    return Sweep(key[order], rank[order], delta[order], item[order], src[order])
+    key, tie, delta, item, src = (np.concatenate([p[j] for p in parts]) for j in range(5))
+    order = np.lexsort((tie, key))
+    return Sweep(key[order], tie[order], delta[order], item[order], src[order])
+
+
+def _copy_points(ctx: Context, c: Copies, keep: np.ndarray | None, size: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The sweep's points of the copies where `keep` (all if None), each of `size` (per kept copy): released
+    in the order events run (`Context.run_pos`), a copy whose last reader takes no time held while it
+    allocates (`read_at_release`)."""
+    maker = np.asarray(c.maker, dtype=np.int64)
+    releaser = np.asarray(c.releaser, dtype=np.int64)
+    pos = ctx.run_pos
+    a_pos = np.where(maker >= 0, pos[np.maximum(maker, 0)] if ctx.n else -1.0, -1.0)
+    r_pos = np.where(releaser >= 0, pos[np.maximum(releaser, 0)] if ctx.n else np.inf, np.inf)
+    held = np.asarray(read_at_release(ctx, c), dtype=np.float64)
+    ids = np.arange(len(c), dtype=np.int64)
+    if keep is not None:
+        a_pos, r_pos, held, maker, ids = a_pos[keep], r_pos[keep], held[keep], maker[keep], ids[keep]
+    return _points(np.asarray(c.alloc, dtype=np.float64)[ids], np.asarray(c.release, dtype=np.float64)[ids],
+                   size, ids, maker, ctx.eps, held, a_pos, r_pos)
 
 
 def _level(ctx: Context, c: Copies, align: int | None = None
@@ -62,15 +84,14 @@ def _level(ctx: Context, c: Copies, align: int | None = None
     align = ctx.plan.device.alignment_bytes if align is None else align
     nbytes = round_up(np.asarray(ctx.t_bytes, dtype=np.int64), align)
     ct = np.asarray(c.tensor, dtype=np.int64)
-    copy_parts = _points(np.asarray(c.alloc, dtype=np.float64), np.asarray(c.release, dtype=np.float64),
-                         nbytes[ct] if len(ct) else np.zeros(0, np.int64),
-                         np.arange(len(ct), dtype=np.int64), np.asarray(c.maker, dtype=np.int64), eps)
+    copy_parts = _copy_points(ctx, c, None, nbytes[ct] if len(ct) else np.zeros(0, np.int64))
     comp = np.array([i for i in range(ctx.n) if ctx.kind[i] == COMPUTE], dtype=np.int64)
     ws_all = np.asarray(ctx.impl_ws, dtype=np.int64)
     comp_ws = comp[ws_all[comp] > 0] if len(comp) else comp
     st = np.asarray(ctx.start, dtype=np.float64)
     en = np.asarray(ctx.end, dtype=np.float64)
-    ws_parts = _points(st[comp_ws], en[comp_ws], ws_all[comp_ws], -1 - comp_ws, comp_ws, eps)
+    ws_pos = ctx.run_pos[comp_ws]
+    ws_parts = _points(st[comp_ws], en[comp_ws], ws_all[comp_ws], -1 - comp_ws, comp_ws, eps, None, ws_pos, ws_pos)
     sw = _sorted([copy_parts, ws_parts])
     return sw, np.cumsum(sw.delta), np.cumsum(np.where(sw.item < 0, sw.delta, 0)), comp
 
@@ -214,10 +235,7 @@ def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np
         return
     cls = cls_of_tensor[ct]
     keep = cls >= 0
-    ones = np.ones(int(keep.sum()), dtype=np.int64)
-    parts = _points(np.asarray(c.alloc)[keep], np.asarray(c.release)[keep], ones,
-                    np.flatnonzero(keep).astype(np.int64), np.asarray(c.maker, dtype=np.int64)[keep], ctx.eps)
-    sw = _sorted([parts])
+    sw = _sorted([_copy_points(ctx, c, keep, np.ones(int(keep.sum()), dtype=np.int64))])
     if not len(sw.key):
         return
     pcls = cls[sw.item]
@@ -273,11 +291,7 @@ def _check_arena(ctx: Context, c: Copies, alloc: ArenaAllocation, comp: np.ndarr
     keep = np.array([t in offset and ctx.t_bytes[t] > 0 for t in c.tensor], dtype=bool)
     if not keep.any():
         return
-    held = np.asarray(read_at_release(ctx, c), dtype=np.float64)
-    parts = _points(np.asarray(c.alloc)[keep], np.asarray(c.release)[keep], np.ones(int(keep.sum()), np.int64),
-                    np.flatnonzero(keep).astype(np.int64), np.asarray(c.maker, dtype=np.int64)[keep], ctx.eps,
-                    held[keep])
-    sw = _sorted([parts])
+    sw = _sorted([_copy_points(ctx, c, keep, np.ones(int(keep.sum()), np.int64))])
     lo: list[int] = []    # active byte ranges sorted by start; disjoint while the plan is valid
     hi: list[int] = []
     who: list[int] = []

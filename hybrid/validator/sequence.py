@@ -1,7 +1,7 @@
-"""Rules 1-6 once more, in the one order the events run (`hybrid.swap.from_plan.event_order`).
+"""Rules 1-6 once more, in the one order the events run (`hybrid.plan.run_order.event_order`).
 
 The other checks compare times within eps and resolve near-ties in the plan's favour; the executor runs the
-events in a single order instead, breaking ties by end, kind, then schedule and file position. Where the two part
+events in a single order instead (by start and end; ties as the file lists them, first runs in schedule order). Where the two part
 (events shorter than eps: zero-time ops, copies of a few bytes without latency), a plan could pass on times and
 then run otherwise: a reader before the update the schedule puts first, a swap_out before the update it should
 save, a zero-time op's input still held when its outputs are allocated. This walk replays the plan in the run
@@ -19,14 +19,13 @@ from bisect import bisect_left
 
 from hybrid.graph.rerun import own_updates_exempt
 from hybrid.plan import ArenaAllocation, SizeClassAllocation
-from hybrid.swap.from_plan import event_order
 from hybrid.graph.liveness import occupied_bytes
 from hybrid.units import format_bytes
 from hybrid.validator.context import COMPUTE, SWAP_IN, SWAP_OUT, Context
 from hybrid.validator.report import Found
 
 MAX_FOUND = 8   # once the run order parts from the times, later findings mostly restate the first
-IN_ORDER = "in the order events run (the executor's: by start, end, kind, then schedule)"
+IN_ORDER = "in the order events run (the executor's: by start and end, ties as the file lists them)"
 
 
 def check_sequence(ctx: Context) -> list[Found]:
@@ -112,7 +111,7 @@ def check_sequence(ctx: Context) -> list[Found]:
 
     for t in ctx.resident:
         take(t)
-    for i in event_order(g, plan):
+    for i in ctx.run_order:
         k = ctx.kind[i]
         if k == COMPUTE:
             o = ctx.op[i]

@@ -1,4 +1,4 @@
-"""The validator checks a plan in the one order its events run (`hybrid.swap.from_plan.event_order`, the
+"""The validator checks a plan in the one order its events run (`hybrid.plan.run_order.event_order`, the
 executor's), not only on times within the tolerance: where zero-time ops or copies shorter than the tolerance
 tie, a plan the time checks read in its favour would otherwise run otherwise (a reader after the update the
 schedule puts later: silently wrong gradients). Also: a plan built in Python with fields of the wrong type or out
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hybrid.graph import Graph, Op, Tensor
 from hybrid.plan import Event, Plan
-from hybrid.swap.from_plan import event_order
+from hybrid.plan.run_order import event_order
 from hybrid.validator import validate
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -78,7 +78,8 @@ def test_a_zero_time_update_at_or_within_the_tolerance_before_its_reader_is_refu
 
 def test_a_zero_time_ops_input_freed_at_its_instant_is_counted_with_its_outputs() -> None:
     """`b` reads a (freed at b's instant) and takes no time: the executor holds a while it allocates b's output,
-    so the memory that counts both is needed; the time sweep alone counted the free first."""
+    so the memory that counts both is needed (rule 5's sweep releases a after b's allocation, in the run
+    order; it once counted the free first and left this to the replay)."""
     tensors = [Tensor("x", 64, "input", True), Tensor("a", 1000), Tensor("b", 1000)]
     ops = [Op("mk", "relu", ("x",), ("a",), D, 0), Op("cp", "clone", ("a",), ("b",), 0.0, 0),
            Op("end", "sum", ("b",), (), D, 0)]
@@ -91,7 +92,7 @@ def test_a_zero_time_ops_input_freed_at_its_instant_is_counted_with_its_outputs(
     assert validate(g, plan).valid                                   # 64 + 1000 + 1000 fit
     tight = replace(plan, device=replace(DEVICE, memory_bytes=2063))
     r = validate(g, tight)
-    assert not r.valid and r.violations[0].rule == 5 and "in the order events run" in r.violations[0].message, r
+    assert not r.valid and r.violations[0].rule == 5 and "overflows at 0.001 s: 2.02 KiB" in r.violations[0].message, r
 
 
 def test_a_swap_out_without_a_copy_paired_with_a_later_tiny_swap_in_is_refused() -> None:
