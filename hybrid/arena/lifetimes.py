@@ -4,8 +4,8 @@ Lifetimes are read exactly as the validator reads them (`hybrid.validator.lifeti
 device copy lives from its allocation (its producing compute, recomputes included, or its swap-in) to its
 release (its swap-out's end or its free). FORMATS gives one offset per tensor, so a tensor with several
 copies is one buffer with one segment per copy (as `executor/offsets.py` lays it out). Times are floats;
-they become integers in exactly the order rule 5's sweep puts them (`sweep_ranks`): a release at its end
-less the tolerance, before allocations at that key; a copy no longer than the tolerance after them.
+they become integers in the order rule 5's sweep puts them, or stricter (`sweep_ranks`): a release at its end
+less the tolerance, before allocations at that key; a copy no longer than the tolerance after them all.
 """
 from __future__ import annotations
 
@@ -70,17 +70,19 @@ def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
 
 def sweep_ranks(alloc: np.ndarray, release: np.ndarray, eps: float, held: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Integer times for copies [alloc, release) that order exactly as rule 5's sweep orders them.
+    """Integer times for copies [alloc, release) that order as rule 5's sweep orders them, or stricter.
 
-    The validator (`hybrid.validator.memory._points`) sorts points by (key, rank): an allocation at its
-    start (rank 1); a release at its end less eps (rank 0) or, for a copy no longer than eps, at its start
-    after the allocations there (rank 2); a copy live at the end is never released. Two copies clash when
-    one is allocated while the other is live. Each distinct (key, rank) becomes one integer time here, so a
-    half-open [alloc, release) overlap is exactly the validator's clash. A `held` copy (not NaN: read at its
-    release by a compute shorter than eps, `hybrid.validator.lifetimes.read_at_release`) is released just after
-    the allocations at that compute's start, as rule 5's arena check reads it. (Clustering times within eps, as
-    before, chained near-ties into one instant: a release and an allocation more than eps apart could land
-    on one rank and share bytes that the validator saw live together.)"""
+    The validator (`hybrid.plan.metrics.sweep_points`) sorts points by key: an allocation at its start; a
+    release at its end less eps, before the allocations there, or, for a copy no longer than eps (and a
+    `held` one: not NaN, read at its release by a compute shorter than eps,
+    `hybrid.validator.lifetimes.read_at_release`), at its start, among the allocations there in the order the
+    events run. Here such a release comes after every allocation at its key (rank 2): a layout from these
+    times is one the validator accepts, whatever the order within the instant (it may leave bytes the run
+    order would free unused). A copy live at the end is never released. Each distinct (key, rank) becomes one
+    integer time, so a half-open [alloc, release) overlap is a clash the validator would see or a stricter
+    one. (Clustering times within eps, as before, chained near-ties into one instant: a release and an
+    allocation more than eps apart could land on one rank and share bytes that the validator saw live
+    together.)"""
     n = len(alloc)
     finite = np.isfinite(release)
     short = finite & (release - alloc <= eps)
@@ -102,8 +104,8 @@ def sweep_ranks(alloc: np.ndarray, release: np.ndarray, eps: float, held: np.nda
     end = int(rank.max()) + 2 if len(rank) else 1
     r_rank = np.full(n, end, np.int64)
     r_rank[finite] = rank[n:]
-    # a long copy whose release key rounds to its start sorts before its allocation: the validator then
-    # never removes it (it stays live to the end); so does this
+    # a long copy whose release key rounds to its start sorts before its allocation: kept live to the end
+    # (the validator counts it as a copy no longer than eps: stricter here)
     r_rank[r_rank <= a_rank] = end
     return a_rank, r_rank
 

@@ -242,7 +242,8 @@ def gpu_copies(pg: PartGraph, devices: tuple[str, ...] | list[str], tm: Timed) -
 def gpu_need(pg: PartGraph, tm: Timed, copies: GpuCopies, alignment_bytes: int) -> int:
     """The GPU memory a placement's plan needs: the peak of its device copies (each rounded up to the alignment)
     plus the running GPU op's workspace, swept as the validator sweeps rule 5 (`peak_from_intervals`, releases
-    before allocations at one instant, within the validator's tolerance)."""
+    before allocations at one instant, within the validator's tolerance; exactly its count where no GPU op takes
+    less than the tolerance, and the written plan is validated in any case)."""
     a = pg.graph.arrays
     sizes = round_up(np.asarray(a.t_bytes, dtype=np.int64), int(alignment_bytes))
     gpu_ops = np.nonzero(tm.kind == COMPUTE_LANE)[0]

@@ -43,7 +43,7 @@ def sweep_points(starts: np.ndarray, ends: np.ndarray, eps: float, held: np.ndar
     long_ = finite & ~short
     idx = np.arange(len(starts), dtype=np.int64)
     a_pos = np.zeros(len(starts)) if alloc_pos is None else np.asarray(alloc_pos, dtype=np.float64)
-    r_pos = np.zeros(len(starts)) if release_pos is None else np.maximum(np.asarray(release_pos, np.float64), a_pos)
+    r_pos = np.maximum(a_pos, 0 if release_pos is None else np.asarray(release_pos, dtype=np.float64))
     n_long = int(long_.sum())
     key = np.concatenate([starts, ends[long_] - eps, at[short]])
     tie = np.concatenate([2 * a_pos, np.full(n_long, -np.inf), 2 * r_pos[short] + 1])
@@ -55,8 +55,9 @@ def sweep_points(starts: np.ndarray, ends: np.ndarray, eps: float, held: np.ndar
 def peak_from_intervals(alloc_t: np.ndarray, release_t: np.ndarray, nbytes: np.ndarray, eps: float = 0.0) -> int:
     """Largest sum of bytes alive at one instant, read as rule 5 reads it (`sweep_points`). Callers pass the bytes
     each copy occupies (rounded up to the device's alignment) and the plan's tolerance as eps, as the validator
-    does. Without the order events run in, this is the validator's peak where every interval is longer than eps
-    (`hybrid.swap.to_plan` asks the validator otherwise)."""
+    does. Without the order events run in, and without the copies a zero-time compute holds while it allocates
+    (`held`), this is the validator's peak only where no event takes less than eps (`hybrid.swap.to_plan` asks
+    the validator otherwise)."""
     if len(nbytes) == 0:
         return 0
     key, tie, which, sign = sweep_points(alloc_t, release_t, eps)

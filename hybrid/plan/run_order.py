@@ -3,45 +3,76 @@
 The rules read a plan on times, within a tolerance; the executor issues its events one after another. This is
 that order, shared by the executor (`executor.program`, through `hybrid.swap.from_plan`), the validator's
 run-order replay and rule 5's count within an instant (`hybrid.validator`), so that a plan that validates runs
-as it reads. docs/formats.md, *Run order*.
+as it reads. docs/formats.md, *Run order*, states it for users.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from hybrid.graph import Graph
-from hybrid.plan.types import Plan
+from hybrid.plan.types import Event, Plan
 
 _KIND = {"swap_in": 0, "compute": 1, "swap_out": 2, "free": 3}
 
 
-def _tie(e) -> int:
-    """Order among events tied in start and end. Those that take time are on different streams: copies in,
-    the compute, copies out (none reads what another writes before it ends). Those that take none (zero-time
-    ops, frees, copies of zero bytes without latency) as the file lists them: the order the planner issued
-    them in, a swap_out before the swap_in that brings the copy back."""
+def _tie(e: Event) -> int:
+    """Order among events tied in start and end. Those that take time are on different streams, so none reads
+    what another writes before it ends and only the issue order is at stake: copies in, the compute, copies
+    out. Those that take none run as the file lists them: the order the planner issued them in (a zero-time op
+    before the free of its input, a swap_out before the swap_in that brings the copy back), which no rule on
+    kinds recovers."""
     return _KIND[e.kind] if e.end_s > e.start_s else 0
+
+
+def _ties(events: list[Event], order: list[int]) -> Iterator[tuple[int, int]]:
+    """[k, j) ranges of `order` whose events tie in start and end (one range per event that ties with none)."""
+    k = 0
+    while k < len(order):
+        e = events[order[k]]
+        j = k + 1
+        while j < len(order) and (events[order[j]].start_s, events[order[j]].end_s) == (e.start_s, e.end_s):
+            j += 1
+        yield k, j
+        k = j
+
+
+class _Tensors:
+    """The tensors an event reads and makes, as tensor indices."""
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self.a = g.arrays
+
+    def reads(self, e: Event) -> set[int]:
+        if e.kind != "compute":
+            return set()
+        o = self.g.op_index[e.op]
+        return {int(t) for t in self.a.in_idx[self.a.in_ptr[o]:self.a.in_ptr[o + 1]]}
+
+    def makes(self, e: Event) -> set[int]:
+        if e.kind == "swap_in":
+            return {self.g.tensor_index[e.tensor]}
+        if e.kind == "compute":
+            o = self.g.op_index[e.op]
+            return {int(t) for t in self.a.out_idx[self.a.out_ptr[o]:self.a.out_ptr[o + 1]]}
+        return set()
+
+    def touched(self, e: Event) -> set[int]:
+        return self.reads(e) | self.makes(e) if e.kind == "compute" else {self.g.tensor_index[e.tensor]}
 
 
 def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
     """Releases at an allocation's instant (within eps) handed back before it, as rule 5 counts them.
 
     Sorting by start puts an allocation ahead of a `free` up to eps after it, and a hand-written file may list
-    a zero-time compute before an unrelated `free` at its instant; the copies it allocates would then overlap one the plan
-    has already released. Before each allocating event, a release within eps of its start moves ahead of it
-    when its tensor is on the device and neither that event nor any between them touches the tensor.
+    a zero-time compute before an unrelated `free` at its instant; the copies it allocates would then overlap
+    one the plan has already released. Before each allocating event, a release within eps of its start moves
+    ahead of it when its tensor is on the device and neither that event nor any between them touches the
+    tensor.
     """
     events = plan.events
-    a = g.arrays
     eps = plan.tolerance_s
-
-    def outputs(e) -> set[int]:
-        o = g.op_index[e.op]
-        return {int(t) for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]}
-
-    def touched(e) -> set[int]:
-        if e.kind == "compute":
-            o = g.op_index[e.op]
-            return {int(t) for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]} | outputs(e)
-        return {g.tensor_index[e.tensor]}
+    ts = _Tensors(g)
 
     def release_to_move(k: int) -> int | None:
         """Position of a release of a live tensor, at the instant of the allocating event at k, to put first.
@@ -49,8 +80,8 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
         pairs them (rule 2: while a copy is live its release goes first), whoever reads it at that instant: the
         readers after the rerun read the new copy."""
         e = events[out[k]]
-        remade = outputs(e) & live if e.kind == "compute" else set()
-        blocked = (touched(e) - remade) if e.kind == "compute" else set()
+        remade = ts.makes(e) & live if e.kind == "compute" else set()
+        blocked = (ts.touched(e) - remade) if e.kind == "compute" else set()
         for j in range(k + 1, len(out)):
             f = events[out[j]]
             if f.start_s > e.start_s + eps:
@@ -59,7 +90,7 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
                 t = g.tensor_index[f.tensor]
                 if t in live and t not in blocked:
                     return j
-            blocked |= touched(f) - remade
+            blocked |= ts.touched(f) - remade
         return None
 
     live = {g.tensor_index[t] for t in plan.resident_at_start}
@@ -72,7 +103,7 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
             if j is not None:
                 out.insert(k, out.pop(j))    # the release is handled first, at position k
                 continue
-            live |= touched(e)               # a compute's inputs are live already
+            live |= ts.touched(e)            # a compute's inputs are live already
         else:
             live.discard(g.tensor_index[e.tensor])
         k += 1
@@ -80,106 +111,79 @@ def _releases_first(g: Graph, plan: Plan, order: list[int]) -> list[int]:
 
 
 def _ties_as_they_can_run(g: Graph, plan: Plan, order: list[int]) -> list[int]:
-    """Events tied in start and end run as the file lists them, unless that order cannot run.
+    """Ties listed in an order that cannot run, mended; a plan whose ties are listed as they run (every
+    planner's) is left as it is.
 
-    The rules on times allow a copy's release at the instant of a compute that reads it, and a zero-length
-    swap_in (zero bytes, no latency) at the instant of its reader, in either file order. Where the file lists a
-    release before the copy exists or before a tied compute that reads it, the release moves after that event;
-    where it lists a compute before the tied swap_in or rerun that brings its input, that one moves before it.
-    A plan whose ties are listed as they run (every planner's) is left as it is."""
+    The rules on times allow, at one instant, a copy's release and a zero-time compute that reads it, or a
+    zero-length swap_in (zero bytes, no latency) and its reader, in either file order, so a hand-written or
+    re-sorted file may list them so that they cannot run. A release listed before the copy exists moves after
+    the tied event that makes it; one listed before tied computes that read the copy moves after the last of
+    them (before the next event that makes or releases the tensor), once. A compute listed before the tied
+    swap_in or rerun that brings its input has that one moved before it."""
     events = plan.events
-    a = g.arrays
-
-    def reads(e) -> set[int]:
-        o = g.op_index[e.op]
-        return {int(t) for t in a.in_idx[a.in_ptr[o]:a.in_ptr[o + 1]]}
-
-    def makes(e) -> set[int]:
-        if e.kind == "swap_in":
-            return {g.tensor_index[e.tensor]}
-        if e.kind == "compute":
-            o = g.op_index[e.op]
-            return {int(t) for t in a.out_idx[a.out_ptr[o]:a.out_ptr[o + 1]]}
-        return set()
-
-    def touches(f, t: int) -> bool:
-        return t in reads(f) | makes(f) if f.kind == "compute" else g.tensor_index[f.tensor] == t
-
-    live = {g.tensor_index[t] for t in plan.resident_at_start}
+    ts = _Tensors(g)
     out = list(order)
-    # each position's tie ends where; moves stay inside a tie, so these hold throughout. A tie of releases
-    # alone (the frees after an op) needs no mending: `mend` is False there
+    # a tie of releases alone (the frees after an op) needs no mending; moves stay inside a tie
     tie_end = [0] * len(out)
     mend = [False] * len(out)
-    k = 0
-    while k < len(out):
-        e = events[out[k]]
-        j = k + 1
-        while j < len(out) and (events[out[j]].start_s, events[out[j]].end_s) == (e.start_s, e.end_s):
-            j += 1
-        some = j - k > 1 and any(events[out[p]].kind in ("compute", "swap_in") for p in range(k, j))
+    for k, j in _ties(events, out):
         tie_end[k:j] = [j] * (j - k)
-        mend[k:j] = [some] * (j - k)
-        k = j
-    moves = 4 * len(out)    # a plan whose ties cannot run in any order (a cycle) stops being mended
+        mend[k:j] = [j - k > 1 and any(events[out[p]].kind in ("compute", "swap_in") for p in range(k, j))] * (j - k)
+
+    def release_after(k: int, t: int, live: bool) -> int | None:
+        """Where the release of t at k goes: after the tied readers of its copy (and, with no copy yet, after
+        the event that makes it), before the next event that makes or releases t; None: where it is."""
+        after = None
+        made = live
+        for p in range(k + 1, tie_end[k]):
+            f = events[out[p]]
+            if t in ts.makes(f):
+                if made:
+                    break
+                made, after = True, p
+            elif f.kind != "compute":
+                if g.tensor_index[f.tensor] == t:
+                    break
+            elif made and t in ts.reads(f):
+                after = p
+        return after if made else None
+
+    live = {g.tensor_index[t] for t in plan.resident_at_start}
+    moved: set[int] = set()     # each release moves once; each pulled copy once (a cycle of ties stops)
     k = 0
     while k < len(out):
         e = events[out[k]]
-        end = tie_end[k]
-        if not mend[k]:
+        if mend[k] and out[k] not in moved:
             if e.kind in ("free", "swap_out"):
-                live.discard(g.tensor_index[e.tensor])
+                p = release_after(k, g.tensor_index[e.tensor], g.tensor_index[e.tensor] in live)
             else:
-                live |= makes(e)
-            k += 1
-            continue
+                missing = ts.reads(e) - live
+                p = next((p for p in range(k + 1, tie_end[k]) if missing & ts.makes(events[out[p]])
+                          and (events[out[p]].kind == "swap_in" or events[out[p]].recompute)), None)
+            if p is not None:
+                i = out.pop(k if e.kind in ("free", "swap_out") else p)
+                out.insert(p if e.kind in ("free", "swap_out") else k, i)   # the event now at k is looked at next
+                moved.add(i)
+                continue
         if e.kind in ("free", "swap_out"):
-            t = g.tensor_index[e.tensor]
-            if t in live:    # the next tied event touching t reads it: after that one
-                j = next((j for j in range(k + 1, end) if touches(events[out[j]], t)), None)
-                j = j if j is not None and events[out[j]].kind == "compute" and t in reads(events[out[j]]) else None
-            else:            # no copy yet: after the tied event that makes it
-                j = next((j for j in range(k + 1, end) if t in makes(events[out[j]])), None)
-            if moves and j is not None:
-                out.insert(j, out.pop(k))   # after it; the event now at k is looked at next
-                moves -= 1
-                continue
-            live.discard(t)
+            live.discard(g.tensor_index[e.tensor])
         else:
-            missing = reads(e) - live if e.kind == "compute" else set()
-            j = next((j for j in range(k + 1, end) if missing & makes(events[out[j]])
-                      and (events[out[j]].kind == "swap_in" or events[out[j]].recompute)), None)
-            if moves and j is not None:
-                out.insert(k, out.pop(j))   # the copy first; it is looked at next
-                moves -= 1
-                continue
-            live |= makes(e)
+            live |= ts.makes(e)
         k += 1
     return out
 
 
 def event_order(graph: Graph, plan: Plan) -> list[int]:
-    """The one order in which a plan's events run (the executor issues them so; the validator checks every rule
-    in it too): by start, then end, then `_tie`: events tied in both that take no time (zero-time ops, frees,
-    copies of zero bytes without latency) run as the file lists them, the order every planner issued them in,
-    first runs of ops taking their tied places in schedule order; a tie listed in an order that
-    cannot run (a release before its copy exists or before a tied compute that reads it, a compute before the
-    tied swap_in or rerun that brings its input) is mended (`_ties_as_they_can_run`); then a release at an
-    allocating event's instant moves before it where nothing between them touches its tensor
-    (`_releases_first`)."""
+    """The one order in which a plan's events run (docs/formats.md, *Run order*): by start, end and `_tie`;
+    first runs tied at one instant take their places in schedule order (the rules bind computes to the
+    schedule, whatever the file's order); then `_ties_as_they_can_run` and `_releases_first`."""
     events = plan.events
     rank = {oid: k for k, oid in enumerate(plan.schedule)}
     order = sorted(range(len(events)), key=lambda i: (events[i].start_s, events[i].end_s, _tie(events[i]), i))
-    k = 0
-    while k < len(order):   # within a tie, first runs take their slots in schedule order
-        j = k
-        e = events[order[k]]
-        while j + 1 < len(order) and (events[order[j + 1]].start_s, events[order[j + 1]].end_s) == (e.start_s, e.end_s):
-            j += 1
-        slots = [p for p in range(k, j + 1) if events[order[p]].kind == "compute" and not events[order[p]].recompute]
+    for k, j in _ties(events, order):
+        slots = [p for p in range(k, j) if events[order[p]].kind == "compute" and not events[order[p]].recompute]
         if len(slots) > 1:
             firsts = sorted((order[p] for p in slots), key=lambda i: rank.get(events[i].op, -1))
             for p, i in zip(slots, firsts):
                 order[p] = i
-        k = j + 1
     return _releases_first(graph, plan, _ties_as_they_can_run(graph, plan, order))

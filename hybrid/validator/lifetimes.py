@@ -117,8 +117,8 @@ def read_at_release(ctx: Context, c: Copies) -> list[float]:
 
     Such a compute has its inputs and its outputs on the device at once, as the executor holds them, although
     the release at its end less eps sorts before the allocations at its start. Rule 5 (bytes, size-class
-    counts and arena overlaps) and the layout (`hybrid.arena.lifetimes`) therefore release such a copy at that
-    start, after the allocations of the events that run before its release."""
+    counts and arena overlaps) therefore releases such a copy at that start, after the allocations of the
+    events that run before its release; the layout (`hybrid.arena.lifetimes.sweep_ranks`) after all of them."""
     held = [math.nan] * len(c)
     eps = ctx.eps
     for i in range(ctx.n):

@@ -14,6 +14,8 @@ the events run: after the allocations of events that run before its release,
 before those of events that run after it, as the executor hands memory back.
 A chain of zero-time ops at one instant (empty_like -> bernoulli_ -> div_)
 thus needs what the executor needs at each step, not all of it at once.
+Events less than eps apart but not at one instant are swept by time; the
+run-order replay (`sequence.py`) checks what the executor holds there.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Rules 1-6 once more, in the one order the events run (`hybrid.plan.run_order.event_order`).
 
 The other checks compare times within eps and resolve near-ties in the plan's favour; the executor runs the
-events in a single order instead (by start and end; ties as the file lists them, first runs in schedule order). Where the two part
+events in a single order instead (docs/formats.md, *Run order*). Where the two part
 (events shorter than eps: zero-time ops, copies of a few bytes without latency), a plan could pass on times and
 then run otherwise: a reader before the update the schedule puts first, a swap_out before the update it should
 save, a zero-time op's input still held when its outputs are allocated. This walk replays the plan in the run
@@ -25,7 +25,7 @@ from hybrid.validator.context import COMPUTE, SWAP_IN, SWAP_OUT, Context
 from hybrid.validator.report import Found
 
 MAX_FOUND = 8   # once the run order parts from the times, later findings mostly restate the first
-IN_ORDER = "in the order events run (the executor's: by start and end, ties as the file lists them)"
+IN_ORDER = "in the order events run (the executor's: by start and end, zero-time ties as the file lists them)"
 
 
 def check_sequence(ctx: Context) -> list[Found]:

@@ -47,7 +47,7 @@ def test_a_release_more_than_eps_after_an_allocation_overlaps_it_even_when_steps
             assert report.valid, (name, report.violations[:1])
 
 
-def test_sweep_ranks_follow_the_validators_order():
+def test_sweep_ranks_follow_the_validators_order_or_a_stricter_one():
     eps = 1.0
     alloc = np.array([0.0, 5.0, 5.0, 7.0, 9.0, 4.0])
     release = np.array([6.5, 8.5, 5.5, np.inf, 10.5, 6.0])
@@ -55,6 +55,6 @@ def test_sweep_ranks_follow_the_validators_order():
     assert a[1] == a[2]                        # one key, one rank: allocations at one instant overlap
     assert r[5] <= a[1]                        # copy 5 is released at key 5.0, before the allocations there
     assert a[1] < r[0]                         # copy 0 is released at key 5.5, after them: it overlaps both
-    assert a[2] < r[2] < r[0]                  # copy 2 is no longer than eps: counted at 5.0 after the allocations
+    assert a[2] < r[2] < r[0]                  # copy 2 is no longer than eps: counted at 5.0 after every allocation
     assert a[3] < r[1] <= a[4]                 # copy 1 is released at key 7.5: it overlaps copy 3 (made at 7.0)
     assert r[3] > max(r[[0, 1, 2, 4, 5]].max(), a.max())   # copy 3 is live at the end

@@ -161,3 +161,25 @@ def test_a_python_built_plan_of_the_wrong_types_gets_a_rule_0_verdict(change, wo
     change(p)
     r = validate(g, p)
     assert not r.valid and r.violations[0].rule == 0 and words in r.violations[0].message, r
+
+
+@pytest.mark.parametrize("k", [2, 20])
+def test_frees_listed_before_the_zero_time_ops_that_read_them_run_after_them(k: int) -> None:
+    """k copies freed at the instant where k zero-time ops read all of them, the frees listed first: the run
+    order moves each free after the last tied reader, once (a bound on moves once refused this at k = 16)."""
+    tensors = [Tensor("x", 64, "input", True)] + [Tensor(f"t{i}", 64) for i in range(k)] + \
+        [Tensor(f"z{i}", 64) for i in range(k)]
+    ts = tuple(f"t{i}" for i in range(k))
+    ops = [Op("m", "split", ("x",), ts, D, 0)] + [Op(f"Z{i}", "view", ts, (f"z{i}",), 0.0, 0) for i in range(k)]
+    g = Graph("fan", tensors, ops)
+    p = serial_plan(g, resident=["x"])
+    frees = [e for e in p.events if e.kind == "free" and e.tensor.startswith("t")]
+    rest = [e for e in p.events if e not in frees]
+    at = next(i for i, e in enumerate(rest) if e.kind == "compute" and e.op == "Z0")
+    listed_first = replace(p, events=rest[:at] + frees + rest[at:])
+    assert all(f.start_s == D for f in frees)
+    r = validate(g, listed_first)
+    assert r.valid, r.violations[:1]
+    order = [listed_first.events[i] for i in event_order(g, listed_first)]
+    last_reader = max(j for j, e in enumerate(order) if e.kind == "compute" and e.op.startswith("Z"))
+    assert all(order.index(f) > last_reader for f in frees)
