@@ -60,24 +60,42 @@ def _sorted(parts: list[tuple[np.ndarray, ...]]) -> Sweep:
     return Sweep(key[order], tie[order], delta[order], item[order], src[order])
 
 
-def _copy_points(ctx: Context, c: Copies, keep: np.ndarray | None, size: np.ndarray) -> tuple[np.ndarray, ...]:
+@dataclass
+class CopyTimes:
+    """Per copy, what places it in the sweep besides its interval: the run positions of the events that make
+    and release it (`Context.run_pos`; -1 resident at the start, inf never released) and `read_at_release`.
+    Read once per validation, shared by the byte count, the size-class counts and the arena check."""
+
+    alloc: np.ndarray
+    release: np.ndarray
+    alloc_pos: np.ndarray
+    release_pos: np.ndarray
+    held: np.ndarray
+    maker: np.ndarray
+
+    @classmethod
+    def of(cls, ctx: Context, c: Copies) -> "CopyTimes":
+        maker = np.asarray(c.maker, dtype=np.int64)
+        releaser = np.asarray(c.releaser, dtype=np.int64)
+        a_pos = np.full(len(c), -1.0)
+        r_pos = np.full(len(c), np.inf)
+        made, released = maker >= 0, releaser >= 0
+        a_pos[made] = ctx.run_pos[maker[made]]
+        r_pos[released] = ctx.run_pos[releaser[released]]
+        return cls(np.asarray(c.alloc, dtype=np.float64), np.asarray(c.release, dtype=np.float64), a_pos, r_pos,
+                   np.asarray(read_at_release(ctx, c), dtype=np.float64), maker)
+
+
+def _copy_points(ctx: Context, times: CopyTimes, keep: np.ndarray | None, size: np.ndarray
+                 ) -> tuple[np.ndarray, ...]:
     """The sweep's points of the copies where `keep` (all if None), each of `size` (per kept copy): released
-    in the order events run (`Context.run_pos`), a copy whose last reader takes no time held while it
-    allocates (`read_at_release`)."""
-    maker = np.asarray(c.maker, dtype=np.int64)
-    releaser = np.asarray(c.releaser, dtype=np.int64)
-    pos = ctx.run_pos
-    a_pos = np.where(maker >= 0, pos[np.maximum(maker, 0)] if ctx.n else -1.0, -1.0)
-    r_pos = np.where(releaser >= 0, pos[np.maximum(releaser, 0)] if ctx.n else np.inf, np.inf)
-    held = np.asarray(read_at_release(ctx, c), dtype=np.float64)
-    ids = np.arange(len(c), dtype=np.int64)
-    if keep is not None:
-        a_pos, r_pos, held, maker, ids = a_pos[keep], r_pos[keep], held[keep], maker[keep], ids[keep]
-    return _points(np.asarray(c.alloc, dtype=np.float64)[ids], np.asarray(c.release, dtype=np.float64)[ids],
-                   size, ids, maker, ctx.eps, held, a_pos, r_pos)
+    in the order events run, a copy whose last reader takes no time held while it allocates."""
+    ids = np.arange(len(times.alloc), dtype=np.int64) if keep is None else np.flatnonzero(keep).astype(np.int64)
+    return _points(times.alloc[ids], times.release[ids], size, ids, times.maker[ids], ctx.eps, times.held[ids],
+                   times.alloc_pos[ids], times.release_pos[ids])
 
 
-def _level(ctx: Context, c: Copies, align: int | None = None
+def _level(ctx: Context, c: Copies, align: int | None = None, times: CopyTimes | None = None
            ) -> tuple[Sweep, np.ndarray, np.ndarray, np.ndarray]:
     """The sweep over every device copy (at the alignment, default the device's) and every compute's workspace:
     (sweep, level in use after each point, the workspace share of it, the compute events). The points' order
@@ -86,7 +104,8 @@ def _level(ctx: Context, c: Copies, align: int | None = None
     align = ctx.plan.device.alignment_bytes if align is None else align
     nbytes = round_up(np.asarray(ctx.t_bytes, dtype=np.int64), align)
     ct = np.asarray(c.tensor, dtype=np.int64)
-    copy_parts = _copy_points(ctx, c, None, nbytes[ct] if len(ct) else np.zeros(0, np.int64))
+    copy_parts = _copy_points(ctx, times if times is not None else CopyTimes.of(ctx, c), None,
+                              nbytes[ct] if len(ct) else np.zeros(0, np.int64))
     comp = np.array([i for i in range(ctx.n) if ctx.kind[i] == COMPUTE], dtype=np.int64)
     ws_all = np.asarray(ctx.impl_ws, dtype=np.int64)
     comp_ws = comp[ws_all[comp] > 0] if len(comp) else comp
@@ -123,13 +142,14 @@ def levels_over_time(ctx: Context, c: Copies) -> tuple[np.ndarray, np.ndarray]:
 def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
     """Returns (peak bytes incl. workspace, findings)."""
     align = ctx.plan.device.alignment_bytes
-    sw, level, ws_level, comp = _level(ctx, c)
+    times = CopyTimes.of(ctx, c)
+    sw, level, ws_level, comp = _level(ctx, c, times=times)
     peak = int(level.max()) if len(level) else 0
     peak = max(peak, 0)
     out: list[Found] = []
     mem = ctx.memory
     episodes = _episodes(level > mem)
-    raw = _level(ctx, c, 1)[1] if episodes and ctx.plan.device.default_alignment_hint() else None
+    raw = _level(ctx, c, 1, times)[1] if episodes and ctx.plan.device.default_alignment_hint() else None
     for k in episodes:
         need, usable = _apart(ctx, int(level[k]))
         hint = ""
@@ -147,9 +167,9 @@ def check_memory(ctx: Context, c: Copies) -> tuple[int, list[Found]]:
             f"device memory overflows at {fmt_t(float(sw.key[k]))}: {parts} > {usable}{hint}")))
     alloc = ctx.plan.allocation
     if isinstance(alloc, SizeClassAllocation):
-        _check_classes(ctx, c, alloc, comp, out)
+        _check_classes(ctx, c, times, alloc, comp, out)
     elif isinstance(alloc, ArenaAllocation):
-        _check_arena(ctx, c, alloc, comp, out)
+        _check_arena(ctx, c, times, alloc, comp, out)
     return peak, out
 
 
@@ -204,7 +224,7 @@ def _check_pool(ctx: Context, pool: int, what: str, comp: np.ndarray, out: list[
                                             f"{total_t} > {usable}{hint(pool + ws)}"))
 
 
-def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np.ndarray,
+def _check_classes(ctx: Context, c: Copies, times: CopyTimes, alloc: SizeClassAllocation, comp: np.ndarray,
                    out: list[Found]) -> None:
     classes = alloc.classes
     for k, cl in enumerate(classes):
@@ -237,7 +257,7 @@ def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np
         return
     cls = cls_of_tensor[ct]
     keep = cls >= 0
-    sw = _sorted([_copy_points(ctx, c, keep, np.ones(int(keep.sum()), dtype=np.int64))])
+    sw = _sorted([_copy_points(ctx, times, keep, np.ones(int(keep.sum()), dtype=np.int64))])
     if not len(sw.key):
         return
     pcls = cls[sw.item]
@@ -262,7 +282,8 @@ def _check_classes(ctx: Context, c: Copies, alloc: SizeClassAllocation, comp: np
             f"{int(level[j])} objects at {fmt_t(float(sw.key[k]))} when {ctx.tid(t)} is allocated")))
 
 
-def _check_arena(ctx: Context, c: Copies, alloc: ArenaAllocation, comp: np.ndarray, out: list[Found]) -> None:
+def _check_arena(ctx: Context, c: Copies, times: CopyTimes, alloc: ArenaAllocation, comp: np.ndarray,
+                 out: list[Found]) -> None:
     """docs/formats.md's arena reading: each copy at an aligned offset takes [offset, offset + bytes) inside
     [0, arena_bytes) (the padding rounding up the topmost copy may lie past arena_bytes, as the executor places
     it), and copies live together do not overlap there: with aligned offsets, neither do their rounded extents."""
@@ -293,7 +314,7 @@ def _check_arena(ctx: Context, c: Copies, alloc: ArenaAllocation, comp: np.ndarr
     keep = np.array([t in offset and ctx.t_bytes[t] > 0 for t in c.tensor], dtype=bool)
     if not keep.any():
         return
-    sw = _sorted([_copy_points(ctx, c, keep, np.ones(int(keep.sum()), np.int64))])
+    sw = _sorted([_copy_points(ctx, times, keep, np.ones(int(keep.sum()), np.int64))])
     lo: list[int] = []    # active byte ranges sorted by start; disjoint while the plan is valid
     hi: list[int] = []
     who: list[int] = []
