@@ -16,6 +16,12 @@ def persistent_bound_of(metrics: dict) -> float:
     return float(metrics.get("persistent_bound_s", metrics.get("lower_bound_s", ideal)))
 
 
+def lives_no_time(starts: np.ndarray, ends: np.ndarray, eps: float) -> np.ndarray:
+    """Per interval: no longer than eps, so rule 5 counts it at its instant (`sweep_points`). The second test
+    catches an interval one rounding step longer, whose release at end - eps would sort before its start."""
+    return (ends - starts <= eps) | (ends - eps <= starts)
+
+
 def sweep_points(starts: np.ndarray, ends: np.ndarray, eps: float, held: np.ndarray | None = None,
                  alloc_pos: np.ndarray | None = None, release_pos: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -34,7 +40,7 @@ def sweep_points(starts: np.ndarray, ends: np.ndarray, eps: float, held: np.ndar
     starts = np.asarray(starts, dtype=np.float64)
     ends = np.asarray(ends, dtype=np.float64)
     finite = np.isfinite(ends)
-    short = finite & ((ends - starts <= eps) | (ends - eps <= starts))   # the latter: its release would sort first
+    short = finite & lives_no_time(starts, ends, eps)
     at = starts
     if held is not None:
         late = finite & ~short & ~np.isnan(held)

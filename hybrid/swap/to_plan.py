@@ -7,7 +7,7 @@ import numpy as np
 
 from hybrid.swap.pools import allocation_of
 from hybrid.graph.info import ideal_time, persistent_bound
-from hybrid.plan.metrics import peak_from_intervals, stall_of
+from hybrid.plan.metrics import lives_no_time, peak_from_intervals, stall_of
 from hybrid.plan import Allocation, ArenaAllocation, Event, Plan
 from hybrid.plan.events import COMPUTE, EVENT_KINDS, FREE, SWAP_IN
 from hybrid.units import round_up
@@ -142,6 +142,4 @@ def _lives_no_time(aug: AugmentedGraph) -> bool:
     """Whether some event takes no longer than the tolerance (a zero-time op, a copy of zero bytes without
     latency): only then does the order within an instant move rule 5's count."""
     busy = aug.kind != FREE
-    eps = _tolerance(aug)
-    start, end = aug.start[busy], aug.end[busy]
-    return bool(np.any((end - start <= eps) | (end - eps <= start)))   # as `sweep_points` reads a short interval
+    return bool(np.any(lives_no_time(aug.start[busy], aug.end[busy], _tolerance(aug))))
