@@ -23,7 +23,7 @@ from tests.cli.helpers import RESNET, run
 
 @pytest.fixture(scope="module")
 def resnet_belady(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Plan]:
-    """resnet18-b32's Belady plan at 64 MiB, whose copies do not lay out in one arena within the memory (+7.5%):
+    """resnet18-b32's Belady plan at 64 MiB, whose copies do not lay out in one arena within the memory (+13%):
     `hybrid arena --plan` re-plans it with a little less memory."""
     g = Graph.load(RESNET)
     plan = run_baseline(g, resolve_device(g.device, None, "64MiB", None, None, None, None, None), "belady",

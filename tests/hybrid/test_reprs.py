@@ -18,4 +18,4 @@ def test_plan_and_graph_reprs_are_one_short_line() -> None:
     assert len(text) < 200 and "\n" not in text, text
     assert text.startswith("Plan('resnet-18-b32', planner 'belady', ") and f"{len(plan.events)} events" in text
     assert "makespan " in text and "100 MiB" in text
-    assert repr(g) == "Graph('resnet-18-b32', 285 ops, 490 tensors)"
+    assert repr(g) == "Graph('resnet-18-b32', 225 ops, 430 tensors)"
