@@ -33,7 +33,7 @@ class PlannerOptions:
     #                               with one offset per tensor, laid out as planned; False: the byte budget (a
     #                               relaxation: memory that never fragments)
     rebind_reruns: bool = False   # also re-bind plans that rerun ops (hybrid.swap.rewalk reads reruns; kept when
-    #                               faster: Belady on ResNet-18 at 64 MiB 13.87 -> 10.99 ms). On in `hybrid optimize`
+    #                               faster: Belady on ResNet-18 at 64 MiB 13.16 -> 11.36 ms). On in `hybrid optimize`
     #                               (run_optimize); off by default here, which the planner's own tables were made with
     long_chains: bool = False     # rerun chains of 14 and more producers (a transformer block): each chain
     #                               intermediate freed after its last rerun reader (hybrid.swap.recompute.place_frees),
