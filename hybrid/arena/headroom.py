@@ -101,7 +101,7 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
     from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import SwapPlanner
     from hybrid.swap.pools import byte_pool
-    from hybrid.swap.to_plan import to_plan
+    from hybrid.swap.to_plan import on_device, to_plan
 
     t0 = time.perf_counter()
     planner = SwapPlanner(graph, device)
@@ -116,7 +116,7 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
             break
         opt = planner.faster_options(order, pool, base)
         try:
-            plan = dataclasses.replace(to_plan(planner.plan(order, pool, opt), {"name": "belady"}), device=device)
+            plan = on_device(graph, to_plan(planner.plan(order, pool, opt), {"name": "belady"}), device)
         except InfeasibleError:
             continue
         pb = plan_buffers(graph, plan)

@@ -184,7 +184,7 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
     from hybrid.swap.baselines import RECOMPUTE_RATIO
     from hybrid.swap.planner import SwapPlanner
     from hybrid.swap.pools import byte_pool, per_size_pool
-    from hybrid.swap.to_plan import to_plan
+    from hybrid.swap.to_plan import on_device, to_plan
 
     dev = plan.device if memory_bytes is None else dataclasses.replace(
         plan.device, memory_bytes=memory_bytes + plan.device.reserve_bytes)
@@ -206,7 +206,7 @@ def replan_schedule(graph: Graph, plan: Plan, memory_bytes: int | None, size_cla
     name = dict(info if info is not None else plan.planner if isinstance(plan.planner, dict) else {})
     name["fallback"] = ("size classes" if size_classes else f"byte budget {memory_bytes}"
                         + (f", the largest workspace ({aside} bytes) aside" if aside else ""))
-    out = dataclasses.replace(to_plan(aug, name), device=plan.device)
+    out = on_device(graph, to_plan(aug, name), plan.device)
     if aside:   # the planner saw no workspaces: the peak the file states counts them, as the validator does
         from hybrid.validator import event_figures
 

@@ -237,13 +237,12 @@ def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) ->
     persistent tensors only (`persistent_bound_s`); `plan` is the file written (null if none).
     """
     from hybrid.bounds import plan_graph_bound
-    from hybrid.plan.metrics import persistent_bound_of
     from hybrid.validator import event_figures
 
     m = plan.metrics
     fig = event_figures(graph, plan)   # from the events, not the file's own metrics
     ideal = float(m.get("ideal_s", 0.0))
-    lb = persistent_bound_of(m)
+    lb = float(fig["persistent_bound_s"])
     gb = plan_graph_bound(graph, plan)
     return {"graph": graph.name, "graph_sha256": plan.graph_sha256, "device": device.name,
             "memory_bytes": int(plan.device.memory_bytes), "usable_bytes": int(plan.device.usable_bytes),

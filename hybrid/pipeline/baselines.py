@@ -54,6 +54,7 @@ def lay_out_baseline(graph: Graph, device: Device, kind: str, plan: Plan, time_l
     from hybrid.arena.layout import QUICK_BUDGET, Replan, lay_out
     from hybrid.graph.order import from_ids
     from hybrid.swap.baselines import run_baseline
+    from hybrid.swap.to_plan import on_device
 
     given = from_ids(graph, plan.schedule) if kind == "odswap-paper" else None   # its random order is the baseline's
 
@@ -62,7 +63,7 @@ def lay_out_baseline(graph: Graph, device: Device, kind: str, plan: Plan, time_l
         again = run_baseline(graph, smaller, kind, schedule=given, recompute=recompute)
         # the file says it was re-planned, and with what, as a written plan's re-plan does (replan_schedule)
         info = {**again.planner, "fallback": f"byte budget {usable}"} if isinstance(again.planner, dict) else None
-        return dataclasses.replace(again, device=device, **({"planner": info} if info is not None else {}))
+        return on_device(graph, again, device, **({"planner": info} if info is not None else {}))
 
     budget = dataclasses.replace(QUICK_BUDGET, exact_tries=0)
     return lay_out(graph, plan, time_limit_s, replans=[Replan(kind, make)], budget=budget, classes=False)

@@ -611,7 +611,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                             report = refiner.finish()
             timings.search_s = time.monotonic() - t_search
             with deferred_interrupts() as hits:  # the best plan is written whole, even if a signal comes now
-                plan = _on_device(result.to_plan(time_limit_s=total), device, head)
+                plan = _on_device(graph, result.to_plan(time_limit_s=total), device, head)
                 problem = _problem(graph, plan)
                 if problem:  # a planner bug: say so rather than write a plan the executor would reject
                     raise HybridError(f"the best plan failed validation ({problem}); please report this with "
@@ -619,7 +619,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                 search_plan = plan
                 if report is not None:
                     plan = _beside_outcome(report, plan, refinement)
-                    plan = plan if plan is search_plan else _on_device(plan, device, head)
+                    plan = plan if plan is search_plan else _on_device(graph, plan, device, head)
                     plan = _valid_or(graph, plan, search_plan, "the plan refined beside the search", failures,
                                      refinement)
                 # handed on now, so an interrupted refinement still leaves the best so far
@@ -642,7 +642,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                     evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
                     checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at)
                 timings.search_s += time.monotonic() - t_ref
-                plan = before if plan is ref_in else _on_device(plan, device, head)
+                plan = before if plan is ref_in else _on_device(graph, plan, device, head)
                 interrupted = interrupted or stopped
                 result = resumed or result
                 with deferred_interrupts() as hits:
@@ -725,6 +725,7 @@ def _workspaces_aside(graph: Graph, device: Device, time_limit_s: float | str, o
     (each checked by the validator; one plan object stays one: summaries compare them by identity). The
     any-order bounds are dropped: computed for the smaller problem, they do not bound plans of `graph` that
     leave the workspaces to their ops."""
+    from hybrid.swap.to_plan import on_device
     from hybrid.validator import validate
 
     _check_arguments(graph, device, options, progress)
@@ -737,7 +738,7 @@ def _workspaces_aside(graph: Graph, device: Device, time_limit_s: float | str, o
         if id(plan) not in mapped:
             info = dict(plan.planner) if isinstance(plan.planner, dict) else {}
             info["workspaces_aside"] = aside
-            out = dataclasses.replace(plan, graph_sha256=graph.sha256, device=device, planner=info)
+            out = on_device(graph, plan, device, graph_sha256=graph.sha256, planner=info)
             report = validate(graph, out)
             if not report.valid:
                 raise HybridError(f"--workspaces-aside: a plan of the smaller problem is not one of the graph "
@@ -849,13 +850,15 @@ def _polish(graph: Graph, plan: "Plan", until: float, seed: int, options: Any, f
     return dataclasses.replace(res.plan, planner=info)
 
 
-def _on_device(plan: "Plan", device: Device, head) -> "Plan":  # noqa: ANN001 - Headroom | None
+def _on_device(graph: Graph, plan: "Plan", device: Device, head) -> "Plan":  # noqa: ANN001 - Headroom | None
     """A plan the headroom search (or its refiner) made on its smaller device, on the real one, saying how much
     memory it gave up (hybrid.arena.layout's grow step reads it); without `head`, `plan` itself."""
     if head is None:
         return plan
+    from hybrid.swap.to_plan import on_device
+
     info = {**plan.planner, "headroom": head.to_json()} if isinstance(plan.planner, dict) else plan.planner
-    return dataclasses.replace(plan, device=device, planner=info)
+    return on_device(graph, plan, device, planner=info)
 
 
 def _layout_cap(opts: OptimizeOptions, end: float, eval_s: float) -> float | None:
@@ -916,13 +919,13 @@ def _lay_out(graph: Graph, plan: "Plan", arena_s: float | None, others=(),  # no
     classes = []              # the search's fastest size-class plan: a fallback that needs no offsets
     if result is not None:
         from hybrid.swap.planner import SwapPlanner
-        from hybrid.swap.to_plan import to_plan
+        from hybrid.swap.to_plan import on_device, to_plan
 
         space = result.space
         for ind in sorted((i for i in population if not i.by_bytes and np.isfinite(i.makespan)),
                           key=lambda i: i.makespan)[:1]:
             aug = SwapPlanner(graph, space.device).plan(ind.schedule, space.pool(ind), space.options_for(ind))
-            classes.append(dataclasses.replace(to_plan(aug, result.planner_info()), device=plan.device))
+            classes.append(on_device(graph, to_plan(aug, result.planner_info()), plan.device))
     budget = budget or DEFAULT_BUDGET
     if twins:   # the twins take no turn nor work away from the sources they double
         budget = dataclasses.replace(budget, sources=max(budget.sources, len(replans)),

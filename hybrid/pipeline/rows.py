@@ -34,7 +34,7 @@ def plan_row(name: str, plan: Plan, graph: Graph | None = None, bounds: dict[boo
     m = plan.metrics
     fig = event_figures(graph, plan) if graph is not None else {}
     ideal = float(m.get("ideal_s", 0.0))
-    lb = persistent_bound_of(m)
+    lb = float(fig["persistent_bound_s"]) if fig else persistent_bound_of(m)
     nan = float("nan")
     rc = plan.recomputes
     if bounds is not None:

@@ -176,7 +176,7 @@ def relaid(graph, plan, *, time_limit_s: float, seed: int, workers: int, options
     plan, or None when none gained or laid out within the memory; the caller keeps the faster of this and the
     plan refined with its offsets kept.
 
-    Measured on the README's ResNet-18 at 64 MiB (the written 14.68 ms plan, 15 s each): refined at the full
+    Measured on the README's ResNet-18 (its 2026-11-21 capture) at 64 MiB (the written 14.68 ms plan, 15 s each): refined at the full
     arena 12.64 ms but 7.8% over once laid out; at the input's peak (58.1 MiB) 13.34 ms, 6.8% over; at budgets
     that lay out (53.8 and 55.8 MiB) 14.08 and 13.84 ms, slower than the 13.48 ms refined with its offsets
     kept in 30 s. So `RefineOptions.relayout` is off by default."""
@@ -186,6 +186,7 @@ def relaid(graph, plan, *, time_limit_s: float, seed: int, workers: int, options
     from hybrid.arena.layout import QUICK_BUDGET, _fit
     from hybrid.plan import UnconstrainedAllocation
     from hybrid.refine.lns import refine
+    from hybrid.swap.to_plan import on_device
     from hybrid.validator import validate
 
     t0 = time.perf_counter()
@@ -202,7 +203,7 @@ def relaid(graph, plan, *, time_limit_s: float, seed: int, workers: int, options
                      options=dataclasses.replace(options, relayout=False), stop=stop)
         if not res.improved:
             break
-        out, ratio = _fit(graph, dataclasses.replace(res.plan, device=dev), max(1.0, 0.2 * share), QUICK_BUDGET)
+        out, ratio = _fit(graph, on_device(graph, res.plan, dev), max(1.0, 0.2 * share), QUICK_BUDGET)
         if out is not None:
             if best is None or out.makespan_s < best.makespan_s:
                 best = out

@@ -55,7 +55,6 @@ import numpy as np
 import pandas as pd
 
 from hybrid.bounds import plan_graph_bound, schedule_bound
-from hybrid.plan.metrics import persistent_bound_of
 from hybrid.units import format_bytes, format_seconds
 from hybrid.validator import event_figures
 from hybrid.device import Device
@@ -82,9 +81,9 @@ MILP_STAGES = 60   # default coarsening for --with-milp: 60 stages reached gap <
 def _row(graph: Graph, plan: Plan, arm: str, seed: int, search_s: float, plan_path: str) -> dict:
     m = plan.metrics
     ideal = float(m.get("ideal_s", 0.0))
-    lb = persistent_bound_of(m)
-    gb = plan_graph_bound(graph, plan)
     fig = event_figures(graph, plan)   # from the events, as every summary (hybrid.validator)
+    lb = float(fig["persistent_bound_s"])
+    gb = plan_graph_bound(graph, plan)
     h2d, d2h = int(fig["bytes_h2d"]), int(fig["bytes_d2h"])
     return {"graph": graph.name, "memory_bytes": int(plan.device.memory_bytes), "arm": arm, "row": "seed",
             "seed": seed, "makespan_s": plan.makespan_s, "ideal_s": ideal, "persistent_bound_s": lb,

@@ -30,7 +30,8 @@ def table(rows: Iterable[dict]) -> str:
             v = r.get("makespan/swap_bound", float("nan"))
             row[f"vs {format_seconds(sb)} (any order, swap only)"] = f"{v:.3f}x" if v == v else "-"
         if rb is not None:
-            row[f"vs {format_seconds(rb)} (any order, with recompute)"] = f"{r['makespan/recompute_bound']:.3f}x"
+            v = r.get("makespan/recompute_bound", float("nan"))
+            row[f"vs {format_seconds(rb)} (any order, with recompute)"] = f"{v:.3f}x" if v == v else "-"
         if sb is None and rb is None:
             v = r["makespan/persistent_bound"]
             row["vs persistent-tensor bound"] = f"{v:.3f}x" if v == v else "-"
@@ -41,8 +42,12 @@ def table(rows: Iterable[dict]) -> str:
                     "d2h": format_bytes(r["bytes_d2h"]), "peak": format_bytes(r["peak_bytes"])})
         shown.append(row)
     text = tabulate(shown, headers="keys", tablefmt="github", disable_numparse=True)
-    if sb is not None and any(r.get("makespan/swap_bound", 0.0) != r.get("makespan/swap_bound", 0.0) for r in rows):
+    if sb is not None and any(r.get("makespan/swap_bound", 0.0) != r.get("makespan/swap_bound", 0.0)
+                              and r.get("recomputes") for r in rows):
         text += "\n(-: the plan reruns ops, and the swap-only bound holds only for plans that do not)"
+    if rb is not None and any(r.get("makespan/recompute_bound", 0.0) != r.get("makespan/recompute_bound", 0.0)
+                              for r in rows):
+        text += "\n(- in both bound columns: planned with unlimited memory (ideal), which no bound of this memory holds for)"
     return text
 
 
@@ -69,7 +74,7 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
     (none: "plan (not written)"); `device`: default the plan's; `wall_s`: default the run's own."""
     device = res.plan.device if device is None else device
     wall_s = res.timings.wall_s if wall_s is None else wall_s
-    from hybrid.plan.metrics import persistent_bound_of
+    from hybrid.graph.info import persistent_bound
 
     result, plan, layout, t = res.search, res.plan, res.layout, res.timings
     m = plan.metrics
@@ -89,7 +94,7 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
     bound = res.bound()
     lb = f"lower bound {format_seconds(bound[0])} ({bound[1]})" if bound else "lower bound not computed in time"
     lines.append(f"  ideal        {format_seconds(ideal)}   {lb}, persistent tensors only "
-                 f"{format_seconds(persistent_bound_of(m))}")
+                 f"{format_seconds(persistent_bound(graph, plan.device))}")
     lines.append(f"  bytes moved  {format_bytes(h2d + d2h)} ({format_bytes(h2d)} in, {format_bytes(d2h)} out)")
     stop = result.stop_reason
     why = "reached the lower bound (no plan can be faster)" if stop == "lower bound" else stop

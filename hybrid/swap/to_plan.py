@@ -1,6 +1,7 @@
 """Turn a timed augmented graph into the one plan type (`hybrid.plan.Plan`)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,8 @@ from hybrid.plan import Allocation, ArenaAllocation, Event, Plan
 from hybrid.plan.events import COMPUTE, EVENT_KINDS, FREE, SWAP_IN
 from hybrid.units import round_up
 from hybrid.swap.augmented import AugmentedGraph
+from hybrid.device import Device
+from hybrid.graph import Graph
 
 
 def device_intervals(aug: AugmentedGraph, workspaces: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -137,6 +140,18 @@ def to_plan(aug: AugmentedGraph, planner: dict[str, Any], allocation: Allocation
         plan.metrics["peak_bytes"] = int(memory_over_time(g, plan)[1].max())
     return plan
 
+
+
+def on_device(graph: Graph, plan: Plan, device: Device, **changes: Any) -> Plan:
+    """`plan`, made on another device (a re-plan with less memory, the headroom search's smaller device, the
+    workspaces-aside problem), as a plan of `device`: the file's persistent-tensor bound is its own device's,
+    so it is restated for `device` (a re-planned baseline stated the smaller device's, and its table row divided
+    by that). `changes`: other fields replaced at once (`planner`, `graph_sha256`)."""
+    metrics = dict(plan.metrics)
+    if "persistent_bound_s" in metrics or "lower_bound_s" in metrics:
+        metrics.pop("lower_bound_s", None)
+        metrics["persistent_bound_s"] = persistent_bound(graph, device)
+    return dataclasses.replace(plan, device=device, metrics=metrics, **changes)
 
 def _lives_no_time(aug: AugmentedGraph) -> bool:
     """Whether some event takes no longer than the tolerance (a zero-time op, a copy of zero bytes without

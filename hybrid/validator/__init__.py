@@ -139,7 +139,10 @@ def memory_over_time(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
 def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
     """The figures a plan's `metrics` state, recomputed from its events: what summaries print (a file's metrics
     are not bound by the format's rules, so an edited or foreign file could state anything), and what
-    `hybrid validate` compares the stated ones with. `peak_bytes` is the validator's (rule 5's reading)."""
+    `hybrid validate` compares the stated ones with. `peak_bytes` is the validator's (rule 5's reading);
+    `persistent_bound_s` is the graph's on the plan's device (a plan re-planned on a smaller one keeps this
+    device's bound)."""
+    from hybrid.graph.info import persistent_bound
     from hybrid.plan.metrics import compute_stalls, event_counts
 
     size = {t.id: t.bytes for t in graph.tensors}
@@ -149,7 +152,8 @@ def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
     return {"stall_s": float(sum(e - s for s, e in compute_stalls(plan))),
             "bytes_h2d": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_in")),
             "bytes_d2h": int(sum(size.get(e.tensor, 0) for e in plan.events if e.kind == "swap_out")),
-            "peak_bytes": int(level.max()) if len(level) else 0, **counts}
+            "peak_bytes": int(level.max()) if len(level) else 0,
+            "persistent_bound_s": float(persistent_bound(graph, plan.device)), **counts}
 
 
 def require_plan_of(graph: Graph, plan: Plan, what: str, where: str) -> None:

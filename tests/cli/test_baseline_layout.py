@@ -40,3 +40,43 @@ def test_json_names_each_baselines_notes(tmp_path: Path) -> None:
     plans = {p["kind"]: p for p in json.loads(r.output)["plans"]}
     assert plans["belady"]["notes"] and "no arena layout within memory" in plans["belady"]["notes"][0]
     assert plans["ideal"]["notes"] == []
+
+
+def test_a_replanned_baseline_states_and_is_divided_by_the_bound_of_the_memory_given(tmp_path: Path) -> None:
+    """naive does not lay out at 64 MiB and is re-planned with 40% less memory: its file, its JSON and its table
+    row give the persistent-tensor bound of the 64 MiB the plan is for (they gave the smaller device's: 4.563 ms
+    against 3.547, so its row read 6.918x where every other row divided by another bound), and a table with
+    `ideal` (unlimited memory) keeps the named bounds, "-" on ideal's row."""
+    from hybrid.device import resolve_device
+    from hybrid.graph.info import persistent_bound
+
+    g = Graph.load(EXAMPLE)
+    lb = persistent_bound(g, resolve_device(g.device, None, "64MiB"))
+    r = run("baseline", "--graph", EXAMPLE, "--memory", "64MiB", "--kind", "naive", "--kind", "belady", "--json",
+            "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.output[r.output.index("{"):])["plans"]
+    assert [p["kind"] for p in plans] == ["naive", "belady"]
+    naive = Plan.load(tmp_path / "naive.json")
+    assert naive.planner["fallback"].startswith("byte budget ")      # re-planned on a smaller device
+    for p in plans:
+        assert p["persistent_bound_s"] == lb
+    assert naive.metrics["persistent_bound_s"] == lb
+    r = run("baseline", "--graph", EXAMPLE, "--memory", "64MiB", "--kind", "naive", "--kind", "ideal")
+    assert r.exit_code == 0, r.output
+    assert "(any order, with recompute)" in r.output and "persistent-tensor bound" not in r.output
+    ideal = next(ln for ln in r.output.splitlines() if ln.startswith("| ideal "))
+    assert [c.strip() for c in ideal.split("|")][5:7] == ["-", "-"], ideal
+
+
+def test_validate_notes_a_stated_bound_of_another_device(tmp_path: Path) -> None:
+    r = run("baseline", "--graph", EXAMPLE, "--memory", "64MiB", "--kind", "belady", "--out", tmp_path / "b.json")
+    assert r.exit_code == 0, r.output
+    d = json.loads((tmp_path / "b.json").read_text())
+    d["metrics"]["persistent_bound_s"] *= 1.25
+    (tmp_path / "e.json").write_text(json.dumps(d))
+    r = run("validate", "--graph", EXAMPLE, "--plan", tmp_path / "e.json")
+    assert r.exit_code == 0, r.output
+    assert "note: metrics.persistent_bound_s states" in r.output and "the graph gives on the plan's device" in r.output
+    r = run("validate", "--graph", EXAMPLE, "--plan", tmp_path / "b.json")
+    assert "note:" not in r.output, r.output

@@ -11,7 +11,7 @@ from tests.cli.helpers import RESNET
 
 def test_a_plans_events_as_a_table_sum_to_its_streams_busy_time_and_carry_its_offsets() -> None:
     g = Graph.load(RESNET)
-    plan = run_baseline(g, dataclasses.replace(g.device, memory_bytes=96 << 20), "belady")
+    plan = run_baseline(g, dataclasses.replace(g.device, memory_bytes=96 << 20, reserve_bytes=0), "belady")
     df = plan.events_frame()
     assert len(df) == len(plan.events) and list(df["kind"]) == [e.kind for e in plan.events]
     busy = df.groupby("stream")["duration_s"].sum()

@@ -9,7 +9,7 @@ from hybrid.swap.baselines import BASELINES, run_baseline
 from hybrid.errors import HybridError, InfeasibleError
 from hybrid.cli.options import (device_from, device_options, graph_option, json_summary, load_graph,
                                 prepare_output, recompute_option)
-from hybrid.report.summary import plan_row, table
+from hybrid.report.summary import any_order_bound, plan_row, table
 from hybrid.validator import write_plan
 from hybrid.jsonio import report_json
 
@@ -84,7 +84,10 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
             failed.append(f"{kind}: cannot run: {e}")
             skipped.append((kind, str(e)))
             continue
-        rows.append(plan_row(kind, plan, g))
+        # every row divides by the bounds of the memory given (a re-planned row's own device is that one too);
+        # ideal plans with unlimited memory, which no bound of this memory holds for
+        rows.append(plan_row(kind, plan, g, {} if kind == "ideal" else
+                             {rc: any_order_bound(g, dev, rc) for rc in (True, False)}))
         said = [n for n in notes if n.startswith(f"{kind}: ")]
         target = None
         if out_path is not None:
