@@ -51,17 +51,21 @@ def device_options(f: Callable | None = None, *, graph: bool = True, memory: boo
         click.option("--device", "device_name", type=click.Choice(sorted(PRESETS)), default=None,
                      help=f"Device preset (default: {of_graph}v100-16gb)."),
         click.option("--memory", default=None, hidden=not memory,
-                     help="Device memory, e.g. 10GiB, 512MB (overrides the preset)" + (
+                     help="Device memory, e.g. 10GiB, 512MB (overrides the preset; alone it is all a plan may "
+                          "fill, and a --reserve given comes out of it)" + (
                          "; or a share of the graph's unswapped peak, e.g. 50%: what a plan may fill (a --reserve "
-                         "given is added)." if graph else ".")),
+                         "given is added on top)." if graph else ".")),
         click.option("--h2d", default=None, help="Host-to-device bandwidth, e.g. 12GB/s."),
         click.option("--d2h", default=None, help="Device-to-host bandwidth, e.g. 12GB/s."),
         click.option("--latency", default=None,
                      help="Per-transfer latency with its unit, e.g. 10us, 5ms, 800ns (a bare number is refused)."),
         click.option("--reserve", default=None,
-                     help="Memory no plan touches (CUDA context, cuBLAS/cuDNN workspaces), e.g. 1GiB. Default: 1 GiB "
-                          "of a --device preset used whole; 0 when --memory is given (it states what a plan may "
-                          "fill)" + ("; else the graph device's reserve_bytes." if graph else ".")),
+                     help="Memory no plan touches (CUDA context, cuBLAS/cuDNN workspaces), e.g. 1GiB. " + (
+                          "Default: 1 GiB of a --device preset used whole; 0 when --memory is given (it states what "
+                          "a plan may fill)" + ("; else the graph device's reserve_bytes." if graph else ".")
+                          if memory else
+                          "Kept aside beside each memory swept. Default: the graph device's reserve_bytes (1 GiB "
+                          "of a --device preset).")),
         click.option("--alignment", default=None,
                      help="Each device copy occupies its bytes rounded up to this, e.g. 512 (default: "
                           + ("the graph device's alignment_bytes, else " if graph else "")
@@ -234,7 +238,8 @@ def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) ->
     key says what it divides, as the tables' columns do: `ideal/makespan` (1.0: no stall), `makespan/graph_bound`
     over the lower bound for any schedule counting activations (`graph_bound_s`, hybrid.bounds.plan_graph_bound:
     with recompute when the plan reruns ops, else swap only), `makespan/persistent_bound` over the bound counting
-    persistent tensors only (`persistent_bound_s`); `plan` is the file written (null if none).
+    persistent tensors only (`persistent_bound_s`); `plan` is the file written (null if none); `arena_bytes` the
+    arena an arena plan runs in (null for other pools), what the text's "pool: arena of" line gives.
     """
     from hybrid.bounds import plan_graph_bound
     from hybrid.validator import event_figures
@@ -252,7 +257,8 @@ def json_summary(graph: Graph, device: Device, plan: Plan, path: Path | None) ->
             "graph_bound_s": gb, "makespan/graph_bound": plan.makespan_s / gb if gb > 0 else None,
             "persistent_bound_s": lb, "makespan/persistent_bound": plan.makespan_s / lb if lb > 0 else None,
             "stall_s": float(fig["stall_s"]), "bytes_h2d": int(fig["bytes_h2d"]), "bytes_d2h": int(fig["bytes_d2h"]),
-            "peak_bytes": int(fig["peak_bytes"]), "pool": plan.allocation.kind}
+            "peak_bytes": int(fig["peak_bytes"]), "pool": plan.allocation.kind,
+            "arena_bytes": int(plan.allocation.arena_bytes) if plan.allocation.kind == "arena" else None}
 
 
 def load_graph(path: Path) -> Graph:

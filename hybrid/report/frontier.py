@@ -221,6 +221,11 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
                 path = str(p)
             ideal = float(plan.metrics.get("ideal_s", 0.0))
             notes = ["interrupted: the best plan found before the stop"] if res.interrupted else []
+            # what made this point's written plan slower than its search's best, and what its time left out:
+            # `monotone` points at them where a point is slower than one with less memory
+            if plan.makespan_s > res.search_plan.makespan_s and res.difference():
+                notes.append(res.difference())
+            notes += [f"left out {s}" for s in res.skipped if s.startswith(("headroom", "refinement"))]
             laid_out = plan.allocation.kind != "unconstrained"
             if not laid_out:   # the executor would compact it at run time: say so, and why
                 why = no_offsets_reason(res, opts)
@@ -255,8 +260,10 @@ def monotone(rows: list[dict]) -> list[dict]:
             best, best_mem = float(t), row["memory_bytes"]
         row["best_s"] = best if np.isfinite(best) else float("nan")
         if t is not None and np.isfinite(t) and t > best:
+            cause = ("what this point's run gave up or left out (above)" if row["note"] else
+                     "the search's time per point did not find as fast a plan here")
             why = (f"slower than the plan at {format_bytes(best_mem)} ({format_seconds(best)}), which fits this "
-                   "memory too: the search's time per point did not find as fast a plan here; best_s is that plan's")
+                   f"memory too: {cause}; best_s is that plan's")
             row["note"] = f"{row['note']}; {why}" if row["note"] else why
     return rows
 
@@ -285,7 +292,7 @@ def point_row(path: Path, graph: Graph, device: Device) -> dict:
     metrics state."""
     from hybrid.graph.info import ideal_time, unswapped_peak
     from hybrid.plan import Plan
-    from hybrid.validator import event_figures, require_valid
+    from hybrid.validator import event_figures, memory_needed, require_valid
 
     path = Path(path)
     try:
@@ -302,11 +309,15 @@ def point_row(path: Path, graph: Graph, device: Device) -> dict:
                               f"{graph.name!r}")
         require_valid(graph, plan, f"--points {path}")   # makespan_s is the last event's end (rule 7)
         peak = int(event_figures(graph, plan)["peak_bytes"])
+        need = memory_needed(graph, plan)   # on the memory axis: an arena plan needs its arena, not its live peak
         ideal = float(plan.metrics.get("ideal_s", 0.0))   # checked by the validator (rule 7)
         laid_out = plan.allocation.kind != "unconstrained"
-        return _row("point", path.stem, peak, float(plan.makespan_s), ideal, peak_bytes=peak,
+        where = ("its peak device bytes" if need == peak else
+                 f"the memory its {plan.allocation.kind.replace('_', ' ')} needs with the largest workspace "
+                 f"({format_bytes(need)}; live peak {format_bytes(peak)})")
+        return _row("point", path.stem, need, float(plan.makespan_s), ideal, peak_bytes=peak,
                     planner=str(plan.planner.get("name", "")), plan=str(path), laid_out=laid_out,
-                    note=f"plan of {plan.graph}: its peak device bytes and makespan (from its events)"
+                    note=f"plan of {plan.graph}: {where} and its makespan (from its events)"
                     + ("" if laid_out else "; written without arena offsets"))
     if fmt.startswith("hybrid-graph"):
         g = Graph.load(path)

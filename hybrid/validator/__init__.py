@@ -156,6 +156,29 @@ def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
             "persistent_bound_s": float(persistent_bound(graph, plan.device)), **counts}
 
 
+def memory_needed(graph: Graph, plan: Plan) -> int:
+    """The device memory `plan` needs to run as written, as rule 5 checks it: a byte budget its peak (workspace
+    included); a pool (`arena_bytes`, or the size classes' objects at the device's alignment) that pool plus the
+    largest workspace of a compute on the device, or the peak where that is more. What a memory axis places a
+    plan at: an arena plan needs its arena, not only its live peak."""
+    from hybrid.plan import ArenaAllocation, SizeClassAllocation
+    from hybrid.units import round_up
+    from hybrid.validator.context import COMPUTE
+
+    peak = int(event_figures(graph, plan)["peak_bytes"])
+    alloc = plan.allocation
+    if isinstance(alloc, ArenaAllocation):
+        pool = int(alloc.arena_bytes)
+    elif isinstance(alloc, SizeClassAllocation):
+        pool = sum(round_up(c.bytes, plan.device.alignment_bytes) * c.count for c in alloc.classes)
+    else:
+        return peak
+    ctx, _ = build_context(graph, plan)
+    ws = max((ctx.impl_ws[i] for i in range(len(ctx.kind)) if ctx.kind[i] == COMPUTE and not ctx.on_cpu[i]),
+             default=0) if ctx is not None else 0
+    return max(peak, pool + int(ws))
+
+
 def require_plan_of(graph: Graph, plan: Plan, what: str, where: str) -> None:
     """Rule 0's graph check alone, for commands that refuse a plan of another graph before any work (a capture,
     a search): InvalidPlanError (exit 1, as `hybrid validate`) naming the plan (`what`) and the graph

@@ -66,7 +66,7 @@ def _fraction_fits(g, dev, fraction: float) -> None:  # noqa: ANN001 - Graph, De
               help="GA evaluation processes in both arms (CP-SAT uses one thread); beside, GA-only gets one more, "
                    "the core the refiner uses in the other arm. Default: as `hybrid optimize` picks per graph "
                    "(1 where one evaluation takes under 1 ms, else every core but the refiner's).")
-@click.option("--population", type=int, default=None, help="GA population (default: the GA's, 48).")
+@click.option("--population", type=click.IntRange(min=2), default=None, help="GA population (default: the GA's, 48).")
 @click.option("--generations", type=click.IntRange(1), default=None,
               help="Budget both arms in counted work instead of wall time, with --windows (both or neither): the "
                    "GA runs (1 - --refine-share) of N generations to the split, GA-only resumes it to N, GA+CP-SAT "

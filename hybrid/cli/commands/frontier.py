@@ -25,7 +25,8 @@ from hybrid.units import format_bytes, format_bytes_up, format_seconds, parse_du
               help="Wall time of `hybrid optimize` at each memory (its --time-limit), e.g. 20s, 2m.")
 @click.option("--generations", type=click.IntRange(1), default=None,
               help="Stop each point's search after this many generations (with --refine none: one plan per seed, "
-                   "whatever the machine's speed), if its time limit allows.")
+                   "whatever the machine's speed), if its time limit allows every step: a point that leaves a step out "
+                   "says so in its note.")
 @click.option("--refine", type=click.Choice(["cpsat", "none"]), default="cpsat" if refine_available() else "none",
               show_default=True, help="CP-SAT refinement at each point, as `hybrid optimize --refine`.")
 @click.option("--recompute/--no-recompute", default=True, show_default=True,

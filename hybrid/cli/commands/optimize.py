@@ -34,7 +34,7 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
 @click.option("--generations", type=int, default=None,
               help="Stop after this many generations (counting those before --resume), if the time limit allows.")
 @seed_option
-@click.option("--population", type=int, default=48, show_default=True,
+@click.option("--population", type=click.IntRange(min=2), default=48, show_default=True,
               help="Individuals alive after each generation (N_p).")
 @click.option("--children", type=click.IntRange(min=1), default=None,
               help="New individuals per generation, four per crossover [default: --population].")
@@ -171,7 +171,9 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
 
     The same --seed and --generations give the same search, whatever --workers or --scheduler (evaluation is
     deterministic; only speed differs). How far CP-SAT gets within the time limit, and (beside) which of the
-    search's plans it reaches, depends on timing; for a plan fixed by the seed use --refine none.
+    search's plans it reaches, depends on timing; for a plan fixed by the seed use --refine none, with a time
+    limit that leaves room for every step (a step it cannot fit, such as the headroom's calibration, is left
+    out and named under "left out", and the plan written then differs).
     From Python: hybrid.pipeline.run_optimize.
 
     \b
