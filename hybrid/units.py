@@ -55,6 +55,9 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
     m = re.fullmatch(_NUM + r"([A-Za-z]*)\s*", str(text))
     if m:
         _bits_refused(m.group(1), m.group(2), text, what)
+    negative = str(text).strip()
+    if not m and negative.startswith("-") and re.fullmatch(_NUM + r"([A-Za-z]*)\s*", negative[1:]):
+        raise HybridError(f"{what} must be positive, got {text!r}")
     if not m or m.group(2).lower() not in _BYTE_UNITS:
         raise HybridError(f"cannot read {what} {text!r}: write a number of bytes with an optional unit, e.g. 10GiB, 512MB, 1073741824")
     value = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
@@ -241,6 +244,15 @@ def format_bytes_up(n: int) -> str:
             text = f"{tenths / 10**places:.{places}f}"
             return f"{text.rstrip('0').rstrip('.') if places else text} {unit}"
     return f"{n} B"
+
+
+def format_ratio(r: float) -> str:
+    """A ratio for people: 3 significant digits, and a large one whole with thousands separated (1,970, not
+    1.97e+03)."""
+    r = float(r)
+    if math.isinf(r) or math.isnan(r):
+        return str(r)
+    return f"{r:,.0f}" if abs(r) >= 1000 else f"{r:.3g}"
 
 
 def format_seconds(t: float, digits: int = 4) -> str:

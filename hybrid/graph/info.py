@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybrid.units import format_ratio
 from hybrid.graph.liveness import distinct_sizes, occupied_bytes, peak_live_counts
 from hybrid.device import DEFAULT_ALIGNMENT, Device
 from hybrid.graph import TENSOR_KINDS, Graph
@@ -217,4 +218,4 @@ def _share_of_peak(usable: int, peak: int) -> str:
     """The memory against the unswapped peak: a share below it, a multiple above (not "251437.0% of the peak")."""
     if usable <= peak:
         return f"{100 * usable / max(1, peak):.1f}% of the peak"
-    return f"{usable / max(1, peak):.3g}x the peak: nothing need swap"
+    return f"{format_ratio(usable / max(1, peak))}x the peak: nothing need swap"

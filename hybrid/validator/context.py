@@ -14,14 +14,16 @@ import numpy as np
 from hybrid.graph import DEFAULT_IMPL, Graph
 from hybrid.plan import ArenaAllocation, Event, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.plan.events import COMPUTE, FREE, KIND_CODE, SWAP_IN, SWAP_OUT  # noqa: F401 (rules import them here)
-from hybrid.units import MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, format_bytes
+from hybrid.units import MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, format_bytes, format_seconds
 from hybrid.validator.report import Found, Violation
 
 NO_EVENT = -1
 
 
 def fmt_t(x: float) -> str:
-    return f"{x:.9g} s"
+    """A time in a finding: s, ms or us as every summary prints it, with the 9 digits that tell two times within
+    the tolerance apart."""
+    return format_seconds(x, 9)
 
 
 @dataclass
@@ -78,12 +80,12 @@ class Context:
         if k == COMPUTE:
             name = self.graph.ops[self.op[i]].id
             what = "recompute" if self.recompute[i] else "cpu compute" if self.on_cpu[i] else "compute"
-            return f"events[{i}] {what} {name!r} [{self.start[i]:.9g}, {fmt_t(self.end[i])})"
+            return f"events[{i}] {what} {name!r} [{fmt_t(self.start[i])}, {fmt_t(self.end[i])})"
         name = self.graph.tensors[self.tensor[i]].id
         if k == FREE:
             return f"events[{i}] free {name!r} at {fmt_t(self.start[i])}"
         kind = "swap_in" if k == SWAP_IN else "swap_out"
-        return f"events[{i}] {kind} {name!r} [{self.start[i]:.9g}, {fmt_t(self.end[i])})"
+        return f"events[{i}] {kind} {name!r} [{fmt_t(self.start[i])}, {fmt_t(self.end[i])})"
 
     def updates_of(self, i: int) -> tuple[int, ...]:
         """Tensors compute event i updates in place: none for a recompute, which redoes batch norm's statistics

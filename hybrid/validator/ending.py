@@ -51,7 +51,7 @@ def check_totals(ctx: Context) -> list[Found]:
     plan = ctx.plan
     last = max(ctx.end, default=0.0)
     if not math.isfinite(plan.makespan_s) or abs(plan.makespan_s - last) > ctx.eps:
-        out.append(ctx.found(7, None, f"makespan_s is {plan.makespan_s!r}, but the last event ends at {fmt_t(last)}"))
+        out.append(ctx.found(7, None, f"makespan_s is {fmt_t(plan.makespan_s)}, but the last event ends at {fmt_t(last)}"))
     ideal = math.fsum(ctx.impl_time[i] for i in range(ctx.n) if ctx.kind[i] == COMPUTE and not ctx.recompute[i])
     got = plan.metrics.get("ideal_s")
     if got is None:

@@ -62,6 +62,8 @@ def test_a_replanned_baseline_states_and_is_divided_by_the_bound_of_the_memory_g
     for p in plans:
         assert p["persistent_bound_s"] == lb
     assert naive.metrics["persistent_bound_s"] == lb
+    # --json gives the arena each plan runs in, as the text's "pool: arena of" does (it gave only "arena")
+    assert plans[0]["arena_bytes"] == naive.allocation.arena_bytes > 0
     r = run("baseline", "--graph", EXAMPLE, "--memory", "64MiB", "--kind", "naive", "--kind", "ideal")
     assert r.exit_code == 0, r.output
     assert "(any order, with recompute)" in r.output and "persistent-tensor bound" not in r.output

@@ -49,6 +49,17 @@ def test_execute_refuses_a_plan_for_another_graph_before_building_anything(tmp_p
     assert r.output.startswith("error: the plan was made for graph")
 
 
+
+def test_a_plan_of_another_graph_is_said_before_asking_for_the_graphs_module(tmp_path: Path) -> None:
+    """A graph that names its Python code (a `--module` capture) and a plan of another graph: the mismatch is the
+    error (exit 1), not "add --module", which sent a user to fix the wrong thing first."""
+    r = run_here("capture", "--module", "examples.mlp:make", "--out", tmp_path / "mlp.json")
+    assert r.exit_code == 0, r.output
+    plan = _plan_file(RESNET, tmp_path / "p.json")
+    r = run_here("execute", "--graph", tmp_path / "mlp.json", "--plan", plan, "--device", "cpu")
+    assert r.exit_code == 1, r.output
+    assert "was made for another graph" in r.output and "--module" not in r.output, r.output
+
 def test_execute_on_cuda_without_a_gpu_says_so_at_once(tmp_path: Path) -> None:
     import torch
 

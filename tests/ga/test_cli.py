@@ -164,7 +164,7 @@ def test_kernel_compilation_is_announced_and_counted_in_the_budget(graph_file, t
     (["--time-limit", "soon"], "cannot read --time-limit"),
     (["--workers", "0"], "--workers (workers) must be at least 1"),
     (["--workers", "2", "--scheduler", "tcp://x:1"], "not both"),
-    (["--population", "1"], "--population must be at least 2"),
+    (["--population", "1"], "invalid value for '--population': 1 is not in the range x>=2"),
     (["--mutation-rate", "2"], "within [0, 1]"),
 ])
 def test_bad_flags_are_one_line_errors(graph_file, tmp_path, flags, message) -> None:

@@ -81,3 +81,16 @@ def test_a_device_memory_without_a_unit_under_1_mib_is_warned_not_refused() -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert parse_memory("100B") == 100 and parse_memory("20971520") == 20 << 20 and parse_memory(100) == 100
+
+
+def test_a_negative_size_is_refused_as_negative_and_a_large_ratio_is_written_whole() -> None:
+    import pytest
+
+    from hybrid.errors import HybridError
+    from hybrid.units import format_ratio, parse_bytes
+
+    with pytest.raises(HybridError, match=r"^--memory must be positive, got '-1GiB'$"):
+        parse_bytes("-1GiB", "--memory")
+    with pytest.raises(HybridError, match="cannot read --memory '-x'"):
+        parse_bytes("-x", "--memory")
+    assert [format_ratio(r) for r in (1970.4, 2514.9, 99.94, 0.0312)] == ["1,970", "2,515", "99.9", "0.0312"]

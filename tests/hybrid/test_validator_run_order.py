@@ -92,7 +92,7 @@ def test_a_zero_time_ops_input_freed_at_its_instant_is_counted_with_its_outputs(
     assert validate(g, plan).valid                                   # 64 + 1000 + 1000 fit
     tight = replace(plan, device=replace(DEVICE, memory_bytes=2063))
     r = validate(g, tight)
-    assert not r.valid and r.violations[0].rule == 5 and "overflows at 0.001 s: 2.02 KiB" in r.violations[0].message, r
+    assert not r.valid and r.violations[0].rule == 5 and "overflows at 1 ms: 2.02 KiB" in r.violations[0].message, r
 
 
 def test_a_swap_out_without_a_copy_paired_with_a_later_tiny_swap_in_is_refused() -> None:

@@ -14,7 +14,7 @@ import click
 
 from hybrid.cli.options import FINITE
 from hybrid.errors import HybridError
-from hybrid.units import counted, format_bytes, format_seconds
+from hybrid.units import counted, format_bytes, format_ratio, format_seconds
 
 
 def usable_words(device: Any) -> str:
@@ -73,7 +73,7 @@ def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
     cmp_note = "" if device.startswith("cuda") else " (CPU times: not comparable with the plan's device)"
     out.append(f"  per iteration: {format_seconds(s.wall_s)} wall, {format_seconds(s.makespan_s)} device makespan "
                f"(median{' after the first' if s.measured_from else ''}); simulated {format_seconds(s.simulated_s)}, "
-               f"measured/simulated {s.ratio:.3g}{cmp_note}")
+               f"measured/simulated {format_ratio(s.ratio)}{cmp_note}")
     if s.graphed:
         out.append(f"  {counted(s.graphed, 'iteration')} replayed as CUDA graphs (the makespan above is theirs); "
                    f"issued node by node: {format_seconds(s.issued_makespan_s or float('nan'))}, of which "
@@ -222,6 +222,11 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     ov = parse_overrides(overrides)
     if graph_path is not None:
         graph = load_graph(graph_path)   # its near-miss field warnings, as every command's
+        from executor.preflight import plan_fits
+
+        # a plan of another graph is said first (exit 1, preflight's words): asking for --module (a graph that
+        # names its code) would send the user the wrong way
+        plan_fits(graph, plan, plan_path, graph_path)
     elif module_spec is not None:
         raise HybridError("--module needs --graph: the graph you captured with `hybrid capture --module`")
     elif model is None:
