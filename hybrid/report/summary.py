@@ -106,7 +106,8 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
     lines.append(f"  time         {format_seconds(wall_s)} of {format_seconds(res.budget.total_s)}: setup "
                  f"{format_seconds(t.setup_s)}" + (f" (compiling the planner's kernels: {format_seconds(t.compile_s)})"
                                                    if t.compile_s > 2.0 else "")
-                 + f", search {format_seconds(t.search_s)}, layout {format_seconds(t.layout_s)}"
+                 + f", search {format_seconds(t.search_s)}"
+                 + (f", layout {format_seconds(t.layout_s)}" if res.layout is not None else "")
                  + (f" (compiling its exact search: {format_seconds(t.exact_compile_s)})" if t.exact_compile_s > 2.0
                     else "")
                  + (f", re-timing the laid-out plan {format_seconds(t.polish_s)}" if t.polish_s > 0 else "")
