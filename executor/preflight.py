@@ -5,9 +5,10 @@ that cannot succeed should say so at once, in one line.
     pre = preflight(graph, plan, device="cpu", check=True)     # HybridError naming the problem, or the figures
     print(pre.device, pre.host_needed_bytes, pre.host.available_bytes, pre.host.limited_by)
 
-Checked, in order: the device (cpu or cuda, present; a CUDA graph only on cuda), the Python code a graph names
-(a graph file is data: its `module` spec runs only when the caller names the same code or trusts the graph),
-the plan against the graph (its name, the file's sha256, the ops it schedules) and the host memory the run
+Checked, in order: the device (cpu or cuda, present; a CUDA graph only on cuda), the plan against the graph (its
+name, the file's sha256, the ops it schedules: a plan of another graph is said before anything about the graph's
+code, which would send the user the wrong way), the Python code a graph names (a graph file is data: its `module`
+spec runs only when the caller names the same code or trusts the graph) and the host memory the run
 allocates against what this process may still get: free memory (MemAvailable), the cgroup's limit (v2
 `memory.max`, v1 `memory.limit_in_bytes`, of its own group and every group above it) and the process limits
 (`ulimit -v`, RLIMIT_AS, and `ulimit -d`, RLIMIT_DATA), whichever is smallest.
@@ -320,8 +321,8 @@ def preflight(graph: Any, plan: Any, *, device: str | None = None, check: bool =
     dev = resolve_device(device, cuda_graph)
     if model is not None and module is not None:
         raise HybridError("give --model (a zoo model) or --module (your own), not both")
-    spec = None if model is not None else module_to_run(graph, module, trust_module, graph_path)
     plan_fits(graph, plan, plan_path, graph_path)
+    spec = None if model is not None else module_to_run(graph, module, trust_module, graph_path)
     need = host_bytes_needed(graph, plan, dev, check)
     host = host_memory()
     host_memory_suffices(need, host, dev, check)

@@ -55,9 +55,9 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
     m = re.fullmatch(_NUM + r"([A-Za-z]*)\s*", str(text))
     if m:
         _bits_refused(m.group(1), m.group(2), text, what)
-    negative = str(text).strip()
-    if not m and negative.startswith("-") and re.fullmatch(_NUM + r"([A-Za-z]*)\s*", negative[1:]):
-        raise HybridError(f"{what} must be positive, got {text!r}")
+    negative = re.fullmatch(r"\s*-" + _NUM + r"([A-Za-z]*)\s*", str(text)) if not m else None
+    if negative and negative.group(2).lower() in _BYTE_UNITS:
+        raise HybridError(f"{what} cannot be negative, got {text!r}")
     if not m or m.group(2).lower() not in _BYTE_UNITS:
         raise HybridError(f"cannot read {what} {text!r}: write a number of bytes with an optional unit, e.g. 10GiB, 512MB, 1073741824")
     value = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
@@ -252,7 +252,7 @@ def format_ratio(r: float) -> str:
     r = float(r)
     if math.isinf(r) or math.isnan(r):
         return str(r)
-    return f"{r:,.0f}" if abs(r) >= 1000 else f"{r:.3g}"
+    return f"{r:,.0f}" if abs(r) >= 999.5 else f"{r:.3g}"     # 999.6 would read 1e+03 at 3 digits
 
 
 def format_seconds(t: float, digits: int = 4) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from hybrid.device import Device
 from hybrid.graph import Graph
 from hybrid.plan import Plan
+from hybrid.swap.to_plan import on_device
 from hybrid.units import format_seconds
 from milp.decode import DecodeError, auto_values, decode
 from milp.model import ModelOptions, build_model
@@ -484,8 +485,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             proved = again is not None and again.result.status == "infeasible"
             continue
         try:
-            shrunk = laid_out(graph, replace(meetings_kept(graph, again.plan), device=device,
-                                             planner={**again.plan.planner, "memory_given_up": give}))
+            shrunk = laid_out(graph, on_device(graph, meetings_kept(graph, again.plan), device,
+                                               planner={**again.plan.planner, "memory_given_up": give}))
         except HybridError:     # its layout refused by the arena's own check (internal): keep what there is
             run.resolve = not_laid(f"the layout of the re-solve at {at} was refused by the arena's check: the "
                                    "first plan is written as it is")
@@ -535,7 +536,7 @@ def checked_start(graph: Graph, device: Device, plan: Plan) -> Plan:
     from hybrid.validator import require_plan_of, validate
 
     require_plan_of(graph, plan, "--start", f"--graph {graph.name!r}")
-    p = replace(plan, device=device)
+    p = on_device(graph, plan, device)   # the bound it states is this device's, as written plans' are
     rep = validate(graph, p)
     if not rep.valid:
         v = rep.violations[0]

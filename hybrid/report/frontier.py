@@ -223,16 +223,17 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
             notes = ["interrupted: the best plan found before the stop"] if res.interrupted else []
             # what made this point's written plan slower than its search's best, and what its time left out:
             # `monotone` points at them where a point is slower than one with less memory
-            if plan.makespan_s > res.search_plan.makespan_s and res.difference():
-                notes.append(res.difference())
-            notes += [f"left out {s}" for s in res.skipped if s.startswith(("headroom", "refinement"))]
+            gave_up = [res.difference()] if plan.makespan_s > res.search_plan.makespan_s and res.difference() else []
+            gave_up += [f"left out {s}" for s in res.skipped if s.startswith(("headroom", "refinement"))]
+            notes += gave_up
             laid_out = plan.allocation.kind != "unconstrained"
             if not laid_out:   # the executor would compact it at run time: say so, and why
                 why = no_offsets_reason(res, opts)
                 notes.append("written without arena offsets" + (f": {why}" if why else ""))
             row = _row("plan", "optimize", mem, plan.makespan_s, ideal, peak_bytes=int(plan.metrics.get("peak_bytes", 0)),
                        planner=str(plan.planner.get("name", "")), interrupted=bool(res.interrupted),
-                       laid_out=laid_out, seconds=time.monotonic() - t0, plan=path, note="; ".join(notes))
+                       laid_out=laid_out, seconds=time.monotonic() - t0, plan=path, note="; ".join(notes),
+                       gave_up=bool(gave_up))   # not a column: what `monotone` names as the cause
             out.rows.append(row)
             out.plans[mem] = plan
             tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: makespan {format_seconds(plan.makespan_s)} "
@@ -260,7 +261,7 @@ def monotone(rows: list[dict]) -> list[dict]:
             best, best_mem = float(t), row["memory_bytes"]
         row["best_s"] = best if np.isfinite(best) else float("nan")
         if t is not None and np.isfinite(t) and t > best:
-            cause = ("what this point's run gave up or left out (above)" if row["note"] else
+            cause = ("what this point's run gave up or left out (above)" if row.get("gave_up") else
                      "the search's time per point did not find as fast a plan here")
             why = (f"slower than the plan at {format_bytes(best_mem)} ({format_seconds(best)}), which fits this "
                    f"memory too: {cause}; best_s is that plan's")

@@ -141,7 +141,6 @@ def to_plan(aug: AugmentedGraph, planner: dict[str, Any], allocation: Allocation
     return plan
 
 
-
 def on_device(graph: Graph, plan: Plan, device: Device, **changes: Any) -> Plan:
     """`plan`, made on another device (a re-plan with less memory, the headroom search's smaller device, the
     workspaces-aside problem), as a plan of `device`: the file's persistent-tensor bound is its own device's,
@@ -152,6 +151,7 @@ def on_device(graph: Graph, plan: Plan, device: Device, **changes: Any) -> Plan:
         metrics.pop("lower_bound_s", None)
         metrics["persistent_bound_s"] = persistent_bound(graph, device)
     return dataclasses.replace(plan, device=device, metrics=metrics, **changes)
+
 
 def _lives_no_time(aug: AugmentedGraph) -> bool:
     """Whether some event takes no longer than the tolerance (a zero-time op, a copy of zero bytes without

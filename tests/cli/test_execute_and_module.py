@@ -60,6 +60,7 @@ def test_a_plan_of_another_graph_is_said_before_asking_for_the_graphs_module(tmp
     assert r.exit_code == 1, r.output
     assert "was made for another graph" in r.output and "--module" not in r.output, r.output
 
+
 def test_execute_on_cuda_without_a_gpu_says_so_at_once(tmp_path: Path) -> None:
     import torch
 

@@ -169,7 +169,7 @@ def test_padding_a_plan_does_not_loosen_the_validator(made):
         pytest.fail("no free event could be moved to the end")
     zero = [replace(x, end_s=x.start_s) if x.kind in ("swap_in", "swap_out") else x for x in padded.events]
     report = validate(g, replace(padded, events=zero))
-    assert not report.valid and report.violations[0].rule == 1 and "lasts 0 us" in report.violations[0].message
+    assert not report.valid and report.violations[0].rule == 1 and "lasts 0 s" in report.violations[0].message
 
 
 def test_too_little_memory_names_the_least_any_plan_needs() -> None:

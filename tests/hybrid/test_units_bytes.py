@@ -89,8 +89,18 @@ def test_a_negative_size_is_refused_as_negative_and_a_large_ratio_is_written_who
     from hybrid.errors import HybridError
     from hybrid.units import format_ratio, parse_bytes
 
-    with pytest.raises(HybridError, match=r"^--memory must be positive, got '-1GiB'$"):
+    with pytest.raises(HybridError, match=r"^--memory cannot be negative, got '-1GiB'$"):
         parse_bytes("-1GiB", "--memory")
-    with pytest.raises(HybridError, match="cannot read --memory '-x'"):
-        parse_bytes("-x", "--memory")
-    assert [format_ratio(r) for r in (1970.4, 2514.9, 99.94, 0.0312)] == ["1,970", "2,515", "99.9", "0.0312"]
+    for text in ("-x", "-1x"):   # no size: the unit's message, not the sign's
+        with pytest.raises(HybridError, match=f"cannot read --memory '{text}'"):
+            parse_bytes(text, "--memory")
+    assert [format_ratio(r) for r in (1970.4, 2514.9, 999.6, 99.94, 0.0312)] == [
+        "1,970", "2,515", "1,000", "99.9", "0.0312"]
+
+
+def test_a_finding_s_times_read_in_units_and_two_times_the_tolerance_parts_read_apart() -> None:
+    from hybrid.validator.context import fmt_t
+
+    assert fmt_t(1.0000000015) != fmt_t(1.0) == "1 s"
+    assert fmt_t(0.9999999999) == "999.9999999 ms" and fmt_t(4.50046667e-05) == "45.0046667 us"
+    assert fmt_t(2.5e-13) == "0.00025 ns" and fmt_t(0.0) == "0 s" and fmt_t(-0.002) == "-2 ms"

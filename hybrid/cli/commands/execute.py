@@ -222,11 +222,6 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     ov = parse_overrides(overrides)
     if graph_path is not None:
         graph = load_graph(graph_path)   # its near-miss field warnings, as every command's
-        from executor.preflight import plan_fits
-
-        # a plan of another graph is said first (exit 1, preflight's words): asking for --module (a graph that
-        # names its code) would send the user the wrong way
-        plan_fits(graph, plan, plan_path, graph_path)
     elif module_spec is not None:
         raise HybridError("--module needs --graph: the graph you captured with `hybrid capture --module`")
     elif model is None:

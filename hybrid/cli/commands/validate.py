@@ -75,12 +75,13 @@ def _stated_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
     """A note per metric the file states that its events (or, for the persistent-tensor bound, the graph on the
     plan's device) do not give (an edited file, another tool's reading)."""
     from hybrid.validator import event_figures
+    from hybrid.validator.context import fmt_t
 
     got = event_figures(graph, plan)
     out = []
     for key, fmt in (("peak_bytes", format_bytes), ("bytes_h2d", format_bytes), ("bytes_d2h", format_bytes),
                      ("stall_s", format_seconds), ("swap_ins", str), ("swap_outs", str), ("frees", str),
-                     ("recomputes", str), ("persistent_bound_s", format_seconds)):
+                     ("recomputes", str), ("persistent_bound_s", fmt_t)):   # its 12 digits: a note fires above 1e-9
         stated = plan.metrics.get(key)
         if stated is None:
             continue
