@@ -26,6 +26,7 @@ from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.graph.info import bindings, is_inference
 from hybrid.plan import Plan
+from hybrid.units import format_seconds
 
 from executor.check import (Batches, Comparison, OutputCheck, compare, compare_outputs, iteration_seed,
                            same_bits, train_eager, unpack_batch)
@@ -215,6 +216,15 @@ class ExecutionResult:
     program: Program | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     outputs: list[list[torch.Tensor | None]] = field(default_factory=list)   # a forward-only graph's, per iteration
+
+    def __repr__(self) -> str:
+        """One line for a notebook (the dataclass default printed the program and every interval: 190 KB for a
+        44-op graph)."""
+        s = self.summary
+        check = "" if self.comparison is None else f", check {'ok' if self.comparison.ok else 'MISMATCH'}"
+        return (f"ExecutionResult({s.iterations} iterations, {format_seconds(s.wall_s)} wall per iteration, "
+                f"losses {', '.join(f'{x:.6g}' for x in self.losses[:3])}{', ...' if len(self.losses) > 3 else ''}"
+                f"{check})")
 
     def iterations_frame(self) -> "pd.DataFrame":  # noqa: F821 - pandas, a core dependency
         """One row per iteration measured: iteration, wall_s, makespan_s (the device's, or the host clock on the

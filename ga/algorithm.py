@@ -96,6 +96,12 @@ the best itself came out the same within noise, see ga.selection); the schedule
                                           # random topological order, MXNet's default: the paper's Figure 10)
 
     def __post_init__(self) -> None:
+        for name in ("population", "children", "seed"):   # numpy's own errors came 15 frames deep
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise HybridError(f"--{name} ({name}) must be a whole number, got {v!r}")
+        if self.seed < 0:
+            raise HybridError(f"--seed (seed) must be 0 or more, got {self.seed}")
         if self.population < 2:
             raise HybridError(f"--population must be at least 2, got {self.population}")
         if self.children < 1:

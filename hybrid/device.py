@@ -38,6 +38,10 @@ class Device:
         """Every field finite and in range (hybrid.units' limits), however the device was made: a NaN or an
         infinity here would reach every planner and the validator (NaN passes a `<= 0` check)."""
         what = f"device {self.name!r}"
+        for key in ("memory_bytes", "reserve_bytes"):   # a whole float (peak * 0.5) kept as one, as a file reads it
+            v = getattr(self, key)
+            if isinstance(v, float) and v.is_integer():
+                object.__setattr__(self, key, int(v))
         checked_number(self.memory_bytes, f"{what}: memory_bytes", lo=1, hi=MAX_BYTES, integer=True)
         checked_number(self.reserve_bytes, f"{what}: reserve_bytes", lo=0, hi=MAX_BYTES, integer=True)
         for key in ("h2d_bytes_per_s", "d2h_bytes_per_s"):

@@ -164,8 +164,18 @@ class OptimizeOptions:
     def check(self) -> None:
         """HybridError naming the flag and the field (a command's user and a library caller each read their
         own), for options no run could use."""
+        from ga import GAConfig
+
+        if not isinstance(self.config, GAConfig):
+            raise HybridError(f"config must be a ga.GAConfig (GAConfig(seed=1, ...)), got {type(self.config).__name__}")
+        if self.generations is not None and (isinstance(self.generations, bool)
+                                             or not isinstance(self.generations, int) or self.generations < 0):
+            raise HybridError(f"--generations (generations) must be a whole number, 0 or more, or None, got "
+                              f"{self.generations!r}")
         if self.refine not in ("cpsat", "none"):
             raise HybridError(f"--refine (refine) must be cpsat or none, got {self.refine!r}")
+        if self.refine_mode not in ("auto", "beside", "after"):
+            raise HybridError(f"--refine-mode (refine_mode) must be auto, beside or after, got {self.refine_mode!r}")
         if self.refine == "cpsat" and not refine_available():
             raise HybridError("--refine cpsat (refine='cpsat') needs the CP-SAT refinement (hybrid.refine), which "
                               "is not in this installation; use --refine none")
@@ -179,7 +189,8 @@ class OptimizeOptions:
         if self.headroom and (self.addresses or self.arena_s is None):
             raise HybridError("--headroom (headroom=True) lays its plan out after the search: give it without "
                               "--addresses (addresses=True) and without --no-arena (arena_s=None)")
-        if self.arena_s is not None and self.arena_s < 0:
+        if self.arena_s is not None and (isinstance(self.arena_s, bool) or not isinstance(self.arena_s, (int, float))
+                                         or not self.arena_s >= 0):
             raise HybridError(f"--arena (arena_s) must be auto, a duration such as 60s, or 0 to write no offsets; "
                               f"got {self.arena_s}")
 
@@ -335,8 +346,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     from hybrid.pipeline.rows import any_order_bound
     from hybrid.signals import deferred_interrupts, interrupts_after, new_call, start_forkserver
 
-    if options is not None and getattr(options, "workspaces_aside", False) \
-            and largest_workspace(graph, default_only=True) > 0:
+    _check_arguments(graph, device, options, progress)   # before any branch reads them
+    if options is not None and options.workspaces_aside and largest_workspace(graph, default_only=True) > 0:
         return _workspaces_aside(graph, device, time_limit_s, options, progress, started_at, after_s)
     new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
     _check_arguments(graph, device, options, progress)
@@ -344,8 +355,9 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     prog = progress or Progress()
     start = time.monotonic() if started_at is None else started_at
     total = _seconds(time_limit_s)
-    if not total > 0:
-        raise HybridError(f"the time limit (--time-limit, time_limit_s) must be positive, got {time_limit_s!r}")
+    if not 0 < total < float("inf"):   # inf left every split of the limit NaN: no search at all
+        raise HybridError(f"the time limit (--time-limit, time_limit_s) must be positive and finite (bound the "
+                          f"search with generations=N and a generous limit), got {time_limit_s!r}")
     opts.check()
     end = start + total - max(0.0, min(after_s, 0.2 * total))
     timings = Timings()

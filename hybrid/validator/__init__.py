@@ -86,6 +86,11 @@ def validate(graph: Graph, plan: Plan, all: bool = False) -> ValidationReport:  
     all=True it holds every violation found (up to MAX_VIOLATIONS), ordered the
     same way.
     """
+    if not isinstance(graph, Graph) or not isinstance(plan, Plan):   # a path given: one line, not AttributeError
+        what, want, hint = (("graph", "hybrid.graph.Graph", "Graph.load(path)") if not isinstance(graph, Graph)
+                            else ("plan", "hybrid.plan.Plan", "Plan.load(path)"))
+        got = graph if what == "graph" else plan
+        raise HybridError(f"{what} must be a {want} ({hint}), got {type(got).__name__} {got!r:.60}")
     ctx, found = build_context(graph, plan)
     if ctx is None:
         return _report([found], all, 0)

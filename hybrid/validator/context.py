@@ -219,7 +219,7 @@ def graph_mismatch(graph: Graph, plan: Plan) -> list[str]:
         out.append(f"plan is for graph {plan.graph!r}, not {graph.name!r}")
     if plan.graph_sha256 and plan.graph_sha256.lower() != graph.sha256.lower():   # hex digits in either case
         out.append(f"graph_sha256 {plan.graph_sha256[:12]}… does not match the graph's {graph.sha256[:12]}… "
-                   "(the plan was made for another version of the graph file)")
+                   "(the plan was made for another graph file of that name, or another version of it)")
     return out
 
 

@@ -189,6 +189,8 @@ def test_sanitize_reports_the_nodes_it_checked(tiny: tuple[Any, Any]) -> None:
     issued = sum(1 for e in plan.events if e.kind != "free")
     assert res.extra["sanitize"] == {"races": 0, "nodes_checked": ITERS * issued, "iterations": ITERS}
     assert "sanitize" not in _run(g, plan, _module()).extra
+    text = repr(res)   # one line in a notebook (it printed the program and every interval)
+    assert "\n" not in text and len(text) < 200 and text.startswith(f"ExecutionResult({ITERS} iterations, "), text
 
 
 def test_the_workspace_note_of_an_unconstrained_pool_is_in_readable_units(tiny: tuple[Any, Any],
