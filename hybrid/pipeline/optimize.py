@@ -350,7 +350,6 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     if options is not None and options.workspaces_aside and largest_workspace(graph, default_only=True) > 0:
         return _workspaces_aside(graph, device, time_limit_s, options, progress, started_at, after_s)
     new_call()   # a fresh count of Ctrl-C / SIGTERM, as a command gets (hybrid.signals)
-    _check_arguments(graph, device, options, progress)
     opts = options or OptimizeOptions()
     prog = progress or Progress()
     start = time.monotonic() if started_at is None else started_at
