@@ -22,7 +22,7 @@ from hybrid.capture.conv_impls import STEP_ATOL, STEP_RTOL
 from hybrid.capture.encoding import DecodeContext, decode_value
 from hybrid.capture.interpreter import StepResult, bind, check_module_state
 from hybrid.capture.trace import mode_layers
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, require_instance
 from hybrid.graph import Graph
 from hybrid.graph.info import bindings, is_inference
 from hybrid.plan import Plan
@@ -359,11 +359,9 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
     """
     if reference not in ("cpu", "same"):
         raise HybridError(f"reference must be 'cpu' or 'same' (the executor's device), got {reference!r}")
-    for name, value, typ, what in (("graph", graph, Graph, "hybrid.graph.Graph (Graph.load(path))"),
-                                   ("plan", plan, Plan, "hybrid.plan.Plan (Plan.load(path))"),
-                                   ("module", module, torch.nn.Module, "torch.nn.Module (the one captured)")):
-        if not isinstance(value, typ):   # one line, not an AttributeError from deep inside
-            raise HybridError(f"{name} must be a {what}, got {type(value).__name__} {value!r:.60}")
+    require_instance("graph", graph, Graph, "hybrid.graph.Graph (Graph.load(path))")
+    require_instance("plan", plan, Plan, "hybrid.plan.Plan (Plan.load(path))")
+    require_instance("module", module, torch.nn.Module, "torch.nn.Module (the one captured)")
     check_module_state(graph, module)     # before anything is built: another model's state, in one line
     refuse_other_mode(graph, module)
     ex = Executor(graph, plan, device, validate=validate, timing=timing, sanitize=sanitize, cuda_graph=cuda_graph,

@@ -18,6 +18,14 @@ def first_line(e: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
+def require_instance(name: str, value: object, typ: type, what: str) -> None:
+    """HybridError naming the argument `name` of the wrong type, for a library caller (a path given for a graph,
+    say): one line, not an AttributeError from deep inside. `what` says what to give, e.g.
+    "hybrid.plan.Plan (Plan.load(path))"."""
+    if not isinstance(value, typ):
+        raise HybridError(f"{name} must be a {what}, got {type(value).__name__} {value!r:.60}")
+
+
 class FormatError(HybridError):
     """A graph or plan file that breaks FORMATS.md."""
 

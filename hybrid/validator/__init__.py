@@ -60,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybrid.errors import HybridError, InvalidPlanError
+from hybrid.errors import HybridError, InvalidPlanError, require_instance
 from hybrid.graph import Graph
 from hybrid.plan import Plan
 from hybrid.validator.context import build_context, graph_mismatch
@@ -86,11 +86,8 @@ def validate(graph: Graph, plan: Plan, all: bool = False) -> ValidationReport:  
     all=True it holds every violation found (up to MAX_VIOLATIONS), ordered the
     same way.
     """
-    if not isinstance(graph, Graph) or not isinstance(plan, Plan):   # a path given: one line, not AttributeError
-        what, want, hint = (("graph", "hybrid.graph.Graph", "Graph.load(path)") if not isinstance(graph, Graph)
-                            else ("plan", "hybrid.plan.Plan", "Plan.load(path)"))
-        got = graph if what == "graph" else plan
-        raise HybridError(f"{what} must be a {want} ({hint}), got {type(got).__name__} {got!r:.60}")
+    require_instance("graph", graph, Graph, "hybrid.graph.Graph (Graph.load(path))")
+    require_instance("plan", plan, Plan, "hybrid.plan.Plan (Plan.load(path))")
     ctx, found = build_context(graph, plan)
     if ctx is None:
         return _report([found], all, 0)
@@ -167,19 +164,21 @@ def memory_needed(graph: Graph, plan: Plan) -> int:
     largest workspace of a compute on the device, or the peak where that is more. What a memory axis places a
     plan at: an arena plan needs its arena, not only its live peak."""
     from hybrid.plan import ArenaAllocation, SizeClassAllocation
-    from hybrid.units import round_up
     from hybrid.validator.context import COMPUTE
+    from hybrid.validator.memory import class_pool_bytes
 
-    peak = int(event_figures(graph, plan)["peak_bytes"])
+    ctx, _ = build_context(graph, plan)
+    readable = ctx is not None and ctx.times_finite     # memory_over_time's sweep, on this one context
+    level = levels_over_time(ctx, build_copies(ctx)[0])[1] if readable else np.zeros(1, np.int64)
+    peak = int(level.max()) if len(level) else 0
     alloc = plan.allocation
     if isinstance(alloc, ArenaAllocation):
         pool = int(alloc.arena_bytes)
     elif isinstance(alloc, SizeClassAllocation):
-        pool = sum(round_up(c.bytes, plan.device.alignment_bytes) * c.count for c in alloc.classes)
+        pool = class_pool_bytes(alloc, plan.device.alignment_bytes)
     else:
         return peak
-    ctx, _ = build_context(graph, plan)
-    ws = max((ctx.impl_ws[i] for i in range(len(ctx.kind)) if ctx.kind[i] == COMPUTE and not ctx.on_cpu[i]),
+    ws = max((ctx.impl_ws[i] for i in range(ctx.n) if ctx.kind[i] == COMPUTE and not ctx.on_cpu[i]),
              default=0) if ctx is not None else 0
     return max(peak, pool + int(ws))
 

@@ -224,6 +224,11 @@ def _check_pool(ctx: Context, pool: int, what: str, comp: np.ndarray, out: list[
                                             f"{total_t} > {usable}{hint(pool + ws)}"))
 
 
+def class_pool_bytes(alloc: SizeClassAllocation, align: int) -> int:
+    """A size-class pool's bytes as rule 5 counts them: each object rounded up to the alignment."""
+    return sum(round_up(cl.bytes, align) * cl.count for cl in alloc.classes)
+
+
 def _check_classes(ctx: Context, c: Copies, times: CopyTimes, alloc: SizeClassAllocation, comp: np.ndarray,
                    out: list[Found]) -> None:
     classes = alloc.classes
@@ -231,7 +236,7 @@ def _check_classes(ctx: Context, c: Copies, times: CopyTimes, alloc: SizeClassAl
         if cl.bytes < 0 or cl.count < 0:
             out.append(ctx.found(5, None, f"allocation.classes[{k}] has negative bytes or count"))
     align = ctx.plan.device.alignment_bytes
-    pool = sum(round_up(cl.bytes, align) * cl.count for cl in classes)
+    pool = class_pool_bytes(alloc, align)
     rounded = f", objects rounded up to {align} bytes" if align > 1 else ""
     _check_pool(ctx, pool, f"the size-class pool (sum of bytes x count{rounded})",
                 comp, out, raw=sum(cl.bytes * cl.count for cl in classes))
