@@ -23,9 +23,10 @@ plan vs graph, host memory and its limits, whether a graph's module spec may
 run), model (the zoo model or module spec a graph was captured from), api.
 Plans to run without a search: `hybrid.swap.quick_plans`.
 """
-from executor.api import ExecutionResult, Executor, PlacementRun, execute, execute_placement, is_placement
+from executor.api import (CheckMismatchWarning, ExecutionResult, Executor, PlacementRun, PlanMemoryWarning, execute,
+                          execute_placement, is_placement)
 from executor.check import Comparison, train_eager
 from executor.measure import Summary, to_profile
 
-__all__ = ["Comparison", "ExecutionResult", "Executor", "PlacementRun", "Summary", "execute", "execute_placement",
-           "is_placement", "to_profile", "train_eager"]
+__all__ = ["CheckMismatchWarning", "Comparison", "ExecutionResult", "Executor", "PlacementRun", "PlanMemoryWarning",
+           "Summary", "execute", "execute_placement", "is_placement", "to_profile", "train_eager"]

@@ -20,13 +20,14 @@ from torch.utils import _pytree as pytree
 
 from hybrid.capture.conv_impls import STEP_ATOL, STEP_RTOL
 from hybrid.capture.encoding import DecodeContext, decode_value
-from hybrid.capture.interpreter import StepResult, bind, check_module_state
+from hybrid.capture.interpreter import (StepResult, batch_as_captured, bind, cast_as_captured,
+                                        check_module_state)
 from hybrid.capture.trace import mode_layers
 from hybrid.errors import HybridError, require_instance
 from hybrid.graph import Graph
 from hybrid.graph.info import bindings, is_inference
 from hybrid.plan import Plan
-from hybrid.units import format_seconds
+from hybrid.units import counted, format_seconds
 
 from executor.check import (Batches, Comparison, OutputCheck, compare, compare_outputs, iteration_seed,
                            same_bits, train_eager, unpack_batch)
@@ -190,8 +191,8 @@ class Executor:
                                "plan_usable_bytes": self.plan.device.usable_bytes, "pool": p.to_json(),
                                "host_pool_bytes": self.runtime.host.nbytes, "pinned": self.runtime.host.pinned}
         if self.backend.name == "cuda":
-            counted = self.runtime.allocator.max_allocated if self.runtime.allocator is not None else 0
-            out["cuda_max_allocated_bytes"] = max(counted, int(torch.cuda.max_memory_allocated(self.backend.device)))
+            allocated = self.runtime.allocator.max_allocated if self.runtime.allocator is not None else 0
+            out["cuda_max_allocated_bytes"] = max(allocated, int(torch.cuda.max_memory_allocated(self.backend.device)))
             # Allocated before this executor (other tensors of the process, cuBLAS's workspaces kept since the
             # compute stream's first product: `cuda_kernel_state_bytes`, outside any plan, for good): the
             # executor's own peak is the max above it, which a plan's memory (with its reserve) should bound.
@@ -243,6 +244,11 @@ PEAK_SLACK = 0.01   # a run may hold this share more than its plan allows before
 
 class PlanMemoryWarning(UserWarning):
     """A run held more memory than its plan allows (`execute`); `hybrid execute` prints the same line."""
+
+
+class CheckMismatchWarning(UserWarning):
+    """`execute(check=True)` (or `execute_placement`) found the run beyond tolerance of eager: the result's
+    `comparison.ok` is False; the warning is its one line (`hybrid execute --check` prints it and exits 1)."""
 
 
 def peak_warning(mem: dict[str, Any], plan_memory: int, reserve: int = 0) -> str | None:
@@ -380,11 +386,18 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
         dev = torch.device("cpu") if reference == "cpu" else ex.device
         ref_module, ref_loss, ref_note = reference_pair(module, loss_fn, make_reference)
         ref_module = ref_module.to(dev)
+        # The run binds floating values in the dtypes the graph records (bind): the reference trains on those too
+        cast = cast_as_captured(graph, ref_module)
 
         def to_dev(x: Any) -> Any:
             return pytree.tree_map(lambda v: v.to(dev) if isinstance(v, torch.Tensor) else v, x)
 
-        eb = None if batches is None else (lambda k: to_dev(batches(k)))
+        def ref_batch(a: Any, t: Any, kw: dict | None) -> tuple[Any, ...]:
+            a, t, kw = to_dev(batch_as_captured(graph, a, t, kw))
+            return (a, t) if kw is None else (a, t, kw)     # a `Batches` result
+
+        eb = None if batches is None else (lambda k: ref_batch(*unpack_batch(batches(k), kwargs)))
+        ref_args, ref_target, ref_kwargs = unpack_batch(ref_batch(args, target, kwargs), None)
         # The caller's gradients are set aside while the reference trains: one that appears then was made by a
         # loss reading the caller's module, not the reference's copy (a grad already there would only grow)
         params = list(module.parameters())
@@ -392,8 +405,7 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
         for p in params:
             p.grad = None
         try:
-            eager = train_eager(graph, ref_module, to_dev(args), to_dev(target), ref_loss, iters, seed,
-                                to_dev(kwargs), eb)
+            eager = train_eager(graph, ref_module, ref_args, ref_target, ref_loss, iters, seed, ref_kwargs, eb)
             touched = any(p.grad is not None for p in params)
         finally:
             for p, g in zip(params, grads_before):
@@ -411,6 +423,10 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
                              grads=keep_grads, outputs=ex.outputs if is_inference(graph) else None)
         if ref_note:
             comparison.notes.append(ref_note)
+        if cast:
+            comparison.notes.append(f"the graph was captured in other dtypes than the module's: the reference "
+                                    f"trained a copy cast as the run binds it ({counted(len(cast), 'value')}, "
+                                    f"{cast[0]} first)")
         if "loss[0]" in comparison.beyond_tolerance:   # before any update: not a plan's doing
             comparison.notes.append(
                 "the first iteration's loss already differs, before any parameter was updated: the plan runs the "
@@ -428,6 +444,8 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
         if not comparison.bitwise and not _draws_masks(graph) and _dropout_modes(module) == {True}:
             comparison.notes.append("the graph draws no dropout masks, but the module's dropout layers are in "
                                     "training mode: if it was captured in eval mode, return the module in eval mode")
+        if not comparison.ok:
+            warnings.warn(comparison.line(), CheckMismatchWarning, stacklevel=3)
     extra: dict[str, Any] = {}
     if ex.runtime.races is not None:   # a race raises RaceError: a run that ends found none
         extra["sanitize"] = {"races": 0, "nodes_checked": ex.runtime.races.total, "iterations": len(ex.records)}
@@ -603,5 +621,13 @@ def execute_placement(graph: Graph, plan: Plan, module: torch.nn.Module, args: A
     res = run_placed(graph, plan, module, args, target, device=device, iters=iters, kwargs=kwargs)
     n_cpu = sum(1 for e in plan.events if e.on_cpu)
     n_dev = sum(1 for e in plan.events if e.kind == "compute" and not e.on_cpu)
-    out = compare_outputs(res.outputs, eager_outputs(module, args, kwargs), device, atol, rtol) if check else None
+    out = None
+    if check:
+        # The run binds floating values in the graph's dtypes: the reference runs a copy cast as it is, if any
+        ref = copy.deepcopy(module)
+        cast_as_captured(graph, ref)
+        ref_args, _, ref_kwargs = batch_as_captured(graph, args, None, kwargs)
+        out = compare_outputs(res.outputs, eager_outputs(ref, ref_args, ref_kwargs), device, atol, rtol)
+        if not out.ok:
+            warnings.warn(out.line(), CheckMismatchWarning, stacklevel=3)
     return PlacementRun(res.wall_s, statistics.median(res.wall_s[1:] or res.wall_s), n_cpu, n_dev, out)

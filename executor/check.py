@@ -21,6 +21,7 @@ from hybrid.capture.interpreter import StepResult, eager_step
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
 from hybrid.graph.info import binds_loss, bindings, is_inference
+from hybrid.units import counted
 
 # iteration -> (forward args, target) or (forward args, target, forward kwargs): without kwargs, the kwargs the
 # run was given stay (their tensors, a mask say, are fed again)
@@ -155,6 +156,30 @@ class Comparison:
     @property
     def ok(self) -> bool:
         return not self.beyond_tolerance and not self.one_sided
+
+    def line(self) -> str:
+        """The verdict in one line (`hybrid execute --check` prints it; `execute` warns with it on a mismatch):
+        values present on one side only (a parameter the graph does not bind) are named as such, not counted
+        as values that differ."""
+        if self.bitwise:
+            one = self.values == 1
+            return (f"check: {counted(self.values, 'value')} ({self.compared}) equal{'s' if one else ''} eager "
+                    f"{'inference' if self.inference else 'training'} bitwise")
+        verdict = "within tolerance" if self.ok else "MISMATCH"
+        parts = []
+        if self.one_sided:
+            sides = [f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''} only in "
+                     f"{where}" for names, where in ((self.only_eager, "eager's"), (self.only_run, "the run's"))
+                     if names]
+            parts.append(f"{counted(len(self.one_sided), 'value')} on one side only ({'; '.join(sides)})")
+        both = self.both_sides
+        if self.mismatched:
+            parts.append(f"largest difference {self.max_abs_diff:.3g} ({self.worst}); {len(self.mismatched)} of "
+                         f"{counted(both, 'value')}{' on both sides' if self.one_sided else ''} "
+                         f"differ{'s' if len(self.mismatched) == 1 and both == 1 else ''}")
+        else:
+            parts.append(f"the {counted(both, 'value')} on both sides equal{'s' if both == 1 else ''} bitwise")
+        return f"check: {'; '.join(parts)}; atol {self.atol:g}, rtol {self.rtol:g}: {verdict}"
 
     def to_json(self) -> dict[str, Any]:
         return {"values": self.values, "max_abs_diff": self.max_abs_diff, "worst": self.worst,
@@ -315,6 +340,11 @@ class OutputCheck:
     @property
     def bitwise(self) -> bool:
         return self.ok and self.max_abs_diff == 0
+
+    def line(self) -> str:
+        """The verdict in one line (`hybrid execute --check` prints it; `execute_placement` warns with it)."""
+        verdict = "equal eager inference bitwise" if self.bitwise else "within tolerance" if self.ok else "MISMATCH"
+        return f"check: outputs {verdict} (largest difference {self.max_abs_diff:.3g})"
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "max_abs_diff": self.max_abs_diff}

@@ -266,6 +266,59 @@ def bind(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, k
     return env, step
 
 
+def _captured_dtype(graph: Graph, tid: str, value: torch.Tensor) -> torch.dtype | None:
+    """The dtype `bind` casts `value` to for tensor `tid` (a floating value of another floating dtype), or
+    None where it keeps it."""
+    dt = dtype_from_name(graph.tensor(tid).extra["dtype"])
+    return dt if value.is_floating_point() and dt.is_floating_point and value.dtype != dt else None
+
+
+def cast_as_captured(graph: Graph, module: torch.nn.Module) -> list[str]:
+    """Cast `module`'s floating parameters and buffers, in place, to the dtypes the graph records for them, as
+    `bind` casts them for a run (a graph captured with dtype='bf16' from an fp32 module); an eager reference
+    of the uncast module trains another model. Returns the names cast."""
+    b = bindings(graph)
+    cast: list[str] = []
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            tid = b.get("params", {}).get(name)
+            dt = None if tid is None else _captured_dtype(graph, tid, p)
+            if dt is not None:
+                p.data = p.data.to(dt)
+                cast.append(name)
+        for name, buf in list(module.named_buffers()):
+            tid = b.get("buffers", {}).get(name)
+            dt = None if tid is None or buf is None else _captured_dtype(graph, tid, buf)
+            if dt is not None:
+                owner, _, leaf = name.rpartition(".")
+                module.get_submodule(owner)._buffers[leaf] = buf.to(dt)
+                cast.append(name)
+    return cast
+
+
+def batch_as_captured(graph: Graph, args: Any, target: Any = None,
+                      kwargs: dict | None = None) -> tuple[Any, Any, dict | None]:
+    """The batch with its floating tensors cast to the dtypes the graph records, as `bind` casts them for a
+    run (float64 data from NumPy, say): the eager reference then trains on the numbers the run trains on."""
+    b = bindings(graph)
+
+    def cast(tree: Any, tids: list[str]) -> Any:
+        leaves, spec = pytree.tree_flatten(tree)
+        tensors = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+        if len(tensors) != len(tids):   # not this graph's batch: `bind` refuses it, in one line
+            return tree
+        for i, tid in zip(tensors, tids):
+            dt = _captured_dtype(graph, tid, leaves[i])
+            if dt is not None:
+                leaves[i] = leaves[i].to(dt)
+        return pytree.tree_unflatten(leaves, spec)
+
+    one = not isinstance(args, tuple)
+    new_args, new_kwargs = cast(((args,) if one else args, dict(kwargs or {})), list(b.get("inputs", [])))
+    return (new_args[0] if one else new_args, cast(target, list(b.get("targets", []))),
+            None if kwargs is None else new_kwargs)
+
+
 def _resolve(ref: Any, env: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor | None:
     if ref is None:
         return None

@@ -96,14 +96,14 @@ def test_one_of_a_thing_is_said_in_the_singular() -> None:
 
 def test_check_lines_count_one_value_in_the_singular() -> None:
     pytest.importorskip("torch")
-    from hybrid.cli.commands.execute import check_line
+    from executor.check import Comparison
 
     c = SimpleNamespace(bitwise=True, values=1, compared="outputs", inference=True)
-    assert check_line(c) == "check: 1 value (outputs) equals eager inference bitwise"
+    assert Comparison.line(c) == "check: 1 value (outputs) equals eager inference bitwise"
     c = SimpleNamespace(bitwise=False, ok=True, one_sided=["a"], only_eager=["a"], only_run=[], mismatched=[],
                         both_sides=1, atol=0.0, rtol=0.0)
-    assert check_line(c).startswith("check: 1 value on one side only (a only in eager's); the 1 value on both "
-                                    "sides equals bitwise;")
+    assert Comparison.line(c).startswith("check: 1 value on one side only (a only in eager's); the 1 value on "
+                                         "both sides equals bitwise;")
 
 
 # ---- 5. a floor is never rounded down --------------------------------------------------------------------

@@ -108,8 +108,6 @@ def test_executor_load_checks_the_module_too(tiny: tuple[Any, Any]) -> None:
 # ---- 1c. names present on one side only are said as such, not as values that differ -----------------------
 
 def test_the_check_names_values_present_on_one_side_only() -> None:
-    from hybrid.cli.commands.execute import check_line
-
     a, b = torch.ones(3), torch.zeros(2)
     loss = torch.tensor(1.0)
     run = StepResult(loss, {}, {"w": a, "only_run": b}, {}, {}, [])
@@ -119,14 +117,14 @@ def test_the_check_names_values_present_on_one_side_only() -> None:
     assert c.mismatched == [] and c.beyond_tolerance == [] and c.max_abs_diff == 0
     assert not c.ok and not c.bitwise and c.values == 4 and c.both_sides == 2
     assert c.to_json()["only_eager"] == ["params[extra.weight]"]
-    assert check_line(c) == ("check: 2 values on one side only (params[extra.weight] only in eager's; "
-                             "params[only_run] only in the run's); the 2 values on both sides equal bitwise; "
-                             "atol 0, rtol 0: MISMATCH")
+    assert c.line() == ("check: 2 values on one side only (params[extra.weight] only in eager's; "
+                        "params[only_run] only in the run's); the 2 values on both sides equal bitwise; "
+                        "atol 0, rtol 0: MISMATCH")
     # a value that differs as well: counted among those on both sides
     eager.final.params["w"] = a + 1
     c = compare([loss], run, eager)
     assert c.mismatched == ["params[w]"] and c.worst == "params[w]" and c.max_abs_diff == 1
-    assert "largest difference 1 (params[w]); 1 of 2 values on both sides differ" in check_line(c)
+    assert "largest difference 1 (params[w]); 1 of 2 values on both sides differ" in c.line()
 
 
 # ---- 2. an invalid plan: InvalidPlanError (exit 1), as `hybrid validate` ----------------------------------
@@ -270,3 +268,46 @@ def test_an_executions_iterations_as_a_table(tiny: tuple[Any, Any]) -> None:
     df = res.iterations_frame()
     assert list(df["iteration"]) == [r.iteration for r in res.records] and len(df) == ITERS
     assert list(df["loss"]) == [r.loss for r in res.records] and (df["wall_s"] > 0).all()
+
+
+# ---- a check's mismatch warned from Python; the reference binds the batch and state as the run does ----------
+
+def _mlp() -> Any:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def _mlp_run(dtype: str | None, x: Any, loss_fn: Any = F.cross_entropy) -> Any:
+    import warnings
+
+    from executor.api import PlanMemoryWarning
+    from hybrid.swap.quick_plans import quick_plan
+
+    y = torch.randint(4, (5,), generator=torch.Generator().manual_seed(2))
+    g = capture(_mlp(), (torch.randn(5, 8),), F.cross_entropy, y, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlanMemoryWarning)
+        return execute(g, quick_plan(g, 0.6), _mlp(), (x,), y, loss_fn=loss_fn, iters=ITERS, check=True)
+
+
+def test_a_check_that_finds_a_mismatch_warns_with_its_line() -> None:
+    from executor import CheckMismatchWarning
+
+    with pytest.warns(CheckMismatchWarning, match=r"^check: largest difference .* \(loss\[0\]\); .*: MISMATCH$"):
+        r = _mlp_run(None, torch.randn(5, 8), loss_fn=lambda o, t: 2 * F.cross_entropy(o, t))
+    assert not r.comparison.ok
+
+
+@pytest.mark.parametrize("dtype, batch_dtype", [(None, torch.float64), (None, torch.float16),
+                                                ("bf16", torch.float32)])
+def test_the_reference_trains_on_the_dtypes_the_run_binds(dtype: str | None, batch_dtype: Any) -> None:
+    """float64 data (from NumPy, say) is cast to the graph's float32 by the run; a graph captured in bf16 from an
+    fp32 module trains bf16 parameters: the eager reference gets the same numbers (it raised a dtype error, or
+    reported the first loss as a mismatch)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = _mlp_run(dtype, torch.randn(5, 8).to(batch_dtype))
+    assert r.comparison.bitwise
+    assert any("cast as the run binds it (4 values" in n for n in r.comparison.notes) == (dtype == "bf16")

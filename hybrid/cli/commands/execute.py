@@ -41,28 +41,6 @@ def with_outside_words(s: Any) -> str:
             "(outside the pool not counted)")
 
 
-def check_line(c: Any) -> str:
-    """The --check verdict in one line (executor.check.Comparison): values present on one side only (a
-    parameter the graph does not bind) are named as such, not counted as values that differ."""
-    if c.bitwise:
-        return (f"check: {counted(c.values, 'value')} ({c.compared}) equal{'s' if c.values == 1 else ''} eager "
-                f"{'inference' if c.inference else 'training'} bitwise")
-    verdict = "within tolerance" if c.ok else "MISMATCH"
-    parts = []
-    if c.one_sided:
-        sides = [f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''} only in "
-                 f"{where}" for names, where in ((c.only_eager, "eager's"), (c.only_run, "the run's")) if names]
-        parts.append(f"{counted(len(c.one_sided), 'value')} on one side only ({'; '.join(sides)})")
-    if c.mismatched:
-        parts.append(f"largest difference {c.max_abs_diff:.3g} ({c.worst}); {len(c.mismatched)} of "
-                     f"{counted(c.both_sides, 'value')}{' on both sides' if c.one_sided else ''} "
-                     f"differ{'s' if len(c.mismatched) == 1 and c.both_sides == 1 else ''}")
-    else:
-        parts.append(f"the {counted(c.both_sides, 'value')} on both sides equal{'s' if c.both_sides == 1 else ''} "
-                     "bitwise")
-    return f"check: {'; '.join(parts)}; atol {c.atol:g}, rtol {c.rtol:g}: {verdict}"
-
-
 def _lines(graph: Any, plan: Any, result: Any, device: str) -> list[str]:
     s = result.summary
     mem = s.memory
@@ -210,7 +188,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     prepare_output(trace_path, "--trace")
     require_torch()
     from executor import execute, is_placement
-    from executor.api import PlanMemoryWarning
+    from executor.api import CheckMismatchWarning, PlanMemoryWarning
     from executor.model import capture_for_plan, workload
     from executor.preflight import UntrustedModuleError, preflight, resolve_device, well_formed_spec
 
@@ -260,8 +238,9 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
     records: list[Any] = []
     progress = _Progress(iters)
     try:
-        with warnings.catch_warnings():   # its memory warning is one of the summary's lines here (_lines)
+        with warnings.catch_warnings():   # its memory and check warnings are lines of the summary here (_lines)
             warnings.simplefilter("ignore", PlanMemoryWarning)
+            warnings.simplefilter("ignore", CheckMismatchWarning)
             result = execute(graph, plan, module, args, target, loss_fn=w.loss_fn, kwargs=w.kwargs, iters=iters,
                              device=device, seed=seed, check=check, sanitize=sanitize, atol=atol, rtol=rtol,
                              cuda_graph=cuda_graph, count_outside=count_outside, validate=False,   # validated above
@@ -288,7 +267,7 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
                    f"checked over {counted(sanitized['iterations'], 'iteration')}")
     c = result.comparison
     if c is not None:
-        click.echo(check_line(c))
+        click.echo(c.line())
         for note in c.notes:
             click.echo(f"  note: {note}")
     if out_path is not None:
@@ -315,10 +294,12 @@ def _execute_placement(graph: Any, plan: Any, module: Any, args: Any, target: An
                        check: bool, atol: float | None, rtol: float | None, out_path: Path | None,
                        kwargs: dict | None = None) -> None:
     """Run an inference placement (executor.execute_placement) and print it."""
-    from executor import execute_placement
+    from executor import CheckMismatchWarning, execute_placement
 
-    run = execute_placement(graph, plan, module, args, target, iters=iters, device=device, check=check, atol=atol,
-                            rtol=rtol, kwargs=kwargs)
+    with warnings.catch_warnings():   # its check warning is the check line printed below
+        warnings.simplefilter("ignore", CheckMismatchWarning)
+        run = execute_placement(graph, plan, module, args, target, iters=iters, device=device, check=check,
+                                atol=atol, rtol=rtol, kwargs=kwargs)
     click.echo(f"executed {graph.name} under placement {plan.planner.get('devices', '?')} ({run.host_ops} ops on the "
                f"host CPU, {run.device_ops} on {device}{' as the GPU stand-in' if device == 'cpu' else ''}): "
                f"{counted(iters, 'inference')}")
@@ -327,8 +308,7 @@ def _execute_placement(graph: Any, plan: Any, module: Any, args: Any, target: An
                f"{' after the first' if iters > 1 else ''}); simulated {format_seconds(plan.makespan_s)}{note}")
     c = run.check
     if c is not None:
-        verdict = "equal eager inference bitwise" if c.bitwise else "within tolerance" if c.ok else "MISMATCH"
-        click.echo(f"check: outputs {verdict} (largest difference {c.max_abs_diff:.3g})")
+        click.echo(c.line())
     if out_path is not None:
         _write(out_path, {"graph": graph.name, "device": device, "iters": iters, "wall_s": run.wall_s,
                           "simulated_s": plan.makespan_s, "check": None if c is None else c.to_json()})
