@@ -261,11 +261,12 @@ def format_seconds(t: float, digits: int = 4) -> str:
     t = float(t)
     if math.isinf(t) or math.isnan(t):
         return str(t)
-    a = abs(t)
-    if a >= 1:
-        return f"{t:.{digits}g} s"
-    if a >= 1e-3:
-        return f"{t * 1e3:.{digits}g} ms"
+    if t == 0:
+        return "0 s"
+    for scale, unit in ((1.0, "s"), (1e-3, "ms")):
+        # the unit of the rounded value: 0.99996 s to 4 digits is "1 s", not "1000 ms"
+        if float(f"{abs(t) / scale:.{digits}g}") >= 1:
+            return f"{t / scale:.{digits}g} {unit}"
     return f"{t * 1e6:.{digits}g} us"
 
 

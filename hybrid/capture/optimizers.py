@@ -11,6 +11,8 @@ state, as in torch with `capturable=False`: it is not a graph tensor; the replay
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -83,17 +85,39 @@ def _float(v: Any, key: str) -> Any:
     return v
 
 
+def _number(v: Any, key: str, what: str = "a finite number") -> float:
+    """A hyper-parameter's number, or one line naming the option (torch would fail inside its update)."""
+    v = _float(v, key)
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+        raise HybridError(f"optimizer option {key!r} must be {what}, got {v!r}")
+    return v
+
+
 def _check_hyper(name: str, h: dict[str, Any]) -> dict[str, Any]:
     allowed = _DEFAULTS[name]
     out: dict[str, Any] = {}
     for k, v in h.items():
         if k not in allowed:
             raise HybridError(f"optimizer {name!r} does not take option {k!r}; it takes: {', '.join(allowed)}")
-        v = tuple(_float(b, k) for b in v) if k == "betas" else _float(v, k)
+        if k == "betas":
+            pair = "a pair of numbers in [0, 1), such as (0.9, 0.999)"
+            if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)) or len(v) != 2:
+                raise HybridError(f"optimizer option 'betas' must be {pair}, got {v!r}")
+            v = tuple(_number(b, k, pair) for b in v)
+            if not all(0 <= b < 1 for b in v):
+                raise HybridError(f"optimizer option 'betas' must be {pair}, got {v!r}")
+        elif isinstance(allowed[k], bool):
+            if not isinstance(v, bool):
+                raise HybridError(f"optimizer option {k!r} must be True or False, got {v!r}")
+        else:
+            v = _number(v, k)
         out[k] = v
     full = {**allowed, **out}
     if full["lr"] < 0:
         raise HybridError(f"learning rate must not be negative, got {full['lr']}")
+    for k in ("eps", "weight_decay", "momentum"):   # as torch.optim refuses them
+        if k in full and full[k] < 0:
+            raise HybridError(f"optimizer option {k!r} must not be negative, got {full[k]}")
     if name == "sgd" and full["nesterov"] and (full["momentum"] <= 0 or full["dampening"] != 0):
         raise HybridError("sgd: nesterov needs momentum > 0 and dampening 0")
     return full

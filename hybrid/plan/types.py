@@ -245,14 +245,23 @@ class Plan:
                 f"{format_seconds(self.makespan_s)}{ratio}, {self.allocation.kind} pool in "
                 f"{format_bytes(self.device.usable_bytes)}, device {self.device.name!r})")
 
-    def events_frame(self) -> "pd.DataFrame":  # noqa: F821 - pandas, a core dependency
+    def events_frame(self, graph: "Graph | None" = None) -> "pd.DataFrame":  # noqa: F821 - pandas, core
         """The events as a pandas table, one row each in the plan's order: kind, stream, op, tensor, impl,
         recompute, start_s, end_s, duration_s, and the tensor's arena offset where the plan has offsets (else
-        missing). For a notebook: filter, group by stream, sum the copies' time."""
+        missing). For a notebook: filter, group by stream, sum the copies' time.
+        `impl` is the event's own, which the format leaves out where the op runs its default implementation
+        (docs/formats.md); given the plan's `graph`, every compute event names the one it runs."""
         import pandas as pd
 
         offsets = getattr(self.allocation, "offsets", None) or {}
-        rows = [{"kind": e.kind, "stream": e.stream, "op": e.op, "tensor": e.tensor, "impl": e.impl,
+
+        def impl(e: Event) -> str | None:
+            if e.impl is not None or graph is None or e.kind != "compute" or e.op not in graph.op_index:
+                return e.impl
+            op = graph.op(e.op)
+            return op.implementations[op.default_impl].name
+
+        rows = [{"kind": e.kind, "stream": e.stream, "op": e.op, "tensor": e.tensor, "impl": impl(e),
                  "recompute": bool(e.recompute), "start_s": e.start_s, "end_s": e.end_s,
                  "duration_s": e.end_s - e.start_s,
                  "offset": offsets.get(e.tensor) if e.tensor is not None else None} for e in self.events]

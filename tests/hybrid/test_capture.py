@@ -248,6 +248,22 @@ def test_unsupported_optimizer_and_dtype_are_one_line() -> None:
                                        optimizer=torch.optim.Adam(m.parameters(), amsgrad=True))
 
 
+@pytest.mark.parametrize("options, says", [
+    ({"betas": 0.9}, "'betas' must be a pair of numbers in [0, 1), such as (0.9, 0.999), got 0.9"),
+    ({"betas": (0.9, 1.5)}, "'betas' must be a pair of numbers in [0, 1)"),
+    ({"eps": "1e-8"}, "'eps' must be a finite number, got '1e-8'"),
+    ({"weight_decay": -0.1}, "'weight_decay' must not be negative, got -0.1"),
+    ({"maximize": 1}, "'maximize' must be True or False, got 1"),
+    ({"lr": float("nan")}, "'lr' must be a finite number, got nan"),
+])
+def test_an_optimizer_option_of_the_wrong_kind_is_one_line_naming_it(options: dict, says: str) -> None:
+    """A TypeError inside the update (betas=0.9: "'float' object is not iterable") or a NaN step before."""
+    m = nn.Linear(8, 4)
+    msg = one_line_error(capture, m, (torch.randn(3, 8),), lambda o: o.sum(), optimizer="adam",
+                         optimizer_options=options)
+    assert says in msg
+
+
 def test_data_dependent_forward_is_one_line() -> None:
     class Branchy(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -20,3 +20,18 @@ def test_a_plans_events_as_a_table_sum_to_its_streams_busy_time_and_carry_its_of
     laid = lay_out(g, plan).plan
     offsets = laid.events_frame().dropna(subset=["offset"])
     assert len(offsets) and all(laid.allocation.offsets[t] == o for t, o in zip(offsets["tensor"], offsets["offset"]))
+
+
+def test_given_the_graph_every_compute_event_names_the_implementation_it_runs() -> None:
+    """The format leaves `impl` out where an op runs its default; a user filtering the frame by impl lost those."""
+    g = Graph.load(RESNET)
+    plan = run_baseline(g, dataclasses.replace(g.device, memory_bytes=96 << 20, reserve_bytes=0), "belady")
+    bare, named = plan.events_frame(), plan.events_frame(g)
+    compute = named["kind"] == "compute"
+    left_out = compute & bare["impl"].isna()
+    assert left_out.sum() > 0 and named.loc[compute, "impl"].notna().all()
+    assert (named.loc[compute & ~left_out, "impl"] == bare.loc[compute & ~left_out, "impl"]).all()
+    for op_id, impl in zip(named.loc[left_out, "op"], named.loc[left_out, "impl"]):
+        op = g.op(op_id)
+        assert impl == op.implementations[op.default_impl].name
+    assert named.loc[~compute, "impl"].isna().all()

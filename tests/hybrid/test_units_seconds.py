@@ -15,6 +15,14 @@ def test_format_seconds_picks_the_unit_by_magnitude_and_takes_digits() -> None:
     assert format_seconds(math.nan) == "nan"
 
 
+def test_format_seconds_picks_the_unit_of_the_rounded_value() -> None:
+    """0.99996 s to 4 digits rounds to 1: it read "1000 ms" (the unit was chosen before rounding)."""
+    assert format_seconds(0.99996) == "1 s" and format_seconds(-0.99996) == "-1 s"
+    assert format_seconds(0.00099996) == "1 ms" and format_seconds(0.9994) == "999.4 ms"
+    assert format_seconds(0.99996, digits=6) == "999.96 ms"
+    assert format_seconds(0.0) == "0 s"
+
+
 def test_a_table_cell_is_format_seconds_or_empty() -> None:
     for t in (0.01061, 12.5, -0.0025, 3e-7, 0.0):
         assert seconds_text(t, 6) == format_seconds(t, 6)
