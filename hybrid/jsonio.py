@@ -2,8 +2,9 @@
 
 Python's json module reads and writes `NaN`, `Infinity` and `1e400` (as inf), which other parsers reject and
 which no figure of a graph or plan may be. Reading refuses them naming the field (`events[3].start_s`);
-writing refuses them before a byte is written, so no command leaves a file a strict parser cannot read. Files
-nested deeper than Python's recursion allows are refused in one line too.
+writing refuses them before a byte is written, so no command leaves a file a strict parser cannot read. An
+object with a key twice is refused (Python keeps the last one silently), and files nested deeper than Python's
+recursion allows are refused in one line too.
 """
 from __future__ import annotations
 
@@ -51,13 +52,34 @@ def non_finite_path(obj: Any, path: str = "") -> tuple[str, Any] | None:
 EVERY_FLOAT_BELOW = 8 << 20
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are unique: Python's json keeps the last of a repeated key, so
+    `{"id": "a1", "bytes": -5, "id": "a2", "bytes": 1000}` read as a2 of 1000 bytes, the rest unseen."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
+    return d
+
+
 def loads_strict(data: bytes | str, where: str) -> Any:
     """The JSON value in `data`; a FormatError naming `where` (the file) for anything that is not strict JSON
-    with finite numbers, or is nested too deeply to read."""
+    with finite numbers and unique keys in every object, or is nested too deeply to read."""
     try:
         if len(data) > EVERY_FLOAT_BELOW:
-            return json.loads(data, parse_constant=_no_constant)
-        return json.loads(data, parse_float=_finite_float, parse_constant=_no_constant)
+            return json.loads(data, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+        return json.loads(data, parse_float=_finite_float, parse_constant=_no_constant,
+                          object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise FormatError(f"{where}: key {e.args[0]!r} appears twice in one object; a file holds each field "
+                          "once (JSON readers disagree on which of the two counts)") from None
     except _NonFinite as e:
         # rare: parse again, permissively, to name the field that holds it
         try:

@@ -301,19 +301,21 @@ def _op_from_json(d: Any, i: int, where: str) -> Op:
     oid = _id(d, f"{where}: ops[{i}]")
     what = f"{where}: op {oid!r}"
     impls = []
-    raw_impls = d.get("impls") or []
-    if not isinstance(raw_impls, list):
-        raise FormatError(f"{what}: field 'impls' must be a list")
+    raw_impls = d.get("impls")
+    if raw_impls is None:      # absent (or null): one implementation, the op's own figures
+        raw_impls = []
+    elif not isinstance(raw_impls, list):   # {}, 0, false and "" too: not a list of implementations
+        raise FormatError(f"{what}: field 'impls' must be a list, got {type(raw_impls).__name__}")
     for k, im in enumerate(raw_impls):
         if not isinstance(im, dict) or not isinstance(im.get("name"), str):
             raise FormatError(f"{what}: impls[{k}] needs a string 'name'")
         iw = f"{what}: impl {im['name']!r}"
         impls.append(Impl(im["name"], float(_num(im, "time_s", iw)), _num(im, "workspace_bytes", iw, 0, integer=True)))
-    if "time_s" not in d and impls:
-        time_s, ws = impls[0].time_s, impls[0].workspace_bytes
-    else:
-        time_s = float(_num(d, "time_s", what))
-        ws = _num(d, "workspace_bytes", what, 0, integer=True)
+    # An op that lists impls may leave out its own time and workspace: each one left out is the first impl's
+    # (docs/formats.md); one given is kept, as given
+    first = impls[0] if impls else None
+    time_s = first.time_s if first is not None and "time_s" not in d else float(_num(d, "time_s", what))
+    ws = _num(d, "workspace_bytes", what, 0 if first is None else first.workspace_bytes, integer=True)
     cpu = d.get("cpu_time_s")
     cpu_time = None if cpu is None else float(_num(d, "cpu_time_s", what))
     extra = {k: v for k, v in d.items() if k not in _OP_FIELDS}

@@ -52,7 +52,7 @@ docs/formats.md):
   max(1 s, the busy time recomputed from the graph and device: every compute and
   copy's duration summed), so padding a plan's end does not loosen its checks
   (for a plan that never idles the cap changes nothing); metrics.ideal_s
-  is compared with a relative tolerance of 1e-9.
+  is compared within 1e-9 x max(1 s, ideal_s) (1 ns below 1 s, as the times).
 """
 from __future__ import annotations
 

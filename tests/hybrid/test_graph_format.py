@@ -77,6 +77,35 @@ def test_duplicate_impl_name_is_named():
         Graph.from_json(d)
 
 
+@pytest.mark.parametrize("value", [{}, 0, False, ""])
+def test_impls_that_are_not_a_list_are_refused_even_when_falsy(value) -> None:
+    """`d.get("impls") or []` read {}, 0, false and "" as "no impls" (a format audit's finding)."""
+    with pytest.raises(FormatError, match=r"op 'fc1': field 'impls' must be a list, got "):
+        Graph.from_json(mutate(lambda d: d["ops"][0].update(impls=value)))
+    assert Graph.from_json(mutate(lambda d: d["ops"][0].update(impls=None))).op("fc1").impls == ()
+
+
+def test_an_op_that_lists_impls_takes_only_what_it_leaves_out_from_the_first() -> None:
+    """Without its own time_s, its stated workspace was replaced by the first impl's (999 B read as 0)."""
+    def change(d):
+        del d["ops"][0]["time_s"]
+        d["ops"][0]["workspace_bytes"] = 999
+    op = Graph.from_json(mutate(change)).op("fc1")
+    assert (op.time_s, op.workspace_bytes) == (0.0012, 999)
+    op = Graph.from_json(mutate(lambda d: (d["ops"][0].pop("time_s"), d["ops"][0].pop("workspace_bytes")))).op("fc1")
+    assert (op.time_s, op.workspace_bytes) == (0.0012, 0)
+
+
+def test_a_key_given_twice_in_one_object_is_refused_naming_it(tmp_path) -> None:
+    """Python's json kept the last: a tensor {"id": "a1", "bytes": -5, "id": "a2", "bytes": 1000} read as a2."""
+    text = json.dumps(GOOD).replace('{"id": "a1", "bytes": 2097152', '{"id": "a1", "bytes": -5, "id": "a1", '
+                                                                       '"bytes": 2097152')
+    p = tmp_path / "g.json"
+    p.write_text(text)
+    with pytest.raises(FormatError, match=r"g\.json: key 'id' appears twice in one object"):
+        Graph.load(p)
+
+
 def test_cycle_made_by_update_order_says_so_and_how_to_fix_it():
     """An optimizer op listed before the op that reads the weight it updates: no tensor flows in a cycle, but
     program order (docs/formats.md) runs the reader after the update, and the update needs the reader's
