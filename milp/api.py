@@ -536,6 +536,11 @@ def checked_start(graph: Graph, device: Device, plan: Plan) -> Plan:
     from hybrid.validator import require_plan_of, validate
 
     require_plan_of(graph, plan, "--start", f"--graph {graph.name!r}")
+    host = next((e for e in plan.events if e.kind == "compute" and e.on_cpu), None)
+    if host is not None:     # its host ops' outputs have no device copy for the model to place
+        raise HybridError(f"--start: op {host.op!r} runs on the host (a placement plan from `hybrid place`); the "
+                          "MILP plans graphs whose every op runs on the device: start from a plan of `hybrid "
+                          "optimize`, `simulate` or `baseline`, or use this plan as it is")
     p = on_device(graph, plan, device)   # the bound it states is this device's, as written plans' are
     rep = validate(graph, p)
     if not rep.valid:

@@ -66,11 +66,13 @@ def _solve(m, time_limit_s: float, workers: int, seed: int, deadline: float | No
     wall = 4.0 * float(time_limit_s) + 10.0
     if deadline is not None:
         wall = min(wall, max(0.5, deadline - time.monotonic()))
+    from hybrid.signals import received, stoppable
+
+    if received():   # stopped before this solve began: its hint, or what half a second finds
+        wall = min(wall, 0.5)
     s.parameters.max_time_in_seconds = wall
     s.parameters.num_workers = int(workers)
     s.parameters.random_seed = int(seed)
-    from hybrid.signals import stoppable
-
     status = _status(s, stoppable(lambda: s.Solve(m), s.StopSearch))  # Ctrl-C/SIGTERM: its best so far
     if status not in ("optimal", "feasible"):
         raise HybridError(f"CP-SAT found no placement ({status}) within {time_limit_s:g} s; give a longer --time-limit")

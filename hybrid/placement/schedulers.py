@@ -53,18 +53,21 @@ def all_on(pg: PartGraph, link: Link, dev: str, memory: Budget | None = None) ->
 
 
 def greedy(pg: PartGraph, link: Link, objective: str = LATENCY, rounds: int = 3,
-           memory: Budget | None = None) -> Placement:
+           memory: Budget | None = None, deadline: float | None = None) -> Placement:
+    """Each part where it runs faster, moved into `memory`, then the correction loop (`_flips`) until `deadline`
+    (time.monotonic()) or a Ctrl-C/SIGTERM, which keep the best placement so far."""
     devs = [GPU if not np.isfinite(pg.cpu_s[p]) or pg.gpu_s[p] < pg.cpu_s[p] else CPU for p in range(pg.n)]
     best = evaluate(pg, devs, link, "greedy")
     if memory is not None and not memory.fits(best):
         best = repair(pg, best, link, memory, objective)
-    return _flips(pg, best, link, objective, rounds, memory)
+    return _flips(pg, best, link, objective, rounds, memory, deadline)
 
 
 def _flips(pg: PartGraph, best: Placement, link: Link, objective: str, rounds: int,
-           memory: Budget | None) -> Placement:
+           memory: Budget | None, deadline: float | None = None) -> Placement:
     """The paper's correction loop from `best`: flip single parts in order, keep each flip that gains (and fits),
-    until `rounds` passes in a row gain nothing. Flipped placements keep `best`'s part order (priority)."""
+    until `rounds` passes in a row gain nothing, or `deadline` or a stop (`_out_of_time`): each flip kept fits,
+    so the best so far is a placement as good as any."""
     devs = list(best.devices)
     idle = 0
     while idle < rounds:
@@ -72,6 +75,8 @@ def _flips(pg: PartGraph, best: Placement, link: Link, objective: str, rounds: i
         for p in range(pg.n):
             if not np.isfinite(pg.cpu_s[p]):
                 continue
+            if _out_of_time(deadline):   # a ResNet-152 at --parts fine: seconds per pass
+                return best
             devs[p] = GPU if devs[p] == CPU else CPU
             cand = evaluate(pg, devs, link, best.scheduler, best.priority, status=best.status, extra=best.extra)
             if (memory is None or memory.fits(cand)) and _score(cand, objective) < _score(best, objective) - 1e-15:
@@ -186,7 +191,7 @@ def _exact_within(pg: PartGraph, link: Link, objective: str, time_limit_s: float
         found.append(dataclasses.replace(hint, scheduler="exact", status="feasible",
                                          extra={"method": f"{hint.scheduler} (CP-SAT found none better that fits)"}))
     best = min(found, key=lambda p: _score(p, objective))   # ties: the solver's
-    return best if best.status == "optimal" else _flips(pg, best, link, objective, 3, memory)
+    return best if best.status == "optimal" else _flips(pg, best, link, objective, 3, memory, deadline)
 
 
 def _out_of_time(deadline: float | None) -> bool:
@@ -276,12 +281,12 @@ def _place(pg: PartGraph, link: Link, scheduler: str, objective: str, time_limit
     if scheduler == "all-gpu":
         return all_on(pg, link, GPU, memory)
     if scheduler == "greedy":
-        return greedy(pg, link, objective, memory=memory)
+        return greedy(pg, link, objective, memory=memory, deadline=deadline)
     if scheduler == "heft":
         return heft(pg, link, memory)
     if scheduler == "exact":
-        return exact(pg, link, objective, time_limit_s, hint=greedy(pg, link, objective, memory=memory), seed=seed,
-                     deadline=deadline, memory=memory)
+        hint = greedy(pg, link, objective, memory=memory, deadline=deadline)
+        return exact(pg, link, objective, time_limit_s, hint=hint, seed=seed, deadline=deadline, memory=memory)
     raise ValueError(f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)}")
 
 

@@ -329,3 +329,21 @@ def test_a_start_whose_copies_do_not_lay_out_is_replanned_and_written_with_offse
     # the recompute-only kinds (--no-offload) take no re-plan: Belady's would add copies their plans must not have
     kept = prepare_start(g, dev, belady_start(g, dev), replan=False).written
     assert kept.allocation.kind == "unconstrained" and "layout" not in kept.planner
+
+
+def test_a_placement_plan_as_start_is_refused_in_one_line() -> None:
+    """Its host ops' outputs have no device copy: the start's re-plan raised KeyError 'convolution' (a new user's
+    walkthrough, helper-95)."""
+    from hybrid.placement.partition import part_graph
+    from hybrid.placement.schedulers import place
+    from hybrid.placement.timing import link_of, to_plan
+    from tests.placement.random_graphs import random_inference_graph
+
+    g = random_inference_graph(3, 3)
+    pg = part_graph(g, key_only=False)
+    p = place(pg, link_of(g.device), "all-cpu", "latency", time_limit_s=5)
+    plan = to_plan(pg, p, g.device)
+    assert any(e.on_cpu for e in plan.events)
+    with pytest.raises(HybridError, match=r"^--start: op '.*' runs on the host \(a placement plan from `hybrid "
+                                          r"place`\); the MILP plans graphs"):
+        prepare_start(g, g.device, plan)

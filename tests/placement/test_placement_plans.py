@@ -194,3 +194,20 @@ def test_refinement_refuses_a_plan_with_ops_on_the_host_in_one_line() -> None:
                 refine(g, plan, time_limit_s=5)
             return
     pytest.skip("no seed placed an op on the host")
+
+
+def test_greedys_correction_loop_ends_at_the_deadline_with_a_placement_as_good_as_its_start() -> None:
+    """`hybrid place` handed greedy (and exact's greedy hint) no deadline: a ResNet-152 at --parts fine ran 5 s
+    past --time-limit 1s, and a Ctrl-C in the loop lost every placement (helper-95)."""
+    import time
+
+    from hybrid.placement.schedulers import greedy
+
+    g = random_inference_graph(11, 5)
+    pg = part_graph(g, key_only=False)
+    link = link_of(g.device)
+    free = greedy(pg, link)
+    start = greedy(pg, link, rounds=0)                 # no pass of the loop: where it starts
+    stopped = greedy(pg, link, deadline=time.monotonic() - 1)
+    assert stopped.devices == start.devices and stopped.latency_s >= free.latency_s
+    assert validate(g, to_plan(pg, stopped, g.device)).valid

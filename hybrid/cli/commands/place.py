@@ -2,6 +2,7 @@
 of an inference graph on the host CPU and the GPU (the CPU/GPU partitioning paper)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -159,7 +160,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     from hybrid.placement.schedulers import SCHEDULERS, THROUGHPUT_SCHEDULERS, all_on, place
     from hybrid.placement.timing import link_of, to_plan
     from hybrid.units import format_seconds
-    from hybrid.signals import interrupted_by, received
+    from hybrid.signals import deferred_interrupts, exit_status, interrupted_by, received
     from hybrid.validator import validate, write_plan
 
     if scheduler == "heft" and objective == "throughput":
@@ -211,24 +212,36 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
             raise not_even_floor(pg, low, budget)
     placed: dict = {}
     unfit: dict[str, DoesNotFit] = {}
-    for name in names:
-        try:
-            placed[name] = place(pg, link, name, objective, limit, seed, deadline=clock.deadline(limit) - WRITE_S,
-                                 device=dev)
-        except DoesNotFit as e:
-            if scheduler != "all":
-                raise DoesNotFit(e.need, e.usable, f"--scheduler {name}" + (
-                    "; greedy, heft and exact move parts to the CPU" if name == "all-gpu" else "")) from None
-            unfit[name] = e
-        except HybridError as e:
-            if scheduler != "all":
-                raise
-            click.echo(f"{name}: {e}", err=True)
+    left_out: list[str] = []
+    # A first Ctrl-C or SIGTERM is noted, not raised: the scheduler running keeps its best placement so far (greedy's
+    # correction loop, CP-SAT's search), the ones after it are left out, and the best placed is written
+    with deferred_interrupts():
+        for name in names:
+            if received() and placed:
+                left_out.append(name)
+                continue
+            try:
+                placed[name] = place(pg, link, name, objective, limit, seed,
+                                     deadline=clock.deadline(limit) - WRITE_S, device=dev)
+            except DoesNotFit as e:
+                if scheduler != "all":
+                    raise DoesNotFit(e.need, e.usable, f"--scheduler {name}" + (
+                        "; greedy, heft and exact move parts to the CPU" if name == "all-gpu" else "")) from None
+                unfit[name] = e
+            except HybridError as e:
+                if scheduler != "all":
+                    raise
+                click.echo(f"{name}: {e}", err=True)
     if not placed:
+        if received():
+            click.echo(f"interrupted ({interrupted_by()}) before any placement was found: nothing written", err=True)
+            sys.exit(exit_status())
         raise HybridError("no scheduler could place this graph")
     # memory also binds where all-GPU fits but a mixed placement's copies did not (`place` placed it again)
     binds = binds or any(p.extra.get("memory_binds") for p in placed.values())
-    chosen = placed.get("exact") or next(iter(placed.values()))
+    # exact's (never slower than greedy's); where it is not there (a stop left it out, it failed) the fastest placed
+    chosen = placed.get("exact") or min(placed.values(), key=lambda p: p.latency_s if objective == "latency"
+                                        else p.period_s)
     plan = to_plan(pg, chosen, dev, link)
     arena = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
     if binds and isinstance(arena, dict) and arena.get("laid_out") is False:   # `place` re-places to avoid this
@@ -249,8 +262,9 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     if out_path is not None:
         write_plan(g, plan, out_path, "the placement plan")
     if received():
-        click.echo(f"interrupted ({interrupted_by()}): CP-SAT stopped with its best placement so far"
-                   + (f", written to {out_path}" if out_path is not None else ""), err=True)
+        click.echo(f"interrupted ({interrupted_by()}): the best placement so far is {chosen.scheduler}'s"
+                   + (f", written to {out_path}" if out_path is not None else "")
+                   + (f"; left out: {', '.join(left_out)}" if left_out else ""), err=True)
     rows = [{"scheduler": k, "latency_s": p.latency_s, "period_s": p.period_s, "devices": p.code,
              "status": "placed for latency" if k == "heft" and objective == "throughput" else p.status,
              "gpu_bytes": p.gpu_bytes} if p is not None else
