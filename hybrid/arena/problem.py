@@ -123,7 +123,13 @@ def read_csv(path: str | Path, alignment: int = 1) -> tuple[Problem, np.ndarray 
     head = [h.strip() for h in rows[0]]
     need = ["id", "lower", "upper", "size"]
     if any(k not in head for k in need):
-        raise FormatError(f"{p}: header {','.join(head)!r} lacks one of id,lower,upper,size")
+        text = ",".join(head)
+        if text.lstrip().startswith("{"):   # a JSON file, on one line (a plan, a graph): name it, not print it
+            hint = ("a JSON file, not a MiniMalloc CSV; lay out a plan with --graph G --plan P"
+                    if '"hybrid-plan/' in text else "a JSON file, not a MiniMalloc CSV")
+            raise FormatError(f"{p}: {hint} (its header is id,lower,upper,size[,offset])")
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise FormatError(f"{p}: header {shown!r} lacks one of id,lower,upper,size")
     col = {k: head.index(k) for k in head}
     has_off = "offset" in col
     bufs: list[Buffer] = []

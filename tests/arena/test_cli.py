@@ -118,3 +118,22 @@ def test_plan_that_does_not_lay_out_is_replanned_within_the_limit(tmp_path: Path
         assert "re-planned" in r.output or "slower candidate" in r.output, r.output
     v = run("validate", "--graph", gp, "--plan", out)
     assert v.exit_code == 0 and v.output.startswith("valid"), v.output
+
+
+def test_a_plan_given_as_csv_is_named_in_one_short_line(tmp_path: Path) -> None:
+    """A plan file (JSON on one line) was echoed whole as the CSV's header: a 110 KB error (helper-95)."""
+    import pytest
+
+    from hybrid.errors import FormatError
+
+    g = training_graph(6)
+    plan = run_baseline(g, replace(g.device, memory_bytes=unswapped_peak(g)), "belady")
+    f = tmp_path / "p.json"
+    plan.save(f)
+    with pytest.raises(FormatError, match=r"p\.json: a JSON file, not a MiniMalloc CSV; lay out a plan with "
+                                          r"--graph G --plan P") as e:
+        read_csv(f)
+    assert len(str(e.value)) < 300
+    (tmp_path / "w.csv").write_text("x," * 200 + "\n")
+    with pytest.raises(FormatError, match=r"header 'x,x,.*\.\.\.' lacks one of id,lower,upper,size"):
+        read_csv(tmp_path / "w.csv")

@@ -57,6 +57,15 @@ def test_refine_and_import_create_their_output_folders(tmp_path) -> None:
     r = run("import", "checkmate", cm, "--out", g)
     assert r.exit_code == 0, r.output
     assert len(Graph.load(g).ops) == 3
+    # the source is not overwritten by its own import, and --memory takes a share as its help says (helper-95)
+    r = run("import", "checkmate", cm, "--out", cm)
+    assert r.exit_code == 2 and "is the input file it reads" in r.output and json.loads(cm.read_text())["nodes"]
+    r = run("import", "checkmate", cm, "--memory", "50%", "--alignment", "1", "--out", g)
+    assert r.exit_code == 0, r.output
+    from hybrid.graph.info import unswapped_peak
+
+    imported = Graph.load(g)
+    assert imported.device.usable_bytes == round(0.5 * unswapped_peak(imported, 1))
 
 
 @pytest.mark.parametrize("blocker", ["file", "dev-null"])

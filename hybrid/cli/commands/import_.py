@@ -5,11 +5,16 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import device_options, given, prepare_output
+from hybrid.cli.options import DEVICE_KEYS, device_options, given, prepare_output, share_of_peak
 from hybrid.device import resolve_device
 from hybrid.errors import HybridError
 from hybrid.graph.importers.checkmate import load_checkmate
-from hybrid.units import format_seconds
+from hybrid.units import format_seconds, parse_share
+
+
+def _flags(kw: dict) -> dict:
+    """The device flags as `resolve_device`'s keyword arguments."""
+    return {"name": kw["device_name"], **{k: kw[k] for k in DEVICE_KEYS if k != "device_name"}}
 
 
 @click.group("import")
@@ -33,9 +38,13 @@ def checkmate(file: Path, time_unit: str, scale_to: str | None, name: str | None
         raise HybridError("give --time-unit or --scale-to, not both: --scale-to sets the time scale itself")
     prepare_output(out_path, "--out")
     device = None
-    if any(kw.get(k) is not None for k in ("device_name", "memory", "h2d", "d2h", "latency", "reserve", "alignment")):
-        device = resolve_device(None, kw["device_name"], kw["memory"], kw["h2d"], kw["d2h"], kw["latency"],
-                                kw["reserve"], kw["alignment"])
+    if any(kw.get(k) is not None for k in DEVICE_KEYS):
+        share = parse_share(kw["memory"], "--memory")
+        if share is not None:   # a share of the imported graph's unswapped peak (at the device's alignment)
+            bare = load_checkmate(file, time_unit, scale_to, None, name)
+            kw["memory"] = share_of_peak(bare, share, resolve_device(None, **{**_flags(kw), "memory": None}),
+                                         kw["memory"], keep_reserve=kw["reserve"] is not None)
+        device = resolve_device(None, **_flags(kw))
     g = load_checkmate(file, time_unit, scale_to, device, name)
     g.save(out_path)
     compute = sum(o.time_s for o in g.ops)
