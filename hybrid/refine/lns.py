@@ -209,7 +209,8 @@ class _Search:
         sol = solve_window(spec, SolveOptions(time_s=min(self.options.window_time_s, max(0.05, self.left())),
                                               workers=self.workers,
                                               seed=(self.seed * 1_000_003 + res.windows) % (2**31 - 1),
-                                              second_stage=self.options.second_stage))
+                                              second_stage=self.options.second_stage,
+                                              deadline=time.monotonic() + max(0.05, self.left())))
         res.windows += 1
         if not sol.ok:
             res.infeasible += 1

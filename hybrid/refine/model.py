@@ -20,6 +20,7 @@ Two solves (the second bounded by the first's value) keep coefficients small.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -52,6 +53,10 @@ class SolveOptions:
     seed: int = 1
     deterministic: bool = True   # bound the search by deterministic time, so a seed reproduces the result
     second_stage: bool = True
+    # time.monotonic() at which the whole refinement's limit ends: no window's solve runs past it, whatever its
+    # deterministic budget (the safety net alone let `--window-time 1e9s` run 12 s of a 10 s limit); a window cut
+    # there may differ from its deterministic result, only at the end of the limit
+    deadline: float | None = None
 
 
 class WindowModel:
@@ -123,6 +128,8 @@ class WindowModel:
             prm.max_deterministic_time = max(0.01, time_s)
             # a safety net only: generous, so that a busy machine does not cut a window short (and change the result)
             prm.max_time_in_seconds = max(0.05, 10 * time_s + 5.0)
+            if opt.deadline is not None:
+                prm.max_time_in_seconds = min(prm.max_time_in_seconds, max(0.05, opt.deadline - time.monotonic()))
             if opt.workers > 1:
                 prm.interleave_search = True
         else:
