@@ -107,8 +107,9 @@ class MeasureReport:
     measured: int = 0         # distinct signatures measured now (each implementation of an op its own)
     reused: int = 0           # distinct signatures already in the profile, counted the same way
     skipped: list[str] = field(default_factory=list)  # op ids not measured (too large, failed, out of time)
-    reasons: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)   # op id -> why it alone was skipped
     warnings: list[str] = field(default_factory=list)  # why the times measured may not be the machine's own
+    stopped: str | None = None   # "time limit" or "Ctrl-C": the ops not reached are among `skipped`, not in `reasons`
 
 
 # A CPU op on several threads waits at each barrier for every one of them: where another process holds a core,
@@ -368,14 +369,20 @@ def measure_profile(
     gen = torch.Generator().manual_seed(seed)
     ratios = [cpu_busy_ratio(torch)] if backend == "cpu" and todo else []
     start = time.monotonic()
+    k = 0
+
+    def not_reached(k: int, why: str) -> None:
+        report.stopped = why
+        left = [o.id for o, _ in list(todo.values())[k:] if o.id not in report.skipped]
+        report.skipped.extend(dict.fromkeys(left))
+
     try:
         with portable_kernels():
             for k, (sig, (op, impl)) in enumerate(todo.items()):
                 if progress:
                     progress(k, len(todo))
                 if time_limit_s is not None and time.monotonic() - start > time_limit_s:
-                    report.skipped.extend(dict.fromkeys(o.id for o, _ in list(todo.values())[k:]))
-                    report.reasons.setdefault(op.id, "time limit")
+                    not_reached(k, "time limit")
                     break
                 nbytes = sum(graph.tensor(t).bytes for t in dict.fromkeys(op.inputs + op.outputs))
                 if nbytes > max_op_bytes:
@@ -399,7 +406,9 @@ def measure_profile(
                                         **({"copy_time_s": copy_s} if copy_s is not None else {})}
                 report.measured += 1
     except KeyboardInterrupt:
-        report.reasons["interrupted"] = "Ctrl-C"
+        from hybrid.signals import interrupted_by
+
+        not_reached(k, interrupted_by())
     if ratios:   # before and after: contention may start or end while measuring
         ratios.append(cpu_busy_ratio(torch))
         note = busy_warning(max(ratios), torch.get_num_threads())

@@ -7,7 +7,7 @@ import click
 
 from hybrid.cli.options import graph_option, load_graph, prepare_output
 from hybrid.errors import HybridError
-from hybrid.units import format_seconds, parse_bytes, parse_duration
+from hybrid.units import counted, format_seconds, parse_bytes, parse_duration
 
 
 @click.command("profile")
@@ -71,6 +71,12 @@ def command(graph_path: Path, profile_path: Path, backend: str, repeat: int, war
                f"skipped {len(report.skipped)} ops -> {profile_path}")
     for oid, why in list(report.reasons.items())[:5]:
         click.echo(f"  skipped {oid}: {why}")
+    if len(report.reasons) > 5:
+        click.echo(f"  and {len(report.reasons) - 5} more skipped for their own reasons")
+    if report.stopped is not None:
+        left = len(set(report.skipped) - set(report.reasons))
+        click.echo(f"  stopped ({report.stopped}): {counted(left, 'op')} not reached keep their modelled times; "
+                   "run the command again to measure them (the profile keeps what was measured)")
     for note in report.warnings:
         click.echo(f"warning: {note}", err=True)
     if out_path is not None:
