@@ -177,5 +177,5 @@ def _make(name: str, *, width: int, image_size: int = 299, num_classes: int = 10
 FAMILIES = [
     Family("inception-v4", r"inception-(?:v4-)?(?P<width>[1-9]\d*)", "inception-v4-{X}", ("inception-v4-4",),
            _make, {"image_size": "input height and width (default 299; at least 75)",
-                   "num_classes": "classifier outputs (default 1000)"}),
+                   "num_classes": "classifier outputs (default 1000)"}, at_least={"image_size": 75}),
 ]

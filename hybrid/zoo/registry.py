@@ -56,6 +56,9 @@ class Family:
     canonical: tuple[str, ...]
     make: Callable[..., ModelSpec]
     overrides: Mapping[str, str]
+    # an override's least value where the model breaks below it (its help text says so): refused here in one line
+    # naming it, not by torch's "Output size is too small" at capture
+    at_least: Mapping[str, int] = field(default_factory=dict)
 
     def match(self, name: str) -> dict[str, int] | None:
         m = re.fullmatch(self.pattern, name)
@@ -157,13 +160,22 @@ def get_model(name: str, **overrides: Any) -> ModelSpec:
         for k, v in overrides.items():
             v = _coerce(k, v, params[k].default, key)
             _check_positive(k, v, key)
+            least = fam.at_least.get(k)
+            if least is not None and v < least:
+                raise HybridError(f"override {k}={v} for model {key!r} must be at least {least} (its layers shrink "
+                                  "the input below one pixel otherwise)")
             kwargs[k] = v
         return fam.make(key, **groups, **kwargs)
+    for fam in families():   # a family's name with a size it does not come in (inception-v4-0.5)
+        prefix = fam.template.split("{")[0]
+        if "{" in fam.template and prefix and key.startswith(prefix):
+            raise HybridError(f"unknown model {name!r}: names of that family follow {fam.template} (e.g. "
+                              f"{', '.join(fam.canonical[:3])}; `hybrid models` lists them)")
     if any(c in key for c in ".:/") or key.endswith(".py"):   # a Python module given where a zoo name goes
         mod = str(name).strip().removesuffix(".py").replace("/", ".").split(":")[0]
-        raise HybridError(f"unknown model {name!r}: --model takes a zoo name (`hybrid models`); for your own "
-                          f"nn.Module give --module {mod}:FACTORY (a function returning (module, inputs, target, "
-                          "loss_fn); docs/capture.md)")
+        raise HybridError(f"unknown model {name!r}: not a zoo model name (`hybrid models` lists them); for your "
+                          f"own nn.Module, `hybrid capture --module {mod}:FACTORY` (a function returning (module, "
+                          "inputs, target, loss_fn); docs/capture.md)")
     raise HybridError(f"unknown model {name!r}; available: {available_names()} (run `hybrid models`)")
 
 

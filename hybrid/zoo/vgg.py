@@ -80,5 +80,5 @@ FAMILIES = [
     Family("vgg", r"vgg-?(?P<depth>11|13|16|19)", "vgg{11,13,16,19}", ("vgg19", "vgg11", "vgg16"), _make,
            {"image_size": "input height and width (default 227 for vgg19 as in MO-SOS, else 224; at least 32)",
             "num_classes": "classifier outputs (default 1000)",
-            "batch_norm": "batch norm after every convolution (default false)"}),
+            "batch_norm": "batch norm after every convolution (default false)"}, at_least={"image_size": 32}),
 ]

@@ -66,3 +66,19 @@ def test_zoo_inference_graph_is_captured_in_eval_mode() -> None:
     g = capture_model("resnet-18", 2, overrides={"image_size": 32}, optimizer=None)
     assert {o.extra["phase"] for o in g.ops} == {"forward"}
     assert not [o.id for o in g.ops if o.updates]          # batch norm reads its running statistics only
+
+
+def test_zoo_names_and_overrides_out_of_range_say_what_is_accepted() -> None:
+    """A family name with a size it lacks was sent to --module; an image too small for the layers was accepted and
+    failed in torch at capture (helper-95)."""
+    from hybrid.errors import HybridError
+    from hybrid.zoo.registry import get_model
+
+    with pytest.raises(HybridError, match=r"^unknown model 'inception-v4-0\.5': names of that family follow "
+                                          r"inception-v4-\{X\}"):
+        get_model("inception-v4-0.5")
+    with pytest.raises(HybridError, match=r"not a zoo model name .* `hybrid capture --module pkg\.mod:FACTORY`"):
+        get_model("pkg.mod:make")
+    with pytest.raises(HybridError, match=r"^override image_size=31 for model 'vgg16' must be at least 32"):
+        get_model("vgg16", image_size=31)
+    assert get_model("vgg16", image_size=32).config["image_size"] == 32
