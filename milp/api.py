@@ -469,8 +469,8 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
             run.resolve = not_laid(f"the re-solve at {at} stopped: {e}")
             break
         except KeyboardInterrupt:
-            run.resolve = not_laid(f"the re-solve at {at} was interrupted ({interrupted_by()}): the plan is written "
-                                   "as it is, not laid out")
+            run.resolve = not_laid(f"the re-solve at {at} was interrupted ({interrupted_by()}): the MILP's plan "
+                                   "stays as it is, not laid out")
             break
         except HybridError as e:
             again = None
@@ -489,7 +489,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
                                                planner={**again.plan.planner, "memory_given_up": give}))
         except HybridError:     # its layout refused by the arena's own check (internal): keep what there is
             run.resolve = not_laid(f"the layout of the re-solve at {at} was refused by the arena's check: the "
-                                   "first plan is written as it is")
+                                   "first plan stays as it is")
             break
         if shrunk.allocation.kind == "arena":
             ar = again.result
@@ -506,7 +506,7 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
                      f"{100 * over:+.1f}% over" if over else f"at {at}: not laid out")
     else:
         if over is not None:
-            run.resolve = not_laid("none laid out: the first solve's plan is written as it is, not laid out")
+            run.resolve = not_laid("none laid out: the first solve's plan stays as it is, not laid out")
     if run.start_plan is not None and run.written != "start":
         # never slower than the start, as written (laid out where it can be): a plan with offsets runs as
         # planned, so it is preferred to a byte budget whatever their makespans

@@ -227,16 +227,18 @@ def _replanned(given, new, layout):  # noqa: ANN001, ANN202 - Plan, Plan, hybrid
     return dataclasses.replace(new, planner=record)
 
 
-def _slower(given, written) -> None:  # noqa: ANN001 - Plans
-    """Say plainly when the plan written is slower than the plan given (a re-plan for want of a layout drops
-    what the given plan had, a refinement above all), and what would keep it."""
+def _slower(given, written, out: bool = True) -> None:  # noqa: ANN001 - Plans
+    """Say plainly when the plan written (`out`; else the one laid out, not written) is slower than the plan
+    given (a re-plan for want of a layout drops what the given plan had, a refinement above all), and what
+    would keep it."""
     if written.makespan_s <= given.makespan_s * (1 + 1e-9):
         return
     info = given.planner if isinstance(given.planner, dict) else {}
     refine = info.get("refine") if isinstance(info.get("refine"), dict) else None
     before = refine.get("from_makespan_s") if refine is not None else None
     was = f" ({format_seconds(float(before))} before its refinement)" if isinstance(before, (int, float)) else ""
-    line = (f"the plan written is slower than the plan given: {format_seconds(written.makespan_s)} against "
+    line = (f"the plan {'written' if out else 'laid out (not written: no --out)'} is slower than the plan given: "
+            f"{format_seconds(written.makespan_s)} against "
             f"{format_seconds(given.makespan_s)}{was}")
     if refine is not None:
         line += ("; the re-plan cannot keep a refinement: lay the plan out before refining it (`hybrid arena` on "
@@ -332,7 +334,7 @@ def _lay_out_plan(graph, plan, deadline: float, out_path: Path | None, limit: fl
 
 def _write(graph, plan, out_path: Path | None, given) -> None:  # noqa: ANN001 - a Graph and Plans
     """The plan with offsets, written; first, where it is slower than the plan `given`, a line saying so."""
-    _slower(given, plan)
+    _slower(given, plan, out_path is not None)
     if out_path is not None:
         from hybrid.validator import write_plan
 
