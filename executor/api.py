@@ -20,7 +20,7 @@ from torch.utils import _pytree as pytree
 
 from hybrid.capture.conv_impls import STEP_ATOL, STEP_RTOL
 from hybrid.capture.encoding import DecodeContext, decode_value
-from hybrid.capture.interpreter import (StepResult, batch_as_captured, bind, cast_as_captured,
+from hybrid.capture.interpreter import (StepResult, batch_as_captured, bind, captured_casts, cast_as_captured,
                                         check_module_state)
 from hybrid.capture.trace import mode_layers
 from hybrid.errors import HybridError, require_instance
@@ -624,8 +624,10 @@ def execute_placement(graph: Graph, plan: Plan, module: torch.nn.Module, args: A
     out = None
     if check:
         # The run binds floating values in the graph's dtypes: the reference runs a copy cast as it is, if any
-        ref = copy.deepcopy(module)
-        cast_as_captured(graph, ref)
+        ref = module
+        if captured_casts(graph, module):   # copied only to be cast: a large inference model held once otherwise
+            ref = copy.deepcopy(module)
+            cast_as_captured(graph, ref)
         ref_args, _, ref_kwargs = batch_as_captured(graph, args, None, kwargs)
         out = compare_outputs(res.outputs, eager_outputs(ref, ref_args, ref_kwargs), device, atol, rtol)
         if not out.ok:

@@ -273,27 +273,40 @@ def _captured_dtype(graph: Graph, tid: str, value: torch.Tensor) -> torch.dtype 
     return dt if value.is_floating_point() and dt.is_floating_point and value.dtype != dt else None
 
 
+def captured_casts(graph: Graph, module: torch.nn.Module) -> dict[str, torch.dtype]:
+    """The floating parameters and buffers of `module` (by name) that `bind` casts for a run, and to what."""
+    b = bindings(graph)
+    out: dict[str, torch.dtype] = {}
+    for what, named in (("params", module.named_parameters()), ("buffers", module.named_buffers())):
+        for name, v in named:
+            tid = b.get(what, {}).get(name)
+            dt = None if tid is None or v is None else _captured_dtype(graph, tid, v)
+            if dt is not None:
+                out[name] = dt
+    return out
+
+
 def cast_as_captured(graph: Graph, module: torch.nn.Module) -> list[str]:
     """Cast `module`'s floating parameters and buffers, in place, to the dtypes the graph records for them, as
     `bind` casts them for a run (a graph captured with dtype='bf16' from an fp32 module); an eager reference
     of the uncast module trains another model. Returns the names cast."""
-    b = bindings(graph)
-    cast: list[str] = []
+    casts = captured_casts(graph, module)
+    if not casts:
+        return []
+    params = dict(module.named_parameters())
+    buffers = dict(module.named_buffers())
     with torch.no_grad():
-        for name, p in module.named_parameters():
-            tid = b.get("params", {}).get(name)
-            dt = None if tid is None else _captured_dtype(graph, tid, p)
-            if dt is not None:
-                p.data = p.data.to(dt)
-                cast.append(name)
-        for name, buf in list(module.named_buffers()):
-            tid = b.get("buffers", {}).get(name)
-            dt = None if tid is None or buf is None else _captured_dtype(graph, tid, buf)
-            if dt is not None:
-                owner, _, leaf = name.rpartition(".")
-                module.get_submodule(owner)._buffers[leaf] = buf.to(dt)
-                cast.append(name)
-    return cast
+        for name, dt in casts.items():
+            if name in params:
+                params[name].data = params[name].data.to(dt)
+                continue
+            old = buffers[name]
+            new = old.to(dt)
+            for m in module.modules():   # every owner of a shared buffer (named_buffers names it once)
+                for key, v in m._buffers.items():
+                    if v is old:
+                        m._buffers[key] = new
+    return list(casts)
 
 
 def batch_as_captured(graph: Graph, args: Any, target: Any = None,

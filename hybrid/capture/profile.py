@@ -109,7 +109,8 @@ class MeasureReport:
     skipped: list[str] = field(default_factory=list)  # op ids not measured (too large, failed, out of time)
     reasons: dict[str, str] = field(default_factory=dict)   # op id -> why it alone was skipped
     warnings: list[str] = field(default_factory=list)  # why the times measured may not be the machine's own
-    stopped: str | None = None   # "time limit" or "Ctrl-C": the ops not reached are among `skipped`, not in `reasons`
+    stopped: str | None = None   # "time limit", "Ctrl-C" or "SIGTERM": the ops not reached are among `skipped`
+    not_reached: int = 0         # signatures left unmeasured by the stop (every op of one keeps its modelled time)
 
 
 # A CPU op on several threads waits at each barrier for every one of them: where another process holds a core,
@@ -373,6 +374,7 @@ def measure_profile(
 
     def not_reached(k: int, why: str) -> None:
         report.stopped = why
+        report.not_reached = len(todo) - k
         left = [o.id for o, _ in list(todo.values())[k:] if o.id not in report.skipped]
         report.skipped.extend(dict.fromkeys(left))
 

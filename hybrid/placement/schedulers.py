@@ -56,6 +56,9 @@ def greedy(pg: PartGraph, link: Link, objective: str = LATENCY, rounds: int = 3,
            memory: Budget | None = None, deadline: float | None = None) -> Placement:
     """Each part where it runs faster, moved into `memory`, then the correction loop (`_flips`) until `deadline`
     (time.monotonic()) or a Ctrl-C/SIGTERM, which keep the best placement so far."""
+    from hybrid.signals import new_call
+
+    new_call()   # a library call's own count of stops: one left from an earlier call must not cut its loop
     devs = [GPU if not np.isfinite(pg.cpu_s[p]) or pg.gpu_s[p] < pg.cpu_s[p] else CPU for p in range(pg.n)]
     best = evaluate(pg, devs, link, "greedy")
     if memory is not None and not memory.fits(best):

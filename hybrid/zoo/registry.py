@@ -166,9 +166,11 @@ def get_model(name: str, **overrides: Any) -> ModelSpec:
                                   "the input below one pixel otherwise)")
             kwargs[k] = v
         return fam.make(key, **groups, **kwargs)
-    for fam in families():   # a family's name with a size it does not come in (inception-v4-0.5)
+    module_like = ":" in key or "/" in key or key.endswith(".py")
+    for fam in families():   # a family's name with a size it does not come in (inception-v4-0.5, vgg20)
         prefix = fam.template.split("{")[0]
-        if "{" in fam.template and prefix and key.startswith(prefix):
+        if (not module_like and "{" in fam.template and prefix and key.startswith(prefix)
+                and re.fullmatch(r"[\d.,k-]+", key[len(prefix):])):
             raise HybridError(f"unknown model {name!r}: names of that family follow {fam.template} (e.g. "
                               f"{', '.join(fam.canonical[:3])}; `hybrid models` lists them)")
     if any(c in key for c in ".:/") or key.endswith(".py"):   # a Python module given where a zoo name goes

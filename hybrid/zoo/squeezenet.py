@@ -67,6 +67,6 @@ def _make(name: str, *, image_size: int = 224, num_classes: int = 1000) -> Model
 
 FAMILIES = [
     Family("squeezenet", r"squeezenet(?:-?1[._]?0)?", "squeezenet", ("squeezenet",), _make,
-           {"image_size": "input height and width (default 224; at least 33)",
-            "num_classes": "classifier outputs (default 1000)"}, at_least={"image_size": 33}),
+           {"image_size": "input height and width (default 224; at least 21)",
+            "num_classes": "classifier outputs (default 1000)"}, at_least={"image_size": 21}),
 ]

@@ -311,3 +311,41 @@ def test_the_reference_trains_on_the_dtypes_the_run_binds(dtype: str | None, bat
         r = _mlp_run(dtype, torch.randn(5, 8).to(batch_dtype))
     assert r.comparison.bitwise
     assert any("cast as the run binds it (4 values" in n for n in r.comparison.notes) == (dtype == "bf16")
+
+
+def test_a_buffer_shared_by_two_submodules_is_cast_for_both_owners() -> None:
+    """named_buffers() names a shared buffer once: its second owner kept fp32 in the reference and the check
+    reported a mismatch the run did not make (review helper-97)."""
+    import warnings
+
+    from hybrid.swap.quick_plans import quick_plan
+
+    class Scale(nn.Module):
+        def __init__(self, s: Any) -> None:
+            super().__init__()
+            self.register_buffer("scale", s)
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x: Any) -> Any:
+            return self.lin(x) * self.scale
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            s = torch.full((8,), 0.5)
+            self.a, self.b, self.head = Scale(s), Scale(s), nn.Linear(8, 4)
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.b(torch.relu(self.a(x))))
+
+    def make() -> Net:
+        torch.manual_seed(0)
+        return Net()
+
+    x, y = torch.randn(5, 8), torch.randint(4, (5,), generator=torch.Generator().manual_seed(3))
+    g = capture(make(), (x,), F.cross_entropy, y, dtype="bf16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the plan's memory: not what is tested
+        r = execute(g, quick_plan(g, 1.0, "unconstrained"), make(), (x,), y, loss_fn=F.cross_entropy, iters=2,
+                    check=True)
+    assert r.comparison.bitwise, r.comparison.line()

@@ -77,8 +77,9 @@ def test_zoo_names_and_overrides_out_of_range_say_what_is_accepted() -> None:
     with pytest.raises(HybridError, match=r"^unknown model 'inception-v4-0\.5': names of that family follow "
                                           r"inception-v4-\{X\}"):
         get_model("inception-v4-0.5")
-    with pytest.raises(HybridError, match=r"not a zoo model name .* `hybrid capture --module pkg\.mod:FACTORY`"):
-        get_model("pkg.mod:make")
+    for name, mod in (("pkg.mod:make", "pkg.mod"), ("vgg.py", "vgg"), ("vgg:make", "vgg")):   # modules, not sizes
+        with pytest.raises(HybridError, match=rf"not a zoo model name .* `hybrid capture --module {mod}:FACTORY`"):
+            get_model(name)
     with pytest.raises(HybridError, match=r"^override image_size=31 for model 'vgg16' must be at least 32"):
         get_model("vgg16", image_size=31)
     assert get_model("vgg16", image_size=32).config["image_size"] == 32

@@ -55,6 +55,7 @@ def test_a_stop_counts_every_op_not_reached_and_names_no_op_for_it(monkeypatch: 
     assert full.stopped is None and full.measured > 2
     _, report = profile_mod.measure_profile(g, backend="cpu", repeat=1, warmup=0, time_limit_s=-1.0)
     assert report.stopped == "time limit" and report.measured == 0 and report.reasons == {}
+    assert report.not_reached == full.measured
     assert len(report.skipped) == len({op.id for op in g.ops if op.id in set(report.skipped)}) > 0
     calls = []
 
@@ -68,4 +69,5 @@ def test_a_stop_counts_every_op_not_reached_and_names_no_op_for_it(monkeypatch: 
     monkeypatch.setattr(profile_mod, "_time_op", interrupted)
     _, report = profile_mod.measure_profile(g, backend="cpu", repeat=1, warmup=0)
     assert report.stopped == "Ctrl-C" and report.measured == 2 and report.reasons == {}
+    assert report.not_reached == full.measured - 2
     assert len(report.skipped) > 0 and "interrupted" not in report.skipped

@@ -198,8 +198,10 @@ def test_default_batches_follow_the_papers():
 
 
 def test_unknown_name_lists_what_is_available():
-    with pytest.raises(HybridError, match=r"unknown model 'vgg20'.*rnn-\{L\}-\{X\}k.*nasnet-\{R\}"):
-        get_model("vgg20")
+    with pytest.raises(HybridError, match=r"unknown model 'foonet'.*rnn-\{L\}-\{X\}k.*nasnet-\{R\}"):
+        get_model("foonet")
+    with pytest.raises(HybridError, match=r"unknown model 'vgg20': names of that family follow vgg\{11,13,16,19\}"):
+        get_model("vgg20")      # a family's size it does not come in: that family's names
 
 
 @pytest.mark.parametrize("name", ["examples.MyNet", "examples/MyNet.py", "mine:make"])

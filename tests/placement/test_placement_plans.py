@@ -203,11 +203,12 @@ def test_greedys_correction_loop_ends_at_the_deadline_with_a_placement_as_good_a
 
     from hybrid.placement.schedulers import greedy
 
-    g = random_inference_graph(11, 5)
+    g = random_inference_graph(0, 8)
     pg = part_graph(g, key_only=False)
     link = link_of(g.device)
     free = greedy(pg, link)
     start = greedy(pg, link, rounds=0)                 # no pass of the loop: where it starts
+    assert free.latency_s < start.latency_s            # the loop gains here (by 7.6%): a stop shows
     stopped = greedy(pg, link, deadline=time.monotonic() - 1)
-    assert stopped.devices == start.devices and stopped.latency_s >= free.latency_s
+    assert stopped.devices == start.devices
     assert validate(g, to_plan(pg, stopped, g.device)).valid

@@ -155,6 +155,13 @@ def command(model: str | None, module_spec: str | None, batch: int | None, optim
             if measure:
                 prof, report = measure_profile(graph, prof)
                 prof.save(profile_path)
+                if report.stopped is not None:   # a Ctrl-C or SIGTERM while measuring (it has no time limit)
+                    from hybrid.signals import exit_status
+
+                    click.echo(f"interrupted ({report.stopped}) while measuring: {profile_path} keeps the "
+                               f"{report.measured} op signatures measured (run again to go on); nothing written "
+                               f"to {out_path}", err=True)
+                    sys.exit(exit_status())
                 click.echo(f"measured {report.measured} op signatures on {prof.device_name} ({report.reused} "
                            f"reused, {len(report.skipped)} ops skipped) -> {profile_path}", err=True)
                 for note in report.warnings:

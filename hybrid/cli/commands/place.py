@@ -229,6 +229,9 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
                         "; greedy, heft and exact move parts to the CPU" if name == "all-gpu" else "")) from None
                 unfit[name] = e
             except HybridError as e:
+                if received():    # stopped before it found anything (CP-SAT's half second after a stop)
+                    left_out.append(name)
+                    continue
                 if scheduler != "all":
                     raise
                 click.echo(f"{name}: {e}", err=True)
@@ -239,9 +242,10 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         raise HybridError("no scheduler could place this graph")
     # memory also binds where all-GPU fits but a mixed placement's copies did not (`place` placed it again)
     binds = binds or any(p.extra.get("memory_binds") for p in placed.values())
-    # exact's (never slower than greedy's); where it is not there (a stop left it out, it failed) the fastest placed
-    chosen = placed.get("exact") or min(placed.values(), key=lambda p: p.latency_s if objective == "latency"
-                                        else p.period_s)
+    # the fastest placed, exact's on a tie: exact is never slower than greedy with its time, but a stop or the
+    # time limit can leave its greedy hint uncorrected while greedy's own row had the time
+    chosen = min(placed.values(), key=lambda p: (p.latency_s if objective == "latency" else p.period_s,
+                                                 p.scheduler != "exact"))
     plan = to_plan(pg, chosen, dev, link)
     arena = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
     if binds and isinstance(arena, dict) and arena.get("laid_out") is False:   # `place` re-places to avoid this

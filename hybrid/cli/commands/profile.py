@@ -74,9 +74,9 @@ def command(graph_path: Path, profile_path: Path, backend: str, repeat: int, war
     if len(report.reasons) > 5:
         click.echo(f"  and {len(report.reasons) - 5} more skipped for their own reasons")
     if report.stopped is not None:
-        left = len(set(report.skipped) - set(report.reasons))
-        click.echo(f"  stopped ({report.stopped}): {counted(left, 'op')} not reached keep their modelled times; "
-                   "run the command again to measure them (the profile keeps what was measured)")
+        click.echo(f"  stopped ({report.stopped}): {counted(report.not_reached, 'op signature')} not reached (their "
+                   "ops keep their modelled times); run the command again to measure them (the profile keeps what "
+                   "was measured)")
     for note in report.warnings:
         click.echo(f"warning: {note}", err=True)
     if out_path is not None:
