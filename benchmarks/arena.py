@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import time
+from pathlib import Path
 
 import pandas as pd
 
@@ -104,30 +105,35 @@ def main() -> None:
     only = set(filter(None, args.only.split(",")))
     compile_s = _warm_up()
     rows = []
+    read: list[Path] = []        # the instance files, named in the table with their sha256
     chal = sorted((MEMPLAN / "minimalloc-challenging").glob("*.csv"))
     for f in chal:
         name = f.name.split(".")[0]
         if only and name not in only:
             continue
         p, _ = read_csv(f)
+        read.append(f)
         rows.append(_row("challenging @1048576", name, p, CAPACITY, lim["chal"], True, budget["chal"]))
     for f in chal:
         name = f.name.split(".")[0]
         if name != "C" or (only and name not in only):
             continue
         p, _ = read_csv(f)
+        read.append(f)
         rows.append(_row("challenging @peak", name, p, p.peak_live(), lim["chal"], True, budget["chal"]))
     for f in chal:
         name = f.name.split(".")[0]
         if name not in ("D", "J") or (only and name not in only):
             continue
         p, _ = read_csv(f)
+        read.append(f)
         rows.append(_row("challenging, minimise", name, p, None, lim["dj"], False, budget["dj"]))
     for f in sorted((MEMPLAN / "real-networks").glob("*.csv")):
         name = f.stem
         if only and name not in only:
             continue
         p, _ = read_csv(f)
+        read.append(f)
         nodes = None if budget["real"] is None else max(1, budget["real"] // len(p))
         rows.append(_row("real networks, minimise", name, p, None, lim["real"], False, nodes, args.repair_moves))
     df = pd.DataFrame(rows)
@@ -152,7 +158,7 @@ def main() -> None:
         notes += f" (unsolved instances count their full time limit of {args.limit:.0f} s)."
     # a quick run writes beside the full run's table (the issue's figures are the full run's time limits)
     print(write_table(df, "arena_quick" if args.quick else "arena", "Static arena offsets: heuristics and the exact "
-                      "search", notes, paper="MiniMalloc (ASPLOS'23) Table 2; MegEngine static planning"))
+                      "search", notes, paper="MiniMalloc (ASPLOS'23) Table 2; MegEngine static planning", data=read))
 
 
 if __name__ == "__main__":

@@ -39,8 +39,11 @@ def main() -> None:
     args = ap.parse_args()
     _warm_up()
     rows = []
+    read = []      # the instance files, named in the table with their sha256
     for name in args.only.split(","):
-        p, _ = read_csv(MEMPLAN / "minimalloc-challenging" / f"{name}.{CAPACITY}.csv")
+        path = MEMPLAN / "minimalloc-challenging" / f"{name}.{CAPACITY}.csv"
+        p, _ = read_csv(path)
+        read.append(path)
         row = {"instance": name, "buffers": len(p)}
         if args.quick:
             runs = (("minimalloc search", lambda: exact.decide(p, CAPACITY, math.inf, node_budget=args.nodes)),
@@ -65,7 +68,7 @@ def main() -> None:
               "(1 worker, CP-SAT's default seed): every figure but the seconds is the same on every run" if args.quick
               else f"{args.limit:.0f} s each; CP-SAT 1 worker")
     print(write_table(pd.DataFrame(rows), "arena_cpsat", "CP-SAT no-overlap-2D against the MiniMalloc search",
-                      f"Commit {commit}. Decision at capacity 1,048,576, {budget}."))
+                      f"Commit {commit}. Decision at capacity 1,048,576, {budget}.", data=read))
 
 
 if __name__ == "__main__":

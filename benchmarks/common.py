@@ -120,10 +120,11 @@ def regenerate_commands(stem: str) -> list[str]:
 
 
 def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs=(), paper: str = "",
-                parquet: bool = False, before: Sequence[str] = ()) -> Path:
+                parquet: bool = False, before: Sequence[str] = (), data=()) -> Path:
     """results/<stem>.csv and .md, the .md carrying the command that regenerated it, the code's commit, and
-    (given `graphs`, the graph files read) each graph's sha256 and capture settings; `paper` names the paper
-    figure or table the result stands beside. `parquet` also writes <stem>.parquet (with every column).
+    (given `graphs`, the graph files read) each graph's sha256 and capture settings, (given `data`, other files
+    read: allocation instances) each one's path and sha256; `paper` names the paper figure or table the result
+    stands beside. `parquet` also writes <stem>.parquet (with every column).
     `before`: the commands that made the rows this run kept (a table made in parts), named first.
     A quick run writes <stem>_quick.* (`quick_stem`); every path is written repository-relative."""
     RESULTS.mkdir(exist_ok=True)
@@ -136,7 +137,7 @@ def write_table(df: pd.DataFrame, stem: str, title: str, notes: str = "", graphs
     cmd = "` then `".join(dict.fromkeys([*before, command_line()]))   # each run once, in order
     md = [f"# {title}", "",
           f"Regenerate: `{cmd}` (from the repository root; {time.strftime('%Y-%m-%d')}; code {commit()}).", ""]
-    prov = provenance(graphs, paper)
+    prov = provenance(graphs, paper, data)
     if prov:
         md += [prov, ""]
     if notes:
@@ -195,13 +196,31 @@ def graph_provenance(paths) -> str:
     return "\n".join(lines)
 
 
-def provenance(graphs=(), paper: str = "") -> str:
-    """The lines a table carries about where it stands in the paper and which graph files it read."""
-    out = []
+def data_provenance(paths) -> str:
+    """One markdown line per data file read that is not a graph (an allocation instance): its path under the
+    shared data folder (`shared/...`; else its name) and sha256 (first 12 hex digits)."""
+    import hashlib
+
+    lines = []
+    for p in sorted({Path(p) for p in paths}):
+        sha = hashlib.sha256(p.read_bytes()).hexdigest()[:12]
+        try:
+            name = f"shared/{p.resolve().relative_to(SHARED.resolve()).as_posix()}"
+        except ValueError:
+            name = p.name
+        lines.append(f"- `{name}`: sha256 {sha}")
+    return "\n".join(lines)
+
+
+def provenance(graphs=(), paper: str = "", data=()) -> str:
+    """The lines a table carries about where it stands in the paper and which graph (and other data) files it
+    read."""
+    out: list[str] = []
     if paper:
         out.append(f"Stands beside: {paper}.")
-    if graphs:
-        out += ["", "Graphs read:", "", graph_provenance(graphs)] if out else ["Graphs read:", "", graph_provenance(graphs)]
+    for title, files, lines in (("Graphs read:", graphs, graph_provenance), ("Data read:", data, data_provenance)):
+        if files:
+            out += (["", title, "", lines(files)] if out else [title, "", lines(files)])
     return "\n".join(out)
 
 

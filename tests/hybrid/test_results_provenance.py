@@ -114,3 +114,21 @@ def test_regenerate_names_each_quick_output_beside_the_full_one(quick: bool) -> 
             assert not set(written) & set(j.outputs), j.name
         else:
             assert written == j.outputs
+
+
+def test_data_files_read_are_named_under_shared_with_their_sha256(tmp_path, monkeypatch) -> None:
+    """arena_cpsat named neither its MiniMalloc instance nor its sha256 (a reproducibility audit, helper-98)."""
+    import hashlib
+
+    shared = tmp_path / "shared"
+    f = shared / "benchmarks" / "memplan" / "B.csv"
+    f.parent.mkdir(parents=True)
+    f.write_text("id,lower,upper,size\n0,0,1,8\n")
+    monkeypatch.setattr(common, "SHARED", shared)
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(sys, "argv", ["benchmarks/x.py"])
+    monkeypatch.delenv(common.QUICK_ENV, raising=False)
+    md = common.write_table(pd.DataFrame({"a": [1]}), "x", "X", data=[f]).read_text()
+    sha = hashlib.sha256(f.read_bytes()).hexdigest()[:12]
+    assert f"Data read:\n\n- `shared/benchmarks/memplan/B.csv`: sha256 {sha}" in md
+    assert not machine_paths(md)
