@@ -229,14 +229,19 @@ class ExecutionResult:
 
     def iterations_frame(self) -> "pd.DataFrame":  # noqa: F821 - pandas, a core dependency
         """One row per iteration measured: iteration, wall_s, makespan_s (the device's, or the host clock on the
-        CPU), issue_s, loss, graphed (replayed as a CUDA graph), first_replay. For a notebook."""
+        CPU), issue_s, loss, graphed (replayed as a CUDA graph), first_replay, and `counted`: whether the summary's
+        medians count it (executor.measure.counted: not the warm-up iteration, nor a graph's first launch), so
+        `df[df.counted].wall_s.median()` is `summary.wall_s`. For a notebook."""
         import pandas as pd
+
+        from executor.measure import counted
 
         return pd.DataFrame([{"iteration": r.iteration, "wall_s": r.wall_s, "makespan_s": r.makespan_s,
                               "issue_s": r.issue_s, "loss": r.loss, "graphed": r.graphed,
-                              "first_replay": r.first_replay} for r in self.records],
+                              "first_replay": r.first_replay, "counted": c}
+                             for r, c in zip(self.records, counted(self.records))],
                             columns=["iteration", "wall_s", "makespan_s", "issue_s", "loss", "graphed",
-                                     "first_replay"])
+                                     "first_replay", "counted"])
 
 
 PEAK_SLACK = 0.01   # a run may hold this share more than its plan allows before it is flagged

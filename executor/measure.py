@@ -137,11 +137,23 @@ def stream_times(program: Program, rec: IterationRecord) -> tuple[dict[str, floa
     return busy, stall
 
 
+def counted(records: list[IterationRecord]) -> list[bool]:
+    """Which iterations the summary's medians count: past the first (warm-up) when there are several; where
+    some were replayed as CUDA graphs, those replays only, past each graph's first launch (it uploads the graph)
+    where later replays exist."""
+    first = 1 if len(records) > 1 else 0
+    use = list(range(first, len(records)))
+    replayed = [k for k in use if records[k].graphed]
+    graphed = [k for k in replayed if not records[k].first_replay] or replayed
+    keep = set(graphed or use)
+    return [k in keep for k in range(len(records))]
+
+
 def summarize(program: Program, records: list[IterationRecord], memory: dict[str, Any] | None = None) -> Summary:
     first = 1 if len(records) > 1 else 0
     use = records[first:]
     replayed = [r for r in use if r.graphed]
-    # A graph's first launch uploads it; leave those out where later replays exist.
+    # A graph's first launch uploads it; leave those out where later replays exist (`counted`).
     graphed = [r for r in replayed if not r.first_replay] or replayed
     # Node times come from the iterations issued node by node (graph replays have none); past the first if any.
     issued = [r for r in records if not r.graphed]
@@ -234,10 +246,25 @@ def measured_trace_rows(program: Program, records: list[IterationRecord]) -> tup
     rec = next((r for r in reversed(records) if r.start is not None), records[-1])
     rows: list[tuple] = []
     if rec.start is not None and rec.end is not None:
+        g = program.aug.graph
+        ran: set[int] = set()
+        # named and grouped as the plan's rows are (hybrid.report.timeline.plan_trace_rows), so the two processes
+        # of one trace match event by event; times from the iteration's first event, as the plan's from 0
+        t0 = min((float(rec.start[st.node]) for st in program.steps if st.stream >= 0
+                  and not math.isnan(float(rec.start[st.node]))), default=0.0)
         for st in program.steps:
             s, e = float(rec.start[st.node]), float(rec.end[st.node])
             if st.stream < 0 or math.isnan(s) or math.isnan(e):
                 continue
             lane = STREAMS[st.stream]
-            rows.append((program.aug.label(st.node), lane, lane, s, e, {"node": st.node}))
+            if st.kind == E.COMPUTE:
+                op = g.ops[st.ref]
+                rerun = st.ref in ran
+                ran.add(st.ref)
+                rows.append((f"{op.id} (recompute)" if rerun else op.id, "recompute" if rerun else "compute", lane,
+                             s - t0, e - t0, {"op": op.id, "kind": op.kind, "node": st.node}))
+            else:
+                kind, t = E.EVENT_KINDS[st.kind], g.tensors[st.ref]
+                rows.append((f"{kind} {t.id}", kind, lane, s - t0, e - t0,
+                             {"tensor": t.id, "bytes": t.bytes, "node": st.node}))
     return rec.iteration, rows

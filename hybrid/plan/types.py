@@ -245,6 +245,29 @@ class Plan:
                 f"{format_seconds(self.makespan_s)}{ratio}, {self.allocation.kind} pool in "
                 f"{format_bytes(self.device.usable_bytes)}, device {self.device.name!r})")
 
+    def graph_mismatch(self, graph: "Graph") -> list[str]:
+        """Rule 0's first reading (`hybrid.validator.require_plan_of` raises on it): the plan names this graph,
+        and this version of its file when it states a sha256. Empty when it is this graph's plan."""
+        out = []
+        if self.graph != graph.name:
+            out.append(f"plan is for graph {self.graph!r}, not {graph.name!r}")
+        if self.graph_sha256 and self.graph_sha256.lower() != graph.sha256.lower():   # hex digits in either case
+            out.append(f"graph_sha256 {self.graph_sha256[:12]}… does not match the graph's {graph.sha256[:12]}… "
+                       "(the plan was made for another graph file of that name, or another version of it)")
+        return out
+
+    def require_graph(self, graph: "Graph", what: str) -> None:
+        """One line for a reader given something else than this plan's graph (a path, another graph's plan:
+        read against another graph every tensor it lacks counted 0 bytes)."""
+        from hybrid.errors import InvalidPlanError, require_instance
+        from hybrid.graph import Graph
+
+        require_instance("graph", graph, Graph, "hybrid.graph.Graph (Graph.load(path))")
+        why = self.graph_mismatch(graph)
+        if why:
+            raise InvalidPlanError(f"the plan was made for another graph than graph {graph.name!r} ({why[0]}); "
+                                   f"give {what} the graph it was made for")
+
     def events_frame(self, graph: "Graph | None" = None) -> "pd.DataFrame":  # noqa: F821 - pandas, core
         """The events as a pandas table, one row each in the plan's order: kind, stream, op, tensor, impl,
         recompute, start_s, end_s, duration_s, and the tensor's arena offset where the plan has offsets (else
@@ -253,6 +276,8 @@ class Plan:
         (docs/formats.md); given the plan's `graph`, every compute event names the one it runs."""
         import pandas as pd
 
+        if graph is not None:
+            self.require_graph(graph, "events_frame")
         offsets = getattr(self.allocation, "offsets", None) or {}
 
         def impl(e: Event) -> str | None:

@@ -215,15 +215,22 @@ def compare(graph: Graph, device: Device | None = None, *, time_limit_s: float, 
     Ctrl-C (or SIGTERM under `hybrid compare`) returns the seeds completed so far, with
     `attrs["interrupted"]` set; with none completed, KeyboardInterrupt propagates.
     """
-    if time_limit_s <= 0:
-        raise HybridError(f"--time-limit must be positive, got {time_limit_s}")
+    from hybrid.pipeline.optimize import _seconds
+
+    time_limit_s = _seconds(time_limit_s)   # seconds, or text with its unit ("30s"), as run_optimize takes it
+    if not 0 < time_limit_s < float("inf"):
+        raise HybridError(f"--time-limit must be positive and finite, got {time_limit_s}")
     if not 0.0 < refine_share < 1.0:
         raise HybridError(f"--refine-share must be within (0, 1), got {refine_share}")
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (Sequence, np.ndarray)) or \
+            not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in seeds):
+        raise HybridError(f"seeds (--seeds) must be a sequence of whole numbers such as (1, 2, 3), got {seeds!r}")
     if not seeds:
         raise HybridError("give at least one seed, e.g. --seeds 1,2,3")
     check_seeds(seeds)
     if mode not in MODES:
-        raise HybridError(f"--refine-mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise HybridError(f"mode (--refine-mode) must be one of {', '.join(MODES)}, got {mode!r} (`hybrid compare "
+                          "--refine-mode auto` picks one of them per graph, as `hybrid optimize` does)")
     work = None
     if (generations is None) != (windows is None):
         raise HybridError("give --generations and --windows together (a work budget for both arms), or neither")
@@ -541,9 +548,11 @@ def _after_work(graph, device, cfg, options, time_limit_s, workers, refine_optio
 
 
 def with_medians(df: pd.DataFrame) -> pd.DataFrame:
-    """Append a median row per (graph, memory, arm) over its seed rows (gain: median of per-seed gains)."""
+    """Append a median row per (graph, memory, arm, mode) over its seed rows (gain: median of per-seed gains):
+    tables of two modes concatenated keep a median each."""
     seeds = df[df["row"] == "seed"]
     med = []
+    mode_of = seeds["mode"].fillna("").astype(str)
     num = ["makespan_s", "ideal_s", "persistent_bound_s", "makespan/ideal", "makespan/persistent_bound", "graph_bound_s",
            "makespan/graph_bound", "schedule_bound_s",
            "makespan/schedule_bound", "gain_vs_ga", "stall_s",
@@ -552,12 +561,15 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
            "refine_windows", "arm_ga_makespan_s", "refined_plans", "refined_elites",
            "refine_accepted", "split_makespan_s", "rebind_makespan_s", "reorder_makespan_s", "rewalk_gain",
            "reorder_gain", "window_gain"]
-    for (g, mem, arm), part in seeds.groupby(["graph", "memory_bytes", "arm"], sort=False):
+    for (g, mem, arm, _), part in seeds.groupby([seeds["graph"], seeds["memory_bytes"], seeds["arm"], mode_of],
+                                                sort=False):
         r = {c: part[c].median() for c in num}
         r.update({"graph": g, "memory_bytes": mem, "arm": arm, "row": "median", "seed": pd.NA, "plan": "",
                   "mode": "/".join(sorted(set(part["mode"].dropna().astype(str)) - {""})),
                   "budget": "/".join(sorted(set(part["budget"].dropna().astype(str)) - {""})),
-                  "final_from": "/".join(sorted(set(part["final_from"].dropna().astype(str)) - {""}))})
+                  "final_from": "/".join(sorted(set(part["final_from"].dropna().astype(str)) - {""})),
+                  # text as the seed rows have it ('' where none): NaN here made the column mixed (str after Parquet)
+                  "milp_status": "/".join(sorted(set(part["milp_status"].dropna().astype(str)) - {""}))})
         med.append(r)
     out = pd.concat([seeds, pd.DataFrame(med, columns=COLUMNS)], ignore_index=True)
     out["seed"] = out["seed"].astype("Int64")
@@ -565,16 +577,28 @@ def with_medians(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
-    """One line per graph (and memory): median makespans of both arms, the median gain, ratios to the bounds."""
-    med = df[df["row"] == "median"]
+    """One line per graph, memory and refinement mode (`compare()`'s tables of two modes concatenated: a line
+    each): median makespans of both arms, the median gain, ratios to the bounds; the MILP arm (its own mode)
+    beside every line of its graph and memory."""
+    missing = [c for c in ("row", "arm", "graph", "memory_bytes", "mode", "gain_vs_ga") if c not in df.columns]
+    if missing:
+        raise HybridError(f"summary() takes compare()'s table (with_medians applied); this one has no column "
+                          f"{missing[0]!r}")
+    mode = df["mode"].fillna("").astype(str)
+    arms = df["arm"] != MILP_ARM
+    med = df[(df["row"] == "median") & arms]
+    milp = df[(df["row"] == "median") & ~arms]
     seeds = df[(df["row"] == "seed") & (df["arm"] == "ga+cpsat")]
-    worst = seeds.groupby(["graph", "memory_bytes"])["gain_vs_ga"].min()
+    worst = seeds.groupby([seeds["graph"], seeds["memory_bytes"], mode[seeds.index]])["gain_vs_ga"].min()
     rows = []
-    for (g, mem), part in med.groupby(["graph", "memory_bytes"], sort=False):
+    for (g, mem, m), part in med.groupby([med["graph"], med["memory_bytes"], mode[med.index]], sort=False):
+        if not ((part["arm"] == "ga").any() and (part["arm"] == "ga+cpsat").any()):
+            continue
         ga = part[part["arm"] == "ga"].iloc[0]
         hy = part[part["arm"] == "ga+cpsat"].iloc[0]
-        w = float(worst.get((g, mem), np.nan))
-        rows.append({"graph": g, "memory_bytes": mem, "ga_makespan_s": ga["makespan_s"],
+        w = float(worst.get((g, mem, m), np.nan))
+        mine = milp[(milp["graph"] == g) & (milp["memory_bytes"] == mem)]
+        rows.append({"graph": g, "memory_bytes": mem, "mode": m, "ga_makespan_s": ga["makespan_s"],
                      "ga+cpsat_makespan_s": hy["makespan_s"], "median_gain": hy["gain_vs_ga"],
                      "median_rewalk_gain": hy.get("rewalk_gain", np.nan),
                      "median_reorder_gain": hy.get("reorder_gain", np.nan),
@@ -583,8 +607,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                      "ga+cpsat_makespan/graph_bound": hy["makespan/graph_bound"],
                      "ga+cpsat_makespan/schedule_bound": hy.get("makespan/schedule_bound", np.nan),
                      "worst_seed_gain": w,
-                     "milp_makespan_s": (part[part["arm"] == MILP_ARM]["makespan_s"].iloc[0]
-                                         if (part["arm"] == MILP_ARM).any() else np.nan),
+                     "milp_makespan_s": mine["makespan_s"].iloc[0] if len(mine) else np.nan,
                      # -1e-9: equal plans re-timed by different code paths differ in the last bits.
                      "never_worse": bool(w >= -1e-9) if not np.isnan(w) else True})
     return pd.DataFrame(rows)

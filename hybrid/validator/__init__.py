@@ -138,6 +138,15 @@ def memory_over_time(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
     return levels_over_time(ctx, copies)
 
 
+def require_figures_of(graph: Graph, plan: Plan) -> None:
+    """A plan read against `graph` by a table or summary (`event_figures`, `Plan.events_frame(graph)`): the types
+    and the graph it names, else one line. Another graph's plan read as 0 bytes for every tensor it does not
+    have (a ResNet plan against an MLP: peak 0, its bound ratio 51x instead of 2.7x)."""
+    require_instance("graph", graph, Graph, "hybrid.graph.Graph (Graph.load(path))")
+    require_instance("plan", plan, Plan, "hybrid.plan.Plan (Plan.load(path))")
+    require_plan_of(graph, plan, "the plan", f"graph {graph.name!r}")
+
+
 def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
     """The figures a plan's `metrics` state, recomputed from its events: what summaries print (a file's metrics
     are not bound by the format's rules, so an edited or foreign file could state anything), and what
@@ -147,6 +156,7 @@ def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
     from hybrid.graph.info import persistent_bound
     from hybrid.plan.metrics import compute_stalls, event_counts
 
+    require_figures_of(graph, plan)
     size = {t.id: t.bytes for t in graph.tensors}
     _, level = memory_over_time(graph, plan)
     counts = event_counts(plan)

@@ -213,14 +213,8 @@ def shape_problems(plan: Plan) -> list[str]:
 
 def graph_mismatch(graph: Graph, plan: Plan) -> list[str]:
     """Rule 0's first reading, which commands check before any work (`hybrid.validator.require_plan_of`): the
-    plan names this graph, and this version of its file when it states a sha256."""
-    out = []
-    if plan.graph != graph.name:
-        out.append(f"plan is for graph {plan.graph!r}, not {graph.name!r}")
-    if plan.graph_sha256 and plan.graph_sha256.lower() != graph.sha256.lower():   # hex digits in either case
-        out.append(f"graph_sha256 {plan.graph_sha256[:12]}… does not match the graph's {graph.sha256[:12]}… "
-                   "(the plan was made for another graph file of that name, or another version of it)")
-    return out
+    plan names this graph, and this version of its file when it states a sha256 (`Plan.graph_mismatch`)."""
+    return plan.graph_mismatch(graph)
 
 
 def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]]:

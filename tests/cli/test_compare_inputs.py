@@ -177,3 +177,37 @@ def test_work_budget_runs_repeat_from_the_cli(graph_file, tmp_path) -> None:
     keep = ["arm", "row", "seed", "makespan_s", "ga_generations", "resumed_generations", "refine_windows", "budget"]
     pd.testing.assert_frame_equal(tables[0][keep], tables[1][keep])
     assert set(tables[0]["budget"]) == {"work"} and set(tables[0]["mode"]) == {"after"}
+
+
+def test_two_modes_concatenated_keep_a_median_and_a_summary_line_each() -> None:
+    """compare.summary() took one mode's medians (.iloc[0]) and the other's worst seed for one line; the medians'
+    milp_status was NaN beside '' (a mixed column, str after Parquet). A pandas user's review, helper-100."""
+    after = _table(1.0e-3, 0.9e-3)
+    beside = _table(1.0e-3, 0.8e-3)
+    beside["mode"] = "beside"
+    seeds = pd.concat([after, beside], ignore_index=True)
+    seeds = seeds[seeds["row"] == "seed"]
+    both = report.with_medians(seeds)
+    med = both[both["row"] == "median"]
+    assert len(med) == 4 and set(med["mode"]) == {"after", "beside"}
+    assert (both["milp_status"] == "").all()
+    s = report.summary(both).set_index("mode")
+    assert s.loc["after", "ga+cpsat_makespan_s"] == 0.9e-3 and s.loc["beside", "ga+cpsat_makespan_s"] == 0.8e-3
+    assert abs(s.loc["after", "worst_seed_gain"] - 0.1) < 1e-12 and abs(s.loc["beside", "median_gain"] - 0.2) < 1e-12
+    with pytest.raises(HybridError, match=r"summary\(\) takes compare\(\)'s table .* no column 'row'"):
+        report.summary(pd.DataFrame({"makespan_s": [1.0]}))
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"seeds": 1}, r"seeds \(--seeds\) must be a sequence of whole numbers such as \(1, 2, 3\), got 1"),
+    ({"mode": "auto"}, r"mode \(--refine-mode\) must be one of beside, after, got 'auto' \(`hybrid compare"),
+    ({"time_limit_s": "0s"}, r"--time-limit must be positive and finite"),
+])
+def test_compare_from_python_refuses_natural_mistakes_in_one_line(graph_file, kw, says) -> None:
+    """seeds=1 was "'int' object is not iterable", time_limit_s="5s" a TypeError (run_optimize takes it)."""
+    from hybrid.graph import Graph
+
+    g = Graph.load(graph_file)
+    args = {"time_limit_s": 5, "seeds": (1,), **kw}
+    with pytest.raises(HybridError, match=says):
+        report.compare(g, g.device, **args)

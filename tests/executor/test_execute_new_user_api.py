@@ -268,6 +268,9 @@ def test_an_executions_iterations_as_a_table(tiny: tuple[Any, Any]) -> None:
     df = res.iterations_frame()
     assert list(df["iteration"]) == [r.iteration for r in res.records] and len(df) == ITERS
     assert list(df["loss"]) == [r.loss for r in res.records] and (df["wall_s"] > 0).all()
+    # the warm-up iteration is marked: the counted rows' median is the summary's (a user's median disagreed)
+    assert list(df["counted"]) == [False] + [True] * (ITERS - 1)
+    assert df[df["counted"]]["wall_s"].median() == res.summary.wall_s
 
 
 # ---- a check's mismatch warned from Python; the reference binds the batch and state as the run does ----------

@@ -35,3 +35,21 @@ def test_given_the_graph_every_compute_event_names_the_implementation_it_runs() 
         op = g.op(op_id)
         assert impl == op.implementations[op.default_impl].name
     assert named.loc[~compute, "impl"].isna().all()
+
+
+def test_a_frame_of_another_graphs_plan_is_refused_in_one_line() -> None:
+    """A ResNet plan read against another graph gave peak 0 and its bound ratio 19x off, with no error."""
+    import pytest
+
+    from hybrid.errors import HybridError, InvalidPlanError
+    from hybrid.graph.synthetic import training_graph
+    from hybrid.pipeline.rows import plan_row
+
+    g = Graph.load(RESNET)
+    plan = run_baseline(g, dataclasses.replace(g.device, memory_bytes=96 << 20, reserve_bytes=0), "belady")
+    other = training_graph(4)
+    for read in (lambda: plan.events_frame(other), lambda: plan_row("p", plan, other)):
+        with pytest.raises(InvalidPlanError, match=r"^the plan was made for another graph than graph "):
+            read()
+    with pytest.raises(HybridError, match=r"^graph must be a hybrid\.graph\.Graph .*got str"):
+        plan.events_frame(str(RESNET))
