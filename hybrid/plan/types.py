@@ -273,7 +273,8 @@ class Plan:
         recompute, start_s, end_s, duration_s, and the tensor's arena offset where the plan has offsets (else
         missing). For a notebook: filter, group by stream, sum the copies' time.
         `impl` is the event's own, which the format leaves out where the op runs its default implementation
-        (docs/formats.md); given the plan's `graph`, every compute event names the one it runs."""
+        (docs/formats.md); given the plan's `graph`, every compute event names the one it runs, and a `bytes`
+        column gives each copy's and free's tensor size."""
         import pandas as pd
 
         if graph is not None:
@@ -293,6 +294,9 @@ class Plan:
         df = pd.DataFrame(rows, columns=["kind", "stream", "op", "tensor", "impl", "recompute", "start_s", "end_s",
                                          "duration_s", "offset"])
         df["offset"] = df["offset"].astype("Int64")
+        if graph is not None:   # a copy's bytes, so its bandwidth is a column division away
+            size = {t.id: t.bytes for t in graph.tensors}
+            df["bytes"] = pd.array([size.get(t) if t is not None else None for t in df["tensor"]], dtype="Int64")
         return df
 
     @property

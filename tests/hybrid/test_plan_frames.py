@@ -35,6 +35,9 @@ def test_given_the_graph_every_compute_event_names_the_implementation_it_runs() 
         op = g.op(op_id)
         assert impl == op.implementations[op.default_impl].name
     assert named.loc[~compute, "impl"].isna().all()
+    copies = named[named["kind"].isin(["swap_in", "swap_out"])]
+    assert len(copies) and all(b == g.tensor(t).bytes for t, b in zip(copies["tensor"], copies["bytes"]))
+    assert named.loc[compute, "bytes"].isna().all() and "bytes" not in bare.columns
 
 
 def test_a_frame_of_another_graphs_plan_is_refused_in_one_line() -> None:
