@@ -334,8 +334,12 @@ def frame(rows: list[dict], graph: Graph, recompute: bool = True) -> pd.DataFram
     """The rows as the table: plans, then points, then bounds, each by memory. A bound row has its bound in
     `bound_s` (and `bound/ideal`), its `makespan_s` empty; `bound_s` on a plan row is the bound at that memory
     that holds for the sweep's plans (with recompute, or swap only where `recompute` is False), on a point row
-    the with-recompute bound (it holds for every plan), where the sweep computed it."""
+    the with-recompute bound (it holds for every plan), where the sweep computed it. Plan rows `monotone` has not
+    seen get their `best_s` here (a frame of `sweep(...).rows` had it empty, an object column of None)."""
+    if any(r["kind"] == "plan" and r.get("best_s") is None for r in rows):
+        rows = monotone([dict(r) for r in rows])
     df = pd.DataFrame(rows, columns=COLUMNS)
+    df["best_s"] = df["best_s"].astype(float)
     curve = {rc: {r["memory_bytes"]: r["bound_s"] for r in rows
                   if r["kind"] == "bound" and r["label"].endswith(end)}
              for rc, end in ((True, "with recompute"), (False, "swap only"))}

@@ -78,6 +78,18 @@ def test_a_slower_plan_at_more_memory_says_why_and_best_takes_the_faster() -> No
     assert "slower than the plan at 200 B" in out[3]["note"] and out[2]["note"] == "" and out[4]["note"] == ""
 
 
+def test_a_frame_of_rows_monotone_has_not_seen_gets_their_best() -> None:
+    """`frame(sweep(...).rows, g)` without `monotone` gave best_s as an object column of None (a pandas user's
+    review); rows monotone has seen keep their notes (it is not applied twice)."""
+    g, _ = small_training()
+    rows = [fr._row("plan", "optimize", m, t, 1.0) for m, t in ((100, 3.0), (200, 2.0), (300, 2.5))]
+    df = fr.frame(rows, g)
+    assert df["best_s"].dtype == float and list(df["best_s"]) == [3.0, 2.0, 2.0]
+    assert df["note"].str.count("slower than the plan at 200 B").tolist() == [0, 0, 1]
+    again = fr.frame(fr.monotone([dict(r) for r in rows]), g)
+    assert again["note"].str.count("slower than the plan at 200 B").tolist() == [0, 0, 1]
+
+
 def test_ctrl_c_keeps_the_points_done() -> None:
     g, dev = small_training(8, seed=1)
     lo, peak = fr.memory_range(g, dev)
