@@ -153,14 +153,13 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
     first = 1 if len(records) > 1 else 0
     use = records[first:]
     replayed = [r for r in use if r.graphed]
-    # A graph's first launch uploads it; leave those out where later replays exist (`counted`).
-    graphed = [r for r in replayed if not r.first_replay] or replayed
+    chosen = [r for r, c in zip(records, counted(records)) if c]   # what the medians count
     # Node times come from the iterations issued node by node (graph replays have none); past the first if any.
     issued = [r for r in records if not r.graphed]
     issued = issued[1:] if len(issued) > 1 else issued
     timed = [r for r in issued if r.start is not None]
-    wall = statistics.median(r.wall_s for r in (graphed or use))
-    mk = statistics.median(r.makespan_s for r in (graphed or use))
+    wall = statistics.median(r.wall_s for r in chosen)
+    mk = statistics.median(r.makespan_s for r in chosen)
     sim = float(program.plan.makespan_s)
     resim = None
     if timed:

@@ -739,7 +739,6 @@ def _workspaces_aside(graph: Graph, device: Device, time_limit_s: float | str, o
     from hybrid.swap.to_plan import on_device
     from hybrid.validator import validate
 
-    _check_arguments(graph, device, options, progress)
     bare, smaller, aside = workspaces_aside_problem(graph, device)
     mapped: dict[int, "Plan"] = {}
 

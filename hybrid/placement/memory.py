@@ -55,7 +55,8 @@ class Budget:
         return p.gpu_bytes <= self.usable_bytes
 
 
-def _score(p: Placement, objective: str) -> float:
+def score(p: Placement, objective: str) -> float:
+    """What a placement is judged by: its latency, or its pipelined period for throughput."""
     return p.latency_s if objective == LATENCY else p.period_s
 
 
@@ -86,7 +87,7 @@ def repair(pg: PartGraph, start: Placement, link: Link, budget: Budget, objectiv
             freed = cur.gpu_bytes - cand.gpu_bytes
             if freed <= 0:
                 continue
-            key = (_score(cand, objective) - _score(cur, objective)) / freed
+            key = (score(cand, objective) - score(cur, objective)) / freed
             if best is None or key < best[0]:
                 best = (key, p, cand)
         if best is None:

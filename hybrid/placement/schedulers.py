@@ -30,7 +30,7 @@ from hybrid.placement import chain as chain_mod
 from hybrid.placement.chain import CPU, GPU, ChainCosts, Link
 from hybrid.placement.cpsat import Hint, solve_latency, solve_period
 from hybrid.placement.heft import TaskGraph, heft as heft_schedule
-from hybrid.placement.memory import Budget, DoesNotFit, cut, floor, repair
+from hybrid.placement.memory import Budget, DoesNotFit, cut, floor, repair, score
 from hybrid.placement.partition import HOST, PartGraph
 from hybrid.placement.timing import D2H_LANE, H2D_LANE, Placement, evaluate, period, simulate_placement, to_plan
 
@@ -39,10 +39,6 @@ SCHEDULERS = ("all-cpu", "all-gpu", "greedy", "heft", "exact")
 THROUGHPUT_SCHEDULERS = ("greedy", "exact")   # the schedulers that place for --objective throughput
 LAYOUT_TRIES = 2     # re-placements with less memory when a placement that fits has no arena layout
 MEMORY_ROUNDS = 8   # CP-SAT solves under memory: each excludes the last placement (it did not fit), lowers the cap
-
-
-def _score(p: Placement, objective: str) -> float:
-    return p.latency_s if objective == LATENCY else p.period_s
 
 
 def all_on(pg: PartGraph, link: Link, dev: str, memory: Budget | None = None) -> Placement:
@@ -82,7 +78,7 @@ def _flips(pg: PartGraph, best: Placement, link: Link, objective: str, rounds: i
                 return best
             devs[p] = GPU if devs[p] == CPU else CPU
             cand = evaluate(pg, devs, link, best.scheduler, best.priority, status=best.status, extra=best.extra)
-            if (memory is None or memory.fits(cand)) and _score(cand, objective) < _score(best, objective) - 1e-15:
+            if (memory is None or memory.fits(cand)) and score(cand, objective) < score(best, objective) - 1e-15:
                 best, gained = cand, True
             else:
                 devs[p] = GPU if devs[p] == CPU else CPU
@@ -193,7 +189,7 @@ def _exact_within(pg: PartGraph, link: Link, objective: str, time_limit_s: float
     if hint is not None and memory.fits(hint):
         found.append(dataclasses.replace(hint, scheduler="exact", status="feasible",
                                          extra={"method": f"{hint.scheduler} (CP-SAT found none better that fits)"}))
-    best = min(found, key=lambda p: _score(p, objective))   # ties: the solver's
+    best = min(found, key=lambda p: score(p, objective))   # ties: the solver's
     return best if best.status == "optimal" else _flips(pg, best, link, objective, 3, memory, deadline)
 
 

@@ -142,9 +142,8 @@ def require_figures_of(graph: Graph, plan: Plan) -> None:
     """A plan read against `graph` by a table or summary (`event_figures`, `Plan.events_frame(graph)`): the types
     and the graph it names, else one line. Another graph's plan read as 0 bytes for every tensor it does not
     have (a ResNet plan against an MLP: peak 0, its bound ratio 51x instead of 2.7x)."""
-    require_instance("graph", graph, Graph, "hybrid.graph.Graph (Graph.load(path))")
     require_instance("plan", plan, Plan, "hybrid.plan.Plan (Plan.load(path))")
-    require_plan_of(graph, plan, "the plan", f"graph {graph.name!r}")
+    plan.require_graph(graph, "the table")
 
 
 def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:

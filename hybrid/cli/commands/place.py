@@ -155,7 +155,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     from hybrid.device import resolve_device
     from hybrid.files import write_whole
     from hybrid.placement.costs import recost, with_profiles
-    from hybrid.placement.memory import Budget, DoesNotFit, floor, not_even_floor
+    from hybrid.placement.memory import Budget, DoesNotFit, floor, not_even_floor, score
     from hybrid.placement.partition import part_graph, parts_table, require_inference
     from hybrid.placement.schedulers import SCHEDULERS, THROUGHPUT_SCHEDULERS, all_on, place
     from hybrid.placement.timing import link_of, to_plan
@@ -244,8 +244,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
     binds = binds or any(p.extra.get("memory_binds") for p in placed.values())
     # the fastest placed, exact's on a tie: exact is never slower than greedy with its time, but a stop or the
     # time limit can leave its greedy hint uncorrected while greedy's own row had the time
-    chosen = min(placed.values(), key=lambda p: (p.latency_s if objective == "latency" else p.period_s,
-                                                 p.scheduler != "exact"))
+    chosen = min(placed.values(), key=lambda p: (score(p, objective), p.scheduler != "exact"))
     plan = to_plan(pg, chosen, dev, link)
     arena = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
     if binds and isinstance(arena, dict) and arena.get("laid_out") is False:   # `place` re-places to avoid this
