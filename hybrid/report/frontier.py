@@ -1,7 +1,8 @@
 """Step time against memory: `hybrid optimize`'s written plan at each memory of a sweep, the lower bounds as a
 curve, and other graphs' plans as points (`hybrid frontier`) — the picture to look at before choosing a memory.
 
-One table (a pandas DataFrame, one row per point) with a `kind` column:
+One table (a pandas DataFrame, one row per point) with a `kind` column; `usable_bytes` (and `usable_MiB`) is
+the memory a row's plan may fill, `Device.usable_bytes` (the device's memory less its reserve):
 
 - `plan`: `hybrid.pipeline.run_optimize` at one memory (the bytes a plan may fill, the device's reserve kept
   aside), within `time_limit_s` per point; its makespan, and `best_s`, the fastest plan of the sweep that fits
@@ -37,7 +38,7 @@ from hybrid.units import checked_bytes, format_bytes, format_seconds
 
 DEFAULT_STEPS = 10        # memories in the default sweep, both ends included
 BOUND_STEPS = 33          # memories of the bound curve (the sweep's are added)
-COLUMNS = ["kind", "label", "memory_bytes", "memory_MiB", "makespan_s", "best_s", "ideal_s", "makespan/ideal",
+COLUMNS = ["kind", "label", "usable_bytes", "usable_MiB", "makespan_s", "best_s", "ideal_s", "makespan/ideal",
            "bound_s", "bound/ideal", "peak_bytes", "planner", "laid_out", "interrupted", "seconds", "note", "plan"]
 PLAN_FILE = re.compile(r"^plan-[0-9.]+(MiB)?\.json$")   # a sweep's plan file (plan-<bytes>.json before MiB names)
 
@@ -154,7 +155,7 @@ class Sweep:
 def _row(kind: str, label: str, memory: int, makespan: float = float("nan"), ideal: float = float("nan"),
          **extra: object) -> dict:
     row = {c: None for c in COLUMNS}
-    row.update(kind=kind, label=label, memory_bytes=int(memory), memory_MiB=memory / 2**20, makespan_s=makespan,
+    row.update(kind=kind, label=label, usable_bytes=int(memory), usable_MiB=memory / 2**20, makespan_s=makespan,
                ideal_s=ideal, bound_s=float("nan"), interrupted=False, note="")
     row["makespan/ideal"] = makespan / ideal if ideal and ideal > 0 else float("nan")
     row.update(extra)
@@ -255,10 +256,10 @@ def monotone(rows: list[dict]) -> list[dict]:
     own plan is slower than that, its note names the faster plan: more memory is never slower in the table, or
     the row says why."""
     best, best_mem = float("inf"), None
-    for row in sorted((r for r in rows if r["kind"] == "plan"), key=lambda r: r["memory_bytes"]):
+    for row in sorted((r for r in rows if r["kind"] == "plan"), key=lambda r: r["usable_bytes"]):
         t = row["makespan_s"]
         if t is not None and np.isfinite(t) and t < best:
-            best, best_mem = float(t), row["memory_bytes"]
+            best, best_mem = float(t), row["usable_bytes"]
         row["best_s"] = best if np.isfinite(best) else float("nan")
         if t is not None and np.isfinite(t) and t > best:
             cause = ("what this point's run gave up or left out (above)" if row.get("gave_up") else
@@ -340,16 +341,16 @@ def frame(rows: list[dict], graph: Graph, recompute: bool = True) -> pd.DataFram
         rows = monotone([dict(r) for r in rows])
     df = pd.DataFrame(rows, columns=COLUMNS)
     df["best_s"] = df["best_s"].astype(float)
-    curve = {rc: {r["memory_bytes"]: r["bound_s"] for r in rows
+    curve = {rc: {r["usable_bytes"]: r["bound_s"] for r in rows
                   if r["kind"] == "bound" and r["label"].endswith(end)}
              for rc, end in ((True, "with recompute"), (False, "swap only"))}
     df["bound_s"] = [b if k == "bound" else curve[recompute if k == "plan" else True].get(m, np.nan)
-                     for k, m, b in zip(df["kind"], df["memory_bytes"], df["bound_s"])]
+                     for k, m, b in zip(df["kind"], df["usable_bytes"], df["bound_s"])]
     df["bound_s"] = df["bound_s"].astype(float)
     ideal = df["ideal_s"].astype(float)
     df["bound/ideal"] = (df["bound_s"] / ideal).where(ideal > 0)
     df["kind"] = pd.Categorical(df["kind"], ["plan", "point", "bound"])
-    df = df.sort_values(["kind", "label", "memory_bytes"], kind="stable").reset_index(drop=True)
+    df = df.sort_values(["kind", "label", "usable_bytes"], kind="stable").reset_index(drop=True)
     df["kind"] = df["kind"].astype(str)
     df["interrupted"] = df["interrupted"].astype(bool)
     df.insert(0, "graph", graph.name)

@@ -46,34 +46,34 @@ def plot_frontier(df, path: Path, title: str) -> None:  # noqa: ANN001 - hybrid.
 
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
-    plans = df[df["kind"] == "plan"].sort_values("memory_bytes")
+    plans = df[df["kind"] == "plan"].sort_values("usable_bytes")
     ok = plans[plans["makespan_s"].notna()]
     if len(ok):
-        ax.plot(ok["memory_MiB"], ok["best_s"] * 1e3, drawstyle="steps-post", color="C0", label="fastest plan that fits")
+        ax.plot(ok["usable_MiB"], ok["best_s"] * 1e3, drawstyle="steps-post", color="C0", label="fastest plan that fits")
         mask = laid(ok)
         full = ok[mask]
         bare = ok[[not m for m in mask]]
         if len(full):
-            ax.plot(full["memory_MiB"], full["makespan_s"] * 1e3, "o", color="C0", label="hybrid optimize at this memory")
+            ax.plot(full["usable_MiB"], full["makespan_s"] * 1e3, "o", color="C0", label="hybrid optimize at this memory")
         if len(bare):
-            ax.plot(bare["memory_MiB"], bare["makespan_s"] * 1e3, "o", color="C0", markerfacecolor="none",
+            ax.plot(bare["usable_MiB"], bare["makespan_s"] * 1e3, "o", color="C0", markerfacecolor="none",
                     label="no arena offsets: compacts at run time")
         stopped = ok[ok["interrupted"].astype(bool)]
         if len(stopped):
-            ax.plot(stopped["memory_MiB"], stopped["makespan_s"] * 1e3, "x", color="C3", ms=9,
+            ax.plot(stopped["usable_MiB"], stopped["makespan_s"] * 1e3, "x", color="C3", ms=9,
                     label="interrupted: best plan before the stop")
             for _, r in stopped.iterrows():
-                ax.annotate("interrupted", (r["memory_MiB"], r["makespan_s"] * 1e3), textcoords="offset points",
+                ax.annotate("interrupted", (r["usable_MiB"], r["makespan_s"] * 1e3), textcoords="offset points",
                             xytext=(4, 6), fontsize=7, color="C3")
     for i, (label, part) in enumerate(df[df["kind"] == "bound"].groupby("label", sort=False)):
-        part = part.sort_values("memory_bytes")
-        ax.plot(part["memory_MiB"], part["bound_s"] * 1e3, "--", color=f"C{i + 1}", label=label)
+        part = part.sort_values("usable_bytes")
+        ax.plot(part["usable_MiB"], part["bound_s"] * 1e3, "--", color=f"C{i + 1}", label=label)
     ideal = df.loc[df["kind"] != "point", "ideal_s"].dropna()
     if len(ideal):
         ax.axhline(float(ideal.iloc[0]) * 1e3, color="grey", lw=0.8, ls=":", label="ideal (compute only)")
     points = df[df["kind"] == "point"]
     for i, ((_, r), full) in enumerate(zip(points.iterrows(), laid(points))):
-        ax.plot([r["memory_MiB"]], [r["makespan_s"] * 1e3], marker="s", ls="", color=f"C{i + 4}",
+        ax.plot([r["usable_MiB"]], [r["makespan_s"] * 1e3], marker="s", ls="", color=f"C{i + 4}",
                 markerfacecolor=None if full else "none",
                 label=r["label"] if full else f"{r['label']} (no arena offsets)")
     ax.set_xlabel("device memory a plan may fill (MiB)")

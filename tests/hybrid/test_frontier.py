@@ -39,13 +39,13 @@ def test_each_point_is_a_valid_plan_at_its_memory_never_faster_than_the_bound(tm
     lo, peak = fr.memory_range(g, dev)
     mems = [lo, (lo + peak) // 2, peak]
     done = fr.sweep(g, dev, mems, 60.0, _options(), plan_dir=tmp_path)
-    assert not done.interrupted and [r["memory_bytes"] for r in done.rows] == mems
+    assert not done.interrupted and [r["usable_bytes"] for r in done.rows] == mems
     rows = fr.monotone(done.rows) + fr.bound_rows(g, dev, mems)
     df = fr.frame(rows, g)
     plans = df[df["kind"] == "plan"]
     for _, r in plans.iterrows():
         plan = Plan.load(r["plan"])
-        assert plan.device.usable_bytes == r["memory_bytes"] and validate(g, plan).valid
+        assert plan.device.usable_bytes == r["usable_bytes"] and validate(g, plan).valid
         assert plan.makespan_s == r["makespan_s"]
         assert r["makespan_s"] >= r["bound_s"] * (1 - 1e-9)       # no plan beats the any-order bound
     assert plans["makespan_s"].iloc[-1] == pytest.approx(ideal_time(g))   # at the peak nothing is swapped
@@ -56,15 +56,15 @@ def test_each_point_is_a_valid_plan_at_its_memory_never_faster_than_the_bound(tm
     bounds = df[df["kind"] == "bound"]
     assert set(bounds["label"]) == {"lower bound, any order, with recompute", "lower bound, any order, swap only"}
     for label, part in bounds.groupby("label"):
-        b = part.sort_values("memory_bytes")["bound_s"].dropna().to_numpy()
+        b = part.sort_values("usable_bytes")["bound_s"].dropna().to_numpy()
         assert len(b) >= len(mems) and np.all(np.diff(b) <= 1e-12)       # a bound falls as memory grows
-    swap = bounds[bounds["label"].str.endswith("swap only")].set_index("memory_bytes")["bound_s"]
-    rc = bounds[bounds["label"].str.endswith("with recompute")].set_index("memory_bytes")["bound_s"]
+    swap = bounds[bounds["label"].str.endswith("swap only")].set_index("usable_bytes")["bound_s"]
+    rc = bounds[bounds["label"].str.endswith("with recompute")].set_index("usable_bytes")["bound_s"]
     assert (swap.dropna() >= rc.reindex(swap.dropna().index) * (1 - 1e-9)).all()
     # a bound row is no plan: its makespan is empty, so the fastest makespan at a memory is a plan's
     assert bounds["makespan_s"].isna().all() and bounds["makespan/ideal"].isna().all()
     assert np.allclose(bounds["bound/ideal"].dropna(), (bounds["bound_s"] / bounds["ideal_s"]).dropna())
-    fastest = df.groupby("memory_bytes")["makespan_s"].min().dropna()
+    fastest = df.groupby("usable_bytes")["makespan_s"].min().dropna()
     assert list(fastest.index) == mems and np.allclose(fastest.to_numpy(), plans["makespan_s"].to_numpy())
     assert list(plans["laid_out"]) == [False] * len(mems)    # _options() writes byte budgets (arena_s=None)
 
@@ -72,7 +72,7 @@ def test_each_point_is_a_valid_plan_at_its_memory_never_faster_than_the_bound(tm
 def test_a_slower_plan_at_more_memory_says_why_and_best_takes_the_faster() -> None:
     rows = [fr._row("plan", "optimize", m, t, 1.0) for m, t in ((100, 3.0), (200, 2.0), (300, 2.5), (400, 1.5))]
     rows.append(fr._row("plan", "optimize", 50, note="no plan fits: ..."))
-    out = sorted(fr.monotone(rows), key=lambda r: r["memory_bytes"])
+    out = sorted(fr.monotone(rows), key=lambda r: r["usable_bytes"])
     assert math.isnan(out[0]["best_s"]) and out[0]["note"].startswith("no plan fits")
     assert [r["best_s"] for r in out[1:]] == [3.0, 2.0, 2.0, 1.5]
     assert "slower than the plan at 200 B" in out[3]["note"] and out[2]["note"] == "" and out[4]["note"] == ""
@@ -101,7 +101,7 @@ def test_ctrl_c_keeps_the_points_done() -> None:
             raise KeyboardInterrupt   # the second point is about to start
 
     done = fr.sweep(g, dev, [lo, (lo + peak) // 2, peak], 60.0, _options(), say=say)
-    assert done.interrupted and len(done.rows) == 1 and done.rows[0]["memory_bytes"] == lo
+    assert done.interrupted and len(done.rows) == 1 and done.rows[0]["usable_bytes"] == lo
     with pytest.raises(KeyboardInterrupt):   # nothing done: nothing to keep
         fr.sweep(g, dev, [lo], 60.0, _options(), say=lambda m: (_ for _ in ()).throw(KeyboardInterrupt()))
 
@@ -123,14 +123,14 @@ def test_the_command_writes_csv_parquet_png_with_other_graphs_as_points(tmp_path
     assert (out / "frontier.png").stat().st_size > 0
     peak = unswapped_peak(g, dev.alignment_bytes)
     plans = df[df["kind"] == "plan"]
-    assert list(plans["memory_bytes"]) == [round(0.6 * peak), peak] and (plans["seed"] == 3).all()
+    assert list(plans["usable_bytes"]) == [round(0.6 * peak), peak] and (plans["seed"] == 3).all()
     assert (df["recompute"] == True).all() and (df["refine"] == "none").all()   # noqa: E712 - read back from CSV
     assert (df["generations"] == 1).all() and (df["device"] == g.device.name).all()
     assert (plans["laid_out"] == False).all()   # noqa: E712 - --no-arena: byte budgets, compacted at run time
     assert sorted(p.name for p in (out / "plans").iterdir()) == sorted(Path(p).name for p in plans["plan"])
     assert all(Path(p).name.endswith("MiB.json") for p in plans["plan"])
     pt = df[df["kind"] == "point"].iloc[0]
-    assert pt["label"] == "other" and pt["memory_bytes"] == unswapped_peak(other, dev.alignment_bytes)
+    assert pt["label"] == "other" and pt["usable_bytes"] == unswapped_peak(other, dev.alignment_bytes)
     assert pt["makespan_s"] == pytest.approx(ideal_time(other))
     assert "[1/2]" in r.stderr and "[2/2]" in r.stderr
     assert pt["note"] in r.stdout   # the point is in the printed table too, not only in the CSV and the plot
@@ -198,7 +198,7 @@ def test_a_plan_point_is_validated_and_placed_by_its_events(tmp_path) -> None:
     raw["metrics"]["peak_bytes"] = 1                     # a stated figure the validator only notes
     (tmp_path / "peak.json").write_text(json.dumps(raw))
     row = fr.point_row(tmp_path / "peak.json", g, dev)
-    assert row["memory_bytes"] == row["peak_bytes"] == event_figures(g, plan)["peak_bytes"] > 1
+    assert row["usable_bytes"] == row["peak_bytes"] == event_figures(g, plan)["peak_bytes"] > 1
     raw["metrics"]["ideal_s"] = 1e-9                     # the ideal is checked (rule 7): refused, not plotted
     (tmp_path / "ideal.json").write_text(json.dumps(raw))
     with pytest.raises(InvalidPlanError, match="ideal_s"):
@@ -272,11 +272,11 @@ def test_a_swap_only_sweep_records_its_settings_and_its_bound(tmp_path) -> None:
     assert (df["recompute"] == False).all() and (df["refine"] == "none").all()   # noqa: E712
     assert df["generations"].isna().all() and (df["device"] == g.device.name).all()
     assert (df["seed"] == 4).all() and (df["time_limit_per_point_s"] == 1.0).all()
-    swap = df[df["label"] == "lower bound, any order, swap only"].set_index("memory_bytes")["bound_s"]
-    rc = df[df["label"] == "lower bound, any order, with recompute"].set_index("memory_bytes")["bound_s"]
+    swap = df[df["label"] == "lower bound, any order, swap only"].set_index("usable_bytes")["bound_s"]
+    rc = df[df["label"] == "lower bound, any order, with recompute"].set_index("usable_bytes")["bound_s"]
     plans = df[df["kind"] == "plan"]
-    assert list(plans["bound_s"]) == list(swap[plans["memory_bytes"]])
-    assert any(swap[m] > rc[m] for m in plans["memory_bytes"])   # the two bounds differ here: the test tells
+    assert list(plans["bound_s"]) == list(swap[plans["usable_bytes"]])
+    assert any(swap[m] > rc[m] for m in plans["usable_bytes"])   # the two bounds differ here: the test tells
     for _, row in plans.iterrows():
         assert row["makespan_s"] >= row["bound_s"] * (1 - 1e-9)
 
@@ -338,7 +338,7 @@ def test_a_rerun_replaces_only_the_plans_its_previous_table_lists(tmp_path, monk
     assert {p.name for p in (out / "plans").iterdir()} == left
 
     listed_plan = out / "plans" / sorted(listed)[0]     # a point the sweep would write its own plan over
-    mem = next(m for m, n in fr.plan_names([int(x) for x in df.loc[df["kind"] == "plan", "memory_bytes"]]).items()
+    mem = next(m for m, n in fr.plan_names([int(x) for x in df.loc[df["kind"] == "plan", "usable_bytes"]]).items()
                if n == listed_plan.name)
     r = _cli("--graph", tmp_path / "g.json", "--memories", f"{mem}B", "--points", listed_plan, "--out", out,
              *_quick())
@@ -400,6 +400,6 @@ def test_the_plot_marks_plans_without_offsets_and_interrupted_points(monkeypatch
     hollow = [ln for ln in ax.get_lines() if ln.get_label() == "no arena offsets: compacts at run time"][0]
     assert hollow.get_markerfacecolor() == "none" and list(hollow.get_ydata()) == [3000.0]
     assert [t.get_text() for t in ax.texts] == ["interrupted"]
-    assert ax.texts[0].xy == (df.loc[df["interrupted"], "memory_MiB"].iloc[0], 2000.0)
+    assert ax.texts[0].xy == (df.loc[df["interrupted"], "usable_MiB"].iloc[0], 2000.0)
     bound = [ln for ln in ax.get_lines() if ln.get_label() == "lower bound, any order, with recompute"][0]
     assert np.isfinite(bound.get_ydata()).any()          # drawn from bound_s

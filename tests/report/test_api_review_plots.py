@@ -70,13 +70,13 @@ def test_the_serve_and_frontier_figures_leave_the_backend_alone(svg_backend: str
     plot_latency(lat, tmp_path / "lat.png", "latency", notes={"a": "the ideal"}, footnote="times leave out x")
     assert matplotlib.get_backend() == svg_backend
     front = pd.DataFrame([
-        {"kind": "plan", "label": "optimize", "memory_bytes": 2**20, "memory_MiB": 1.0, "makespan_s": 0.02,
+        {"kind": "plan", "label": "optimize", "usable_bytes": 2**20, "usable_MiB": 1.0, "makespan_s": 0.02,
          "best_s": 0.02, "bound_s": 0.01, "ideal_s": 0.01, "laid_out": True, "interrupted": False},
-        {"kind": "plan", "label": "optimize", "memory_bytes": 2**21, "memory_MiB": 2.0, "makespan_s": 0.015,
+        {"kind": "plan", "label": "optimize", "usable_bytes": 2**21, "usable_MiB": 2.0, "makespan_s": 0.015,
          "best_s": 0.015, "bound_s": 0.01, "ideal_s": 0.01, "laid_out": False, "interrupted": True},
-        {"kind": "bound", "label": "lower bound", "memory_bytes": 2**20, "memory_MiB": 1.0, "makespan_s": None,
+        {"kind": "bound", "label": "lower bound", "usable_bytes": 2**20, "usable_MiB": 1.0, "makespan_s": None,
          "best_s": None, "bound_s": 0.01, "ideal_s": 0.01, "laid_out": None, "interrupted": False},
-        {"kind": "point", "label": "other", "memory_bytes": 2**21, "memory_MiB": 2.0, "makespan_s": 0.012,
+        {"kind": "point", "label": "other", "usable_bytes": 2**21, "usable_MiB": 2.0, "makespan_s": 0.012,
          "best_s": None, "bound_s": None, "ideal_s": 0.01, "laid_out": None, "interrupted": False},
     ])
     plot_frontier(front, tmp_path / "front.svg", "frontier")

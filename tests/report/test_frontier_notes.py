@@ -37,9 +37,9 @@ def test_an_arena_plan_given_as_a_point_sits_at_the_memory_its_arena_needs(tmp_p
         assert plan.allocation.kind == kind
         row = point_row(out, g, plan.device)
         peak = event_figures(g, plan)["peak_bytes"]
-        assert row["memory_bytes"] == memory_needed(g, plan) and row["peak_bytes"] == peak
+        assert row["usable_bytes"] == memory_needed(g, plan) and row["peak_bytes"] == peak
         if kind == "arena":
-            assert row["memory_bytes"] >= plan.allocation.arena_bytes > peak
+            assert row["usable_bytes"] >= plan.allocation.arena_bytes > peak
             assert "needs with the largest workspace" in row["note"]
         else:
-            assert row["memory_bytes"] == peak
+            assert row["usable_bytes"] == peak

@@ -61,7 +61,8 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
              bound_s; a plan row's bound_s is the one that holds for it (swap only with --no-recompute)
       point  each --points file: a graph at its unswapped peak and compute time, a plan of --graph at its peak
              and makespan
-    Each row also records the sweep's seed, time_limit_per_point_s, recompute, refine, generations and device.
+    usable_bytes is the memory a row's plan may fill (--reserve kept aside: unlike compare's memory_bytes,
+    the device's). Each row also records the sweep's seed, time_limit_per_point_s, recompute, refine, generations and device.
     frontier.png draws them. Progress goes to stderr, a line per memory. Ctrl-C or SIGTERM stops the point
     being searched with its best plan so far and writes the points done (exit 130 or 143). Where no plan fits
     at any memory of the sweep, the table is written and the command exits 1.
@@ -119,8 +120,7 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
     with deferred_interrupts():
         if not done.plans:   # the sweep saved none, so removed none: the new table lists none of them
             fr.remove_plans(stale)
-        rows = fr.monotone(done.rows) + points + fr.bound_rows(graph, device, mems)
-        df = fr.frame(rows, graph, recompute)
+        df = fr.frame(done.rows + points + fr.bound_rows(graph, device, mems), graph, recompute)   # best_s: monotone
         df["seed"] = seed
         df["time_limit_per_point_s"] = per_point_s
         df["recompute"] = recompute
@@ -129,7 +129,7 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
         df["device"] = device.name
         paths = write(df, out_dir, f"{graph.name}: step time against memory ({format_seconds(per_point_s)} a point)")
     plans = df[df["kind"].isin(["plan", "point"])]   # the sweep's plans, then the --points (as in the CSV)
-    shown = plans.assign(memory=plans["memory_bytes"].map(format_bytes), makespan_ms=plans["makespan_s"] * 1e3,
+    shown = plans.assign(memory=plans["usable_bytes"].map(format_bytes), makespan_ms=plans["makespan_s"] * 1e3,
                          best_ms=plans["best_s"] * 1e3, bound_ms=plans["bound_s"] * 1e3)
     click.echo(shown[["memory", "makespan_ms", "best_ms", "bound_ms", "makespan/ideal", "note"]]
                .to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
