@@ -14,23 +14,16 @@ import numpy as np
 from hybrid.graph import DEFAULT_IMPL, Graph
 from hybrid.plan import ArenaAllocation, Event, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.plan.events import COMPUTE, FREE, KIND_CODE, SWAP_IN, SWAP_OUT  # noqa: F401 (rules import them here)
-from hybrid.units import MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, format_bytes
+from hybrid.units import MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, format_bytes, format_seconds
 from hybrid.validator.report import Found, Violation
 
 NO_EVENT = -1
 
 
 def fmt_t(x: float) -> str:
-    """A time in a finding: in s, ms, us or ns as summaries print times, with 12 significant digits, enough to
-    tell apart two times that the tolerance (1e-9 of the makespan, at least 1 ns) parts. The unit is chosen on
-    the rounded value (0.9999999999 s reads 999.9999999 ms, not 1000 ms)."""
-    x = float(x)
-    if x == 0 or not math.isfinite(x):
-        return f"{x:g} s"
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
-        if float(f"{abs(x) / scale:.12g}") >= 1:
-            return f"{x / scale:.12g} {unit}"
-    return f"{x * 1e9:.12g} ns"
+    """A time in a finding: `format_seconds` with 12 significant digits, enough to tell apart two times that
+    the tolerance (1e-9 of the makespan, at least 1 ns) parts."""
+    return format_seconds(x, 12)
 
 
 @dataclass
