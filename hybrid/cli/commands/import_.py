@@ -5,16 +5,10 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.options import DEVICE_KEYS, device_options, given, prepare_output, share_of_peak
-from hybrid.device import resolve_device
+from hybrid.cli.options import DEVICE_KEYS, device_from, device_options, given, prepare_output
 from hybrid.errors import HybridError
 from hybrid.graph.importers.checkmate import load_checkmate
-from hybrid.units import format_seconds, parse_share
-
-
-def _flags(kw: dict) -> dict:
-    """The device flags as `resolve_device`'s keyword arguments."""
-    return {"name": kw["device_name"], **{k: kw[k] for k in DEVICE_KEYS if k != "device_name"}}
+from hybrid.units import format_seconds
 
 
 @click.group("import")
@@ -37,15 +31,9 @@ def checkmate(file: Path, time_unit: str, scale_to: str | None, name: str | None
     if scale_to is not None and given("time_unit"):
         raise HybridError("give --time-unit or --scale-to, not both: --scale-to sets the time scale itself")
     prepare_output(out_path, "--out")
-    device = None
-    if any(kw.get(k) is not None for k in DEVICE_KEYS):
-        share = parse_share(kw["memory"], "--memory")
-        if share is not None:   # a share of the imported graph's unswapped peak (at the device's alignment)
-            bare = load_checkmate(file, time_unit, scale_to, None, name)
-            kw["memory"] = share_of_peak(bare, share, resolve_device(None, **{**_flags(kw), "memory": None}),
-                                         kw["memory"], keep_reserve=kw["reserve"] is not None)
-        device = resolve_device(None, **_flags(kw))
-    g = load_checkmate(file, time_unit, scale_to, device, name)
+    g = load_checkmate(file, time_unit, scale_to, None, name)
+    if any(kw.get(k) is not None for k in DEVICE_KEYS):   # --memory 50%: a share of this graph's unswapped peak
+        g.device = device_from(None, kw, peak_of=g)
     g.save(out_path)
     compute = sum(o.time_s for o in g.ops)
     click.echo(f"wrote {out_path}: {len(g.ops)} ops, {len(g.tensors)} tensors, compute {format_seconds(compute)}")
