@@ -106,6 +106,14 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    def frame(self) -> "pd.DataFrame":  # noqa: F821 - pandas, a core dependency
+        """The summary as a one-row DataFrame, nested figures flattened with dots (`busy_s.compute`,
+        `memory.pool.peak_live_bytes`, `outside_by_target.<aten target>`): `pd.concat` of several runs' frames sets
+        them side by side (a column a run lacks is empty)."""
+        import pandas as pd
+
+        return pd.json_normalize(self.to_json(), sep=".")
+
 
 def _stream_of(program: Program) -> np.ndarray:
     return np.array([st.stream for st in program.steps], dtype=np.int64)

@@ -79,6 +79,11 @@ class Baselines:
     plans: dict[str, "Plan"] = field(default_factory=dict)   # the baselines laid out as the written plan is
     written_row: int = -1      # the row of the plan written (by position: labels differ with the flow)
 
+    def written_rows(self) -> list[dict]:
+        """The rows, each with `written`: True on the written plan's row alone (its label differs with the flow:
+        "optimize", "optimize, written (exact offsets)", a baseline written instead)."""
+        return [{**r, "written": i == self.written_row} for i, r in enumerate(self.rows)]
+
 
 @dataclass(repr=False)
 class OptimizeResult:
@@ -131,14 +136,15 @@ class OptimizeResult:
     def frame(self, graph: "Graph | None" = None) -> "pd.DataFrame":  # noqa: F821 - pandas, a core dependency
         """The summary table as a DataFrame, one row a plan, the columns `hybrid optimize --json` gives its
         baselines (seconds and bytes): with `baselines=True` the baseline and optimize rows, else the written
-        plan's row alone (with `graph`, its stall, bytes and peak from its events and its bounds)."""
+        plan's row alone (with `graph`, its stall, bytes and peak from its events and its bounds). `written` is
+        True on the written plan's row, whichever its label: `df[df.written]` selects it in both forms."""
         import pandas as pd
 
         from hybrid.pipeline.rows import plan_row
 
         if self.baselines is not None:
-            return pd.DataFrame(self.baselines.rows)
-        return pd.DataFrame([plan_row("optimize, written", self.plan, graph, self.bounds or None)])
+            return pd.DataFrame(self.baselines.written_rows())
+        return pd.DataFrame([{**plan_row("optimize, written", self.plan, graph, self.bounds or None), "written": True}])
 
     def difference(self) -> str:
         """One plain line on why the written plan is not the search's best, and at what cost; '' when it is."""

@@ -62,7 +62,7 @@ def optimize_json(res, wall_s: float) -> dict:  # noqa: ANN001 - hybrid.pipeline
            "difference": res.difference(), "skipped": list(res.skipped), "time_limit_s": res.budget.total_s,
            "reserve_s": res.budget.reserve_s, "timings": dict(vars(res.timings))}
     if res.baselines is not None:
-        out["baselines"] = res.baselines.rows
+        out["baselines"] = res.baselines.written_rows()   # `written`: the written plan's row
         out["baseline_notes"] = res.baselines.notes
     return out
 

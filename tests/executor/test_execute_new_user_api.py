@@ -271,6 +271,16 @@ def test_an_executions_iterations_as_a_table(tiny: tuple[Any, Any]) -> None:
     # the warm-up iteration is marked: the counted rows' median is the summary's (a user's median disagreed)
     assert list(df["counted"]) == [False] + [True] * (ITERS - 1)
     assert df[df["counted"]]["wall_s"].median() == res.summary.wall_s
+    # the summary as one row, nested figures flattened: two runs side by side
+    row = res.summary.frame()
+    assert len(row) == 1 and row.loc[0, "wall_s"] == res.summary.wall_s
+    assert row.loc[0, "memory.pool.peak_live_bytes"] == res.summary.memory["pool"]["peak_live_bytes"]
+    assert row.loc[0, "busy_s.compute"] == res.summary.busy_s["compute"]
+    assert not any(isinstance(v, (dict, list)) for v in row.iloc[0])   # flat: every cell a figure
+    import pandas as pd
+
+    both = pd.concat([row, res.summary.frame()], ignore_index=True)
+    assert len(both) == 2 and list(both.columns) == list(row.columns)
 
 
 # ---- a check's mismatch warned from Python; the reference binds the batch and state as the run does ----------

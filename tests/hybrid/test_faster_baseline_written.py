@@ -33,6 +33,7 @@ def test_a_faster_laid_out_baseline_is_written_and_said() -> None:
     assert res.plan.planner["written_instead_of"]["makespan_s"] == slow.makespan_s
     assert validate(g, res.plan).valid and res.plan.events == fast.events
     assert [r["plan"] for r in res.baselines.rows] == ["belady", "optimize, laid out (not written)"]
+    assert list(res.frame()["written"]) == [True, False]   # the table marks the baseline's row as the written one
     assert res.baselines.notes[-1].startswith("belady's plan, laid out as the search's is, is faster")
     assert "the belady baseline, laid out the same way, was faster and is written" in res.difference()
 

@@ -27,6 +27,12 @@ def test_frame_is_the_json_tables_rows(found) -> None:
     assert df.loc[df["plan"] == "belady", "makespan_s"].iloc[0] == belady["makespan_s"]
     alone = type(r)(**{**vars(r), "baselines": None}).frame(g)
     assert len(alone) == 1 and alone["makespan_s"].iloc[0] == r.plan.makespan_s and alone["peak_bytes"].iloc[0] > 0
+    # the written plan's row is selected the same way in both forms (its label differs: "optimize", "optimize,
+    # written (exact offsets)", "optimize, written")
+    for table in (df, alone):
+        mine = table[table["written"]]
+        assert len(mine) == 1 and mine["makespan_s"].iloc[0] == r.plan.makespan_s
+    assert [row["written"] for row in optimize_json(r, 0.0)["baselines"]] == list(df["written"])
 
 
 def test_summary_is_the_commands_text(found) -> None:
