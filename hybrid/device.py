@@ -15,6 +15,10 @@ DEFAULT_ALIGNMENT = 512     # a device that states none: CUDA's allocation granu
 EXECUTOR_MIN_ALIGNMENT = 64  # the executor runs plans of at least this: PyTorch's CPU kernels need it to match eager
 
 
+DEVICE_FIELDS = ("name", "memory_bytes", "h2d_bytes_per_s", "d2h_bytes_per_s", "transfer_latency_s",
+                 "alignment_bytes", "reserve_bytes")   # what a device file states and this reader knows
+
+
 @dataclass(frozen=True)
 class Device:
     """What a plan is made for: device memory and the PCIe link to host memory."""
@@ -33,6 +37,9 @@ class Device:
     # Whether the file left alignment_bytes out (it then has DEFAULT_ALIGNMENT): not part of the device (not
     # compared, not written), only so that a size check failing by the rounding can say where the 512 came from.
     alignment_default: bool = field(default=False, compare=False, repr=False)
+    # Fields of the file this reader does not know (the format allows them): written back as read, as a plan's,
+    # an op's and a tensor's are; not part of the device (not compared).
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Every field finite and in range (hybrid.units' limits), however the device was made: a NaN or an
@@ -67,8 +74,8 @@ class Device:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        del d["alignment_default"]
-        return d
+        del d["alignment_default"], d["extra"]
+        return {**{k: v for k, v in self.extra.items() if k not in d}, **d}
 
     def default_alignment_hint(self, fits_unrounded: bool = True, flag: bool = False) -> str:
         """Where a size check fails: why the rounding (to a default alignment the device did not state) applies
@@ -108,6 +115,7 @@ class Device:
                 reserve_bytes=checked_number(d.get("reserve_bytes", 0), f"{where}.reserve_bytes", lo=0,
                                              hi=MAX_BYTES, integer=True),
                 alignment_default="alignment_bytes" not in d,
+                extra={k: v for k, v in d.items() if k not in DEVICE_FIELDS},
             )
         except FormatError:
             raise

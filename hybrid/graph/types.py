@@ -225,12 +225,15 @@ class Graph:
         import difflib
 
         out: list[str] = []
+        from hybrid.device import DEVICE_FIELDS
+
+        devices = [self.device] if self.device is not None else []
         for known, items, noun in ((_TENSOR_FIELDS, self.tensors, "tensor"), (_OP_FIELDS, self.ops, "op"),
-                                   (_GRAPH_FIELDS, [self], "graph")):
+                                   (_GRAPH_FIELDS, [self], "graph"), (set(DEVICE_FIELDS), devices, "device")):
             first: dict[str, str] = {}
             for item in items:
                 for key in item.extra:
-                    first.setdefault(key, getattr(item, "id", self.name))
+                    first.setdefault(key, getattr(item, "id", getattr(item, "name", self.name)))
             for key, where in first.items():
                 close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=MISSPELT_CUTOFF)
                 if close and key not in known and not _deliberate(key, close[0], known):

@@ -194,3 +194,32 @@ def test_fields_named_on_purpose_beside_a_read_one_are_not_taken_for_typos() -> 
     d["ops"][3]["tme_s"] = 1
     assert [line.split(": ")[1] for line in Graph.from_json(d).misspelt_fields()] == [
         "field 'tme_s' is not read (did you mean 'time_s'?); extra fields are ignored"]
+
+
+def test_a_devices_extra_fields_are_written_back_and_a_near_miss_is_named(tmp_path) -> None:
+    """A device's fields this reader does not know are kept through a save (a plan's, an op's and a tensor's
+    were; the device's were dropped), are not part of the device, and a near miss of a read field (a reserve
+    read as 0) is named like an op's."""
+    import json
+    from dataclasses import replace
+
+    from hybrid.device import Device
+    from hybrid.graph import Graph
+    from hybrid.swap.baselines import run_baseline
+    from hybrid.plan import Plan
+    from tests.cli.helpers import RESNET
+
+    d = json.loads(open(RESNET).read())
+    d["device"].pop("reserve_bytes", None)
+    d["device"]["pcie_gen"] = 4
+    d["device"]["reserv_bytes"] = 1 << 20   # a typo: the device has no reserve
+    g = Graph.from_json(d)
+    assert g.device.extra == {"pcie_gen": 4, "reserv_bytes": 1 << 20} and g.device.reserve_bytes == 0
+    assert g.device == Device.from_json({k: v for k, v in d["device"].items() if k not in ("pcie_gen", "reserv_bytes")})
+    assert [line.split(": ", 1)[1] for line in g.misspelt_fields()] == [
+        "field 'reserv_bytes' is not read (did you mean 'reserve_bytes'?); extra fields are ignored"]
+    g.save(tmp_path / "g.json")
+    assert json.loads((tmp_path / "g.json").read_text())["device"]["pcie_gen"] == 4
+    plan = run_baseline(g, replace(g.device, memory_bytes=2 * g.device.memory_bytes), "belady")
+    plan.save(tmp_path / "p.json")
+    assert Plan.load(tmp_path / "p.json").device.extra["pcie_gen"] == 4   # replace() keeps them too
