@@ -82,3 +82,21 @@ def test_validate_notes_a_stated_bound_of_another_device(tmp_path: Path) -> None
     assert "note: metrics.persistent_bound_s states" in r.output and "the graph gives on the plan's device" in r.output
     r = run("validate", "--graph", EXAMPLE, "--plan", tmp_path / "b.json")
     assert "note:" not in r.output, r.output
+
+
+def test_odswap_papers_random_order_takes_a_seed(tmp_path: Path) -> None:
+    """odswap-paper draws a random topological order: --seed chooses it (0 by default, as optimize's baseline
+    rows), the same seed gives the same plan, another seed another order."""
+    def plan(seed: int, name: str) -> Plan:
+        r = run("baseline", "--graph", EXAMPLE, "--memory", "256MiB", "--kind", "odswap-paper", "--no-arena",
+                "--seed", seed, "--out", tmp_path / name)
+        assert r.exit_code == 0, r.output
+        return Plan.load(tmp_path / name)
+
+    default = run("baseline", "--graph", EXAMPLE, "--memory", "256MiB", "--kind", "odswap-paper", "--no-arena",
+                  "--out", tmp_path / "d.json")
+    assert default.exit_code == 0, default.output
+    zero, again, other = plan(0, "a.json"), plan(0, "b.json"), plan(7, "c.json")
+    assert Plan.load(tmp_path / "d.json").schedule == zero.schedule == again.schedule
+    assert zero.events == again.events and other.schedule != zero.schedule
+    assert other.planner["schedule"] == "random topological order (seed 7)"

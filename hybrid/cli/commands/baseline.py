@@ -29,11 +29,14 @@ from hybrid.jsonio import report_json
                    "`hybrid optimize --compare-baselines` lays its rows out: re-planned by its own rules with less "
                    "memory where its byte budget does not lay out, a note saying what that cost (and where no "
                    "layout fits, the byte budget written, said).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of odswap-paper's random topological order (the other kinds are deterministic; "
+                   "`optimize --compare-baselines` and the benchmarks use 0): the same seed gives the same plan.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout: {\"plans\": [one object per kind: kind, makespan_s, ideal_s, "
                    "ideal/makespan, plan, ...], \"failed\": [...]}.")
 def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, recompute: bool, no_arena: bool,
-            as_json: bool, **kw) -> None:
+            seed: int, as_json: bool, **kw) -> None:
     """Plan with an obvious alternative, to compare optimized plans against.
 
     \b
@@ -75,7 +78,7 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
     skipped: list[tuple[str, str]] = []   # with several kinds, one that cannot run here is skipped: warned, exit 0
     for kind in kinds:
         try:
-            plan = run_baseline(g, dev, kind, recompute=recompute)
+            plan = run_baseline(g, dev, kind, recompute=recompute, seed=seed)
             if not no_arena and kind != "ideal":
                 plan = _laid_out(g, dev, kind, plan, recompute, notes)
         except InfeasibleError as e:
