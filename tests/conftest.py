@@ -8,9 +8,17 @@ kernels from disk; the commands themselves keep the exact search's compile out o
 """
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (the suite's verdict does not change between two runs of
+# one commit, as CI's must not); HYPOTHESIS_PROFILE=explore draws fresh ones, to hunt for new failures.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(scope="session", autouse=True)

