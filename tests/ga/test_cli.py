@@ -103,28 +103,87 @@ def test_stalled_refinement_hands_its_time_back_to_the_search(graph_file, tmp_pa
     assert f"{state.generation} generations," in r.output
 
 
-def test_refinement_beside_the_search_keeps_the_faster_plan(graph_file, tmp_path) -> None:
+@pytest.fixture()
+def stalling_graph_file(tmp_path):
+    """A graph whose search plans stall on their copies: CP-SAT's first window on the best plan of generation 0
+    (deterministic time, seeded) re-times it faster than 3 generations make it."""
+    g, dev = small_training(12, seed=2)
+    path = tmp_path / "stalls.json"
+    g.save(path)
+    return path, dev.memory_bytes
+
+
+def test_refinement_beside_the_search_keeps_the_faster_plan(stalling_graph_file, tmp_path, monkeypatch) -> None:
+    import re
+
     from hybrid.pipeline import refine_available
 
     if not refine_available():
         pytest.skip("hybrid.refine is not installed")
-    path, mem = graph_file
+    import hybrid.refine.beside as beside
+
+    real_offer = beside.BesideRefiner.offer
+    first: dict = {}
+
+    def offer(self, state) -> None:  # noqa: ANN001 - ga.algorithm.SearchState
+        real_offer(self, state)
+        if first:
+            return
+        # the search waits at its first offer until the refiner has refined it, so what the refiner saw no longer
+        # depends on how soon its process started here; its messages are folded in as finish() does (the timeout
+        # is a hang guard: a refiner that never gets the offer says "done" at the time limit)
+        first.update(generation=state.generation, makespan_s=float(state.best.makespan))
+        while self._report.refined == 0:
+            kind, body = self._outbox.get(timeout=300)
+            assert kind not in ("done", "error"), f"the refiner stopped without refining the search's best ({body})"
+            beside._take(self._report, kind, body)
+        first.update(run=self._report.log[0])
+
+    monkeypatch.setattr(beside.BesideRefiner, "offer", offer)
+    path, mem = stalling_graph_file
     out = tmp_path / "p.json"
-    r = run("optimize", "--graph", path, "--memory", mem, "--population", 8, "--quiet", "--time-limit", "10s",
-            "--refine-mode", "beside", "--refine-elites", 2, "--out", out)
+    # the search runs 3 generations (the time limit is a hang guard); --no-arena: the plan written is the one kept
+    r = run("optimize", "--graph", path, "--memory", mem, "--population", 8, "--quiet", "--time-limit", "30s",
+            "--generations", 3, "--refine-mode", "beside", "--refine-elites", 2, "--no-arena", "--out", out)
     assert r.exit_code == 0, r.output
-    assert "CP-SAT beside the search refined" in r.output
+    run0 = first["run"]
+    assert first["generation"] == 0 and run0["rank"] == 0
+    assert run0["from_makespan_s"] == pytest.approx(first["makespan_s"], rel=1e-9)  # the best of generation 0
+    assert run0["improved"] and run0["accepted"] >= 1 and run0["makespan_s"] < run0["from_makespan_s"]
+    said = re.search(r"CP-SAT beside the search refined (\d+) plans? .*?, (\d+) accepted: .*?below the search's best",
+                     r.output)
+    assert said and int(said[1]) >= 1 and int(said[2]) >= 1, r.output
     plan = Plan.load(out)
     assert validate(Graph.load(path), plan).valid
-    if "below the search's best" in r.output and plan.planner["name"] != "ga+cpsat":
-        # the layout wrote another plan, faster laid out than the refined one (a re-plan of the search's genes with
-        # the memory the headroom search left, or a laid-out candidate): the summary says the refined plan came
-        # first and what the layout did
-        assert "CP-SAT refinement re-timed its copies" in r.output and "laid out in the arena: " in r.output
-    elif "below the search's best" in r.output:
-        assert plan.planner["name"] == "ga+cpsat" and plan.planner["search_best_makespan_s"] > plan.makespan_s
-    else:
-        assert "nothing faster than the search's best" in r.output and plan.planner["name"] == "ga"
+    # the refined plan was the faster: it is the one written, and it names the search's best it beat
+    assert plan.planner["name"] == "ga+cpsat" and "refined_beside_search" in plan.planner
+    assert plan.makespan_s <= run0["makespan_s"] < plan.planner["search_best_makespan_s"]
+    assert plan.planner["search_best_makespan_s"] <= first["makespan_s"] * (1 + 1e-9)
+
+
+def test_the_beside_outcome_is_the_faster_plan_and_says_so() -> None:
+    from types import SimpleNamespace
+
+    from hybrid.pipeline.optimize import _beside_outcome
+    from hybrid.pipeline.result import Refinement
+    from hybrid.refine.beside import BesideReport
+
+    def plan(makespan_s: float):  # what the choice reads of a plan
+        return SimpleNamespace(makespan_s=makespan_s, planner={"name": "ga+cpsat"})
+
+    search = plan(2e-3)
+    faster = BesideReport(plan=plan(1.5e-3), from_makespan_s=2.5e-3, refined=2, elites=1, windows=5, accepted=1)
+    ref = Refinement(mode="beside")
+    assert _beside_outcome(faster, search, ref) is faster.plan
+    assert ref.ran and ref.source == "cpsat" and ref.makespan_s == 1.5e-3 and ref.from_makespan_s == 2.5e-3
+    assert (ref.plans, ref.elites, ref.windows, ref.accepted) == (2, 1, 5, 1)
+    assert "25% below the search's best" in ref.note and faster.plan.planner["search_best_makespan_s"] == 2e-3
+    for refined in (plan(2.5e-3), plan(2e-3), None):   # slower (from an elite), a tie, nothing refined below its start
+        slower = BesideReport(plan=refined, refined=1, windows=2)
+        ref = Refinement(mode="beside")
+        assert _beside_outcome(slower, search, ref) is search
+        assert ref.source == "ga" and ref.makespan_s == 2e-3
+        assert ref.note.endswith("accepted: nothing faster than the search's best")
 
 
 def test_on_one_core_refinement_runs_after_the_search(graph_file, tmp_path, monkeypatch) -> None:
