@@ -21,13 +21,15 @@ import numpy as np
 
 
 def survival_probabilities(times: np.ndarray, t_best: float, temperature: float = 1.0) -> np.ndarray:
-    """Eq. 1: softmax of t_norm / temperature; zero for infeasible (inf or NaN) candidates."""
+    """Eq. 1: softmax of t_norm / temperature; zero for infeasible (inf or NaN) candidates. A best time of 0
+    (every op of the graph takes no time) normalizes by the slowest feasible time instead (all equal: uniform)."""
     times = np.asarray(times, dtype=np.float64)
     ok = np.isfinite(times)
     p = np.zeros(len(times))
     if not ok.any():
         return p
-    logits = (t_best - times[ok]) / t_best / temperature
+    scale = t_best if t_best > 0 else (float(times[ok].max()) or 1.0)
+    logits = (t_best - times[ok]) / scale / temperature
     w = np.exp(logits - logits.max())
     p[ok] = w / w.sum()
     return p

@@ -172,7 +172,8 @@ def relaid(graph, plan, *, time_limit_s: float, seed: int, workers: int, options
     """The other way to refine an arena plan: forget its offsets, refine it as a byte budget, and lay the result
     out again (`hybrid.arena.layout.fit_offsets`). The first budget is the input's own peak (copies and
     workspace: the input fits it as it is); where the refined plan does not lay out, the next is that budget
-    less the layout's overflow, up to `tries` budgets, each with an equal share of the time. The laid-out
+    less the layout's overflow (where no plan fits it, the tries stop), up to `tries` budgets, each with an
+    equal share of the time. The laid-out
     plan, or None when none gained or laid out within the memory; the caller keeps the faster of this and the
     plan refined with its offsets kept.
 
@@ -184,6 +185,7 @@ def relaid(graph, plan, *, time_limit_s: float, seed: int, workers: int, options
     import time
 
     from hybrid.arena.layout import QUICK_BUDGET, _fit
+    from hybrid.errors import HybridError
     from hybrid.plan import UnconstrainedAllocation
     from hybrid.refine.lns import refine
     from hybrid.swap.to_plan import on_device
@@ -199,8 +201,13 @@ def relaid(graph, plan, *, time_limit_s: float, seed: int, workers: int, options
             break
         tight = dataclasses.replace(dev, memory_bytes=budget + dev.reserve_bytes)
         as_bytes = dataclasses.replace(plan, allocation=UnconstrainedAllocation(), device=tight)
-        res = refine(graph, as_bytes, time_limit_s=0.8 * share, seed=seed, workers=workers,
-                     options=dataclasses.replace(options, relayout=False), stop=stop)
+        try:
+            res = refine(graph, as_bytes, time_limit_s=0.8 * share, seed=seed, workers=workers,
+                         options=dataclasses.replace(options, relayout=False), stop=stop)
+        except HybridError:
+            if k == 0:   # the input fits its own peak: a failure there is not the budget's
+                raise
+            break        # a budget below the plan's own peak that no re-walk or re-plan fits: nothing laid out
         if not res.improved:
             break
         out, ratio = _fit(graph, on_device(graph, res.plan, dev), max(1.0, 0.2 * share), QUICK_BUDGET)

@@ -84,9 +84,11 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
     pool = (f"{len(plan.allocation.classes)} size classes" if kind == "size_classes"
             else f"arena of {format_bytes(plan.allocation.arena_bytes)}" if kind == "arena" else "byte budget")
     head = f"wrote {', '.join(map(str, wrote))}" if wrote else "plan (not written)"
+    # a graph whose ops take no time has an ideal (and a makespan, without copies) of 0: as fast as ideal
+    times_ideal = plan.makespan_s / ideal if ideal > 0 else 1.0 if plan.makespan_s == 0 else float("inf")
+    share = ideal / plan.makespan_s if plan.makespan_s > 0 else 1.0
     lines = [f"{head}: makespan {format_seconds(plan.makespan_s)} "
-             f"({plan.makespan_s / ideal:.3f} x ideal, {100 * ideal / plan.makespan_s:.1f}% of ideal throughput); "
-             f"pool: {pool}"]
+             f"({times_ideal:.3f} x ideal, {100 * share:.1f}% of ideal throughput); pool: {pool}"]
     if res.difference():
         lines.append("  " + res.difference())
     elif layout is not None and layout.describe():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from ga.selection import select_survivors, survival_probabilities
 
@@ -43,3 +44,21 @@ def test_survivors_are_distinct_include_the_best_and_prefer_feasible() -> None:
         assert set(keep.tolist()) == {0, 2, 3, 5}
     keep = select_survivors(times, 5, 2.0, rng)
     assert len(set(keep.tolist())) == 5 and {0, 2, 3, 5} <= set(keep.tolist())
+
+
+def test_a_best_time_of_zero_gives_finite_probabilities_and_the_search_runs() -> None:
+    """A graph whose ops take no time has plans of makespan 0: Eq. 1 divided by it (NaN weights, and
+    select_survivors raised ValueError in the first generation). The slowest feasible time normalizes then."""
+    from ga import GAConfig, optimize
+    from hybrid.device import Device
+    from hybrid.graph import Graph, Op, Tensor
+
+    p = survival_probabilities(np.array([0.0, 0.0, 2e-6, np.inf]), t_best=0.0)
+    assert np.isfinite(p).all() and p.sum() == pytest.approx(1.0) and p[3] == 0 and p[0] == p[1] > p[2] > 0
+    assert np.allclose(survival_probabilities(np.zeros(3), t_best=0.0), 1 / 3)
+    g = Graph("zero", [Tensor("w", 1024, "param", True), Tensor("a", 1024, "activation"),
+                       Tensor("b", 1024, "activation")],
+              [Op("op0", "x", ("w",), ("a",), 0.0), Op("op1", "x", ("a", "w"), ("b",), 0.0)],
+              Device("d", 1 << 20, 1e9, 1e9, 0.0))
+    r = optimize(g, g.device, GAConfig(population=4, children=4, seed=1), generations=2, workers=1)
+    assert r.makespan_s == 0.0

@@ -53,6 +53,29 @@ def test_refining_with_a_new_layout_keeps_the_faster_laid_out_plan() -> None:
     assert any("offsets kept" in n or "re-laid out" in n for n in both.notes)
 
 
+@pytest.mark.parametrize("case", ["laid out", "address walk"])
+def test_a_new_layout_below_the_plans_own_peak_that_nothing_fits_keeps_the_plan_with_its_offsets(case: str) -> None:
+    """relayout's second budget (the first less the layout's overflow) can be below what the largest op needs:
+    refine raised "cannot derive a valid augmented graph" there (27 of 78 address-walk plans, helper-102's
+    sweep); now the tries stop and the plan refined with its offsets kept is the result."""
+    from hybrid.device import Device
+    from hybrid.graph.synthetic import random_dag
+
+    if case == "laid out":
+        g = training_graph(3, seed=8, share_params=0, workspace_prob=0.3, impls_prob=0.0)
+        plan = lay_out(g, run_baseline(g, Device("d", 14356755, 1e9, 5e8, 0.0, alignment_bytes=256)
+                                       , "belady"), 5.0).plan
+    else:
+        g = random_dag(28, seed=27)
+        plan = run_baseline(g, Device("d", 132464, 1e9, 5e8, 0.0, alignment_bytes=1, reserve_bytes=12042), "belady",
+                            addresses=True)
+    assert plan.allocation.kind == "arena" and validate(g, plan).valid
+    res = refine(g, plan, time_limit_s=10, seed=1, options=RefineOptions(window_time_s=0.1, max_windows=2,
+                                                                         relayout=True))
+    assert res.plan.allocation.kind == "arena" and validate(g, res.plan).valid
+    assert res.plan.makespan_s <= plan.makespan_s
+
+
 def _allocations(p: ArenaProblem, kind: np.ndarray, ref: np.ndarray, i: int) -> list[int]:
     a = p.graph.arrays
     if kind[i] == SWAP_IN:
