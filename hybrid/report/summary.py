@@ -10,8 +10,10 @@ from hybrid.pipeline.rows import any_order_bound, plan_row  # noqa: F401 - re-ex
 from hybrid.units import counted, format_bytes, format_seconds
 
 def _bound_of(rows: list[dict], key: str) -> float | None:
+    """The one bound the rows divide by under `key`; None where there is none, several, or 0 (a graph whose ops
+    take no time: no ratio to show)."""
     values = {r.get(key) for r in rows if r.get(key) == r.get(key) and r.get(key) is not None}
-    return values.pop() if len(values) == 1 else None
+    return values.pop() if len(values) == 1 and next(iter(values)) > 0 else None
 
 
 def table(rows: Iterable[dict]) -> str:
@@ -45,8 +47,7 @@ def table(rows: Iterable[dict]) -> str:
     if sb is not None and any(r.get("makespan/swap_bound", 0.0) != r.get("makespan/swap_bound", 0.0)
                               and r.get("recomputes") for r in rows):
         text += "\n(-: the plan reruns ops, and the swap-only bound holds only for plans that do not)"
-    if rb is not None and any(r.get("makespan/recompute_bound", 0.0) != r.get("makespan/recompute_bound", 0.0)
-                              for r in rows):
+    if rb is not None and any(r["plan"] == "ideal" for r in rows):
         text += "\n(- in both bound columns: planned with unlimited memory (ideal), which no bound of this memory holds for)"
     return text
 
