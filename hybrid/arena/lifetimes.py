@@ -6,6 +6,11 @@ release (its swap-out's end or its free). FORMATS gives one offset per tensor, s
 copies is one buffer with one segment per copy (as `executor/offsets.py` lays it out). Times are floats;
 they become integers in the order rule 5's sweep puts them, or stricter (`sweep_ranks`): a release at its end
 less the tolerance, before allocations at that key; a copy no longer than the tolerance after them all.
+The validator also replays the events in the order they run (`hybrid.validator.sequence`), where a copy is held
+until its release has run and its time is reached; where events or copies are shorter than the tolerance that
+holds some copies past the events the sweep releases them at (a 0.7 ns swap_in read by a zero-time op a moment
+later; an input of a zero-time op freed after it), so each copy lives to the later of the two readings
+(`held_in_run_order`).
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     from hybrid.plan.events import COMPUTE
     from hybrid.validator.context import build_context
     from hybrid.validator.lifetimes import build_copies, read_at_release
+    from hybrid.validator.sequence import held_until
 
     ctx, found = build_context(graph, plan)
     if ctx is None or not ctx.times_finite:
@@ -47,6 +53,7 @@ def plan_buffers(graph: Graph, plan: Plan) -> PlanBuffers:
     align = plan.device.alignment_bytes
     a_rank, r_rank = sweep_ranks(np.asarray(c.alloc, np.float64), np.asarray(c.release, np.float64), ctx.eps,
                                  np.asarray(read_at_release(ctx, c), dtype=np.float64))
+    r_rank = held_in_run_order(a_rank, r_rank, c.maker, *held_until(ctx, c))
     bufs: list[Buffer] = []
     names: list[str] = []
     for t, ids in enumerate(c.by_tensor):
@@ -108,6 +115,29 @@ def sweep_ranks(alloc: np.ndarray, release: np.ndarray, eps: float, held: np.nda
     # (the validator counts it as a copy no longer than eps: stricter here)
     r_rank[r_rank <= a_rank] = end
     return a_rank, r_rank
+
+
+def held_in_run_order(a_rank: np.ndarray, r_rank: np.ndarray, maker: list[int], steps: list[int],
+                      until: list[int]) -> np.ndarray:
+    """`r_rank` (from `sweep_ranks`), each copy's release put after the allocations of every event that runs while
+    the run-order replay still holds it (`hybrid.validator.sequence.held_until`: the allocating events `steps`
+    in the order they run, per copy the last of them that it is held at, -1 none), so that the layout keeps
+    apart the copies live together in either of the validator's readings. `maker`: each copy's allocating
+    event. Where the readings agree (no event shorter than the tolerance), `r_rank` unchanged."""
+    out = np.asarray(r_rank, np.int64).copy()
+    if not len(steps) or not len(out):
+        return out
+    step_of = {e: k for k, e in enumerate(steps)}
+    step_rank = np.full(len(steps), -1, np.int64)
+    for cid, e in enumerate(maker):
+        k = step_of.get(e)
+        if k is not None:
+            step_rank[k] = max(step_rank[k], int(a_rank[cid]))
+    reach = np.maximum.accumulate(step_rank)       # the latest allocation rank up to each step
+    u = np.asarray(until, np.int64)
+    held = u >= 0
+    out[held] = np.maximum(out[held], reach[u[held]] + 1)
+    return out
 
 
 def with_arena(graph: Graph, plan: Plan, time_limit_s: float = 10.0, first_fit: bool = False) -> tuple[Plan, Solution]:

@@ -22,16 +22,99 @@ from hybrid.plan import ArenaAllocation, SizeClassAllocation
 from hybrid.graph.liveness import occupied_bytes
 from hybrid.units import format_bytes
 from hybrid.validator.context import COMPUTE, SWAP_IN, SWAP_OUT, Context
+from hybrid.validator.lifetimes import Copies
 from hybrid.validator.report import Found
 
 MAX_FOUND = 8   # once the run order parts from the times, later findings mostly restate the first
 IN_ORDER = "in the order events run (the executor's: by start and end, zero-time ties as the file lists them)"
 
 
+def allocated_by(ctx: Context, i: int) -> tuple[int, ...]:
+    """The tensors event i allocates device copies of as it runs: a device compute's outputs, a swap_in's tensor."""
+    k = ctx.kind[i]
+    if k == COMPUTE:
+        return () if ctx.on_cpu[i] else ctx.op_outputs[ctx.op[i]]
+    return (ctx.tensor[i],) if k == SWAP_IN else ()
+
+
+class Holdings:
+    """The device copies the executor holds as it runs the events in order: a copy is held from the event that
+    allocates it until its release has run and the start (plus eps) of an allocating event reaches the release's
+    time (a swap_out's end, a free's instant); its memory is handed back then, before that event allocates.
+    The one reading of "held" that the run-order replay checks and the arena layout's lifetimes follow
+    (`held_until`)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        n_t = len(ctx.t_bytes)
+        self.present = [False] * n_t     # a device copy whose release has not run yet
+        self.held = [False] * n_t        # its memory not yet handed back (a release waits for its time)
+        self._pending: list[tuple[float, int, int]] = []   # (release time, order, tensor)
+
+    def take(self, t: int) -> bool:
+        """Hold a new device copy of t; False (nothing taken) while its previous copy is still held."""
+        if self.held[t]:
+            return False
+        self.held[t] = self.present[t] = True
+        return True
+
+    def release(self, i: int, t: int) -> None:
+        """Release event i of t has run; its memory is handed back once its time is reached."""
+        self.present[t] = False
+        heapq.heappush(self._pending, (self.ctx.end[i] if self.ctx.kind[i] == SWAP_OUT else self.ctx.start[i], i, t))
+
+    def hand_back(self, i: int) -> list[int]:
+        """Before allocating event i runs: the tensors whose memory is handed back, no longer held."""
+        upto = self.ctx.start[i] + self.ctx.eps
+        out: list[int] = []
+        while self._pending and self._pending[0][0] <= upto:
+            _, _, t = heapq.heappop(self._pending)
+            self.held[t] = False
+            out.append(t)
+        return out
+
+
+def held_until(ctx: Context, c: Copies) -> tuple[list[int], list[int]]:
+    """The replay's (`Holdings`) reading of how long each copy (`hybrid.validator.lifetimes.Copies`) lives:
+    (steps, until). `steps`: the allocating events in the run order; `until`, per copy, the last step at
+    which it is still held, so that it must not share bytes with the copies that steps from the one making it
+    to this one allocate (-1: none, a resident copy handed back before the first step, or a copy the replay
+    never holds). Where copies or events are shorter than eps this can be later than where rule 5's sweep on
+    times releases the copy (docs/formats.md, *Rule 5*); the arena layout (`hybrid.arena.lifetimes`) keeps
+    both readings."""
+    hold = Holdings(ctx)
+    live = [-1] * len(ctx.t_bytes)     # per tensor, the copy held
+    taken: list[int] = []
+    for t in ctx.resident:
+        if hold.take(t) and c.by_tensor[t]:
+            live[t] = c.by_tensor[t][0]
+            taken.append(live[t])
+    steps: list[int] = []
+    handed: dict[int, int] = {}        # copy -> the step before which its memory is handed back
+    for i in ctx.run_order:
+        outs = allocated_by(ctx, i)
+        if outs:
+            for t in hold.hand_back(i):
+                if live[t] >= 0:
+                    handed[live[t]] = len(steps)
+                    live[t] = -1
+            for t in outs:
+                if hold.take(t):
+                    live[t] = c.made_by.get((i, t), -1)
+                    if live[t] >= 0:
+                        taken.append(live[t])
+            steps.append(i)
+        elif ctx.kind[i] != COMPUTE and hold.present[ctx.tensor[i]]:
+            hold.release(i, ctx.tensor[i])
+    until = [-1] * len(c)
+    for cid in taken:
+        until[cid] = handed.get(cid, len(steps)) - 1
+    return steps, until
+
+
 def check_sequence(ctx: Context) -> list[Found]:
     g = ctx.graph
     plan = ctx.plan
-    eps = ctx.eps
     n_t = len(ctx.t_bytes)
     align = plan.device.alignment_bytes
     mem = occupied_bytes(g, align).tolist()   # each copy at the device's alignment, as rule 5 counts it
@@ -56,19 +139,17 @@ def check_sequence(ctx: Context) -> list[Found]:
     version = [0] * n_t
     initial_host = {t for t in range(n_t) if ctx.t_persistent[t]} - set(ctx.resident)
     host_version: list[int | None] = [0 if t in initial_host else None for t in range(n_t)]
-    present = [False] * n_t          # a device copy whose release has not run yet
-    held = [False] * n_t             # its memory not yet handed back (a release waits for its time)
-    pending: list[tuple[float, int, int]] = []   # (release time, order, tensor)
+    hold = Holdings(ctx)
+    present = hold.present
     used = 0
     per_class: dict[int, int] = {}
     live_ranges: dict[int, tuple[int, int]] = {}
     out: list[Found] = []
 
-    def settle(upto: float) -> None:
+    def settle(i: int) -> None:
+        """Memory handed back before allocating event i allocates."""
         nonlocal used
-        while pending and pending[0][0] <= upto:
-            _, _, t = heapq.heappop(pending)
-            held[t] = False
+        for t in hold.hand_back(i):
             used -= mem[t]
             if classes is not None and t in classes:
                 per_class[classes[t]] -= 1
@@ -77,7 +158,7 @@ def check_sequence(ctx: Context) -> list[Found]:
     def take(t: int) -> str | None:
         """Allocate t's device copy; what rule 5 finds wrong, if anything."""
         nonlocal used
-        held[t] = present[t] = True
+        hold.take(t)
         used += mem[t]
         if classes is not None and t in classes:
             c = classes[t]
@@ -94,7 +175,7 @@ def check_sequence(ctx: Context) -> list[Found]:
         return None
 
     def allocate(i: int, t: int) -> None:
-        if held[t]:
+        if hold.held[t]:
             out.append(ctx.found(2, i, f"allocates {ctx.tid(t)} while its previous device copy is still held "
                                        f"{IN_ORDER}"))
             return
@@ -131,9 +212,9 @@ def check_sequence(ctx: Context) -> list[Found]:
                                                f"update that the schedule puts {'after' if later else 'before'} "
                                                f"it, {IN_ORDER}; order the two by time, not within the "
                                                "tolerance"))
-            outs = ctx.op_outputs[o]
+            outs = allocated_by(ctx, i)
             if outs:
-                settle(ctx.start[i] + eps)
+                settle(i)
                 for t in outs:
                     allocate(i, t)
                 over_budget(i, ctx.impl_ws[i])
@@ -145,7 +226,7 @@ def check_sequence(ctx: Context) -> list[Found]:
                 what = "no host copy" if host_version[t] is None else "a stale host copy"
                 out.append(ctx.found(4, i, f"brings back {what} of {ctx.tid(t)} {IN_ORDER}: the swap_out that "
                                            "saves its current value must run before it"))
-            settle(ctx.start[i] + eps)
+            settle(i)
             allocate(i, t)
             over_budget(i, 0)
         else:
@@ -153,10 +234,9 @@ def check_sequence(ctx: Context) -> list[Found]:
             if not present[t]:
                 out.append(ctx.found(2, i, f"releases {ctx.tid(t)}, which has no device copy then {IN_ORDER}"))
                 continue
-            present[t] = False
             if k == SWAP_OUT:
                 host_version[t] = version[t]
-            heapq.heappush(pending, (ctx.end[i] if k == SWAP_OUT else ctx.start[i], i, t))
+            hold.release(i, t)
         if len(out) >= MAX_FOUND:
             break
     if not out:
