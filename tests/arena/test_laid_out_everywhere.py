@@ -28,27 +28,10 @@ from hybrid.errors import InfeasibleError  # noqa: E402
 from hybrid.graph.info import largest_op, unswapped_peak  # noqa: E402
 from hybrid.plan import Plan  # noqa: E402
 from hybrid.validator import validate  # noqa: E402
+from tests.random_nets import RandomNet  # noqa: E402
 
 pytestmark = pytest.mark.torch
 ITERS, SEED = 2, 3
-
-
-class RandomNet(nn.Module):
-    """Linear layers of random widths, each with an activation, an optional residual and dropout."""
-
-    def __init__(self, widths: list[int], acts: list[int], residual: list[bool], drop: float) -> None:
-        super().__init__()
-        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
-        self.acts, self.residual = acts, residual
-        self.drop = nn.Dropout(drop)
-        self.head = nn.Linear(widths[-1], 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for lin, act, res in zip(self.lins, self.acts, self.residual):
-            y = (F.relu, F.gelu, torch.tanh)[act](lin(h))
-            h = self.drop(y + h if res and y.shape == h.shape else y)
-        return self.head(h)
 
 
 def _laid_out_by_pipeline(graph, plan: Plan) -> Plan:  # noqa: ANN001

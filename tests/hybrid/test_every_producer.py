@@ -43,6 +43,7 @@ from hybrid.graph.info import largest_op, unswapped_peak  # noqa: E402
 from hybrid.graph.synthetic import random_dag, training_graph  # noqa: E402
 from hybrid.plan import Plan  # noqa: E402
 from hybrid.validator import validate  # noqa: E402
+from tests.random_nets import RandomNet  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -55,25 +56,6 @@ def _settings(n: int) -> settings:
 
 
 # ---------------------------------------------------------------------------------------------------- graphs
-
-class RandomNet(nn.Module):
-    """Linear layers of drawn widths, each with an activation, an optional residual and dropout; a 5-way head."""
-
-    def __init__(self, widths: tuple[int, ...], acts: tuple[int, ...], residual: tuple[bool, ...],
-                 drop: float) -> None:
-        super().__init__()
-        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
-        self.acts, self.residual = acts, residual
-        self.drop = nn.Dropout(drop)
-        self.head = nn.Linear(widths[-1], 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for lin, act, res in zip(self.lins, self.acts, self.residual):
-            y = (F.relu, F.gelu, torch.tanh)[act](lin(h))
-            h = self.drop(y + h if res and y.shape == h.shape else y)
-        return self.head(h)
-
 
 @dataclass(frozen=True)
 class NetSpec:
@@ -217,6 +199,19 @@ class Tally(Counter):
         self[source + " planned"] += 1
         return plan
 
+    def check(self, case: "Training", dev: Device, graph: Graph, draw_device: Callable[[], Device],
+              make: Callable[[Graph, Device], Plan | None]) -> None:
+        """`make` on the drawn net at `dev` (validated, trained like eager) and on the synthetic `graph` at the
+        device `draw_device` draws then (validated); a draw both refuse is not counted (hypothesis.assume)."""
+        plan = self.plans("net", lambda: make(case.graph, dev))
+        if plan is not None:
+            trains_like_eager(case, plan)
+        sdev = draw_device()
+        splan = self.plans("synthetic", lambda: make(graph, sdev))
+        if splan is not None:
+            valid(graph, splan)
+        assume(plan is not None or splan is not None)
+
     def assert_mostly_planned(self, *sources: str) -> None:
         """Each source planned at least once, and most draws planned: no test passes by refusing everything."""
         planned, refused = (sum(self[f"{s} {w}"] for s in sources) for w in ("planned", "refused"))
@@ -281,14 +276,8 @@ def test_baselines_validate_and_train_like_eager(producer: str) -> None:
     def prop(spec: NetSpec, fraction: float, graph: Graph, data: Any, recompute: bool, addresses: bool) -> None:
         case = training(spec)
         dev = net_device(case.graph, fraction, resident=resident)
-        plan = tally.plans("net", lambda: make(case.graph, dev, recompute, addresses))
-        if plan is not None:
-            trains_like_eager(case, plan)
-        sdev = data.draw(synthetic_devices(graph, (0.6, 1.05), resident))
-        splan = tally.plans("synthetic", lambda: make(graph, sdev, recompute, addresses))
-        if splan is not None:
-            valid(graph, splan)
-        assume(plan is not None or splan is not None)
+        tally.check(case, dev, graph, lambda: data.draw(synthetic_devices(graph, (0.6, 1.05), resident)),
+                    lambda g, d: make(g, d, recompute, addresses))
 
     prop()
     print(producer, dict(tally))
@@ -348,14 +337,8 @@ def test_swap_planner_options_validate_and_train_like_eager(option: str) -> None
              seed: int) -> None:
         case = training(spec)
         dev = net_device(case.graph, fraction, resident=options.keep_persistent, op_floor=1.6)
-        plan = tally.plans("net", lambda: _swap_plan(case.graph, dev, options, pool, order, seed))
-        if plan is not None:
-            trains_like_eager(case, plan)
-        sdev = data.draw(synthetic_devices(graph, (0.6, 1.1), options.keep_persistent, 1.6))
-        splan = tally.plans("synthetic", lambda: _swap_plan(graph, sdev, options, pool, order, seed))
-        if splan is not None:
-            valid(graph, splan)
-        assume(plan is not None or splan is not None)
+        tally.check(case, dev, graph, lambda: data.draw(synthetic_devices(graph, (0.6, 1.1), options.keep_persistent, 1.6)),
+                    lambda g, d: _swap_plan(g, d, options, pool, order, seed))
 
     prop()
     print(option, dict(tally), tally.why)
@@ -401,14 +384,8 @@ def test_ga_configurations_validate_and_train_like_eager(config: str) -> None:
 
         case = training(spec)
         dev = net_device(case.graph, fraction, op_floor=1.6)
-        plan = tally.plans("net", lambda: search(case.graph, dev))
-        if plan is not None:
-            trains_like_eager(case, plan)
-        sdev = data.draw(synthetic_devices(graph, (0.5, 1.05), op_floor=1.6))
-        splan = tally.plans("synthetic", lambda: search(graph, sdev))
-        if splan is not None:
-            valid(graph, splan)
-        assume(plan is not None or splan is not None)
+        tally.check(case, dev, graph, lambda: data.draw(synthetic_devices(graph, (0.5, 1.05), op_floor=1.6)),
+                    lambda g, d: search(g, d))
 
     prop()
     print(config, dict(tally), tally.why)
@@ -508,14 +485,8 @@ def test_refine_relayout_validates_and_trains_like_eager(source: str) -> None:
 
         case = training(spec)
         dev = net_device(case.graph, fraction)
-        plan = tally.plans("net", lambda: refined(case.graph, dev))
-        if plan is not None:
-            trains_like_eager(case, plan)
-        sdev = data.draw(synthetic_devices(graph, (0.6, 1.05)))
-        splan = tally.plans("synthetic", lambda: refined(graph, sdev))
-        if splan is not None:
-            valid(graph, splan)
-        assume(plan is not None or splan is not None)
+        tally.check(case, dev, graph, lambda: data.draw(synthetic_devices(graph, (0.6, 1.05))),
+                    lambda g, d: refined(g, d))
 
     prop()
     print(source, dict(tally), tally.why)
@@ -558,14 +529,8 @@ def test_milp_kinds_and_options_validate_and_train_like_eager(case_name: str) ->
 
         case = training(spec)
         dev = net_device(case.graph, fraction, resident=resident)
-        plan = tally.plans("net", lambda: solved(case.graph, dev))
-        if plan is not None:
-            trains_like_eager(case, plan)
-        sdev = data.draw(synthetic_devices(graph, (0.85, 1.15), resident))
-        splan = tally.plans("synthetic", lambda: solved(graph, sdev))
-        if splan is not None:
-            valid(graph, splan)
-        assume(plan is not None or splan is not None)
+        tally.check(case, dev, graph, lambda: data.draw(synthetic_devices(graph, (0.85, 1.15), resident)),
+                    lambda g, d: solved(g, d))
 
     prop()
     print(case_name, dict(tally), tally.why)
