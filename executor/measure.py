@@ -250,13 +250,15 @@ def measured_trace_rows(program: Program, records: list[IterationRecord]) -> tup
     (label, lane, lane, start_s, end_s, args), with its iteration number (counted from 0)."""
     import math
 
+    from hybrid.report.timeline import compute_trace_row, copy_trace_row
+
     rec = next((r for r in reversed(records) if r.start is not None), records[-1])
     rows: list[tuple] = []
     if rec.start is not None and rec.end is not None:
         g = program.aug.graph
         ran: set[int] = set()
-        # named and grouped as the plan's rows are (hybrid.report.timeline.plan_trace_rows), so the two processes
-        # of one trace match event by event; times from the iteration's first event, as the plan's from 0
+        # named and grouped as the plan's rows are (hybrid.report.timeline's rows); times from the iteration's
+        # first event, as the plan's from 0
         t0 = min((float(rec.start[st.node]) for st in program.steps if st.stream >= 0
                   and not math.isnan(float(rec.start[st.node]))), default=0.0)
         for st in program.steps:
@@ -268,10 +270,9 @@ def measured_trace_rows(program: Program, records: list[IterationRecord]) -> tup
                 op = g.ops[st.ref]
                 rerun = st.ref in ran
                 ran.add(st.ref)
-                rows.append((f"{op.id} (recompute)" if rerun else op.id, "recompute" if rerun else "compute", lane,
-                             s - t0, e - t0, {"op": op.id, "kind": op.kind, "node": st.node}))
+                rows.append(compute_trace_row(op.id, op.kind, rerun, lane, s - t0, e - t0, node=st.node))
             else:
-                kind, t = E.EVENT_KINDS[st.kind], g.tensors[st.ref]
-                rows.append((f"{kind} {t.id}", kind, lane, s - t0, e - t0,
-                             {"tensor": t.id, "bytes": t.bytes, "node": st.node}))
+                t = g.tensors[st.ref]
+                rows.append(copy_trace_row(E.EVENT_KINDS[st.kind], t.id, t.bytes, lane, s - t0, e - t0,
+                                           node=st.node))
     return rec.iteration, rows

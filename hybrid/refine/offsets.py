@@ -173,9 +173,8 @@ def relaid(graph, plan, *, time_limit_s: float, seed: int, workers: int, options
     out again (`hybrid.arena.layout.fit_offsets`). The first budget is the input's own peak (copies and
     workspace: the input fits it as it is); where the refined plan does not lay out, the next is that budget
     less the layout's overflow (where no plan fits it, the tries stop), up to `tries` budgets, each with an
-    equal share of the time. The laid-out
-    plan, or None when none gained or laid out within the memory; the caller keeps the faster of this and the
-    plan refined with its offsets kept.
+    equal share of the time. The laid-out plan, or None when none gained or laid out within the memory; the
+    caller keeps the faster of this and the plan refined with its offsets kept.
 
     Measured on the README's ResNet-18 (its 2026-11-21 capture) at 64 MiB (the written 14.68 ms plan, 15 s each): refined at the full
     arena 12.64 ms but 7.8% over once laid out; at the input's peak (58.1 MiB) 13.34 ms, 6.8% over; at budgets

@@ -211,6 +211,21 @@ def chrome_trace(rows: Sequence[tuple[str, str, str, float, float, dict]], proce
     return ev
 
 
+def compute_trace_row(op_id: str, op_kind: str, recompute: bool, lane: str, start: float, end: float,
+                      **args: object) -> tuple[str, str, str, float, float, dict]:
+    """A compute event as a trace row: named by its op ("(recompute)" on a rerun), category compute or
+    recompute. The plan's rows and the measured run's (`executor.measure.measured_trace_rows`) are made here, so
+    the two processes of one trace match event by event."""
+    return (f"{op_id} (recompute)" if recompute else op_id, "recompute" if recompute else "compute", lane, start,
+            end, {"op": op_id, "kind": op_kind, **args})
+
+
+def copy_trace_row(kind: str, tensor_id: str, nbytes: int, lane: str, start: float, end: float,
+                   **args: object) -> tuple[str, str, str, float, float, dict]:
+    """A swap_in or swap_out as a trace row, named by its kind and tensor (as `compute_trace_row`)."""
+    return (f"{kind} {tensor_id}", kind, lane, start, end, {"tensor": tensor_id, "bytes": nbytes, **args})
+
+
 def plan_trace_rows(graph: Graph, plan: Plan) -> list[tuple[str, str, str, float, float, dict]]:
     """A plan's stream events as trace rows (frees have no stream: they appear in the memory counter).
     HybridError for a plan of another graph."""
@@ -219,14 +234,11 @@ def plan_trace_rows(graph: Graph, plan: Plan) -> list[tuple[str, str, str, float
     size = {t.id: t.bytes for t in graph.tensors}
     for e in plan.events:
         if e.kind == "compute":
-            args = {"op": e.op, "kind": graph.op(e.op).kind}
-            if e.impl:
-                args["impl"] = e.impl
-            name = f"{e.op} (recompute)" if e.recompute else e.op
-            rows.append((name, "recompute" if e.recompute else "compute", e.stream, e.start_s, e.end_s, args))
+            rows.append(compute_trace_row(e.op, graph.op(e.op).kind, e.recompute, e.stream, e.start_s, e.end_s,
+                                          **({"impl": e.impl} if e.impl else {})))
         elif e.kind in ("swap_in", "swap_out"):
-            rows.append((f"{e.kind} {e.tensor}", e.kind, STREAM_OF_KIND[e.kind], e.start_s, e.end_s,
-                         {"tensor": e.tensor, "bytes": size[e.tensor]}))
+            rows.append(copy_trace_row(e.kind, e.tensor, size[e.tensor], STREAM_OF_KIND[e.kind], e.start_s,
+                                       e.end_s))
     return rows
 
 

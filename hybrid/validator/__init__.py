@@ -63,7 +63,7 @@ import numpy as np
 from hybrid.errors import HybridError, InvalidPlanError, require_instance
 from hybrid.graph import Graph
 from hybrid.plan import Plan
-from hybrid.validator.context import build_context, graph_mismatch
+from hybrid.validator.context import build_context
 from hybrid.validator.ending import check_period, check_totals
 from hybrid.validator.lifetimes import build_copies
 from hybrid.validator.memory import check_memory, levels_over_time
@@ -196,7 +196,7 @@ def require_plan_of(graph: Graph, plan: Plan, what: str, where: str) -> None:
     """Rule 0's graph check alone, for commands that refuse a plan of another graph before any work (a capture,
     a search): InvalidPlanError (exit 1, as `hybrid validate`) naming the plan (`what`) and the graph
     (`where`). The whole of rule 0 and the other rules are `require_valid`'s."""
-    why = graph_mismatch(graph, plan)
+    why = plan.graph_mismatch(graph)
     if why:
         raise InvalidPlanError(f"{what} was made for another graph than {where} ({why[0]}); give the graph it was "
                                "made for, or plan this one")

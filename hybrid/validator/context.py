@@ -204,12 +204,6 @@ def shape_problems(plan: Plan) -> list[str]:
     return out
 
 
-def graph_mismatch(graph: Graph, plan: Plan) -> list[str]:
-    """Rule 0's first reading, which commands check before any work (`hybrid.validator.require_plan_of`): the
-    plan names this graph, and this version of its file when it states a sha256 (`Plan.graph_mismatch`)."""
-    return plan.graph_mismatch(graph)
-
-
 def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]]:
     """Resolve every id of the plan against the graph; rule-0 findings stop validation."""
     bad: list[Found] = []
@@ -225,7 +219,7 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
         plan_level(f"metrics must be an object, got {plan.metrics!r}")
     if bad:   # every later rule times copies and sizes pools with the device
         return None, bad
-    for why in graph_mismatch(graph, plan):
+    for why in plan.graph_mismatch(graph):
         plan_level(why)
     ti, oi = graph.tensor_index, graph.op_index
     for k, oid in enumerate(plan.schedule):
