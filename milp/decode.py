@@ -8,7 +8,8 @@ followed by the frees Free says. Here:
    inside a segment are freed after their last reader there.
 2. A nominal timeline runs these one after another (one event at a time): a valid plan whenever the
    model's memory accounting holds, and a check of that accounting. A copy freed and made again by a
-   zero-time rerun before the clock moves is kept instead (`keep_through_meetings`).
+   zero-time rerun before the clock moves, nothing allocated between them, is kept instead
+   (`keep_through_meetings`).
 3. `hybrid.swap.from_plan` recovers its data, stream and memory edges, and `hybrid.simulator` re-times them
    with the three streams overlapped: copies may stall computes where the stage windows were optimistic.
    (`milp.api.plan_milp` lays the result out after `meetings_kept`: where the overlapped times bring a
@@ -150,40 +151,50 @@ def _duration(g: Any, device: Any, ac: Action) -> float:
     return float(device.h2d_time(nbytes) if ac.kind == "swap_in" else device.d2h_time(nbytes))
 
 
-def keep_through_meetings(g: Any, events: list[Event]) -> list[Event]:
+def keep_through_meetings(g: Any, events: list[Event], across_allocations: bool = False) -> list[Event]:
     """`events` (in time order) less each rerun that takes no time and starts at the instant where frees of all
     its op's outputs end, and less those frees: the copies are kept. The model is indifferent (such a rerun
-    costs nothing), but the freed copy and the rerun's meet at one instant: the validator's rule 5 counts both
-    there, and an arena (one offset per tensor) cannot hold both. They meet on the nominal timeline (a free and
-    the rerun before the clock moves) and, though copies lay between them there, on the simulator's overlapped
-    one (`meetings_kept`). A kept copy has the rerun's values: reruns come before any in-place update of what
-    they read (`Node.rerun_until`), and an op's outputs are never updated in place (only persistent tensors
-    are, and no op makes one)."""
+    costs nothing), but the freed copy and the rerun's meet at one instant: an arena (one offset per tensor)
+    cannot hold both. They meet on the nominal timeline (a free and the rerun before the clock moves) and,
+    though copies lay between them there, on the simulator's overlapped one (`meetings_kept`). A kept copy has
+    the rerun's values: reruns come before any in-place update of what they read (`Node.rerun_until`), and an
+    op's outputs are never updated in place (only persistent tensors are, and no op makes one).
+    A kept copy is live where the model counts it freed: only across frees and offloads, unless
+    `across_allocations`. An event between them that allocates (a compute, zero-time ones included, or a
+    swap_in) would find it there, and rule 5 counts what each allocation finds in the order the events run:
+    the model did not (a free and the stages' zero-time runs at one instant, then the rerun; `meetings_kept`
+    checks such a plan with the validator)."""
     tol = 1e-9 * max(1.0, max((e.end_s for e in events), default=0.0))   # the validator's eps on this timeline
     freed: dict[str, int] = {}       # tensor -> index of its free (zero-time, as every free)
     drop: set[int] = set()
+    allocated = -1                   # index of the last event kept that allocates (a compute or a swap_in)
     for i, e in enumerate(events):
         if e.kind == "free":
             freed[e.tensor] = i
         elif e.kind == "compute":
             outs = g.ops[g.op_index[e.op]].outputs
             if e.recompute and e.end_s - e.start_s <= tol and outs and all(
-                    t in freed and abs(events[freed[t]].end_s - e.start_s) <= tol for t in outs):
+                    t in freed and abs(events[freed[t]].end_s - e.start_s) <= tol and
+                    (across_allocations or freed[t] > allocated) for t in outs):
                 drop.add(i)
                 drop.update(freed.pop(t) for t in outs)
                 continue
             for t in outs:
                 freed.pop(t, None)
+            allocated = i
         else:
             freed.pop(e.tensor, None)
+            if e.kind == "swap_in":
+                allocated = i
     return [e for i, e in enumerate(events) if i not in drop]
 
 
 def meetings_kept(g: Any, plan: Plan) -> Plan:
     """`plan` with `keep_through_meetings` applied, where it drops something and the result validates: what
     `milp.api.plan_milp` lays out (the byte-budget plan as decoded is valid as it is; only its arena layout,
-    one offset per tensor, cannot hold two copies of one tensor at one instant)."""
-    events = keep_through_meetings(g, plan.events)
+    one offset per tensor, cannot hold two copies of one tensor at one instant). A copy may be kept across
+    allocations here: the validator says whether it fits."""
+    events = keep_through_meetings(g, plan.events, across_allocations=True)
     if len(events) == len(plan.events):
         return plan
     kept = dataclasses.replace(plan, events=events, metrics={

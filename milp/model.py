@@ -11,6 +11,7 @@ Units inside the model: milliseconds and MiB (keeps the coefficients near 1 for 
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -23,6 +24,7 @@ from milp.stages import START, StageProblem
 MS = 1e3          # seconds -> model time unit
 MIB = float(1 << 20)  # bytes -> model memory unit
 COPY_WEIGHT = 1e-3    # objective weight of a copy's link time (a tie-break; reported objectives leave it out)
+FEASIBILITY_TOL = 1e-6  # how far HiGHS (mip_feasibility_tolerance) and CBC let a row or a binary miss, in model units
 
 
 @dataclass(frozen=True)
@@ -435,21 +437,26 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             lp += pulp.lpSum(terms) <= 1, f"{name}_{t}"
 
     # ---- [14]-[18] memory: U at each node of each stage, with the chosen impl's workspace ------------
-    #      A run that takes no time (empty_like) leaves the clock where it was. The model counts an instant as a
-    #      whole: copies released there go first, then everything allocated there, a copy that lives no time and
-    #      a zero-time run's workspace included. That is stricter than the validator (rule 5 follows the order
-    #      the events run within an instant, `hybrid.plan.run_order.event_order`, where a zero-time output freed
-    #      before the next allocation is gone; tests/milp/test_zero_time.py measures what it costs: 3 ms where
-    #      2 ms validate), never looser, so every optimum decodes valid. So a zero-time run has no row of its own:
-    #      what it allocates stays charged (G, a "ghost", when freed) up to the row of the next run that takes
-    #      time, and those rows are the instant's (`instant_nodes`). Read in order without G, the rows let a
-    #      zero-time output be dropped, or freed and made again, "before" the next allocation at that instant.
-    #      Where it cannot tell, G counts more, never less: only a stage's own run is sure to run, a rerun that
-    #      takes time ends the instant for the rest of its stage only, and zero-time runs after the last timed
-    #      stage keep their rows (no later row is the instant's).
-    budget = dev.usable_bytes / MIB
+    #      A run that takes no time (empty_like) leaves the clock where it was. Every run has its row, read in
+    #      order as rule 5 reads the events at an instant (`hybrid.plan.run_order.event_order`): a zero-time run
+    #      holds its inputs until its outputs are allocated, and what is released after it at its instant (an
+    #      input it reads last, what a later zero-time run there reads) is still there. (Rows for zero-time runs
+    #      were once left out, the instant counted at the next timed run's row only: that counted those releases,
+    #      and a stage boundary's drops after a blocking prefetch, as gone, and such optima decoded to plans that
+    #      broke rule 5.) A drop at the next stage's start that nothing between touches is handed back before the
+    #      run (`_releases_first`) but still counted in its row: a copy kept into a stage that does not read it,
+    #      which the solver can drop a stage earlier instead.
+    #      On top, what a zero-time run allocates, and a copy that lives no time, stays charged (G, a "ghost",
+    #      when freed) up to the row of the next run that takes time, those rows being the instant's
+    #      (`instant_nodes`), as if the instant released everything first and then allocated everything. The
+    #      validator lets a copy freed before the next allocation go first, so that is stricter than it, never
+    #      looser: tests/milp/test_zero_time.py measures what it costs (3 ms where 2 ms validate). Where it
+    #      cannot tell, G counts more, never less: only a stage's own run is sure to run, a rerun that takes
+    #      time ends the instant for the rest of its stage only, and zero-time runs after the last timed stage
+    #      take the ghost in their own rows (no later row is the instant's). Without zero-time runs: no G.
+    budget = budget_bytes(pb, max(map(len, at_stage), default=0)) / MIB
     instant = instant_nodes(pb, allowed, rstages, tau)
-    last_timed = max((t for t in range(n) if not instant[t]), default=-1)   # zero-time runs after: rows kept
+    last_timed = max((t for t in range(n) if not instant[t]), default=-1)   # zero-time runs after: own G
     s_at: dict[int, list[int]] = {}
     for (tt, j) in S:
         s_at.setdefault(tt, []).append(j)
@@ -484,14 +491,16 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
             out_mib = sum(pb.mem[j] for j in nd.outputs) / MIB
             u = new_var(lp, f"U_{t}_{q}", lowBound=0)
             lp += u == prev - freed_prev + out_mib * rsum(t, q), f"mem_{t}_{q}"
-            if not instant[q] or t > last_timed:   # a zero-time run's row: the instant's, at the next timed run
-                ws = pulp.lpSum(nd.impls[v].workspace / MIB * R[t, q, v] for v in allowed[q])
-                ghost: pulp.LpVariable | int = 0
-                if big > 0 or freed_now or ws_now:
-                    ghost = new_var(lp, f"G_{t}_{q}", lowBound=0)
-                    now = pulp.lpSum(c * v for c, v in freed_now + ws_now)
-                    lp += ghost >= carried - big * pulp.lpSum(timed) + now, f"instant_{t}_{q}"
-                lp += u + ws + ghost <= budget, f"budget_{t}_{q}"
+            ws = pulp.lpSum(nd.impls[v].workspace / MIB * R[t, q, v] for v in allowed[q])
+            ghost: pulp.LpVariable | int = 0
+            if (not instant[q] or t > last_timed) and (big > 0 or freed_now or ws_now):
+                # the instant's row (a zero-time run's ghosts are counted at the next timed run)
+                ghost = new_var(lp, f"G_{t}_{q}", lowBound=0)
+                now = pulp.lpSum(c * v for c, v in freed_now + ws_now)
+                lp += ghost >= carried - big * pulp.lpSum(timed) + now, f"instant_{t}_{q}"
+            # Every run has its row, a zero-time one too: it holds its inputs until its outputs are allocated
+            # (rule 5), and an input it is the last reader of is freed only after it (in the next row's frees).
+            lp += u + ws + ghost <= budget, f"budget_{t}_{q}"
             if instant[q]:
                 ws_now += [(nd.impls[v].workspace / MIB, R[t, q, v]) for v in allowed[q] if nd.impls[v].workspace]
             # Free_{t,i,q}: after q in stage t, i leaves unless kept, offloaded or read later in the stage.
@@ -553,3 +562,25 @@ def read_values(model: MilpModel) -> Values:
         return frozenset(k for k, v in d.items() if v.varValue is not None and v.varValue > 0.5)
 
     return Values(ones(model.R), ones(model.S), ones(model.O), ones(model.P), ones(model.Pb))
+
+
+def budget_bytes(pb: StageProblem, chain: int) -> float:
+    """The memory rows' right-hand side in bytes: what the solver's tolerance cannot turn into a plan over the
+    device. A row may be missed by FEASIBILITY_TOL MiB (about a byte; along a stage's chain of `chain` memory
+    equations that many times) and a binary by FEASIBILITY_TOL, a millionth of the bytes it counts: with the
+    usable bytes as the bound, a plan needing 1 byte more than the device has was solved and then refused by
+    decode. Every byte count in the rows is a multiple of `q` (the alignment, or its gcd with the workspaces),
+    so any bound from F (the usable bytes rounded down to q) to below F + q admits the same integral plans: the
+    usable bytes where they are at least half a q short of the next multiple (the model unchanged), else
+    F + q/2. Only where q is too fine to hide the slop is the bound the usable bytes less it (a plan within
+    those few bytes of the device's memory is then lost)."""
+    usable = int(pb.device.usable_bytes)
+    counted = [int(pb.fixed_bytes), *map(int, pb.mem.values())] + \
+        [int(im.workspace) for nd in pb.nodes for im in nd.impls]
+    q = math.gcd(*counted) or 1
+    slop = FEASIBILITY_TOL * (MIB * (chain + 2) + pb.fixed_bytes + 2 * sum(pb.mem.values())
+                              + max((im.workspace for nd in pb.nodes for im in nd.impls), default=0))
+    if q >= 4 * slop:
+        return float(min(usable, usable // q * q + q // 2))
+    return usable - math.ceil(slop)
+

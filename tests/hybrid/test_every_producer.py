@@ -12,8 +12,9 @@ test asserts that most draws planned, so none of them passes by refusing everyth
 itself a bug ("failed validation", "a bug in the model") is a failure, not a refusal. No op takes zero time
 in these graphs (dropout's `empty_like` is given a microsecond, `no_zero_time`).
 
-A failure found: the MILP plans one byte over the device memory at a memory one byte short of an aligned
-peak; `test_milp_one_byte_under_the_unswapped_peak_...` holds its reproducers, xfail(strict) until fixed.
+A failure found: the MILP planned one byte over the device memory at a memory one byte short of an aligned
+peak (its solver's tolerance; `milp.model.budget_bytes`); `test_milp_one_byte_under_the_unswapped_peak_...` holds
+the reproducers.
 
 Searches run on work budgets (`generations=`, `max_windows=`, `node_limit=`), not wall time, so a seed gives
 one plan. Shrinking is off: a failing example re-runs every producer per step.
@@ -621,27 +622,19 @@ def test_serve_swap_plans_validate_and_infer_like_eager(planner: str) -> None:
     tally.assert_mostly_planned("net", "synthetic")
 
 
-def _overflows_by_a_byte() -> Any:
-    from milp.decode import DecodeError
-
-    return pytest.mark.xfail(strict=True, raises=DecodeError, reason=(
-        "MILP memory rows count MiB: HiGHS's feasibility tolerance (~1e-6 MiB, about a byte) lets a plan use 1 byte "
-        "more than the device has; decode refuses it (DecodeError 'a bug in the model')"))
-
-
 # The edge the MILP property found with fresh draws (fraction 0.99999): a memory one byte short of the unswapped
-# peak (a multiple of the alignment), where the MILP's plan needs exactly that multiple. Fixed nets, so that each
-# case fails (or, once fixed, passes) on every run.
+# peak (a multiple of the alignment), where the MILP's plan needed exactly that multiple: its memory rows in MiB
+# let HiGHS's feasibility tolerance (1e-6 MiB, about a byte) through, and decode refused the plan (DecodeError,
+# 'a bug in the model'), or the start plan was written instead. Fixed nets, so each case runs the same every time.
 ONE_BYTE_UNDER = [
     pytest.param("mosos", {}, False, NetSpec((8, 8, 16), (0, 0), (False, True), 0.2, "sgd", 48, 120),
-                 id="mosos-defaults", marks=_overflows_by_a_byte()),
+                 id="mosos-defaults"),
     pytest.param("mosos", dict(stalls=False), False, NetSpec((4, 4), (0,), (False,), 0.0, "sgd", 4, 0),
-                 id="mosos-stalls=False", marks=_overflows_by_a_byte()),
+                 id="mosos-stalls=False"),
     pytest.param("mosos", dict(persistent=False), True, NetSpec((4, 4), (0,), (False,), 0.0, "sgd", 4, 0),
-                 id="mosos-persistent=False-plan_milp", marks=_overflows_by_a_byte()),
+                 id="mosos-persistent=False-plan_milp"),
     pytest.param("str-auto", dict(stalls=False, persistent=False, link="paper"), False,
-                 NetSpec((4, 4, 8), (0, 2), (True, True), 0.0, "adam", 4, 869), id="str-auto-paper",
-                 marks=_overflows_by_a_byte()),
+                 NetSpec((4, 4, 8), (0, 2), (True, True), 0.0, "adam", 4, 869), id="str-auto-paper"),
 ]
 
 
@@ -658,4 +651,5 @@ def test_milp_one_byte_under_the_unswapped_peak_validates_and_trains_like_eager(
                                               SolveOptions(time_limit_s=20, gap=0.05, node_limit=200),
                                               replace(KINDS[kind], **changes), require=False)
     assert run.plan is not None, run.result.status
+    assert run.milp_plan is not None and validate(case.graph, run.milp_plan).valid   # its own plan decoded
     trains_like_eager(case, run.plan)
