@@ -42,6 +42,8 @@ class SizeClassAllocation:
     classes: tuple[SizeClass, ...]
     class_of: dict[str, int]
     kind: str = "size_classes"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # fields this reader does
+    #                                                                     not know, written back as read
 
     def pool_bytes(self, alignment: int = 1) -> int:
         """The pool's bytes: each object of a class rounded up to `alignment` (the device's, rule 5; 1: as
@@ -50,7 +52,7 @@ class SizeClassAllocation:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "classes": [{"bytes": c.bytes, "count": c.count} for c in self.classes],
-                "class_of": dict(self.class_of)}
+                "class_of": dict(self.class_of), **self.extra}
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,10 @@ class ArenaAllocation:
     arena_bytes: int
     offsets: dict[str, int]
     kind: str = "arena"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "arena_bytes": self.arena_bytes, "offsets": dict(self.offsets)}
+        return {"kind": self.kind, "arena_bytes": self.arena_bytes, "offsets": dict(self.offsets), **self.extra}
 
 
 @dataclass(frozen=True)
@@ -70,18 +73,22 @@ class UnconstrainedAllocation:
     """Only the byte budget (rule 5's first sentence): any allocator that never fragments."""
 
     kind: str = "unconstrained"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind}
+        return {"kind": self.kind, **self.extra}
 
 
 Allocation = Union[SizeClassAllocation, ArenaAllocation, UnconstrainedAllocation]
+_ALLOCATION_FIELDS = {"size_classes": ("kind", "classes", "class_of"), "arena": ("kind", "arena_bytes", "offsets"),
+                      "unconstrained": ("kind",)}
 
 
 def allocation_from_json(d: Any, where: str = "allocation") -> Allocation:
     if not isinstance(d, dict):
         raise FormatError(f"{where}: expected an object with a 'kind'")
     kind = d.get("kind")
+    extra = {k: v for k, v in d.items() if k not in _ALLOCATION_FIELDS.get(kind, ())}
     try:
         if kind == "size_classes":
             if not isinstance(d["classes"], list) or not isinstance(d["class_of"], dict):
@@ -93,14 +100,15 @@ def allocation_from_json(d: Any, where: str = "allocation") -> Allocation:
                             for i, c in enumerate(d["classes"]))
             class_of = {k: checked_number(v, f"{where}.class_of.{k}", lo=0, hi=max(len(classes) - 1, 0),
                                           integer=True) for k, v in d["class_of"].items()}
-            return SizeClassAllocation(classes, class_of)
+            return SizeClassAllocation(classes, class_of, extra=extra)
         if kind == "arena":
             if not isinstance(d["offsets"], dict):
                 raise FormatError(f"{where}: 'offsets' must be an object of tensor id: byte offset")
             return ArenaAllocation(checked_bytes(d["arena_bytes"], f"{where}.arena_bytes"),
-                                   {k: checked_bytes(v, f"{where}.offsets.{k}") for k, v in d["offsets"].items()})
+                                   {k: checked_bytes(v, f"{where}.offsets.{k}") for k, v in d["offsets"].items()},
+                                   extra=extra)
         if kind == "unconstrained":
-            return UnconstrainedAllocation()
+            return UnconstrainedAllocation(extra=extra)
     except KeyError as e:
         raise FormatError(f"{where}: missing field {e.args[0]!r} for kind {kind!r}") from None
     except FormatError:

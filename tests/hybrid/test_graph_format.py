@@ -223,3 +223,20 @@ def test_a_devices_extra_fields_are_written_back_and_a_near_miss_is_named(tmp_pa
     plan = run_baseline(g, replace(g.device, memory_bytes=2 * g.device.memory_bytes), "belady")
     plan.save(tmp_path / "p.json")
     assert Plan.load(tmp_path / "p.json").device.extra["pcie_gen"] == 4   # replace() keeps them too
+
+
+@pytest.mark.parametrize("allocation", [
+    {"kind": "unconstrained", "allocator": "cudaMallocAsync"},
+    {"kind": "arena", "arena_bytes": 1024, "offsets": {"a": 0, "b": 512}, "note": {"by": "me"}},
+    {"kind": "size_classes", "classes": [{"bytes": 512, "count": 2}], "class_of": {"a": 0}, "pool_id": 3},
+])
+def test_an_allocations_extra_fields_are_written_back_as_read(allocation: dict) -> None:
+    """FORMATS.md: extra fields are allowed and ignored by readers that do not know them; like a plan's, an
+    event's and a device's, an allocation's survive a load and a save (they were dropped) and do not make two
+    allocations differ."""
+    from hybrid.plan.types import allocation_from_json
+
+    a = allocation_from_json(allocation)
+    assert a.to_json() == allocation
+    known = {k: v for k, v in allocation.items() if k in ("kind", "arena_bytes", "offsets", "classes", "class_of")}
+    assert allocation_from_json(known) == a and allocation_from_json(known).to_json() == known
