@@ -339,6 +339,16 @@ class SwapPlanner:
             ws = int(self.op_ws.max(initial=0))
             return (f"the pool ({format_bytes(pool.capacity)}) plus the largest workspace ({format_bytes(ws)}) exceeds "
                     f"the device's usable memory ({format_bytes(self.device.usable_bytes)}); lower the class counts")
+        if err_op < 0 and not pool.by_bytes and opt.keep_persistent:
+            # a pool of size classes fails on objects, not bytes: the persistent tensors' bytes may be well under it
+            held = np.bincount(pool.t_class[a.t_persistent], minlength=len(pool.class_count))
+            short = [c for c in range(len(pool.class_count)) if held[c] > pool.class_count[c]]
+            if short:
+                c = short[0]
+                more = f" (and {len(short) - 1} more classes short)" if len(short) > 1 else ""
+                return (f"the persistent tensors, which this planner keeps resident, need {int(held[c])} objects of "
+                        f"size class {c} ({format_bytes(int(pool.class_bytes[c]))} each), but the pool has "
+                        f"{int(pool.class_count[c])}{more}; raise that class's count, or plan on a byte budget")
         if err_op < 0:
             what = "the tensors resident at the iteration's start"
             if opt.keep_persistent:

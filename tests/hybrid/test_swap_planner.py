@@ -226,3 +226,17 @@ def test_a_one_stream_plan_re_simulates_on_one_stream_from_its_file():
     # Three streams would have let its copies run beside compute: the re-timing is the one-stream one.
     _, overlapped = resimulate(replace(aug, options=PlannerOptions()))
     assert overlapped.max() < naive.makespan_s * (1 - 1e-6)
+
+
+def test_persistent_tensors_short_of_a_size_classes_objects_are_named_by_class():
+    """A size-class pool fails on objects, not bytes: two parameters in a class of one object said "the
+    persistent tensors (6 KiB) ... do not fit in the device memory (13.1 KiB)"; it names the class."""
+    g = training_graph(3, seed=1)
+    ts = distinct_sizes(g)
+    n_params = int(np.count_nonzero(g.arrays.t_persistent))
+    pool = class_pool(g, np.zeros(len(ts), dtype=np.int64), np.array([n_params - 1]), ts,
+                      align=g.device.alignment_bytes)
+    sp = SwapPlanner(g, replace(g.device, memory_bytes=10**12))
+    with pytest.raises(InfeasibleError, match=rf"need {n_params} objects of size class 0 .* but the pool has "
+                                              rf"{n_params - 1}; raise that class's count"):
+        sp.plan(program_order(g), pool, PlannerOptions(keep_persistent=True))

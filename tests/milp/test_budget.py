@@ -6,7 +6,6 @@ alignment the bound sits between multiples (the same integral plans, with room f
 counts are finer it is the usable bytes less the tolerance."""
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 
