@@ -33,6 +33,7 @@ from executor.check import (Batches, Comparison, OutputCheck, compare, compare_o
                            same_bits, train_eager, unpack_batch)
 from executor.device_pool import PoolStats
 from executor.measure import Summary, summarize
+from executor.preflight import storage_fits
 from executor.program import Program, compile_program
 from executor.runtime import IterationRecord, Runtime
 from executor.streams import make_backend
@@ -56,6 +57,7 @@ class Executor:
 
             require_valid(graph, plan, "the plan")
         bindings(graph, "executed")
+        storage_fits(graph)    # a tensor's bytes short of its shape would overlap the next one's, silently
         self.graph = graph
         self.plan = plan
         self.backend = make_backend(device, poison=sanitize)

@@ -7,7 +7,8 @@ that cannot succeed should say so at once, in one line.
 
 Checked, in order: the device (cpu or cuda, present; a CUDA graph only on cuda), the plan against the graph (its
 name, the file's sha256, the ops it schedules: a plan of another graph is said before anything about the graph's
-code, which would send the user the wrong way), the Python code a graph names (a graph file is data: its `module`
+code, which would send the user the wrong way), each captured tensor's bytes against what its dtype and shape
+take (a smaller one would silently overlap the next tensor), the Python code a graph names (a graph file is data: its `module`
 spec runs only when the caller names the same code or trusts the graph) and the host memory the run
 allocates against what this process may still get: free memory (MemAvailable), the cgroup's limit (v2
 `memory.max`, v1 `memory.limit_in_bytes`, of its own group and every group above it) and the process limits
@@ -86,6 +87,30 @@ def resolve_device(device: str | None, cuda_graph: bool = False) -> str:
     if cuda_graph and not device.startswith("cuda"):
         raise HybridError(f"--cuda-graph needs --device cuda (a CUDA graph replays GPU work); got --device {device}")
     return device
+
+
+def storage_fits(graph: Any, graph_path: Path | str | None = None) -> None:
+    """Each captured tensor's `bytes` holds what its dtype, shape, strides and storage offset address: the
+    executor cuts views of that many bytes at the plan's offsets, so a smaller `bytes` (a hand-edited graph)
+    would read and write the next tensor's bytes and train wrong numbers without an error."""
+    from executor.device_pool import itemsize
+    from hybrid.capture.encoding import dtype_from_name
+
+    for t in graph.tensors:
+        meta = t.extra
+        if not all(k in meta for k in ("dtype", "shape", "stride")):
+            continue
+        shape, stride = list(meta["shape"]), list(meta["stride"])
+        if len(shape) != len(stride):
+            raise HybridError(f"tensor {t.id!r}: shape {shape} and stride {stride} differ in length; recapture "
+                              f"the graph{f' ({graph_path})' if graph_path else ''}")
+        elems = 0 if 0 in shape else int(meta.get("storage_offset", 0)) + 1 + \
+            sum((n - 1) * abs(st) for n, st in zip(shape, stride))
+        need = elems * itemsize(dtype_from_name(meta["dtype"]))
+        if need > t.bytes:
+            raise HybridError(f"tensor {t.id!r}: bytes {t.bytes} is less than its {meta['dtype']} {shape} (stride "
+                              f"{stride}) takes ({need} bytes): the graph file was edited or is corrupt; recapture "
+                              f"it{f' ({graph_path})' if graph_path else ''} or fix its bytes")
 
 
 def plan_fits(graph: Any, plan: Any, plan_path: Path | str | None = None, graph_path: Path | str | None = None) -> None:
@@ -322,6 +347,7 @@ def preflight(graph: Any, plan: Any, *, device: str | None = None, check: bool =
     if model is not None and module is not None:
         raise HybridError("give --model (a zoo model) or --module (your own), not both")
     plan_fits(graph, plan, plan_path, graph_path)
+    storage_fits(graph, graph_path)
     spec = None if model is not None else module_to_run(graph, module, trust_module, graph_path)
     need = host_bytes_needed(graph, plan, dev, check)
     host = host_memory()

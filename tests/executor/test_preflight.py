@@ -208,3 +208,25 @@ def test_the_device_pool_on_the_host_is_what_the_executor_allocates() -> None:
     assert pf.device_pool_bytes(plan) == plan.metrics["peak_bytes"] < plan.device.usable_bytes
     plan.metrics = [1]                                             # a plan's figures are not trusted
     assert pf.device_pool_bytes(plan) == plan.device.usable_bytes
+
+
+def test_a_tensor_whose_bytes_are_short_of_its_shape_is_refused_before_it_runs(tmp_path: Path) -> None:
+    """A hand-edited graph (a parameter's bytes halved) planned, validated and ran: its views overlapped the
+    next tensor's bytes and training gave other numbers, exit 0 (a new user's run). The executor refuses it, from
+    the CLI's preflight and from the Python API alike; captured graphs pass."""
+    from executor.api import Executor
+    from hybrid.swap.baselines import run_baseline
+
+    pf.storage_fits(Graph.load(RESNET))
+    doc = json.loads(RESNET.read_text())
+    t = next(t for t in doc["tensors"] if t["kind"] == "param" and len(t["shape"]) == 4)
+    t["bytes"] //= 2
+    g = Graph.from_json(doc)
+    with pytest.raises(HybridError, match=rf"tensor '{t['id']}': bytes {t['bytes']} is less than its float32 "
+                                          rf"\[.*\] \(stride .*\) takes \({2 * t['bytes']} bytes\)"):
+        pf.storage_fits(g)
+    plan = run_baseline(g, replace(g.device, memory_bytes=200 << 20, reserve_bytes=0), "belady")
+    with pytest.raises(HybridError, match="is less than its float32"):
+        pf.preflight(g, plan, device="cpu")
+    with pytest.raises(HybridError, match="is less than its float32"):
+        Executor(g, plan, "cpu")
