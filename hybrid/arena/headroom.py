@@ -77,6 +77,8 @@ class Headroom:
                 "trials": list(self.trials), **({"seeded": self.seeded} if self.seeded is not None else {})}
 
     def describe(self) -> str:
+        if not self.layouts:
+            return "headroom: none (no seed plan runs in this memory, so none was laid out)"
         capped = f"; {self.capped}" if self.capped else ""
         if self.seeded is not None:
             return (f"headroom: searched with {100 * self.seeded:.3g}% less memory, then {100 * self.shrink:.3g}% "

@@ -390,6 +390,11 @@ class SwapPlanner:
                 mine[[g.tensor_index[t] for t in ts_]] = True
                 raw += int(a.t_bytes[a.t_persistent & ~mine].sum())
             hint = self.device.default_alignment_hint(raw <= pool.capacity, flag=True)
+            if big_need > pool.capacity and not hint and not opt.keep_persistent:
+                # no schedule can help: the op that binds is the largest, not the one this walk stopped at
+                return (f"no plan runs in {format_bytes(pool.capacity)}: op {g.ops[big].id!r} needs "
+                        f"{format_bytes_up(big_need)} at once (inputs, outputs and workspace, each aligned to "
+                        f"{pool.align} bytes); give --memory of at least that (`hybrid info` lists the largest ops)")
             advice = (f"unrounded it needs {format_bytes(raw)}, which fits: {hint}; otherwise give more --memory"
                       f"{least}" if hint else f"give more --memory{least}")
             return (f"op {op.id!r} needs {need_t} at once (inputs, outputs and workspace, each aligned "

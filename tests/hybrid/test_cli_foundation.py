@@ -65,7 +65,7 @@ def test_simulate_and_simulate_from_a_plan(graph_file, tmp_path):
 def test_errors_are_one_line_without_traceback(graph_file, tmp_path):
     r = CliRunner().invoke(cli, ["baseline", "--graph", str(graph_file), "--memory", "1KiB"])
     assert r.exit_code == 2 and r.output.startswith("error: ") and "Traceback" not in r.output
-    assert "give more --memory" in r.output
+    assert "give --memory of at least" in r.output
     r = CliRunner().invoke(cli, ["info", "--graph", str(graph_file), "--memory", "lots"])
     assert r.exit_code == 2 and "cannot read --memory 'lots'" in r.output
     bad = tmp_path / "bad.json"

@@ -173,8 +173,9 @@ def test_padding_a_plan_does_not_loosen_the_validator(made):
 
 
 def test_too_little_memory_names_the_least_any_plan_needs() -> None:
-    """The op that fails first is not always the largest: the message says the least memory any plan needs, so
-    the user does not give more --memory twice."""
+    """The op that fails first is not always the largest: where the largest cannot fit, the message leads with it
+    and the least memory any plan needs (it named the first op that failed, then the largest), so the user does not
+    give more --memory twice."""
     from hybrid.errors import InfeasibleError
     from hybrid.graph import Op, Tensor
 
@@ -184,8 +185,8 @@ def test_too_little_memory_names_the_least_any_plan_needs() -> None:
     ops = [Op("small", "forward", ("x",), ("a",), 1e-3), Op("big", "forward", ("a",), ("b",), 1e-3)]
     dev = Device("d", 9 * MiB // 2, 1e9, 1e9, 0.0, reserve_bytes=0)
     g = Graph("two", tensors, ops, dev)
-    with pytest.raises(InfeasibleError, match=r"op 'small' needs 5 MiB .*no plan runs with less than 11 MiB: op "
-                                              r"'big' needs that at once"):
+    with pytest.raises(InfeasibleError, match=r"^no plan runs in 4.5 MiB: op 'big' needs 11 MiB at once \(inputs, "
+                                              r"outputs and workspace, .*\); give --memory of at least that"):
         run_baseline(g, dev, "belady")
 
 
