@@ -63,6 +63,10 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
     value = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
     if not value <= MAX_BYTES:   # also 1e400 (inf)
         raise HybridError(f"{what} {text!r} is more than {format_bytes(MAX_BYTES)}, the most this tool takes")
+    if m.group(2).lower() in ("", "b") and value != int(value):   # `--memory 0.6` was read as 1 byte
+        n = m.group(1)
+        raise HybridError(f"cannot read {what} {str(text).strip()!r}: bytes are a whole number; write e.g. {n}GiB "
+                          f"or {n}MiB (or a percentage of the peak, e.g. 60%, where the flag takes one)")
     return int(round(value))
 
 

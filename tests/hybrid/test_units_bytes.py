@@ -83,6 +83,17 @@ def test_a_device_memory_without_a_unit_under_1_mib_is_warned_not_refused() -> N
         assert parse_memory("100B") == 100 and parse_memory("20971520") == 20 << 20 and parse_memory(100) == 100
 
 
+@pytest.mark.parametrize("text", ["0.6", "12.5", "0.5B", "1e-3"])
+def test_a_fraction_of_a_byte_is_refused(text: str) -> None:
+    """`--memory 0.6` (a share of the peak meant, written without %) was read as 1 byte, with only a warning."""
+    from hybrid.errors import HybridError
+    from hybrid.units import parse_bytes, parse_memory
+
+    with pytest.raises(HybridError, match=rf"cannot read --memory '{text}': bytes are a whole number; write e.g. .*GiB"):
+        parse_memory(text)
+    assert parse_bytes("1.5KiB") == 1536 and parse_bytes("12.0") == 12 and parse_bytes("1e3") == 1000
+
+
 def test_a_negative_size_is_refused_as_negative_and_a_large_ratio_is_written_whole() -> None:
     import pytest
 
