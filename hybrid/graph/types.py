@@ -246,11 +246,14 @@ class Graph:
 
 def _deliberate(key: str, field_name: str, known: set[str]) -> bool:
     """A name close to a read field that is another field on purpose, not a typo: it contains a whole read name
-    (gpu_time_s, nbytes, devices) or is the same name in another unit (time_us, time_ms beside time_s). `key`
-    is never a read name itself (the caller's check)."""
+    (gpu_time_s, nbytes, devices) or is the same name in another unit (time_us, time_ms beside time_s), unless it
+    is a read name with a letter doubled. `key` is never a read name itself (the caller's check)."""
     def stem(name: str) -> str:
         return re.sub(r"_(ns|us|ms|s)$", "", name)
 
+    # a doubled letter is a slip of the key, not another field (time_ss, bytess: they contain a read name too)
+    if any(key[i] == key[i + 1] and key[:i] + key[i + 1:] in known for i in range(len(key) - 1)):
+        return False
     return any(len(k) >= 4 and k in key for k in known) or stem(key) == stem(field_name)
 
 

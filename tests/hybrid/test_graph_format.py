@@ -194,6 +194,13 @@ def test_fields_named_on_purpose_beside_a_read_one_are_not_taken_for_typos() -> 
     d["ops"][3]["tme_s"] = 1
     assert [line.split(": ")[1] for line in Graph.from_json(d).misspelt_fields()] == [
         "field 'tme_s' is not read (did you mean 'time_s'?); extra fields are ignored"]
+    # a doubled letter contains the read name too, and was passed over as deliberate (a new user's `time_ss`)
+    d["ops"][3].pop("tme_s")
+    d["ops"][4]["time_ss"] = 1
+    d["tensors"][3]["bytess"] = 5
+    assert sorted(line.split(": ")[1] for line in Graph.from_json(d).misspelt_fields()) == [
+        "field 'bytess' is not read (did you mean 'bytes'?); extra fields are ignored",
+        "field 'time_ss' is not read (did you mean 'time_s'?); extra fields are ignored"]
 
 
 def test_a_devices_extra_fields_are_written_back_and_a_near_miss_is_named(tmp_path) -> None:
