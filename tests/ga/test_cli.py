@@ -221,7 +221,8 @@ def test_kernel_compilation_is_announced_and_counted_in_the_budget(graph_file, t
 
 @pytest.mark.parametrize("flags, message", [
     (["--time-limit", "soon"], "cannot read --time-limit"),
-    (["--workers", "0"], "--workers (workers) must be at least 1"),
+    (["--workers", "0"], "invalid value for '--workers': 0 is not in the range x>=1"),
+    (["--generations", "-1"], "invalid value for '--generations': -1 is not in the range x>=0"),
     (["--workers", "2", "--scheduler", "tcp://x:1"], "not both"),
     (["--population", "1"], "invalid value for '--population': 1 is not in the range x>=2"),
     (["--mutation-rate", "2"], "within [0, 1]"),

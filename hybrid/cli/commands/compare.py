@@ -62,7 +62,7 @@ def _fraction_fits(g, dev, fraction: float) -> None:  # noqa: ANN001 - Graph, De
 @patience_option
 @click.option("--refine-elites", type=click.IntRange(1), default=4, show_default=True,
               help="beside: the search's best distinct individuals offered to the refiner per generation.")
-@click.option("--workers", type=int, default=None,
+@click.option("--workers", type=click.IntRange(1), default=None,
               help="GA evaluation processes in both arms (CP-SAT uses one thread); beside, GA-only gets one more, "
                    "the core the refiner uses in the other arm. Default: as `hybrid optimize` picks per graph "
                    "(1 where one evaluation takes under 1 ms, else every core but the refiner's).")

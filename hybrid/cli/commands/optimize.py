@@ -31,14 +31,14 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
                    "the search gets the rest (hybrid.pipeline.optimize explains the split). The search also stops "
                    "when its best plan reaches the lower bound. Ctrl-C or SIGTERM stops early and writes the best "
                    "plan so far.")
-@click.option("--generations", type=int, default=None,
+@click.option("--generations", type=click.IntRange(0), default=None,
               help="Stop after this many generations (counting those before --resume), if the time limit allows.")
 @seed_option
 @click.option("--population", type=click.IntRange(min=2), default=48, show_default=True,
               help="Individuals alive after each generation (N_p).")
 @click.option("--children", type=click.IntRange(min=1), default=None,
               help="New individuals per generation, four per crossover [default: --population].")
-@click.option("--workers", type=int, default=None,
+@click.option("--workers", type=click.IntRange(1), default=None,
               help="Evaluation processes on this machine [default: all cores, one fewer when the CP-SAT refiner "
                    "runs beside the search; 1 when one evaluation takes under 1 ms, where a pool is slower]; "
                    "1 = serial, in this process.")

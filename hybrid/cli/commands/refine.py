@@ -36,7 +36,7 @@ def _window_sizes(text: str) -> tuple[int, ...]:
               help="Budget of the whole command (loading and writing included), e.g. 30s, 2m, 1h; a bare number "
                    "is seconds. Ctrl-C or SIGTERM stops early and writes the best plan so far.")
 @seed_option
-@click.option("--workers", type=int, default=1, show_default=True, help="CP-SAT worker threads per window.")
+@click.option("--workers", type=click.IntRange(1), default=1, show_default=True, help="CP-SAT worker threads per window.")
 @click.option("--window-ops", default="6,12,4,20", show_default=True,
               help="Ops per window, one size per round of windows (comma-separated).")
 @click.option("--window-time", default="0.5s", show_default=True,
