@@ -71,7 +71,7 @@ def optimize_json(res, wall_s: float) -> dict:  # noqa: ANN001 - hybrid.pipeline
 def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: float | None = None) -> str:  # noqa: ANN001
     """`hybrid optimize`'s summary of `res` (a `run_optimize` result; from Python: `optimize_text(graph, None,
     res)`): the written plan first (and why it is not the search's best, at what cost), its bound, bytes moved,
-    the search, what the time limit left out, where the time went, the baselines. `wrote`: the files written
+    reruns and stall, the search, what the time limit left out, where the time went, the baselines. `wrote`: the files written
     (none: "plan (not written)"); `device`: default the plan's; `wall_s`: default the run's own."""
     device = res.plan.device if device is None else device
     wall_s = res.timings.wall_s if wall_s is None else wall_s
@@ -99,6 +99,12 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
     lines.append(f"  ideal        {format_seconds(ideal)}   {lb}, persistent tensors only "
                  f"{format_seconds(persistent_bound(graph, plan.device))}")
     lines.append(f"  bytes moved  {format_bytes(h2d + d2h)} ({format_bytes(h2d)} in, {format_bytes(d2h)} out)")
+    # where the makespan over the ideal goes: reruns and waits (a plan that only reruns moved few bytes)
+    reruns = [e.end_s - e.start_s for e in plan.events if e.kind == "compute" and e.recompute]
+    stall = m.get("stall_s")
+    lines.append(f"  reruns       " + (f"{counted(len(reruns), 'op')} ({format_seconds(sum(reruns))} of compute)"
+                                      if reruns else "none")
+                 + (f"; stall {format_seconds(float(stall))}" if stall is not None else ""))
     stop = result.stop_reason
     why = "reached the lower bound (no plan can be faster)" if stop == "lower bound" else stop
     lines.append(f"  search       {graph.name} on {device.name} ({format_bytes(device.usable_bytes)} usable): "

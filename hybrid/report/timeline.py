@@ -140,8 +140,9 @@ def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, u
                     transform=ax_mem.transAxes, ha="left", va="bottom", fontsize=7, color=RESERVED_COLOR)
     ax_mem.set_ylabel(f"device {sname}", fontsize=8)
     ax_mem.set_ylim(0, max(mem, int(b.max()), reserved[0] if reserved else 0) / scale * 1.08)
-    usable = f"usable {format_bytes(mem)}" + (f" ({format_bytes(plan.device.memory_bytes)} less a "
-                                              f"{format_bytes(plan.device.reserve_bytes)} reserve)"
+    # not "(memory less a reserve)": a frontier's device is its usable bytes plus a 1 GiB reserve, which read
+    # "usable 3.67 MiB (1 GiB less a 1 GiB reserve)"
+    usable = f"usable {format_bytes(mem)}" + (f", beside a {format_bytes(plan.device.reserve_bytes)} reserve"
                                               if plan.device.reserve_bytes else "")
     ax_mem.text(0.995, 0.9, usable, transform=ax_mem.transAxes,
                 ha="right", va="top", fontsize=7, color="#c44e52")

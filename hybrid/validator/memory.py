@@ -195,8 +195,8 @@ def _apart(ctx: Context, need: int) -> tuple[str, str]:
     dev = ctx.plan.device
     need_t, mem_t = format_bytes_apart(need, ctx.memory)
     if dev.reserve_bytes:
-        return need_t, (f"{mem_t} usable ({format_bytes(dev.memory_bytes)} of device memory less the "
-                        f"{format_bytes(dev.reserve_bytes)} reserve)")
+        total, kept = format_bytes_apart(dev.memory_bytes, dev.reserve_bytes)   # 1 GiB + 3.67 MiB less 1 GiB
+        return need_t, f"{mem_t} usable ({total} of device memory less the {kept} reserve)"
     return need_t, f"{mem_t} of device memory"
 
 

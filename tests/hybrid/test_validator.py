@@ -682,7 +682,7 @@ def test_cli_valid_exit_0(files: tuple[Path, Path]) -> None:
                                             reserve_bytes=1 << 30))
     reserved.save(p)
     r = _run("--graph", str(g), "--plan", str(p))
-    assert "peak 13 KiB (83.0% of 15.6 KiB usable: 1 GiB less a 1 GiB reserve)" in r.output, r.output
+    assert "peak 13 KiB (83.0% of 15.6 KiB usable, beside a 1 GiB reserve)" in r.output, r.output
     stale = replace(plan, metrics={**plan.metrics, "peak_bytes": 13000})   # unaligned: not rule 5's peak
     stale.save(p)
     r = _run("--graph", str(g), "--plan", str(p))

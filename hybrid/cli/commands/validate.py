@@ -55,8 +55,9 @@ def command(graph_path: Path, plan_path: Path, show_all: bool, as_json: bool) ->
     if report.valid:
         dev = plan.device
         mem = dev.usable_bytes    # what the plan may fill: rule 5's limit (a 1 GiB reserve is not the plan's)
-        of = (f"{format_bytes(mem)} usable: {format_bytes(dev.memory_bytes)} less a "
-              f"{format_bytes(dev.reserve_bytes)} reserve" if dev.reserve_bytes else format_bytes(mem))
+        # not "usable: 1 GiB less a 1 GiB reserve" (a frontier's device: its usable bytes plus the reserve)
+        of = (f"{format_bytes(mem)} usable, beside a {format_bytes(dev.reserve_bytes)} reserve" if dev.reserve_bytes
+              else format_bytes(mem))
         click.echo(f"valid: {len(plan.events)} events, makespan {format_seconds(plan.makespan_s)}, "
                    f"peak {format_bytes(report.peak_bytes)} ({100.0 * report.peak_bytes / max(mem, 1):.1f}% of {of})")
         for line in _stated_differ(graph, plan):
