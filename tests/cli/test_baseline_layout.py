@@ -35,9 +35,15 @@ def test_a_baseline_is_laid_out_and_its_cost_said(tmp_path: Path) -> None:
 
 
 def test_json_names_each_baselines_notes(tmp_path: Path) -> None:
-    r = run("baseline", "--graph", EXAMPLE, "--memory", "64MiB", "--kind", "belady", "--kind", "ideal", "--json")
+    import pandas as pd
+
+    r = run("baseline", "--graph", EXAMPLE, "--memory", "64MiB", "--kind", "belady", "--kind", "ideal", "--json",
+            "--csv", tmp_path / "t" / "b.csv")
     assert r.exit_code == 0, r.output
     plans = {p["kind"]: p for p in json.loads(r.output)["plans"]}
+    table = pd.read_csv(tmp_path / "t" / "b.csv")   # the table, for pandas: one row per kind, as --json's figures
+    assert list(table["plan"]) == ["belady", "ideal"]
+    assert list(table["makespan_s"]) == [plans["belady"]["makespan_s"], plans["ideal"]["makespan_s"]]
     assert plans["belady"]["notes"] and "no arena layout within memory" in plans["belady"]["notes"][0]
     assert plans["ideal"]["notes"] == []
 

@@ -96,3 +96,25 @@ def test_compare_records_each_arms_wall_time_and_resumes_after_the_split(tmp_pat
     assert hy["ga_generations"] == split_at + back and hy["resume_s"] > 0 and hy["refine_s"] > 0
     # the arm's wall time covers the split search, refinement and the resumed search, not the search alone
     assert hy["wall_s"] >= hy["refine_s"] + hy["resume_s"] - 1e-9
+
+
+def test_optimize_writes_its_table_as_csv(tmp_path) -> None:
+    """`--csv`: the summary table for pandas, the rows `--json` gives its baselines (written plan marked)."""
+    import pandas as pd
+
+    path = foreign_graph_file(tmp_path)
+    out = tmp_path / "p.json"
+    r = run("optimize", "--graph", path, "--memory", "12MiB", "--time-limit", "60s", "--generations", 2,
+            "--population", 4, "--refine", "none", "--quiet", "--compare-baselines", "--json", "--csv",
+            tmp_path / "t.csv", "--out", out)
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    table = pd.read_csv(tmp_path / "t.csv")
+    assert list(table["plan"]) == [b["plan"] for b in s["baselines"]]
+    assert list(table["makespan_s"]) == [b["makespan_s"] for b in s["baselines"]]
+    assert table[table["written"]]["makespan_s"].item() == Plan.load(out).makespan_s
+    r = run("optimize", "--graph", path, "--memory", "12MiB", "--time-limit", "60s", "--generations", 2,
+            "--population", 4, "--refine", "none", "--quiet", "--csv", tmp_path / "one.csv", "--out", out)
+    assert r.exit_code == 0, r.output
+    one = pd.read_csv(tmp_path / "one.csv")   # without baselines: the written plan's row alone
+    assert len(one) == 1 and bool(one["written"].item()) and one["makespan_s"].item() == Plan.load(out).makespan_s

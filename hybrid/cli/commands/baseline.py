@@ -12,6 +12,7 @@ from hybrid.cli.options import (device_from, device_options, graph_option, json_
 from hybrid.report.summary import any_order_bound, plan_row, table
 from hybrid.validator import write_plan
 from hybrid.jsonio import report_json
+from hybrid.files import write_whole
 
 
 @click.command("baseline")
@@ -35,8 +36,10 @@ from hybrid.jsonio import report_json
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout: {\"plans\": [one object per kind: kind, makespan_s, ideal_s, "
                    "ideal/makespan, plan, ...], \"failed\": [...]}.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the table as CSV, one row per kind, in seconds and bytes (pandas.read_csv).")
 def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, recompute: bool, no_arena: bool,
-            seed: int, as_json: bool, **kw) -> None:
+            seed: int, as_json: bool, csv_path: Path | None, **kw) -> None:
     """Plan with an obvious alternative, to compare optimized plans against.
 
     \b
@@ -66,6 +69,7 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
     exit 0); with one, or when none can run, it is an error (exit 2).
     """
     prepare_output(out_path, "--out", folder=len(kinds) > 1)  # a bad folder fails before any planning
+    prepare_output(csv_path, "--csv")
     g = load_graph(graph_path)
     dev = device_from(g, kw)
     from hybrid.pipeline.kernels import compile_if_first_run
@@ -98,6 +102,10 @@ def command(kinds: tuple[str, ...], graph_path: Path, out_path: Path | None, rec
             write_plan(g, plan, target, f"the {kind} plan")
         summaries.append({"kind": kind, **json_summary(g, dev, plan, target),
                           "notes": [n.split(": ", 1)[1] for n in said]})
+    if csv_path is not None and rows:
+        import pandas as pd
+
+        write_whole(csv_path, pd.DataFrame(rows).to_csv(index=False))
     if as_json:
         click.echo(report_json({"plans": summaries, "failed": failed}, indent=1))
     elif rows:

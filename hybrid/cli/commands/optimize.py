@@ -89,6 +89,9 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
               help="Write the convergence log (time, generation, best/mean/worst makespan) as CSV.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Plot best/mean/worst makespan against search time (PNG), like the paper's Figure 9.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the summary table as CSV in seconds and bytes (pandas.read_csv): the written plan's "
+                   "row, with --compare-baselines every row; `written` marks the written plan's.")
 @click.option("--quiet", is_flag=True, help="No progress line; only the final summary.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as one JSON object on stdout (makespan_s, ideal_s, ideal/makespan, plan, "
@@ -139,7 +142,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
             class_mapping: str, start_order: str, policies: tuple[str, ...], recompute: bool, planner_knobs: bool,
             mutation_rate: float, temperature: float, refine: str, refine_mode: str, refine_share: float,
             refine_patience: float, refine_elites: int, checkpoint_path: Path | None, checkpoint_every: int,
-            resume_path: Path | None, out_path: Path, log_path: Path | None, plot_path: Path | None, quiet: bool,
+            resume_path: Path | None, out_path: Path, log_path: Path | None, plot_path: Path | None,
+            csv_path: Path | None, quiet: bool,
             as_json: bool, compare_baselines: bool, arena_time: str, no_arena: bool, addresses: bool,
             headroom: bool | None, workspaces_aside: bool, **kw: object) -> None:
     """Search operator orders and memory pools for the fastest swapping plan.
@@ -211,7 +215,7 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                            baselines=compare_baselines, addresses=addresses, headroom=headroom,
                            workspaces_aside=workspaces_aside)
     opts.check()
-    for path, flag in ((out_path, "--out"), (log_path, "--log"), (plot_path, "--plot"),
+    for path, flag in ((out_path, "--out"), (log_path, "--log"), (plot_path, "--plot"), (csv_path, "--csv"),
                        (checkpoint_path, "--checkpoint")):
         prepare_output(path, flag, figure=flag == "--plot")  # a bad folder fails now, not after the search
     graph = load_graph(graph_path)
@@ -246,11 +250,15 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     with deferred_interrupts():
         if log_path is not None:
             res.search.log.to_csv(log_path)
+        if csv_path is not None:
+            from hybrid.files import write_whole
+
+            write_whole(csv_path, res.frame(graph).to_csv(index=False))
         if plot_path is not None:
             bound = res.bound()
             res.search.log.plot(plot_path, title=f"{graph.name} on {device.name}", ideal_s=res.plan.metrics.get(
                 "ideal_s"), lower_bound_s=bound[0] if bound else None)
-        wrote = [p for p in (out_path, log_path, plot_path) if p is not None]
+        wrote = [p for p in (out_path, log_path, plot_path, csv_path) if p is not None]
         if as_json:
             summary = {**json_summary(graph, device, res.plan, out_path),
                        **optimize_json(res, time.monotonic() - started),
