@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from hybrid.arena.problem import Arrays, Problem
+from hybrid.arena.problem import Arrays, Buffer, Problem
 
 
 @dataclass(frozen=True)
@@ -409,3 +409,16 @@ def best_heuristic(problem: Problem, fill_up_to: int = 0) -> Solution:
     best = min(sols, key=lambda s: s.arena_bytes)
     return Solution(best.offsets, best.arena_bytes, best.solver, time.perf_counter() - t0, best.proven_optimal,
                     best.lower_bound)
+
+
+def warm_up() -> float:
+    """Compile (or load from numba's cache) every heuristic's kernels, with the argument types of a real layout,
+    on a small problem; the seconds it took. `load_kernels(repair=True)` calls it: a layout's first use in a
+    process otherwise compiled them inside its time limit (1.9 s of a 2 s layout on a cold cache, which then
+    found no layout)."""
+    t0 = time.perf_counter()
+    p = Problem([Buffer("a", 0, 2, 640), Buffer("b", 1, 3, 128), Buffer("c", 2, 4, 512), Buffer("d", 0, 4, 64),
+                 Buffer("e", 3, 5, 1024)])
+    best_heuristic(p)   # not lowest_fill: only exact.solve runs it (compiled there, on its first call)
+    best_fit_by_size(p, max_work=1000)
+    return time.perf_counter() - t0

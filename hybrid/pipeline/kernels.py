@@ -54,11 +54,10 @@ def compile_beside_walk(arena: bool) -> None:
     _genetic_operators(g, replace(dev, memory_bytes=int(1.3 * unswapped_peak(g))), PlannerOptions())
     if arena:
         from hybrid.arena import heuristics
-        from hybrid.arena.problem import Buffer, Problem
         from hybrid.arena.repair import warm_up
 
         warm_up()
-        heuristics.best_heuristic(Problem([Buffer("a", 0, 2, 64), Buffer("b", 1, 3, 96), Buffer("c", 2, 4, 64)]))
+        heuristics.warm_up()
 
 
 def _genetic_operators(graph: Any, device: Any, options: Any) -> None:
@@ -107,9 +106,11 @@ def load_kernels(repair: bool, exact_search: bool, cores: int | None = None) -> 
         if helper is not None:
             _kill(helper)
     if repair:
+        from hybrid.arena import heuristics
         from hybrid.arena.repair import warm_up
 
         warm_up()
+        heuristics.warm_up()
     if exact_search:
         from hybrid.arena import exact
 
