@@ -100,17 +100,23 @@ def storage_fits(graph: Any, graph_path: Path | str | None = None) -> None:
         meta = t.extra
         if not all(k in meta for k in ("dtype", "shape", "stride")):
             continue
-        shape, stride = list(meta["shape"]), list(meta["stride"])
-        if len(shape) != len(stride):
-            raise HybridError(f"tensor {t.id!r}: shape {shape} and stride {stride} differ in length; recapture "
-                              f"the graph{f' ({graph_path})' if graph_path else ''}")
-        elems = 0 if 0 in shape else int(meta.get("storage_offset", 0)) + 1 + \
-            sum((n - 1) * abs(st) for n, st in zip(shape, stride))
+        shape, stride, offset = meta["shape"], meta["stride"], meta.get("storage_offset", 0)
+        if not (isinstance(shape, (list, tuple)) and isinstance(stride, (list, tuple)) and len(shape) == len(stride)
+                and all(_whole(n) and n >= 0 for n in shape) and all(_whole(st) for st in stride)
+                and _whole(offset) and offset >= 0):
+            raise HybridError(f"tensor {t.id!r}: shape {shape!r}, stride {stride!r} and storage_offset {offset!r} "
+                              "are not lists of whole numbers of one length and an offset of 0 or more: the graph "
+                              f"file was edited or is corrupt; recapture it{f' ({graph_path})' if graph_path else ''}")
+        elems = 0 if 0 in shape else offset + 1 + sum((n - 1) * abs(st) for n, st in zip(shape, stride))
         need = elems * itemsize(dtype_from_name(meta["dtype"]))
         if need > t.bytes:
             raise HybridError(f"tensor {t.id!r}: bytes {t.bytes} is less than its {meta['dtype']} {shape} (stride "
                               f"{stride}) takes ({need} bytes): the graph file was edited or is corrupt; recapture "
                               f"it{f' ({graph_path})' if graph_path else ''} or fix its bytes")
+
+
+def _whole(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def plan_fits(graph: Any, plan: Any, plan_path: Path | str | None = None, graph_path: Path | str | None = None) -> None:

@@ -67,6 +67,8 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
         n = m.group(1)
         raise HybridError(f"cannot read {what} {str(text).strip()!r}: bytes are a whole number; write e.g. {n}GiB "
                           f"or {n}MiB (or a percentage of the peak, e.g. 60%, where the flag takes one)")
+    if 0 < value < 1:   # `0.0006KB` was 1 byte, `0.0005KB` 0
+        raise HybridError(f"cannot read {what} {str(text).strip()!r}: that is less than a byte")
     return int(round(value))
 
 

@@ -565,22 +565,27 @@ def read_values(model: MilpModel) -> Values:
 
 
 def budget_bytes(pb: StageProblem, chain: int) -> float:
-    """The memory rows' right-hand side in bytes: what the solver's tolerance cannot turn into a plan over the
-    device. A row may be missed by FEASIBILITY_TOL MiB (about a byte; along a stage's chain of `chain` memory
+    """The memory rows' right-hand side in bytes: what the solver's tolerance should not turn into a plan over
+    the device. A row may be missed by FEASIBILITY_TOL MiB (about a byte; along a stage's chain of `chain` memory
     equations that many times) and a binary by FEASIBILITY_TOL, a millionth of the bytes it counts: with the
     usable bytes as the bound, a plan needing 1 byte more than the device has was solved and then refused by
     decode. Every byte count in the rows is a multiple of `q` (the alignment, or its gcd with the workspaces),
     so any bound from F (the usable bytes rounded down to q) to below F + q admits the same integral plans: the
     usable bytes where they are at least half a q short of the next multiple (the model unchanged), else
-    F + q/2. Only where q is too fine to hide the slop is the bound the usable bytes less it (a plan within
-    those few bytes of the device's memory is then lost)."""
+    F + q/2; F itself where q is coarser than the slop but not by 4x. Only where q is finer than the slop is
+    the bound the usable bytes less it (a plan within those few bytes of the device's memory is then lost).
+    The slop is an estimate (each managed tensor counted twice, where a stage's frees may count it once per
+    node that touches it): decode validates every plan, so one over the device is refused there, never
+    written."""
     usable = int(pb.device.usable_bytes)
     counted = [int(pb.fixed_bytes), *map(int, pb.mem.values())] + \
         [int(im.workspace) for nd in pb.nodes for im in nd.impls]
     q = math.gcd(*counted) or 1
     slop = FEASIBILITY_TOL * (MIB * (chain + 2) + pb.fixed_bytes + 2 * sum(pb.mem.values())
                               + max((im.workspace for nd in pb.nodes for im in nd.impls), default=0))
+    floor = usable // q * q
     if q >= 4 * slop:
-        return float(min(usable, usable // q * q + q // 2))
+        return float(min(usable, floor + q // 2))
+    if q > 2 * slop:      # F + slop stays short of F + q: the same plans as the usable bytes admit
+        return float(floor)
     return usable - math.ceil(slop)
-

@@ -90,9 +90,9 @@ def graph_info(g: Graph, device: Device) -> GraphInfo:
                      fastest_ideal_s=float(a.fastest_impl_times().sum()))
 
 
-def op_footprints(g: Graph, align: int = 1) -> np.ndarray:
-    """Bytes each op needs at once with its default impl: distinct inputs, outputs (each rounded up to
-    `align`), workspace."""
+def op_footprints(g: Graph, align: int = 1, op_ws: np.ndarray | None = None) -> np.ndarray:
+    """Bytes each op needs at once with its default impl (or the workspaces `op_ws`, per op): distinct inputs,
+    outputs (each rounded up to `align`), workspace."""
     a = g.arrays
     t_mem = occupied_bytes(g, align)
     op_of_in = np.repeat(np.arange(a.n_ops), np.diff(a.in_ptr))
@@ -100,12 +100,14 @@ def op_footprints(g: Graph, align: int = 1) -> np.ndarray:
     ins = np.zeros(a.n_ops, np.int64)
     np.add.at(ins, op_of_in, t_mem[a.in_idx])
     np.add.at(ins, op_of_out, t_mem[a.out_idx])
-    return ins + a.op_ws
+    return ins + (a.op_ws if op_ws is None else op_ws)
 
 
-def largest_op(g: Graph, align: int = 1) -> tuple[int, int]:
-    """(op index, bytes) of the op with the largest footprint: a floor on any plan's memory."""
-    fp = op_footprints(g, align)
+def largest_op(g: Graph, align: int = 1, op_ws: np.ndarray | None = None) -> tuple[int, int]:
+    """(op index, bytes) of the op with the largest footprint: a floor on the memory of any plan that runs the
+    default implementations (or the workspaces `op_ws`); an op with a leaner implementation may need less
+    (`hybrid.bounds` takes each op's least)."""
+    fp = op_footprints(g, align, op_ws)
     if len(fp) == 0:
         return 0, 0
     i = int(np.argmax(fp))

@@ -146,7 +146,7 @@ def baseline_rows(graph: Graph, device: Device, search_plan: Plan, plan: Plan, r
                          "does not lay out is re-planned by its own rules with less memory); the optimize rows "
                          "above the written one are the byte budgets it was laid out from (--no-arena: write the "
                          "byte budget).")
-    if not addresses and plan.allocation.kind != "arena":
+    if not addresses and plan.allocation.kind == "unconstrained":
         out.notes.append("Every row is a byte budget without offsets, as the written plan is (no arena layout of "
                          "it fit, or --no-arena): the executor places their tensors at run time, compacting if "
                          "it must.")

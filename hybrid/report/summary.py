@@ -102,7 +102,7 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
     # where the makespan over the ideal goes: reruns and waits (a plan that only reruns moved few bytes)
     reruns = [e.end_s - e.start_s for e in plan.events if e.kind == "compute" and e.recompute]
     stall = m.get("stall_s")
-    lines.append(f"  reruns       " + (f"{counted(len(reruns), 'op')} ({format_seconds(sum(reruns))} of compute)"
+    lines.append("  reruns       " + (f"{counted(len(reruns), 'rerun')} ({format_seconds(sum(reruns))} of compute)"
                                       if reruns else "none")
                  + (f"; stall {format_seconds(float(stall))}" if stall is not None else ""))
     stop = result.stop_reason

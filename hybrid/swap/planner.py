@@ -380,7 +380,7 @@ class SwapPlanner:
                           "kept resident")
             from hybrid.graph.info import largest_op
 
-            big, big_need = largest_op(g, pool.align)
+            big, big_need = largest_op(g, pool.align, self.op_ws)   # with the implementations this plan runs
             least = "" if big_need <= need else (f"; no plan runs with less than {format_bytes_up(big_need)}: op "
                                                  f"{g.ops[big].id!r} needs that at once (`hybrid info`)")
             need_t, cap_t = format_bytes_apart(need, pool.capacity)
@@ -392,9 +392,22 @@ class SwapPlanner:
             hint = self.device.default_alignment_hint(raw <= pool.capacity, flag=True)
             if big_need > pool.capacity and not hint and not opt.keep_persistent:
                 # no schedule can help: the op that binds is the largest, not the one this walk stopped at
-                return (f"no plan runs in {format_bytes(pool.capacity)}: op {g.ops[big].id!r} needs "
+                reserve = self.device.reserve_bytes
+                give = format_bytes_up(big_need + reserve) + (
+                    f" ({format_bytes_up(big_need)} usable beside the {format_bytes(reserve)} reserve)" if reserve
+                    else "")
+                op_big = g.ops[big]
+                lean = min(op_big.implementations, key=lambda im: im.workspace_bytes, default=None)
+                other = ""
+                if lean is not None and lean.workspace_bytes < int(self.op_ws[big]):
+                    least = big_need - int(self.op_ws[big]) + lean.workspace_bytes
+                    other = (f"; its implementation {lean.name!r} needs {format_bytes_up(least)} (`hybrid milp` "
+                             "chooses implementations)")
+                head = "no plan runs" if not other else "no plan with the implementations this planner runs fits"
+                return (f"{head} in {format_bytes(pool.capacity)}: op {op_big.id!r} needs "
                         f"{format_bytes_up(big_need)} at once (inputs, outputs and workspace, each aligned to "
-                        f"{pool.align} bytes); give --memory of at least that (`hybrid info` lists the largest ops)")
+                        f"{pool.align} bytes); give --memory of at least {give}{other} (`hybrid info` lists the "
+                        "largest ops)")
             advice = (f"unrounded it needs {format_bytes(raw)}, which fits: {hint}; otherwise give more --memory"
                       f"{least}" if hint else f"give more --memory{least}")
             return (f"op {op.id!r} needs {need_t} at once (inputs, outputs and workspace, each aligned "

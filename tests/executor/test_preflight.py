@@ -230,3 +230,9 @@ def test_a_tensor_whose_bytes_are_short_of_its_shape_is_refused_before_it_runs(t
         pf.preflight(g, plan, device="cpu")
     with pytest.raises(HybridError, match="is less than its float32"):
         Executor(g, plan, "cpu")
+    for field, value in (("shape", None), ("storage_offset", None), ("storage_offset", -8), ("shape", [-1]),
+                         ("stride", [1.5]), ("shape", [2, 3])):   # malformed by hand: one line, not a TypeError
+        doc = json.loads(RESNET.read_text())
+        doc["tensors"][0][field] = value
+        with pytest.raises(HybridError, match=rf"^tensor '{doc['tensors'][0]['id']}': shape .* recapture it"):
+            pf.storage_fits(Graph.from_json(doc))

@@ -186,8 +186,27 @@ def test_too_little_memory_names_the_least_any_plan_needs() -> None:
     dev = Device("d", 9 * MiB // 2, 1e9, 1e9, 0.0, reserve_bytes=0)
     g = Graph("two", tensors, ops, dev)
     with pytest.raises(InfeasibleError, match=r"^no plan runs in 4.5 MiB: op 'big' needs 11 MiB at once \(inputs, "
-                                              r"outputs and workspace, .*\); give --memory of at least that"):
+                                              r"outputs and workspace, .*\); give --memory of at least 11 MiB \(`hybrid info`"):
         run_baseline(g, dev, "belady")
+
+
+def test_the_least_memory_said_counts_the_reserve_and_a_leaner_implementation() -> None:
+    """The advice is a --memory (usable plus the reserve, where there is one), and a planner that runs an op's
+    default implementation does not claim that no plan fits where a leaner implementation would (the MILP plans
+    this graph in 3 MiB)."""
+    from hybrid.errors import InfeasibleError
+    from hybrid.graph import Op, Tensor
+    from hybrid.graph.types import Impl
+
+    MiB = 1 << 20
+    t = [Tensor("x", MiB, "input", True), Tensor("y", MiB)]
+    ops = [Op("conv", "conv", ("x",), ("y",), 1e-3, 8 * MiB, impls=(Impl("fast", 1e-3, 8 * MiB), Impl("lean", 2e-3, 0)))]
+    g = Graph("impl", t, ops, Device("d", 4 * MiB + (1 << 30), 1e9, 1e9, 0.0, reserve_bytes=1 << 30))
+    with pytest.raises(InfeasibleError, match=r"^no plan with the implementations this planner runs fits in 4 MiB: op "
+                                              r"'conv' needs 10 MiB at once .*; give --memory of at least 1.01 GiB "
+                                              r"\(10 MiB usable beside the 1 GiB reserve\); its implementation 'lean' "
+                                              r"needs 2 MiB"):
+        run_baseline(g, g.device, "belady")
 
 
 def test_a_missing_field_is_said_missing(made) -> None:

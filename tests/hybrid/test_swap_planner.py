@@ -109,7 +109,7 @@ def test_op_that_cannot_fit_is_named_with_its_bytes():
     t = [Tensor("w", 600, "param", True), Tensor("a", 500)]
     g = Graph("big", t, [Op("huge", "mm", ("w",), ("a",), 1.0, workspace_bytes=100)],
               Device("d", 1000, 1e3, 1e3, alignment_bytes=64))
-    with pytest.raises(InfeasibleError, match=r"no plan runs in 1000 B: op 'huge' needs 1.23 KiB at once .* aligned to 64 bytes"):
+    with pytest.raises(InfeasibleError, match=r"no plan runs in 1000 B: op 'huge' needs 1.23 KiB at once .* aligned to 64 bytes\); give --memory of at least 1.23 KiB"):
         SwapPlanner(g, g.device).plan(program_order(g), byte_pool(g, g.device))
 
 

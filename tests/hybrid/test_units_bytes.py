@@ -92,6 +92,9 @@ def test_a_fraction_of_a_byte_is_refused(text: str) -> None:
     with pytest.raises(HybridError, match=rf"cannot read --memory '{text}': bytes are a whole number; write e.g. .*GiB"):
         parse_memory(text)
     assert parse_bytes("1.5KiB") == 1536 and parse_bytes("12.0") == 12 and parse_bytes("1e3") == 1000
+    for tiny in ("0.0006KB", "1e-4KiB"):   # with a unit, under a byte: 1 byte and 0 bytes, said nothing
+        with pytest.raises(HybridError, match=rf"cannot read --memory '{tiny}': that is less than a byte"):
+            parse_memory(tiny)
 
 
 def test_a_negative_size_is_refused_as_negative_and_a_large_ratio_is_written_whole() -> None:

@@ -35,6 +35,14 @@ def test_aligned_counts_bound_between_multiples(extra: int, expect: int) -> None
     assert budget_bytes(pb, 3) == 12544 + expect
 
 
+def test_counts_coarser_than_the_slop_but_not_by_4x_bound_at_their_multiple() -> None:
+    """q = 256 and a 60-equation chain (slop about 65 B): the usable bytes rounded down to 256, which admits the
+    same plans (it took the slop off the usable bytes: a plan needing exactly the rounded bytes was lost)."""
+    g = _chain([4096, 4352, 4096], 256, 12544 + 100)
+    pb = build_problem(g, g.device)
+    assert budget_bytes(pb, 60) == 12544
+
+
 def test_fine_counts_take_the_tolerance_off_the_usable_bytes() -> None:
     g = _chain([4001, 4003, 4007], 1, 12011)
     pb = build_problem(g, g.device)

@@ -146,8 +146,6 @@ def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_m
         raise HybridError("--milp-stages needs --with-milp TIME")
     if memory_fraction is not None and not 0 < memory_fraction:
         raise HybridError(f"--memory-fraction must be positive, got {memory_fraction}")
-    if workers is not None and workers < 1:
-        raise HybridError(f"--workers must be at least 1, got {workers}")
     if (generations is None) != (windows is None):
         raise HybridError("give --generations and --windows together (a work budget for both arms), or neither")
     if generations is not None and refine_mode == "beside":

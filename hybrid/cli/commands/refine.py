@@ -94,8 +94,6 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
     wt = parse_duration(window_time, "--window-time")
     if wt <= 0:
         raise HybridError(f"--window-time must be positive, got {window_time!r}")
-    if workers < 1:
-        raise HybridError(f"--workers must be at least 1, got {workers}")
     if candidates < 0:
         raise HybridError(f"--candidates must not be negative, got {candidates}")
     wait = parse_duration(patience, "--patience") if patience is not None else None
