@@ -578,11 +578,9 @@ def budget_bytes(pb: StageProblem, chain: int) -> float:
     node that touches it): decode validates every plan, so one over the device is refused there, never
     written."""
     usable = int(pb.device.usable_bytes)
-    counted = [int(pb.fixed_bytes), *map(int, pb.mem.values())] + \
-        [int(im.workspace) for nd in pb.nodes for im in nd.impls]
-    q = math.gcd(*counted) or 1
-    slop = FEASIBILITY_TOL * (MIB * (chain + 2) + pb.fixed_bytes + 2 * sum(pb.mem.values())
-                              + max((im.workspace for nd in pb.nodes for im in nd.impls), default=0))
+    ws = [int(im.workspace) for nd in pb.nodes for im in nd.impls]
+    q = math.gcd(int(pb.fixed_bytes), *map(int, pb.mem.values()), *ws) or 1
+    slop = FEASIBILITY_TOL * (MIB * (chain + 2) + pb.fixed_bytes + 2 * sum(pb.mem.values()) + max(ws, default=0))
     floor = usable // q * q
     if q >= 4 * slop:
         return float(min(usable, floor + q // 2))

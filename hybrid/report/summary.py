@@ -6,6 +6,7 @@ from typing import Iterable
 from tabulate import tabulate
 
 from hybrid.graph import Graph
+from hybrid.plan.metrics import event_counts
 from hybrid.pipeline.rows import any_order_bound, plan_row  # noqa: F401 - re-exported for the commands
 from hybrid.units import counted, format_bytes, format_seconds
 
@@ -100,10 +101,10 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
                  f"{format_seconds(persistent_bound(graph, plan.device))}")
     lines.append(f"  bytes moved  {format_bytes(h2d + d2h)} ({format_bytes(h2d)} in, {format_bytes(d2h)} out)")
     # where the makespan over the ideal goes: reruns and waits (a plan that only reruns moved few bytes)
-    reruns = [e.end_s - e.start_s for e in plan.events if e.kind == "compute" and e.recompute]
+    ran = event_counts(plan)
     stall = m.get("stall_s")
-    lines.append("  reruns       " + (f"{counted(len(reruns), 'rerun')} ({format_seconds(sum(reruns))} of compute)"
-                                      if reruns else "none")
+    lines.append("  reruns       " + (f"{counted(ran['recomputes'], 'rerun')} ({format_seconds(ran['recompute_s'])} "
+                                      "of compute)" if ran["recomputes"] else "none")
                  + (f"; stall {format_seconds(float(stall))}" if stall is not None else ""))
     stop = result.stop_reason
     why = "reached the lower bound (no plan can be faster)" if stop == "lower bound" else stop

@@ -400,8 +400,8 @@ class SwapPlanner:
                 lean = min(op_big.implementations, key=lambda im: im.workspace_bytes, default=None)
                 other = ""
                 if lean is not None and lean.workspace_bytes < int(self.op_ws[big]):
-                    least = big_need - int(self.op_ws[big]) + lean.workspace_bytes
-                    other = (f"; its implementation {lean.name!r} needs {format_bytes_up(least)} (`hybrid milp` "
+                    lean_need = big_need - int(self.op_ws[big]) + lean.workspace_bytes
+                    other = (f"; its implementation {lean.name!r} needs {format_bytes_up(lean_need)} (`hybrid milp` "
                              "chooses implementations)")
                 head = "no plan runs" if not other else "no plan with the implementations this planner runs fits"
                 return (f"{head} in {format_bytes(pool.capacity)}: op {op_big.id!r} needs "
