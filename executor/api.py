@@ -142,7 +142,7 @@ class Executor:
         called after each (progress for long runs). `batches(k)` gives iteration k's batch: (args, target), or
         (args, target, kwargs) for keyword tensor inputs (without, the kwargs given to `load` are fed again)."""
         if iters < 1:
-            raise HybridError(f"--iters must be at least 1, got {iters}")
+            raise HybridError(f"--iters (iters) must be at least 1, got {iters}")
         out = []
         for _ in range(iters):
             k = len(self.records)

@@ -185,4 +185,4 @@ def make_backend(device: str, poison: bool = False) -> Backend:
         return CpuBackend(poison=poison)
     if text == "cuda" or text.startswith("cuda:"):
         return CudaBackend(text)
-    raise HybridError(f"--device must be cpu or cuda (or cuda:N), got {device!r}")
+    raise HybridError(f"--device (device) must be cpu or cuda (or cuda:N), got {device!r}")

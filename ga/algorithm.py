@@ -103,14 +103,15 @@ the best itself came out the same within noise, see ga.selection); the schedule
         if self.seed < 0:
             raise HybridError(f"--seed (seed) must be 0 or more, got {self.seed}")
         if self.population < 2:
-            raise HybridError(f"--population must be at least 2, got {self.population}")
+            raise HybridError(f"--population (population) must be at least 2, got {self.population}")
         if self.children < 1:
-            raise HybridError(f"children per generation must be at least 1, got {self.children}")
+            raise HybridError(f"--children (children per generation) must be at least 1, got {self.children}")
         for name in ("mutation_rate", "schedule_mutation_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise HybridError(f"--{name.replace('_', '-')} must be within [0, 1], got {getattr(self, name)}")
+                flag = "--mutation-rate (mutation_rate)" if name == "mutation_rate" else name   # the other: no flag
+                raise HybridError(f"{flag} must be within [0, 1], got {getattr(self, name)}")
         if self.temperature <= 0:
-            raise HybridError(f"the selection temperature must be positive, got {self.temperature}")
+            raise HybridError(f"--temperature (temperature, the selection's) must be positive, got {self.temperature}")
         if self.search not in ("both", "schedule", "allocation"):
             raise HybridError(f"--search must be schedule, allocation or both, not {self.search!r}")
         if self.pool not in ("both", "classes", "bytes"):

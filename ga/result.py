@@ -59,7 +59,7 @@ class SearchResult:
         c = self.config
         return {"name": "ga", "seed": c.seed, "search": c.search, "population": c.population,
                 "children": c.children, "mutation_rate": c.mutation_rate, "generations": self.generations,
-                "evaluations": self.evaluations, "cache_hits": self.cache_hits, "search_time_s": round(self.search_time_s, 3),
+                "evaluations": self.evaluations, "cache_hits": self.cache_hits,   # no wall time: same seed, same bytes
                 "stop_reason": self.stop_reason, "evaluator": self.evaluator, "workers": self.workers,
                 "policy": POLICIES[PlannerGene.unpack(self.best.planner).policy],
                 "planner_gene": PlannerGene.unpack(self.best.planner).describe(),

@@ -114,9 +114,12 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     if isinstance(text, (int, float)):
         return checked_number(text, what, lo=MIN_RATE, hi=MAX_RATE)
     s = str(text).strip()
-    if s.lower().endswith("/s"):
+    per_second = s.lower().endswith("/s")
+    if per_second:
         s = s[:-2]
     m = re.fullmatch(_NUM + r"([A-Za-z]*)\s*", s)
+    if m and m.group(2).lower() in _BYTE_UNITS and not per_second:   # 12GB is a size: a rate says per second
+        raise HybridError(f"cannot read {what} {text!r}: that is a size; a rate says per second, e.g. {s}/s")
     if m:
         _bits_refused(m.group(1), m.group(2), text, what, "/s")
     if not m or not m.group(2) or m.group(2).lower() not in _BYTE_UNITS:

@@ -73,7 +73,8 @@ class Headroom:
         return dataclasses.replace(device, memory_bytes=usable + device.reserve_bytes)
 
     def to_json(self) -> dict:
-        return {"shrink": self.shrink, "ratio": self.ratio, "layouts": self.layouts, "seconds": round(self.seconds, 3),
+        """The plan's record (`planner.headroom`): no wall time, so a plan's bytes are the seed's and budget's."""
+        return {"shrink": self.shrink, "ratio": self.ratio, "layouts": self.layouts,
                 "trials": list(self.trials), **({"seeded": self.seeded} if self.seeded is not None else {})}
 
     def describe(self) -> str:

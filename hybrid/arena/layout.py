@@ -134,7 +134,10 @@ class Layout:
     def describe(self, with_cost: bool = True) -> str:
         """One line on how the plan was laid out; `with_cost` False leaves the makespan's change out (a caller
         that prints both makespans beside it). A change that rounds to none is not said as one."""
-        cap = "; stopped by the time limit" if self.capped else ""
+        from hybrid.signals import interrupted_by, received
+
+        cap = "" if not self.capped else f"; cut short by {interrupted_by()}" if received() else \
+            "; stopped by the time limit"
         if not self.fallback:
             return ("laid out in the arena as planned" + cap) if self.plan.allocation.kind == "arena" else ""
         change = format_change(self.cost)

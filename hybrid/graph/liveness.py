@@ -34,6 +34,8 @@ def unswapped_lifetimes(g: Graph, order: np.ndarray) -> tuple[np.ndarray, np.nda
     """
     a = g.arrays
     n = a.n_ops
+    if n == 0:   # no ops: no position to live at (persistent tensors alone, nothing scheduled)
+        return np.zeros(a.n_tensors, dtype=np.int64), np.full(a.n_tensors, -1, dtype=np.int64)
     pos = np.empty(n, dtype=np.int64)
     pos[order] = np.arange(n)
     last = np.full(a.n_tensors, -1, dtype=np.int64)

@@ -36,7 +36,7 @@ MISSPELT_CUTOFF = 0.8   # difflib's ratio: workspce_bytes 0.97, tme_s 0.91; the 
 class Tensor:
     id: str
     bytes: int
-    kind: str = "activation"
+    kind: str = "other"         # the file's default too (a tensor whose role is not stated)
     persistent: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

@@ -140,11 +140,15 @@ class OptimizeResult:
         True on the written plan's row, whichever its label: `df[df.written]` selects it in both forms."""
         import pandas as pd
 
-        from hybrid.pipeline.rows import plan_row
+        from hybrid.pipeline.rows import any_order_bound, plan_row
 
         if self.baselines is not None:
             return pd.DataFrame(self.baselines.written_rows())
-        return pd.DataFrame([{**plan_row("optimize, written", self.plan, graph, self.bounds or None), "written": True}])
+        bounds = dict(self.bounds or {})
+        if graph is not None:   # the search computed its own kind's bound; the written plan's may be the other
+            bounds.setdefault(bool(self.plan.recomputes), any_order_bound(graph, self.plan.device,
+                                                                           bool(self.plan.recomputes)))
+        return pd.DataFrame([{**plan_row("optimize, written", self.plan, graph, bounds or None), "written": True}])
 
     def difference(self) -> str:
         """One plain line on why the written plan is not the search's best, and at what cost; '' when it is."""

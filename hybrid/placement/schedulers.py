@@ -177,17 +177,19 @@ def _exact_within(pg: PartGraph, link: Link, objective: str, time_limit_s: float
             break
         last = p
         if memory.fits(p):
-            fitted = p if k == 0 else dataclasses.replace(p, status="feasible")
+            fitted = p if k == 0 else dataclasses.replace(   # a lowered cap may have excluded a faster fit
+                p, status=f"fits after {k + 1} memory rounds, not proven optimal")
             break
         cap -= max(p.gpu_bytes - memory.usable_bytes, memory.alignment_bytes)
         exclude.append(p.devices)
     found = [fitted] if fitted is not None else []
     if fitted is None:
         start = last if last is not None else dataclasses.replace(floor(pg, link), scheduler="exact")
-        found.append(dataclasses.replace(repair(pg, start, link, memory, objective), status="feasible",
+        found.append(dataclasses.replace(repair(pg, start, link, memory, objective),
+                                         status="repaired to fit, not proven optimal",
                                          extra={"method": "cp-sat, repaired to fit"}))
     if hint is not None and memory.fits(hint):
-        found.append(dataclasses.replace(hint, scheduler="exact", status="feasible",
+        found.append(dataclasses.replace(hint, scheduler="exact", status=f"{hint.scheduler}'s, not proven optimal",
                                          extra={"method": f"{hint.scheduler} (CP-SAT found none better that fits)"}))
     best = min(found, key=lambda p: score(p, objective))   # ties: the solver's
     return best if best.status == "optimal" else _flips(pg, best, link, objective, 3, memory, deadline)

@@ -43,7 +43,8 @@ class Placement:
     period_s: float                # a stream of inputs pipelined across the parts (`period`)
     priority: tuple[float, ...] | None = None   # per part: issue order on its device (None: program order)
     copy_priority: tuple[tuple[int, str, float], ...] | None = None   # (tensor, "h2d"/"d2h", key): copy order
-    status: str = ""               # exact schedulers: "optimal", or "feasible" when the time limit stopped them
+    status: str = ""               # exact schedulers: "optimal"; "feasible" when the time limit stopped them;
+    #                                with a memory cap, why it is not proven optimal (`schedulers._exact_within`)
     model_s: float = math.nan      # the solver's own objective, where a solver ran
     gpu_bytes: int = 0             # GPU memory its plan needs at its peak (`gpu_need`), aligned as rule 5 counts
     extra: dict = field(default_factory=dict, compare=False)

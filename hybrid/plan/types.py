@@ -88,6 +88,8 @@ def allocation_from_json(d: Any, where: str = "allocation") -> Allocation:
     if not isinstance(d, dict):
         raise FormatError(f"{where}: expected an object with a 'kind'")
     kind = d.get("kind")
+    if not isinstance(kind, str):
+        raise FormatError(f"{where}: field 'kind' is {kind!r}; use \"size_classes\", \"arena\" or \"unconstrained\"")
     extra = {k: v for k, v in d.items() if k not in _ALLOCATION_FIELDS.get(kind, ())}
     try:
         if kind == "size_classes":
@@ -257,7 +259,10 @@ class Plan:
         """Rule 0's first reading (`hybrid.validator.require_plan_of` raises on it): the plan names this graph,
         and this version of its file when it states a sha256. Empty when it is this graph's plan."""
         out = []
-        if self.graph != graph.name:
+        if not self.graph:
+            out.append(f"the plan names no graph (its field 'graph' is missing or empty); a plan for this graph "
+                       f"says \"graph\": {graph.name!r}")
+        elif self.graph != graph.name:
             out.append(f"plan is for graph {self.graph!r}, not {graph.name!r}")
         if self.graph_sha256 and self.graph_sha256.lower() != graph.sha256.lower():   # hex digits in either case
             out.append(f"graph_sha256 {self.graph_sha256[:12]}… does not match the graph's {graph.sha256[:12]}… "

@@ -202,7 +202,10 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
             try:
                 res = run_optimize(graph, dev, time_limit_s, opts, Progress(on_note=lambda t: tell(f"  {t}")))
             except InfeasibleError as e:
-                why = re.sub(r"--memory\b", "--memories", str(e).splitlines()[0])   # frontier's flag
+                # frontier's flag states what a plan may fill: the usable bytes, never the device's with its reserve
+                why = re.sub(r"--memory of at least \S+ \S+ \((\S+ \S+) usable beside the \S+ \S+ reserve\)",
+                             r"--memories of at least \1", str(e).splitlines()[0])
+                why = re.sub(r"--memory\b", "--memories", why)
                 row = _row("plan", "optimize", mem, seconds=time.monotonic() - t0, note=f"no plan fits: {why}")
                 out.rows.append(row)
                 tell(f"[{i + 1}/{len(memories)}] {format_bytes(mem)}: no plan fits")

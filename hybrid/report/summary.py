@@ -108,6 +108,10 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
                  + (f"; stall {format_seconds(float(stall))}" if stall is not None else ""))
     stop = result.stop_reason
     why = "reached the lower bound (no plan can be faster)" if stop == "lower bound" else stop
+    unused = res.budget.total_s - wall_s   # the reserve sized for a layout (and baselines) that took less
+    early = stop == "time limit" and not res.interrupted and unused > max(1.0, 0.1 * res.budget.total_s)
+    if early:
+        why = "its share of the time limit (the rest was kept for the layout: see time)"
     lines.append(f"  search       {graph.name} on {device.name} ({format_bytes(device.usable_bytes)} usable): "
                  f"{counted(result.generations, 'generation')}, "
                  f"{counted(result.evaluations, 'evaluation')} in {format_seconds(result.search_time_s)} ({result.evaluator}, "
@@ -122,7 +126,9 @@ def optimize_text(graph: Graph, device, res, wrote: list | tuple = (), wall_s: f
                     else "")
                  + (f", re-timing the laid-out plan {format_seconds(t.polish_s)}" if t.polish_s > 0 else "")
                  + (f", baselines {format_seconds(t.baselines_s)}" if res.baselines is not None else "")
-                 + f" (reserve {format_seconds(res.budget.reserve_s)})")
+                 + f" (reserve {format_seconds(res.budget.reserve_s)})"
+                 + (f"; {format_seconds(unused)} left unused: the reserve, sized before the search for the "
+                    "layout's exact search and the baselines, was not all needed" if early else ""))
     if res.baselines is not None:
         lines.append("\n" + table(res.baselines.rows) + "".join(f"\n{n}" for n in res.baselines.notes))
     return "\n".join(lines)

@@ -196,7 +196,8 @@ def shape_problems(plan: Plan) -> list[str]:
         if not isinstance(ev, Event):
             out.append(f"events[{i}] must be an Event, got {ev!r}")
             break
-        for key, v in (("start_s", ev.start_s), ("end_s", ev.end_s)):   # NaN and inf are rule 1's
+        times = (("at_s", ev.start_s),) if ev.kind == "free" else (("start_s", ev.start_s), ("end_s", ev.end_s))
+        for key, v in times:   # NaN and inf are rule 1's; a free's one instant is its at_s in the file
             if not isinstance(v, (int, float)) or isinstance(v, bool) or (finite_number(v) and abs(v) > MAX_SECONDS):
                 out.append(f"events[{i}] {ev.kind}: {key} must be a number of seconds up to {MAX_SECONDS:g}, "
                            f"got {v!r}")
@@ -283,6 +284,8 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
                        else "the op has no cpu_time_s (capture with a --device that has a host CPU, or "
                             "`hybrid profile --backend cpu`)" if spec.cpu_time_s is None
                        else "the op updates tensors in place (only inference ops run on the host)" if spec.updates
+                       else f"impl {ev.impl!r} given, but the host runs the op's cpu_time_s (omit 'impl' or write "
+                            "'cpu')" if ev.impl not in (None, "cpu")
                        else "")
                 if why:
                     bad.append(Found(-math.inf, i, Violation(

@@ -403,3 +403,20 @@ def test_the_plot_marks_plans_without_offsets_and_interrupted_points(monkeypatch
     assert ax.texts[0].xy == (df.loc[df["interrupted"], "usable_MiB"].iloc[0], 2000.0)
     bound = [ln for ln in ax.get_lines() if ln.get_label() == "lower bound, any order, with recompute"][0]
     assert np.isfinite(bound.get_ydata()).any()          # drawn from bound_s
+
+
+def test_a_memory_below_the_largest_op_names_the_usable_bytes_to_give_on_a_device_with_a_reserve() -> None:
+    """--memories states what a plan may fill; the planner's advice on a device with a reserve (the memory
+    including it) is rewritten to the usable bytes, which is what a frontier point takes."""
+    import dataclasses
+
+    from hybrid.units import format_bytes_up
+
+    g, dev = small_training(10, seed=2)
+    dev = dataclasses.replace(dev, memory_bytes=dev.memory_bytes + (1 << 30), reserve_bytes=1 << 30)
+    _, need = largest_op(g, dev.alignment_bytes)
+    out = fr.sweep(g, dev, [need // 2], 5.0, OptimizeOptions(config=GAConfig(seed=1), generations=1,
+                                                              refine="none", baselines=False))
+    note = out.rows[0]["note"]
+    assert note.startswith("no plan fits") and f"--memories of at least {format_bytes_up(need)}" in note, note
+    assert "reserve" not in note and "--memory " not in note

@@ -42,9 +42,11 @@ def test_sizes_rates_and_durations_in_range_are_read():
         with pytest.raises(HybridError, match="--x"):
             parse_duration(bad, "--x")
     assert parse_bandwidth("12B/s") == parse_bandwidth(12.0) == 12.0
-    for bad in ("0.5B/s", "1e30TB/s", math.nan, math.inf, "12", "12/s"):   # text needs a unit
+    for bad in ("0.5B/s", "1e30TB/s", math.nan, math.inf, "12", "12/s", "12GB", "12GiB"):   # text needs a unit
         with pytest.raises(HybridError, match="--h2d"):
             parse_bandwidth(bad, "--h2d")
+    with pytest.raises(HybridError, match=r"'12GB': that is a size; a rate says per second, e.g. 12GB/s"):
+        parse_bandwidth("12GB", "--h2d")
     with pytest.raises(HybridError, match="--alignment"):
         resolve_device(None, alignment="3")
 

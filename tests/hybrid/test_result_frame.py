@@ -40,3 +40,32 @@ def test_summary_is_the_commands_text(found) -> None:
     text = optimize_text(g, None, r)
     assert text.startswith("plan (not written): makespan ") and "belady" in text
     assert optimize_text(g, None, r, ["p.json"]).startswith("wrote p.json: makespan ")
+
+
+
+def test_the_written_rows_bound_is_its_own_kinds_whichever_the_search_computed(found) -> None:
+    """The search computes the bound of the kind it searched; a written plan of the other kind (a swap-only plan
+    of a search with recompute) still gets its own bound in `frame(graph)`, not NaN."""
+    import dataclasses
+    import math
+
+    g, r = found
+    other = not r.plan.recomputes
+    row = dataclasses.replace(r, baselines=None, bounds={other: 1.0}).frame(g).iloc[0]
+    assert math.isfinite(row["graph_bound_s"]) and 0 < row["graph_bound_s"] <= row["makespan_s"]
+    assert row["graph_bound_s"] != 1.0   # its own kind's, computed; not the other kind's given
+
+
+def test_a_search_that_stopped_for_its_reserve_says_so_and_names_the_time_left(found) -> None:
+    """A short limit's reserve (sized before the search) may outlast a quick layout: the summary does not say
+    the time limit stopped a run that ended with seconds to spare."""
+    import dataclasses
+
+    g, r = found
+    early = dataclasses.replace(r, search=dataclasses.replace(r.search, stop_reason="time limit"),
+                                budget=dataclasses.replace(r.budget, total_s=10.0))
+    text = optimize_text(g, None, early, wall_s=4.5)
+    assert "stopped: its share of the time limit (the rest was kept for the layout: see time)" in text
+    assert "5.5 s left unused" in text
+    full = optimize_text(g, None, early, wall_s=9.8)   # within a second of the limit: the time limit stopped it
+    assert "stopped: time limit" in full and "left unused" not in full

@@ -158,6 +158,13 @@ def test_the_validator_reads_the_cpu_stream():
     # a recompute on the cpu stream (rule 0)
     bad = list(events) + [dataclasses.replace(events[i], recompute=True)]
     assert _first_rule(g, plan, events=bad).rule == 0
+    # a cpu compute naming an impl the host does not run (rule 0); 'cpu' is its own name
+    bad = list(events)
+    bad[i] = dataclasses.replace(events[i], impl="bogus")
+    v = _first_rule(g, plan, events=bad)
+    assert v.rule == 0 and "'bogus'" in v.message and "cpu_time_s" in v.message
+    bad[i] = dataclasses.replace(events[i], impl="cpu")
+    assert validate(g, dataclasses.replace(plan, events=bad)).valid
     # two cpu computes at once (rule 1)
     k = next(k for k, e in enumerate(events) if e.on_cpu and k != i)
     d = events[k].end_s - events[k].start_s

@@ -155,6 +155,31 @@ def test_a_malformed_recorded_batch_is_served_at_the_batch_given(tmp_path: Path,
     assert run("serve", "--graph", path, "--rate", 1, "--batch", 2, "--duration", "5s").exit_code == 0
 
 
+def test_a_graph_without_model_batch_is_served_at_its_inputs_leading_dimension(tmp_path: Path) -> None:
+    """A `--module` capture records no model.batch; its inputs' shapes still say the batch its times are for."""
+    g = inference_graph(batch=None)
+    g = Graph(g.name, [dataclasses.replace(t, extra={**t.extra, "shape": [4, 3]}) if t.kind == "input" else t
+                       for t in g.tensors], g.ops, g.device, g.extra)
+    path = write(g, tmp_path / "g.json")
+    line = fails("--graph", path, "--rate", 1, "--batch", 2)
+    assert "--batch 2" in line and "batch 4" in line, line
+    r = run("serve", "--graph", path, "--rate", 1, "--duration", "5s")
+    assert r.exit_code == 0 and "batch 4" in r.output, r.output
+
+
+def test_an_op_that_draws_random_numbers_is_served_with_a_note(tmp_path: Path) -> None:
+    from hybrid.graph import Op, Tensor
+
+    g = inference_graph()
+    x = next(t for t in g.tensors if t.kind == "input")
+    rng = Tensor("rng", 0, "other", True)
+    mask = Tensor("mask", x.bytes, "activation")
+    drop = Op("drop", "bernoulli_", (x.id, rng.id), (mask.id,), 1e-5, updates=(rng.id,))
+    g = Graph(g.name, [*g.tensors, rng, mask], [*g.ops, drop], g.device, g.extra)
+    r = run("serve", "--graph", write(g, tmp_path / "g.json"), "--rate", 1, "--duration", "5s")
+    assert r.exit_code == 0 and "op 'drop' draws random numbers" in r.output and "eval mode" in r.output, r.output
+
+
 def test_batch_help_says_service_times_are_the_captured_batch() -> None:
     text = " ".join(run("serve", "--help").output.split())
     assert "must equal" in text and "captured" in text

@@ -56,12 +56,17 @@ def refuse_ignored_flags(policies: tuple[str, ...], planner: str) -> None:
 
 
 def captured_batch(graph: Graph, path: Path) -> int | None:
-    """The batch `graph` was captured at (its `model.batch`), or None when it records none or one that is not
-    a positive whole number (a hand-edited file: --batch then says what it is)."""
+    """The batch `graph` was captured at (its `model.batch`; a `--module` capture records none, so then the
+    leading dimension its input tensors all share), or None when neither says (a hand-edited file: --batch then
+    says what it is)."""
     model = graph.extra.get("model")
     b = model.get("batch") if isinstance(model, dict) else None
     if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-        return None
+        leading = {t.extra["shape"][0] if isinstance(t.extra.get("shape"), list) and t.extra["shape"] else None
+                   for t in graph.tensors if t.kind == "input"}
+        b = leading.pop() if len(leading) == 1 else None
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            return None
     return b
 
 
@@ -245,6 +250,10 @@ def command(graph_paths: tuple[Path, ...], copies: int | None, rates: tuple[str,
         if why is not None:
             raise HybridError(f"--graph {p} is a training graph ({why}); serve simulates inference: capture it "
                               "with `hybrid capture ... --optimizer none`")
+        drawing = next((op for op in g.ops if op.updates), None)   # a random op's generator: timed all the same
+        if drawing is not None:
+            click.echo(f"note: --graph {p}: op {drawing.id!r} draws random numbers (dropout left in train mode?); a "
+                       "served model usually runs in eval mode: capture it after module.eval()", err=True)
     batch = serving_batch(graphs, graph_paths, batch)
     device_name, memory = kw.get("device_name"), kw.get("memory")
     if parse_share(memory, "--memory") is not None and len(graphs) > 1:   # whose peak would it be?
