@@ -82,6 +82,22 @@ class _Group(click.Group):
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)  # an int is click's exit status (--help, --version: 0)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):  # noqa: D401 - click API
+        """click's, refusing a flag given no value before the next flag (`--memory --out p.json` read `--out` as
+        the memory and then said `--out` was missing)."""
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None:
+            takes_value = {o for p in cmd.params if isinstance(p, click.Option) and not p.is_flag and not p.count
+                           and not getattr(p, "_flag_needs_value", False) for o in p.opts}   # a value it must have
+            flags = {o for p in cmd.params for o in getattr(p, "opts", ())} | set(ctx.help_option_names)
+            for tok, nxt in zip(rest, rest[1:]):
+                if tok == "--":
+                    break
+                if tok in takes_value and nxt in flags:
+                    raise click.UsageError(f"{tok} needs a value, and the next word is the flag {nxt}; give {tok} "
+                                           "one", click.Context(cmd, info_name=name, parent=ctx))
+        return name, cmd, rest
+
     def invoke(self, ctx: click.Context):  # noqa: D401 - click API
         if not _PROGRAM:
             clock.restart()  # one of several commands in this process (tests): its time starts now

@@ -93,3 +93,19 @@ def test_a_tensor_built_in_python_has_the_files_default_kind(tmp_path: Path) -> 
     d = {"format": "hybrid-graph/1", "name": "k", "tensors": [{"id": "t", "bytes": 8, "persistent": True}],
          "ops": []}
     assert Graph.from_json(d).tensors[0].kind == Tensor("t", 8).kind == "other"
+
+
+@pytest.mark.parametrize("args, flag, nxt", [
+    (["optimize", "--graph", "g.json", "--memory", "--out", "p.json"], "--memory", "--out"),
+    (["validate", "--graph", "g.json", "--plan", "--all"], "--plan", "--all"),
+])
+def test_a_flag_given_no_value_before_the_next_flag_is_named(args: list[str], flag: str, nxt: str) -> None:
+    """click read the next flag as the value (`--memory --out p.json`: the memory '--out', then '--out' missing)."""
+    r = run(*args)
+    assert r.exit_code == 2 and f"{flag} needs a value, and the next word is the flag {nxt}" in r.output, r.output
+    assert f" {args[0]} --help`" in r.output   # the command's help (the program is "cli" in CliRunner)
+
+
+def test_a_value_that_merely_starts_with_dashes_is_still_read(tmp_path: Path) -> None:
+    r = run("validate", "--graph", toy_graph(tmp_path), "--plan", toy_plan(tmp_path))
+    assert r.exit_code == 0, r.output
