@@ -3,6 +3,7 @@ fail on the GPU machine for a reason this machine can see (its syntax, its argum
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,7 +67,9 @@ def test_a_stage_cap_ends_that_stage_and_leaves_the_call_to_the_next(tmp_path: P
     p = subprocess.run(["bash", str(SCRIPTS[0]), "executor", "smok"], env=env, capture_output=True, text=True,
                        timeout=120, cwd=ROOT)
     log = (tmp_path / "out" / "session.log").read_text()
-    assert "=== executor" in log and "skipped: 10 s left of the stage's cap" in log
+    # the seconds left are the cap less the stage's start-up, which a loaded machine makes longer (9 s was seen)
+    left = re.search(r"skipped: (\d+) s left of the stage's cap", log)
+    assert "=== executor" in log and left is not None and int(left.group(1)) <= 10, log
     assert "error: unknown stage 'smok'" in p.stdout     # the stage after it was reached
 
 
