@@ -15,7 +15,7 @@ from ga.repair import check_feasible
 from ga.result import SearchResult
 from ga.termination import Termination, stop_on_sigint
 from hybrid.device import Device
-from hybrid.errors import HybridError, InfeasibleError
+from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
 from hybrid.swap.augmented import PlannerOptions
 
@@ -47,9 +47,7 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     without `rescore`, a search counted in generations makes the same plan as one run through.
     """
     called = time.monotonic()
-    if not graph.ops:   # no order to search (the pipeline refuses it first, in the same words)
-        raise HybridError(f"graph {graph.name!r} has no ops: there is nothing to schedule (a graph file holds "
-                          "one iteration's ops and tensors; see docs/formats.md)")
+    graph.require_ops()
     device = device or graph.device
     if device is None:
         from hybrid.device import PRESETS

@@ -118,10 +118,10 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     if per_second:
         s = s[:-2]
     m = re.fullmatch(_NUM + r"([A-Za-z]*)\s*", s)
-    if m and m.group(2).lower() in _BYTE_UNITS and not per_second:   # 12GB is a size: a rate says per second
-        raise HybridError(f"cannot read {what} {text!r}: that is a size; a rate says per second, e.g. {s}/s")
     if m:
         _bits_refused(m.group(1), m.group(2), text, what, "/s")
+    if m and m.group(2).lower() in _BYTE_UNITS and not per_second:   # 12GB is a size: a rate says per second
+        raise HybridError(f"cannot read {what} {text!r}: that is a size; a rate says per second, e.g. {s}/s")
     if not m or not m.group(2) or m.group(2).lower() not in _BYTE_UNITS:
         raise HybridError(f"cannot read {what} {text!r}: write bytes per second with a unit, e.g. 12GB/s, 25GiB/s")
     value = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]

@@ -89,7 +89,8 @@ class _Group(click.Group):
         if cmd is not None:
             takes_value = {o for p in cmd.params if isinstance(p, click.Option) and not p.is_flag and not p.count
                            and not getattr(p, "_flag_needs_value", False) for o in p.opts}   # a value it must have
-            flags = {o for p in cmd.params for o in getattr(p, "opts", ())} | set(ctx.help_option_names)
+            flags = {o for p in cmd.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)}
+            flags |= set(ctx.help_option_names)
             for tok, nxt in zip(rest, rest[1:]):
                 if tok == "--":
                     break

@@ -144,6 +144,13 @@ class Graph:
     def tensor(self, tid: str) -> Tensor:
         return self.tensors[self.tensor_index[tid]]
 
+    def require_ops(self) -> None:
+        """One line for a search given a graph without ops (the file format allows it; no order exists to vary),
+        rather than an IndexError deep in the planner."""
+        if not self.ops:
+            raise HybridError(f"graph {self.name!r} has no ops: there is nothing to schedule (a graph file holds "
+                              "one iteration's ops and tensors; see docs/formats.md)")
+
     def op(self, oid: str) -> Op:
         return self.ops[self.op_index[oid]]
 

@@ -312,9 +312,7 @@ def _check_arguments(graph: Any, device: Any, options: Any, progress: Any) -> No
         raise HybridError(f"device must be a hybrid.device.Device (hybrid.device.preset('v100-16gb'), or "
                           f"resolve_device(None, 'v100-16gb', '64MiB') for 64 MiB of it), got "
                           f"{type(device).__name__} {device!r:.60}")
-    if not graph.ops:   # the search has no order to vary (nothing to plan)
-        raise HybridError(f"graph {graph.name!r} has no ops: there is nothing to schedule (a graph file holds "
-                          "one iteration's ops and tensors; see docs/formats.md)")
+    graph.require_ops()   # before the kernels load: the search has no order to vary
     if options is not None and not isinstance(options, OptimizeOptions):
         raise HybridError(f"options must be an OptimizeOptions (hybrid.pipeline.OptimizeOptions(...)), got "
                           f"{type(options).__name__}")

@@ -145,9 +145,9 @@ class OptimizeResult:
         if self.baselines is not None:
             return pd.DataFrame(self.baselines.written_rows())
         bounds = dict(self.bounds or {})
-        if graph is not None:   # the search computed its own kind's bound; the written plan's may be the other
-            bounds.setdefault(bool(self.plan.recomputes), any_order_bound(graph, self.plan.device,
-                                                                           bool(self.plan.recomputes)))
+        rc = bool(self.plan.recomputes)
+        if graph is not None and rc not in bounds:   # the search computed its own kind's; the plan may be the other
+            bounds[rc] = any_order_bound(graph, self.plan.device, rc)
         return pd.DataFrame([{**plan_row("optimize, written", self.plan, graph, bounds or None), "written": True}])
 
     def difference(self) -> str:

@@ -109,3 +109,10 @@ def test_a_flag_given_no_value_before_the_next_flag_is_named(args: list[str], fl
 def test_a_value_that_merely_starts_with_dashes_is_still_read(tmp_path: Path) -> None:
     r = run("validate", "--graph", toy_graph(tmp_path), "--plan", toy_plan(tmp_path))
     assert r.exit_code == 0, r.output
+
+
+def test_an_arguments_name_is_no_flag_and_a_no_form_is_one(tmp_path: Path) -> None:
+    """Only options' names (their --no- forms too) count as the next flag: `hybrid optimize --memory --no-arena`
+    is a memory given no value."""
+    r = run("optimize", "--graph", "g.json", "--memory", "--no-arena", "--out", "p.json")
+    assert r.exit_code == 2 and "--memory needs a value, and the next word is the flag --no-arena" in r.output

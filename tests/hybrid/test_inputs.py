@@ -47,6 +47,8 @@ def test_sizes_rates_and_durations_in_range_are_read():
             parse_bandwidth(bad, "--h2d")
     with pytest.raises(HybridError, match=r"'12GB': that is a size; a rate says per second, e.g. 12GB/s"):
         parse_bandwidth("12GB", "--h2d")
+    with pytest.raises(HybridError, match="lowercase b means bits"):   # a size in bits: the bits said first
+        parse_bandwidth("12Gb", "--h2d")
     with pytest.raises(HybridError, match="--alignment"):
         resolve_device(None, alignment="3")
 

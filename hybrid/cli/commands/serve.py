@@ -59,15 +59,16 @@ def captured_batch(graph: Graph, path: Path) -> int | None:
     """The batch `graph` was captured at (its `model.batch`; a `--module` capture records none, so then the
     leading dimension its input tensors all share), or None when neither says (a hand-edited file: --batch then
     says what it is)."""
+    def whole(b: object) -> bool:
+        return isinstance(b, int) and not isinstance(b, bool) and b >= 1
+
     model = graph.extra.get("model")
     b = model.get("batch") if isinstance(model, dict) else None
-    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+    if not whole(b):
         leading = {t.extra["shape"][0] if isinstance(t.extra.get("shape"), list) and t.extra["shape"] else None
                    for t in graph.tensors if t.kind == "input"}
         b = leading.pop() if len(leading) == 1 else None
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            return None
-    return b
+    return b if whole(b) else None
 
 
 def serving_batch(graphs: list[Graph], paths: tuple[Path, ...], batch: int | None) -> int:
