@@ -2,8 +2,9 @@
 
 `hybrid optimize --refine-mode beside` gives one core to the CP-SAT refiner (`hybrid.refine.beside`) and the
 rest to the search, while `--refine none` gives the search all of them;
-`results/refine_compare_beside.md` compares the two that way (GA-only with 2 evaluation processes, GA+CP-SAT
-with 1 plus the refiner). This table shows what the second process buys the search alone: each graph's search
+`results/refine_compare_beside_quick.md` compares the two that way (GA-only with 2 evaluation processes,
+GA+CP-SAT with 1 plus the refiner; its full table comes from `python -m benchmarks.regenerate --only
+refine_compare_beside`, about 110 minutes). This table shows what the second process buys the search alone: each graph's search
 (`ga.optimize`, default settings, seed 1) runs with `workers=1` (serial, in this process) and `workers=2` (a
 process pool), one after the other. The search is the same for both (evaluation is deterministic), so the
 difference is how fast each runs its generations:

@@ -8,7 +8,7 @@ profile), "cuda")`, the measured host link, cuBLAS's kept bytes as the reserve; 
 their ops run and with the largest held aside, the faster laid-out plan kept: column `workspaces`), and adds the lower bound at that memory (hybrid.bounds: the larger of
 graph_bound and chain_bound). Its columns:
 
-- `replay_ms`: the written plan's simulated step time here; on the GPU the same plans ran at 0.95-1.09x their
+- `replay_ms`: the written plan's simulated step time here; on the GPU the same plans ran at 0.94-1.09x their
   simulated time (`gpu_measured/simulated`, the measured table's `hybrid_measured/simulated`);
 - `ceiling`: the alternative's measured time / the bound: no plan of this graph, at this memory and with these op
   times, can be faster than that ratio (issue 32 asks 1.10x at the fastest memory-saving alternative's peak and

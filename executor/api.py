@@ -74,7 +74,6 @@ class Executor:
         self.losses: list[torch.Tensor] = []
         # an inference graph's outputs, every iteration's (CPU copies), once `keep_outputs` asked for them
         self.outputs: list[list[torch.Tensor | None]] = []
-        self._keep_grads = False
         self._module: torch.nn.Module | None = None
         self._kwargs: dict | None = None
         b = bindings(graph, "executed")
@@ -91,7 +90,6 @@ class Executor:
         for name, ref in bindings(self.graph, "executed").get("grads", {}).items():
             if isinstance(ref, dict):
                 self.runtime.watch(f"grad:{name}", ref)
-        self._keep_grads = True
 
     def keep_outputs(self) -> None:
         """Also copy every iteration's outputs (an inference graph's) to the host, as they are made: for checks

@@ -226,7 +226,6 @@ class Runtime:
         self.t_end = backend.event(True)
         self.fence = backend.event(False)
         self.bounce: torch.Tensor | None = None
-        self.compact_host_s = 0.0
         self.node_clock: list[tuple[int, int, int]] = [NO_FRONTIER] * n
         self.env: dict[str, torch.Tensor] = {}
         self.loaded = False
@@ -352,7 +351,6 @@ class Runtime:
             if last[s] >= 0:
                 b.wait(COMPUTE, self.events[last[s]])
         moves = pool.compact()
-        h0 = time.perf_counter()
         with b.on(COMPUTE):
             for t, old, new, n in moves:
                 self._move(old, new, n)
@@ -360,7 +358,6 @@ class Runtime:
             b.record(self.fence, COMPUTE)
         b.wait(H2D, self.fence)
         b.wait(D2H, self.fence)
-        self.compact_host_s += time.perf_counter() - h0
         if self.races is not None:
             self.races.reset()
         known = [max(clock[s][y] for s in (COMPUTE, H2D, D2H)) for y in (COMPUTE, H2D, D2H)]

@@ -401,24 +401,6 @@ def _marks(k: int, ptr: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:
 
 
 @nb.njit(cache=True)
-def _live_at(k: int, desc_k: np.ndarray, anc_k: np.ndarray, kept: np.ndarray, prod: np.ndarray,
-             r_ptr: np.ndarray, r_op: np.ndarray) -> np.ndarray:
-    """Which kept tensors are live at op k: produced by an ancestor of k (or by no op) and read by k or a
-    descendant of k. O(tensors + readers)."""
-    sel = np.zeros(len(kept), np.bool_)
-    for i in range(len(kept)):
-        t = kept[i]
-        if prod[t] >= 0 and not anc_k[prod[t]]:
-            continue
-        for e in range(r_ptr[t], r_ptr[t + 1]):
-            r = r_op[e]
-            if r == k or desc_k[r]:
-                sel[i] = True
-                break
-    return sel
-
-
-@nb.njit(cache=True)
 def _mover_arrays(rel: np.ndarray, b: np.ndarray, bw: float) -> tuple[np.ndarray, np.ndarray]:
     """For items sorted by release: cumulative bytes, and the prefix maximum of release_i - (bytes before i) / bw,
     so that the least time to move `need` bytes (fractions allowed) is peak[cut] + need / bw at the first item

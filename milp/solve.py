@@ -121,10 +121,6 @@ class SolveResult:
     start_used: bool | None = None  # CBC: whether its log says the MIP start gave a solution (None: no start,
     #                                or HiGHS, whose use of it is not read back)
 
-    @property
-    def has_solution(self) -> bool:
-        return self.values is not None
-
 
 class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
     """PuLP's highspy interface, with Ctrl-C stopping the search and keeping the incumbent, and a MIP start

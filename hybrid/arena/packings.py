@@ -108,7 +108,3 @@ def perfect_packing(n: int, seed: int, kind: str = "mixed", capacity: int = MIB,
         offs[k] = o0
     return Packing(Problem(bufs), capacity, offs, seed, kind)
 
-
-def packing_set(sizes: tuple[int, ...], per_size: int, seed: int = 0, kinds: tuple[str, ...] = KINDS) -> list[Packing]:
-    """`per_size` instances for each n, kinds taking turns; instance k of size n has seed `seed + k`."""
-    return [perfect_packing(n, seed + k, kinds[k % len(kinds)]) for n in sizes for k in range(per_size)]

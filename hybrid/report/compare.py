@@ -63,7 +63,6 @@ from hybrid.graph import Graph
 from hybrid.refine.handoff import DEFAULT_PATIENCE, refine_then_resume
 from hybrid.plan import Plan
 
-ARMS = ("ga", "ga+cpsat")
 MODES = ("beside", "after")
 COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s", "persistent_bound_s", "makespan/ideal",
            "makespan/persistent_bound", "graph_bound_s", "makespan/graph_bound", "schedule_bound_s", "makespan/schedule_bound", "gain_vs_ga", "stall_s", "bytes_h2d",
@@ -72,7 +71,6 @@ COLUMNS = ["graph", "memory_bytes", "arm", "row", "seed", "makespan_s", "ideal_s
            "refine_windows", "refine_accepted", "mode", "arm_ga_makespan_s", "refined_plans", "refined_elites",
            "split_makespan_s", "rebind_makespan_s", "reorder_makespan_s", "rewalk_gain", "reorder_gain",
            "window_gain", "milp_status", "milp_gap", "milp_stages", "ilp_objective_s", "budget", "plan"]
-TEXT_COLUMNS = ("final_from", "mode", "milp_status", "budget")  # the text columns among the figures
 MILP_ARM = "milp"
 RUN_TIME_COLUMNS = ("search_s", "wall_s", "refine_s", "resume_s")  # seconds spent, not seconds of a plan
 MILP_STAGES = 60   # default coarsening for --with-milp: 60 stages reached gap <= 1% in 10 minutes (docs/milp.md)

@@ -29,7 +29,7 @@ from hybrid.swap import eviction as E
 from hybrid.swap import kernel as K
 from hybrid.swap import recompute as R
 from hybrid.swap.augmented import AugmentedGraph, PlannerOptions
-from hybrid.swap.pools import PoolArrays
+from hybrid.swap.pools import PoolArrays, arena_capacity
 from hybrid.device import Device
 from hybrid.errors import InfeasibleError
 from hybrid.graph import Graph
@@ -128,9 +128,7 @@ class SwapPlanner:
         """The pool's bytes; an arena's also leave room beside this planner's largest workspace (rule 5)."""
         if not pool.arena:
             return pool.capacity
-        align = self.device.alignment_bytes
-        room = (self.device.usable_bytes - int(self.op_ws.max(initial=0))) // align * align
-        return max(0, min(pool.capacity, room))
+        return min(pool.capacity, arena_capacity(self.device, int(self.op_ws.max(initial=0))))
 
     def _run(self, schedule: np.ndarray, pool: PoolArrays, opt: PlannerOptions, bufs,
              want_timeline: bool = False) -> "_Outcome":
@@ -285,10 +283,8 @@ class SwapPlanner:
             return pool
         cached = self._arenas.get(id(pool))
         if cached is None or cached[0] is not pool:
-            align = self.device.alignment_bytes
-            room = (self.device.usable_bytes - int(self.op_ws.max(initial=0))) // align * align
-            cached = (pool, replace(pool, arena=True, capacity=max(0, min(int(pool.capacity), room)),
-                                    class_bytes=np.array([max(0, min(int(pool.capacity), room))], np.int64)))
+            cap = min(int(pool.capacity), arena_capacity(self.device, int(self.op_ws.max(initial=0))))
+            cached = (pool, replace(pool, arena=True, capacity=cap, class_bytes=np.array([cap], np.int64)))
             self._arenas[id(pool)] = cached
         return cached[1]
 

@@ -46,12 +46,19 @@ def byte_pool(g: Graph, device: Device) -> PoolArrays:
                       device.alignment_bytes)
 
 
+def arena_capacity(device: Device, largest_ws: int) -> int:
+    """An arena's bytes: the usable memory less the largest workspace, rounded down to the alignment (rule 5:
+    a workspace sits beside the arena, not in it)."""
+    align = device.alignment_bytes
+    return max(0, (device.usable_bytes - int(largest_ws)) // align * align)
+
+
 def arena_pool(g: Graph, device: Device, op_ws: np.ndarray | None = None) -> PoolArrays:
     """An arena of the device's usable memory less the largest workspace (`op_ws`, default the graph's
     default implementations'), rounded down to the alignment: FORMATS rule 5's arena, planned with addresses."""
     ws = int((g.arrays.op_ws if op_ws is None else op_ws).max(initial=0))
     align = device.alignment_bytes
-    cap = max(0, (device.usable_bytes - ws) // align * align)
+    cap = arena_capacity(device, ws)
     return PoolArrays(True, np.zeros(g.arrays.n_tensors, dtype=np.int32), np.ones(1, dtype=np.int64),
                       np.array([cap], dtype=np.int64), int(cap), occupied_bytes(g, align), align, arena=True)
 

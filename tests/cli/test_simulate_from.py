@@ -85,12 +85,14 @@ def test_from_size_classes_on_less_memory_says_how_much_memory(graph: Path, tmp_
     assert r.exit_code == 2 and f"give --memory {need}MiB" in r.output
 
 
-@pytest.mark.parametrize("flag", [["--schedule", "dfs"], ["--allocation", "size-classes"], ["--schedule", "program"]])
-def test_from_refuses_the_flags_it_overrides(graph: Path, tmp_path: Path, flag: list[str]) -> None:
-    """Before: ignored without a word."""
+@pytest.mark.parametrize("flag,named", [(["--schedule", "dfs"], "--schedule"), (["--pool", "classes"], "--pool"),
+                                        (["--allocation", "size-classes"], "--pool"),
+                                        (["--schedule", "program"], "--schedule")])
+def test_from_refuses_the_flags_it_overrides(graph: Path, tmp_path: Path, flag: list[str], named: str) -> None:
+    """Before: ignored without a word. --allocation is --pool's older spelling: the error names --pool."""
     _plan(graph, tmp_path / "p.json")
     r = run("simulate", "--graph", graph, "--from", tmp_path / "p.json", *flag)
-    assert r.exit_code == 2 and r.output.startswith(f"error: {flag[0]} with --from"), r.output
+    assert r.exit_code == 2 and r.output.startswith(f"error: {named} with --from"), r.output
 
 
 def test_recency_must_not_be_negative(graph: Path, tmp_path: Path) -> None:
@@ -144,7 +146,7 @@ def test_from_re_plans_with_the_plans_own_planner_options(graph: Path, tmp_path:
     r = run("simulate", "--graph", graph, "--from", tmp_path / "p.json", "--victim", "belady", "--json")
     assert r.exit_code == 0, r.output
     # a flag replaces its own part only: recency 0 and swap only stay the plan's
-    assert "the plan's own planner options but --victim as given (belady, recency 0," in r.output
+    assert "the plan's own planner options but --policy as given (belady, recency 0," in r.output
     assert "swap only" in r.output
 
 

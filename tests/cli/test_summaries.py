@@ -65,6 +65,8 @@ def test_baseline_simulate_refine_json_summaries(tmp_path) -> None:
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
     assert s["input_makespan_s"] >= s["makespan_s"] and s["windows"] <= 2 and s["plan"] == str(tmp_path / "ref.json")
+    # every solved window ends one way: kept, no solution in time, or not faster once re-walked
+    assert s["accepted"] + s["infeasible"] + s["rejected"] == s["windows"]
 
 
 def test_compare_records_each_arms_wall_time_and_resumes_after_the_split(tmp_path) -> None:

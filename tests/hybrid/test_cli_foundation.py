@@ -62,6 +62,19 @@ def test_simulate_and_simulate_from_a_plan(graph_file, tmp_path):
     assert a.schedule == b.schedule and a.allocation == b.allocation and a.makespan_s == b.makespan_s
 
 
+def test_simulate_names_pools_and_policies_as_optimize_does(graph_file, tmp_path):
+    """`--pool classes` / `--policy lru` (optimize's words) plan what `--allocation size-classes` / `--victim lru`,
+    the older spellings, plan."""
+    plans = []
+    for i, flags in enumerate((["--pool", "classes", "--policy", "lru"], ["--allocation", "size-classes", "--victim", "lru"])):
+        out = tmp_path / f"p{i}.json"
+        r = run("simulate", "--graph", graph_file, "--memory", "40MiB", *flags, "--out", out)
+        assert r.exit_code == 0, r.output
+        plans.append(Plan.load(out))
+    assert plans[0].events == plans[1].events and plans[0].allocation == plans[1].allocation
+    assert plans[0].planner["planner_options"]["victim"] == "lru"
+
+
 def test_errors_are_one_line_without_traceback(graph_file, tmp_path):
     r = CliRunner().invoke(cli, ["baseline", "--graph", str(graph_file), "--memory", "1KiB"])
     assert r.exit_code == 2 and r.output.startswith("error: ") and "Traceback" not in r.output

@@ -145,7 +145,7 @@ def test_compare_memory_fraction_is_what_a_plan_may_fill(files, tmp_path):
     g, gp, _ = files
     r = CliRunner().invoke(cli, ["compare", "--graph", str(gp), "--time-limit", "3s", "--seeds", "1",
                                  "--refine-mode", "after", "--population", "8", "--memory-fraction", "0.6",
-                                 "--device", "v100-16gb", "--out-dir", str(tmp_path / "c")])
+                                 "--device", "v100-16gb", "--out", str(tmp_path / "c")])   # --out-dir's alias
     assert r.exit_code == 0, r.output
     plans = list((tmp_path / "c").glob("*-seed1-*.json"))
     assert plans

@@ -85,8 +85,9 @@ def _fraction_fits(g, dev, fraction: float) -> None:  # noqa: ANN001 - Graph, De
               help="Device memory as a fraction of each graph's unswapped peak (overrides --memory), e.g. 0.25: "
                    "what a plan may fill, as with --memory (a --reserve given is kept aside on top).")
 @device_options
-@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("compare"),
-              show_default=True, help="Folder for both arms' plans and the table (compare.csv/.parquet/.md).")
+@click.option("--out-dir", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("compare"),
+              show_default=True, help="Folder for both arms' plans and the table (compare.csv/.parquet/.md); --out, "
+                                      "as the other commands spell it, is the same.")
 def command(graph_paths: tuple[Path, ...], time_limit: str, seeds: str, refine_mode: str, refine_share: float,
             refine_patience: float, refine_elites: int, workers: int | None,
             population: int | None, generations: int | None, windows: int | None, recompute: bool,

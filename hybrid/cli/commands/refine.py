@@ -129,6 +129,7 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
                                    "gain": gain / 100, "improved": res.improved,
                                    "rebind_makespan_s": res.rebind_makespan, "reorder_makespan_s": res.reorder_makespan,
                                    "windows": res.windows, "accepted": res.accepted, "infeasible": res.infeasible,
+                                   "rejected": res.rejected,
                                    "stop": res.stop, "search_s": res.search_s, "wall_s": time.monotonic() - t_start,
                                    "timeline": str(timeline_path) if timeline_path else None}, indent=1))
         else:
@@ -136,7 +137,8 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
             what = (f"{gain:.2f}% faster" if res.improved else "no faster timing found; wrote the input plan unchanged")
             click.echo(f"{what}: re-walked {format_seconds(res.rebind_makespan)}, copy streams re-ordered "
                        f"{format_seconds(res.reorder_makespan)}, then {counted(res.windows, 'window')} solved, "
-                       f"{res.accepted} accepted, {res.infeasible} without a solution in time, in "
+                       f"{res.accepted} accepted, {res.infeasible} without a solution in time, {res.rejected} not faster "
+                       f"once re-walked, in "
                        f"{format_seconds(res.search_s)} (stopped: {res.stop}"
                        + (f"; {format_seconds(TIMELINE_S)} of the limit kept for drawing --timeline"
                           if timeline_path is not None and res.stop == "time limit" else "") + ")")

@@ -35,17 +35,22 @@ MIB = 1 << 20
 @graph_option
 @click.option("--from", "from_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Keep this plan's schedule, allocation and device; re-plan its swaps with the planner options it "
-                   "records (--victim, --recency, --recompute, if given, replace their part; device flags, if given, "
+                   "records (--policy, --recency, --recompute, if given, replace their part; device flags, if given, "
                    "change the plan's device). A size-class or unconstrained plan keeps its pool; an arena plan "
                    "(what `hybrid optimize` and `hybrid arena` write) is re-planned with a byte budget and its "
                    "offsets dropped: lay the result out again with `hybrid arena`. Not with --schedule or "
-                   "--allocation.")
+                   "--pool.")
 @click.option("--schedule", type=click.Choice(["program", "dfs"]), default="program", show_default=True,
               help="Operator order when not --from: the graph's own (program) order or depth-first.")
-@click.option("--allocation", type=click.Choice(["bytes", "size-classes"]), default="bytes", show_default=True,
-              help="Pool when not --from: a byte budget, or one size class per tensor size sized from the unswapped peak.")
-@click.option("--victim", type=click.Choice(["belady", "lru"]), default="belady", show_default=True,
-              help="Which tensor to evict when memory is full.")
+@click.option("--pool", "--allocation", "allocation", type=click.Choice(["bytes", "classes", "size-classes"]),
+              default="bytes", show_default=True,
+              help="Pool when not --from, as `hybrid optimize --pool` names them: a byte budget (bytes), or one size "
+                   "class per tensor size sized from the unswapped peak (classes; --allocation size-classes, the "
+                   "older spelling, is the same).")
+@click.option("--policy", "--victim", "victim", type=click.Choice(["belady", "lru"]), default="belady",
+              show_default=True,
+              help="Which tensor to evict when memory is full, as `hybrid optimize --policy` names it (--victim, "
+                   "the older spelling, is the same).")
 @click.option("--recency", type=click.IntRange(min=0, max=2**31 - 1), default=2, show_default=True,
               help="Do not evict tensors used within this many ops (unless nothing else can go); 0: no such rule.")
 @recompute_option
@@ -130,11 +135,11 @@ def _options_for_plan(src: Plan, flags_opt: PlannerOptions, planner_flags: list[
         return flags_opt
     own = replace(own, addresses=False)
     if not planner_flags:
-        notes.append(f"re-planned with the plan's own planner options ({_options_text(own)}); --victim, --recency "
+        notes.append(f"re-planned with the plan's own planner options ({_options_text(own)}); --policy, --recency "
                      "or --recompute replace their part")
         return own
     changed = {}
-    if "--victim" in planner_flags:
+    if "--policy" in planner_flags:
         changed["victim"] = flags_opt.victim
     if "--recency" in planner_flags:
         changed["recency"] = flags_opt.recency
