@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from benchmarks.common import ROOT, is_quick, write_table
-from benchmarks.vs_torch import graphs, models
+from benchmarks.vs_torch import _has_transformers, graphs, models
 from benchmarks.vs_torch_measured import plan_all
 from executor.ops import with_copy_costs
 from hybrid.bounds import chain_bound, graph_bound
@@ -145,8 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     known = {m.name for m in models(False)}
     missing = [n for n in names if n not in known or n not in set(measured["model"])]
     if missing:
-        raise SystemExit(f"error: --only {','.join(missing)}: not a model of both benchmarks.vs_torch (this machine: "
-                         f"{', '.join(sorted(known))}) and {a.measured}")
+        hf = ("; gpt2 and llama need Hugging Face transformers: pip install -e '.[transformers]'"
+              if {"gpt2", "llama"} & set(missing) and not _has_transformers() else "")
+        raise SystemExit(f"error: {'--only ' if a.only else ''}{','.join(missing)}: not a model of both "
+                         f"benchmarks.vs_torch (this machine: {', '.join(sorted(known))}) and {a.measured}{hf}")
     rows: list[dict] = []
     for name in names:
         print(f"{name}:", flush=True)
