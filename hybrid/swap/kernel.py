@@ -570,7 +570,10 @@ def walk(
                 for j in range(rc_dep0, n_pend):
                     _push_dep(pend[j], ctr, dep_idx)
                 n_pend = rc_dep0
-                _push_dep(ts[t, RELN], ctr, dep_idx)
+                # ... and every output's previous device copy: a sibling dropped just before it (PREFREE, freed
+                # once its swap-in lands) or still being swapped out holds its copy until that release
+                for kk in range(out_ptr[o_r], out_ptr[o_r + 1]):
+                    _push_dep(ts[out_idx[kk], RELN], ctr, dep_idx)
                 k = _emit(COMPUTE, o_r, op_time[o_r], ctr, node_kind, node_ref, node_start, node_end, dep_ptr,
                           dep_idx, clk, serialize)
                 node_rc[k] = True
