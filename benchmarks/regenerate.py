@@ -1,6 +1,6 @@
 """Regenerate every table and figure under results/ from today's code, in one command.
 
-    python -m benchmarks.regenerate --quick          # every table, small budgets (17.5 minutes measured on 2 cores)
+    python -m benchmarks.regenerate --quick          # every table, small budgets (17.5-31.6 minutes measured on 2 cores)
     python -m benchmarks.regenerate                  # the budgets the full tables state (hours: --list)
     python -m benchmarks.regenerate --only arena,milp_paper --quick
     python -m benchmarks.regenerate --list           # the jobs, their commands and outputs
@@ -334,7 +334,8 @@ def has_cuda() -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small budgets: every table in about 20 minutes on 2 cores (17.5 measured: results/regenerate_quick.md)")
+    ap.add_argument("--quick", action="store_true", help="small budgets: every table in 20-32 minutes on 2 cores (17.5 measured at e0cc01a, 31.6 at 87ce94a "
+                    "on a machine slower by a third: results/regenerate_quick.md)")
     ap.add_argument("--only", default="", help="comma-separated job names (see --list)")
     ap.add_argument("--skip", default="", help="comma-separated job names not to run")
     ap.add_argument("--graphs", type=Path, default=ROOT / "out" / "graphs", help="where graphs are captured")
