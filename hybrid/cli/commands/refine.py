@@ -137,9 +137,8 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
             what = (f"{gain:.2f}% faster" if res.improved else "no faster timing found; wrote the input plan unchanged")
             click.echo(f"{what}: re-walked {format_seconds(res.rebind_makespan)}, copy streams re-ordered "
                        f"{format_seconds(res.reorder_makespan)}, then {counted(res.windows, 'window')} solved, "
-                       f"{res.accepted} accepted, {res.infeasible} without a solution in time, {res.rejected} not faster "
-                       f"once re-walked, in "
-                       f"{format_seconds(res.search_s)} (stopped: {res.stop}"
+                       f"{res.accepted} accepted, {res.infeasible} without a solution in time, {res.rejected} refused "
+                       f"or not faster once re-walked, in {format_seconds(res.search_s)} (stopped: {res.stop}"
                        + (f"; {format_seconds(TIMELINE_S)} of the limit kept for drawing --timeline"
                           if timeline_path is not None and res.stop == "time limit" else "") + ")")
         for note in res.notes:
