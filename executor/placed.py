@@ -30,6 +30,7 @@ from executor.ops import INPLACE, OpRunner
 class PlacedResult:
     outputs: list[torch.Tensor]              # the graph's outputs (bindings), on the host
     wall_s: list[float] = field(default_factory=list)   # per inference, host clock, after a final synchronize
+    plan_latency_s: float = float("nan")     # what the simulator predicted: beside wall_s for the user
 
 
 class _Streams:

@@ -118,8 +118,9 @@ def test_the_cpu_stand_in_runs_every_placement_bitwise_like_eager(name):
     for p in mixed:
         plan = to_plan(pg, p, g.device)
         assert validate(g, plan).valid
-        out = run_placed(g, plan, module, (x,), iters=2).outputs[0]
-        assert torch.equal(out, ref), (p.scheduler, p.code)
+        res = run_placed(g, plan, module, (x,), iters=2)
+        assert torch.equal(res.outputs[0], ref), (p.scheduler, p.code)
+        assert res.plan_latency_s == plan.makespan_s and len(res.wall_s) == 2   # the prediction beside the clock
 
 
 def _mixed_plan():
