@@ -74,7 +74,7 @@ def baseline_makespan(g: Graph, dev: Device, kind: str, seed: int = 0) -> tuple[
     except InfeasibleError:
         return nan, nan
     try:
-        laid = lay_out_baseline(g, dev, kind, plan, time_limit_s=60.0, recompute=False).plan
+        laid = lay_out_baseline(g, dev, kind, plan, time_limit_s=None, recompute=False).plan
     except InfeasibleError:
         laid = None
     for p in [plan] + ([laid] if laid is not None else []):

@@ -63,7 +63,7 @@ def best_laid_out_baseline(g: Graph, dev: Device) -> tuple[str, float, int]:
     best, kind, replanned = float("nan"), "", 0
     for k in BASELINES:
         try:
-            lay = lay_out_baseline(g, dev, k, run_baseline(g, dev, k, recompute=True), time_limit_s=600.0)
+            lay = lay_out_baseline(g, dev, k, run_baseline(g, dev, k, recompute=True), time_limit_s=None)
         except InfeasibleError:
             continue
         if not validate(g, lay.plan).valid:

@@ -34,6 +34,7 @@ says when either happened). Every plan returned passes `hybrid.validator.validat
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -355,7 +356,7 @@ class _Tried:
         return min((f[0] for f in self.fits), default=float("inf"))
 
 
-def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[Plan] | tuple[Plan, ...] = (),
+def lay_out(graph: Graph, plan: Plan, time_limit_s: float | None = 60.0, others: list[Plan] | tuple[Plan, ...] = (),
             replans: list[Replan] | tuple[Replan, ...] | None = None, budget: LayoutBudget = DEFAULT_BUDGET,
             recompute: bool = True, stop: Callable[[], bool] | None = None, classes: bool = True) -> Layout:
     """`plan` with arena offsets (see the module docstring); plans that are not byte budgets pass through.
@@ -366,7 +367,8 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     `replans`: ways to plan again for a smaller byte budget (default: the Belady planner on the plan's
     schedule), the first `budget.sources` of them tried. Of everything that fits, the fastest is written.
     `budget` counts the work; `time_limit_s` is a safety cap checked between steps (a candidate started is
-    laid out by the heuristics whatever the time); `stop` returning True (Ctrl-C or SIGTERM: the result must be
+    laid out by the heuristics whatever the time); None: no cap, the work budget alone decides, so the layout is
+    the same on any machine and load (what a benchmark table needs; the time it takes is not bounded); `stop` returning True (Ctrl-C or SIGTERM: the result must be
     written within seconds) acts as that cap, and the exact search, whose first use in a process compiles for
     seconds, is then not started. `classes` False: no per-size-class fallback (the Belady planner's: a baseline
     laid out through its own re-plans must not be replaced by another planner's plan). HybridError if the layout
@@ -376,7 +378,7 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
     from hybrid.validator import validate
 
     t0 = time.perf_counter()
-    deadline = t0 + time_limit_s
+    deadline = None if time_limit_s is None else t0 + time_limit_s
     before = plan.makespan_s
     if plan.allocation.kind != "unconstrained":
         return Layout(plan, "", 0, before, 0.0)
@@ -387,7 +389,8 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
 
     def out_of_time() -> bool:
         nonlocal capped
-        capped = capped or time.perf_counter() > deadline or (stop is not None and stop())
+        capped = (capped or (deadline is not None and time.perf_counter() > deadline)
+                  or (stop is not None and stop()))
         return capped
 
     def spent() -> bool:
@@ -427,7 +430,8 @@ def lay_out(graph: Graph, plan: Plan, time_limit_s: float = 60.0, others: list[P
         if len(pb.problem) > budget.exact_max_buffers or out_of_time():
             return False
         exact.warm_up()
-        sol = exact_fit(pb.problem, int(pb.problem.capacity or 0), budget.exact_nodes, deadline)
+        sol = exact_fit(pb.problem, int(pb.problem.capacity or 0), budget.exact_nodes,
+                        math.inf if deadline is None else deadline)
         tried.count += 1
         if sol is None:
             out_of_time()        # a search the deadline stopped is not reproducible: say so

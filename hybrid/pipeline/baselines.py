@@ -44,14 +44,15 @@ def with_faster_baseline(result: OptimizeResult, recompute: bool = True) -> None
                    f"({format_seconds(fast.makespan_s)} < {format_seconds(old.makespan_s)}): it is written")
 
 
-def lay_out_baseline(graph: Graph, device: Device, kind: str, plan: Plan, time_limit_s: float = 10.0,  # noqa: ANN201
-                     recompute: bool = True):
+def lay_out_baseline(graph: Graph, device: Device, kind: str, plan: Plan,  # noqa: ANN201
+                     time_limit_s: float | None = 10.0, recompute: bool = True):
     """Baseline `kind`'s byte-budget `plan` with arena offsets, through the layout the written plan goes through
     (`hybrid.arena.layout.lay_out`, heuristics only): where it does not fit, the same baseline planned again, on
     its own schedule and rules, with less memory (bisected to the largest budget that lays out). Never another
     planner's plan (no per-size-class fallback): like with like. `recompute`: as `run_baseline`'s, for the
-    re-plans (the plan's own setting). Returns `hybrid.arena.layout.Layout`; InfeasibleError where nothing lays
-    out."""
+    re-plans (the plan's own setting). `time_limit_s`: the layout's safety cap; None, none: the work budget alone
+    decides, the same layout on any machine (benchmark tables). Returns `hybrid.arena.layout.Layout`;
+    InfeasibleError where nothing lays out."""
     from hybrid.arena.layout import QUICK_BUDGET, Replan, lay_out
     from hybrid.graph.order import from_ids
     from hybrid.swap.baselines import run_baseline

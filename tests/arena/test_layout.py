@@ -185,6 +185,27 @@ def test_lay_out_is_deterministic_and_capped_only_by_its_time_limit():
     assert c.capped and validate(g, c.plan).valid
 
 
+@pytest.mark.parametrize("exact_tries", [0, 2])
+def test_no_time_limit_lets_the_work_budget_alone_decide(exact_tries):
+    """`time_limit_s=None` (the benchmark tables' baselines): never capped, and the layout an unbinding cap gives,
+    so a table's cell does not depend on the machine's speed (a 60 s cap left NasNet-25's baselines blank on a
+    slower machine). The exact search, where it runs, gets no deadline either."""
+    from hybrid.arena.layout import QUICK_BUDGET
+    from hybrid.pipeline.baselines import lay_out_baseline
+
+    g = training_graph(14, seed=3)
+    dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 0.5), reserve_bytes=0,
+                  alignment_bytes=512)
+    plan = run_baseline(g, dev, "belady")
+    budget = replace(QUICK_BUDGET, exact_tries=exact_tries)
+    free, capped = lay_out(g, plan, time_limit_s=None, budget=budget), lay_out(g, plan, 600.0, budget=budget)
+    assert not free.capped and validate(g, free.plan).valid
+    assert (free.fallback, free.source, free.trials) == (capped.fallback, capped.source, capped.trials)
+    assert free.plan.allocation == capped.plan.allocation
+    base = lay_out_baseline(g, dev, "odswap", run_baseline(g, dev, "odswap"), time_limit_s=None)
+    assert not base.capped and base.plan.planner["name"] == "odswap" and validate(g, base.plan).valid
+
+
 @settings(max_examples=10, deadline=None)
 @given(st.integers(0, 10**6), st.floats(0.3, 0.8), st.sampled_from(["naive", "odswap", "odswap-paper", "belady"]))
 def test_a_baseline_is_laid_out_by_its_own_rules_never_by_another_planner(seed, frac, kind):
