@@ -31,7 +31,16 @@ class FormatError(HybridError):
 
 
 class InfeasibleError(HybridError):
-    """No plan exists under the requested memory (an op alone does not fit, a pool too small)."""
+    """No plan exists under the requested memory (an op alone does not fit, a pool too small).
+
+    Where the least memory that lets a plan run is known, `least_usable_bytes` holds it (what a plan may fill,
+    beside the device's reserve) and `advice` the phrase of the message that asks for it, so a command that takes
+    memory another way (frontier's --memories) words its own advice without parsing this one's."""
+
+    def __init__(self, message: str, least_usable_bytes: int | None = None, advice: str = "") -> None:
+        super().__init__(message)
+        self.least_usable_bytes = least_usable_bytes
+        self.advice = advice
 
 
 class NothingWrittenError(HybridError):

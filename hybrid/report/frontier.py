@@ -34,7 +34,7 @@ import pandas as pd
 from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
-from hybrid.units import checked_bytes, format_bytes, format_seconds
+from hybrid.units import checked_bytes, format_bytes, format_bytes_up, format_seconds
 
 DEFAULT_STEPS = 10        # memories in the default sweep, both ends included
 BOUND_STEPS = 33          # memories of the bound curve (the sweep's are added)
@@ -203,8 +203,9 @@ def sweep(graph: Graph, device: Device, memories: list[int], time_limit_s: float
                 res = run_optimize(graph, dev, time_limit_s, opts, Progress(on_note=lambda t: tell(f"  {t}")))
             except InfeasibleError as e:
                 # frontier's flag states what a plan may fill: the usable bytes, never the device's with its reserve
-                why = re.sub(r"--memory of at least \S+ \S+ \((\S+ \S+) usable beside the \S+ \S+ reserve\)",
-                             r"--memories of at least \1", str(e).splitlines()[0])
+                why = str(e).splitlines()[0]
+                if e.least_usable_bytes is not None and e.advice:
+                    why = why.replace(e.advice, f"--memories of at least {format_bytes_up(e.least_usable_bytes)}")
                 why = re.sub(r"--memory\b", "--memories", why)
                 row = _row("plan", "optimize", mem, seconds=time.monotonic() - t0, note=f"no plan fits: {why}")
                 out.rows.append(row)

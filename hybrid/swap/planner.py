@@ -306,7 +306,7 @@ class SwapPlanner:
         pool = self.pool_for(pool, options)
         out = self._run_grown(schedule, pool, options, True, want_timeline=True)
         if out.status != K.OK:
-            raise InfeasibleError(self._explain(pool, out.err_op, out.err_need, options))
+            raise self._infeasible(pool, out.err_op, out.err_need, options)
         if out.timeline is not None:
             from hybrid.swap.rewalk import to_augmented
 
@@ -328,7 +328,13 @@ class SwapPlanner:
             recompute=rc if rc.any() else None, offsets=home.copy() if pool.arena else None,
         )
 
-    def _explain(self, pool: PoolArrays, err_op: int, err_need: int, opt: PlannerOptions) -> str:
+    def _infeasible(self, pool: PoolArrays, err_op: int, err_need: int, opt: PlannerOptions) -> InfeasibleError:
+        """Why the walk stopped, with the least usable memory a plan needs where the largest op decides it."""
+        why = self._explain(pool, err_op, err_need, opt)
+        return why if isinstance(why, InfeasibleError) else InfeasibleError(why)
+
+    def _explain(self, pool: PoolArrays, err_op: int, err_need: int, opt: PlannerOptions) -> str | InfeasibleError:
+        """The message; the error itself where it also carries the least memory to give."""
         g = self.graph
         a = g.arrays
         if err_op == -2:
@@ -400,10 +406,11 @@ class SwapPlanner:
                     other = (f"; its implementation {lean.name!r} needs {format_bytes_up(lean_need)} (`hybrid milp` "
                              "chooses implementations)")
                 head = "no plan runs" if not other else "no plan with the implementations this planner runs fits"
-                return (f"{head} in {format_bytes(pool.capacity)}: op {op_big.id!r} needs "
-                        f"{format_bytes_up(big_need)} at once (inputs, outputs and workspace, each aligned to "
-                        f"{pool.align} bytes); give --memory of at least {give}{other} (`hybrid info` lists the "
-                        "largest ops)")
+                advice = f"--memory of at least {give}"
+                return InfeasibleError(
+                    f"{head} in {format_bytes(pool.capacity)}: op {op_big.id!r} needs {format_bytes_up(big_need)} at "
+                    f"once (inputs, outputs and workspace, each aligned to {pool.align} bytes); give {advice}{other} "
+                    "(`hybrid info` lists the largest ops)", least_usable_bytes=big_need, advice=advice)
             advice = (f"unrounded it needs {format_bytes(raw)}, which fits: {hint}; otherwise give more --memory"
                       f"{least}" if hint else f"give more --memory{least}")
             return (f"op {op.id!r} needs {need_t} at once (inputs, outputs and workspace, each aligned "

@@ -209,8 +209,10 @@ def test_the_least_memory_said_counts_the_reserve_and_a_leaner_implementation() 
     with pytest.raises(InfeasibleError, match=r"^no plan with the implementations this planner runs fits in 4 MiB: op "
                                               r"'conv' needs 10 MiB at once .*; give --memory of at least 1.01 GiB "
                                               r"\(10 MiB usable beside the 1 GiB reserve\); its implementation 'lean' "
-                                              r"needs 2 MiB"):
+                                              r"needs 2 MiB") as info:
         run_baseline(g, g.device, "belady")
+    # what the advice asks for, carried beside the words (frontier states it as --memories, the usable bytes)
+    assert info.value.least_usable_bytes == 10 * MiB and info.value.advice in str(info.value)
 
 
 def test_a_missing_field_is_said_missing(made) -> None:
