@@ -171,6 +171,9 @@ def checked_number(value: Any, what: str, *, lo: float = 0.0, hi: float = math.i
     if integer:
         if value != int(value):
             raise HybridError(f"{what} must be a whole number, got {value!r}")
+        if isinstance(value, float) and abs(value) >= 2**53:   # 9007199254740993.0 reads as 2**53
+            raise HybridError(f"{what} must be written as an integer (no decimal point or exponent): as {value!r} "
+                              "it may not be the number written, a float being exact only below 2^53")
         value = int(value)
     elif not isinstance(value, float):
         value = float(value)
@@ -189,6 +192,12 @@ def checked_bytes(value: Any, what: str, lo: int = 0) -> int:
 
 
 _BINARY_UNITS = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))  # largest first
+
+
+def shown_id(text: str) -> str:
+    """An id (or other string from a file) as a message shows it: as written where it prints as one plain line,
+    else quoted with escapes, so a newline or a lone surrogate in a file cannot split or break the message."""
+    return text if isinstance(text, str) and text.isprintable() else repr(text)
 
 
 def format_bytes(n: float) -> str:

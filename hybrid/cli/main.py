@@ -154,6 +154,9 @@ def main() -> None:
     global _PROGRAM
     _PROGRAM = True  # `hybrid`, or python -c "from hybrid.cli.main import main; main()": the process's clock
     install()  # SIGINT and SIGTERM handled from here on, whatever threads start later (hybrid.signals)
+    for stream in (sys.stdout, sys.stderr):   # a lone surrogate from a file's string: escaped, never a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         cli(prog_name="hybrid")
     finally:

@@ -19,6 +19,7 @@ first run"; any other update of an input in between still forbids a rerun.
 from __future__ import annotations
 
 from hybrid.graph.types import Graph, Op
+from hybrid.units import shown_id
 
 BATCH_NORM_KINDS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
                               "cudnn_batch_norm", "miopen_batch_norm"})
@@ -90,7 +91,8 @@ def rerun_on_copies(op: Op) -> bool:
 def why_not_rerunnable(graph: Graph, op: Op) -> str:
     """'' when a rerun of `op` reproduces its outputs (see the module docstring), else why not."""
     if op.updates and not (rerun_on_copies(op) or updates_generator_only(graph, op)):
-        return "updates " + ", ".join(op.updates) + " in place (a rerun would apply the update twice)"
+        return ("updates " + ", ".join(shown_id(t) for t in op.updates)
+                + " in place (a rerun would apply the update twice)")
     if not op.outputs:
         return "has no outputs"
     if op.kind in GENERATOR_STATE_KINDS:

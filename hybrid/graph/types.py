@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from hybrid.device import Device
 from hybrid.errors import FormatError, HybridError
 from hybrid.jsonio import dumps_strict, loads_strict
-from hybrid.units import MAX_BYTES, MAX_SECONDS, checked_bytes, checked_number, format_bytes
+from hybrid.units import MAX_BYTES, MAX_SECONDS, checked_bytes, checked_number, format_bytes, shown_id
 
 if TYPE_CHECKING:
     from hybrid.graph.arrays import GraphArrays
@@ -432,7 +432,7 @@ def _check_acyclic(g: Graph) -> None:
             path.append(cur)
             cur = pred[cur]
         cycle = path[path.index(cur):][::-1]
-        ids = " -> ".join(g.ops[i].id for i in cycle + [cycle[0]])
+        ids = " -> ".join(shown_id(g.ops[i].id) for i in cycle + [cycle[0]])
         data = {(a, b) for a, b, why in dependency_edges(g) if why == "data"}
         order = [_update_order(g, a, b) for a, b in zip(cycle, cycle[1:] + cycle[:1]) if (a, b) not in data]
         raise FormatError(f"graph {g.name!r}: ops form a cycle through their tensors: {ids}"
@@ -450,6 +450,7 @@ def _update_order(g: Graph, a: int, b: int) -> str:
     else:
         t = next(t for t in ob.updates if t in oa.inputs)
         why = f"{oa.id!r} reads {t!r} before {ob.id!r} updates it in place"
-    return (f"the edge {oa.id} -> {ob.id} is not dataflow but the order of an in-place update: {why}, because "
+    return (f"the edge {shown_id(oa.id)} -> {shown_id(ob.id)} is not dataflow but the order of an in-place update: "
+            f"{why}, because "
             f"ops[{a}] {oa.id!r} is listed before ops[{b}] {ob.id!r} (ops that read and update a tensor run in "
             f"their list order); if {ob.id!r} should run first, list it before {oa.id!r} in 'ops'")

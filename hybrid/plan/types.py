@@ -18,7 +18,7 @@ from hybrid.device import Device
 from hybrid.errors import FormatError, HybridError
 from hybrid.jsonio import dumps_strict, loads_strict
 from hybrid.plan.events import CPU_STREAM, EVENT_KINDS, STREAM_OF_KIND
-from hybrid.units import MAX_BYTES, checked_bytes, checked_number
+from hybrid.units import MAX_BYTES, checked_bytes, checked_number, shown_id
 
 if TYPE_CHECKING:
     from hybrid.graph import Graph
@@ -265,7 +265,8 @@ class Plan:
         elif self.graph != graph.name:
             out.append(f"plan is for graph {self.graph!r}, not {graph.name!r}")
         if self.graph_sha256 and self.graph_sha256.lower() != graph.sha256.lower():   # hex digits in either case
-            out.append(f"graph_sha256 {self.graph_sha256[:12]}… does not match the graph's {graph.sha256[:12]}… "
+            out.append(f"graph_sha256 {shown_id(self.graph_sha256[:12])}… does not match the graph's "
+                       f"{graph.sha256[:12]}… "
                        "(the plan was made for another graph file of that name, or another version of it)")
         return out
 

@@ -14,7 +14,8 @@ import numpy as np
 from hybrid.graph import DEFAULT_IMPL, Graph
 from hybrid.plan import ArenaAllocation, Event, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.plan.events import COMPUTE, FREE, KIND_CODE, SWAP_IN, SWAP_OUT  # noqa: F401 (rules import them here)
-from hybrid.units import MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, format_bytes, format_seconds
+from hybrid.units import (MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, format_bytes, format_seconds,
+                          shown_id)
 from hybrid.validator.report import Found, Violation
 
 NO_EVENT = -1
@@ -114,8 +115,11 @@ class Context:
 
 
 def finite_number(v: object) -> bool:
-    """A finite JSON number (not true/false, which Python reads as 1 and 0)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite JSON number in float range (not true/false, which Python reads as 1 and 0; not an integer of
+    hundreds of digits, which JSON allows and `math.isfinite` overflows on)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return abs(v) <= 2**1000 if isinstance(v, int) else math.isfinite(v)
 
 
 def device_problems(dev: object) -> list[str]:
@@ -196,9 +200,19 @@ def shape_problems(plan: Plan) -> list[str]:
         if not isinstance(ev, Event):
             out.append(f"events[{i}] must be an Event, got {ev!r}")
             break
+        wrong = next((f"{key} must be {want}, got {v!r}" for key, v, want in (
+            ("kind", ev.kind, "a string"), ("op", ev.op, "an id string or None"),
+            ("tensor", ev.tensor, "an id string or None"), ("impl", ev.impl, "a string or None"),
+            ("recompute", ev.recompute, "True or False"), ("on_cpu", ev.on_cpu, "True or False"))
+            if not (isinstance(v, bool) if want == "True or False" else
+                    isinstance(v, str) or (v is None and want != "a string"))), None)
+        if wrong:
+            out.append(f"events[{i}]: {wrong}")
+            return out
         times = (("at_s", ev.start_s),) if ev.kind == "free" else (("start_s", ev.start_s), ("end_s", ev.end_s))
         for key, v in times:   # NaN and inf are rule 1's; a free's one instant is its at_s in the file
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or (finite_number(v) and abs(v) > MAX_SECONDS):
+            if (not isinstance(v, (int, float)) or isinstance(v, bool) or (isinstance(v, int) and not finite_number(v))
+                    or (finite_number(v) and abs(v) > MAX_SECONDS)):
                 out.append(f"events[{i}] {ev.kind}: {key} must be a number of seconds up to {MAX_SECONDS:g}, "
                            f"got {v!r}")
                 return out
@@ -299,7 +313,7 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
                 else:
                     im = next((x for x in spec.impls if x.name == ev.impl), None)
                     if im is None:
-                        choices = ", ".join(x.name for x in spec.impls)
+                        choices = ", ".join(shown_id(x.name) for x in spec.impls)
                         bad.append(Found(-math.inf, i, Violation(
                             0, f"events[{i}] compute {ev.op!r}: impl {ev.impl!r} is not one of the op's impls "
                                f"({choices})", i)))

@@ -786,3 +786,88 @@ def test_cli_json_verdict(files: tuple[Path, Path]) -> None:
     assert d["violations"][0]["rule"] == 7 and d["violations"][0]["message"].startswith("makespan_s")
     d = json.loads(_run("--graph", str(g), "--plan", str(p), "--json", "--all").output)
     assert [v["rule"] for v in d["violations"]] == [7, 7] and d["found"] == 2
+
+
+@pytest.mark.parametrize("key", ["swap_ins", "frees"])
+def test_cli_a_count_metric_of_hundreds_of_digits_is_ignored_not_a_traceback(files: tuple[Path, Path],
+                                                                              key: str) -> None:
+    """JSON allows an integer of any length; `math.isfinite` overflows on one past float range. The count is
+    noted as out of range and the verdict stays the plan's (it printed `valid:` and then a traceback, exit 1)."""
+    g, p = files
+    d = json.loads(PLAN_JSON)
+    d["metrics"][key] = 10**400
+    d["planner"]["arena"] = {"peak_live_bytes": 10**400}
+    p.write_text(json.dumps(d))
+    r = _run("--graph", str(g), "--plan", str(p))
+    assert r.exit_code == 0 and r.exception is None, r.output
+    assert r.output.strip().splitlines()[1].startswith(f"note: metrics.{key} is 1000") and \
+        r.output.strip().endswith(", out of range: ignored"), r.output
+
+
+@pytest.mark.parametrize("sha", ["abc\ninvalid: rule 9: forged", "\ud800" + "0" * 63])
+def test_a_string_from_the_file_cannot_split_or_break_the_one_line_verdict(files: tuple[Path, Path],
+                                                                          sha: str) -> None:
+    """A newline or a lone surrogate (legal JSON escapes) in a plan's string: the verdict stays one line, with
+    the string escaped (a second `invalid:` line was forged from the file; a surrogate crashed the output)."""
+    g, p = files
+    d = json.loads(PLAN_JSON)
+    d["graph_sha256"] = sha
+    p.write_text(json.dumps(d))
+    r = _run("--graph", str(g), "--plan", str(p))
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    assert r.output.count("\n") == 1 and r.output.startswith(f"invalid: rule 0: graph_sha256 {sha[:12]!r}…")
+
+
+def test_the_command_escapes_a_lone_surrogate_it_prints(tmp_path: Path) -> None:
+    """The real `hybrid` process (not click's runner, which captures to bytes): stdout escapes what UTF-8 cannot
+    encode instead of raising UnicodeEncodeError after the message was made."""
+    import subprocess
+
+    d = json.loads(GRAPH_JSON)
+    d["name"] = "tiny\ud800"
+    g = tmp_path / "graph.json"
+    g.write_text(json.dumps(d))
+    r = subprocess.run([sys.executable, "-m", "hybrid", "info", "--graph", str(g)], capture_output=True,
+                       timeout=120)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
+    assert b"\\ud800" in r.stdout
+
+
+def test_an_op_id_with_a_newline_stays_on_the_cycle_message_s_one_line() -> None:
+    """f1 reads f2's output: a cycle whose message names the ops; an id with a newline is shown escaped."""
+    d = json.loads(GRAPH_JSON)
+    d["ops"][0]["id"] = "a\nerror: fake"
+    d["ops"][0]["inputs"].append("b")
+    with pytest.raises(HybridError) as e:
+        Graph.from_json(d)
+    assert "\n" not in str(e.value) and "'a\\nerror: fake'" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("i, field, value, said", [
+    (0, "tensor", ["x"], "tensor must be an id string or None, got ['x']"),
+    (0, "kind", ["swap_in"], "kind must be a string"),
+    (2, "op", ["fc1"], "op must be an id string or None"),
+    (2, "recompute", "yes", "recompute must be True or False, got 'yes'"),
+    (2, "impl", 3, "impl must be a string or None, got 3"),
+    (2, "start_s", 10**400, "start_s must be a number of seconds")])
+def test_an_event_field_of_the_wrong_type_built_in_python_is_rule_0(i: int, field: str, value: object,
+                                                                   said: str) -> None:
+    """docs/formats.md: a plan built in Python whose fields are not the format's types gets a rule-0 verdict,
+    never an exception (a list as a tensor id raised TypeError: unhashable; recompute="yes" read as True)."""
+    g = mlp_graph()
+    p = serial_plan(g)
+    events = list(p.events)
+    events[i] = replace(events[i], **{field: value})
+    r = validate(g, replace(p, events=events))
+    assert not r.valid and r.violations[0].rule == 0 and said in r.violations[0].message, r.violations
+
+
+def test_a_whole_number_past_2_53_written_as_a_float_is_refused() -> None:
+    """Sizes are integer bytes: 9007199254740993.0 reads as 2^53, a different number, so a float from 2^53 up
+    is refused naming the field; one below it (1e3, 4000.0) is the whole number it says."""
+    d = json.loads(GRAPH_JSON)
+    d["tensors"][0]["bytes"] = 4000.0
+    assert Graph.from_json(d).tensors[0].bytes == 4000
+    d["tensors"][0]["bytes"] = float(2**53)
+    with pytest.raises(HybridError, match=r"tensor 'x': field 'bytes' must be written as an integer"):
+        Graph.from_json(d)

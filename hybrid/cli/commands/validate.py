@@ -87,7 +87,8 @@ def _stated_differ(graph, plan) -> list[str]:  # noqa: ANN001 - Graph, Plan
         if stated is None:
             continue
         if not finite_number(stated):   # the loader checks the metrics it reads back; these counts are for people
-            out.append(f"note: metrics.{key} is {_shown(stated)}, not a number: ignored")
+            why = "out of range" if isinstance(stated, int) and not isinstance(stated, bool) else "not a number"
+            out.append(f"note: metrics.{key} is {_shown(stated)}, {why}: ignored")
             continue
         slack = (plan.tolerance_s if key == "stall_s" else 1e-9 * abs(got[key]) if key == "persistent_bound_s"
                  else 0)
