@@ -245,6 +245,9 @@ def convert(traced: Traced, optimizer: OptimizerSpec | None, model: costs.CostMo
         val = n.meta.get("val")
         multi = isinstance(val, (tuple, list))
         items = list(val) if multi else [val]
+        if _changes_shape_in_place(n.target):
+            _fold_shape_change(b, n, items, multi)
+            continue
         written = _written(n)
         out_tensors = [t for t in items if isinstance(t, torch.Tensor)]
         fresh = [t for t in out_tensors if b.table.owner(t) is None]
@@ -329,6 +332,53 @@ def _fold_view(b: _Builder, n: fx.Node, tname: str, items: list[Any], multi: boo
                      for i, t in enumerate(items)]
     else:
         b.refs[n] = (skey, chain + (step,))
+
+
+# In-place ops that change a tensor's shape or strides, not its data (`transpose_`, `unsqueeze_`, ...: the
+# inplace_view tag, and the few the tag misses). Recorded as ops writing a new version, the version kept the
+# shape from before the op, and a plan that swapped it rebuilt it so: nn.GRU(batch_first=True), which calls
+# transpose_, crashed or trained wrongly once its output was swapped. They are views of the tensor instead.
+_SHAPE_ONLY = ("squeeze_", "swapdims_", "swapaxes_")
+_STORAGE_CHANGES = ("set_", "resize_", "resize_as_")   # these re-point or grow the storage itself
+
+
+def _changes_shape_in_place(target: Any) -> bool:
+    name = target._opname if isinstance(target, torch._ops.OpOverload) else ""
+    return name in _STORAGE_CHANGES or name in _SHAPE_ONLY or torch.Tag.inplace_view in getattr(target, "tags", ())
+
+
+def _out_of_place(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The view op that gives what an in-place shape change (`transpose_.default`) makes of its tensor
+    (`transpose.int`): the overload of the name without the underscore taking the same arguments."""
+    packet = getattr(torch.ops.aten, target._opname.rstrip("_"), None)
+    want = [(a.name, str(a.type)) for a in target._schema.arguments]
+    for name in packet.overloads() if packet is not None else ():
+        twin = getattr(packet, name)
+        if [(a.name, str(a.type)) for a in twin._schema.arguments] == want:
+            return twin
+    return None
+
+
+def _fold_shape_change(b: _Builder, n: fx.Node, items: list[Any], multi: bool) -> None:
+    """An in-place shape change, folded as its out-of-place view; the tensor it changed is that view from now
+    on, under its own node too (eager's object is the one changed)."""
+    tname = target_name(n.target)
+    base = n.args[0] if n.args else None
+    if n.target._opname in _STORAGE_CHANGES:
+        raise HybridError(f"the step calls {tname} (node {n.name!r}), which makes a tensor point at other or "
+                          "larger memory in place; hybrid captures tensors whose storage stays as allocated: "
+                          "use a new tensor (torch.empty, .expand, .reshape) instead")
+    if isinstance(base, fx.Node) and base.op == "placeholder":
+        raise HybridError(f"the step changes the shape of its input or parameter {base.name!r} in place "
+                          f"({tname}), which would outlast the step; use the out-of-place "
+                          f"{n.target._opname.rstrip('_')} (x = x.{n.target._opname.rstrip('_')}(...))")
+    twin = _out_of_place(n.target)
+    if twin is None:
+        raise HybridError(f"capture: {tname} (node {n.name!r}) changes a tensor's shape in place and has no "
+                          f"out-of-place twin to record it by; use the out-of-place view")
+    _fold_view(b, n, target_name(twin), items, multi)
+    if isinstance(base, fx.Node):
+        b.refs[base] = b.refs[n]
 
 
 def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, items: list[Any], multi: bool,
