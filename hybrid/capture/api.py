@@ -106,6 +106,14 @@ def capture(
                       f"gradient from the loss ({names}): the step never updates them (as eager would not); a "
                       "checkpoint with use_reentrant=True whose inputs need no gradient does this (use "
                       "use_reentrant=False), or freeze them (requires_grad=False)", CaptureWarning, stacklevel=2)
+    if traced.numbers_changed:
+        n = len(traced.numbers_changed)
+        names = ", ".join(traced.numbers_changed[:3]) + (f" and {n - 3} more" if n > 3 else "")
+        warnings.warn(f"the step changes the module's {'attribute' if n == 1 else 'attributes'} {names}, a Python "
+                      "number: the graph holds the value read while traced, so where the step's arithmetic uses "
+                      "it, replay differs from eager from the second step on; keep such a counter in a buffer "
+                      "(self.register_buffer('calls', torch.zeros(()))) to have it updated each step",
+                      CaptureWarning, stacklevel=2)
     graph = convert(traced, spec, model, name or type(module).__name__.lower(), dev)
     if profile is not None:
         from hybrid.capture.profile import Profile, apply_profile

@@ -84,6 +84,8 @@ class Traced:
     grads: dict[str, fx.Node]              # trainable parameter -> its gradient
     unused: list[str]                      # trainable parameters the loss does not depend on (no gradient)
     outputs: list[fx.Node | None] = field(default_factory=list)   # forward outputs (inference)
+    numbers_changed: list[str] = field(default_factory=list)       # module attributes (Python numbers) the step
+    #   changed, "name (old -> new)": the graph holds the values read while traced (hybrid.capture.api warns)
 
 
 _REENTRANT_GRAD = "use_reentrant=True, torch.utils.checkpoint is incompatible with .grad()"
@@ -131,19 +133,28 @@ def _reassigned_buffers(module: nn.Module, traced: dict[str, torch.Tensor]) -> N
 
 
 @contextlib.contextmanager
-def _module_kept(module: nn.Module) -> Iterator[None]:
+def _module_kept(module: nn.Module, numbers_changed: list[str] | None = None) -> Iterator[None]:
     """The user's module as it was before capture, whatever the step stored on it while traced (a lazily built
     table, `self.last = h.detach()`, a hook appending to a list): those hold fake tensors, which would break the
-    module's next eager step. Attributes are put back, lists and dicts (one level) refilled in place."""
+    module's next eager step. Attributes are put back, lists and dicts (one level) refilled in place.
+    `numbers_changed` gets each Python number attribute the step changed (`self.calls += 1`): the trace read
+    it as a constant, so a step whose arithmetic uses it differs from eager's from the second iteration."""
     saved = []
-    for m in module.modules():
+    for name, m in module.named_modules():
         d = {k: v for k, v in m.__dict__.items() if k not in ("_parameters", "_buffers", "_modules")}
-        saved.append((m, d, {k: (list(v) if isinstance(v, list) else dict(v)) for k, v in d.items()
-                             if type(v) in (list, dict)}))
+        saved.append((name, m, d, {k: (list(v) if isinstance(v, list) else dict(v)) for k, v in d.items()
+                                   if type(v) in (list, dict)}))
+    done = False
     try:
         yield
+        done = True
     finally:
-        for m, d, contents in saved:
+        if done and numbers_changed is not None:
+            numbers_changed.extend(
+                f"{name + '.' if name else ''}{k} ({v!r} -> {m.__dict__[k]!r})" for name, m, d, _ in saved
+                for k, v in d.items() if type(v) in (int, float) and type(m.__dict__.get(k)) in (int, float)
+                and m.__dict__[k] != v)
+        for _, m, d, contents in saved:
             for k in [k for k in m.__dict__ if k not in d and k not in ("_parameters", "_buffers", "_modules")]:
                 del m.__dict__[k]
             m.__dict__.update(d)
@@ -529,8 +540,9 @@ def trace_step(
     accumulate = [False]
     gm = None
     for attempt in range(2):
+        changed: list[str] = []
         try:
-            with _module_kept(module), mode, portable_kernels(), _quiet_fake_tensors():
+            with _module_kept(module, changed), mode, portable_kernels(), _quiet_fake_tensors():
                 if attempt:
                     fparams = [fake(p, p.requires_grad) for p in module.parameters()]
                 gm = make_fx(step)(fparams, fbuffers, finputs, ftargets)
@@ -558,6 +570,7 @@ def trace_step(
                 grads[pnames[i]] = g
             else:
                 unused.append(pnames[i])
-        return Traced(gm, roles, True, loss_node, grads, unused)
+        return Traced(gm, roles, True, loss_node, grads, unused, numbers_changed=changed)
     has_loss = len(flat) > n_outputs[0]
-    return Traced(gm, roles, False, flat[0] if has_loss else None, {}, [], flat[1:] if has_loss else flat)
+    return Traced(gm, roles, False, flat[0] if has_loss else None, {}, [], flat[1:] if has_loss else flat,
+                  numbers_changed=changed)

@@ -994,3 +994,26 @@ def test_numbers_drawn_outside_torch_are_refused_naming_the_generator(numpy: boo
     (x,), y = _xy()
     msg = _one_line(HostRandom(numpy), (x,), y)
     assert ("NumPy" if numpy else "Python's random") in msg and "torch.rand" in msg, msg
+
+
+class PyCounter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.calls, self.scale = nn.Linear(8, 4), 0, 1.0
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        self.calls += 1
+        return self.fc(x) * (1.0 / self.calls) * self.scale
+
+
+def test_a_python_number_the_step_changes_is_warned_naming_it() -> None:
+    """`self.calls += 1` read in the arithmetic: the trace holds 1 as a constant, so replay differs from eager
+    from the second step (only `execute --check` showed it); capture names the attribute and the way out. A number
+    the step does not change (`scale`) is not named, and the module keeps its count."""
+    from hybrid.capture.api import CaptureWarning
+
+    (x,), y = _xy()
+    m = PyCounter()
+    with pytest.warns(CaptureWarning, match=r"changes the module's attribute calls \(0 -> 1\), a Python number") as w:
+        capture(m, (x,), F.cross_entropy, y, optimizer="sgd", lr=0.01)
+    assert "scale" not in str(w[0].message) and m.calls == 0
