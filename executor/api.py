@@ -432,11 +432,14 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
             comparison.notes.append(f"the graph was captured in other dtypes than the module's: the reference "
                                     f"trained a copy cast as the run binds it ({counted(len(cast), 'value')}, "
                                     f"{cast[0]} first)")
-        if "loss[0]" in comparison.beyond_tolerance:   # before any update: not a plan's doing
+        if "loss[0]" in comparison.beyond_tolerance:   # before any update: the loss, the batch or the forward
+            moves = any(e.kind == "swap_in" or e.recompute for e in plan.events)
             comparison.notes.append(
                 "the first iteration's loss already differs, before any parameter was updated: the plan runs the "
                 "loss the graph was captured with, the eager reference loss_fn; is loss_fn that one (and the "
-                "batch the same)?")
+                "batch the same)?" + (" If so, the plan's copies or reruns in the forward changed a value: where "
+                                      "the program order without them (`hybrid simulate --memory` at the graph's "
+                                      "peak) matches eager, please report the graph and plan" if moves else ""))
         if alt:
             names = sorted(set(ex.runtime.node_impl.values()))
             comparison.notes.append(f"the plan runs {len(ex.runtime.node_impl)} compute event(s) with non-default "
