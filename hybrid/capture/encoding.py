@@ -127,12 +127,21 @@ class DecodeContext:
     device: torch.device
 
 
+AS_STRIDED = "aten.as_strided.default"
+OFFSET_FROM_ROOT = "offset_from_root"   # an as_strided step's storage offset counts from the chain's root tensor
+
+
 def apply_chain(base: torch.Tensor, chain: list[dict[str, Any]], ctx: DecodeContext) -> torch.Tensor:
     x = base
     for step in chain:
         fn = resolve_target(step["op"])
         args = [decode_value(a, ctx) for a in step.get("args", ())]
         kwargs = {k: decode_value(a, ctx) for k, a in step.get("kwargs", {}).items()}
+        if step.get(OFFSET_FROM_ROOT):   # where the root sits in this run's storage (the executor's pool)
+            if len(args) > 2:
+                args[2] += base.storage_offset()
+            else:
+                kwargs["storage_offset"] += base.storage_offset()
         x = fn(x, *args, **kwargs)
         if "index" in step:
             x = x[step["index"]]

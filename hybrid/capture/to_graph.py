@@ -28,7 +28,8 @@ import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
 from hybrid.capture import costs, rng
-from hybrid.capture.encoding import Ref, dtype_name, encode_ref, encode_value, target_name
+from hybrid.capture.encoding import (AS_STRIDED, OFFSET_FROM_ROOT, Ref, dtype_name, encode_ref, encode_value,
+                                     target_name)
 from hybrid.capture.optimizers import OptimizerSpec
 from hybrid.capture.storage import StorageTable, storage_bytes, storage_key, tensor_meta, view_bytes
 from hybrid.capture.trace import BUFFER, FROZEN, INPUT, TARGET, TRAINABLE, Traced
@@ -327,6 +328,8 @@ def _fold_view(b: _Builder, n: fx.Node, tname: str, items: list[Any], multi: boo
     if n.kwargs:
         step["kwargs"] = {k: encode_value(v, _box_ref) for k, v in n.kwargs.items()}
     skey, chain = b.refs[base]
+    if tname == AS_STRIDED:
+        _offset_from_root(step, b.tensors[b.table.owners[skey]])
     if multi:
         b.refs[n] = [(skey, chain + ({**step, "index": i},)) if isinstance(t, torch.Tensor) else None
                      for i, t in enumerate(items)]
@@ -379,6 +382,21 @@ def _fold_shape_change(b: _Builder, n: fx.Node, items: list[Any], multi: bool) -
     _fold_view(b, n, target_name(twin), items, multi)
     if isinstance(base, fx.Node):
         b.refs[base] = b.refs[n]
+
+
+def _offset_from_root(step: dict[str, Any], root: Tensor) -> None:
+    """An `as_strided` view's storage offset counts elements from the start of the storage it was traced in;
+    replay holds the tensor at some offset in the executor's pool, so the step records it from the root
+    tensor's own start (`OFFSET_FROM_ROOT`: apply_chain adds the root's offset back). Read as recorded, a
+    `fill_diagonal_` or a user's `as_strided(..., 1)` wrote and read at the pool's start: wrong losses."""
+    args, kwargs = step.get("args", []), step.get("kwargs", {})
+    if len(args) > 2 and args[2] is not None:
+        args[2] = int(args[2]) - int(root.extra.get("storage_offset", 0))
+    elif kwargs.get("storage_offset") is not None:
+        kwargs["storage_offset"] = int(kwargs["storage_offset"]) - int(root.extra.get("storage_offset", 0))
+    else:
+        return   # no offset given: as_strided keeps its input's, which replay places as capture did
+    step[OFFSET_FROM_ROOT] = True
 
 
 def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, items: list[Any], multi: bool,

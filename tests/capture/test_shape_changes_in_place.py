@@ -137,3 +137,50 @@ def test_a_shape_change_capture_cannot_hold_is_refused_in_one_line(module, said:
     with pytest.raises(HybridError) as e:
         capture(module(), (torch.randn(6, 8, generator=g),), F.cross_entropy, torch.randint(4, (6,), generator=g))
     assert said in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+class FillDiag(nn.Module):
+    """A contrastive loss's mask: fill_diagonal_ is recorded as a view as_strided((6,), (7,), 0) of the matrix."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 12), nn.Linear(12, 4)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        h = self.a(x)
+        sim = (h @ h.t()).fill_diagonal_(-1.0)
+        return self.b(h * sim.sum(1, keepdim=True))
+
+
+class AsStrided(nn.Module):
+    """Every other column from element 1 (an explicit storage offset), out of place and in place; the backward
+    records as_strided with an explicit offset of 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 12), nn.Linear(6, 4), nn.Linear(8, 12)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        h = self.a(x)
+        k = self.c(x) * 1.0
+        k.as_strided_((6, 6), (12, 2), 1)
+        return self.b(torch.sigmoid(h.as_strided((6, 6), (12, 2), 1)) + k)
+
+
+@pytest.mark.parametrize("module", [FillDiag, AsStrided])
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_an_as_strided_view_reads_its_tensor_wherever_the_pool_holds_it(module, fraction: float) -> None:  # noqa: ANN001
+    """An as_strided step's storage offset was replayed as traced, counting from the start of the executor's pool
+    rather than of its tensor: wrong losses from the first step, also with nothing swapped."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(6, 8, generator=gen), torch.randint(4, (6,), generator=gen)
+    m = module()
+    g = with_copy_workspaces(capture(m, (x,), F.cross_entropy, y, optimizer="adam", lr=0.01))
+    steps = [s for op in g.ops for a in _refs(op.extra["aten"]["args"]) for s in a.get("view", ())
+             if s["op"] == "aten.as_strided.default"]
+    assert steps and all(s.get("offset_from_root") for s in steps if len(s["args"]) > 2)
+    plan = quick_plan(g, fraction, "unconstrained")
+    assert validate(g, plan).valid
+    r = execute(g, plan, m, (x,), y, loss_fn=F.cross_entropy, iters=3, device="cpu", check=True, seed=7)
+    assert r.comparison is not None and r.comparison.bitwise, (r.comparison.mismatched[:3], r.comparison.max_abs_diff)
