@@ -200,12 +200,12 @@ def shape_problems(plan: Plan) -> list[str]:
         if not isinstance(ev, Event):
             out.append(f"events[{i}] must be an Event, got {ev!r}")
             break
-        wrong = next((f"{key} must be {want}, got {v!r}" for key, v, want in (
-            ("kind", ev.kind, "a string"), ("op", ev.op, "an id string or None"),
-            ("tensor", ev.tensor, "an id string or None"), ("impl", ev.impl, "a string or None"),
-            ("recompute", ev.recompute, "True or False"), ("on_cpu", ev.on_cpu, "True or False"))
-            if not (isinstance(v, bool) if want == "True or False" else
-                    isinstance(v, str) or (v is None and want != "a string"))), None)
+        fields = (("kind", ev.kind, str, "a string"), ("op", ev.op, (str, type(None)), "an id string or None"),
+                  ("tensor", ev.tensor, (str, type(None)), "an id string or None"),
+                  ("impl", ev.impl, (str, type(None)), "a string or None"),
+                  ("recompute", ev.recompute, bool, "True or False"), ("on_cpu", ev.on_cpu, bool, "True or False"))
+        wrong = next((f"{key} must be {want}, got {v!r}" for key, v, types, want in fields
+                      if not isinstance(v, types)), None)
         if wrong:
             out.append(f"events[{i}]: {wrong}")
             return out
