@@ -5,6 +5,10 @@ status table), and CBC's time-limited runs have been reported "Optimal" too (coi
 status here comes from the solver itself: HiGHS's model status and MIP gap from highspy, CBC's "Result -"
 and "Gap:" lines from its log. A run is `optimal` only when the solver proved it (within the requested
 gap); `feasible` carries the incumbent and its gap.
+
+HiGHS runs in a child process (`milp.highs_process`), which is ended where it runs on past its time limit (HiGHS
+1.16's presolve does not check it on some models): the caller then has no solution at its deadline, and writes
+its start plan.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from dataclasses import dataclass, replace
 import pulp
 
 from hybrid.errors import HybridError, InfeasibleError
+from milp.highs_process import HighsModel, HighsOutcome, HighsRun, run_highs
 from milp.model import MS, BuildTimeError, MilpModel, Values, fewer_stages, read_values
 
 SOLVERS = ("highs", "cbc")
@@ -34,7 +39,8 @@ HANDOFF_ROWS = 20_000
 HANDOFF_S_PER_ITEM = 2e-6   # the bulk hand-off's seconds per variable + constraint: 2.1-2.25 s for 347,687 +
 #                             549,822 there (5.3 s with 6 jobs on the 2 cores): the estimate errs short, so a
 #                             hand-off is refused up front only where it cannot end in time
-READBACK_FACTOR = 1.0   # reading the solution back (PuLP's findSolutionValues) took 1.1-1.8 s after a 2.1 s hand-off
+READBACK_FACTOR = 1.0   # reading the solution back (then PuLP's findSolutionValues) took 1.1-1.8 s after a 2.1 s
+#                         hand-off: kept back from the search's deadline, as long as the hand-off took
 
 
 class HandoffTimeError(BuildTimeError):
@@ -122,138 +128,65 @@ class SolveResult:
     #                                or HiGHS, whose use of it is not read back)
 
 
-class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
-    """PuLP's highspy interface, with Ctrl-C stopping the search and keeping the incumbent, and a MIP start
-    (PuLP passes warm starts to HiGHS_CMD only)."""
+def highs_model(lp: pulp.LpProblem, deadline: float | None = None, stages: int = 0
+                ) -> tuple[HighsModel, list[pulp.LpVariable], float]:
+    """`lp` as HiGHS takes it: the same columns, rows and coefficients, in the same order, as PuLP's own hand-off
+    (`pulp.HiGHS.buildSolverModel`), built in bulk (PuLP's one highspy call per column and row was the larger part
+    of the time on large models, and ran outside any time limit). Returns the arrays, the variables in column
+    order (each's `index` set, as PuLP sets it) and the seconds taken. The deadline is checked every
+    `HANDOFF_ROWS` rows; a hand-off past it (by more than `MIN_SOLVE_S` where it started late) raises
+    HandoffTimeError rather than run on with no time to solve; one that cannot end in time is refused up front."""
+    import numpy as np
 
-    start: dict[str, float] | None = None
-    sparse: bool = False   # the start names only some columns (HiGHS completes the rest: a sub-MIP / LP)
-    deadline: float | None = None   # time.monotonic() by which HiGHS must stop: its time limit is set from it
-    #                                 here, once the model has been handed over (`buildSolverModel`)
-    handoff_s: float = 0.0          # seconds the hand-off took
-    stages: int = 0                 # the model's stages (for the advice when its hand-off cannot end in time)
-    search_s: float | None = None   # seconds HiGHS's own run took
-    _variables: list | None = None  # lp.variables() as handed over (each call walks every constraint and sorts)
-
-    def actualSolve(self, lp: pulp.LpProblem) -> int:
-        """PuLP's, with the variables listed once for the hand-off and the reset below (`lp.variables()` walks
-        every constraint's terms and sorts them by name at each call: about a second each on a 500k-row model;
-        PuLP's findSolutionValues, reused as it is, lists them once more)."""
-        self._variables = None
-        self.createAndConfigureSolver(lp)
-        self.buildSolverModel(lp)
-        self.callSolver(lp)
-        status, sol_status = self.findSolutionValues(lp)
-        for var in self._variables if self._variables is not None else lp.variables():
-            var.modified = False
-        for constraint in lp._constraints.values():
-            constraint.modifier = False
-        lp.assignStatus(status, sol_status)
-        return status
-
-    def buildSolverModel(self, lp: pulp.LpProblem) -> None:
-        """The same columns, rows and coefficients, in the same order, as PuLP's loop (`pulp.HiGHS.
-        buildSolverModel`), handed over in bulk: PuLP's one highspy call per column and row was the larger
-        part of the time on large models, and ran outside any time limit. The deadline is checked every
-        `HANDOFF_ROWS` rows; a hand-off past it (by more than `MIN_SOLVE_S` where it started late) raises
-        HandoffTimeError rather than run on with no time to solve."""
-        import highspy
-        import numpy as np
-
-        t0 = time.monotonic()
-        # a hand-off that starts at or past the deadline may still take the solver's least budget
-        stop = None if self.deadline is None else max(self.deadline, t0 + MIN_SOLVE_S)
-        n_vars, n_rows = lp.numVariables(), len(lp._constraints)
-        guess = HANDOFF_S_PER_ITEM * (n_vars + n_rows)
-        fewer = fewer_stages(self.stages)
-        if stop is not None and t0 + guess > stop:   # it cannot end in time: say so now, not after trying
+    t0 = time.monotonic()
+    # a hand-off that starts at or past the deadline may still take the solver's least budget
+    stop = None if deadline is None else max(deadline, t0 + MIN_SOLVE_S)
+    n_vars, n_rows = lp.numVariables(), len(lp._constraints)
+    guess = HANDOFF_S_PER_ITEM * (n_vars + n_rows)
+    fewer = fewer_stages(stages)
+    if stop is not None and t0 + guess > stop:   # it cannot end in time: say so now, not after trying
+        raise HandoffTimeError(
+            f"milp: no time left to hand the model ({n_vars} variables, {n_rows} constraints) to HiGHS: that "
+            f"takes about {guess:.1f} s, {max(0.0, deadline - t0):.1f} s of the time limit were left after "
+            f"its build; give a longer --time-limit, or {fewer}")
+    inf = float("inf")
+    mult = -1.0 if lp.sense == pulp.constants.LpMaximize else 1.0
+    variables = lp.variables()
+    n = len(variables)
+    obj = lp.objective
+    cost = np.fromiter((mult * obj.get(v, 0.0) for v in variables), np.float64, n)
+    lo = np.fromiter((-inf if v.lowBound is None else v.lowBound for v in variables), np.float64, n)
+    hi = np.fromiter((inf if v.upBound is None else v.upBound for v in variables), np.float64, n)
+    ints = []
+    for i, v in enumerate(variables):
+        v.index = i
+        if v.cat == pulp.constants.LpInteger:
+            ints.append(i)
+    rows = list(lp._constraints.values())
+    starts: list[int] = []
+    index: list[int] = []
+    value: list[float] = []
+    rlo = np.empty(len(rows), np.float64)
+    rhi = np.empty(len(rows), np.float64)
+    for a in range(0, len(rows), HANDOFF_ROWS):
+        if stop is not None and time.monotonic() > stop:
             raise HandoffTimeError(
-                f"milp: no time left to hand the model ({n_vars} variables, {n_rows} constraints) to HiGHS: that "
-                f"takes about {guess:.1f} s, {max(0.0, self.deadline - t0):.1f} s of the time limit were left after "
-                f"its build; give a longer --time-limit, or {fewer}")
-        h = lp.solverModel
-        inf = highspy.kHighsInf
-        mult = -1.0 if lp.sense == pulp.constants.LpMaximize else 1.0
-        variables = lp.variables()
-        self._variables = variables
-        n = len(variables)
-        obj = lp.objective
-        cost = np.fromiter((mult * obj.get(v, 0.0) for v in variables), np.float64, n)
-        lo = np.fromiter((-inf if v.lowBound is None else v.lowBound for v in variables), np.float64, n)
-        hi = np.fromiter((inf if v.upBound is None else v.upBound for v in variables), np.float64, n)
-        ints = []
-        for i, v in enumerate(variables):
-            v.index = i
-            if v.cat == pulp.constants.LpInteger and self.mip:
-                ints.append(i)
-        none_i = np.zeros(0, np.int32)
-        h.addCols(n, cost, lo, hi, 0, none_i, none_i, np.zeros(0, np.float64))
-        if ints:
-            h.changeColsIntegrality(len(ints), np.array(ints, np.int32),
-                                    np.full(len(ints), int(highspy.HighsVarType.kInteger), np.uint8))
-        rows = list(lp._constraints.values())
-        for a in range(0, len(rows), HANDOFF_ROWS):
-            if stop is not None and time.monotonic() > stop:
-                self.handoff_s = time.monotonic() - t0
-                raise HandoffTimeError(
-                    f"milp: handing the model ({n} variables, {len(rows)} constraints) to HiGHS ran past the time "
-                    f"limit: {self.handoff_s:.1f} s for its columns and {a} of its constraints (estimated "
-                    f"{guess:.1f} s in all); give a longer --time-limit, or {fewer}")
-            chunk = rows[a:a + HANDOFF_ROWS]
-            starts, index, value = [], [], []
-            rlo = np.empty(len(chunk), np.float64)
-            rhi = np.empty(len(chunk), np.float64)
-            for k, c in enumerate(chunk):
-                c.index = a + k
-                starts.append(len(index))
-                for var, coef in c.items():
-                    if coef != 0:
-                        index.append(var.index)
-                        value.append(coef)
-                lb, ub = c.getLb(), c.getUb()
-                rlo[k] = -inf if lb is None else lb
-                rhi[k] = inf if ub is None else ub
-            h.addRows(len(chunk), rlo, rhi, len(index), np.array(starts, np.int32), np.array(index, np.int32),
-                      np.array(value, np.float64))
-        self.handoff_s = time.monotonic() - t0
-
-    def callSolver(self, lp: pulp.LpProblem) -> None:
-        import highspy
-        import numpy as np
-
-        h = lp.solverModel
-        variables = self._variables if self._variables is not None else lp.variables()
-        if self.deadline is not None:
-            # reading the solution back walks the model as the hand-off did, and about as long: kept back here
-            left = max(MIN_SOLVE_S, self.deadline - time.monotonic() - READBACK_FACTOR * self.handoff_s)
-            self.timeLimit = left if self.timeLimit is None else min(float(self.timeLimit), left)
-            h.setOptionValue("time_limit", float(self.timeLimit))
-        if self.start and self.sparse:
-            pairs = [(var.index, self.start[var.name]) for var in variables if var.name in self.start]
-            h.setSolution(len(pairs), np.array([i for i, _ in pairs], dtype=np.int32),
-                          np.array([v for _, v in pairs], dtype=np.float64))
-        elif self.start:
-            cols = [0.0] * h.getNumCol()
-            for var in variables:
-                cols[var.index] = self.start.get(var.name, 0.0)
-            sol = highspy.HighsSolution()
-            sol.col_value = cols
-            sol.value_valid = True
-            h.setSolution(sol)
-        h.HandleKeyboardInterrupt = True
-        t0 = time.monotonic()
-        try:
-            h.solve()
-        finally:
-            self.search_s = time.monotonic() - t0
-
-    def findSolutionValues(self, lp: pulp.LpProblem):  # noqa: ANN201
-        # PuLP's status table lacks kSolutionLimit (a node limit's stop); it has assigned the values by then, and
-        # `_solve_highs` reads the real status from HiGHS itself.
-        try:
-            return super().findSolutionValues(lp)
-        except KeyError:
-            return pulp.constants.LpStatusNotSolved, pulp.constants.LpSolutionIntegerFeasible
+                f"milp: handing the model ({n} variables, {len(rows)} constraints) to HiGHS ran past the time "
+                f"limit: {time.monotonic() - t0:.1f} s for its columns and {a} of its constraints (estimated "
+                f"{guess:.1f} s in all); give a longer --time-limit, or {fewer}")
+        for k, c in enumerate(rows[a:a + HANDOFF_ROWS], start=a):
+            c.index = k
+            starts.append(len(index))
+            for var, coef in c.items():
+                if coef != 0:
+                    index.append(var.index)
+                    value.append(coef)
+            lb, ub = c.getLb(), c.getUb()
+            rlo[k] = -inf if lb is None else lb
+            rhi[k] = inf if ub is None else ub
+    m = HighsModel(cost, lo, hi, np.array(ints, np.int32), rlo, rhi, np.array(starts, np.int32),
+                   np.array(index, np.int32), np.array(value, np.float64))
+    return m, variables, time.monotonic() - t0
 
 
 def start_of(model: MilpModel, values: Values) -> dict[str, float]:
@@ -300,49 +233,60 @@ def solve(model: MilpModel, opts: SolveOptions = SolveOptions(), start: dict[str
 
 def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None,
                  sparse: bool = False) -> SolveResult:
-    extra = {} if opts.node_limit is None else {"mip_max_nodes": int(opts.node_limit)}
-    extra.update(dict(opts.highs))
-    solver = _HiGHS(msg=opts.verbose, timeLimit=opts.time_limit_s, gapRel=opts.gap, threads=opts.threads, **extra)
-    solver.start = start
-    solver.sparse = sparse
-    solver.deadline = opts.deadline
-    solver.stages = model.problem.n
+    """HiGHS in a child process (`milp.highs_process`), ended at its deadline where it does not stop there."""
+    import numpy as np
+
     t0 = time.perf_counter()
-    model.lp.solve(solver)
-    solve_s = time.perf_counter() - t0
-    res = _highs_result(model, opts, solve_s)
-    return replace(res, limit_s=solver.timeLimit, handoff_s=solver.handoff_s, search_s=solver.search_s)
+    hm, variables, handoff_s = highs_model(model.lp, opts.deadline, model.problem.n)
+    options: list[tuple[str, object]] = [("mip_rel_gap", float(opts.gap)), ("threads", int(opts.threads))]
+    if not opts.verbose:      # logged to a file only (its last line says where a run that would not stop was)
+        options.insert(0, ("log_to_console", False))
+    if opts.node_limit is not None:
+        options.append(("mip_max_nodes", int(opts.node_limit)))
+    options.extend(opts.highs)
+    run = HighsRun(options, opts.time_limit_s, min_limit_s=MIN_SOLVE_S)
+    if opts.deadline is not None:
+        # reading the solution back is kept back from the search, as long as the hand-off took
+        run.deadline = opts.deadline - READBACK_FACTOR * handoff_s
+    if start and sparse:
+        pairs = [(v.index, start[v.name]) for v in variables if v.name in start]
+        run.start_index = np.array([i for i, _ in pairs], np.int32)
+        run.start_value = np.array([x for _, x in pairs], np.float64)
+    elif start:
+        run.start_dense = np.array([start.get(v.name, 0.0) for v in variables], np.float64)
+    try:
+        out = run_highs(hm, run)
+    except RuntimeError as e:
+        raise HybridError(f"milp: {e}") from None
+    cols = out.col_value
+    for i, v in enumerate(variables):
+        v.varValue = None if cols is None or len(cols) != len(variables) else float(cols[i])
+    res = _highs_result(model, opts, out, time.perf_counter() - t0)
+    return replace(res, limit_s=out.limit_s, handoff_s=handoff_s + out.load_s, search_s=out.search_s)
 
 
-def _highs_result(model: MilpModel, opts: SolveOptions, solve_s: float) -> SolveResult:
+def _highs_result(model: MilpModel, opts: SolveOptions, out: HighsOutcome, solve_s: float) -> SolveResult:
     """What HiGHS ended with, in its own words (module docstring)."""
-    import highspy
-
-    h = model.lp.solverModel
-    st = h.getModelStatus()
-    info = h.getInfo()
-    words = h.modelStatusToString(st)
-    has_sol = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
-    S = highspy.HighsModelStatus
-    interrupted = st == S.kInterrupt
-    if st == S.kInfeasible:
+    words = out.words
+    if out.status == "kInfeasible":
         return SolveResult("infeasible", words, None, None, None, solve_s, False, None)
-    bound = float(info.mip_dual_bound) / MS if abs(info.mip_dual_bound) < 1e30 else None
-    if not has_sol:  # the dual bound is still a bound (a start plan written instead is measured against it)
-        return SolveResult("no_solution", words, None, bound, None, solve_s, interrupted, None)
+    bound = out.dual_bound / MS if abs(out.dual_bound) < 1e30 else None
+    if not out.has_solution:  # the dual bound is still a bound (a start plan written instead is measured against it)
+        return SolveResult("no_solution", words, None, bound, None, solve_s, out.interrupted, None)
     values = read_values(model)
     obj = model.objective_time(values)
     # The gap from the incumbent and the dual bound themselves: a run stopped at its time limit has been seen
     # with model status Optimal and mip_gap 0 while its bound was far below (HiGHS 1.16 with a MIP start).
-    model_obj = float(info.objective_function_value)
+    model_obj = out.objective
     gap = None
     if bound is not None and abs(model_obj) > 0:
         gap = max(0.0, (model_obj - bound * MS) / abs(model_obj))
-    proven = st == S.kOptimal and gap is not None and gap <= opts.gap + 1e-6
-    if st == S.kOptimal and not proven:
+    optimal = out.status == "kOptimal"
+    proven = optimal and gap is not None and gap <= opts.gap + 1e-6
+    if optimal and not proven:
         words += f" (gap {gap if gap is None else round(gap, 4)} from its bound: optimality not trusted)"
-    return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, interrupted, values,
-                       model_objective_s=model_obj / MS)
+    return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, out.interrupted,
+                       values, model_objective_s=model_obj / MS)
 
 
 _RESULT = re.compile(r"^Result - (.*)$", re.M)

@@ -62,6 +62,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of process `pid` and its live descendants (a solver in a child process: `milp.highs_process`)."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += cpu_seconds(p)
+        todo.extend(kids.get(p, []))
+    return total
+
+
 def signal_when(args: list[str], ready: Callable[[int, str], bool], sig: int, tmp: Path, cwd: Path = ROOT,
                 stderr_path: Path | None = None, orphans: bool = True) -> tuple[int, str, str]:
     """Run `hybrid ARGS` in its own session (SIGINT at its default: a background job inherits it ignored, and

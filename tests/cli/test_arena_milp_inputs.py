@@ -189,12 +189,18 @@ def test_the_bulk_hand_off_builds_the_model_pulp_would(monkeypatch, chunk) -> No
     model = _model()
     assert chunk >= 20_000 or model.lp.numConstraints() > 3 * chunk
     lp = model.lp
-    got = []
-    for cls in (pulp.HiGHS, ms._HiGHS):
-        s = cls(msg=False)
-        s.createAndConfigureSolver(lp)
-        s.buildSolverModel(lp)
-        got.append((lp.solverModel.getLp(), [v.index for v in lp.variables()]))
+    import highspy
+
+    from milp.highs_process import load
+
+    s = pulp.HiGHS(msg=False)            # PuLP's own hand-off, a highspy call per column and row
+    s.createAndConfigureSolver(lp)
+    s.buildSolverModel(lp)
+    got = [(lp.solverModel.getLp(), [v.index for v in lp.variables()])]
+    hm, variables, _ = ms.highs_model(lp)   # ours: the arrays the child process loads, loaded as it loads them
+    h = highspy.Highs()
+    load(h, hm)
+    got.append((h.getLp(), [v.index for v in variables]))
     (a, ia), (b, ib) = got
     assert ia == ib
     for f in ("col_cost_", "col_lower_", "col_upper_", "row_lower_", "row_upper_", "integrality_"):

@@ -1,0 +1,141 @@
+"""HiGHS runs in a child process that is ended at its deadline where it does not stop by itself (HiGHS 1.16's
+presolve does not check its time limit on some models: `hybrid milp --time-limit 20s` ran past 100 s), and a
+second interrupt ends it at once. A stand-in child that ignores SIGINT and never finishes plays the stuck solver."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hybrid.plan import Plan
+from hybrid.validator import validate
+from tests.cli.helpers import run
+from hybrid.graph.synthetic import training_graph
+
+# writes its pid and, like the real child, when "HiGHS" started and its limit; then neither stops nor answers SIGINT
+STUCK = ("-c", "import json, os, signal, sys, time\n"
+               "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+               "d = sys.argv[1]\n"
+               "open(os.path.join(d, '..', 'stuck.pid'), 'w').write(str(os.getpid()))\n"
+               "json.dump({'t': time.monotonic(), 'limit_s': 1.0}, open(os.path.join(d, 'started.json'), 'w'))\n"
+               "time.sleep(600)\n")
+
+# runs on past its limit (as HiGHS did on ResNet-18 at 64 MiB: 21.3 s of 17.3 s) and stops when interrupted, with
+# HiGHS's status for an interrupt
+LATE = ("-c", "import json, os, signal, sys, time\n"
+              "import numpy as np\n"
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+              "d = sys.argv[1]\n"
+              "open(os.path.join(d, '..', 'stuck.pid'), 'w').write(str(os.getpid()))\n"
+              "json.dump({'t': time.monotonic(), 'limit_s': 1.0}, open(os.path.join(d, 'started.json'), 'w'))\n"
+              "try:\n"
+              "    time.sleep(600)\n"
+              "except KeyboardInterrupt:\n"
+              "    info = dict(status='kInterrupt', words='Interrupted by user', has_solution=False,\n"
+              "                dual_bound=float('inf'), objective=float('inf'), search_s=3.0, limit_s=1.0,\n"
+              "                interrupted=True)\n"
+              "    np.savez(os.path.join(d, 'outcome.npz'), info=np.array(json.dumps(info)))\n")
+
+
+def _stuck(monkeypatch, tmp_path: Path, child: tuple[str, ...] = STUCK) -> Path:
+    import milp.highs_process as hp
+
+    monkeypatch.setattr(hp, "CHILD", child)
+    monkeypatch.setattr(hp.tempfile, "TemporaryDirectory",
+                        lambda prefix="": _InTmp(tmp_path))
+    return tmp_path / "stuck.pid"
+
+
+class _InTmp:
+    """The child's folder inside tmp_path (so that the stand-in's pid file lands beside it)."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "highs"
+
+    def __enter__(self) -> str:
+        self.path.mkdir()
+        return str(self.path)
+
+    def __exit__(self, *exc: object) -> None:
+        import shutil
+
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _gone(pid_file: Path) -> bool:
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _model():
+    from milp.model import build_model
+    from milp.stages import build_problem
+
+    g = training_graph(6, seed=1)
+    return build_model(build_problem(g, g.device))
+
+
+def test_a_solver_that_does_not_stop_at_its_limit_is_ended_with_no_solution(monkeypatch, tmp_path) -> None:
+    from milp.solve import SolveOptions, solve
+
+    pid_file = _stuck(monkeypatch, tmp_path)
+    t0 = time.monotonic()
+    res = solve(_model(), SolveOptions(time_limit_s=2.0, deadline=time.monotonic() + 2.0))
+    assert time.monotonic() - t0 < 60           # a hang guard only (about 6 s: limit, interrupt, end)
+    assert res.status == "no_solution" and res.values is None and not res.interrupted
+    assert "did not stop when interrupted" in res.solver_status and "time limit of 1.0 s" in res.solver_status
+    assert _gone(pid_file)
+
+
+def test_a_solver_stopped_at_its_limit_by_the_interrupt_is_not_said_to_be_interrupted(monkeypatch, tmp_path) -> None:
+    """HiGHS's own status for the interrupt sent at its limit is "Interrupted by user": said as the time limit,
+    and not as a Ctrl-C (the report would say "interrupted, best plan so far", and no re-solve would follow)."""
+    from milp.solve import SolveOptions, solve
+
+    pid_file = _stuck(monkeypatch, tmp_path, LATE)
+    res = solve(_model(), SolveOptions(time_limit_s=2.0, deadline=time.monotonic() + 2.0))
+    assert res.status == "no_solution" and not res.interrupted
+    assert res.solver_status.startswith("Time limit reached (HiGHS ran on past its limit of 1.0 s"), res.solver_status
+    assert _gone(pid_file)
+
+
+def test_milp_writes_the_start_when_the_solver_does_not_stop(monkeypatch, tmp_path) -> None:
+    pid_file = _stuck(monkeypatch, tmp_path)
+    g = training_graph(6, seed=1)
+    gp, out = tmp_path / "g.json", tmp_path / "p.json"
+    g.save(gp)
+    r = run("milp", "--graph", gp, "--memory", "24MiB", "--time-limit", "10s", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "did not stop when interrupted" in r.output and "written: the start's" in r.output, r.output
+    assert validate(g, Plan.load(out)).valid and _gone(pid_file)
+
+
+def test_a_second_interrupt_ends_the_solver_at_once(monkeypatch, tmp_path) -> None:
+    from milp.solve import SolveOptions, solve
+
+    pid_file = _stuck(monkeypatch, tmp_path)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background run inherits it ignored
+
+    def twice() -> None:
+        while not pid_file.exists():
+            time.sleep(0.05)
+        for _ in range(2):
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=twice, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            solve(_model(), SolveOptions(time_limit_s=300.0))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert _gone(pid_file)
