@@ -64,6 +64,7 @@ class Headroom:
     laid: tuple = dataclasses.field(default=(), compare=False, repr=False)   # seed plans that laid out within the
     #   full memory (arena plans): candidates for the written plan (`lay_out`'s `others`), never slower to keep
     capped: str = ""               # why less was given up than the layouts asked for ("" where it was not capped)
+    least_usable: int = 0          # the usable bytes the search's device must keep (a size-class pool's floor)
 
     def device(self, device: Device) -> Device:
         """`device` with `shrink` of its usable memory given up (the search's device)."""
@@ -91,14 +92,16 @@ class Headroom:
 
 
 def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: LayoutBudget = QUICK_BUDGET,
-              deadline: float | None = None, base=None) -> Headroom:  # noqa: ANN001 - PlannerOptions | None
+              deadline: float | None = None, base=None,  # noqa: ANN001 - PlannerOptions | None
+              least_usable: int = 0) -> Headroom:
     """From the seed plans' heuristic layouts at full memory (the Belady planner, swap + recompute where faster,
     on the program order and the depth-first order: the search's seeds), the least overflow r: the search then
     gives up 1 - 1/r of the memory plus MARGIN (0 where a seed lays out), but never so much that the largest
     op no longer fits. `deadline` (time.perf_counter): no second layout starts after it (a layout started is
     finished: cut short, its arena would overstate the shrink, as a first run's +98.9% for 13% once did).
     `base`: the search's planner options (its seeds are planned with them; default: the planner's, with
-    `recompute`'s ratio)."""
+    `recompute`'s ratio). `least_usable`: bytes the search's device must keep usable (`--pool classes`: the least
+    size-class pool and its workspace), or the search it is for could not start."""
     from hybrid.arena.lifetimes import arena_plan, plan_buffers
     from hybrid.graph.order import depth_first_order, program_order
     from hybrid.swap.baselines import RECOMPUTE_RATIO
@@ -130,23 +133,29 @@ def calibrate(graph: Graph, device: Device, recompute: bool = True, budget: Layo
                                             planner={**plan.planner, "name": "belady", "seed": len(ratios)}))
     ratio = min(ratios, default=1.0)
     shrink = 0.0 if ratio <= 1.0 else 1.0 - 1.0 / ratio + MARGIN
-    kept, capped = _within_room(graph, device, shrink)
+    kept, capped = _within_room(graph, device, shrink, least_usable)
     return Headroom(kept, ratio, len(ratios), time.perf_counter() - t0, tuple(ratios), laid=tuple(laid),
-                    capped=capped)
+                    capped=capped, least_usable=least_usable)
 
 
-def _within_room(graph: Graph, device: Device, shrink: float) -> tuple[float, str]:
-    """`shrink` within [0, MAX_SHRINK], and never so much that the largest op no longer fits the search's device;
-    and why it was capped, where it was ("" where not)."""
+def _within_room(graph: Graph, device: Device, shrink: float, least_usable: int = 0) -> tuple[float, str]:
+    """`shrink` within [0, MAX_SHRINK], and never so much that the largest op, or `least_usable` bytes (a
+    size-class pool's floor), no longer fit the search's device; and why it was capped, where it was ("" where
+    not)."""
     from hybrid.graph.info import largest_op
     from hybrid.units import format_bytes_up
 
+    usable = max(device.usable_bytes, 1)
     op_bytes = largest_op(graph, device.alignment_bytes)[1]
-    room = 1.0 - op_bytes / max(device.usable_bytes, 1) - MARGIN
-    kept = max(0.0, min(shrink, MAX_SHRINK, room))
+    op_room = 1.0 - op_bytes / usable - MARGIN
+    pool_room = 1.0 - (least_usable + 1) / usable   # in bytes, as the pool is checked (the byte: rounding)
+    kept = max(0.0, min(shrink, MAX_SHRINK, op_room, pool_room))
     if kept >= shrink:
         return kept, ""
-    if room <= MAX_SHRINK:
+    if pool_room < min(op_room, MAX_SHRINK):
+        return kept, (f"it asked for {100 * shrink:.3g}%, but the least size-class pool (--pool classes) needs "
+                      f"{format_bytes_up(least_usable)} of the memory")
+    if op_room <= MAX_SHRINK:
         return kept, (f"it asked for {100 * shrink:.3g}%, but the largest single op needs "
                       f"{format_bytes_up(op_bytes)} of the memory")
     return kept, f"it asked for {100 * shrink:.3g}%, at most {100 * MAX_SHRINK:.0f}% is given up"
@@ -179,11 +188,11 @@ def recalibrate(graph: Graph, device: Device, plan, head: Headroom,  # noqa: ANN
     seconds = head.seconds + time.perf_counter() - t0
     if ratio <= 1.0:
         return None
-    shrink, capped = _within_room(graph, device, 1.0 - (1.0 - head.shrink) / ratio + MARGIN)
+    shrink, capped = _within_room(graph, device, 1.0 - (1.0 - head.shrink) / ratio + MARGIN, head.least_usable)
     if shrink < head.shrink + RECALIBRATE_STEP:
         return None
     return Headroom(shrink, head.ratio, head.layouts + 1, seconds, head.trials + (ratio,), head.shrink,
-                    laid=head.laid, capped=capped)
+                    laid=head.laid, capped=capped, least_usable=head.least_usable)
 
 
 def _options(ratio: float):  # noqa: ANN202 - PlannerOptions

@@ -820,9 +820,23 @@ def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progres
                        "the full memory")
         return None
     head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left,
-                     base=options)
+                     base=options, least_usable=_class_pool_floor(graph, device, opts, options))
     prog.note(head.describe())
     return head
+
+
+def _class_pool_floor(graph: Graph, device: Device, opts: OptimizeOptions, options: Any) -> int:
+    """With `--pool classes`, the usable bytes the least size-class pool needs (its objects plus the workspace
+    beside them): the headroom leaves at least that, or the search on less memory could not start (its refusal
+    then named the shrunk memory, not the user's). 0 otherwise: `auto` falls back to a byte pool."""
+    if opts.config.pool != "classes":
+        return 0
+    from ga.repair import min_floor_cls
+    from ga.encoding import SearchSpace
+
+    space = SearchSpace.build(graph, device, options)
+    floor = int(min_floor_cls(space)[1])
+    return floor + int(device.usable_bytes - space.budget)
 
 
 POLISH_MIN_S = 1.0    # less time left than this: the laid-out plan is written as it is

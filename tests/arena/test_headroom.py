@@ -82,6 +82,42 @@ def test_grow_search_survives_a_planner_that_cannot_run() -> None:
     assert len(list(_grow_search(Replan("genes", make), 100, 0.2, 8, lambda *a: 1.0, "more memory"))) <= 8
 
 
+def _just_above_the_class_floor(g, over: float):  # noqa: ANN001, ANN202
+    """The device with `over` more usable bytes than the least size-class pool needs (objects + workspace)."""
+    from ga.encoding import SearchSpace
+    from ga.repair import min_floor_cls
+    from hybrid.swap.augmented import PlannerOptions
+
+    space = SearchSpace.build(g, g.device, PlannerOptions())
+    least = int(min_floor_cls(space)[1]) + g.device.usable_bytes - space.budget
+    return dataclasses.replace(g.device, memory_bytes=int(least * over), reserve_bytes=0), least
+
+
+def test_calibrate_leaves_a_size_class_pool_room_to_run() -> None:
+    """With --pool classes, the headroom never gives up the bytes the least size-class pool needs: on this graph
+    at 5% above that floor the seeds' layouts ask for about 10%, and the search on what is left was refused
+    ("no size-class pool fits ... give more --memory", naming the shrunk memory)."""
+    g = training_graph(6, seed=1)
+    device, least = _just_above_the_class_floor(g, 1.05)
+    assert calibrate(g, device).device(device).usable_bytes < least   # what the search was given before
+    head = calibrate(g, device, least_usable=least)
+    assert 0.0 < head.shrink and head.device(device).usable_bytes >= least
+    assert "the least size-class pool (--pool classes) needs" in head.capped and head.capped in head.describe()
+
+
+def test_a_class_pool_search_with_headroom_runs_just_above_its_floor() -> None:
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+
+    g = training_graph(6, seed=1)
+    device, least = _just_above_the_class_floor(g, 1.05)
+    res = run_optimize(g, device, 120.0, OptimizeOptions(config=GAConfig(population=6, children=6, seed=2,
+                                                                         pool="classes"),
+                                                         generations=1, workers=1, refine="none", headroom=True))
+    assert res.plan.device == device and validate(g, res.plan).valid
+    assert res.search_plan.planner["headroom"]["shrink"] > 0.0
+
+
 def test_headroom_search_writes_a_laid_out_plan_on_the_real_device_never_slower_than_its_best() -> None:
     from ga import GAConfig
     from hybrid.pipeline import OptimizeOptions, run_optimize
