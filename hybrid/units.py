@@ -14,6 +14,7 @@ from hybrid.errors import HybridError
 # bytes / rate stays finite; alignments up to 1 GiB.
 MAX_BYTES = 2**56
 MAX_SECONDS = 1e9
+MAX_INTEGER = 2**1000   # JSON integers beyond this (hundreds of digits) are refused: math.isfinite overflows on them
 MIN_RATE, MAX_RATE = 1.0, 1e15
 MAX_ALIGNMENT = 2**30
 
@@ -164,7 +165,7 @@ def checked_number(value: Any, what: str, *, lo: float = 0.0, hi: float = math.i
     whole); else a HybridError naming `what`. The one range check for numbers read from files and flags."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise HybridError(f"{what} must be a number, got {value!r}")
-    if isinstance(value, numbers.Integral) and abs(value) > 2**1000:   # math.isfinite overflows on these
+    if isinstance(value, numbers.Integral) and abs(value) > MAX_INTEGER:
         raise HybridError(f"{what} is out of range: an integer of {len(str(abs(value)))} digits")
     if not math.isfinite(value):
         raise HybridError(f"{what} must be a finite number, got {value!r}")

@@ -14,8 +14,8 @@ import numpy as np
 from hybrid.graph import DEFAULT_IMPL, Graph
 from hybrid.plan import ArenaAllocation, Event, Plan, SizeClassAllocation, UnconstrainedAllocation
 from hybrid.plan.events import COMPUTE, FREE, KIND_CODE, SWAP_IN, SWAP_OUT  # noqa: F401 (rules import them here)
-from hybrid.units import (MAX_ALIGNMENT, MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, format_bytes, format_seconds,
-                          shown_id)
+from hybrid.units import (MAX_ALIGNMENT, MAX_BYTES, MAX_INTEGER, MAX_RATE, MAX_SECONDS, MIN_RATE, format_bytes,
+                          format_seconds, shown_id)
 from hybrid.validator.report import Found, Violation
 
 NO_EVENT = -1
@@ -119,7 +119,7 @@ def finite_number(v: object) -> bool:
     hundreds of digits, which JSON allows and `math.isfinite` overflows on)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return False
-    return abs(v) <= 2**1000 if isinstance(v, int) else math.isfinite(v)
+    return abs(v) <= MAX_INTEGER if isinstance(v, int) else math.isfinite(v)
 
 
 def device_problems(dev: object) -> list[str]:
