@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-STOP_GRACE_S = 2.0   # past the solver's time limit, the child is interrupted (HiGHS ends within ~0.5 s of it)
-KILL_GRACE_S = 3.0   # past an interrupt, the child is ended (a cancel is taken within ~0.1 s, outside presolve)
+STOP_GRACE_S = 1.0   # past the solver's time limit, the child is interrupted (HiGHS itself has run 1.3-4 s past
+#                      its limit in its search; the interrupt keeps the incumbent)
+KILL_GRACE_S = 2.0   # past an interrupt, the child is ended (a cancel is taken within ~0.1 s, outside presolve)
 POLL_S = 0.05
 CHILD: tuple[str, ...] = ("-m", "milp.highs_process")   # the child's arguments to Python, before its folder
 _ARRAYS = ("cost", "lo", "hi", "integer", "row_lo", "row_hi", "start", "index", "value")

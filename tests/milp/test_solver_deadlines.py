@@ -1,6 +1,8 @@
-"""HiGHS runs in a child process that is ended at its deadline where it does not stop by itself (HiGHS 1.16's
-presolve does not check its time limit on some models: `hybrid milp --time-limit 20s` ran past 100 s), and a
-second interrupt ends it at once. A stand-in child that ignores SIGINT and never finishes plays the stuck solver."""
+"""A solver that runs on past its time limit is interrupted, then ended, and the caller has no solution at its
+deadline (and writes its start plan). HiGHS runs in a child process (HiGHS 1.16's presolve does not check its
+time limit on some models: `hybrid milp --time-limit 20s` ran past 100 s), and a second interrupt ends it at
+once; CBC is watched the same way (`--solver cbc --time-limit 20s` ran 69 s). Stand-ins that ignore SIGINT and
+never finish play the stuck solvers."""
 from __future__ import annotations
 
 import os
@@ -139,3 +141,44 @@ def test_a_second_interrupt_ends_the_solver_at_once(monkeypatch, tmp_path) -> No
     finally:
         signal.signal(signal.SIGINT, previous)
     assert _gone(pid_file)
+
+
+def _cbc_stand_in(monkeypatch, tmp_path: Path, ignores_sigint: bool) -> list:
+    """CBC replaced by a copy of `sleep` named cbc (its process found by name, as CBC's is), started and waited
+    for as PuLP does (an exit status other than 0 raises PulpSolverError)."""
+    import subprocess
+
+    import pulp
+
+    import milp.solve as ms
+    from tests.milp.test_review_reports import _stand_in_cbc
+
+    fake = _stand_in_cbc(tmp_path)
+    monkeypatch.setattr(ms, "_cbc_path", lambda: fake)
+    started: list = []
+
+    def solve_like_pulp(self, lp, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        pre = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignores_sigint else \
+            (lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        started.append(subprocess.Popen([self.path, "30"], preexec_fn=pre))   # 30 s: a hang guard
+        if started[-1].wait() != 0:
+            raise pulp.PulpSolverError("Pulp: Error while trying to execute " + self.path)
+        raise AssertionError("the stand-in finished by itself")
+
+    monkeypatch.setattr(pulp.COIN_CMD, "actualSolve", solve_like_pulp)
+    return started
+
+
+@pytest.mark.parametrize("ignores_sigint", [True, False])
+def test_cbc_past_its_limit_is_interrupted_then_ended_with_no_solution(monkeypatch, tmp_path,
+                                                                       ignores_sigint: bool) -> None:
+    from milp.solve import SolveOptions, solve
+
+    started = _cbc_stand_in(monkeypatch, tmp_path, ignores_sigint)
+    t0 = time.monotonic()
+    res = solve(_model(), SolveOptions("cbc", time_limit_s=1.0))
+    assert time.monotonic() - t0 < 60           # a hang guard only (about 2-4 s)
+    assert res.status == "no_solution" and res.values is None and started and started[0].poll() is not None
+    assert res.solver_status.startswith("CBC ran past its time limit of 1.0 s and ")
+    said = "did not stop when interrupted: ended" if ignores_sigint else "was interrupted: it stopped"
+    assert said in res.solver_status, res.solver_status
