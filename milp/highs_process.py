@@ -186,7 +186,7 @@ def run_highs(model: HighsModel, run: HighsRun, executable: str | None = None) -
                     if why == "limit":
                         words = (f"HiGHS ran past its time limit{'' if began is None else f' of {began[1]:.1f} s'} "
                                  f"and did not stop when interrupted: ended after {waited:.1f} s with no solution"
-                                 f"{said}; HiGHS 1.16's presolve does not check its time limit on some models")
+                                 f"{said}; HiGHS 1.16 does not check its time limit everywhere, e.g. in its presolve")
                     else:
                         words = f"HiGHS did not stop when interrupted: ended after {waited:.1f} s{said}"
                     return HighsOutcome("ended", words, False, float("inf"), float("inf"), None,
