@@ -10,7 +10,8 @@ signal handlers in the main thread, whichever thread the kernel picked), which
   after the generation it is in and its best plan is written; `deferred_interrupts` lets a result being written
   finish), else raises KeyboardInterrupt, which commands handle as Ctrl-C (refinement keeps its best plan,
   `execute` writes the iterations it measured, a command with nothing to show exits 130/143);
-- on the second: `exit_now`: kills this process's child processes, removes the temporary files of writes in
+- on the second (not the same signal within REPEAT_S of the first: `timeout` delivers its one SIGTERM twice, to
+  the process and to its group): `exit_now`: kills this process's child processes, removes the temporary files of writes in
   flight (`hybrid.files`), prints one line and exits 130 (Ctrl-C) or 143 (SIGTERM) without unwinding.
 
 Nothing ever sets SIGINT or SIGTERM to SIG_IGN in this process: a signal ignored for a moment (while a child
@@ -33,6 +34,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from types import FrameType
 from typing import Callable, Iterator, TypeVar
@@ -40,7 +42,10 @@ from typing import Callable, Iterator, TypeVar
 STOPS = (signal.SIGINT, signal.SIGTERM)
 T = TypeVar("T")
 
+REPEAT_S = 0.5   # the same signal again within this is the same stop: `timeout` sends it to the process and then
+#                  to its process group at once, and the second, taken as "stop at once", lost the best plan
 _received: list[int] = []             # signals received during this command, oldest first
+_last_at = [float("-inf")]            # time.monotonic() of the last signal counted in `_received`
 _soft: list[list] = []                # active first_stop_sets contexts: [callback, hits]
 _hard = False                         # install() ran: a second signal exits at once
 _starting = False                     # install() ran and no command has started yet: any signal exits at once
@@ -75,6 +80,10 @@ def exit_now(signum: int, message: str = "interrupted again ({}): stopped at onc
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     """The one handler of SIGINT and SIGTERM (see the module's docstring)."""
+    now = time.monotonic()
+    if _received and _received[-1] == signum and now - _last_at[0] < REPEAT_S:
+        return                     # one stop delivered twice (GNU timeout signals the process, then its group)
+    _last_at[0] = now
     _received.append(signum)
     if _starting:                  # still importing: nothing to keep, and a KeyboardInterrupt would print a traceback
         exit_now(signum, "interrupted ({})")

@@ -165,7 +165,7 @@ def test_a_second_signal_exits_at_once_and_removes_the_temporary(tmp_path) -> No
     try:
         _wait_for_temporary(tmp_path, proc)
         proc.send_signal(signal.SIGTERM)   # noted (the block goes on)
-        time.sleep(0.2)
+        time.sleep(1.0)                    # past REPEAT_S: a second stop, not the first delivered twice
         proc.send_signal(signal.SIGTERM)   # exits at once
         _, err = proc.communicate(timeout=60)
     finally:
