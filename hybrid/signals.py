@@ -233,8 +233,10 @@ def deferred_interrupts() -> Iterator[list[int]]:
 
 
 @contextmanager
-def interrupts_after() -> Iterator[None]:
-    """While inside, a first Ctrl-C or SIGTERM is noted and acted on when the block ends, as if it came then.
+def interrupts_after(stop: Callable[[], None] | None = None) -> Iterator[list[int]]:
+    """While inside, a first Ctrl-C or SIGTERM is noted and acted on when the block ends, as if it came then;
+    `stop()`, where given, is called at the signal (to end a native loop early: the arena's exact search). The
+    yielded list records the signal.
 
     For native code that calls back into Python, where a KeyboardInterrupt raised by the handler is lost or
     changed: inside a ctypes callback (llvmlite's object cache, while Numba compiles or loads kernels) it is
@@ -242,8 +244,8 @@ def interrupts_after() -> Iterator[None]:
     initialisation (OR-Tools' cp_model) it became "ImportError: initialization failed" and the command exited 1.
     Both measured with `python benchmarks/signals.py` (a SIGTERM at 0.6-1.0 s). A second signal inside stops at
     once under `install()`."""
-    with first_stop_sets(lambda signum: None) as hits:
-        yield
+    with first_stop_sets(lambda signum: None if stop is None else stop()) as hits:
+        yield hits
     if hits:
         _dispatch(hits[0])
 

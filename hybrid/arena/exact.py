@@ -323,8 +323,28 @@ def decide(problem: Problem, capacity: int, deadline: float, prepared: Prepared 
                     return
             limit *= 2
 
-    run()
+    with _stopping_on_signal():
+        run()
     return result[0]
+
+
+@contextmanager
+def _stopping_on_signal() -> Iterator[None]:
+    """Around a search that may run outside `stop_on_signal` (`decide` from `hybrid.arena.layout.exact_fit`, as
+    `hybrid milp` lays out its start): a Ctrl-C or SIGTERM stops the search as if its time were up and is acted
+    on once it has returned (KeyboardInterrupt, or the enclosing `stop_on_signal`'s stop). Raised in the clock
+    callback instead, it broke off the command with "SystemError: <built-in function perf_counter> returned a
+    result with an exception set" (helper-118: `hybrid milp` on a 2,872-op RNN, SIGTERM at 8 s)."""
+    global _stopped
+    from hybrid.signals import interrupts_after
+
+    before = _stopped
+    with interrupts_after(stop) as hits:
+        try:
+            yield
+        finally:
+            if hits:      # stopped by this signal, which follows now: not by `stop()` called for an enclosing solve
+                _stopped = before
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,31 @@ def test_a_stop_ends_the_search_with_its_best_layout() -> None:
     assert not exact.stopped()                     # reset on leaving
     assert sol.interrupted and sol.exact_ran and sol.seconds < 600
     assert check_offsets(problem, sol.offsets).valid
+
+
+def test_a_signal_during_a_decision_search_outside_solve_interrupts_cleanly() -> None:
+    """`exact.decide` outside `stop_on_signal` (`hybrid milp` lays out its start through `exact_fit`): a Ctrl-C
+    in the search's clock callback broke off the command with "SystemError: <built-in function perf_counter>
+    returned a result with an exception set". Now the search stops as if its time were up and the interrupt
+    follows as a KeyboardInterrupt; the next search runs as before."""
+    import os
+    import signal
+
+    f = _challenging("D")
+    problem, _ = read_csv(f)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)   # a background run inherits it ignored
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        with pytest.raises(KeyboardInterrupt) as e:
+            timer.start()
+            exact.decide(problem, problem.peak_live(), time.perf_counter() + 600.0)  # a hang guard
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, before)
+    # raised after the search returned, not inside its clock callback (where it could become a SystemError)
+    assert not [f for f in e.traceback if f.name in ("_clock", "_now")], e.traceback
+    assert not exact.stopped()
+    assert exact.decide(problem, problem.peak_live(), float("inf"), node_budget=100).nodes == 100
 
 
 # --- 2: a cached exact search is loaded, not skipped ------------------------------------------------------------
