@@ -16,6 +16,8 @@ off its simulated timeline exactly as the validator reads rule 5 (`timing.gpu_ne
 """
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,14 +72,19 @@ def floor(pg: PartGraph, link: Link) -> Placement:
     return evaluate(pg, tuple(CPU if m else GPU for m in movable(pg)), link, "floor")
 
 
-def repair(pg: PartGraph, start: Placement, link: Link, budget: Budget, objective: str = LATENCY) -> Placement:
+def repair(pg: PartGraph, start: Placement, link: Link, budget: Budget, objective: str = LATENCY,
+           deadline: float | None = None) -> Placement:
     """`start` moved into the memory: while it does not fit, move to the CPU the GPU part that loses the least
     time (latency or period) per byte of GPU memory it frees (a move that gains time first); where no single
-    move frees anything, the `floor` placement. The scheduler's name and part priority stay."""
+    move frees anything, the `floor` placement. The scheduler's name and part priority stay.
+
+    Each move weighs every GPU part afresh (an evaluation each: Inception-v4-4 at --parts fine and 25% of its
+    peak, 98 parts, took 3,100 evaluations, 12 s, past a 5 s limit). Past `deadline` (time.monotonic()) the
+    parts go in the order of the last weighing instead, one evaluation a move."""
     cur = start
     can = movable(pg)
     while not budget.fits(cur):
-        best: tuple[float, int, Placement] | None = None
+        ranked: list[tuple[float, int, Placement]] = []
         for p in range(pg.n):
             if cur.devices[p] != GPU or not can[p]:
                 continue
@@ -87,15 +94,23 @@ def repair(pg: PartGraph, start: Placement, link: Link, budget: Budget, objectiv
             freed = cur.gpu_bytes - cand.gpu_bytes
             if freed <= 0:
                 continue
-            key = (score(cand, objective) - score(cur, objective)) / freed
-            if best is None or key < best[0]:
-                best = (key, p, cand)
-        if best is None:
+            ranked.append(((score(cand, objective) - score(cur, objective)) / freed, p, cand))
+        if not ranked:
             low = floor(pg, link)
             if not budget.fits(low):
                 raise not_even_floor(pg, low, budget)
             return evaluate(pg, low.devices, link, cur.scheduler, cur.priority)
+        best = min(ranked, key=lambda r: (r[0], r[1]))
         cur = best[2]
+        if deadline is not None and time.monotonic() >= deadline and not budget.fits(cur):
+            devs = list(cur.devices)
+            for _, p, _ in sorted(ranked, key=lambda r: (r[0], r[1])):
+                if p == best[1]:
+                    continue
+                devs[p] = CPU
+                cur = evaluate(pg, devs, link, cur.scheduler, cur.priority)
+                if budget.fits(cur):
+                    break
     return cur
 
 

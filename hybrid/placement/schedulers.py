@@ -58,7 +58,7 @@ def greedy(pg: PartGraph, link: Link, objective: str = LATENCY, rounds: int = 3,
     devs = [GPU if not np.isfinite(pg.cpu_s[p]) or pg.gpu_s[p] < pg.cpu_s[p] else CPU for p in range(pg.n)]
     best = evaluate(pg, devs, link, "greedy")
     if memory is not None and not memory.fits(best):
-        best = repair(pg, best, link, memory, objective)
+        best = repair(pg, best, link, memory, objective, deadline)
     return _flips(pg, best, link, objective, rounds, memory, deadline)
 
 
@@ -86,7 +86,7 @@ def _flips(pg: PartGraph, best: Placement, link: Link, objective: str, rounds: i
     return best
 
 
-def heft(pg: PartGraph, link: Link, memory: Budget | None = None) -> Placement:
+def heft(pg: PartGraph, link: Link, memory: Budget | None = None, deadline: float | None = None) -> Placement:
     """Tasks: 0 the host input, 1..n the parts, n+1 the host output; processor 0 the CPU, 1 the GPU. Under a
     budget its schedule is repaired afterwards (`memory.repair`), keeping its order of the parts."""
     never = 1e9
@@ -116,7 +116,7 @@ def heft(pg: PartGraph, link: Link, memory: Budget | None = None) -> Placement:
     devices = tuple(GPU if s.proc[p + 1] == 1 else CPU for p in range(n))
     placed = evaluate(pg, devices, link, "heft", priority=tuple(float(x) for x in s.start[1:n + 1]))
     if memory is not None and not memory.fits(placed):
-        placed = repair(pg, placed, link, memory, LATENCY)
+        placed = repair(pg, placed, link, memory, LATENCY, deadline)
     return placed
 
 
@@ -185,7 +185,7 @@ def _exact_within(pg: PartGraph, link: Link, objective: str, time_limit_s: float
     found = [fitted] if fitted is not None else []
     if fitted is None:
         start = last if last is not None else dataclasses.replace(floor(pg, link), scheduler="exact")
-        found.append(dataclasses.replace(repair(pg, start, link, memory, objective),
+        found.append(dataclasses.replace(repair(pg, start, link, memory, objective, deadline),
                                          status="repaired to fit, not proven optimal",
                                          extra={"method": "cp-sat, repaired to fit"}))
     if hint is not None and memory.fits(hint):
@@ -284,7 +284,7 @@ def _place(pg: PartGraph, link: Link, scheduler: str, objective: str, time_limit
     if scheduler == "greedy":
         return greedy(pg, link, objective, memory=memory, deadline=deadline)
     if scheduler == "heft":
-        return heft(pg, link, memory)
+        return heft(pg, link, memory, deadline)
     if scheduler == "exact":
         hint = greedy(pg, link, objective, memory=memory, deadline=deadline)
         return exact(pg, link, objective, time_limit_s, hint=hint, seed=seed, deadline=deadline, memory=memory)

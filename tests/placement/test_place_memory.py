@@ -198,3 +198,38 @@ def test_a_placement_shaped_by_memory_says_so(vgg_small: Path) -> None:
     assert place(pg, link, "greedy").extra.get("memory_binds") is True
     roomy = dataclasses.replace(g.device, memory_bytes=5 << 30)
     assert not place(pg, link, "greedy", device=roomy).extra.get("memory_binds")
+
+
+@pytest.mark.parametrize("seed", (1, 4, 7))
+def test_repair_past_its_deadline_fits_with_one_evaluation_a_move(seed: int, monkeypatch) -> None:
+    """`repair` weighs every GPU part afresh for each move (Inception-v4-4 at --parts fine: 3,100 evaluations, 12 s
+    past a 5 s limit). Past its deadline it moves parts in the order of its first weighing, one evaluation a move:
+    the placement still fits; within the deadline it is the weighing repair's, move for move."""
+    import time
+
+    import hybrid.placement.memory as memory
+
+    g0 = random_inference_graph(seed, stages=8)
+    lo, hi = _bounds(g0)
+    g = _with_memory(g0, lo + (hi - lo) // 10)
+    pg = part_graph(g, key_only=False)
+    link = link_of(g.device)
+    budget = Budget.of(g.device)
+    start = all_on(pg, link, "gpu")
+    assert not budget.fits(start)
+    calls = [0]
+    real = memory.evaluate
+
+    def counted(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        calls[0] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(memory, "evaluate", counted)
+    timely = memory.repair(pg, start, link, budget)
+    weighed = calls[0]
+    calls[0] = 0
+    late = memory.repair(pg, start, link, budget, deadline=time.monotonic() - 1.0)
+    movable_parts = sum(memory.movable(pg))
+    assert budget.fits(timely) and budget.fits(late)
+    assert calls[0] <= 2 * movable_parts + 1 and calls[0] <= weighed
+    assert memory.repair(pg, start, link, budget, deadline=time.monotonic() + 600).devices == timely.devices

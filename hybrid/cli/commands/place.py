@@ -15,10 +15,10 @@ from hybrid.jsonio import report_json
 
 SCHEDULER_HELP = ("all-cpu, all-gpu, greedy (the paper's: each part on its faster device, then single flips "
                   "while they gain, 3 rounds without gain), heft (latency only), exact (dynamic programming on a "
-                  "chain of parts, CP-SAT otherwise), or all (every one, a table; the plan is exact's). Every "
-                  "one places within the GPU's usable memory: where all-gpu does not fit it, greedy and heft move "
-                  "parts to the CPU (least time lost per byte freed first), exact adds the memory to CP-SAT, and a "
-                  "row that cannot fit says 'does not fit'")
+                  "chain of parts, CP-SAT otherwise), or all (every one, a table; the plan written is the "
+                  "fastest, exact's on a tie). Every one places within the GPU's usable memory: where all-gpu "
+                  "does not fit it, greedy and heft move parts to the CPU (least time lost per byte freed first), "
+                  "exact adds the memory to CP-SAT, and a row that cannot fit says 'does not fit'")
 
 WRITE_S = 1.0   # kept back from --time-limit for building, validating and writing the plan
 
