@@ -11,8 +11,9 @@ signal handlers in the main thread, whichever thread the kernel picked), which
   finish), else raises KeyboardInterrupt, which commands handle as Ctrl-C (refinement keeps its best plan,
   `execute` writes the iterations it measured, a command with nothing to show exits 130/143);
 - on the second (not the same signal within REPEAT_S of the first: `timeout` delivers its one SIGTERM twice, to
-  the process and to its group): `exit_now`: kills this process's child processes, removes the temporary files of writes in
-  flight (`hybrid.files`), prints one line and exits 130 (Ctrl-C) or 143 (SIGTERM) without unwinding.
+  the process and to its group): `exit_now`: kills this process's child processes, removes the temporary files
+  of writes in flight (`hybrid.files`), prints one line and exits 130 (Ctrl-C) or 143 (SIGTERM) without
+  unwinding.
 
 Nothing ever sets SIGINT or SIGTERM to SIG_IGN in this process: a signal ignored for a moment (while a child
 process starts, so that it inherits the disposition) is discarded when another thread (numba, OR-Tools, a queue's

@@ -128,7 +128,7 @@ def _started(path: str) -> tuple[float, float] | None:
         return None
 
 
-def run_highs(model: HighsModel, run: HighsRun, executable: str | None = None) -> HighsOutcome:
+def run_highs(model: HighsModel, run: HighsRun) -> HighsOutcome:
     """Solve `model` in a child process (module docstring): HiGHS's own log goes to this process's descriptor 1
     (`milp.solve.solver_output_to_stderr` points it at stderr). Raises RuntimeError if the child failed (its
     last line of stderr), KeyboardInterrupt on a second Ctrl-C / SIGTERM (the child ended)."""
@@ -146,7 +146,7 @@ def run_highs(model: HighsModel, run: HighsRun, executable: str | None = None) -
         log_path = os.path.join(d, "highs.log")
         t0 = time.monotonic()
         with open(err_path, "wb") as err, children_ignore_stops():
-            proc = subprocess.Popen([executable or sys.executable, *CHILD, d],
+            proc = subprocess.Popen([sys.executable, *CHILD, d],
                                     stdin=subprocess.DEVNULL, stderr=err, start_new_session=True,
                                     cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         _live.add(proc)
@@ -208,7 +208,7 @@ def run_highs(model: HighsModel, run: HighsRun, executable: str | None = None) -
         with np.load(out_path, allow_pickle=False) as z:
             info = json.loads(str(z["info"]))
             cols = z["col_value"] if "col_value" in z.files else None
-        began = _started(os.path.join(d, "started.json"))
+        began = began or _started(os.path.join(d, "started.json"))
         status, words = info["status"], info["words"]
         if why == "limit" and status == "kInterrupt":   # stopped by the interrupt sent at its limit, not by a user
             status = "kTimeLimit"
@@ -278,10 +278,11 @@ def _child(d: str) -> int:
         st = h.getModelStatus()
         hinfo = h.getInfo()
         has = int(hinfo.primal_solution_status) == 2      # kSolutionStatusFeasible
-        info.update(status="kInterrupt" if st == highspy.HighsModelStatus.kInterrupt else st.name, words=h.modelStatusToString(st), has_solution=has,
-                    dual_bound=float(hinfo.mip_dual_bound), objective=float(hinfo.objective_function_value),
-                    search_s=search_s, limit_s=None if limit is None else float(limit),
-                    interrupted=st == highspy.HighsModelStatus.kInterrupt)
+        cancelled = st == highspy.HighsModelStatus.kInterrupt   # named kHighsInterrupt too: one name for it
+        info.update(status="kInterrupt" if cancelled else st.name, words=h.modelStatusToString(st),
+                    has_solution=has, dual_bound=float(hinfo.mip_dual_bound),
+                    objective=float(hinfo.objective_function_value), search_s=search_s,
+                    limit_s=None if limit is None else float(limit), interrupted=cancelled)
         values = h.getSolution().col_value
         if len(values):
             cols = np.asarray(values, np.float64)

@@ -17,7 +17,6 @@ off its simulated timeline exactly as the validator reads rule 5 (`timing.gpu_ne
 from __future__ import annotations
 
 import time
-
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,13 +99,11 @@ def repair(pg: PartGraph, start: Placement, link: Link, budget: Budget, objectiv
             if not budget.fits(low):
                 raise not_even_floor(pg, low, budget)
             return evaluate(pg, low.devices, link, cur.scheduler, cur.priority)
-        best = min(ranked, key=lambda r: (r[0], r[1]))
-        cur = best[2]
+        ranked.sort(key=lambda r: (r[0], r[1]))   # least time lost per byte freed; ties: the first part
+        cur = ranked[0][2]
         if deadline is not None and time.monotonic() >= deadline and not budget.fits(cur):
             devs = list(cur.devices)
-            for _, p, _ in sorted(ranked, key=lambda r: (r[0], r[1])):
-                if p == best[1]:
-                    continue
+            for _, p, _ in ranked[1:]:
                 devs[p] = CPU
                 cur = evaluate(pg, devs, link, cur.scheduler, cur.priority)
                 if budget.fits(cur):
