@@ -382,13 +382,24 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
         solver.tmpDir = tmp
         t0 = time.perf_counter()
         done, fired = threading.Event(), []
-        if opts.time_limit_s is not None:
-            threading.Thread(target=_cbc_watchdog, args=(path, time.monotonic() + opts.time_limit_s, done, fired),
-                             name="hybrid-cbc-deadline", daemon=True).start()
+        watch = None if opts.time_limit_s is None else threading.Thread(
+            target=_cbc_watchdog, args=(path, time.monotonic() + opts.time_limit_s, done, fired),
+            name="hybrid-cbc-deadline", daemon=True)
+        if watch is not None:
+            watch.start()
+
+        def watched() -> list[str]:
+            """What the watchdog did, once it has finished: CBC can die of its signal before the watchdog has
+            noted sending it (a kill read as CBC's own failure, seen on a loaded machine)."""
+            done.set()
+            if watch is not None:
+                watch.join()
+            return fired
+
         try:
             model.lp.solve(solver)
         except pulp.PulpSolverError:
-            if not fired:
+            if not watched():
                 raise
             for v in model.lp.variables():
                 v.varValue = None
@@ -402,7 +413,7 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
             stop_children(path)
             raise
         finally:
-            done.set()
+            watched()
         solve_s = time.perf_counter() - t0
         text = open(log, errors="replace").read() if os.path.exists(log) else ""
     m = _RESULT.search(text)
