@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ POLL_S = 0.05
 CHILD: tuple[str, ...] = ("-m", "milp.highs_process")   # the child's arguments to Python, before its folder
 _ARRAYS = ("cost", "lo", "hi", "integer", "row_lo", "row_hi", "start", "index", "value")
 _live: set[subprocess.Popen] = set()   # children running now: ended by `hybrid.signals.exit_now` (second stop)
+_folders: set[str] = set()             # their folders, removed then too
 
 
 @dataclass
@@ -102,9 +104,16 @@ def _end(proc: subprocess.Popen) -> None:
 
 
 def end_children() -> None:
-    """Kill every HiGHS child still running (a second Ctrl-C / SIGTERM stops the process at once)."""
+    """Kill every HiGHS child still running and remove its folder (a second Ctrl-C / SIGTERM stops the process at
+    once, `os._exit`: no `with` block cleans up after it, and the model's arrays can be hundreds of MB)."""
     for proc in list(_live):
         _end(proc)
+        try:
+            proc.wait(timeout=1.0)
+        except (subprocess.TimeoutExpired, OSError):
+            pass
+    for d in list(_folders):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _last_log_line(path: str) -> str:
@@ -128,52 +137,91 @@ def _started(path: str) -> tuple[float, float] | None:
         return None
 
 
+def _failed(words: str, interrupted: bool, load_s: float) -> HighsOutcome:
+    """No solution, and why: the caller writes its start plan where it has one (a child killed by the OOM killer,
+    a full temporary folder), as it does at a time limit."""
+    return HighsOutcome("failed", words, False, float("inf"), float("inf"), None, None, None, interrupted,
+                        load_s=load_s)
+
+
 def run_highs(model: HighsModel, run: HighsRun) -> HighsOutcome:
     """Solve `model` in a child process (module docstring): HiGHS's own log goes to this process's descriptor 1
-    (`milp.solve.solver_output_to_stderr` points it at stderr). Raises RuntimeError if the child failed (its
-    last line of stderr), KeyboardInterrupt on a second Ctrl-C / SIGTERM (the child ended)."""
+    (`milp.solve.solver_output_to_stderr` points it at stderr). A child that fails (killed, no room to write its
+    files) gives an outcome with no solution (status "failed", its last line of stderr); KeyboardInterrupt on a
+    second Ctrl-C / SIGTERM (the child ended)."""
     from hybrid.signals import children_ignore_stops, register_cleanup
 
     register_cleanup(end_children)
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hybrid-highs-") as d:
+        _folders.add(d)
+        try:
+            return _run_in(d, model, run, t0, children_ignore_stops)
+        finally:
+            _folders.discard(d)
+
+
+def _run_in(d: str, model: HighsModel, run: HighsRun, t0: float, children_ignore_stops) -> HighsOutcome:  # noqa: ANN001
+    """`run_highs` in its folder `d`."""
+    try:
         np.savez(os.path.join(d, "model.npz"), **{k: getattr(model, k) for k in _ARRAYS},
                  **{k: getattr(run, k) for k in ("start_dense", "start_index", "start_value")
                     if getattr(run, k) is not None})
         with open(os.path.join(d, "run.json"), "w") as f:
             json.dump({"options": [[k, v] for k, v in run.options], "time_limit_s": run.time_limit_s,
                        "deadline": run.deadline, "min_limit_s": run.min_limit_s}, f)
-        err_path = os.path.join(d, "stderr.txt")
-        log_path = os.path.join(d, "highs.log")
-        t0 = time.monotonic()
-        with open(err_path, "wb") as err, children_ignore_stops():
-            proc = subprocess.Popen([sys.executable, *CHILD, d],
-                                    stdin=subprocess.DEVNULL, stderr=err, start_new_session=True,
-                                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        _live.add(proc)
+    except OSError as e:
+        return _failed(f"HiGHS's process not started: writing the model for it to {d} failed ({e}); free space "
+                       "there or point TMPDIR at a folder with room", False, time.monotonic() - t0)
+    err_path = os.path.join(d, "stderr.txt")
+    log_path = os.path.join(d, "highs.log")
+    started_path = os.path.join(d, "started.json")
+    proc: subprocess.Popen | None = None
+    told: float | None = None      # when the child was interrupted
+    why = ""                       # why: the time limit, or a Ctrl-C / SIGTERM
+    interrupted = False
+    began = None
+    # until its HiGHS has started, the child is timed against the deadline, or against the least time limit it
+    # gives HiGHS from its launch where the deadline has (nearly) passed: an interrupt sent before that read as a
+    # failure of the child
+    launch_limit = None if run.deadline is None else max(run.deadline, time.monotonic() + run.min_limit_s)
+
+    def stop_once() -> None:
+        """A first Ctrl-C / SIGTERM: HiGHS is cancelled and keeps its incumbent; a second one is raised."""
+        nonlocal interrupted, why, told
+        if interrupted:               # a second stop (a library's; the CLI's exits at once)
+            raise KeyboardInterrupt
+        interrupted, why = True, "interrupt"
+        if told is None and proc is not None:
+            proc.send_signal(signal.SIGINT)
+            told = time.monotonic()
+
+    try:
         try:
-            told: float | None = None      # when the child was interrupted
-            why = ""                       # why: the time limit, or a Ctrl-C / SIGTERM
-            interrupted = False
-            began = None
-            while proc.poll() is None:
+            with open(err_path, "wb") as err, children_ignore_stops():
+                proc = subprocess.Popen([sys.executable, *CHILD, d, str(os.getpid())],
+                                        stdin=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                _live.add(proc)
+        except KeyboardInterrupt:     # noted while the child started, acted on now (children_ignore_stops)
+            if proc is None:
+                raise
+            stop_once()
+        except OSError as e:
+            return _failed(f"HiGHS's process could not start ({e})", False, time.monotonic() - t0)
+        while True:
+            try:
+                if proc.poll() is not None:
+                    break
                 try:
                     proc.wait(timeout=POLL_S)
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                except KeyboardInterrupt:
-                    if interrupted:           # a second stop (a library's; the CLI's exits at once)
-                        raise
-                    interrupted, why = True, "interrupt"
-                    if told is None:
-                        proc.send_signal(signal.SIGINT)
-                        told = time.monotonic()
-                    continue
                 now = time.monotonic()
                 if began is None:
-                    began = _started(os.path.join(d, "started.json"))
-                limit_at = began[0] + began[1] if began is not None else \
-                    (run.deadline if run.deadline is not None else None)
+                    began = _started(started_path)
+                limit_at = began[0] + began[1] if began is not None else launch_limit
                 if told is None and limit_at is not None and now > limit_at + STOP_GRACE_S:
                     proc.send_signal(signal.SIGINT)
                     told, why = now, "limit"
@@ -193,31 +241,40 @@ def run_highs(model: HighsModel, run: HighsRun) -> HighsOutcome:
                                         None if began is None else time.monotonic() - began[0],
                                         None if began is None else began[1], interrupted,
                                         load_s=0.0 if began is None else began[0] - t0)
-        except BaseException:
+            except KeyboardInterrupt:
+                stop_once()
+    except BaseException:
+        if proc is not None:
             _end(proc)
             proc.wait()
-            raise
-        finally:
+        raise
+    finally:
+        if proc is not None:
             _live.discard(proc)
-        out_path = os.path.join(d, "outcome.npz")
-        if proc.returncode != 0 or not os.path.exists(out_path):
+    out_path = os.path.join(d, "outcome.npz")
+    began = began or _started(started_path)
+    load_s = time.monotonic() - t0 if began is None else began[0] - t0
+    if proc.returncode != 0 or not os.path.exists(out_path):
+        try:
             with open(err_path, "rb") as f:
                 tail = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
-            raise RuntimeError(f"HiGHS's process failed (exit status {proc.returncode}): "
-                               f"{tail[-1].strip() if tail else 'it said nothing'}")
-        with np.load(out_path, allow_pickle=False) as z:
-            info = json.loads(str(z["info"]))
-            cols = z["col_value"] if "col_value" in z.files else None
-        began = began or _started(os.path.join(d, "started.json"))
-        status, words = info["status"], info["words"]
-        if why == "limit" and status == "kInterrupt":   # stopped by the interrupt sent at its limit, not by a user
-            status = "kTimeLimit"
-            words = (f"Time limit reached (HiGHS ran on past its limit of {info['limit_s']:.1f} s and stopped "
-                     f"when interrupted {STOP_GRACE_S:g} s later)")
-        return HighsOutcome(status, words, bool(info["has_solution"]), float(info["dual_bound"]),
-                            float(info["objective"]), cols, info["search_s"], info["limit_s"],
-                            interrupted or (bool(info["interrupted"]) and why != "limit"),
-                            load_s=time.monotonic() - t0 if began is None else began[0] - t0)
+        except OSError:
+            tail = []
+        return _failed(f"HiGHS's process failed (exit status {proc.returncode}): "
+                       f"{tail[-1].strip() if tail else 'it said nothing'}", interrupted, load_s)
+    with np.load(out_path, allow_pickle=False) as z:
+        info = json.loads(str(z["info"]))
+        cols = z["col_value"] if "col_value" in z.files else None
+    status, words = info["status"], info["words"]
+    if why == "limit" and status == "kInterrupt":   # stopped by the interrupt sent at its limit, not by a user
+        status = "kTimeLimit"
+        given = "" if info["limit_s"] is None else f" of {info['limit_s']:.1f} s"
+        words = (f"Time limit reached (HiGHS ran on past its limit{given} and stopped when interrupted "
+                 f"{STOP_GRACE_S:g} s later)" if info["search_s"] is not None else
+                 f"Time limit reached (HiGHS's process had not started HiGHS {STOP_GRACE_S:g} s past the deadline)")
+    return HighsOutcome(status, words, bool(info["has_solution"]), float(info["dual_bound"]),
+                        float(info["objective"]), cols, info["search_s"], info["limit_s"],
+                        interrupted or (bool(info["interrupted"]) and why != "limit"), load_s=load_s)
 
 
 def _watch_parent(parent: int) -> None:
@@ -228,20 +285,24 @@ def _watch_parent(parent: int) -> None:
             os._exit(3)
 
 
-def _child(d: str) -> int:
+def _child(d: str, parent: int | None = None) -> int:
+    """`parent`: the parent's process id, passed in (read here with os.getppid(), a parent killed while this
+    child imported was missed: it then ran on to its limit with nobody to read the result)."""
     import highspy
 
-    # SIGINT comes from the parent only (this is its own session) and cancels HiGHS: handled here even where this
-    # process was born with it ignored (inherited from a shell's background job) or blocked (children_ignore_stops)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(os.getppid() if parent is None else parent,), daemon=True).start()
     with open(os.path.join(d, "run.json")) as f:
         run = json.load(f)
     info: dict = {"interrupted": False}
     cols = None
     try:
+        # SIGINT comes from the parent only (this is its own session) and cancels HiGHS: handled here even where
+        # this process was born with it ignored (inherited from a shell's background job) or blocked
+        # (children_ignore_stops); unblocked inside this `try`, so that one sent while this process started (the
+        # parent's deadline, or a user's Ctrl-C) is an interrupt before HiGHS started, not this process's failure
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         with np.load(os.path.join(d, "model.npz"), allow_pickle=False) as z:
             m = HighsModel(*(z[k] for k in _ARRAYS))
             starts = {k: z[k] for k in ("start_dense", "start_index", "start_value") if k in z.files}
@@ -270,6 +331,7 @@ def _child(d: str) -> int:
             json.dump({"t": t0, "limit_s": float(limit) if limit is not None else float("inf")}, f)
         os.replace(os.path.join(d, "started.json.part"), os.path.join(d, "started.json"))
         h.solve()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # HiGHS's solution is kept: an interrupt now comes too late
         search_s = time.monotonic() - t0
     except KeyboardInterrupt:     # before HiGHS started (it takes one itself during its run)
         info.update(status="kInterrupt", words="Interrupted by user", has_solution=False, dual_bound=float("inf"),
@@ -297,4 +359,4 @@ def _child(d: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1]))
+    sys.exit(_child(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))

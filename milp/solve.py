@@ -254,10 +254,7 @@ def _solve_highs(model: MilpModel, opts: SolveOptions, start: dict[str, float] |
         run.start_value = np.array([x for _, x in pairs], np.float64)
     elif start:
         run.start_dense = np.array([start.get(v.name, 0.0) for v in variables], np.float64)
-    try:
-        out = run_highs(hm, run)
-    except RuntimeError as e:
-        raise HybridError(f"milp: {e}") from None
+    out = run_highs(hm, run)
     cols = out.col_value
     for i, v in enumerate(variables):
         v.varValue = None if cols is None or len(cols) != len(variables) else float(cols[i])
@@ -308,7 +305,7 @@ def _cbc_path() -> str:
 
 def signal_children(executable: str, sig: int) -> list[int]:
     """Send `sig` to this process's children running `executable` (Linux: read from /proc; elsewhere none
-    found); their process ids. Nothing is reaped (their Popen does that)."""
+    found); their process ids (`sig` 0: those running, nothing sent). Nothing is reaped (their Popen does that)."""
     sent = []
     target = os.path.realpath(executable)
     try:
@@ -349,12 +346,30 @@ def stop_children(executable: str, wait_s: float = 2.0) -> list[int]:
     return stopped
 
 
-def _cbc_watchdog(path: str, limit_at: float, done: threading.Event, fired: list[str]) -> None:
+POLL_CBC_S = 0.1   # how often the watchdog looks for CBC's process until it has started
+
+
+def _cbc_watchdog(path: str, limit_s: float, deadline: float | None, done: threading.Event, fired: list[str],
+                  seen: dict[str, float]) -> None:
     """CBC's time limit made a deadline: CBC does not check it everywhere (its root LP and preprocessing: `hybrid
     milp --solver cbc --time-limit 20s` on a 2-block transformer at 30% of its peak ran 69 s, CBC given 10.3 s
-    running 60 s). `STOP_GRACE_S` past the limit CBC is interrupted (SIGINT: it stops and writes its incumbent),
-    `KILL_GRACE_S` later killed; `fired` records what was done, `done` ends the watch."""
-    if done.wait(max(0.0, limit_at + STOP_GRACE_S - time.monotonic())):
+    running 60 s). CBC is interrupted (SIGINT: it stops and writes its incumbent) `STOP_GRACE_S` past its own
+    limit, counted as CBC counts it from its start (PuLP writes the model's file first: 0.9 s on a 30-layer
+    graph, which the grace lost) where CBC's process can be seen (Linux), else from now; or `STOP_GRACE_S` past
+    the caller's `deadline` (time.monotonic()) where that comes first, CBC given its least budget; and killed
+    `KILL_GRACE_S` later. `fired` records what was done; `seen` when CBC started, its own limit's end and when
+    it is interrupted ("started", "own_end", "stop_at"). `done` ends the watch."""
+    t = time.monotonic()
+    if os.path.isdir("/proc"):
+        while not signal_children(path, 0):
+            if done.wait(POLL_CBC_S):
+                return
+        t = time.monotonic()
+    stop_at = t + limit_s + STOP_GRACE_S
+    if deadline is not None:
+        stop_at = min(stop_at, max(deadline, t + MIN_SOLVE_S) + STOP_GRACE_S)
+    seen.update(started=t, own_end=t + limit_s, stop_at=stop_at)
+    if done.wait(max(0.0, stop_at - time.monotonic())):
         return
     if signal_children(path, signal.SIGINT):
         fired.append("interrupted")
@@ -362,6 +377,23 @@ def _cbc_watchdog(path: str, limit_at: float, done: threading.Event, fired: list
         return
     if signal_children(path, signal.SIGKILL):
         fired.append("killed")
+
+
+def _cbc_stop_words(opts: "SolveOptions", seen: dict[str, float], t_solve: float, ended: bool,
+                    solution: bool) -> str:
+    """How the watchdog stopped CBC (`ended`: killed, as it did not stop when interrupted; `solution`: CBC
+    wrote one): past its own limit, or at the caller's deadline inside it."""
+    late = seen["stop_at"] - seen["own_end"]
+    if late >= 0 and solution:
+        return (f"ran on past its limit of {opts.time_limit_s:.1f} s and stopped when interrupted {late:.3g} s "
+                "later")
+    if late >= 0:
+        how = "did not stop when interrupted: ended" if ended else "was interrupted: it stopped"
+        return f"ran past its time limit of {opts.time_limit_s:.1f} s and {how}"
+    how = "did not stop: ended" if ended else "stopped"
+    return (f"was interrupted {STOP_GRACE_S:g} s past the time limit's deadline, "
+            f"{seen['stop_at'] - seen['started']:.1f} s into its own limit of {opts.time_limit_s:.1f} s (PuLP "
+            f"wrote the model's file for {seen['started'] - t_solve:.1f} s before CBC started), and {how}")
 
 
 def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None,
@@ -381,9 +413,10 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
                                threads=opts.threads, logPath=log, options=extra, warmStart=bool(start))
         solver.tmpDir = tmp
         t0 = time.perf_counter()
-        done, fired = threading.Event(), []
+        t_solve = time.monotonic()
+        done, fired, seen = threading.Event(), [], {}
         watch = None if opts.time_limit_s is None else threading.Thread(
-            target=_cbc_watchdog, args=(path, time.monotonic() + opts.time_limit_s, done, fired),
+            target=_cbc_watchdog, args=(path, opts.time_limit_s, opts.deadline, done, fired, seen),
             name="hybrid-cbc-deadline", daemon=True)
         if watch is not None:
             watch.start()
@@ -404,9 +437,9 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
             for v in model.lp.variables():
                 v.varValue = None
             ran = time.perf_counter() - t0
-            how = "did not stop when interrupted: ended" if "killed" in fired else "was interrupted: it stopped"
-            return SolveResult("no_solution", f"CBC ran past its time limit of {opts.time_limit_s:.1f} s and "
-                               f"{how} after {ran:.1f} s with no solution", None, None, None, ran, False, None)
+            said = _cbc_stop_words(opts, seen, t_solve, "killed" in fired, solution=False)
+            return SolveResult("no_solution", f"CBC {said} after {ran:.1f} s with no solution", None, None, None,
+                               ran, False, None)
         except BaseException:
             # Ctrl-C or SIGTERM ends PuLP's wait, not CBC: a terminal's Ctrl-C reaches CBC too, a SIGTERM sent to
             # this process alone does not (CBC ran on to its time limit, minutes)
@@ -419,13 +452,14 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
     m = _RESULT.search(text)
     words = m.group(1).strip() if m else pulp.LpStatus[model.lp.status]
     if fired:   # stopped by the interrupt sent past its limit (its log then says "Stopped on ctrl-c")
-        words = (f"Stopped on time limit (CBC ran on past its limit of {opts.time_limit_s:.1f} s and stopped when "
-                 f"interrupted {STOP_GRACE_S:g} s later; its own words: {words})")
+        said = _cbc_stop_words(opts, seen, t_solve, "killed" in fired, solution=True)
+        words = f"Stopped on time limit (CBC {said}; its own words: {words})"
     used = ("MIPStart provided solution" in text) if start else None
-    if "infeasible" in words.lower():
+    if "infeasible" in words.lower() and not fired:
         return SolveResult("infeasible", words, None, None, None, solve_s, False, None, start_used=used)
+    # interrupted (by the watchdog) in its preprocessing, CBC says "Infeasible" of a model HiGHS solves: no proof
     if model.lp.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) or \
-            any(v.varValue is None for v in model.R.values()):
+            any(v.varValue is None for v in model.R.values()) or "infeasible" in words.lower():
         return SolveResult("no_solution", words, None, None, None, solve_s, False, None, start_used=used)
     values = read_values(model)
     obj = model.objective_time(values)
@@ -439,8 +473,10 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
     gap = None
     if bound is not None and model_obj is not None and abs(model_obj) > 0:
         gap = max(0.0, (model_obj - bound) / abs(model_obj))
-    elif proven:
+    elif proven and not fired:
         gap = 0.0
+    if fired:   # stopped by the watchdog: optimal only where its bound shows it
+        proven = gap is not None and gap <= opts.gap + 1e-6
     return SolveResult("optimal" if proven else "feasible", words, obj, bound, gap, solve_s, False, values,
                        model_objective_s=model_obj, start_used=used)
 

@@ -122,25 +122,37 @@ def test_milp_writes_the_start_when_the_solver_does_not_stop(monkeypatch, tmp_pa
 
 
 def test_a_second_interrupt_ends_the_solver_at_once(monkeypatch, tmp_path) -> None:
+    """The first interrupt is forwarded (HiGHS would keep its incumbent) and the child left to stop; the second
+    ends it."""
     from milp.solve import SolveOptions, solve
 
     pid_file = _stuck(monkeypatch, tmp_path)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background run inherits it ignored
+    returned = threading.Event()
+    alive_after_first: list[bool] = []
 
     def twice() -> None:
         while not pid_file.exists():
             time.sleep(0.05)
-        for _ in range(2):
-            time.sleep(0.3)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.3)
+        alive_after_first.append(not _gone(pid_file))
+        if not returned.is_set():     # a solve that ended on the first has nobody left to interrupt
             os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=twice, daemon=True).start()
+    thread = threading.Thread(target=twice, daemon=True)
+    thread.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            solve(_model(), SolveOptions(time_limit_s=300.0))
+            try:
+                solve(_model(), SolveOptions(time_limit_s=300.0))
+            finally:
+                returned.set()
+        thread.join(timeout=60)
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert _gone(pid_file)
+    assert alive_after_first == [True] and _gone(pid_file)
 
 
 def _cbc_stand_in(monkeypatch, tmp_path: Path, ignores_sigint: bool) -> list:
@@ -204,3 +216,150 @@ def test_the_starts_layout_keeps_to_the_deadlines_share(monkeypatch) -> None:
     monkeypatch.setattr(layout, "laid_out", recording)
     prepare_start(g, device, belady_start(g, device), layout_s=1.5)
     assert seen and all(s <= 1.5 for s in seen), seen
+
+
+# starts slowly (a loaded machine, a large model's arrays): runs the real child once the parent's interrupt at its
+# deadline has come (born with SIGINT blocked, as every child: pending until the child unblocks it)
+SLOW_START = ("-c", "import signal, sys, time\n"
+                    "import highspy\n"
+                    "from milp.highs_process import _child\n"
+                    "t = time.monotonic()\n"
+                    "while signal.SIGINT not in signal.sigpending() and time.monotonic() < t + 30:\n"
+                    "    time.sleep(0.02)\n"
+                    "sys.exit(_child(sys.argv[1], *[int(a) for a in sys.argv[2:]]))\n")
+
+# dies as a child killed by the OOM killer does
+KILLED = ("-c", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+
+
+def test_an_interrupt_before_highs_starts_is_the_time_limit_not_a_failure(monkeypatch, tmp_path) -> None:
+    """The deadline had passed when the child was launched: it was interrupted while it started, died of the
+    KeyboardInterrupt (exit status -2: `hybrid milp` exit 2, no plan) or, inside its `try`, reported a time
+    limit of None that the parent could not format (a traceback)."""
+    from milp.solve import SolveOptions, solve
+
+    _stuck(monkeypatch, tmp_path, SLOW_START)
+    res = solve(_model(), SolveOptions(time_limit_s=30.0, deadline=time.monotonic() - 1.0))
+    assert res.status == "no_solution" and res.values is None and not res.interrupted, res
+    assert res.solver_status.startswith("Time limit reached"), res.solver_status
+
+
+def test_milp_writes_the_start_when_highs_process_dies(monkeypatch, tmp_path) -> None:
+    """A child killed outright (the OOM killer) is no solution, as at a time limit: the start is written (it was
+    `error: milp: HiGHS's process failed (exit status -9)`, exit 2, nothing written)."""
+    _stuck(monkeypatch, tmp_path, KILLED)
+    g = training_graph(6, seed=1)
+    gp, out = tmp_path / "g.json", tmp_path / "p.json"
+    g.save(gp)
+    r = run("milp", "--graph", gp, "--memory", "24MiB", "--time-limit", "20s", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "HiGHS's process failed (exit status -9)" in r.output and "written: the start's" in r.output, r.output
+    assert validate(g, Plan.load(out)).valid
+
+
+def test_no_room_for_the_model_is_no_solution(monkeypatch) -> None:
+    import milp.highs_process as hp
+    from milp.solve import SolveOptions, solve
+
+    def full(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hp.np, "savez", full)
+    res = solve(_model(), SolveOptions(time_limit_s=30.0))
+    assert res.status == "no_solution" and "No space left on device" in res.solver_status, res.solver_status
+
+
+def test_the_child_is_told_its_parent_and_a_second_stop_removes_its_folder(monkeypatch, tmp_path) -> None:
+    """The parent's process id is passed (read by the child after its imports, a parent killed meanwhile was
+    missed and the child ran on alone); a second stop (`os._exit`, no `with` unwinds) removes the folders."""
+    import milp.highs_process as hp
+    from milp.solve import SolveOptions, solve
+
+    told = tmp_path / "parent.txt"
+    _stuck(monkeypatch, tmp_path, ("-c", f"import sys\nopen({str(told)!r}, 'w').write(sys.argv[2])\n"))
+    res = solve(_model(), SolveOptions(time_limit_s=30.0))
+    assert res.status == "no_solution" and told.read_text() == str(os.getpid())
+    left = tmp_path / "left"
+    left.mkdir()
+    hp._folders.add(str(left))
+    try:
+        hp.end_children()
+    finally:
+        hp._folders.discard(str(left))
+    assert not left.exists()
+
+
+def test_a_stop_while_the_child_starts_interrupts_it_and_keeps_its_outcome(monkeypatch, tmp_path) -> None:
+    """A Ctrl-C noted while the child started (`children_ignore_stops` acts on it as it leaves) was raised before
+    the child was watched: the child was neither interrupted nor ended. It is the first stop: HiGHS is
+    interrupted and its outcome read."""
+    from contextlib import contextmanager
+
+    import hybrid.signals as hs
+    from milp.solve import SolveOptions, solve
+
+    pid_file = _stuck(monkeypatch, tmp_path, LATE)
+
+    @contextmanager
+    def stop_on_leaving():  # noqa: ANN202
+        yield
+        while not pid_file.exists():      # the stand-in has set its handler (a real child: SIGINT stays blocked)
+            time.sleep(0.02)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hs, "children_ignore_stops", stop_on_leaving)
+    try:
+        res = solve(_model(), SolveOptions(time_limit_s=300.0))
+    except KeyboardInterrupt:
+        pytest.fail("the first stop was raised, the child left running")
+    assert res.status == "no_solution" and res.interrupted, res
+    assert _gone(pid_file)
+
+
+def _cbc_writing_first(monkeypatch, tmp_path: Path, write_s: float) -> list:
+    """CBC's stand-in (a copy of `sleep` that dies on SIGINT) started `write_s` after the solve, as PuLP starts CBC
+    once it has written the model's file; the times it started and ended."""
+    import subprocess
+
+    import pulp
+
+    import milp.solve as ms
+    from tests.milp.test_review_reports import _stand_in_cbc
+
+    fake = _stand_in_cbc(tmp_path)
+    monkeypatch.setattr(ms, "_cbc_path", lambda: fake)
+    times: list = []
+
+    def solve_like_pulp(self, lp, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        time.sleep(write_s)
+        p = subprocess.Popen([self.path, "30"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        times.append(time.monotonic())
+        p.wait()
+        times.append(time.monotonic())
+        raise pulp.PulpSolverError("Pulp: Error while trying to execute " + self.path)
+
+    monkeypatch.setattr(pulp.COIN_CMD, "actualSolve", solve_like_pulp)
+    return times
+
+
+def test_cbcs_limit_is_counted_from_cbcs_start(monkeypatch, tmp_path) -> None:
+    """The watchdog's clock started before PuLP wrote the model's file: a write of 1.5 s had CBC interrupted
+    0.5 s into its own limit of 1 s, and said to have run past it."""
+    from milp.solve import STOP_GRACE_S, SolveOptions, solve
+
+    times = _cbc_writing_first(monkeypatch, tmp_path, 1.5)
+    res = solve(_model(), SolveOptions("cbc", time_limit_s=1.0))
+    assert times[1] - times[0] >= 1.0 + STOP_GRACE_S - 0.5, times    # not before its limit and the grace
+    assert res.solver_status.startswith("CBC ran past its time limit of 1.0 s and was interrupted"), res
+
+
+def test_a_deadline_inside_cbcs_limit_is_kept_and_said(monkeypatch, tmp_path) -> None:
+    """Where PuLP's writing pushed CBC's own limit past the caller's deadline, CBC is interrupted at the deadline
+    (its least budget given), and the report says so instead of "ran past its time limit"."""
+    from milp.solve import SolveOptions, solve
+
+    _cbc_writing_first(monkeypatch, tmp_path, 1.5)
+    res = solve(_model(), SolveOptions("cbc", time_limit_s=20.0, deadline=time.monotonic() + 2.0))
+    assert res.status == "no_solution", res
+    assert "past the time limit's deadline" in res.solver_status and "into its own limit of" in res.solver_status, \
+        res.solver_status
