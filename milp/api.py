@@ -154,6 +154,7 @@ class PreparedStart:
 
 START_LAYOUT_S = 20.0   # the cap on re-planning a start whose copies do not lay out (`laid_out_start`)
 START_LAYOUT_SHARE = 0.2   # ... and at most this share of `plan_milp`'s time limit
+MIN_REPLAN_S = 0.1   # the least a start's re-plan is given once its layout has spent the share (it then keeps the layout)
 
 
 def laid_out_start(graph: Graph, auto: Plan, layout_s: float = START_LAYOUT_S, laid: Plan | None = None) -> Plan:
@@ -193,10 +194,13 @@ def prepare_start(graph: Graph, device: Device, plan: Plan, lay_out: bool = True
     auto = auto_plan(graph, p)
     # its layout within `layout_s` too (the deadline's share): at laid_out's own 30 s, `hybrid milp --time-limit
     # 10s` on a 2,872-op RNN ran 34 s, and kept 91.7 s back for the plan "measured" on it
+    t_lay = time.perf_counter()
     written = laid_out(graph, auto, time_limit_s=layout_s) if lay_out else auto
     post_s = time.perf_counter() - t0
     if lay_out and replan and written.allocation.kind != "arena":
-        written = laid_out_start(graph, auto, layout_s, written)
+        # the re-plan in what the layout left of the share (each had all of it: twice the share in all)
+        left = max(MIN_REPLAN_S, layout_s - (time.perf_counter() - t_lay))
+        written = laid_out_start(graph, auto, left, written)
     return PreparedStart(p, auto, written, post_s)
 
 

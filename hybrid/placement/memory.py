@@ -26,6 +26,7 @@ from hybrid.errors import InfeasibleError
 from hybrid.placement.chain import CPU, GPU, Link
 from hybrid.placement.partition import PartGraph
 from hybrid.placement.timing import Placement, evaluate
+from hybrid.signals import received
 from hybrid.units import format_bytes_apart, round_up
 
 LATENCY = "latency"
@@ -79,7 +80,7 @@ def repair(pg: PartGraph, start: Placement, link: Link, budget: Budget, objectiv
 
     Each move weighs every GPU part afresh (an evaluation each: Inception-v4-4 at --parts fine and 25% of its
     peak, 98 parts, took 3,100 evaluations, 12 s, past a 5 s limit). Past `deadline` (time.monotonic()) the
-    parts go in the order of the last weighing instead, one evaluation a move."""
+    parts go in the order of the last weighing instead, one evaluation a move, as after a Ctrl-C / SIGTERM."""
     cur = start
     can = movable(pg)
     while not budget.fits(cur):
@@ -101,7 +102,7 @@ def repair(pg: PartGraph, start: Placement, link: Link, budget: Budget, objectiv
             return evaluate(pg, low.devices, link, cur.scheduler, cur.priority)
         ranked.sort(key=lambda r: (r[0], r[1]))   # least time lost per byte freed; ties: the first part
         cur = ranked[0][2]
-        if deadline is not None and time.monotonic() >= deadline and not budget.fits(cur):
+        if (received() or deadline is not None and time.monotonic() >= deadline) and not budget.fits(cur):
             devs = list(cur.devices)
             for _, p, _ in ranked[1:]:
                 devs[p] = CPU

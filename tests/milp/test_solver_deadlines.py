@@ -363,3 +363,31 @@ def test_a_deadline_inside_cbcs_limit_is_kept_and_said(monkeypatch, tmp_path) ->
     assert res.status == "no_solution", res
     assert "past the time limit's deadline" in res.solver_status and "into its own limit of" in res.solver_status, \
         res.solver_status
+
+
+def test_the_starts_replan_gets_what_its_layout_left_of_the_share(monkeypatch) -> None:
+    """The start's layout and, where it does not lay out, its re-plan each had the whole share (`prepare_start`
+    could spend twice it): the re-plan gets what the layout left."""
+    import dataclasses
+
+    import hybrid.arena.layout as layout
+    from milp.api import belady_start, prepare_start
+
+    g = training_graph(30, seed=1)
+    device = dataclasses.replace(g.device)
+    given: list[float] = []
+    real_laid_out, real_lay_out = layout.laid_out, layout.lay_out
+
+    def slow_laid_out(graph, plan, time_limit_s=30.0, budget=layout.QUICK_BUDGET):  # noqa: ANN001, ANN202
+        time.sleep(1.0)
+        return real_laid_out(graph, plan, time_limit_s, budget)
+
+    def recording(graph, plan, time_limit_s=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        given.append(time_limit_s)
+        return real_lay_out(graph, plan, time_limit_s=time_limit_s, **kwargs)
+
+    monkeypatch.setattr(layout, "laid_out", slow_laid_out)
+    monkeypatch.setattr(layout, "lay_out", recording)
+    out = prepare_start(g, device, belady_start(g, device), layout_s=3.0)
+    assert given and all(s <= 2.0 for s in given), given      # 3 s less the layout's 1 s or more
+    assert out.written.allocation.kind == "arena"

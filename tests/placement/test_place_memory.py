@@ -233,3 +233,7 @@ def test_repair_past_its_deadline_fits_with_one_evaluation_a_move(seed: int, mon
     assert budget.fits(timely) and budget.fits(late)
     assert calls[0] <= 2 * movable_parts + 1 and calls[0] <= weighed
     assert memory.repair(pg, start, link, budget, deadline=time.monotonic() + 600).devices == timely.devices
+    calls[0] = 0
+    monkeypatch.setattr(memory, "received", lambda: True)   # a Ctrl-C / SIGTERM: as past the deadline
+    stopped = memory.repair(pg, start, link, budget)
+    assert budget.fits(stopped) and calls[0] <= 2 * movable_parts + 1 and calls[0] <= weighed
