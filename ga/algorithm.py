@@ -190,6 +190,10 @@ class GeneticSearch:
             self.state.evaluations += int(np.count_nonzero(~np.isnan(times)))
         return not np.isnan(times).any()
 
+    def _lost(self) -> str | None:
+        """Why the evaluator's workers were lost (ga.evaluation), if they were."""
+        return getattr(self.evaluator, "lost", None)
+
     def _elapsed(self) -> float:
         base = self.state.elapsed_s if self.state is not None else 0.0
         return base + time.monotonic() - self._run_start
@@ -209,6 +213,8 @@ class GeneticSearch:
         # the first seed (the program order on the byte budget, or its first pool) whatever the time, so even an
         # early stop has a plan; the others unless the budget ends first (on 13,000 ops: a second or more each)
         self._evaluate(seeds[:1], None)
+        if self._lost() is not None and np.isnan(seeds[0].makespan):
+            raise HybridError(f"the search has no plan: {self._lost()}")
         self._evaluate(seeds[1:], stop)
         seeds = [s for s in seeds if not np.isnan(s.makespan)]
         if not any(np.isfinite(s.makespan) for s in seeds):
@@ -300,7 +306,9 @@ class GeneticSearch:
             if reason:
                 break
             if not self.step(termination.expired):
-                reason = termination.reason(self.state.generation) or "stopped"
+                lost = self._lost()
+                reason = (f"evaluation lost ({lost})" if lost is not None else
+                          termination.reason(self.state.generation) or "stopped")
                 break
             if on_generation:
                 on_generation(self.state.log.rows[-1])

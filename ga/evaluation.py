@@ -139,23 +139,43 @@ class _ChunkedEvaluator(Evaluator):
     @abstractmethod
     def _submit(self, chunk: list[Candidate]) -> Any: ...
 
+    lost: str | None = None   # why the workers were lost (a worker killed, the cluster gone): nothing more runs
+
     def evaluate(self, items: Sequence[Candidate], stop: StopFn | None = None) -> np.ndarray:
+        """As a stop does, a lost pool or cluster leaves the rest NaN (`lost` says why): the search ends with its
+        best so far instead of a traceback and no plan."""
         out = np.full(len(items), np.nan)
-        if not items:
+        if not items or self.lost is not None:
             return out
         n_chunks = min(len(items), self.workers * self.chunks_per_worker)
         bounds = np.linspace(0, len(items), n_chunks + 1).astype(int)
-        pending = {self._submit(list(items[a:b])): (a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a}
-        while pending:
-            done = self._wait(list(pending), 0.2)
-            for f in done:
-                a, b = pending.pop(f)
-                out[a:b] = f.result()
-            if pending and stop is not None and stop():
-                for f in pending:
+        pending: dict = {}
+        try:
+            pending = {self._submit(list(items[a:b])): (a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a}
+            while pending:
+                done = self._wait(list(pending), 0.2)
+                for f in done:
+                    a, b = pending.pop(f)
+                    out[a:b] = f.result()
+                if pending and stop is not None and stop():
+                    for f in pending:
+                        f.cancel()
+                    break
+        except Exception as e:  # noqa: BLE001 - classified below; anything else is raised
+            why = self._lost(e)
+            if why is None:
+                raise
+            self.lost = why
+            for f in pending:
+                try:
                     f.cancel()
-                break
+                except Exception:  # noqa: BLE001 - the pool or cluster is gone
+                    pass
         return out
+
+    def _lost(self, e: Exception) -> str | None:
+        """Why `e` means the workers are gone, or None where it is another error (a planner's: raised)."""
+        return None
 
     @abstractmethod
     def _wait(self, futures: list[Any], timeout: float) -> list[Any]: ...
@@ -181,6 +201,13 @@ class ProcessPoolEvaluator(_ChunkedEvaluator):
     def _wait(self, futures: list[Future], timeout: float) -> list[Future]:
         return list(wait(futures, timeout=timeout, return_when=FIRST_COMPLETED).done)
 
+    def _lost(self, e: Exception) -> str | None:
+        from concurrent.futures.process import BrokenProcessPool
+
+        if isinstance(e, BrokenProcessPool):
+            return f"an evaluation process died (killed, or out of memory): {e}"
+        return None
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
@@ -199,18 +226,39 @@ class DaskEvaluator(_ChunkedEvaluator):
         self._dask_wait = dask_wait
         self._own_client = client is None
         if client is None:
+            if not scheduler or not str(scheduler).strip():
+                raise HybridError("--scheduler: no address given; give the Dask scheduler's, e.g. "
+                                  "tcp://host:8786, or leave --scheduler out to evaluate on this machine")
             try:
                 client = Client(scheduler, timeout="20s")
             except (OSError, TimeoutError) as e:
                 raise HybridError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({e}); start one with "
                                   "`dask scheduler` and workers with `dask worker ADDRESS`") from None
+            except (ValueError, TypeError) as e:   # not an address: "foo", "http://…", tls:// without its keys
+                raise HybridError(f"--scheduler {scheduler}: not a Dask scheduler address ({e}); give one such as "
+                                  "tcp://host:8786") from None
         self.client = client
         start = time.monotonic()
         while not client.nthreads() and time.monotonic() - start < 20:
             time.sleep(0.2)
+        if not client.nthreads():
+            self.close()
+            raise HybridError(f"--scheduler {scheduler}: the Dask scheduler has no workers (waited 20 s); start "
+                              f"some with `dask worker {scheduler}`, each with hybrid-offload installed")
         self.workers = max(1, sum(client.nthreads().values()))
         payload = Payload.of(graph, device, options)
-        self._payload = client.scatter(payload, broadcast=True)
+        try:
+            self._payload = client.scatter(payload, broadcast=True)
+        except Exception as e:  # noqa: BLE001 - a worker's error comes back as a plain Exception wrapping it
+            self.close()
+            if "ModuleNotFoundError" in repr(e) or isinstance(e, ImportError):
+                raise HybridError(f"--scheduler {scheduler}: a Dask worker cannot import hybrid's code "
+                                  f"({str(e).splitlines()[0]}); install hybrid-offload, the same version, where "
+                                  "every worker runs") from None
+            why = self._lost(e)
+            if why is None:
+                raise
+            raise HybridError(f"--scheduler {scheduler}: {why}") from None
 
     def _submit(self, chunk: list[Candidate]) -> Any:
         return self.client.submit(_evaluate_on_dask, self._payload, chunk, pure=False)
@@ -221,9 +269,20 @@ class DaskEvaluator(_ChunkedEvaluator):
         except TimeoutError:
             return []
 
+    def _lost(self, e: Exception) -> str | None:
+        from distributed.client import FuturesCancelledError
+        from distributed.comm.core import CommClosedError
+
+        if isinstance(e, (FuturesCancelledError, CommClosedError, OSError, TimeoutError)):
+            return f"the Dask cluster stopped answering (its workers or scheduler gone): {str(e).splitlines()[0]}"
+        return None
+
     def close(self) -> None:
         if self._own_client:
-            self.client.close()
+            try:
+                self.client.close()
+            except Exception:  # noqa: BLE001 - a cluster already gone
+                pass
 
 
 # Below this much planner time per candidate, a process pool evaluates no faster than this process: with two

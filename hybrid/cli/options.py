@@ -212,7 +212,7 @@ def _distinct_output(path: Path, flag: str) -> None:
     """Two outputs of one command written to one file lose the first (a plan overwritten by the CSV log), and an
     output on the input graph loses the graph: both refused up front. (`--checkpoint` on the `--resume` file is
     fine: that is how a search goes on from where it left off.) Refused too: an output on a file an input flag
-    names (--plan, --from, --start, import's FILE; arena's input --csv is its own check): a trace or a result
+    names (--plan, --from, --start, --resume, import's FILE; arena's input --csv is its own check): a trace or a result
     written over a plan loses it, a refined plan the one it came from, an imported graph its source."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
@@ -225,7 +225,9 @@ def _distinct_output(path: Path, flag: str) -> None:
     seen[key] = flag
     for param, name in (("graph_path", "--graph"), ("graph_paths", "--graph"), ("plan_path", "--plan"),
                         ("plan_paths", "--plan"), ("from_path", "--from"), ("start_path", "--start"),
-                        ("file", "input")):
+                        ("file", "input"), ("resume_path", "--resume")):
+        if name == "--resume" and flag == "--checkpoint":
+            continue           # going on from where it left off
         given = ctx.params.get(param) or ()
         for g in [given] if isinstance(given, (str, Path)) else given:
             if Path(g).resolve() == key:

@@ -183,6 +183,9 @@ class OptimizeOptions:
             raise HybridError(f"--refine-share (refine_share) must be within [0, 1), got {self.refine_share}")
         if self.workers is not None and self.workers < 1:
             raise HybridError(f"--workers (workers) must be at least 1, got {self.workers}")
+        if self.scheduler is not None and not str(self.scheduler).strip():
+            raise HybridError("--scheduler (scheduler) is empty: give the Dask scheduler's address, e.g. "
+                              "tcp://host:8786, or leave it out to evaluate on this machine")
         if self.scheduler and self.workers is not None:
             raise HybridError("give either --workers (workers: processes here) or --scheduler (scheduler: a Dask "
                               "cluster), not both")

@@ -79,7 +79,8 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
                    "each generation (1: its best only).")
 @click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Save the search here every --checkpoint-every generations and at the end.")
-@click.option("--checkpoint-every", type=int, default=10, show_default=True, help="Generations between checkpoints.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Generations between checkpoints.")
 @click.option("--resume", "resume_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Continue a checkpoint (its population, random state and settings) with a new budget.")
 @device_options
