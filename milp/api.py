@@ -154,7 +154,7 @@ class PreparedStart:
 
 START_LAYOUT_S = 20.0   # the cap on re-planning a start whose copies do not lay out (`laid_out_start`)
 START_LAYOUT_SHARE = 0.2   # ... and at most this share of `plan_milp`'s time limit
-MIN_REPLAN_S = 0.1   # the least a start's re-plan is given once its layout has spent the share (it then keeps the layout)
+MIN_REPLAN_S = 0.1   # the least a start's re-plan is given once its layout has spent the share
 
 
 def laid_out_start(graph: Graph, auto: Plan, layout_s: float = START_LAYOUT_S, laid: Plan | None = None) -> Plan:

@@ -149,20 +149,22 @@ def run_highs(model: HighsModel, run: HighsRun) -> HighsOutcome:
     (`milp.solve.solver_output_to_stderr` points it at stderr). A child that fails (killed, no room to write its
     files) gives an outcome with no solution (status "failed", its last line of stderr); KeyboardInterrupt on a
     second Ctrl-C / SIGTERM (the child ended)."""
-    from hybrid.signals import children_ignore_stops, register_cleanup
+    from hybrid.signals import register_cleanup
 
     register_cleanup(end_children)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hybrid-highs-") as d:
         _folders.add(d)
         try:
-            return _run_in(d, model, run, t0, children_ignore_stops)
+            return _run_in(d, model, run, t0)
         finally:
             _folders.discard(d)
 
 
-def _run_in(d: str, model: HighsModel, run: HighsRun, t0: float, children_ignore_stops) -> HighsOutcome:  # noqa: ANN001
-    """`run_highs` in its folder `d`."""
+def _run_in(d: str, model: HighsModel, run: HighsRun, t0: float) -> HighsOutcome:
+    """`run_highs` in its folder `d` (`t0`: when it was called)."""
+    from hybrid.signals import children_ignore_stops
+
     try:
         np.savez(os.path.join(d, "model.npz"), **{k: getattr(model, k) for k in _ARRAYS},
                  **{k: getattr(run, k) for k in ("start_dense", "start_index", "start_value")
@@ -211,8 +213,6 @@ def _run_in(d: str, model: HighsModel, run: HighsRun, t0: float, children_ignore
             return _failed(f"HiGHS's process could not start ({e})", False, time.monotonic() - t0)
         while True:
             try:
-                if proc.poll() is not None:
-                    break
                 try:
                     proc.wait(timeout=POLL_S)
                     break

@@ -473,7 +473,7 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
     gap = None
     if bound is not None and model_obj is not None and abs(model_obj) > 0:
         gap = max(0.0, (model_obj - bound) / abs(model_obj))
-    elif proven and not fired:
+    elif proven:
         gap = 0.0
     if fired:   # stopped by the watchdog: optimal only where its bound shows it
         proven = gap is not None and gap <= opts.gap + 1e-6

@@ -72,6 +72,12 @@ def floor(pg: PartGraph, link: Link) -> Placement:
     return evaluate(pg, tuple(CPU if m else GPU for m in movable(pg)), link, "floor")
 
 
+def out_of_time(deadline: float | None) -> bool:
+    """Whether the time limit (`deadline`, time.monotonic()) has passed or a Ctrl-C/SIGTERM came: the placement
+    searches' one stop check."""
+    return received() or (deadline is not None and time.monotonic() >= deadline)
+
+
 def repair(pg: PartGraph, start: Placement, link: Link, budget: Budget, objective: str = LATENCY,
            deadline: float | None = None) -> Placement:
     """`start` moved into the memory: while it does not fit, move to the CPU the GPU part that loses the least
@@ -102,7 +108,7 @@ def repair(pg: PartGraph, start: Placement, link: Link, budget: Budget, objectiv
             return evaluate(pg, low.devices, link, cur.scheduler, cur.priority)
         ranked.sort(key=lambda r: (r[0], r[1]))   # least time lost per byte freed; ties: the first part
         cur = ranked[0][2]
-        if (received() or deadline is not None and time.monotonic() >= deadline) and not budget.fits(cur):
+        if out_of_time(deadline) and not budget.fits(cur):
             devs = list(cur.devices)
             for _, p, _ in ranked[1:]:
                 devs[p] = CPU

@@ -30,7 +30,7 @@ from hybrid.placement import chain as chain_mod
 from hybrid.placement.chain import CPU, GPU, ChainCosts, Link
 from hybrid.placement.cpsat import Hint, solve_latency, solve_period
 from hybrid.placement.heft import TaskGraph, heft as heft_schedule
-from hybrid.placement.memory import Budget, DoesNotFit, cut, floor, repair, score
+from hybrid.placement.memory import Budget, DoesNotFit, cut, floor, out_of_time, repair, score
 from hybrid.placement.partition import HOST, PartGraph
 from hybrid.placement.timing import D2H_LANE, H2D_LANE, Placement, evaluate, period, simulate_placement, to_plan
 
@@ -65,7 +65,7 @@ def greedy(pg: PartGraph, link: Link, objective: str = LATENCY, rounds: int = 3,
 def _flips(pg: PartGraph, best: Placement, link: Link, objective: str, rounds: int,
            memory: Budget | None, deadline: float | None = None) -> Placement:
     """The paper's correction loop from `best`: flip single parts in order, keep each flip that gains (and fits),
-    until `rounds` passes in a row gain nothing, or `deadline` or a stop (`_out_of_time`): each flip kept fits,
+    until `rounds` passes in a row gain nothing, or `deadline` or a stop (`out_of_time`): each flip kept fits,
     so the best so far is a placement as good as any."""
     devs = list(best.devices)
     idle = 0
@@ -74,7 +74,7 @@ def _flips(pg: PartGraph, best: Placement, link: Link, objective: str, rounds: i
         for p in range(pg.n):
             if not np.isfinite(pg.cpu_s[p]):
                 continue
-            if _out_of_time(deadline):   # a ResNet-152 at --parts fine: seconds per pass
+            if out_of_time(deadline):   # a ResNet-152 at --parts fine: seconds per pass
                 return best
             devs[p] = GPU if devs[p] == CPU else CPU
             cand = evaluate(pg, devs, link, best.scheduler, best.priority, status=best.status, extra=best.extra)
@@ -160,7 +160,7 @@ def _exact_within(pg: PartGraph, link: Link, objective: str, time_limit_s: float
     fitted: Placement | None = None
     last: Placement | None = None
     for k in range(MEMORY_ROUNDS):
-        if k and _out_of_time(deadline):   # a stop, or the time limit: the repair below stands in
+        if k and out_of_time(deadline):   # a stop, or the time limit: the repair below stands in
             break
         c = dataclasses.replace(cut(pg, memory, cap), exclude=tuple(exclude))
         extra = {"method": "cp-sat", "memory_rounds": k + 1}
@@ -193,16 +193,6 @@ def _exact_within(pg: PartGraph, link: Link, objective: str, time_limit_s: float
                                          extra={"method": f"{hint.scheduler} (CP-SAT found none better that fits)"}))
     best = min(found, key=lambda p: score(p, objective))   # ties: the solver's
     return best if best.status == "optimal" else _flips(pg, best, link, objective, 3, memory, deadline)
-
-
-def _out_of_time(deadline: float | None) -> bool:
-    """Whether another solve would start past the time limit or after a Ctrl-C/SIGTERM (each solve then only
-    ends early itself: the next one would start afresh)."""
-    import time
-
-    from hybrid.signals import received
-
-    return received() or (deadline is not None and time.monotonic() >= deadline)
 
 
 def _hint(pg: PartGraph, link: Link, p: Placement) -> Hint:
@@ -259,7 +249,7 @@ def _laid_out(pg: PartGraph, link: Link, scheduler: str, objective: str, time_li
     budget = full
     for _ in range(LAYOUT_TRIES):
         over = _overflow(pg, placed, device, link)
-        if over is None or _out_of_time(deadline):
+        if over is None or out_of_time(deadline):
             break
         budget = Budget(budget.usable_bytes - max(int(placed.gpu_bytes * over), full.alignment_bytes),
                         full.alignment_bytes)
