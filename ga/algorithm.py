@@ -156,6 +156,9 @@ class GeneticSearch:
         self._run_start = time.monotonic()
         self._seen: dict[bytes, float] = {}   # fitness of recent individuals, oldest first
         self.cache_hits = 0
+        # evaluations of a generation abandoned by a stop: done, but not in the state a checkpoint stores, since a
+        # resume replays that generation (counted twice, a resumed search's total exceeded an uninterrupted one's)
+        self.abandoned = 0
 
     # ---- evaluation ------------------------------------------------------
     def _evaluate(self, inds: list[Individual], stop: Callable[[], bool] | None) -> bool:
@@ -268,6 +271,8 @@ class GeneticSearch:
         assert st is not None, "initialize() first"
         t0 = time.monotonic()
         rng_state = st.rng.bit_generator.state
+        before = st.evaluations
+        self.abandoned = 0
         children = self._children()
         complete = self._evaluate(children, stop)
         done = [c for c in children if not np.isnan(c.makespan)]
@@ -276,6 +281,7 @@ class GeneticSearch:
                 st.best = c.copy()
         if not complete:
             st.rng.bit_generator.state = rng_state  # a resume replays this generation exactly
+            self.abandoned = st.evaluations - before
             return False
         cand = _distinct(st.population + done, self.config.population)
         times = np.array([c.makespan for c in cand])
@@ -319,8 +325,9 @@ class GeneticSearch:
         return reason
 
     def snapshot(self) -> SearchState:
-        """The state with search time up to now (what a checkpoint stores)."""
-        return replace(self.state, elapsed_s=self._elapsed())
+        """The state with search time up to now (what a checkpoint stores), without the evaluations of a generation
+        abandoned by a stop (`abandoned`: a resume replays it)."""
+        return replace(self.state, elapsed_s=self._elapsed(), evaluations=self.state.evaluations - self.abandoned)
 
     # ---- making children ----------------------------------------------------
     def _children(self) -> list[Individual]:

@@ -18,6 +18,7 @@ import numpy as np
 from ga.algorithm import GAConfig, SearchState
 from ga.encoding import Individual, SearchSpace
 from ga.progress import ConvergenceLog, GenerationStats
+from hybrid.device import Device
 from hybrid.errors import HybridError
 from hybrid.files import atomic_open
 
@@ -29,7 +30,9 @@ def _identity(space: SearchSpace) -> dict[str, Any]:
             "planner_options": space.options.describe()}
 
 
-def save_checkpoint(path: str | Path, space: SearchSpace, config: GAConfig, state: SearchState) -> None:
+def save_checkpoint(path: str | Path, space: SearchSpace, config: GAConfig, state: SearchState,
+                    full_device: Device | None = None) -> None:
+    """`full_device`: the device the plans are for, where the search plans on less memory (a headroom search)."""
     path = Path(path)
     pop = state.population + [state.best]
     cnt_ptr = np.concatenate([[0], np.cumsum([len(i.cnt) for i in pop])]).astype(np.int64)
@@ -37,6 +40,7 @@ def save_checkpoint(path: str | Path, space: SearchSpace, config: GAConfig, stat
         "format": CHECKPOINT_FORMAT, **_identity(space), "config": config.to_json(),
         "generation": state.generation, "evaluations": state.evaluations, "elapsed_s": state.elapsed_s,
         "rng": state.rng.bit_generator.state, "log": [asdict(r) for r in state.log.rows],
+        **({"full_device": full_device.to_json()} if full_device is not None else {}),
     }
     arrays = {
         "header": np.array(json.dumps(header)),
@@ -137,6 +141,36 @@ def checkpoint_generation(path: str | Path) -> int:
     the same checks as a resume."""
     header, _ = _read(Path(path))
     return int(header["generation"])
+
+
+def searched_memory(path: str | Path, device: Device) -> int | None:
+    """The memory_bytes a checkpoint's search planned on, where that is `device` with less memory (a headroom
+    search's, `hybrid.arena.headroom`): `hybrid.pipeline.optimize` resumes on it rather than calibrating afresh.
+    None where it planned on `device` itself, or on another device (`load_checkpoint` then refuses, naming the
+    fields); a checkpoint that records its plans' device refuses another `device` here, saying so."""
+    path = Path(path)
+    header, _ = _read(path)
+    theirs, full, mine = header["device"], header.get("full_device"), device.to_json()
+    if not isinstance(theirs, dict) or not isinstance(full, (dict, type(None))):
+        raise _not_ours(path, "its header's device is not what that command writes")
+    if full is not None and full != mine:
+        raise HybridError(f"--resume {path}: the checkpoint was made for another device "
+                          f"({_differences(full, mine)}); resume with the same graph and flags")
+    m = theirs.get("memory_bytes")
+    same = ({k: v for k, v in theirs.items() if k != "memory_bytes"}
+            == {k: v for k, v in mine.items() if k != "memory_bytes"})
+    if not same or isinstance(m, bool) or not isinstance(m, int) or not device.reserve_bytes < m < device.memory_bytes:
+        return None
+    return m
+
+
+def checkpoint_config(path: str | Path) -> GAConfig:
+    """The search settings a resume keeps (`hybrid optimize --resume` refuses flags that differ from them)."""
+    header, _ = _read(Path(path))
+    try:
+        return GAConfig(**header["config"])
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError, HybridError):
+        raise _not_ours(Path(path), "its header's config is not what that command writes") from None
 
 
 def load_checkpoint(path: str | Path, space: SearchSpace) -> tuple[GAConfig, SearchState]:

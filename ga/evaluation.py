@@ -212,13 +212,19 @@ class ProcessPoolEvaluator(_ChunkedEvaluator):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+CONNECT_S = 20.0      # the longest wait for a Dask scheduler, and then for its first worker
+CONNECT_MIN_S = 1.0   # the shortest (a limit nearly spent still gets a chance on a scheduler that answers at once)
+
+
 class DaskEvaluator(_ChunkedEvaluator):
     """A Dask cluster (`--scheduler tcp://host:8786`), or a `distributed.Client` given directly (tests)."""
 
     name = "dask"
 
     def __init__(self, graph: Graph, device: Device, options: PlannerOptions, scheduler: str | None = None,
-                 client: Any = None) -> None:
+                 client: Any = None, connect_s: float = CONNECT_S) -> None:
+        """`connect_s`: how long to wait for the scheduler, and then for its first worker (a caller with a time
+        limit passes what is left of it: Dask's own 20 s outlasted a 10 s --time-limit)."""
         try:
             from distributed import Client, wait as dask_wait
         except ImportError:
@@ -229,22 +235,25 @@ class DaskEvaluator(_ChunkedEvaluator):
             if not scheduler or not str(scheduler).strip():
                 raise HybridError("--scheduler: no address given; give the Dask scheduler's, e.g. "
                                   "tcp://host:8786, or leave --scheduler out to evaluate on this machine")
+            connect_s = max(CONNECT_MIN_S, connect_s)
             try:
-                client = Client(scheduler, timeout="20s")
+                client = Client(scheduler, timeout=f"{connect_s:.3f}s")
             except (OSError, TimeoutError) as e:
-                raise HybridError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({e}); start one with "
-                                  "`dask scheduler` and workers with `dask worker ADDRESS`") from None
+                raise HybridError(f"--scheduler {scheduler}: cannot reach the Dask scheduler within "
+                                  f"{connect_s:.3g} s ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+                                  "start one with `dask scheduler` and workers with `dask worker ADDRESS`") from None
             except (ValueError, TypeError) as e:   # not an address: "foo", "http://…", tls:// without its keys
                 raise HybridError(f"--scheduler {scheduler}: not a Dask scheduler address ({e}); give one such as "
                                   "tcp://host:8786") from None
         self.client = client
         start = time.monotonic()
-        while not client.nthreads() and time.monotonic() - start < 20:
+        while not client.nthreads() and time.monotonic() - start < connect_s:
             time.sleep(0.2)
         if not client.nthreads():
             self.close()
-            raise HybridError(f"--scheduler {scheduler}: the Dask scheduler has no workers (waited 20 s); start "
-                              f"some with `dask worker {scheduler}`, each with hybrid-offload installed")
+            raise HybridError(f"--scheduler {scheduler}: the Dask scheduler has no workers (waited "
+                              f"{connect_s:.3g} s); start some with `dask worker {scheduler}`, each with "
+                              "hybrid-offload installed")
         self.workers = max(1, sum(client.nthreads().values()))
         payload = Payload.of(graph, device, options)
         try:
@@ -316,10 +325,11 @@ def available_cores() -> int:
 
 
 def make_evaluator(graph: Graph, device: Device, options: PlannerOptions, workers: int | None = None,
-                   scheduler: str | None = None) -> Evaluator:
-    """`scheduler` → Dask; `workers` == 1 → serial; otherwise worker processes (default: all cores)."""
+                   scheduler: str | None = None, connect_s: float = CONNECT_S) -> Evaluator:
+    """`scheduler` → Dask (waited for at most `connect_s`); `workers` == 1 → serial; otherwise worker processes
+    (default: all cores)."""
     if scheduler:
-        return DaskEvaluator(graph, device, options, scheduler=scheduler)
+        return DaskEvaluator(graph, device, options, scheduler=scheduler, connect_s=connect_s)
     n = workers if workers is not None else available_cores()
     compile_kernels()  # here, once: workers then load the compiled kernels from numba's cache
     if n <= 1:

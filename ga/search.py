@@ -9,7 +9,7 @@ from typing import Callable
 from ga.algorithm import GAConfig, GeneticSearch, SearchState
 from ga.checkpoint import load_checkpoint, save_checkpoint
 from ga.encoding import SearchSpace
-from ga.evaluation import Evaluator, make_evaluator
+from ga.evaluation import CONNECT_S, Evaluator, make_evaluator
 from ga.progress import GenerationStats
 from ga.repair import check_feasible
 from ga.result import SearchResult
@@ -27,7 +27,7 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
              resume: str | Path | None = None, on_generation: Callable[[GenerationStats], None] | None = None,
              handle_sigint: bool = False, observe: Callable[[SearchState], None] | None = None,
              stop_at_s: float | None = None, start: SearchState | None = None,
-             rescore: bool = False) -> SearchResult:
+             rescore: bool = False, full_device: Device | None = None) -> SearchResult:
     """Search schedules and size-class pools for `graph` on `device` (default: the graph's own).
 
     Budget: `time_limit_s` (wall time from this call, setup such as loading `resume` and starting worker
@@ -45,6 +45,8 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     `rescore` (it ran on another device) its population is scored afresh here first
     (`GeneticSearch.rescore`). The generation count, log and random generator go on from it: carried over
     without `rescore`, a search counted in generations makes the same plan as one run through.
+    `full_device`: the device the plans are for, where the search plans on less memory than it has (a headroom
+    search, `hybrid.arena.headroom`); `checkpoint` records it, so that a resume can tell the two apart.
     """
     called = time.monotonic()
     graph.require_ops()
@@ -68,13 +70,15 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
             config = replace(config, pool="bytes")  # no size-class pool fits; the byte budget may still work
     term = Termination(time_limit_s, generations, start=called, target_s=stop_at_s)
     own = evaluator is None
-    ev = evaluator or make_evaluator(graph, device, options, workers, scheduler)
+    ev = evaluator or make_evaluator(graph, device, options, workers, scheduler,
+                                     CONNECT_S if time_limit_s is None else min(CONNECT_S, time_limit_s))
     try:
         search = GeneticSearch(space, config, ev, state)
         if start is not None and rescore:
             search.rescore(term.expired)
         term.best = lambda: search.state.best.makespan if search.state is not None else float("inf")
-        save = (lambda st: save_checkpoint(checkpoint, space, config, st)) if checkpoint is not None else None
+        save = ((lambda st: save_checkpoint(checkpoint, space, config, st, full_device)) if checkpoint is not None
+                else None)
         if handle_sigint:
             with stop_on_sigint(term):
                 reason = search.run(term, on_generation, save, checkpoint_every, observe)
@@ -86,5 +90,7 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     finally:
         if own:
             ev.close()
-    return SearchResult(space, config, final.best.copy(), final.generation, final.evaluations, final.elapsed_s,
+    # the work done counts the evaluations of a generation a stop abandoned; the state to go on from does not
+    return SearchResult(space, config, final.best.copy(), final.generation, final.evaluations + search.abandoned,
+                        final.elapsed_s,
                         reason, final.log, ev.name, ev.workers, search.cache_hits, final)

@@ -65,9 +65,20 @@ class Headroom:
     #   full memory (arena plans): candidates for the written plan (`lay_out`'s `others`), never slower to keep
     capped: str = ""               # why less was given up than the layouts asked for ("" where it was not capped)
     least_usable: int = 0          # the usable bytes the search's device must keep (a size-class pool's floor)
+    usable: int = 0                # the search's usable bytes as a checkpoint stored them (`resumed`); 0: from shrink
+
+    @classmethod
+    def resumed(cls, device: Device, memory_bytes: int) -> "Headroom":
+        """The headroom a checkpoint's search planned with (its device's `memory_bytes`, less than `device`'s): a
+        resume keeps it to the byte rather than calibrating afresh, whose result depends on the time left (under
+        about 15 s it is left out) and would not be the memory the checkpoint's makespans were scored on."""
+        usable = int(memory_bytes) - device.reserve_bytes
+        return cls(1.0 - usable / max(device.usable_bytes, 1), 0.0, 0, 0.0, usable=usable)
 
     def device(self, device: Device) -> Device:
         """`device` with `shrink` of its usable memory given up (the search's device)."""
+        if self.usable:
+            return dataclasses.replace(device, memory_bytes=self.usable + device.reserve_bytes)
         if self.shrink <= 0.0:
             return device
         usable = int(device.usable_bytes * (1.0 - self.shrink))
@@ -75,10 +86,15 @@ class Headroom:
 
     def to_json(self) -> dict:
         """The plan's record (`planner.headroom`): no wall time, so a plan's bytes are the seed's and budget's."""
+        if self.usable:
+            return {"shrink": self.shrink, "from_checkpoint": True}
         return {"shrink": self.shrink, "ratio": self.ratio, "layouts": self.layouts,
                 "trials": list(self.trials), **({"seeded": self.seeded} if self.seeded is not None else {})}
 
     def describe(self) -> str:
+        if self.usable:
+            return (f"headroom: searched with {100 * self.shrink:.3g}% less memory, as the checkpoint's search was "
+                    "(--resume keeps the memory its makespans were scored on)")
         if not self.layouts:
             return "headroom: none (no seed plan runs in this memory, so none was laid out)"
         capped = f"; {self.capped}" if self.capped else ""

@@ -400,9 +400,11 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                        f"here (its heuristics alone {format_seconds(heuristic_layout_seconds(eval_s))}), over "
                        f"{100 * RESERVE_MAX_SHARE:.0f}% of the time limit; the byte budget is written "
                        "without offsets (the executor compacts at run time if it must)")
-    # None, or the memory the search gives up so its plans lay out (only where the winner is laid out afterwards)
+    # None, or the memory the search gives up so its plans lay out (only where the winner is laid out afterwards;
+    # a resume keeps its checkpoint's, whatever the time left would calibrate)
     with interrupts_after():   # Numba layouts (a signal is acted on after the one started)
-        head = (_headroom(graph, device, opts, prog, end, options, eval_s, skipped) if arena and not opts.addresses
+        head = (_resumed_headroom(device, opts, prog) if opts.resume is not None and not opts.addresses
+                else _headroom(graph, device, opts, prog, end, options, eval_s, skipped) if arena and not opts.addresses
                 else None)
     search_device = device if head is None else head.device(device)
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
@@ -530,7 +532,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process, which stops them in order
 
     def new_evaluator(dev: Device):  # noqa: ANN202 - ga.evaluation.Evaluator
-        ev = make_evaluator(graph, dev, options, workers, opts.scheduler)
+        ev = make_evaluator(graph, dev, options, workers, opts.scheduler, _connect_s(end))
         if eval_s > CHUNK_ONE_S and hasattr(ev, "chunks_per_worker"):
             # one candidate per task: when the time is up, at most one evaluation per worker is still running
             # (the pool's shutdown waits for it), not a chunk of several (NasNet-25 under load: seconds each)
@@ -575,7 +577,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                                     checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
                                     resume=opts.resume, on_generation=prog.generation_hook(ga_end),
                                     handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at,
-                                    start=start, rescore=rescore)
+                                    start=start, rescore=rescore, full_device=None if head is None else device)
 
                 # a headroom search re-calibrates halfway on its incumbent's layout (hybrid.arena.headroom.
                 # recalibrate): not with a refiner (its plans are on the first device) nor a checkpoint
@@ -614,7 +616,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                     prog.note(why + "; searching the byte budget instead")
                     options = dataclasses.replace(options, addresses=False)
                     evaluator.close()
-                    evaluator = make_evaluator(graph, device, options, workers, opts.scheduler)
+                    evaluator = make_evaluator(graph, device, options, workers, opts.scheduler, _connect_s(end))
                     result = search()
             finally:
                 prog.phase_end()
@@ -655,7 +657,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                     opts.refine_patience if more else None, prog, {"time_limit_s": total}, refinement,
                     opts.refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
                     evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
-                    checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at)
+                    checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at,
+                    full_device=None if head is None else device)
                 timings.search_s += time.monotonic() - t_ref
                 plan = before if plan is ref_in else _on_device(graph, plan, device, head)
                 interrupted = interrupted or stopped
@@ -824,6 +827,34 @@ def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progres
         return None
     head = calibrate(graph, device, opts.recompute, deadline=time.perf_counter() + HEADROOM_SHARE * left,
                      base=options, least_usable=_class_pool_floor(graph, device, opts, options))
+    prog.note(head.describe())
+    return head
+
+
+def _connect_s(end: float) -> float:
+    """How long to wait for a Dask scheduler (and its first worker): what is left of the time limit, at most
+    Dask's own 20 s."""
+    from ga.evaluation import CONNECT_S
+
+    return min(CONNECT_S, max(0.0, end - time.monotonic()))
+
+
+def _resumed_headroom(device: Device, opts: OptimizeOptions, prog: Progress):  # noqa: ANN202 - Headroom | None
+    """A resume searches on its checkpoint's device: where that is `device` with less memory (a headroom search's),
+    that headroom to the byte, noted. None where it is `device` itself, or another device, which the resume then
+    refuses naming the fields that differ (`ga.checkpoint`)."""
+    from ga.checkpoint import searched_memory
+    from hybrid.arena.headroom import Headroom
+
+    m = searched_memory(opts.resume, device)
+    if m is None:
+        return None
+    head = Headroom.resumed(device, m)
+    if opts.headroom is False:
+        raise HybridError(f"--resume {opts.resume}: the checkpoint's search planned with "
+                          f"{format_bytes(device.memory_bytes - m)} ({100 * head.shrink:.3g}%) less memory than "
+                          "this device's, its headroom (hybrid/arena/headroom.py), which --no-headroom "
+                          "(headroom=False) leaves out; resume it without --no-headroom")
     prog.note(head.describe())
     return head
 

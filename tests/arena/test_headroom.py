@@ -183,6 +183,39 @@ def test_headroom_search_refined_after_resumes_on_its_own_device() -> None:
     assert validate(g, res.plan).valid
 
 
+def test_a_resume_searches_on_its_checkpoints_memory_whatever_the_time_left(tmp_path, monkeypatch) -> None:
+    """A headroom search's checkpoint resumed where the time left skips the calibration (under about 15 s): it was
+    refused, "made for another device (memory_bytes ...)", and its advice to resume with the same flags was
+    wrong. The resume now plans on the checkpoint's memory to the byte and goes on as one search would; another
+    --memory and --no-headroom are refused naming why."""
+    from ga import GAConfig
+    from hybrid.pipeline import OptimizeOptions, run_optimize
+    from hybrid.pipeline import optimize as pipeline
+
+    g = training_graph(10, seed=3)
+    device = _device(g, 0.55)
+    cfg = GAConfig(population=6, children=6, seed=2)
+    ck = tmp_path / "ga.ckpt"
+
+    def opts(**kw):  # noqa: ANN003, ANN202
+        return OptimizeOptions(config=cfg, workers=1, refine="none", **kw)
+
+    first = run_optimize(g, device, 120.0, opts(generations=2, checkpoint=ck))
+    shrink = first.search_plan.planner["headroom"]["shrink"]
+    assert shrink > 0.0
+    straight = run_optimize(g, device, 120.0, opts(generations=4, checkpoint=tmp_path / "other.ckpt"))
+    monkeypatch.setattr(pipeline, "HEADROOM_MIN_LAYOUTS", 1e9)   # as a short limit: the calibration left out
+    resumed = run_optimize(g, device, 120.0, opts(generations=4, resume=ck))
+    assert resumed.search_plan.planner["headroom"] == {"shrink": pytest.approx(shrink), "from_checkpoint": True}
+    assert resumed.search.best.makespan == straight.search.best.makespan and resumed.search.generations == 4
+    assert resumed.plan.device == device and validate(g, resumed.plan).valid
+    other = dataclasses.replace(device, memory_bytes=device.memory_bytes + (1 << 20))
+    with pytest.raises(HybridError, match="made for another device .memory_bytes"):
+        run_optimize(g, other, 120.0, opts(generations=4, resume=ck))
+    with pytest.raises(HybridError, match="less memory than this device's, its headroom .* --no-headroom"):
+        run_optimize(g, device, 120.0, opts(generations=4, resume=ck, headroom=False))
+
+
 def test_lay_out_grows_a_headroom_plan_into_the_memory_it_left() -> None:
     """A plan made with 30% of the memory given up (as the headroom search's) and saying so: lay_out also
     re-plans it with more memory, keeps the fastest that fits (never slower than the plan where it fits)."""

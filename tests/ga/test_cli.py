@@ -56,6 +56,28 @@ def test_same_seed_same_plan_and_resume(graph_file, tmp_path) -> None:
     assert pa["schedule"] == pc["schedule"] and pa["events"] == pc["events"]
 
 
+def test_resume_refuses_search_flags_other_than_its_checkpoints(graph_file, tmp_path) -> None:
+    """`--seed 3 --resume ck` ran the checkpoint's seed 1 and said nothing (so did --population, --policy, ...):
+    a search flag with another value than the checkpoint's is refused, naming both; its own values are fine."""
+    path, mem = graph_file
+    ck = tmp_path / "ga.ckpt"
+    common = ["optimize", "--graph", path, "--memory", mem, "--workers", 1, "--refine", "none", "--quiet",
+              "--no-arena"]
+    assert run(*common, "--population", 8, "--seed", 7, "--generations", 1, "--checkpoint", ck,
+               "--out", tmp_path / "a.json").exit_code == 0
+    resume = [*common, "--generations", 2, "--resume", ck, "--out", tmp_path / "b.json"]
+    for flags, said, there in ((["--seed", 3], "--seed 3", "--seed 7"),
+                               (["--population", 9], "--population 9", "--population 8"),
+                               (["--policy", "lru"], "--policy lru", "--policy belady,lru,pinned"),
+                               (["--no-planner-knobs"], "--no-planner-knobs", "--planner-knobs"),
+                               (["--start", "random"], "--start random", "--start program")):
+        r = CliRunner().invoke(cli, list(map(str, resume + flags)))
+        assert r.exit_code == 2, r.output
+        assert f"{said} with --resume" in r.output and f"({there} there)" in r.output, r.output
+    assert not (tmp_path / "b.json").exists()
+    assert run(*resume, "--seed", 7, "--population", 8).exit_code == 0
+
+
 def test_refine_runs_when_available_or_fails_clearly(graph_file, tmp_path, monkeypatch) -> None:
     from hybrid.pipeline import optimize as cmd
 

@@ -65,6 +65,25 @@ def test_a_scheduler_that_is_not_an_address_is_one_line(address: str, said: str)
         DaskEvaluator(g, dev, PlannerOptions(), scheduler=address)
 
 
+def test_an_unreachable_scheduler_is_waited_for_within_the_time_limit() -> None:
+    """Dask's connect timeout was a fixed 20 s, whatever --time-limit: a 4 s limit waited 20 s for a scheduler
+    that was not there. The wait is now what the limit leaves (at most 20 s), and the error says how long."""
+    pytest.importorskip("distributed")
+    import re
+    import socket
+
+    from hybrid.pipeline import run_optimize
+
+    with socket.socket() as s:    # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    g, dev = small_training()
+    with pytest.raises(HybridError, match="cannot reach the Dask scheduler within") as e:
+        run_optimize(g, dev, 4.0, OptimizeOptions(config=GAConfig(population=4, children=4), refine="none",
+                                                 scheduler=f"tcp://127.0.0.1:{port}"))
+    assert float(re.search(r"within ([0-9.]+) s", str(e.value)).group(1)) <= 4.0, str(e.value)
+
+
 def test_an_empty_scheduler_is_refused() -> None:
     with pytest.raises(HybridError, match="--scheduler .* is empty"):
         OptimizeOptions(scheduler=" ").check()

@@ -160,6 +160,28 @@ def test_abandoned_generation_replays_identically(training) -> None:
     assert [i.makespan for i in a.state.population] == [i.makespan for i in b.state.population]
 
 
+def test_a_checkpoint_after_an_abandoned_generation_counts_what_a_resume_does_not_replay(training, tmp_path) -> None:
+    """A stop mid-generation: the checkpoint's evaluations leave out that generation's (a resume replays it; they
+    were counted twice, a resumed plan's `evaluations` over an uninterrupted one's), the search's result counts
+    them (work it did)."""
+    from ga.checkpoint import load_checkpoint, save_checkpoint
+
+    g, dev = training
+    space = SearchSpace.build(g, dev)
+    a = GeneticSearch(space, SMALL, SerialEvaluator(g, dev, PlannerOptions()))
+    a.initialize()
+    a.step()
+    done = a.state.evaluations
+    calls = iter(range(100))
+    assert not a.step(stop=lambda: next(calls) >= 3)   # 3 children evaluated, then abandoned
+    assert a.state.evaluations == done + 3
+    save_checkpoint(tmp_path / "ga.ckpt", space, SMALL, a.snapshot())
+    _, state = load_checkpoint(tmp_path / "ga.ckpt", space)
+    assert state.evaluations == done and state.generation == 1
+    a.step()          # the replay: a completed generation leaves nothing abandoned
+    assert a.snapshot().evaluations == a.state.evaluations
+
+
 def test_budget_and_config_errors_are_clear(training) -> None:
     g, dev = training
     with pytest.raises(HybridError, match="budget"):

@@ -82,7 +82,9 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=10, show_default=True,
               help="Generations between checkpoints.")
 @click.option("--resume", "resume_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Continue a checkpoint (its population, random state and settings) with a new budget.")
+              help="Continue a checkpoint (its population, random state and search settings) with a new budget; "
+                   "a search flag given with a value other than the checkpoint's (--seed, --population, --policy, "
+                   "...) is refused.")
 @device_options
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Write the best plan here (hybrid-plan/1).")
@@ -219,6 +221,8 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
     for path, flag in ((out_path, "--out"), (log_path, "--log"), (plot_path, "--plot"), (csv_path, "--csv"),
                        (checkpoint_path, "--checkpoint")):
         prepare_output(path, flag, figure=flag == "--plot")  # a bad folder fails now, not after the search
+    if resume_path is not None:
+        _resume_keeps_its_settings(resume_path, config)
     graph = load_graph(graph_path)
     device = device_from(graph, kw)
     line = None if quiet else ProgressLine()
@@ -274,3 +278,37 @@ def command(graph_path: Path, time_limit: str, generations: int | None, seed: in
                    "file", err=True)
     if res.failures:
         sys.exit(1)
+
+
+# the flags that set the search's settings (ga.GAConfig): a resume keeps its checkpoint's
+_SEARCH_FLAGS = {"population": "population", "children": "children", "mutation_rate": "mutation_rate",
+                 "temperature": "temperature", "search": "search", "pool": "pool", "seed": "seed",
+                 "planner_knobs": "planner_knobs", "class_mapping": "class_mapping", "start_order": "start",
+                 "policies": "policies"}
+
+
+def _resume_keeps_its_settings(resume_path: Path, config: object) -> None:
+    """A search flag given with --resume and another value than the checkpoint's: refused (it was ignored
+    silently: `--seed 3 --resume ck` ran the checkpoint's seed 1)."""
+    from click.core import ParameterSource
+
+    from ga.checkpoint import checkpoint_config
+
+    ctx = click.get_current_context()
+    given = [p for p in ctx.command.params if p.name in _SEARCH_FLAGS
+             and ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None)]
+    theirs = checkpoint_config(resume_path) if given else None
+    for param in given:
+        field = _SEARCH_FLAGS[param.name]
+        mine, ck = getattr(config, field), getattr(theirs, field)
+        if mine == ck:
+            continue
+        flag = max(param.opts, key=len)
+        if isinstance(mine, bool):   # --planner-knobs / --no-planner-knobs
+            on, off = param.opts[0], param.secondary_opts[0]
+            said, there = (on, off) if mine else (off, on)
+        else:
+            shown = (lambda v: ",".join(v)) if field == "policies" else str
+            said, there = f"{flag} {shown(mine)}", f"{flag} {shown(ck)}"
+        raise HybridError(f"{said} with --resume {resume_path}: a resumed search keeps its checkpoint's settings "
+                          f"({there} there); leave {said.split()[0]} out, or start a new search without --resume")
