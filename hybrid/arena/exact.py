@@ -376,9 +376,19 @@ def solve(problem: Problem, time_limit_s: float | None = 60.0, capacity: int | N
     `repair_moves`: when the heuristics end above 1.001 x peak, first repair under that top with this many
     evictions at most (`repair.repair`; ~12 ms each on pangu_2.6B's 18,692 buffers, not counted in the limit).
     Raises nothing on infeasibility: the result's arena then exceeds the capacity, which callers check.
+    A Ctrl-C or SIGTERM stops it as its time limit would (`_stopping_on_signal`); outside `stop_on_signal` it is
+    then raised as KeyboardInterrupt. Raised where it came, inside a compiled heuristic, it was a SystemError
+    ("CPUDispatcher(<function _place_in_order>) returned a result with an exception set"; a library call on
+    bert_large, Ctrl-C at 0.05 s).
     """
     if time_limit_s is None and node_budget is None:
         raise ValueError("exact.solve needs a time limit or a node budget")
+    with _stopping_on_signal():
+        return _solve(problem, time_limit_s, capacity, first_fit, node_budget, start, repair_moves)
+
+
+def _solve(problem: Problem, time_limit_s: float | None, capacity: int | None, first_fit: bool,
+           node_budget: int | None, start: Solution | None, repair_moves: int) -> Solution:
     t0 = time.perf_counter()
     # leave room to hand the result back within the limit
     deadline = math.inf if time_limit_s is None else t0 + 0.98 * time_limit_s
