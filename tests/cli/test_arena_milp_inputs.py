@@ -145,6 +145,23 @@ def test_a_skipped_exact_search_says_why(resnet_belady, monkeypatch) -> None:
     assert "exact search skipped: it is not compiled yet" in r.output and "--time-limit" in r.output, r.output
 
 
+def test_a_laid_out_plan_at_a_spent_time_limit_keeps_its_own_offsets(tmp_path: Path, resnet_belady) -> None:
+    """`hybrid arena --plan` of a plan with offsets whose limit is spent before the layout (0.1 s: the process's
+    start takes longer): its heuristics, cut short, gave 137 MiB where its offsets take 63, and the command
+    failed "need an arena of 137 MiB"; now the plan's own offsets are the layout to start from. --time-limit 0
+    ran the same way: refused, as by the other commands."""
+    path, _ = resnet_belady
+    laid, out = tmp_path / "laid.json", tmp_path / "again.json"
+    assert run("arena", "--graph", RESNET, "--plan", path, "--time-limit", "10s", "--out", laid).exit_code == 0
+    given = Plan.load(laid)
+    assert given.allocation.kind == "arena"
+    r = run("arena", "--graph", RESNET, "--plan", laid, "--time-limit", "0.1s", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert Plan.load(out).allocation.arena_bytes <= given.allocation.arena_bytes
+    r = run("arena", "--graph", RESNET, "--plan", laid, "--time-limit", "0", "--out", out)
+    assert r.exit_code == 2 and "--time-limit must be positive" in r.output, r.output
+
+
 # --- 4: sizes in human units, the exact bytes beside ----------------------------------------------------------
 
 def test_arena_sizes_read_in_binary_units_with_exact_bytes(tmp_path: Path) -> None:
