@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -117,6 +118,15 @@ def install() -> None:
         if signal.getsignal(s) is not signal.SIG_IGN:
             signal.signal(s, _on_signal)
     _hard = _starting = True
+    # `exit_now` ends the process without shutting its process pool down: multiprocessing's resource tracker (a
+    # process started with this one's -W options) then frees the pool's semaphores, as it should, but printed
+    # "UserWarning: resource_tracker: There appear to be 11 leaked semaphore objects to clean up at shutdown"
+    # and the code line after the one-line "stopped at once" (helper-121: `hybrid optimize`, Ctrl-C twice)
+    if _TRACKER_QUIET not in sys.warnoptions:
+        sys.warnoptions.append(_TRACKER_QUIET)
+
+
+_TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
 
 
 def register_cleanup(fn: Callable[[], None]) -> None:

@@ -36,6 +36,10 @@ def test_a_signal_early_or_during_the_search_stops_optimize(tmp_path, delay_s, s
 def test_a_second_signal_stops_at_once(tmp_path) -> None:
     t = one_try(6.0, signal.SIGTERM, tmp_path, "10m", HANG_GUARD_S, True, [])
     _check(t)
+    # one line says so: multiprocessing's resource tracker, freeing the pool's semaphores after the process ended,
+    # printed "UserWarning: resource_tracker: There appear to be 11 leaked semaphore objects ..." after it
+    err = (tmp_path / "stderr.txt").read_text()
+    assert "stopped at once" in err and "leaked" not in err and "Warning" not in err, err
 
 
 @pytest.mark.slow
