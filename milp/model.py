@@ -187,6 +187,7 @@ def build_model(problem: StageProblem, options: ModelOptions = ModelOptions(), n
     R: dict[tuple[int, int, int], pulp.LpVariable] = {}
     rstages: list[list[int]] = []
     for q, nd in enumerate(nodes):
+        over()   # the rerun variables alone take seconds on 2,872 stages (rnn-8-8k: 6 s, 4 s past a 5 s limit)
         st = [q]
         if options.recompute and nd.rerunnable and nd.outputs:
             last = min(max(pb.need[j] for j in nd.outputs), nd.rerun_until)
