@@ -231,12 +231,16 @@ def _run_in(d: str, model: HighsModel, run: HighsRun, t0: float) -> HighsOutcome
                     waited = time.monotonic() - t0
                     last = _last_log_line(log_path)
                     said = f"; its log's last line: {last!r}" if last else ""
+                    # how long after what: the process's whole time read as the wait after the interrupt
+                    # ("ended after 5.9 s" where the command exited 2.5 s after a Ctrl-C)
+                    ended = (f"ended {KILL_GRACE_S:g} s after the interrupt, {waited:.1f} s after its process "
+                             "started")
                     if why == "limit":
                         words = (f"HiGHS ran past its time limit{'' if began is None else f' of {began[1]:.1f} s'} "
-                                 f"and did not stop when interrupted: ended after {waited:.1f} s with no solution"
+                                 f"and did not stop when interrupted: {ended}, with no solution"
                                  f"{said}; HiGHS 1.16 does not check its time limit everywhere, e.g. in its presolve")
                     else:
-                        words = f"HiGHS did not stop when interrupted: ended after {waited:.1f} s{said}"
+                        words = f"HiGHS did not stop when interrupted: {ended}{said}"
                     return HighsOutcome("ended", words, False, float("inf"), float("inf"), None,
                                         None if began is None else time.monotonic() - began[0],
                                         None if began is None else began[1], interrupted,
@@ -275,6 +279,20 @@ def _run_in(d: str, model: HighsModel, run: HighsRun, t0: float) -> HighsOutcome
     return HighsOutcome(status, words, bool(info["has_solution"]), float(info["dual_bound"]),
                         float(info["objective"]), cols, info["search_s"], info["limit_s"],
                         interrupted or (bool(info["interrupted"]) and why != "limit"), load_s=load_s)
+
+
+def _solve_cancelling(h) -> None:  # noqa: ANN001 - highspy.Highs
+    """`h.solve()` as highspy runs it with HandleKeyboardInterrupt (HiGHS in a thread, a SIGINT cancels it and
+    HiGHS keeps its incumbent), without its words: it printed "Ctrl-C pressed 1 times: Waiting for HiGHS to
+    finish. (5 times to force termination)" when the parent interrupted it at its time limit, and the parent,
+    not a fifth Ctrl-C, ends a child that does not stop."""
+    h.startSolve()
+    while True:
+        try:
+            if h.wait(0.1)[0]:
+                return
+        except KeyboardInterrupt:
+            h.cancelSolve()
 
 
 def _watch_parent(parent: int) -> None:
@@ -325,12 +343,12 @@ def _child(d: str, parent: int | None = None) -> int:
             limit = left if limit is None else min(float(limit), left)
         if limit is not None:
             h.setOptionValue("time_limit", float(limit))
-        h.HandleKeyboardInterrupt = True
+        h.HandleKeyboardInterrupt = True    # HiGHS polls for a cancel (`cancelSolve`) while it runs
         t0 = time.monotonic()
         with open(os.path.join(d, "started.json.part"), "w") as f:
             json.dump({"t": t0, "limit_s": float(limit) if limit is not None else float("inf")}, f)
         os.replace(os.path.join(d, "started.json.part"), os.path.join(d, "started.json"))
-        h.solve()
+        _solve_cancelling(h)
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # HiGHS's solution is kept: an interrupt now comes too late
         search_s = time.monotonic() - t0
     except KeyboardInterrupt:     # before HiGHS started (it takes one itself during its run)

@@ -391,3 +391,37 @@ def test_the_starts_replan_gets_what_its_layout_left_of_the_share(monkeypatch) -
     out = prepare_start(g, device, belady_start(g, device), layout_s=3.0)
     assert given and all(s <= 2.0 for s in given), given      # 3 s less the layout's 1 s or more
     assert out.written.allocation.kind == "arena"
+
+
+def test_a_cancelled_highs_says_nothing_of_ctrl_c(capfd) -> None:
+    """The child stops HiGHS on the parent's interrupt (its time limit, or a user's Ctrl-C) and HiGHS keeps its
+    incumbent; highspy's own handling printed "Ctrl-C pressed 1 times: Waiting for HiGHS to finish. (5 times to
+    force termination)" also when nobody had pressed Ctrl-C (`hybrid milp` interrupting HiGHS at its limit)."""
+    import numpy as np
+    import highspy
+
+    from milp.highs_process import _solve_cancelling
+
+    rng = np.random.default_rng(0)
+    n, m = 120, 20      # a multi-dimensional knapsack HiGHS does not close within seconds
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    w, v = rng.integers(10, 100, (m, n)), rng.integers(10, 100, n)
+    for j in range(n):
+        h.addVar(0, 1)
+        h.changeColIntegrality(j, highspy.HighsVarType.kInteger)
+        h.changeColCost(j, -float(v[j]))
+    for i in range(m):
+        h.addRow(-highspy.kHighsInf, float(w[i].sum() // 2), n, np.arange(n, dtype=np.int32), w[i].astype(float))
+    h.HandleKeyboardInterrupt = True
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        _solve_cancelling(h)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert h.getModelStatus() == highspy.HighsModelStatus.kInterrupt
+    out = capfd.readouterr()
+    assert "Ctrl-C" not in out.out + out.err, out
