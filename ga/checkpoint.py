@@ -32,7 +32,7 @@ def _identity(space: SearchSpace) -> dict[str, Any]:
 
 def save_checkpoint(path: str | Path, space: SearchSpace, config: GAConfig, state: SearchState,
                     full_device: Device | None = None) -> None:
-    """`full_device`: the device the plans are for, where the search plans on less memory (a headroom search)."""
+    """`full_device`: the device the plans are for (a headroom search plans on less memory than it has)."""
     path = Path(path)
     pop = state.population + [state.best]
     cnt_ptr = np.concatenate([[0], np.cumsum([len(i.cnt) for i in pop])]).astype(np.int64)
@@ -146,14 +146,17 @@ def checkpoint_generation(path: str | Path) -> int:
 def searched_memory(path: str | Path, device: Device) -> int | None:
     """The memory_bytes a checkpoint's search planned on, where that is `device` with less memory (a headroom
     search's, `hybrid.arena.headroom`): `hybrid.pipeline.optimize` resumes on it rather than calibrating afresh.
-    None where it planned on `device` itself, or on another device (`load_checkpoint` then refuses, naming the
-    fields); a checkpoint that records its plans' device refuses another `device` here, saying so."""
+    None where it planned on `device` itself, on another device, or where it does not record the device its plans
+    are for (`load_checkpoint` then refuses any other, naming the fields); one that records another refuses
+    `device` here, saying so."""
     path = Path(path)
     header, _ = _read(path)
     theirs, full, mine = header["device"], header.get("full_device"), device.to_json()
     if not isinstance(theirs, dict) or not isinstance(full, (dict, type(None))):
         raise _not_ours(path, "its header's device is not what that command writes")
-    if full is not None and full != mine:
+    if full is None:    # written by ga.optimize alone, or before checkpoints said: only its own device is known
+        return None
+    if full != mine:
         raise HybridError(f"--resume {path}: the checkpoint was made for another device "
                           f"({_differences(full, mine)}); resume with the same graph and flags")
     m = theirs.get("memory_bytes")

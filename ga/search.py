@@ -45,8 +45,8 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     `rescore` (it ran on another device) its population is scored afresh here first
     (`GeneticSearch.rescore`). The generation count, log and random generator go on from it: carried over
     without `rescore`, a search counted in generations makes the same plan as one run through.
-    `full_device`: the device the plans are for, where the search plans on less memory than it has (a headroom
-    search, `hybrid.arena.headroom`); `checkpoint` records it, so that a resume can tell the two apart.
+    `full_device`: the device the plans are for (a headroom search plans on less memory than it has,
+    `hybrid.arena.headroom`); `checkpoint` records it, so that a resume can tell the two apart.
     """
     called = time.monotonic()
     graph.require_ops()

@@ -577,7 +577,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                                     checkpoint_every=opts.checkpoint_every if opts.checkpoint else 0,
                                     resume=opts.resume, on_generation=prog.generation_hook(ga_end),
                                     handle_sigint=opts.stop_on_interrupt, observe=watch, stop_at_s=stop_at,
-                                    start=start, rescore=rescore, full_device=None if head is None else device)
+                                    start=start, rescore=rescore, full_device=device)
 
                 # a headroom search re-calibrates halfway on its incumbent's layout (hybrid.arena.headroom.
                 # recalibrate): not with a refiner (its plans are on the first device) nor a checkpoint
@@ -657,8 +657,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                     opts.refine_patience if more else None, prog, {"time_limit_s": total}, refinement,
                     opts.refine_options, handle_sigint=opts.stop_on_interrupt, generations=opts.generations,
                     evaluator=evaluator, options=options, checkpoint=opts.checkpoint,
-                    checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at,
-                    full_device=None if head is None else device)
+                    checkpoint_every=opts.checkpoint_every, stop_at_s=stop_at, full_device=device)
                 timings.search_s += time.monotonic() - t_ref
                 plan = before if plan is ref_in else _on_device(graph, plan, device, head)
                 interrupted = interrupted or stopped

@@ -214,6 +214,11 @@ def test_a_resume_searches_on_its_checkpoints_memory_whatever_the_time_left(tmp_
         run_optimize(g, other, 120.0, opts(generations=4, resume=ck))
     with pytest.raises(HybridError, match="less memory than this device's, its headroom .* --no-headroom"):
         run_optimize(g, device, 120.0, opts(generations=4, resume=ck, headroom=False))
+    # a search on less memory without a headroom is another device, not a headroom to keep
+    small = dataclasses.replace(device, memory_bytes=int(device.memory_bytes * 0.95))
+    run_optimize(g, small, 120.0, opts(generations=1, checkpoint=tmp_path / "small.ckpt", headroom=False))
+    with pytest.raises(HybridError, match="made for another device .memory_bytes"):
+        run_optimize(g, device, 120.0, opts(generations=2, resume=tmp_path / "small.ckpt"))
 
 
 def test_lay_out_grows_a_headroom_plan_into_the_memory_it_left() -> None:
