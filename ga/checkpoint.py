@@ -144,26 +144,23 @@ def checkpoint_generation(path: str | Path) -> int:
 
 
 def searched_memory(path: str | Path, device: Device) -> int | None:
-    """The memory_bytes a checkpoint's search planned on, where that is `device` with less memory (a headroom
-    search's, `hybrid.arena.headroom`): `hybrid.pipeline.optimize` resumes on it rather than calibrating afresh.
-    None where it planned on `device` itself, on another device, or where it does not record the device its plans
-    are for (`load_checkpoint` then refuses any other, naming the fields); one that records another refuses
-    `device` here, saying so."""
+    """The memory_bytes the checkpoint's search planned on for `device`: less than its own where the search was a
+    headroom search's (`hybrid.arena.headroom`), which a resume keeps rather than calibrating afresh
+    (`hybrid.pipeline.optimize`). None where the checkpoint does not record the device its plans are for
+    (`ga.optimize` alone, or an older version's); one recorded for another device is refused, naming the fields."""
     path = Path(path)
     header, _ = _read(path)
     theirs, full, mine = header["device"], header.get("full_device"), device.to_json()
     if not isinstance(theirs, dict) or not isinstance(full, (dict, type(None))):
         raise _not_ours(path, "its header's device is not what that command writes")
-    if full is None:    # written by ga.optimize alone, or before checkpoints said: only its own device is known
+    if full is None:
         return None
     if full != mine:
         raise HybridError(f"--resume {path}: the checkpoint was made for another device "
                           f"({_differences(full, mine)}); resume with the same graph and flags")
     m = theirs.get("memory_bytes")
-    same = ({k: v for k, v in theirs.items() if k != "memory_bytes"}
-            == {k: v for k, v in mine.items() if k != "memory_bytes"})
-    if not same or isinstance(m, bool) or not isinstance(m, int) or not device.reserve_bytes < m < device.memory_bytes:
-        return None
+    if isinstance(m, bool) or not isinstance(m, int) or not device.reserve_bytes < m <= device.memory_bytes:
+        raise _not_ours(path, f"its header's device has memory_bytes {_short(m)}, not what that command writes")
     return m
 
 

@@ -404,8 +404,10 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     # a resume keeps its checkpoint's, whatever the time left would calibrate)
     with interrupts_after():   # Numba layouts (a signal is acted on after the one started)
         head = (_resumed_headroom(device, opts, prog) if opts.resume is not None and not opts.addresses
-                else _headroom(graph, device, opts, prog, end, options, eval_s, skipped) if arena and not opts.addresses
-                else None)
+                else _UNKNOWN)
+        if head is _UNKNOWN:
+            head = (_headroom(graph, device, opts, prog, end, options, eval_s, skipped) if arena and not opts.addresses
+                    else None)
     search_device = device if head is None else head.device(device)
     # no plan beats the graph bound (with recompute when the search may rerun ops): stop there (relative slack,
     # as equal sums in another order differ in the last bits); on a graph that fits, generation 0 reaches it
@@ -838,15 +840,20 @@ def _connect_s(end: float) -> float:
     return min(CONNECT_S, max(0.0, end - time.monotonic()))
 
 
+_UNKNOWN = object()   # a checkpoint that does not record its plans' device: the headroom is calibrated as ever
+
+
 def _resumed_headroom(device: Device, opts: OptimizeOptions, prog: Progress):  # noqa: ANN202 - Headroom | None
-    """A resume searches on its checkpoint's device: where that is `device` with less memory (a headroom search's),
-    that headroom to the byte, noted. None where it is `device` itself, or another device, which the resume then
-    refuses naming the fields that differ (`ga.checkpoint`)."""
+    """A resume searches on its checkpoint's memory: the headroom it planned with, to the byte, noted (None: it
+    planned on the full memory). _UNKNOWN where the checkpoint does not say (an older version's: calibrated as
+    ever, and refused where that gives another memory)."""
     from ga.checkpoint import searched_memory
     from hybrid.arena.headroom import Headroom
 
     m = searched_memory(opts.resume, device)
     if m is None:
+        return _UNKNOWN
+    if m == device.memory_bytes:
         return None
     head = Headroom.resumed(device, m)
     if opts.headroom is False:

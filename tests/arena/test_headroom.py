@@ -214,6 +214,22 @@ def test_a_resume_searches_on_its_checkpoints_memory_whatever_the_time_left(tmp_
         run_optimize(g, other, 120.0, opts(generations=4, resume=ck))
     with pytest.raises(HybridError, match="less memory than this device's, its headroom .* --no-headroom"):
         run_optimize(g, device, 120.0, opts(generations=4, resume=ck, headroom=False))
+    # an older version's checkpoint (no record of its plans' device): the headroom calibrated as ever
+    import json
+
+    import numpy as np
+
+    with np.load(ck) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays["header"]))
+    del header["full_device"]
+    arrays["header"] = np.array(json.dumps(header))
+    with open(tmp_path / "old.ckpt", "wb") as f:
+        np.savez_compressed(f, **arrays)
+    monkeypatch.undo()
+    old = run_optimize(g, device, 120.0, opts(generations=4, resume=tmp_path / "old.ckpt"))
+    assert "from_checkpoint" not in old.search_plan.planner["headroom"]
+    assert old.search.best.makespan == straight.search.best.makespan
     # a search on less memory without a headroom is another device, not a headroom to keep
     small = dataclasses.replace(device, memory_bytes=int(device.memory_bytes * 0.95))
     run_optimize(g, small, 120.0, opts(generations=1, checkpoint=tmp_path / "small.ckpt", headroom=False))
