@@ -186,8 +186,15 @@ def load_checkpoint(path: str | Path, space: SearchSpace) -> tuple[GAConfig, Sea
                           "both times or neither)")
     for key, what in (("device", "device"), ("planner_options", "planner options")):
         if header[key] != mine[key]:
+            theirs = header[key]
+            older = (key == "device" and "full_device" not in header and isinstance(theirs, dict)
+                     and {k for k in {*theirs, *mine[key]} if theirs.get(k) != mine[key].get(k)} == {"memory_bytes"})
+            advice = ("resume with the same graph and flags, and a --time-limit that leaves room for the headroom's "
+                      "calibration (this checkpoint does not record the device its plans are for, an older "
+                      "version's: a headroom is calibrated afresh, and left out where the time left is short)"
+                      if older else "resume with the same graph and flags")
             raise HybridError(f"--resume {path}: the checkpoint was made for another {what} "
-                              f"({_differences(header[key], mine[key])}); resume with the same graph and flags")
+                              f"({_differences(theirs, mine[key])}); {advice}")
     schedules, cls, cnt_ptr, cnt, makespans, by_bytes, planner = (arrays[k] for k in _ARRAYS)
     if schedules.shape[1] != space.n_ops or cls.shape[1] != space.n_sizes:
         raise HybridError(f"--resume {path}: its individuals do not fit graph {space.graph.name!r}")

@@ -223,7 +223,7 @@ class DaskEvaluator(_ChunkedEvaluator):
 
     def __init__(self, graph: Graph, device: Device, options: PlannerOptions, scheduler: str | None = None,
                  client: Any = None, connect_s: float = CONNECT_S) -> None:
-        """`connect_s`: how long to wait for the scheduler, and then for its first worker (a caller with a time
+        """`connect_s`: how long to wait for the scheduler and then its first worker, in all (a caller with a time
         limit passes what is left of it: Dask's own 20 s outlasted a 10 s --time-limit)."""
         try:
             from distributed import Client, wait as dask_wait
@@ -236,6 +236,7 @@ class DaskEvaluator(_ChunkedEvaluator):
                 raise HybridError("--scheduler: no address given; give the Dask scheduler's, e.g. "
                                   "tcp://host:8786, or leave --scheduler out to evaluate on this machine")
             connect_s = max(CONNECT_MIN_S, connect_s)
+            t_connect = time.monotonic()
             try:
                 client = Client(scheduler, timeout=f"{connect_s:.3f}s")
             except (OSError, TimeoutError) as e:
@@ -247,6 +248,8 @@ class DaskEvaluator(_ChunkedEvaluator):
                                   "tcp://host:8786") from None
         self.client = client
         start = time.monotonic()
+        if self._own_client:   # what the connect left of the one wait (at least CONNECT_MIN_S)
+            connect_s = max(CONNECT_MIN_S, connect_s - (start - t_connect))
         while not client.nthreads() and time.monotonic() - start < connect_s:
             time.sleep(0.2)
         if not client.nthreads():

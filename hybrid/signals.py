@@ -256,7 +256,14 @@ def interrupts_after(stop: Callable[[], None] | None = None) -> Iterator[list[in
     Both measured with `python benchmarks/signals.py` (a SIGTERM at 0.6-1.0 s). A second signal inside stops at
     once under `install()`."""
     with first_stop_sets(lambda signum: None if stop is None else stop()) as hits:
-        yield hits
+        try:
+            yield hits
+        except SystemError as e:
+            # a second signal's KeyboardInterrupt (library use) raised inside native code: numba's dispatcher
+            # hands it back as "SystemError: ... returned a result with an exception set"; it is the interrupt
+            if isinstance(e.__cause__, KeyboardInterrupt) or isinstance(e.__context__, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            raise
     if hits:
         _dispatch(hits[0])
 

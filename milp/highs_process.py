@@ -233,8 +233,8 @@ def _run_in(d: str, model: HighsModel, run: HighsRun, t0: float) -> HighsOutcome
                     said = f"; its log's last line: {last!r}" if last else ""
                     # how long after what: the process's whole time read as the wait after the interrupt
                     # ("ended after 5.9 s" where the command exited 2.5 s after a Ctrl-C)
-                    ended = (f"ended {KILL_GRACE_S:g} s after the interrupt, {waited:.1f} s after its process "
-                             "started")
+                    ended = (f"killed {time.monotonic() - told:.1f} s after the interrupt, {waited:.1f} s after "
+                             "its process started")
                     if why == "limit":
                         words = (f"HiGHS ran past its time limit{'' if began is None else f' of {began[1]:.1f} s'} "
                                  f"and did not stop when interrupted: {ended}, with no solution"
@@ -286,7 +286,10 @@ def _solve_cancelling(h) -> None:  # noqa: ANN001 - highspy.Highs
     HiGHS keeps its incumbent), without its words: it printed "Ctrl-C pressed 1 times: Waiting for HiGHS to
     finish. (5 times to force termination)" when the parent interrupted it at its time limit, and the parent,
     not a fifth Ctrl-C, ends a child that does not stop."""
-    h.startSolve()
+    try:
+        h.startSolve()
+    except KeyboardInterrupt:   # as it returned: HiGHS runs, and is cancelled as below
+        h.cancelSolve()
     while True:
         try:
             if h.wait(0.1)[0]:

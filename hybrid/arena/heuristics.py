@@ -402,10 +402,15 @@ def best_heuristic(problem: Problem, fill_up_to: int = 0) -> Solution:
     """The smallest arena among all heuristics (the exact search's first upper bound); `lowest_fill` too when
     the problem has at most `fill_up_to` buffers (`exact.solve` passes LOWEST_FILL_MAX; the default leaves
     `hybrid optimize`'s layouts and their counted work as they were)."""
+    from hybrid.signals import interrupts_after
+
     t0 = time.perf_counter()
-    sols = [h(problem) for h in HEURISTICS.values()]
-    if len(problem) <= fill_up_to:
-        sols.append(lowest_fill(problem))
+    # a Ctrl-C is acted on once they return: raised inside a kernel loading on its first call, it came out as
+    # numba's "SystemError: CPUDispatcher(<function _place_in_order>) returned a result with an exception set"
+    with interrupts_after():
+        sols = [h(problem) for h in HEURISTICS.values()]
+        if len(problem) <= fill_up_to:
+            sols.append(lowest_fill(problem))
     best = min(sols, key=lambda s: s.arena_bytes)
     return Solution(best.offsets, best.arena_bytes, best.solver, time.perf_counter() - t0, best.proven_optimal,
                     best.lower_bound)

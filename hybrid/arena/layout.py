@@ -244,7 +244,14 @@ def heuristic_layout(problem: Problem, budget: LayoutBudget = DEFAULT_BUDGET, de
     decreasing size then duration, XLA's first order, and MegEngine's simulation). With `deadline`
     (time.perf_counter), the several best-fit passes run only where their predicted time (BEST_FIT_S_PER_PAIR x
     n^2 a pass) ends before it, else one pass on a work budget that ends by it, so a time limit holds at 10^5
-    buffers; MegEngine's simulation always runs."""
+    buffers; MegEngine's simulation always runs. A Ctrl-C is acted on once it returns (`best_heuristic`)."""
+    from hybrid.signals import interrupts_after
+
+    with interrupts_after():
+        return _heuristic_layout(problem, budget, deadline)
+
+
+def _heuristic_layout(problem: Problem, budget: LayoutBudget, deadline: float | None) -> Solution:
     from hybrid.arena.heuristics import best_fit_by_size, best_heuristic, megengine
 
     n = len(problem)

@@ -592,19 +592,19 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                     return first
                 if ga_end - time.monotonic() < HEADROOM_MIN_LAYOUTS * one_layout:
                     leave("headroom: not re-calibrated halfway, too little of the search's time left for a layout")
-                    return run(opts.generations, ga_end, first.state)
+                    return _went_on(run(opts.generations, ga_end, first.state), first)
                 from hybrid.arena.headroom import recalibrate
 
                 with interrupts_after():   # Numba layouts (a signal is acted on after the one started)
                     new = recalibrate(graph, device, first.to_plan(), head,
                                       deadline=time.perf_counter() + HEADROOM_SHARE * (ga_end - time.monotonic()))
                 if new is None:
-                    return run(opts.generations, ga_end, first.state)
+                    return _went_on(run(opts.generations, ga_end, first.state), first)
                 prog.note(new.describe())
                 head, search_device = new, new.device(device)
                 evaluator.close()
                 evaluator = new_evaluator(search_device)
-                return run(opts.generations, ga_end, first.state, rescore=True)
+                return _went_on(run(opts.generations, ga_end, first.state, rescore=True), first)
             try:
                 try:
                     result = search()
@@ -663,7 +663,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                 timings.search_s += time.monotonic() - t_ref
                 plan = before if plan is ref_in else _on_device(graph, plan, device, head)
                 interrupted = interrupted or stopped
-                result = resumed or result
+                result = result if resumed is None else _went_on(resumed, result)
                 with deferred_interrupts() as hits:
                     if plan is not before:
                         plan = _valid_or(graph, plan, before, "the refined plan", failures, refinement)
@@ -801,6 +801,14 @@ def _relaxation(graph: Graph, result) -> "Plan | None":  # noqa: ANN001 - ga.Sea
     return to_plan(aug, {**result.planner_info(), "relaxation": "byte budget"})
 
 
+def _went_on(result, before):  # noqa: ANN001, ANN202 - ga.SearchResult
+    """`result`, a search that went on from `before`'s state (or its checkpoint), with the evaluations of the
+    generation a stop abandoned in `before` counted: its state leaves them out (the search replays it)."""
+    if before.state is None:
+        return result
+    return dataclasses.replace(result, evaluations=result.evaluations + before.evaluations - before.state.evaluations)
+
+
 def _halfway(generations: int | None, ga_end: float) -> tuple[int | None, float] | None:
     """Where a headroom search stops to re-calibrate: after half its generations (at least one each side), else
     half its time; None where it is too short to split."""
@@ -856,11 +864,12 @@ def _resumed_headroom(device: Device, opts: OptimizeOptions, prog: Progress):  #
     if m == device.memory_bytes:
         return None
     head = Headroom.resumed(device, m)
-    if opts.headroom is False:
+    if opts.headroom is False or opts.arena_s is None:
+        flag = "--no-headroom (headroom=False)" if opts.headroom is False else "--no-arena (arena_s=None)"
         raise HybridError(f"--resume {opts.resume}: the checkpoint's search planned with "
                           f"{format_bytes(device.memory_bytes - m)} ({100 * head.shrink:.3g}%) less memory than "
-                          "this device's, its headroom (hybrid/arena/headroom.py), which --no-headroom "
-                          "(headroom=False) leaves out; resume it without --no-headroom")
+                          f"this device's, its headroom (hybrid/arena/headroom.py), which {flag} leaves out; "
+                          f"resume it without {flag.split()[0]}")
     prog.note(head.describe())
     return head
 

@@ -214,6 +214,8 @@ def test_a_resume_searches_on_its_checkpoints_memory_whatever_the_time_left(tmp_
         run_optimize(g, other, 120.0, opts(generations=4, resume=ck))
     with pytest.raises(HybridError, match="less memory than this device's, its headroom .* --no-headroom"):
         run_optimize(g, device, 120.0, opts(generations=4, resume=ck, headroom=False))
+    with pytest.raises(HybridError, match="its headroom .* --no-arena"):   # refused as a new --headroom --no-arena is
+        run_optimize(g, device, 120.0, opts(generations=4, resume=ck, arena_s=None))
     # an older version's checkpoint (no record of its plans' device): the headroom calibrated as ever
     import json
 

@@ -78,6 +78,25 @@ def test_resume_refuses_search_flags_other_than_its_checkpoints(graph_file, tmp_
     assert run(*resume, "--seed", 7, "--population", 8).exit_code == 0
 
 
+def test_resume_takes_pool_both_where_the_search_fell_back_to_bytes(graph_file, tmp_path, monkeypatch) -> None:
+    """Where no size-class pool fits, `--pool both` searches the byte budget and its checkpoint says bytes: the same
+    command line resumed was refused, "--pool both ... (--pool bytes there)"."""
+    import ga.search
+    from hybrid.errors import InfeasibleError
+
+    def no_class_pool(space):  # noqa: ANN001, ANN202
+        raise InfeasibleError("no size-class pool fits")
+
+    monkeypatch.setattr(ga.search, "check_feasible", no_class_pool)
+    path, mem = graph_file
+    ck = tmp_path / "ga.ckpt"
+    common = ["optimize", "--graph", path, "--memory", mem, "--workers", 1, "--refine", "none", "--quiet",
+              "--no-arena", "--pool", "both", "--population", 6]
+    assert run(*common, "--generations", 1, "--checkpoint", ck, "--out", tmp_path / "a.json").exit_code == 0
+    r = run(*common, "--generations", 2, "--resume", ck, "--out", tmp_path / "b.json")
+    assert r.exit_code == 0, r.output
+
+
 def test_refine_runs_when_available_or_fails_clearly(graph_file, tmp_path, monkeypatch) -> None:
     from hybrid.pipeline import optimize as cmd
 

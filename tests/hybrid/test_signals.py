@@ -206,7 +206,7 @@ def test_a_sigterm_while_the_fork_server_starts_is_not_lost(tmp_path, nth) -> No
 
 
 _HEURISTICS_CTRL_C = """
-import os, signal, threading
+import os, signal, sys, threading
 import numpy as np
 from hybrid.arena import exact
 from hybrid.arena.problem import Buffer, Problem
@@ -216,17 +216,22 @@ rng = np.random.default_rng(0)
 lo = rng.integers(0, 4000, 6000)
 problem = Problem([Buffer(str(i), int(a), int(a + rng.integers(1, 600)), int(rng.integers(1, 1 << 20)))
                    for i, a in enumerate(lo)])
-exact.warm_up()            # the exact search's kernels; the heuristics' load (or compile) on the solve's first call
+exact.warm_up()            # the exact search's kernels; the heuristics' load (or compile) on the first call below
 threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
 try:
-    exact.solve(problem, time_limit_s=60.0)
+    if sys.argv[1] == "solve":
+        exact.solve(problem, time_limit_s=60.0)
+    else:
+        from hybrid.arena.layout import heuristic_layout
+        heuristic_layout(problem)
     print("returned")
 except BaseException as e:
     print(type(e).__name__, exact.stopped())
 """
 
 
-def test_a_ctrl_c_in_the_arena_heuristics_of_a_library_call_is_a_keyboard_interrupt() -> None:
+@pytest.mark.parametrize("call", ["solve", "heuristic_layout"])
+def test_a_ctrl_c_in_the_arena_heuristics_of_a_library_call_is_a_keyboard_interrupt(call: str) -> None:
     """`hybrid.arena.exact.solve` called from Python, Ctrl-C while its heuristics' kernels load on their first call
     in the process: the handler's KeyboardInterrupt came out of numba's dispatcher as "SystemError:
     CPUDispatcher(<function _place_in_order>) returned a result with an exception set" (bert_large, 5 of 5 at
@@ -234,5 +239,6 @@ def test_a_ctrl_c_in_the_arena_heuristics_of_a_library_call_is_a_keyboard_interr
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _HEURISTICS_CTRL_C], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-c", _HEURISTICS_CTRL_C, call], capture_output=True, text=True,
+                         timeout=600)
     assert out.stdout.split() == ["KeyboardInterrupt", "False"], out.stdout + out.stderr

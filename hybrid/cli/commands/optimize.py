@@ -301,8 +301,8 @@ def _resume_keeps_its_settings(resume_path: Path, config: object) -> None:
     for param in given:
         field = _SEARCH_FLAGS[param.name]
         mine, ck = getattr(config, field), getattr(theirs, field)
-        if mine == ck:
-            continue
+        if mine == ck or (field == "pool" and mine == "both" and ck == "bytes"):
+            continue   # --pool both falls back to bytes where no size-class pool fits (ga.optimize), and is saved so
         flag = max(param.opts, key=len)
         if isinstance(mine, bool):   # --planner-knobs / --no-planner-knobs
             on, off = param.opts[0], param.secondary_opts[0]
