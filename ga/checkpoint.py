@@ -127,10 +127,15 @@ def _short(v: Any) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
+def _differing(theirs: dict, mine: dict) -> list[str]:
+    """The fields of two records that differ (one absent from either counts)."""
+    return [k for k in dict.fromkeys([*theirs, *mine]) if theirs.get(k, _ABSENT) != mine.get(k, _ABSENT)]
+
+
 def _differences(theirs: Any, mine: Any) -> str:
     """'memory_bytes 4194304 in the checkpoint, 8388608 here': the fields that differ, not two whole dicts."""
     if isinstance(theirs, dict) and isinstance(mine, dict):
-        keys = [k for k in dict.fromkeys([*theirs, *mine]) if theirs.get(k, _ABSENT) != mine.get(k, _ABSENT)]
+        keys = _differing(theirs, mine)
         return "; ".join(f"{k} {_short(theirs.get(k, _ABSENT))} in the checkpoint, {_short(mine.get(k, _ABSENT))} here"
                          for k in keys)
     return f"{_short(theirs)} in the checkpoint, {_short(mine)} here"
@@ -188,7 +193,7 @@ def load_checkpoint(path: str | Path, space: SearchSpace) -> tuple[GAConfig, Sea
         if header[key] != mine[key]:
             theirs = header[key]
             older = (key == "device" and "full_device" not in header and isinstance(theirs, dict)
-                     and {k for k in {*theirs, *mine[key]} if theirs.get(k) != mine[key].get(k)} == {"memory_bytes"})
+                     and _differing(theirs, mine[key]) == ["memory_bytes"])
             advice = ("resume with the same graph and flags, and a --time-limit that leaves room for the headroom's "
                       "calibration (this checkpoint does not record the device its plans are for, an older "
                       "version's: a headroom is calibrated afresh, and left out where the time left is short)"

@@ -223,8 +223,9 @@ class DaskEvaluator(_ChunkedEvaluator):
 
     def __init__(self, graph: Graph, device: Device, options: PlannerOptions, scheduler: str | None = None,
                  client: Any = None, connect_s: float = CONNECT_S) -> None:
-        """`connect_s`: how long to wait for the scheduler and then its first worker, in all (a caller with a time
-        limit passes what is left of it: Dask's own 20 s outlasted a 10 s --time-limit)."""
+        """`connect_s`: how long to wait for the scheduler and then its first worker, in all, within [CONNECT_MIN_S,
+        CONNECT_S] (a caller with a time limit passes what is left of it: Dask's own 20 s outlasted a 10 s
+        --time-limit)."""
         try:
             from distributed import Client, wait as dask_wait
         except ImportError:
@@ -235,7 +236,7 @@ class DaskEvaluator(_ChunkedEvaluator):
             if not scheduler or not str(scheduler).strip():
                 raise HybridError("--scheduler: no address given; give the Dask scheduler's, e.g. "
                                   "tcp://host:8786, or leave --scheduler out to evaluate on this machine")
-            connect_s = max(CONNECT_MIN_S, connect_s)
+            connect_s = min(CONNECT_S, max(CONNECT_MIN_S, connect_s))
             t_connect = time.monotonic()
             try:
                 client = Client(scheduler, timeout=f"{connect_s:.3f}s")
@@ -329,8 +330,8 @@ def available_cores() -> int:
 
 def make_evaluator(graph: Graph, device: Device, options: PlannerOptions, workers: int | None = None,
                    scheduler: str | None = None, connect_s: float = CONNECT_S) -> Evaluator:
-    """`scheduler` → Dask (waited for at most `connect_s`); `workers` == 1 → serial; otherwise worker processes
-    (default: all cores)."""
+    """`scheduler` → Dask (waited for at most `connect_s`, the time left, up to CONNECT_S); `workers` == 1 →
+    serial; otherwise worker processes (default: all cores)."""
     if scheduler:
         return DaskEvaluator(graph, device, options, scheduler=scheduler, connect_s=connect_s)
     n = workers if workers is not None else available_cores()

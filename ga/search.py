@@ -71,7 +71,7 @@ def optimize(graph: Graph, device: Device | None = None, config: GAConfig = GACo
     term = Termination(time_limit_s, generations, start=called, target_s=stop_at_s)
     own = evaluator is None
     ev = evaluator or make_evaluator(graph, device, options, workers, scheduler,
-                                     CONNECT_S if time_limit_s is None else min(CONNECT_S, time_limit_s))
+                                     CONNECT_S if time_limit_s is None else time_limit_s)
     try:
         search = GeneticSearch(space, config, ev, state)
         if start is not None and rescore:

@@ -534,7 +534,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     start_forkserver()  # worker processes then leave SIGTERM and Ctrl-C to this process, which stops them in order
 
     def new_evaluator(dev: Device):  # noqa: ANN202 - ga.evaluation.Evaluator
-        ev = make_evaluator(graph, dev, options, workers, opts.scheduler, _connect_s(end))
+        ev = make_evaluator(graph, dev, options, workers, opts.scheduler, end - time.monotonic())
         if eval_s > CHUNK_ONE_S and hasattr(ev, "chunks_per_worker"):
             # one candidate per task: when the time is up, at most one evaluation per worker is still running
             # (the pool's shutdown waits for it), not a chunk of several (NasNet-25 under load: seconds each)
@@ -618,7 +618,8 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                     prog.note(why + "; searching the byte budget instead")
                     options = dataclasses.replace(options, addresses=False)
                     evaluator.close()
-                    evaluator = make_evaluator(graph, device, options, workers, opts.scheduler, _connect_s(end))
+                    evaluator = make_evaluator(graph, device, options, workers, opts.scheduler,
+                                               end - time.monotonic())
                     result = search()
             finally:
                 prog.phase_end()
@@ -838,14 +839,6 @@ def _headroom(graph: Graph, device: Device, opts: OptimizeOptions, prog: Progres
                      base=options, least_usable=_class_pool_floor(graph, device, opts, options))
     prog.note(head.describe())
     return head
-
-
-def _connect_s(end: float) -> float:
-    """How long to wait for a Dask scheduler (and its first worker): what is left of the time limit, at most
-    Dask's own 20 s."""
-    from ga.evaluation import CONNECT_S
-
-    return min(CONNECT_S, max(0.0, end - time.monotonic()))
 
 
 _UNKNOWN = object()   # a checkpoint that does not record its plans' device: the headroom is calibrated as ever
