@@ -6,9 +6,10 @@ The mapping (docs/capture.md has the full encoding):
   (optimizer_state); `rng`, a 0-byte tensor (other) that every random op reads
   and updates, so random ops keep their relative order in any valid schedule;
   a checkpointed region's generator fork is `hybrid_rng` save/restore ops on it
-  (hybrid.capture.rng).
+  (hybrid.capture.rng), the states saved are tensors of kind other.
 - every other storage -> one tensor named after the value that allocated it,
-  kind activation (forward) or gradient (backward), bytes = storage bytes.
+  kind activation (forward, and a checkpointed region's recomputation: hybrid.capture.recomputation) or
+  gradient (backward), bytes = storage bytes.
 - every call of a real kernel -> one op, with `aten` (how to replay it),
   `phase` and `cost`; view ops are folded into their consumers' arguments.
 - an in-place op on a persistent tensor (batch-norm statistics, the
@@ -31,6 +32,7 @@ from hybrid.capture import costs, rng
 from hybrid.capture.encoding import (AS_STRIDED, OFFSET_FROM_ROOT, Ref, dtype_name, encode_ref, encode_value,
                                      target_name)
 from hybrid.capture.optimizers import OptimizerSpec
+from hybrid.capture.recomputation import RECOMPUTES
 from hybrid.capture.storage import StorageTable, storage_bytes, storage_key, tensor_meta, view_bytes
 from hybrid.capture.trace import BUFFER, FROZEN, INPUT, TARGET, TRAINABLE, Traced
 from hybrid.device import Device
@@ -404,7 +406,10 @@ def _add_op(b: _Builder, n: fx.Node, pos: int, loss_pos: int, items: list[Any], 
     """Record one kernel call; returns whether it uses the generator (draws, saves or restores its state)."""
     tname = target_name(n.target)
     phase = "forward" if pos <= loss_pos else "backward"
-    act_kind = "activation" if phase == "forward" else "gradient"
+    # a checkpointed region's recomputation runs in the backward but makes the forward's activations again;
+    # a saved generator state is neither (kind other, as the generator's `rng` tensor)
+    act_kind = ("other" if rng.is_rng_op(n.target) else
+                "activation" if phase == "forward" or n.meta.get(RECOMPUTES) else "gradient")
     kind = n.target._opname
 
     # Inputs are read before the op writes anything: current versions.

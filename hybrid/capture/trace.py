@@ -33,6 +33,7 @@ import torch.nn as nn
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils import _pytree as pytree
 
+from hybrid.capture.recomputation import marking_recomputation
 from hybrid.capture.rng import prune_forks, rng_ops
 from hybrid.errors import HybridError, first_line
 
@@ -491,7 +492,8 @@ def trace_step(
         # region recomputes in the backward and must read them there too (not the module's own tensors).
         state = {**dict(zip(pnames, params)), **dict(zip(bnames, buffers))}
         host = _host_random_states()
-        with _reparametrize_module(module, state, tie_weights=True, strict=False), rng_ops():
+        with _reparametrize_module(module, state, tie_weights=True, strict=False), rng_ops(), \
+                marking_recomputation():
             out = run(params, inputs, targets)
             _reassigned_buffers(module, dict(zip(bnames, buffers)))
         after = _host_random_states()

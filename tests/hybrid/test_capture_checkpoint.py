@@ -68,6 +68,25 @@ def test_recomputation_reads_the_parameters_and_restores_the_forward_state() -> 
     assert "generator" in why_not_rerunnable(g, save)
 
 
+def _bytes_of(g, kind: str) -> int:
+    return sum(t.bytes for t in g.tensors if t.kind == kind)
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_a_recomputation_makes_activations_and_the_gradients_are_the_plain_steps(name: str, how: str) -> None:
+    """The region's ops run again in the backward, but what they make are the forward's activations: the graph's
+    gradients are the uncheckpointed step's, byte for byte (they counted the recomputation as gradients)."""
+    g, plain = graph_of(name, how)[0], graph_of(name, "none")[0]
+    assert _bytes_of(g, "gradient") == _bytes_of(plain, "gradient")
+    assert _bytes_of(g, "activation") > _bytes_of(plain, "activation")
+    forward_kinds = {"addmm", "convolution", "gelu", "relu", "native_layer_norm"}
+    recomputed = [o for o in g.ops if o.extra["phase"] == "backward" and o.kind in forward_kinds]
+    assert recomputed and {g.tensor(t).kind for o in recomputed for t in o.outputs} == {"activation"}
+    states = [t for o in g.ops if o.kind == "save_state" for t in o.outputs]
+    assert states and {g.tensor(t).kind for t in states} == {"other"}
+
+
 def test_selective_checkpointing_recomputes_only_what_the_policy_drops() -> None:
     counts = {how: sum(o.kind == "addmm" for o in graph_of("mlp", how)[0].ops) for how in ("none", "nonreentrant",
                                                                                         "selective")}
