@@ -277,18 +277,33 @@ def peak_warning(mem: dict[str, Any], plan_memory: int, reserve: int = 0) -> str
 def outside_warning(s: Summary, usable: int) -> str | None:
     """Where CUDA's own peak is not measured (the CPU), one line where the pool's level with what a node
     allocated outside it (Summary.peak_with_outside_bytes) exceeds the plan's usable memory (Device.usable_bytes:
-    what the plan was made to fill); else None. Counted per node on the CPU: what the plan did not allow for."""
+    what the plan was made to fill); else None. Counted per node on the CPU: what the plan did not allow for.
+    The advice follows the cause: nodes that allocated beyond their stated workspaces (the copy fallback's
+    results, where the graph does not state them) are mended by capturing them as workspaces; where the
+    workspaces held, the executor's own layout of an unlaid-out plan (no offsets) left no room beside them, which
+    a layout made with the workspaces in view mends (it advised --executor-workspaces there too, even after it)."""
     from hybrid.units import format_bytes
 
     if "cuda_own_peak_bytes" in s.memory or s.outside_counted_by != "dispatch":
         return None
-    held = int(s.peak_with_outside_bytes)
-    if held <= (1.0 + PEAK_SLACK) * usable:
+    held, limit = int(s.peak_with_outside_bytes), (1.0 + PEAK_SLACK) * usable
+    if held <= limit:
         return None
-    return (f"with what it allocated outside the pool this run held {format_bytes(held)}, "
-            f"{format_bytes(held - usable)} over the plan's {format_bytes(usable)} usable: capture with "
-            f"--executor-workspaces (executor.ops.with_copy_workspaces(graph) from Python: the copy fallback's "
-            f"results stated as workspaces) and plan again")
+    head = (f"with what it allocated outside the pool this run held {format_bytes(held)}, "
+            f"{format_bytes(held - usable)} over the plan's {format_bytes(usable)} usable: ")
+    capture = ("capture with --executor-workspaces (executor.ops.with_copy_workspaces(graph) from Python: the copy "
+               "fallback's results stated as workspaces) and plan again")
+    beyond = int(s.outside_beyond_workspace_bytes)
+    if beyond and held - beyond <= limit:
+        return head + capture
+    note = str((s.memory.get("pool") or {}).get("offsets", ""))
+    why = f" ({note.removeprefix('offline; ')})" if "workspace" in note else ""
+    cause = ("its nodes allocated outside the pool no more than their ops' workspaces, but"
+             if not beyond else f"{format_bytes(beyond)} of it beyond the ops' workspaces ({capture}); for the rest,")
+    own = " (it has no offsets)" if note else ""   # only the pools of unconstrained plans say how they laid out
+    return (head + f"{cause} the executor's layout of this plan{own} left the workspaces too little "
+            f"room beside its tensors{why}: lay the plan out (hybrid arena --graph G --plan P, or plan without "
+            "--no-arena), plan with --workspaces-aside, or give it more memory")
 
 
 def memory_warning(s: Summary, plan: Plan) -> str | None:

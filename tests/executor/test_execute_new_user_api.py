@@ -171,12 +171,37 @@ def test_a_cpu_run_over_its_plans_memory_with_what_it_allocated_outside_gets_one
 
     kib = 1 << 10
     s = Summary(2, 1, 0.0, 0.0, 0.0, None, 1.0, outside_counted_by="dispatch", peak_with_outside_bytes=36 * kib,
-                pool_peak_occupied_bytes=28 * kib, memory={"plan_memory_bytes": 30 * kib})
+                pool_peak_occupied_bytes=28 * kib, memory={"plan_memory_bytes": 30 * kib},
+                outside_beyond_workspace_bytes=8 * kib)     # nodes allocated beyond their stated workspaces
     line = outside_warning(s, 30 * kib)
     assert line is not None and "held 36 KiB, 6 KiB over the plan's 30 KiB" in line and "--executor-workspaces" in line
+    assert "lay the plan out" not in line
     assert outside_warning(s, 36 * kib) is None                                      # within the plan's memory
     assert outside_warning(replace(s, memory={"cuda_own_peak_bytes": 1}), 30 * kib) is None   # CUDA: its own
     assert outside_warning(replace(s, outside_counted_by=""), 30 * kib) is None      # not counted: a bound only
+
+
+def test_a_run_over_its_plans_memory_within_its_workspaces_is_advised_to_lay_the_plan_out() -> None:
+    """Every node allocated outside the pool only what its op's workspace states (the graph captured with
+    --executor-workspaces), yet the run held more than the plan: the executor's own layout of a plan without
+    offsets left the workspace too little room. Capturing with --executor-workspaces again cannot help (it was
+    advised); laying the plan out, --workspaces-aside or more memory can."""
+    from executor.measure import Summary
+    from executor.api import outside_warning
+
+    kib = 1 << 10
+    note = "offline; the largest workspace (8 KiB, outside the pool) may exceed the plan's memory by 6 KiB"
+    s = Summary(2, 1, 0.0, 0.0, 0.0, None, 1.0, outside_counted_by="dispatch", peak_with_outside_bytes=36 * kib,
+                pool_peak_occupied_bytes=28 * kib, memory={"plan_memory_bytes": 30 * kib, "pool": {"offsets": note}})
+    line = outside_warning(s, 30 * kib)
+    assert line is not None and "held 36 KiB, 6 KiB over the plan's 30 KiB usable" in line
+    assert "--executor-workspaces" not in line and "no more than their ops' workspaces" in line
+    assert "(the largest workspace (8 KiB, outside the pool) may exceed the plan's memory by 6 KiB)" in line
+    assert "lay the plan out (hybrid arena --graph G --plan P" in line and "--workspaces-aside" in line
+    # some beyond the workspaces, too little to explain the excess: both causes named
+    both = outside_warning(replace(s, outside_beyond_workspace_bytes=2 * kib), 30 * kib)
+    assert both is not None and "2 KiB of it beyond the ops' workspaces (capture with --executor-workspaces" in both
+    assert "lay the plan out" in both
 
 
 # ---- 4. the sanitizer says what it checked; workspace notes in readable units ------------------------------
