@@ -388,9 +388,10 @@ def _cbc_stop_words(opts: "SolveOptions", seen: dict[str, float], t_solve: float
         return (f"ran on past its limit of {opts.time_limit_s:.1f} s and stopped when interrupted {late:.3g} s "
                 "later")
     if late >= 0:
-        how = "did not stop when interrupted: ended" if ended else "was interrupted: it stopped"
+        how = (f"did not stop when interrupted: killed {KILL_GRACE_S:g} s after the interrupt" if ended
+               else "was interrupted: it stopped")
         return f"ran past its time limit of {opts.time_limit_s:.1f} s and {how}"
-    how = "did not stop: ended" if ended else "stopped"
+    how = f"did not stop: killed {KILL_GRACE_S:g} s later" if ended else "stopped"
     return (f"was interrupted {STOP_GRACE_S:g} s past the time limit's deadline, "
             f"{seen['stop_at'] - seen['started']:.1f} s into its own limit of {opts.time_limit_s:.1f} s (PuLP "
             f"wrote the model's file for {seen['started'] - t_solve:.1f} s before CBC started), and {how}")
