@@ -20,6 +20,7 @@ RECOMPUTES = "hybrid_recomputes"
 
 
 def _tracer_graph() -> fx.Graph | None:
+    """The graph make_fx is adding nodes to now (None outside a trace: nothing to mark)."""
     from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
     mode = get_proxy_mode()
@@ -60,11 +61,11 @@ def marking_recomputation() -> Iterator[None]:
         def enter(self: Any) -> Any:
             self._hybrid_marking = _marking()
             self._hybrid_marking.__enter__()
-            return torch.autograd.graph.saved_tensors_hooks.__enter__(self)
+            return super(hook, self).__enter__()
 
         def exit_(self: Any, *exc: Any) -> Any:
             try:
-                return torch.autograd.graph.saved_tensors_hooks.__exit__(self, *exc)
+                return super(hook, self).__exit__(*exc)
             finally:
                 self._hybrid_marking.__exit__(None, None, None)
 

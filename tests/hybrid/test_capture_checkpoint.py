@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from executor.api import execute  # noqa: E402
 from hybrid.capture import capture  # noqa: E402
+from hybrid.graph import Graph  # noqa: E402
 from tests.hybrid.test_capture import one_line_error  # noqa: E402
 from hybrid.graph.rerun import why_not_rerunnable  # noqa: E402
 from hybrid.swap.quick_plans import quick_plan  # noqa: E402
@@ -68,7 +69,7 @@ def test_recomputation_reads_the_parameters_and_restores_the_forward_state() -> 
     assert "generator" in why_not_rerunnable(g, save)
 
 
-def _bytes_of(g, kind: str) -> int:
+def _bytes_of(g: Graph, kind: str) -> int:
     return sum(t.bytes for t in g.tensors if t.kind == kind)
 
 
@@ -85,6 +86,37 @@ def test_a_recomputation_makes_activations_and_the_gradients_are_the_plain_steps
     assert recomputed and {g.tensor(t).kind for o in recomputed for t in o.outputs} == {"activation"}
     states = [t for o in g.ops if o.kind == "save_state" for t in o.outputs]
     assert states and {g.tensor(t).kind for t in states} == {"other"}
+
+
+@pytest.mark.parametrize("how", ["nested", "sequential"])
+def test_nested_and_sequential_recomputations_make_activations_too(how: str) -> None:
+    """A checkpoint inside a checkpointed function (recomputed twice over: inside the outer recomputation too)
+    and checkpoint_sequential: the gradients are still the plain step's."""
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    class Stack(nn.Module):
+        def __init__(self, wrap: bool) -> None:
+            super().__init__()
+            self.wrap, self.blocks = wrap, nn.Sequential(MLPBlock(8), MLPBlock(8), MLPBlock(8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if not self.wrap:
+                return self.blocks(x).square().mean()
+            if how == "sequential":
+                return checkpoint_sequential(self.blocks, 2, x, use_reentrant=False).square().mean()
+
+            def outer(h: torch.Tensor) -> torch.Tensor:   # reentrant on an input that requires grad (else no grads)
+                h = checkpoint(self.blocks[1], self.blocks[0](h), use_reentrant=True)
+                return checkpoint(self.blocks[2], h, use_reentrant=False)
+            return checkpoint(outer, x, use_reentrant=False).square().mean()
+
+    x = (torch.randn(4, 8),)
+    torch.manual_seed(0)
+    g = capture(Stack(True), x, optimizer="sgd", lr=0.1)
+    torch.manual_seed(0)
+    plain = capture(Stack(False), x, optimizer="sgd", lr=0.1)
+    assert _bytes_of(g, "gradient") == _bytes_of(plain, "gradient")
+    assert _bytes_of(g, "activation") > _bytes_of(plain, "activation")
 
 
 def test_selective_checkpointing_recomputes_only_what_the_policy_drops() -> None:
