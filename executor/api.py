@@ -278,10 +278,11 @@ def outside_warning(s: Summary, usable: int) -> str | None:
     """Where CUDA's own peak is not measured (the CPU), one line where the pool's level with what a node
     allocated outside it (Summary.peak_with_outside_bytes) exceeds the plan's usable memory (Device.usable_bytes:
     what the plan was made to fill); else None. Counted per node on the CPU: what the plan did not allow for.
-    The advice follows the cause: nodes that allocated beyond their stated workspaces (the copy fallback's
-    results, where the graph does not state them) are mended by capturing them as workspaces; where the
-    workspaces held, the executor's own layout of an unlaid-out plan (no offsets) left no room beside them, which
-    a layout made with the workspaces in view mends (it advised --executor-workspaces there too, even after it)."""
+    The advice follows the cause at that peak: its node's bytes beyond its op's stated workspace (the copy
+    fallback's results, where the graph does not state them) are planned for once captured as workspaces; what
+    is over with the workspaces kept to is the executor's own layout of a plan without offsets, which leaves
+    too little room beside the tensors for the largest workspace, and a layout planned with the workspaces in
+    view mends that (capturing with the workspaces again cannot)."""
     from hybrid.units import format_bytes
 
     if "cuda_own_peak_bytes" in s.memory or s.outside_counted_by != "dispatch":
@@ -291,19 +292,19 @@ def outside_warning(s: Summary, usable: int) -> str | None:
         return None
     head = (f"with what it allocated outside the pool this run held {format_bytes(held)}, "
             f"{format_bytes(held - usable)} over the plan's {format_bytes(usable)} usable: ")
-    capture = ("capture with --executor-workspaces (executor.ops.with_copy_workspaces(graph) from Python: the copy "
-               "fallback's results stated as workspaces) and plan again")
-    beyond = int(s.outside_beyond_workspace_bytes)
+    beyond = int(s.peak_beyond_workspace_bytes)
     if beyond and held - beyond <= limit:
-        return head + capture
+        return head + ("capture with --executor-workspaces (executor.ops.with_copy_workspaces(graph) from Python: "
+                       "the copy fallback's results stated as workspaces) and plan again")
     note = str((s.memory.get("pool") or {}).get("offsets", ""))
-    why = f" ({note.removeprefix('offline; ')})" if "workspace" in note else ""
-    cause = ("its nodes allocated outside the pool no more than their ops' workspaces, but"
-             if not beyond else f"{format_bytes(beyond)} of it beyond the ops' workspaces ({capture}); for the rest,")
-    own = " (it has no offsets)" if note else ""   # only the pools of unconstrained plans say how they laid out
-    return (head + f"{cause} the executor's layout of this plan{own} left the workspaces too little "
-            f"room beside its tensors{why}: lay the plan out (hybrid arena --graph G --plan P, or plan without "
-            "--no-arena), plan with --workspaces-aside, or give it more memory")
+    if "workspace" not in note:   # pools with the plan's offsets or size classes keep the workspaces' room
+        return head + "plan with more memory"
+    cause = ("its nodes allocated outside the pool no more than their ops' workspaces, but" if not beyond else
+             f"{format_bytes(beyond)} of it was a node's beyond its op's workspace, which capturing with "
+             "--executor-workspaces plans for; for the rest,")
+    return (head + f"{cause} the executor's layout of this plan, which has no offsets, left the workspaces too "
+            f"little room beside its tensors ({note.partition('; ')[2]}): lay the plan out (hybrid arena --graph "
+            "G --plan P, or plan without --no-arena), plan with --workspaces-aside, or plan with more memory")
 
 
 def memory_warning(s: Summary, plan: Plan) -> str | None:

@@ -64,7 +64,9 @@ class Summary:
       workspaces did not allow for; outside_by_target: bytes per aten target ("runtime" for the executor's own).
     - pool_peak_occupied_bytes: the pool's peak as the plan counts it (each copy rounded up to the device's
       alignment); peak_with_outside_bytes: an instant's peak of the pool plus what was outside it then (exact on
-      the CPU; on CUDA, and where uncounted, an upper bound): the figure to set beside the plan's memory.
+      the CPU; on CUDA, and where uncounted, an upper bound): the figure to set beside the plan's memory;
+      peak_beyond_workspace_bytes: of that peak, what the node running then allocated beyond its op's stated
+      workspace (CPU; else 0): the share a graph stating those bytes would have planned for.
     """
 
     iterations: int
@@ -102,6 +104,8 @@ class Summary:
     # allocator's peak above the iteration's start; uncounted, plus the copy fallback's largest transient
     # (both upper bounds)
     peak_with_outside_bytes: int = 0
+    # CPU: of that peak, what the node running then allocated beyond its op's stated workspace (else 0)
+    peak_beyond_workspace_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -190,8 +194,12 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
     out = max((r.ops.outside for r in records), key=lambda o: (o.peak_bytes, o.bytes), default=last.outside)
     pool = (memory or {}).get("pool", {})
     occupied = int(pool.get("peak_occupied_bytes", 0))
+    beyond_at_peak = 0
     if out.counted_by == "dispatch":
-        with_outside = max([occupied] + [r.ops.outside.with_pool_peak_bytes for r in records])
+        at = max((r.ops.outside for r in records), default=out,
+                 key=lambda o: (o.with_pool_peak_bytes, -o.with_pool_peak_beyond_bytes))
+        with_outside = max(occupied, at.with_pool_peak_bytes)
+        beyond_at_peak = at.with_pool_peak_beyond_bytes if at.with_pool_peak_bytes > occupied else 0
     elif out.counted_by == "allocator":
         with_outside = occupied + out.peak_bytes
     else:
@@ -210,7 +218,7 @@ def summarize(program: Program, records: list[IterationRecord], memory: dict[str
         outside_counted_by=out.counted_by, outside_bytes=out.bytes,
         outside_peak_bytes=out.peak_bytes, outside_beyond_workspace_bytes=out.beyond_workspace_bytes,
         outside_by_target=dict(out.by_target), pool_peak_occupied_bytes=occupied,
-        peak_with_outside_bytes=with_outside,
+        peak_with_outside_bytes=with_outside, peak_beyond_workspace_bytes=beyond_at_peak,
     )
 
 

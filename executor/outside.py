@@ -43,11 +43,15 @@ class OutsideStats:
     # CPU: per node, the pool's level as the plan counts it (each copy aligned) plus what the node allocated
     # outside the pool, at most: the run's device peak with its allocations outside the pool (0: not counted)
     with_pool_peak_bytes: int = 0
+    # CPU: of that peak, what its node allocated beyond its op's stated workspace (0: within it, or the pool's
+    # level alone): the share of the peak that stating the workspaces would have planned for
+    with_pool_peak_beyond_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"counted_by": self.counted_by, "bytes": self.bytes, "peak_bytes": self.peak_bytes,
                 "beyond_workspace_bytes": self.beyond_workspace_bytes, "by_target": dict(self.by_target),
-                "with_pool_peak_bytes": self.with_pool_peak_bytes}
+                "with_pool_peak_bytes": self.with_pool_peak_bytes,
+                "with_pool_peak_beyond_bytes": self.with_pool_peak_beyond_bytes}
 
 
 def storage_key(t: torch.Tensor) -> tuple[int, int] | None:
@@ -86,9 +90,12 @@ class DispatchCounter(TorchDispatchMode):
     def _close(self) -> None:
         s = self.stats
         s.peak_bytes = max(s.peak_bytes, self._node_bytes)
+        beyond = max(0, self._node_bytes - self._ws)
         if self._level_of is not None:
-            s.with_pool_peak_bytes = max(s.with_pool_peak_bytes, self._level + self._node_bytes)
-        s.beyond_workspace_bytes += max(0, self._node_bytes - self._ws)
+            held = self._level + self._node_bytes
+            if (held, -beyond) > (s.with_pool_peak_bytes, -s.with_pool_peak_beyond_bytes):
+                s.with_pool_peak_bytes, s.with_pool_peak_beyond_bytes = held, beyond
+        s.beyond_workspace_bytes += beyond
         self._seen.clear()
         self._node_bytes = 0
 

@@ -172,7 +172,7 @@ def test_a_cpu_run_over_its_plans_memory_with_what_it_allocated_outside_gets_one
     kib = 1 << 10
     s = Summary(2, 1, 0.0, 0.0, 0.0, None, 1.0, outside_counted_by="dispatch", peak_with_outside_bytes=36 * kib,
                 pool_peak_occupied_bytes=28 * kib, memory={"plan_memory_bytes": 30 * kib},
-                outside_beyond_workspace_bytes=8 * kib)     # nodes allocated beyond their stated workspaces
+                peak_beyond_workspace_bytes=8 * kib)     # the peak's node allocated beyond its stated workspace
     line = outside_warning(s, 30 * kib)
     assert line is not None and "held 36 KiB, 6 KiB over the plan's 30 KiB" in line and "--executor-workspaces" in line
     assert "lay the plan out" not in line
@@ -199,9 +199,15 @@ def test_a_run_over_its_plans_memory_within_its_workspaces_is_advised_to_lay_the
     assert "(the largest workspace (8 KiB, outside the pool) may exceed the plan's memory by 6 KiB)" in line
     assert "lay the plan out (hybrid arena --graph G --plan P" in line and "--workspaces-aside" in line
     # some beyond the workspaces, too little to explain the excess: both causes named
-    both = outside_warning(replace(s, outside_beyond_workspace_bytes=2 * kib), 30 * kib)
-    assert both is not None and "2 KiB of it beyond the ops' workspaces (capture with --executor-workspaces" in both
-    assert "lay the plan out" in both
+    both = outside_warning(replace(s, peak_beyond_workspace_bytes=2 * kib), 30 * kib)
+    assert both is not None and "2 KiB of it was a node's beyond its op's workspace, which capturing with " \
+        "--executor-workspaces plans for; for the rest, the executor's layout" in both and "lay the plan out" in both
+    # nodes elsewhere in the iteration went beyond theirs (summed: 20 KiB), not the peak's: the layout's advice
+    summed = outside_warning(replace(s, outside_beyond_workspace_bytes=20 * kib), 30 * kib)
+    assert summed == line
+    online = note.replace("offline", "online (best fit + compaction)")
+    said = outside_warning(replace(s, memory={"pool": {"offsets": online}}), 30 * kib)
+    assert said is not None and "(the largest workspace (8 KiB" in said and "online" not in said
 
 
 # ---- 4. the sanitizer says what it checked; workspace notes in readable units ------------------------------

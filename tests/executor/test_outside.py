@@ -133,6 +133,24 @@ def test_the_counter_counts_fresh_storage_once_per_node_and_not_the_pool() -> No
     assert s.peak_bytes == 80 and s.beyond_workspace_bytes == 32 + 64
 
 
+def test_the_counter_says_what_the_peaks_own_node_allocated_beyond_its_workspace() -> None:
+    """The peak of the pool's level with a node's bytes outside it, and of that peak what its node allocated
+    beyond its workspace: not the iteration's sum over nodes, which another node's overrun fills (the warning's
+    advice follows the peak's cause)."""
+    levels = iter([1000, 100, 1000])
+    counter = DispatchCounter(set(), level=lambda: next(levels))
+    with counter:
+        counter.node("at_peak", 64)
+        torch.empty(16)                           # 64 bytes, all the op's workspace: 1,064 held
+        counter.node("low", 0)
+        torch.empty(200, dtype=torch.uint8)       # 200 beyond its workspace, at a low level: 300 held
+        counter.node("tie", 32)
+        torch.empty(16)                           # 64 bytes, 32 beyond: 1,064 held too, less of it the workspace's
+    s = counter.finish()
+    assert s.with_pool_peak_bytes == 1064 and s.with_pool_peak_beyond_bytes == 0
+    assert s.beyond_workspace_bytes == 232
+
+
 def _aten(target: str, args: list, kwargs: dict, returns: list[str]) -> dict:
     return {"target": target, "args": args, "kwargs": kwargs, "returns": returns}
 
