@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator
 
-import torch
 import torch.fx as fx
 
 RECOMPUTES = "hybrid_recomputes"
