@@ -412,6 +412,10 @@ def test_a_headroom_search_whose_incumbent_misses_goes_on_with_more_memory_given
     assert len(calls) == 1 and info["seeded"] == calls[0] and info["shrink"] == pytest.approx(calls[0] + 0.05)
     assert res.search.generations == 4 and res.search.space.device.usable_bytes < device.usable_bytes
     assert res.plan.device == device and validate(g, res.plan).valid
+    # the whole search's evaluations (both halves, the rescore too), as its log counts them: the first half's
+    # alone were reported (its state, which the second half goes on from, read after that half had counted)
+    logged = res.search.log.to_frame()["evaluations"]
+    assert res.search.evaluations == int(logged.iloc[-1]) and res.search.evaluations > int(logged.iloc[1])
 
 
 def test_a_seed_laid_out_by_the_calibration_is_written_where_it_beats_the_searchs_fallback() -> None:
