@@ -400,4 +400,5 @@ class GeneticSearch:
         times = np.array([i.makespan for i in st.population])
         st.log.append(GenerationStats.of(
             times, time_s=self._elapsed(), generation=st.generation, evaluations=st.evaluations,
-            best_ever_s=st.best.makespan, evals_per_s=n_evaluated / max(gen_seconds, 1e-9)))
+            best_ever_s=st.best.makespan, evals_per_s=n_evaluated / max(gen_seconds, 1e-9),
+            memory_bytes=int(self.space.device.memory_bytes)))

@@ -26,9 +26,12 @@ class GenerationStats:
     best_s: float          # best / mean / worst makespan of the population (feasible ones)
     mean_s: float
     worst_s: float
-    best_ever_s: float     # best makespan seen so far (also among children that did not survive)
+    best_ever_s: float     # best makespan seen so far on this row's memory (also among children that did not survive)
     infeasible: int        # population members with no feasible pool
     evals_per_s: float     # this generation's evaluation rate
+    # the device memory these makespans are scored on: a headroom search's is less than the device's, and one
+    # re-calibrated halfway goes on with less still, where its best starts over (0: a log written before this)
+    memory_bytes: int = 0
 
     @staticmethod
     def of(times: np.ndarray, **kw: float) -> "GenerationStats":
@@ -38,6 +41,7 @@ class GenerationStats:
 
 
 COLUMNS = [f.name for f in fields(GenerationStats)]
+_INTS = ("generation", "evaluations", "infeasible", "memory_bytes")
 
 
 def format_duration(seconds: float) -> str:
@@ -74,8 +78,8 @@ class ConvergenceLog:
     @staticmethod
     def read_csv(path: str | Path) -> "ConvergenceLog":
         with open(path, newline="") as f:
-            rows = [GenerationStats(**{k: (int(v) if k in ("generation", "evaluations", "infeasible") else float(v))
-                                       for k, v in r.items()}) for r in csv.DictReader(f)]
+            rows = [GenerationStats(**{k: (int(v) if k in _INTS else float(v)) for k, v in r.items()})
+                    for r in csv.DictReader(f)]
         return ConvergenceLog(rows)
 
     def plot(self, path: str | Path, title: str = "", ideal_s: float | None = None,
@@ -86,20 +90,35 @@ class ConvergenceLog:
         df = self.to_frame()
         fig = Figure(figsize=(6.4, 4.0))
         ax = fig.subplots()
+        finite = df["best_s"][np.isfinite(df["best_s"])]
+        typical = float(finite.median()) if len(finite) else 1.0
+        unit, scale = ("us", 1e6) if typical < 1e-3 else ("ms", 1e3) if typical < 1.0 else ("s", 1.0)
         for col, label, style in (("worst_s", "worst", ":"), ("mean_s", "mean", "--"), ("best_s", "best", "-")):
-            ax.plot(df["time_s"], df[col], style, label=label)
+            ax.plot(df["time_s"], df[col] * scale, style, label=label)
         if ideal_s is not None:
-            ax.axhline(ideal_s, color="grey", lw=0.8, label="ideal (infinite memory)")
+            ax.axhline(ideal_s * scale, color="grey", lw=0.8, label="ideal (infinite memory)")
         if lower_bound_s is not None and (ideal_s is None or lower_bound_s > ideal_s * (1 + 1e-9)):
-            ax.axhline(lower_bound_s, color="grey", lw=0.8, ls="-.", label="lower bound (graph_bound)")
+            ax.axhline(lower_bound_s * scale, color="grey", lw=0.8, ls="-.", label="lower bound (graph_bound)")
+        _mark_memory_changes(ax, df)
         ax.set_xlabel("search time (s)")
-        ax.set_ylabel("time per iteration (s)")
+        ax.set_ylabel(f"time per iteration ({unit})")
         ax.set_title(title)
         ax.legend()
         fig.tight_layout()
         from hybrid.files import save_figure
 
         save_figure(fig, path)
+
+
+def _mark_memory_changes(ax, df: "pd.DataFrame") -> None:  # noqa: ANN001 - a matplotlib Axes
+    """A vertical line where the search went on with less memory (a headroom re-calibrated halfway): the
+    makespans after it are on the smaller memory, so the curves may rise there."""
+    from hybrid.units import format_bytes
+
+    mem = df["memory_bytes"].to_numpy()
+    for k in np.nonzero((mem[1:] != mem[:-1]) & (mem[:-1] > 0) & (mem[1:] > 0))[0] + 1:
+        ax.axvline(df["time_s"].iloc[k], color="tab:red", lw=0.8, ls="--",
+                   label=f"searched on {format_bytes(int(mem[k]))} from here (was {format_bytes(int(mem[k - 1]))})")
 
 
 class ProgressLine:

@@ -414,8 +414,11 @@ def test_a_headroom_search_whose_incumbent_misses_goes_on_with_more_memory_given
     assert res.plan.device == device and validate(g, res.plan).valid
     # the whole search's evaluations (both halves, the rescore too), as its log counts them: the first half's
     # alone were reported (its state, which the second half goes on from, read after that half had counted)
-    logged = res.search.log.to_frame()["evaluations"]
+    frame = res.search.log.to_frame()
+    logged = frame["evaluations"]
     assert res.search.evaluations == int(logged.iloc[-1]) and res.search.evaluations > int(logged.iloc[1])
+    memory = frame["memory_bytes"]     # the log says where the search went on with less memory
+    assert memory.iloc[0] > memory.iloc[-1] == res.search.space.device.memory_bytes
 
 
 def test_a_seed_laid_out_by_the_calibration_is_written_where_it_beats_the_searchs_fallback() -> None:

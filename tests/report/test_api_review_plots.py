@@ -62,6 +62,40 @@ def test_the_convergence_plot_leaves_the_backend_alone(svg_backend: str, tmp_pat
     assert (tmp_path / "c.png").stat().st_size > 0
 
 
+def test_the_convergence_log_says_the_memory_its_makespans_are_on_and_the_plot_marks_a_change(
+        tmp_path: Path) -> None:
+    """A headroom search re-calibrated halfway goes on with less memory: its best starts over there, and the
+    log's best_ever_s rose with nothing to say why (helper-125's probe). The log carries memory_bytes and the
+    plot draws a line where it changes; a log written before the column reads back with 0."""
+    rows = [GenerationStats(time_s=float(i), generation=i, evaluations=4 * i, best_s=2.0 + i, mean_s=2.5 + i,
+                            worst_s=3.0 + i, best_ever_s=2.0 + (i >= 2), infeasible=0, evals_per_s=4.0,
+                            memory_bytes=(4 << 20) if i < 2 else (3 << 20)) for i in range(4)]
+    log = ConvergenceLog(rows)
+    log.to_csv(tmp_path / "c.csv")
+    assert ConvergenceLog.read_csv(tmp_path / "c.csv").rows == rows
+    import matplotlib.figure
+
+    drawn: list[dict] = []
+    real = matplotlib.axes.Axes.axvline
+
+    def axvline(self, x=0, *a, **kw):  # noqa: ANN001, ANN202
+        drawn.append({"x": x, **kw})
+        return real(self, x, *a, **kw)
+
+    matplotlib.axes.Axes.axvline = axvline
+    try:
+        log.plot(tmp_path / "c.png")
+    finally:
+        matplotlib.axes.Axes.axvline = real
+    assert [d["x"] for d in drawn] == [2.0] and drawn[0]["label"] == "searched on 3 MiB from here (was 4 MiB)"
+    old = tmp_path / "old.csv"
+    old.write_text("time_s,generation,evaluations,best_s,mean_s,worst_s,best_ever_s,infeasible,evals_per_s\n"
+                   "0.5,0,8,1.0,1.5,2.0,1.0,0,16.0\n")
+    back = ConvergenceLog.read_csv(old)
+    assert back.rows[0].memory_bytes == 0 and back.rows[0].evaluations == 8
+    back.plot(tmp_path / "old.png")     # no column, no line
+
+
 def test_the_serve_and_frontier_figures_leave_the_backend_alone(svg_backend: str, tmp_path: Path) -> None:
     import matplotlib
 

@@ -89,7 +89,8 @@ EXIT_S = 1.5   # kept at the end of --time-limit for the summary and the interpr
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Write the best plan here (hybrid-plan/1).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the convergence log (time, generation, best/mean/worst makespan) as CSV.")
+              help="Write the convergence log (time, generation, best/mean/worst makespan, the memory they are "
+                   "scored on: a headroom search's is less than --memory) as CSV.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Plot best/mean/worst makespan against search time (PNG), like the paper's Figure 9.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
