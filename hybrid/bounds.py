@@ -717,7 +717,8 @@ def with_bounds(info: GraphInfo, graph: Graph, device) -> GraphInfo:  # noqa: AN
     g_swap = max(g_rc, graph_bound(graph, device, recompute=False))
     rc_b = max(g_rc, activation_bound(graph, device, order, recompute=True))
     swap_b = max(rc_b, g_swap, activation_bound(graph, device, order, recompute=False))
-    return replace(info, graph_bound_s=g_rc, graph_swap_bound_s=g_swap, recompute_bound_s=rc_b, swap_bound_s=swap_b)
+    return replace(info, graph_bound_s=g_rc, graph_swap_bound_s=g_swap, program_order_recompute_bound_s=rc_b,
+                   program_order_swap_bound_s=swap_b)
 
 
 CHAIN_BOUND_MAX_OPS = 20_000   # larger graphs: no chain bound (its model is built in Python, op by op)

@@ -33,8 +33,10 @@ class GraphInfo:
     # None: not computed (`graph_info` leaves them to `hybrid.bounds.with_bounds`), never a bound of zero seconds
     graph_bound_s: float | None = None       # plans in any order, with recompute (every plan): graph_bound
     graph_swap_bound_s: float | None = None  # plans in any order, swap only: graph_bound without reruns
-    recompute_bound_s: float | None = None   # plans in this (program) order, with recompute: activation_bound
-    swap_bound_s: float | None = None        # plans in this (program) order, swap only
+    # plans in this (program) order, with recompute (activation_bound) / swap only; named apart from a plan
+    # row's `recompute_bound_s` / `swap_bound_s` (hybrid.pipeline.rows), which bound plans in any order
+    program_order_recompute_bound_s: float | None = None
+    program_order_swap_bound_s: float | None = None
     # the ideal with each op's fastest implementation (convolution algorithms), which the bounds assume: below
     # `ideal_s` (the default implementations) where a graph offers a faster one
     fastest_ideal_s: float | None = None
@@ -63,12 +65,13 @@ class GraphInfo:
                 ("lower bound, persistent tensors only", format_seconds(self.persistent_bound_s))]
         if self.graph_bound_s is not None:
             out += [("lower bound, plans in any order, with recompute", format_seconds(self.graph_bound_s))]
-            if self.recompute_bound_s is not None:
+            if self.program_order_recompute_bound_s is not None:
                 out += [("lower bound, plans in this (program) order, with recompute",
-                         format_seconds(self.recompute_bound_s))]
+                         format_seconds(self.program_order_recompute_bound_s))]
             out += [("lower bound, plans in any order, swap only", format_seconds(self.graph_swap_bound_s))]
-            if self.swap_bound_s is not None:
-                out += [("lower bound, plans in this (program) order, swap only", format_seconds(self.swap_bound_s))]
+            if self.program_order_swap_bound_s is not None:
+                out += [("lower bound, plans in this (program) order, swap only",
+                         format_seconds(self.program_order_swap_bound_s))]
         return out
 
 

@@ -145,16 +145,19 @@ def test_info_leaves_the_activation_bounds_to_hybrid_bounds():
 
     g = _graph(11)
     info = graph_info(g, g.device)
-    assert (info.graph_swap_bound_s, info.graph_bound_s, info.swap_bound_s, info.recompute_bound_s) == (None,) * 4
+    assert (info.graph_swap_bound_s, info.graph_bound_s, info.program_order_swap_bound_s,
+            info.program_order_recompute_bound_s) == (None,) * 4
     full = with_bounds(info, g, g.device)
     assert full.graph_swap_bound_s == pytest.approx(6 * MS) == graph_bound(g, g.device, recompute=False)
     assert full.graph_bound_s == pytest.approx((3 + 6 / 11) * MS) == graph_bound(g, g.device, recompute=True)
     order = program_order(g)
     # a narrower set of plans never shows a figure below a wider set's
     rc = max(full.graph_bound_s, activation_bound(g, g.device, order, recompute=True))
-    assert full.recompute_bound_s == rc
-    assert full.swap_bound_s == max(rc, full.graph_swap_bound_s, activation_bound(g, g.device, order, recompute=False))
-    assert replace(full, graph_swap_bound_s=None, graph_bound_s=None, swap_bound_s=None, recompute_bound_s=None) == info
+    assert full.program_order_recompute_bound_s == rc
+    assert full.program_order_swap_bound_s == max(rc, full.graph_swap_bound_s,
+                                                  activation_bound(g, g.device, order, recompute=False))
+    assert replace(full, graph_swap_bound_s=None, graph_bound_s=None, program_order_swap_bound_s=None,
+                   program_order_recompute_bound_s=None) == info
 
 
 def test_info_json_names_the_devices_memory_and_what_a_plan_may_fill(tmp_path) -> None:

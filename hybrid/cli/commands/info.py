@@ -15,7 +15,9 @@ from hybrid.graph.info import graph_info
 @graph_option
 @device_options
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the figures as JSON (a bound no plan of its set can meet, infinite, is null).")
+              help="Print the figures as JSON (a bound no plan of its set can meet, infinite, is null): the "
+                   "bounds are graph_bound_s and graph_swap_bound_s (plans in any order, with recompute / swap "
+                   "only), program_order_recompute_bound_s and program_order_swap_bound_s (this order).")
 def command(graph_path: Path, as_json: bool, **kw) -> None:
     """What a graph holds: ops, tensors, distinct sizes, bytes by kind, the unswapped peak, and lower bounds on
     the makespan at the given device memory, each named by the plans it bounds: every plan counting persistent
