@@ -468,8 +468,8 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
         if not comparison.bitwise and not _draws_masks(graph) and _dropout_modes(module) == {True}:
             comparison.notes.append("the graph draws no dropout masks, but the module's dropout layers are in "
                                     "training mode: if it was captured in eval mode, return the module in eval mode")
-        if not comparison.ok:
-            warnings.warn(comparison.line(), CheckMismatchWarning, stacklevel=3)
+        if not comparison.ok:   # with what the notes say of why (a first loss that differs: another loss_fn?)
+            warnings.warn("; ".join([comparison.line(), *comparison.notes]), CheckMismatchWarning, stacklevel=3)
     extra: dict[str, Any] = {}
     if ex.runtime.races is not None:   # a race raises RaceError: a run that ends found none
         extra["sanitize"] = {"races": 0, "nodes_checked": ex.runtime.races.total, "iterations": len(ex.records)}
