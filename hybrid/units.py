@@ -121,6 +121,9 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     m = re.fullmatch(_NUM + r"([A-Za-z]*)\s*", s)
     if m:
         _bits_refused(m.group(1), m.group(2), text, what, "/s")
+    if m and not m.group(2):   # a bare number: which unit was meant is not ours to guess (12/s suggested 12 B/s)
+        raise HybridError(f"cannot read {what} {text!r}: give the number a unit, e.g. {s.strip()}GB/s (or "
+                          f"{s.strip()}B/s for bytes per second)")
     if m and m.group(2).lower() in _BYTE_UNITS and not per_second:   # 12GB is a size: a rate says per second
         raise HybridError(f"cannot read {what} {text!r}: that is a size; a rate says per second, e.g. {s}/s")
     if not m or not m.group(2) or m.group(2).lower() not in _BYTE_UNITS:

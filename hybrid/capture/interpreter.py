@@ -178,8 +178,8 @@ def _place(graph: Graph, tid: str, value: torch.Tensor, device: torch.device, wh
 
 
 def module_state_mismatch(graph: Any, module: Any) -> str | None:
-    """The first parameter or buffer of `module` the graph's bindings do not match, said in a phrase: one the
-    module lacks, one the graph does not bind (the module has more), or one of another shape; None when the
+    """The first parameter or buffer of `module` the graph's bindings do not match, said in a phrase of the module
+    ("it has no parameter ..."): one the module lacks, one the graph does not bind (the module has more), or one of another shape; None when the
     names and shapes agree (or the graph has no bindings: not from `hybrid capture`)."""
     b = bindings(graph)
     if not b:
@@ -189,13 +189,13 @@ def module_state_mismatch(graph: Any, module: Any) -> str | None:
                               ("buffer", b.get("buffers") or {}, dict(module.named_buffers()))):
         for name, tid in bound.items():
             if name not in have:
-                return f"the module has no {what} {name!r}, which the graph binds"
+                return f"it has no {what} {name!r}, which the graph binds"
             want, got = shape_of.get(tid), list(have[name].shape)
             if want is not None and list(want) != got:
-                return f"{what} {name!r} has shape {got} but the graph recorded {list(want)}"
+                return f"its {what} {name!r} has shape {got} but the graph recorded {list(want)}"
         for name, v in have.items():
             if name not in bound:
-                return f"the module has a {what} {name!r} (shape {list(v.shape)}) that the graph does not bind"
+                return f"it has a {what} {name!r} (shape {list(v.shape)}) that the graph does not bind"
     return None
 
 
@@ -205,7 +205,8 @@ def check_module_state(graph: Any, module: Any, what: str = "the module") -> Non
     train, and --check would compare values present on one side only."""
     why = module_state_mismatch(graph, module)
     if why is not None:
-        raise HybridError(f"{what}: {why}; run the module the graph was captured from, or capture it again")
+        raise HybridError(f"{what} does not match the graph: {why}; run the module the graph was captured from, or "
+                          "capture it again")
 
 
 def bind(graph: Graph, module: torch.nn.Module, args: Any, target: Any = None, kwargs: dict | None = None,

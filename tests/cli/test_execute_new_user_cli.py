@@ -93,9 +93,9 @@ def test_a_module_with_a_parameter_the_graph_does_not_bind_is_refused_in_one_lin
     _capture_and_plan()
     code, lines = _execute("make_extra", "--check")
     assert code == 2, lines
-    assert lines[-1] == ("error: --module 'nunet:make_extra': the module has a parameter 'fc2.weight' (shape [5, 5]) "
-                         "that the graph does not bind; run the module the graph was captured from, or capture it "
-                         "again")
+    assert lines[-1] == ("error: --module 'nunet:make_extra' does not match the graph: it has a parameter 'fc2.weight' "
+                         "(shape [5, 5]) that the graph does not bind; run the module the graph was captured from, or "
+                         "capture it again")
     assert len(lines) == 2 and lines[0].startswith("warning: --module 'nunet:make_extra' is not the spec")
     # the same spec, its file edited since the capture: the refusal alone
     (here / "nunet.py").write_text(textwrap.dedent(FACTORY).replace("def make():\n    return (Net(),",
@@ -103,7 +103,7 @@ def test_a_module_with_a_parameter_the_graph_does_not_bind_is_refused_in_one_lin
     sys.modules.pop("nunet", None)
     code, lines = _execute("make", "--check")
     assert code == 2 and len(lines) == 1, lines
-    assert lines[0].startswith("error: --module 'nunet:make': the module has a parameter 'fc2.weight'")
+    assert lines[0].startswith("error: --module 'nunet:make' does not match the graph: it has a parameter 'fc2.weight'")
 
 
 def test_an_invalid_plan_exits_1_naming_its_first_violation_as_validate_does(here: Path) -> None:

@@ -76,10 +76,13 @@ def _run(g: Any, plan: Any, m: Any, **kw: Any) -> Any:
 # ---- 1b. a module whose parameters or buffers are not the graph's: refused before anything is built --------
 
 @pytest.mark.parametrize("kw, message", [
-    ({"extra": True}, r"^the module: the module has a parameter 'fc2\.weight' \(shape \[5, 5\]\) that the graph "
+    ({"extra": True}, r"^the module does not match the graph: it has a parameter 'fc2\.weight' \(shape \[5, 5\]\) "
+                      r"that the graph "
                       r"does not bind; run the module the graph was captured from, or capture it again$"),
-    ({"width": 6}, r"^the module: parameter 'fc\.weight' has shape \[6, 8\] but the graph recorded \[5, 8\]; "),
-    ({"stats": False}, r"^the module: the module has no buffer 'b1\.running_mean', which the graph binds; "),
+    ({"width": 6}, r"^the module does not match the graph: its parameter 'fc\.weight' has shape \[6, 8\] but the "
+                   r"graph recorded \[5, 8\]; "),
+    ({"stats": False}, r"^the module does not match the graph: it has no buffer 'b1\.running_mean', which the "
+                       r"graph binds; "),
 ])
 def test_a_module_with_another_state_than_the_graphs_is_refused_in_one_line_before_the_run(
         tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, kw: dict, message: str) -> None:
@@ -100,7 +103,7 @@ def test_executor_load_checks_the_module_too(tiny: tuple[Any, Any]) -> None:
     g, plan = tiny
     ex = Executor(g, plan, "cpu")
     x, y = _data()
-    with pytest.raises(HybridError, match=r"^the module: the module has a parameter 'fc2\.weight'"):
+    with pytest.raises(HybridError, match=r"^the module does not match the graph: it has a parameter 'fc2\.weight'"):
         ex.load(_module(extra=True), (x,), y)
     ex.load(_module(), (x,), y)            # the module captured loads
 

@@ -47,6 +47,9 @@ def test_sizes_rates_and_durations_in_range_are_read():
             parse_bandwidth(bad, "--h2d")
     with pytest.raises(HybridError, match=r"'12GB': that is a size; a rate says per second, e.g. 12GB/s"):
         parse_bandwidth("12GB", "--h2d")
+    for bare in ("12", "12/s"):   # it suggested '12/s', which reads as 12 bytes per second
+        with pytest.raises(HybridError, match=r"give the number a unit, e\.g\. 12GB/s \(or 12B/s for bytes per"):
+            parse_bandwidth(bare, "--h2d")
     with pytest.raises(HybridError, match="lowercase b means bits"):   # a size in bits: the bits said first
         parse_bandwidth("12Gb", "--h2d")
     with pytest.raises(HybridError, match="--alignment"):
