@@ -140,8 +140,8 @@ class CudaBackend(Backend):
 
     def __init__(self, device: str | torch.device = "cuda") -> None:
         if not torch.cuda.is_available():
-            raise HybridError(f"device {str(device)!r} was asked for, but this torch sees no CUDA device; run on the cpu "
-                              "(--device cpu; device=\"cpu\" from Python)")
+            raise HybridError(f"device {str(device)!r} was asked for, but this torch sees no CUDA device; run on the "
+                              "cpu (--device cpu; device=\"cpu\" from Python)")
         self.device = torch.device(device)
         if self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())

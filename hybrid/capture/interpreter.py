@@ -179,8 +179,9 @@ def _place(graph: Graph, tid: str, value: torch.Tensor, device: torch.device, wh
 
 def module_state_mismatch(graph: Any, module: Any) -> str | None:
     """The first parameter or buffer of `module` the graph's bindings do not match, said in a phrase of the module
-    ("it has no parameter ..."): one the module lacks, one the graph does not bind (the module has more), or one of another shape; None when the
-    names and shapes agree (or the graph has no bindings: not from `hybrid capture`)."""
+    ("it has no parameter ..."): one the module lacks, one the graph does not bind (the module has more), or one
+    of another shape; None when the names and shapes agree (or the graph has no bindings: not from `hybrid
+    capture`)."""
     b = bindings(graph)
     if not b:
         return None
