@@ -419,9 +419,10 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
             bounds[rc] = any_order_bound(graph, device, rc)
         stop_at = bounds[rc] * (1.0 + 1e-9)
     else:
-        skipped.append(f"lower bound: not computed (about {format_seconds(bound_est)} on this graph, over "
-                       f"{100 * BOUND_SHARE:.0f}% of the time limit; `hybrid info` prints it), so the search "
-                       "cannot stop at it")
+        # said of the stop, not the figure: the summary may print the bound, computed after the search
+        skipped.append(f"stop at the lower bound: the bound was not computed before the search (estimated "
+                       f"{format_seconds(bound_est)} on this graph, over {100 * BOUND_SHARE:.0f}% of the time "
+                       "limit; `hybrid info` prints it), so the search could not stop early at it")
     summary_bound = bound_est if bound_est <= BOUND_SHARE * total and rc else 0.0
     # an address-aware search writes its plan with offsets as planned: no layout to keep time for (its last
     # resort, a byte-budget search laid out afterwards, gets what is left of the limit)
