@@ -21,6 +21,7 @@ from hybrid.plan.metrics import compute_stalls
 COLORS = {"compute": "#4c72b0", "h2d": "#55a868", "d2h": "#c44e52", CPU_STREAM: "#8172b2"}
 RECOMPUTE_COLOR = "#dd8452"   # a compute event that reruns an op (recompute) instead of reading a kept output
 RESERVED_COLOR = "#8172b2"    # the memory the plan's allocation reserves: its arena, or its size classes' pool
+OFF_SCALE_SHARE = 0.05        # a plan holding less than this share of its usable memory is drawn on its own scale
 
 
 def reserved_bytes(plan: Plan) -> tuple[int, str] | None:
@@ -129,21 +130,28 @@ def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, u
     t = np.r_[t, plan.makespan_s]
     b = np.r_[b, b[-1]]
     mem = plan.device.usable_bytes   # rule 5's limit: what a plan may fill (a reserve is not the plan's)
-    scale, sname = next(((s, n) for s, n in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")) if mem >= 2 * s),
+    reserved = reserved_bytes(plan)
+    held = max(int(b.max()), reserved[0] if reserved else 0)
+    # a plan far below its memory (a placement plan's 13 MiB on a 15 GiB card) is drawn on its own scale: on the
+    # memory's it was a flat line at 0; the usable line is then off the axis, and its label says so
+    off_scale = 0 < held < OFF_SCALE_SHARE * mem
+    top = held if off_scale else max(mem, held)
+    scale, sname = next(((s, n) for s, n in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")) if top >= 2 * s),
                         (1, "bytes"))
     ax_mem.step(t / unit, b / scale, where="post", color="#333333", lw=0.8)
-    ax_mem.axhline(mem / scale, color="#c44e52", ls="--", lw=0.8)
-    reserved = reserved_bytes(plan)
+    if not off_scale:
+        ax_mem.axhline(mem / scale, color="#c44e52", ls="--", lw=0.8)
     if reserved is not None:   # what the allocation holds whatever is live: the live bytes fit inside it
         ax_mem.axhline(reserved[0] / scale, color=RESERVED_COLOR, ls="-.", lw=0.9)
         ax_mem.text(0.0, 1.02, f"-.- {reserved[1]} {format_bytes(reserved[0])} (reserved by the allocation)",
                     transform=ax_mem.transAxes, ha="left", va="bottom", fontsize=7, color=RESERVED_COLOR)
     ax_mem.set_ylabel(f"device {sname}", fontsize=8)
-    ax_mem.set_ylim(0, max(mem, int(b.max()), reserved[0] if reserved else 0) / scale * 1.08)
+    ax_mem.set_ylim(0, top / scale * 1.08)
     # not "(memory less a reserve)": a frontier's device is its usable bytes plus a 1 GiB reserve, which read
     # "usable 3.67 MiB (1 GiB less a 1 GiB reserve)"
-    usable = f"usable {format_bytes(mem)}" + (f", beside a {format_bytes(plan.device.reserve_bytes)} reserve"
-                                              if plan.device.reserve_bytes else "")
+    usable = (f"usable {format_bytes(mem)}" + (f", beside a {format_bytes(plan.device.reserve_bytes)} reserve"
+                                               if plan.device.reserve_bytes else "")
+              + (f" (above this scale: the plan holds at most {format_bytes(held)})" if off_scale else ""))
     ax_mem.text(0.995, 0.9, usable, transform=ax_mem.transAxes,
                 ha="right", va="top", fontsize=7, color="#c44e52")
 

@@ -89,3 +89,27 @@ def test_a_chrome_trace_is_not_written_under_a_figure_name(belady, tmp_path: Pat
     assert not (tmp_path / "t.png").exists()
     r = run("timeline", "--help")
     assert ".svg" in r.output and ".pdf" in r.output, r.output
+
+
+def test_a_plan_far_below_its_memory_is_drawn_on_its_own_scale(belady) -> None:
+    """A placement plan's 13 MiB on a 15 GiB card was a flat line at 0 under the usable line: the memory panel
+    takes the plan's own scale where it holds under OFF_SCALE_SHARE of its memory, and the label says the usable
+    line is above it."""
+    import matplotlib.pyplot as plt
+
+    from hybrid.report.timeline import memory_profile
+
+    graph, plan = belady
+    held = int(memory_profile(graph, plan)[1].max())
+    huge = dataclasses.replace(plan, device=dataclasses.replace(plan.device, memory_bytes=4000 * held,
+                                                                reserve_bytes=0))
+    fig = plot_timeline(graph, [("near", plan), ("huge", huge)])
+    try:
+        near, far = fig.axes[1], fig.axes[3]
+        assert far.get_ylabel() == "device MiB" and far.get_ylim()[1] == pytest.approx(held / 2**20 * 1.08)
+        assert near.get_ylim()[1] >= plan.device.usable_bytes / 2**20     # the usable line on the axis
+        assert any("above this scale: the plan holds at most" in t.get_text() for t in far.texts)
+        assert not any("above this scale" in t.get_text() for t in near.texts)
+        assert len(_hlines(near)) >= 1 and not [y for y, c in _hlines(far) if c == "#c44e52"]   # no usable line
+    finally:
+        plt.close(fig)
