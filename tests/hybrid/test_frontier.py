@@ -134,6 +134,11 @@ def test_the_command_writes_csv_parquet_png_with_other_graphs_as_points(tmp_path
     assert pt["makespan_s"] == pytest.approx(ideal_time(other))
     assert "[1/2]" in r.stderr and "[2/2]" in r.stderr
     assert pt["note"] in r.stdout   # the point is in the printed table too, not only in the CSV and the plot
+    # notes under the table, a line each: as a column they padded every row to the longest note
+    table = r.stdout.split("wrote ")[0].splitlines()
+    assert table[0].split() == ["memory", "makespan_ms", "best_ms", "bound_ms", "makespan/ideal"]
+    assert max(len(line) for line in table if not line.startswith("  ")) < 80
+    assert any(line.startswith("  ") and line.endswith(pt["note"]) for line in table)
 
 
 @pytest.mark.parametrize("flags, needle", [

@@ -131,8 +131,13 @@ def command(graph_path: Path, memories: tuple[str, ...], steps: int, per_point: 
     plans = df[df["kind"].isin(["plan", "point"])]   # the sweep's plans, then the --points (as in the CSV)
     shown = plans.assign(memory=plans["usable_bytes"].map(format_bytes), makespan_ms=plans["makespan_s"] * 1e3,
                          best_ms=plans["best_s"] * 1e3, bound_ms=plans["bound_s"] * 1e3)
-    click.echo(shown[["memory", "makespan_ms", "best_ms", "bound_ms", "makespan/ideal", "note"]]
+    # the notes under the table, a line each: as a column they were right-aligned and padded to the longest
+    # (hundreds of characters), and the table wrapped on every row
+    click.echo(shown[["memory", "makespan_ms", "best_ms", "bound_ms", "makespan/ideal"]]
                .to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
+    for mem, note in zip(shown["memory"], shown["note"].fillna("").astype(str)):
+        if note:
+            click.echo(f"  {mem}: {note}")
     click.echo("wrote " + ", ".join(str(p) for p in paths))
     if done.interrupted:
         n = len(done.rows)
