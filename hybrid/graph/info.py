@@ -120,7 +120,7 @@ def largest_op(g: Graph, align: int = 1, op_ws: np.ndarray | None = None) -> tup
 def largest_workspace(g: Graph, default_only: bool = False) -> int:
     """The largest workspace of any op and any of its implementations (0 where none states one); with
     `default_only`, of what runs where a plan chooses no implementation: each op's own `workspace_bytes`, as the
-    planners read it (`GraphArrays.impl_arrays(None)`), also where it matches none of the op's `impls`."""
+    planners read it (`GraphArrays.impl_arrays(None)`), its default impl's."""
     if default_only:
         return int(g.arrays.op_ws.max(initial=0))
     return max((max([op.workspace_bytes] + [im.workspace_bytes for im in op.impls]) for op in g.ops), default=0)

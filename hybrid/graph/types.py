@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 from hybrid.device import Device
 from hybrid.errors import FormatError, HybridError
 from hybrid.jsonio import dumps_strict, loads_strict
-from hybrid.units import MAX_BYTES, MAX_SECONDS, checked_bytes, checked_number, format_bytes, shown_id
+from hybrid.units import (MAX_BYTES, MAX_SECONDS, checked_bytes, checked_number, format_bytes, format_seconds,
+                          shown_id)
 
 if TYPE_CHECKING:
     from hybrid.graph.arrays import GraphArrays
@@ -80,7 +81,7 @@ class Op:
 
     @property
     def default_impl(self) -> int:
-        """The impl matching the op's own time_s/workspace_bytes, else the first.
+        """The impl matching the op's own time_s/workspace_bytes (a graph where none does is refused: `_check`).
 
         Graph writers set time_s to what the framework would run by default, so
         planners that do not choose implementations run that one.
@@ -363,6 +364,15 @@ def _check(g: Graph) -> None:
         if o.cpu_time_s is not None and not 0 <= o.cpu_time_s <= MAX_SECONDS:
             raise FormatError(f"{where}: op {o.id!r}: cpu_time_s must be finite, from 0 to {MAX_SECONDS:g} s, got "
                               f"{o.cpu_time_s!r}")
+        if o.impls and not any(im.time_s == o.time_s and im.workspace_bytes == o.workspace_bytes for im in o.impls):
+            # the op's own figures are its default implementation's, the one a plan that chooses none runs: matching
+            # none, the planners timed the op by its figures and the validator by its first impl (no plan passed)
+            listed = ", ".join(f"{im.name} {format_seconds(im.time_s)}/{format_bytes(im.workspace_bytes)}"
+                               for im in o.impls[:3]) + (", ..." if len(o.impls) > 3 else "")
+            raise FormatError(f"{where}: op {o.id!r}: its time_s and workspace_bytes "
+                              f"({format_seconds(o.time_s)}/{format_bytes(o.workspace_bytes)}) match none of its "
+                              f"impls ({listed}); they are its default implementation's: set them to one impl's "
+                              "figures, or leave both out (then the first impl's)")
         names = [im.name for im in o.impls]
         twice = [n for k, n in enumerate(names) if n in names[:k]]
         if twice:

@@ -405,21 +405,29 @@ def test_workspaces_aside_holds_the_default_implementations_largest_and_leaves_o
 
 
 def test_the_default_workspace_is_what_runs_where_no_implementation_is_chosen() -> None:
-    # an op whose own time/workspace match none of its impls runs its own figures where a plan names no impl
-    # (the planners' `impl_arrays(None)`); the aside `--workspaces-aside` and `lay_out` hold is that one
+    # the op's own time/workspace are its default implementation's (what runs where a plan names no impl: the
+    # planners' `impl_arrays(None)`); the aside `--workspaces-aside` and `lay_out` hold is that one. An op whose
+    # own figures match none of its impls is refused (the planners timed it by its figures, the validator by its
+    # first impl: no plan of it passed, helper-126's probe)
     import dataclasses
 
+    from hybrid.errors import FormatError
     from hybrid.graph import Graph
     from hybrid.graph.info import largest_workspace
     from hybrid.graph.types import Impl
     from hybrid.pipeline.optimize import workspaces_aside_problem
 
-    g = _one_large_workspace(3)
-    big = max(g.ops, key=lambda o: o.workspace_bytes)
+    g0 = _one_large_workspace(3)
+    big = max(g0.ops, key=lambda o: o.workspace_bytes)
     small = Impl("small", big.time_s * 2, big.workspace_bytes // 4)
-    g = Graph(g.name, list(g.tensors), [dataclasses.replace(o, impls=(small,)) if o.id == big.id else o
-                                        for o in g.ops], g.device, g.extra)
-    assert g.op(big.id).default_impl == 0                      # unmatched: the first stands for it
+    with pytest.raises(FormatError, match=rf"op {big.id!r}: its time_s and workspace_bytes .* match none of its "
+                                          r"impls \(small .*\); they are its default implementation's"):
+        Graph(g0.name, list(g0.tensors), [dataclasses.replace(o, impls=(small,)) if o.id == big.id else o
+                                          for o in g0.ops], g0.device, g0.extra)
+    own = Impl("own", big.time_s, big.workspace_bytes)
+    g = Graph(g0.name, list(g0.tensors), [dataclasses.replace(o, impls=(small, own)) if o.id == big.id else o
+                                          for o in g0.ops], g0.device, g0.extra)
+    assert g.op(big.id).default_impl == 1                      # the impl matching its own figures
     assert largest_workspace(g, default_only=True) == big.workspace_bytes == int(g.arrays.op_ws.max())
     assert largest_workspace(g) == big.workspace_bytes
     dev = replace(preset("v100-16gb"), memory_bytes=int(unswapped_peak(g) * 1.5), reserve_bytes=0)

@@ -90,10 +90,25 @@ def test_an_op_that_lists_impls_takes_only_what_it_leaves_out_from_the_first() -
     def change(d):
         del d["ops"][0]["time_s"]
         d["ops"][0]["workspace_bytes"] = 999
+        d["ops"][0]["impls"].append({"name": "gemm_ws", "time_s": 0.0012, "workspace_bytes": 999})
     op = Graph.from_json(mutate(change)).op("fc1")
-    assert (op.time_s, op.workspace_bytes) == (0.0012, 999)
+    assert (op.time_s, op.workspace_bytes) == (0.0012, 999) and op.impls[op.default_impl].name == "gemm_ws"
     op = Graph.from_json(mutate(lambda d: (d["ops"][0].pop("time_s"), d["ops"][0].pop("workspace_bytes")))).op("fc1")
     assert (op.time_s, op.workspace_bytes) == (0.0012, 0)
+
+
+@pytest.mark.parametrize("change", [
+    lambda op: op.update(time_s=0.001),                                  # its own time: no impl's
+    lambda op: (op.pop("time_s"), op.update(workspace_bytes=999)),       # the first's time, its own workspace
+])
+def test_an_op_whose_own_figures_match_none_of_its_impls_is_refused(change) -> None:
+    """Its own figures are its default implementation's: matching none, the planners timed the op by them and the
+    validator by its first impl, and no command could write a plan of the graph (helper-126's probe: hybrid info
+    accepted it, simulate/baseline/optimize each failed their own validation)."""
+    with pytest.raises(FormatError, match=r"op 'fc1': its time_s and workspace_bytes \(.*\) match none of its "
+                                          r"impls \(gemm 1\.2 ms/0 B\); they are its default implementation's: set "
+                                          r"them to one impl's figures, or leave both out"):
+        Graph.from_json(mutate(lambda d: change(d["ops"][0])))
 
 
 def test_a_key_given_twice_in_one_object_is_refused_naming_it(tmp_path) -> None:
