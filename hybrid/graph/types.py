@@ -219,8 +219,10 @@ class Graph:
         ops = [_op_from_json(o, i, where) for i, o in enumerate(d["ops"])]
         extra = {k: v for k, v in d.items() if k not in ("format", "name", "device", "tensors", "ops")}
         name = d.get("name", "unnamed")
-        if not isinstance(name, str):
-            raise FormatError(f"{where}: field 'name' must be a string, got {name!r}")
+        if not isinstance(name, str) or not name.strip():
+            # a plan names its graph (rule 0 refuses a plan naming none): an empty name could get no plan at all
+            raise FormatError(f"{where}: field 'name' must be a non-empty string (plans name their graph by it), "
+                              f"got {name!r}; leave it out for 'unnamed'")
         return Graph(name, tensors, ops, device, extra, sha256)
 
     def __repr__(self) -> str:
@@ -345,6 +347,8 @@ def _op_from_json(d: Any, i: int, where: str) -> Op:
 def _check(g: Graph) -> None:
     """Every rule of FORMATS.md's graph section; the first broken one raises FormatError."""
     where = f"graph {g.name!r}"
+    if not isinstance(g.name, str) or not g.name.strip():   # as from_json: plans name their graph by it
+        raise FormatError(f"{where}: its name must be a non-empty string (plans name their graph by it)")
     for i, t in enumerate(g.tensors):
         if t.id in g.tensor_index:
             raise FormatError(f"{where}: tensor id {t.id!r} appears twice (tensors[{g.tensor_index[t.id]}] and tensors[{i}])")
@@ -398,6 +402,10 @@ def _check(g: Graph) -> None:
             if tid in o.inputs:
                 raise FormatError(f"{where}: op {o.id!r} reads its own output {tid!r}")
             producer[tid] = o.id
+    ideal = sum(o.time_s for o in g.ops)
+    if ideal > MAX_SECONDS:   # every plan lasts at least this long, and a plan may last at most MAX_SECONDS
+        raise FormatError(f"{where}: its ops take {format_seconds(ideal)} in all, more than {MAX_SECONDS:g} s, the "
+                          "longest a plan may last; check the 'time_s' fields")
     workspace = (ws for o in g.ops for ws in (o.workspace_bytes, *(im.workspace_bytes for im in o.impls)))
     total = sum(t.bytes for t in g.tensors) + max(workspace, default=0)
     if total > MAX_BYTES:

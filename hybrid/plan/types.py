@@ -186,6 +186,9 @@ class Event:
         try:
             if kind == "free":
                 start = end = checked_number(d["at_s"], f"{desc}: at_s", lo=-math.inf)
+                if d.get("stream") is not None:   # it was read past whatever it said ("gpu", 5)
+                    raise FormatError(f"{desc}: a free runs on no stream, but it says stream {d['stream']!r}; "
+                                      "leave the field out")
             else:
                 start = checked_number(d["start_s"], f"{desc}: start_s", lo=-math.inf)
                 end = checked_number(d["end_s"], f"{desc}: end_s", lo=-math.inf)

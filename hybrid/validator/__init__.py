@@ -143,6 +143,15 @@ def require_figures_of(graph: Graph, plan: Plan) -> None:
     and the graph it names, else one line. Another graph's plan read as 0 bytes for every tensor it does not
     have (a ResNet plan against an MLP: peak 0, its bound ratio 51x instead of 2.7x)."""
     require_instance("plan", plan, Plan, "hybrid.plan.Plan (Plan.load(path))")
+    from hybrid.validator.context import device_problems, shape_problems
+
+    # a plan built in Python with fields of other types (events None, a makespan given as text): one line, as
+    # validate's rule 0 says it, not a TypeError from deep inside the figures
+    wrong = device_problems(plan.device) + shape_problems(plan)
+    if wrong:
+        raise HybridError(f"the plan's fields are not the format's types: {wrong[0]}"
+                          + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
+                          + "; hybrid.validator.validate(graph, plan) lists them")
     plan.require_graph(graph, "the table")
 
 

@@ -170,10 +170,21 @@ def shape_problems(plan: Plan) -> list[str]:
         v = getattr(plan, key, None)
         if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
             out.append(f"{key} must be a list of id strings")
-    if finite_number(plan.makespan_s) and not abs(plan.makespan_s) <= MAX_SECONDS:
+    if not finite_number(plan.makespan_s):
+        out.append(f"makespan_s must be a finite number, got {plan.makespan_s!r}")
+    elif not abs(plan.makespan_s) <= MAX_SECONDS:
         out.append(f"makespan_s must be at most {MAX_SECONDS:g} s, got {plan.makespan_s!r}")
+    if not isinstance(plan.metrics, dict):
+        out.append(f"metrics must be an object, got {plan.metrics!r}")
     alloc = plan.allocation
-    if isinstance(alloc, SizeClassAllocation):
+    if isinstance(alloc, SizeClassAllocation) and not (isinstance(alloc.classes, (list, tuple))
+                                                      and isinstance(alloc.class_of, dict)):
+        out.append(f"allocation: classes must be a list of size classes and class_of a dict of tensor ids to class "
+                   f"indices, got {type(alloc.classes).__name__} and {type(alloc.class_of).__name__}")
+    elif isinstance(alloc, ArenaAllocation) and not isinstance(alloc.offsets, dict):
+        out.append(f"allocation.offsets must be a dict of tensor ids to byte offsets, got "
+                   f"{type(alloc.offsets).__name__}")
+    elif isinstance(alloc, SizeClassAllocation):
         for k, c in enumerate(alloc.classes):
             if not all(whole(x) and 0 <= x <= MAX_BYTES for x in (getattr(c, "bytes", None),
                                                                    getattr(c, "count", None))):
@@ -228,10 +239,6 @@ def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]
 
     for text in device_problems(plan.device) + shape_problems(plan):
         plan_level(text)
-    if not finite_number(plan.makespan_s):
-        plan_level(f"makespan_s must be a finite number, got {plan.makespan_s!r}")
-    if not isinstance(plan.metrics, dict):
-        plan_level(f"metrics must be an object, got {plan.metrics!r}")
     if bad:   # every later rule times copies and sizes pools with the device
         return None, bad
     for why in plan.graph_mismatch(graph):

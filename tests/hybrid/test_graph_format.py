@@ -111,6 +111,21 @@ def test_an_op_whose_own_figures_match_none_of_its_impls_is_refused(change) -> N
         Graph.from_json(mutate(lambda d: change(d["ops"][0])))
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_graph_name_is_refused(name: str) -> None:
+    """A plan names its graph, and rule 0 refuses a plan naming none: a graph named '' loaded, then no command could
+    write a plan of it (helper-126's probe)."""
+    with pytest.raises(FormatError, match=r"field 'name' must be a non-empty string .*; leave it out for 'unnamed'"):
+        Graph.from_json(mutate(lambda d: d.update(name=name)))
+    assert Graph.from_json(mutate(lambda d: d.pop("name"))).name == "unnamed"
+
+
+def test_a_graph_whose_ops_take_longer_than_any_plan_may_last_is_refused() -> None:
+    """Each time in range, but together over the 1e9 s a plan may last: loaded, then every plan was refused (rule 0)."""
+    with pytest.raises(FormatError, match=r"its ops take .* in all, more than 1e\+09 s, the longest a plan may last"):
+        Graph.from_json(mutate(lambda d: [(op.update(time_s=6e8), op.pop("impls", None)) for op in d["ops"]]))
+
+
 def test_a_key_given_twice_in_one_object_is_refused_naming_it(tmp_path) -> None:
     """Python's json kept the last: a tensor {"id": "a1", "bytes": -5, "id": "a2", "bytes": 1000} read as a2."""
     text = json.dumps(GOOD).replace('{"id": "a1", "bytes": 2097152', '{"id": "a1", "bytes": -5, "id": "a1", '

@@ -231,6 +231,15 @@ def test_a_missing_field_is_said_missing(made) -> None:
     del d["events"][3]["kind"]
     with pytest.raises(FormatError, match=r"events\[3\]: field 'kind' is missing; use one of"):
         Plan.from_json(d)
+    # a free has no stream: one that states one was read past whatever it said (helper-126's probe)
+    d = json.loads(plan.dumps())
+    k = next(i for i, e in enumerate(d["events"]) if e["kind"] == "free")
+    d["events"][k]["stream"] = "gpu"
+    with pytest.raises(FormatError, match=rf"events\[{k}\] \(free .*\): a free runs on no stream, but it says "
+                                          r"stream 'gpu'; leave the field out"):
+        Plan.from_json(d)
+    d["events"][k]["stream"] = None
+    assert Plan.from_json(d).events[k].kind == "free"
 
 
 def test_a_reports_json_is_strict_with_null_for_what_does_not_apply() -> None:

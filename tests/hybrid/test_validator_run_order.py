@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -15,10 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hybrid.errors import HybridError
 from hybrid.graph import Graph, Op, Tensor
 from hybrid.plan import Event, Plan
+from hybrid.plan.types import ArenaAllocation, SizeClassAllocation
 from hybrid.plan.run_order import event_order
-from hybrid.validator import validate
+from hybrid.validator import event_figures, validate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from validator_plans import DEVICE, random_graph, serial_plan  # noqa: E402
@@ -154,6 +157,12 @@ def _set(obj, name: str, value):  # noqa: ANN001, ANN202 - frozen dataclasses, a
     (lambda p: _set(p, "allocation", {"kind": "arena"}), "allocation must be"),
     (lambda p: _set(p, "schedule", [1, 2]), "schedule must be a list of id strings"),
     (lambda p: _set(p, "planner", None), "planner must be a dict"),
+    # helper-126's probe: these raised AttributeError / TypeError inside validate
+    (lambda p: _set(p, "allocation", ArenaAllocation(0, None)), "allocation.offsets must be a dict of tensor ids"),
+    (lambda p: _set(p, "allocation", SizeClassAllocation(None, {})), "allocation: classes must be a list of size"),
+    (lambda p: _set(p, "allocation", SizeClassAllocation((), None)), "and class_of a dict of tensor ids"),
+    (lambda p: _set(p, "makespan_s", "1"), "makespan_s must be a finite number, got '1'"),
+    (lambda p: _set(p, "metrics", None), "metrics must be an object"),
 ])
 def test_a_python_built_plan_of_the_wrong_types_gets_a_rule_0_verdict(change, words: str) -> None:  # noqa: ANN001
     g = _graph(update_s=D)
@@ -161,6 +170,10 @@ def test_a_python_built_plan_of_the_wrong_types_gets_a_rule_0_verdict(change, wo
     change(p)
     r = validate(g, p)
     assert not r.valid and r.violations[0].rule == 0 and words in r.violations[0].message, r
+    # the tables' figures (event_figures, plan rows, events_frame) say the same in one line, not a TypeError
+    with pytest.raises(HybridError, match=r"^the plan's fields are not the format's types: .*"
+                                          + re.escape(words) + r".*validate\(graph, plan\) lists them$"):
+        event_figures(g, p)
 
 
 @pytest.mark.parametrize("k", [2, 20])
