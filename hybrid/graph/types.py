@@ -89,6 +89,9 @@ class Op:
         for i, im in enumerate(self.impls):
             if im.time_s == self.time_s and im.workspace_bytes == self.workspace_bytes:
                 return i
+        for i, im in enumerate(self.impls):   # a float step apart (the validator's tolerance): the same figures
+            if _same_time(im.time_s, self.time_s) and im.workspace_bytes == self.workspace_bytes:
+                return i
         return 0
 
     def to_json(self) -> dict[str, Any]:
@@ -219,7 +222,7 @@ class Graph:
         ops = [_op_from_json(o, i, where) for i, o in enumerate(d["ops"])]
         extra = {k: v for k, v in d.items() if k not in ("format", "name", "device", "tensors", "ops")}
         name = d.get("name", "unnamed")
-        if not isinstance(name, str) or not name.strip():
+        if not isinstance(name, str) or not name:
             # a plan names its graph (rule 0 refuses a plan naming none): an empty name could get no plan at all
             raise FormatError(f"{where}: field 'name' must be a non-empty string (plans name their graph by it), "
                               f"got {name!r}; leave it out for 'unnamed'")
@@ -344,10 +347,16 @@ def _op_from_json(d: Any, i: int, where: str) -> Op:
 
 # ---- structural checks -------------------------------------------------------
 
+def _same_time(a: float, b: float) -> bool:
+    """Equal within the validator's relative tolerance (1e-9): an op's time and its default impl's computed
+    apart (a profile's sum) may differ in the last bits."""
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+
+
 def _check(g: Graph) -> None:
     """Every rule of FORMATS.md's graph section; the first broken one raises FormatError."""
     where = f"graph {g.name!r}"
-    if not isinstance(g.name, str) or not g.name.strip():   # as from_json: plans name their graph by it
+    if not isinstance(g.name, str) or not g.name:   # as from_json: plans name their graph by it (rule 0)
         raise FormatError(f"{where}: its name must be a non-empty string (plans name their graph by it)")
     for i, t in enumerate(g.tensors):
         if t.id in g.tensor_index:
@@ -368,13 +377,18 @@ def _check(g: Graph) -> None:
         if o.cpu_time_s is not None and not 0 <= o.cpu_time_s <= MAX_SECONDS:
             raise FormatError(f"{where}: op {o.id!r}: cpu_time_s must be finite, from 0 to {MAX_SECONDS:g} s, got "
                               f"{o.cpu_time_s!r}")
-        if o.impls and not any(im.time_s == o.time_s and im.workspace_bytes == o.workspace_bytes for im in o.impls):
+        if o.impls and not any(_same_time(im.time_s, o.time_s) and im.workspace_bytes == o.workspace_bytes
+                               for im in o.impls):
             # the op's own figures are its default implementation's, the one a plan that chooses none runs: matching
             # none, the planners timed the op by its figures and the validator by its first impl (no plan passed)
-            listed = ", ".join(f"{im.name} {format_seconds(im.time_s)}/{format_bytes(im.workspace_bytes)}"
-                               for im in o.impls[:3]) + (", ..." if len(o.impls) > 3 else "")
+            times = [o.time_s, *(im.time_s for im in o.impls)]
+            shown = [format_seconds(t) for t in times]
+            if len(set(shown)) < len(set(times)):   # rounded alike, not alike: the exact values say where they differ
+                shown = [f"{t!r} s" for t in times]
+            listed = ", ".join(f"{im.name} {t}/{format_bytes(im.workspace_bytes)}"
+                               for im, t in zip(o.impls[:3], shown[1:])) + (", ..." if len(o.impls) > 3 else "")
             raise FormatError(f"{where}: op {o.id!r}: its time_s and workspace_bytes "
-                              f"({format_seconds(o.time_s)}/{format_bytes(o.workspace_bytes)}) match none of its "
+                              f"({shown[0]}/{format_bytes(o.workspace_bytes)}) match none of its "
                               f"impls ({listed}); they are its default implementation's: set them to one impl's "
                               "figures, or leave both out (then the first impl's)")
         names = [im.name for im in o.impls]
@@ -402,10 +416,14 @@ def _check(g: Graph) -> None:
             if tid in o.inputs:
                 raise FormatError(f"{where}: op {o.id!r} reads its own output {tid!r}")
             producer[tid] = o.id
-    ideal = sum(o.time_s for o in g.ops)
-    if ideal > MAX_SECONDS:   # every plan lasts at least this long, and a plan may last at most MAX_SECONDS
-        raise FormatError(f"{where}: its ops take {format_seconds(ideal)} in all, more than {MAX_SECONDS:g} s, the "
-                          "longest a plan may last; check the 'time_s' fields")
+    # every plan lasts at least this long (each op at its fastest, on the device or the host, the two side by
+    # side), and a plan may last at most MAX_SECONDS: such a graph loaded, then every plan of it was refused
+    least = sum(min([o.time_s, *(im.time_s for im in o.impls)]
+                    + ([o.cpu_time_s] if o.cpu_time_s is not None else [])) for o in g.ops) / 2
+    if least > MAX_SECONDS:
+        raise FormatError(f"{where}: its ops take at least {format_seconds(least)} (each at its fastest, the host's "
+                          f"beside the device's), more than {MAX_SECONDS:g} s, the longest a plan may last; check "
+                          "the 'time_s' fields")
     workspace = (ws for o in g.ops for ws in (o.workspace_bytes, *(im.workspace_bytes for im in o.impls)))
     total = sum(t.bytes for t in g.tensors) + max(workspace, default=0)
     if total > MAX_BYTES:

@@ -294,8 +294,10 @@ class Plan:
         column gives each copy's and free's tensor size."""
         import pandas as pd
 
-        if graph is not None:
-            self.require_graph(graph, "events_frame")
+        from hybrid.validator import require_figures_of
+
+        if graph is not None:   # the types too: a Python-built plan's events=None was a TypeError here
+            require_figures_of(graph, self)
         offsets = getattr(self.allocation, "offsets", None) or {}
 
         def impl(e: Event) -> str | None:

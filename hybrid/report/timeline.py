@@ -152,8 +152,9 @@ def _draw(ax_lanes, ax_mem, graph: Graph, plan: Plan, label: str, unit: float, u
     usable = (f"usable {format_bytes(mem)}" + (f", beside a {format_bytes(plan.device.reserve_bytes)} reserve"
                                                if plan.device.reserve_bytes else "")
               + (f" (above this scale: the plan holds at most {format_bytes(held)})" if off_scale else ""))
-    ax_mem.text(0.995, 0.9, usable, transform=ax_mem.transAxes,
-                ha="right", va="top", fontsize=7, color="#c44e52")
+    # above the axes where the axis ends at the plan's own peak (drawn over the curve inside them)
+    ax_mem.text(0.995, 1.02 if off_scale else 0.9, usable, transform=ax_mem.transAxes,
+                ha="right", va="bottom" if off_scale else "top", fontsize=7, color="#c44e52")
 
 
 def plot_timeline(graph: Graph, plans: Plan | Sequence[tuple[str, Plan]], path: str | Path | None = None,

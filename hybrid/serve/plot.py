@@ -23,12 +23,14 @@ def plot_latency(df, path: Path, title: str, notes: dict[str, str] | None = None
     ax.set_ylabel("p99 latency (ms)")
     ax.set_yscale("log")
     # plain numbers on the log axis: matplotlib's minor labels read "9x10^-1" where the range is under a decade
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     plain = FuncFormatter(lambda v, _pos: f"{v:g}")
     ax.yaxis.set_major_formatter(plain)
     ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
-    ax.yaxis.set_minor_formatter(plain)
+    lo, hi = ax.get_ylim()
+    # minor labels where the range is under two decades (else the decades say it and they crowd the axis)
+    ax.yaxis.set_minor_formatter(plain if lo > 0 and hi / lo < 100 else NullFormatter())
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8 if notes else None)

@@ -127,11 +127,12 @@ def check(graph: Graph, plan: Plan) -> None:
         raise HybridError(f"invalid plan for graph {graph.name!r}: rule {v.rule}: {v.message}")
 
 
-def memory_over_time(graph: Graph, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+def memory_over_time(graph: Graph, plan: Plan, types_checked: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Device bytes in use over the plan's time as rule 5 counts them, a step function (times, bytes): the figure
     a timeline draws, so that its highest point is the report's `peak_bytes` (a placement plan's host-side
-    outputs are not on the device). A plan whose events cannot be read gives ([0], [0])."""
-    ctx, _ = build_context(graph, plan)
+    outputs are not on the device). A plan whose events cannot be read gives ([0], [0]). `types_checked`: as
+    `build_context`'s (`require_figures_of` has run)."""
+    ctx, _ = build_context(graph, plan, types_checked)
     if ctx is None or not ctx.times_finite:
         return np.zeros(1), np.zeros(1, np.int64)
     copies, _ = build_copies(ctx)
@@ -149,7 +150,7 @@ def require_figures_of(graph: Graph, plan: Plan) -> None:
     # validate's rule 0 says it, not a TypeError from deep inside the figures
     wrong = device_problems(plan.device) + shape_problems(plan)
     if wrong:
-        raise HybridError(f"the plan's fields are not the format's types: {wrong[0]}"
+        raise HybridError(f"the plan's fields are not what the format allows: {wrong[0]}"
                           + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
                           + "; hybrid.validator.validate(graph, plan) lists them")
     plan.require_graph(graph, "the table")
@@ -166,7 +167,7 @@ def event_figures(graph: "Graph", plan: "Plan") -> dict[str, float | int]:
 
     require_figures_of(graph, plan)
     size = {t.id: t.bytes for t in graph.tensors}
-    _, level = memory_over_time(graph, plan)
+    _, level = memory_over_time(graph, plan, types_checked=True)
     counts = event_counts(plan)
     counts.pop("compute_s")
     return {"stall_s": float(sum(e - s for s, e in compute_stalls(plan))),

@@ -230,14 +230,15 @@ def shape_problems(plan: Plan) -> list[str]:
     return out
 
 
-def build_context(graph: Graph, plan: Plan) -> tuple[Context | None, list[Found]]:
-    """Resolve every id of the plan against the graph; rule-0 findings stop validation."""
+def build_context(graph: Graph, plan: Plan, types_checked: bool = False) -> tuple[Context | None, list[Found]]:
+    """Resolve every id of the plan against the graph; rule-0 findings stop validation. `types_checked`: the
+    caller has found no `device_problems` or `shape_problems` already (a pass over every event, not run twice)."""
     bad: list[Found] = []
 
     def plan_level(text: str) -> None:
         bad.append(Found(-math.inf, -1, Violation(0, text, None)))
 
-    for text in device_problems(plan.device) + shape_problems(plan):
+    for text in [] if types_checked else device_problems(plan.device) + shape_problems(plan):
         plan_level(text)
     if bad:   # every later rule times copies and sizes pools with the device
         return None, bad

@@ -171,9 +171,11 @@ def test_a_python_built_plan_of_the_wrong_types_gets_a_rule_0_verdict(change, wo
     r = validate(g, p)
     assert not r.valid and r.violations[0].rule == 0 and words in r.violations[0].message, r
     # the tables' figures (event_figures, plan rows, events_frame) say the same in one line, not a TypeError
-    with pytest.raises(HybridError, match=r"^the plan's fields are not the format's types: .*"
+    with pytest.raises(HybridError, match=r"^the plan's fields are not what the format allows: .*"
                                           + re.escape(words) + r".*validate\(graph, plan\) lists them$"):
         event_figures(g, p)
+    with pytest.raises(HybridError, match=r"^the plan's fields are not what the format allows: "):
+        p.events_frame(g)
 
 
 @pytest.mark.parametrize("k", [2, 20])

@@ -107,8 +107,8 @@ def command(graph_path: Path, plan_path: Path, time_limit: str, seed: int, worke
     opts = RefineOptions(window_ops=_window_sizes(window_ops), window_time_s=wt, candidates=candidates,
                          max_windows=max_windows, patience_s=wait)
     # A line every 2 s from 2 s on, saying it is a count so far: one printed at once on a short run stood beside
-    # the summary's final counts as a contradiction (1 window there, 7 in the summary); the gain is over the input
-    # plan, as the summary's (it was over the re-walked timing)
+    # the summary's final counts as a contradiction (1 window there, 7 in the summary; its gain before the later
+    # windows and the layout); the gain is over the input plan, as the summary's
     last = [time.monotonic()]
 
     def progress(p) -> None:  # noqa: ANN001 - RefineProgress
