@@ -294,10 +294,12 @@ class Plan:
         column gives each copy's and free's tensor size."""
         import pandas as pd
 
-        from hybrid.validator import require_figures_of
-
-        if graph is not None:   # the types too: a Python-built plan's events=None was a TypeError here
-            require_figures_of(graph, self)
+        if not isinstance(self.events, (list, tuple)) or not all(isinstance(e, Event) for e in self.events):
+            # a Python-built plan's events=None was a TypeError here (the validator's rule 0 says the same)
+            raise HybridError("the plan's fields are not what the format allows: events must be a list of Event; "
+                              "hybrid.validator.validate(graph, plan) lists them")
+        if graph is not None:
+            self.require_graph(graph, "events_frame")
         offsets = getattr(self.allocation, "offsets", None) or {}
 
         def impl(e: Event) -> str | None:

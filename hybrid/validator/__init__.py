@@ -140,8 +140,9 @@ def memory_over_time(graph: Graph, plan: Plan, types_checked: bool = False) -> t
 
 
 def require_figures_of(graph: Graph, plan: Plan) -> None:
-    """A plan read against `graph` by a table or summary (`event_figures`, `Plan.events_frame(graph)`): the types
-    and the graph it names, else one line. Another graph's plan read as 0 bytes for every tensor it does not
+    """A plan read against `graph` by a table or summary (`event_figures`; `Plan.events_frame(graph)` checks its
+    events and graph itself, hybrid.plan importing nothing of the validator): the types and the graph it names,
+    else one line. Another graph's plan read as 0 bytes for every tensor it does not
     have (a ResNet plan against an MLP: peak 0, its bound ratio 51x instead of 2.7x)."""
     require_instance("plan", plan, Plan, "hybrid.plan.Plan (Plan.load(path))")
     from hybrid.validator.context import device_problems, shape_problems

@@ -174,8 +174,16 @@ def test_a_python_built_plan_of_the_wrong_types_gets_a_rule_0_verdict(change, wo
     with pytest.raises(HybridError, match=r"^the plan's fields are not what the format allows: .*"
                                           + re.escape(words) + r".*validate\(graph, plan\) lists them$"):
         event_figures(g, p)
-    with pytest.raises(HybridError, match=r"^the plan's fields are not what the format allows: "):
-        p.events_frame(g)
+
+
+@pytest.mark.parametrize("events", [None, [None], "abc"])
+def test_an_events_table_of_a_plan_whose_events_are_not_events_says_so(events: object) -> None:
+    g = _graph(update_s=D)
+    p = _set(copy.deepcopy(_plan(g, 0.0, D)), "events", events)
+    for read in (p.events_frame, lambda: p.events_frame(g)):   # a TypeError inside pandas' rows before
+        with pytest.raises(HybridError, match=r"^the plan's fields are not what the format allows: events must be "
+                                              r"a list of Event; hybrid\.validator\.validate\(graph, plan\) lists"):
+            read()
 
 
 @pytest.mark.parametrize("k", [2, 20])
