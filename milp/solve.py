@@ -387,8 +387,8 @@ def _cbc_stop_words(opts: "SolveOptions", seen: dict[str, float], t_solve: float
     """How the watchdog stopped CBC (`ended`: killed, as it did not stop when interrupted; `solution`: CBC
     wrote one): past its own limit, or at the caller's deadline inside it."""
     late = seen["stop_at"] - seen["own_end"]
-    # measured: a loaded machine's watchdog kills later than KILL_GRACE_S
-    after = seen.get("killed", 0.0) - seen.get("interrupted", 0.0) if "killed" in seen else KILL_GRACE_S
+    # measured where the watchdog did both (a loaded machine's kills later than KILL_GRACE_S)
+    after = seen["killed"] - seen["interrupted"] if "killed" in seen and "interrupted" in seen else KILL_GRACE_S
     if late >= 0 and solution:
         return (f"ran on past its limit of {opts.time_limit_s:.1f} s and stopped when interrupted {late:.3g} s "
                 "later")

@@ -348,8 +348,9 @@ def _op_from_json(d: Any, i: int, where: str) -> Op:
 # ---- structural checks -------------------------------------------------------
 
 def _same_time(a: float, b: float) -> bool:
-    """Equal within the validator's relative tolerance (1e-9): an op's time and its default impl's computed
-    apart (a profile's sum) may differ in the last bits."""
+    """Equal within a relative 1e-9, inside the validator's tolerance (1e-9 x at least 1 s), so a plan timing the
+    op by either validates: an op's time and its default impl's computed apart (a profile's sum) may differ in
+    the last bits."""
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
 
 
