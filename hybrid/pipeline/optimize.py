@@ -348,7 +348,7 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
     from ga.evaluation import make_evaluator
     from hybrid.errors import InfeasibleError
     from hybrid.pipeline.rows import any_order_bound
-    from hybrid.signals import deferred_interrupts, interrupts_after, new_call, start_forkserver
+    from hybrid.signals import deferred_interrupts, interrupted_by, interrupts_after, new_call, start_forkserver
 
     _check_arguments(graph, device, options, progress)   # before any branch reads them
     if options is not None and options.workspaces_aside and largest_workspace(graph, default_only=True) > 0:
@@ -632,6 +632,10 @@ def run_optimize(graph: Graph, device: Device, time_limit_s: float | str, option
                         else:
                             report = refiner.finish()
             timings.search_s = time.monotonic() - t_search
+            if result.stop_reason == "interrupted":
+                # said now: checking and laying out the best plan takes seconds on a large graph (rnn-8-8k: 5 s)
+                prog.note(f"{interrupted_by()}: the search stopped; checking and writing its best plan so far "
+                          "(a few seconds); a second one stops at once without it")
             with deferred_interrupts() as hits:  # the best plan is written whole, even if a signal comes now
                 plan = _on_device(graph, result.to_plan(time_limit_s=total), device, head)
                 problem = _problem(graph, plan)
