@@ -143,7 +143,12 @@ def check_sequence(ctx: Context) -> list[Found]:
     present = hold.present
     used = 0
     per_class: dict[int, int] = {}
-    live_ranges: dict[int, tuple[int, int]] = {}
+    # the arena's live byte ranges, disjoint, sorted by offset: a new range overlaps one iff the last range that
+    # starts below its end ends above its start (a scan of every live range per allocation took 3.8 s of a
+    # 10,555-event placement plan's 7 s)
+    live_lo: list[int] = []
+    live_ranges: list[tuple[int, int, int]] = []    # (offset, end, tensor), in live_lo's order
+    range_lo: dict[int, int] = {}
     out: list[Found] = []
 
     def settle(i: int) -> None:
@@ -153,7 +158,10 @@ def check_sequence(ctx: Context) -> list[Found]:
             used -= mem[t]
             if classes is not None and t in classes:
                 per_class[classes[t]] -= 1
-            live_ranges.pop(t, None)
+            lo = range_lo.pop(t, None)
+            if lo is not None:
+                k = bisect_left(live_lo, lo)
+                del live_lo[k], live_ranges[k]
 
     def take(t: int) -> str | None:
         """Allocate t's device copy; what rule 5 finds wrong, if anything."""
@@ -167,11 +175,15 @@ def check_sequence(ctx: Context) -> list[Found]:
                 return f"size class {c} has {per_class[c]} live objects, more than its count {alloc.classes[c].count}"
         if offsets is not None and t in offsets and ctx.t_bytes[t] > 0:
             lo, hi = offsets[t], offsets[t] + ctx.t_bytes[t]
-            for u, (a, b) in live_ranges.items():
-                if a < hi and lo < b:
-                    return (f"{ctx.tid(t)} at [{lo}, {hi}) overlaps {ctx.tid(u)} at [{a}, {b}), whose release has "
-                            "not run yet")
-            live_ranges[t] = (lo, hi)
+            k = bisect_left(live_lo, hi)
+            if k > 0 and live_ranges[k - 1][1] > lo:
+                a, b, u = live_ranges[k - 1]
+                return (f"{ctx.tid(t)} at [{lo}, {hi}) overlaps {ctx.tid(u)} at [{a}, {b}), whose release has "
+                        "not run yet")
+            j = bisect_left(live_lo, lo)
+            live_lo.insert(j, lo)
+            live_ranges.insert(j, (lo, hi, t))
+            range_lo[t] = lo
         return None
 
     def allocate(i: int, t: int) -> None:

@@ -62,3 +62,26 @@ def test_errors_name_the_flag(tmp_path):
     (tmp_path / "nocpu.json").write_text(json.dumps(d))
     r = hybrid("place", "--graph", tmp_path / "nocpu.json", "--scheduler", "all-cpu")
     assert r.returncode == 2 and "has no cpu_time_s" in r.stderr
+
+
+def test_a_stop_while_the_placement_is_built_and_checked_still_writes_it(tmp_path, monkeypatch):
+    """The search done, the plan's layout and checks take seconds on a large graph (NASNet: 3-8 s); a Ctrl-C
+    then raised KeyboardInterrupt there and the placement found was lost (exit 130, nothing written)."""
+    import os
+    import signal
+
+    import hybrid.placement.timing as timing
+
+    real = timing.to_plan
+
+    def interrupted_to_plan(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        os.kill(os.getpid(), signal.SIGINT)    # handled at the next bytecode, inside the build
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(timing, "to_plan", interrupted_to_plan)
+    gp, out = tmp_path / "g.json", tmp_path / "p.json"
+    random_inference_graph(7, stages=4).save(gp)
+    r = run("place", "--graph", gp, "--parts", "fine", "--time-limit", "20s", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert f"interrupted (Ctrl-C): the best placement so far is exact's, written to {out}" in r.output
+    assert validate(Graph.load(gp), Plan.load(out)).valid

@@ -240,30 +240,33 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
             click.echo(f"interrupted ({interrupted_by()}) before any placement was found: nothing written", err=True)
             sys.exit(exit_status())
         raise HybridError("no scheduler could place this graph")
-    # memory also binds where all-GPU fits but a mixed placement's copies did not (`place` placed it again)
-    binds = binds or any(p.extra.get("memory_binds") for p in placed.values())
-    # the fastest placed, exact's on a tie: exact is never slower than greedy with its time, but a stop or the
-    # time limit can leave its greedy hint uncorrected while greedy's own row had the time
-    chosen = min(placed.values(), key=lambda p: (score(p, objective), p.scheduler != "exact"))
-    plan = to_plan(pg, chosen, dev, link)
-    arena = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
-    if binds and isinstance(arena, dict) and arena.get("laid_out") is False:   # `place` re-places to avoid this
-        raise DoesNotFit(chosen.gpu_bytes, budget.usable_bytes,
-                         f"the {chosen.scheduler} placement's copies fit at their peak, but no arena layout of them "
-                         f"does (best {100 * float(arena.get('overflow', 0.0)):+.1f}%); give the GPU more memory, "
-                         "or try --parts fine")
-    plan.planner.update({"objective": objective, "parts_mode": parts, "branches": branches})
-    report = validate(g, plan)
-    if not report.valid:   # as `hybrid validate` reports an invalid plan: exit 1, nothing written
-        v = report.violations[0]
-        raise InvalidPlanError(f"the {chosen.scheduler} placement's plan fails validation, so nothing was written: "
-                               f"rule {v.rule}: {v.message}")
-    if graph_out is not None and recosted:
-        g.save(graph_out)
-    elif graph_out is not None:
-        write_whole(graph_out, graph_path.read_bytes())   # the plan names these bytes (sha256)
-    if out_path is not None:
-        write_plan(g, plan, out_path, "the placement plan")
+    # built, checked and written whole even if a Ctrl-C or SIGTERM comes now (a large graph's layout and checks
+    # take seconds: NASNet's 4,371 ops 3-8 s, and a stop then lost the placement found), a second one stops at once
+    with deferred_interrupts():
+        # memory also binds where all-GPU fits but a mixed placement's copies did not (`place` placed it again)
+        binds = binds or any(p.extra.get("memory_binds") for p in placed.values())
+        # the fastest placed, exact's on a tie: exact is never slower than greedy with its time, but a stop or the
+        # time limit can leave its greedy hint uncorrected while greedy's own row had the time
+        chosen = min(placed.values(), key=lambda p: (score(p, objective), p.scheduler != "exact"))
+        plan = to_plan(pg, chosen, dev, link)
+        arena = plan.planner.get("arena") if isinstance(plan.planner, dict) else None
+        if binds and isinstance(arena, dict) and arena.get("laid_out") is False:   # `place` re-places to avoid this
+            raise DoesNotFit(chosen.gpu_bytes, budget.usable_bytes,
+                             f"the {chosen.scheduler} placement's copies fit at their peak, but no arena layout of "
+                             f"them does (best {100 * float(arena.get('overflow', 0.0)):+.1f}%); give the GPU more "
+                             "memory, or try --parts fine")
+        plan.planner.update({"objective": objective, "parts_mode": parts, "branches": branches})
+        report = validate(g, plan)
+        if not report.valid:   # as `hybrid validate` reports an invalid plan: exit 1, nothing written
+            v = report.violations[0]
+            raise InvalidPlanError(f"the {chosen.scheduler} placement's plan fails validation, so nothing was written: "
+                                   f"rule {v.rule}: {v.message}")
+        if graph_out is not None and recosted:
+            g.save(graph_out)
+        elif graph_out is not None:
+            write_whole(graph_out, graph_path.read_bytes())   # the plan names these bytes (sha256)
+        if out_path is not None:
+            write_plan(g, plan, out_path, "the placement plan")
     if received():
         click.echo(f"interrupted ({interrupted_by()}): the best placement so far is {chosen.scheduler}'s"
                    + (f", written to {out_path}" if out_path is not None else "")
