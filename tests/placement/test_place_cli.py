@@ -85,3 +85,25 @@ def test_a_stop_while_the_placement_is_built_and_checked_still_writes_it(tmp_pat
     assert r.exit_code == 0, r.output
     assert f"interrupted (Ctrl-C): the best placement so far is exact's, written to {out}" in r.output
     assert validate(Graph.load(gp), Plan.load(out)).valid
+
+
+def test_a_run_past_its_time_limit_says_where_the_time_went(tmp_path, monkeypatch):
+    """The search stops 1 s before --time-limit for the plan's layout, checks and write; on a large graph those
+    take longer (NASNet-25: 2.7 s), and the command ran past its limit without a word."""
+    import time
+
+    import hybrid.placement.timing as timing
+
+    real = timing.to_plan
+
+    def slow_to_plan(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        time.sleep(3.0)                 # as a large graph's layout takes
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(timing, "to_plan", slow_to_plan)
+    gp, out = tmp_path / "g.json", tmp_path / "p.json"
+    random_inference_graph(7, stages=4).save(gp)
+    r = run("place", "--graph", gp, "--time-limit", "2s", "--out", out)
+    assert r.exit_code == 0, r.output
+    note = next(ln for ln in r.output.splitlines() if ln.startswith("note: took"))
+    assert "past the --time-limit of 2 s" in note and "laying out, checking and writing the plan of" in note
