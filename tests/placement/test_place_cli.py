@@ -107,3 +107,18 @@ def test_a_run_past_its_time_limit_says_where_the_time_went(tmp_path, monkeypatc
     assert r.exit_code == 0, r.output
     note = next(ln for ln in r.output.splitlines() if ln.startswith("note: took"))
     assert "past the --time-limit of 2 s" in note and "laying out, checking and writing the plan of" in note
+
+
+def test_execute_refuses_what_a_placement_run_cannot_write(tmp_path):
+    """--trace and --profile-out need per-node records that a placement's run has not: exit 0 with neither file
+    written was all they did."""
+    pytest.importorskip("torch")
+    from tests.cli.helpers import error_line
+
+    gp, out = tmp_path / "g.json", tmp_path / "p.json"
+    random_inference_graph(7, stages=4).save(gp)
+    assert run("place", "--graph", gp, "--time-limit", "20s", "--out", out).exit_code == 0
+    line = error_line("execute", "--graph", gp, "--plan", out, "--device", "cpu", "--trace", tmp_path / "t.json",
+                      "--profile-out", tmp_path / "prof.json")
+    assert line.startswith("error: --trace, --profile-out: not for a placement plan") and "drop them" in line
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "prof.json").exists()

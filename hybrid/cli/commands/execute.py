@@ -194,6 +194,14 @@ def command(model: str | None, module_spec: str | None, trust_graph_module: bool
 
     # Cheap checks first: building a large model takes minutes and tens of GB.
     plan = Plan.load(plan_path)
+    if is_placement(plan):   # runs as one program per inference, without the per-node records these need
+        given = [flag for flag, v in (("--trace", trace_path), ("--profile-out", profile_out),
+                                      ("--sanitize", sanitize), ("--cuda-graph", cuda_graph)) if v]
+        if given:
+            raise HybridError(f"{', '.join(given)}: not for a placement plan (inference on the host CPU and the GPU), "
+                              "which runs as one program without per-node records; drop "
+                              f"{'them' if len(given) > 1 else 'it'} (`hybrid timeline --graph G --plan "
+                              f"{plan_path} --format chrome --out t.json` writes the placement's planned trace)")
     device = resolve_device(device, cuda_graph)
     if model is not None and module_spec is not None:
         raise HybridError("give --model (a zoo model) or --module (your own), not both")
