@@ -460,6 +460,15 @@ def execute(graph: Graph, plan: Plan, module: torch.nn.Module, args: Any, target
             names = sorted(set(ex.runtime.node_impl.values()))
             comparison.notes.append(f"the plan runs {len(ex.runtime.node_impl)} compute event(s) with non-default "
                                     f"implementations ({', '.join(names)}): compared within tolerance, not bitwise")
+            adaptive = _adaptive_step(graph)
+            if adaptive is not None and comparison.beyond_tolerance and not cuda:
+                name, lr = adaptive
+                comparison.notes.append(
+                    f"the optimizer is {name} (lr {lr:g}): its step divides each gradient by the gradient's own "
+                    f"running size, so a rounding difference in a gradient near zero can move a parameter by up "
+                    f"to about 2 x lr = {2 * lr:g} an iteration, so differences up to that size may be that rather "
+                    f"than the plan. To check the plan itself, capture with --optimizer sgd, or give --atol "
+                    f"{2 * lr * iters:g}")
         if cuda and any("rng" in op.inputs for op in graph.ops):
             comparison.notes.append(
                 "the graph draws random numbers (dropout): this run drew them from the CUDA generator, the eager "
@@ -624,6 +633,17 @@ class PlacementRun:
     host_ops: int                           # compute events on the host CPU
     device_ops: int                         # compute events on the device
     check: OutputCheck | None = None
+
+
+def _adaptive_step(graph: Graph) -> tuple[str, float] | None:
+    """(name, largest lr) where the graph's optimizer normalises each gradient by its running size (Adam,
+    AdamW), else None."""
+    opt = bindings(graph).get("optimizer")
+    if not isinstance(opt, dict) or opt.get("name") not in ("adam", "adamw"):
+        return None
+    lrs = [g.get("hyper", {}).get("lr") for g in opt.get("groups", []) if isinstance(g, dict)]
+    lrs = [float(x) for x in lrs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    return (("Adam" if opt["name"] == "adam" else "AdamW"), max(lrs)) if lrs else None
 
 
 def is_placement(plan: Plan) -> bool:

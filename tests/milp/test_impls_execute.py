@@ -66,3 +66,21 @@ def test_a_tight_plan_whose_workspace_fits_only_beside_few_tensors_still_runs(co
     assert _picked(plan).get("convolution_1") == "winograd"
     res = execute(g, plan, m, x, y, loss_fn=lf, iters=1, device="cpu", check=True)
     assert res.comparison is not None and res.comparison.ok
+
+
+def test_a_mismatch_under_adam_says_what_adams_step_does_to_rounding(convnet) -> None:  # noqa: ANN001
+    """Adam's first step moves each weight by about lr x sign(grad): a rounding difference in a gradient near zero
+    became a 2e-3 difference, and `execute --check` said MISMATCH with nothing to say why (helper-128). Compared
+    bitwise here (atol = rtol = 0), so that the winograd plan is beyond tolerance on every CPU."""
+    g_sgd, (m, x, y, lf) = convnet
+    torch.manual_seed(0)
+    m2, x2, y2, lf2 = make()
+    g_adam = capture(m2, x2, lf2, y2, optimizer="adam")
+    for g, module, adam in ((g_sgd, m, False), (g_adam, m2, True)):
+        plan = _plan(g, 4.0)
+        assert _picked(plan).get("convolution_1") == "winograd"
+        res = execute(g, plan, module, x, y, loss_fn=lf, iters=1, device="cpu", check=True, atol=0.0, rtol=0.0)
+        c = res.comparison
+        assert c is not None and not c.ok
+        said = [n for n in c.notes if n.startswith("the optimizer is Adam (lr 0.001)")]
+        assert len(said) == adam and (not adam or "--atol 0.002" in said[0]), c.notes
