@@ -122,3 +122,20 @@ def test_execute_refuses_what_a_placement_run_cannot_write(tmp_path):
                       "--profile-out", tmp_path / "prof.json")
     assert line.startswith("error: --trace, --profile-out: not for a placement plan") and "drop them" in line
     assert not (tmp_path / "t.json").exists() and not (tmp_path / "prof.json").exists()
+
+
+def test_a_graph_without_host_times_says_so_in_its_costs_line(tmp_path):
+    """Every op without cpu_time_s: every part runs on the GPU; the line named a CPU preset 'as captured' (the
+    graph's recorded model) as if the host were costed (helper-128)."""
+    g = random_inference_graph(7, stages=4)
+    gp = tmp_path / "g.json"
+    doc = g.to_json()
+    for op in doc["ops"]:
+        op.pop("cpu_time_s", None)
+        op.pop("cpu_impl_time_s", None)
+    gp.write_text(json.dumps(doc))
+    r = run("place", "--graph", gp)
+    assert r.exit_code == 0, r.output
+    assert "CPU: none (no op has cpu_time_s, so every part runs on the GPU; --cpu PRESET costs the host)" in r.output
+    r = run("place", "--graph", gp, "--json")
+    assert json.loads(r.output)["costs"]["cpu"]["source"] == "none"

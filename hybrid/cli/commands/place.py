@@ -68,6 +68,15 @@ def cost_sources(original, base, final, device_preset: str | None, cpu_preset: s
         elif measured:
             how = f"measured for {measured} of {n} ops" + (f" on {', '.join(names)}" if names else "") + \
                 f", the rest {how}"
+        if field == "cpu_time_s":   # an op without a host time pins its part to the GPU: say so, not a preset
+            missing = sum(1 for o in final.ops if o.cpu_time_s is None)
+            if missing == n:
+                return {"times_for": None, "source": "none", "measured_ops": 0, "ops": n,
+                        "text": "no op has cpu_time_s, so every part runs on the GPU; --cpu PRESET costs the "
+                                "host"}
+            if missing:
+                how += (f"; {missing} of {n} ops {'has' if missing == 1 else 'have'} none, so their parts run on "
+                        "the GPU")
         return {"times_for": preset, "source": source, "measured_ops": measured, "ops": n, "text": how}
 
     gpu_recorded = costed_for(original)   # serve's reading: re-costed, else captured, else the graph's device
@@ -79,6 +88,8 @@ def cost_sources(original, base, final, device_preset: str | None, cpu_preset: s
 def costs_line(costs: dict, dev) -> str:  # noqa: ANN001 - the Device placed for
     """One line naming the hardware the times are for and their source, and the link they cross."""
     def one(kind: str, c: dict) -> str:
+        if c.get("source") == "none":
+            return f"{kind}: none ({c['text']})"
         return f"{kind} {c['times_for'] or '(unnamed)'} ({c['text']})"
 
     return (f"times for: {one('GPU', costs['gpu'])}, {one('CPU', costs['cpu'])}; link of {dev.name}: "
@@ -132,7 +143,8 @@ def costs_line(costs: dict, dev) -> str:  # noqa: ANN001 - the Device placed for
               help="Also print the parts: kind, ops, GFLOPs, parameter bytes, GPU and CPU time, bytes sent on.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON on stdout, with costs: the GPU and CPU the times are for, their "
-                   "source (roofline, measured, mixed, or graph: the graph's own, source not recorded) and the link.")
+                   "source (roofline, measured, mixed, graph: the graph's own, source not recorded, or none: no "
+                   "op has a host time) and the link.")
 def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None, memory: str | None,
             profiles: tuple[Path, ...],
             objective: str, scheduler: str, parts: str, branches: bool, time_limit: str, seed: int,
