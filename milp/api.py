@@ -109,6 +109,7 @@ class MilpRun:
                 "resolve_status": self.resolve_result.status if self.resolve_result is not None else None,
                 "resolve_makespan_s": self.resolve_makespan_s,
                 "laid_out": (p.allocation.kind == "arena") if p is not None else None,
+                "layout": (p.planner.get("layout") if p is not None and isinstance(p.planner, dict) else None),
                 "layout_overflow": (float(arena["overflow"]) if p is not None and p.allocation.kind != "arena"
                                     and "overflow" in arena else None)}
 

@@ -20,6 +20,9 @@ def test_milp_json_stdout_is_only_json(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)      # the whole of stdout: no banner before the object
     assert d["planner"] == "mosos" and d["milp_refused"] is None
+    # how the plan written was laid out, as the text's layout line says (a start re-planned with less memory there
+    # read as a broken "never slower than the start": start_makespan_s below makespan_s, nothing saying why)
+    assert d["laid_out"] is True and (d["layout"] is None or isinstance(d["layout"], str))   # None: as planned
     assert "HiGHS" in p.stderr    # the solver's banner still shows, on stderr
 
 

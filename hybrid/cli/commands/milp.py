@@ -56,11 +56,15 @@ def command(graph_path: Path, no_offload: bool, no_impl_choice: bool, stages: in
     """Offload, recompute and implementation choice as one integer program (MO-SOS, docs/milp.md).
 
     Prints the model's size (variables, constraints), the solver's status,
-    solve time and gap, the ILP objective (compute + recompute time, a lower
-    bound on the makespan) and the makespan the simulator gives the decoded
+    solve time and gap, the ILP objective (the incumbent's compute + recompute
+    + waits) beside the solver's bound on it (a lower bound on the makespan as
+    the model counts it), and the makespan the simulator gives the decoded
     plan, which the validator has checked. It starts from Belady's plan (or
-    --start) and writes the faster of the two, never slower than the start;
-    the report says which it wrote and its gap to the ILP bound.
+    --start) and writes the faster of the two as planned, never slower than
+    the start; where the plan's copies do not lay out in the arena it is
+    re-planned with less memory first (the report's layout line, and --json's
+    "layout", say by how much). The report says which it wrote and its gap to
+    the ILP bound.
 
     \b
     Examples:
