@@ -32,6 +32,7 @@ from hybrid.errors import HybridError
 MARK = ".hybrid-"          # in every temporary's name: .NAME.hybrid-PID-XXXXXXXX.tmp
 _KEEP = 64                 # characters of NAME kept in a temporary's name (a long NAME must not make it too long)
 _in_flight: set[str] = set()   # temporaries being written by this process
+_written: list[str] = []       # files written whole since `forget_written` (a command's outputs, for its Ctrl-C line)
 
 
 def _remove_in_flight() -> None:
@@ -146,6 +147,8 @@ def atomic_open(path: str | Path, mode: str = "w", *, newline: str | None = None
         os.chmod(tmp, _mode_for(target))
         os.replace(tmp, target)
         _in_flight.discard(tmp)
+        if str(path) not in _written:
+            _written.append(str(path))
         _fsync_folder(target.parent)
     except OSError as e:
         raise write_error(path, e) from None
@@ -170,6 +173,16 @@ def _fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def written() -> list[str]:
+    """The paths written whole since `forget_written()`, in order (`hybrid.cli.main` forgets at each command's
+    start, so that an interrupted command can say what it left)."""
+    return list(_written)
+
+
+def forget_written() -> None:
+    _written.clear()
 
 
 def write_whole(path: str | Path, data: str | bytes) -> None:

@@ -33,6 +33,7 @@ import click
 
 from hybrid.signals import exit_status, handling_stops, install, interrupted_by, received
 from hybrid.errors import HybridError
+from hybrid.files import forget_written, written
 
 
 def _warning_lines(previous: Any) -> Any:
@@ -64,6 +65,13 @@ def _click_message(e: click.ClickException) -> str:
     return " ".join(msg.split())
 
 
+def _interrupted_line() -> str:
+    """A command stopped by Ctrl-C or SIGTERM with nothing of its own to say: whether it left any file."""
+    done = written()
+    return (f"interrupted ({interrupted_by()}): " + (f"wrote {', '.join(done)} before it" if done else
+                                                     "nothing written"))
+
+
 class _Group(click.Group):
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:  # noqa: D401 - click API
@@ -76,7 +84,7 @@ class _Group(click.Group):
                 sys.exit(e.exit_code)
             _fail(_click_message(e))
         except click.Abort:
-            click.echo(f"interrupted ({interrupted_by()})", err=True)
+            click.echo(_interrupted_line(), err=True)
             sys.exit(exit_status())
         if not standalone_mode:
             return rv
@@ -102,6 +110,7 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):  # noqa: D401 - click API
         if not _PROGRAM:
             clock.restart()  # one of several commands in this process (tests): its time starts now
+        forget_written()
         previous = warnings.showwarning
         with handling_stops(), warnings.catch_warnings():
             warnings.showwarning = _warning_lines(previous)
@@ -113,7 +122,7 @@ class _Group(click.Group):
                 where = f"{e.filename}: " if e.filename else ""
                 _fail(f"{where}{e.strerror or e}")
             except KeyboardInterrupt:
-                click.echo(f"interrupted ({interrupted_by()})", err=True)
+                click.echo(_interrupted_line(), err=True)
                 sys.exit(exit_status())
             except Exception as e:
                 if not received():

@@ -73,3 +73,30 @@ def test_sigterm_during_execute_writes_the_iterations_measured_so_far(folder: Pa
     assert doc["interrupted"] == "SIGTERM" and len(doc["iterations"]) >= 3
     assert len(doc["losses"]) == len(doc["iterations"]) and doc["summary"] is None
     assert "Traceback" not in stderr
+
+
+def test_a_command_stopped_with_nothing_to_say_says_what_it_wrote(tmp_path, monkeypatch) -> None:
+    """Without a Ctrl-C line of its own, a command said only "interrupted (Ctrl-C)": whether anything was written
+    was for the user to find out (helper-128: `hybrid milp` stopped before its start plan)."""
+    import hybrid.cli.commands.baseline as baseline
+    from hybrid.graph.synthetic import training_graph
+    from tests.cli.helpers import run
+
+    real, calls = baseline.run_baseline, []
+
+    def second_interrupted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(baseline, "run_baseline", second_interrupted)
+    g = tmp_path / "g.json"
+    training_graph(4, seed=1).save(g)
+    r = run("baseline", "--graph", g, "--kind", "belady", "--kind", "naive", "--memory", "90%", "--out", tmp_path / "b")
+    assert r.exit_code == 130 and r.output.strip().splitlines()[-1] == \
+        f"interrupted (Ctrl-C): wrote {tmp_path / 'b' / 'belady.json'} before it", r.output
+    calls.clear()
+    calls.append(1)    # the first call is the interrupted one now
+    r = run("baseline", "--graph", g, "--kind", "belady", "--memory", "90%", "--out", tmp_path / "c.json")
+    assert r.exit_code == 130 and r.output.strip().splitlines()[-1] == "interrupted (Ctrl-C): nothing written"
