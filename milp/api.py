@@ -405,11 +405,16 @@ def plan_milp(graph: Graph, device: Device, kind: str = "mosos", stages: int | N
         if prepared is None:
             raise
         return the_start(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # Ctrl-C or SIGTERM while the model is built or handed over (HiGHS takes one during its search itself;
         # CBC's wait is ended by it): the start, prepared and validated, is written, as where the time runs out
         if prepared is None:
             raise
+        from milp.solve import CbcInterrupted
+
+        if isinstance(e, CbcInterrupted):
+            return the_start(f"interrupted ({interrupted_by()}) {e.after_s:.1f} s into CBC's solve; CBC, stopped, "
+                             "hands back no solution, so whatever it had found is lost (HiGHS keeps its best)")
         return the_start(f"interrupted ({interrupted_by()}) before the model was solved")
     run.kept_back_s = keep if deadline is not None else None
     run.solver_limit_s = run.result.limit_s

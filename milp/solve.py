@@ -402,6 +402,15 @@ def _cbc_stop_words(opts: "SolveOptions", seen: dict[str, float], t_solve: float
             f"wrote the model's file for {seen['started'] - t_solve:.1f} s before CBC started), and {how}")
 
 
+class CbcInterrupted(KeyboardInterrupt):
+    """A Ctrl-C or SIGTERM during CBC's solve, `after_s` into it: CBC, stopped, hands back no incumbent (the
+    command's report says so, rather than "before the model was solved")."""
+
+    def __init__(self, after_s: float) -> None:
+        super().__init__(after_s)
+        self.after_s = after_s
+
+
 def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | None = None,
                sparse: bool = False) -> SolveResult:
     if start:
@@ -446,9 +455,12 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
             said = _cbc_stop_words(opts, seen, t_solve, "killed" in fired, solution=False)
             return SolveResult("no_solution", f"CBC {said}, {ran:.1f} s into the solve, with no solution", None, None,
                                None, ran, False, None)
-        except BaseException:
+        except KeyboardInterrupt:
             # Ctrl-C or SIGTERM ends PuLP's wait, not CBC: a terminal's Ctrl-C reaches CBC too, a SIGTERM sent to
             # this process alone does not (CBC ran on to its time limit, minutes)
+            stop_children(path)
+            raise CbcInterrupted(time.perf_counter() - t0) from None
+        except BaseException:
             stop_children(path)
             raise
         finally:

@@ -212,7 +212,7 @@ def training_reason(graph: Graph) -> str | None:
     from hybrid.graph.rerun import updates_generator_only
 
     if not is_inference(graph):
-        return "it was captured for training (a backward pass and an optimizer step)"
+        return "it was captured for training, with a backward pass and an optimizer step"
     for op in graph.ops:
         if op.updates and not updates_generator_only(graph, op):
             return f"op {op.id!r} updates {', '.join(op.updates)} in place"

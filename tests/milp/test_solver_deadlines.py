@@ -428,3 +428,30 @@ def test_a_cancelled_highs_says_nothing_of_ctrl_c(capfd) -> None:
     assert h.getModelStatus() == highspy.HighsModelStatus.kInterrupt
     out = capfd.readouterr()
     assert "Ctrl-C" not in out.out + out.err, out
+
+
+def test_a_stop_during_cbcs_solve_says_so_and_what_cbc_loses(monkeypatch) -> None:
+    """A SIGTERM 6 s into CBC's search read "interrupted (SIGTERM) before the model was solved"; CBC, stopped,
+    hands back nothing, and the line now says that its finds are lost (helper-128)."""
+    import pulp
+
+    from milp.api import belady_start, plan_milp
+    from milp.solve import CbcInterrupted, SolveOptions, solve
+
+    def interrupted(self, lp, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pulp.COIN_CMD, "actualSolve", interrupted)
+    with pytest.raises(CbcInterrupted):
+        solve(_model(), SolveOptions("cbc", time_limit_s=30.0))
+    g = training_graph(6, seed=1)
+    from dataclasses import replace
+
+    from hybrid.graph.info import unswapped_peak
+
+    dev = replace(g.device, memory_bytes=int(unswapped_peak(g) * 0.6), reserve_bytes=0)
+    run = plan_milp(g, dev, "mosos", None, SolveOptions("cbc", time_limit_s=30.0), start_plan=belady_start(g, dev),
+                    start_name="belady")
+    assert run.written == "start" and run.plan is not None and validate(g, run.plan).valid
+    assert re.search(r"interrupted \(Ctrl-C\) \d+\.\d s into CBC's solve; CBC, stopped, hands back no solution",
+                     run.not_solved or ""), run.not_solved

@@ -337,3 +337,6 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
         click.echo(f"wrote {out_path} ({chosen.scheduler}, valid)" +
                    (f" for the re-costed graph {graph_out}" if recosted and graph_out else
                     f" for {graph_out} (a copy of {graph_path})" if graph_out else ""))
+    elif graph_out is not None:
+        click.echo(f"wrote {graph_out} ({'the re-costed graph' if recosted else f'a copy of {graph_path}'}; "
+                   "no plan: give --out for one)")
