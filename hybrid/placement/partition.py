@@ -165,10 +165,12 @@ class PartGraph:
         return pred
 
     def describe(self) -> str:
-        """`0-4 5-9 [10-12|13-15]>16`: op position ranges; a branch stage in brackets, then its join."""
+        """`0-4 5-9 [10-12|13-15]>16`: op position ranges; a branch stage in brackets, then its join. A part
+        whose positions are not one run lists its runs (`11,27-29`: a branch that the other branches interleave
+        in program order read `11-29`)."""
         out: list[str] = []
         for p, ops in enumerate(self.ops):
-            rng = f"{ops[0]}-{ops[-1]}" if len(ops) > 1 else f"{ops[0]}"
+            rng = _runs(ops)
             if self.kind[p] == BRANCH:
                 if p == 0 or self.kind[p - 1] != BRANCH:
                     out.append("[" + rng)
@@ -179,6 +181,20 @@ class PartGraph:
             else:
                 out.append(rng)
         return " ".join(out)
+
+
+def _runs(positions: list[int]) -> str:
+    """`11,27-29` for [11, 27, 28, 29]: runs of consecutive positions, in order."""
+    xs = sorted(int(x) for x in positions)
+    runs: list[str] = []
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        runs.append(f"{xs[i]}-{xs[j]}" if j > i else f"{xs[i]}")
+        i = j + 1
+    return ",".join(runs)
 
 
 def _branches(graph: Graph, seg: list[int], entry: int) -> tuple[list[list[int]], list[int]] | None:

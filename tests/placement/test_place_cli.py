@@ -139,3 +139,23 @@ def test_a_graph_without_host_times_says_so_in_its_costs_line(tmp_path):
     assert "CPU: none (no op has cpu_time_s, so every part runs on the GPU; --cpu PRESET costs the host)" in r.output
     r = run("place", "--graph", gp, "--json")
     assert json.loads(r.output)["costs"]["cpu"]["source"] == "none"
+
+
+def test_the_parts_line_lists_each_parts_own_positions():
+    """A branch whose positions other branches interleave in program order read as one range (googlenet's
+    `[11-29|12-14|15-20|21-26]>30`, its first branch being 11 and 27-29): each part's listed positions are its own."""
+    import re
+
+    pytest.importorskip("torch")
+    from hybrid.capture.api import capture_model
+    from hybrid.placement.partition import part_graph
+
+    g = capture_model("googlenet", 1, optimizer="none", overrides={"image_size": 64, "num_classes": 10})
+    pg = part_graph(g, key_only=True, branches=True)
+    assert "[11,27-29|12-14|15-20|21-26]>30" in pg.describe()
+    listed = []
+    for token in re.split(r"[ \[|\]>]+", pg.describe()):
+        if token:
+            listed.append(sorted(x for run in token.split(",") for a, _, b in [run.partition("-")]
+                                 for x in range(int(a), int(b or a) + 1)))
+    assert listed == [sorted(int(o) for o in ops) for ops in pg.ops]
