@@ -109,11 +109,21 @@ def capture(
     if traced.numbers_changed:
         n = len(traced.numbers_changed)
         names = ", ".join(traced.numbers_changed[:3]) + (f" and {n - 3} more" if n > 3 else "")
+        first = traced.numbers_changed[0].split(" ", 1)[0].rsplit(".", 1)[-1]
         warnings.warn(f"the step changes the module's {'attribute' if n == 1 else 'attributes'} {names}, a Python "
                       "number: the graph holds the value read while traced, so where the step's arithmetic uses "
                       "it, replay differs from eager from the second step on; keep such a counter in a buffer "
-                      "(self.register_buffer('calls', torch.zeros(()))) to have it updated each step",
+                      f"(self.register_buffer({first!r}, torch.zeros(()))) to have it updated each step",
                       CaptureWarning, stacklevel=2)
+    if traced.tensors_changed:
+        n = len(traced.tensors_changed)
+        names = ", ".join(traced.tensors_changed[:3]) + (f" and {n - 3} more" if n > 3 else "")
+        first = traced.tensors_changed[0].rsplit(".", 1)[-1]
+        warnings.warn(f"the step rebinds the module's tensor {'attribute' if n == 1 else 'attributes'} {names}, "
+                      f"not {'a registered buffer' if n == 1 else 'registered buffers'}: the graph holds the value "
+                      "read while traced as a constant, so where the step uses it, replay differs from eager from "
+                      f"the second step on; register it as a buffer (self.register_buffer({first!r}, tensor)) to "
+                      "have it updated each step", CaptureWarning, stacklevel=2)
     graph = convert(traced, spec, model, name or type(module).__name__.lower(), dev)
     if profile is not None:
         from hybrid.capture.profile import Profile, apply_profile

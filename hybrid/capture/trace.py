@@ -87,6 +87,7 @@ class Traced:
     outputs: list[fx.Node | None] = field(default_factory=list)   # forward outputs (inference)
     numbers_changed: list[str] = field(default_factory=list)       # module attributes (Python numbers) the step
     #   changed, "name (old -> new)": the graph holds the values read while traced (hybrid.capture.api warns)
+    tensors_changed: list[str] = field(default_factory=list)       # tensor attributes (not buffers) it rebound
 
 
 _REENTRANT_GRAD = "use_reentrant=True, torch.utils.checkpoint is incompatible with .grad()"
@@ -113,6 +114,30 @@ def _same_state(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _storages(module: nn.Module) -> dict[tuple[str, str], tuple[torch.Tensor, int]]:
+    """Each parameter and buffer, by (kind, name), with its storage: `p.data = new` swaps the storage under the
+    same tensor object, which no traced op records (a buffer rebound, `self.b = new`, is another object)."""
+    return {(kind, n): (t, t.untyped_storage()._cdata)
+            for kind, named in (("parameter", module.named_parameters(remove_duplicate=False)),
+                                ("buffer", module.named_buffers(remove_duplicate=False)))
+            for n, t in named if isinstance(t, torch.Tensor)}
+
+
+def _refuse_data_rebinds(module: nn.Module, before: dict[tuple[str, str], tuple[torch.Tensor, int]]) -> None:
+    """A parameter or buffer given new data through `.data =` (weight normalisation in older code, an EMA) keeps
+    its old value in the graph: the trace saw the ops computing the new one, not the rebinding. Refused, naming
+    it, rather than captured silently different from eager."""
+    after = _storages(module)
+    for (kind, name), (t, cdata) in before.items():
+        now = after.get((kind, name))
+        if now is not None and now[0] is t and now[1] != cdata:
+            how = (f"update it in place under torch.no_grad() (self.{name}.copy_(new_value))" if kind == "parameter"
+                   else f"assign the buffer itself (self.{name} = new_value) or update it in place "
+                        f"(self.{name}.copy_(new_value))")
+            raise HybridError(f"the step rebinds {kind} {name!r} through .data (self.{name}.data = ...), which "
+                              f"capture cannot record (the graph would keep its old value, unlike eager); {how}")
+
+
 def _reassigned_buffers(module: nn.Module, traced: dict[str, torch.Tensor]) -> None:
     """A buffer the step rebinds (`self.ema = 0.9 * self.ema + ...`, `self.steps = self.steps + 1`) holds the new
     value from then on, in eager; the trace saw only its reads. Its new value is copied into the traced buffer
@@ -134,7 +159,8 @@ def _reassigned_buffers(module: nn.Module, traced: dict[str, torch.Tensor]) -> N
 
 
 @contextlib.contextmanager
-def _module_kept(module: nn.Module, numbers_changed: list[str] | None = None) -> Iterator[None]:
+def _module_kept(module: nn.Module, numbers_changed: list[str] | None = None,
+                 tensors_changed: list[str] | None = None) -> Iterator[None]:
     """The user's module as it was before capture, whatever the step stored on it while traced (a lazily built
     table, `self.last = h.detach()`, a hook appending to a list): those hold fake tensors, which would break the
     module's next eager step. Attributes are put back, lists and dicts (one level) refilled in place.
@@ -150,6 +176,11 @@ def _module_kept(module: nn.Module, numbers_changed: list[str] | None = None) ->
         yield
         done = True
     finally:
+        if done and tensors_changed is not None:   # `self.scale = self.scale * 0.5`, scale no registered buffer
+            tensors_changed.extend(
+                f"{name + '.' if name else ''}{k}" for name, m, d, _ in saved for k, v in d.items()
+                if isinstance(v, torch.Tensor) and isinstance(m.__dict__.get(k), torch.Tensor)
+                and m.__dict__[k] is not v)
         if done and numbers_changed is not None:
             numbers_changed.extend(
                 f"{name + '.' if name else ''}{k} ({v!r} -> {m.__dict__[k]!r})" for name, m, d, _ in saved
@@ -494,7 +525,9 @@ def trace_step(
         host = _host_random_states()
         with _reparametrize_module(module, state, tie_weights=True, strict=False), rng_ops(), \
                 marking_recomputation():
+            before = _storages(module)
             out = run(params, inputs, targets)
+            _refuse_data_rebinds(module, before)
             _reassigned_buffers(module, dict(zip(bnames, buffers)))
         after = _host_random_states()
         drawn = [name for name, before in host.items() if not _same_state(before, after[name])]
@@ -543,8 +576,9 @@ def trace_step(
     gm = None
     for attempt in range(2):
         changed: list[str] = []
+        rebound: list[str] = []
         try:
-            with _module_kept(module, changed), mode, portable_kernels(), _quiet_fake_tensors():
+            with _module_kept(module, changed, rebound), mode, portable_kernels(), _quiet_fake_tensors():
                 if attempt:
                     fparams = [fake(p, p.requires_grad) for p in module.parameters()]
                 gm = make_fx(step)(fparams, fbuffers, finputs, ftargets)
@@ -572,7 +606,7 @@ def trace_step(
                 grads[pnames[i]] = g
             else:
                 unused.append(pnames[i])
-        return Traced(gm, roles, True, loss_node, grads, unused, numbers_changed=changed)
+        return Traced(gm, roles, True, loss_node, grads, unused, numbers_changed=changed, tensors_changed=rebound)
     has_loss = len(flat) > n_outputs[0]
     return Traced(gm, roles, False, flat[0] if has_loss else None, {}, [], flat[1:] if has_loss else flat,
-                  numbers_changed=changed)
+                  numbers_changed=changed, tensors_changed=rebound)

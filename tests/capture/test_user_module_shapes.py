@@ -1017,3 +1017,54 @@ def test_a_python_number_the_step_changes_is_warned_naming_it() -> None:
     with pytest.warns(CaptureWarning, match=r"changes the module's attribute calls \(0 -> 1\), a Python number") as w:
         capture(m, (x,), F.cross_entropy, y, optimizer="sgd", lr=0.01)
     assert "scale" not in str(w[0].message) and m.calls == 0
+    assert "register_buffer('calls'" in str(w[0].message)     # the attribute's own name, whatever it is
+
+
+class DataRebinds(nn.Module):
+    """Weight normalisation in older code (`w.data = w / w.norm()`) and an EMA through `.data`: the trace records
+    the ops computing the new values, not the rebinding, and the graphs kept the old ones (helper-129)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.fc, self.what = nn.Linear(8, 4), what
+        self.register_buffer("center", torch.zeros(4))
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        out = self.fc(x)
+        if self.what == "parameter":
+            with torch.no_grad():
+                self.fc.weight.data = self.fc.weight / self.fc.weight.norm()
+        else:
+            self.center.data = 0.9 * self.center.data + 0.1 * out.detach().mean(0)
+        return out - self.center
+
+
+@pytest.mark.parametrize("what, name", [("parameter", "fc.weight"), ("buffer", "center")])
+def test_a_parameter_or_buffer_rebound_through_data_is_refused_naming_it(what, name) -> None:  # noqa: ANN001
+    (x,), y = _xy()
+    msg = _one_line(DataRebinds(what), (x,), y)
+    assert msg.startswith(f"the step rebinds {what} {name!r} through .data") and f"self.{name}.copy_(" in msg, msg
+
+
+class TensorAttribute(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.scale, self.mask = nn.Linear(8, 4), torch.ones(4), torch.ones(4)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        out = self.fc(x) * self.scale * self.mask
+        self.scale = self.scale * 0.5     # decays each step: a plain attribute, not a registered buffer
+        return out
+
+
+def test_a_tensor_attribute_the_step_rebinds_is_warned_naming_it() -> None:
+    """The graph holds the tensor read while traced as a constant; eager's next step reads the new one. Warned
+    as a Python number is (it was silent); `mask`, never rebound, is not named; the module keeps its value."""
+    from hybrid.capture.api import CaptureWarning
+
+    (x,), y = _xy()
+    m = TensorAttribute()
+    with pytest.warns(CaptureWarning, match=r"rebinds the module's tensor attribute scale, not a registered buffer"
+                                            r".*register_buffer\('scale', tensor\)") as w:
+        capture(m, (x,), F.cross_entropy, y, optimizer="sgd", lr=0.01)
+    assert "mask" not in str(w[0].message) and torch.equal(m.scale, torch.ones(4))
