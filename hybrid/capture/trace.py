@@ -329,6 +329,18 @@ def _refuse_parameter_hooks(module: nn.Module) -> None:
                           "instead (e.g. a hook on an intermediate tensor or a module backward hook)")
 
 
+def _refuse_compiled(module: nn.Module) -> None:
+    """A torch.compile'd module (an OptimizedModule) cannot be traced by make_fx (FX's own error: "Detected that you
+    are using FX to symbolically trace a dynamo-optimized function"): name it and the way out, its original."""
+    for name, m in module.named_modules():
+        if type(m).__name__ == "OptimizedModule" and hasattr(m, "_orig_mod"):
+            what = f"submodule {name!r}" if name else "the module"
+            where = f"{name}._orig_mod" if name else "module._orig_mod"
+            raise HybridError(f"{what} is torch.compile'd, which capture cannot trace (it traces the step itself): "
+                              f"capture the model built without torch.compile (a compiled module's original is its "
+                              f"_orig_mod: {where})")
+
+
 def _refuse_sparse_gradients(module: nn.Module) -> None:
     """A sparse gradient is a sparse tensor, which has no storage for a plan to place: name the layer."""
     for name, m in module.named_modules():
@@ -466,6 +478,7 @@ def trace_step(
     if training and not any(p.requires_grad for p in module.parameters()):
         raise HybridError("no parameter of the module requires grad, so there is nothing to train; "
                           "capture with optimizer=None for an inference graph")
+    _refuse_compiled(module)
     if training:
         _refuse_parameter_hooks(module)
         _refuse_sparse_gradients(module)

@@ -1068,3 +1068,23 @@ def test_a_tensor_attribute_the_step_rebinds_is_warned_naming_it() -> None:
                                             r".*register_buffer\('scale', tensor\)") as w:
         capture(m, (x,), F.cross_entropy, y, optimizer="sgd", lr=0.01)
     assert "mask" not in str(w[0].message) and torch.equal(m.scale, torch.ones(4))
+
+
+class CompiledInner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.GELU()))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.head(self.inner(x))
+
+
+def test_a_compiled_submodule_is_refused_naming_it() -> None:
+    """FX's own words were all a user got ("Detected that you are using FX to symbolically trace a dynamo-optimized
+    function"), naming neither the submodule nor the way out (helper-129)."""
+    (x,), y = _xy()
+    msg = _one_line(CompiledInner(), (x,), y)
+    assert msg.startswith("submodule 'inner' is torch.compile'd") and "inner._orig_mod" in msg, msg
+    msg = _one_line(torch.compile(nn.Linear(8, 4)), (x,), y)
+    assert msg.startswith("the module is torch.compile'd") and "module._orig_mod" in msg, msg
