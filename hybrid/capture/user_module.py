@@ -109,7 +109,9 @@ def load_user_model(spec: str) -> UserModel:
         raise HybridError(f"--module {spec!r}: the factory returned {what}; it must be {FACTORY_CONTRACT}")
     if not isinstance(module, torch.nn.Module):
         raise HybridError(f"--module {spec!r}: the factory's module is a {type(module).__name__}, not an nn.Module")
-    args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    # a tuple is the positional inputs, anything else one input (a list too: `forward(self, xs)`), as capture() reads
+    # its args; a list was spread here, so a forward taking a list failed only under the CLI
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
     if loss_fn is not None and not callable(loss_fn):
         raise HybridError(f"--module {spec!r}: loss_fn is not callable")
     return UserModel(spec, module, args, target, loss_fn, kwargs)

@@ -113,3 +113,40 @@ def test_a_meta_module_is_refused_naming_the_parameter(here: Path) -> None:
     assert code == 2 and len(lines) == 1, lines
     assert lines[0] == ("error: parameter 'c1.weight' is on the meta device and has no data: executing a graph needs "
                         "real weights (build the module on cpu or cuda, or load a checkpoint into it)")
+
+
+LIST_FACTORY = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ListIn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, xs):
+        return sum(self.fc(x) for x in xs)
+
+
+def make():
+    g = torch.Generator().manual_seed(3)
+    return ListIn(), [torch.randn(2, 4, generator=g) for _ in range(3)], torch.randn(2, 4, generator=g), F.mse_loss
+'''
+
+
+def test_a_list_of_inputs_is_one_input_as_capture_reads_it(tmp_path, monkeypatch) -> None:
+    """A factory's list was spread into positional inputs by the CLI (`ListIn.forward() takes 2 positional
+    arguments but 4 were given`) where capture() passes it whole and eager calls module(xs) (helper-129); only a
+    tuple is the positional inputs, as the help says."""
+    (tmp_path / "listmods.py").write_text(LIST_FACTORY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    r = run_here("capture", "--module", "listmods:make", "--out", "g.json")
+    assert r.exit_code == 0, r.output
+    r = run_here("simulate", "--graph", "g.json", "--memory", "1GiB", "--out", "p.json")
+    assert r.exit_code == 0, r.output
+    r = run_here("execute", "--graph", "g.json", "--plan", "p.json", "--module", "listmods:make", "--device", "cpu",
+                 "--check", "--iters", "2")
+    assert r.exit_code == 0 and "equal eager training bitwise" in r.output, r.output

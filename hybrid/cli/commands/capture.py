@@ -66,7 +66,8 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
 @click.option("--module", "module_spec", default=None, metavar="PKG.MODULE:FACTORY",
               help="Your own model instead of --model: FACTORY is a function of no arguments returning (module, "
                    "inputs, target, loss_fn), or a dict with those keys and optionally kwargs; inputs is a tensor "
-                   "or a tuple of positional inputs, and the loss is loss_fn(module(*inputs, **kwargs), target). "
+                   "or a tuple of positional inputs (a list is one input), and the loss is "
+                   "loss_fn(module(*inputs, **kwargs), target). "
                    "PKG.MODULE is imported with the current folder on the path, e.g. --module mymodel:make for "
                    "./mymodel.py (docs/capture.md).")
 @click.option("--batch", type=int, default=None, help="Batch size (default: the batch the model's paper uses).")
