@@ -602,6 +602,11 @@ def trace_step(
             if not attempt and _REENTRANT_GRAD in str(e):
                 accumulate[0] = True
                 continue
+            if (isinstance(e, TypeError) and "positional argument" in str(e) and stage.name == "forward"
+                    and len(args) == 1 and isinstance(args[0], list)):   # a list meant as positional inputs
+                raise HybridError(f"the module's forward failed under capture: TypeError: {first_line(e)}; its "
+                                  f"inputs are one list of {len(args[0])}, passed whole: give them as a tuple to "
+                                  "pass them as positional inputs") from None
             _refuse(e, stage.name, module)
     assert gm is not None
     _refuse_mixed_dtypes(gm)

@@ -1088,3 +1088,19 @@ def test_a_compiled_submodule_is_refused_naming_it() -> None:
     assert msg.startswith("submodule 'inner' is torch.compile'd") and "inner._orig_mod" in msg, msg
     msg = _one_line(torch.compile(nn.Linear(8, 4)), (x,), y)
     assert msg.startswith("the module is torch.compile'd") and "module._orig_mod" in msg, msg
+
+
+class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, a, b):  # noqa: ANN001, ANN201
+        return self.fc(a + b)
+
+
+def test_a_list_meant_as_positional_inputs_is_told_to_be_a_tuple() -> None:
+    """A list is one input (as eager's module(xs)); a forward taking several gets a line saying how to spread it."""
+    (x,), y = _xy()
+    msg = _one_line(TwoInputs(), [x, x], y)
+    assert "inputs are one list of 2, passed whole: give them as a tuple" in msg, msg
