@@ -114,6 +114,14 @@ def _same_state(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _attr(gm: fx.GraphModule, target: str) -> object:
+    """A get_attr node's value (its target may be dotted)."""
+    obj: object = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
 def _storages(module: nn.Module) -> dict[tuple[str, str], tuple[torch.Tensor, int]]:
     """Each parameter and buffer, by (kind, name), with its storage: `p.data = new` swaps the storage under the
     same tensor object, which no traced op records (a buffer rebound, `self.b = new`, is another object)."""
@@ -134,8 +142,9 @@ def _refuse_data_rebinds(module: nn.Module, before: dict[tuple[str, str], tuple[
             how = (f"update it in place under torch.no_grad() (self.{name}.copy_(new_value))" if kind == "parameter"
                    else f"assign the buffer itself (self.{name} = new_value) or update it in place "
                         f"(self.{name}.copy_(new_value))")
-            raise HybridError(f"the step rebinds {kind} {name!r} through .data (self.{name}.data = ...), which "
-                              f"capture cannot record (the graph would keep its old value, unlike eager); {how}")
+            raise HybridError(f"the step replaces the data of {kind} {name!r} (self.{name}.data = ..., .set_(), or "
+                              f"module.to() in the step), which capture cannot record (the graph would keep its old "
+                              f"value, unlike eager); {how}")
 
 
 def _reassigned_buffers(module: nn.Module, traced: dict[str, torch.Tensor]) -> None:
@@ -160,7 +169,7 @@ def _reassigned_buffers(module: nn.Module, traced: dict[str, torch.Tensor]) -> N
 
 @contextlib.contextmanager
 def _module_kept(module: nn.Module, numbers_changed: list[str] | None = None,
-                 tensors_changed: list[str] | None = None) -> Iterator[None]:
+                 tensors_changed: list[tuple[str, torch.Tensor]] | None = None) -> Iterator[None]:
     """The user's module as it was before capture, whatever the step stored on it while traced (a lazily built
     table, `self.last = h.detach()`, a hook appending to a list): those hold fake tensors, which would break the
     module's next eager step. Attributes are put back, lists and dicts (one level) refilled in place.
@@ -178,7 +187,7 @@ def _module_kept(module: nn.Module, numbers_changed: list[str] | None = None,
     finally:
         if done and tensors_changed is not None:   # `self.scale = self.scale * 0.5`, scale no registered buffer
             tensors_changed.extend(
-                f"{name + '.' if name else ''}{k}" for name, m, d, _ in saved for k, v in d.items()
+                (f"{name + '.' if name else ''}{k}", v) for name, m, d, _ in saved for k, v in d.items()
                 if isinstance(v, torch.Tensor) and isinstance(m.__dict__.get(k), torch.Tensor)
                 and m.__dict__[k] is not v)
         if done and numbers_changed is not None:
@@ -589,7 +598,7 @@ def trace_step(
     gm = None
     for attempt in range(2):
         changed: list[str] = []
-        rebound: list[str] = []
+        rebound: list[tuple[str, torch.Tensor]] = []
         try:
             with _module_kept(module, changed, rebound), mode, portable_kernels(), _quiet_fake_tensors():
                 if attempt:
@@ -609,6 +618,10 @@ def trace_step(
                                   "pass them as positional inputs") from None
             _refuse(e, stage.name, module)
     assert gm is not None
+    # a rebound tensor attribute matters where the step read its old value, which the graph then holds as a
+    # constant; old weight_norm, spectral_norm and prune rebind `weight` from parameters each step, never reading it
+    constants = {id(_attr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
+    rebound_names = [name for name, old in rebound if id(old) in constants]
     _refuse_mixed_dtypes(gm)
     _norm_statistics_dtypes(gm)
     prune_forks(gm)
@@ -624,7 +637,8 @@ def trace_step(
                 grads[pnames[i]] = g
             else:
                 unused.append(pnames[i])
-        return Traced(gm, roles, True, loss_node, grads, unused, numbers_changed=changed, tensors_changed=rebound)
+        return Traced(gm, roles, True, loss_node, grads, unused, numbers_changed=changed,
+                      tensors_changed=rebound_names)
     has_loss = len(flat) > n_outputs[0]
     return Traced(gm, roles, False, flat[0] if has_loss else None, {}, [], flat[1:] if has_loss else flat,
-                  numbers_changed=changed, tensors_changed=rebound)
+                  numbers_changed=changed, tensors_changed=rebound_names)

@@ -67,15 +67,23 @@ def _click_message(e: click.ClickException) -> str:
 
 def _interrupted_line() -> str:
     """A command stopped by Ctrl-C or SIGTERM with nothing of its own to say: whether it left any file."""
+    return f"interrupted ({interrupted_by()}): {_written_clause()}"
+
+
+def _written_clause() -> str:
+    """'nothing written', or the files this command wrote (three named at most)."""
     done = written()
-    return (f"interrupted ({interrupted_by()}): " + (f"wrote {', '.join(done)} before it" if done else
-                                                     "nothing written"))
+    if not done:
+        return "nothing written"
+    more = f" and {len(done) - 3} more" if len(done) > 3 else ""
+    return f"wrote {', '.join(done[:3])}{more} before it"
 
 
 class _Group(click.Group):
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:  # noqa: D401 - click API
         """click's main, with its errors (`Error: ...`, exit 1 or 2) printed as `error: ...` and exit 2."""
+        forget_written()     # a command's files: not a previous one's in this process (tests, notebooks)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
@@ -129,7 +137,8 @@ class _Group(click.Group):
                     raise
                 # the stop's KeyboardInterrupt, changed by native code it passed through (a C extension's module
                 # initialisation gives "ImportError: initialization failed"): an interrupt, said with what broke
-                click.echo(f"interrupted ({interrupted_by()}; it broke off {type(e).__name__}: {e})", err=True)
+                click.echo(f"interrupted ({interrupted_by()}; it broke off {type(e).__name__}: {e}): "
+                           f"{_written_clause()}", err=True)
                 sys.exit(exit_status())
 
 

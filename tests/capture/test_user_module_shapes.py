@@ -1017,7 +1017,58 @@ def test_a_python_number_the_step_changes_is_warned_naming_it() -> None:
     with pytest.warns(CaptureWarning, match=r"changes the module's attribute calls \(0 -> 1\), a Python number") as w:
         capture(m, (x,), F.cross_entropy, y, optimizer="sgd", lr=0.01)
     assert "scale" not in str(w[0].message) and m.calls == 0
-    assert "register_buffer('calls'" in str(w[0].message)     # the attribute's own name, whatever it is
+    assert "register_buffer('calls'" in str(w[0].message)
+
+
+class PySteps(PyCounter):
+    def forward(self, x):  # noqa: ANN001, ANN201
+        self.steps = getattr(self, "steps", 0) + 1
+        return self.fc(x) * (1.0 / self.steps)
+
+
+def test_the_counter_warning_names_the_attributes_own_buffer() -> None:
+    """It suggested register_buffer('calls', ...) whatever the attribute (helper-129: `self.t += 1`)."""
+    from hybrid.capture.api import CaptureWarning
+
+    (x,), y = _xy()
+    m = PySteps()
+    m.steps = 0
+    with pytest.warns(CaptureWarning, match=r"attribute steps \(0 -> 1\).*register_buffer\('steps', "):
+        capture(m, (x,), F.cross_entropy, y, optimizer="sgd", lr=0.01)
+
+
+class WeightNormed(nn.Module):
+    """torch.nn.utils.weight_norm (the old one), spectral_norm and prune keep `weight` a plain attribute that a
+    forward pre-hook rebinds from parameters each step: the graph computes it, never reading the old value."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        fc = nn.Linear(8, 4)
+        if how == "weight_norm":
+            fc = torch.nn.utils.weight_norm(fc)
+        elif how == "spectral_norm":
+            fc = torch.nn.utils.spectral_norm(fc)
+        else:
+            from torch.nn.utils import prune
+
+            prune.l1_unstructured(fc, "weight", 0.3)
+        self.fc = fc
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("how", ["weight_norm", "spectral_norm", "prune"])
+def test_a_weight_a_hook_rebinds_from_parameters_is_not_warned(how) -> None:  # noqa: ANN001
+    import warnings
+
+    from hybrid.capture.api import CaptureWarning
+
+    (x,), y = _xy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)        # torch's own deprecation of the old weight_norm
+        warnings.simplefilter("error", CaptureWarning)
+        capture(WeightNormed(how), (x,), F.cross_entropy, y, optimizer="sgd", lr=0.01)
 
 
 class DataRebinds(nn.Module):
@@ -1043,7 +1094,8 @@ class DataRebinds(nn.Module):
 def test_a_parameter_or_buffer_rebound_through_data_is_refused_naming_it(what, name) -> None:  # noqa: ANN001
     (x,), y = _xy()
     msg = _one_line(DataRebinds(what), (x,), y)
-    assert msg.startswith(f"the step rebinds {what} {name!r} through .data") and f"self.{name}.copy_(" in msg, msg
+    assert msg.startswith(f"the step replaces the data of {what} {name!r} (self.{name}.data = ...") and \
+        f"self.{name}.copy_(" in msg, msg
 
 
 class TensorAttribute(nn.Module):
