@@ -318,7 +318,8 @@ def _refuse(e: BaseException, stage: str, module: nn.Module | None = None) -> No
     if isinstance(e, TypeError) and "generator=_TracedGenerator" in str(e):   # hybrid.capture.rng's stand-in
         raise HybridError(f"{where[stage]} passes generator=torch.default_generator, which capture cannot "
                           "represent; draw without generator= (the same global generator)") from None
-    raise HybridError(f"{where[stage]} failed under capture: {name}: {first_line(e)}") from None
+    user, _ = _value_read_frames(e)     # the user's last line on the stack: where to look
+    raise HybridError(f"{where[stage]} failed under capture: {name}: {first_line(e)}{user}") from None
 
 
 def _refuse_parameter_hooks(module: nn.Module) -> None:
