@@ -232,6 +232,11 @@ def format_bytes_apart(a: int, b: int) -> tuple[str, str]:
     return (format_bytes_exact(a), format_bytes_exact(b)) if fa == fb and int(a) != int(b) else (fa, fb)
 
 
+def listed(items: "list[str]", most: int = 3) -> str:
+    """`a, b, c and 2 more`: the first `most` of `items`, and how many are left out."""
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
 def counted(n: int, word: str, plural: str | None = None) -> str:
     """`n` and the noun in its number: "1 window", "3 windows" (`plural` where adding an s is wrong)."""
     return f"{n} {word if n == 1 else plural or word + 's'}"

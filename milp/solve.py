@@ -455,13 +455,12 @@ def _solve_cbc(model: MilpModel, opts: SolveOptions, start: dict[str, float] | N
             said = _cbc_stop_words(opts, seen, t_solve, "killed" in fired, solution=False)
             return SolveResult("no_solution", f"CBC {said}, {ran:.1f} s into the solve, with no solution", None, None,
                                None, ran, False, None)
-        except KeyboardInterrupt:
+        except BaseException as e:
             # Ctrl-C or SIGTERM ends PuLP's wait, not CBC: a terminal's Ctrl-C reaches CBC too, a SIGTERM sent to
             # this process alone does not (CBC ran on to its time limit, minutes)
             stop_children(path)
-            raise CbcInterrupted(time.perf_counter() - t0) from None
-        except BaseException:
-            stop_children(path)
+            if isinstance(e, KeyboardInterrupt):
+                raise CbcInterrupted(time.perf_counter() - t0) from None
             raise
         finally:
             watched()

@@ -321,7 +321,7 @@ def memory_refusal(graph: Graph, device: Device, options: "ModelOptions") -> str
     """Why no plan of the model fits `device`, naming the stage, its tensors and the memory that would suffice
     (the refusal the swap planner gives for an op that cannot fit), or None when every stage fits on its own.
     Checked on the uncoarsened stages, before any model is built."""
-    from hybrid.units import format_bytes
+    from hybrid.units import format_bytes, listed
 
     pb = build_problem(graph, device, None, manage_persistent=options.manages_persistent)
     needs = stage_needs(pb)
@@ -331,8 +331,7 @@ def memory_refusal(graph: Graph, device: Device, options: "ModelOptions") -> str
     nd = pb.nodes[q]
     g = pb.graph
     ts = sorted(dict.fromkeys(nd.inputs + nd.outputs), key=lambda j: -pb.mem[j])
-    names = ", ".join(f"{g.tensors[j].id} ({format_bytes(pb.mem[j])})" for j in ts[:6]) + \
-        (f" and {len(ts) - 6} more" if len(ts) > 6 else "")
+    names = listed([f"{g.tensors[j].id} ({format_bytes(pb.mem[j])})" for j in ts], 6)
     ws = nd.impls[nd.leanest].workspace
     # persistent tensors stay resident where the model does not manage them: --activations-only, or --no-offload
     # (nothing is copied out); name the flag given

@@ -13,7 +13,7 @@ from hybrid.capture import costs, optimizers
 from hybrid.capture.encoding import parse_dtype
 from hybrid.capture.to_graph import convert
 from hybrid.capture.trace import trace_step
-from hybrid.units import counted
+from hybrid.units import counted, listed
 from hybrid.device import Device, preset
 from hybrid.errors import HybridError
 from hybrid.graph import Graph
@@ -100,7 +100,7 @@ def capture(
     training = spec is not None
     traced = trace_step(module, args, kwargs, loss_fn, target, training, parse_dtype(dtype))
     if traced.unused:
-        names = ", ".join(traced.unused[:4]) + (f" and {len(traced.unused) - 4} more" if len(traced.unused) > 4 else "")
+        names = listed(traced.unused, 4)
         n = len(traced.unused)
         warnings.warn(f"{counted(n, 'trainable parameter')} {'gets' if n == 1 else 'get'} no "
                       f"gradient from the loss ({names}): the step never updates them (as eager would not); a "
@@ -108,7 +108,7 @@ def capture(
                       "use_reentrant=False), or freeze them (requires_grad=False)", CaptureWarning, stacklevel=2)
     if traced.numbers_changed:
         n = len(traced.numbers_changed)
-        names = ", ".join(traced.numbers_changed[:3]) + (f" and {n - 3} more" if n > 3 else "")
+        names = listed(traced.numbers_changed)
         first = traced.numbers_changed[0].split(" ", 1)[0].rsplit(".", 1)[-1]
         warnings.warn(f"the step changes the module's {'attribute' if n == 1 else 'attributes'} {names}, a Python "
                       "number: the graph holds the value read while traced, so where the step's arithmetic uses "
@@ -117,7 +117,7 @@ def capture(
                       CaptureWarning, stacklevel=2)
     if traced.tensors_changed:
         n = len(traced.tensors_changed)
-        names = ", ".join(traced.tensors_changed[:3]) + (f" and {n - 3} more" if n > 3 else "")
+        names = listed(traced.tensors_changed)
         first = traced.tensors_changed[0].rsplit(".", 1)[-1]
         warnings.warn(f"the step rebinds the module's tensor {'attribute' if n == 1 else 'attributes'} {names}, "
                       f"not {'a registered buffer' if n == 1 else 'registered buffers'}: the graph holds the value "

@@ -34,6 +34,7 @@ import click
 from hybrid.signals import exit_status, handling_stops, install, interrupted_by, received
 from hybrid.errors import HybridError
 from hybrid.files import forget_written, written
+from hybrid.units import listed
 
 
 def _warning_lines(previous: Any) -> Any:
@@ -73,17 +74,14 @@ def _interrupted_line() -> str:
 def _written_clause() -> str:
     """'nothing written', or the files this command wrote (three named at most)."""
     done = written()
-    if not done:
-        return "nothing written"
-    more = f" and {len(done) - 3} more" if len(done) > 3 else ""
-    return f"wrote {', '.join(done[:3])}{more} before it"
+    return f"wrote {listed(done)} before it" if done else "nothing written"
 
 
 class _Group(click.Group):
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:  # noqa: D401 - click API
         """click's main, with its errors (`Error: ...`, exit 1 or 2) printed as `error: ...` and exit 2."""
-        forget_written()     # a command's files: not a previous one's in this process (tests, notebooks)
+        forget_written()     # a command's files, not a previous one's in this process (tests): every run starts here
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
@@ -118,7 +116,6 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):  # noqa: D401 - click API
         if not _PROGRAM:
             clock.restart()  # one of several commands in this process (tests): its time starts now
-        forget_written()
         previous = warnings.showwarning
         with handling_stops(), warnings.catch_warnings():
             warnings.showwarning = _warning_lines(previous)

@@ -90,7 +90,7 @@ class Op:
             if im.time_s == self.time_s and im.workspace_bytes == self.workspace_bytes:
                 return i
         for i, im in enumerate(self.impls):   # a float step apart (the validator's tolerance): the same figures
-            if _same_time(im.time_s, self.time_s) and im.workspace_bytes == self.workspace_bytes:
+            if _is_default(self, im):
                 return i
         return 0
 
@@ -354,6 +354,11 @@ def _same_time(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
 
 
+def _is_default(op: Op, im: Impl) -> bool:
+    """Whether `im` has the op's own figures, its default implementation's (time within `_same_time`)."""
+    return _same_time(im.time_s, op.time_s) and im.workspace_bytes == op.workspace_bytes
+
+
 def _check(g: Graph) -> None:
     """Every rule of FORMATS.md's graph section; the first broken one raises FormatError."""
     where = f"graph {g.name!r}"
@@ -378,8 +383,7 @@ def _check(g: Graph) -> None:
         if o.cpu_time_s is not None and not 0 <= o.cpu_time_s <= MAX_SECONDS:
             raise FormatError(f"{where}: op {o.id!r}: cpu_time_s must be finite, from 0 to {MAX_SECONDS:g} s, got "
                               f"{o.cpu_time_s!r}")
-        if o.impls and not any(_same_time(im.time_s, o.time_s) and im.workspace_bytes == o.workspace_bytes
-                               for im in o.impls):
+        if o.impls and not any(_is_default(o, im) for im in o.impls):
             # the op's own figures are its default implementation's, the one a plan that chooses none runs: matching
             # none, the planners timed the op by its figures and the validator by its first impl (no plan passed)
             times = [o.time_s, *(im.time_s for im in o.impls)]

@@ -9,7 +9,7 @@ import click
 
 from hybrid.cli.options import FINITE, device_from, device_options, optimizer_options, parse_overrides, prepare_output
 from hybrid.errors import HybridError
-from hybrid.units import format_bytes, format_seconds
+from hybrid.units import format_bytes, format_seconds, listed
 
 
 def summary_lines(graph, seconds: float) -> list[str]:  # noqa: ANN001 - a Graph
@@ -50,7 +50,7 @@ def _capture_user(spec: str, optimizer: str | None, lr: float | None, options: d
         # the zoo switches to eval for an inference graph; a user's module keeps the mode it was returned in
         layers = _training_mode_layers(user.module)
         if layers:
-            shown = ", ".join(layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+            shown = listed(layers)
             click.echo(f"warning: --optimizer none: the module is in training mode, so the inference graph runs "
                        f"its dropout/batch norm ({shown}) in training mode; return module.eval() from the "
                        "factory if that is not meant", err=True)

@@ -283,8 +283,7 @@ def command(graph_path: Path, cpu_preset: str | None, device_preset: str | None,
             write_whole(graph_out, graph_path.read_bytes())   # the plan names these bytes (sha256)
         if out_path is not None:
             write_plan(g, plan, out_path, "the placement plan")
-    over = clock.left(limit)
-    if over < -max(0.5, 0.05 * limit):   # the search stops WRITE_S before the limit; a large graph's plan takes more
+    if clock.left(limit) < -max(0.5, 0.05 * limit):   # the search stops WRITE_S before the limit; a large graph's plan takes more
         t_end = time.monotonic()
         click.echo(f"note: took {format_seconds(t_end - clock.started())}, past the --time-limit of "
                    f"{format_seconds(limit)}: starting, loading and parting the graph "
